@@ -1,0 +1,177 @@
+// actor.hpp: the actor runtime every ordo actor is built on.
+//
+// An actor owns one libuv loop, runs it on its own thread, and owns all of its state: nothing
+// else touches that state, so handlers need no locks. Actors talk only through messages: plain
+// structs serialized with msgpack (MSGPACK_DEFINE_MAP), each with a `msg_name`. An actor lists
+// the messages it accepts as template arguments; that list is its message table
+// (`message = std::variant<...>`), and delivery dispatches each alternative to an
+// `on(const T&)` overload of the derived class with std::visit, so a message without a handler
+// does not compile.
+//
+// Lifecycle (libuv verbs): start() spawns the thread and runs on_start() on it; request_stop()
+// may be called from any thread (or from a signal-watching actor); the loop then delivers
+// what is already queued, calls on_stop() (the actor closes its own handles there), refuses
+// further messages with `actor_stopped`, closes its wakeup handle and lets the loop run dry.
+// join() waits for the thread and reports whether uv_loop_close returned 0, i.e. no handle
+// leaked. An actor object can be started again after join().
+#pragma once
+
+#include <uv.h>
+
+#include <msgpack.hpp>
+
+#include <array>
+#include <atomic>
+#include <concepts>
+#include <deque>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <type_traits>
+#include <variant>
+
+#include "actors/runtime/mailbox.hpp"
+#include "actors/runtime/result.hpp"
+#include "actors/runtime/trace.hpp"
+
+namespace spdlog {
+class logger;
+}
+
+namespace ordo::actors {
+
+// A message with no fields: MSGPACK_DEFINE_MAP() needs at least one, so this encodes `{}`.
+#define ORDO_EMPTY_MESSAGE()                                                \
+    template <typename Packer>                                             \
+    void msgpack_pack(Packer& pk) const {                                  \
+        pk.pack_map(0);                                                    \
+    }                                                                      \
+    void msgpack_unpack(const msgpack::object&) {}                         \
+    template <typename MSGPACK_OBJECT>                                     \
+    void msgpack_object(MSGPACK_OBJECT* o, msgpack::zone&) const {         \
+        o->type = msgpack::type::MAP;                                      \
+        o->via.map.size = 0;                                               \
+        o->via.map.ptr = nullptr;                                          \
+    }
+
+template <typename T>
+concept message_type = requires {
+    { T::msg_name } -> std::convertible_to<std::string_view>;
+};
+
+// The untyped half: thread, loop, mailbox, stop protocol, tracing.
+class actor_core {
+public:
+    actor_core(std::string name, size_t mailbox_capacity);
+    virtual ~actor_core();
+    actor_core(const actor_core&) = delete;
+    actor_core& operator=(const actor_core&) = delete;
+
+    // Spawns the loop thread; returns once on_start() has run there.
+    status start();
+    // Thread-safe and idempotent; the loop winds down asynchronously.
+    void request_stop();
+    // Waits for the loop thread. Returns an error if uv_loop_close reported a leaked handle.
+    status join();
+
+    const std::string& name() const { return _name; }
+    bool running() const { return _running.load(); }
+    void set_trace(trace_sink* sink) { _trace.store(sink); }
+    size_t mailbox_size() const { return _mailbox.size(); }
+    size_t mailbox_capacity() const { return _mailbox.capacity(); }
+    uint64_t handler_errors() const { return _handler_errors.load(); }
+
+protected:
+    // Loop-thread hooks for derived actors.
+    virtual void on_start() {}
+    virtual void on_stop() {}
+    virtual void deliver(const envelope& e) = 0;
+
+    status enqueue(envelope&& e) { return _mailbox.push(std::move(e)); }
+    uv_loop_t* loop() { return &_loop; }
+    spdlog::logger& log() { return *_log; }
+    bool stopping() const { return _stopping; }
+    void count_handler_error() { _handler_errors++; }
+
+private:
+    static void wakeup_cb(uv_async_t* handle);
+    void thread_main();
+    void deliver_queued();
+    void begin_stop();
+
+    std::string _name;
+    mailbox _mailbox;
+    std::shared_ptr<spdlog::logger> _log;
+    uv_loop_t _loop{};
+    uv_async_t _wakeup{};
+    std::thread _thread;
+    std::deque<envelope> _inbox;  // loop thread only
+    std::atomic<trace_sink*> _trace{nullptr};
+    std::atomic<bool> _running{false};
+    std::atomic<bool> _stop_requested{false};
+    std::atomic<uint64_t> _handler_errors{0};
+    bool _stopping = false;  // loop thread only
+    int _loop_close_rc = 0;
+};
+
+// The typed half: Derived handles every message in Msgs with on(const T&).
+template <typename Derived, message_type... Msgs>
+class actor : public actor_core {
+public:
+    using message = std::variant<Msgs...>;
+    using actor_core::actor_core;
+
+    // Thread-safe. Encodes `msg` and queues it; mailbox_full / actor_stopped are returned to the
+    // sender, never hidden.
+    template <typename T>
+    status tell(const T& msg, std::string_view sender = "external") {
+        constexpr size_t index = index_of<T>();
+        static_assert(index < sizeof...(Msgs), "this actor does not accept that message type");
+        msgpack::sbuffer buf;
+        msgpack::pack(buf, msg);
+        envelope e;
+        e.type_index = static_cast<uint32_t>(index);
+        e.type_name = T::msg_name;
+        e.sender = std::string(sender);
+        e.bytes.assign(buf.data(), buf.data() + buf.size());
+        return enqueue(std::move(e));
+    }
+
+private:
+    template <typename T, size_t I = 0>
+    static constexpr size_t index_of() {
+        if constexpr (I == sizeof...(Msgs)) {
+            return I;
+        } else if constexpr (std::is_same_v<std::variant_alternative_t<I, message>, T>) {
+            return I;
+        } else {
+            return index_of<T, I + 1>();
+        }
+    }
+
+    template <size_t I>
+    static void decode_into(message& m, const msgpack::object& o) {
+        m.template emplace<I>();
+        o.convert(std::get<I>(m));
+    }
+
+    void deliver(const envelope& e) override {
+        using decoder = void (*)(message&, const msgpack::object&);
+        static constexpr auto decoders = []<size_t... I>(std::index_sequence<I...>) {
+            return std::array<decoder, sizeof...(I)>{&decode_into<I>...};
+        }(std::index_sequence_for<Msgs...>{});
+
+        if (e.type_index >= decoders.size()) {
+            count_handler_error();
+            return;
+        }
+        message m;
+        msgpack::object_handle oh = msgpack::unpack(e.bytes.data(), e.bytes.size());
+        decoders[e.type_index](m, oh.get());
+        auto& self = static_cast<Derived&>(*this);
+        std::visit([&self](const auto& msg) { self.on(msg); }, m);
+    }
+};
+
+}  // namespace ordo::actors
