@@ -1,0 +1,338 @@
+// net_actor.cpp: see net_actor.hpp. Everything here runs on the net actor's loop thread.
+#include "net/net_actor.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <array>
+#include <cassert>
+#include <cstring>
+
+namespace ordo::net {
+namespace {
+
+// libuv hands every read the same buffer: reads are processed before the next alloc, and one
+// 64 KiB read is enough to keep a connection moving without per-read allocations.
+constexpr size_t read_buffer_bytes = 64 * 1024;
+constexpr int listen_backlog = 128;
+
+}  // namespace
+
+struct net_actor::connection {
+    uv_tcp_t tcp{};  // tcp.data points back here
+    uv_shutdown_t shutdown_req{};
+    net_actor* owner = nullptr;
+    uint64_t id = 0;
+    frame_decoder decoder;
+    std::unordered_set<uint64_t> inflight;  // ids of requests that have no terminal event yet
+    size_t write_pending_bytes = 0;
+    bool closing = false;  // no further reads are handled nor writes queued
+
+    connection(net_actor* o, uint64_t i, size_t frame_bytes_max)
+        : owner(o), id(i), decoder(frame_bytes_max) {}
+};
+
+struct net_actor::write_req {
+    uv_write_t req{};
+    std::string data;
+    connection* conn = nullptr;
+};
+
+net_actor::net_actor(net_options options, size_t mailbox_capacity)
+    : actor("net", mailbox_capacity), _options(std::move(options)) {}
+
+net_actor::~net_actor() = default;
+
+// ---- lifecycle ---------------------------------------------------------------------------
+
+void net_actor::on_start() {
+    _started_at = std::chrono::steady_clock::now();
+    _listen_status = bind_and_listen();
+    if (!_listen_status.ok()) log().error("{}", _listen_status.err().message);
+}
+
+status net_actor::bind_and_listen() {
+    sockaddr_storage addr{};
+    bool v6 = _options.host.find(':') != std::string::npos;
+    int rc = v6 ? uv_ip6_addr(_options.host.c_str(), _options.port,
+                              reinterpret_cast<sockaddr_in6*>(&addr))
+                : uv_ip4_addr(_options.host.c_str(), _options.port,
+                              reinterpret_cast<sockaddr_in*>(&addr));
+    if (rc != 0) {
+        return make_error("listen_failed", "bad listen host '" + _options.host + "': " +
+                                               uv_strerror(rc));
+    }
+    uv_tcp_init(loop(), &_listener);
+    _listener.data = this;
+    _listening = true;  // initialised: must be closed in on_stop whatever happens next
+    std::string where = _options.host + ":" + std::to_string(_options.port);
+    if ((rc = uv_tcp_bind(&_listener, reinterpret_cast<sockaddr*>(&addr), 0)) != 0 ||
+        (rc = uv_listen(reinterpret_cast<uv_stream_t*>(&_listener), listen_backlog,
+                        &net_actor::connection_cb)) != 0) {
+        return make_error("listen_failed", "cannot listen on " + where + ": " + uv_strerror(rc));
+    }
+    sockaddr_storage bound{};
+    int len = sizeof(bound);
+    uv_tcp_getsockname(&_listener, reinterpret_cast<sockaddr*>(&bound), &len);
+    _bound_port = ntohs(bound.ss_family == AF_INET6
+                            ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                            : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+    log().info("listening on {}:{}", _options.host, _bound_port);
+    return {};
+}
+
+void net_actor::on_stop() {
+    if (_listening) {
+        uv_close(reinterpret_cast<uv_handle_t*>(&_listener), nullptr);
+        _listening = false;
+    }
+    for (auto& [id, c] : _connections) close_connection(*c, "server stopping");
+    log().info("stopped: {} connections closed", _connections.size());
+}
+
+// ---- accepting and reading -----------------------------------------------------------------
+
+void net_actor::connection_cb(uv_stream_t* server, int status) {
+    auto* self = static_cast<net_actor*>(server->data);
+    if (status < 0) {
+        self->log().warn("accept failed: {}", uv_strerror(status));
+        return;
+    }
+    self->accept_one();
+}
+
+void net_actor::accept_one() {
+    uint64_t id = _next_conn_id++;
+    auto owned = std::make_unique<connection>(this, id, _options.frame_bytes_max);
+    connection& c = *owned;
+    uv_tcp_init(loop(), &c.tcp);
+    c.tcp.data = &c;
+    _connections.emplace(id, std::move(owned));
+    if (uv_accept(reinterpret_cast<uv_stream_t*>(&_listener),
+                  reinterpret_cast<uv_stream_t*>(&c.tcp)) != 0) {
+        close_connection(c, "accept failed");
+        return;
+    }
+    uv_tcp_nodelay(&c.tcp, 1);
+    // _connections already holds the new one, hence the strict comparison.
+    if (_connections.size() > _options.connections_max) {
+        _counters.connections_refused++;
+        fail_connection(c, make_error("overloaded",
+                                      "too many connections (server.max_connections = " +
+                                          std::to_string(_options.connections_max) + ")"));
+        return;
+    }
+    _counters.connections_total++;
+    uv_read_start(reinterpret_cast<uv_stream_t*>(&c.tcp), &net_actor::alloc_cb,
+                  &net_actor::read_cb);
+    log().debug("connection {} accepted", id);
+}
+
+void net_actor::alloc_cb(uv_handle_t*, size_t, uv_buf_t* buf) {
+    static thread_local std::array<char, read_buffer_bytes> buffer;
+    *buf = uv_buf_init(buffer.data(), buffer.size());
+}
+
+void net_actor::read_cb(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf) {
+    auto& c = *static_cast<connection*>(stream->data);
+    net_actor& self = *c.owner;
+    if (nread == UV_EOF) {
+        self.close_connection(c, "client closed");
+    } else if (nread < 0) {
+        self.close_connection(c, uv_strerror(static_cast<int>(nread)));
+    } else if (nread > 0) {
+        self._counters.bytes_in += static_cast<uint64_t>(nread);
+        self.handle_bytes(c, buf->base, static_cast<size_t>(nread));
+    }
+}
+
+void net_actor::handle_bytes(connection& c, const char* data, size_t size) {
+    c.decoder.feed(data, size);
+    while (!c.closing) {
+        auto next = c.decoder.next();
+        if (!next.ok()) {
+            _counters.bad_frames++;
+            fail_connection(c, next.err());
+            return;
+        }
+        if (!next->has_value()) return;  // need more bytes
+        msgpack::object_handle oh = std::move(**next);
+        handle_frame(c, oh.get());
+    }
+}
+
+void net_actor::handle_frame(connection& c, const msgpack::object& frame) {
+    auto parsed = parse_envelope(frame);
+    if (auto* bad = std::get_if<envelope_error>(&parsed)) {
+        if (bad->fatal) {
+            _counters.bad_frames++;
+            fail_connection(c, bad->err);
+        } else {
+            _counters.bad_requests++;
+            send_frame(c, encode_error(bad->id, bad->err.code, bad->err.message));
+        }
+        return;
+    }
+    handle_request(c, std::get<request>(parsed));
+}
+
+// ---- ops -------------------------------------------------------------------------------------
+
+void net_actor::handle_request(connection& c, const request& r) {
+    using handler = void (net_actor::*)(connection&, const request&);
+    struct op_entry {
+        std::string_view name;
+        handler fn;
+    };
+    static constexpr std::array<op_entry, 2> ops{{
+        {"health", &net_actor::op_health},
+        {"stats", &net_actor::op_stats},
+    }};
+    _counters.requests++;
+    if (c.inflight.count(r.id) != 0) {
+        send_frame(c, encode_error(r.id, "duplicate_id",
+                                   "request id " + std::to_string(r.id) + " is still in flight"));
+        return;
+    }
+    if (c.inflight.size() >= _options.inflight_per_connection_max) {
+        send_frame(c, encode_error(r.id, "too_many_inflight",
+                                   "server.max_inflight_per_connection = " +
+                                       std::to_string(_options.inflight_per_connection_max)));
+        return;
+    }
+    for (const auto& op : ops) {
+        if (op.name == r.op) {
+            (this->*op.fn)(c, r);
+            return;
+        }
+    }
+    _counters.unknown_ops++;
+    send_frame(c, encode_error(r.id, "unknown_op", "unknown op \"" + r.op + "\""));
+}
+
+void net_actor::op_health(connection& c, const request& r) {
+    if (auto st = check_param_keys(*r.map, {}); !st.ok()) {
+        _counters.bad_requests++;
+        send_frame(c, encode_error(r.id, st.err().code, st.err().message));
+        return;
+    }
+    auto uptime = std::chrono::steady_clock::now() - _started_at;
+    event_writer w(r.id, "done");
+    w.field("status", _health_status);
+    if (_health_status != "ok") w.field("reason", _health_reason);
+    w.field("protocol", protocol_version);
+    w.field("uptime_ms",
+            std::chrono::duration_cast<std::chrono::milliseconds>(uptime).count());
+    send_frame(c, w.finish());
+}
+
+void net_actor::op_stats(connection& c, const request& r) {
+    if (auto st = check_param_keys(*r.map, {}); !st.ok()) {
+        _counters.bad_requests++;
+        send_frame(c, encode_error(r.id, st.err().code, st.err().message));
+        return;
+    }
+    const auto& k = _counters;
+    event_writer w(r.id, "done");
+    w.field("connections_open", _connections.size());
+    auto& p = w.nested("net");
+    p.pack_map(9);
+    p.pack("connections_total"), p.pack(k.connections_total);
+    p.pack("connections_refused"), p.pack(k.connections_refused);
+    p.pack("requests"), p.pack(k.requests);
+    p.pack("bad_frames"), p.pack(k.bad_frames);
+    p.pack("bad_requests"), p.pack(k.bad_requests);
+    p.pack("unknown_ops"), p.pack(k.unknown_ops);
+    p.pack("slow_readers"), p.pack(k.slow_readers);
+    p.pack("bytes_in"), p.pack(k.bytes_in);
+    p.pack("bytes_out"), p.pack(k.bytes_out);
+    send_frame(c, w.finish());
+}
+
+// ---- messages from other actors ---------------------------------------------------------------
+
+void net_actor::on(const deliver_event& m) {
+    auto it = _connections.find(m.conn);
+    if (it == _connections.end()) return;  // the client is gone; the scheduler hears ClientGone
+    connection& c = *it->second;
+    if (m.terminal) c.inflight.erase(m.id);
+    send_frame(c, std::string(m.frame.begin(), m.frame.end()));
+}
+
+void net_actor::on(const set_health& m) {
+    _health_status = m.status;
+    _health_reason = m.reason;
+}
+
+// ---- writing and closing ----------------------------------------------------------------------
+
+void net_actor::send_frame(connection& c, std::string frame) {
+    if (c.closing) return;
+    if (c.write_pending_bytes + frame.size() > _options.write_buffer_bytes_max) {
+        // The client stopped reading: buffering more would grow memory without bound.
+        _counters.slow_readers++;
+        log().warn("connection {}: {} bytes unread (limit {}), closing", c.id,
+                   c.write_pending_bytes, _options.write_buffer_bytes_max);
+        close_connection(c, "slow reader");
+        return;
+    }
+    auto* w = new write_req;
+    w->data = std::move(frame);
+    w->conn = &c;
+    w->req.data = w;
+    c.write_pending_bytes += w->data.size();
+    _counters.bytes_out += w->data.size();
+    uv_buf_t buf = uv_buf_init(w->data.data(), static_cast<unsigned>(w->data.size()));
+    int rc = uv_write(&w->req, reinterpret_cast<uv_stream_t*>(&c.tcp), &buf, 1,
+                      &net_actor::write_cb);
+    if (rc != 0) {
+        c.write_pending_bytes -= w->data.size();
+        delete w;
+        close_connection(c, uv_strerror(rc));
+    }
+}
+
+void net_actor::write_cb(uv_write_t* req, int status) {
+    auto* w = static_cast<write_req*>(req->data);
+    connection& c = *w->conn;
+    c.write_pending_bytes -= w->data.size();
+    delete w;
+    if (status < 0 && status != UV_ECANCELED) c.owner->close_connection(c, uv_strerror(status));
+}
+
+void net_actor::fail_connection(connection& c, const error& e) {
+    if (c.closing) return;
+    log().info("connection {}: {}: {}", c.id, e.code, e.message);
+    send_frame(c, encode_error(0, e.code, e.message));
+    if (c.closing) return;  // the error itself did not fit
+    c.closing = true;
+    uv_read_stop(reinterpret_cast<uv_stream_t*>(&c.tcp));
+    // shutdown completes after the queued error frame is written; then the handle is closed.
+    c.shutdown_req.data = &c;
+    if (uv_shutdown(&c.shutdown_req, reinterpret_cast<uv_stream_t*>(&c.tcp),
+                    &net_actor::shutdown_cb) != 0) {
+        uv_close(reinterpret_cast<uv_handle_t*>(&c.tcp), &net_actor::close_cb);
+    }
+}
+
+void net_actor::shutdown_cb(uv_shutdown_t* req, int) {
+    auto& c = *static_cast<connection*>(req->data);
+    if (!uv_is_closing(reinterpret_cast<uv_handle_t*>(&c.tcp))) {
+        uv_close(reinterpret_cast<uv_handle_t*>(&c.tcp), &net_actor::close_cb);
+    }
+}
+
+void net_actor::close_connection(connection& c, const char* reason) {
+    if (uv_is_closing(reinterpret_cast<uv_handle_t*>(&c.tcp))) return;
+    log().debug("connection {} closing: {}", c.id, reason);
+    c.closing = true;
+    uv_read_stop(reinterpret_cast<uv_stream_t*>(&c.tcp));
+    uv_close(reinterpret_cast<uv_handle_t*>(&c.tcp), &net_actor::close_cb);
+}
+
+void net_actor::close_cb(uv_handle_t* handle) {
+    auto& c = *static_cast<connection*>(handle->data);
+    net_actor& self = *c.owner;
+    self._connections.erase(c.id);  // frees c
+}
+
+}  // namespace ordo::net

@@ -1,0 +1,133 @@
+// main.cpp: ordo-server's command line. Parses flags, loads and validates the whole config
+// before any actor starts (exit 2 on a bad config), sets up logging, then runs the server.
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "actors/config/config.hpp"
+#include "actors/runtime/log.hpp"
+#include "tools/server/server.hpp"
+
+namespace {
+
+constexpr int exit_ok = 0;
+constexpr int exit_failure = 1;
+constexpr int exit_usage = 2;  // bad flags or bad config
+
+constexpr const char* usage_text =
+    "usage: ordo-server [--config FILE] [--listen HOST:PORT] [--model PATH] [--log-level LEVEL]\n"
+    "                   [--print-config]\n"
+    "       ordo-server --check-config FILE\n"
+    "\n"
+    "  --config FILE        TOML configuration (default: built-in defaults, see etc/ordo.toml)\n"
+    "  --check-config FILE  validate FILE and exit (0 valid, 2 invalid)\n"
+    "  --listen HOST:PORT   override server.listen (port 0 = ephemeral)\n"
+    "  --model PATH         override model.path\n"
+    "  --log-level LEVEL    override log.level (trace|debug|info|warn|error|critical|off)\n"
+    "  --print-config       print the effective configuration and exit\n";
+
+struct options {
+    std::string config_path;
+    std::string check_path;
+    std::vector<std::pair<std::string, std::string>> overrides;  // key, value
+    bool print_config = false;
+};
+
+// Returns false (after printing why) on a bad command line.
+bool parse_args(int argc, char** argv, options& o) {
+    for (int i = 1; i < argc; i++) {
+        std::string_view a = argv[i];
+        auto value = [&](const char* flag) -> const char* {
+            if (i + 1 >= argc) {
+                std::fprintf(stderr, "ordo-server: %s needs a value\n", flag);
+                return nullptr;
+            }
+            return argv[++i];
+        };
+        const char* v = nullptr;
+        if (a == "--help" || a == "-h") {
+            std::fputs(usage_text, stdout);
+            std::exit(exit_ok);
+        } else if (a == "--print-config") {
+            o.print_config = true;
+        } else if (a == "--config" || a == "--check-config") {
+            if (!(v = value(a.data()))) return false;
+            (a == "--config" ? o.config_path : o.check_path) = v;
+        } else if (a == "--listen" || a == "--model" || a == "--log-level") {
+            if (!(v = value(a.data()))) return false;
+            const char* key = a == "--listen" ? "server.listen"
+                              : a == "--model" ? "model.path"
+                                               : "log.level";
+            o.overrides.emplace_back(key, v);
+        } else {
+            std::fprintf(stderr, "ordo-server: unknown argument '%s'\n%s", argv[i], usage_text);
+            return false;
+        }
+    }
+    return true;
+}
+
+int check_config(const std::string& path) {
+    auto cfg = ordo::config::load_file(path);
+    if (!cfg.ok()) {
+        std::fprintf(stderr, "%s\n", cfg.err().message.c_str());
+        return exit_usage;
+    }
+    std::printf("%s: ok\n", path.c_str());
+    return exit_ok;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    options o;
+    if (!parse_args(argc, argv, o)) return exit_usage;
+    if (!o.check_path.empty()) return check_config(o.check_path);
+
+    ordo::result<ordo::config::config> cfg =
+        o.config_path.empty() ? ordo::result<ordo::config::config>(ordo::config::config{})
+                              : ordo::config::load_file(o.config_path);
+    if (!cfg.ok()) {
+        std::fprintf(stderr, "%s\n", cfg.err().message.c_str());
+        return exit_usage;
+    }
+    for (const auto& [key, value] : o.overrides) {
+        if (auto st = ordo::config::apply_override(*cfg, key, value); !st.ok()) {
+            std::fprintf(stderr, "%s\n", st.err().message.c_str());
+            return exit_usage;
+        }
+    }
+    if (auto st = ordo::config::validate(*cfg, "command line"); !st.ok()) {
+        std::fprintf(stderr, "%s\n", st.err().message.c_str());
+        return exit_usage;
+    }
+    if (o.print_config) {
+        std::fputs(ordo::config::to_toml(*cfg).c_str(), stdout);
+        return exit_ok;
+    }
+    std::string level(ordo::config::to_string(cfg->log.level));
+    if (auto st = ordo::init_logging(level, cfg->log.file); !st.ok()) {
+        std::fprintf(stderr, "ordo-server: %s\n", st.err().message.c_str());
+        return exit_usage;
+    }
+    auto log = ordo::logger("main");
+    log->info("ordo-server starting (config: {})",
+              o.config_path.empty() ? "built-in defaults" : o.config_path);
+
+    ordo::server_hooks hooks;
+    hooks.on_listening = [&](const std::string& host, uint16_t port) {
+        // One machine-readable line on stdout: scripts and tests wait for it.
+        bool v6 = host.find(':') != std::string::npos;
+        std::printf("ordo-server listening on %s%s%s:%u\n", v6 ? "[" : "", host.c_str(),
+                    v6 ? "]" : "", port);
+        std::fflush(stdout);
+    };
+    auto st = ordo::run_server(*cfg, hooks);
+    if (!st.ok()) {
+        log->error("{}: {}", st.err().code, st.err().message);
+        return exit_failure;
+    }
+    return exit_ok;
+}

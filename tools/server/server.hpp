@@ -1,0 +1,27 @@
+// server.hpp: the running service: every actor of one ordo-server process, started in
+// dependency order and stopped in reverse (net first: stop accepting and close connections;
+// then the actors behind it).
+//
+// Owned by main's thread. It reacts to SIGINT/SIGTERM on a small libuv loop of its own, so a
+// signal is an ordinary event there, never work done inside a signal handler.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "actors/config/config.hpp"
+#include "actors/runtime/result.hpp"
+
+namespace ordo {
+
+struct server_hooks {
+    // Called once listening succeeded, with the host and the bound port (tests use port 0).
+    std::function<void(const std::string& host, uint16_t port)> on_listening;
+};
+
+// Runs until SIGINT/SIGTERM. Returns the first failure: an actor that could not start, or a
+// loop that did not close cleanly.
+status run_server(const config::config& cfg, const server_hooks& hooks);
+
+}  // namespace ordo
