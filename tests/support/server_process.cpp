@@ -1,0 +1,198 @@
+// server_process.cpp: see server_process.hpp.
+#include "tests/support/server_process.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <regex>
+
+namespace ordo::test {
+namespace {
+
+using clock = std::chrono::steady_clock;
+
+int remaining_ms(clock::time_point end) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - clock::now());
+    return left.count() > 0 ? static_cast<int>(left.count()) : 0;
+}
+
+}  // namespace
+
+server_process::~server_process() {
+    if (_pid > 0) stop();
+}
+
+bool server_process::start(const std::string& binary, const std::vector<std::string>& args) {
+    int pipe_fds[2];
+    if (pipe(pipe_fds) != 0) return false;
+    std::vector<std::string> full{binary};
+    bool has_listen = false;
+    for (const auto& a : args) has_listen = has_listen || a == "--listen";
+    if (!has_listen) full.insert(full.end(), {"--listen", "127.0.0.1:0"});
+    full.insert(full.end(), args.begin(), args.end());
+    _pid = fork();
+    if (_pid == 0) {
+        dup2(pipe_fds[1], 1);
+        dup2(pipe_fds[1], 2);
+        close(pipe_fds[0]);
+        close(pipe_fds[1]);
+        std::vector<char*> argv;
+        for (auto& a : full) argv.push_back(a.data());
+        argv.push_back(nullptr);
+        execv(binary.c_str(), argv.data());
+        _exit(127);
+    }
+    close(pipe_fds[1]);
+    _out_fd = pipe_fds[0];
+    static const std::regex listening(R"(ordo-server listening on \S+:(\d+))");
+    auto end = clock::now() + io_deadline;
+    while (clock::now() < end) {
+        drain(100);
+        std::smatch m;
+        if (std::regex_search(_output, m, listening)) {
+            _port = static_cast<uint16_t>(std::stoi(m[1]));
+            return true;
+        }
+        int status = 0;
+        if (waitpid(_pid, &status, WNOHANG) == _pid) {
+            drain(0);
+            _pid = -1;
+            _exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+            return false;
+        }
+    }
+    return false;
+}
+
+void server_process::drain(int timeout_ms) {
+    if (_out_fd < 0) return;
+    pollfd p{_out_fd, POLLIN, 0};
+    while (poll(&p, 1, timeout_ms) > 0) {
+        char buf[4096];
+        ssize_t n = read(_out_fd, buf, sizeof buf);
+        if (n <= 0) {
+            close(_out_fd);
+            _out_fd = -1;
+            return;
+        }
+        _output.append(buf, static_cast<size_t>(n));
+        timeout_ms = 0;
+    }
+}
+
+std::string server_process::output() {
+    drain(0);
+    return _output;
+}
+
+int server_process::wait_exit() {
+    if (_pid <= 0) return -1;
+    auto end = clock::now() + io_deadline;
+    int status = 0;
+    while (clock::now() < end) {
+        drain(50);
+        if (waitpid(_pid, &status, WNOHANG) == _pid) {
+            drain(0);
+            _pid = -1;
+            _exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+            return _exit_status;
+        }
+    }
+    kill(_pid, SIGKILL);
+    waitpid(_pid, &status, 0);
+    _pid = -1;
+    return -1;
+}
+
+int server_process::stop() {
+    if (_pid <= 0) return -1;
+    kill(_pid, SIGTERM);
+    return wait_exit();
+}
+
+tcp_client::~tcp_client() { close(); }
+
+bool tcp_client::connect(uint16_t port, const std::string& host) {
+    _fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    inet_pton(AF_INET, host.c_str(), &addr.sin_addr);
+    return ::connect(_fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+}
+
+bool tcp_client::send_raw(const std::string& bytes) {
+    size_t off = 0;
+    while (off < bytes.size()) {
+        ssize_t n = ::send(_fd, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
+        if (n <= 0) return false;
+        off += static_cast<size_t>(n);
+    }
+    return true;
+}
+
+std::optional<msgpack::object_handle> tcp_client::recv(std::chrono::milliseconds deadline) {
+    auto end = clock::now() + deadline;
+    msgpack::object_handle oh;
+    while (!_unpacker.next(oh)) {
+        pollfd p{_fd, POLLIN, 0};
+        if (poll(&p, 1, remaining_ms(end)) <= 0) return std::nullopt;
+        _unpacker.reserve_buffer(65536);
+        ssize_t n = ::recv(_fd, _unpacker.buffer(), 65536, 0);
+        if (n <= 0) return std::nullopt;
+        _unpacker.buffer_consumed(static_cast<size_t>(n));
+    }
+    return std::optional<msgpack::object_handle>(std::move(oh));
+}
+
+bool tcp_client::wait_closed(std::chrono::milliseconds deadline) {
+    auto end = clock::now() + deadline;
+    char buf[4096];
+    while (true) {
+        pollfd p{_fd, POLLIN, 0};
+        if (poll(&p, 1, remaining_ms(end)) <= 0) return false;
+        ssize_t n = ::recv(_fd, buf, sizeof buf, 0);
+        if (n <= 0) return true;  // EOF or reset
+    }
+}
+
+void tcp_client::close() {
+    if (_fd >= 0) ::close(_fd);
+    _fd = -1;
+}
+
+void tcp_client::reset() {
+    linger l{1, 0};
+    setsockopt(_fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+    close();
+}
+
+const msgpack::object* field(const msgpack::object& map, const std::string& key) {
+    if (map.type != msgpack::type::MAP) return nullptr;
+    for (uint32_t i = 0; i < map.via.map.size; i++) {
+        const auto& kv = map.via.map.ptr[i];
+        if (kv.key.type == msgpack::type::STR &&
+            std::string(kv.key.via.str.ptr, kv.key.via.str.size) == key) {
+            return &kv.val;
+        }
+    }
+    return nullptr;
+}
+
+std::string str_field(const msgpack::object& map, const std::string& key) {
+    const auto* f = field(map, key);
+    return f && f->type == msgpack::type::STR ? f->as<std::string>() : std::string();
+}
+
+uint64_t uint_field(const msgpack::object& map, const std::string& key) {
+    const auto* f = field(map, key);
+    return f && f->type == msgpack::type::POSITIVE_INTEGER ? f->via.u64 : UINT64_MAX;
+}
+
+}  // namespace ordo::test

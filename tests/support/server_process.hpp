@@ -1,0 +1,93 @@
+// server_process.hpp: test support — run the real ordo-server binary and talk to it over TCP.
+//
+// server_process forks/execs ordo-server with the given arguments (always on an ephemeral port
+// unless the caller passes --listen), waits for its "listening on" line, and on destruction
+// sends SIGTERM and reaps it (SIGKILL after a bounded wait). tcp_client is a blocking msgpack
+// client with a receive deadline on every read, so no test can hang forever.
+#pragma once
+
+#include <msgpack.hpp>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ordo::test {
+
+// Every wait in the support code is bounded by this.
+inline constexpr std::chrono::milliseconds io_deadline{20000};
+
+class server_process {
+public:
+    server_process() = default;
+    ~server_process();
+    server_process(const server_process&) = delete;
+    server_process& operator=(const server_process&) = delete;
+
+    // Starts `binary args...`; returns false (with stderr captured in output()) if it exited
+    // before listening or did not listen within the deadline.
+    bool start(const std::string& binary, const std::vector<std::string>& args);
+    // SIGTERM, then wait; returns the exit status (or -1 when killed after the deadline).
+    int stop();
+    // Waits for exit without sending a signal; returns the exit status.
+    int wait_exit();
+
+    uint16_t port() const { return _port; }
+    // Exit status of a process that ended during start() or wait_exit(); -1 while running.
+    int exit_status() const { return _exit_status; }
+    int pid() const { return _pid; }
+    // Everything the process wrote to stdout and stderr so far (drained on stop/wait).
+    std::string output();
+
+private:
+    void drain(int timeout_ms);
+
+    int _pid = -1;
+    int _out_fd = -1;
+    uint16_t _port = 0;
+    int _exit_status = -1;
+    std::string _output;
+};
+
+class tcp_client {
+public:
+    tcp_client() = default;
+    ~tcp_client();
+    tcp_client(const tcp_client&) = delete;
+    tcp_client& operator=(const tcp_client&) = delete;
+
+    bool connect(uint16_t port, const std::string& host = "127.0.0.1");
+    bool send_raw(const std::string& bytes);
+    bool send(const msgpack::sbuffer& frame) { return send_raw({frame.data(), frame.size()}); }
+    // The next decoded frame, or nullopt on EOF, error or deadline.
+    std::optional<msgpack::object_handle> recv(std::chrono::milliseconds deadline = io_deadline);
+    // True when the server closed the connection (EOF) within the deadline, after any frames.
+    bool wait_closed(std::chrono::milliseconds deadline = io_deadline);
+    void close();
+    // Closes with RST instead of FIN (SO_LINGER 0).
+    void reset();
+    int fd() const { return _fd; }
+
+private:
+    int _fd = -1;
+    msgpack::unpacker _unpacker;
+};
+
+// Packs a map from alternating keys and values: frame("id", 1, "op", "health").
+template <typename... kv>
+msgpack::sbuffer frame(const kv&... args) {
+    static_assert(sizeof...(args) % 2 == 0, "keys and values come in pairs");
+    msgpack::sbuffer buf;
+    msgpack::packer<msgpack::sbuffer> pk(buf);
+    pk.pack_map(sizeof...(args) / 2);
+    (pk.pack(args), ...);
+    return buf;
+}
+
+// Field lookup on a decoded map; nullptr when absent.
+const msgpack::object* field(const msgpack::object& map, const std::string& key);
+std::string str_field(const msgpack::object& map, const std::string& key);
+uint64_t uint_field(const msgpack::object& map, const std::string& key);
+
+}  // namespace ordo::test
