@@ -1,0 +1,144 @@
+// config.hpp: ordo's configuration — one plain struct per TOML section, and the functions that
+// read, validate, override and print it.
+//
+// Owns: the in-memory shape of etc/ordo.toml and every rule a value must satisfy. Used by the
+// bootstrap (`ordo-server` main) before any actor starts; actors receive the section they need
+// by value and never read the file themselves.
+//
+// Defaults live in the member initialisers below and nowhere else; the key table in schema.cpp
+// (name, type, range, doc) reads and writes these members, so validation, command-line
+// overrides and `to_toml` all follow the same rules. Every loader reports ALL problems it finds,
+// one per line, as `FILE:LINE: section.key = value: what is wrong`, in one ordo::error with code
+// "config_invalid" (the server exits 2 on it).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "actors/runtime/result.hpp"
+
+namespace ordo::config {
+
+// How a batched step that failed is retried (ARCHITECTURE.md F4).
+enum class batch_failure_policy : std::uint8_t {
+    bisect,      // retry each sequence alone, then bisect to isolate a poison request
+    sequential,  // retry each sequence alone; fail only the ones that fail alone
+    fail,        // fail every sequence of the batch
+};
+
+// Element type of the paged KV pool on the device.
+enum class kv_dtype : std::uint8_t { f16, f32 };
+
+// Same order and values as spdlog::level::level_enum, so main can static_cast.
+enum class log_level : std::uint8_t { trace, debug, info, warn, error, critical, off };
+
+std::string_view to_string(batch_failure_policy v);
+std::string_view to_string(kv_dtype v);
+std::string_view to_string(log_level v);
+
+struct server_config {
+    std::string listen = "127.0.0.1:7070";  // IPv4:port or [IPv6]:port; port 0 = ephemeral
+    std::uint32_t max_connections = 256;
+    std::uint32_t max_frame_bytes = 1048576;
+    std::uint32_t max_inflight_per_connection = 64;
+    std::uint64_t write_buffer_bytes_max = 8388608;
+    std::uint32_t mailbox_capacity = 65536;  // messages, per actor mailbox
+    std::uint32_t shutdown_grace_ms = 5000;
+    bool operator==(const server_config&) const = default;
+};
+
+struct model_config {
+    std::string path;  // empty: serve the generated default model at generated_path
+    std::string generated_path = "var/models/ordo-default.gguf";
+    std::uint32_t context_tokens = 0;  // 0: the model's own context length
+    bool operator==(const model_config&) const = default;
+};
+
+struct gpu_config {
+    std::string device;  // "" or "auto": prefer a discrete GPU; digits: index; else name substring
+    std::uint32_t flush_every_layers = 4;
+    std::uint32_t watchdog_ms = 10000;
+    std::uint32_t kv_block_tokens = 16;  // power of two
+    std::uint32_t kv_blocks = 0;         // 0: as many as fit in kv_memory_bytes
+    std::uint64_t kv_memory_bytes = 268435456;
+    enum kv_dtype kv_dtype = kv_dtype::f16;
+    std::uint32_t recovery_max = 3;
+    bool operator==(const gpu_config&) const = default;
+};
+
+struct scheduler_config {
+    std::uint32_t max_sequences = 16;
+    std::uint32_t max_queue = 256;
+    std::uint32_t max_batch_tokens = 512;
+    std::uint32_t max_tokens_default = 256;
+    enum batch_failure_policy batch_failure_policy = batch_failure_policy::bisect;
+    std::uint32_t retry_max = 2;
+    bool prefix_cache = true;
+    bool operator==(const scheduler_config&) const = default;
+};
+
+struct kv_config {
+    bool enabled = false;
+    std::string dir = "var/kv";
+    std::uint64_t bytes_budget = 1073741824;
+    std::uint32_t restore_retry_max = 1;
+    bool operator==(const kv_config&) const = default;
+};
+
+struct log_config {
+    log_level level = log_level::info;
+    std::string file;  // empty: stderr only
+    bool operator==(const log_config&) const = default;
+};
+
+struct fault_config {
+    bool enabled = false;  // the `fault` protocol op is refused unless true
+    std::uint64_t seed = 0;
+    bool operator==(const fault_config&) const = default;
+};
+
+struct config {
+    server_config server;
+    model_config model;
+    gpu_config gpu;
+    scheduler_config scheduler;
+    kv_config kv;
+    log_config log;
+    fault_config fault;
+    bool operator==(const config&) const = default;
+};
+
+// A validated listen address. `host` is the numeric address without brackets ("::1").
+struct listen_address {
+    std::string host;
+    std::uint16_t port = 0;
+    bool ipv6 = false;
+    bool operator==(const listen_address&) const = default;
+};
+
+// Parses "IPv4:port" or "[IPv6]:port" (numeric addresses only; port 0..65535, 0 = ephemeral).
+// Error code "config_invalid"; the message says what is wrong without file or key.
+result<listen_address> parse_listen_address(std::string_view text);
+
+// Reads and validates a TOML file; `path` is used as the source name in errors.
+result<config> load_file(const std::string& path);
+
+// Validates TOML text. Keys not present keep their defaults.
+result<config> parse(std::string_view toml_text, std::string_view source_name);
+
+// Sets one key ("server.listen", "log.level", ...) from its command-line text, checked with the
+// same rules as the file; errors name the key with source "command line". Strings are taken
+// verbatim, integers in decimal, booleans as true/false, enums by name. Cross-key rules are not
+// checked here (a later override may fix an earlier one): call validate() after the last one.
+status apply_override(config& cfg, std::string_view key, std::string_view value);
+
+// Checks every value range and every cross-key rule of an in-memory config (parse runs the same
+// checks; use this after apply_override or on a config built in code).
+status validate(const config& cfg, std::string_view source_name);
+
+// The effective configuration as TOML, every key with a one-line comment (range and doc);
+// parse(to_toml(c)) == c.
+std::string to_toml(const config& cfg);
+
+}  // namespace ordo::config

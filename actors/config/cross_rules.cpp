@@ -1,0 +1,53 @@
+// cross_rules.cpp: the configuration rules that tie two keys together, written as a table.
+//
+// Per-key bounds live in schema.cpp; a rule belongs here only when neither key alone is wrong.
+// Rules that need the model (context_tokens <= the model's context) are checked when the model
+// is loaded, not here.
+#include <algorithm>
+#include <array>
+#include <cassert>
+
+#include "actors/config/internal.hpp"
+
+namespace ordo::config {
+namespace {
+
+struct cross_rule {
+    std::string_view section_a, key_a;
+    std::string_view section_b, key_b;
+    bool (*holds)(const config&);
+    std::string_view why;
+};
+
+constexpr auto rules = std::to_array<cross_rule>({
+    {"scheduler", "max_batch_tokens", "scheduler", "max_sequences",
+     [](const config& c) { return c.scheduler.max_batch_tokens >= c.scheduler.max_sequences; },
+     "max_batch_tokens must be at least max_sequences (every decoding sequence takes one token "
+     "of each step)"},
+    {"scheduler", "max_tokens_default", "model", "context_tokens",
+     [](const config& c) {
+         return c.model.context_tokens == 0 ||
+                c.scheduler.max_tokens_default < c.model.context_tokens;
+     },
+     "max_tokens_default must be less than a non-zero context_tokens (else every request "
+     "without max_tokens would exceed the context)"},
+});
+
+}  // namespace
+
+void check_cross_rules(const config& cfg, const std::vector<std::uint32_t>& lines, report& r) {
+    const auto all = schema();
+    for (const cross_rule& rule : rules) {
+        if (rule.holds(cfg)) continue;
+        const key_spec* a = find_key(rule.section_a, rule.key_a);
+        const key_spec* b = find_key(rule.section_b, rule.key_b);
+        assert(a != nullptr && b != nullptr);  // a rule naming a missing key is a typo here
+        const std::uint32_t line = std::max(lines.at(static_cast<std::size_t>(a - all.data())),
+                                            lines.at(static_cast<std::size_t>(b - all.data())));
+        const std::string other =
+            std::string(b->section) + "." + std::string(b->name) + " = " + value_toml(*b, cfg);
+        r.add(line, *a, value_toml(*a, cfg) + ", " + other, rule.why);
+    }
+}
+
+}  // namespace ordo::config

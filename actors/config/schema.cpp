@@ -1,0 +1,332 @@
+// schema.cpp: the configuration key table (see schema.hpp) and the value checks it implies.
+//
+// The table is constexpr: a bound that does not fit the member's C++ type, or a row whose kind
+// does not match its member, fails to compile. Defaults are not repeated here; they are the
+// member initialisers in config.hpp.
+#include "actors/config/schema.hpp"
+
+#include <array>
+#include <limits>
+#include <type_traits>
+
+namespace ordo::config {
+namespace {
+
+constexpr std::int64_t kib = 1024;
+constexpr std::int64_t mib = 1024 * kib;
+constexpr std::int64_t gib = 1024 * mib;
+constexpr std::int64_t tib = 1024 * gib;
+
+// Paths and names longer than this are refused: no legitimate value comes close, and a bound
+// keeps error messages and logs readable.
+constexpr std::size_t string_bytes_max = 4096;
+
+constexpr std::array<std::string_view, 3> batch_failure_policy_names = {"bisect", "sequential",
+                                                                        "fail"};
+constexpr std::array<std::string_view, 2> kv_dtype_names = {"f16", "f32"};
+constexpr std::array<std::string_view, 7> log_level_names = {"trace", "debug",    "info", "warn",
+                                                             "error", "critical", "off"};
+
+constexpr key_spec row(std::string_view section, std::string_view name, value_kind kind,
+                       std::string_view doc) {
+    key_spec s{};
+    s.section = section;
+    s.name = name;
+    s.kind = kind;
+    s.doc = doc;
+    return s;
+}
+
+// Accessors for member M of section S of config, generated once per row.
+template <auto S, auto M>
+struct field {
+    using type = std::remove_cvref_t<decltype(std::declval<config&>().*S.*M)>;
+    static type& ref(config& c) { return (c.*S).*M; }
+    static const type& cref(const config& c) { return (c.*S).*M; }
+    static std::int64_t get_int(const config& c) { return static_cast<std::int64_t>(cref(c)); }
+    static void set_int(config& c, std::int64_t v) { ref(c) = static_cast<type>(v); }
+    static const std::string& get_str(const config& c) { return cref(c); }
+    static void set_str(config& c, std::string_view v) { ref(c) = std::string(v); }
+};
+
+template <auto S, auto M>
+constexpr key_spec integer(std::string_view section, std::string_view name, std::int64_t min,
+                           std::int64_t max, std::string_view doc,
+                           std::string (*check)(std::int64_t) = nullptr) {
+    using f = field<S, M>;
+    using T = typename f::type;
+    static_assert(std::is_integral_v<T> && !std::is_same_v<T, bool>, "integer key on non-int");
+    if (min < 0 || min > max || static_cast<std::uint64_t>(max) > std::numeric_limits<T>::max()) {
+        throw "integer key bounds do not fit its member type";  // compile-time error
+    }
+    key_spec s = row(section, name, value_kind::integer, doc);
+    s.min = min;
+    s.max = max;
+    s.get_int = &f::get_int;
+    s.set_int = &f::set_int;
+    s.check_int = check;
+    return s;
+}
+
+template <auto S, auto M>
+constexpr key_spec boolean(std::string_view section, std::string_view name, std::string_view doc) {
+    using f = field<S, M>;
+    static_assert(std::is_same_v<typename f::type, bool>, "boolean key on non-bool");
+    key_spec s = row(section, name, value_kind::boolean, doc);
+    s.min = 0;
+    s.max = 1;
+    s.get_int = &f::get_int;
+    s.set_int = &f::set_int;
+    return s;
+}
+
+template <auto S, auto M>
+constexpr key_spec string(std::string_view section, std::string_view name, std::string_view doc,
+                          std::string (*check)(std::string_view) = nullptr) {
+    using f = field<S, M>;
+    static_assert(std::is_same_v<typename f::type, std::string>, "string key on non-string");
+    key_spec s = row(section, name, value_kind::string, doc);
+    s.get_str = &f::get_str;
+    s.set_str = &f::set_str;
+    s.check_str = check;
+    return s;
+}
+
+template <auto S, auto M, std::size_t N>
+constexpr key_spec choice(std::string_view section, std::string_view name,
+                          const std::array<std::string_view, N>& names, std::string_view doc) {
+    using f = field<S, M>;
+    static_assert(std::is_enum_v<typename f::type>, "choice key on non-enum");
+    key_spec s = row(section, name, value_kind::choice, doc);
+    s.min = 0;
+    s.max = static_cast<std::int64_t>(N) - 1;
+    s.choices = names;
+    s.get_int = &f::get_int;
+    s.set_int = &f::set_int;
+    return s;
+}
+
+std::string power_of_two(std::int64_t v) {
+    return (v & (v - 1)) == 0 ? "" : "must be a power of two";
+}
+
+std::string listen_rule(std::string_view v) {
+    auto addr = parse_listen_address(v);
+    return addr.ok() ? "" : addr.err().message;
+}
+
+// True when v is well-formed UTF-8 (TOML text must be; a command-line value may not be).
+bool valid_utf8(std::string_view v) {
+    std::size_t i = 0;
+    while (i < v.size()) {
+        const auto c = static_cast<unsigned char>(v[i]);
+        std::size_t extra = 0;
+        std::uint32_t cp = 0;
+        if (c < 0x80) {
+            ++i;
+            continue;
+        } else if ((c & 0xE0) == 0xC0) {
+            extra = 1, cp = c & 0x1F;
+        } else if ((c & 0xF0) == 0xE0) {
+            extra = 2, cp = c & 0x0F;
+        } else if ((c & 0xF8) == 0xF0) {
+            extra = 3, cp = c & 0x07;
+        } else {
+            return false;
+        }
+        if (extra > v.size() - i - 1) return false;  // truncated sequence
+        for (std::size_t k = 1; k <= extra; ++k) {
+            const auto cc = static_cast<unsigned char>(v[i + k]);
+            if ((cc & 0xC0) != 0x80) return false;
+            cp = (cp << 6) | (cc & 0x3F);
+        }
+        constexpr std::uint32_t min_for[] = {0, 0x80, 0x800, 0x10000};
+        if (cp < min_for[extra] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+        i += extra + 1;
+    }
+    return true;
+}
+
+std::string not_empty(std::string_view v) {
+    return v.empty() ? "must not be empty" : "";
+}
+
+using C = config;
+constexpr std::array<std::string_view, 7> section_names = {"server", "model", "gpu",  "scheduler",
+                                                           "kv",     "log",   "fault"};
+
+constexpr auto table = std::to_array<key_spec>({
+    // [server]
+    string<&C::server, &server_config::listen>(
+        "server", "listen", "TCP address to serve on: IPv4:port or [IPv6]:port; port 0 = any free",
+        &listen_rule),
+    integer<&C::server, &server_config::max_connections>(
+        "server", "max_connections", 1, 65536,
+        "open client connections at most; more are accepted and closed at once"),
+    integer<&C::server, &server_config::max_frame_bytes>(
+        "server", "max_frame_bytes", 64, 64 * mib,
+        "bytes of one request frame at most; a bigger frame is bad_frame and closes the "
+        "connection"),
+    integer<&C::server, &server_config::max_inflight_per_connection>(
+        "server", "max_inflight_per_connection", 1, 4096,
+        "requests without a terminal event per connection at most (too_many_inflight beyond)"),
+    integer<&C::server, &server_config::write_buffer_bytes_max>(
+        "server", "write_buffer_bytes_max", 4 * kib, 1 * gib,
+        "bytes of unsent events per connection at most; past it the client is a slow_reader"),
+    integer<&C::server, &server_config::mailbox_capacity>(
+        "server", "mailbox_capacity", 16, 16 * mib,
+        "messages waiting in one actor mailbox at most; a send beyond is refused to the sender"),
+    integer<&C::server, &server_config::shutdown_grace_ms>(
+        "server", "shutdown_grace_ms", 0, 600000,
+        "milliseconds in-flight requests may run after SIGTERM before they are cancelled"),
+    // [model]
+    string<&C::model, &model_config::path>(
+        "model", "path", "GGUF file to serve; empty = the generated default model"),
+    string<&C::model, &model_config::generated_path>(
+        "model", "generated_path", "where set-up writes the generated random-weight model",
+        &not_empty),
+    integer<&C::model, &model_config::context_tokens>(
+        "model", "context_tokens", 0, 1048576,
+        "context length in tokens; 0 = the model's own; must not exceed the model's"),
+    // [gpu]
+    string<&C::gpu, &gpu_config::device>(
+        "gpu", "device", "Vulkan device: \"\"/\"auto\", an index, or a name substring"),
+    integer<&C::gpu, &gpu_config::flush_every_layers>(
+        "gpu", "flush_every_layers", 1, 1024, "layers per command-buffer submission at most"),
+    integer<&C::gpu, &gpu_config::watchdog_ms>(
+        "gpu", "watchdog_ms", 100, 600000,
+        "milliseconds one submission may run before it is a timeout and the device is rebuilt"),
+    integer<&C::gpu, &gpu_config::kv_block_tokens>("gpu", "kv_block_tokens", 8, 256,
+                                                   "tokens per paged KV block; a power of two",
+                                                   &power_of_two),
+    integer<&C::gpu, &gpu_config::kv_blocks>(
+        "gpu", "kv_blocks", 0, 1048576,
+        "KV blocks in the pool; 0 = as many as kv_memory_bytes fits"),
+    integer<&C::gpu, &gpu_config::kv_memory_bytes>(
+        "gpu", "kv_memory_bytes", 1 * mib, 1 * tib,
+        "device bytes for the KV pool when kv_blocks = 0"),
+    choice<&C::gpu, &gpu_config::kv_dtype>("gpu", "kv_dtype", kv_dtype_names,
+                                           "element type of the KV pool"),
+    integer<&C::gpu, &gpu_config::recovery_max>(
+        "gpu", "recovery_max", 0, 100,
+        "device rebuilds in a row without a good step before the server reports degraded"),
+    // [scheduler]
+    integer<&C::scheduler, &scheduler_config::max_sequences>("scheduler", "max_sequences", 1, 1024,
+                                                             "sequences decoded together at most"),
+    integer<&C::scheduler, &scheduler_config::max_queue>(
+        "scheduler", "max_queue", 1, 65536,
+        "requests waiting for a sequence slot at most; beyond, overloaded"),
+    integer<&C::scheduler, &scheduler_config::max_batch_tokens>(
+        "scheduler", "max_batch_tokens", 1, 65536,
+        "tokens in one step at most (prefill chunks + one per decoding sequence)"),
+    integer<&C::scheduler, &scheduler_config::max_tokens_default>(
+        "scheduler", "max_tokens_default", 1, 1048576,
+        "max_tokens of a generate request that gives none"),
+    choice<&C::scheduler, &scheduler_config::batch_failure_policy>(
+        "scheduler", "batch_failure_policy", batch_failure_policy_names,
+        "what a failed batched step does: retry alone then bisect, retry alone, or fail all"),
+    integer<&C::scheduler, &scheduler_config::retry_max>(
+        "scheduler", "retry_max", 0, 16, "retries of one sequence's failed step at most"),
+    boolean<&C::scheduler, &scheduler_config::prefix_cache>(
+        "scheduler", "prefix_cache", "share full KV blocks of equal prompt prefixes"),
+    // [kv]
+    boolean<&C::kv, &kv_config::enabled>("kv", "enabled",
+                                         "persist KV prefixes to disk for named sessions"),
+    string<&C::kv, &kv_config::dir>("kv", "dir", "directory of persisted KV files", &not_empty),
+    integer<&C::kv, &kv_config::bytes_budget>(
+        "kv", "bytes_budget", 1 * mib, 1024 * tib,
+        "bytes of persisted KV files at most; least recently used are evicted"),
+    integer<&C::kv, &kv_config::restore_retry_max>(
+        "kv", "restore_retry_max", 0, 8,
+        "retries of a failed KV restore before recomputing the prefix"),
+    // [log]
+    choice<&C::log, &log_config::level>("log", "level", log_level_names,
+                                        "least severe level written"),
+    string<&C::log, &log_config::file>("log", "file",
+                                       "log file, written besides stderr; empty = stderr only"),
+    // [fault]
+    boolean<&C::fault, &fault_config::enabled>(
+        "fault", "enabled", "accept the fault-injection op (testing only; never in production)"),
+    integer<&C::fault, &fault_config::seed>("fault", "seed", 0,
+                                            std::numeric_limits<std::int64_t>::max(),
+                                            "seed of the fault injector's random choices"),
+});
+
+}  // namespace
+
+std::string_view to_string(value_kind k) {
+    switch (k) {
+        case value_kind::integer:
+            return "integer";
+        case value_kind::boolean:
+            return "boolean";
+        case value_kind::string:
+            return "string";
+        case value_kind::choice:
+            return "string";
+    }
+    return "?";
+}
+
+std::string_view to_string(batch_failure_policy v) {
+    return batch_failure_policy_names.at(static_cast<std::size_t>(v));
+}
+std::string_view to_string(kv_dtype v) {
+    return kv_dtype_names.at(static_cast<std::size_t>(v));
+}
+std::string_view to_string(log_level v) {
+    return log_level_names.at(static_cast<std::size_t>(v));
+}
+
+std::span<const key_spec> schema() {
+    return table;
+}
+
+std::span<const std::string_view> sections() {
+    return section_names;
+}
+
+const key_spec* find_key(std::string_view section, std::string_view name) {
+    for (const key_spec& s : table) {
+        if (s.section == section && s.name == name) return &s;
+    }
+    return nullptr;
+}
+
+std::string check_int_value(const key_spec& spec, std::int64_t v) {
+    if (v < spec.min || v > spec.max) {
+        if (spec.kind == value_kind::choice) return "must be " + describe_domain(spec);
+        return "must be between " + std::to_string(spec.min) + " and " + std::to_string(spec.max);
+    }
+    return spec.check_int ? spec.check_int(v) : "";
+}
+
+std::string check_str_value(const key_spec& spec, std::string_view v) {
+    if (v.size() > string_bytes_max) {
+        return "must be at most " + std::to_string(string_bytes_max) + " bytes";
+    }
+    if (v.find('\0') != std::string_view::npos) return "must not contain NUL characters";
+    if (!valid_utf8(v)) return "must be valid UTF-8";
+    return spec.check_str ? spec.check_str(v) : "";
+}
+
+std::string describe_domain(const key_spec& spec) {
+    switch (spec.kind) {
+        case value_kind::integer:
+            return "integer " + std::to_string(spec.min) + ".." + std::to_string(spec.max);
+        case value_kind::boolean:
+            return "true or false";
+        case value_kind::string:
+            return "string";
+        case value_kind::choice: {
+            std::string out = "one of ";
+            for (std::size_t i = 0; i < spec.choices.size(); ++i) {
+                out += (i ? ", \"" : "\"") + std::string(spec.choices[i]) + "\"";
+            }
+            return out;
+        }
+    }
+    return "?";
+}
+
+}  // namespace ordo::config

@@ -1,0 +1,208 @@
+// main.cpp: `ordo`, the command-line client. Talks the ordo protocol (docs/protocol.md) to a
+// running ordo-server: health, stats, model, tokenize, detokenize, generate (streams text to
+// the terminal; Ctrl-C cancels the request and waits for its terminal event).
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tools/client/connection.hpp"
+
+namespace {
+
+using ordo::client::connection;
+using ordo::client::find;
+using ordo::client::get_str;
+
+constexpr int exit_ok = 0;
+constexpr int exit_server_error = 1;
+constexpr int exit_usage = 2;
+constexpr int exit_unreachable = 3;
+
+constexpr const char* usage_text =
+    "usage: ordo [--host H] [--port P] [--timeout-ms N] COMMAND ...\n"
+    "  health | stats | model           print the server's answer\n"
+    "  tokenize TEXT [--no-bos]         token ids of TEXT\n"
+    "  detokenize ID...                 text of token ids\n"
+    "  generate PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]\n"
+    "           [--repeat-penalty R] [--seed S] [--stop TEXT]... [--json]\n"
+    "                                   stream a completion (Ctrl-C cancels)\n"
+    "defaults: --host 127.0.0.1 --port 7070 --timeout-ms 600000 (per event)\n";
+
+volatile std::sig_atomic_t g_interrupted = 0;
+
+struct options {
+    std::string host = "127.0.0.1";
+    uint16_t port = 7070;
+    std::chrono::milliseconds timeout{600000};
+    std::vector<std::string> args;  // command and its arguments
+};
+
+[[noreturn]] void usage_error(const std::string& why) {
+    std::fprintf(stderr, "ordo: %s\n%s", why.c_str(), usage_text);
+    std::exit(exit_usage);
+}
+
+options parse_global(int argc, char** argv) {
+    options o;
+    for (int i = 1; i < argc; i++) {
+        std::string_view a = argv[i];
+        bool has_value = i + 1 < argc;
+        if (a == "--help" || a == "-h") {
+            std::fputs(usage_text, stdout);
+            std::exit(exit_ok);
+        } else if (a == "--host" && has_value) {
+            o.host = argv[++i];
+        } else if (a == "--port" && has_value) {
+            long p = std::strtol(argv[++i], nullptr, 10);
+            if (p <= 0 || p > 65535) usage_error("bad --port");
+            o.port = static_cast<uint16_t>(p);
+        } else if (a == "--timeout-ms" && has_value) {
+            o.timeout = std::chrono::milliseconds(std::strtol(argv[++i], nullptr, 10));
+        } else {
+            o.args.emplace_back(a);
+        }
+    }
+    if (o.args.empty()) usage_error("no command");
+    return o;
+}
+
+// Builds {"id": 1, "op": op, ...} from already-packed key/value pairs.
+struct request_builder {
+    std::vector<std::pair<std::string, msgpack::object>> fields;
+    msgpack::zone zone;
+    template <typename T>
+    void add(const std::string& key, const T& value) {
+        fields.emplace_back(key, msgpack::object(value, zone));
+    }
+    msgpack::sbuffer pack(uint64_t id, const std::string& op) const {
+        msgpack::sbuffer buf;
+        msgpack::packer<msgpack::sbuffer> pk(buf);
+        pk.pack_map(static_cast<uint32_t>(fields.size() + 2));
+        pk.pack("id"), pk.pack(id);
+        pk.pack("op"), pk.pack(op);
+        for (const auto& [k, v] : fields) pk.pack(k), pk.pack(v);
+        return buf;
+    }
+};
+
+// Prints an error event and returns the exit code for it.
+int report_error(const msgpack::object& ev) {
+    std::fprintf(stderr, "ordo: server error %s: %s\n", get_str(ev, "code").c_str(),
+                 get_str(ev, "message").c_str());
+    return exit_server_error;
+}
+
+// Sends one request and prints its single terminal event.
+int simple_op(connection& c, const options& o, const std::string& op, const request_builder& b) {
+    if (auto st = c.send(b.pack(1, op)); !st.ok()) {
+        std::fprintf(stderr, "ordo: %s\n", st.err().message.c_str());
+        return exit_unreachable;
+    }
+    auto ev = c.recv(o.timeout);
+    if (!ev.ok()) {
+        std::fprintf(stderr, "ordo: %s\n", ev.err().message.c_str());
+        return exit_unreachable;
+    }
+    if (get_str(ev->get(), "event") == "error") return report_error(ev->get());
+    std::cout << ev->get() << "\n";
+    return exit_ok;
+}
+
+void parse_generate_flags(const std::vector<std::string>& a, request_builder& b, bool& json) {
+    std::vector<std::string> stops;
+    for (size_t i = 2; i < a.size(); i++) {
+        auto value = [&]() -> const std::string& {
+            if (i + 1 >= a.size()) usage_error(a[i] + " needs a value");
+            return a[++i];
+        };
+        if (a[i] == "-n") b.add("max_tokens", std::stoull(value()));
+        else if (a[i] == "--temp") b.add("temperature", std::stod(value()));
+        else if (a[i] == "--top-k") b.add("top_k", std::stoll(value()));
+        else if (a[i] == "--top-p") b.add("top_p", std::stod(value()));
+        else if (a[i] == "--min-p") b.add("min_p", std::stod(value()));
+        else if (a[i] == "--repeat-penalty") b.add("repeat_penalty", std::stod(value()));
+        else if (a[i] == "--seed") b.add("seed", std::stoull(value()));
+        else if (a[i] == "--stop") stops.push_back(value());
+        else if (a[i] == "--json") json = true;
+        else usage_error("unknown generate flag " + a[i]);
+    }
+    if (!stops.empty()) b.add("stop", stops);
+}
+
+int generate(connection& c, const options& o) {
+    if (o.args.size() < 2) usage_error("generate needs a PROMPT");
+    request_builder b;
+    b.add("prompt", o.args[1]);
+    b.add("stream", true);
+    bool json = false;
+    try {
+        parse_generate_flags(o.args, b, json);
+    } catch (const std::exception&) {
+        usage_error("bad number in generate flags");
+    }
+    std::signal(SIGINT, [](int) { g_interrupted = 1; });
+    if (auto st = c.send(b.pack(1, "generate")); !st.ok()) return exit_unreachable;
+    bool cancel_sent = false;
+    while (true) {
+        if (g_interrupted && !cancel_sent) {
+            // The server answers the cancel itself and ends request 1 with done{cancelled}.
+            request_builder cancel;
+            cancel.add("target", uint64_t{1});
+            (void)c.send(cancel.pack(2, "cancel"));
+            cancel_sent = true;
+        }
+        auto ev = c.recv(o.timeout);
+        if (!ev.ok() && ev.err().code == "interrupted") continue;
+        if (!ev.ok()) {
+            std::fprintf(stderr, "\nordo: %s\n", ev.err().message.c_str());
+            return exit_unreachable;
+        }
+        const auto& e = ev->get();
+        const auto* id = find(e, "id");
+        if (id == nullptr || id->type != msgpack::type::POSITIVE_INTEGER || id->via.u64 != 1) {
+            continue;  // the cancel request's own answer
+        }
+        std::string kind = get_str(e, "event");
+        if (kind == "token") {
+            if (!json) std::fputs(get_str(e, "text").c_str(), stdout), std::fflush(stdout);
+        } else if (kind == "error") {
+            return report_error(e);
+        } else if (kind == "done") {
+            if (json) std::cout << e << "\n";
+            else std::printf("\n"), std::fprintf(stderr, "[%s]\n", get_str(e, "reason").c_str());
+            return exit_ok;
+        }
+    }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    options o = parse_global(argc, argv);
+    connection c;
+    if (auto st = c.open(o.host, o.port, std::chrono::milliseconds(5000)); !st.ok()) {
+        std::fprintf(stderr, "ordo: %s\n", st.err().message.c_str());
+        return exit_unreachable;
+    }
+    const std::string& cmd = o.args[0];
+    request_builder b;
+    if (cmd == "health" || cmd == "stats" || cmd == "model") return simple_op(c, o, cmd, b);
+    if (cmd == "tokenize") {
+        if (o.args.size() < 2) usage_error("tokenize needs TEXT");
+        b.add("text", o.args[1]);
+        if (o.args.size() > 2 && o.args[2] == "--no-bos") b.add("add_bos", false);
+        return simple_op(c, o, cmd, b);
+    }
+    if (cmd == "detokenize") {
+        std::vector<int64_t> ids;
+        for (size_t i = 1; i < o.args.size(); i++) ids.push_back(std::stoll(o.args[i]));
+        b.add("tokens", ids);
+        return simple_op(c, o, cmd, b);
+    }
+    if (cmd == "generate") return generate(c, o);
+    usage_error("unknown command " + cmd);
+}

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# tools/dev.sh: the one entry point for setting up, building, testing and running ordo on a
+# fresh Debian machine. Idempotent: packages are installed only when missing, the build is
+# configured only once.
+#
+#   bash tools/dev.sh setup   install Debian packages (apt-get) and configure the build
+#   bash tools/dev.sh build   setup + build everything
+#   bash tools/dev.sh test    build + run every test (ctest)
+#   bash tools/dev.sh run     build + start ordo-server on etc/ordo.toml (extra args passed on)
+#
+# Environment: ORDO_BUILD_DIR (default build), ORDO_SANITIZE=1 (ASan+UBSan build in
+# build-asan), ORDO_JOBS (default: nproc).
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+packages=(
+  cmake ninja-build pkg-config g++ git
+  libuv1-dev libvulkan-dev glslang-dev glslang-tools
+  libmsgpack-cxx-dev libspdlog-dev libtomlplusplus-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  mesa-vulkan-drivers vulkan-tools python3-msgpack
+)
+
+sanitize="${ORDO_SANITIZE:-0}"
+if [[ "$sanitize" == 1 ]]; then
+  build_dir="${ORDO_BUILD_DIR:-build-asan}"
+else
+  build_dir="${ORDO_BUILD_DIR:-build}"
+fi
+jobs="${ORDO_JOBS:-$(nproc)}"
+
+log() { printf '[dev.sh] %s\n' "$*" >&2; }
+
+install_packages() {
+  local missing=()
+  for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if ((${#missing[@]} == 0)); then
+    log "all Debian packages present"
+    return
+  fi
+  log "installing: ${missing[*]}"
+  local sudo=()
+  if [[ $(id -u) -ne 0 ]]; then sudo=(sudo); fi
+  "${sudo[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null
+}
+
+configure() {
+  if [[ -f "$build_dir/build.ninja" ]]; then return; fi
+  local opts=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo)
+  if [[ "$sanitize" == 1 ]]; then opts+=(-DORDO_SANITIZE=ON); fi
+  log "configuring $build_dir"
+  cmake -S . -B "$build_dir" "${opts[@]}" >/dev/null
+}
+
+setup() { install_packages; configure; }
+build() { setup; log "building ($jobs jobs)"; cmake --build "$build_dir" -j "$jobs"; }
+
+run_tests() {
+  build
+  export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
+  if [[ "$sanitize" == 1 ]]; then
+    export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=0:abort_on_error=1}"
+    export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+  fi
+  if [[ ! -d "$root/../shared/models" ]]; then
+    log "NOTE: ../shared/models is absent: tests that need the real test models will SKIP"
+  fi
+  ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" --timeout 900
+}
+
+run_server() {
+  build
+  export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
+  exec "$build_dir/tools/server/ordo-server" --config etc/ordo.toml "$@"
+}
+
+case "${1:-}" in
+  setup) setup ;;
+  build) build ;;
+  test) run_tests ;;
+  run) shift; run_server "$@" ;;
+  *) sed -n '2,14p' "$0"; exit 2 ;;
+esac
