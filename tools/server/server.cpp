@@ -51,15 +51,8 @@ status run_server(const config::config& cfg, const server_hooks& hooks) {
     auto address = config::parse_listen_address(cfg.server.listen);
     if (!address.ok()) return address.err();
 
-    net::net_actor net(net_options_from(cfg, *address), cfg.server.mailbox_capacity);
-    if (auto st = net.start(); !st.ok()) return st;
-    if (!net.listen_status().ok()) {
-        net.request_stop();
-        (void)net.join();
-        return net.listen_status();
-    }
-    if (hooks.on_listening) hooks.on_listening(address->host, net.bound_port());
-
+    // Signal watchers first: a SIGTERM that arrives while the actors start must take the
+    // orderly path, not the default action.
     main_loop m;
     uv_loop_init(&m.loop);
     uv_signal_init(&m.loop, &m.sigint);
@@ -67,6 +60,22 @@ status run_server(const config::config& cfg, const server_hooks& hooks) {
     m.sigint.data = m.sigterm.data = &m;
     uv_signal_start(&m.sigint, signal_cb, SIGINT);
     uv_signal_start(&m.sigterm, signal_cb, SIGTERM);
+
+    net::net_actor net(net_options_from(cfg, *address), cfg.server.mailbox_capacity);
+    status started = net.start();
+    if (started.ok() && !net.listen_status().ok()) {
+        net.request_stop();
+        (void)net.join();
+        started = net.listen_status();
+    }
+    if (!started.ok()) {
+        m.on_stop = [] {};
+        begin_stop(m);
+        uv_run(&m.loop, UV_RUN_DEFAULT);
+        uv_loop_close(&m.loop);
+        return started;
+    }
+    if (hooks.on_listening) hooks.on_listening(address->host, net.bound_port());
 
     status first_failure;
     m.on_stop = [&] {
@@ -80,7 +89,7 @@ status run_server(const config::config& cfg, const server_hooks& hooks) {
     if (rc != 0 && first_failure.ok()) {
         first_failure = make_error("loop_leak", std::string("main loop: ") + uv_strerror(rc));
     }
-    log->info("stopped cleanly");
+    if (first_failure.ok()) log->info("stopped cleanly");
     return first_failure;
 }
 
