@@ -1,0 +1,262 @@
+// tokenizer.cpp: SentencePiece-style encode, decode and the streaming UTF-8 decoder (see
+// tokenizer.hpp for the algorithm). Pure functions of the vocab; no shared state.
+#include "model/tokenizer.hpp"
+
+#include <cassert>
+#include <queue>
+
+#include "model/gguf.hpp"
+
+namespace ordo::model {
+
+namespace {
+
+constexpr std::string_view k_space_marker = "\xE2\x96\x81";  // U+2581 LOWER ONE EIGHTH BLOCK
+constexpr std::string_view k_replacement = "\xEF\xBF\xBD";   // U+FFFD
+constexpr std::string_view k_unknown_text = " \xE2\x81\x87 ";  // " ⁇ ", as SentencePiece prints
+
+// Length of the UTF-8 sequence a lead byte announces; stray continuation bytes count as 1 so
+// every byte of the input lands in exactly one symbol.
+size_t utf8_len(uint8_t lead) {
+    static constexpr uint8_t k_by_high_nibble[16] = {1, 1, 1, 1, 1, 1, 1, 1,
+                                                     1, 1, 1, 1, 2, 2, 3, 4};
+    return k_by_high_nibble[lead >> 4];
+}
+
+// One symbol of the merge list: a byte range of the escaped text, linked to its neighbours.
+struct symbol {
+    int32_t prev;
+    int32_t next;
+    uint32_t start;
+    uint32_t len;  // 0 once merged into its left neighbour
+};
+
+// A candidate merge of symbol `left` with its right neighbour. `len` is the merged length when
+// queued: if either side changed since, the entry is stale and skipped.
+struct bigram {
+    float score;
+    int32_t left;
+    uint32_t len;
+};
+
+struct bigram_order {
+    // Highest score first; among equal scores the leftmost pair (SentencePiece's order).
+    bool operator()(const bigram& a, const bigram& b) const {
+        return a.score < b.score || (a.score == b.score && a.left > b.left);
+    }
+};
+
+class spm_session {
+public:
+    spm_session(const vocab& v, std::string_view text) : _vocab(v), _text(text) {}
+
+    void run(std::vector<token_id>& out) {
+        split_chars();
+        for (size_t i = 1; i < _symbols.size(); ++i) try_queue(int32_t(i - 1), int32_t(i));
+        // Every successful merge removes one symbol, so there are fewer merges than symbols;
+        // stale entries are at most the number pushed (<= 2 per merge + initial pairs).
+        while (!_queue.empty()) {
+            bigram b = _queue.top();
+            _queue.pop();
+            symbol& left = _symbols[size_t(b.left)];
+            if (left.len == 0 || left.next < 0) continue;
+            symbol& right = _symbols[size_t(left.next)];
+            if (left.len + right.len != b.len) continue;  // stale: a side has merged since
+            left.len += right.len;
+            right.len = 0;
+            left.next = right.next;
+            if (right.next >= 0) _symbols[size_t(right.next)].prev = b.left;
+            if (left.prev >= 0) try_queue(left.prev, b.left);
+            if (left.next >= 0) try_queue(b.left, left.next);
+        }
+        emit(out);
+    }
+
+private:
+    void split_chars() {
+        _symbols.reserve(_text.size());
+        size_t offs = 0;
+        while (offs < _text.size()) {
+            size_t len = std::min(_text.size() - offs, utf8_len(uint8_t(_text[offs])));
+            int32_t idx = int32_t(_symbols.size());
+            _symbols.push_back({idx - 1, idx + 1, uint32_t(offs), uint32_t(len)});
+            offs += len;
+        }
+        if (!_symbols.empty()) _symbols.back().next = -1;
+    }
+
+    void try_queue(int32_t left, int32_t right) {
+        const symbol& l = _symbols[size_t(left)];
+        const symbol& r = _symbols[size_t(right)];
+        std::string_view merged = _text.substr(l.start, l.len + r.len);
+        token_id id = _vocab.find(merged);
+        if (id == k_no_token) return;
+        _queue.push({_vocab.score(id), left, uint32_t(merged.size())});
+    }
+
+    void emit(std::vector<token_id>& out) const {
+        for (int32_t i = _symbols.empty() ? -1 : 0; i >= 0; i = _symbols[size_t(i)].next) {
+            const symbol& s = _symbols[size_t(i)];
+            std::string_view piece = _text.substr(s.start, s.len);
+            token_id id = _vocab.find(piece);
+            if (id != k_no_token) {
+                out.push_back(id);
+                continue;
+            }
+            // Byte fallback: one `<0xNN>` token per byte; unk if the vocab lacks byte tokens.
+            for (unsigned char b : piece) {
+                token_id bid = _vocab.byte_token(b);
+                if (bid == k_no_token) bid = _vocab.unk();
+                if (bid != k_no_token) out.push_back(bid);
+            }
+        }
+    }
+
+    const vocab& _vocab;
+    std::string_view _text;
+    std::vector<symbol> _symbols;
+    std::priority_queue<bigram, std::vector<bigram>, bigram_order> _queue;
+};
+
+}  // namespace
+
+result<tokenizer> tokenizer::from_gguf(const gguf_file& f) {
+    auto v = vocab::from_gguf(f);
+    if (!v) return v.err();
+    return tokenizer(std::move(*v));
+}
+
+std::vector<token_id> tokenizer::encode(std::string_view text, bool add_special) const {
+    std::vector<token_id> out;
+    if (add_special && _vocab.add_bos() && _vocab.bos() != k_no_token) out.push_back(_vocab.bos());
+    if (!text.empty()) {
+        std::string escaped;
+        escaped.reserve(text.size() * 3 + 3);
+        if (_vocab.add_space_prefix()) escaped += k_space_marker;
+        for (char c : text) {
+            if (c == ' ') {
+                escaped += k_space_marker;
+            } else {
+                escaped += c;
+            }
+        }
+        // Symbol offsets are 32-bit; a 4 GiB prompt is far beyond any context window.
+        assert(escaped.size() < UINT32_MAX);
+        spm_session(_vocab, escaped).run(out);
+    }
+    if (add_special && _vocab.add_eos() && _vocab.eos() != k_no_token) out.push_back(_vocab.eos());
+    return out;
+}
+
+std::string tokenizer::token_bytes(token_id id, bool at_start) const {
+    assert(_vocab.valid(id));
+    switch (_vocab.type(id)) {
+    case token_type::control: return {};
+    case token_type::unknown: return std::string(k_unknown_text);
+    default: break;
+    }
+    if (auto b = _vocab.token_byte(id)) return std::string(1, char(*b));
+    const std::string& piece = _vocab.piece(id);
+    std::string out;
+    out.reserve(piece.size());
+    for (size_t i = 0; i < piece.size();) {
+        if (piece.compare(i, k_space_marker.size(), k_space_marker) == 0) {
+            out += ' ';
+            i += k_space_marker.size();
+        } else {
+            out += piece[i++];
+        }
+    }
+    if (at_start && _vocab.add_space_prefix() && !out.empty() && out[0] == ' ') out.erase(0, 1);
+    return out;
+}
+
+result<std::string> tokenizer::decode(std::span<const token_id> ids) const {
+    stream_decoder dec(*this);
+    std::string out;
+    for (token_id id : ids) {
+        auto piece = dec.feed(id);
+        if (!piece) return piece.err();
+        out += *piece;
+    }
+    out += dec.flush();
+    return out;
+}
+
+// ---- streaming --------------------------------------------------------------------------------
+
+result<std::string> stream_decoder::feed(token_id id) {
+    const vocab& v = _tok->vocab();
+    if (!v.valid(id)) {
+        return make_error("token_out_of_range", "token id " + std::to_string(id) +
+                                                    " is outside the vocab (size " +
+                                                    std::to_string(v.size()) + ")");
+    }
+    _pending += _tok->token_bytes(id, _at_start);
+    if (v.type(id) != token_type::control) _at_start = false;
+    std::string out;
+    size_t held = utf8_sanitize(_pending, false, out);
+    _pending.erase(0, _pending.size() - held);
+    assert(_pending.size() < 4);
+    return out;
+}
+
+std::string stream_decoder::flush() {
+    std::string out;
+    utf8_sanitize(_pending, true, out);
+    _pending.clear();
+    return out;
+}
+
+size_t utf8_sanitize(std::string_view bytes, bool final, std::string& out) {
+    const size_t n = bytes.size();
+    size_t i = 0;
+    while (i < n) {
+        const uint8_t b = uint8_t(bytes[i]);
+        if (b < 0x80) {
+            out += char(b);
+            ++i;
+            continue;
+        }
+        // Well-formed sequences per Unicode Table 3-7: the second byte's range depends on the
+        // lead (this excludes overlongs, surrogates and code points above U+10FFFF).
+        size_t len = 0;
+        uint8_t lo = 0x80, hi = 0xBF;
+        if (b >= 0xC2 && b <= 0xDF) len = 2;
+        else if (b == 0xE0) { len = 3; lo = 0xA0; }
+        else if ((b >= 0xE1 && b <= 0xEC) || b == 0xEE || b == 0xEF) len = 3;
+        else if (b == 0xED) { len = 3; hi = 0x9F; }
+        else if (b == 0xF0) { len = 4; lo = 0x90; }
+        else if (b >= 0xF1 && b <= 0xF3) len = 4;
+        else if (b == 0xF4) { len = 4; hi = 0x8F; }
+        if (len == 0) {  // a byte that can never start a character
+            out += k_replacement;
+            ++i;
+            continue;
+        }
+        size_t j = 1;
+        bool bad = false;
+        for (; j < len; ++j) {
+            if (i + j >= n) {
+                if (!final) return n - i;  // incomplete so far: wait for more bytes
+                out += k_replacement;
+                return 0;
+            }
+            const uint8_t c = uint8_t(bytes[i + j]);
+            if (c < (j == 1 ? lo : 0x80) || c > (j == 1 ? hi : 0xBF)) {
+                bad = true;
+                break;
+            }
+        }
+        if (bad) {
+            out += k_replacement;  // the maximal valid prefix becomes one U+FFFD
+            i += j;
+            continue;
+        }
+        out.append(bytes.substr(i, len));
+        i += len;
+    }
+    return 0;
+}
+
+}  // namespace ordo::model

@@ -1,0 +1,155 @@
+// test_gguf_tool.cpp: checks the `ordo-model` binary's info / tokenize / detokenize commands
+// and its exit statuses, end to end.
+//
+// How: runs the built binary (ORDO_MODEL_TOOL) through the shell, captures stdout+stderr and the
+// exit code. On stories260K it checks the reported header facts and the golden prompt's token
+// ids; on files crafted here (truncated copy, no tokenizer) and on bad command lines it checks
+// for a one-line error naming the problem and exit 1 (bad input) or 2 (usage).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "model/gguf_writer.hpp"
+
+using namespace ordo::model;
+
+namespace {
+
+const std::string k_tool = ORDO_MODEL_TOOL;
+const std::string k_stories = std::string(ORDO_SHARED_MODELS_DIR) + "/stories260K.gguf";
+
+struct run_result {
+    int exit_code = -1;
+    std::string output;
+};
+
+run_result run(const std::string& args) {
+    run_result r;
+    std::string cmd = "'" + k_tool + "' " + args + " 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    if (!p) return r;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+    int status = pclose(p);
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return r;
+}
+
+class ToolTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        _dir = std::filesystem::temp_directory_path() /
+               ("ordo_tool_" + std::to_string(getpid()) + "_" +
+                ::testing::UnitTest::GetInstance()->current_test_info()->name());
+        std::filesystem::create_directories(_dir);
+    }
+    void TearDown() override { std::filesystem::remove_all(_dir); }
+    std::string path(const char* name) const { return (_dir / name).string(); }
+
+    std::filesystem::path _dir;
+};
+
+#define SKIP_WITHOUT_STORIES()                     \
+    if (!std::filesystem::exists(k_stories))       \
+    GTEST_SKIP() << "shared test model missing: " << k_stories
+
+}  // namespace
+
+TEST_F(ToolTest, InfoOnStories) {
+    SKIP_WITHOUT_STORIES();
+    auto r = run("info " + k_stories);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("data offset 14176"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("tensors (48,"), std::string::npos);
+    EXPECT_NE(r.output.find("metadata (19 keys)"), std::string::npos);
+    EXPECT_NE(r.output.find("n_embd 64, n_layer 5, n_head 8, n_head_kv 4"), std::string::npos);
+    EXPECT_NE(r.output.find("tokenizer: llama, 512 tokens, bos 1, eos 2"), std::string::npos);
+    EXPECT_NE(r.output.find("\"blk.0.ffn_down.weight\""), std::string::npos);
+    auto j = run("info --json " + k_stories);
+    ASSERT_EQ(j.exit_code, 0) << j.output;
+    EXPECT_EQ(j.output.front(), '{');
+    EXPECT_NE(j.output.find("\"data_offset\": 14176"), std::string::npos);
+    EXPECT_NE(j.output.find("\"shape\": [172, 64]"), std::string::npos);
+    EXPECT_NE(j.output.find("\"n_tokens\": 512"), std::string::npos);
+}
+
+TEST_F(ToolTest, TokenizeAndDetokenize) {
+    SKIP_WITHOUT_STORIES();
+    auto t = run("tokenize " + k_stories + " 'Once upon a time' --json");
+    ASSERT_EQ(t.exit_code, 0) << t.output;
+    EXPECT_EQ(t.output, "{\"tokens\": [1, 403, 407, 261, 378]}\n");
+    auto nb = run("tokenize --no-bos --json " + k_stories + " 'Once upon a time'");
+    EXPECT_EQ(nb.output, "{\"tokens\": [403, 407, 261, 378]}\n");
+    auto d = run("detokenize " + k_stories + " 1 403 407 261 378 --json");
+    ASSERT_EQ(d.exit_code, 0) << d.output;
+    EXPECT_EQ(d.output, "{\"text\": \"Once upon a time\"}\n");
+    auto plain = run("detokenize " + k_stories + " 1 403 407");
+    EXPECT_EQ(plain.output, "Once upon\n");
+    auto bad_id = run("detokenize " + k_stories + " 1 99999");
+    EXPECT_EQ(bad_id.exit_code, 1);
+    EXPECT_NE(bad_id.output.find("token_out_of_range"), std::string::npos) << bad_id.output;
+    auto not_int = run("detokenize " + k_stories + " 1 x7");
+    EXPECT_EQ(not_int.exit_code, 2);
+}
+
+TEST_F(ToolTest, MalformedFileIsOneLineError) {
+    SKIP_WITHOUT_STORIES();
+    // Prefixes of stories260K: cut inside the tensor table, and cut inside the tensor data.
+    std::ifstream in(k_stories, std::ios::binary);
+    std::vector<char> bytes(1000000);
+    in.read(bytes.data(), std::streamsize(bytes.size()));
+    std::ofstream(path("table.gguf"), std::ios::binary).write(bytes.data(), 14000);
+    std::ofstream(path("data.gguf"), std::ios::binary).write(bytes.data(), 1000000);
+    const std::pair<const char*, const char*> files[] = {
+        {"table.gguf", "ordo-model: gguf_truncated: "},
+        {"data.gguf", "ordo-model: gguf_tensor_out_of_bounds: "},
+    };
+    for (const auto& [file, prefix] : files) {
+        for (const char* cmd : {"info ", "tokenize ", "info --json "}) {
+            auto r = run(std::string(cmd) + path(file) + (cmd[0] == 't' ? " hi" : ""));
+            EXPECT_EQ(r.exit_code, 1) << cmd << r.output;
+            EXPECT_EQ(r.output.rfind(prefix, 0), 0u) << r.output;
+            EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+        }
+    }
+}
+
+TEST_F(ToolTest, FileWithoutTokenizer) {
+    gguf_writer w;
+    w.set_string("general.architecture", "llama");
+    const uint64_t ne[] = {4};
+    ASSERT_TRUE(w.add_tensor("x", ggml_type::f32, ne, std::vector<uint8_t>(16)).ok());
+    ASSERT_TRUE(w.write_file(path("notok.gguf")).ok());
+    auto t = run("tokenize " + path("notok.gguf") + " hello");
+    EXPECT_EQ(t.exit_code, 1);
+    EXPECT_NE(t.output.find("tokenizer_missing"), std::string::npos) << t.output;
+    // info still describes it, with the problems in place of the missing sections.
+    auto i = run("info " + path("notok.gguf"));
+    EXPECT_EQ(i.exit_code, 0) << i.output;
+    EXPECT_NE(i.output.find("tokenizer: unusable: tokenizer_missing"), std::string::npos);
+    EXPECT_NE(i.output.find("hyperparameters: unusable"), std::string::npos) << i.output;
+    auto missing = run("info " + path("absent.gguf"));
+    EXPECT_EQ(missing.exit_code, 1);
+    EXPECT_NE(missing.output.find("gguf_io"), std::string::npos);
+}
+
+TEST_F(ToolTest, CommandLineErrors) {
+    auto none = run("");
+    EXPECT_EQ(none.exit_code, 2);
+    auto unknown = run("frobnicate");
+    EXPECT_EQ(unknown.exit_code, 2);
+    EXPECT_NE(unknown.output.find("unknown command 'frobnicate'"), std::string::npos);
+    EXPECT_NE(unknown.output.find("info FILE"), std::string::npos);  // usage follows
+    auto help = run("help");
+    EXPECT_EQ(help.exit_code, 0);
+    EXPECT_NE(help.output.find("tokenize FILE TEXT"), std::string::npos);
+    auto bad_opt = run("info x.gguf --frob");
+    EXPECT_EQ(bad_opt.exit_code, 2);
+    EXPECT_NE(bad_opt.output.find("unknown option --frob"), std::string::npos);
+    auto too_many = run("info a b");
+    EXPECT_EQ(too_many.exit_code, 2);
+}

@@ -1,0 +1,220 @@
+// test_llama.cpp: checks model/llama.hpp: hyperparameters from metadata with their documented
+// defaults, and the tensor mapping's shape and type checks.
+//
+// How: builds small Llama GGUF files in memory with gguf_writer (every tensor F32 zeros unless
+// a case changes it), parses them with gguf_file::from_bytes, and asserts the hparams read, or
+// the error code and that the message names the offending key or tensor. Cases: all optional
+// keys absent (defaults apply), vocab sized from the token list or token_embd, tied output,
+// wrong architecture, wrong key type, indivisible head counts, a tensor with a wrong shape,
+// a missing tensor, and an unsupported weight type.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "model/gguf.hpp"
+#include "model/gguf_writer.hpp"
+#include "model/llama.hpp"
+
+using namespace ordo::model;
+
+namespace {
+
+// The geometry of the model a case builds, plus the knobs cases turn.
+struct tiny_model {
+    uint32_t n_embd = 16, n_layer = 2, n_head = 4, n_head_kv = 2, n_ff = 24, n_vocab = 40;
+    bool write_optional_keys = true;  // head_count_kv, context, rope dims/base, eps
+    bool write_tokens = true;
+    bool write_output = true;
+    std::string arch = "llama";
+    // Per-tensor overrides: shape and type.
+    std::map<std::string, std::vector<uint64_t>> shape_override;
+    std::map<std::string, ggml_type> type_override;
+    std::vector<std::string> skip;
+};
+
+void add(gguf_writer& w, const tiny_model& m, const std::string& name, std::vector<uint64_t> ne) {
+    for (const auto& s : m.skip) {
+        if (s == name) return;
+    }
+    if (auto it = m.shape_override.find(name); it != m.shape_override.end()) ne = it->second;
+    ggml_type t = ggml_type::f32;
+    if (auto it = m.type_override.find(name); it != m.type_override.end()) t = it->second;
+    uint64_t n = 1;
+    for (uint64_t d : ne) n *= d;
+    std::vector<uint8_t> bytes(*bytes_for(t, n), 0);
+    ASSERT_TRUE(w.add_tensor(name, t, ne, bytes).ok()) << name;
+}
+
+gguf_file build(const tiny_model& m) {
+    gguf_writer w;
+    w.set_string("general.architecture", m.arch);
+    const std::string a = m.arch + ".";
+    w.set_u32(a + "embedding_length", m.n_embd);
+    w.set_u32(a + "block_count", m.n_layer);
+    w.set_u32(a + "attention.head_count", m.n_head);
+    w.set_u32(a + "feed_forward_length", m.n_ff);
+    if (m.write_optional_keys) {
+        w.set_u32(a + "attention.head_count_kv", m.n_head_kv);
+        w.set_u32(a + "context_length", 128);
+        w.set_u32(a + "rope.dimension_count", 2);
+        w.set_f32(a + "rope.freq_base", 500000.0f);
+        w.set_f32(a + "attention.layer_norm_rms_epsilon", 1e-6f);
+    }
+    if (m.write_tokens) {
+        std::vector<std::string> tokens;
+        for (uint32_t i = 0; i < m.n_vocab; ++i) tokens.push_back("t" + std::to_string(i));
+        w.set_string("tokenizer.ggml.model", "llama");
+        w.set_string_array("tokenizer.ggml.tokens", tokens);
+    }
+    const uint32_t kv_heads = m.write_optional_keys ? m.n_head_kv : m.n_head;
+    const uint64_t kv_dim = uint64_t{kv_heads} * (m.n_embd / m.n_head);
+    add(w, m, "token_embd.weight", {m.n_embd, m.n_vocab});
+    add(w, m, "output_norm.weight", {m.n_embd});
+    if (m.write_output) add(w, m, "output.weight", {m.n_embd, m.n_vocab});
+    for (uint32_t il = 0; il < m.n_layer; ++il) {
+        const std::string b = "blk." + std::to_string(il) + ".";
+        add(w, m, b + "attn_norm.weight", {m.n_embd});
+        add(w, m, b + "attn_q.weight", {m.n_embd, m.n_embd});
+        add(w, m, b + "attn_k.weight", {m.n_embd, kv_dim});
+        add(w, m, b + "attn_v.weight", {m.n_embd, kv_dim});
+        add(w, m, b + "attn_output.weight", {m.n_embd, m.n_embd});
+        add(w, m, b + "ffn_norm.weight", {m.n_embd});
+        add(w, m, b + "ffn_gate.weight", {m.n_embd, m.n_ff});
+        add(w, m, b + "ffn_up.weight", {m.n_embd, m.n_ff});
+        add(w, m, b + "ffn_down.weight", {m.n_ff, m.n_embd});
+    }
+    auto f = gguf_file::from_bytes(w.to_bytes());
+    EXPECT_TRUE(f.ok()) << f.err().message;
+    return std::move(*f);
+}
+
+void expect_error(const tiny_model& m, const std::string& code, const std::string& mention) {
+    gguf_file f = build(m);
+    auto w = map_llama_weights(f);
+    ASSERT_FALSE(w.ok()) << "expected " << code;
+    EXPECT_EQ(w.err().code, code) << w.err().message;
+    EXPECT_NE(w.err().message.find(mention), std::string::npos)
+        << "message '" << w.err().message << "' does not mention '" << mention << "'";
+}
+
+}  // namespace
+
+TEST(LlamaHparams, ReadsEveryKey) {
+    gguf_file f = build(tiny_model{});
+    auto hp = read_llama_hparams(f);
+    ASSERT_TRUE(hp.ok()) << hp.err().message;
+    EXPECT_EQ(hp->n_embd, 16u);
+    EXPECT_EQ(hp->n_layer, 2u);
+    EXPECT_EQ(hp->n_head, 4u);
+    EXPECT_EQ(hp->n_head_kv, 2u);
+    EXPECT_EQ(hp->n_ff, 24u);
+    EXPECT_EQ(hp->n_ctx, 128u);
+    EXPECT_EQ(hp->n_vocab, 40u);
+    EXPECT_EQ(hp->n_rot, 2u);
+    EXPECT_EQ(hp->head_dim(), 4u);
+    EXPECT_EQ(hp->kv_dim(), 8u);
+    EXPECT_EQ(hp->rope_freq_base, 500000.0f);
+    EXPECT_EQ(hp->rms_eps, 1e-6f);
+}
+
+TEST(LlamaHparams, DefaultsWhenOptionalKeysAbsent) {
+    tiny_model m;
+    m.write_optional_keys = false;
+    gguf_file f = build(m);
+    auto hp = read_llama_hparams(f);
+    ASSERT_TRUE(hp.ok()) << hp.err().message;
+    EXPECT_EQ(hp->n_head_kv, hp->n_head);       // no GQA
+    EXPECT_EQ(hp->n_ctx, k_llama_default_ctx);  // 2048
+    EXPECT_EQ(hp->n_rot, hp->head_dim());       // rotate whole heads
+    EXPECT_EQ(hp->rope_freq_base, 10000.0f);
+    EXPECT_EQ(hp->rms_eps, 1e-5f);
+    EXPECT_TRUE(map_llama_weights(f).ok());  // tensors sized for n_head_kv = n_head
+}
+
+TEST(LlamaHparams, VocabFromTokenEmbdWithoutTokenizer) {
+    tiny_model m;
+    m.write_tokens = false;
+    m.n_vocab = 33;
+    gguf_file f = build(m);
+    auto hp = read_llama_hparams(f);
+    ASSERT_TRUE(hp.ok()) << hp.err().message;
+    EXPECT_EQ(hp->n_vocab, 33u);
+}
+
+TEST(LlamaHparams, BadArchAndWrongKeyType) {
+    tiny_model m;
+    m.arch = "gpt2";
+    gguf_file f = build(m);
+    auto hp = read_llama_hparams(f);
+    ASSERT_FALSE(hp.ok());
+    EXPECT_EQ(hp.err().code, "llama_bad_arch");
+    EXPECT_NE(hp.err().message.find("gpt2"), std::string::npos);
+
+    gguf_writer w;
+    w.set_string("general.architecture", "llama");
+    w.set_string("llama.embedding_length", "sixty-four");
+    auto g = gguf_file::from_bytes(w.to_bytes());
+    ASSERT_TRUE(g.ok());
+    hp = read_llama_hparams(*g);
+    ASSERT_FALSE(hp.ok());
+    EXPECT_EQ(hp.err().code, "gguf_key_wrong_type");
+    EXPECT_NE(hp.err().message.find("llama.embedding_length"), std::string::npos);
+}
+
+TEST(LlamaHparams, IndivisibleHeadsRejected) {
+    tiny_model m;
+    m.n_head = 3;  // 16 % 3 != 0
+    expect_error(m, "llama_bad_hparams", "n_head");
+    tiny_model k;
+    k.n_head_kv = 3;  // 4 % 3 != 0
+    expect_error(k, "llama_bad_hparams", "n_head_kv");
+}
+
+TEST(LlamaWeights, MapsEveryTensorAndTiesOutput) {
+    gguf_file f = build(tiny_model{});
+    auto w = map_llama_weights(f);
+    ASSERT_TRUE(w.ok()) << w.err().message;
+    ASSERT_EQ(w->layers.size(), 2u);
+    EXPECT_FALSE(w->output_tied);
+    EXPECT_EQ(w->layers[1].attn_k.n_in, 16u);
+    EXPECT_EQ(w->layers[1].attn_k.n_out, 8u);
+    EXPECT_EQ(w->layers[1].ffn_down.n_in, 24u);
+    EXPECT_EQ(w->layers[1].ffn_down.n_out, 16u);
+    EXPECT_EQ(w->layers[0].attn_k.data.data(), f.find_tensor("blk.0.attn_k.weight")->data.data());
+
+    tiny_model tied;
+    tied.write_output = false;
+    gguf_file g = build(tied);
+    auto wt = map_llama_weights(g);
+    ASSERT_TRUE(wt.ok()) << wt.err().message;
+    EXPECT_TRUE(wt->output_tied);
+    EXPECT_EQ(wt->output.data.data(), wt->token_embd.data.data());
+    EXPECT_EQ(wt->output.n_out, 40u);
+}
+
+TEST(LlamaWeights, WrongShapeNamesTensor) {
+    tiny_model m;
+    m.shape_override["blk.1.attn_k.weight"] = {16, 16};  // kv_dim is 8
+    expect_error(m, "llama_bad_shape", "blk.1.attn_k.weight");
+    tiny_model n;
+    n.shape_override["output_norm.weight"] = {16, 2};  // a norm is a vector
+    expect_error(n, "llama_bad_shape", "output_norm.weight");
+    tiny_model e;
+    e.shape_override["token_embd.weight"] = {16, 39};  // vocab is 40
+    expect_error(e, "llama_bad_shape", "[16, 39]");
+}
+
+TEST(LlamaWeights, MissingTensorNamed) {
+    tiny_model m;
+    m.skip = {"blk.1.ffn_up.weight"};
+    expect_error(m, "llama_missing_tensor", "blk.1.ffn_up.weight");
+}
+
+TEST(LlamaWeights, UnsupportedTypeNamesTensorAndType) {
+    tiny_model m;
+    m.type_override["blk.0.attn_q.weight"] = ggml_type::bf16;
+    expect_error(m, "llama_unsupported_type", "blk.0.attn_q.weight");
+    expect_error(m, "llama_unsupported_type", "bf16");
+}

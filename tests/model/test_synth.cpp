@@ -1,0 +1,282 @@
+// test_synth.cpp: checks the synthetic model generator (model/synth.hpp) and `ordo-model mk`.
+//
+// How: runs the real `ordo-model mk` binary (ORDO_MODEL_TOOL) for every weight type and reads
+// the result back with gguf_file / read_llama_hparams, asserting geometry, every tensor's type
+// and shape, and the tied variant; checks that the same seed writes identical bytes and another
+// seed different ones; that bad arguments exit non-zero with a message naming the problem; that
+// the byte vocab is well formed and round-trips text through the llama tokenizer; and that the
+// reference forward pass on the Q8_0 and Q4_0 models of a seed agrees with the F32 model of the
+// same seed (same random values, quantized) within the tolerances stated in the test.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <set>
+#include <string>
+
+#include "model/gguf.hpp"
+#include "model/llama.hpp"
+#include "model/reference.hpp"
+#include "model/synth.hpp"
+#include "model/tokenizer.hpp"
+
+using namespace ordo::model;
+namespace fs = std::filesystem;
+
+namespace {
+
+class SynthTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        dir = fs::temp_directory_path() /
+              ("ordo_test_synth_" + std::to_string(::getpid()) + "_" +
+               ::testing::UnitTest::GetInstance()->current_test_info()->name());
+        fs::create_directories(dir);
+    }
+    void TearDown() override { fs::remove_all(dir); }
+
+    // Runs `ordo-model mk ARGS --out dir/name`; returns the exit status and keeps stderr.
+    int mk(const std::string& name, const std::string& args) {
+        const std::string err = (dir / (name + ".stderr")).string();
+        const std::string cmd = std::string(ORDO_MODEL_TOOL) + " mk --out " +
+                                (dir / name).string() + " " + args + " > /dev/null 2> " + err;
+        const int rc = std::system(cmd.c_str());
+        std::ifstream f(err);
+        last_stderr.assign(std::istreambuf_iterator<char>(f), {});
+        return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+    }
+    std::string path(const std::string& name) const { return (dir / name).string(); }
+
+    fs::path dir;
+    std::string last_stderr;
+};
+
+const char* k_small = "--n-embd 64 --n-layer 2 --n-head 4 --n-head-kv 2 --n-ff 96 --n-vocab 300";
+
+std::string read_all(const std::string& p) {
+    std::ifstream f(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+}  // namespace
+
+TEST_F(SynthTest, MkRoundTripsEveryType) {
+    for (const char* type : {"f32", "f16", "q8_0", "q4_0"}) {
+        SCOPED_TRACE(type);
+        const std::string name = std::string("m_") + type + ".gguf";
+        ASSERT_EQ(mk(name, std::string(k_small) + " --type " + type + " --seed 5 --ctx 256"), 0)
+            << last_stderr;
+        auto f = gguf_file::open(path(name));
+        ASSERT_TRUE(f.ok()) << f.err().message;
+        auto hp = read_llama_hparams(*f);
+        ASSERT_TRUE(hp.ok()) << hp.err().message;
+        EXPECT_EQ(hp->n_embd, 64u);
+        EXPECT_EQ(hp->n_layer, 2u);
+        EXPECT_EQ(hp->n_head, 4u);
+        EXPECT_EQ(hp->n_head_kv, 2u);
+        EXPECT_EQ(hp->n_ff, 96u);
+        EXPECT_EQ(hp->n_vocab, 300u);
+        EXPECT_EQ(hp->n_ctx, 256u);
+        EXPECT_EQ(hp->n_rot, 16u);
+        const ggml_type want = *type_from_name(type);
+        ASSERT_EQ(f->tensors().size(), 3u + 2u * 9u);
+        for (const auto& t : f->tensors()) {
+            const bool is_norm = t.name.find("norm") != std::string::npos;
+            EXPECT_EQ(t.type, is_norm ? ggml_type::f32 : want) << t.name;
+            EXPECT_EQ(t.n_dims, is_norm ? 1u : 2u) << t.name;
+        }
+        EXPECT_EQ(f->find_tensor("blk.1.attn_v.weight")->ne[1], 32u);  // kv_dim = 2 * 16
+        EXPECT_EQ(f->find_tensor("blk.0.ffn_down.weight")->ne[0], 96u);
+        EXPECT_EQ(f->find_tensor("output.weight")->ne[1], 300u);
+        auto w = map_llama_weights(*f);
+        ASSERT_TRUE(w.ok()) << w.err().message;  // every shape is what the loader expects
+        EXPECT_FALSE(w->output_tied);
+    }
+}
+
+TEST_F(SynthTest, TiedHasNoOutputTensor) {
+    ASSERT_EQ(mk("tied.gguf", std::string(k_small) + " --type q8_0 --seed 1 --tied"), 0)
+        << last_stderr;
+    auto f = gguf_file::open(path("tied.gguf"));
+    ASSERT_TRUE(f.ok()) << f.err().message;
+    EXPECT_EQ(f->find_tensor("output.weight"), nullptr);
+    auto w = map_llama_weights(*f);
+    ASSERT_TRUE(w.ok()) << w.err().message;
+    EXPECT_TRUE(w->output_tied);
+}
+
+TEST_F(SynthTest, SameSeedSameBytesOtherSeedDiffers) {
+    const std::string a = std::string(k_small) + " --type q4_0 --seed 9";
+    ASSERT_EQ(mk("a.gguf", a), 0) << last_stderr;
+    ASSERT_EQ(mk("b.gguf", a), 0) << last_stderr;
+    ASSERT_EQ(mk("c.gguf", std::string(k_small) + " --type q4_0 --seed 10"), 0) << last_stderr;
+    const std::string ba = read_all(path("a.gguf"));
+    EXPECT_FALSE(ba.empty());
+    EXPECT_EQ(ba, read_all(path("b.gguf")));
+    const std::string bc = read_all(path("c.gguf"));
+    EXPECT_EQ(ba.size(), bc.size());
+    EXPECT_NE(ba, bc);
+}
+
+TEST_F(SynthTest, BadArgumentsAreClearErrors) {
+    struct bad_case {
+        std::string args;
+        int rc;
+        std::string mention;
+    };
+    const bad_case cases[] = {
+        {"--n-embd 60 --n-layer 1 --n-head 8 --n-ff 64 --n-vocab 300 --type f32 --seed 1", 1,
+         "not divisible by n_head"},
+        {"--n-embd 64 --n-layer 1 --n-head 8 --n-head-kv 3 --n-ff 64 --n-vocab 300 --type f32 "
+         "--seed 1",
+         1, "n_head_kv"},
+        {"--n-embd 48 --n-layer 1 --n-head 4 --n-ff 64 --n-vocab 300 --type q4_0 --seed 1", 1,
+         "multiples of 32"},
+        {"--n-embd 64 --n-layer 1 --n-head 4 --n-ff 64 --n-vocab 100 --type f32 --seed 1", 1,
+         "n_vocab 100"},
+        {"--n-embd 64 --n-layer 1 --n-head 4 --n-ff 64 --n-vocab 300 --type q6_k --seed 1", 2,
+         "q6_k"},
+        {"--n-embd 64 --n-layer 1 --n-head 4 --n-ff 64 --type f32 --seed 1", 1,
+         "--n-vocab and --vocab-from"},
+        {"--n-embd 64 --n-layer 1 --n-head 4 --n-ff 64 --n-vocab 300 --seed 1", 2, "--type"},
+        {"--n-embd 64 --n-layer 0 --n-head 4 --n-ff 64 --n-vocab 300 --type f32 --seed 1", 1,
+         "n_layer 0"},
+        {"--n-embd 64 --n-layer 1 --n-head 4 --n-ff 64 --vocab-from /nonexistent.gguf "
+         "--type f32 --seed 1",
+         1, "/nonexistent.gguf"},
+    };
+    for (const auto& c : cases) {
+        SCOPED_TRACE(c.args);
+        EXPECT_EQ(mk("bad.gguf", c.args), c.rc);
+        EXPECT_NE(last_stderr.find(c.mention), std::string::npos) << last_stderr;
+        EXPECT_FALSE(fs::exists(path("bad.gguf")));
+    }
+}
+
+TEST(SynthVocab, ByteVocabIsWellFormed) {
+    const synth_vocab v = make_byte_vocab(1000);
+    ASSERT_EQ(v.pieces.size(), 1000u);
+    ASSERT_EQ(v.scores.size(), 1000u);
+    ASSERT_EQ(v.types.size(), 1000u);
+    EXPECT_EQ(v.pieces[0], "<unk>");
+    EXPECT_EQ(v.pieces[1], "<s>");
+    EXPECT_EQ(v.pieces[2], "</s>");
+    EXPECT_EQ(v.pieces[3], "<0x00>");
+    EXPECT_EQ(v.pieces[3 + 0xAB], "<0xAB>");
+    EXPECT_EQ(v.types[0], static_cast<int32_t>(token_type::unknown));
+    EXPECT_EQ(v.types[1], static_cast<int32_t>(token_type::control));
+    EXPECT_EQ(v.types[3 + 200], static_cast<int32_t>(token_type::byte));
+    EXPECT_EQ(v.types[999], static_cast<int32_t>(token_type::normal));
+    EXPECT_EQ(std::set<std::string>(v.pieces.begin(), v.pieces.end()).size(), 1000u);
+    EXPECT_LT(v.scores[900], v.scores[400]);  // later filler scores lower
+}
+
+TEST_F(SynthTest, ByteVocabTokenizesText) {
+    ASSERT_EQ(mk("v.gguf",
+                 "--n-embd 32 --n-layer 1 --n-head 2 --n-ff 32 --n-vocab 2000 "
+                 "--type f32 --seed 3"),
+              0)
+        << last_stderr;
+    auto f = gguf_file::open(path("v.gguf"));
+    ASSERT_TRUE(f.ok());
+    auto tok = tokenizer::from_gguf(*f);
+    ASSERT_TRUE(tok.ok()) << tok.err().message;
+    const std::string text = "hello world, caf\xc3\xa9 42!";
+    const auto ids = tok->encode(text, true);
+    ASSERT_FALSE(ids.empty());
+    EXPECT_EQ(ids[0], 1);                // BOS
+    EXPECT_LT(ids.size(), text.size());  // merges happened: not one token per byte
+    auto back = tok->decode(ids);
+    ASSERT_TRUE(back.ok());
+    EXPECT_EQ(*back, text);  // é has no piece: it round-trips through byte tokens
+}
+
+// Same seed at F32, Q8_0, Q4_0: the quantized models are the F32 weights quantized, so their
+// logits must track the F32 logits. A random model's logits are nearly tied near the top (512
+// draws of a bell curve), so 4-bit noise flips the exact argmax often; the checks therefore
+// combine an error bound with "the F32 choice stays near the top":
+//   - max |diff| relative to the F32 logit range: Q8_0 <= 3%, Q4_0 <= 30%;
+//   - RMS diff relative to the F32 logits' standard deviation: Q8_0 <= 3%, Q4_0 <= 45%. Per
+//     weight, Q4_0's rounding noise is ~16x Q8_0's (step amax/8 vs amax/127), and a random
+//     network amplifies weight noise about equally for both, so Q4_0 lands near 16x Q8_0;
+//   - the F32 argmax is in the quantized model's top 5 on >= 15/16 (Q8_0) / >= 11/16 (Q4_0)
+//     positions, and the exact argmax agrees on >= 14/16 (Q8_0) / >= 6/16 (Q4_0)
+//     (chance would be 1/512).
+// The measured values are printed.
+TEST_F(SynthTest, QuantizedModelsTrackF32) {
+    const std::string shape =
+        "--n-embd 128 --n-layer 2 --n-head 4 --n-head-kv 2 --n-ff 256 --n-vocab 512 --seed 42";
+    for (const char* t : {"f32", "q8_0", "q4_0"}) {
+        ASSERT_EQ(mk(std::string(t) + ".gguf", shape + " --type " + t), 0) << last_stderr;
+    }
+    constexpr uint32_t n_pos = 16;
+    auto run = [&](const std::string& name) {
+        std::vector<std::vector<float>> logits;
+        auto f = gguf_file::open(path(name));
+        EXPECT_TRUE(f.ok());
+        auto m = reference_model::create(*f, 64);
+        EXPECT_TRUE(m.ok()) << m.err().message;
+        for (uint32_t pos = 0; pos < n_pos; ++pos) {
+            const uint32_t token = (pos * 37 + 1) % 512;  // a fixed, varied token sequence
+            auto l = m->forward(token, pos);
+            EXPECT_TRUE(l.ok());
+            logits.emplace_back(l->begin(), l->end());
+        }
+        return logits;
+    };
+    const auto ref = run("f32.gguf");
+    double lo = ref[0][0], hi = ref[0][0], sum = 0.0, sum2 = 0.0, count = 0.0;
+    for (const auto& row : ref) {
+        for (float v : row) {
+            lo = std::min<double>(lo, v);
+            hi = std::max<double>(hi, v);
+            sum += v;
+            sum2 += double(v) * v;
+            count += 1.0;
+        }
+    }
+    const double range = hi - lo;
+    const double stddev = std::sqrt(sum2 / count - (sum / count) * (sum / count));
+    ASSERT_GT(range, 1.0);  // the model is not degenerate
+    struct want {
+        const char* name;
+        double max_rel, rms_rel;
+        uint32_t top5_min, argmax_min;
+    };
+    for (const want& w :
+         {want{"q8_0.gguf", 0.03, 0.03, 15, 14}, want{"q4_0.gguf", 0.30, 0.45, 11, 6}}) {
+        const auto got = run(w.name);
+        double max_diff = 0.0, err2 = 0.0;
+        uint32_t argmax_same = 0, in_top5 = 0;
+        for (uint32_t p = 0; p < n_pos; ++p) {
+            for (size_t i = 0; i < ref[p].size(); ++i) {
+                const double d = got[p][i] - ref[p][i];
+                max_diff = std::max(max_diff, std::fabs(d));
+                err2 += d * d;
+            }
+            const size_t a = std::max_element(ref[p].begin(), ref[p].end()) - ref[p].begin();
+            const size_t b = std::max_element(got[p].begin(), got[p].end()) - got[p].begin();
+            argmax_same += a == b;
+            // Rank of the F32 choice among the quantized logits.
+            const auto higher =
+                std::count_if(got[p].begin(), got[p].end(), [&](float v) { return v > got[p][a]; });
+            in_top5 += higher < 5;
+        }
+        const double rms_rel = std::sqrt(err2 / count) / stddev;
+        std::printf(
+            "%s: max |diff| %.4f / range %.3f = %.2f%%; rms diff / std %.2f%%; "
+            "f32 argmax in top5 %u/%u; argmax agrees %u/%u\n",
+            w.name, max_diff, range, 100.0 * max_diff / range, 100.0 * rms_rel, in_top5, n_pos,
+            argmax_same, n_pos);
+        EXPECT_LE(max_diff / range, w.max_rel) << w.name;
+        EXPECT_LE(rms_rel, w.rms_rel) << w.name;
+        EXPECT_GE(in_top5, w.top5_min) << w.name;
+        EXPECT_GE(argmax_same, w.argmax_min) << w.name;
+        EXPECT_GT(max_diff, 0.0) << w.name << " is identical to f32: not quantized?";
+    }
+}
