@@ -1,0 +1,192 @@
+// main.cpp (ordo-bench-kernels): measures the ordo_gpu kernels on the chosen Vulkan device and
+// prints one JSON line per measurement: mat-vec (decode) GB/s of weight bytes read, mat-mat
+// (prefill) GFLOP/s, for each weight type at the shapes of the small and medium models,
+// plus paged attention. Times come from GPU timestamp queries (the per-dispatch time, not the
+// submission overhead) and, separately, the wall time of submit + fence wait per segment.
+// Usage: ordo-bench-kernels [--device SELECTOR] [--reps N]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gpu/kernels.hpp"
+#include "gpu/kv_pool.hpp"
+#include "gpu/weights.hpp"
+#include "model/quant.hpp"
+
+using namespace ordo;
+using namespace ordo::gpu;
+
+namespace {
+
+constexpr std::uint64_t watchdog_ms = 600'000;
+constexpr std::uint32_t reps_max = 1000;
+
+struct bench_env {
+    std::unique_ptr<device> dev;
+    std::unique_ptr<pipelines> pipes;
+    std::unique_ptr<stream> str;
+    std::uint32_t reps = 5;
+};
+
+buffer filled(bench_env& e, std::size_t n_floats, std::uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::vector<float> v(n_floats);
+    for (float& x : v) x = u(rng);
+    auto b = e.dev->create_buffer(n_floats * 4, memory_use::device);
+    if (!b || !e.dev->write(*b, 0, v.data(), v.size() * 4)) {
+        std::fprintf(stderr, "buffer allocation failed\n");
+        std::exit(1);
+    }
+    return std::move(*b);
+}
+
+weight_tensor make_weight(bench_env& e, arena& mem, model::ggml_type type, std::uint32_t n_in,
+                          std::uint32_t n_out) {
+    std::mt19937 rng(n_in + n_out);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::size_t rb = model::row_bytes(type, n_in);
+    std::vector<std::uint8_t> bytes(rb * n_out);
+    std::vector<float> row(n_in);
+    for (std::uint32_t r = 0; r < n_out; ++r) {
+        for (float& x : row) x = u(rng);
+        (void)model::quantize_row(type, row.data(), bytes.data() + r * rb, n_in);
+    }
+    auto w = upload_weight(*e.dev, mem, type, n_in, n_out, bytes);
+    if (!w) {
+        std::fprintf(stderr, "upload failed: %s\n", w.err().message.c_str());
+        std::exit(1);
+    }
+    return std::move(*w);
+}
+
+// Runs `record` reps times, each as one timed segment; returns the best GPU time (ms) of the
+// dispatches recorded and the best wall time of the segment.
+template <typename F>
+std::pair<double, double> time_best(bench_env& e, const char* label, F&& record) {
+    double gpu_best = 1e30, wall_best = 1e30;
+    for (std::uint32_t r = 0; r < e.reps; ++r) {
+        if (!e.str->begin(label)) std::exit(1);
+        record();
+        auto t0 = std::chrono::steady_clock::now();
+        status s = e.str->run(watchdog_ms);
+        auto t1 = std::chrono::steady_clock::now();
+        if (!s) {
+            std::fprintf(stderr, "%s: %s\n", label, s.err().message.c_str());
+            std::exit(1);
+        }
+        double gpu = 0.0;
+        for (const auto& t : e.str->timings()) gpu += t.ms;
+        gpu_best = std::min(gpu_best, gpu);
+        wall_best = std::min(wall_best, std::chrono::duration<double, std::milli>(t1 - t0).count());
+    }
+    return {gpu_best, wall_best};
+}
+
+void bench_mul_mat(bench_env& e, model::ggml_type type, std::uint32_t n_in, std::uint32_t n_out,
+                   std::uint32_t n_tokens, const char* shape) {
+    arena mem(*e.dev, std::min<std::uint64_t>(e.dev->info().max_storage_buffer_range,
+                                              packed_bytes(type, n_in, n_out) + 4096));
+    weight_tensor w = make_weight(e, mem, type, n_in, n_out);
+    buffer x = filled(e, std::size_t(n_in) * n_tokens, 1);
+    buffer y = filled(e, std::size_t(n_out) * n_tokens, 2);
+    std::string kernel;
+    auto [gpu_ms, wall_ms] = time_best(e, "mul_mat", [&] {
+        status s = encode_mul_mat(*e.str, w, {whole(x), 0, n_in}, {whole(y), 0, n_out}, n_tokens,
+                                  false);
+        if (!s) std::exit(1);
+    });
+    if (!e.str->timings().empty()) kernel = pipeline_name(e.str->timings()[0].id);
+    double bytes = static_cast<double>(packed_bytes(type, n_in, n_out));
+    double flops = 2.0 * n_in * n_out * n_tokens;
+    std::printf("{\"kernel\":\"%s\",\"type\":\"%s\",\"shape\":\"%s\",\"n_in\":%u,\"n_out\":%u,"
+                "\"tokens\":%u,\"gpu_ms\":%.4f,\"wall_ms\":%.4f,\"weight_GBps\":%.2f,"
+                "\"GFLOPs\":%.2f}\n",
+                kernel.c_str(), std::string(model::type_name(type)).c_str(), shape, n_in, n_out, n_tokens, gpu_ms,
+                wall_ms, bytes / gpu_ms * 1e-6, flops / gpu_ms * 1e-6);
+    std::fflush(stdout);
+}
+
+void bench_attention(bench_env& e, std::uint32_t n_head, std::uint32_t head_dim,
+                     std::uint32_t ctx, std::uint32_t n_seqs, std::uint32_t tokens_per_seq) {
+    const std::uint32_t block_tokens = 16;
+    std::uint32_t blocks_per_seq = (ctx + block_tokens - 1) / block_tokens;
+    auto pool = kv_pool::create(*e.dev, {1, n_head, head_dim, block_tokens,
+                                         blocks_per_seq * n_seqs, true});
+    if (!pool) std::exit(1);
+    std::vector<std::int32_t> tables, tokens;
+    for (std::uint32_t s = 0; s < n_seqs; ++s) {
+        for (std::uint32_t b = 0; b < blocks_per_seq; ++b) tables.push_back(s * blocks_per_seq + b);
+        for (std::uint32_t t = 0; t < tokens_per_seq; ++t) {
+            tokens.push_back(static_cast<std::int32_t>(s));
+            tokens.push_back(static_cast<std::int32_t>(ctx - tokens_per_seq + t));
+        }
+    }
+    auto ints = [&](const std::vector<std::int32_t>& v) {
+        auto b = e.dev->create_buffer(v.size() * 4, memory_use::device);
+        if (!b || !e.dev->write(*b, 0, v.data(), v.size() * 4)) std::exit(1);
+        return std::move(*b);
+    };
+    buffer tb = ints(tables), kb = ints(tokens);
+    std::uint32_t n_tok = n_seqs * tokens_per_seq, width = n_head * head_dim;
+    buffer q = filled(e, std::size_t(n_tok) * width, 3), out = filled(e, std::size_t(n_tok) * width, 4);
+    auto [gpu_ms, wall_ms] = time_best(e, "attention", [&] {
+        attention_batch b{{whole(q), 0, width}, {whole(out), 0, width}, {whole(kb), 0},
+                          {whole(tb), 0}, n_tok, n_seqs, blocks_per_seq, n_head};
+        if (!encode_attention(*e.str, **pool, 0, b)) std::exit(1);
+    });
+    std::printf("{\"kernel\":\"attention\",\"heads\":%u,\"head_dim\":%u,\"ctx\":%u,\"seqs\":%u,"
+                "\"tokens\":%u,\"gpu_ms\":%.4f,\"wall_ms\":%.4f}\n",
+                n_head, head_dim, ctx, n_seqs, n_tok, gpu_ms, wall_ms);
+    std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::string selector;
+    bench_env e;
+    for (int i = 1; i < argc; ++i) {
+        if (std::strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
+            selector = argv[++i];
+        } else if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
+            e.reps = std::clamp<std::uint32_t>(std::stoul(argv[++i]), 1, reps_max);
+        } else {
+            std::fprintf(stderr, "usage: ordo-bench-kernels [--device SELECTOR] [--reps N]\n");
+            return 2;
+        }
+    }
+    auto d = device::create({selector});
+    if (!d) {
+        std::fprintf(stderr, "%s: %s\n", d.err().code.c_str(), d.err().message.c_str());
+        return 1;
+    }
+    e.dev = std::move(*d);
+    auto p = pipelines::create(*e.dev, tuning_for(e.dev->info()));
+    if (!p) return 1;
+    e.pipes = std::move(*p);
+    auto s = stream::create(*e.dev, *e.pipes, {64, true});
+    if (!s) {
+        std::fprintf(stderr, "%s\n", s.err().message.c_str());
+        return 1;
+    }
+    e.str = std::move(*s);
+    std::printf("{\"device\":\"%s\"}\n", e.dev->info().name.c_str());
+    using model::ggml_type;
+    for (ggml_type t : {ggml_type::f32, ggml_type::f16, ggml_type::q8_0, ggml_type::q4_0}) {
+        bench_mul_mat(e, t, 768, 2048, 1, "medium ffn_up");
+        bench_mul_mat(e, t, 288, 32000, 1, "small output");
+        bench_mul_mat(e, t, 768, 2048, 4, "medium ffn_up x4");
+        bench_mul_mat(e, t, 768, 2048, 128, "medium ffn_up pp128");
+        bench_mul_mat(e, t, 288, 768, 512, "small ffn_up pp512");
+    }
+    bench_attention(e, 12, 64, 512, 1, 1);
+    bench_attention(e, 12, 64, 512, 8, 1);
+    bench_attention(e, 12, 64, 128, 1, 128);
+    return 0;
+}

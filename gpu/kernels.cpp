@@ -1,0 +1,243 @@
+// kernels.cpp: see kernels.hpp.
+#include "gpu/kernels.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "gpu/shaders/abi.h"
+#include "gpu/vk_util.hpp"
+
+namespace ordo::gpu {
+
+namespace {
+
+// Elementwise grids stop growing here; lanes loop over the rest (fewer, fuller workgroups).
+constexpr std::uint32_t elementwise_groups_max = 256;
+
+std::uint32_t ceil_div(std::uint64_t a, std::uint64_t b) {
+    return static_cast<std::uint32_t>((a + b - 1) / b);
+}
+
+error bad(const char* kernel, const std::string& why) {
+    return make_error("gpu_bad_shape", std::string(kernel) + ": " + why);
+}
+
+// Whether rows [0, n_rows) x columns [0, n_cols) lie inside the view (floats).
+bool fits(const rows_view& r, std::uint32_t n_rows, std::uint64_t n_cols) {
+    if (r.view.buf == nullptr || n_rows == 0) return false;
+    std::uint64_t last = r.offset + std::uint64_t(n_rows - 1) * r.stride + n_cols;
+    return (n_rows == 1 || r.stride >= n_cols) && last * 4 <= r.view.range;
+}
+
+bool fits(const ints_view& v, std::uint64_t n) {
+    return v.view.buf != nullptr && (v.offset + n) * 4 <= v.view.range;
+}
+
+std::uint32_t wtype(model::ggml_type t) {
+    switch (t) {
+    case model::ggml_type::f16: return abi::ORDO_WTYPE_F16;
+    case model::ggml_type::q8_0: return abi::ORDO_WTYPE_Q8_0;
+    case model::ggml_type::q4_0: return abi::ORDO_WTYPE_Q4_0;
+    default: return abi::ORDO_WTYPE_F32;
+    }
+}
+
+pipeline_id pick(pipeline_id f32, model::ggml_type t) {
+    return static_cast<pipeline_id>(static_cast<std::uint32_t>(f32) + wtype(t));
+}
+
+std::uint32_t rows_limit(const stream& s) { return s.dev().info().max_workgroup_count[1]; }
+
+}  // namespace
+
+status encode_get_rows(stream& s, const weight_tensor& table, ints_view ids, std::uint32_t n_ids,
+                       rows_view out) {
+    if (n_ids == 0 || n_ids > rows_limit(s)) return bad("get_rows", "bad id count");
+    if (!fits(ids, n_ids)) return bad("get_rows", "ids outside their binding");
+    if (!fits(out, n_ids, table.n_in)) return bad("get_rows", "output outside its binding");
+    pipeline_id id = pick(pipeline_id::get_rows_f32, table.type);
+    std::uint32_t wg = s.pipes().get(id).workgroup_size;
+    std::uint32_t gx = std::min(ceil_div(table.n_in / 8, wg), elementwise_groups_max);
+    for (std::size_t c = 0; c < table.chunks.size(); ++c) {
+        const weight_chunk& ch = table.chunks[c];
+        abi::get_rows_push p{table.n_in, n_ids,        ch.row_begin, ch.row_count,
+                             ch.scale_offset, ids.offset, out.offset, out.stride};
+        bool last = c + 1 == table.chunks.size();
+        s.dispatch(id, {ch.view, ids.view, out.view}, p, {gx, n_ids, 1}, last);
+    }
+    return {};
+}
+
+status encode_mul_mat(stream& s, const weight_tensor& w, rows_view x, rows_view y,
+                      std::uint32_t n_tokens, bool accumulate, mat_path path) {
+    if (n_tokens == 0) return bad("mul_mat", "no tokens");
+    if (x.offset % 4 != 0 || x.stride % 4 != 0) {
+        return bad("mul_mat", "x offset and stride must be multiples of 4 floats");
+    }
+    if (!fits(x, n_tokens, w.n_in)) return bad("mul_mat", "x outside its binding");
+    if (!fits(y, n_tokens, w.n_out)) return bad("mul_mat", "y outside its binding");
+    if (path == mat_path::automatic) {
+        bool few = n_tokens <= mat_vec_tokens_max;
+        path = !few                                   ? mat_path::tiled
+               : s.pipes().tuning().prefer_rows_kernel ? mat_path::rows
+                                                       : mat_path::vec;
+    }
+    bool vec = path == mat_path::vec;
+    bool rows = path == mat_path::rows;
+    pipeline_id id = pick(rows  ? pipeline_id::mul_mat_rows_f32
+                          : vec ? pipeline_id::mul_mat_vec_f32
+                                : pipeline_id::mul_mat_f32,
+                          w.type);
+    const pipeline& pl = s.pipes().get(id);
+    const device_info& info = s.dev().info();
+    if (!vec && ceil_div(n_tokens, abi::ORDO_MM_TN) > info.max_workgroup_count[1]) {
+        return bad("mul_mat", "too many tokens for one dispatch");
+    }
+    for (std::size_t c = 0; c < w.chunks.size(); ++c) {
+        const weight_chunk& ch = w.chunks[c];
+        std::uint32_t gx = rows ? ceil_div(ch.row_count, pl.workgroup_size)
+                           : vec ? ceil_div(ch.row_count, pl.rows_per_workgroup)
+                                 : ceil_div(ch.row_count, abi::ORDO_MM_TM);
+        std::uint32_t gy = (vec || rows) ? 1 : ceil_div(n_tokens, abi::ORDO_MM_TN);
+        if (gx > info.max_workgroup_count[0]) return bad("mul_mat", "too many rows per chunk");
+        abi::mul_mat_push p{w.n_in,   ch.row_count, n_tokens, ch.row_begin,
+                            ch.scale_offset, x.offset, x.stride, y.offset,
+                            y.stride, accumulate ? 1u : 0u};
+        // Chunks write disjoint rows of y: only the last needs the barrier.
+        s.dispatch(id, {ch.view, x.view, y.view}, p, {gx, gy, 1}, c + 1 == w.chunks.size());
+    }
+    return {};
+}
+
+status encode_rms_norm(stream& s, rows_view x, buffer_view weight, rows_view out,
+                       std::uint32_t n, std::uint32_t n_rows, float eps) {
+    if (n == 0 || n_rows == 0 || n_rows > rows_limit(s)) return bad("rms_norm", "bad shape");
+    if (!fits(x, n_rows, n) || !fits(out, n_rows, n) || weight.range < 4ull * n) {
+        return bad("rms_norm", "operand outside its binding");
+    }
+    abi::rms_norm_push p{n, n_rows, x.offset, x.stride, out.offset, out.stride, eps};
+    s.dispatch(pipeline_id::rms_norm, {x.view, weight, out.view}, p, {1, n_rows, 1});
+    return {};
+}
+
+status encode_rope(stream& s, rows_view x, ints_view positions, std::uint32_t n_tokens,
+                   std::uint32_t n_heads, std::uint32_t head_dim, std::uint32_t n_rot,
+                   float freq_base) {
+    if (n_tokens == 0 || n_tokens > rows_limit(s) || n_heads == 0 || n_rot == 0 ||
+        n_rot % 2 != 0 || n_rot > head_dim) {
+        return bad("rope", "bad shape (n_rot must be even and <= head_dim)");
+    }
+    if (!fits(x, n_tokens, std::uint64_t(n_heads) * head_dim) || !fits(positions, n_tokens)) {
+        return bad("rope", "operand outside its binding");
+    }
+    std::uint32_t wg = s.pipes().get(pipeline_id::rope).workgroup_size;
+    std::uint32_t gx = std::min(ceil_div(n_heads * n_rot / 2, wg), elementwise_groups_max);
+    abi::rope_push p{n_tokens, n_heads, head_dim, n_rot, x.offset, x.stride, positions.offset,
+                     freq_base};
+    s.dispatch(pipeline_id::rope, {x.view, positions.view}, p, {gx, n_tokens, 1});
+    return {};
+}
+
+status encode_swiglu(stream& s, rows_view gate, rows_view up, rows_view out, std::uint32_t n,
+                     std::uint32_t n_rows) {
+    if (n == 0 || n_rows == 0 || n_rows > rows_limit(s)) return bad("swiglu", "bad shape");
+    if (!fits(gate, n_rows, n) || !fits(up, n_rows, n) || !fits(out, n_rows, n)) {
+        return bad("swiglu", "operand outside its binding");
+    }
+    std::uint32_t wg = s.pipes().get(pipeline_id::swiglu).workgroup_size;
+    abi::swiglu_push p{n, n_rows, gate.offset, gate.stride, up.offset, up.stride, out.offset,
+                       out.stride};
+    s.dispatch(pipeline_id::swiglu, {gate.view, up.view, out.view}, p,
+               {std::min(ceil_div(n, wg), elementwise_groups_max), n_rows, 1});
+    return {};
+}
+
+status encode_add(stream& s, rows_view a, rows_view b, rows_view out, std::uint32_t n,
+                  std::uint32_t n_rows) {
+    if (n == 0 || n_rows == 0 || n_rows > rows_limit(s)) return bad("add", "bad shape");
+    if (!fits(a, n_rows, n) || !fits(b, n_rows, n) || !fits(out, n_rows, n)) {
+        return bad("add", "operand outside its binding");
+    }
+    std::uint32_t wg = s.pipes().get(pipeline_id::add).workgroup_size;
+    abi::add_push p{n, n_rows, a.offset, a.stride, b.offset, b.stride, out.offset, out.stride};
+    s.dispatch(pipeline_id::add, {a.view, b.view, out.view}, p,
+               {std::min(ceil_div(n, wg), elementwise_groups_max), n_rows, 1});
+    return {};
+}
+
+status encode_kv_write(stream& s, const kv_pool& pool, std::uint32_t layer, rows_view k,
+                       rows_view v, ints_view slots, std::uint32_t n_tokens) {
+    const kv_geometry& g = pool.geometry();
+    std::uint64_t width = std::uint64_t(g.n_head_kv) * g.head_dim;
+    if (layer >= g.n_layer || n_tokens == 0 || n_tokens > rows_limit(s)) {
+        return bad("kv_write", "bad layer or token count");
+    }
+    // The shader takes one source binding with two offsets: k and v must share a buffer view.
+    if (k.view.buf != v.view.buf || k.view.offset != v.view.offset || k.stride != v.stride) {
+        return bad("kv_write", "k and v must be rows of the same view with the same stride");
+    }
+    if (!fits(k, n_tokens, width) || !fits(v, n_tokens, width) || !fits(slots, n_tokens)) {
+        return bad("kv_write", "operand outside its binding");
+    }
+    pipeline_id id = g.f16 ? pipeline_id::kv_write_f16 : pipeline_id::kv_write_f32;
+    std::uint32_t wg = s.pipes().get(id).workgroup_size;
+    abi::kv_write_push p{n_tokens, g.n_head_kv, g.head_dim, g.block_tokens, g.n_blocks,
+                         k.stride, k.offset,    v.offset,   slots.offset};
+    s.dispatch(id, {k.view, slots.view, pool.k(layer), pool.v(layer)}, p,
+               {std::min(ceil_div(width / 2, wg), elementwise_groups_max), n_tokens, 1});
+    return {};
+}
+
+status encode_attention(stream& s, const kv_pool& pool, std::uint32_t layer,
+                        const attention_batch& b) {
+    const kv_geometry& g = pool.geometry();
+    pipeline_id id = g.f16 ? pipeline_id::attention_f16 : pipeline_id::attention_f32;
+    std::uint32_t wg = s.pipes().get(id).workgroup_size;
+    if (layer >= g.n_layer || b.n_tokens == 0 || b.n_tokens > rows_limit(s) || b.n_seqs == 0 ||
+        b.max_blocks_per_seq == 0 || b.n_head == 0 || b.n_head % g.n_head_kv != 0 ||
+        b.n_head > s.dev().info().max_workgroup_count[0]) {
+        return bad("attention", "bad shape (n_head must be a multiple of n_head_kv)");
+    }
+    if (g.head_dim > wg * abi::ORDO_ATTN_ACC || g.head_dim > abi::ORDO_ATTN_HEAD_DIM_MAX) {
+        return bad("attention", "head_dim " + std::to_string(g.head_dim) +
+                                    " exceeds this device's attention workgroup");
+    }
+    std::uint64_t width = std::uint64_t(b.n_head) * g.head_dim;
+    if (!fits(b.q, b.n_tokens, width) || !fits(b.out, b.n_tokens, width) ||
+        !fits(b.tokens, 2ull * b.n_tokens) ||
+        !fits(b.tables, std::uint64_t(b.n_seqs) * b.max_blocks_per_seq) ||
+        b.tables.offset != 0) {
+        return bad("attention", "operand outside its binding (tables must start at offset 0)");
+    }
+    abi::attention_push p{};
+    p.n_tokens = b.n_tokens;
+    p.n_head = b.n_head;
+    p.n_head_kv = g.n_head_kv;
+    p.head_dim = g.head_dim;
+    p.block_tokens = g.block_tokens;
+    p.n_blocks = g.n_blocks;
+    p.max_blocks_per_seq = b.max_blocks_per_seq;
+    p.n_seqs = b.n_seqs;
+    p.q_offset = b.q.offset;
+    p.q_stride = b.q.stride;
+    p.out_offset = b.out.offset;
+    p.out_stride = b.out.stride;
+    p.tokens_offset = b.tokens.offset;
+    p.scale = 1.0f / std::sqrt(static_cast<float>(g.head_dim));
+    s.dispatch(id,
+               {b.q.view, pool.k(layer), pool.v(layer), b.tokens.view, b.tables.view,
+                b.out.view},
+               p, {b.n_head, b.n_tokens, 1});
+    return {};
+}
+
+status encode_spin(stream& s, buffer_view data, std::uint32_t iterations) {
+    if (data.range < 4 || iterations == 0) return bad("spin", "bad arguments");
+    abi::spin_push p{iterations, static_cast<std::uint32_t>(std::min<std::uint64_t>(
+                                     data.range / 4, 1u << 20))};
+    s.dispatch(pipeline_id::spin, {data}, p, {1, 1, 1});
+    return {};
+}
+
+}  // namespace ordo::gpu

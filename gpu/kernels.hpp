@@ -1,0 +1,82 @@
+// kernels.hpp: one encoder per kernel. Each validates its arguments against the bound ranges
+// (a bad shape or offset is an ordo::error, never an out-of-bounds dispatch), fills the
+// push-constant struct from gpu/shaders/abi.h, picks the grid, and records through the
+// stream::dispatch choke point. Nothing here allocates device memory. Used by the gpu actor's
+// step recorder, tests/gpu and bench/gpu_kernels.
+#pragma once
+
+#include <cstdint>
+
+#include "actors/runtime/result.hpp"
+#include "gpu/kv_pool.hpp"
+#include "gpu/stream.hpp"
+#include "gpu/weights.hpp"
+
+namespace ordo::gpu {
+
+// F32 activation rows in a buffer: element (row t, column i) at offset + t * stride + i.
+struct rows_view {
+    buffer_view view;
+    std::uint32_t offset = 0;  // floats
+    std::uint32_t stride = 0;  // floats between rows
+};
+
+// Int32 array in a buffer (token ids, positions, slots, block tables).
+struct ints_view {
+    buffer_view view;
+    std::uint32_t offset = 0;  // ints
+};
+
+// out[i] = row ids[i] of table, dequantized. ids outside [0, n_out) leave their row untouched.
+status encode_get_rows(stream& s, const weight_tensor& table, ints_view ids, std::uint32_t n_ids,
+                       rows_view out);
+
+// automatic: up to mat_vec_tokens_max tokens, mul_mat_rows on CPU devices
+// (tuning.prefer_rows_kernel, measured ~6x faster than mul_mat_vec on lavapipe) and
+// mul_mat_vec elsewhere; above that, the tiled mul_mat. The others force one kernel (tests).
+enum class mat_path { automatic, vec, tiled, rows };
+// Token counts up to this use mul_mat_vec (decode, small batches); above, the tiled mat-mat.
+constexpr std::uint32_t mat_vec_tokens_max = 8;
+
+// y[t][r] (+)= sum_k w[r][k] x[t][k] for t < n_tokens, r < w.n_out (accumulate: fused residual).
+status encode_mul_mat(stream& s, const weight_tensor& w, rows_view x, rows_view y,
+                      std::uint32_t n_tokens, bool accumulate,
+                      mat_path path = mat_path::automatic);
+
+status encode_rms_norm(stream& s, rows_view x, buffer_view weight, rows_view out,
+                       std::uint32_t n, std::uint32_t n_rows, float eps);
+
+// In place on n_heads heads of head_dim floats per row, positions[t] per row.
+status encode_rope(stream& s, rows_view x, ints_view positions, std::uint32_t n_tokens,
+                   std::uint32_t n_heads, std::uint32_t head_dim, std::uint32_t n_rot,
+                   float freq_base);
+
+status encode_swiglu(stream& s, rows_view gate, rows_view up, rows_view out, std::uint32_t n,
+                     std::uint32_t n_rows);
+
+status encode_add(stream& s, rows_view a, rows_view b, rows_view out, std::uint32_t n,
+                  std::uint32_t n_rows);
+
+// Writes K rows (k: n_head_kv * head_dim floats per token) and V rows into `slots[t]`
+// (block * block_tokens + offset; negative = skip) of one pool layer.
+status encode_kv_write(stream& s, const kv_pool& pool, std::uint32_t layer, rows_view k,
+                       rows_view v, ints_view slots, std::uint32_t n_tokens);
+
+struct attention_batch {
+    rows_view q;                      // n_head * head_dim floats per token
+    rows_view out;                    // n_head * head_dim floats per token
+    ints_view tokens;                 // per token {sequence index, position}
+    ints_view tables;                 // n_seqs x max_blocks_per_seq block ids
+    std::uint32_t n_tokens = 0;
+    std::uint32_t n_seqs = 0;
+    std::uint32_t max_blocks_per_seq = 0;
+    std::uint32_t n_head = 0;
+};
+// Causal attention of every token over its sequence's positions 0..pos in the pool.
+status encode_attention(stream& s, const kv_pool& pool, std::uint32_t layer,
+                        const attention_batch& b);
+
+// Test-only: one invocation loops `iterations` times over data (a long-running dispatch).
+status encode_spin(stream& s, buffer_view data, std::uint32_t iterations);
+
+}  // namespace ordo::gpu

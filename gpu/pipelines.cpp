@@ -1,0 +1,157 @@
+// pipelines.cpp: see pipelines.hpp.
+#include "gpu/pipelines.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "gpu/shaders/abi.h"
+#include "gpu/vk_util.hpp"
+
+namespace ordo::gpu {
+
+namespace spirv {
+#define ORDO_X(name, bindings, push) \
+    extern const std::uint32_t name[]; \
+    extern const std::size_t name##_words;
+ORDO_GPU_PIPELINES(ORDO_X)
+#undef ORDO_X
+}  // namespace spirv
+
+#define ORDO_X(name, bindings, push) \
+    static_assert(sizeof(abi::push) % 4 == 0 && sizeof(abi::push) <= 128, #push " size");
+ORDO_GPU_PIPELINES(ORDO_X)
+#undef ORDO_X
+
+std::string_view pipeline_name(pipeline_id id) {
+    static constexpr std::string_view names[] = {
+#define ORDO_X(name, bindings, push) #name,
+        ORDO_GPU_PIPELINES(ORDO_X)
+#undef ORDO_X
+    };
+    auto i = static_cast<std::size_t>(id);
+    return i < pipeline_count ? names[i] : "unknown";
+}
+
+pipeline_tuning tuning_for(const device_info& info) {
+    // Lanes are cheap to add until a workgroup no longer fits the device; a multiple of the
+    // subgroup keeps every SIMD lane busy (lavapipe: 8 wide; NVIDIA: 32).
+    std::uint32_t sg = std::max<std::uint32_t>(info.subgroup_size, 1);
+    std::uint32_t cap = std::min<std::uint32_t>(info.max_workgroup_invocations, 256);
+    pipeline_tuning t;
+    t.elementwise_wg = std::min<std::uint32_t>(cap, std::max<std::uint32_t>(64, sg * 4));
+    t.norm_wg = std::min<std::uint32_t>(cap, std::max<std::uint32_t>(64, sg * 4));
+    t.mat_vec_wg = std::min<std::uint32_t>(cap, std::max<std::uint32_t>(32, sg * 4));
+    t.mat_vec_rows = 2;
+    t.mat_rows_wg = std::min<std::uint32_t>(cap, 64);
+    // A CPU device (lavapipe) runs the barrier-free row-per-lane kernel for every token count.
+    t.prefer_rows_kernel = info.kind == device_kind::cpu;
+    t.attention_wg = std::min<std::uint32_t>(cap, std::max<std::uint32_t>(32, sg * 2));
+    return t;
+}
+
+namespace {
+
+std::uint32_t wg_for(pipeline_id id, const pipeline_tuning& t) {
+    std::string_view n = pipeline_name(id);
+    if (n.starts_with("mul_mat_vec")) return t.mat_vec_wg;
+    if (n.starts_with("mul_mat_rows")) return t.mat_rows_wg;
+    if (n.starts_with("mul_mat")) return 128;  // fixed by the tile mapping in mul_mat.comp
+    if (n == "rms_norm") return t.norm_wg;
+    if (n.starts_with("attention")) return t.attention_wg;
+    if (n == "spin") return 1;
+    return t.elementwise_wg;
+}
+
+}  // namespace
+
+result<std::unique_ptr<pipelines>> pipelines::create(const device& dev,
+                                                     const pipeline_tuning& tuning) {
+    std::unique_ptr<pipelines> p(new pipelines(dev));
+    p->_tuning = tuning;
+    bool pow2 = tuning.norm_wg != 0 && (tuning.norm_wg & (tuning.norm_wg - 1)) == 0;
+    if (!pow2 || tuning.elementwise_wg == 0 || tuning.mat_vec_wg == 0 ||
+        tuning.mat_vec_rows == 0 || tuning.attention_wg == 0 || tuning.mat_rows_wg == 0 ||
+        std::max({tuning.elementwise_wg, tuning.norm_wg, tuning.mat_vec_wg, tuning.attention_wg,
+                  128u}) > dev.info().max_workgroup_invocations) {
+        return make_error("gpu_bad_config", "pipeline tuning: workgroup sizes must be nonzero, "
+                                            "fit the device, and norm_wg a power of two");
+    }
+#define ORDO_X(name, bindings, push)                                                        \
+    {                                                                                       \
+        status s = p->build(pipeline_id::name, spirv::name, spirv::name##_words, bindings,  \
+                            sizeof(abi::push));                                             \
+        if (!s) return s.err();                                                             \
+    }
+    ORDO_GPU_PIPELINES(ORDO_X)
+#undef ORDO_X
+    return p;
+}
+
+status pipelines::build(pipeline_id id, const std::uint32_t* code, std::size_t words,
+                        std::uint32_t bindings, std::uint32_t push_bytes) {
+    VkDevice d = _device.handle();
+    pipeline& pl = _all[static_cast<std::size_t>(id)];
+    pl.bindings = bindings;
+    pl.push_bytes = push_bytes;
+    pl.workgroup_size = wg_for(id, _tuning);
+    pl.rows_per_workgroup = pipeline_name(id).starts_with("mul_mat_vec") ? _tuning.mat_vec_rows
+                                                                        : 1;
+    std::string what = "pipeline " + std::string(pipeline_name(id));
+
+    VkDescriptorSetLayoutBinding b[8]{};
+    ORDO_GPU_CHECK(bindings <= 8, "binding count");
+    for (std::uint32_t i = 0; i < bindings; ++i) {
+        b[i].binding = i;
+        b[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+        b[i].descriptorCount = 1;
+        b[i].stageFlags = VK_SHADER_STAGE_COMPUTE_BIT;
+    }
+    VkDescriptorSetLayoutCreateInfo dl{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO};
+    dl.flags = VK_DESCRIPTOR_SET_LAYOUT_CREATE_PUSH_DESCRIPTOR_BIT_KHR;
+    dl.bindingCount = bindings;
+    dl.pBindings = b;
+    VkResult r = vkCreateDescriptorSetLayout(d, &dl, nullptr, &pl.set_layout);
+    if (r != VK_SUCCESS) return vk_error(r, what + " set layout");
+
+    VkPushConstantRange range{VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes};
+    VkPipelineLayoutCreateInfo li{VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
+    li.setLayoutCount = 1;
+    li.pSetLayouts = &pl.set_layout;
+    li.pushConstantRangeCount = 1;
+    li.pPushConstantRanges = &range;
+    r = vkCreatePipelineLayout(d, &li, nullptr, &pl.layout);
+    if (r != VK_SUCCESS) return vk_error(r, what + " layout");
+
+    VkShaderModuleCreateInfo mi{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
+    mi.codeSize = words * 4;
+    mi.pCode = code;
+    VkShaderModule module = VK_NULL_HANDLE;
+    r = vkCreateShaderModule(d, &mi, nullptr, &module);
+    if (r != VK_SUCCESS) return vk_error(r, what + " shader module");
+
+    std::uint32_t spec_values[2] = {pl.workgroup_size, pl.rows_per_workgroup};
+    VkSpecializationMapEntry entries[2] = {{0, 0, 4}, {1, 4, 4}};
+    VkSpecializationInfo spec{2, entries, sizeof(spec_values), spec_values};
+    VkComputePipelineCreateInfo ci{VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
+    ci.stage.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO;
+    ci.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
+    ci.stage.module = module;
+    ci.stage.pName = "main";
+    ci.stage.pSpecializationInfo = &spec;
+    ci.layout = pl.layout;
+    r = vkCreateComputePipelines(d, VK_NULL_HANDLE, 1, &ci, nullptr, &pl.handle);
+    vkDestroyShaderModule(d, module, nullptr);
+    if (r != VK_SUCCESS) return vk_error(r, what + " create");
+    return {};
+}
+
+pipelines::~pipelines() {
+    VkDevice d = _device.handle();
+    for (pipeline& pl : _all) {
+        if (pl.handle != VK_NULL_HANDLE) vkDestroyPipeline(d, pl.handle, nullptr);
+        if (pl.layout != VK_NULL_HANDLE) vkDestroyPipelineLayout(d, pl.layout, nullptr);
+        if (pl.set_layout != VK_NULL_HANDLE) vkDestroyDescriptorSetLayout(d, pl.set_layout, nullptr);
+    }
+}
+
+}  // namespace ordo::gpu

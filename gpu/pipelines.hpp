@@ -1,0 +1,74 @@
+// pipelines.hpp: creates every compute pipeline of gpu/pipeline_table.hpp once per device, with
+// per-device specialization constants (workgroup sizes from the device's limits and subgroup
+// size). Owned next to gpu::device by the gpu actor; read by gpu::stream::dispatch.
+#pragma once
+
+#include <vulkan/vulkan.h>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "actors/runtime/result.hpp"
+#include "gpu/device.hpp"
+#include "gpu/pipeline_table.hpp"
+
+namespace ordo::gpu {
+
+enum class pipeline_id : std::uint32_t {
+#define ORDO_X(name, bindings, push) name,
+    ORDO_GPU_PIPELINES(ORDO_X)
+#undef ORDO_X
+        count
+};
+constexpr std::size_t pipeline_count = static_cast<std::size_t>(pipeline_id::count);
+
+std::string_view pipeline_name(pipeline_id id);
+
+struct pipeline {
+    VkPipeline handle = VK_NULL_HANDLE;
+    VkPipelineLayout layout = VK_NULL_HANDLE;
+    VkDescriptorSetLayout set_layout = VK_NULL_HANDLE;
+    std::uint32_t bindings = 0;
+    std::uint32_t push_bytes = 0;
+    std::uint32_t workgroup_size = 0;  // specialization constant 0 (lanes per workgroup)
+    std::uint32_t rows_per_workgroup = 1;  // specialization constant 1 where used
+};
+
+// Workgroup sizes picked per device. Defaults come from tuning_for(); tests and the bench may
+// override them to check that results do not depend on the choice.
+struct pipeline_tuning {
+    std::uint32_t elementwise_wg = 0;   // get_rows, rope, swiglu, add, kv_write
+    std::uint32_t norm_wg = 0;          // rms_norm (power of two)
+    std::uint32_t mat_vec_wg = 0;       // mul_mat_vec lanes
+    std::uint32_t mat_vec_rows = 0;     // mul_mat_vec rows per workgroup
+    std::uint32_t attention_wg = 0;     // attention lanes (head_dim <= wg * ORDO_ATTN_ACC)
+    std::uint32_t mat_rows_wg = 0;      // mul_mat_rows lanes (= weight rows per workgroup)
+    bool prefer_rows_kernel = false;    // mat_path::automatic picks mul_mat_rows for few tokens
+};
+
+pipeline_tuning tuning_for(const device_info& info);
+
+class pipelines {
+public:
+    static result<std::unique_ptr<pipelines>> create(const device& dev,
+                                                     const pipeline_tuning& tuning);
+    ~pipelines();
+    pipelines(const pipelines&) = delete;
+    pipelines& operator=(const pipelines&) = delete;
+
+    const pipeline& get(pipeline_id id) const { return _all[static_cast<std::size_t>(id)]; }
+    const pipeline_tuning& tuning() const { return _tuning; }
+
+private:
+    explicit pipelines(const device& dev) : _device(dev) {}
+    status build(pipeline_id id, const std::uint32_t* code, std::size_t words,
+                 std::uint32_t bindings, std::uint32_t push_bytes);
+
+    const device& _device;
+    pipeline_tuning _tuning;
+    std::array<pipeline, pipeline_count> _all{};
+};
+
+}  // namespace ordo::gpu

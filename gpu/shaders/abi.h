@@ -1,0 +1,170 @@
+// abi.h: the one declaration of every push-constant struct, binding index and shared constant
+// used by the compute shaders (gpu/shaders/*.comp include it as GLSL) and by their encoders
+// (gpu/kernels.cpp includes it as C++). Members are 32-bit scalars only, so GLSL's std430
+// push-constant layout and the C++ layout are identical; gpu/kernels.cpp static_asserts sizes.
+//
+// Conventions: element offsets and strides are in elements of the binding (floats for
+// activations), so sub-views never need descriptor-offset alignment. Specialization constant 0
+// is always the workgroup size (chosen per device in gpu/pipelines.cpp).
+#ifndef ORDO_GPU_ABI_H
+#define ORDO_GPU_ABI_H
+
+#ifdef __cplusplus
+#include <cstdint>
+namespace ordo::gpu::abi {
+using uint = std::uint32_t;
+#define ORDO_ABI_CONST constexpr uint
+#else
+#define ORDO_ABI_CONST const uint
+#endif
+
+// Weight element types (WTYPE define of get_rows/mul_mat_vec/mul_mat variants).
+ORDO_ABI_CONST ORDO_WTYPE_F32 = 0;
+ORDO_ABI_CONST ORDO_WTYPE_F16 = 1;
+ORDO_ABI_CONST ORDO_WTYPE_Q8_0 = 2;
+ORDO_ABI_CONST ORDO_WTYPE_Q4_0 = 3;
+ORDO_ABI_CONST ORDO_QK = 32;  // elements per quant block (Q8_0, Q4_0)
+
+// mul_mat_vec: columns (tokens) accumulated together per pass over the weights.
+ORDO_ABI_CONST ORDO_MMV_COLS = 4;
+// mul_mat_rows: tokens accumulated together per pass over a weight row.
+ORDO_ABI_CONST ORDO_ROWS_COLS = 8;
+// mul_mat tile: TM weight rows x TN tokens per workgroup, K stepped one quant block at a time.
+ORDO_ABI_CONST ORDO_MM_TM = 64;
+ORDO_ABI_CONST ORDO_MM_TN = 32;
+// attention: per-lane accumulator slots; head_dim <= workgroup size * this.
+ORDO_ABI_CONST ORDO_ATTN_ACC = 4;
+ORDO_ABI_CONST ORDO_ATTN_HEAD_DIM_MAX = 256;
+
+// Binding indices, per kernel.
+ORDO_ABI_CONST ORDO_B_GET_ROWS_TABLE = 0, ORDO_B_GET_ROWS_IDS = 1, ORDO_B_GET_ROWS_OUT = 2;
+ORDO_ABI_CONST ORDO_B_MM_W = 0, ORDO_B_MM_X = 1, ORDO_B_MM_Y = 2;
+ORDO_ABI_CONST ORDO_B_NORM_X = 0, ORDO_B_NORM_W = 1, ORDO_B_NORM_OUT = 2;
+ORDO_ABI_CONST ORDO_B_ROPE_X = 0, ORDO_B_ROPE_POS = 1;
+ORDO_ABI_CONST ORDO_B_SWIGLU_GATE = 0, ORDO_B_SWIGLU_UP = 1, ORDO_B_SWIGLU_OUT = 2;
+ORDO_ABI_CONST ORDO_B_ADD_A = 0, ORDO_B_ADD_B = 1, ORDO_B_ADD_OUT = 2;
+ORDO_ABI_CONST ORDO_B_KVW_SRC = 0, ORDO_B_KVW_SLOTS = 1, ORDO_B_KVW_K = 2, ORDO_B_KVW_V = 3;
+ORDO_ABI_CONST ORDO_B_ATTN_Q = 0, ORDO_B_ATTN_K = 1, ORDO_B_ATTN_V = 2, ORDO_B_ATTN_TOKENS = 3,
+               ORDO_B_ATTN_TABLES = 4, ORDO_B_ATTN_OUT = 5;
+ORDO_ABI_CONST ORDO_B_SPIN_DATA = 0;
+
+// get_rows_*.comp: out[i] = dequant(table[ids[i]]) for the ids that fall in this chunk.
+struct get_rows_push {
+    uint n_cols;        // elements per table row (ne0)
+    uint n_ids;         // rows to gather
+    uint row_begin;     // first table row held by the bound chunk
+    uint row_count;     // table rows in the bound chunk
+    uint scale_offset;  // word offset of the f16 scale array in a quantized chunk (else 0)
+    uint ids_offset;    // first id (elements)
+    uint out_offset;    // floats
+    uint out_stride;    // floats between output rows
+};
+
+// mul_mat_vec_*.comp and mul_mat_*.comp: y[t][row_begin + r] (+)= sum_k W[r][k] * x[t][k].
+struct mul_mat_push {
+    uint k;             // input dim (ne0), elements per weight row
+    uint n_rows;        // weight rows in the bound chunk
+    uint n_cols;        // tokens (columns of x and y)
+    uint row_begin;     // output index of the chunk's first row
+    uint scale_offset;  // word offset of the f16 scale array in a quantized chunk (else 0)
+    uint x_offset;      // floats; multiple of 4
+    uint x_stride;      // floats between tokens; multiple of 4
+    uint y_offset;      // floats
+    uint y_stride;      // floats between tokens
+    uint accumulate;    // 1: y += W x (fused residual add), 0: y = W x
+};
+
+// rms_norm.comp: out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w.
+struct rms_norm_push {
+    uint n;             // elements per row
+    uint n_rows;
+    uint x_offset;
+    uint x_stride;
+    uint out_offset;
+    uint out_stride;
+    float eps;
+};
+
+// rope.comp: in place, adjacent pairs (x[2i], x[2i+1]) of the first n_rot dims of each head.
+struct rope_push {
+    uint n_tokens;
+    uint n_heads;       // heads rotated per token (q heads, or q + k heads of a fused buffer)
+    uint head_dim;
+    uint n_rot;         // even, <= head_dim
+    uint x_offset;      // floats, first head of token 0
+    uint x_stride;      // floats between tokens
+    uint pos_offset;    // first position (elements of the positions buffer)
+    float freq_base;
+};
+
+// swiglu.comp: out = silu(gate) * up.
+struct swiglu_push {
+    uint n;
+    uint n_rows;
+    uint gate_offset;
+    uint gate_stride;
+    uint up_offset;
+    uint up_stride;
+    uint out_offset;
+    uint out_stride;
+};
+
+// add.comp: out = a + b.
+struct add_push {
+    uint n;
+    uint n_rows;
+    uint a_offset;
+    uint a_stride;
+    uint b_offset;
+    uint b_stride;
+    uint out_offset;
+    uint out_stride;
+};
+
+// KV pool layer view geometry: element (block, head, slot, d) of one layer lives at
+// ((block * n_head_kv + head) * block_tokens + slot) * head_dim + d.
+// kv_write_*.comp: copies the new tokens' K and V rows into their slots (slot = block *
+// block_tokens + offset, one per token; slot < 0 skips the token).
+struct kv_write_push {
+    uint n_tokens;
+    uint n_head_kv;
+    uint head_dim;
+    uint block_tokens;
+    uint n_blocks;      // blocks in the pool (slots are bounds-checked against it)
+    uint src_stride;    // floats between tokens in the source
+    uint k_offset;      // floats, first K element of token 0 in the source
+    uint v_offset;      // floats, first V element of token 0 in the source
+    uint slots_offset;  // elements
+};
+
+// attention_*.comp: for each query token and head, causal softmax attention over the token's
+// sequence positions 0..pos, read from the paged pool through the sequence's block table.
+// tokens buffer: per token two ints {sequence index, position}; tables: n_seqs x
+// max_blocks_per_seq block ids.
+struct attention_push {
+    uint n_tokens;
+    uint n_head;
+    uint n_head_kv;
+    uint head_dim;
+    uint block_tokens;
+    uint n_blocks;
+    uint max_blocks_per_seq;
+    uint n_seqs;        // rows of the tables binding; a token naming another sequence is skipped
+    uint q_offset;
+    uint q_stride;
+    uint out_offset;
+    uint out_stride;
+    uint tokens_offset; // ints
+    float scale;        // 1 / sqrt(head_dim)
+};
+
+// spin.comp (tests only): a deliberately long dispatch to exercise the fence watchdog.
+struct spin_push {
+    uint iterations;
+    uint n;
+};
+
+#ifdef __cplusplus
+}  // namespace ordo::gpu::abi
+#endif
+#endif  // ORDO_GPU_ABI_H

@@ -1,0 +1,114 @@
+// gpu_fixture.hpp: shared set-up for tests/gpu: one real Vulkan device + pipelines + stream per
+// test binary, helpers to move float/int arrays to and from device buffers, seeded random data
+// and closeness checks. When no Vulkan device can be created at all the tests GTEST_SKIP with
+// a loud message naming the error (here lavapipe exists, so they run).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "gpu/device.hpp"
+#include "gpu/kernels.hpp"
+#include "gpu/pipelines.hpp"
+#include "gpu/stream.hpp"
+
+namespace ordo::gpu::testing {
+
+// Long enough for any kernel test on a loaded 2-core machine; a real hang still ends the test.
+constexpr std::uint64_t test_watchdog_ms = 120'000;
+
+struct gpu_env {
+    std::unique_ptr<device> dev;
+    std::unique_ptr<pipelines> pipes;
+    std::unique_ptr<stream> str;
+    std::string error;
+};
+
+inline gpu_env& env() {
+    static gpu_env e = [] {
+        gpu_env g;
+        auto d = device::create({""});
+        if (!d) {
+            g.error = d.err().code + ": " + d.err().message;
+            return g;
+        }
+        g.dev = std::move(*d);
+        auto p = pipelines::create(*g.dev, tuning_for(g.dev->info()));
+        if (!p) {
+            g.error = p.err().message;
+            return g;
+        }
+        g.pipes = std::move(*p);
+        auto s = stream::create(*g.dev, *g.pipes, {});
+        if (!s) {
+            g.error = s.err().message;
+            return g;
+        }
+        g.str = std::move(*s);
+        return g;
+    }();
+    return e;
+}
+
+#define ORDO_REQUIRE_GPU()                                                                   \
+    do {                                                                                     \
+        if (!::ordo::gpu::testing::env().dev) {                                              \
+            std::fprintf(stderr, "\n*** SKIPPING GPU TEST: no Vulkan device: %s ***\n\n",    \
+                         ::ordo::gpu::testing::env().error.c_str());                          \
+            GTEST_SKIP() << "no Vulkan device: " << ::ordo::gpu::testing::env().error;        \
+        }                                                                                    \
+    } while (0)
+
+template <typename T>
+inline buffer make_buffer(const std::vector<T>& data, std::size_t min_elems = 0) {
+    std::size_t n = std::max(data.size(), min_elems);
+    auto b = env().dev->create_buffer(std::max<std::size_t>(n, 1) * sizeof(T), memory_use::device);
+    EXPECT_TRUE(b.ok());
+    std::vector<T> padded(data);
+    padded.resize(std::max<std::size_t>(n, 1));
+    EXPECT_TRUE(env().dev->write(*b, 0, padded.data(), padded.size() * sizeof(T)).ok());
+    return std::move(*b);
+}
+
+template <typename T>
+inline std::vector<T> read_buffer(const buffer& b, std::size_t n) {
+    std::vector<T> out(n);
+    EXPECT_TRUE(env().dev->read(b, 0, out.data(), n * sizeof(T)).ok());
+    return out;
+}
+
+inline std::vector<float> random_floats(std::size_t n, std::uint32_t seed, float scale = 1.0f) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(-scale, scale);
+    std::vector<float> v(n);
+    for (float& x : v) x = u(rng);
+    return v;
+}
+
+// Runs what the caller recorded after begin() as one segment and expects success.
+inline void run_segment(const char* label) {
+    status s = env().str->run(test_watchdog_ms);
+    ASSERT_TRUE(s.ok()) << label << ": " << s.err().message;
+}
+
+// |a - b| <= atol + rtol * |b| elementwise; reports the first few mismatches.
+inline void expect_close(const std::vector<float>& got, const std::vector<float>& want,
+                         float atol, float rtol, const std::string& what) {
+    ASSERT_EQ(got.size(), want.size()) << what;
+    int reported = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+        float tol = atol + rtol * std::fabs(want[i]);
+        if (!(std::fabs(got[i] - want[i]) <= tol)) {
+            ADD_FAILURE() << what << ": index " << i << " got " << got[i] << " want " << want[i];
+            if (++reported >= 5) return;
+        }
+    }
+}
+
+}  // namespace ordo::gpu::testing

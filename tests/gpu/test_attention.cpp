@@ -1,0 +1,198 @@
+// test_attention.cpp: the paged KV cache kernels (kv_write, attention) on the real device
+// against model::attention (model/cpu_ops.hpp). Covers GQA (6 query heads over 2 kv heads),
+// sequences whose history crosses block boundaries through shuffled, non-contiguous block
+// tables, a batch of sequences of unequal lengths decoded in one dispatch, chunked causal
+// prefill equal to token-by-token decode (bit-identical, and equal to the reference), F16 and
+// F32 pool storage, and that a token with an invalid sequence index reads nothing.
+//
+// Buffers live in a std::deque so references stay valid as more are added.
+//
+// Tolerances: the reference is fed the same K/V values the pool holds (rounded to f16 for an
+// F16 pool), so only exp/summation order differ: 2e-5 + 1e-4 |ref|.
+#include "gpu_fixture.hpp"
+
+#include <algorithm>
+#include <deque>
+#include <numeric>
+
+#include "gpu/kv_pool.hpp"
+#include "model/cpu_ops.hpp"
+#include "model/fp16.hpp"
+
+namespace ordo::gpu::testing {
+namespace {
+
+constexpr std::uint32_t n_head = 6, n_head_kv = 2, head_dim = 32, block_tokens = 4;
+constexpr std::uint32_t n_blocks = 24, max_blocks = 6, layer = 1;
+constexpr std::uint32_t kv_dim = n_head_kv * head_dim, q_dim = n_head * head_dim;
+
+struct sequence {
+    std::vector<std::int32_t> blocks;  // block table
+    std::vector<float> k, v;           // history, position-major rows of kv_dim (as stored)
+};
+
+struct attention_fixture {
+    bool f16;
+    std::unique_ptr<kv_pool> pool;
+    std::vector<sequence> seqs;
+    buffer tables;
+
+    explicit attention_fixture(bool half, const std::vector<std::uint32_t>& lengths) : f16(half) {
+        auto p = kv_pool::create(*env().dev, {2, n_head_kv, head_dim, block_tokens, n_blocks, f16});
+        EXPECT_TRUE(p.ok());
+        pool = std::move(*p);
+        std::vector<std::int32_t> free(n_blocks);
+        std::iota(free.begin(), free.end(), 0);
+        std::shuffle(free.begin(), free.end(), std::mt19937(42));
+        std::vector<std::int32_t> table_data;
+        for (std::size_t s = 0; s < lengths.size(); ++s) {
+            sequence q;
+            for (std::uint32_t b = 0; b < max_blocks; ++b) q.blocks.push_back(free.back()), free.pop_back();
+            q.k = random_floats(std::size_t(lengths[s]) * kv_dim, 100 + s);
+            q.v = random_floats(std::size_t(lengths[s]) * kv_dim, 200 + s);
+            if (f16) {
+                for (auto* a : {&q.k, &q.v}) {
+                    for (float& x : *a) x = model::f16_to_f32(model::f32_to_f16(x));
+                }
+            }
+            table_data.insert(table_data.end(), q.blocks.begin(), q.blocks.end());
+            seqs.push_back(std::move(q));
+        }
+        tables = make_buffer(table_data);
+    }
+
+    std::int32_t slot(std::size_t s, std::uint32_t pos) const {
+        return seqs[s].blocks[pos / block_tokens] * block_tokens + pos % block_tokens;
+    }
+
+    // Writes positions [from, to) of sequence s into the pool (one kv_write dispatch).
+    void record_write(std::size_t s, std::uint32_t from, std::uint32_t to, std::deque<buffer>& keep) {
+        std::vector<float> src;
+        std::vector<std::int32_t> slots;
+        for (std::uint32_t p = from; p < to; ++p) {
+            src.insert(src.end(), seqs[s].k.begin() + p * kv_dim, seqs[s].k.begin() + (p + 1) * kv_dim);
+            src.insert(src.end(), seqs[s].v.begin() + p * kv_dim, seqs[s].v.begin() + (p + 1) * kv_dim);
+            slots.push_back(slot(s, p));
+        }
+        keep.push_back(make_buffer(src));
+        keep.push_back(make_buffer(slots));
+        const buffer& sb = keep[keep.size() - 2];
+        status st = encode_kv_write(*env().str, *pool, layer, {whole(sb), 0, 2 * kv_dim},
+                                    {whole(sb), kv_dim, 2 * kv_dim}, {whole(keep.back()), 0},
+                                    to - from);
+        ASSERT_TRUE(st.ok()) << st.err().message;
+    }
+
+    // Attention output for query tokens {seq, pos} with queries q (q_dim per token).
+    std::vector<float> run_attention(const std::vector<std::int32_t>& tokens,
+                                      const std::vector<float>& q, std::deque<buffer>& keep) {
+        std::uint32_t n = static_cast<std::uint32_t>(tokens.size() / 2);
+        keep.push_back(make_buffer(q));
+        const buffer& qb = keep.back();
+        keep.push_back(make_buffer(tokens));
+        const buffer& tb = keep.back();
+        keep.push_back(make_buffer(std::vector<float>(n * q_dim, 9.0f)));
+        const buffer& ob = keep.back();
+        attention_batch b{{whole(qb), 0, q_dim}, {whole(ob), 0, q_dim}, {whole(tb), 0},
+                          {whole(tables), 0}, n, static_cast<std::uint32_t>(seqs.size()),
+                          max_blocks, n_head};
+        status st = encode_attention(*env().str, *pool, layer, b);
+        EXPECT_TRUE(st.ok()) << st.err().message;
+        run_segment("attention");
+        return read_buffer<float>(ob, n * q_dim);
+    }
+
+    std::vector<float> reference(std::size_t s, std::uint32_t pos, const float* q) const {
+        std::vector<float> out(q_dim), scratch(pos + 1);
+        model::attention(out.data(), q, seqs[s].k.data(), seqs[s].v.data(), pos + 1,
+                         {n_head, n_head_kv, head_dim}, scratch.data());
+        return out;
+    }
+};
+
+void decode_batch(bool f16) {
+    SCOPED_TRACE(f16 ? "f16 pool" : "f32 pool");
+    // Unequal lengths: 1 (first block only), 4 (exactly one block), 9 and 23 (cross blocks).
+    std::vector<std::uint32_t> lengths = {9, 1, 23, 4};
+    attention_fixture fx(f16, lengths);
+    std::deque<buffer> keep;
+    ASSERT_TRUE(env().str->begin("kv history").ok());
+    for (std::size_t s = 0; s < lengths.size(); ++s) fx.record_write(s, 0, lengths[s], keep);
+    run_segment("kv history");
+    std::vector<std::int32_t> tokens;
+    for (std::size_t s = 0; s < lengths.size(); ++s) {
+        tokens.push_back(static_cast<std::int32_t>(s));
+        tokens.push_back(static_cast<std::int32_t>(lengths[s] - 1));
+    }
+    auto q = random_floats(lengths.size() * q_dim, 77);
+    ASSERT_TRUE(env().str->begin("decode").ok());
+    auto got = fx.run_attention(tokens, q, keep);
+    for (std::size_t s = 0; s < lengths.size(); ++s) {
+        SCOPED_TRACE("sequence " + std::to_string(s));
+        auto want = fx.reference(s, lengths[s] - 1, q.data() + s * q_dim);
+        expect_close({got.begin() + s * q_dim, got.begin() + (s + 1) * q_dim}, want, 2e-5f,
+                     1e-4f, "decode attention");
+    }
+}
+
+TEST(GpuAttention, DecodeBatchUnequalLengthsGqaF16) {
+    ORDO_REQUIRE_GPU();
+    decode_batch(true);
+}
+
+TEST(GpuAttention, DecodeBatchUnequalLengthsGqaF32) {
+    ORDO_REQUIRE_GPU();
+    decode_batch(false);
+}
+
+TEST(GpuAttention, ChunkedPrefillEqualsTokenByTokenDecode) {
+    ORDO_REQUIRE_GPU();
+    const std::uint32_t len = 14;
+    auto q = random_floats(len * q_dim, 31);
+    // Chunked: positions [0, 5) then [5, 14), each chunk written then attended causally.
+    attention_fixture a(true, {len});
+    std::deque<buffer> keep;
+    std::vector<float> chunked;
+    for (auto [from, to] : {std::pair<std::uint32_t, std::uint32_t>{0, 5}, {5, len}}) {
+        ASSERT_TRUE(env().str->begin("prefill chunk").ok());
+        a.record_write(0, from, to, keep);
+        std::vector<std::int32_t> tokens;
+        for (std::uint32_t p = from; p < to; ++p) tokens.insert(tokens.end(), {0, std::int32_t(p)});
+        auto out = a.run_attention(tokens, {q.begin() + from * q_dim, q.begin() + to * q_dim}, keep);
+        chunked.insert(chunked.end(), out.begin(), out.end());
+    }
+    // Token by token on a fresh pool.
+    attention_fixture b(true, {len});
+    std::vector<float> stepwise;
+    for (std::uint32_t p = 0; p < len; ++p) {
+        ASSERT_TRUE(env().str->begin("decode step").ok());
+        b.record_write(0, p, p + 1, keep);
+        auto out = b.run_attention({0, std::int32_t(p)}, {q.begin() + p * q_dim, q.begin() + (p + 1) * q_dim}, keep);
+        stepwise.insert(stepwise.end(), out.begin(), out.end());
+    }
+    EXPECT_EQ(chunked, stepwise) << "chunked prefill must equal token-by-token decode exactly";
+    for (std::uint32_t p = 0; p < len; ++p) {
+        auto want = a.reference(0, p, q.data() + p * q_dim);
+        expect_close({chunked.begin() + p * q_dim, chunked.begin() + (p + 1) * q_dim}, want,
+                     2e-5f, 1e-4f, "prefill position " + std::to_string(p));
+    }
+}
+
+TEST(GpuAttention, InvalidTokenReadsNothing) {
+    ORDO_REQUIRE_GPU();
+    attention_fixture fx(true, {5});
+    std::deque<buffer> keep;
+    ASSERT_TRUE(env().str->begin("kv").ok());
+    fx.record_write(0, 0, 5, keep);
+    run_segment("kv");
+    auto q = random_floats(3 * q_dim, 5);
+    ASSERT_TRUE(env().str->begin("bad tokens").ok());
+    // Sequence 7 does not exist; position 999 is past the table; sequence 0 pos 4 is valid.
+    auto got = fx.run_attention({7, 0, 0, 999, 0, 4}, q, keep);
+    for (std::uint32_t i = 0; i < 2 * q_dim; ++i) ASSERT_EQ(got[i], 0.0f) << i;
+    auto want = fx.reference(0, 4, q.data() + 2 * q_dim);
+    expect_close({got.begin() + 2 * q_dim, got.end()}, want, 2e-5f, 1e-4f, "valid token");
+}
+
+}  // namespace
+}  // namespace ordo::gpu::testing

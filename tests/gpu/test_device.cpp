@@ -1,0 +1,76 @@
+// test_device.cpp: device choice from the `gpu.device` string. The pure policy is checked on
+// synthetic device lists (auto prefers discrete > integrated > virtual > cpu; digits are an
+// index; anything else a case-insensitive substring; no match or a bad index is an error that
+// lists every device). On the real machine: a bad name or index fails with the device list, the
+// lavapipe name selects it, and the reported info (limits, heaps) is filled in.
+#include "gpu_fixture.hpp"
+
+#include "gpu/device_select.hpp"
+
+namespace ordo::gpu::testing {
+namespace {
+
+const std::vector<device_candidate> devices = {
+    {"llvmpipe (LLVM 15.0.6, 256 bits)", device_kind::cpu},
+    {"Intel(R) UHD Graphics 630", device_kind::integrated},
+    {"NVIDIA GeForce RTX 4090", device_kind::discrete},
+};
+
+TEST(DeviceSelect, AutoPrefersDiscreteThenIntegratedThenAny) {
+    EXPECT_EQ(*select_device(devices, ""), 2u);
+    EXPECT_EQ(*select_device({devices[0], devices[1]}, ""), 1u);
+    EXPECT_EQ(*select_device({devices[0]}, ""), 0u);
+}
+
+TEST(DeviceSelect, IndexAndCaseInsensitiveName) {
+    EXPECT_EQ(*select_device(devices, "1"), 1u);
+    EXPECT_EQ(*select_device(devices, "nvidia"), 2u);
+    EXPECT_EQ(*select_device(devices, "LLVMPIPE"), 0u);
+}
+
+TEST(DeviceSelect, NoMatchAndBadIndexListDevices) {
+    auto none = select_device(devices, "radeon");
+    ASSERT_FALSE(none.ok());
+    EXPECT_EQ(none.err().code, "gpu_device_not_found");
+    EXPECT_NE(none.err().message.find("2: NVIDIA GeForce RTX 4090 (discrete)"), std::string::npos)
+        << none.err().message;
+    auto far = select_device(devices, "3");
+    ASSERT_FALSE(far.ok());
+    EXPECT_NE(far.err().message.find("out of range"), std::string::npos);
+    EXPECT_NE(far.err().message.find("0: llvmpipe"), std::string::npos);
+    EXPECT_FALSE(select_device({}, "").ok());
+}
+
+TEST(DeviceReal, BadNameAndIndexAreErrorsListingDevices) {
+    ORDO_REQUIRE_GPU();
+    auto bad = device::create({"no-such-gpu-anywhere"});
+    ASSERT_FALSE(bad.ok());
+    EXPECT_EQ(bad.err().code, "gpu_device_not_found");
+    EXPECT_NE(bad.err().message.find(env().dev->info().name), std::string::npos)
+        << bad.err().message;
+    auto far = device::create({"99"});
+    ASSERT_FALSE(far.ok());
+    EXPECT_NE(far.err().message.find("out of range"), std::string::npos);
+}
+
+TEST(DeviceReal, SelectByNameAndReportInfo) {
+    ORDO_REQUIRE_GPU();
+    const device_info& info = env().dev->info();
+    std::string needle = info.name.substr(0, 4);
+    for (char& c : needle) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    auto again = device::create({needle});
+    ASSERT_TRUE(again.ok()) << again.err().message;
+    EXPECT_EQ((*again)->info().name, info.name);
+    EXPECT_GT(info.max_storage_buffer_range, 0u);
+    EXPECT_GT(info.max_shared_memory_bytes, 0u);
+    EXPECT_GT(info.subgroup_size, 0u);
+    EXPECT_GT(info.max_workgroup_invocations, 0u);
+    EXPECT_GT(info.max_workgroup_count[0], 0u);
+    EXPECT_FALSE(info.heaps.empty());
+    EXPECT_FALSE(info.api_version.empty());
+    std::string text = describe(info);
+    EXPECT_NE(text.find("subgroup"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ordo::gpu::testing

@@ -1,0 +1,116 @@
+// test_segments.cpp: bounded, labelled submissions. A toy 4-"layer" pipeline
+// (x += W_l rmsnorm(x) per layer) recorded as segments of 1, 2 and all 4 layers gives
+// bit-identical results; the fence watchdog turns a too-long segment (a test-only spin
+// dispatch with a 1 ms timeout, through the same wait path) into a gpu_timeout error naming the
+// segment, after which the stream recovers; an injected device loss becomes gpu_device_lost
+// naming the segment; a segment cannot begin while another is in flight; timestamps give one
+// timing per dispatch.
+#include "gpu_fixture.hpp"
+
+#include <deque>
+
+#include "gpu/weights.hpp"
+#include "model/quant.hpp"
+
+namespace ordo::gpu::testing {
+namespace {
+
+constexpr std::uint32_t n_layer = 4, dim = 64;
+
+std::vector<float> run_toy(std::uint32_t flush_every) {
+    std::deque<buffer> keep;
+    arena mem(*env().dev, 1u << 20);
+    std::vector<weight_tensor> w;
+    for (std::uint32_t l = 0; l < n_layer; ++l) {
+        auto f = random_floats(dim * dim, 10 + l, 0.2f);
+        std::vector<std::uint8_t> bytes(f.size() * 2);
+        EXPECT_TRUE(model::quantize_row(model::ggml_type::f16, f.data(), bytes.data(), f.size()).ok());
+        auto t = upload_weight(*env().dev, mem, model::ggml_type::f16, dim, dim, bytes);
+        EXPECT_TRUE(t.ok());
+        w.push_back(std::move(*t));
+    }
+    const buffer& norm_w = keep.emplace_back(make_buffer(random_floats(dim, 3)));
+    const buffer& x = keep.emplace_back(make_buffer(random_floats(dim * 2, 4)));
+    const buffer& tmp = keep.emplace_back(make_buffer(std::vector<float>(dim * 2)));
+    for (std::uint32_t l0 = 0; l0 < n_layer; l0 += flush_every) {
+        std::uint32_t l1 = std::min(n_layer, l0 + flush_every);
+        EXPECT_TRUE(env().str->begin("toy layers " + std::to_string(l0) + "-" +
+                                     std::to_string(l1 - 1)).ok());
+        for (std::uint32_t l = l0; l < l1; ++l) {
+            EXPECT_TRUE(encode_rms_norm(*env().str, {whole(x), 0, dim}, whole(norm_w),
+                                        {whole(tmp), 0, dim}, dim, 2, 1e-5f).ok());
+            EXPECT_TRUE(encode_mul_mat(*env().str, w[l], {whole(tmp), 0, dim}, {whole(x), 0, dim},
+                                       2, true).ok());
+        }
+        status s = env().str->run(test_watchdog_ms);
+        EXPECT_TRUE(s.ok()) << s.err().message;
+    }
+    return read_buffer<float>(x, dim * 2);
+}
+
+TEST(GpuSegments, SplittingEveryOneTwoAllLayersIsIdentical) {
+    ORDO_REQUIRE_GPU();
+    auto all = run_toy(n_layer);
+    auto one = run_toy(1);
+    auto two = run_toy(2);
+    EXPECT_EQ(one, all);
+    EXPECT_EQ(two, all);
+    auto start = random_floats(dim * 2, 4);
+    EXPECT_NE(all, start) << "the toy pipeline must change x";
+}
+
+TEST(GpuSegments, WatchdogTimeoutNamesTheSegmentAndRecovers) {
+    ORDO_REQUIRE_GPU();
+    buffer data = make_buffer(random_floats(1024, 8));
+    ASSERT_TRUE(env().str->begin("decode#812 seqs=4 layers 8-15").ok());
+    // Hundreds of ms on lavapipe; far past a 1 ms watchdog.
+    ASSERT_TRUE(encode_spin(*env().str, whole(data), 200'000'000).ok());
+    ASSERT_TRUE(env().str->submit().ok());
+    status s = env().str->wait(1);
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.err().code, "gpu_timeout");
+    EXPECT_NE(s.err().message.find("decode#812 seqs=4 layers 8-15"), std::string::npos)
+        << s.err().message;
+    // Still in flight: a new segment is refused until it has finished.
+    status busy = env().str->begin("next");
+    ASSERT_FALSE(busy.ok());
+    EXPECT_EQ(busy.err().code, "gpu_busy");
+    status done = env().str->wait(test_watchdog_ms);
+    ASSERT_TRUE(done.ok()) << done.err().message;
+    ASSERT_TRUE(env().str->begin("after timeout").ok());
+    ASSERT_TRUE(encode_spin(*env().str, whole(data), 10).ok());
+    run_segment("after timeout");
+}
+
+TEST(GpuSegments, InjectedDeviceLossNamesTheSegment) {
+    ORDO_REQUIRE_GPU();
+    buffer data = make_buffer(random_floats(16, 9));
+    ASSERT_TRUE(env().str->begin("prefill#3 seqs=1 layers 0-5").ok());
+    ASSERT_TRUE(encode_spin(*env().str, whole(data), 10).ok());
+    env().str->inject_wait_result(VK_ERROR_DEVICE_LOST);
+    status s = env().str->run(test_watchdog_ms);
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.err().code, "gpu_device_lost");
+    EXPECT_NE(s.err().message.find("prefill#3 seqs=1 layers 0-5"), std::string::npos);
+    EXPECT_EQ(env().str->state(), stream_state::idle);
+}
+
+TEST(GpuSegments, TimestampsGiveOneTimingPerDispatch) {
+    ORDO_REQUIRE_GPU();
+    if (!env().dev->info().timestamps) GTEST_SKIP() << "device has no compute timestamps";
+    auto timed = stream::create(*env().dev, *env().pipes, {64, true});
+    ASSERT_TRUE(timed.ok()) << timed.err().message;
+    buffer data = make_buffer(random_floats(64, 1));
+    ASSERT_TRUE((*timed)->begin("timed").ok());
+    ASSERT_TRUE(encode_spin(**timed, whole(data), 100000).ok());
+    ASSERT_TRUE(encode_spin(**timed, whole(data), 10).ok());
+    ASSERT_TRUE((*timed)->run(test_watchdog_ms).ok());
+    const auto& t = (*timed)->timings();
+    ASSERT_EQ(t.size(), 2u);
+    EXPECT_EQ(t[0].id, pipeline_id::spin);
+    EXPECT_GT(t[0].ms, 0.0);
+    EXPECT_GE(t[1].ms, 0.0);
+}
+
+}  // namespace
+}  // namespace ordo::gpu::testing
