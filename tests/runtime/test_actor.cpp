@@ -218,3 +218,30 @@ TEST(actor_runtime, leaked_handle_is_reported_by_join) {
 }
 
 }  // namespace
+
+#include "actors/runtime/outbox.hpp"
+
+namespace {
+
+// An outbox built from the recorder forwards to its mailbox with the outbox's sender name;
+// an unbound one refuses.
+TEST(actor_runtime, outbox_forwards_typed_messages) {
+    ordo::actors::memory_trace_sink sink;
+    recorder r(16);
+    r.set_trace(&sink);
+    ASSERT_TRUE(r.start().ok());
+    ordo::actors::outbox<ping> to_recorder(r, "gpu");
+    ASSERT_TRUE(to_recorder.tell(ping{9, 1}).ok());
+    r.wait_total(1);
+    r.request_stop();
+    ASSERT_TRUE(r.join().ok());
+    auto records = sink.snapshot();
+    ASSERT_EQ(records.size(), 1u);
+    EXPECT_EQ(records[0].sender, "gpu");
+    ordo::actors::outbox<ping> unbound;
+    auto st = unbound.tell(ping{});
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.err().code, "not_connected");
+}
+
+}  // namespace
