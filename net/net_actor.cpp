@@ -14,6 +14,8 @@ namespace {
 // 64 KiB read is enough to keep a connection moving without per-read allocations.
 constexpr size_t read_buffer_bytes = 64 * 1024;
 constexpr int listen_backlog = 128;
+// How often a client_gone refused by a full scheduler mailbox is offered again.
+constexpr uint64_t gone_retry_ms = 5;
 
 }  // namespace
 
@@ -46,6 +48,8 @@ net_actor::~net_actor() = default;
 
 void net_actor::on_start() {
     _started_at = std::chrono::steady_clock::now();
+    uv_timer_init(loop(), &_gone_timer);
+    _gone_timer.data = this;
     _listen_status = bind_and_listen();
     if (!_listen_status.ok()) log().error("{}", _listen_status.err().message);
 }
@@ -86,6 +90,11 @@ void net_actor::on_stop() {
         _listening = false;
     }
     for (auto& [id, c] : _connections) close_connection(*c, "server stopping");
+    // Whatever is still refused now is lost with the process; say so.
+    if (!_gone_pending.empty()) {
+        log().warn("{} client_gone messages undelivered at stop", _gone_pending.size());
+    }
+    uv_close(reinterpret_cast<uv_handle_t*>(&_gone_timer), nullptr);
     log().info("stopped: {} connections closed", _connections.size());
 }
 
@@ -205,8 +214,45 @@ void net_actor::handle_request(connection& c, const request& r) {
             return;
         }
     }
+    if (_to_scheduler.bound()) {
+        forward(c, r);
+        return;
+    }
     _counters.unknown_ops++;
     send_frame(c, encode_error(r.id, "unknown_op", "unknown op \"" + r.op + "\""));
+}
+
+void net_actor::forward(connection& c, const request& r) {
+    sched::client_request m;
+    m.conn = c.id;
+    m.id = r.id;
+    m.op = r.op;
+    msgpack::sbuffer frame;
+    msgpack::pack(frame, *r.map);
+    m.frame.assign(frame.data(), frame.data() + frame.size());
+    if (r.op == "stats") m.net = counters_map();
+    if (auto st = _to_scheduler.tell(m); !st.ok()) {
+        // The scheduler's mailbox is full (or it is stopping): refuse now rather than queue.
+        bool stopping = st.err().code == "actor_stopped";
+        send_frame(c, encode_error(r.id, stopping ? "shutting_down" : "overloaded",
+                                   st.err().message));
+        return;
+    }
+    c.inflight.insert(r.id);
+}
+
+std::map<std::string, uint64_t> net_actor::counters_map() const {
+    const auto& k = _counters;
+    return {{"connections_open", _connections.size()},
+            {"connections_total", k.connections_total},
+            {"connections_refused", k.connections_refused},
+            {"requests", k.requests},
+            {"bad_frames", k.bad_frames},
+            {"bad_requests", k.bad_requests},
+            {"unknown_ops", k.unknown_ops},
+            {"slow_readers", k.slow_readers},
+            {"bytes_in", k.bytes_in},
+            {"bytes_out", k.bytes_out}};
 }
 
 void net_actor::op_health(connection& c, const request& r) {
@@ -231,20 +277,9 @@ void net_actor::op_stats(connection& c, const request& r) {
         send_frame(c, encode_error(r.id, st.err().code, st.err().message));
         return;
     }
-    const auto& k = _counters;
     event_writer w(r.id, "done");
     w.field("connections_open", _connections.size());
-    auto& p = w.nested("net");
-    p.pack_map(9);
-    p.pack("connections_total"), p.pack(k.connections_total);
-    p.pack("connections_refused"), p.pack(k.connections_refused);
-    p.pack("requests"), p.pack(k.requests);
-    p.pack("bad_frames"), p.pack(k.bad_frames);
-    p.pack("bad_requests"), p.pack(k.bad_requests);
-    p.pack("unknown_ops"), p.pack(k.unknown_ops);
-    p.pack("slow_readers"), p.pack(k.slow_readers);
-    p.pack("bytes_in"), p.pack(k.bytes_in);
-    p.pack("bytes_out"), p.pack(k.bytes_out);
+    w.field("net", counters_map());
     send_frame(c, w.finish());
 }
 
@@ -272,7 +307,7 @@ void net_actor::send_frame(connection& c, std::string frame) {
         _counters.slow_readers++;
         log().warn("connection {}: {} bytes unread (limit {}), closing", c.id,
                    c.write_pending_bytes, _options.write_buffer_bytes_max);
-        close_connection(c, "slow reader");
+        close_connection(c, "slow_reader");
         return;
     }
     auto* w = new write_req;
@@ -324,9 +359,31 @@ void net_actor::shutdown_cb(uv_shutdown_t* req, int) {
 void net_actor::close_connection(connection& c, const char* reason) {
     if (uv_is_closing(reinterpret_cast<uv_handle_t*>(&c.tcp))) return;
     log().debug("connection {} closing: {}", c.id, reason);
+    if (_to_scheduler.bound() && !c.inflight.empty()) {
+        // The scheduler cancels this connection's requests; nothing more is written here.
+        tell_client_gone(sched::client_gone{c.id, reason});
+        c.inflight.clear();
+    }
     c.closing = true;
     uv_read_stop(reinterpret_cast<uv_stream_t*>(&c.tcp));
     uv_close(reinterpret_cast<uv_handle_t*>(&c.tcp), &net_actor::close_cb);
+}
+
+void net_actor::tell_client_gone(sched::client_gone m) {
+    // Order matters: a later client_gone must not overtake an earlier refused one.
+    if (_gone_pending.empty() && _to_scheduler.tell(m).ok()) return;
+    _gone_pending.push_back(std::move(m));
+    if (!stopping() && !uv_is_active(reinterpret_cast<uv_handle_t*>(&_gone_timer))) {
+        uv_timer_start(&_gone_timer, &net_actor::gone_retry_cb, gone_retry_ms, gone_retry_ms);
+    }
+}
+
+void net_actor::gone_retry_cb(uv_timer_t* t) {
+    auto& self = *static_cast<net_actor*>(t->data);
+    while (!self._gone_pending.empty() && self._to_scheduler.tell(self._gone_pending.front()).ok()) {
+        self._gone_pending.pop_front();
+    }
+    if (self._gone_pending.empty()) uv_timer_stop(t);
 }
 
 void net_actor::close_cb(uv_handle_t* handle) {

@@ -16,8 +16,12 @@
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
+#include <deque>
+#include <map>
 
 #include "actors/runtime/actor.hpp"
+#include "actors/runtime/outbox.hpp"
+#include "actors/scheduler/scheduler_msgs.hpp"
 #include "net/frame_decoder.hpp"
 #include "net/net_msgs.hpp"
 #include "net/protocol.hpp"
@@ -50,6 +54,12 @@ public:
     net_actor(net_options options, size_t mailbox_capacity);
     ~net_actor() override;
 
+    using scheduler_outbox = actors::outbox<sched::client_request, sched::client_gone>;
+
+    // Before start(): where requests other than `health` go. Without a scheduler, `stats` is
+    // answered here (net counters only) and every other op is unknown.
+    void connect_scheduler(scheduler_outbox out) { _to_scheduler = std::move(out); }
+
     // Valid after start(): whether bind/listen succeeded, and the port actually bound.
     const status& listen_status() const { return _listen_status; }
     uint16_t bound_port() const { return _bound_port; }
@@ -79,11 +89,21 @@ private:
     void handle_request(connection& c, const request& r);
     void op_health(connection& c, const request& r);
     void op_stats(connection& c, const request& r);
+    void forward(connection& c, const request& r);
+    std::map<std::string, uint64_t> counters_map() const;
     void send_frame(connection& c, std::string frame);
     void fail_connection(connection& c, const error& e);  // bad_frame: write it, then shut down
     void close_connection(connection& c, const char* reason);
 
+    void tell_client_gone(sched::client_gone m);
+    static void gone_retry_cb(uv_timer_t* t);
+
     net_options _options;
+    scheduler_outbox _to_scheduler;
+    // client_gone messages the scheduler's full mailbox refused; retried on a timer until
+    // delivered (at most one per closed connection, so bounded by connections_max).
+    std::deque<sched::client_gone> _gone_pending;
+    uv_timer_t _gone_timer{};
     uv_tcp_t _listener{};
     bool _listening = false;
     status _listen_status;
