@@ -11,11 +11,12 @@ namespace {
 
 void print_usage(FILE* out) {
     std::fprintf(out, "usage: ordo-model COMMAND [ARGS...]\n\ncommands:\n");
+    // Usage lines vary from 4 to 150 characters: print the summary indented below each.
     for (const auto& c : ordo::tools::all_commands()) {
-        std::fprintf(out, "  %-60.*s %.*s\n", int(c.usage.size()), c.usage.data(),
+        std::fprintf(out, "  %.*s\n      %.*s\n", int(c.usage.size()), c.usage.data(),
                      int(c.summary.size()), c.summary.data());
     }
-    std::fprintf(out, "  %-60s %s\n", "help", "this list");
+    std::fprintf(out, "  help\n      this list\n");
 }
 
 }  // namespace
