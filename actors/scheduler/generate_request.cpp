@@ -1,0 +1,178 @@
+// generate_request.cpp: see generate_request.hpp; the typed readers are in request_fields.cpp.
+#include "actors/scheduler/generate_request.hpp"
+
+#include <limits>
+#include <utility>
+
+#include "actors/scheduler/request_fields.hpp"
+#include "actors/scheduler/stop_matcher.hpp"
+
+namespace ordo::sched {
+namespace {
+
+using fields::param_map;
+
+bool is_session_char(char c) {
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '.' || c == '-';
+}
+
+// prompt XOR tokens.
+status parse_prompt(const param_map& pm, const request_limits& limits, generate_request& out) {
+    const msgpack::object* prompt = pm.get("prompt");
+    const msgpack::object* tokens = pm.get("tokens");
+    if ((prompt == nullptr) == (tokens == nullptr)) {
+        return make_error("bad_request", prompt == nullptr
+                                             ? "exactly one of \"prompt\" and \"tokens\" is "
+                                               "required, got neither"
+                                             : "exactly one of \"prompt\" and \"tokens\" is "
+                                               "allowed, got both");
+    }
+    if (prompt != nullptr) {
+        auto s = fields::read_string("prompt", *prompt, prompt_bytes_max);
+        if (!s) return s.err();
+        out.prompt = std::move(*s);
+        return {};
+    }
+    auto ids = fields::read_token_ids("tokens", *tokens, prompt_tokens_max, limits.vocab_size);
+    if (!ids) return ids.err();
+    if (ids->empty()) return fields::bad("tokens", "a non-empty array", "an empty array");
+    out.tokens = std::move(*ids);
+    return {};
+}
+
+// Reads an optional float parameter into `dst`.
+status read_float(const param_map& pm, std::string_view key, float& dst) {
+    const msgpack::object* o = pm.get(key);
+    if (o == nullptr) return {};
+    auto v = fields::read_number(key, *o);
+    if (!v) return v.err();
+    dst = static_cast<float>(*v);
+    return {};
+}
+
+status parse_sampling(const param_map& pm, generate_request& out) {
+    sampling_params& p = out.sampling;
+    for (auto [key, dst] : {std::pair<std::string_view, float*>{"temperature", &p.temperature},
+                            {"top_p", &p.top_p},
+                            {"min_p", &p.min_p},
+                            {"repeat_penalty", &p.repeat_penalty}}) {
+        if (auto s = read_float(pm, key, *dst); !s) return s;
+    }
+    if (const auto* o = pm.get("top_k")) {
+        auto v = fields::read_uint("top_k", *o, 0, std::numeric_limits<int32_t>::max());
+        if (!v) return v.err();
+        p.top_k = static_cast<int32_t>(*v);
+    }
+    if (const auto* o = pm.get("seed")) {
+        auto v = fields::read_uint("seed", *o, 0, std::numeric_limits<uint64_t>::max());
+        if (!v) return v.err();
+        p.seed = *v;
+        out.seed_given = true;
+    }
+    if (const auto* o = pm.get("logprobs")) {
+        auto v = fields::read_uint("logprobs", *o, 0, logprobs_max);
+        if (!v) return v.err();
+        p.logprobs = static_cast<uint32_t>(*v);
+    }
+    return validate(p);  // ranges; names the key
+}
+
+status parse_session(const param_map& pm, const request_limits& limits, generate_request& out) {
+    const msgpack::object* o = pm.get("session");
+    if (o == nullptr) return {};
+    auto s = fields::read_string("session", *o, session_bytes_max);
+    if (!s) return s.err();
+    if (s->empty()) return fields::bad("session", "1..128 bytes", "an empty string");
+    for (char c : *s) {
+        if (!is_session_char(c)) {
+            return fields::bad("session", "made of [A-Za-z0-9._-]",
+                               "a string containing other characters");
+        }
+    }
+    if (!limits.kv_enabled) {
+        return make_error("bad_request",
+                          "\"session\" needs persisted KV ([kv] enabled = true "
+                          "in the server config)");
+    }
+    out.session = std::move(*s);
+    return {};
+}
+
+status parse_output_options(const param_map& pm, const request_limits& limits,
+                            generate_request& out) {
+    out.max_tokens = limits.max_tokens_default;
+    if (const auto* o = pm.get("max_tokens")) {
+        auto v = fields::read_uint("max_tokens", *o, 1, max_tokens_max);
+        if (!v) return v.err();
+        out.max_tokens = static_cast<uint32_t>(*v);
+    }
+    if (const auto* o = pm.get("stop")) {
+        auto v = fields::read_strings("stop", *o, stop_strings_max, stop_string_bytes_max);
+        if (!v) return v.err();
+        if (auto s = validate_stop_strings(*v); !s) return s;
+        out.stop = std::move(*v);
+    }
+    if (const auto* o = pm.get("stream")) {
+        auto v = fields::read_bool("stream", *o);
+        if (!v) return v.err();
+        out.stream = *v;
+    }
+    return {};
+}
+
+}  // namespace
+
+result<generate_request> parse_generate(const msgpack::object& frame,
+                                        const request_limits& limits) {
+    auto pm = param_map::open(
+        frame, {"prompt", "tokens", "max_tokens", "temperature", "top_k", "top_p", "min_p",
+                "repeat_penalty", "seed", "stop", "logprobs", "stream", "session"});
+    if (!pm) return pm.err();
+    generate_request out;
+    if (auto s = parse_prompt(*pm, limits, out); !s) return s.err();
+    if (auto s = parse_sampling(*pm, out); !s) return s.err();
+    if (auto s = parse_output_options(*pm, limits, out); !s) return s.err();
+    if (auto s = parse_session(*pm, limits, out); !s) return s.err();
+    return out;
+}
+
+result<tokenize_request> parse_tokenize(const msgpack::object& frame) {
+    auto pm = param_map::open(frame, {"text", "add_bos"});
+    if (!pm) return pm.err();
+    tokenize_request out;
+    const msgpack::object* text = pm->get("text");
+    if (text == nullptr) return make_error("bad_request", "\"text\" is required");
+    auto s = fields::read_string("text", *text, prompt_bytes_max);
+    if (!s) return s.err();
+    out.text = std::move(*s);
+    if (const auto* o = pm->get("add_bos")) {
+        auto v = fields::read_bool("add_bos", *o);
+        if (!v) return v.err();
+        out.add_bos = *v;
+    }
+    return out;
+}
+
+result<detokenize_request> parse_detokenize(const msgpack::object& frame,
+                                            const request_limits& limits) {
+    auto pm = param_map::open(frame, {"tokens"});
+    if (!pm) return pm.err();
+    const msgpack::object* tokens = pm->get("tokens");
+    if (tokens == nullptr) return make_error("bad_request", "\"tokens\" is required");
+    auto ids = fields::read_token_ids("tokens", *tokens, prompt_tokens_max, limits.vocab_size);
+    if (!ids) return ids.err();
+    return detokenize_request{std::move(*ids)};
+}
+
+result<cancel_request> parse_cancel(const msgpack::object& frame) {
+    auto pm = param_map::open(frame, {"target"});
+    if (!pm) return pm.err();
+    const msgpack::object* target = pm->get("target");
+    if (target == nullptr) return make_error("bad_request", "\"target\" is required");
+    auto v = fields::read_uint("target", *target, 1, std::numeric_limits<uint64_t>::max());
+    if (!v) return v.err();
+    return cancel_request{*v};
+}
+
+}  // namespace ordo::sched

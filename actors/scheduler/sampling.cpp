@@ -1,0 +1,298 @@
+// sampling.cpp: see sampling.hpp for the pipeline and the log-probability choice.
+#include "actors/scheduler/sampling.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cassert>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <numeric>
+#include <string>
+
+#include "actors/scheduler/sampling_math.hpp"
+
+namespace ordo::sched {
+namespace {
+
+// top_p buckets candidates by log-probability below the best, a quarter nat per bucket, over
+// 16 nats (a factor 9e6); everything further down shares the last bucket.
+constexpr uint32_t top_p_buckets = 64;
+constexpr float top_p_buckets_per_nat = 4.0f;
+// top_k up to this uses a heap of k values (O(vocab) for a peaked distribution); a larger k
+// falls back to nth_element over all ids.
+constexpr uint32_t top_k_heap_max = 1024;
+
+error bad_param(const std::string& key, const std::string& expected, double got) {
+    char number[32];
+    std::snprintf(number, sizeof number, "%g", got);
+    return make_error("bad_request", "\"" + key + "\" must be " + expected + ", got " + number);
+}
+
+}  // namespace
+
+status validate(const sampling_params& p) {
+    // Written as !(in range) so that NaN, which fails every comparison, is refused too.
+    if (!(p.temperature >= 0.0f && p.temperature <= temperature_max)) {
+        return bad_param("temperature", "in [0, 100] (0 = greedy)", p.temperature);
+    }
+    if (p.top_k < 0) return bad_param("top_k", ">= 0 (0 = off)", p.top_k);
+    if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) return bad_param("top_p", "in (0, 1]", p.top_p);
+    if (!(p.min_p >= 0.0f && p.min_p < 1.0f)) return bad_param("min_p", "in [0, 1)", p.min_p);
+    if (!(p.repeat_penalty > 0.0f && p.repeat_penalty <= repeat_penalty_max)) {
+        return bad_param("repeat_penalty", "in (0, 10] (1 = off)", p.repeat_penalty);
+    }
+    if (p.repeat_last_n > repeat_last_n_max) {
+        return bad_param("repeat_last_n", "at most " + std::to_string(repeat_last_n_max),
+                         p.repeat_last_n);
+    }
+    if (p.logprobs > logprobs_max) return bad_param("logprobs", "in [0, 20]", p.logprobs);
+    return {};
+}
+
+result<sampler> sampler::create(const sampling_params& p) {
+    if (auto s = validate(p); !s) return s.err();
+    return sampler(p);
+}
+
+status sampler::check_inputs(std::span<const float> logits, std::span<const int32_t> recent) const {
+    if (logits.empty() || logits.size() > vocab_size_max) {
+        return make_error("bad_logits", "logits must have 1.." + std::to_string(vocab_size_max) +
+                                            " entries, got " + std::to_string(logits.size()));
+    }
+    for (size_t i = 0; i < logits.size(); i++) {
+        if (!std::isfinite(logits[i])) {
+            return make_error("bad_logits", "logit of token " + std::to_string(i) +
+                                                " is not finite: the step that produced it "
+                                                "failed");
+        }
+    }
+    for (int32_t t : recent) {
+        if (t < 0 || static_cast<size_t>(t) >= logits.size()) {
+            return make_error("bad_token", "recent token " + std::to_string(t) +
+                                               " is outside the vocabulary of " +
+                                               std::to_string(logits.size()));
+        }
+    }
+    return {};
+}
+
+result<sampled> sampler::sample(std::span<const float> logits,
+                                std::span<const int32_t> recent_tokens) {
+    if (auto s = check_inputs(logits, recent_tokens); !s) return s.err();
+    const size_t n_vocab = logits.size();
+    if (_work.size() != n_vocab) {
+        // First call (or a new vocabulary): the only allocations this sampler makes.
+        _work.resize(n_vocab);
+        _exp.resize(n_vocab);
+        _weights.resize(n_vocab);
+        _candidates.resize(n_vocab);
+        _spill.resize(n_vocab);
+        _recent.reserve(_params.repeat_last_n);
+        _heap.reserve(std::min<uint32_t>(_params.top_k, top_k_heap_max));
+    }
+    // The raw distribution first: it gives the reported log-probabilities.
+    const float max_raw = math::max_value(logits);
+    math::exp_shifted(logits, max_raw, 1.0f, _exp);
+    const double raw_mass = math::sum(_exp);
+    const double log_z = max_raw + std::log(raw_mass);
+
+    std::copy(logits.begin(), logits.end(), _work.begin());
+    const bool penalised = apply_penalty(recent_tokens);
+    sampled out;
+    if (_params.temperature == 0.0f) {
+        out.token = pick_greedy();
+    } else {
+        float max_work = max_raw;
+        double mass = raw_mass;
+        if (penalised) {  // _exp must follow the penalised logits
+            max_work = math::max_value(_work);
+            math::exp_shifted(_work, max_work, 1.0f, _exp);
+            mass = math::sum(_exp);
+        }
+        out.token = pick_random(max_work, mass);
+    }
+    assert(out.token >= 0 && static_cast<size_t>(out.token) < n_vocab);
+    out.logprob = static_cast<float>(logits[out.token] - log_z);
+    fill_top_logprobs(logits, log_z, out);
+    return out;
+}
+
+// Returns whether any logit changed.
+bool sampler::apply_penalty(std::span<const int32_t> recent) {
+    if (_params.repeat_penalty == 1.0f || _params.repeat_last_n == 0 || recent.empty()) {
+        return false;
+    }
+    const size_t n = std::min<size_t>(recent.size(), _params.repeat_last_n);
+    // Each distinct id is penalised once, however often it repeats (llama.cpp's semantics).
+    _recent.assign(recent.end() - n, recent.end());
+    std::sort(_recent.begin(), _recent.end());
+    _recent.erase(std::unique(_recent.begin(), _recent.end()), _recent.end());
+    for (int32_t t : _recent) {
+        float& l = _work[t];
+        l = l > 0.0f ? l / _params.repeat_penalty : l * _params.repeat_penalty;
+    }
+    return true;
+}
+
+// The lowest id holding the largest penalised logit.
+int32_t sampler::pick_greedy() const {
+    const float best = math::max_value(_work);
+    const auto it = std::find(_work.begin(), _work.end(), best);
+    assert(it != _work.end());
+    return static_cast<int32_t>(it - _work.begin());
+}
+
+// `max_work` is the largest penalised logit; _exp holds exp(work - max_work), summing to
+// `mass`. The filters run top_k, min_p, top_p: each keeps a prefix of the same order (logit
+// descending, id ascending) and min_p's test (p_i >= min_p * p_max) does not depend on
+// renormalisation, so the kept set is the one of the documented order top_k, top_p, min_p,
+// provided top_p measures mass over the top_k set (it does: `mass` is taken before min_p).
+int32_t sampler::pick_random(float max_work, double mass) {
+    const uint32_t n_vocab = static_cast<uint32_t>(_work.size());
+    uint32_t n = keep_top_k(n_vocab);
+    if (n < n_vocab) {
+        mass = 0.0;
+        for (uint32_t i = 0; i < n; i++) mass += _exp[_candidates[i]];
+    }
+    n = keep_min_p(n, max_work);
+    n = keep_top_p(n, max_work, mass);
+    assert(n >= 1);
+
+    // Temperature, then one draw. The candidates are in a canonical order (by id, or by
+    // logit then id), so the walk below is the same on every standard library.
+    const float inv_t = 1.0f / _params.temperature;
+    for (uint32_t i = 0; i < n; i++) {
+        const int32_t c = _candidates[i];
+        _weights[i] =
+            inv_t == 1.0f ? _exp[c] : math::exp_nonpositive((_work[c] - max_work) * inv_t);
+    }
+    const double total = math::sum(std::span<const float>(_weights.data(), n));
+    assert(total >= 1.0);  // the most likely token survives every filter with weight 1
+    const double target = _rng.next_unit() * total;
+    double cumulative = 0.0;
+    for (uint32_t i = 0; i < n; i++) {
+        cumulative += _weights[i];
+        if (target < cumulative) return _candidates[i];
+    }
+    return _candidates[n - 1];  // rounding left target at the very top: the last candidate
+}
+
+// Keeps the k best tokens (logit descending, ties to the lower id: a strict total order, so
+// the kept set does not depend on the library) in _candidates, ordered by id.
+uint32_t sampler::keep_top_k(uint32_t n_vocab) {
+    const uint32_t k = static_cast<uint32_t>(_params.top_k);
+    if (k == 0 || k >= n_vocab || k > top_k_heap_max) {
+        std::iota(_candidates.begin(), _candidates.end(), 0);
+        if (k == 0 || k >= n_vocab) return n_vocab;
+        const auto better = [this](int32_t a, int32_t b) {
+            return _work[a] > _work[b] || (_work[a] == _work[b] && a < b);
+        };
+        std::nth_element(_candidates.begin(), _candidates.begin() + k, _candidates.end(), better);
+        std::sort(_candidates.begin(), _candidates.begin() + k);
+        return k;
+    }
+    // Small k: a min-heap of the k largest values finds the k-th largest, `threshold`; then
+    // one pass takes every id above it and the lowest ids equal to it.
+    _heap.clear();
+    for (float v : _work) {
+        if (_heap.size() < k) {
+            _heap.push_back(v);
+            std::push_heap(_heap.begin(), _heap.end(), std::greater<>());
+        } else if (v > _heap.front()) {
+            std::pop_heap(_heap.begin(), _heap.end(), std::greater<>());
+            _heap.back() = v;
+            std::push_heap(_heap.begin(), _heap.end(), std::greater<>());
+        }
+    }
+    const float threshold = _heap.front();
+    uint32_t above = 0;
+    for (float v : _work) above += v > threshold ? 1 : 0;
+    uint32_t equal_left = k - above, n = 0;
+    for (uint32_t i = 0; i < n_vocab; i++) {
+        const float v = _work[i];
+        if (v > threshold || (v == threshold && equal_left > 0)) {
+            if (v == threshold) equal_left--;
+            _candidates[n++] = static_cast<int32_t>(i);
+        }
+    }
+    assert(n == k);
+    return k;
+}
+
+// Drops candidates less likely than min_p x the most likely (p_i / p_max = exp(l_i - l_max),
+// compared in logit space, exactly), keeping the survivors' order. The most likely survives.
+uint32_t sampler::keep_min_p(uint32_t n, float max_work) {
+    if (_params.min_p <= 0.0f) return n;
+    const double threshold = static_cast<double>(max_work) + std::log(_params.min_p);
+    uint32_t kept = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (static_cast<double>(_work[_candidates[i]]) >= threshold) {
+            _candidates[kept++] = _candidates[i];
+        }
+    }
+    return kept;
+}
+
+// Keeps the shortest prefix, in (logit descending, id ascending) order, whose mass reaches
+// top_p x `mass`, without sorting the vocabulary: one pass buckets the candidates by how far
+// below the best logit they are and sums each bucket's mass; the buckets above the one where
+// the running mass crosses the target are kept whole, and only the crossing bucket is sorted
+// to find where inside it the prefix ends. The kept ids end up ordered by id, then the
+// crossing bucket's in logit order: a canonical order, as the draw needs.
+uint32_t sampler::keep_top_p(uint32_t n, float max_work, double mass) {
+    if (_params.top_p >= 1.0f) return n;
+    const double target = static_cast<double>(_params.top_p) * mass;
+    const auto bucket_of = [&](int32_t id) {
+        const float below = (max_work - _work[id]) * top_p_buckets_per_nat;
+        return static_cast<uint32_t>(std::min(below, float{top_p_buckets - 1}));
+    };
+    std::array<double, top_p_buckets> bucket_mass{};
+    for (uint32_t i = 0; i < n; i++) bucket_mass[bucket_of(_candidates[i])] += _exp[_candidates[i]];
+    double cumulative = 0.0;
+    uint32_t crossing = 0;
+    while (cumulative + bucket_mass[crossing] < target) {
+        cumulative += bucket_mass[crossing];
+        if (++crossing == top_p_buckets) return n;  // min_p already left less than the target
+    }
+    uint32_t kept = 0, n_crossing = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const int32_t id = _candidates[i];
+        const uint32_t b = bucket_of(id);
+        if (b < crossing) _candidates[kept++] = id;  // kept <= i: compaction in place
+        if (b == crossing) _spill[n_crossing++] = id;
+    }
+    const auto better = [this](int32_t a, int32_t b) {
+        return _work[a] > _work[b] || (_work[a] == _work[b] && a < b);
+    };
+    std::sort(_spill.begin(), _spill.begin() + n_crossing, better);
+    for (uint32_t j = 0; j < n_crossing; j++) {
+        _candidates[kept++] = _spill[j];
+        cumulative += _exp[_spill[j]];
+        if (cumulative >= target) break;
+    }
+    return kept;
+}
+
+// The top `logprobs` alternatives under the raw-logit softmax (log normaliser `log_z`).
+void sampler::fill_top_logprobs(std::span<const float> logits, double log_z, sampled& out) const {
+    // Bounded insertion into the sorted top list: O(vocab) for a peaked distribution.
+    const uint32_t n_top = std::min<uint32_t>(_params.logprobs, logits.size());
+    out.top_count = 0;
+    for (size_t i = 0; i < logits.size() && n_top > 0; i++) {
+        const float l = logits[i];
+        if (out.top_count == n_top && !(l > logits[out.top[n_top - 1].token])) continue;
+        uint32_t pos = std::min(out.top_count, n_top - 1);
+        while (pos > 0 && l > logits[out.top[pos - 1].token]) {
+            out.top[pos] = out.top[pos - 1];
+            pos--;
+        }
+        out.top[pos].token = static_cast<int32_t>(i);
+        if (out.top_count < n_top) out.top_count++;
+    }
+    for (uint32_t i = 0; i < out.top_count; i++) {
+        out.top[i].logprob = static_cast<float>(logits[out.top[i].token] - log_z);
+    }
+}
+
+}  // namespace ordo::sched

@@ -1,0 +1,109 @@
+// sampling.hpp: turning one sequence's logits into the next token (pure, actor-free).
+//
+// Owned by the scheduler actor: every generate request gets its own `sampler`, which holds the
+// request's seeded generator and a reusable scratch buffer. There is no global state, so a
+// request's tokens depend only on its logits, parameters, seed and call sequence — never on
+// which other requests share its batch (docs/protocol.md "Sampling is deterministic").
+//
+// The pipeline of one `sample` call (docs/protocol.md, generate):
+//   1. repeat penalty over the distinct ids among the last `repeat_last_n` tokens given
+//      (llama.cpp semantics: a positive logit is divided by the penalty, a negative one
+//      multiplied, so a penalised token always becomes less likely);
+//   2. temperature 0: greedy argmax of the penalised logits, ties to the lowest id; done;
+//   3. otherwise top_k, then top_p (nucleus, on the softmax of the penalised logits over the
+//      top_k set), then min_p (relative to the most likely token), then temperature, then one
+//      draw from the seeded generator over the surviving tokens.
+// The filters are applied before temperature, as docs/protocol.md specifies (and llama.cpp's
+// default chain does): temperature then only reshapes the kept tokens' probabilities.
+//
+// Reported log-probabilities (the documented choice, per docs/protocol.md): `logprob` and
+// `top_logprobs` are the log-softmax of the RAW logits, before penalty, filters and
+// temperature. That is "the probability under the model": it does not depend on sampling
+// parameters, it is defined for temperature 0, and a client can compare it across requests.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "actors/runtime/result.hpp"
+#include "actors/scheduler/prng.hpp"
+
+namespace ordo::sched {
+
+// Limits of the sampling parameters; the protocol documents the same ranges.
+inline constexpr float temperature_max = 100.0f;     // beyond it sampling is uniform noise anyway
+inline constexpr float repeat_penalty_max = 10.0f;   // larger values only destroy the logits
+inline constexpr uint32_t logprobs_max = 20;         // top-n alternatives reported per token
+inline constexpr uint32_t repeat_last_n_max = 4096;  // bounds the per-call penalty work
+inline constexpr uint64_t seed_default = 0;          // fixed, so an unseeded request repeats
+// A vocabulary larger than this is refused: token ids are int32 and the scratch is per sampler.
+inline constexpr uint32_t vocab_size_max = 1u << 22;
+
+struct sampling_params {
+    float temperature = 1.0f;      // 0 = greedy argmax; else logits are divided by it
+    int32_t top_k = 0;             // 0 = off; else keep the k most likely tokens
+    float top_p = 1.0f;            // (0, 1]: keep the smallest set with this much mass
+    float min_p = 0.0f;            // [0, 1): drop tokens below min_p x the most likely
+    float repeat_penalty = 1.0f;   // (0, 10]; 1 = off
+    uint32_t repeat_last_n = 64;   // how many of the most recent tokens are penalised
+    uint64_t seed = seed_default;  // seeds this request's generator
+    uint32_t logprobs = 0;         // 0..20: top alternatives to report per token
+};
+
+// bad_request naming the offending parameter (by its protocol name) and its allowed range.
+status validate(const sampling_params& p);
+
+struct token_logprob {
+    int32_t token = -1;
+    float logprob = 0.0f;  // natural log, of the raw-logit softmax
+};
+
+struct sampled {
+    int32_t token = -1;
+    float logprob = 0.0f;  // of `token`, under the raw-logit softmax
+    uint32_t top_count = 0;
+    std::array<token_logprob, logprobs_max> top{};  // most likely first; ties to lowest id
+
+    std::span<const token_logprob> top_logprobs() const { return {top.data(), top_count}; }
+};
+
+class sampler {
+public:
+    // The parameters must be valid (validate()); refused otherwise.
+    static result<sampler> create(const sampling_params& p);
+
+    // Samples the next token. `recent_tokens` is the sequence so far (prompt and output, oldest
+    // first); only its last `repeat_last_n` entries are used. Errors, which leave the generator
+    // untouched: empty or oversized logits, a NaN or infinite logit (code "bad_logits": the
+    // step that produced them failed), a recent token outside the vocabulary ("bad_token").
+    result<sampled> sample(std::span<const float> logits, std::span<const int32_t> recent_tokens);
+
+    const sampling_params& params() const { return _params; }
+
+private:
+    explicit sampler(const sampling_params& p) : _params(p), _rng(p.seed) {}
+
+    status check_inputs(std::span<const float> logits, std::span<const int32_t> recent) const;
+    bool apply_penalty(std::span<const int32_t> recent);
+    int32_t pick_greedy() const;
+    int32_t pick_random(float max_work, double mass);
+    uint32_t keep_top_k(uint32_t n_vocab);
+    uint32_t keep_min_p(uint32_t n, float max_work);
+    uint32_t keep_top_p(uint32_t n, float max_work, double mass);
+    void fill_top_logprobs(std::span<const float> logits, double log_z, sampled& out) const;
+
+    sampling_params _params;
+    xoshiro256ss _rng;
+    // Scratch reused across calls (sized once per vocabulary size): no allocation per token.
+    std::vector<float> _work;          // (vocab) penalised logits
+    std::vector<float> _exp;           // (vocab) exp(logit - max logit), raw then penalised
+    std::vector<float> _weights;       // (vocab) tempered weights of the kept candidates
+    std::vector<int32_t> _candidates;  // (vocab) ids still in the running; a prefix is live
+    std::vector<int32_t> _spill;       // (vocab) top_p's crossing bucket
+    std::vector<int32_t> _recent;      // (repeat_last_n) distinct penalised ids
+    std::vector<float> _heap;          // (top_k) the top_k largest logits, a min-heap
+};
+
+}  // namespace ordo::sched

@@ -1,0 +1,221 @@
+// scheduler_core.hpp: the scheduler's decisions, without the actor around them.
+//
+// Owns every request and sequence: the queue, the running set, the paged KV block table and
+// prefix cache (kv_blocks), sampling, stop conditions, retry and fallback policy. It is the one
+// place where a request's terminal event is decided: every request gets exactly one, `done`
+// (stop | length | cancelled) or `error{code}`.
+//
+// The scheduler actor feeds it messages in arrival order and carries out what it returns:
+// events to write to clients, and at most one gpu step in flight at a time. Because inputs are
+// applied strictly in order, a step's outcome is always applied to the sequences in it before a
+// later cancel or disconnect takes effect (ARCHITECTURE.md F2), and a failure invalidates the
+// affected sequences completely — KV frontier, blocks, prefix-cache entries they produced — so
+// they re-prefill from token 0 (F1). Failed batches are retried in isolation, bisected or
+// sequentially by config, to find a poison request while the rest complete (F4, F6).
+//
+// Single-threaded: only the scheduler actor's loop calls it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "actors/config/config.hpp"
+#include "actors/runtime/result.hpp"
+#include "actors/scheduler/generate_request.hpp"
+#include "actors/scheduler/kv_blocks.hpp"
+#include "actors/scheduler/sampling.hpp"
+#include "actors/scheduler/scheduler_msgs.hpp"
+#include "actors/scheduler/stop_matcher.hpp"
+#include "gpu/gpu_msgs.hpp"
+#include "model/tokenizer.hpp"
+
+namespace ordo::sched {
+
+// What the `model` op reports, filled in by the bootstrap from the loaded GGUF.
+struct model_info {
+    std::string path;
+    std::string architecture;
+    std::string fingerprint;
+    uint32_t n_vocab = 0, n_ctx = 0, n_embd = 0, n_layer = 0, n_head = 0, n_head_kv = 0, n_ff = 0;
+    std::string weight_type;
+    bool generated = false;  // a random-weight model made by set-up, not a real one
+    std::string hint;        // how to point the server at a real GGUF (when generated)
+};
+
+struct core_options {
+    uint32_t max_sequences = 16;
+    uint32_t max_queue = 256;
+    uint32_t max_batch_tokens = 512;
+    uint32_t max_tokens_default = 256;
+    uint32_t retry_max = 2;
+    config::batch_failure_policy policy = config::batch_failure_policy::bisect;
+    bool prefix_cache = true;
+    bool kv_enabled = false;
+    uint32_t n_ctx = 0;  // context the server allows (<= the model's)
+};
+
+struct outgoing_event {
+    uint64_t conn = 0;
+    uint64_t id = 0;
+    bool terminal = false;
+    std::string frame;
+};
+
+struct scheduler_counters {
+    uint64_t requests = 0;  // generate requests accepted into the queue
+    uint64_t tokens_generated = 0;
+    uint64_t prompt_tokens = 0;
+    uint64_t cached_tokens = 0;
+    uint64_t cancels = 0;
+    uint64_t disconnects = 0;  // requests ended because their client went away
+    uint64_t failures = 0;     // failed steps
+    uint64_t retries = 0;      // sequence re-runs after a failed step
+    uint64_t gpu_failed = 0;   // requests that ended with error{gpu_failed}
+    uint64_t preemptions = 0;
+    uint64_t steps = 0;
+    uint64_t overloaded = 0;
+    uint64_t device_epochs = 0;
+};
+
+class scheduler_core {
+public:
+    using clock = std::chrono::steady_clock;
+
+    static result<scheduler_core> create(const core_options& options,
+                                         const model::tokenizer* tokenizer, model_info info);
+
+    // ---- inputs, applied in arrival order ----
+    void on_request(const client_request& m, std::vector<outgoing_event>& out);
+    void on_client_gone(const client_gone& m, std::vector<outgoing_event>& out);
+    void on_device_ready(const gpu::device_ready& m, std::vector<outgoing_event>& out);
+    void on_device_unavailable(const gpu::device_unavailable& m, std::vector<outgoing_event>& out);
+    // `row(i)` returns the logits of step_done.rows[i].
+    void on_step_done(const gpu::step_done& m,
+                      const std::function<std::span<const float>(uint32_t)>& row,
+                      std::vector<outgoing_event>& out);
+    void on_step_failed(const gpu::step_failed& m, std::vector<outgoing_event>& out);
+    // Ends every live request (server stopping): error{shutting_down}.
+    void shutdown(std::vector<outgoing_event>& out);
+
+    // ---- outputs ----
+    // The next step to send, when the device is ready, no step is in flight and there is work.
+    std::optional<gpu::step> next_step();
+    bool step_in_flight() const { return _in_flight.has_value(); }
+    uint64_t in_flight_step_id() const { return _in_flight ? _in_flight->step_id : 0; }
+
+    // Health as the scheduler sees it: "loading", "ok" or "degraded" (+ reason).
+    std::pair<std::string, std::string> health() const;
+    const scheduler_counters& counters() const { return _counters; }
+    size_t active_sequences() const { return _running.size(); }
+    size_t queued_requests() const { return _queue.size(); }
+    kv_blocks_stats kv_stats() const;
+    // Test hook: every structure consistent (kv invariants, indexes, exactly-once bookkeeping).
+    status check_invariants() const;
+
+private:
+    enum class phase { queued, running };
+
+    struct request_state {
+        uint64_t conn = 0, id = 0;
+        seq_id seq = 0;
+        generate_request params;
+        std::optional<sampler> smp;
+        std::optional<stop_matcher> stops;
+        std::optional<model::stream_decoder> decoder;
+        std::vector<int32_t> tokens;  // prompt, then every generated token
+        uint32_t n_prompt = 0;
+        uint32_t n_past = 0;  // tokens whose KV is in the pool (the prefill frontier)
+        uint32_t cached_tokens = 0;
+        std::vector<int32_t> generated;
+        std::string text;                         // emitted text (what token events carried)
+        std::vector<std::string> logprob_frames;  // non-stream logprobs, encoded per token
+        phase ph = phase::queued;
+        bool in_kv = false;  // registered in _kv
+        bool cancel_requested = false;
+        bool client_gone = false;
+        uint32_t retries = 0;          // failures while running alone
+        uint32_t batch_failures = 0;   // failures while batched with others
+        clock::time_point submitted, first_step, first_token;
+        bool started = false, has_first_token = false;
+    };
+
+    struct planned {
+        seq_id seq = 0;
+        uint32_t n_tokens = 0;
+        bool want_logits = false;
+    };
+    struct in_flight_step {
+        uint64_t step_id = 0;
+        std::vector<planned> seqs;
+        bool isolated = false;
+    };
+
+    scheduler_core(const core_options& o, const model::tokenizer* t, model_info info);
+
+    // requests (scheduler_core.cpp)
+    void op_generate(const client_request& m, const msgpack::object& frame,
+                     std::vector<outgoing_event>& out);
+    void op_cancel(const client_request& m, const msgpack::object& frame,
+                   std::vector<outgoing_event>& out);
+    void op_tokenize(const client_request& m, const msgpack::object& frame,
+                     std::vector<outgoing_event>& out);
+    void op_detokenize(const client_request& m, const msgpack::object& frame,
+                       std::vector<outgoing_event>& out);
+    void op_stats(const client_request& m, std::vector<outgoing_event>& out);
+    void op_model(const client_request& m, std::vector<outgoing_event>& out);
+    result<std::vector<int32_t>> prompt_tokens(const generate_request& g) const;
+    // Whether a sequence of `tokens` positions can ever fit the whole KV pool.
+    bool fits_pool(uint64_t tokens) const;
+    std::string pool_message(uint64_t tokens) const;
+
+    // planning (scheduler_plan.cpp)
+    bool admit(request_state& r);
+    bool reserve_or_preempt(request_state& r, uint32_t n_tokens, const std::vector<seq_id>& in_step);
+    void preempt(request_state& r);
+    void add_to_step(request_state& r, uint32_t n_tokens, gpu::step& s, in_flight_step& f);
+    std::optional<gpu::step> plan_isolated();
+    std::optional<gpu::step> plan_batch();
+
+    // outcomes (scheduler_outcomes.cpp)
+    void apply_token(request_state& r, std::span<const float> logits,
+                     std::vector<outgoing_event>& out);
+    void finish(request_state& r, std::string_view reason, std::vector<outgoing_event>& out,
+                const std::string& stop_string = "");
+    void fail(request_state& r, std::string_view code, const std::string& message,
+              std::vector<outgoing_event>& out);
+    void reset_for_recompute(request_state& r);
+    void remove(request_state& r);
+    void requeue_front(std::vector<seq_id> seqs);
+    void isolate(std::vector<seq_id> seqs);
+
+    request_state* find(seq_id seq);
+    request_state* find(uint64_t conn, uint64_t id);
+
+    core_options _opt;
+    const model::tokenizer* _tok;
+    model_info _info;
+    std::optional<kv_blocks> _kv;  // created at the first device_ready (pool size from gpu)
+    std::map<seq_id, request_state> _requests;                   // every live generate request
+    std::map<std::pair<uint64_t, uint64_t>, seq_id> _by_client;  // (conn, id) → seq
+    std::deque<seq_id> _queue;                                   // waiting, FIFO
+    std::vector<seq_id> _running;                                // admission order, oldest first
+    std::deque<std::vector<seq_id>> _isolation;                  // groups to run alone (F4)
+    std::optional<in_flight_step> _in_flight;
+    seq_id _next_seq = 1;
+    uint64_t _next_step = 1;
+    bool _device_ready = false;
+    bool _device_unavailable = false;
+    std::string _device_name;
+    std::string _unavailable_reason;
+    uint32_t _rows_max = 0;
+    scheduler_counters _counters;
+};
+
+}  // namespace ordo::sched

@@ -1,0 +1,308 @@
+// scheduler_outcomes.cpp: applying step outcomes and deciding terminal events.
+//
+// A step's outcome is applied to every sequence in it, including ones cancelled or whose
+// client left while it ran (F2): KV frontiers advance and full blocks are published, or, on a
+// failure, the sequences' KV is invalidated completely and they recompute from token 0 (F1).
+// Retry policy (F4/F6) is decided here and nowhere else:
+//   - a failed batch of several sequences is split (bisect: in halves; sequential: one by one)
+//     and the parts run in steps of their own before normal batching resumes;
+//   - a sequence that fails alone is retried up to scheduler.retry_max times, then ends with
+//     error{gpu_failed}; the others complete;
+//   - device loss invalidates every sequence (the pool is gone) and waits for device_ready;
+//   - batch_failure_policy = fail ends every sequence of a failed step at once.
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+
+#include "actors/scheduler/scheduler_core.hpp"
+#include "actors/scheduler/scheduler_events.hpp"
+#include "net/protocol.hpp"
+
+namespace ordo::sched {
+namespace {
+
+// Failures a sequence may take part in while batched with others, on top of retry_max alone:
+// bisection needs log2(max_sequences) of them; the cap stops a flaky request from dragging
+// batches into failure forever.
+constexpr uint32_t batch_failures_max = 8;
+
+double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+}  // namespace
+
+// ---- device events --------------------------------------------------------------------------
+
+void scheduler_core::on_device_ready(const gpu::device_ready& m, std::vector<outgoing_event>& out) {
+    _device_name = m.device;
+    _rows_max = std::max<uint32_t>(1, m.rows_max);
+    _counters.device_epochs = m.epoch + 1;
+    if (!_kv || _kv->config().n_blocks != m.kv_blocks ||
+        _kv->config().block_tokens != m.kv_block_tokens) {
+        auto kv = kv_blocks::create({m.kv_blocks, m.kv_block_tokens, _opt.prefix_cache});
+        if (!kv.ok()) {
+            _device_unavailable = true;
+            _unavailable_reason = "kv pool: " + kv.err().message;
+            return;
+        }
+        for (auto& [seq, r] : _requests) r.in_kv = false, r.n_past = 0;
+        _kv.emplace(std::move(*kv));
+    } else if (m.epoch > 0) {
+        // A rebuilt device has an empty pool, whatever we were told before.
+        _kv->invalidate_all();
+        for (auto& [seq, r] : _requests) r.in_kv = false, r.n_past = 0;
+    }
+    _device_ready = true;
+    // Requests queued before the pool size was known that could never fit it end now.
+    std::vector<seq_id> too_big;
+    for (auto& [seq, r] : _requests) {
+        if (!fits_pool(uint64_t(r.n_prompt) + r.params.max_tokens)) too_big.push_back(seq);
+    }
+    for (seq_id seq : too_big) {
+        request_state& r = *find(seq);
+        fail(r, "context_exceeded", pool_message(uint64_t(r.n_prompt) + r.params.max_tokens), out);
+    }
+}
+
+void scheduler_core::on_device_unavailable(const gpu::device_unavailable& m,
+                                           std::vector<outgoing_event>& out) {
+    _device_ready = false;
+    _device_unavailable = true;
+    _unavailable_reason = m.message;
+    _in_flight.reset();
+    std::vector<seq_id> all;
+    for (auto& [seq, r] : _requests) all.push_back(seq);
+    for (seq_id seq : all) fail(*find(seq), "gpu_unavailable", m.message, out);
+}
+
+// ---- step done ---------------------------------------------------------------------------------
+
+void scheduler_core::on_step_done(const gpu::step_done& m,
+                                  const std::function<std::span<const float>(uint32_t)>& row,
+                                  std::vector<outgoing_event>& out) {
+    if (!_in_flight || _in_flight->step_id != m.step_id) return;  // not ours (stale): ignore
+    in_flight_step f = std::move(*_in_flight);
+    _in_flight.reset();
+    _counters.steps++;
+    for (const planned& p : f.seqs) {
+        request_state* r = find(p.seq);
+        if (r == nullptr) continue;
+        r->n_past += p.n_tokens;
+        (void)_kv->commit_full_blocks(r->seq, std::span(r->tokens).first(r->n_past));
+        if (f.isolated) r->batch_failures = 0;
+        if (r->cancel_requested) {
+            finish(*r, "cancelled", out);
+            continue;
+        }
+        if (!p.want_logits) continue;
+        auto it = std::find(m.rows.begin(), m.rows.end(), p.seq);
+        if (it == m.rows.end() || m.n_vocab != _tok->vocab().size()) {
+            fail(*r, "internal", "the gpu returned no logits row for this sequence", out);
+            continue;
+        }
+        apply_token(*r, row(uint32_t(it - m.rows.begin())), out);
+    }
+}
+
+void scheduler_core::apply_token(request_state& r, std::span<const float> logits,
+                                 std::vector<outgoing_event>& out) {
+    auto s = r.smp->sample(logits, r.tokens);
+    if (!s.ok()) return fail(r, "internal", "sampling failed: " + s.err().message, out);
+    int32_t token = s->token;
+    if (!r.has_first_token) r.has_first_token = true, r.first_token = clock::now();
+    r.tokens.push_back(token);
+    r.generated.push_back(token);
+    _counters.tokens_generated++;
+
+    std::string emit;
+    std::string reason, stop_string;
+    if (token == _tok->vocab().eos()) {
+        emit = r.stops->finish();
+        reason = "stop";
+    } else {
+        auto piece = r.decoder->feed(token);
+        auto o = r.stops->feed(piece.ok() ? *piece : std::string());
+        emit = std::move(o.text);
+        if (o.stopped) {
+            reason = "stop";
+            stop_string = r.stops->stops()[size_t(o.stop_index)];
+        } else if (r.generated.size() >= r.params.max_tokens || r.tokens.size() >= _opt.n_ctx) {
+            auto tail = r.stops->feed(r.decoder->flush());
+            emit += tail.text;
+            if (tail.stopped) {
+                reason = "stop";
+                stop_string = r.stops->stops()[size_t(tail.stop_index)];
+            } else {
+                emit += r.stops->finish();
+                reason = "length";
+            }
+        }
+    }
+    r.text += emit;
+    if (r.params.stream || r.params.sampling.logprobs > 0) {
+        net::event_writer w(r.id, "token");
+        w.field("token", token).field("text", emit).field("logprob", s->logprob);
+        if (r.params.sampling.logprobs > 0) {
+            auto& pk = w.nested("top_logprobs");
+            auto top = s->top_logprobs();
+            pk.pack_array(uint32_t(top.size()));
+            for (const auto& t : top) {
+                std::string text;
+                model::utf8_sanitize(_tok->token_bytes(t.token, false), true, text);
+                pk.pack_map(3);
+                pk.pack("token"), pk.pack(t.token);
+                pk.pack("text"), pk.pack(text);
+                pk.pack("logprob"), pk.pack(t.logprob);
+            }
+        }
+        std::string frame = w.finish();
+        if (r.params.stream) {
+            if (!r.client_gone) out.push_back({r.conn, r.id, false, std::move(frame)});
+        } else {
+            r.logprob_frames.push_back(std::move(frame));
+        }
+    }
+    if (!reason.empty()) finish(r, reason, out, stop_string);
+}
+
+// ---- step failed -------------------------------------------------------------------------------
+
+void scheduler_core::on_step_failed(const gpu::step_failed& m, std::vector<outgoing_event>& out) {
+    if (!_in_flight || _in_flight->step_id != m.step_id) return;
+    in_flight_step f = std::move(*_in_flight);
+    _in_flight.reset();
+    _counters.failures++;
+    std::vector<seq_id> affected;
+    for (const planned& p : f.seqs) {
+        if (find(p.seq) != nullptr) affected.push_back(p.seq);
+    }
+    if (m.device_lost) {
+        // The pool is gone: every sequence recomputes from token 0 once the device is back.
+        _device_ready = false;
+        _kv->invalidate_all();
+        for (auto& [seq, r] : _requests) r.in_kv = false, r.n_past = 0;
+    } else {
+        for (seq_id seq : affected) {
+            request_state& r = *find(seq);
+            auto others = _kv->invalidate_sequence(seq);
+            r.in_kv = false;
+            r.n_past = 0;
+            if (others.ok()) {
+                for (seq_id o : *others) reset_for_recompute(*find(o));
+            }
+        }
+    }
+    std::string why = m.code + " in " + m.segment + ": " + m.message;
+    bool alone = affected.size() == 1;
+    std::vector<seq_id> retry;
+    for (seq_id seq : affected) {
+        request_state& r = *find(seq);
+        _counters.retries++;
+        (alone ? r.retries : r.batch_failures)++;
+        if (r.cancel_requested) {
+            finish(r, "cancelled", out);  // counted and logged above; the client asked to stop
+        } else if (_opt.policy == config::batch_failure_policy::fail ||
+                   r.retries > _opt.retry_max || r.batch_failures > batch_failures_max) {
+            _counters.gpu_failed++;
+            fail(r, "gpu_failed", why, out);
+        } else {
+            retry.push_back(seq);
+        }
+    }
+    if (retry.empty()) return;
+    if (retry.size() == 1 || _opt.policy == config::batch_failure_policy::sequential) {
+        for (seq_id seq : retry) _isolation.push_back({seq});
+    } else {
+        size_t half = retry.size() / 2;
+        _isolation.emplace_back(retry.begin(), retry.begin() + long(half));
+        _isolation.emplace_back(retry.begin() + long(half), retry.end());
+    }
+}
+
+void scheduler_core::reset_for_recompute(request_state& r) {
+    if (r.in_kv) (void)_kv->free_sequence(r.seq);
+    r.in_kv = false;
+    r.n_past = 0;
+}
+
+// ---- terminal events ---------------------------------------------------------------------------
+
+void scheduler_core::finish(request_state& r, std::string_view reason,
+                            std::vector<outgoing_event>& out, const std::string& stop_string) {
+    if (!r.client_gone) {
+        auto now = clock::now();
+        net::event_writer w(r.id, "done");
+        w.field("reason", reason);
+        if (!stop_string.empty()) w.field("stop", stop_string);
+        w.field("tokens", r.generated).field("text", r.text).field("seed", r.params.sampling.seed);
+        if (!r.params.stream && r.params.sampling.logprobs > 0) {
+            auto& pk = w.nested("logprobs");
+            pk.pack_array(uint32_t(r.logprob_frames.size()));
+            for (const auto& f : r.logprob_frames) {
+                // Each stored frame is a token event map; re-emit it as one array element.
+                auto oh = msgpack::unpack(f.data(), f.size());
+                pk.pack(oh.get());
+            }
+        }
+        double prefill_ms = r.started ? ms_between(r.first_step, r.has_first_token ? r.first_token : now) : 0;
+        double decode_ms = r.has_first_token ? ms_between(r.first_token, now) : 0;
+        auto& u = w.nested("usage");
+        u.pack_map(5);
+        u.pack("prompt_tokens"), u.pack(r.n_prompt);
+        u.pack("cached_tokens"), u.pack(r.cached_tokens);
+        u.pack("completion_tokens"), u.pack(r.generated.size());
+        u.pack("prefill_ms"), u.pack(prefill_ms);
+        u.pack("decode_ms"), u.pack(decode_ms);
+        out.push_back({r.conn, r.id, true, w.finish()});
+    }
+    remove(r);
+}
+
+void scheduler_core::fail(request_state& r, std::string_view code, const std::string& message,
+                          std::vector<outgoing_event>& out) {
+    if (!r.client_gone) out.push_back(error_event(r.conn, r.id, code, message));
+    remove(r);
+}
+
+void scheduler_core::remove(request_state& r) {
+    // Never while a step that uses its blocks is in flight: those blocks would be reused.
+    assert(!_in_flight || std::none_of(_in_flight->seqs.begin(), _in_flight->seqs.end(),
+                                       [&](const planned& p) { return p.seq == r.seq; }));
+    if (r.in_kv) (void)_kv->free_sequence(r.seq);
+    std::erase(_running, r.seq);
+    std::erase(_queue, r.seq);
+    _by_client.erase({r.conn, r.id});
+    seq_id seq = r.seq;
+    _requests.erase(seq);  // r dangles from here
+}
+
+void scheduler_core::shutdown(std::vector<outgoing_event>& out) {
+    _in_flight.reset();  // its outcome will never be read: the process is ending
+    std::vector<seq_id> all;
+    for (auto& [seq, r] : _requests) all.push_back(seq);
+    for (seq_id seq : all) fail(*find(seq), "shutting_down", "the server is stopping", out);
+}
+
+status scheduler_core::check_invariants() const {
+    if (_kv) {
+        if (auto st = _kv->check_invariants(); !st.ok()) return st;
+    }
+    if (_by_client.size() != _requests.size()) {
+        return make_error("internal", "client index and request table differ in size");
+    }
+    for (const auto& [seq, r] : _requests) {
+        bool queued = std::count(_queue.begin(), _queue.end(), seq) == 1;
+        bool running = std::count(_running.begin(), _running.end(), seq) == 1;
+        if (queued == running || queued != (r.ph == phase::queued)) {
+            return make_error("internal", "sequence " + std::to_string(seq) +
+                                              " is not in exactly one of queue and running");
+        }
+        if (r.in_kv != (_kv && _kv->has_sequence(seq))) {
+            return make_error("internal", "sequence " + std::to_string(seq) + " kv registration");
+        }
+    }
+    return {};
+}
+
+}  // namespace ordo::sched

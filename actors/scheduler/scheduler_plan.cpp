@@ -1,0 +1,184 @@
+// scheduler_plan.cpp: building the next step (iteration-level continuous batching).
+//
+// One step is in flight at a time. Each step, under the token budget max_batch_tokens:
+//   1. every running sequence that has exactly one pending token decodes it (oldest first);
+//   2. running sequences with a longer pending run (prompt, or recompute after a failure or a
+//      preemption) get a prefill chunk of what budget is left;
+//   3. queued requests are admitted while there is budget, a free sequence slot and KV blocks,
+//      reusing the longest cached prefix of their prompt.
+// A sequence whose KV cannot be reserved preempts the newest running sequence (its blocks are
+// freed, it goes back to the head of the queue and is recomputed later, usually mostly from the
+// prefix cache), never corrupting anyone's KV. Sequences isolated after a failed batch (F4) run
+// in steps of their own before normal batching resumes.
+#include <algorithm>
+#include <cassert>
+
+#include "actors/scheduler/scheduler_core.hpp"
+
+namespace ordo::sched {
+
+std::optional<gpu::step> scheduler_core::next_step() {
+    if (!_device_ready || _in_flight || !_kv) return std::nullopt;
+    while (!_isolation.empty()) {
+        if (auto s = plan_isolated()) return s;
+    }
+    return plan_batch();
+}
+
+// Registers a sequence with the KV manager (first admission, or after its KV was invalidated or
+// it was preempted) and takes what the prefix cache already holds.
+bool scheduler_core::admit(request_state& r) {
+    if (r.in_kv) return true;
+    if (!_kv->add_sequence(r.seq).ok()) return false;
+    r.in_kv = true;
+    r.n_past = 0;
+    if (_opt.prefix_cache) {
+        auto cached = _kv->lookup_prefix(r.seq, r.tokens);
+        if (cached.ok()) r.n_past = *cached;
+    }
+    if (!r.started) {
+        r.cached_tokens = std::min(r.n_past, r.n_prompt);
+        _counters.cached_tokens += r.cached_tokens;
+    }
+    return true;
+}
+
+void scheduler_core::preempt(request_state& r) {
+    assert(r.ph == phase::running);
+    if (r.in_kv) (void)_kv->free_sequence(r.seq);
+    r.in_kv = false;
+    r.n_past = 0;
+    r.ph = phase::queued;
+    std::erase(_running, r.seq);
+    _queue.push_front(r.seq);
+    _counters.preemptions++;
+}
+
+// Reserves KV for r's next n_tokens positions, preempting newer sequences (not already in the
+// step being built) while that helps. False when r cannot run this step (it may itself have
+// been preempted).
+bool scheduler_core::reserve_or_preempt(request_state& r, uint32_t n_tokens,
+                                        const std::vector<seq_id>& in_step) {
+    for (size_t attempt = 0; attempt <= _running.size(); attempt++) {
+        if (_kv->reserve(r.seq, n_tokens).ok()) return true;
+        std::vector<seq_id> candidates;
+        for (seq_id s : _running) {
+            if (std::find(in_step.begin(), in_step.end(), s) == in_step.end()) {
+                candidates.push_back(s);
+            }
+        }
+        auto victim = _kv->pick_victim(candidates);
+        if (!victim) return false;
+        request_state& v = *find(*victim);
+        preempt(v);
+        if (v.seq == r.seq) return false;
+    }
+    return false;
+}
+
+void scheduler_core::add_to_step(request_state& r, uint32_t n_tokens, gpu::step& s,
+                                 in_flight_step& f) {
+    assert(n_tokens > 0 && r.n_past + n_tokens <= r.tokens.size());
+    gpu::step_seq q;
+    q.seq_id = r.seq;
+    q.tokens.assign(r.tokens.begin() + r.n_past, r.tokens.begin() + r.n_past + n_tokens);
+    q.pos0 = r.n_past;
+    auto table = _kv->block_table(r.seq);
+    q.block_table.assign(table.begin(), table.end());
+    q.want_logits = r.n_past + n_tokens == r.tokens.size();
+    s.seqs.push_back(std::move(q));
+    f.seqs.push_back({r.seq, n_tokens, s.seqs.back().want_logits});
+    if (!r.started) {
+        r.started = true;
+        r.first_step = clock::now();
+    }
+}
+
+namespace {
+
+const char* phase_of(const gpu::step& s) {
+    bool prefill = false, decode = false;
+    for (const auto& q : s.seqs) (q.tokens.size() > 1 ? prefill : decode) = true;
+    return prefill && decode ? "mixed" : prefill ? "prefill" : "decode";
+}
+
+}  // namespace
+
+std::optional<gpu::step> scheduler_core::plan_isolated() {
+    std::vector<seq_id> group = std::move(_isolation.front());
+    _isolation.pop_front();
+    gpu::step s;
+    in_flight_step f;
+    f.isolated = true;
+    std::vector<seq_id> in_step;
+    uint32_t budget = _opt.max_batch_tokens;
+    for (seq_id seq : group) {
+        request_state* r = find(seq);
+        if (r == nullptr || r->ph != phase::running || budget == 0) continue;
+        if (s.seqs.size() >= _rows_max || !admit(*r)) continue;
+        uint32_t n = std::min<uint32_t>(uint32_t(r->tokens.size()) - r->n_past, budget);
+        if (!reserve_or_preempt(*r, r->n_past + n, in_step)) continue;
+        add_to_step(*r, n, s, f);
+        in_step.push_back(seq);
+        budget -= n;
+    }
+    if (s.seqs.empty()) return std::nullopt;
+    s.step_id = f.step_id = _next_step++;
+    s.phase = phase_of(s);
+    _in_flight = std::move(f);
+    return s;
+}
+
+std::optional<gpu::step> scheduler_core::plan_batch() {
+    gpu::step s;
+    in_flight_step f;
+    std::vector<seq_id> in_step;
+    uint32_t budget = _opt.max_batch_tokens;
+    // Decodes first, then prefill chunks: one pass each over a snapshot (preemption edits
+    // _running).
+    for (bool decodes : {true, false}) {
+        std::vector<seq_id> order = _running;
+        for (seq_id seq : order) {
+            request_state* r = find(seq);
+            if (r == nullptr || r->ph != phase::running) continue;
+            if (std::find(in_step.begin(), in_step.end(), seq) != in_step.end()) continue;
+            if (budget == 0 || s.seqs.size() >= _rows_max) break;
+            if (!admit(*r)) continue;
+            uint32_t pending = uint32_t(r->tokens.size()) - r->n_past;
+            if (decodes != (pending == 1)) continue;
+            uint32_t n = std::min(pending, budget);
+            if (!reserve_or_preempt(*r, r->n_past + n, in_step)) continue;
+            add_to_step(*r, n, s, f);
+            in_step.push_back(seq);
+            budget -= n;
+        }
+    }
+    // Admission from the queue, oldest first, while there is room.
+    while (!_queue.empty() && budget > 0 && _running.size() < _opt.max_sequences &&
+           s.seqs.size() < _rows_max) {
+        request_state& r = *find(_queue.front());
+
+        if (!admit(r)) break;
+        uint32_t n = std::min<uint32_t>(uint32_t(r.tokens.size()) - r.n_past, budget);
+        if (!_kv->reserve(r.seq, r.n_past + n).ok()) {
+            // Not enough KV for its first chunk: it waits, holding nothing.
+            (void)_kv->free_sequence(r.seq);
+            r.in_kv = false;
+            r.n_past = 0;
+            break;
+        }
+        _queue.pop_front();
+        r.ph = phase::running;
+        _running.push_back(r.seq);
+        add_to_step(r, n, s, f);
+        in_step.push_back(r.seq);
+        budget -= n;
+    }
+    if (s.seqs.empty()) return std::nullopt;
+    s.step_id = f.step_id = _next_step++;
+    s.phase = phase_of(s);
+    _in_flight = std::move(f);
+    return s;
+}
+
+}  // namespace ordo::sched

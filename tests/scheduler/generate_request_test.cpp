@@ -1,0 +1,369 @@
+// generate_request_test.cpp: request parameter parsing (actors/scheduler/generate_request.hpp).
+//
+// Checks: a full generate request parses into the expected values, and defaults apply when
+// keys are absent (max_tokens from the limits, seed 0, greedy off); ints are accepted where
+// floats are expected; a table of bad generate requests (unknown and duplicate keys, wrong
+// types, floats for ints, out-of-range values, prompt XOR tokens, bad stop lists, bad sessions,
+// session without kv, ids beyond the vocabulary) each give bad_request with a message naming
+// the key; tokenize, detokenize and cancel parse and refuse their own bad inputs.
+#include "actors/scheduler/generate_request.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <msgpack.hpp>
+#include <string>
+
+namespace {
+
+using namespace ordo::sched;
+using packer = msgpack::packer<msgpack::sbuffer>;
+
+// Builds {"id": 1, "op": op, <params written by fill>} and keeps the unpacked object alive.
+struct frame {
+    msgpack::object_handle handle;
+    const msgpack::object& get() const { return handle.get(); }
+};
+
+frame make_frame(const char* op, uint32_t n_params, const std::function<void(packer&)>& fill) {
+    msgpack::sbuffer buf;
+    packer pk(buf);
+    pk.pack_map(n_params + 2);
+    pk.pack("id"), pk.pack(1);
+    pk.pack("op"), pk.pack(op);
+    fill(pk);
+    return frame{msgpack::unpack(buf.data(), buf.size())};
+}
+
+TEST(generate_request, full_request_parses) {
+    auto f = make_frame("generate", 13, [](packer& p) {
+        p.pack("prompt"), p.pack("Once upon a time");
+        p.pack("max_tokens"), p.pack(64);
+        p.pack("temperature"), p.pack(0.5);
+        p.pack("top_k"), p.pack(40);
+        p.pack("top_p"), p.pack(0.9f);
+        p.pack("min_p"), p.pack(0);  // an int where a float is expected: accepted
+        p.pack("repeat_penalty"), p.pack(1.1);
+        p.pack("seed"), p.pack(uint64_t{0xFFFFFFFFFFFFFFFFull});
+        p.pack("stop"), p.pack(std::vector<std::string>{"\n\n", "END"});
+        p.pack("logprobs"), p.pack(5);
+        p.pack("stream"), p.pack(true);
+        p.pack("session"), p.pack("chat-42_v1.0");
+        p.pack("unknown_extra"), p.pack_nil();
+    });
+    // 13 params with one unknown: first check the unknown key is refused...
+    auto bad = parse_generate(f.get(), request_limits{256, 0, true});
+    ASSERT_FALSE(bad.ok());
+    EXPECT_NE(bad.err().message.find("unknown_extra"), std::string::npos);
+
+    auto g = make_frame("generate", 12, [](packer& p) {
+        p.pack("prompt"), p.pack("Once upon a time");
+        p.pack("max_tokens"), p.pack(64);
+        p.pack("temperature"), p.pack(0.5);
+        p.pack("top_k"), p.pack(40);
+        p.pack("top_p"), p.pack(0.9f);
+        p.pack("min_p"), p.pack(0);
+        p.pack("repeat_penalty"), p.pack(1.1);
+        p.pack("seed"), p.pack(uint64_t{0xFFFFFFFFFFFFFFFFull});
+        p.pack("stop"), p.pack(std::vector<std::string>{"\n\n", "END"});
+        p.pack("logprobs"), p.pack(5);
+        p.pack("stream"), p.pack(true);
+        p.pack("session"), p.pack("chat-42_v1.0");
+    });
+    auto r = parse_generate(g.get(), request_limits{256, 0, true});
+    ASSERT_TRUE(r.ok()) << r.err().message;
+    EXPECT_EQ(r->prompt, "Once upon a time");
+    EXPECT_TRUE(r->tokens.empty());
+    EXPECT_EQ(r->max_tokens, 64u);
+    EXPECT_FLOAT_EQ(r->sampling.temperature, 0.5f);
+    EXPECT_EQ(r->sampling.top_k, 40);
+    EXPECT_FLOAT_EQ(r->sampling.top_p, 0.9f);
+    EXPECT_FLOAT_EQ(r->sampling.min_p, 0.0f);
+    EXPECT_FLOAT_EQ(r->sampling.repeat_penalty, 1.1f);
+    EXPECT_EQ(r->sampling.seed, 0xFFFFFFFFFFFFFFFFull);
+    EXPECT_TRUE(r->seed_given);
+    EXPECT_EQ(r->stop, (std::vector<std::string>{"\n\n", "END"}));
+    EXPECT_EQ(r->sampling.logprobs, 5u);
+    EXPECT_TRUE(r->stream);
+    EXPECT_EQ(r->session, "chat-42_v1.0");
+}
+
+TEST(generate_request, defaults_apply) {
+    auto f = make_frame("generate", 1, [](packer& p) {
+        p.pack("tokens"), p.pack(std::vector<int>{1, 2, 3});
+    });
+    auto r = parse_generate(f.get(), request_limits{77, 32000, false});
+    ASSERT_TRUE(r.ok()) << r.err().message;
+    EXPECT_FALSE(r->prompt.has_value());
+    EXPECT_EQ(r->tokens, (std::vector<int32_t>{1, 2, 3}));
+    EXPECT_EQ(r->max_tokens, 77u);
+    EXPECT_EQ(r->sampling.seed, seed_default);
+    EXPECT_FALSE(r->seed_given);
+    EXPECT_FLOAT_EQ(r->sampling.temperature, 1.0f);
+    EXPECT_TRUE(r->stop.empty());
+    EXPECT_FALSE(r->stream);
+    EXPECT_FALSE(r->session.has_value());
+    // A single stop string is accepted as a string.
+    auto g = make_frame("generate", 2, [](packer& p) {
+        p.pack("prompt"), p.pack("");
+        p.pack("stop"), p.pack("###");
+    });
+    auto s = parse_generate(g.get(), request_limits{});
+    ASSERT_TRUE(s.ok()) << s.err().message;
+    EXPECT_EQ(s->stop, std::vector<std::string>{"###"});
+}
+
+struct bad_case {
+    const char* key;  // must appear in the message
+    uint32_t n_params;
+    std::function<void(packer&)> fill;
+};
+
+TEST(generate_request, bad_requests_name_the_key) {
+    const auto with_prompt = [](packer& p) { p.pack("prompt"), p.pack("hi"); };
+    const std::vector<bad_case> cases = {
+        {"frobnicate", 2,
+         [&](packer& p) {
+             with_prompt(p);
+             p.pack("frobnicate"), p.pack(1);
+         }},
+        {"prompt", 2,
+         [&](packer& p) {
+             with_prompt(p);
+             p.pack("prompt"), p.pack("again");
+         }},
+        {"prompt", 0, [](packer&) {}},
+        {"tokens", 2,
+         [&](packer& p) {
+             with_prompt(p);
+             p.pack("tokens"), p.pack(std::vector<int>{1});
+         }},
+        {"prompt", 1, [](packer& p) { p.pack("prompt"), p.pack(42); }},
+        {"tokens", 1, [](packer& p) { p.pack("tokens"), p.pack("1 2 3"); }},
+        {"tokens", 1, [](packer& p) { p.pack("tokens"), p.pack(std::vector<int>{}); }},
+        {"tokens[1]", 1,
+         [](packer& p) {
+             p.pack("tokens"), p.pack(std::vector<int>{1, -2});
+         }},
+        {"tokens[0]", 1, [](packer& p) { p.pack("tokens"), p.pack(std::vector<double>{1.5}); }},
+        {"tokens[2]", 1,
+         [](packer& p) {
+             p.pack("tokens"), p.pack(std::vector<int>{1, 2, 32000});
+         }},
+        {"max_tokens", 2,
+         [&](packer& p) {
+             with_prompt(p);
+             p.pack("max_tokens"), p.pack(0);
+         }},
+        {"max_tokens", 2,
+         [&](packer& p) {
+             with_prompt(p);
+             p.pack("max_tokens"), p.pack(10.5);
+         }},
+        {"max_tokens", 2,
+         [&](packer& p) {
+             with_prompt(p);
+             p.pack("max_tokens"), p.pack(-5);
+         }},
+        {"temperature", 2,
+         [&](packer& p) {
+             with_prompt(p);
+             p.pack("temperature"), p.pack(-0.5);
+         }},
+        {"temperature", 2,
+         [&](packer& p) {
+             with_prompt(p);
+             p.pack("temperature"), p.pack("hot");
+         }},
+        {"temperature", 2,
+         [&](packer& p) {
+             with_prompt(p);
+             p.pack("temperature"), p.pack(1e300);
+         }},
+        {"top_k", 2,
+         [&](packer& p) {
+             with_prompt(p);
+             p.pack("top_k"), p.pack(-1);
+         }},
+        {"top_k", 2,
+         [&](packer& p) {
+             with_prompt(p);
+             p.pack("top_k"), p.pack(4.5);
+         }},
+        {"top_p", 2,
+         [&](packer& p) {
+             with_prompt(p);
+             p.pack("top_p"), p.pack(1.5);
+         }},
+        {"top_p", 2,
+         [&](packer& p) {
+             with_prompt(p);
+             p.pack("top_p"), p.pack(0);
+         }},
+        {"min_p", 2,
+         [&](packer& p) {
+             with_prompt(p);
+             p.pack("min_p"), p.pack(1);
+         }},
+        {"repeat_penalty", 2,
+         [&](packer& p) {
+             with_prompt(p);
+             p.pack("repeat_penalty"), p.pack(0);
+         }},
+        {"repeat_penalty", 2,
+         [&](packer& p) {
+             with_prompt(p);
+             p.pack("repeat_penalty"), p.pack(11);
+         }},
+        {"seed", 2,
+         [&](packer& p) {
+             with_prompt(p);
+             p.pack("seed"), p.pack(-1);
+         }},
+        {"seed", 2,
+         [&](packer& p) {
+             with_prompt(p);
+             p.pack("seed"), p.pack(true);
+         }},
+        {"logprobs", 2,
+         [&](packer& p) {
+             with_prompt(p);
+             p.pack("logprobs"), p.pack(21);
+         }},
+        {"stream", 2,
+         [&](packer& p) {
+             with_prompt(p);
+             p.pack("stream"), p.pack(1);
+         }},
+        {"stop", 2,
+         [&](packer& p) {
+             with_prompt(p);
+             p.pack("stop"), p.pack(7);
+         }},
+        {"stop", 2,
+         [&](packer& p) {
+             with_prompt(p);
+             p.pack("stop"), p.pack("");
+         }},
+        {"stop[1]", 2,
+         [&](packer& p) {
+             with_prompt(p);
+             p.pack("stop"), p.pack_array(2), p.pack("ok"), p.pack(3);
+         }},
+        {"stop", 2,
+         [&](packer& p) {
+             with_prompt(p);
+             p.pack("stop"), p.pack(std::vector<std::string>(17, "x"));
+         }},
+        {"stop", 2,
+         [&](packer& p) {
+             with_prompt(p);
+             p.pack("stop"), p.pack(std::string(257, 'x'));
+         }},
+        {"session", 2,
+         [&](packer& p) {
+             with_prompt(p);
+             p.pack("session"), p.pack("a/b");
+         }},
+        {"session", 2,
+         [&](packer& p) {
+             with_prompt(p);
+             p.pack("session"), p.pack("");
+         }},
+        {"session", 2,
+         [&](packer& p) {
+             with_prompt(p);
+             p.pack("session"), p.pack(std::string(129, 'a'));
+         }},
+    };
+    for (size_t i = 0; i < cases.size(); i++) {
+        const bad_case& c = cases[i];
+        auto f = make_frame("generate", c.n_params, c.fill);
+        auto r = parse_generate(f.get(), request_limits{256, 32000, true});
+        ASSERT_FALSE(r.ok()) << "case " << i << " (" << c.key << ") was accepted";
+        if (std::getenv("ORDO_PRINT_ERRORS")) std::printf("%s\n", r.err().message.c_str());
+        EXPECT_EQ(r.err().code, "bad_request");
+        EXPECT_NE(r.err().message.find(std::string("\"") + c.key), std::string::npos)
+            << "case " << i << ": " << r.err().message;
+    }
+}
+
+TEST(generate_request, session_needs_kv_and_keys_must_be_strings) {
+    auto f = make_frame("generate", 2, [](packer& p) {
+        p.pack("prompt"), p.pack("hi");
+        p.pack("session"), p.pack("s1");
+    });
+    auto r = parse_generate(f.get(), request_limits{256, 0, false});
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.err().message.find("[kv] enabled"), std::string::npos) << r.err().message;
+    auto g = make_frame("generate", 2, [](packer& p) {
+        p.pack("prompt"), p.pack("hi");
+        p.pack(5), p.pack("five");
+    });
+    auto k = parse_generate(g.get(), request_limits{});
+    ASSERT_FALSE(k.ok());
+    EXPECT_NE(k.err().message.find("keys must be strings"), std::string::npos);
+    auto h = make_frame("generate", 1, [](packer& p) { p.pack("prompt"), p.pack("caf\xC3"); });
+    auto u = parse_generate(h.get(), request_limits{});
+    ASSERT_FALSE(u.ok());
+    EXPECT_NE(u.err().message.find("UTF-8"), std::string::npos);
+}
+
+TEST(generate_request, tokenize_detokenize_cancel) {
+    auto t = parse_tokenize(
+        make_frame("tokenize", 1, [](packer& p) { p.pack("text"), p.pack("hello"); }).get());
+    ASSERT_TRUE(t.ok());
+    EXPECT_EQ(t->text, "hello");
+    EXPECT_FALSE(t->add_bos.has_value());
+    auto t2 = parse_tokenize(make_frame("tokenize", 2, [](packer& p) {
+                                 p.pack("text"), p.pack("");
+                                 p.pack("add_bos"), p.pack(false);
+                             }).get());
+    ASSERT_TRUE(t2.ok());
+    EXPECT_EQ(t2->add_bos, std::optional<bool>(false));
+    EXPECT_FALSE(parse_tokenize(make_frame("tokenize", 0, [](packer&) {}).get()).ok());
+    auto bad_bos = parse_tokenize(make_frame("tokenize", 2, [](packer& p) {
+                                      p.pack("text"), p.pack("x");
+                                      p.pack("add_bos"), p.pack("yes");
+                                  }).get());
+    ASSERT_FALSE(bad_bos.ok());
+    EXPECT_NE(bad_bos.err().message.find("\"add_bos\""), std::string::npos);
+
+    const request_limits vocab{256, 100, false};
+    auto d = parse_detokenize(make_frame("detokenize", 1,
+                                         [](packer& p) {
+                                             p.pack("tokens"), p.pack(std::vector<int>{0, 99});
+                                         })
+                                  .get(),
+                              vocab);
+    ASSERT_TRUE(d.ok());
+    EXPECT_EQ(d->tokens, (std::vector<int32_t>{0, 99}));
+    auto d_bad = parse_detokenize(make_frame("detokenize", 1,
+                                             [](packer& p) {
+                                                 p.pack("tokens"), p.pack(std::vector<int>{0, 100});
+                                             })
+                                      .get(),
+                                  vocab);
+    ASSERT_FALSE(d_bad.ok());
+    EXPECT_NE(d_bad.err().message.find("\"tokens[1]\""), std::string::npos);
+    EXPECT_FALSE(parse_detokenize(make_frame("detokenize", 0, [](packer&) {}).get(), vocab).ok());
+
+    auto c =
+        parse_cancel(make_frame("cancel", 1, [](packer& p) { p.pack("target"), p.pack(7); }).get());
+    ASSERT_TRUE(c.ok());
+    EXPECT_EQ(c->target, 7u);
+    for (int bad_target : {0, -3}) {
+        auto cb = parse_cancel(make_frame("cancel", 1, [&](packer& p) {
+                                   p.pack("target"), p.pack(bad_target);
+                               }).get());
+        ASSERT_FALSE(cb.ok());
+        EXPECT_NE(cb.err().message.find("\"target\""), std::string::npos);
+    }
+    EXPECT_FALSE(parse_cancel(make_frame("cancel", 0, [](packer&) {}).get()).ok());
+    auto not_map = msgpack::unpack("\x93\x01\x02\x03", 4);
+    EXPECT_FALSE(parse_cancel(not_map.get()).ok());
+}
+
+}  // namespace

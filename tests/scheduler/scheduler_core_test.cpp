@@ -1,0 +1,453 @@
+// scheduler_core_test.cpp: the scheduler's decisions, driven message by message, with every step
+// executed by the CPU reference forward pass (model/reference.hpp) on a generated model — real
+// logits, no stand-ins.
+//
+// Checks: a batch of concurrent requests with different prompts and seeds each produce exactly
+// what they produce alone (and greedy output equals the reference generator's); every request
+// gets exactly one terminal event; cancel while a request's step is in flight applies the
+// step's outcome first and then ends it `cancelled` (F2); a disconnect ends requests silently
+// and frees every block; a failing batch is bisected so a poison request ends with
+// error{gpu_failed} while the others complete with fault-free output (F4); device loss makes
+// every sequence recompute from token 0 with identical output (F1); KV exhaustion preempts and
+// recomputes without corruption; a shared prompt prefix is served from the prefix cache with
+// identical output; context_exceeded and overloaded are immediate. Invariants are checked
+// after every message.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "actors/scheduler/scheduler_core.hpp"
+#include "model/gguf.hpp"
+#include "model/reference.hpp"
+#include "model/synth.hpp"
+
+namespace {
+
+using namespace ordo;
+using namespace ordo::sched;
+
+struct event {
+    uint64_t conn = 0, id = 0;
+    bool terminal = false;
+    std::map<std::string, msgpack::object> fields;
+    std::shared_ptr<msgpack::object_handle> holder;
+    std::string str(const std::string& k) const {
+        auto it = fields.find(k);
+        return it == fields.end() ? "" : it->second.as<std::string>();
+    }
+    std::vector<int32_t> tokens() const { return fields.at("tokens").as<std::vector<int32_t>>(); }
+};
+
+class model_fixture {
+public:
+    model_fixture() {
+        path = (std::filesystem::temp_directory_path() /
+                ("ordo_sched_core_" + std::to_string(getpid()) + ".gguf"))
+                   .string();
+        model::synth_options o;
+        o.n_embd = 64, o.n_layer = 2, o.n_head = 4, o.n_head_kv = 2, o.n_ff = 96;
+        o.n_vocab = 300, o.n_ctx = 256, o.seed = 7;
+        EXPECT_TRUE(model::write_synth_model(o, path).ok());
+        auto f = model::gguf_file::open(path);
+        EXPECT_TRUE(f.ok());
+        file.emplace(std::move(*f));
+        auto t = model::tokenizer::from_gguf(*file);
+        EXPECT_TRUE(t.ok());
+        tok.emplace(std::move(*t));
+    }
+    ~model_fixture() { std::filesystem::remove(path); }
+    std::string path;
+    std::optional<model::gguf_file> file;
+    std::optional<model::tokenizer> tok;
+};
+
+model_fixture& shared_model() {
+    static model_fixture m;
+    return m;
+}
+
+// Runs the scheduler against CPU reference models, one per sequence.
+class harness {
+public:
+    explicit harness(core_options o = {}, uint32_t kv_blocks = 256, uint32_t block_tokens = 8) {
+        o.n_ctx = o.n_ctx ? o.n_ctx : 256;
+        auto c = scheduler_core::create(o, &*shared_model().tok, model_info{});
+        EXPECT_TRUE(c.ok());
+        core.emplace(std::move(*c));
+        std::vector<outgoing_event> out;
+        core->on_device_ready({0, "cpu-reference", kv_blocks, block_tokens, 16}, out);
+        collect(out);
+    }
+
+    void request(uint64_t conn, uint64_t id, const std::string& op, msgpack::sbuffer frame) {
+        client_request m{conn, id, op, std::vector<char>(frame.data(), frame.data() + frame.size()), {}};
+        std::vector<outgoing_event> out;
+        core->on_request(m, out);
+        collect(out);
+    }
+
+    void generate(uint64_t conn, uint64_t id, const std::string& prompt, uint32_t max_tokens,
+                  double temperature = 0, uint64_t seed = 0) {
+        msgpack::sbuffer b;
+        msgpack::packer<msgpack::sbuffer> pk(b);
+        pk.pack_map(7);
+        pk.pack("id"), pk.pack(id), pk.pack("op"), pk.pack("generate");
+        pk.pack("prompt"), pk.pack(prompt), pk.pack("max_tokens"), pk.pack(max_tokens);
+        pk.pack("temperature"), pk.pack(temperature), pk.pack("seed"), pk.pack(seed);
+        pk.pack("stream"), pk.pack(true);
+        request(conn, id, "generate", std::move(b));
+    }
+
+    void cancel(uint64_t conn, uint64_t id, uint64_t target) {
+        msgpack::sbuffer b;
+        msgpack::packer<msgpack::sbuffer> pk(b);
+        pk.pack_map(3);
+        pk.pack("id"), pk.pack(id), pk.pack("op"), pk.pack("cancel");
+        pk.pack("target"), pk.pack(target);
+        request(conn, id, "cancel", std::move(b));
+    }
+
+    // Executes steps until none is left. `between(step)` runs after a step is planned and
+    // before its outcome is applied; `fail(step)` decides whether the step fails.
+    void run(std::function<void(const gpu::step&)> between = {},
+             std::function<std::optional<gpu::step_failed>(const gpu::step&)> fail = {}) {
+        for (int guard = 0; guard < 100000; guard++) {
+            auto s = core->next_step();
+            if (!s) return;
+            if (between) between(*s);
+            std::vector<outgoing_event> out;
+            if (auto f = fail ? fail(*s) : std::nullopt) {
+                f->step_id = s->step_id;
+                core->on_step_failed(*f, out);
+                if (f->device_lost) {
+                    collect(out);
+                    out.clear();
+                    core->on_device_ready({++epoch, "cpu-reference", core->kv_stats().blocks_total,
+                                           block_tokens(), 16},
+                                          out);
+                }
+            } else {
+                gpu::step_done d = execute(*s);
+                core->on_step_done(d, [&](uint32_t r) { return std::span<const float>(rows[r]); },
+                                   out);
+            }
+            collect(out);
+        }
+        FAIL() << "scheduler never went idle";
+    }
+
+    std::vector<event> events_of(uint64_t conn, uint64_t id) const {
+        std::vector<event> r;
+        for (const auto& e : events) {
+            if (e.conn == conn && e.id == id) r.push_back(e);
+        }
+        return r;
+    }
+    const event* terminal(uint64_t conn, uint64_t id) const {
+        const event* t = nullptr;
+        for (const auto& e : events) {
+            if (e.conn == conn && e.id == id && e.terminal) {
+                EXPECT_EQ(t, nullptr) << "two terminal events for " << conn << "/" << id;
+                t = &e;
+            }
+        }
+        return t;
+    }
+    void expect_idle() const {
+        EXPECT_EQ(core->active_sequences(), 0u);
+        EXPECT_EQ(core->queued_requests(), 0u);
+        auto kv = core->kv_stats();
+        EXPECT_EQ(kv.blocks_used, 0u);
+        EXPECT_EQ(kv.sequences, 0u);
+    }
+
+    std::optional<scheduler_core> core;
+    std::vector<event> events;
+    uint64_t epoch = 0;
+
+private:
+    uint32_t block_tokens() const { return 8; }
+
+    // Emulates the paged KV pool faithfully enough to catch sharing mistakes: each block slot
+    // remembers the token written there, and a sequence's reference model is replayed from the
+    // tokens its block table holds for [0, pos0) whenever they differ from what it has seen.
+    gpu::step_done execute(const gpu::step& s) {
+        const uint32_t B = block_tokens();
+        gpu::step_done d;
+        d.step_id = s.step_id;
+        d.n_vocab = uint32_t(shared_model().tok->vocab().size());
+        rows.clear();
+        for (const auto& q : s.seqs) {
+            std::vector<int32_t> prefix;
+            for (uint32_t p = 0; p < q.pos0; p++) {
+                auto& blk = pool[q.block_table.at(p / B)];
+                prefix.push_back(blk.empty() ? -1 : blk[p % B]);
+            }
+            auto& st = states[q.seq_id];
+            if (!st.model) {
+                auto r = model::reference_model::create(*shared_model().file, 256);
+                EXPECT_TRUE(r.ok());
+                st.model = std::make_unique<model::reference_model>(std::move(*r));
+            }
+            if (st.fed.size() < prefix.size() ||
+                !std::equal(prefix.begin(), prefix.end(), st.fed.begin())) {
+                st.fed.clear();
+                for (uint32_t p = 0; p < prefix.size(); p++) {
+                    EXPECT_GE(prefix[p], 0) << "block slot read before written";
+                    EXPECT_TRUE(st.model->forward(uint32_t(std::max(prefix[p], 0)), p).ok());
+                    st.fed.push_back(prefix[p]);
+                }
+            }
+            st.fed.resize(q.pos0);
+            std::span<const float> logits;
+            for (size_t i = 0; i < q.tokens.size(); i++) {
+                uint32_t pos = q.pos0 + uint32_t(i);
+                auto& blk = pool[q.block_table.at(pos / B)];
+                blk.resize(B, -1);
+                blk[pos % B] = q.tokens[i];
+                auto l = st.model->forward(uint32_t(q.tokens[i]), pos);
+                EXPECT_TRUE(l.ok());
+                logits = *l;
+                st.fed.push_back(q.tokens[i]);
+            }
+            if (q.want_logits) {
+                d.rows.push_back(q.seq_id);
+                rows.emplace_back(logits.begin(), logits.end());
+            }
+        }
+        return d;
+    }
+
+    void collect(std::vector<outgoing_event>& out) {
+        for (auto& o : out) {
+            event e;
+            e.conn = o.conn, e.id = o.id, e.terminal = o.terminal;
+            e.holder = std::make_shared<msgpack::object_handle>(
+                msgpack::unpack(o.frame.data(), o.frame.size()));
+            e.holder->get().convert(e.fields);
+            events.push_back(std::move(e));
+        }
+        out.clear();
+        auto st = core->check_invariants();
+        EXPECT_TRUE(st.ok()) << st.err().message;
+    }
+
+    struct seq_state {
+        std::unique_ptr<model::reference_model> model;
+        std::vector<int32_t> fed;  // tokens at positions 0.. in the model's cache
+    };
+    std::map<uint64_t, seq_state> states;
+    std::map<uint32_t, std::vector<int32_t>> pool;  // block id -> token per slot
+    std::vector<std::vector<float>> rows;
+};
+
+// What the reference generator gives for a prompt alone (greedy).
+std::vector<int32_t> reference_greedy(const std::string& prompt, uint32_t n) {
+    auto& m = shared_model();
+    auto r = model::reference_model::create(*m.file, 256);
+    EXPECT_TRUE(r.ok());
+    std::vector<int32_t> ids = m.tok->encode(prompt, true);
+    std::vector<int32_t> out;
+    std::span<const float> logits;
+    for (size_t i = 0; i < ids.size(); i++) logits = *r->forward(uint32_t(ids[i]), uint32_t(i));
+    for (uint32_t k = 0; k < n; k++) {
+        int32_t best = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+        out.push_back(best);
+        if (best == m.tok->vocab().eos()) break;
+        logits = *r->forward(uint32_t(best), uint32_t(ids.size() + k));
+    }
+    return out;
+}
+
+const std::vector<std::string> prompts = {
+    "Once upon a time", "the cat", "a b c d e f g h i j k l m n o p q r s t u v w x y z",
+    "hello world, this is a longer prompt that spans several blocks of eight tokens",
+    "x", "42", "zzz top", "Lorem ipsum dolor sit amet"};
+
+// Outputs of each prompt run alone with (temperature, seed) = (0.8, i).
+std::vector<std::vector<int32_t>> alone_outputs(uint32_t n) {
+    std::vector<std::vector<int32_t>> r;
+    for (size_t i = 0; i < prompts.size(); i++) {
+        harness h;
+        h.generate(1, 1, prompts[i], n, 0.8, i);
+        h.run();
+        r.push_back(h.terminal(1, 1)->tokens());
+    }
+    return r;
+}
+
+TEST(scheduler_core, greedy_matches_reference_generator) {
+    harness h;
+    h.generate(1, 1, prompts[0], 20);
+    h.run();
+    const event* t = h.terminal(1, 1);
+    ASSERT_NE(t, nullptr);
+    EXPECT_EQ(t->str("event"), "done");
+    EXPECT_EQ(t->tokens(), reference_greedy(prompts[0], 20));
+    // Streamed texts concatenate to done.text.
+    std::string streamed;
+    for (const auto& e : h.events_of(1, 1)) {
+        if (e.str("event") == "token") streamed += e.str("text");
+    }
+    EXPECT_EQ(streamed, t->str("text"));
+    h.expect_idle();
+}
+
+TEST(scheduler_core, batched_requests_equal_running_alone) {
+    auto alone = alone_outputs(12);
+    core_options o;
+    o.max_batch_tokens = 24;  // forces chunked prefill next to decodes
+    harness h(o);
+    for (size_t i = 0; i < prompts.size(); i++) h.generate(1, i + 1, prompts[i], 12, 0.8, i);
+    h.run();
+    for (size_t i = 0; i < prompts.size(); i++) {
+        const event* t = h.terminal(1, i + 1);
+        ASSERT_NE(t, nullptr) << i;
+        EXPECT_EQ(t->tokens(), alone[i]) << "prompt " << i;
+    }
+    h.expect_idle();
+}
+
+TEST(scheduler_core, cancel_during_step_applies_outcome_then_cancels) {
+    harness h;
+    h.generate(1, 1, prompts[3], 50);
+    h.generate(1, 2, prompts[0], 5);
+    int steps = 0;
+    h.run([&](const gpu::step&) {
+        if (++steps == 3) h.cancel(1, 9, 1);  // request 1 is inside this step
+    });
+    const event* t = h.terminal(1, 1);
+    ASSERT_NE(t, nullptr);
+    EXPECT_EQ(t->str("reason"), "cancelled");
+    // The step that was running when the cancel arrived still produced... nothing new for a
+    // cancelled request, but its KV was committed: the blocks were published, not leaked.
+    const event* c = h.terminal(1, 9);
+    ASSERT_NE(c, nullptr);
+    EXPECT_TRUE(c->fields.at("cancelled").as<bool>());
+    ASSERT_NE(h.terminal(1, 2), nullptr);
+    EXPECT_EQ(h.terminal(1, 2)->tokens(), reference_greedy(prompts[0], 5));
+    // Cancelling a finished request answers cancelled=false.
+    h.cancel(1, 10, 2);
+    EXPECT_FALSE(h.terminal(1, 10)->fields.at("cancelled").as<bool>());
+    h.expect_idle();
+}
+
+TEST(scheduler_core, disconnect_ends_requests_silently_and_frees_blocks) {
+    harness h;
+    h.generate(7, 1, prompts[3], 40);
+    h.generate(7, 2, prompts[1], 40);
+    h.generate(8, 1, prompts[0], 6);
+    int steps = 0;
+    h.run([&](const gpu::step&) {
+        if (++steps == 2) {
+            std::vector<outgoing_event> out;
+            h.core->on_client_gone({7, "client closed"}, out);
+            EXPECT_TRUE(out.empty());
+        }
+    });
+    EXPECT_EQ(h.terminal(7, 1), nullptr);
+    EXPECT_EQ(h.terminal(7, 2), nullptr);
+    ASSERT_NE(h.terminal(8, 1), nullptr);
+    EXPECT_EQ(h.core->counters().disconnects, 2u);
+    h.expect_idle();
+}
+
+TEST(scheduler_core, poison_request_is_isolated_by_bisection) {
+    auto alone = alone_outputs(8);
+    harness h;
+    for (size_t i = 0; i < 4; i++) h.generate(1, i + 1, prompts[i], 8, 0.8, i);
+    uint64_t poison_seq = 3;  // the third request admitted
+    h.run({}, [&](const gpu::step& s) -> std::optional<gpu::step_failed> {
+        for (const auto& q : s.seqs) {
+            if (q.seq_id == poison_seq) {
+                return gpu::step_failed{0, "gpu_device_lost", "injected", "decode#1 layers 0-1",
+                                        false};
+            }
+        }
+        return std::nullopt;
+    });
+    for (size_t i = 0; i < 4; i++) {
+        const event* t = h.terminal(1, i + 1);
+        ASSERT_NE(t, nullptr) << i;
+        if (i == 2) {
+            EXPECT_EQ(t->str("event"), "error");
+            EXPECT_EQ(t->str("code"), "gpu_failed");
+        } else {
+            EXPECT_EQ(t->tokens(), alone[i]) << i;
+        }
+    }
+    h.expect_idle();
+}
+
+TEST(scheduler_core, device_loss_recomputes_with_identical_output) {
+    auto alone = alone_outputs(10);
+    harness h;
+    for (size_t i = 0; i < 4; i++) h.generate(1, i + 1, prompts[i], 10, 0.8, i);
+    int steps = 0;
+    h.run({}, [&](const gpu::step&) -> std::optional<gpu::step_failed> {
+        if (++steps == 5 || steps == 9) {
+            return gpu::step_failed{0, "gpu_timeout", "injected", "decode#5 layers 0-1", true};
+        }
+        return std::nullopt;
+    });
+    for (size_t i = 0; i < 4; i++) {
+        const event* t = h.terminal(1, i + 1);
+        ASSERT_NE(t, nullptr);
+        EXPECT_EQ(t->tokens(), alone[i]) << i;
+    }
+    EXPECT_EQ(h.core->counters().failures, 2u);
+    h.expect_idle();
+}
+
+TEST(scheduler_core, kv_exhaustion_preempts_without_corruption) {
+    auto alone = alone_outputs(24);
+    core_options o;
+    o.prefix_cache = false;
+    harness h(o, /*kv_blocks=*/16);  // 128 tokens for 8 requests needing up to ~105 each
+    for (size_t i = 0; i < prompts.size(); i++) h.generate(1, i + 1, prompts[i], 24, 0.8, i);
+    h.run();
+    for (size_t i = 0; i < prompts.size(); i++) {
+        const event* t = h.terminal(1, i + 1);
+        ASSERT_NE(t, nullptr);
+        EXPECT_EQ(t->tokens(), alone[i]) << i;
+    }
+    EXPECT_GT(h.core->counters().preemptions, 0u);
+    h.expect_idle();
+}
+
+TEST(scheduler_core, shared_prefix_is_served_from_the_cache) {
+    std::string base = prompts[3] + " and then some more words to fill blocks";
+    harness h;
+    h.generate(1, 1, base, 6);
+    h.run();
+    h.generate(1, 2, base + " again", 6);
+    h.run();
+    const event* first = h.terminal(1, 1);
+    const event* second = h.terminal(1, 2);
+    ASSERT_NE(second, nullptr);
+    auto usage = second->fields.at("usage").as<std::map<std::string, msgpack::object>>();
+    EXPECT_GE(usage.at("cached_tokens").as<uint32_t>(), 8u);
+    EXPECT_EQ(second->tokens(), reference_greedy(base + " again", 6));
+    EXPECT_EQ(first->tokens(), reference_greedy(base, 6));
+    h.expect_idle();
+}
+
+TEST(scheduler_core, context_exceeded_and_overloaded_are_immediate) {
+    core_options o;
+    o.max_queue = 2;
+    harness h(o);
+    h.generate(1, 1, prompts[0], 1000);
+    EXPECT_EQ(h.terminal(1, 1)->str("code"), "context_exceeded");
+    h.generate(1, 2, prompts[0], 4);
+    h.generate(1, 3, prompts[0], 4);
+    h.generate(1, 4, prompts[0], 4);
+    EXPECT_EQ(h.terminal(1, 4)->str("code"), "overloaded");
+    h.run();
+    EXPECT_EQ(h.terminal(1, 2)->str("event"), "done");
+    EXPECT_EQ(h.terminal(1, 3)->str("event"), "done");
+    h.expect_idle();
+}
+
+}  // namespace
