@@ -49,7 +49,8 @@ net_actor::~net_actor() = default;
 void net_actor::on_start() {
     _started_at = std::chrono::steady_clock::now();
     uv_timer_init(loop(), &_gone_timer);
-    _gone_timer.data = this;
+    uv_timer_init(loop(), &_grace_timer);
+    _gone_timer.data = _grace_timer.data = this;
     _listen_status = bind_and_listen();
     if (!_listen_status.ok()) log().error("{}", _listen_status.err().message);
 }
@@ -89,13 +90,43 @@ void net_actor::on_stop() {
         uv_close(reinterpret_cast<uv_handle_t*>(&_listener), nullptr);
         _listening = false;
     }
-    for (auto& [id, c] : _connections) close_connection(*c, "server stopping");
-    // Whatever is still refused now is lost with the process; say so.
+    // Connections with queued events are shut down after those are written (the terminal
+    // events of requests ended by the stop); the grace timer bounds a client that never reads.
+    size_t flushing = 0;
+    for (auto& [id, c] : _connections) {
+        if (c->write_pending_bytes > 0 && !c->closing) {
+            c->closing = true;
+            uv_read_stop(reinterpret_cast<uv_stream_t*>(&c->tcp));
+            c->shutdown_req.data = c.get();
+            if (uv_shutdown(&c->shutdown_req, reinterpret_cast<uv_stream_t*>(&c->tcp),
+                            &net_actor::shutdown_cb) == 0) {
+                flushing++;
+                continue;
+            }
+            c->closing = false;
+        }
+        close_connection(*c, "server stopping");
+    }
     if (!_gone_pending.empty()) {
         log().warn("{} client_gone messages undelivered at stop", _gone_pending.size());
     }
     uv_close(reinterpret_cast<uv_handle_t*>(&_gone_timer), nullptr);
-    log().info("stopped: {} connections closed", _connections.size());
+    if (flushing > 0) {
+        uv_timer_start(&_grace_timer, &net_actor::grace_cb, _options.shutdown_grace_ms, 0);
+    } else {
+        uv_close(reinterpret_cast<uv_handle_t*>(&_grace_timer), nullptr);
+    }
+    log().info("stopping: {} connections ({} flushing)", _connections.size(), flushing);
+}
+
+void net_actor::grace_cb(uv_timer_t* t) {
+    auto& self = *static_cast<net_actor*>(t->data);
+    for (auto& [id, c] : self._connections) {
+        if (!uv_is_closing(reinterpret_cast<uv_handle_t*>(&c->tcp))) {
+            uv_close(reinterpret_cast<uv_handle_t*>(&c->tcp), &net_actor::close_cb);
+        }
+    }
+    uv_close(reinterpret_cast<uv_handle_t*>(t), nullptr);
 }
 
 // ---- accepting and reading -----------------------------------------------------------------
@@ -390,6 +421,10 @@ void net_actor::close_cb(uv_handle_t* handle) {
     auto& c = *static_cast<connection*>(handle->data);
     net_actor& self = *c.owner;
     self._connections.erase(c.id);  // frees c
+    auto* grace = reinterpret_cast<uv_handle_t*>(&self._grace_timer);
+    if (self.stopping() && self._connections.empty() && !uv_is_closing(grace)) {
+        uv_close(grace, nullptr);
+    }
 }
 
 }  // namespace ordo::net

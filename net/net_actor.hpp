@@ -35,6 +35,7 @@ struct net_options {
     size_t frame_bytes_max = 1 << 20;
     size_t inflight_per_connection_max = 64;
     size_t write_buffer_bytes_max = 8 << 20;
+    uint64_t shutdown_grace_ms = 5000;  // at stop: how long queued events may take to flush
 };
 
 struct net_counters {
@@ -58,7 +59,11 @@ public:
 
     // Before start(): where requests other than `health` go. Without a scheduler, `stats` is
     // answered here (net counters only) and every other op is unknown.
-    void connect_scheduler(scheduler_outbox out) { _to_scheduler = std::move(out); }
+    void connect_scheduler(scheduler_outbox out) {
+        _to_scheduler = std::move(out);
+        _health_status = "loading";  // until the scheduler reports the device ready
+        _health_reason = "starting";
+    }
 
     // Valid after start(): whether bind/listen succeeded, and the port actually bound.
     const status& listen_status() const { return _listen_status; }
@@ -81,6 +86,7 @@ private:
     static void write_cb(uv_write_t* req, int status);
     static void shutdown_cb(uv_shutdown_t* req, int status);
     static void close_cb(uv_handle_t* handle);
+    static void grace_cb(uv_timer_t* t);
 
     status bind_and_listen();
     void accept_one();
@@ -104,6 +110,7 @@ private:
     // delivered (at most one per closed connection, so bounded by connections_max).
     std::deque<sched::client_gone> _gone_pending;
     uv_timer_t _gone_timer{};
+    uv_timer_t _grace_timer{};  // bounds the flush of queued events at stop
     uv_tcp_t _listener{};
     bool _listening = false;
     status _listen_status;

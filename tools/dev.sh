@@ -74,8 +74,20 @@ run_tests() {
   ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" --timeout 900
 }
 
+# The embedded default: a small random-weight Llama with a byte vocab, generated once so the
+# server has something to serve on a fresh machine (etc/ordo.toml: model.generated_path).
+default_model=var/models/ordo-default.gguf
+make_default_model() {
+  if [[ -f "$default_model" ]]; then return; fi
+  mkdir -p "$(dirname "$default_model")"
+  log "generating the default model $default_model (random weights; see README to serve a real GGUF)"
+  "$build_dir/tools/model/ordo-model" mk --out "$default_model" --n-embd 256 --n-layer 4 \
+    --n-head 8 --n-head-kv 4 --n-ff 768 --n-vocab 512 --type f16 --seed 1 --ctx 2048 >/dev/null
+}
+
 run_server() {
   build
+  make_default_model
   export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
   exec "$build_dir/tools/server/ordo-server" --config etc/ordo.toml "$@"
 }

@@ -165,9 +165,9 @@ void scheduler_actor::op_fault(const client_request& m, std::vector<outgoing_eve
 void scheduler_actor::after(std::vector<outgoing_event>& out) {
     for (auto& e : out) deliver(std::move(e));
     auto health = _core.health();
-    if (health != _health) {
+    // Remembered only once delivered, so a refused update is sent again next time.
+    if (health != _health && _to_net.tell(net::set_health{health.first, health.second}).ok()) {
         _health = health;
-        (void)_to_net.tell(net::set_health{health.first, health.second});
     }
     pump();
 }

@@ -6,7 +6,10 @@
 #include <csignal>
 
 #include "actors/runtime/log.hpp"
+#include "actors/scheduler/scheduler_actor.hpp"
+#include "gpu/gpu_actor.hpp"
 #include "net/net_actor.hpp"
+#include "tools/server/model_load.hpp"
 
 namespace ordo {
 namespace {
@@ -41,7 +44,49 @@ net::net_options net_options_from(const config::config& cfg, const config::liste
     o.frame_bytes_max = cfg.server.max_frame_bytes;
     o.inflight_per_connection_max = cfg.server.max_inflight_per_connection;
     o.write_buffer_bytes_max = cfg.server.write_buffer_bytes_max;
+    o.shutdown_grace_ms = cfg.server.shutdown_grace_ms;
     return o;
+}
+
+gpu::gpu_actor_options gpu_options_from(const config::config& cfg, const loaded_model& m) {
+    gpu::gpu_actor_options o;
+    o.model_path = m.path;
+    o.recovery_max = cfg.gpu.recovery_max;
+    o.mailbox_capacity = cfg.server.mailbox_capacity;
+    auto& r = o.runner;
+    r.device = cfg.gpu.device;
+    r.flush_every_layers = cfg.gpu.flush_every_layers;
+    r.watchdog_ms = cfg.gpu.watchdog_ms;
+    r.kv_block_tokens = cfg.gpu.kv_block_tokens;
+    r.kv_blocks = cfg.gpu.kv_blocks;
+    r.kv_memory_bytes = cfg.gpu.kv_memory_bytes;
+    r.kv_f16 = cfg.gpu.kv_dtype == config::kv_dtype::f16;
+    r.max_batch_tokens = cfg.scheduler.max_batch_tokens;
+    r.rows_max = cfg.scheduler.max_sequences;
+    r.seqs_max = cfg.scheduler.max_sequences;
+    r.n_ctx = m.n_ctx;
+    return o;
+}
+
+sched::core_options core_options_from(const config::config& cfg, const loaded_model& m) {
+    sched::core_options o;
+    o.max_sequences = cfg.scheduler.max_sequences;
+    o.max_queue = cfg.scheduler.max_queue;
+    o.max_batch_tokens = cfg.scheduler.max_batch_tokens;
+    o.max_tokens_default = cfg.scheduler.max_tokens_default;
+    o.retry_max = cfg.scheduler.retry_max;
+    o.policy = cfg.scheduler.batch_failure_policy;
+    o.prefix_cache = cfg.scheduler.prefix_cache;
+    o.kv_enabled = cfg.kv.enabled;
+    o.n_ctx = m.n_ctx;
+    return o;
+}
+
+// A step may take several segments, each bounded by the watchdog; past all of them plus the
+// time to rebuild a device the scheduler stops waiting.
+uint64_t step_backstop_ms(const config::config& cfg, const loaded_model& m) {
+    uint64_t segments = (m.hp.n_layer + cfg.gpu.flush_every_layers - 1) / cfg.gpu.flush_every_layers;
+    return cfg.gpu.watchdog_ms * (segments + 2) + 60000;
 }
 
 }  // namespace
@@ -61,14 +106,54 @@ status run_server(const config::config& cfg, const server_hooks& hooks) {
     uv_signal_start(&m.sigint, signal_cb, SIGINT);
     uv_signal_start(&m.sigterm, signal_cb, SIGTERM);
 
-    net::net_actor net(net_options_from(cfg, *address), cfg.server.mailbox_capacity);
-    status started = net.start();
-    if (started.ok() && !net.listen_status().ok()) {
-        net.request_stop();
-        (void)net.join();
-        started = net.listen_status();
+    auto model = load_model(cfg);
+    if (!model.ok()) {
+        m.on_stop = [] {};
+        begin_stop(m);
+        uv_run(&m.loop, UV_RUN_DEFAULT);
+        uv_loop_close(&m.loop);
+        return model.err();
     }
+    log->info("model {}{}: {} layers, n_embd {}, vocab {}, context {}, fingerprint {}",
+              model->path, model->generated ? " (generated, random weights)" : "",
+              model->hp.n_layer, model->hp.n_embd, model->hp.n_vocab, model->n_ctx,
+              model->info.fingerprint);
+    if (model->generated) log->warn("{}", model->info.hint);
+
+    gpu::logits_exchange logits(cfg.scheduler.max_sequences, model->hp.n_vocab);
+    auto core = sched::scheduler_core::create(core_options_from(cfg, *model),
+                                              &*model->tokenizer, model->info);
+    if (!core.ok()) return core.err();
+    sched::scheduler_actor::options so;
+    so.mailbox_capacity = cfg.server.mailbox_capacity;
+    so.step_backstop_ms = step_backstop_ms(cfg, *model);
+    so.faults_enabled = cfg.fault.enabled;
+    sched::scheduler_actor scheduler(std::move(*core), &logits, so);
+    net::net_actor net(net_options_from(cfg, *address), cfg.server.mailbox_capacity);
+    gpu::gpu_actor gpu(gpu_options_from(cfg, *model), logits,
+                       gpu::gpu_replies(scheduler, "gpu"));
+    scheduler.connect(sched::scheduler_actor::net_outbox(net, "scheduler"),
+                      sched::scheduler_actor::gpu_outbox(gpu, "scheduler"));
+    net.connect_scheduler(net::net_actor::scheduler_outbox(scheduler, "net"));
+
+    // Start order: the scheduler before the net actor (nothing is forwarded to a stopped
+    // actor), the gpu last (its device_ready reaches a running scheduler).
+    status started = scheduler.start();
+    if (started.ok()) started = net.start();
+    if (started.ok() && !net.listen_status().ok()) started = net.listen_status();
+    if (started.ok()) started = gpu.start();
+    auto stop_all = [&](status& first_failure) {
+        // Scheduler first: every live request gets its terminal event (shutting_down) while
+        // the net actor can still write it; then the net actor flushes and closes
+        // connections; then the gpu actor waits out its running step.
+        for (actors::actor_core* a : std::initializer_list<actors::actor_core*>{&scheduler, &net, &gpu}) {
+            a->request_stop();
+            if (auto st = a->join(); !st.ok() && first_failure.ok()) first_failure = st;
+        }
+    };
     if (!started.ok()) {
+        status ignored;
+        stop_all(ignored);
         m.on_stop = [] {};
         begin_stop(m);
         uv_run(&m.loop, UV_RUN_DEFAULT);
@@ -78,12 +163,7 @@ status run_server(const config::config& cfg, const server_hooks& hooks) {
     if (hooks.on_listening) hooks.on_listening(address->host, net.bound_port());
 
     status first_failure;
-    m.on_stop = [&] {
-        // Dependency order: the net actor first, so no new request arrives while the actors
-        // behind it wind down.
-        net.request_stop();
-        if (auto st = net.join(); !st.ok() && first_failure.ok()) first_failure = st;
-    };
+    m.on_stop = [&] { stop_all(first_failure); };
     uv_run(&m.loop, UV_RUN_DEFAULT);
     int rc = uv_loop_close(&m.loop);
     if (rc != 0 && first_failure.ok()) {
