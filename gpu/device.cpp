@@ -1,6 +1,7 @@
 // device.cpp: see device.hpp. Instance + device creation, feature probing, memory.
 #include "gpu/device.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include <spdlog/spdlog.h>
@@ -119,11 +120,15 @@ buffer& buffer::operator=(buffer&& other) noexcept {
         _device = other._device;
         _buffer = other._buffer;
         _memory = other._memory;
+        _texel_view = other._texel_view;
+        _texel_count = other._texel_count;
         _mapped = other._mapped;
         _size = other._size;
         other._device = VK_NULL_HANDLE;
         other._buffer = VK_NULL_HANDLE;
         other._memory = VK_NULL_HANDLE;
+        other._texel_view = VK_NULL_HANDLE;
+        other._texel_count = 0;
         other._mapped = nullptr;
         other._size = 0;
     }
@@ -139,11 +144,16 @@ void buffer::reset() {
     if (_mapped != nullptr) {
         vkUnmapMemory(_device, _memory);
     }
+    if (_texel_view != VK_NULL_HANDLE) {
+        vkDestroyBufferView(_device, _texel_view, nullptr);
+    }
     vkDestroyBuffer(_device, _buffer, nullptr);
     vkFreeMemory(_device, _memory, nullptr);
     _device = VK_NULL_HANDLE;
     _buffer = VK_NULL_HANDLE;
     _memory = VK_NULL_HANDLE;
+    _texel_view = VK_NULL_HANDLE;
+    _texel_count = 0;
     _mapped = nullptr;
     _size = 0;
 }
@@ -228,6 +238,8 @@ status device::pick_physical(const device_options& options) {
     _info.api_version = version_string(props.properties.apiVersion);
     _info.max_storage_buffer_range = lim.maxStorageBufferRange;
     _info.min_storage_buffer_offset_alignment = lim.minStorageBufferOffsetAlignment;
+    _info.max_texel_buffer_elements = lim.maxTexelBufferElements;
+    _info.min_texel_buffer_offset_alignment = lim.minTexelBufferOffsetAlignment;
     _info.max_shared_memory_bytes = lim.maxComputeSharedMemorySize;
     _info.subgroup_size = subgroup.subgroupSize;
     _info.subgroup_arithmetic =
@@ -349,8 +361,10 @@ result<buffer> device::create_buffer(std::uint64_t size, memory_use use) {
     }
     VkBufferCreateInfo bci{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
     bci.size = size;
+    // Uniform-texel usage: R32G32B32A32_UINT uniform texel buffers are mandatory in Vulkan, and
+    // they are the only vectorised load path of lavapipe (gpu/PERF.md).
     bci.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
-                VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+                VK_BUFFER_USAGE_TRANSFER_DST_BIT | VK_BUFFER_USAGE_UNIFORM_TEXEL_BUFFER_BIT;
     bci.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
     buffer b;
     b._device = _device;
@@ -389,6 +403,20 @@ result<buffer> device::create_buffer(std::uint64_t size, memory_use use) {
         r = vkMapMemory(_device, b._memory, 0, VK_WHOLE_SIZE, 0, &b._mapped);
         if (r != VK_SUCCESS) {
             return vk_error(r, "vkMapMemory");
+        }
+    }
+    std::uint64_t texels = std::min<std::uint64_t>(size / 16, _info.max_texel_buffer_elements);
+    if (texels > 0) {
+        VkBufferViewCreateInfo vi{VK_STRUCTURE_TYPE_BUFFER_VIEW_CREATE_INFO};
+        vi.buffer = b._buffer;
+        vi.format = VK_FORMAT_R32G32B32A32_UINT;
+        vi.offset = 0;
+        vi.range = texels * 16;
+        // A failure only costs speed: the kernels fall back to their storage-buffer path.
+        if (vkCreateBufferView(_device, &vi, nullptr, &b._texel_view) == VK_SUCCESS) {
+            b._texel_count = texels;
+        } else {
+            b._texel_view = VK_NULL_HANDLE;
         }
     }
     return b;

@@ -36,6 +36,9 @@ struct device_info {
     // limits
     std::uint64_t max_storage_buffer_range = 0;
     std::uint64_t min_storage_buffer_offset_alignment = 0;
+    // Uniform texel buffers: the fast load path of lavapipe (see gpu/PERF.md).
+    std::uint32_t max_texel_buffer_elements = 0;
+    std::uint64_t min_texel_buffer_offset_alignment = 0;
     std::uint32_t max_shared_memory_bytes = 0;
     std::uint32_t subgroup_size = 0;
     std::array<std::uint32_t, 3> max_workgroup_size{};
@@ -74,6 +77,12 @@ public:
     VkBuffer handle() const { return _buffer; }
     std::uint64_t size() const { return _size; }
     void* mapped() const { return _mapped; }  // null when not host-visible
+    // R32G32B32A32_UINT texel view of the whole buffer (16-byte texels; the tail of a size not
+    // a multiple of 16 is outside it). Null when the buffer is smaller than one texel or larger
+    // than maxTexelBufferElements texels: kernels that read through it then take their
+    // storage-buffer path. The fast mat-mul kernels read weights and activations this way.
+    VkBufferView texel_view() const { return _texel_view; }
+    std::uint64_t texel_count() const { return _texel_count; }
 
 private:
     friend class device;
@@ -82,6 +91,8 @@ private:
     VkDevice _device = VK_NULL_HANDLE;
     VkBuffer _buffer = VK_NULL_HANDLE;
     VkDeviceMemory _memory = VK_NULL_HANDLE;
+    VkBufferView _texel_view = VK_NULL_HANDLE;
+    std::uint64_t _texel_count = 0;
     void* _mapped = nullptr;
     std::uint64_t _size = 0;
 };

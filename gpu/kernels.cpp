@@ -69,6 +69,68 @@ status encode_get_rows(stream& s, const weight_tensor& table, ints_view ids, std
     return {};
 }
 
+bool texel_path_usable(const weight_tensor& w, const rows_view& x, std::uint32_t n_tokens) {
+    if (n_tokens == 0 || x.view.buf == nullptr || x.view.buf->texel_view() == VK_NULL_HANDLE ||
+        x.view.offset % 16 != 0 || x.offset % 4 != 0 || x.stride % 4 != 0) {
+        return false;
+    }
+    std::uint64_t x_end = (x.view.offset + 4 * (x.offset + std::uint64_t(n_tokens - 1) * x.stride +
+                                                w.n_in) + 15) / 16;
+    if (x_end > x.view.buf->texel_count()) return false;
+    for (const weight_chunk& ch : w.chunks) {
+        const buffer* b = ch.view.buf;
+        if (b == nullptr || b->texel_view() == VK_NULL_HANDLE || ch.view.offset % 16 != 0) {
+            return false;
+        }
+        // The last texel read: the end of the quants (F32/F16: of the rows), or the last scale.
+        std::uint64_t end = (ch.view.offset + packed_bytes(w.type, w.n_in, ch.row_count) + 15) / 16;
+        if (end > b->texel_count() || (4ull * ch.scale_offset) % 16 != 0) return false;
+    }
+    return true;
+}
+
+namespace {
+
+// The texel-fetch kernels (mul_mat_tx.comp); operands already validated by encode_mul_mat.
+status encode_mul_mat_tx(stream& s, const weight_tensor& w, const rows_view& x,
+                         const rows_view& y, std::uint32_t n_tokens, bool accumulate) {
+    if (!texel_path_usable(w, x, n_tokens)) {
+        return bad("mul_mat", "texel path: an operand has no texel view covering it");
+    }
+    bool one = n_tokens == 1, few = n_tokens <= mat_vec_tokens_max;
+    pipeline_id id = pick(one   ? pipeline_id::mul_mat_tx1_f32
+                          : few ? pipeline_id::mul_mat_tx4_f32
+                                : pipeline_id::mul_mat_txm_f32,
+                          w.type);
+    std::uint32_t r = one ? abi::ORDO_TX1_R : few ? abi::ORDO_TX4_R : abi::ORDO_TXM_R;
+    std::uint32_t t = one ? abi::ORDO_TX1_T : few ? abi::ORDO_TX4_T : abi::ORDO_TXM_T;
+    const device_info& info = s.dev().info();
+    std::uint32_t gy = ceil_div(n_tokens, t);
+    if (gy > info.max_workgroup_count[1]) return bad("mul_mat", "too many tokens for one dispatch");
+    std::uint32_t wg = s.pipes().get(id).workgroup_size;
+    for (std::size_t c = 0; c < w.chunks.size(); ++c) {
+        const weight_chunk& ch = w.chunks[c];
+        std::uint32_t gx = ceil_div(ch.row_count, std::uint64_t(wg) * r);
+        if (gx > info.max_workgroup_count[0]) return bad("mul_mat", "too many rows per chunk");
+        abi::mul_mat_tx_push p{};
+        p.k = w.n_in;
+        p.n_rows = ch.row_count;
+        p.n_cols = n_tokens;
+        p.row_begin = ch.row_begin;
+        p.w_texel = static_cast<std::uint32_t>(ch.view.offset / 16);
+        p.s_texel = static_cast<std::uint32_t>((ch.view.offset + 4ull * ch.scale_offset) / 16);
+        p.x_texel = static_cast<std::uint32_t>((x.view.offset + 4ull * x.offset) / 16);
+        p.x_stride4 = x.stride / 4;
+        p.y_offset = y.offset;
+        p.y_stride = y.stride;
+        p.accumulate = accumulate ? 1u : 0u;
+        s.dispatch(id, {ch.view, x.view, y.view}, p, {gx, gy, 1}, c + 1 == w.chunks.size());
+    }
+    return {};
+}
+
+}  // namespace
+
 status encode_mul_mat(stream& s, const weight_tensor& w, rows_view x, rows_view y,
                       std::uint32_t n_tokens, bool accumulate, mat_path path) {
     if (n_tokens == 0) return bad("mul_mat", "no tokens");
@@ -77,6 +139,11 @@ status encode_mul_mat(stream& s, const weight_tensor& w, rows_view x, rows_view 
     }
     if (!fits(x, n_tokens, w.n_in)) return bad("mul_mat", "x outside its binding");
     if (!fits(y, n_tokens, w.n_out)) return bad("mul_mat", "y outside its binding");
+    if (path == mat_path::automatic && s.pipes().tuning().prefer_texel_kernels &&
+        texel_path_usable(w, x, n_tokens)) {
+        path = mat_path::texel;
+    }
+    if (path == mat_path::texel) return encode_mul_mat_tx(s, w, x, y, n_tokens, accumulate);
     if (path == mat_path::automatic) {
         bool few = n_tokens <= mat_vec_tokens_max;
         path = !few                                   ? mat_path::tiled
@@ -189,8 +256,69 @@ status encode_kv_write(stream& s, const kv_pool& pool, std::uint32_t layer, rows
     return {};
 }
 
+namespace {
+
+// Whether attention_tx can run this batch (see attention_path in kernels.hpp).
+bool attention_tx_usable(const stream& s, const kv_pool& pool, std::uint32_t layer,
+                         const attention_batch& b) {
+    const kv_geometry& g = pool.geometry();
+    const device_info& info = s.dev().info();
+    auto covered = [](const buffer_view& v, std::uint64_t end_bytes) {
+        return v.buf != nullptr && v.buf->texel_view() != VK_NULL_HANDLE && v.offset % 16 == 0 &&
+               (v.offset + end_bytes + 15) / 16 <= v.buf->texel_count();
+    };
+    std::uint64_t width = std::uint64_t(b.n_head) * g.head_dim;
+    std::uint64_t q_end = 4 * (b.q.offset + std::uint64_t(b.n_tokens - 1) * b.q.stride + width);
+    return info.subgroup_arithmetic && s.pipes().tuning().attention_tx_wg == info.subgroup_size &&
+           g.head_dim % 8 == 0 && g.head_dim <= abi::ORDO_ATTN_TX_HD_LARGE &&
+           b.q.offset % 4 == 0 && b.q.stride % 4 == 0 && covered(b.q.view, q_end) &&
+           covered(pool.k(layer), pool.k(layer).range) &&
+           covered(pool.v(layer), pool.v(layer).range) &&
+           covered(b.tables.view, 4ull * b.n_seqs * b.max_blocks_per_seq);
+}
+
+status encode_attention_tx(stream& s, const kv_pool& pool, std::uint32_t layer,
+                           const attention_batch& b) {
+    const kv_geometry& g = pool.geometry();
+    bool small = g.head_dim <= abi::ORDO_ATTN_TX_HD_SMALL;
+    pipeline_id id = small ? (g.f16 ? pipeline_id::attention_tx64_f16
+                                    : pipeline_id::attention_tx64_f32)
+                           : (g.f16 ? pipeline_id::attention_tx128_f16
+                                    : pipeline_id::attention_tx128_f32);
+    abi::attention_tx_push p{};
+    p.n_tokens = b.n_tokens;
+    p.n_head = b.n_head;
+    p.n_head_kv = g.n_head_kv;
+    p.head_dim = g.head_dim;
+    p.block_tokens = g.block_tokens;
+    p.n_blocks = g.n_blocks;
+    p.max_blocks_per_seq = b.max_blocks_per_seq;
+    p.n_seqs = b.n_seqs;
+    p.q_texel = static_cast<std::uint32_t>((b.q.view.offset + 4ull * b.q.offset) / 16);
+    p.q_stride4 = b.q.stride / 4;
+    p.k_texel = static_cast<std::uint32_t>(pool.k(layer).offset / 16);
+    p.v_texel = static_cast<std::uint32_t>(pool.v(layer).offset / 16);
+    p.tables_texel = static_cast<std::uint32_t>(b.tables.view.offset / 16);
+    p.tokens_offset = b.tokens.offset;
+    p.out_offset = b.out.offset;
+    p.out_stride = b.out.stride;
+    p.scale = 1.0f / std::sqrt(static_cast<float>(g.head_dim));
+    s.dispatch(id,
+               {b.q.view, pool.k(layer), pool.v(layer), b.tokens.view, b.tables.view,
+                b.out.view},
+               p, {b.n_head, b.n_tokens, 1});
+    return {};
+}
+
+}  // namespace
+
 status encode_attention(stream& s, const kv_pool& pool, std::uint32_t layer,
                         const attention_batch& b) {
+    return encode_attention(s, pool, layer, b, attention_path::automatic);
+}
+
+status encode_attention(stream& s, const kv_pool& pool, std::uint32_t layer,
+                        const attention_batch& b, attention_path path) {
     const kv_geometry& g = pool.geometry();
     pipeline_id id = g.f16 ? pipeline_id::attention_f16 : pipeline_id::attention_f32;
     std::uint32_t wg = s.pipes().get(id).workgroup_size;
@@ -209,6 +337,15 @@ status encode_attention(stream& s, const kv_pool& pool, std::uint32_t layer,
         !fits(b.tables, std::uint64_t(b.n_seqs) * b.max_blocks_per_seq) ||
         b.tables.offset != 0) {
         return bad("attention", "operand outside its binding (tables must start at offset 0)");
+    }
+    bool tx_ok = attention_tx_usable(s, pool, layer, b);
+    if (path == attention_path::texel && !tx_ok) {
+        return bad("attention", "texel path: head_dim, subgroup or texel views do not allow it");
+    }
+    if (path == attention_path::texel ||
+        (path == attention_path::automatic && tx_ok &&
+         s.pipes().tuning().prefer_texel_kernels)) {
+        return encode_attention_tx(s, pool, layer, b);
     }
     abi::attention_push p{};
     p.n_tokens = b.n_tokens;

@@ -31,10 +31,13 @@ struct ints_view {
 status encode_get_rows(stream& s, const weight_tensor& table, ints_view ids, std::uint32_t n_ids,
                        rows_view out);
 
-// automatic: up to mat_vec_tokens_max tokens, mul_mat_rows on CPU devices
-// (tuning.prefer_rows_kernel, measured ~6x faster than mul_mat_vec on lavapipe) and
-// mul_mat_vec elsewhere; above that, the tiled mul_mat. The others force one kernel (tests).
-enum class mat_path { automatic, vec, tiled, rows };
+// automatic: on devices with tuning.prefer_texel_kernels (CPU devices: lavapipe) the
+// texel-fetch mul_mat_tx kernels whenever the weight and x buffers have texel views covering
+// the operands (variant by token count: 1, <= mat_vec_tokens_max, more); otherwise, up to
+// mat_vec_tokens_max tokens, mul_mat_rows on CPU devices (tuning.prefer_rows_kernel) and
+// mul_mat_vec elsewhere; above that, the tiled mul_mat. The others force one kernel (tests);
+// `texel` is an error (gpu_bad_shape) when an operand has no usable texel view.
+enum class mat_path { automatic, vec, tiled, rows, texel };
 // Token counts up to this use mul_mat_vec (decode, small batches); above, the tiled mat-mat.
 constexpr std::uint32_t mat_vec_tokens_max = 8;
 
@@ -42,6 +45,9 @@ constexpr std::uint32_t mat_vec_tokens_max = 8;
 status encode_mul_mat(stream& s, const weight_tensor& w, rows_view x, rows_view y,
                       std::uint32_t n_tokens, bool accumulate,
                       mat_path path = mat_path::automatic);
+
+// Whether encode_mul_mat can read these operands through texel views (mat_path::texel).
+bool texel_path_usable(const weight_tensor& w, const rows_view& x, std::uint32_t n_tokens);
 
 status encode_rms_norm(stream& s, rows_view x, buffer_view weight, rows_view out,
                        std::uint32_t n, std::uint32_t n_rows, float eps);
@@ -75,6 +81,14 @@ struct attention_batch {
 // Causal attention of every token over its sequence's positions 0..pos in the pool.
 status encode_attention(stream& s, const kv_pool& pool, std::uint32_t layer,
                         const attention_batch& b);
+
+// automatic: attention_tx (texel fetches, subgroup merge) when the tuning prefers texel kernels
+// and the operands allow it (head_dim % 8 == 0 and <= 128, texel views covering q, K, V and the
+// tables, subgroup arithmetic, workgroup = subgroup); else attention.comp. `texel` forces the
+// former (gpu_bad_shape when not possible), `classic` the latter (tests, bench).
+enum class attention_path { automatic, classic, texel };
+status encode_attention(stream& s, const kv_pool& pool, std::uint32_t layer,
+                        const attention_batch& b, attention_path path);
 
 // Test-only: one invocation loops `iterations` times over data (a long-running dispatch).
 status encode_spin(stream& s, buffer_view data, std::uint32_t iterations);

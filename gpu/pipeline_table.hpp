@@ -21,6 +21,18 @@
     X(mul_mat_rows_f16, 3, mul_mat_push)             \
     X(mul_mat_rows_q8_0, 3, mul_mat_push)            \
     X(mul_mat_rows_q4_0, 3, mul_mat_push)            \
+    X(mul_mat_tx1_f32, 3, mul_mat_tx_push)          \
+    X(mul_mat_tx1_f16, 3, mul_mat_tx_push)          \
+    X(mul_mat_tx1_q8_0, 3, mul_mat_tx_push)         \
+    X(mul_mat_tx1_q4_0, 3, mul_mat_tx_push)         \
+    X(mul_mat_tx4_f32, 3, mul_mat_tx_push)          \
+    X(mul_mat_tx4_f16, 3, mul_mat_tx_push)          \
+    X(mul_mat_tx4_q8_0, 3, mul_mat_tx_push)         \
+    X(mul_mat_tx4_q4_0, 3, mul_mat_tx_push)         \
+    X(mul_mat_txm_f32, 3, mul_mat_tx_push)          \
+    X(mul_mat_txm_f16, 3, mul_mat_tx_push)          \
+    X(mul_mat_txm_q8_0, 3, mul_mat_tx_push)         \
+    X(mul_mat_txm_q4_0, 3, mul_mat_tx_push)         \
     X(rms_norm, 3, rms_norm_push)                    \
     X(rope, 2, rope_push)                            \
     X(swiglu, 3, swiglu_push)                        \
@@ -29,4 +41,8 @@
     X(kv_write_f16, 4, kv_write_push)                \
     X(attention_f32, 6, attention_push)              \
     X(attention_f16, 6, attention_push)              \
+    X(attention_tx64_f32, 6, attention_tx_push)     \
+    X(attention_tx64_f16, 6, attention_tx_push)     \
+    X(attention_tx128_f32, 6, attention_tx_push)    \
+    X(attention_tx128_f16, 6, attention_tx_push)    \
     X(spin, 1, spin_push)

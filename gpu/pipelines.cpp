@@ -45,6 +45,10 @@ pipeline_tuning tuning_for(const device_info& info) {
     t.mat_rows_wg = std::min<std::uint32_t>(cap, 64);
     // A CPU device (lavapipe) runs the barrier-free row-per-lane kernel for every token count.
     t.prefer_rows_kernel = info.kind == device_kind::cpu;
+    // 32 lanes x 1 row keeps the small model's 288-row mat-vecs at 9 workgroups (2 threads).
+    t.mat_tx_wg = std::min<std::uint32_t>(cap, std::max<std::uint32_t>(32, sg));
+    t.prefer_texel_kernels = info.kind == device_kind::cpu;
+    t.attention_tx_wg = std::min<std::uint32_t>(cap, sg);
     t.attention_wg = std::min<std::uint32_t>(cap, std::max<std::uint32_t>(32, sg * 2));
     return t;
 }
@@ -55,8 +59,10 @@ std::uint32_t wg_for(pipeline_id id, const pipeline_tuning& t) {
     std::string_view n = pipeline_name(id);
     if (n.starts_with("mul_mat_vec")) return t.mat_vec_wg;
     if (n.starts_with("mul_mat_rows")) return t.mat_rows_wg;
+    if (n.starts_with("mul_mat_tx")) return t.mat_tx_wg;
     if (n.starts_with("mul_mat")) return 128;  // fixed by the tile mapping in mul_mat.comp
     if (n == "rms_norm") return t.norm_wg;
+    if (n.starts_with("attention_tx")) return t.attention_tx_wg;
     if (n.starts_with("attention")) return t.attention_wg;
     if (n == "spin") return 1;
     return t.elementwise_wg;
@@ -71,8 +77,10 @@ result<std::unique_ptr<pipelines>> pipelines::create(const device& dev,
     bool pow2 = tuning.norm_wg != 0 && (tuning.norm_wg & (tuning.norm_wg - 1)) == 0;
     if (!pow2 || tuning.elementwise_wg == 0 || tuning.mat_vec_wg == 0 ||
         tuning.mat_vec_rows == 0 || tuning.attention_wg == 0 || tuning.mat_rows_wg == 0 ||
+        tuning.mat_tx_wg == 0 || tuning.attention_tx_wg == 0 ||
         std::max({tuning.elementwise_wg, tuning.norm_wg, tuning.mat_vec_wg, tuning.attention_wg,
-                  128u}) > dev.info().max_workgroup_invocations) {
+                  tuning.mat_rows_wg, tuning.mat_tx_wg, 128u}) >
+            dev.info().max_workgroup_invocations) {
         return make_error("gpu_bad_config", "pipeline tuning: workgroup sizes must be nonzero, "
                                             "fit the device, and norm_wg a power of two");
     }
@@ -91,18 +99,30 @@ status pipelines::build(pipeline_id id, const std::uint32_t* code, std::size_t w
                         std::uint32_t bindings, std::uint32_t push_bytes) {
     VkDevice d = _device.handle();
     pipeline& pl = _all[static_cast<std::size_t>(id)];
+    // attention_tx needs subgroup arithmetic, which Vulkan does not require: without it the
+    // pipeline stays null and encode_attention never picks it (it checks the same flag).
+    if (pipeline_name(id).starts_with("attention_tx") && !_device.info().subgroup_arithmetic) {
+        return {};
+    }
     pl.bindings = bindings;
     pl.push_bytes = push_bytes;
     pl.workgroup_size = wg_for(id, _tuning);
     pl.rows_per_workgroup = pipeline_name(id).starts_with("mul_mat_vec") ? _tuning.mat_vec_rows
                                                                         : 1;
+    // mul_mat_tx reads weights (binding 0) and activations (binding 1) as texel buffers.
+    // attention_tx: q, K, V and the block tables (bindings 0, 1, 2, 4).
+    pl.texel_bindings = pipeline_name(id).starts_with("mul_mat_tx")     ? 0b011u
+                        : pipeline_name(id).starts_with("attention_tx") ? 0b10111u
+                                                                        : 0u;
     std::string what = "pipeline " + std::string(pipeline_name(id));
 
     VkDescriptorSetLayoutBinding b[8]{};
     ORDO_GPU_CHECK(bindings <= 8, "binding count");
     for (std::uint32_t i = 0; i < bindings; ++i) {
         b[i].binding = i;
-        b[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+        b[i].descriptorType = ((pl.texel_bindings >> i) & 1u)
+                                  ? VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER
+                                  : VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
         b[i].descriptorCount = 1;
         b[i].stageFlags = VK_SHADER_STAGE_COMPUTE_BIT;
     }

@@ -34,6 +34,9 @@ struct pipeline {
     std::uint32_t push_bytes = 0;
     std::uint32_t workgroup_size = 0;  // specialization constant 0 (lanes per workgroup)
     std::uint32_t rows_per_workgroup = 1;  // specialization constant 1 where used
+    // Bit i set: binding i is a uniform texel buffer (the buffer's R32G32B32A32_UINT
+    // texel_view()), not a storage buffer. Its shader addresses texels from the buffer start.
+    std::uint32_t texel_bindings = 0;
 };
 
 // Workgroup sizes picked per device. Defaults come from tuning_for(); tests and the bench may
@@ -46,6 +49,12 @@ struct pipeline_tuning {
     std::uint32_t attention_wg = 0;     // attention lanes (head_dim <= wg * ORDO_ATTN_ACC)
     std::uint32_t mat_rows_wg = 0;      // mul_mat_rows lanes (= weight rows per workgroup)
     bool prefer_rows_kernel = false;    // mat_path::automatic picks mul_mat_rows for few tokens
+    std::uint32_t mat_tx_wg = 0;        // mul_mat_tx lanes (each owns R rows of the variant)
+    // mat_path::automatic picks the texel-fetch mul_mat_tx kernels (when the operands' buffers
+    // have texel views); measured 5-17x faster than the others on lavapipe (gpu/PERF.md).
+    bool prefer_texel_kernels = false;
+    // attention_tx lanes: must equal the subgroup size (its lanes merge through subgroup ops).
+    std::uint32_t attention_tx_wg = 0;
 };
 
 pipeline_tuning tuning_for(const device_info& info);

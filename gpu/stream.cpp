@@ -104,21 +104,32 @@ void stream::dispatch(pipeline_id id, std::initializer_list<buffer_view> binding
                        "workgroup count outside maxComputeWorkGroupCount");
     }
     VkDescriptorBufferInfo infos[bindings_max]{};
+    VkBufferView texel_views[bindings_max]{};
     VkWriteDescriptorSet writes[bindings_max]{};
     std::uint32_t i = 0;
     for (const buffer_view& v : bindings) {
         ORDO_GPU_CHECK(v.buf != nullptr && v.range > 0, "empty binding");
         ORDO_GPU_CHECK(v.offset + v.range <= v.buf->size(), "binding past the buffer end");
-        ORDO_GPU_CHECK(v.range <= info.max_storage_buffer_range,
-                       "binding larger than maxStorageBufferRange; split the tensor");
-        ORDO_GPU_CHECK(v.offset % info.min_storage_buffer_offset_alignment == 0,
-                       "binding offset not aligned to minStorageBufferOffsetAlignment");
-        infos[i] = {v.buf->handle(), v.offset, v.range};
         writes[i].sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET;
         writes[i].dstBinding = i;
         writes[i].descriptorCount = 1;
-        writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
-        writes[i].pBufferInfo = &infos[i];
+        if ((pl.texel_bindings >> i) & 1u) {
+            // Texel bindings see the whole buffer; the encoder passes the view's start (in
+            // 16-byte texels) as a push constant and checked the range against texel_count().
+            ORDO_GPU_CHECK(v.buf->texel_view() != VK_NULL_HANDLE, "texel binding without view");
+            ORDO_GPU_CHECK(v.offset % 16 == 0, "texel binding offset not 16-byte aligned");
+            texel_views[i] = v.buf->texel_view();
+            writes[i].descriptorType = VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER;
+            writes[i].pTexelBufferView = &texel_views[i];
+        } else {
+            ORDO_GPU_CHECK(v.range <= info.max_storage_buffer_range,
+                           "binding larger than maxStorageBufferRange; split the tensor");
+            ORDO_GPU_CHECK(v.offset % info.min_storage_buffer_offset_alignment == 0,
+                           "binding offset not aligned to minStorageBufferOffsetAlignment");
+            infos[i] = {v.buf->handle(), v.offset, v.range};
+            writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+            writes[i].pBufferInfo = &infos[i];
+        }
         ++i;
     }
     vkCmdBindPipeline(_cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pl.handle);

@@ -3,7 +3,9 @@
 // (prefill) GFLOP/s, for each weight type at the shapes of the small and medium models,
 // plus paged attention. Times come from GPU timestamp queries (the per-dispatch time, not the
 // submission overhead) and, separately, the wall time of submit + fence wait per segment.
-// Usage: ordo-bench-kernels [--device SELECTOR] [--reps N]
+// Usage: ordo-bench-kernels [--device SELECTOR] [--reps N] [--tx-wg LANES] [--no-texel]
+//   --tx-wg overrides the mul_mat_tx workgroup size, --no-texel measures the storage-buffer
+//   kernels that automatic picks without texel views (the "before" numbers of gpu/PERF.md).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -31,6 +33,7 @@ struct bench_env {
     std::unique_ptr<pipelines> pipes;
     std::unique_ptr<stream> str;
     std::uint32_t reps = 5;
+    attention_path attention = attention_path::automatic;
 };
 
 buffer filled(bench_env& e, std::size_t n_floats, std::uint32_t seed) {
@@ -138,11 +141,13 @@ void bench_attention(bench_env& e, std::uint32_t n_head, std::uint32_t head_dim,
     auto [gpu_ms, wall_ms] = time_best(e, "attention", [&] {
         attention_batch b{{whole(q), 0, width}, {whole(out), 0, width}, {whole(kb), 0},
                           {whole(tb), 0}, n_tok, n_seqs, blocks_per_seq, n_head};
-        if (!encode_attention(*e.str, **pool, 0, b)) std::exit(1);
+        if (!encode_attention(*e.str, **pool, 0, b, e.attention)) std::exit(1);
     });
-    std::printf("{\"kernel\":\"attention\",\"heads\":%u,\"head_dim\":%u,\"ctx\":%u,\"seqs\":%u,"
+    std::string kernel = e.str->timings().empty() ? "?" : std::string(pipeline_name(
+                                                              e.str->timings()[0].id));
+    std::printf("{\"kernel\":\"%s\",\"heads\":%u,\"head_dim\":%u,\"ctx\":%u,\"seqs\":%u,"
                 "\"tokens\":%u,\"gpu_ms\":%.4f,\"wall_ms\":%.4f}\n",
-                n_head, head_dim, ctx, n_seqs, n_tok, gpu_ms, wall_ms);
+                kernel.c_str(), n_head, head_dim, ctx, n_seqs, n_tok, gpu_ms, wall_ms);
     std::fflush(stdout);
 }
 
@@ -151,13 +156,21 @@ void bench_attention(bench_env& e, std::uint32_t n_head, std::uint32_t head_dim,
 int main(int argc, char** argv) {
     std::string selector;
     bench_env e;
+    std::uint32_t tx_wg = 0;
+    bool texel = true;
     for (int i = 1; i < argc; ++i) {
         if (std::strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
             selector = argv[++i];
         } else if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
             e.reps = std::clamp<std::uint32_t>(std::stoul(argv[++i]), 1, reps_max);
+        } else if (std::strcmp(argv[i], "--tx-wg") == 0 && i + 1 < argc) {
+            tx_wg = std::clamp<std::uint32_t>(std::stoul(argv[++i]), 1, 1024);
+        } else if (std::strcmp(argv[i], "--no-texel") == 0) {
+            texel = false;
+            e.attention = attention_path::classic;
         } else {
-            std::fprintf(stderr, "usage: ordo-bench-kernels [--device SELECTOR] [--reps N]\n");
+            std::fprintf(stderr, "usage: ordo-bench-kernels [--device SELECTOR] [--reps N] "
+                                 "[--tx-wg LANES] [--no-texel]\n");
             return 2;
         }
     }
@@ -167,7 +180,10 @@ int main(int argc, char** argv) {
         return 1;
     }
     e.dev = std::move(*d);
-    auto p = pipelines::create(*e.dev, tuning_for(e.dev->info()));
+    pipeline_tuning tuning = tuning_for(e.dev->info());
+    if (tx_wg != 0) tuning.mat_tx_wg = tx_wg;
+    if (!texel) tuning.prefer_texel_kernels = false;
+    auto p = pipelines::create(*e.dev, tuning);
     if (!p) return 1;
     e.pipes = std::move(*p);
     auto s = stream::create(*e.dev, *e.pipes, {64, true});
@@ -181,6 +197,8 @@ int main(int argc, char** argv) {
     for (ggml_type t : {ggml_type::f32, ggml_type::f16, ggml_type::q8_0, ggml_type::q4_0}) {
         bench_mul_mat(e, t, 768, 2048, 1, "medium ffn_up");
         bench_mul_mat(e, t, 288, 32000, 1, "small output");
+        bench_mul_mat(e, t, 2048, 768, 1, "medium ffn_down");
+        bench_mul_mat(e, t, 768, 32000, 1, "medium output");
         bench_mul_mat(e, t, 768, 2048, 4, "medium ffn_up x4");
         bench_mul_mat(e, t, 768, 2048, 128, "medium ffn_up pp128");
         bench_mul_mat(e, t, 288, 768, 512, "small ffn_up pp512");
@@ -188,5 +206,7 @@ int main(int argc, char** argv) {
     bench_attention(e, 12, 64, 512, 1, 1);
     bench_attention(e, 12, 64, 512, 8, 1);
     bench_attention(e, 12, 64, 128, 1, 128);
+    bench_attention(e, 12, 64, 512, 1, 512);
+    bench_attention(e, 6, 48, 128, 1, 128);
     return 0;
 }

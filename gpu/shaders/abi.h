@@ -32,6 +32,11 @@ ORDO_ABI_CONST ORDO_ROWS_COLS = 8;
 // mul_mat tile: TM weight rows x TN tokens per workgroup, K stepped one quant block at a time.
 ORDO_ABI_CONST ORDO_MM_TM = 64;
 ORDO_ABI_CONST ORDO_MM_TN = 32;
+// mul_mat_tx (texel-fetch mat-mul, the lavapipe fast path): each lane owns R weight rows and
+// T tokens; variants tx1 (decode), tx4 (a few sequences) and txm (prefill tiles).
+ORDO_ABI_CONST ORDO_TX1_R = 1, ORDO_TX1_T = 1;
+ORDO_ABI_CONST ORDO_TX4_R = 1, ORDO_TX4_T = 4;
+ORDO_ABI_CONST ORDO_TXM_R = 4, ORDO_TXM_T = 8;
 // attention: per-lane accumulator slots; head_dim <= workgroup size * this.
 ORDO_ABI_CONST ORDO_ATTN_ACC = 4;
 ORDO_ABI_CONST ORDO_ATTN_HEAD_DIM_MAX = 256;
@@ -69,6 +74,22 @@ struct mul_mat_push {
     uint scale_offset;  // word offset of the f16 scale array in a quantized chunk (else 0)
     uint x_offset;      // floats; multiple of 4
     uint x_stride;      // floats between tokens; multiple of 4
+    uint y_offset;      // floats
+    uint y_stride;      // floats between tokens
+    uint accumulate;    // 1: y += W x (fused residual add), 0: y = W x
+};
+
+// mul_mat_tx.comp: as mul_mat_push, but weights and activations are read through R32G32B32A32_UINT
+// uniform texel buffers over whole buffers (16-byte texels), so positions are texel indices.
+struct mul_mat_tx_push {
+    uint k;             // input dim (ne0), elements per weight row
+    uint n_rows;        // weight rows in the bound chunk
+    uint n_cols;        // tokens (columns of x and y)
+    uint row_begin;     // output index of the chunk's first row
+    uint w_texel;       // texel of the chunk's first weight row in its buffer
+    uint s_texel;       // texel of the chunk's f16 scale array (quantized types), else 0
+    uint x_texel;       // texel of token 0's first element
+    uint x_stride4;     // texels between tokens
     uint y_offset;      // floats
     uint y_stride;      // floats between tokens
     uint accumulate;    // 1: y += W x (fused residual add), 0: y = W x
@@ -157,6 +178,31 @@ struct attention_push {
     uint tokens_offset; // ints
     float scale;        // 1 / sqrt(head_dim)
 };
+
+// attention_tx.comp: attention_push's job, reading q, K, V and the block tables through
+// R32G32B32A32_UINT texel views of whole buffers (positions are texel indices).
+struct attention_tx_push {
+    uint n_tokens;
+    uint n_head;
+    uint n_head_kv;
+    uint head_dim;      // multiple of 8, <= the variant's ORDO_ATTN_TX_HD_*
+    uint block_tokens;
+    uint n_blocks;
+    uint max_blocks_per_seq;
+    uint n_seqs;
+    uint q_texel;       // texel of token 0's head 0
+    uint q_stride4;     // texels between tokens
+    uint k_texel;       // texel of the layer's K element 0
+    uint v_texel;
+    uint tables_texel;  // texel of the tables' element 0
+    uint tokens_offset; // ints (storage binding)
+    uint out_offset;
+    uint out_stride;
+    float scale;        // 1 / sqrt(head_dim)
+};
+// attention_tx variants: head dims up to these (registers hold q and the output row).
+ORDO_ABI_CONST ORDO_ATTN_TX_HD_SMALL = 64;
+ORDO_ABI_CONST ORDO_ATTN_TX_HD_LARGE = 128;
 
 // spin.comp (tests only): a deliberately long dispatch to exercise the fence watchdog.
 struct spin_push {

@@ -1,8 +1,16 @@
-// test_kernels.cpp: every non-attention kernel (get_rows, mul_mat_vec, tiled mul_mat, rms_norm,
-// rope, swiglu, add) run on the real Vulkan device and compared with the CPU reference
-// (mul_mat_rows too) (model/cpu_ops.hpp, model/quant.hpp) on seeded random data, for F32/F16/Q8_0/Q4_0 weights,
+// test_kernels.cpp: the kernels (get_rows, mul_mat_vec, tiled mul_mat, mul_mat_rows, the
+// texel-fetch mul_mat_tx variants tx1/tx4/txm, the automatic choice, rms_norm, rope, swiglu, add,
+// and both attention kernels at the head dims of the attention_tx variants) run on the real
+// Vulkan device and compared with the CPU reference (model/cpu_ops.hpp, model/quant.hpp) on
+// seeded random data, for F32/F16/Q8_0/Q4_0 weights,
 // odd row and token counts (not multiples of any workgroup or tile), and weights split into
 // many row chunks (a tiny arena page) to exercise the multi-binding path.
+//
+// Attention: both kernels (attention.comp and the texel-fetch attention_tx.comp, forced through
+// attention_path) at head dims 64 and 96/128 (the two attention_tx variants), F16 and F32 pools,
+// GQA, a history crossing blocks of a reversed (non-contiguous) block table, a chunk of prefill
+// tokens and a decode token of a second sequence in one dispatch, against model::attention fed
+// the values the pool holds (f16-rounded for an F16 pool): 2e-5 + 1e-4 |ref|.
 //
 // Tolerances: the GPU dequantizes to exactly the values the reference does (same f16 decode,
 // same q * d products), so only summation order differs: |gpu - ref| <= 1e-4 + 1e-4 |ref| for
@@ -10,8 +18,10 @@
 // rope 1e-5 (GPU pow/sin/cos differ from libm in the last bits).
 #include "gpu_fixture.hpp"
 
+#include "gpu/kv_pool.hpp"
 #include "gpu/weights.hpp"
 #include "model/cpu_ops.hpp"
+#include "model/fp16.hpp"
 #include "model/quant.hpp"
 
 namespace ordo::gpu::testing {
@@ -49,7 +59,10 @@ struct mm_case {
 void check_mul_mat(ggml_type type, const mm_case& c, bool accumulate) {
     SCOPED_TRACE(std::string(model::type_name(type)) + " k=" + std::to_string(c.k) +
                  " rows=" + std::to_string(c.n_out) + " tokens=" + std::to_string(c.n_tokens) +
-                 (c.path == mat_path::vec ? " vec" : c.path == mat_path::rows ? " rows" : " tiled"));
+                 (c.path == mat_path::vec     ? " vec"
+                  : c.path == mat_path::rows  ? " rows"
+                  : c.path == mat_path::texel ? " texel"
+                                              : " tiled"));
     host_weight hw = make_weight(type, c.k, c.n_out, c.k * 7 + c.n_out);
     arena mem(*env().dev, c.page_bytes);
     auto w = upload_weight(*env().dev, mem, type, c.k, c.n_out, hw.bytes);
@@ -105,6 +118,121 @@ TEST(GpuKernels, MulMatRowsAllTypesOddSizes) {
         check_mul_mat(t, {256, 131, 5, mat_path::rows, 2048}, true);
         check_mul_mat(t, {160, 67, 19, mat_path::rows, 1u << 20}, false);
     }
+}
+
+// The texel-fetch kernels: token counts 1 (tx1), 2..8 (tx4) and more (txm, with partial
+// tiles), odd row counts, many chunks, accumulate on and off.
+TEST(GpuKernels, MulMatTexelAllTypesOddSizes) {
+    ORDO_REQUIRE_GPU();
+    for (ggml_type t : all_types) {
+        check_mul_mat(t, {96, 37, 1, mat_path::texel, 1u << 20}, false);
+        check_mul_mat(t, {256, 131, 1, mat_path::texel, 2048}, true);
+        check_mul_mat(t, {160, 67, 5, mat_path::texel, 1u << 20}, true);
+        check_mul_mat(t, {288, 70, 8, mat_path::texel, 4096}, false);
+        check_mul_mat(t, {96, 37, 33, mat_path::texel, 1u << 20}, false);
+        check_mul_mat(t, {256, 130, 41, mat_path::texel, 2048}, true);
+        check_mul_mat(t, {32, 65, 9, mat_path::texel, 1u << 20}, false);
+    }
+}
+
+// mat_path::automatic on this device gives the reference result too (whichever kernel it picks).
+TEST(GpuKernels, MulMatAutomaticAllTypes) {
+    ORDO_REQUIRE_GPU();
+    for (ggml_type t : all_types) {
+        check_mul_mat(t, {288, 45, 1, mat_path::automatic, 1u << 20}, false);
+        check_mul_mat(t, {64, 45, 4, mat_path::automatic, 1u << 20}, true);
+        check_mul_mat(t, {64, 45, 20, mat_path::automatic, 1u << 20}, false);
+    }
+}
+
+void check_attention(std::uint32_t head_dim, bool f16, attention_path path) {
+    SCOPED_TRACE("head_dim " + std::to_string(head_dim) + (f16 ? " f16" : " f32") +
+                 (path == attention_path::texel ? " texel" : " classic"));
+    const std::uint32_t n_head = 4, n_head_kv = 2, block_tokens = 8, n_blocks = 16;
+    const std::uint32_t max_blocks = 8, kv_dim = n_head_kv * head_dim, q_dim = n_head * head_dim;
+    const std::uint32_t lengths[2] = {37, 5};
+    auto pool = kv_pool::create(*env().dev, {1, n_head_kv, head_dim, block_tokens, n_blocks, f16});
+    ASSERT_TRUE(pool.ok()) << pool.err().message;
+    // Sequence s owns blocks 15 - s, 13 - s, ... (reversed, interleaved with the other's).
+    std::vector<std::int32_t> tables(2 * max_blocks);
+    for (std::uint32_t s = 0; s < 2; ++s) {
+        for (std::uint32_t b = 0; b < max_blocks; ++b) tables[s * max_blocks + b] = 15 - s - 2 * b;
+    }
+    std::vector<float> k[2], v[2];
+    std::vector<float> src;  // rows of (k, v) per written position
+    std::vector<std::int32_t> slots;
+    for (std::uint32_t s = 0; s < 2; ++s) {
+        k[s] = random_floats(std::size_t(lengths[s]) * kv_dim, 300 + s);
+        v[s] = random_floats(std::size_t(lengths[s]) * kv_dim, 400 + s);
+        for (auto* a : {&k[s], &v[s]}) {
+            if (f16) {
+                for (float& x : *a) x = model::f16_to_f32(model::f32_to_f16(x));
+            }
+        }
+        for (std::uint32_t p = 0; p < lengths[s]; ++p) {
+            src.insert(src.end(), k[s].begin() + p * kv_dim, k[s].begin() + (p + 1) * kv_dim);
+            src.insert(src.end(), v[s].begin() + p * kv_dim, v[s].begin() + (p + 1) * kv_dim);
+            slots.push_back(tables[s * max_blocks + p / block_tokens] * block_tokens +
+                            p % block_tokens);
+        }
+    }
+    // Queries: positions 30..36 of sequence 0 (a prefill chunk) and position 4 of sequence 1.
+    std::vector<std::int32_t> tokens;
+    for (std::int32_t p = 30; p < 37; ++p) tokens.insert(tokens.end(), {0, p});
+    tokens.insert(tokens.end(), {1, 4});
+    std::uint32_t n = static_cast<std::uint32_t>(tokens.size() / 2);
+    auto q = random_floats(std::size_t(n) * q_dim, 500);
+    buffer sb = make_buffer(src), slb = make_buffer(slots), tb = make_buffer(tables);
+    buffer kb = make_buffer(tokens), qb = make_buffer(q);
+    buffer ob = make_buffer(std::vector<float>(std::size_t(n) * q_dim, 9.0f));
+    ASSERT_TRUE(env().str->begin("attention").ok());
+    ASSERT_TRUE(encode_kv_write(*env().str, **pool, 0, {whole(sb), 0, 2 * kv_dim},
+                                {whole(sb), kv_dim, 2 * kv_dim}, {whole(slb), 0},
+                                static_cast<std::uint32_t>(slots.size()))
+                    .ok());
+    attention_batch b{{whole(qb), 0, q_dim}, {whole(ob), 0, q_dim}, {whole(kb), 0},
+                      {whole(tb), 0}, n, 2, max_blocks, n_head};
+    status st = encode_attention(*env().str, **pool, 0, b, path);
+    ASSERT_TRUE(st.ok()) << st.err().message;
+    run_segment("attention");
+    auto got = read_buffer<float>(ob, std::size_t(n) * q_dim);
+    std::vector<float> want(std::size_t(n) * q_dim), scratch(64);
+    for (std::uint32_t i = 0; i < n; ++i) {
+        std::uint32_t s = static_cast<std::uint32_t>(tokens[2 * i]);
+        std::uint32_t pos = static_cast<std::uint32_t>(tokens[2 * i + 1]);
+        model::attention(want.data() + i * q_dim, q.data() + i * q_dim, k[s].data(), v[s].data(),
+                         pos + 1, {n_head, n_head_kv, head_dim}, scratch.data());
+    }
+    expect_close(got, want, 2e-5f, 1e-4f, "attention");
+}
+
+TEST(GpuKernels, AttentionTexelAndClassicAgreeWithReference) {
+    ORDO_REQUIRE_GPU();
+    const device_info& info = env().dev->info();
+    bool texel = info.subgroup_arithmetic &&
+                 env().pipes->tuning().attention_tx_wg == info.subgroup_size;
+    for (bool f16 : {true, false}) {
+        for (std::uint32_t hd : {64u, 96u, 128u}) {
+            check_attention(hd, f16, attention_path::classic);
+            if (texel) check_attention(hd, f16, attention_path::texel);
+        }
+    }
+}
+
+TEST(GpuKernels, AttentionTexelRefusesHeadDimItCannotHold) {
+    ORDO_REQUIRE_GPU();
+    auto pool = kv_pool::create(*env().dev, {1, 1, 36, 4, 4, true});  // 36: not a multiple of 8
+    ASSERT_TRUE(pool.ok());
+    buffer q = make_buffer(std::vector<float>(36)), t = make_buffer(std::vector<std::int32_t>{0, 0});
+    buffer tab = make_buffer(std::vector<std::int32_t>{0});
+    ASSERT_TRUE(env().str->begin("attention refused").ok());
+    std::uint32_t before = env().str->dispatches();
+    attention_batch b{{whole(q), 0, 36}, {whole(q), 0, 36}, {whole(t), 0}, {whole(tab), 0}, 1, 1,
+                      1, 1};
+    status st = encode_attention(*env().str, **pool, 0, b, attention_path::texel);
+    EXPECT_FALSE(st.ok());
+    EXPECT_EQ(env().str->dispatches(), before);
+    run_segment("attention refused (empty)");
 }
 
 TEST(GpuKernels, GetRowsAllTypesChunked) {

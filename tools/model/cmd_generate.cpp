@@ -1,6 +1,8 @@
 // cmd_generate.cpp: `ordo-model generate FILE --prompt TEXT -n N [--temp T] [--seed S] [--json]
-// [--backend cpu]`: text generation with the CPU reference forward pass (model/reference.hpp).
-// It is slow on purpose (plain loops) and exists to check models and the gpu path by hand.
+// [--backend cpu|vulkan]`: text generation with the CPU reference forward pass
+// (model/reference.hpp, the default; slow on purpose, plain loops) or with the Vulkan runner
+// through a real gpu actor (gpu/runner_generate.hpp; f32 KV, so the two paths can be compared
+// on any model). It exists to check models and the gpu path by hand.
 //
 // The prompt is encoded with the model's tokenizer (BOS as the vocab says); generation stops
 // after n tokens, or early on EOS or BOS (a generated BOS starts a new document, which is where
@@ -8,12 +10,16 @@
 // with --json one object {"tokens": [generated ids], "text": "generated text"} is printed.
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 
 #include "model/gguf.hpp"
 #include "model/llama.hpp"
 #include "model/reference.hpp"
 #include "model/tokenizer.hpp"
 #include "tools/model/commands.hpp"
+#ifdef ORDO_HAVE_GPU_RUNNER
+#include "gpu/runner_generate.hpp"
+#endif
 
 namespace ordo::tools {
 
@@ -23,8 +29,9 @@ int run_generate(std::span<const std::string> argv);
 
 const command k_generate{"generate",
                          "generate FILE --prompt TEXT -n N [--temp T] [--seed S] [--json] "
-                         "[--backend cpu]",
-                         "generate text with the CPU reference (slow, for checking)", run_generate};
+                         "[--backend cpu|vulkan]",
+                         "generate text with the CPU reference (slow, for checking) or Vulkan",
+                         run_generate};
 const command_registrar k_generate_reg{k_generate};
 
 // The shared parser only knows "--name"; the documented "-n N" is rewritten to "--n N".
@@ -47,6 +54,7 @@ struct generate_request {
     float temperature = 0.0f;
     uint64_t seed = 0;
     bool json = false;
+    bool vulkan = false;
 };
 
 result<generate_request> request_from(const parsed_args& a) {
@@ -55,11 +63,16 @@ result<generate_request> request_from(const parsed_args& a) {
     r.prompt = a.option("prompt").value_or("");
     r.json = a.flag("json");
     const std::string backend = a.option("backend").value_or("cpu");
-    if (backend == "vulkan") {
-        return make_error("backend_unavailable",
-                          "the vulkan backend is not built into ordo-model yet; use --backend cpu");
+    if (backend != "cpu" && backend != "vulkan") {
+        return make_error("usage", "--backend must be cpu or vulkan");
     }
-    if (backend != "cpu") return make_error("usage", "--backend must be cpu or vulkan");
+    r.vulkan = backend == "vulkan";
+#ifndef ORDO_HAVE_GPU_RUNNER
+    if (r.vulkan) {
+        return make_error("backend_unavailable",
+                          "the vulkan backend is not built into ordo-model; use --backend cpu");
+    }
+#endif
     auto n = a.option_i64("n");
     if (!n) return n.err();
     if (!*n) return make_error("usage", "-n N (tokens to generate) is required");
@@ -77,6 +90,25 @@ result<generate_request> request_from(const parsed_args& a) {
     if (!seed) return seed.err();
     r.seed = static_cast<uint64_t>(seed->value_or(0));
     return r;
+}
+
+// The backend's generation loop: the CPU reference, or the gpu actor.
+result<std::vector<uint32_t>> generate_with(const generate_request& req,
+                                            const model::gguf_file& file, uint32_t n_ctx,
+                                            const std::vector<uint32_t>& prompt,
+                                            const model::generate_options& opt,
+                                            model::sampler& smp,
+                                            const std::function<void(uint32_t)>& on_token) {
+#ifdef ORDO_HAVE_GPU_RUNNER
+    if (req.vulkan) {
+        gpu::vulkan_generate_options vo;
+        vo.model_path = req.path;
+        return gpu::generate_vulkan(vo, prompt, opt, smp, on_token);
+    }
+#endif
+    auto ref = model::reference_model::create(file, n_ctx);
+    if (!ref) return ref.err();
+    return model::generate(*ref, prompt, opt, smp, on_token);
 }
 
 // Runs the request; streams text to stdout unless json.
@@ -97,8 +129,6 @@ int run_request(const generate_request& req) {
     // Allocate only the positions this run uses (generate reports a context overflow).
     const uint64_t needed = prompt.size() + uint64_t{req.n_predict} - 1;
     const auto n_ctx = static_cast<uint32_t>(std::min<uint64_t>(needed, hp->n_ctx));
-    auto ref = model::reference_model::create(*file, n_ctx);
-    if (!ref) return report_error(ref.err());
 
     model::generate_options opt;
     opt.n_predict = req.n_predict;
@@ -122,7 +152,7 @@ int run_request(const generate_request& req) {
             std::fflush(stdout);
         }
     };
-    auto out = model::generate(*ref, prompt, opt, smp, on_token);
+    auto out = generate_with(req, *file, n_ctx, prompt, opt, smp, on_token);
     if (!out) return report_error(out.err());
     const std::string rest = dec.flush();
     generated_text += rest;

@@ -1,0 +1,354 @@
+// ordo-bench: `ordo-bench --model FILE [--prompts 128,512] [--gen 128] [--parallel 4,8,16]
+// [--json] [--flush-every N] [--device SEL] [--reps N] [--label NAME]`.
+//
+// Measures what ../shared/peer/bench_llamacpp.mjs measures for llama.cpp, named the same way,
+// one JSON line per measurement (--json) or a readable table:
+//   pp<N>      prefill of N random tokens as one step (chunks of max_batch_tokens): prefill_tok_s
+//   tg<G>      batch 1: a 16-token prompt, then G single-token decode steps timed: decode_tok_s
+//   tg<G>x<P>  P sequences (16-token prompts), then G decode steps of all P: aggregate tok/s
+// Every step goes through a real gpu actor (gpu_session): messages, the worker thread, the
+// logits exchange. Best of --reps. Then a second, timestamped runner gives "where the time
+// goes": per-pipeline GPU time of one decode step (after 16 + G/2 tokens) and one prefill step.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "gpu/gpu_client.hpp"
+#include "gpu/runner.hpp"
+#include "model/gguf.hpp"
+#include "model/llama.hpp"
+
+using namespace ordo;
+using namespace ordo::gpu;
+
+namespace {
+
+constexpr std::uint32_t block_tokens = 16;
+constexpr std::uint32_t decode_prompt = 16;  // the peer's decode prompt length
+constexpr std::uint32_t list_max = 16;       // entries of --prompts / --parallel
+constexpr std::uint32_t batch_tokens_max = 4096;
+
+struct bench_options {
+    std::string model, device, label;
+    std::vector<std::uint32_t> prompts{128, 512};
+    std::uint32_t gen = 128;
+    std::vector<std::uint32_t> parallel{4, 8, 16};
+    std::uint32_t flush_every = 4;
+    std::uint32_t reps = 2;
+    bool json = false;
+};
+
+[[noreturn]] void usage(const std::string& why) {
+    std::fprintf(stderr,
+                 "ordo-bench: %s\nusage: ordo-bench --model FILE [--prompts 128,512] [--gen 128] "
+                 "[--parallel 4,8,16] [--json] [--flush-every N] [--device SEL] [--reps N] "
+                 "[--label NAME]\n",
+                 why.c_str());
+    std::exit(2);
+}
+
+std::uint32_t parse_u32(const std::string& s, std::uint32_t lo, std::uint32_t hi) {
+    char* end = nullptr;
+    unsigned long v = std::strtoul(s.c_str(), &end, 10);
+    if (s.empty() || *end != '\0' || v < lo || v > hi) usage("bad number '" + s + "'");
+    return static_cast<std::uint32_t>(v);
+}
+
+std::vector<std::uint32_t> parse_list(const std::string& s, std::uint32_t lo, std::uint32_t hi) {
+    std::vector<std::uint32_t> out;
+    std::size_t at = 0;
+    while (at <= s.size() && out.size() < list_max) {
+        std::size_t comma = s.find(',', at);
+        std::size_t len = comma == std::string::npos ? std::string::npos : comma - at;
+        std::string item = s.substr(at, len);
+        if (!item.empty()) out.push_back(parse_u32(item, lo, hi));
+        if (comma == std::string::npos) break;
+        at = comma + 1;
+    }
+    return out;
+}
+
+bench_options parse(int argc, char** argv) {
+    bench_options o;
+    for (int i = 1; i < argc; ++i) {
+        std::string a = argv[i];
+        auto value = [&]() -> std::string {
+            if (i + 1 >= argc) usage(a + " needs a value");
+            return argv[++i];
+        };
+        if (a == "--model") o.model = value();
+        else if (a == "--prompts") o.prompts = parse_list(value(), 1, batch_tokens_max);
+        else if (a == "--gen") o.gen = parse_u32(value(), 1, 100'000);
+        else if (a == "--parallel") o.parallel = parse_list(value(), 0, 256);
+        else if (a == "--flush-every") o.flush_every = parse_u32(value(), 1, 1024);
+        else if (a == "--device") o.device = value();
+        else if (a == "--reps") o.reps = parse_u32(value(), 1, 100);
+        else if (a == "--label") o.label = value();
+        else if (a == "--json") o.json = true;
+        else usage("unknown argument " + a);
+    }
+    if (o.model.empty()) usage("--model is required");
+    if (o.label.empty()) {
+        o.label = o.model.substr(o.model.find_last_of('/') + 1);
+        if (o.label.ends_with(".gguf")) o.label.resize(o.label.size() - 5);
+    }
+    return o;
+}
+
+std::vector<std::int32_t> random_tokens(std::uint32_t n, std::uint32_t n_vocab,
+                                        std::uint32_t seed) {
+    std::vector<std::int32_t> t(n);
+    std::uint64_t x = 0x9E3779B97F4A7C15ull * (seed + 1);
+    for (auto& v : t) {
+        x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
+        v = static_cast<std::int32_t>((x * 0x2545F4914F6CDD1Dull >> 33) % n_vocab);
+    }
+    return t;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::int32_t argmax_row(const std::vector<float>& logits, std::size_t row, std::uint32_t n) {
+    const float* r = logits.data() + row * n;
+    return static_cast<std::int32_t>(std::max_element(r, r + n) - r);
+}
+
+// Sizes the runner for the largest measurement.
+runner_options runner_for(const bench_options& o, std::uint32_t n_ctx) {
+    runner_options r;
+    r.device = o.device;
+    r.flush_every_layers = o.flush_every;
+    r.watchdog_ms = 600'000;
+    r.kv_block_tokens = block_tokens;
+    std::uint32_t pmax = 1, prompt_max = decode_prompt;
+    for (auto p : o.parallel) pmax = std::max(pmax, p);
+    for (auto p : o.prompts) prompt_max = std::max(prompt_max, p);
+    std::uint32_t seq_blocks = (decode_prompt + o.gen + 1 + block_tokens - 1) / block_tokens;
+    r.kv_blocks = std::max((prompt_max + block_tokens - 1) / block_tokens, pmax * seq_blocks);
+    r.max_batch_tokens = std::max(prompt_max, decode_prompt * pmax);
+    r.rows_max = pmax;
+    r.seqs_max = pmax;
+    r.n_ctx = std::min(n_ctx, std::max(prompt_max, decode_prompt + o.gen + 1));
+    return r;
+}
+
+}  // namespace
+
+namespace {
+
+struct bench {
+    const bench_options& o;
+    gpu_session& s;
+    std::uint32_t n_vocab;
+    std::uint32_t seq_blocks;
+    std::string common;  // JSON fields every line carries
+    std::uint64_t step_id = 0;
+    std::vector<float> logits;
+
+    // One step: sequence i runs tokens[i] at pos0 with blocks i * seq_blocks, ...
+    void run(const std::vector<std::vector<std::int32_t>>& tokens, std::uint32_t pos0,
+             const char* phase) {
+        step st;
+        st.step_id = ++step_id;
+        st.phase = phase;
+        for (std::size_t i = 0; i < tokens.size(); ++i) {
+            step_seq q;
+            q.seq_id = i;
+            q.tokens = tokens[i];
+            q.pos0 = pos0;
+            std::uint32_t end = pos0 + static_cast<std::uint32_t>(tokens[i].size());
+            for (std::uint32_t b = 0; b * block_tokens < end; ++b) {
+                q.block_table.push_back(static_cast<std::uint32_t>(i) * seq_blocks + b);
+            }
+            q.want_logits = true;
+            st.seqs.push_back(std::move(q));
+        }
+        auto d = s.run(st, logits, 3'600'000);
+        if (!d) {
+            std::fprintf(stderr, "ordo-bench: step failed: %s: %s\n", d.err().code.c_str(),
+                         d.err().message.c_str());
+            std::exit(1);
+        }
+    }
+
+    double prefill(std::uint32_t n, std::uint32_t seed) {
+        auto t0 = std::chrono::steady_clock::now();
+        run({random_tokens(n, n_vocab, seed)}, 0, "prefill");
+        return seconds_since(t0);
+    }
+
+    // P sequences: a 16-token prompt each (untimed), then gen greedy decode steps (timed).
+    double decode(std::uint32_t p, std::uint32_t seed) {
+        std::vector<std::vector<std::int32_t>> toks;
+        for (std::uint32_t i = 0; i < p; ++i) {
+            toks.push_back(random_tokens(decode_prompt, n_vocab, seed + i));
+        }
+        run(toks, 0, "prefill");
+        auto t0 = std::chrono::steady_clock::now();
+        for (std::uint32_t g = 0; g < o.gen; ++g) {
+            for (std::uint32_t i = 0; i < p; ++i) toks[i] = {argmax_row(logits, i, n_vocab)};
+            run(toks, decode_prompt + g, "decode");
+        }
+        return seconds_since(t0);
+    }
+
+    void emit(const std::string& fields, const std::string& human) {
+        if (o.json) {
+            std::printf("{%s, %s}\n", common.c_str(), fields.c_str());
+        } else {
+            std::printf("%s\n", human.c_str());
+        }
+        std::fflush(stdout);
+    }
+};
+
+std::string fmt(double v) {
+    char b[64];
+    std::snprintf(b, sizeof b, "%.2f", v);
+    return b;
+}
+
+std::string json_str(const std::string& s) {
+    std::string out = "\"";
+    for (char c : s) {
+        if (c == '"' || c == '\\') out += '\\';
+        if (static_cast<unsigned char>(c) >= 0x20) out += c;
+    }
+    return out + "\"";
+}
+
+void measure(bench& b) {
+    b.prefill(std::min<std::uint32_t>(64, b.o.prompts.empty() ? 64 : b.o.prompts[0]), 7);
+    for (std::uint32_t n : b.o.prompts) {
+        double best = 1e30;
+        for (std::uint32_t r = 0; r < b.o.reps; ++r) best = std::min(best, b.prefill(n, 100 + r));
+        b.emit("\"test\": \"pp" + std::to_string(n) + "\", \"n_prompt\": " + std::to_string(n) +
+                   ", \"prefill_tok_s\": " + fmt(n / best) + ", \"seconds\": " + fmt(best),
+               "pp" + std::to_string(n) + "  prefill " + fmt(n / best) + " tok/s");
+    }
+    std::vector<std::uint32_t> batches{1};
+    for (auto p : b.o.parallel) {
+        if (p > 1) batches.push_back(p);
+    }
+    for (std::uint32_t p : batches) {
+        double best = 1e30;
+        std::uint32_t reps = p == 1 ? b.o.reps : std::max(1u, b.o.reps - 1);
+        for (std::uint32_t r = 0; r < reps; ++r) best = std::min(best, b.decode(p, 200 + 10 * r));
+        std::string name = "tg" + std::to_string(b.o.gen) + (p > 1 ? "x" + std::to_string(p) : "");
+        double tok_s = double(p) * b.o.gen / best;
+        b.emit("\"test\": \"" + name + "\", \"n_gen\": " + std::to_string(b.o.gen) +
+                   ", \"batch_seqs\": " + std::to_string(p) + ", \"decode_tok_s\": " +
+                   fmt(tok_s) + ", \"ms_per_step\": " + fmt(1000 * best / b.o.gen) +
+                   ", \"seconds\": " + fmt(best),
+               name + "  decode " + fmt(tok_s) + " tok/s (" + std::to_string(p) + " seqs)");
+    }
+}
+
+std::string kernels_json(const std::vector<kernel_time>& ks, double& total) {
+    std::string out = "[";
+    total = 0;
+    for (std::size_t i = 0; i < ks.size(); ++i) {
+        total += ks[i].ms;
+        out += std::string(i ? ", " : "") + "{\"name\": " + json_str(ks[i].name) +
+               ", \"ms\": " + fmt(ks[i].ms) + ", \"dispatches\": " +
+               std::to_string(ks[i].dispatches) + "}";
+    }
+    return out + "]";
+}
+
+// One step on a timestamped runner; prints its per-pipeline GPU times, largest first.
+void breakdown(bench& b, runner& r, const step& st, const std::string& test) {
+    std::vector<float> out(std::size_t(r.options().rows_max) * b.n_vocab);
+    auto res = r.run_step(st, out.data());
+    if (!res) {
+        std::fprintf(stderr, "ordo-bench: %s: %s\n", test.c_str(), res.err().message.c_str());
+        return;
+    }
+    auto ks = r.last_timings();
+    std::sort(ks.begin(), ks.end(), [](auto& x, auto& y) { return x.ms > y.ms; });
+    double total = 0;
+    std::string js = kernels_json(ks, total);
+    std::string human = test + "  gpu " + fmt(total) + " ms:";
+    for (const auto& k : ks) human += "  " + k.name + " " + fmt(k.ms);
+    b.emit("\"test\": \"" + test + "\", \"n_tokens\": " + std::to_string(res->n_tokens) +
+               ", \"gpu_ms\": " + fmt(total) + ", \"kernels\": " + js,
+           human);
+}
+
+step one_seq_step(std::uint64_t id, const char* phase, std::vector<std::int32_t> tokens,
+                  std::uint32_t pos0) {
+    step st;
+    st.step_id = id;
+    st.phase = phase;
+    step_seq q;
+    q.tokens = std::move(tokens);
+    q.pos0 = pos0;
+    for (std::uint32_t b = 0; b * block_tokens < pos0 + q.tokens.size(); ++b) {
+        q.block_table.push_back(b);
+    }
+    q.want_logits = true;
+    st.seqs.push_back(std::move(q));
+    return st;
+}
+
+void where_the_time_goes(bench& b, const model::gguf_file& file, runner_options ro) {
+    ro.timestamps = true;
+    auto r = runner::create(file, ro);
+    if (!r) {
+        std::fprintf(stderr, "ordo-bench: timestamped runner: %s\n", r.err().message.c_str());
+        return;
+    }
+    std::uint32_t hist = decode_prompt + b.o.gen / 2;
+    std::vector<float> sink(std::size_t(ro.rows_max) * b.n_vocab);
+    for (std::uint32_t p = 0; p < hist; p += ro.max_batch_tokens) {
+        std::uint32_t n = std::min(ro.max_batch_tokens, hist - p);
+        (void)(*r)->run_step(one_seq_step(1, "prefill", random_tokens(n, b.n_vocab, 5), p),
+                             sink.data());
+    }
+    breakdown(b, **r, one_seq_step(2, "decode", {1}, hist), "kernels_decode");
+    std::uint32_t n = b.o.prompts.empty() ? 128 : b.o.prompts[0];
+    breakdown(b, **r, one_seq_step(3, "prefill", random_tokens(n, b.n_vocab, 9), 0),
+              "kernels_prefill" + std::to_string(n));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    bench_options o = parse(argc, argv);
+    auto file = model::gguf_file::open(o.model);
+    if (!file) {
+        std::fprintf(stderr, "ordo-bench: %s\n", file.err().message.c_str());
+        return 1;
+    }
+    auto hp = model::read_llama_hparams(*file);
+    if (!hp) {
+        std::fprintf(stderr, "ordo-bench: %s\n", hp.err().message.c_str());
+        return 1;
+    }
+    gpu_actor_options ao;
+    ao.model_path = o.model;
+    ao.runner = runner_for(o, hp->n_ctx);
+    auto t0 = std::chrono::steady_clock::now();
+    auto s = gpu_session::start(ao, 3'600'000);
+    if (!s) {
+        std::fprintf(stderr, "ordo-bench: %s\n", s.err().message.c_str());
+        return 1;
+    }
+    std::fprintf(stderr, "ordo-bench: %s on %s, load %.2fs\n", o.label.c_str(),
+                 (*s)->ready().device.c_str(), seconds_since(t0));
+    bench b{o, **s, hp->n_vocab,
+            (decode_prompt + o.gen + 1 + block_tokens - 1) / block_tokens, "", 0, {}};
+    b.common = "\"engine\": \"ordo\", \"backend\": \"vulkan\", \"model\": " + json_str(o.label) +
+               ", \"device\": " + json_str((*s)->ready().device) +
+               ", \"flush_every_layers\": " + std::to_string(o.flush_every);
+    measure(b);
+    status st = (*s)->stop();
+    if (!st) std::fprintf(stderr, "ordo-bench: stop: %s\n", st.err().message.c_str());
+    where_the_time_goes(b, *file, ao.runner);
+    return 0;
+}

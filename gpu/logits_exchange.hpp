@@ -1,0 +1,59 @@
+// logits_exchange.hpp: host memory shared by the gpu actor (writer) and the scheduler (reader)
+// for the logits rows of finished steps, so that logits never travel inside messages.
+//
+// `slots_max` slots of `rows_max x n_vocab` floats are allocated once. The gpu actor acquires a
+// free slot for a step (none free: the step fails with gpu_busy at once; acquire never blocks),
+// the runner writes the rows, step_done names the slot, the scheduler reads the rows and
+// releases the slot (directly, or with a release_logits message to the gpu actor). Ownership
+// hand-over is one atomic per slot: free -> held (acquire, compare-exchange) -> free (release).
+// The rows of a held slot are touched by one thread at a time: the writer until it sends
+// step_done, the reader after it receives it (the mailbox hand-over orders the two).
+// Misuse (releasing a free slot, a row out of range) is a programmer error and asserts.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "actors/runtime/result.hpp"
+
+namespace ordo::gpu {
+
+class logits_exchange {
+public:
+    // Steps whose logits may be waiting for the scheduler at once. Four covers a step being
+    // read, one being written and two queued behind them.
+    static constexpr std::uint32_t slots_max = 4;
+    // step_done.slot when the step asked for no logits rows (nothing to read or release).
+    static constexpr std::uint32_t no_slot = 0xFFFFFFFFu;
+
+    logits_exchange(std::uint32_t rows_max, std::uint32_t n_vocab);
+    logits_exchange(const logits_exchange&) = delete;
+    logits_exchange& operator=(const logits_exchange&) = delete;
+
+    // A free slot, now held by the caller; gpu_busy when every slot is held.
+    result<std::uint32_t> acquire();
+    // Frees a held slot. Releasing no_slot is a no-op; releasing a free slot asserts.
+    void release(std::uint32_t slot);
+
+    // Row r of a held slot (n_vocab floats). The writer fills it; the reader reads it.
+    float* row(std::uint32_t slot, std::uint32_t r);
+    std::span<const float> read_row(std::uint32_t slot, std::uint32_t r) const;
+
+    std::uint32_t rows_max() const { return _rows_max; }
+    std::uint32_t n_vocab() const { return _n_vocab; }
+    std::uint32_t held() const;  // slots currently held (stats, tests)
+    bool is_held(std::uint32_t slot) const;  // false for no_slot and out-of-range slots
+
+private:
+    std::size_t row_index(std::uint32_t slot, std::uint32_t r) const;
+
+    std::uint32_t _rows_max;
+    std::uint32_t _n_vocab;
+    std::unique_ptr<std::atomic<bool>[]> _held;  // slots_max flags
+    std::vector<float> _data;                    // (slots_max, rows_max, n_vocab)
+};
+
+}  // namespace ordo::gpu

@@ -1,0 +1,138 @@
+// mul_mat_tx.comp: mat-vec and mat-mat for F32/F16/Q8_0/Q4_0 weights that read weights and
+// activations through uniform texel buffers. Call site: gpu/kernels.cpp encode_mul_mat() (the
+// automatic path on every device whose buffers have texel views; variants tx1/tx4/txm by token
+// count). Why texels: lavapipe (Mesa 22.3) turns every storage-buffer load into a branchy
+// per-lane scalar loop, while a texel fetch is a branch-free vector gather (gpu/PERF.md has the
+// measurements). Each lane owns R weight rows and T tokens and walks K one weight "unit" at a
+// time (F32: 4 elements, F16: 8, Q8_0 and Q4_0: one 32-element block), so every weight texel
+// feeds T tokens and every activation texel feeds R rows. No shared memory, no barrier.
+#version 450
+#extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
+#include "abi.h"
+#if TX == 1
+const uint R = ORDO_TX1_R, T = ORDO_TX1_T;
+#elif TX == 4
+const uint R = ORDO_TX4_R, T = ORDO_TX4_T;
+#else
+const uint R = ORDO_TXM_R, T = ORDO_TXM_T;
+#endif
+#if R * T <= 4
+#define ACC vec4
+#define MAC(w, x) ((w) * (x))
+#define SUM(a) (((a).x + (a).y) + ((a).z + (a).w))
+#else
+#define ACC float
+#define MAC(w, x) dot(w, x)
+#define SUM(a) (a)
+#endif
+layout(local_size_x_id = 0) in;
+layout(push_constant) uniform push_block { mul_mat_tx_push p; };
+layout(binding = ORDO_B_MM_W) uniform usamplerBuffer w_tex;
+layout(binding = ORDO_B_MM_X) uniform usamplerBuffer x_tex;
+layout(std430, binding = ORDO_B_MM_Y) buffer y_buf { float y[]; };
+
+#if WTYPE == 0
+const uint UNIT = 4u;   // elements per unit
+const uint PARTS = 1u;  // 4-element parts per unit
+#elif WTYPE == 1
+const uint UNIT = 8u;
+const uint PARTS = 2u;
+#elif WTYPE == 2 || WTYPE == 3
+const uint UNIT = ORDO_QK;
+const uint PARTS = 8u;
+#else
+#error "WTYPE must be 0..3"
+#endif
+
+vec4 x_part(uint t, uint q) {  // activation texel q (4 floats) of token t
+    return uintBitsToFloat(texelFetch(x_tex, int(p.x_texel + t * p.x_stride4 + q)));
+}
+
+vec4 i8x4(uint word) {
+    return vec4(bitfieldExtract(int(word), 0, 8), bitfieldExtract(int(word), 8, 8),
+                bitfieldExtract(int(word), 16, 8), bitfieldExtract(int(word), 24, 8));
+}
+
+vec4 u4x4(uint word) {  // four nibbles at bit 0, 8, 16, 24
+    return vec4(word & 15u, (word >> 8) & 15u, (word >> 16) & 15u, (word >> 24) & 15u);
+}
+
+// The raw texels of unit u of row `row` (chunk layouts: gpu/shaders/weights.glsl).
+struct unit_raw {
+    uvec4 a;
+    uvec4 b;  // Q8_0 only: the block's second 16 quants
+    float d;  // quant scale
+};
+
+unit_raw load_raw(uint row, uint u, uint units) {
+    unit_raw w;
+    uint unit_index = row * units + u;
+#if WTYPE == 2
+    w.a = texelFetch(w_tex, int(p.w_texel + unit_index * 2u));
+    w.b = texelFetch(w_tex, int(p.w_texel + unit_index * 2u + 1u));
+#else
+    w.a = texelFetch(w_tex, int(p.w_texel + unit_index));
+    w.b = uvec4(0u);
+#endif
+#if WTYPE >= 2
+    uvec4 s = texelFetch(w_tex, int(p.s_texel + (unit_index >> 3u)));
+    w.d = unpackHalf2x16(s[(unit_index >> 1u) & 3u])[unit_index & 1u];
+#else
+    w.d = 1.0;
+#endif
+    return w;
+}
+
+// Dequantized elements [4j, 4j + 4) of the unit.
+vec4 part(unit_raw w, uint j) {
+#if WTYPE == 0
+    return uintBitsToFloat(w.a);
+#elif WTYPE == 1
+    return j == 0u ? vec4(unpackHalf2x16(w.a.x), unpackHalf2x16(w.a.y))
+                   : vec4(unpackHalf2x16(w.a.z), unpackHalf2x16(w.a.w));
+#elif WTYPE == 2
+    return i8x4(j < 4u ? w.a[j] : w.b[j - 4u]) * w.d;
+#else
+    return (u4x4(j < 4u ? w.a[j] : (w.a[j - 4u] >> 4u)) - 8.0) * w.d;
+#endif
+}
+
+void main() {
+    uint row0 = gl_GlobalInvocationID.x * R;
+    uint tok0 = gl_WorkGroupID.y * T;
+    uint units = p.k / UNIT;
+    uint rows[R];
+    uint toks[T];
+    // Clamped to valid rows and tokens (reads stay in range); discarded at the store.
+    [[unroll]] for (uint r = 0; r < R; ++r) rows[r] = min(row0 + r, p.n_rows - 1u);
+    [[unroll]] for (uint t = 0; t < T; ++t) toks[t] = min(tok0 + t, p.n_cols - 1u);
+    // Few outputs per lane (decode): vec4 accumulators, so the FMAs of consecutive units form
+    // four independent chains instead of one latency-bound dot() chain (2x measured). Many
+    // (prefill tiles): scalar accumulators, or the registers spill.
+    ACC acc[R][T];
+    [[unroll]] for (uint r = 0; r < R; ++r) {
+        [[unroll]] for (uint t = 0; t < T; ++t) acc[r][t] = ACC(0.0);
+    }
+    for (uint u = 0; u < units; ++u) {
+        unit_raw w[R];
+        [[unroll]] for (uint r = 0; r < R; ++r) w[r] = load_raw(rows[r], u, units);
+        [[unroll]] for (uint j = 0; j < PARTS; ++j) {
+            vec4 wv[R];
+            [[unroll]] for (uint r = 0; r < R; ++r) wv[r] = part(w[r], j);
+            [[unroll]] for (uint t = 0; t < T; ++t) {
+                vec4 xv = x_part(toks[t], u * PARTS + j);
+                [[unroll]] for (uint r = 0; r < R; ++r) acc[r][t] += MAC(wv[r], xv);
+            }
+        }
+    }
+    [[unroll]] for (uint r = 0; r < R; ++r) {
+        [[unroll]] for (uint t = 0; t < T; ++t) {
+            if (row0 + r < p.n_rows && tok0 + t < p.n_cols) {
+                uint o = p.y_offset + (tok0 + t) * p.y_stride + p.row_begin + row0 + r;
+                float v = SUM(acc[r][t]);
+                y[o] = p.accumulate != 0u ? y[o] + v : v;
+            }
+        }
+    }
+}

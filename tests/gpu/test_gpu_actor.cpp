@@ -1,0 +1,243 @@
+// test_gpu_actor.cpp: the gpu actor on real libuv loops, the real device (lavapipe) and a
+// generated model, driven through its mailbox by a reply_collector actor (gpu/gpu_client.hpp).
+//
+// Checks: (1) steps through the actor give bit-identical logits to the runner called directly;
+// (2) an injected device loss gives step_failed{gpu_device_lost, device_lost} naming the
+// segment of the chosen layer, then device_ready{epoch 1}, then steps work again; (3) a hang
+// gives step_failed{gpu_timeout} within a bound, then recovery; (4) NaN logits give gpu_nan
+// with no rebuild; (5) the loop answers gpu_stats while a step is running (the step is held
+// inside the worker by a test hook until the stats reply has arrived); (6) the queue bound
+// refuses with gpu_busy and queued steps run in order; (7) recovery_max 0 turns a device loss
+// into device_unavailable and later steps into gpu_unavailable; (8) stopping while a step runs
+// still gives that step its one reply, and every loop closes cleanly (join ok).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <future>
+#include <thread>
+
+#include "gpu/gpu_client.hpp"
+#include "gpu_fixture.hpp"
+#include "test_runner_support.hpp"
+
+namespace ordo::gpu::testing {
+namespace {
+
+constexpr std::uint64_t reply_ms = 60'000;  // generous for a loaded 2-core machine
+
+gpu_actor_options actor_options(std::uint32_t flush = 1) {
+    gpu_actor_options o;
+    o.model_path = synth_model(model::ggml_type::f16);
+    o.runner = test_options(true, flush);
+    o.recovery_max = 3;
+    return o;
+}
+
+step decode_step(std::uint64_t id, std::int32_t token = 5) {
+    return make_step(id, "decode", {make_seq(1, {token}, 0, {0})});
+}
+
+std::unique_ptr<gpu_session> start(gpu_actor_options o) {
+    auto s = gpu_session::start(std::move(o), reply_ms);
+    EXPECT_TRUE(s.ok()) << (s.ok() ? "" : s.err().message);
+    return s.ok() ? std::move(*s) : nullptr;
+}
+
+TEST(GpuActor, StepsGiveTheRunnersLogits) {
+    ORDO_REQUIRE_GPU();
+    auto o = actor_options(2);
+    auto tokens = test_tokens(11, 300, 4);
+    step pre = make_step(1, "prefill", {make_seq(1, tokens, 0, {2, 3})});
+    step dec = make_step(2, "decode", {make_seq(1, {7}, 11, {2, 3})});
+    auto file = open_model(o.model_path);
+    ASSERT_TRUE(file);
+    auto r = runner::create(*file, o.runner);
+    ASSERT_TRUE(r.ok());
+    std::vector<float> want_pre(300), want_dec(300);
+    ASSERT_TRUE((*r)->run_step(pre, want_pre.data()).ok());
+    ASSERT_TRUE((*r)->run_step(dec, want_dec.data()).ok());
+
+    auto s = start(o);
+    ASSERT_TRUE(s);
+    EXPECT_EQ(s->ready().epoch, 0u);
+    EXPECT_EQ(s->ready().kv_blocks, 64u);
+    std::vector<float> got;
+    auto d = s->run(pre, got, reply_ms);
+    ASSERT_TRUE(d.ok()) << d.err().message;
+    EXPECT_EQ(d->rows, std::vector<std::uint64_t>{1});
+    EXPECT_EQ(got, want_pre);
+    d = s->run(dec, got, reply_ms);
+    ASSERT_TRUE(d.ok()) << d.err().message;
+    EXPECT_EQ(got, want_dec);
+    ASSERT_TRUE(s->stop().ok());
+}
+
+// Arms `kind`, runs one step, expects the failure, a rebuild and a working step after it.
+void fault_then_recovery(const std::string& kind, const std::string& code,
+                         const std::string& segment) {
+    auto s = start(actor_options(1));
+    ASSERT_TRUE(s);
+    inject_fault f;
+    f.kind = kind;
+    f.phase = "prefill";
+    f.layer = 1;
+    ASSERT_TRUE(s->actor().tell(f).ok());
+    // A decode step does not match the prefill-only fault.
+    std::vector<float> logits;
+    ASSERT_TRUE(s->run(decode_step(1), logits, reply_ms).ok());
+    auto t0 = std::chrono::steady_clock::now();
+    ASSERT_TRUE(s->actor().tell(make_step(2, "prefill", {make_seq(1, {5, 6}, 0, {0})})).ok());
+    auto reply = s->replies().next(reply_ms);
+    ASSERT_TRUE(reply);
+    auto* failed = std::get_if<step_failed>(&*reply);
+    ASSERT_TRUE(failed) << "got " << reply_name(*reply);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
+    EXPECT_EQ(failed->step_id, 2u);
+    EXPECT_EQ(failed->code, code);
+    EXPECT_TRUE(failed->device_lost);
+    EXPECT_EQ(failed->segment, segment);
+    EXPECT_NE(failed->message.find(segment), std::string::npos) << failed->message;
+    auto ready = s->replies().next_as<device_ready>(reply_ms);
+    ASSERT_TRUE(ready);
+    EXPECT_EQ(ready->epoch, 1u);
+    auto d = s->run(decode_step(3), logits, reply_ms);
+    ASSERT_TRUE(d.ok()) << d.err().message;
+    ASSERT_TRUE(s->actor().tell(gpu_stats_query{42}).ok());
+    auto st = s->replies().next_as<gpu_stats>(reply_ms);
+    ASSERT_TRUE(st);
+    EXPECT_EQ(st->token, 42u);
+    EXPECT_EQ(st->recoveries, 1u);
+    EXPECT_EQ(st->failures, 1u);
+    EXPECT_EQ(st->steps, 2u);
+    ASSERT_TRUE(s->stop().ok());
+}
+
+TEST(GpuActor, DeviceLossFailsTheStepThenRebuilds) {
+    ORDO_REQUIRE_GPU();
+    fault_then_recovery("device_lost", "gpu_device_lost", "prefill#2 seqs=1 layers 1-1");
+}
+
+TEST(GpuActor, HangTimesOutThenRebuilds) {
+    ORDO_REQUIRE_GPU();
+    fault_then_recovery("hang", "gpu_timeout", "prefill#2 seqs=1 layers 1-1");
+}
+
+TEST(GpuActor, NanLogitsAreReportedWithoutRebuild) {
+    ORDO_REQUIRE_GPU();
+    auto s = start(actor_options());
+    ASSERT_TRUE(s);
+    inject_fault f;
+    f.kind = "nan_logits";
+    ASSERT_TRUE(s->actor().tell(f).ok());
+    std::vector<float> logits;
+    auto bad = s->run(decode_step(1), logits, reply_ms);
+    ASSERT_FALSE(bad.ok());
+    EXPECT_EQ(bad.err().code, "gpu_nan");
+    auto d = s->run(decode_step(2), logits, reply_ms);
+    ASSERT_TRUE(d.ok()) << d.err().message;
+    EXPECT_TRUE(std::isfinite(logits[0]));
+    ASSERT_TRUE(s->stop().ok());
+}
+
+// Holds steps inside the worker until released.
+struct gate {
+    std::mutex m;
+    std::condition_variable cv;
+    int entered = 0;
+    bool open = false;
+    void enter() {
+        std::unique_lock l(m);
+        entered++;
+        cv.notify_all();
+        cv.wait_for(l, std::chrono::seconds(60), [&] { return open; });
+    }
+    bool wait_entered(int n) {
+        std::unique_lock l(m);
+        return cv.wait_for(l, std::chrono::seconds(60), [&] { return entered >= n; });
+    }
+    void release() {
+        std::lock_guard l(m);
+        open = true;
+        cv.notify_all();
+    }
+};
+
+TEST(GpuActor, LoopAnswersWhileAStepRunsAndTheQueueIsBounded) {
+    ORDO_REQUIRE_GPU();
+    auto g = std::make_shared<gate>();
+    auto o = actor_options();
+    o.queue_max = 2;
+    o.on_step_begin = [g](const step&) { g->enter(); };
+    auto s = start(o);
+    ASSERT_TRUE(s);
+    ASSERT_TRUE(s->actor().tell(decode_step(1)).ok());
+    ASSERT_TRUE(g->wait_entered(1));
+    // Step 1 is inside the worker: the loop must still answer.
+    ASSERT_TRUE(s->actor().tell(gpu_stats_query{7}).ok());
+    auto st = s->replies().next_as<gpu_stats>(reply_ms);
+    ASSERT_TRUE(st) << "the loop did not answer while a step ran";
+    EXPECT_EQ(st->token, 7u);
+    EXPECT_EQ(st->steps, 0u);
+    for (std::uint64_t id = 2; id <= 4; ++id) {
+        ASSERT_TRUE(s->actor().tell(decode_step(id)).ok());
+    }
+    auto busy = s->replies().next_as<step_failed>(reply_ms);
+    ASSERT_TRUE(busy);
+    EXPECT_EQ(busy->step_id, 4u);
+    EXPECT_EQ(busy->code, "gpu_busy");
+    g->release();
+    for (std::uint64_t id = 1; id <= 3; ++id) {
+        auto d = s->replies().next_as<step_done>(reply_ms);
+        ASSERT_TRUE(d) << "step " << id;
+        EXPECT_EQ(d->step_id, id);
+        ASSERT_TRUE(s->actor().tell(release_logits{d->slot}).ok());
+    }
+    ASSERT_TRUE(s->stop().ok());
+}
+
+TEST(GpuActor, RecoveryMaxZeroMakesTheDeviceUnavailable) {
+    ORDO_REQUIRE_GPU();
+    auto o = actor_options();
+    o.recovery_max = 0;
+    auto s = start(o);
+    ASSERT_TRUE(s);
+    inject_fault f;
+    f.kind = "device_lost";
+    ASSERT_TRUE(s->actor().tell(f).ok());
+    std::vector<float> logits;
+    auto lost = s->run(decode_step(1), logits, reply_ms);
+    ASSERT_FALSE(lost.ok());
+    EXPECT_EQ(lost.err().code, "gpu_device_lost");
+    auto u = s->replies().next_as<device_unavailable>(reply_ms);
+    ASSERT_TRUE(u);
+    auto after = s->run(decode_step(2), logits, reply_ms);
+    ASSERT_FALSE(after.ok());
+    EXPECT_EQ(after.err().code, "gpu_unavailable");
+    ASSERT_TRUE(s->stop().ok());
+}
+
+TEST(GpuActor, StopWhileAStepRunsRepliesAndClosesCleanly) {
+    ORDO_REQUIRE_GPU();
+    auto g = std::make_shared<gate>();
+    auto o = actor_options();
+    o.on_step_begin = [g](const step&) { g->enter(); };
+    auto s = start(o);
+    ASSERT_TRUE(s);
+    ASSERT_TRUE(s->actor().tell(decode_step(1)).ok());
+    ASSERT_TRUE(g->wait_entered(1));
+    s->actor().request_stop();
+    std::thread opener([g] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        g->release();
+    });
+    status joined = s->actor().join();
+    opener.join();
+    EXPECT_TRUE(joined.ok()) << joined.err().message;
+    auto d = s->replies().next_as<step_done>(reply_ms);
+    ASSERT_TRUE(d) << "the running step lost its reply";
+    EXPECT_EQ(d->step_id, 1u);
+    ASSERT_TRUE(s->stop().ok());
+}
+
+}  // namespace
+}  // namespace ordo::gpu::testing

@@ -1,0 +1,85 @@
+// test_runner_plan.cpp: the pure host-side pieces under the runner and the gpu actor, without a
+// device: step_plan (token order, KV slots, attention pairs, block tables, logits row runs),
+// fault_plan (phase matching, after_steps, count, refusal of bad faults) and logits_exchange
+// (acquire until gpu_busy, release, row addressing).
+#include <gtest/gtest.h>
+
+#include "gpu/fault_plan.hpp"
+#include "gpu/logits_exchange.hpp"
+#include "gpu/step_plan.hpp"
+
+namespace ordo::gpu {
+namespace {
+
+step_seq seq(std::uint64_t id, std::vector<std::int32_t> t, std::uint32_t pos0,
+             std::vector<std::uint32_t> table, bool want) {
+    return step_seq{id, std::move(t), pos0, std::move(table), want};
+}
+
+TEST(StepPlan, LaysOutTokensSlotsTablesAndRows) {
+    step_limits lim{100, 64, 4, 32, 16, 4, 4, 16};
+    step s{9, "mixed", {seq(5, {1, 2, 3}, 0, {7}, true), seq(6, {4}, 5, {2, 3}, true),
+                        seq(8, {9, 9}, 2, {11}, false), seq(4, {6}, 0, {12}, true)}};
+    step_plan p;
+    ASSERT_TRUE(plan_step(s, lim, p).ok());
+    EXPECT_EQ(p.n_tokens, 7u);
+    EXPECT_EQ(p.blocks_per_seq, 2u);
+    EXPECT_EQ(p.positions, (std::vector<std::int32_t>{0, 1, 2, 5, 2, 3, 0}));
+    EXPECT_EQ(p.slots, (std::vector<std::int32_t>{28, 29, 30, 13, 46, 47, 48}));
+    EXPECT_EQ(p.attn, (std::vector<std::int32_t>{0, 0, 0, 1, 0, 2, 1, 5, 2, 2, 2, 3, 3, 0}));
+    EXPECT_EQ(p.tables, (std::vector<std::int32_t>{7, 0, 2, 3, 11, 0, 12, 0}));
+    EXPECT_EQ(p.row_seq_ids, (std::vector<std::uint64_t>{5, 6, 4}));
+    ASSERT_EQ(p.runs.size(), 2u);  // tokens 2 and 3 are adjacent; token 6 stands alone
+    EXPECT_EQ(p.runs[0].token0, 2u);
+    EXPECT_EQ(p.runs[0].n, 2u);
+    EXPECT_EQ(p.runs[1].token0, 6u);
+    EXPECT_EQ(p.runs[1].row0, 2u);
+    EXPECT_EQ(segment_label(s, 8, 15), "mixed#9 seqs=4 layers 8-15");
+}
+
+TEST(FaultPlan, MatchesPhaseAfterStepsAndCount) {
+    fault_plan f;
+    ASSERT_TRUE(f.arm({"hang", "decode", 3, 1, 2}).ok());
+    EXPECT_EQ(f.next("prefill").kind, fault_kind::none);  // other phase: not counted
+    EXPECT_EQ(f.next("decode").kind, fault_kind::none);   // decode #1: after_steps = 1
+    step_fault hit = f.next("decode");
+    EXPECT_EQ(hit.kind, fault_kind::hang);
+    EXPECT_EQ(hit.layer, 3);
+    EXPECT_EQ(f.next("decode").kind, fault_kind::hang);  // count 2
+    EXPECT_EQ(f.next("decode").kind, fault_kind::none);  // spent
+    EXPECT_EQ(f.armed(), 0u);
+    EXPECT_FALSE(f.arm({"melt", "", -1, 0, 1}).ok());
+    EXPECT_FALSE(f.arm({"hang", "sideways", -1, 0, 1}).ok());
+    EXPECT_FALSE(f.arm({"hang", "", -1, 0, 0}).ok());
+    for (std::size_t i = 0; i < fault_plan::armed_max; ++i) {
+        ASSERT_TRUE(f.arm({"nan_logits", "", -1, 0, 1}).ok());
+    }
+    EXPECT_EQ(f.arm({"nan_logits", "", -1, 0, 1}).err().code, "gpu_bad_fault");
+}
+
+TEST(LogitsExchange, AcquireUntilBusyThenRelease) {
+    logits_exchange x(2, 10);
+    std::vector<std::uint32_t> held;
+    for (std::uint32_t i = 0; i < logits_exchange::slots_max; ++i) {
+        auto s = x.acquire();
+        ASSERT_TRUE(s.ok());
+        held.push_back(*s);
+    }
+    auto busy = x.acquire();
+    ASSERT_FALSE(busy.ok());
+    EXPECT_EQ(busy.err().code, "gpu_busy");
+    x.row(held[1], 1)[9] = 4.5f;
+    EXPECT_EQ(x.read_row(held[1], 1)[9], 4.5f);
+    EXPECT_EQ(x.read_row(held[1], 1).size(), 10u);
+    x.release(held[1]);
+    EXPECT_FALSE(x.is_held(held[1]));
+    EXPECT_EQ(x.held(), logits_exchange::slots_max - 1);
+    auto again = x.acquire();
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(*again, held[1]);
+    x.release(logits_exchange::no_slot);  // a step without rows: nothing to release
+    EXPECT_DEATH(x.release(logits_exchange::slots_max), "out of range");
+}
+
+}  // namespace
+}  // namespace ordo::gpu

@@ -1,0 +1,133 @@
+// test_runner_steps.cpp: the runner's step validation, KV staging and failure paths on the
+// real device, with a generated model (64 wide, 2 layers, GQA 4/2, vocab 300).
+//
+// Checks: (1) every malformed step (token outside the vocab, block table too short, a block
+// outside the pool, positions past the context, too many tokens or rows, two tokens writing one
+// KV slot, an unknown phase) is refused with gpu_bad_step naming the problem, and the runner
+// still runs a good step afterwards; (2) read_kv_blocks / write_kv_blocks round trip: blocks
+// read after a prefill, the pool cleared, the bytes written back give the same next-token
+// logits as without the clear, and bytes written to other block ids read back identical;
+// (3) an armed device loss fails the step with gpu_device_lost naming the segment of the
+// chosen layer; (4) an armed hang fails with gpu_timeout, drain() then waits the spin out and
+// the next step works; (5) nan_logits puts NaN in the returned row.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "gpu_fixture.hpp"
+#include "test_runner_support.hpp"
+
+namespace ordo::gpu::testing {
+namespace {
+
+class RunnerSteps : public ::testing::Test {
+protected:
+    void SetUp() override {
+        ORDO_REQUIRE_GPU();
+        file = open_model(synth_model(model::ggml_type::f16));
+        ASSERT_TRUE(file);
+        auto r = runner::create(*file, test_options(true, 1));
+        ASSERT_TRUE(r.ok()) << r.err().message;
+        run = std::move(*r);
+        logits.resize(8 * 300);
+    }
+
+    result<step_result> go(const step& s) { return run->run_step(s, logits.data()); }
+
+    void expect_bad(const step& s, const std::string& needle) {
+        auto res = go(s);
+        ASSERT_FALSE(res.ok()) << needle;
+        EXPECT_EQ(res.err().code, "gpu_bad_step");
+        EXPECT_NE(res.err().message.find(needle), std::string::npos) << res.err().message;
+    }
+
+    std::unique_ptr<model::gguf_file> file;
+    std::unique_ptr<runner> run;
+    std::vector<float> logits;
+};
+
+TEST_F(RunnerSteps, MalformedStepsAreRefused) {
+    expect_bad(make_step(1, "decode", {make_seq(1, {300}, 0, {0})}), "outside the vocab");
+    expect_bad(make_step(1, "decode", {make_seq(1, {-1}, 0, {0})}), "outside the vocab");
+    expect_bad(make_step(1, "decode", {make_seq(1, {5}, 8, {0})}), "needs 2 KV blocks");
+    expect_bad(make_step(1, "decode", {make_seq(1, {5}, 0, {64})}), "outside the pool");
+    expect_bad(make_step(1, "decode", {make_seq(1, {5}, 256, blocks_from(0, 257, 8))}),
+               "past the context");
+    expect_bad(make_step(1, "prefill", {make_seq(1, test_tokens(65, 300, 1), 0,
+                                                 blocks_from(0, 65, 8))}),
+               "tokens; at most 64");
+    std::vector<step_seq> many;
+    for (std::uint32_t i = 0; i < 9; ++i) many.push_back(make_seq(i, {1}, 0, {i}));
+    expect_bad(make_step(1, "decode", many), "sequences");
+    expect_bad(make_step(1, "decode", {make_seq(1, {1}, 0, {3}), make_seq(2, {2}, 0, {3})}),
+               "write KV slot 24");
+    expect_bad(make_step(1, "warmup", {make_seq(1, {1}, 0, {0})}), "phase");
+    expect_bad(make_step(1, "decode", {make_seq(1, {}, 0, {0})}), "has no tokens");
+    expect_bad(make_step(1, "decode", {}), "0 sequences");
+    auto ok = go(make_step(2, "decode", {make_seq(1, {5}, 0, {0})}));
+    ASSERT_TRUE(ok.ok()) << ok.err().message;
+    EXPECT_TRUE(std::isfinite(logits[0]));
+}
+
+TEST_F(RunnerSteps, KvBlocksRoundTripThroughHostStaging) {
+    auto tokens = test_tokens(20, 300, 5);
+    std::vector<std::int32_t> hist(tokens.begin(), tokens.begin() + 19);
+    std::vector<std::uint32_t> table = {3, 9, 4};
+    ASSERT_TRUE(go(make_step(1, "prefill", {make_seq(1, hist, 0, table, false)})).ok());
+    std::vector<std::uint8_t> bytes(table.size() * run->kv_block_bytes());
+    ASSERT_EQ(run->kv_block_bytes(), 2u * 2 * (2 * 8 * 16 * 2));  // K,V x layers x block
+    ASSERT_TRUE(run->read_kv_blocks(table, bytes).ok());
+    EXPECT_NE(bytes, std::vector<std::uint8_t>(bytes.size(), 0));
+    step next = make_step(2, "decode", {make_seq(1, {tokens[19]}, 19, table)});
+    ASSERT_TRUE(go(next).ok());
+    std::vector<float> want(logits.begin(), logits.begin() + 300);
+    // Lose the pool, restore the three blocks from staging, decode again.
+    ASSERT_TRUE(run->clear_kv().ok());
+    ASSERT_TRUE(run->write_kv_blocks(table, bytes).ok());
+    ASSERT_TRUE(go(next).ok());
+    EXPECT_EQ(std::vector<float>(logits.begin(), logits.begin() + 300), want);
+    // The same bytes under other block ids read back unchanged.
+    std::vector<std::uint32_t> other = {60, 61, 0};
+    ASSERT_TRUE(run->write_kv_blocks(other, bytes).ok());
+    std::vector<std::uint8_t> back(bytes.size());
+    ASSERT_TRUE(run->read_kv_blocks(other, back).ok());
+    EXPECT_EQ(back, bytes);
+    // Bad requests are errors, not crashes.
+    std::vector<std::uint32_t> outside = {64};
+    std::vector<std::uint8_t> one(run->kv_block_bytes());
+    EXPECT_EQ(run->read_kv_blocks(outside, one).err().code, "gpu_bad_request");
+    EXPECT_EQ(run->write_kv_blocks(table, one).err().code, "gpu_bad_request");
+}
+
+TEST_F(RunnerSteps, InjectedDeviceLossNamesTheSegment) {
+    run->arm_fault({fault_kind::device_lost, 1});
+    auto res = go(make_step(812, "decode", {make_seq(1, {5}, 0, {0})}));
+    ASSERT_FALSE(res.ok());
+    EXPECT_EQ(res.err().code, "gpu_device_lost");
+    EXPECT_NE(res.err().message.find("decode#812 seqs=1 layers 1-1"), std::string::npos)
+        << res.err().message;
+    EXPECT_EQ(run->last_segment(), "decode#812 seqs=1 layers 1-1");
+}
+
+TEST_F(RunnerSteps, InjectedHangTimesOutThenDrains) {
+    run->arm_fault({fault_kind::hang, 1});
+    auto res = go(make_step(3, "prefill", {make_seq(1, {5, 6}, 0, {0})}));
+    ASSERT_FALSE(res.ok());
+    EXPECT_EQ(res.err().code, "gpu_timeout");
+    EXPECT_NE(res.err().message.find("prefill#3 seqs=1 layers 1-1"), std::string::npos)
+        << res.err().message;
+    ASSERT_TRUE(run->drain(test_watchdog_ms).ok());
+    auto again = go(make_step(4, "prefill", {make_seq(1, {5, 6}, 0, {0})}));
+    ASSERT_TRUE(again.ok()) << again.err().message;
+}
+
+TEST_F(RunnerSteps, NanLogitsFaultReachesTheRow) {
+    run->arm_fault({fault_kind::nan_logits, -1});
+    ASSERT_TRUE(go(make_step(1, "decode", {make_seq(1, {5}, 0, {0})})).ok());
+    EXPECT_TRUE(std::isnan(logits[0]));
+    ASSERT_TRUE(go(make_step(2, "decode", {make_seq(1, {5}, 0, {0})})).ok());
+    EXPECT_FALSE(std::isnan(logits[0])) << "a fault is armed for one step only";
+}
+
+}  // namespace
+}  // namespace ordo::gpu::testing

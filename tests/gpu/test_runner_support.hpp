@@ -1,0 +1,194 @@
+// test_runner_support.hpp: shared helpers of the runner and gpu actor tests: where the shared
+// models are, small synthetic models written once per test binary into a temp dir, the CPU
+// reference's logits for a token sequence, step builders and closeness checks.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gpu/gpu_msgs.hpp"
+#include "gpu/runner.hpp"
+#include "model/gguf.hpp"
+#include "model/reference.hpp"
+#include "model/synth.hpp"
+
+namespace ordo::gpu::testing {
+
+inline const std::string k_models = ORDO_SHARED_MODELS_DIR;
+
+inline bool have_stories() {
+    return std::filesystem::exists(k_models + "/stories260K.gguf");
+}
+
+#define ORDO_REQUIRE_STORIES()                                                              \
+    do {                                                                                    \
+        if (!::ordo::gpu::testing::have_stories()) {                                        \
+            GTEST_SKIP() << "shared test models not found at "                              \
+                         << ::ordo::gpu::testing::k_models << " (stories260K.gguf)";        \
+        }                                                                                   \
+    } while (0)
+
+inline std::string temp_dir() {
+    static const std::string dir = [] {
+        auto d = std::filesystem::temp_directory_path() /
+                 ("ordo_runner_test_" + std::to_string(::getpid()));
+        std::filesystem::create_directories(d);
+        return d.string();
+    }();
+    return dir;
+}
+
+// Small GQA model: n_embd 64, 2 layers, 4 heads over 2 kv heads, ff 96, vocab 300, ctx 256.
+// Written once per (type, layers) per process; the same seed for every type, so the types are
+// the same model quantized differently.
+inline std::string synth_model(model::ggml_type type, std::uint32_t n_layer = 2) {
+    static std::map<std::pair<int, std::uint32_t>, std::string> made;
+    auto key = std::make_pair(static_cast<int>(type), n_layer);
+    if (auto it = made.find(key); it != made.end()) return it->second;
+    model::synth_options o;
+    o.n_embd = 64;
+    o.n_layer = n_layer;
+    o.n_head = 4;
+    o.n_head_kv = 2;
+    o.n_ff = 96;
+    o.n_vocab = 300;
+    o.n_ctx = 256;
+    o.type = type;
+    o.seed = 7;
+    std::string path = temp_dir() + "/synth_" + std::string(model::type_name(type)) + "_" +
+                       std::to_string(n_layer) + ".gguf";
+    status s = model::write_synth_model(o, path);
+    EXPECT_TRUE(s.ok()) << s.err().message;
+    made[key] = path;
+    return path;
+}
+
+inline std::unique_ptr<model::gguf_file> open_model(const std::string& path) {
+    auto f = model::gguf_file::open(path);
+    EXPECT_TRUE(f.ok()) << path << ": " << (f.ok() ? "" : f.err().message);
+    if (!f) return nullptr;
+    return std::make_unique<model::gguf_file>(std::move(*f));
+}
+
+// The reference's logits after each token of `tokens` (fed from position 0).
+inline std::vector<std::vector<float>> reference_logits(const model::gguf_file& file,
+                                                        const std::vector<std::int32_t>& tokens) {
+    auto ref = model::reference_model::create(file, static_cast<std::uint32_t>(tokens.size()));
+    EXPECT_TRUE(ref.ok()) << (ref.ok() ? "" : ref.err().message);
+    std::vector<std::vector<float>> out;
+    if (!ref) return out;
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+        auto l = ref->forward(static_cast<std::uint32_t>(tokens[i]), static_cast<std::uint32_t>(i));
+        EXPECT_TRUE(l.ok());
+        if (!l) return out;
+        out.emplace_back(l->begin(), l->end());
+    }
+    return out;
+}
+
+inline std::vector<std::int32_t> test_tokens(std::size_t n, std::uint32_t n_vocab,
+                                             std::uint32_t seed) {
+    std::vector<std::int32_t> t(n);
+    std::uint32_t x = seed * 2654435761u + 1;
+    for (auto& v : t) {
+        x = x * 1664525u + 1013904223u;
+        v = static_cast<std::int32_t>((x >> 8) % n_vocab);
+    }
+    return t;
+}
+
+inline step_seq make_seq(std::uint64_t id, std::vector<std::int32_t> tokens, std::uint32_t pos0,
+                         std::vector<std::uint32_t> table, bool want = true) {
+    step_seq q;
+    q.seq_id = id;
+    q.tokens = std::move(tokens);
+    q.pos0 = pos0;
+    q.block_table = std::move(table);
+    q.want_logits = want;
+    return q;
+}
+
+inline step make_step(std::uint64_t id, std::string phase, std::vector<step_seq> seqs) {
+    step s;
+    s.step_id = id;
+    s.phase = std::move(phase);
+    s.seqs = std::move(seqs);
+    return s;
+}
+
+// Blocks first, first + 1, ... covering n positions.
+inline std::vector<std::uint32_t> blocks_from(std::uint32_t first, std::uint32_t n_positions,
+                                              std::uint32_t block_tokens) {
+    std::vector<std::uint32_t> t((n_positions + block_tokens - 1) / block_tokens);
+    for (std::size_t i = 0; i < t.size(); ++i) t[i] = first + static_cast<std::uint32_t>(i);
+    return t;
+}
+
+inline double max_abs_diff(const float* a, const std::vector<float>& b) {
+    double m = 0.0;
+    for (std::size_t i = 0; i < b.size(); ++i) {
+        double d = std::fabs(double(a[i]) - b[i]);
+        if (!(d <= m)) m = std::isnan(d) ? INFINITY : d;
+    }
+    return m;
+}
+
+inline std::size_t argmax(const float* v, std::size_t n) {
+    std::size_t best = 0;
+    for (std::size_t i = 1; i < n; ++i) {
+        if (v[i] > v[best]) best = i;
+    }
+    return best;
+}
+
+inline std::string read_text(const std::string& path) {
+    std::ifstream f(path);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+}
+
+// The numbers of `"key": [...]` after `from` in the golden json (ours; trusted test data).
+inline std::vector<double> json_numbers(const std::string& text, const std::string& key,
+                                        std::size_t from) {
+    std::vector<double> out;
+    std::size_t k = text.find("\"" + key + "\"", from);
+    if (k == std::string::npos) return out;
+    std::size_t open = text.find('[', k), close = text.find(']', open);
+    if (open == std::string::npos || close == std::string::npos) return out;
+    std::string body = text.substr(open + 1, close - open - 1);
+    for (char& c : body) {
+        if (c == ',') c = ' ';
+    }
+    std::istringstream in(body);
+    double v;
+    while (in >> v) out.push_back(v);
+    return out;
+}
+
+// Options for tests: a small pool, f32 KV unless asked, a watchdog long enough for a loaded
+// 2-core machine.
+inline runner_options test_options(bool kv_f16 = false, std::uint32_t flush = 4) {
+    runner_options o;
+    o.flush_every_layers = flush;
+    o.watchdog_ms = 120'000;
+    o.kv_block_tokens = 8;
+    o.kv_blocks = 64;
+    o.kv_f16 = kv_f16;
+    o.max_batch_tokens = 64;
+    o.rows_max = 8;
+    o.seqs_max = 8;
+    return o;
+}
+
+}  // namespace ordo::gpu::testing
