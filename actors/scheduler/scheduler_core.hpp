@@ -180,6 +180,7 @@ private:
     bool reserve_or_preempt(request_state& r, uint32_t n_tokens, const std::vector<seq_id>& in_step);
     void preempt(request_state& r);
     void add_to_step(request_state& r, uint32_t n_tokens, gpu::step& s, in_flight_step& f);
+    std::optional<gpu::step> launch(gpu::step s, in_flight_step f);
     std::optional<gpu::step> plan_isolated();
     std::optional<gpu::step> plan_batch();
 

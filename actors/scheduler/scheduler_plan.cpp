@@ -104,6 +104,15 @@ const char* phase_of(const gpu::step& s) {
 
 }  // namespace
 
+// Numbers a planned step and records it as the one in flight (nothing when it is empty).
+std::optional<gpu::step> scheduler_core::launch(gpu::step s, in_flight_step f) {
+    if (s.seqs.empty()) return std::nullopt;
+    s.step_id = f.step_id = _next_step++;
+    s.phase = phase_of(s);
+    _in_flight = std::move(f);
+    return s;
+}
+
 std::optional<gpu::step> scheduler_core::plan_isolated() {
     std::vector<seq_id> group = std::move(_isolation.front());
     _isolation.pop_front();
@@ -122,11 +131,7 @@ std::optional<gpu::step> scheduler_core::plan_isolated() {
         in_step.push_back(seq);
         budget -= n;
     }
-    if (s.seqs.empty()) return std::nullopt;
-    s.step_id = f.step_id = _next_step++;
-    s.phase = phase_of(s);
-    _in_flight = std::move(f);
-    return s;
+    return launch(std::move(s), std::move(f));
 }
 
 std::optional<gpu::step> scheduler_core::plan_batch() {
@@ -174,11 +179,7 @@ std::optional<gpu::step> scheduler_core::plan_batch() {
         in_step.push_back(r.seq);
         budget -= n;
     }
-    if (s.seqs.empty()) return std::nullopt;
-    s.step_id = f.step_id = _next_step++;
-    s.phase = phase_of(s);
-    _in_flight = std::move(f);
-    return s;
+    return launch(std::move(s), std::move(f));
 }
 
 }  // namespace ordo::sched

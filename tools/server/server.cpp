@@ -30,6 +30,14 @@ void begin_stop(main_loop& m) {
     uv_close(reinterpret_cast<uv_handle_t*>(&m.sigterm), nullptr);
 }
 
+// Start-up failed before the actors ran: close the signal watchers and the loop.
+void abandon(main_loop& m) {
+    m.on_stop = [] {};
+    begin_stop(m);
+    uv_run(&m.loop, UV_RUN_DEFAULT);
+    uv_loop_close(&m.loop);
+}
+
 void signal_cb(uv_signal_t* handle, int signum) {
     auto& m = *static_cast<main_loop*>(handle->data);
     logger("main")->info("received {}, stopping", signum == SIGINT ? "SIGINT" : "SIGTERM");
@@ -108,10 +116,7 @@ status run_server(const config::config& cfg, const server_hooks& hooks) {
 
     auto model = load_model(cfg);
     if (!model.ok()) {
-        m.on_stop = [] {};
-        begin_stop(m);
-        uv_run(&m.loop, UV_RUN_DEFAULT);
-        uv_loop_close(&m.loop);
+        abandon(m);
         return model.err();
     }
     log->info("model {}{}: {} layers, n_embd {}, vocab {}, context {}, fingerprint {}",
@@ -123,7 +128,10 @@ status run_server(const config::config& cfg, const server_hooks& hooks) {
     gpu::logits_exchange logits(cfg.scheduler.max_sequences, model->hp.n_vocab);
     auto core = sched::scheduler_core::create(core_options_from(cfg, *model),
                                               &*model->tokenizer, model->info);
-    if (!core.ok()) return core.err();
+    if (!core.ok()) {
+        abandon(m);
+        return core.err();
+    }
     sched::scheduler_actor::options so;
     so.mailbox_capacity = cfg.server.mailbox_capacity;
     so.step_backstop_ms = step_backstop_ms(cfg, *model);
@@ -154,10 +162,7 @@ status run_server(const config::config& cfg, const server_hooks& hooks) {
     if (!started.ok()) {
         status ignored;
         stop_all(ignored);
-        m.on_stop = [] {};
-        begin_stop(m);
-        uv_run(&m.loop, UV_RUN_DEFAULT);
-        uv_loop_close(&m.loop);
+        abandon(m);
         return started;
     }
     if (hooks.on_listening) hooks.on_listening(address->host, net.bound_port());
