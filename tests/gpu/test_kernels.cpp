@@ -223,7 +223,8 @@ TEST(GpuKernels, AttentionTexelRefusesHeadDimItCannotHold) {
     ORDO_REQUIRE_GPU();
     auto pool = kv_pool::create(*env().dev, {1, 1, 36, 4, 4, true});  // 36: not a multiple of 8
     ASSERT_TRUE(pool.ok());
-    buffer q = make_buffer(std::vector<float>(36)), t = make_buffer(std::vector<std::int32_t>{0, 0});
+    buffer q = make_buffer(std::vector<float>(36));
+    buffer t = make_buffer(std::vector<std::int32_t>{0, 0});
     buffer tab = make_buffer(std::vector<std::int32_t>{0});
     ASSERT_TRUE(env().str->begin("attention refused").ok());
     std::uint32_t before = env().str->dispatches();
