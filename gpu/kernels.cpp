@@ -146,9 +146,11 @@ status encode_mul_mat(stream& s, const weight_tensor& w, rows_view x, rows_view 
     if (path == mat_path::texel) return encode_mul_mat_tx(s, w, x, y, n_tokens, accumulate);
     if (path == mat_path::automatic) {
         bool few = n_tokens <= mat_vec_tokens_max;
-        path = !few                                   ? mat_path::tiled
-               : s.pipes().tuning().prefer_rows_kernel ? mat_path::rows
-                                                       : mat_path::vec;
+        const pipeline_tuning& tu = s.pipes().tuning();
+        // rows, tiled and tx share one summation order (mat_order.glsl); vec does not.
+        path = !few || (!tu.prefer_rows_kernel && tu.batch_invariant) ? mat_path::tiled
+               : tu.prefer_rows_kernel                                 ? mat_path::rows
+                                                                       : mat_path::vec;
     }
     bool vec = path == mat_path::vec;
     bool rows = path == mat_path::rows;

@@ -35,8 +35,12 @@ status encode_get_rows(stream& s, const weight_tensor& table, ints_view ids, std
 // texel-fetch mul_mat_tx kernels whenever the weight and x buffers have texel views covering
 // the operands (variant by token count: 1, <= mat_vec_tokens_max, more); otherwise, up to
 // mat_vec_tokens_max tokens, mul_mat_rows on CPU devices (tuning.prefer_rows_kernel) and
-// mul_mat_vec elsewhere; above that, the tiled mul_mat. The others force one kernel (tests);
-// `texel` is an error (gpu_bad_shape) when an operand has no usable texel view.
+// elsewhere the tiled mul_mat (mul_mat_vec only when tuning.batch_invariant is off); above
+// that, the tiled mul_mat. The others force one kernel (tests); `texel` is an error
+// (gpu_bad_shape) when an operand has no usable texel view.
+// Batch invariance: tx1/tx4/txm, rows and tiled sum every output in one order
+// (gpu/shaders/mat_order.glsl), so a token's outputs are bit-identical whichever of them its
+// step's token count picks; each kernel alone (vec too) never depends on the other tokens.
 enum class mat_path { automatic, vec, tiled, rows, texel };
 // Token counts up to this use mul_mat_vec (decode, small batches); above, the tiled mat-mat.
 constexpr std::uint32_t mat_vec_tokens_max = 8;

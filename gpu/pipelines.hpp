@@ -53,6 +53,12 @@ struct pipeline_tuning {
     // mat_path::automatic picks the texel-fetch mul_mat_tx kernels (when the operands' buffers
     // have texel views); measured 5-17x faster than the others on lavapipe (gpu/PERF.md).
     bool prefer_texel_kernels = false;
+    // mat_path::automatic never switches to a kernel with another summation order by token
+    // count: mul_mat_vec (lanes split K) is then never picked and the tiled mul_mat serves
+    // every token count where the texel kernels are not used. All automatic kernels then sum
+    // in gpu/shaders/mat_order.glsl's order: a token's outputs are bit-identical whatever its
+    // batch (gpu/PERF.md "Batch invariance"). False restores mul_mat_vec for <= 8 tokens on GPUs.
+    bool batch_invariant = true;
     // attention_tx lanes: must equal the subgroup size (its lanes merge through subgroup ops).
     std::uint32_t attention_tx_wg = 0;
 };

@@ -2,7 +2,8 @@
 // encode_mul_mat() when the token count is large. A workgroup of 128 lanes computes a tile of
 // ORDO_MM_TM weight rows x ORDO_MM_TN tokens; each K step stages one 32-element slice of the
 // weight tile (dequantized once, shared by all tokens) and of the activation tile in shared
-// memory, and each lane accumulates a 4 x 4 block of outputs from it.
+// memory, and each lane accumulates a 4 x 4 block of outputs from it, four k at a time in
+// mat_order.glsl's order (so its outputs equal mul_mat_tx's and mul_mat_rows' bit for bit).
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "abi.h"
@@ -10,6 +11,7 @@
 layout(local_size_x = 128) in;
 layout(push_constant) uniform push_block { mul_mat_push p; };
 #include "weights.glsl"
+#include "mat_order.glsl"
 layout(std430, binding = ORDO_B_MM_X) readonly buffer x_buf { vec4 x4[]; };
 layout(std430, binding = ORDO_B_MM_Y) buffer y_buf { float y[]; };
 
@@ -62,13 +64,18 @@ void main() {
             }
         }
         barrier();
-        for (uint kk = 0; kk < TK; ++kk) {
-            vec4 a = ws[kk * (TM / 4u) + tr];
-            vec4 b = xs[kk * (TN / 4u) + tc];
-            acc[0] += a.x * b;
-            acc[1] += a.y * b;
-            acc[2] += a.z * b;
-            acc[3] += a.w * b;
+        for (uint kk = 0; kk < TK; kk += 4u) {
+            vec4 a[4], b[4];  // a[e]: rows tr*4.. at k kk+e; b[e]: tokens tc*4.. at k kk+e
+            for (uint e = 0; e < 4u; ++e) {
+                a[e] = ws[(kk + e) * (TM / 4u) + tr];
+                b[e] = xs[(kk + e) * (TN / 4u) + tc];
+            }
+            for (uint i = 0; i < 4u; ++i) {
+                vec4 w = vec4(a[0][i], a[1][i], a[2][i], a[3][i]);
+                for (uint j = 0; j < 4u; ++j) {
+                    acc[i][j] = mat_acc(acc[i][j], w, vec4(b[0][j], b[1][j], b[2][j], b[3][j]));
+                }
+            }
         }
         barrier();
     }

@@ -3,7 +3,8 @@
 // CPU (or mat_path::rows is asked for). One lane owns one weight row and walks it in 8-element
 // units against up to COLS tokens at once: the activation loads are the same address for every
 // lane (one scalar load on a SIMD CPU), there is no shared memory and no barrier, which is what
-// llvmpipe executes fastest. GPUs use mul_mat_vec.comp / mul_mat.comp instead.
+// llvmpipe executes fastest. GPUs use mul_mat.comp instead. Sums in mat_order.glsl's order, so
+// its outputs equal mul_mat_tx's and mul_mat's bit for bit (batch invariance).
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
@@ -11,6 +12,7 @@
 layout(local_size_x_id = 0) in;
 layout(push_constant) uniform push_block { mul_mat_push p; };
 #include "weights.glsl"
+#include "mat_order.glsl"
 layout(std430, binding = ORDO_B_MM_X) readonly buffer x_buf { vec4 x4[]; };
 layout(std430, binding = ORDO_B_MM_Y) buffer y_buf { float y[]; };
 
@@ -36,7 +38,7 @@ void main() {
             [[unroll]] for (uint c = 0; c < COLS; ++c) {
                 if (c < n) {
                     uint xv = xbase + c * xstep + u * 2u;
-                    acc[c] += dot(lo, x4[xv]) + dot(hi, x4[xv + 1u]);
+                    acc[c] = mat_acc(mat_acc(acc[c], lo, x4[xv]), hi, x4[xv + 1u]);
                 }
             }
         }

@@ -6,25 +6,20 @@
 // measurements). Each lane owns R weight rows and T tokens and walks K one weight "unit" at a
 // time (F32: 4 elements, F16: 8, Q8_0 and Q4_0: one 32-element block), so every weight texel
 // feeds T tokens and every activation texel feeds R rows. No shared memory, no barrier.
+// Batch invariance: every output is summed in mat_order.glsl's order (one scalar accumulator,
+// parts of K in order), the same in tx1, tx4 and txm (and mul_mat_rows, mul_mat), so a token's
+// result does not depend on which variant its step's token count picked.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
 #include "abi.h"
+#include "mat_order.glsl"
 #if TX == 1
 const uint R = ORDO_TX1_R, T = ORDO_TX1_T;
 #elif TX == 4
 const uint R = ORDO_TX4_R, T = ORDO_TX4_T;
 #else
 const uint R = ORDO_TXM_R, T = ORDO_TXM_T;
-#endif
-#if R * T <= 4
-#define ACC vec4
-#define MAC(w, x) ((w) * (x))
-#define SUM(a) (((a).x + (a).y) + ((a).z + (a).w))
-#else
-#define ACC float
-#define MAC(w, x) dot(w, x)
-#define SUM(a) (a)
 #endif
 layout(local_size_x_id = 0) in;
 layout(push_constant) uniform push_block { mul_mat_tx_push p; };
@@ -107,12 +102,9 @@ void main() {
     // Clamped to valid rows and tokens (reads stay in range); discarded at the store.
     [[unroll]] for (uint r = 0; r < R; ++r) rows[r] = min(row0 + r, p.n_rows - 1u);
     [[unroll]] for (uint t = 0; t < T; ++t) toks[t] = min(tok0 + t, p.n_cols - 1u);
-    // Few outputs per lane (decode): vec4 accumulators, so the FMAs of consecutive units form
-    // four independent chains instead of one latency-bound dot() chain (2x measured). Many
-    // (prefill tiles): scalar accumulators, or the registers spill.
-    ACC acc[R][T];
+    float acc[R][T];
     [[unroll]] for (uint r = 0; r < R; ++r) {
-        [[unroll]] for (uint t = 0; t < T; ++t) acc[r][t] = ACC(0.0);
+        [[unroll]] for (uint t = 0; t < T; ++t) acc[r][t] = 0.0;
     }
     for (uint u = 0; u < units; ++u) {
         unit_raw w[R];
@@ -122,7 +114,9 @@ void main() {
             [[unroll]] for (uint r = 0; r < R; ++r) wv[r] = part(w[r], j);
             [[unroll]] for (uint t = 0; t < T; ++t) {
                 vec4 xv = x_part(toks[t], u * PARTS + j);
-                [[unroll]] for (uint r = 0; r < R; ++r) acc[r][t] += MAC(wv[r], xv);
+                [[unroll]] for (uint r = 0; r < R; ++r) {
+                    acc[r][t] = mat_acc(acc[r][t], wv[r], xv);
+                }
             }
         }
     }
@@ -130,7 +124,7 @@ void main() {
         [[unroll]] for (uint t = 0; t < T; ++t) {
             if (row0 + r < p.n_rows && tok0 + t < p.n_cols) {
                 uint o = p.y_offset + (tok0 + t) * p.y_stride + p.row_begin + row0 + r;
-                float v = SUM(acc[r][t]);
+                float v = acc[r][t];
                 y[o] = p.accumulate != 0u ? y[o] + v : v;
             }
         }

@@ -1,0 +1,371 @@
+// test_batch_invariance.cpp: batch invariance (determinism) of the step path on the real device.
+// A token's result must be BIT-IDENTICAL whatever the other tokens in its step, how many there
+// are and where the token sits among them (docs/protocol.md "generate": same prompt, parameters
+// and seed give the same tokens alone or batched; gpu/PERF.md "Batch invariance").
+//
+// Checks, all with memcmp-exact comparisons (no tolerance):
+// (c) kernel level: encode_mul_mat of one activation row alone vs the same row at some position
+//     inside batches of 2..40 rows (random other rows), for F32/F16/Q8_0/Q4_0 weights split in
+//     several chunks, with and without the fused accumulate, for every mat_path the device runs
+//     (automatic, vec, rows, tiled, texel); and the automatic, rows, tiled and texel kernels
+//     agree with each other bit for bit (they share gpu/shaders/mat_order.glsl's order).
+// (a) runner: a sequence prefilled then decoded alone gives the same logits after every step as
+//     when each of its steps also carries 1, 3, 8 or 15 other sequences (prefill chunks of
+//     different lengths and decodes, starting at different steps), with the target at a
+//     different place in the batch and in different KV blocks; generated 64-wide GQA model in
+//     F32, F16 and Q8_0, F16 KV pool.
+// (b) runner: a 23-token prompt prefilled in one step, in chunks of 7 and token by token gives
+//     the same final logits and the same KV bytes (read_kv_blocks).
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "gpu/weights.hpp"
+#include "gpu_fixture.hpp"
+#include "model/quant.hpp"
+#include "test_runner_support.hpp"
+
+namespace ordo::gpu::testing {
+namespace {
+
+using model::ggml_type;
+
+// ---------------------------------------------------------------------------------------------
+// (c) encode_mul_mat, one row alone vs inside batches.
+
+constexpr std::uint32_t mm_k = 160;       // 5 Q8_0/Q4_0 blocks: not a tile multiple
+constexpr std::uint32_t mm_rows = 67;     // not a multiple of any workgroup or tile
+constexpr std::uint32_t mm_batch_max = 40;
+constexpr std::uint32_t mm_stride = mm_k + 4;  // x stride (a multiple of 4)
+constexpr std::uint32_t mm_y_stride = mm_rows + 5;
+
+bool same_bits(const float* a, const float* b, std::size_t n) {
+    return std::memcmp(a, b, n * sizeof(float)) == 0;
+}
+
+const char* path_name(mat_path p) {
+    switch (p) {
+    case mat_path::automatic: return "automatic";
+    case mat_path::vec: return "vec";
+    case mat_path::tiled: return "tiled";
+    case mat_path::rows: return "rows";
+    case mat_path::texel: return "texel";
+    }
+    return "?";
+}
+
+struct mm_weight {
+    arena mem;
+    weight_tensor w;
+};
+
+// A random weight, uploaded through pages small enough to split it into several chunks.
+std::unique_ptr<mm_weight> make_mm_weight(ggml_type type) {
+    std::size_t rb = model::row_bytes(type, mm_k);
+    std::vector<std::uint8_t> bytes(rb * mm_rows);
+    auto f = random_floats(std::size_t(mm_k) * mm_rows, 31 + static_cast<std::uint32_t>(type));
+    for (std::size_t r = 0; r < mm_rows; ++r) {
+        EXPECT_TRUE(model::quantize_row(type, f.data() + r * mm_k, bytes.data() + r * rb, mm_k)
+                        .ok());
+    }
+    auto m = std::make_unique<mm_weight>(mm_weight{arena(*env().dev, 4096), {}});
+    auto w = upload_weight(*env().dev, m->mem, type, mm_k, mm_rows, bytes);
+    EXPECT_TRUE(w.ok()) << (w.ok() ? "" : w.err().message);
+    if (!w) return nullptr;
+    EXPECT_GT(w->chunks.size(), 1u);
+    m->w = std::move(*w);
+    return m;
+}
+
+// Batch n (1..40) occupies rows [base(n), base(n) + n) of x and y; its target row sits at
+// place(n) and holds the target activations, the other rows random ones.
+std::uint32_t batch_base(std::uint32_t n) { return n * (n - 1) / 2; }
+std::uint32_t batch_place(std::uint32_t n) { return (n * 7 + 3) % n; }
+constexpr std::uint32_t mm_total_rows = mm_batch_max * (mm_batch_max + 1) / 2;
+
+// y of every batch for one path, or empty when the device cannot run the path.
+std::vector<float> run_batches(const weight_tensor& w, mat_path path, bool accumulate,
+                               const buffer& xb) {
+    auto yb = make_buffer(std::vector<float>(std::size_t(mm_total_rows) * mm_y_stride, 0.5f));
+    EXPECT_TRUE(env().str->begin("batch_invariance").ok());
+    for (std::uint32_t n = 1; n <= mm_batch_max; ++n) {
+        std::uint32_t b = batch_base(n);
+        status st = encode_mul_mat(*env().str, w, {whole(xb), b * mm_stride, mm_stride},
+                                   {whole(yb), b * mm_y_stride, mm_y_stride}, n, accumulate,
+                                   path);
+        if (!st) {
+            EXPECT_EQ(n, 1u) << path_name(path) << " refused batch " << n << " after 1 worked";
+            EXPECT_TRUE(env().str->run(test_watchdog_ms).ok());
+            return {};
+        }
+    }
+    run_segment("batch_invariance");
+    return read_buffer<float>(yb, std::size_t(mm_total_rows) * mm_y_stride);
+}
+
+// The target row of batch n in ys.
+const float* target_of(const std::vector<float>& ys, std::uint32_t n) {
+    return ys.data() + std::size_t(batch_base(n) + batch_place(n)) * mm_y_stride;
+}
+
+void check_type(ggml_type type, bool accumulate) {
+    SCOPED_TRACE(std::string(model::type_name(type)) + (accumulate ? " accumulate" : ""));
+    auto m = make_mm_weight(type);
+    ASSERT_TRUE(m);
+    auto target = random_floats(mm_k, 5);
+    auto x = random_floats(std::size_t(mm_total_rows) * mm_stride, 77);
+    for (std::uint32_t n = 1; n <= mm_batch_max; ++n) {
+        std::size_t at = std::size_t(batch_base(n) + batch_place(n)) * mm_stride;
+        std::copy(target.begin(), target.end(), x.begin() + at);
+    }
+    buffer xb = make_buffer(x);
+    const mat_path paths[] = {mat_path::automatic, mat_path::vec, mat_path::rows,
+                              mat_path::tiled, mat_path::texel};
+    std::vector<float> canonical;  // automatic's target row: rows, tiled, texel must match it
+    std::uint32_t ran = 0;
+    for (mat_path p : paths) {
+        auto ys = run_batches(m->w, p, accumulate, xb);
+        if (ys.empty()) continue;
+        ++ran;
+        const float* alone = target_of(ys, 1);
+        for (std::uint32_t n = 2; n <= mm_batch_max; ++n) {
+            EXPECT_TRUE(same_bits(alone, target_of(ys, n), mm_rows))
+                << path_name(p) << ": the row alone differs from the row in a batch of " << n;
+        }
+        if (p == mat_path::automatic) canonical.assign(alone, alone + mm_rows);
+        if (p != mat_path::vec && p != mat_path::automatic) {
+            EXPECT_TRUE(same_bits(canonical.data(), alone, mm_rows))
+                << path_name(p) << " does not sum in mat_order.glsl's order";
+        }
+    }
+    EXPECT_GE(ran, 4u) << "automatic, vec, rows and tiled run on every device";
+}
+
+TEST(GpuBatchInvariance, MulMatRowAloneEqualsRowInBatchesEveryTypeAndPath) {
+    ORDO_REQUIRE_GPU();
+    for (ggml_type t : {ggml_type::f32, ggml_type::f16, ggml_type::q8_0, ggml_type::q4_0}) {
+        check_type(t, false);
+        check_type(t, true);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Runner helpers: a generated model and a runner large enough for 16 sequences per step.
+
+constexpr std::uint32_t n_vocab = 300;  // synth_model's vocabulary
+constexpr std::uint32_t block_tokens = 8;
+
+runner_options wide_options() {
+    runner_options o = test_options(true, 1);
+    o.kv_blocks = 160;
+    o.max_batch_tokens = 160;
+    o.rows_max = 16;
+    o.seqs_max = 16;
+    return o;
+}
+
+struct runner_env {
+    std::unique_ptr<model::gguf_file> file;
+    std::unique_ptr<runner> run;
+};
+
+runner_env open_runner(ggml_type type) {
+    runner_env e;
+    e.file = open_model(synth_model(type));
+    if (!e.file) return e;
+    auto r = runner::create(*e.file, wide_options());
+    EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.err().message);
+    if (r) e.run = std::move(*r);
+    return e;
+}
+
+// Runs a step; returns the logits row of seq `want_id` (empty on failure).
+std::vector<float> step_logits(runner& run, const step& s, std::uint64_t want_id) {
+    std::vector<float> logits(std::size_t(16) * n_vocab);
+    auto res = run.run_step(s, logits.data());
+    EXPECT_TRUE(res.ok()) << (res.ok() ? "" : res.err().message);
+    if (!res) return {};
+    for (std::size_t i = 0; i < res->rows.size(); ++i) {
+        if (res->rows[i] == want_id) {
+            return {logits.begin() + i * n_vocab, logits.begin() + (i + 1) * n_vocab};
+        }
+    }
+    ADD_FAILURE() << "no logits row for seq " << want_id;
+    return {};
+}
+
+// ---------------------------------------------------------------------------------------------
+// (a) a sequence alone vs batched with 1, 3, 8, 15 others.
+
+constexpr std::uint32_t target_prompt = 11;
+constexpr std::uint32_t target_decodes = 4;
+constexpr std::uint32_t other_chunk_max = 7;
+
+// The target's token chunk at step i: the prompt, then one token per decode.
+std::vector<std::int32_t> target_chunk(std::uint32_t i, std::uint32_t& pos0) {
+    auto all = test_tokens(target_prompt + target_decodes, n_vocab, 3);
+    if (i == 0) {
+        pos0 = 0;
+        return {all.begin(), all.begin() + target_prompt};
+    }
+    pos0 = target_prompt + i - 1;
+    return {all[pos0]};
+}
+
+// One other sequence: its own prompt (3..19 tokens) prefilled in chunks, then decodes; it joins
+// at step `start`.
+struct other_seq {
+    std::uint64_t id;
+    std::vector<std::int32_t> tokens;
+    std::uint32_t prompt = 0, start = 0, done = 0, chunk = 1;
+    std::uint32_t first_block = 0;
+};
+
+std::vector<other_seq> make_others(std::uint32_t n) {
+    std::vector<other_seq> o(n);
+    for (std::uint32_t i = 0; i < n; ++i) {
+        o[i].id = 100 + i;
+        o[i].prompt = 3 + (i * 5) % 17;
+        o[i].tokens = test_tokens(o[i].prompt + target_decodes + 1, n_vocab, 40 + i);
+        o[i].start = i % 3;
+        o[i].chunk = 1 + (i * 3) % other_chunk_max;
+        o[i].first_block = 8 + i * 5;  // 5 blocks = 40 positions each; the target uses 0..1
+    }
+    return o;
+}
+
+// The next chunk of `o` (prefill chunk or one decode token), or nothing once finished.
+std::optional<step_seq> next_of(other_seq& o, std::uint32_t step_index) {
+    if (step_index < o.start || o.done >= o.tokens.size()) return std::nullopt;
+    std::uint32_t n = o.done < o.prompt ? std::min(o.chunk, o.prompt - o.done) : 1;
+    std::vector<std::int32_t> t(o.tokens.begin() + o.done, o.tokens.begin() + o.done + n);
+    std::uint32_t pos0 = o.done;
+    o.done += n;
+    bool want = o.done >= o.prompt;  // the last prompt chunk and every decode want logits
+    return make_seq(o.id, std::move(t), pos0, blocks_from(o.first_block, o.done, block_tokens),
+                    want);
+}
+
+// The target's logits after each of its steps, alone (n_others 0) or batched.
+std::vector<std::vector<float>> run_target(runner& run, std::uint32_t n_others,
+                                           std::uint32_t target_first_block) {
+    EXPECT_TRUE(run.clear_kv().ok());
+    auto others = make_others(n_others);
+    std::vector<std::vector<float>> out;
+    for (std::uint32_t i = 0; i <= target_decodes; ++i) {
+        std::uint32_t pos0 = 0;
+        auto chunk = target_chunk(i, pos0);
+        auto n_pos = pos0 + static_cast<std::uint32_t>(chunk.size());
+        std::vector<step_seq> seqs;
+        for (other_seq& o : others) {
+            if (auto q = next_of(o, i)) seqs.push_back(std::move(*q));
+        }
+        // The target moves through the batch: first, middle, last.
+        std::size_t place = seqs.empty() ? 0 : (i * 5 + n_others) % (seqs.size() + 1);
+        seqs.insert(seqs.begin() + static_cast<std::ptrdiff_t>(place),
+                    make_seq(1, chunk, pos0,
+                             blocks_from(target_first_block, n_pos, block_tokens)));
+        out.push_back(step_logits(run, make_step(i + 1, n_others ? "mixed" : "prefill",
+                                                 std::move(seqs)),
+                                  1));
+    }
+    return out;
+}
+
+void check_alone_vs_batched(ggml_type type) {
+    SCOPED_TRACE(model::type_name(type));
+    runner_env e = open_runner(type);
+    ASSERT_TRUE(e.run);
+    auto alone = run_target(*e.run, 0, 0);
+    ASSERT_EQ(alone.size(), target_decodes + 1);
+    for (std::uint32_t n : {1u, 3u, 8u, 15u}) {
+        auto batched = run_target(*e.run, n, 90 + n);  // other blocks than alone's and theirs
+        ASSERT_EQ(batched.size(), alone.size());
+        for (std::size_t i = 0; i < alone.size(); ++i) {
+            ASSERT_EQ(alone[i].size(), n_vocab);
+            ASSERT_EQ(batched[i].size(), n_vocab);
+            EXPECT_TRUE(same_bits(alone[i].data(), batched[i].data(), n_vocab))
+                << "step " << i << " with " << n << " other sequences: max |diff| "
+                << max_abs_diff(alone[i].data(), batched[i]);
+        }
+    }
+}
+
+TEST(GpuBatchInvariance, RunnerSequenceAloneEqualsBatchedF32) {
+    ORDO_REQUIRE_GPU();
+    check_alone_vs_batched(ggml_type::f32);
+}
+
+TEST(GpuBatchInvariance, RunnerSequenceAloneEqualsBatchedF16) {
+    ORDO_REQUIRE_GPU();
+    check_alone_vs_batched(ggml_type::f16);
+}
+
+TEST(GpuBatchInvariance, RunnerSequenceAloneEqualsBatchedQ8_0) {
+    ORDO_REQUIRE_GPU();
+    check_alone_vs_batched(ggml_type::q8_0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// (b) prefill chunking: one step, chunks of 7, token by token.
+
+constexpr std::uint32_t chunk_prompt = 23;
+const std::vector<std::uint32_t> chunk_table = {5, 2, 9};  // 24 positions, not contiguous
+
+struct prefill_out {
+    std::vector<float> logits;
+    std::vector<std::uint8_t> kv;
+};
+
+prefill_out prefill_in_chunks(runner& run, std::uint32_t chunk) {
+    EXPECT_TRUE(run.clear_kv().ok());
+    auto tokens = test_tokens(chunk_prompt, n_vocab, 11);
+    prefill_out out;
+    std::uint64_t id = 1;
+    for (std::uint32_t done = 0; done < chunk_prompt; done += chunk) {
+        std::uint32_t n = std::min(chunk, chunk_prompt - done);
+        bool last = done + n == chunk_prompt;
+        std::vector<std::int32_t> t(tokens.begin() + done, tokens.begin() + done + n);
+        step s = make_step(id++, "prefill", {make_seq(7, t, done, chunk_table, last)});
+        if (last) {
+            out.logits = step_logits(run, s, 7);
+        } else {
+            std::vector<float> none(std::size_t(16) * n_vocab);
+            auto res = run.run_step(s, none.data());
+            EXPECT_TRUE(res.ok()) << (res.ok() ? "" : res.err().message);
+        }
+    }
+    out.kv.resize(chunk_table.size() * run.kv_block_bytes());
+    EXPECT_TRUE(run.read_kv_blocks(chunk_table, out.kv).ok());
+    return out;
+}
+
+void check_chunking(ggml_type type) {
+    SCOPED_TRACE(model::type_name(type));
+    runner_env e = open_runner(type);
+    ASSERT_TRUE(e.run);
+    prefill_out whole_prompt = prefill_in_chunks(*e.run, chunk_prompt);
+    ASSERT_EQ(whole_prompt.logits.size(), n_vocab);
+    EXPECT_NE(whole_prompt.kv, std::vector<std::uint8_t>(whole_prompt.kv.size(), 0));
+    for (std::uint32_t chunk : {7u, 1u}) {
+        prefill_out c = prefill_in_chunks(*e.run, chunk);
+        ASSERT_EQ(c.logits.size(), n_vocab) << "chunk " << chunk;
+        EXPECT_TRUE(same_bits(whole_prompt.logits.data(), c.logits.data(), n_vocab))
+            << "chunks of " << chunk << ": final logits differ, max |diff| "
+            << max_abs_diff(whole_prompt.logits.data(), c.logits);
+        EXPECT_TRUE(whole_prompt.kv == c.kv) << "chunks of " << chunk << ": KV bytes differ";
+    }
+}
+
+TEST(GpuBatchInvariance, PrefillChunkingGivesSameLogitsAndKvF32) {
+    ORDO_REQUIRE_GPU();
+    check_chunking(ggml_type::f32);
+}
+
+TEST(GpuBatchInvariance, PrefillChunkingGivesSameLogitsAndKvQ8_0) {
+    ORDO_REQUIRE_GPU();
+    check_chunking(ggml_type::q8_0);
+}
+
+}  // namespace
+}  // namespace ordo::gpu::testing
