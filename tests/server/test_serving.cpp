@@ -11,6 +11,7 @@
 // exceeded and bad parameters get their error codes; tokenize/detokenize/model answer.
 #include <gtest/gtest.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 
 #include <filesystem>
 #include <fstream>
@@ -434,6 +435,37 @@ TEST_F(generated_server, tokenize_detokenize_model) {
     EXPECT_EQ(m->str("architecture"), "llama");
     EXPECT_EQ(m->u("n_vocab"), 300u);
     EXPECT_EQ(m->str("fingerprint").size(), 32u);
+}
+
+// The `ordo` command-line client against the same server: health, tokenize, a streamed
+// generate (text on stdout, the reason on stderr), and a clear message for a dead port.
+std::pair<int, std::string> run_cli(const std::string& args) {
+    std::string cmd = std::string(ORDO_CLI_BIN) + " " + args + " 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    std::string out;
+    char buf[4096];
+    while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+    int status = pclose(p);
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+TEST_F(generated_server, command_line_client) {
+    std::string port = "--port " + std::to_string(server.port());
+    auto [rc, out] = run_cli(port + " health");
+    EXPECT_EQ(rc, 0) << out;
+    EXPECT_NE(out.find("\"status\":\"ok\""), std::string::npos) << out;
+    std::tie(rc, out) = run_cli(port + " tokenize hello");
+    EXPECT_EQ(rc, 0) << out;
+    EXPECT_NE(out.find("\"tokens\":[1,"), std::string::npos) << out;
+    std::tie(rc, out) = run_cli(port + " generate hello -n 5 --temp 0");
+    EXPECT_EQ(rc, 0) << out;
+    EXPECT_NE(out.find("[length]"), std::string::npos) << out;
+    std::tie(rc, out) = run_cli("--port 1 health");
+    EXPECT_EQ(rc, 3);
+    EXPECT_NE(out.find("cannot connect"), std::string::npos) << out;
+    std::tie(rc, out) = run_cli(port + " generate hello -n 5 --temp -1");
+    EXPECT_EQ(rc, 1);
+    EXPECT_NE(out.find("bad_request"), std::string::npos) << out;
 }
 
 }  // namespace
