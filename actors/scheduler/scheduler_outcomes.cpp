@@ -97,11 +97,14 @@ void scheduler_core::on_step_done(const gpu::step_done& m,
         }
         if (!p.want_logits) continue;
         auto it = std::find(m.rows.begin(), m.rows.end(), p.seq);
-        if (it == m.rows.end() || m.n_vocab != _tok->vocab().size()) {
+        if (it == m.rows.end() || m.n_vocab == 0) {
             fail(*r, "internal", "the gpu returned no logits row for this sequence", out);
             continue;
         }
-        apply_token(*r, row(uint32_t(it - m.rows.begin())), out);
+        // A model may pad its output head past the tokenizer's vocabulary: those ids cannot
+        // be sampled, since they could never be turned into text.
+        std::span<const float> logits = row(uint32_t(it - m.rows.begin()));
+        apply_token(*r, logits.first(std::min(logits.size(), _tok->vocab().size())), out);
     }
 }
 
