@@ -184,7 +184,15 @@ void scheduler_actor::deliver(outgoing_event e) {
 
 void scheduler_actor::retry_cb(uv_timer_t* t) {
     auto& self = *static_cast<scheduler_actor*>(t->data);
-    while (!self._undelivered.empty() && self._to_net.tell(self._undelivered.front()).ok()) {
+    while (!self._undelivered.empty()) {
+        auto st = self._to_net.tell(self._undelivered.front());
+        if (!st.ok() && st.err().code == "mailbox_full") break;  // try again on the next tick
+        if (!st.ok()) {
+            // The net actor has stopped: its connections, and so these clients, are gone.
+            self.log().warn("dropping {} events: {}", self._undelivered.size(), st.err().message);
+            self._undelivered.clear();
+            break;
+        }
         self._undelivered.pop_front();
     }
     if (self._undelivered.empty()) uv_timer_stop(t);
