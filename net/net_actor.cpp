@@ -412,7 +412,14 @@ void net_actor::tell_client_gone(sched::client_gone m) {
 
 void net_actor::gone_retry_cb(uv_timer_t* t) {
     auto& self = *static_cast<net_actor*>(t->data);
-    while (!self._gone_pending.empty() && self._to_scheduler.tell(self._gone_pending.front()).ok()) {
+    while (!self._gone_pending.empty()) {
+        auto st = self._to_scheduler.tell(self._gone_pending.front());
+        if (!st.ok() && st.err().code == "mailbox_full") break;  // again on the next tick
+        if (!st.ok()) {
+            // The scheduler has stopped and ended every request itself.
+            self._gone_pending.clear();
+            break;
+        }
         self._gone_pending.pop_front();
     }
     if (self._gone_pending.empty()) uv_timer_stop(t);
