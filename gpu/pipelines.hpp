@@ -49,7 +49,10 @@ struct pipeline_tuning {
     std::uint32_t attention_wg = 0;     // attention lanes (head_dim <= wg * ORDO_ATTN_ACC)
     std::uint32_t mat_rows_wg = 0;      // mul_mat_rows lanes (= weight rows per workgroup)
     bool prefer_rows_kernel = false;    // mat_path::automatic picks mul_mat_rows for few tokens
-    std::uint32_t mat_tx_wg = 0;        // mul_mat_tx lanes (each owns R rows of the variant)
+    std::uint32_t mat_tx_wg = 0;        // mul_mat_tx tx1 lanes (each owns one row)
+    // mul_mat_tx tx4/txm lanes: each owns 16 rows (ORDO_TX4_R/ORDO_TXM_R), so a small group
+    // keeps enough workgroups for every thread on 768-row outputs (gpu/PERF.md).
+    std::uint32_t mat_tx_tile_wg = 0;
     // mat_path::automatic picks the texel-fetch mul_mat_tx kernels (when the operands' buffers
     // have texel views); measured 5-17x faster than the others on lavapipe (gpu/PERF.md).
     bool prefer_texel_kernels = false;

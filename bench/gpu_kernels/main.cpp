@@ -3,9 +3,11 @@
 // (prefill) GFLOP/s, for each weight type at the shapes of the issue's small and medium models,
 // plus paged attention. Times come from GPU timestamp queries (the per-dispatch time, not the
 // submission overhead) and, separately, the wall time of submit + fence wait per segment.
-// Usage: ordo-bench-kernels [--device SELECTOR] [--reps N] [--tx-wg LANES] [--no-texel]
-//   --tx-wg overrides the mul_mat_tx workgroup size, --no-texel measures the storage-buffer
-//   kernels that automatic picks without texel views (the "before" numbers of gpu/PERF.md).
+// Usage: ordo-bench-kernels [--device SELECTOR] [--reps N] [--tx-wg LANES] [--no-texel] [--steps]
+//   --tx-wg overrides the mul_mat_tx tx4/txm workgroup size, --no-texel measures the storage-buffer
+//   kernels that automatic picks without texel views (the "before" numbers of gpu/PERF.md),
+//   --steps measures only the F16 medium-model shapes at decode-step token counts 1..32 and
+//   prefill 128/512 (the multi-sequence decode cost of issue 5, gpu/PERF.md).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -151,6 +153,25 @@ void bench_attention(bench_env& e, std::uint32_t n_head, std::uint32_t head_dim,
     std::fflush(stdout);
 }
 
+// Decode steps of 1..32 tokens (one per sequence) and prefill on the medium F16 model's shapes,
+// then the small F32 model's.
+void bench_steps(bench_env& e) {
+    using model::ggml_type;
+    for (std::uint32_t n : {1u, 2u, 4u, 8u, 9u, 12u, 16u, 24u, 32u, 128u, 512u}) {
+        bench_mul_mat(e, ggml_type::f16, 768, 2048, n, "medium ffn_up");
+        bench_mul_mat(e, ggml_type::f16, 2048, 768, n, "medium ffn_down");
+    }
+    for (std::uint32_t n : {1u, 4u, 8u, 16u}) {
+        bench_mul_mat(e, ggml_type::f16, 768, 768, n, "medium attn_q");
+        bench_mul_mat(e, ggml_type::f16, 768, 32000, n, "medium output");
+    }
+    // The small F32 model: 288-row outputs give few workgroups per token group.
+    for (std::uint32_t n : {1u, 4u, 8u, 16u, 128u}) {
+        bench_mul_mat(e, ggml_type::f32, 288, 288, n, "small attn_q");
+        bench_mul_mat(e, ggml_type::f32, 768, 288, n, "small ffn_down");
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -158,6 +179,7 @@ int main(int argc, char** argv) {
     bench_env e;
     std::uint32_t tx_wg = 0;
     bool texel = true;
+    bool steps_only = false;
     for (int i = 1; i < argc; ++i) {
         if (std::strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
             selector = argv[++i];
@@ -165,12 +187,14 @@ int main(int argc, char** argv) {
             e.reps = std::clamp<std::uint32_t>(std::stoul(argv[++i]), 1, reps_max);
         } else if (std::strcmp(argv[i], "--tx-wg") == 0 && i + 1 < argc) {
             tx_wg = std::clamp<std::uint32_t>(std::stoul(argv[++i]), 1, 1024);
+        } else if (std::strcmp(argv[i], "--steps") == 0) {
+            steps_only = true;
         } else if (std::strcmp(argv[i], "--no-texel") == 0) {
             texel = false;
             e.attention = attention_path::classic;
         } else {
             std::fprintf(stderr, "usage: ordo-bench-kernels [--device SELECTOR] [--reps N] "
-                                 "[--tx-wg LANES] [--no-texel]\n");
+                                 "[--tx-wg LANES] [--no-texel] [--steps]\n");
             return 2;
         }
     }
@@ -181,7 +205,7 @@ int main(int argc, char** argv) {
     }
     e.dev = std::move(*d);
     pipeline_tuning tuning = tuning_for(e.dev->info());
-    if (tx_wg != 0) tuning.mat_tx_wg = tx_wg;
+    if (tx_wg != 0) tuning.mat_tx_tile_wg = tx_wg;
     if (!texel) tuning.prefer_texel_kernels = false;
     auto p = pipelines::create(*e.dev, tuning);
     if (!p) return 1;
@@ -194,12 +218,18 @@ int main(int argc, char** argv) {
     e.str = std::move(*s);
     std::printf("{\"device\":\"%s\"}\n", e.dev->info().name.c_str());
     using model::ggml_type;
+    if (steps_only) {
+        bench_steps(e);
+        return 0;
+    }
     for (ggml_type t : {ggml_type::f32, ggml_type::f16, ggml_type::q8_0, ggml_type::q4_0}) {
         bench_mul_mat(e, t, 768, 2048, 1, "medium ffn_up");
         bench_mul_mat(e, t, 288, 32000, 1, "small output");
         bench_mul_mat(e, t, 2048, 768, 1, "medium ffn_down");
         bench_mul_mat(e, t, 768, 32000, 1, "medium output");
         bench_mul_mat(e, t, 768, 2048, 4, "medium ffn_up x4");
+        bench_mul_mat(e, t, 768, 2048, 16, "medium ffn_up x16");
+        bench_mul_mat(e, t, 768, 32000, 16, "medium output x16");
         bench_mul_mat(e, t, 768, 2048, 128, "medium ffn_up pp128");
         bench_mul_mat(e, t, 288, 768, 512, "small ffn_up pp512");
     }

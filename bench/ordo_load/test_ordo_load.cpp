@@ -344,11 +344,12 @@ TEST_F(load_e2e, server_killed_under_load_ends_the_run_with_errors) {
     command_result r;
     std::thread load([&] {
         r = run_command(load_bin + " --port " + std::to_string(server.endpoint().port) +
-                            " --streams 3 --requests 100000 --max-tokens 32 --prompt-tokens 8"
+                            " --streams 3 --requests 100000 --max-tokens 4 --prompt-tokens 8"
                             " --duration-max-s 300",
                         "killed");
     });
-    std::this_thread::sleep_for(std::chrono::seconds(2));  // load is flowing by then
+    // Short requests, and time for several to finish even on a loaded 2-core CI machine.
+    std::this_thread::sleep_for(std::chrono::seconds(5));
     ASSERT_EQ(kill(server.pid(), SIGKILL), 0);
     load.join();
     EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
@@ -385,8 +386,8 @@ TEST_F(load_e2e, duration_max_bounds_the_run) {
     spawned_server server;
     start_server(server);
     auto r = run_command(load_bin + " --port " + std::to_string(server.endpoint().port) +
-                             " --streams 2,2 --requests 100000 --max-tokens 16 "
-                             "--duration-max-s 3",
+                             " --streams 2,2 --requests 100000 --max-tokens 4 "
+                             "--duration-max-s 8",
                          "duration");
     EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
     auto lines = parse_json_lines(r.out);

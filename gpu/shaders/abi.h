@@ -33,10 +33,14 @@ ORDO_ABI_CONST ORDO_ROWS_COLS = 8;
 ORDO_ABI_CONST ORDO_MM_TM = 64;
 ORDO_ABI_CONST ORDO_MM_TN = 32;
 // mul_mat_tx (texel-fetch mat-mul, the lavapipe fast path): each lane owns R weight rows and
-// T tokens; variants tx1 (decode), tx4 (a few sequences) and txm (prefill tiles).
+// T tokens; variants tx1 (1 token: decode), tx4 (2..8 tokens: a few sequences' decode step; the
+// name predates T = 8) and txm (more: many sequences, prefill). Per lane and K unit a tile costs
+// R weight + T x PARTS activation texel gathers for 8 R T multiply-adds (F16), and on llvmpipe
+// the gathers, not the (spilled) accumulators, set the price: 16 x 8 and 16 x 16 tiles made
+// an 8-token step cost about one 1-token step and a 16-token step ~1.6x (gpu/PERF.md, issue 5).
 ORDO_ABI_CONST ORDO_TX1_R = 1, ORDO_TX1_T = 1;
-ORDO_ABI_CONST ORDO_TX4_R = 1, ORDO_TX4_T = 4;
-ORDO_ABI_CONST ORDO_TXM_R = 4, ORDO_TXM_T = 8;
+ORDO_ABI_CONST ORDO_TX4_R = 16, ORDO_TX4_T = 8;
+ORDO_ABI_CONST ORDO_TXM_R = 16, ORDO_TXM_T = 16;
 // attention: per-lane accumulator slots; head_dim <= workgroup size * this.
 ORDO_ABI_CONST ORDO_ATTN_ACC = 4;
 ORDO_ABI_CONST ORDO_ATTN_HEAD_DIM_MAX = 256;

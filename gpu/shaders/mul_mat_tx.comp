@@ -5,7 +5,9 @@
 // per-lane scalar loop, while a texel fetch is a branch-free vector gather (gpu/PERF.md has the
 // measurements). Each lane owns R weight rows and T tokens and walks K one weight "unit" at a
 // time (F32: 4 elements, F16: 8, Q8_0 and Q4_0: one 32-element block), so every weight texel
-// feeds T tokens and every activation texel feeds R rows. No shared memory, no barrier.
+// feeds T tokens and every activation texel feeds R rows. No shared memory, no barrier. tx4 and
+// txm use 16-row tiles (abi.h): their accumulators spill to the stack, which costs less than
+// the texel gathers a smaller tile would repeat (gpu/PERF.md "Multi-sequence decode steps").
 // Batch invariance: every output is summed in mat_order.glsl's order (one scalar accumulator,
 // parts of K in order), the same in tx1, tx4 and txm (and mul_mat_rows, mul_mat), so a token's
 // result does not depend on which variant its step's token count picked.

@@ -8,7 +8,9 @@
 //     inside batches of 2..40 rows (random other rows), for F32/F16/Q8_0/Q4_0 weights split in
 //     several chunks, with and without the fused accumulate, for every mat_path the device runs
 //     (automatic, vec, rows, tiled, texel); and the automatic, rows, tiled and texel kernels
-//     agree with each other bit for bit (they share gpu/shaders/mat_order.glsl's order).
+//     agree with each other bit for bit (they share gpu/shaders/mat_order.glsl's order). The
+//     texel path's batches cover every mul_mat_tx variant: tx1 (1 row), tx4 (2..8, one tile of
+//     8 tokens) and txm (9..40: one to three 16-token tiles, the target in any tile slot).
 // (a) runner: a sequence prefilled then decoded alone gives the same logits after every step as
 //     when each of its steps also carries 1, 3, 8 or 15 other sequences (prefill chunks of
 //     different lengths and decodes, starting at different steps), with the target at a
@@ -34,7 +36,9 @@ using model::ggml_type;
 // (c) encode_mul_mat, one row alone vs inside batches.
 
 constexpr std::uint32_t mm_k = 160;       // 5 Q8_0/Q4_0 blocks: not a tile multiple
-constexpr std::uint32_t mm_rows = 67;     // not a multiple of any workgroup or tile
+// Not a multiple of any workgroup or tile; more than one 128-row tx4/txm workgroup (8 lanes x
+// 16 rows), so a row's lane tile and workgroup differ between chunks and batch sizes.
+constexpr std::uint32_t mm_rows = 147;
 constexpr std::uint32_t mm_batch_max = 40;
 constexpr std::uint32_t mm_stride = mm_k + 4;  // x stride (a multiple of 4)
 constexpr std::uint32_t mm_y_stride = mm_rows + 5;

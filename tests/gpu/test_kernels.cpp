@@ -121,7 +121,9 @@ TEST(GpuKernels, MulMatRowsAllTypesOddSizes) {
 }
 
 // The texel-fetch kernels: token counts 1 (tx1), 2..8 (tx4) and more (txm, with partial
-// tiles), odd row counts, many chunks, accumulate on and off.
+// tiles), odd row counts, many chunks, accumulate on and off. tx4/txm lanes own 16 rows x 8/16
+// tokens: 2 and 17 tokens leave most of a token tile clamped, 16 and 32 fill it exactly, and
+// 300 / 259 rows span several 128-row workgroups with a partial last lane tile.
 TEST(GpuKernels, MulMatTexelAllTypesOddSizes) {
     ORDO_REQUIRE_GPU();
     for (ggml_type t : all_types) {
@@ -132,6 +134,10 @@ TEST(GpuKernels, MulMatTexelAllTypesOddSizes) {
         check_mul_mat(t, {96, 37, 33, mat_path::texel, 1u << 20}, false);
         check_mul_mat(t, {256, 130, 41, mat_path::texel, 2048}, true);
         check_mul_mat(t, {32, 65, 9, mat_path::texel, 1u << 20}, false);
+        check_mul_mat(t, {64, 300, 2, mat_path::texel, 1u << 20}, false);
+        check_mul_mat(t, {96, 259, 16, mat_path::texel, 4096}, true);
+        check_mul_mat(t, {64, 300, 17, mat_path::texel, 1u << 20}, false);
+        check_mul_mat(t, {32, 133, 32, mat_path::texel, 2048}, true);
     }
 }
 
