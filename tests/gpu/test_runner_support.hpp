@@ -3,6 +3,8 @@
 // reference's logits for a token sequence, step builders and closeness checks.
 #pragma once
 
+#include "tests/support/golden_json.hpp"
+
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -158,23 +160,6 @@ inline std::string read_text(const std::string& path) {
     return ss.str();
 }
 
-// The numbers of `"key": [...]` after `from` in the golden json (ours; trusted test data).
-inline std::vector<double> json_numbers(const std::string& text, const std::string& key,
-                                        std::size_t from) {
-    std::vector<double> out;
-    std::size_t k = text.find("\"" + key + "\"", from);
-    if (k == std::string::npos) return out;
-    std::size_t open = text.find('[', k), close = text.find(']', open);
-    if (open == std::string::npos || close == std::string::npos) return out;
-    std::string body = text.substr(open + 1, close - open - 1);
-    for (char& c : body) {
-        if (c == ',') c = ' ';
-    }
-    std::istringstream in(body);
-    double v;
-    while (in >> v) out.push_back(v);
-    return out;
-}
 
 // Options for tests: a small pool, f32 KV unless asked, a watchdog long enough for a loaded
 // 2-core machine.

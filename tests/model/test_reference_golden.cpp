@@ -18,6 +18,7 @@
 
 #include "model/gguf.hpp"
 #include "model/reference.hpp"
+#include "tests/support/golden_json.hpp"
 
 using namespace ordo::model;
 
@@ -25,25 +26,6 @@ namespace {
 
 const std::string k_models = ORDO_SHARED_MODELS_DIR;
 
-// A minimal reader for the golden file's number arrays: finds `"key": [` after `from` and parses
-// the numbers up to the closing bracket. The file is ours to trust (it is test data), but a
-// missing key still fails the test rather than crashing.
-std::vector<double> json_numbers(const std::string& text, const std::string& key, size_t from) {
-    std::vector<double> out;
-    const size_t k = text.find("\"" + key + "\"", from);
-    if (k == std::string::npos) return out;
-    const size_t open = text.find('[', k);
-    const size_t close = text.find(']', open);
-    if (open == std::string::npos || close == std::string::npos) return out;
-    std::string body = text.substr(open + 1, close - open - 1);
-    for (char& c : body) {
-        if (c == ',') c = ' ';
-    }
-    std::istringstream in(body);
-    double v;
-    while (in >> v) out.push_back(v);
-    return out;
-}
 
 std::string read_text(const std::string& path) {
     std::ifstream f(path);
