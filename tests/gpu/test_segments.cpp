@@ -62,11 +62,19 @@ TEST(GpuSegments, SplittingEveryOneTwoAllLayersIsIdentical) {
 TEST(GpuSegments, WatchdogTimeoutNamesTheSegmentAndRecovers) {
     ORDO_REQUIRE_GPU();
     buffer data = make_buffer(random_floats(1024, 8));
-    ASSERT_TRUE(env().str->begin("decode#812 seqs=4 layers 8-15").ok());
-    // Hundreds of ms on lavapipe; far past a 1 ms watchdog.
-    ASSERT_TRUE(encode_spin(*env().str, whole(data), 200'000'000).ok());
-    ASSERT_TRUE(env().str->submit().ok());
-    status s = env().str->wait(1);
+    // Hundreds of ms on lavapipe; far past a 1 ms watchdog. On a loaded machine this thread may
+    // be descheduled for longer than the spin runs, so the wait can find it already finished;
+    // then the spin is made 2x longer and tried again (bounded), until a wait times out.
+    constexpr int attempts_max = 4;
+    std::uint32_t iterations = 200'000'000;
+    status s;
+    for (int attempt = 0; attempt < attempts_max; attempt++, iterations *= 2) {
+        ASSERT_TRUE(env().str->begin("decode#812 seqs=4 layers 8-15").ok());
+        ASSERT_TRUE(encode_spin(*env().str, whole(data), iterations).ok());
+        ASSERT_TRUE(env().str->submit().ok());
+        s = env().str->wait(1);
+        if (!s.ok()) break;
+    }
     ASSERT_FALSE(s.ok());
     EXPECT_EQ(s.err().code, "gpu_timeout");
     EXPECT_NE(s.err().message.find("decode#812 seqs=4 layers 8-15"), std::string::npos)
