@@ -54,6 +54,7 @@ struct device_info {
     bool storage_buffer_8bit = false;
     bool shader_int8 = false;
     bool subgroup_arithmetic = false;
+    bool subgroup_ballot = false;  // subgroupBroadcast (mul_mat_tx tx1 folds its lanes with it)
 };
 
 // One line per fact, for the start-up log and the stats op.

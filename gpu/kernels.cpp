@@ -91,26 +91,61 @@ bool texel_path_usable(const weight_tensor& w, const rows_view& x, std::uint32_t
 
 namespace {
 
+// Units of K per weight texel unit (mul_mat_tx.comp UNIT).
+std::uint32_t tx_unit(model::ggml_type t) {
+    switch (t) {
+    case model::ggml_type::f32: return 4;
+    case model::ggml_type::f16: return 8;
+    default: return abi::ORDO_QK;
+    }
+}
+
+}  // namespace
+
+bool tx1_usable(const device_info& info, model::ggml_type type, std::uint32_t k) {
+    std::uint32_t unit = tx_unit(type);
+    return info.subgroup_ballot && info.subgroup_size >= abi::ORDO_TX1_LANES && k % unit == 0 &&
+           k / unit <= abi::ORDO_TX1_UNITS_MAX * abi::ORDO_MAT_GROUPS;
+}
+
+status prepare_mul_mat(const pipelines& pipes, const weight_tensor& w) {
+    if (!pipes.tuning().prefer_texel_kernels || !tx1_usable(pipes.dev().info(), w.type, w.n_in)) {
+        return {};
+    }
+    auto pl = pipes.for_k(pick(pipeline_id::mul_mat_tx1_f32, w.type), w.n_in);
+    if (!pl) return pl.err();
+    return {};
+}
+
+namespace {
+
 // The texel-fetch kernels (mul_mat_tx.comp); operands already validated by encode_mul_mat.
 status encode_mul_mat_tx(stream& s, const weight_tensor& w, const rows_view& x,
                          const rows_view& y, std::uint32_t n_tokens, bool accumulate) {
     if (!texel_path_usable(w, x, n_tokens)) {
         return bad("mul_mat", "texel path: an operand has no texel view covering it");
     }
-    bool one = n_tokens == 1, few = n_tokens <= mat_vec_tokens_max;
+    const device_info& info = s.dev().info();
+    // tx1 for one token where its K-specialized pipeline applies; tx4 otherwise (same
+    // summation order, so the choice never changes a result).
+    bool one = n_tokens == 1 && tx1_usable(info, w.type, w.n_in);
+    bool few = n_tokens <= mat_vec_tokens_max;
     pipeline_id id = pick(one   ? pipeline_id::mul_mat_tx1_f32
                           : few ? pipeline_id::mul_mat_tx4_f32
                                 : pipeline_id::mul_mat_txm_f32,
                           w.type);
-    std::uint32_t r = one ? abi::ORDO_TX1_R : few ? abi::ORDO_TX4_R : abi::ORDO_TXM_R;
-    std::uint32_t t = one ? abi::ORDO_TX1_T : few ? abi::ORDO_TX4_T : abi::ORDO_TXM_T;
-    const device_info& info = s.dev().info();
+    auto pl = s.pipes().for_k(id, w.n_in);
+    if (!pl) return pl.err();
+    // Rows per workgroup: tx1 ORDO_TX1_ROWS over its 8 lanes; tx4/txm R per lane.
+    std::uint64_t rows_per_group =
+        one ? abi::ORDO_TX1_ROWS
+            : std::uint64_t((*pl)->workgroup_size) * (few ? abi::ORDO_TX4_R : abi::ORDO_TXM_R);
+    std::uint32_t t = one ? 1 : few ? abi::ORDO_TX4_T : abi::ORDO_TXM_T;
     std::uint32_t gy = ceil_div(n_tokens, t);
     if (gy > info.max_workgroup_count[1]) return bad("mul_mat", "too many tokens for one dispatch");
-    std::uint32_t wg = s.pipes().get(id).workgroup_size;
     for (std::size_t c = 0; c < w.chunks.size(); ++c) {
         const weight_chunk& ch = w.chunks[c];
-        std::uint32_t gx = ceil_div(ch.row_count, std::uint64_t(wg) * r);
+        std::uint32_t gx = ceil_div(ch.row_count, rows_per_group);
         if (gx > info.max_workgroup_count[0]) return bad("mul_mat", "too many rows per chunk");
         abi::mul_mat_tx_push p{};
         p.k = w.n_in;
@@ -124,7 +159,8 @@ status encode_mul_mat_tx(stream& s, const weight_tensor& w, const rows_view& x,
         p.y_offset = y.offset;
         p.y_stride = y.stride;
         p.accumulate = accumulate ? 1u : 0u;
-        s.dispatch(id, {ch.view, x.view, y.view}, p, {gx, gy, 1}, c + 1 == w.chunks.size());
+        s.dispatch(**pl, id, {ch.view, x.view, y.view}, p, {gx, gy, 1},
+                   c + 1 == w.chunks.size());
     }
     return {};
 }

@@ -38,9 +38,11 @@ status encode_get_rows(stream& s, const weight_tensor& table, ints_view ids, std
 // elsewhere the tiled mul_mat (mul_mat_vec only when tuning.batch_invariant is off); above
 // that, the tiled mul_mat. The others force one kernel (tests); `texel` is an error
 // (gpu_bad_shape) when an operand has no usable texel view.
-// Batch invariance: tx1/tx4/txm, rows and tiled sum every output in one order
-// (gpu/shaders/mat_order.glsl), so a token's outputs are bit-identical whichever of them its
-// step's token count picks; each kernel alone (vec too) never depends on the other tokens.
+// Batch invariance: tx1/tx4/txm sum every output in one order and rows/tiled in another
+// (gpu/shaders/mat_order.glsl), so a token's outputs are bit-identical whichever kernel of the
+// family its step's token count picks; which family serves a weight depends only on its and
+// x's buffers (texel views, alignment), which the runner never changes; each kernel alone (vec
+// too) never depends on the other tokens.
 enum class mat_path { automatic, vec, tiled, rows, texel };
 // Token counts up to this use mul_mat_vec (decode, small batches); above, the tiled mat-mat.
 constexpr std::uint32_t mat_vec_tokens_max = 8;
@@ -52,6 +54,14 @@ status encode_mul_mat(stream& s, const weight_tensor& w, rows_view x, rows_view 
 
 // Whether encode_mul_mat can read these operands through texel views (mat_path::texel).
 bool texel_path_usable(const weight_tensor& w, const rows_view& x, std::uint32_t n_tokens);
+
+// Whether a one-token texel mat-mul of this type and K runs tx1 (one pipeline per K; needs
+// subgroup broadcasts and <= ORDO_TX1_UNITS_MAX units per lane) rather than tx4.
+bool tx1_usable(const device_info& info, model::ggml_type type, std::uint32_t k);
+
+// Builds the pipelines encode_mul_mat will need for `w` that are specialized on its K (tx1),
+// so that the step path never compiles one. A no-op where the texel kernels are not preferred.
+status prepare_mul_mat(const pipelines& pipes, const weight_tensor& w);
 
 status encode_rms_norm(stream& s, rows_view x, buffer_view weight, rows_view out,
                        std::uint32_t n, std::uint32_t n_rows, float eps);

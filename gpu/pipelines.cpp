@@ -22,6 +22,28 @@ ORDO_GPU_PIPELINES(ORDO_X)
 ORDO_GPU_PIPELINES(ORDO_X)
 #undef ORDO_X
 
+namespace {
+
+// What build() needs of each table row: the SPIR-V and the interface sizes.
+struct pipeline_source {
+    const std::uint32_t* code;
+    std::size_t words;
+    std::uint32_t bindings;
+    std::uint32_t push_bytes;
+};
+
+const pipeline_source& source_of(pipeline_id id) {
+    static const pipeline_source sources[] = {
+#define ORDO_X(name, bindings, push) \
+    {spirv::name, spirv::name##_words, bindings, static_cast<std::uint32_t>(sizeof(abi::push))},
+        ORDO_GPU_PIPELINES(ORDO_X)
+#undef ORDO_X
+    };
+    return sources[static_cast<std::size_t>(id)];
+}
+
+}  // namespace
+
 std::string_view pipeline_name(pipeline_id id) {
     static constexpr std::string_view names[] = {
 #define ORDO_X(name, bindings, push) #name,
@@ -46,7 +68,6 @@ pipeline_tuning tuning_for(const device_info& info) {
     // A CPU device (lavapipe) runs the barrier-free row-per-lane kernel for every token count.
     t.prefer_rows_kernel = info.kind == device_kind::cpu;
     // 32 lanes x 1 row keeps the small model's 288-row mat-vecs at 9 workgroups (2 threads).
-    t.mat_tx_wg = std::min<std::uint32_t>(cap, std::max<std::uint32_t>(32, sg));
     // One subgroup: a 16-row tile per lane gives 128 rows per workgroup (measured: 32 lanes
     // left 768-row outputs at 3 workgroups per token group, 1.2-1.5x slower on 2 threads).
     t.mat_tx_tile_wg = std::min<std::uint32_t>(cap, std::max<std::uint32_t>(8, sg));
@@ -62,7 +83,7 @@ std::uint32_t wg_for(pipeline_id id, const pipeline_tuning& t) {
     std::string_view n = pipeline_name(id);
     if (n.starts_with("mul_mat_vec")) return t.mat_vec_wg;
     if (n.starts_with("mul_mat_rows")) return t.mat_rows_wg;
-    if (n.starts_with("mul_mat_tx1")) return t.mat_tx_wg;
+    if (n.starts_with("mul_mat_tx1")) return abi::ORDO_TX1_LANES;  // one unit group per lane
     if (n.starts_with("mul_mat_tx")) return t.mat_tx_tile_wg;
     if (n.starts_with("mul_mat")) return 128;  // fixed by the tile mapping in mul_mat.comp
     if (n == "rms_norm") return t.norm_wg;
@@ -81,28 +102,52 @@ result<std::unique_ptr<pipelines>> pipelines::create(const device& dev,
     bool pow2 = tuning.norm_wg != 0 && (tuning.norm_wg & (tuning.norm_wg - 1)) == 0;
     if (!pow2 || tuning.elementwise_wg == 0 || tuning.mat_vec_wg == 0 ||
         tuning.mat_vec_rows == 0 || tuning.attention_wg == 0 || tuning.mat_rows_wg == 0 ||
-        tuning.mat_tx_wg == 0 || tuning.mat_tx_tile_wg == 0 || tuning.attention_tx_wg == 0 ||
+        tuning.mat_tx_tile_wg == 0 || tuning.attention_tx_wg == 0 ||
         std::max({tuning.elementwise_wg, tuning.norm_wg, tuning.mat_vec_wg, tuning.attention_wg,
-                  tuning.mat_rows_wg, tuning.mat_tx_wg, tuning.mat_tx_tile_wg, 128u}) >
+                  tuning.mat_rows_wg, tuning.mat_tx_tile_wg, 128u}) >
             dev.info().max_workgroup_invocations) {
         return make_error("gpu_bad_config", "pipeline tuning: workgroup sizes must be nonzero, "
                                             "fit the device, and norm_wg a power of two");
     }
-#define ORDO_X(name, bindings, push)                                                        \
-    {                                                                                       \
-        status s = p->build(pipeline_id::name, spirv::name, spirv::name##_words, bindings,  \
-                            sizeof(abi::push));                                             \
-        if (!s) return s.err();                                                             \
+    for (std::size_t i = 0; i < pipeline_count; ++i) {
+        auto id = static_cast<pipeline_id>(i);
+        if (specialized_on_k(id)) continue;  // built per K by for_k()
+        status s = p->build(p->_all[i], id, 0);
+        if (!s) return s.err();
     }
-    ORDO_GPU_PIPELINES(ORDO_X)
-#undef ORDO_X
     return p;
 }
 
-status pipelines::build(pipeline_id id, const std::uint32_t* code, std::size_t words,
-                        std::uint32_t bindings, std::uint32_t push_bytes) {
+bool pipelines::specialized_on_k(pipeline_id id) {
+    return pipeline_name(id).starts_with("mul_mat_tx1");
+}
+
+result<const pipeline*> pipelines::for_k(pipeline_id id, std::uint32_t k) const {
+    if (!specialized_on_k(id)) return &get(id);
+    if (!_device.info().subgroup_ballot) {
+        return make_error("gpu_unsupported", std::string(pipeline_name(id)) +
+                                                 " needs subgroup ballot operations");
+    }
+    std::lock_guard lock(_k_mutex);
+    auto key = std::make_pair(id, k);
+    auto it = _by_k.find(key);
+    if (it != _by_k.end()) return it->second.get();
+    auto pl = std::make_unique<pipeline>();
+    status s = build(*pl, id, k);
+    if (!s) {
+        destroy(*pl);
+        return s.err();
+    }
+    return _by_k.emplace(key, std::move(pl)).first->second.get();
+}
+
+status pipelines::build(pipeline& pl, pipeline_id id, std::uint32_t k) const {
     VkDevice d = _device.handle();
-    pipeline& pl = _all[static_cast<std::size_t>(id)];
+    const pipeline_source& src = source_of(id);
+    const std::uint32_t* code = src.code;
+    std::size_t words = src.words;
+    std::uint32_t bindings = src.bindings;
+    std::uint32_t push_bytes = src.push_bytes;
     // attention_tx needs subgroup arithmetic, which Vulkan does not require: without it the
     // pipeline stays null and encode_attention never picks it (it checks the same flag).
     if (pipeline_name(id).starts_with("attention_tx") && !_device.info().subgroup_arithmetic) {
@@ -110,6 +155,7 @@ status pipelines::build(pipeline_id id, const std::uint32_t* code, std::size_t w
     }
     pl.bindings = bindings;
     pl.push_bytes = push_bytes;
+    pl.k = k;
     pl.workgroup_size = wg_for(id, _tuning);
     pl.rows_per_workgroup = pipeline_name(id).starts_with("mul_mat_vec") ? _tuning.mat_vec_rows
                                                                         : 1;
@@ -119,6 +165,7 @@ status pipelines::build(pipeline_id id, const std::uint32_t* code, std::size_t w
                         : pipeline_name(id).starts_with("attention_tx") ? 0b10111u
                                                                         : 0u;
     std::string what = "pipeline " + std::string(pipeline_name(id));
+    if (k != 0) what += " (K " + std::to_string(k) + ")";
 
     VkDescriptorSetLayoutBinding b[8]{};
     ORDO_GPU_CHECK(bindings <= 8, "binding count");
@@ -153,9 +200,11 @@ status pipelines::build(pipeline_id id, const std::uint32_t* code, std::size_t w
     r = vkCreateShaderModule(d, &mi, nullptr, &module);
     if (r != VK_SUCCESS) return vk_error(r, what + " shader module");
 
-    std::uint32_t spec_values[2] = {pl.workgroup_size, pl.rows_per_workgroup};
-    VkSpecializationMapEntry entries[2] = {{0, 0, 4}, {1, 4, 4}};
-    VkSpecializationInfo spec{2, entries, sizeof(spec_values), spec_values};
+    // Constant 2 (K) only exists in the shaders specialized on it; Vulkan ignores map entries
+    // whose constant a module does not declare.
+    std::uint32_t spec_values[3] = {pl.workgroup_size, pl.rows_per_workgroup, k};
+    VkSpecializationMapEntry entries[3] = {{0, 0, 4}, {1, 4, 4}, {2, 8, 4}};
+    VkSpecializationInfo spec{k != 0 ? 3u : 2u, entries, sizeof(spec_values), spec_values};
     VkComputePipelineCreateInfo ci{VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
     ci.stage.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO;
     ci.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
@@ -169,13 +218,17 @@ status pipelines::build(pipeline_id id, const std::uint32_t* code, std::size_t w
     return {};
 }
 
-pipelines::~pipelines() {
+void pipelines::destroy(pipeline& pl) const {
     VkDevice d = _device.handle();
-    for (pipeline& pl : _all) {
-        if (pl.handle != VK_NULL_HANDLE) vkDestroyPipeline(d, pl.handle, nullptr);
-        if (pl.layout != VK_NULL_HANDLE) vkDestroyPipelineLayout(d, pl.layout, nullptr);
-        if (pl.set_layout != VK_NULL_HANDLE) vkDestroyDescriptorSetLayout(d, pl.set_layout, nullptr);
-    }
+    if (pl.handle != VK_NULL_HANDLE) vkDestroyPipeline(d, pl.handle, nullptr);
+    if (pl.layout != VK_NULL_HANDLE) vkDestroyPipelineLayout(d, pl.layout, nullptr);
+    if (pl.set_layout != VK_NULL_HANDLE) vkDestroyDescriptorSetLayout(d, pl.set_layout, nullptr);
+    pl = pipeline{};
+}
+
+pipelines::~pipelines() {
+    for (pipeline& pl : _all) destroy(pl);
+    for (auto& [key, pl] : _by_k) destroy(*pl);
 }
 
 }  // namespace ordo::gpu

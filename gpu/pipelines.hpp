@@ -7,7 +7,9 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string_view>
 
 #include "actors/runtime/result.hpp"
@@ -34,6 +36,7 @@ struct pipeline {
     std::uint32_t push_bytes = 0;
     std::uint32_t workgroup_size = 0;  // specialization constant 0 (lanes per workgroup)
     std::uint32_t rows_per_workgroup = 1;  // specialization constant 1 where used
+    std::uint32_t k = 0;                   // specialization constant 2 (K) where used, else 0
     // Bit i set: binding i is a uniform texel buffer (the buffer's R32G32B32A32_UINT
     // texel_view()), not a storage buffer. Its shader addresses texels from the buffer start.
     std::uint32_t texel_bindings = 0;
@@ -49,7 +52,6 @@ struct pipeline_tuning {
     std::uint32_t attention_wg = 0;     // attention lanes (head_dim <= wg * ORDO_ATTN_ACC)
     std::uint32_t mat_rows_wg = 0;      // mul_mat_rows lanes (= weight rows per workgroup)
     bool prefer_rows_kernel = false;    // mat_path::automatic picks mul_mat_rows for few tokens
-    std::uint32_t mat_tx_wg = 0;        // mul_mat_tx tx1 lanes (each owns one row)
     // mul_mat_tx tx4/txm lanes: each owns 16 rows (ORDO_TX4_R/ORDO_TXM_R), so a small group
     // keeps enough workgroups for every thread on 768-row outputs (gpu/PERF.md).
     std::uint32_t mat_tx_tile_wg = 0;
@@ -78,15 +80,25 @@ public:
 
     const pipeline& get(pipeline_id id) const { return _all[static_cast<std::size_t>(id)]; }
     const pipeline_tuning& tuning() const { return _tuning; }
+    const device& dev() const { return _device; }
+
+    // Pipelines specialized on K (specialization constant 2): the mul_mat_tx1_* ids, whose
+    // table entry stays empty. Built on first request and kept (llvmpipe compiles one in
+    // ~10-100 ms, so the runner asks for its weights' K at load, not on the step path).
+    // Thread-safe; the returned pipeline lives as long as this object.
+    static bool specialized_on_k(pipeline_id id);
+    result<const pipeline*> for_k(pipeline_id id, std::uint32_t k) const;
 
 private:
     explicit pipelines(const device& dev) : _device(dev) {}
-    status build(pipeline_id id, const std::uint32_t* code, std::size_t words,
-                 std::uint32_t bindings, std::uint32_t push_bytes);
+    status build(pipeline& pl, pipeline_id id, std::uint32_t k) const;
+    void destroy(pipeline& pl) const;
 
     const device& _device;
     pipeline_tuning _tuning;
     std::array<pipeline, pipeline_count> _all{};
+    mutable std::mutex _k_mutex;
+    mutable std::map<std::pair<pipeline_id, std::uint32_t>, std::unique_ptr<pipeline>> _by_k;
 };
 
 }  // namespace ordo::gpu

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "gpu/kernels.hpp"
 #include "gpu/vk_util.hpp"
 #include "model/cpu_ops.hpp"
 
@@ -110,6 +111,15 @@ status runner::init_device() {
 }
 
 result<weight_tensor> runner::upload(const model::matrix_view& m) {
+    auto t = upload_padded(m);
+    if (!t) return t;
+    // The K-specialized mat-mul pipelines are compiled now, never on the step path.
+    status s = prepare_mul_mat(*_pipes, *t);
+    if (!s) return s.err();
+    return t;
+}
+
+result<weight_tensor> runner::upload_padded(const model::matrix_view& m) {
     auto n_in = static_cast<std::uint32_t>(m.n_in);
     auto n_out = static_cast<std::uint32_t>(m.n_out);
     bool plain = m.type == model::ggml_type::f32 || m.type == model::ggml_type::f16;

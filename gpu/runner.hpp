@@ -137,6 +137,7 @@ private:
     status init_buffers();
     status init_stream();
     result<weight_tensor> upload(const model::matrix_view& m);
+    result<weight_tensor> upload_padded(const model::matrix_view& m);
     result<buffer> upload_norm(const model::matrix_view& m);
 
     // runner_forward.cpp

@@ -91,8 +91,15 @@ status stream::begin(std::string label) {
 void stream::dispatch(pipeline_id id, std::initializer_list<buffer_view> bindings,
                       const void* push, std::size_t push_bytes,
                       std::array<std::uint32_t, 3> groups, bool barrier_after) {
+    dispatch(_pipes.get(id), id, bindings, push, push_bytes, groups, barrier_after);
+}
+
+void stream::dispatch(const pipeline& pl, pipeline_id id,
+                      std::initializer_list<buffer_view> bindings, const void* push,
+                      std::size_t push_bytes, std::array<std::uint32_t, 3> groups,
+                      bool barrier_after) {
     const device_info& info = _device.info();
-    const pipeline& pl = _pipes.get(id);
+    ORDO_GPU_CHECK(pl.handle != VK_NULL_HANDLE, "dispatch of a pipeline that was not built");
     ORDO_GPU_CHECK(_state == stream_state::recording, "dispatch outside a segment");
     ORDO_GPU_CHECK(_dispatches < _options.dispatches_per_segment_max,
                    "segment dispatch budget exceeded; split the step into more segments");

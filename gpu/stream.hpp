@@ -66,6 +66,17 @@ public:
                   std::array<std::uint32_t, 3> groups, bool barrier_after = true) {
         dispatch(id, bindings, &push, sizeof(Push), groups, barrier_after);
     }
+    // The same for a pipeline specialized beyond its table entry (pipelines::for_k); `id` is
+    // its table row (timings, checks).
+    void dispatch(const pipeline& pl, pipeline_id id, std::initializer_list<buffer_view> bindings,
+                  const void* push, std::size_t push_bytes, std::array<std::uint32_t, 3> groups,
+                  bool barrier_after = true);
+    template <typename Push>
+    void dispatch(const pipeline& pl, pipeline_id id, std::initializer_list<buffer_view> bindings,
+                  const Push& push, std::array<std::uint32_t, 3> groups,
+                  bool barrier_after = true) {
+        dispatch(pl, id, bindings, &push, sizeof(Push), groups, barrier_after);
+    }
 
     // Ends recording and submits the segment with its fence.
     status submit();

@@ -32,13 +32,22 @@ ORDO_ABI_CONST ORDO_ROWS_COLS = 8;
 // mul_mat tile: TM weight rows x TN tokens per workgroup, K stepped one quant block at a time.
 ORDO_ABI_CONST ORDO_MM_TM = 64;
 ORDO_ABI_CONST ORDO_MM_TN = 32;
-// mul_mat_tx (texel-fetch mat-mul, the lavapipe fast path): each lane owns R weight rows and
-// T tokens; variants tx1 (1 token: decode), tx4 (2..8 tokens: a few sequences' decode step; the
-// name predates T = 8) and txm (more: many sequences, prefill). Per lane and K unit a tile costs
-// R weight + T x PARTS activation texel gathers for 8 R T multiply-adds (F16), and on llvmpipe
-// the gathers, not the (spilled) accumulators, set the price: 16 x 8 and 16 x 16 tiles made
-// an 8-token step cost about one 1-token step and a 16-token step ~1.6x (gpu/PERF.md, issue 5).
-ORDO_ABI_CONST ORDO_TX1_R = 1, ORDO_TX1_T = 1;
+// mul_mat_tx (texel-fetch mat-mul, the lavapipe fast path). Summation order (mat_order.glsl):
+// K's units (F32 4 elements, F16 8, Q8_0/Q4_0 one 32-block) are dealt to ORDO_MAT_GROUPS
+// groups round-robin (unit u -> group u % 8); each group is summed on its own, then the group
+// sums are added in group order. Variants by token count: tx1 (1 token: decode) gives each of
+// 8 lanes one group and keeps that lane's activations in registers for all the workgroup's
+// ORDO_TX1_ROWS rows: one weight-texel gather per unit, no activation gather (K is a
+// specialization constant so the activation cache is indexed statically; K above
+// ORDO_TX1_UNITS_MAX units per lane falls back to tx4). tx4 (2..8 tokens; the name predates
+// T = 8) and txm (more: many sequences, prefill): each lane owns R rows x T tokens and walks
+// the groups in turn; per lane and K unit a tile costs R weight + T x PARTS activation texel
+// gathers for 8 R T multiply-adds (F16), and on llvmpipe the gathers, not the (spilled)
+// accumulators, set the price (gpu/PERF.md).
+ORDO_ABI_CONST ORDO_MAT_GROUPS = 8;
+ORDO_ABI_CONST ORDO_TX1_LANES = 8;  // = ORDO_MAT_GROUPS: one group per lane
+ORDO_ABI_CONST ORDO_TX1_ROWS = 32;  // weight rows per tx1 workgroup
+ORDO_ABI_CONST ORDO_TX1_UNITS_MAX = 128;  // activation units a tx1 lane keeps in registers
 ORDO_ABI_CONST ORDO_TX4_R = 16, ORDO_TX4_T = 8;
 ORDO_ABI_CONST ORDO_TXM_R = 16, ORDO_TXM_T = 16;
 // attention: per-lane accumulator slots; head_dim <= workgroup size * this.

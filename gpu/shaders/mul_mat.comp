@@ -3,7 +3,7 @@
 // ORDO_MM_TM weight rows x ORDO_MM_TN tokens; each K step stages one 32-element slice of the
 // weight tile (dequantized once, shared by all tokens) and of the activation tile in shared
 // memory, and each lane accumulates a 4 x 4 block of outputs from it, four k at a time in
-// mat_order.glsl's order (so its outputs equal mul_mat_tx's and mul_mat_rows' bit for bit).
+// mat_order.glsl's sequential order (so its outputs equal mul_mat_rows' bit for bit).
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "abi.h"

@@ -3,8 +3,8 @@
 // CPU (or mat_path::rows is asked for). One lane owns one weight row and walks it in 8-element
 // units against up to COLS tokens at once: the activation loads are the same address for every
 // lane (one scalar load on a SIMD CPU), there is no shared memory and no barrier, which is what
-// llvmpipe executes fastest. GPUs use mul_mat.comp instead. Sums in mat_order.glsl's order, so
-// its outputs equal mul_mat_tx's and mul_mat's bit for bit (batch invariance).
+// llvmpipe executes fastest. GPUs use mul_mat.comp instead. Sums in mat_order.glsl's sequential
+// order, so its outputs equal mul_mat's bit for bit (batch invariance).
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require

@@ -3,27 +3,35 @@
 // automatic path on every device whose buffers have texel views; variants tx1/tx4/txm by token
 // count). Why texels: lavapipe (Mesa 22.3) turns every storage-buffer load into a branchy
 // per-lane scalar loop, while a texel fetch is a branch-free vector gather (gpu/PERF.md has the
-// measurements). Each lane owns R weight rows and T tokens and walks K one weight "unit" at a
-// time (F32: 4 elements, F16: 8, Q8_0 and Q4_0: one 32-element block), so every weight texel
-// feeds T tokens and every activation texel feeds R rows. No shared memory, no barrier. tx4 and
-// txm use 16-row tiles (abi.h): their accumulators spill to the stack, which costs less than
-// the texel gathers a smaller tile would repeat (gpu/PERF.md "Multi-sequence decode steps").
-// Batch invariance: every output is summed in mat_order.glsl's order (one scalar accumulator,
-// parts of K in order), the same in tx1, tx4 and txm (and mul_mat_rows, mul_mat), so a token's
-// result does not depend on which variant its step's token count picked.
+// measurements). K is walked one weight "unit" at a time (F32: 4 elements, F16: 8, Q8_0 and
+// Q4_0: one 32-element block, dequantized in registers). No shared memory, no barrier.
+// tx1 (one token): the 8 lanes of a workgroup split K (lane l takes units l, l+8, ...), keep
+// their activation units in registers (K is specialization constant 2, so that cache is
+// indexed statically: the x gathers happen once per workgroup, not once per row) and sweep
+// ORDO_TX1_ROWS rows, one weight gather per unit; the 8 lane sums are added in lane order.
+// tx4 / txm (more tokens): each lane owns R rows x T tokens (16-row tiles, abi.h) and walks the
+// same 8 unit groups in turn, so every weight texel feeds T tokens and every activation texel
+// R rows; the accumulators spill to the stack, which costs less than the texel gathers a
+// smaller tile would repeat (gpu/PERF.md "Multi-sequence decode steps").
+// Batch invariance: every output is summed in mat_order.glsl's grouped order by all three
+// variants, so a token's result does not depend on which variant its step's token count picked.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
 #include "abi.h"
 #include "mat_order.glsl"
 #if TX == 1
-const uint R = ORDO_TX1_R, T = ORDO_TX1_T;
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_ballot : require
+const uint R = 1u, T = 1u;
 #elif TX == 4
 const uint R = ORDO_TX4_R, T = ORDO_TX4_T;
 #else
 const uint R = ORDO_TXM_R, T = ORDO_TXM_T;
 #endif
 layout(local_size_x_id = 0) in;
+// K for tx1 (the encoder builds one pipeline per K and checks p.k == K_SPEC); unused by tx4/txm.
+layout(constant_id = 2) const uint K_SPEC = 256u;
 layout(push_constant) uniform push_block { mul_mat_tx_push p; };
 layout(binding = ORDO_B_MM_W) uniform usamplerBuffer w_tex;
 layout(binding = ORDO_B_MM_X) uniform usamplerBuffer x_tex;
@@ -95,6 +103,43 @@ vec4 part(unit_raw w, uint j) {
 #endif
 }
 
+const uint G = ORDO_MAT_GROUPS;
+
+#if TX == 1
+const uint KU = K_SPEC / UNIT;      // units of K
+const uint LU = KU / G;             // units every lane has
+const uint TAIL = KU % G;           // lanes below TAIL have one more
+const uint LUC = LU + (TAIL != 0u ? 1u : 0u);
+
+void main() {
+    uint lane = gl_SubgroupInvocationID;  // workgroup = 8 lanes of one subgroup (encoder checks)
+    vec4 xs[LUC * PARTS];  // this lane's activation units: statically indexed registers
+    [[unroll]] for (uint i = 0; i < LUC; ++i) {
+        // The tail unit of lanes >= TAIL reads a clamped texel and is never used.
+        uint u = min(lane + G * i, KU - 1u);
+        [[unroll]] for (uint j = 0; j < PARTS; ++j) xs[i * PARTS + j] = x_part(0u, u * PARTS + j);
+    }
+    uint row0 = gl_WorkGroupID.x * ORDO_TX1_ROWS;
+    for (uint rr = 0; rr < ORDO_TX1_ROWS; ++rr) {
+        uint row = min(row0 + rr, p.n_rows - 1u);
+        float acc = 0.0;
+        [[unroll]] for (uint i = 0; i < LU; ++i) {
+            unit_raw w = load_raw(row, lane + G * i, KU);
+            [[unroll]] for (uint j = 0; j < PARTS; ++j) acc = mat_acc(acc, part(w, j), xs[i * PARTS + j]);
+        }
+        if (TAIL != 0u && lane < TAIL) {
+            unit_raw w = load_raw(row, lane + G * LU, KU);
+            [[unroll]] for (uint j = 0; j < PARTS; ++j) acc = mat_acc(acc, part(w, j), xs[LU * PARTS + j]);
+        }
+        float total = subgroupBroadcast(acc, 0u);
+        [[unroll]] for (uint l = 1; l < G; ++l) total = mat_fold(total, subgroupBroadcast(acc, l));
+        if (lane == rr % G && row0 + rr < p.n_rows) {
+            uint o = p.y_offset + p.row_begin + row0 + rr;
+            y[o] = p.accumulate != 0u ? y[o] + total : total;
+        }
+    }
+}
+#else
 void main() {
     uint row0 = gl_GlobalInvocationID.x * R;
     uint tok0 = gl_WorkGroupID.y * T;
@@ -104,21 +149,29 @@ void main() {
     // Clamped to valid rows and tokens (reads stay in range); discarded at the store.
     [[unroll]] for (uint r = 0; r < R; ++r) rows[r] = min(row0 + r, p.n_rows - 1u);
     [[unroll]] for (uint t = 0; t < T; ++t) toks[t] = min(tok0 + t, p.n_cols - 1u);
-    float acc[R][T];
-    [[unroll]] for (uint r = 0; r < R; ++r) {
-        [[unroll]] for (uint t = 0; t < T; ++t) acc[r][t] = 0.0;
-    }
-    for (uint u = 0; u < units; ++u) {
-        unit_raw w[R];
-        [[unroll]] for (uint r = 0; r < R; ++r) w[r] = load_raw(rows[r], u, units);
-        [[unroll]] for (uint j = 0; j < PARTS; ++j) {
-            vec4 wv[R];
-            [[unroll]] for (uint r = 0; r < R; ++r) wv[r] = part(w[r], j);
-            [[unroll]] for (uint t = 0; t < T; ++t) {
-                vec4 xv = x_part(toks[t], u * PARTS + j);
-                [[unroll]] for (uint r = 0; r < R; ++r) {
-                    acc[r][t] = mat_acc(acc[r][t], wv[r], xv);
+    float total[R][T];
+    for (uint g = 0; g < G; ++g) {
+        float acc[R][T];
+        [[unroll]] for (uint r = 0; r < R; ++r) {
+            [[unroll]] for (uint t = 0; t < T; ++t) acc[r][t] = 0.0;
+        }
+        for (uint u = g; u < units; u += G) {
+            unit_raw w[R];
+            [[unroll]] for (uint r = 0; r < R; ++r) w[r] = load_raw(rows[r], u, units);
+            [[unroll]] for (uint j = 0; j < PARTS; ++j) {
+                vec4 wv[R];
+                [[unroll]] for (uint r = 0; r < R; ++r) wv[r] = part(w[r], j);
+                [[unroll]] for (uint t = 0; t < T; ++t) {
+                    vec4 xv = x_part(toks[t], u * PARTS + j);
+                    [[unroll]] for (uint r = 0; r < R; ++r) {
+                        acc[r][t] = mat_acc(acc[r][t], wv[r], xv);
+                    }
                 }
+            }
+        }
+        [[unroll]] for (uint r = 0; r < R; ++r) {
+            [[unroll]] for (uint t = 0; t < T; ++t) {
+                total[r][t] = g == 0u ? acc[r][t] : mat_fold(total[r][t], acc[r][t]);
             }
         }
     }
@@ -126,9 +179,10 @@ void main() {
         [[unroll]] for (uint t = 0; t < T; ++t) {
             if (row0 + r < p.n_rows && tok0 + t < p.n_cols) {
                 uint o = p.y_offset + (tok0 + t) * p.y_stride + p.row_begin + row0 + r;
-                float v = acc[r][t];
+                float v = total[r][t];
                 y[o] = p.accumulate != 0u ? y[o] + v : v;
             }
         }
     }
 }
+#endif
