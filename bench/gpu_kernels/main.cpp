@@ -4,6 +4,8 @@
 // plus paged attention. Times come from GPU timestamp queries (the per-dispatch time, not the
 // submission overhead) and, separately, the wall time of submit + fence wait per segment.
 // Usage: ordo-bench-kernels [--device SELECTOR] [--reps N] [--tx-wg LANES] [--no-texel] [--steps]
+//                           [--dispatch-cost]
+//   --dispatch-cost measures the fixed wall cost of one small dispatch (with/without timestamps).
 //   --tx-wg overrides the mul_mat_tx tx4/txm workgroup size, --no-texel measures the storage-buffer
 //   kernels that automatic picks without texel views (the "before" numbers of gpu/PERF.md),
 //   --steps measures only the F16 medium-model shapes at decode-step token counts 1..32 and
@@ -172,6 +174,33 @@ void bench_steps(bench_env& e) {
     }
 }
 
+// The fixed cost of one dispatch: a segment of n tiny `add` dispatches (768 floats, one
+// workgroup each), with and without a barrier after each, on streams with and without
+// timestamps; prints wall ms per dispatch (what a decode step pays per kernel beyond its work).
+void bench_dispatch_cost(bench_env& e) {
+    constexpr std::uint32_t n = 200, width = 768;
+    buffer a = filled(e, width, 1), b = filled(e, width, 2), c = filled(e, width, 3);
+    rows_view av{whole(a), 0, width}, bv{whole(b), 0, width}, cv{whole(c), 0, width};
+    for (bool timestamps : {false, true}) {
+        auto st = stream::create(*e.dev, *e.pipes, {n + 8, timestamps});
+        if (!st) std::exit(1);
+        double best = 1e30;
+        for (std::uint32_t r = 0; r < e.reps; ++r) {
+            if (!(*st)->begin("dispatch_cost")) std::exit(1);
+            for (std::uint32_t i = 0; i < n; ++i) {
+                if (!encode_add(**st, av, bv, cv, width, 1)) std::exit(1);
+            }
+            auto t0 = std::chrono::steady_clock::now();
+            if (!(*st)->run(watchdog_ms)) std::exit(1);
+            best = std::min(best, std::chrono::duration<double, std::milli>(
+                                      std::chrono::steady_clock::now() - t0).count());
+        }
+        std::printf("{\"kernel\":\"add\",\"dispatches\":%u,\"timestamps\":%s,"
+                    "\"wall_ms_per_dispatch\":%.4f}\n",
+                    n, timestamps ? "true" : "false", best / n);
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -180,6 +209,7 @@ int main(int argc, char** argv) {
     std::uint32_t tx_wg = 0;
     bool texel = true;
     bool steps_only = false;
+    bool dispatch_cost = false;
     for (int i = 1; i < argc; ++i) {
         if (std::strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
             selector = argv[++i];
@@ -187,6 +217,8 @@ int main(int argc, char** argv) {
             e.reps = std::clamp<std::uint32_t>(std::stoul(argv[++i]), 1, reps_max);
         } else if (std::strcmp(argv[i], "--tx-wg") == 0 && i + 1 < argc) {
             tx_wg = std::clamp<std::uint32_t>(std::stoul(argv[++i]), 1, 1024);
+        } else if (std::strcmp(argv[i], "--dispatch-cost") == 0) {
+            dispatch_cost = true;
         } else if (std::strcmp(argv[i], "--steps") == 0) {
             steps_only = true;
         } else if (std::strcmp(argv[i], "--no-texel") == 0) {
@@ -194,7 +226,7 @@ int main(int argc, char** argv) {
             e.attention = attention_path::classic;
         } else {
             std::fprintf(stderr, "usage: ordo-bench-kernels [--device SELECTOR] [--reps N] "
-                                 "[--tx-wg LANES] [--no-texel] [--steps]\n");
+                                 "[--tx-wg LANES] [--no-texel] [--steps] [--dispatch-cost]\n");
             return 2;
         }
     }
@@ -220,6 +252,10 @@ int main(int argc, char** argv) {
     using model::ggml_type;
     if (steps_only) {
         bench_steps(e);
+        return 0;
+    }
+    if (dispatch_cost) {
+        bench_dispatch_cost(e);
         return 0;
     }
     for (ggml_type t : {ggml_type::f32, ggml_type::f16, ggml_type::q8_0, ggml_type::q4_0}) {
