@@ -83,6 +83,7 @@ status runner::init(const model::gguf_file& file) {
     _embd_stride = round_up(_hp.n_embd, 8);
     _qkv_stride = round_up(_hp.n_embd + 2 * _hp.kv_dim(), 8);
     _ff_stride = round_up(_hp.n_ff, 8);
+    _gu_stride = round_up(2 * _hp.n_ff, 8);
     _blocks_per_seq_max = (n_ctx + _options.kv_block_tokens - 1) / _options.kv_block_tokens;
     _limits = step_limits{_hp.n_vocab,        n_ctx,
                           _options.kv_block_tokens, 0,
@@ -136,6 +137,25 @@ result<weight_tensor> runner::upload_padded(const model::matrix_view& m) {
     return upload_weight(*_dev, *_arena, m.type, padded, n_out, bytes);
 }
 
+result<weight_tensor> runner::upload_concat(
+    std::initializer_list<const model::matrix_view*> parts) {
+    const model::matrix_view& first = **parts.begin();
+    model::matrix_view all{first.type, {}, first.n_in, 0};
+    std::size_t bytes = 0;
+    for (const model::matrix_view* m : parts) {
+        if (m->type != first.type || m->n_in != first.n_in) return weight_tensor{};
+        all.n_out += m->n_out;
+        bytes += m->data.size();
+    }
+    std::vector<std::uint8_t> joined;
+    joined.reserve(bytes);
+    for (const model::matrix_view* m : parts) {
+        joined.insert(joined.end(), m->data.begin(), m->data.end());
+    }
+    all.data = joined;
+    return upload(all);
+}
+
 result<buffer> runner::upload_norm(const model::matrix_view& m) {
     std::vector<float> w(round_up(_hp.n_embd, norm_align_floats), 0.0f);
     model::get_row(w.data(), m, 0);
@@ -162,10 +182,20 @@ status runner::upload_model(const model::llama_weights& w) {
     _output_norm = std::move(*on);
     for (const model::llama_layer& l : w.layers) {
         layer_weights lw;
-        std::pair<weight_tensor*, const model::matrix_view*> mats[] = {
-            {&lw.wq, &l.attn_q},      {&lw.wk, &l.attn_k},     {&lw.wv, &l.attn_v},
-            {&lw.wo, &l.attn_output}, {&lw.gate, &l.ffn_gate}, {&lw.up, &l.ffn_up},
-            {&lw.down, &l.ffn_down}};
+        auto qkv = upload_concat({&l.attn_q, &l.attn_k, &l.attn_v});
+        if (!qkv) return qkv.err();
+        lw.qkv = std::move(*qkv);
+        auto gu = upload_concat({&l.ffn_gate, &l.ffn_up});
+        if (!gu) return gu.err();
+        lw.gate_up = std::move(*gu);
+        std::vector<std::pair<weight_tensor*, const model::matrix_view*>> mats = {
+            {&lw.wo, &l.attn_output}, {&lw.down, &l.ffn_down}};
+        if (lw.qkv.n_out == 0) {
+            mats.insert(mats.end(), {{&lw.wq, &l.attn_q}, {&lw.wk, &l.attn_k}, {&lw.wv, &l.attn_v}});
+        }
+        if (lw.gate_up.n_out == 0) {
+            mats.insert(mats.end(), {{&lw.gate, &l.ffn_gate}, {&lw.up, &l.ffn_up}});
+        }
         for (auto& [dst, src] : mats) {
             auto t = upload(*src);
             if (!t) return t.err();
@@ -216,8 +246,7 @@ status runner::init_buffers() {
         {&_xn, t * _embd_stride, memory_use::device},
         {&_qkv, t * _qkv_stride, memory_use::device},
         {&_att, t * _embd_stride, memory_use::device},
-        {&_gate, t * _ff_stride, memory_use::device},
-        {&_up, t * _ff_stride, memory_use::device},
+        {&_gu, t * _gu_stride, memory_use::device},
         {&_hid, t * _ff_stride, memory_use::device},
         {&_final, rows * _embd_stride, memory_use::device},
         {&_ints, 5 * t, memory_use::host_readback},
@@ -245,9 +274,10 @@ status runner::init_stream() {
     auto chunks = [](const weight_tensor& w) { return std::uint32_t(w.chunks.size()); };
     std::uint32_t per_layer = 0;
     for (const layer_weights& l : _layers) {
-        per_layer = std::max(per_layer, 7 + chunks(l.wq) + chunks(l.wk) + chunks(l.wv) +
-                                            chunks(l.wo) + chunks(l.gate) + chunks(l.up) +
-                                            chunks(l.down));
+        // Fused tensors are non-empty exactly when their parts are empty.
+        per_layer = std::max(per_layer, 7 + chunks(l.qkv) + chunks(l.wq) + chunks(l.wk) +
+                                            chunks(l.wv) + chunks(l.wo) + chunks(l.gate_up) +
+                                            chunks(l.gate) + chunks(l.up) + chunks(l.down));
     }
     std::uint32_t layers = std::min(_options.flush_every_layers, _hp.n_layer);
     // Embedding + layers + final-norm runs + classifier + the fault's spin dispatch.

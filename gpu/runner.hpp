@@ -126,6 +126,9 @@ public:
 
 private:
     struct layer_weights {
+        // q|k|v and gate|up are each one tensor (rows concatenated: one dispatch, x read once)
+        // when their types agree; otherwise qkv/gate_up stay empty and the parts are used.
+        weight_tensor qkv, gate_up;
         weight_tensor wq, wk, wv, wo, gate, up, down;
         buffer attn_norm, ffn_norm;  // (n_embd) floats
     };
@@ -138,6 +141,9 @@ private:
     status init_stream();
     result<weight_tensor> upload(const model::matrix_view& m);
     result<weight_tensor> upload_padded(const model::matrix_view& m);
+    // The matrices' rows concatenated into one tensor; an empty tensor when their types or
+    // n_in differ.
+    result<weight_tensor> upload_concat(std::initializer_list<const model::matrix_view*> parts);
     result<buffer> upload_norm(const model::matrix_view& m);
 
     // runner_forward.cpp
@@ -155,6 +161,7 @@ private:
     std::uint32_t _embd_stride = 0;  // n_embd rounded up to 8 floats (mat-mul loads 8 at once)
     std::uint32_t _qkv_stride = 0;   // n_embd + 2 kv_dim, rounded up to 8
     std::uint32_t _ff_stride = 0;    // n_ff, rounded up to 8
+    std::uint32_t _gu_stride = 0;    // 2 n_ff, rounded up to 8 (gate | up)
     std::uint32_t _blocks_per_seq_max = 0;
 
     // Declaration order is destruction order in reverse: the device goes last.
@@ -173,8 +180,7 @@ private:
     buffer _xn;      // (T, embd_stride) normed input of a block
     buffer _qkv;     // (T, qkv_stride) q | k | v
     buffer _att;     // (T, embd_stride) attention output
-    buffer _gate;    // (T, ff_stride)
-    buffer _up;      // (T, ff_stride)
+    buffer _gu;      // (T, gu_stride) gate | up (up at column n_ff)
     buffer _hid;     // (T, ff_stride) silu(gate) * up; pad columns stay 0
     buffer _final;   // (R, embd_stride) final-normed rows that want logits
     buffer _ints;    // host-visible (5T) ids | positions | slots | attention {seq, pos}

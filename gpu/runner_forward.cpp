@@ -57,15 +57,19 @@ status runner::record_layer(std::uint32_t l) {
     const rows_view x{whole(_x), 0, _embd_stride}, xn{whole(_xn), 0, _embd_stride};
     const rows_view q{whole(_qkv), 0, _qkv_stride}, k{whole(_qkv), embd, _qkv_stride};
     const rows_view v{whole(_qkv), embd + kv, _qkv_stride}, att{whole(_att), 0, _embd_stride};
-    const rows_view gate{whole(_gate), 0, _ff_stride}, up{whole(_up), 0, _ff_stride};
+    const rows_view gate{whole(_gu), 0, _gu_stride}, up{whole(_gu), _hp.n_ff, _gu_stride};
     const rows_view hid{whole(_hid), 0, _ff_stride};
     const ints_view positions{whole(_ints), t_max}, slots{whole(_ints), 2 * t_max};
 
     // Attention block: xn = norm(x); q, k, v = W xn; rope q and k (adjacent heads in qkv).
     ORDO_TRY(encode_rms_norm(s, x, whole(w.attn_norm), xn, embd, n, _hp.rms_eps));
-    ORDO_TRY(encode_mul_mat(s, w.wq, xn, q, n, false));
-    ORDO_TRY(encode_mul_mat(s, w.wk, xn, k, n, false));
-    ORDO_TRY(encode_mul_mat(s, w.wv, xn, v, n, false));
+    if (w.qkv.n_out != 0) {
+        ORDO_TRY(encode_mul_mat(s, w.qkv, xn, q, n, false));  // rows q | k | v = columns of qkv
+    } else {
+        ORDO_TRY(encode_mul_mat(s, w.wq, xn, q, n, false));
+        ORDO_TRY(encode_mul_mat(s, w.wk, xn, k, n, false));
+        ORDO_TRY(encode_mul_mat(s, w.wv, xn, v, n, false));
+    }
     ORDO_TRY(encode_rope(s, q, positions, n, _hp.n_head + _hp.n_head_kv, _hp.head_dim(),
                          _hp.n_rot, _hp.rope_freq_base));
     // The new tokens' K and V go to their slots first, so attention sees them (causal self).
@@ -85,8 +89,12 @@ status runner::record_layer(std::uint32_t l) {
 
     // FFN block: x += w_down (silu(w_gate xn) * w_up xn), xn = norm(x).
     ORDO_TRY(encode_rms_norm(s, x, whole(w.ffn_norm), xn, embd, n, _hp.rms_eps));
-    ORDO_TRY(encode_mul_mat(s, w.gate, xn, gate, n, false));
-    ORDO_TRY(encode_mul_mat(s, w.up, xn, up, n, false));
+    if (w.gate_up.n_out != 0) {
+        ORDO_TRY(encode_mul_mat(s, w.gate_up, xn, gate, n, false));  // rows gate | up
+    } else {
+        ORDO_TRY(encode_mul_mat(s, w.gate, xn, gate, n, false));
+        ORDO_TRY(encode_mul_mat(s, w.up, xn, up, n, false));
+    }
     ORDO_TRY(encode_swiglu(s, gate, up, hid, _hp.n_ff, n));
     return encode_mul_mat(s, w.down, hid, x, n, true);
 }
