@@ -49,6 +49,25 @@ pipeline_id pick(pipeline_id f32, model::ggml_type t) {
 
 std::uint32_t rows_limit(const stream& s) { return s.dev().info().max_workgroup_count[1]; }
 
+// Whether the elementwise texel variants (rms_norm_tx, swiglu_tx) can read `r` (n_rows rows of
+// n floats) through its buffer's texel view and write 4-float groups: everything 4-aligned.
+bool texel_rows(const rows_view& r, std::uint32_t n_rows, std::uint32_t n) {
+    const buffer* b = r.view.buf;
+    if (b == nullptr || b->texel_view() == VK_NULL_HANDLE || r.view.offset % 16 != 0 ||
+        r.offset % 4 != 0 || r.stride % 4 != 0 || n % 4 != 0) {
+        return false;
+    }
+    std::uint64_t end = r.view.offset / 4 + r.offset + std::uint64_t(n_rows - 1) * r.stride + n;
+    return (end + 3) / 4 <= b->texel_count();
+}
+
+// Float offset of r's first element from its buffer's start (texel bindings see the buffer).
+std::uint32_t buffer_offset(const rows_view& r) {
+    return static_cast<std::uint32_t>(r.view.offset / 4 + r.offset);
+}
+
+bool prefer_texel(const stream& s) { return s.pipes().tuning().prefer_texel_kernels; }
+
 }  // namespace
 
 status encode_get_rows(stream& s, const weight_tensor& table, ints_view ids, std::uint32_t n_ids,
@@ -221,6 +240,16 @@ status encode_rms_norm(stream& s, rows_view x, buffer_view weight, rows_view out
     if (!fits(x, n_rows, n) || !fits(out, n_rows, n) || weight.range < 4ull * n) {
         return bad("rms_norm", "operand outside its binding");
     }
+    const buffer* wb = weight.buf;
+    bool texel = prefer_texel(s) && s.pipes().get(pipeline_id::rms_norm_tx).handle != VK_NULL_HANDLE &&
+                 texel_rows(x, n_rows, n) && out.offset % 4 == 0 && out.stride % 4 == 0 &&
+                 wb != nullptr && wb->texel_view() != VK_NULL_HANDLE && weight.offset == 0 &&
+                 (n + 3) / 4 <= wb->texel_count();
+    if (texel) {
+        abi::rms_norm_push p{n, n_rows, buffer_offset(x), x.stride, out.offset, out.stride, eps};
+        s.dispatch(pipeline_id::rms_norm_tx, {x.view, weight, out.view}, p, {1, n_rows, 1});
+        return {};
+    }
     abi::rms_norm_push p{n, n_rows, x.offset, x.stride, out.offset, out.stride, eps};
     s.dispatch(pipeline_id::rms_norm, {x.view, weight, out.view}, p, {1, n_rows, 1});
     return {};
@@ -249,6 +278,15 @@ status encode_swiglu(stream& s, rows_view gate, rows_view up, rows_view out, std
     if (n == 0 || n_rows == 0 || n_rows > rows_limit(s)) return bad("swiglu", "bad shape");
     if (!fits(gate, n_rows, n) || !fits(up, n_rows, n) || !fits(out, n_rows, n)) {
         return bad("swiglu", "operand outside its binding");
+    }
+    if (prefer_texel(s) && texel_rows(gate, n_rows, n) && texel_rows(up, n_rows, n) &&
+        out.offset % 4 == 0 && out.stride % 4 == 0) {
+        std::uint32_t wg = s.pipes().get(pipeline_id::swiglu_tx).workgroup_size;
+        abi::swiglu_push p{n,       n_rows,   buffer_offset(gate), gate.stride, buffer_offset(up),
+                           up.stride, out.offset, out.stride};
+        s.dispatch(pipeline_id::swiglu_tx, {gate.view, up.view, out.view}, p,
+                   {std::min(ceil_div(n / 4, wg), elementwise_groups_max), n_rows, 1});
+        return {};
     }
     std::uint32_t wg = s.pipes().get(pipeline_id::swiglu).workgroup_size;
     abi::swiglu_push p{n, n_rows, gate.offset, gate.stride, up.offset, up.stride, out.offset,

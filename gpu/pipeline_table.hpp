@@ -34,8 +34,10 @@
     X(mul_mat_txm_q8_0, 3, mul_mat_tx_push)         \
     X(mul_mat_txm_q4_0, 3, mul_mat_tx_push)         \
     X(rms_norm, 3, rms_norm_push)                    \
+    X(rms_norm_tx, 3, rms_norm_push)                 \
     X(rope, 2, rope_push)                            \
     X(swiglu, 3, swiglu_push)                        \
+    X(swiglu_tx, 3, swiglu_push)                     \
     X(add, 3, add_push)                              \
     X(kv_write_f32, 4, kv_write_push)                \
     X(kv_write_f16, 4, kv_write_push)                \

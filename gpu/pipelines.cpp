@@ -87,6 +87,7 @@ std::uint32_t wg_for(pipeline_id id, const pipeline_tuning& t) {
     if (n.starts_with("mul_mat_tx")) return t.mat_tx_tile_wg;
     if (n.starts_with("mul_mat")) return 128;  // fixed by the tile mapping in mul_mat.comp
     if (n == "rms_norm") return t.norm_wg;
+    if (n == "rms_norm_tx") return t.attention_tx_wg;  // one subgroup
     if (n.starts_with("attention_tx")) return t.attention_tx_wg;
     if (n.starts_with("attention")) return t.attention_wg;
     if (n == "spin") return 1;
@@ -150,7 +151,8 @@ status pipelines::build(pipeline& pl, pipeline_id id, std::uint32_t k) const {
     std::uint32_t push_bytes = src.push_bytes;
     // attention_tx needs subgroup arithmetic, which Vulkan does not require: without it the
     // pipeline stays null and encode_attention never picks it (it checks the same flag).
-    if (pipeline_name(id).starts_with("attention_tx") && !_device.info().subgroup_arithmetic) {
+    if ((pipeline_name(id).starts_with("attention_tx") || pipeline_name(id) == "rms_norm_tx") &&
+        !_device.info().subgroup_arithmetic) {
         return {};
     }
     pl.bindings = bindings;
@@ -161,9 +163,13 @@ status pipelines::build(pipeline& pl, pipeline_id id, std::uint32_t k) const {
                                                                         : 1;
     // mul_mat_tx reads weights (binding 0) and activations (binding 1) as texel buffers.
     // attention_tx: q, K, V and the block tables (bindings 0, 1, 2, 4).
-    pl.texel_bindings = pipeline_name(id).starts_with("mul_mat_tx")     ? 0b011u
-                        : pipeline_name(id).starts_with("attention_tx") ? 0b10111u
-                                                                        : 0u;
+    // rms_norm_tx: x and the weight; swiglu_tx: gate and up.
+    std::string_view name = pipeline_name(id);
+    pl.texel_bindings = name.starts_with("mul_mat_tx") || name == "rms_norm_tx" ||
+                                name == "swiglu_tx"
+                            ? 0b011u
+                        : name.starts_with("attention_tx") ? 0b10111u
+                                                           : 0u;
     std::string what = "pipeline " + std::string(pipeline_name(id));
     if (k != 0) what += " (K " + std::to_string(k) + ")";
 
