@@ -266,7 +266,7 @@ status encode_rope(stream& s, rows_view x, ints_view positions, std::uint32_t n_
         return bad("rope", "operand outside its binding");
     }
     std::uint32_t wg = s.pipes().get(pipeline_id::rope).workgroup_size;
-    std::uint32_t gx = std::min(ceil_div(n_heads * n_rot / 2, wg), elementwise_groups_max);
+    std::uint32_t gx = std::min(ceil_div(n_rot / 2, wg), elementwise_groups_max);
     abi::rope_push p{n_tokens, n_heads, head_dim, n_rot, x.offset, x.stride, positions.offset,
                      freq_base};
     s.dispatch(pipeline_id::rope, {x.view, positions.view}, p, {gx, n_tokens, 1});

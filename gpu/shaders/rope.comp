@@ -1,6 +1,8 @@
 // rope.comp: rotary position embedding, adjacent-pair (GGML "normal") mode, in place. Call site:
 // gpu/kernels.cpp encode_rope() on the q (and k) heads of the fused qkv activation.
-// Pair j of a head (dims 2j, 2j+1, 2j < n_rot) turns by pos * freq_base^(-2j / n_rot).
+// Pair j of a head (dims 2j, 2j+1, 2j < n_rot) turns by pos * freq_base^(-2j / n_rot). A lane
+// owns pair index j of one token and turns it in every head: the angle, cosine and sine (software
+// routines on llvmpipe) are computed once per (token, j), not once per head.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "abi.h"
@@ -12,19 +14,18 @@ layout(std430, binding = ORDO_B_ROPE_POS) readonly buffer pos_buf { int position
 void main() {
     uint t = gl_WorkGroupID.y;
     uint half_rot = p.n_rot / 2u;
-    uint pairs = p.n_heads * half_rot;
     float pos = float(positions[p.pos_offset + t]);
     uint step = gl_WorkGroupSize.x * gl_NumWorkGroups.x;
-    for (uint i = gl_GlobalInvocationID.x; i < pairs; i += step) {
-        uint h = i / half_rot;
-        uint j = i % half_rot;
+    for (uint j = gl_GlobalInvocationID.x; j < half_rot; j += step) {
         float theta = pos * pow(p.freq_base, -float(2u * j) / float(p.n_rot));
         float c = cos(theta);
         float s = sin(theta);
-        uint o = p.x_offset + t * p.x_stride + h * p.head_dim + 2u * j;
-        float x0 = x[o];
-        float x1 = x[o + 1u];
-        x[o] = x0 * c - x1 * s;
-        x[o + 1u] = x0 * s + x1 * c;
+        for (uint h = 0; h < p.n_heads; ++h) {
+            uint o = p.x_offset + t * p.x_stride + h * p.head_dim + 2u * j;
+            float x0 = x[o];
+            float x1 = x[o + 1u];
+            x[o] = x0 * c - x1 * s;
+            x[o + 1u] = x0 * s + x1 * c;
+        }
     }
 }
