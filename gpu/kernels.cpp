@@ -357,10 +357,18 @@ status encode_attention_tx(stream& s, const kv_pool& pool, std::uint32_t layer,
                            const attention_batch& b) {
     const kv_geometry& g = pool.geometry();
     bool small = g.head_dim <= abi::ORDO_ATTN_TX_HD_SMALL;
-    pipeline_id id = small ? (g.f16 ? pipeline_id::attention_tx64_f16
-                                    : pipeline_id::attention_tx64_f32)
-                           : (g.f16 ? pipeline_id::attention_tx128_f16
-                                    : pipeline_id::attention_tx128_f32);
+    // Prefill-like steps (several tokens per sequence on average) take the grouped variant;
+    // both give every query the same bits (attention_tx.comp).
+    bool grouped = b.n_tokens >= abi::ORDO_ATTN_TX_GROUP * b.n_seqs;
+    pipeline_id id = grouped ? (small ? (g.f16 ? pipeline_id::attention_txg64_f16
+                                               : pipeline_id::attention_txg64_f32)
+                                      : (g.f16 ? pipeline_id::attention_txg128_f16
+                                               : pipeline_id::attention_txg128_f32))
+                     : small ? (g.f16 ? pipeline_id::attention_tx64_f16
+                                      : pipeline_id::attention_tx64_f32)
+                             : (g.f16 ? pipeline_id::attention_tx128_f16
+                                      : pipeline_id::attention_tx128_f32);
+    std::uint32_t gy = grouped ? ceil_div(b.n_tokens, abi::ORDO_ATTN_TX_GROUP) : b.n_tokens;
     abi::attention_tx_push p{};
     p.n_tokens = b.n_tokens;
     p.n_head = b.n_head;
@@ -382,7 +390,7 @@ status encode_attention_tx(stream& s, const kv_pool& pool, std::uint32_t layer,
     s.dispatch(id,
                {b.q.view, pool.k(layer), pool.v(layer), b.tokens.view, b.tables.view,
                 b.out.view},
-               p, {b.n_head, b.n_tokens, 1});
+               p, {b.n_head, gy, 1});
     return {};
 }
 

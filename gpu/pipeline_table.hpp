@@ -47,4 +47,8 @@
     X(attention_tx64_f16, 6, attention_tx_push)     \
     X(attention_tx128_f32, 6, attention_tx_push)    \
     X(attention_tx128_f16, 6, attention_tx_push)    \
+    X(attention_txg64_f32, 6, attention_tx_push)    \
+    X(attention_txg64_f16, 6, attention_tx_push)    \
+    X(attention_txg128_f32, 6, attention_tx_push)   \
+    X(attention_txg128_f16, 6, attention_tx_push)   \
     X(spin, 1, spin_push)

@@ -216,6 +216,9 @@ struct attention_tx_push {
 // attention_tx variants: head dims up to these (registers hold q and the output row).
 ORDO_ABI_CONST ORDO_ATTN_TX_HD_SMALL = 64;
 ORDO_ABI_CONST ORDO_ATTN_TX_HD_LARGE = 128;
+// attention_txg variants: query tokens per workgroup (the shader's TQ), sharing K/V fetches
+// when they belong to one sequence; picked when a step averages this many tokens per sequence.
+ORDO_ABI_CONST ORDO_ATTN_TX_GROUP = 4;
 
 // spin.comp (tests only): a deliberately long dispatch to exercise the fence watchdog.
 struct spin_push {
