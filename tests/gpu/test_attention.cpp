@@ -3,7 +3,9 @@
 // sequences whose history crosses block boundaries through shuffled, non-contiguous block
 // tables, a batch of sequences of unequal lengths decoded in one dispatch, chunked causal
 // prefill equal to token-by-token decode (bit-identical, and equal to the reference), F16 and
-// F32 pool storage, and that a token with an invalid sequence index reads nothing.
+// F32 pool storage, that a token with an invalid sequence index reads nothing, and that the
+// grouped prefill variant (several query tokens per workgroup) gives every query the bits it
+// gets alone, also when a group mixes sequences or holds an invalid token.
 //
 // Buffers live in a std::deque so references stay valid as more are added.
 //
@@ -175,6 +177,40 @@ TEST(GpuAttention, ChunkedPrefillEqualsTokenByTokenDecode) {
         auto want = a.reference(0, p, q.data() + p * q_dim);
         expect_close({chunked.begin() + p * q_dim, chunked.begin() + (p + 1) * q_dim}, want,
                      2e-5f, 1e-4f, "prefill position " + std::to_string(p));
+    }
+}
+
+TEST(GpuAttention, GroupedQueriesMixingSequencesEqualQueriesAlone) {
+    ORDO_REQUIRE_GPU();
+    // 2 sequences, 12 query tokens (>= 4 per sequence: the grouped variant on texel devices):
+    // runs of one sequence, then alternating sequences (every group mixed), and an invalid
+    // token in the middle of a group.
+    attention_fixture fx(true, {11, 7});
+    std::deque<buffer> keep;
+    ASSERT_TRUE(env().str->begin("kv").ok());
+    fx.record_write(0, 0, 11, keep);
+    fx.record_write(1, 0, 7, keep);
+    run_segment("kv");
+    std::vector<std::int32_t> tokens = {0, 3, 0, 4, 0, 5, 0, 6,  1, 2, 0, 7, 1, 3, 0, 8,
+                                        1, 4, 5, 0, 1, 6, 0, 10};
+    const std::uint32_t n = static_cast<std::uint32_t>(tokens.size() / 2);
+    auto q = random_floats(n * q_dim, 13);
+    ASSERT_TRUE(env().str->begin("grouped").ok());
+    auto together = fx.run_attention(tokens, q, keep);
+    for (std::uint32_t t = 0; t < n; ++t) {
+        SCOPED_TRACE("token " + std::to_string(t));
+        ASSERT_TRUE(env().str->begin("alone").ok());
+        auto alone = fx.run_attention({tokens[2 * t], tokens[2 * t + 1]},
+                                      {q.begin() + t * q_dim, q.begin() + (t + 1) * q_dim}, keep);
+        EXPECT_TRUE(std::equal(alone.begin(), alone.end(), together.begin() + t * q_dim))
+            << "a query's output depends on its group";
+        if (tokens[2 * t] == 5) {
+            EXPECT_TRUE(std::all_of(alone.begin(), alone.end(), [](float x) { return x == 0.0f; }));
+            continue;
+        }
+        auto want = fx.reference(std::size_t(tokens[2 * t]), std::uint32_t(tokens[2 * t + 1]),
+                                 q.data() + t * q_dim);
+        expect_close(alone, want, 2e-5f, 1e-4f, "grouped attention");
     }
 }
 
