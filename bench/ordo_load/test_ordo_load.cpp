@@ -341,6 +341,13 @@ TEST_F(load_e2e, unreachable_server_and_unstartable_binary_exit_3) {
 TEST_F(load_e2e, server_killed_under_load_ends_the_run_with_errors) {
     spawned_server server;
     start_server(server);
+    // One request served first, so the window below measures serving, not the device start
+    // (health answers before the gpu actor has built its pipelines).
+    auto warm = run_command(load_bin + " --port " + std::to_string(server.endpoint().port) +
+                                " --streams 1 --requests 1 --max-tokens 2 --prompt-tokens 4"
+                                " --duration-max-s 120",
+                            "warm");
+    ASSERT_EQ(warm.exit_code, 0) << warm.out << warm.err;
     command_result r;
     std::thread load([&] {
         r = run_command(load_bin + " --port " + std::to_string(server.endpoint().port) +
