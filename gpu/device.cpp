@@ -106,7 +106,8 @@ std::string describe(const device_info& info) {
          ", float16 " + (info.shader_float16 ? "on" : "off") + ", 8bit-storage " +
          (info.storage_buffer_8bit ? "on" : "off") + ", int8 " + (info.shader_int8 ? "on" : "off") +
          ", subgroup-arithmetic " + (info.subgroup_arithmetic ? "on" : "off") +
-         ", subgroup-ballot " + (info.subgroup_ballot ? "on" : "off") + ", timestamps " +
+         ", subgroup-ballot " + (info.subgroup_ballot ? "on" : "off") +
+         ", subgroup-shuffle " + (info.subgroup_shuffle ? "on" : "off") + ", timestamps " +
          (info.timestamps ? "on" : "off");
     return s;
 }
@@ -248,6 +249,9 @@ status device::pick_physical(const device_options& options) {
         (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) != 0;
     _info.subgroup_ballot = (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_BALLOT_BIT) != 0 &&
                             (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) != 0;
+    _info.subgroup_shuffle =
+        (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT) != 0 &&
+        (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) != 0;
     for (int i = 0; i < 3; ++i) {
         _info.max_workgroup_size[i] = lim.maxComputeWorkGroupSize[i];
         _info.max_workgroup_count[i] = lim.maxComputeWorkGroupCount[i];

@@ -55,6 +55,7 @@ struct device_info {
     bool shader_int8 = false;
     bool subgroup_arithmetic = false;
     bool subgroup_ballot = false;  // subgroupBroadcast (mul_mat_tx tx1 folds its lanes with it)
+    bool subgroup_shuffle = false; // subgroupShuffle (tx1 with more than one 8-lane team)
 };
 
 // One line per fact, for the start-up log and the stats op.

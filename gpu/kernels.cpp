@@ -123,7 +123,10 @@ std::uint32_t tx_unit(model::ggml_type t) {
 
 bool tx1_usable(const device_info& info, model::ggml_type type, std::uint32_t k) {
     std::uint32_t unit = tx_unit(type);
-    return info.subgroup_ballot && info.subgroup_size >= abi::ORDO_TX1_LANES && k % unit == 0 &&
+    // One subgroup of 8-lane teams per workgroup; more than one team folds by shuffle.
+    bool lanes_ok = info.subgroup_size % abi::ORDO_MAT_GROUPS == 0 &&
+                    (info.subgroup_size == abi::ORDO_MAT_GROUPS || info.subgroup_shuffle);
+    return info.subgroup_ballot && lanes_ok && k % unit == 0 &&
            k / unit <= abi::ORDO_TX1_UNITS_MAX * abi::ORDO_MAT_GROUPS;
 }
 
@@ -155,10 +158,9 @@ status encode_mul_mat_tx(stream& s, const weight_tensor& w, const rows_view& x,
                           w.type);
     auto pl = s.pipes().for_k(id, w.n_in);
     if (!pl) return pl.err();
-    // Rows per workgroup: tx1 ORDO_TX1_ROWS over its 8 lanes; tx4/txm R per lane.
+    // Rows per workgroup: tx1 ORDO_TX1_ROWS over its teams; tx4/txm tile_rows per lane.
     std::uint64_t rows_per_group =
-        one ? abi::ORDO_TX1_ROWS
-            : std::uint64_t((*pl)->workgroup_size) * (few ? abi::ORDO_TX4_R : abi::ORDO_TXM_R);
+        one ? abi::ORDO_TX1_ROWS : std::uint64_t((*pl)->workgroup_size) * (*pl)->tile_rows;
     std::uint32_t t = one ? 1 : few ? abi::ORDO_TX4_T : abi::ORDO_TXM_T;
     std::uint32_t gy = ceil_div(n_tokens, t);
     if (gy > info.max_workgroup_count[1]) return bad("mul_mat", "too many tokens for one dispatch");

@@ -71,6 +71,9 @@ pipeline_tuning tuning_for(const device_info& info) {
     // One subgroup: a 16-row tile per lane gives 128 rows per workgroup (measured: 32 lanes
     // left 768-row outputs at 3 workgroups per token group, 1.2-1.5x slower on 2 threads).
     t.mat_tx_tile_wg = std::min<std::uint32_t>(cap, std::max<std::uint32_t>(8, sg));
+    // tx1: one subgroup of 8-lane teams (mul_mat_tx.comp); 8 where the subgroup is not a
+    // multiple of 8 (tx1 is then not used: tx1_usable).
+    t.mat_tx1_wg = sg % abi::ORDO_MAT_GROUPS == 0 && sg <= cap ? sg : abi::ORDO_MAT_GROUPS;
     t.prefer_texel_kernels = info.kind == device_kind::cpu;
     t.attention_tx_wg = std::min<std::uint32_t>(cap, sg);
     t.attention_wg = std::min<std::uint32_t>(cap, std::max<std::uint32_t>(32, sg * 2));
@@ -83,7 +86,7 @@ std::uint32_t wg_for(pipeline_id id, const pipeline_tuning& t) {
     std::string_view n = pipeline_name(id);
     if (n.starts_with("mul_mat_vec")) return t.mat_vec_wg;
     if (n.starts_with("mul_mat_rows")) return t.mat_rows_wg;
-    if (n.starts_with("mul_mat_tx1")) return abi::ORDO_TX1_LANES;  // one unit group per lane
+    if (n.starts_with("mul_mat_tx1")) return t.mat_tx1_wg;
     if (n.starts_with("mul_mat_tx")) return t.mat_tx_tile_wg;
     if (n.starts_with("mul_mat")) return 128;  // fixed by the tile mapping in mul_mat.comp
     if (n == "rms_norm") return t.norm_wg;
@@ -103,7 +106,7 @@ result<std::unique_ptr<pipelines>> pipelines::create(const device& dev,
     bool pow2 = tuning.norm_wg != 0 && (tuning.norm_wg & (tuning.norm_wg - 1)) == 0;
     if (!pow2 || tuning.elementwise_wg == 0 || tuning.mat_vec_wg == 0 ||
         tuning.mat_vec_rows == 0 || tuning.attention_wg == 0 || tuning.mat_rows_wg == 0 ||
-        tuning.mat_tx_tile_wg == 0 || tuning.attention_tx_wg == 0 ||
+        tuning.mat_tx_tile_wg == 0 || tuning.mat_tx1_wg == 0 || tuning.attention_tx_wg == 0 ||
         std::max({tuning.elementwise_wg, tuning.norm_wg, tuning.mat_vec_wg, tuning.attention_wg,
                   tuning.mat_rows_wg, tuning.mat_tx_tile_wg, 128u}) >
             dev.info().max_workgroup_invocations) {
@@ -206,11 +209,14 @@ status pipelines::build(pipeline& pl, pipeline_id id, std::uint32_t k) const {
     r = vkCreateShaderModule(d, &mi, nullptr, &module);
     if (r != VK_SUCCESS) return vk_error(r, what + " shader module");
 
-    // Constant 2 (K) only exists in the shaders specialized on it; Vulkan ignores map entries
-    // whose constant a module does not declare.
-    std::uint32_t spec_values[3] = {pl.workgroup_size, pl.rows_per_workgroup, k};
-    VkSpecializationMapEntry entries[3] = {{0, 0, 4}, {1, 4, 4}, {2, 8, 4}};
-    VkSpecializationInfo spec{k != 0 ? 3u : 2u, entries, sizeof(spec_values), spec_values};
+    // Constant 2 (K) only matters to the shaders specialized on it (0 elsewhere); Vulkan
+    // ignores map entries whose constant a module does not declare.
+    // Constant 3: mul_mat_tx tx4/txm rows per lane (128 rows per workgroup).
+    std::uint32_t tile_rows = std::max<std::uint32_t>(1, abi::ORDO_TX_TILE_ROWS / pl.workgroup_size);
+    pl.tile_rows = tile_rows;
+    std::uint32_t spec_values[4] = {pl.workgroup_size, pl.rows_per_workgroup, k, tile_rows};
+    VkSpecializationMapEntry entries[4] = {{0, 0, 4}, {1, 4, 4}, {2, 8, 4}, {3, 12, 4}};
+    VkSpecializationInfo spec{4, entries, sizeof(spec_values), spec_values};
     VkComputePipelineCreateInfo ci{VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
     ci.stage.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO;
     ci.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;

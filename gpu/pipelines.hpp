@@ -37,6 +37,7 @@ struct pipeline {
     std::uint32_t workgroup_size = 0;  // specialization constant 0 (lanes per workgroup)
     std::uint32_t rows_per_workgroup = 1;  // specialization constant 1 where used
     std::uint32_t k = 0;                   // specialization constant 2 (K) where used, else 0
+    std::uint32_t tile_rows = 0;           // constant 3: mul_mat_tx tx4/txm rows per lane
     // Bit i set: binding i is a uniform texel buffer (the buffer's R32G32B32A32_UINT
     // texel_view()), not a storage buffer. Its shader addresses texels from the buffer start.
     std::uint32_t texel_bindings = 0;
@@ -52,9 +53,10 @@ struct pipeline_tuning {
     std::uint32_t attention_wg = 0;     // attention lanes (head_dim <= wg * ORDO_ATTN_ACC)
     std::uint32_t mat_rows_wg = 0;      // mul_mat_rows lanes (= weight rows per workgroup)
     bool prefer_rows_kernel = false;    // mat_path::automatic picks mul_mat_rows for few tokens
-    // mul_mat_tx tx4/txm lanes: each owns 16 rows (ORDO_TX4_R/ORDO_TXM_R), so a small group
+    // mul_mat_tx tx4/txm lanes: each owns 128 / lanes rows (16 at 8 lanes), so a small group
     // keeps enough workgroups for every thread on 768-row outputs (gpu/PERF.md).
     std::uint32_t mat_tx_tile_wg = 0;
+    std::uint32_t mat_tx1_wg = 0;  // tx1 lanes: the subgroup (8-lane teams, mul_mat_tx.comp)
     // mat_path::automatic picks the texel-fetch mul_mat_tx kernels (when the operands' buffers
     // have texel views); measured 5-17x faster than the others on lavapipe (gpu/PERF.md).
     bool prefer_texel_kernels = false;

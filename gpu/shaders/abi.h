@@ -45,9 +45,11 @@ ORDO_ABI_CONST ORDO_MM_TN = 32;
 // gathers for 8 R T multiply-adds (F16), and on llvmpipe the gathers, not the (spilled)
 // accumulators, set the price (gpu/PERF.md).
 ORDO_ABI_CONST ORDO_MAT_GROUPS = 8;
-ORDO_ABI_CONST ORDO_TX1_LANES = 8;  // = ORDO_MAT_GROUPS: one group per lane
+// tx1 workgroup = one subgroup of 8 x teams lanes; each team of 8 runs the 8 groups.
 ORDO_ABI_CONST ORDO_TX1_ROWS = 32;  // weight rows per tx1 workgroup
 ORDO_ABI_CONST ORDO_TX1_UNITS_MAX = 128;  // activation units a tx1 lane keeps in registers
+// tx4/txm rows per lane at 8 lanes (more lanes: fewer rows, 128 rows per workgroup).
+ORDO_ABI_CONST ORDO_TX_TILE_ROWS = 128;
 ORDO_ABI_CONST ORDO_TX4_R = 16, ORDO_TX4_T = 8;
 ORDO_ABI_CONST ORDO_TXM_R = 16, ORDO_TXM_T = 16;
 // attention: per-lane accumulator slots; head_dim <= workgroup size * this.

@@ -23,11 +23,16 @@
 #if TX == 1
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_ballot : require
+#extension GL_KHR_shader_subgroup_shuffle : require
 const uint R = 1u, T = 1u;
 #elif TX == 4
-const uint R = ORDO_TX4_R, T = ORDO_TX4_T;
+// Rows per lane: specialization constant 3 (pipelines.cpp: 128 rows per workgroup whatever
+// its lane count, ORDO_TX4_R / ORDO_TXM_R at 8 lanes).
+layout(constant_id = 3) const uint R = ORDO_TX4_R;
+const uint T = ORDO_TX4_T;
 #else
-const uint R = ORDO_TXM_R, T = ORDO_TXM_T;
+layout(constant_id = 3) const uint R = ORDO_TXM_R;
+const uint T = ORDO_TXM_T;
 #endif
 layout(local_size_x_id = 0) in;
 // K for tx1 (the encoder builds one pipeline per K and checks p.k == K_SPEC); unused by tx4/txm.
@@ -110,9 +115,18 @@ const uint KU = K_SPEC / UNIT;      // units of K
 const uint LU = KU / G;             // units every lane has
 const uint TAIL = KU % G;           // lanes below TAIL have one more
 const uint LUC = LU + (TAIL != 0u ? 1u : 0u);
+// The workgroup is one subgroup of 8 x TEAMS lanes (8 on 256-bit lavapipe, 16 on 512-bit):
+// each team of 8 lanes runs the 8 groups of its own rows.
+const uint TEAMS = gl_WorkGroupSize.x / G;
+
+// Lane `l` of this lane's team.
+float team_lane(float v, uint team, uint l) {
+    return TEAMS == 1u ? subgroupBroadcast(v, l) : subgroupShuffle(v, team * G + l);
+}
 
 void main() {
-    uint lane = gl_SubgroupInvocationID;  // workgroup = 8 lanes of one subgroup (encoder checks)
+    uint lane = gl_SubgroupInvocationID % G;  // the workgroup is one subgroup (encoder checks)
+    uint team = gl_SubgroupInvocationID / G;
     vec4 xs[LUC * PARTS];  // this lane's activation units: statically indexed registers
     [[unroll]] for (uint i = 0; i < LUC; ++i) {
         // The tail unit of lanes >= TAIL reads a clamped texel and is never used.
@@ -120,7 +134,7 @@ void main() {
         [[unroll]] for (uint j = 0; j < PARTS; ++j) xs[i * PARTS + j] = x_part(0u, u * PARTS + j);
     }
     uint row0 = gl_WorkGroupID.x * ORDO_TX1_ROWS;
-    for (uint rr = 0; rr < ORDO_TX1_ROWS; ++rr) {
+    for (uint rr = team; rr < ORDO_TX1_ROWS; rr += TEAMS) {
         uint row = min(row0 + rr, p.n_rows - 1u);
         float acc = 0.0;
         [[unroll]] for (uint i = 0; i < LU; ++i) {
@@ -131,9 +145,9 @@ void main() {
             unit_raw w = load_raw(row, lane + G * LU, KU);
             [[unroll]] for (uint j = 0; j < PARTS; ++j) acc = mat_acc(acc, part(w, j), xs[LU * PARTS + j]);
         }
-        float total = subgroupBroadcast(acc, 0u);
-        [[unroll]] for (uint l = 1; l < G; ++l) total = mat_fold(total, subgroupBroadcast(acc, l));
-        if (lane == rr % G && row0 + rr < p.n_rows) {
+        float total = team_lane(acc, team, 0u);
+        [[unroll]] for (uint l = 1; l < G; ++l) total = mat_fold(total, team_lane(acc, team, l));
+        if (lane == (rr / TEAMS) % G && row0 + rr < p.n_rows) {
             uint o = p.y_offset + p.row_begin + row0 + rr;
             y[o] = p.accumulate != 0u ? y[o] + total : total;
         }
