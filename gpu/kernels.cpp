@@ -455,6 +455,13 @@ status encode_attention(stream& s, const kv_pool& pool, std::uint32_t layer,
     return {};
 }
 
+status encode_spin_until(stream& s, buffer_view flag, std::uint32_t rounds) {
+    if (flag.range < 8 || rounds == 0) return bad("spin_until", "bad arguments");
+    abi::spin_push p{rounds, 2};
+    s.dispatch(pipeline_id::spin_until, {flag}, p, {1, 1, 1});
+    return {};
+}
+
 status encode_spin(stream& s, buffer_view data, std::uint32_t iterations) {
     if (data.range < 4 || iterations == 0) return bad("spin", "bad arguments");
     abi::spin_push p{iterations, static_cast<std::uint32_t>(std::min<std::uint64_t>(

@@ -107,4 +107,9 @@ status encode_attention(stream& s, const kv_pool& pool, std::uint32_t layer,
 // Test-only: one invocation loops `iterations` times over data (a long-running dispatch).
 status encode_spin(stream& s, buffer_view data, std::uint32_t iterations);
 
+// Test-only: one invocation polls flag[0] (a host-visible buffer of at least 2 uints) until
+// the host makes it nonzero, at most rounds x 65536 polls; flag[1] = 1 when it saw the flag,
+// 2 when it gave up.
+status encode_spin_until(stream& s, buffer_view flag, std::uint32_t rounds);
+
 }  // namespace ordo::gpu

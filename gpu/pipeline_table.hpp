@@ -51,4 +51,5 @@
     X(attention_txg64_f16, 6, attention_tx_push)    \
     X(attention_txg128_f32, 6, attention_tx_push)   \
     X(attention_txg128_f16, 6, attention_tx_push)   \
-    X(spin, 1, spin_push)
+    X(spin, 1, spin_push)                            \
+    X(spin_until, 1, spin_push)

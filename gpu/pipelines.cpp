@@ -93,7 +93,7 @@ std::uint32_t wg_for(pipeline_id id, const pipeline_tuning& t) {
     if (n == "rms_norm_tx") return t.attention_tx_wg;  // one subgroup
     if (n.starts_with("attention_tx")) return t.attention_tx_wg;
     if (n.starts_with("attention")) return t.attention_wg;
-    if (n == "spin") return 1;
+    if (n == "spin" || n == "spin_until") return 1;
     return t.elementwise_wg;
 }
 

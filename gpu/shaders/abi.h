@@ -222,7 +222,8 @@ ORDO_ABI_CONST ORDO_ATTN_TX_HD_LARGE = 128;
 // when they belong to one sequence; picked when a step averages this many tokens per sequence.
 ORDO_ABI_CONST ORDO_ATTN_TX_GROUP = 4;
 
-// spin.comp (tests only): a deliberately long dispatch to exercise the fence watchdog.
+// spin.comp and spin_until.comp (tests only): a deliberately long dispatch to exercise the fence
+// watchdog (spin_until: iterations = rounds of 65536 polls of a host-written flag).
 struct spin_push {
     uint iterations;
     uint n;
