@@ -134,8 +134,11 @@ status prepare_mul_mat(const pipelines& pipes, const weight_tensor& w) {
     if (!pipes.tuning().prefer_texel_kernels || !tx1_usable(pipes.dev().info(), w.type, w.n_in)) {
         return {};
     }
-    auto pl = pipes.for_k(pick(pipeline_id::mul_mat_tx1_f32, w.type), w.n_in);
-    if (!pl) return pl.err();
+    for (pipeline_id id : {pipeline_id::mul_mat_tx1_f32, pipeline_id::mul_mat_tx1t2_f32,
+                           pipeline_id::mul_mat_tx1t4_f32}) {
+        auto pl = pipes.for_k(pick(id, w.type), w.n_in);
+        if (!pl) return pl.err();
+    }
     return {};
 }
 
@@ -150,9 +153,14 @@ status encode_mul_mat_tx(stream& s, const weight_tensor& w, const rows_view& x,
     const device_info& info = s.dev().info();
     // tx1 for one token where its K-specialized pipeline applies; tx4 otherwise (same
     // summation order, so the choice never changes a result).
-    bool one = n_tokens == 1 && tx1_usable(info, w.type, w.n_in);
+    // The split-K variants (tx1, tx1t2, tx1t4) up to ORDO_TX1_TOKENS_MAX tokens: measured
+    // faster than tx4's 16x8 lane tiles there, slower at 8 tokens (gpu/PERF.md).
+    bool split = n_tokens <= abi::ORDO_TX1_TOKENS_MAX && tx1_usable(info, w.type, w.n_in);
+    bool one = split;  // one token group per dispatch
     bool few = n_tokens <= mat_vec_tokens_max;
-    pipeline_id id = pick(one   ? pipeline_id::mul_mat_tx1_f32
+    pipeline_id id = pick(split   ? (n_tokens == 1   ? pipeline_id::mul_mat_tx1_f32
+                                     : n_tokens == 2 ? pipeline_id::mul_mat_tx1t2_f32
+                                                     : pipeline_id::mul_mat_tx1t4_f32)
                           : few ? pipeline_id::mul_mat_tx4_f32
                                 : pipeline_id::mul_mat_txm_f32,
                           w.type);
@@ -161,7 +169,7 @@ status encode_mul_mat_tx(stream& s, const weight_tensor& w, const rows_view& x,
     // Rows per workgroup: tx1 ORDO_TX1_ROWS over its teams; tx4/txm tile_rows per lane.
     std::uint64_t rows_per_group =
         one ? abi::ORDO_TX1_ROWS : std::uint64_t((*pl)->workgroup_size) * (*pl)->tile_rows;
-    std::uint32_t t = one ? 1 : few ? abi::ORDO_TX4_T : abi::ORDO_TXM_T;
+    std::uint32_t t = one ? abi::ORDO_TX1_TOKENS_MAX : few ? abi::ORDO_TX4_T : abi::ORDO_TXM_T;
     std::uint32_t gy = ceil_div(n_tokens, t);
     if (gy > info.max_workgroup_count[1]) return bad("mul_mat", "too many tokens for one dispatch");
     for (std::size_t c = 0; c < w.chunks.size(); ++c) {

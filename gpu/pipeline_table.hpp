@@ -25,6 +25,14 @@
     X(mul_mat_tx1_f16, 3, mul_mat_tx_push)          \
     X(mul_mat_tx1_q8_0, 3, mul_mat_tx_push)         \
     X(mul_mat_tx1_q4_0, 3, mul_mat_tx_push)         \
+    X(mul_mat_tx1t4_f32, 3, mul_mat_tx_push)        \
+    X(mul_mat_tx1t4_f16, 3, mul_mat_tx_push)        \
+    X(mul_mat_tx1t4_q8_0, 3, mul_mat_tx_push)       \
+    X(mul_mat_tx1t4_q4_0, 3, mul_mat_tx_push)       \
+    X(mul_mat_tx1t2_f32, 3, mul_mat_tx_push)        \
+    X(mul_mat_tx1t2_f16, 3, mul_mat_tx_push)        \
+    X(mul_mat_tx1t2_q8_0, 3, mul_mat_tx_push)       \
+    X(mul_mat_tx1t2_q4_0, 3, mul_mat_tx_push)       \
     X(mul_mat_tx4_f32, 3, mul_mat_tx_push)          \
     X(mul_mat_tx4_f16, 3, mul_mat_tx_push)          \
     X(mul_mat_tx4_q8_0, 3, mul_mat_tx_push)         \

@@ -48,6 +48,9 @@ ORDO_ABI_CONST ORDO_MAT_GROUPS = 8;
 // tx1 workgroup = one subgroup of 8 x teams lanes; each team of 8 runs the 8 groups.
 ORDO_ABI_CONST ORDO_TX1_ROWS = 32;  // weight rows per tx1 workgroup
 ORDO_ABI_CONST ORDO_TX1_UNITS_MAX = 128;  // activation units a tx1 lane keeps in registers
+// Tokens the split-K variants serve (tx1: 1, tx1t2: 2, tx1t4: 3..4; each token's units are
+// cached); more go to tx4/txm.
+ORDO_ABI_CONST ORDO_TX1_TOKENS_MAX = 4;
 // tx4/txm rows per lane at 8 lanes (more lanes: fewer rows, 128 rows per workgroup).
 ORDO_ABI_CONST ORDO_TX_TILE_ROWS = 128;
 ORDO_ABI_CONST ORDO_TX4_R = 16, ORDO_TX4_T = 8;

@@ -124,32 +124,55 @@ float team_lane(float v, uint team, uint l) {
     return TEAMS == 1u ? subgroupBroadcast(v, l) : subgroupShuffle(v, team * G + l);
 }
 
+#ifndef TT
+#define TT 1  // tokens per tx1 dispatch (the tx1t2 / tx1t4 variants: up to 2 / 4)
+#endif
+
 void main() {
     uint lane = gl_SubgroupInvocationID % G;  // the workgroup is one subgroup (encoder checks)
     uint team = gl_SubgroupInvocationID / G;
-    vec4 xs[LUC * PARTS];  // this lane's activation units: statically indexed registers
-    [[unroll]] for (uint i = 0; i < LUC; ++i) {
-        // The tail unit of lanes >= TAIL reads a clamped texel and is never used.
-        uint u = min(lane + G * i, KU - 1u);
-        [[unroll]] for (uint j = 0; j < PARTS; ++j) xs[i * PARTS + j] = x_part(0u, u * PARTS + j);
+    // This lane's activation units of every token: statically indexed registers.
+    vec4 xs[TT][LUC * PARTS];
+    [[unroll]] for (uint t = 0; t < TT; ++t) {
+        uint tok = min(t, p.n_cols - 1u);  // clamped copies past the last token: never stored
+        [[unroll]] for (uint i = 0; i < LUC; ++i) {
+            // The tail unit of lanes >= TAIL reads a clamped texel and is never used.
+            uint u = min(lane + G * i, KU - 1u);
+            [[unroll]] for (uint j = 0; j < PARTS; ++j) {
+                xs[t][i * PARTS + j] = x_part(tok, u * PARTS + j);
+            }
+        }
     }
     uint row0 = gl_WorkGroupID.x * ORDO_TX1_ROWS;
     for (uint rr = team; rr < ORDO_TX1_ROWS; rr += TEAMS) {
         uint row = min(row0 + rr, p.n_rows - 1u);
-        float acc = 0.0;
+        float acc[TT];
+        [[unroll]] for (uint t = 0; t < TT; ++t) acc[t] = 0.0;
         [[unroll]] for (uint i = 0; i < LU; ++i) {
             unit_raw w = load_raw(row, lane + G * i, KU);
-            [[unroll]] for (uint j = 0; j < PARTS; ++j) acc = mat_acc(acc, part(w, j), xs[i * PARTS + j]);
+            [[unroll]] for (uint j = 0; j < PARTS; ++j) {
+                vec4 wv = part(w, j);
+                [[unroll]] for (uint t = 0; t < TT; ++t) {
+                    acc[t] = mat_acc(acc[t], wv, xs[t][i * PARTS + j]);
+                }
+            }
         }
         if (TAIL != 0u && lane < TAIL) {
             unit_raw w = load_raw(row, lane + G * LU, KU);
-            [[unroll]] for (uint j = 0; j < PARTS; ++j) acc = mat_acc(acc, part(w, j), xs[LU * PARTS + j]);
+            [[unroll]] for (uint j = 0; j < PARTS; ++j) {
+                vec4 wv = part(w, j);
+                [[unroll]] for (uint t = 0; t < TT; ++t) {
+                    acc[t] = mat_acc(acc[t], wv, xs[t][LU * PARTS + j]);
+                }
+            }
         }
-        float total = team_lane(acc, team, 0u);
-        [[unroll]] for (uint l = 1; l < G; ++l) total = mat_fold(total, team_lane(acc, team, l));
-        if (lane == (rr / TEAMS) % G && row0 + rr < p.n_rows) {
-            uint o = p.y_offset + p.row_begin + row0 + rr;
-            y[o] = p.accumulate != 0u ? y[o] + total : total;
+        [[unroll]] for (uint t = 0; t < TT; ++t) {
+            float total = team_lane(acc[t], team, 0u);
+            [[unroll]] for (uint l = 1; l < G; ++l) total = mat_fold(total, team_lane(acc[t], team, l));
+            if (lane == (rr / TEAMS + t) % G && row0 + rr < p.n_rows && t < p.n_cols) {
+                uint o = p.y_offset + t * p.y_stride + p.row_begin + row0 + rr;
+                y[o] = p.accumulate != 0u ? y[o] + total : total;
+            }
         }
     }
 }
