@@ -3,6 +3,7 @@
 #include "gpu/runner.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "gpu/kernels.hpp"
@@ -95,7 +96,56 @@ status runner::init(const model::gguf_file& file) {
     if (!s) return s;
     s = init_buffers();
     if (!s) return s;
-    return init_stream();
+    s = init_stream();
+    if (!s) return s;
+    return warm_up();
+}
+
+status runner::warm_up() {
+    // llvmpipe compiles a pipeline's machine code at its first dispatch, not at creation
+    // (~0.3-1.5 s for the unrolled mat-mul variants): run one step of each shape family now,
+    // so the first request does not pay it. The steps write KV into blocks no sequence owns
+    // yet; every sequence writes its own positions before it reads them.
+    auto t0 = std::chrono::steady_clock::now();
+    const std::uint32_t block = _options.kv_block_tokens;
+    std::vector<float> logits;
+    std::uint64_t step_id = 0;
+    auto run = [&](std::uint32_t n_seqs, std::uint32_t tokens_per_seq) -> status {
+        tokens_per_seq = std::min(tokens_per_seq, _limits.n_ctx);
+        if (tokens_per_seq == 0) return {};
+        std::uint32_t blocks_each = (tokens_per_seq + block - 1) / block;
+        n_seqs = std::min({n_seqs, _options.seqs_max, _options.rows_max,
+                           _options.max_batch_tokens / tokens_per_seq,
+                           _limits.n_blocks / std::max<std::uint32_t>(blocks_each, 1)});
+        if (n_seqs == 0 || blocks_each > _blocks_per_seq_max) return {};
+        step st;
+        st.step_id = ++step_id;
+        st.phase = tokens_per_seq > 1 ? "prefill" : "decode";
+        std::uint32_t next_block = 0;
+        for (std::uint32_t i = 0; i < n_seqs; ++i) {
+            step_seq q;
+            q.seq_id = i;
+            q.tokens.assign(tokens_per_seq, 0);
+            for (std::uint32_t b = 0; b < blocks_each; ++b) q.block_table.push_back(next_block++);
+            q.want_logits = true;
+            st.seqs.push_back(std::move(q));
+        }
+        logits.resize(std::size_t(n_seqs) * _hp.n_vocab);
+        auto r = run_step(st, logits.data());
+        if (!r) return make_error(r.err().code, "warm-up: " + r.err().message);
+        return {};
+    };
+    // Decode steps of 1, 2, 4 and 8 sequences (tx1, tx1t2, tx1t4, tx4), then a prefill chunk
+    // (txm, grouped attention).
+    for (auto [seqs, tokens] : {std::pair<std::uint32_t, std::uint32_t>{1, 1}, {2, 1}, {4, 1},
+                                {8, 1}, {1, 32}}) {
+        status s = run(seqs, tokens);
+        if (!s) return s;
+    }
+    logger()->info("runner: warm-up steps ran in {:.0f} ms (kernels compiled)",
+                   std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                       .count());
+    return {};
 }
 
 status runner::init_device() {

@@ -139,6 +139,7 @@ private:
     status upload_model(const model::llama_weights& w);
     status init_buffers();
     status init_stream();
+    status warm_up();
     result<weight_tensor> upload(const model::matrix_view& m);
     result<weight_tensor> upload_padded(const model::matrix_view& m);
     // The matrices' rows concatenated into one tensor; an empty tensor when their types or
