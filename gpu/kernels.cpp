@@ -49,12 +49,15 @@ pipeline_id pick(pipeline_id f32, model::ggml_type t) {
 
 std::uint32_t rows_limit(const stream& s) { return s.dev().info().max_workgroup_count[1]; }
 
+// Whether the rows of `r` start on 4-float boundaries (the texel variants write vec4s).
+bool vec4_rows(const rows_view& r) { return r.offset % 4 == 0 && r.stride % 4 == 0; }
+
 // Whether the elementwise texel variants (rms_norm_tx, swiglu_tx) can read `r` (n_rows rows of
-// n floats) through its buffer's texel view and write 4-float groups: everything 4-aligned.
+// n floats) through its buffer's texel view: everything 4-aligned.
 bool texel_rows(const rows_view& r, std::uint32_t n_rows, std::uint32_t n) {
     const buffer* b = r.view.buf;
     if (b == nullptr || b->texel_view() == VK_NULL_HANDLE || r.view.offset % 16 != 0 ||
-        r.offset % 4 != 0 || r.stride % 4 != 0 || n % 4 != 0) {
+        !vec4_rows(r) || n % 4 != 0) {
         return false;
     }
     std::uint64_t end = r.view.offset / 4 + r.offset + std::uint64_t(n_rows - 1) * r.stride + n;
@@ -151,12 +154,11 @@ status encode_mul_mat_tx(stream& s, const weight_tensor& w, const rows_view& x,
         return bad("mul_mat", "texel path: an operand has no texel view covering it");
     }
     const device_info& info = s.dev().info();
-    // tx1 for one token where its K-specialized pipeline applies; tx4 otherwise (same
-    // summation order, so the choice never changes a result).
-    // The split-K variants (tx1, tx1t2, tx1t4) up to ORDO_TX1_TOKENS_MAX tokens: measured
-    // faster than tx4's 16x8 lane tiles there, slower at 8 tokens (gpu/PERF.md).
+    // The split-K variants (tx1, tx1t2, tx1t4; K-specialized pipelines) up to
+    // ORDO_TX1_TOKENS_MAX tokens where they apply: measured faster than tx4's 16x8 lane tiles
+    // there, slower at 8 tokens (gpu/PERF.md); otherwise tx4/txm. All sum in one order, so the
+    // choice never changes a result.
     bool split = n_tokens <= abi::ORDO_TX1_TOKENS_MAX && tx1_usable(info, w.type, w.n_in);
-    bool one = split;  // one token group per dispatch
     bool few = n_tokens <= mat_vec_tokens_max;
     pipeline_id id = pick(split   ? (n_tokens == 1   ? pipeline_id::mul_mat_tx1_f32
                                      : n_tokens == 2 ? pipeline_id::mul_mat_tx1t2_f32
@@ -168,8 +170,8 @@ status encode_mul_mat_tx(stream& s, const weight_tensor& w, const rows_view& x,
     if (!pl) return pl.err();
     // Rows per workgroup: tx1 ORDO_TX1_ROWS over its teams; tx4/txm tile_rows per lane.
     std::uint64_t rows_per_group =
-        one ? abi::ORDO_TX1_ROWS : std::uint64_t((*pl)->workgroup_size) * (*pl)->tile_rows;
-    std::uint32_t t = one ? abi::ORDO_TX1_TOKENS_MAX : few ? abi::ORDO_TX4_T : abi::ORDO_TXM_T;
+        split ? abi::ORDO_TX1_ROWS : std::uint64_t((*pl)->workgroup_size) * (*pl)->tile_rows;
+    std::uint32_t t = split ? abi::ORDO_TX1_TOKENS_MAX : few ? abi::ORDO_TX4_T : abi::ORDO_TXM_T;
     std::uint32_t gy = ceil_div(n_tokens, t);
     if (gy > info.max_workgroup_count[1]) return bad("mul_mat", "too many tokens for one dispatch");
     for (std::size_t c = 0; c < w.chunks.size(); ++c) {
@@ -250,11 +252,11 @@ status encode_rms_norm(stream& s, rows_view x, buffer_view weight, rows_view out
     if (!fits(x, n_rows, n) || !fits(out, n_rows, n) || weight.range < 4ull * n) {
         return bad("rms_norm", "operand outside its binding");
     }
-    const buffer* wb = weight.buf;
-    bool texel = prefer_texel(s) && s.pipes().get(pipeline_id::rms_norm_tx).handle != VK_NULL_HANDLE &&
-                 texel_rows(x, n_rows, n) && out.offset % 4 == 0 && out.stride % 4 == 0 &&
-                 wb != nullptr && wb->texel_view() != VK_NULL_HANDLE && weight.offset == 0 &&
-                 (n + 3) / 4 <= wb->texel_count();
+    // rms_norm_tx reads the weight from texel 0 of its buffer.
+    bool texel = prefer_texel(s) &&
+                 s.pipes().get(pipeline_id::rms_norm_tx).handle != VK_NULL_HANDLE &&
+                 texel_rows(x, n_rows, n) && vec4_rows(out) && weight.offset == 0 &&
+                 texel_rows({weight, 0, n}, 1, n);
     if (texel) {
         abi::rms_norm_push p{n, n_rows, buffer_offset(x), x.stride, out.offset, out.stride, eps};
         s.dispatch(pipeline_id::rms_norm_tx, {x.view, weight, out.view}, p, {1, n_rows, 1});
@@ -290,7 +292,7 @@ status encode_swiglu(stream& s, rows_view gate, rows_view up, rows_view out, std
         return bad("swiglu", "operand outside its binding");
     }
     if (prefer_texel(s) && texel_rows(gate, n_rows, n) && texel_rows(up, n_rows, n) &&
-        out.offset % 4 == 0 && out.stride % 4 == 0) {
+        vec4_rows(out)) {
         std::uint32_t wg = s.pipes().get(pipeline_id::swiglu_tx).workgroup_size;
         abi::swiglu_push p{n,       n_rows,   buffer_offset(gate), gate.stride, buffer_offset(up),
                            up.stride, out.offset, out.stride};
@@ -363,6 +365,25 @@ bool attention_tx_usable(const stream& s, const kv_pool& pool, std::uint32_t lay
            covered(b.tables.view, 4ull * b.n_seqs * b.max_blocks_per_seq);
 }
 
+// The push fields attention.comp and attention_tx.comp share (abi.h).
+template <typename Push>
+Push attention_push_common(const kv_geometry& g, const attention_batch& b) {
+    Push p{};
+    p.n_tokens = b.n_tokens;
+    p.n_head = b.n_head;
+    p.n_head_kv = g.n_head_kv;
+    p.head_dim = g.head_dim;
+    p.block_tokens = g.block_tokens;
+    p.n_blocks = g.n_blocks;
+    p.max_blocks_per_seq = b.max_blocks_per_seq;
+    p.n_seqs = b.n_seqs;
+    p.tokens_offset = b.tokens.offset;
+    p.out_offset = b.out.offset;
+    p.out_stride = b.out.stride;
+    p.scale = 1.0f / std::sqrt(static_cast<float>(g.head_dim));
+    return p;
+}
+
 status encode_attention_tx(stream& s, const kv_pool& pool, std::uint32_t layer,
                            const attention_batch& b) {
     const kv_geometry& g = pool.geometry();
@@ -379,24 +400,12 @@ status encode_attention_tx(stream& s, const kv_pool& pool, std::uint32_t layer,
                              : (g.f16 ? pipeline_id::attention_tx128_f16
                                       : pipeline_id::attention_tx128_f32);
     std::uint32_t gy = grouped ? ceil_div(b.n_tokens, abi::ORDO_ATTN_TX_GROUP) : b.n_tokens;
-    abi::attention_tx_push p{};
-    p.n_tokens = b.n_tokens;
-    p.n_head = b.n_head;
-    p.n_head_kv = g.n_head_kv;
-    p.head_dim = g.head_dim;
-    p.block_tokens = g.block_tokens;
-    p.n_blocks = g.n_blocks;
-    p.max_blocks_per_seq = b.max_blocks_per_seq;
-    p.n_seqs = b.n_seqs;
+    auto p = attention_push_common<abi::attention_tx_push>(g, b);
     p.q_texel = static_cast<std::uint32_t>((b.q.view.offset + 4ull * b.q.offset) / 16);
     p.q_stride4 = b.q.stride / 4;
     p.k_texel = static_cast<std::uint32_t>(pool.k(layer).offset / 16);
     p.v_texel = static_cast<std::uint32_t>(pool.v(layer).offset / 16);
     p.tables_texel = static_cast<std::uint32_t>(b.tables.view.offset / 16);
-    p.tokens_offset = b.tokens.offset;
-    p.out_offset = b.out.offset;
-    p.out_stride = b.out.stride;
-    p.scale = 1.0f / std::sqrt(static_cast<float>(g.head_dim));
     s.dispatch(id,
                {b.q.view, pool.k(layer), pool.v(layer), b.tokens.view, b.tables.view,
                 b.out.view},
@@ -441,21 +450,9 @@ status encode_attention(stream& s, const kv_pool& pool, std::uint32_t layer,
          s.pipes().tuning().prefer_texel_kernels)) {
         return encode_attention_tx(s, pool, layer, b);
     }
-    abi::attention_push p{};
-    p.n_tokens = b.n_tokens;
-    p.n_head = b.n_head;
-    p.n_head_kv = g.n_head_kv;
-    p.head_dim = g.head_dim;
-    p.block_tokens = g.block_tokens;
-    p.n_blocks = g.n_blocks;
-    p.max_blocks_per_seq = b.max_blocks_per_seq;
-    p.n_seqs = b.n_seqs;
+    auto p = attention_push_common<abi::attention_push>(g, b);
     p.q_offset = b.q.offset;
     p.q_stride = b.q.stride;
-    p.out_offset = b.out.offset;
-    p.out_stride = b.out.stride;
-    p.tokens_offset = b.tokens.offset;
-    p.scale = 1.0f / std::sqrt(static_cast<float>(g.head_dim));
     s.dispatch(id,
                {b.q.view, pool.k(layer), pool.v(layer), b.tokens.view, b.tables.view,
                 b.out.view},

@@ -67,7 +67,6 @@ pipeline_tuning tuning_for(const device_info& info) {
     t.mat_rows_wg = std::min<std::uint32_t>(cap, 64);
     // A CPU device (lavapipe) runs the barrier-free row-per-lane kernel for every token count.
     t.prefer_rows_kernel = info.kind == device_kind::cpu;
-    // 32 lanes x 1 row keeps the small model's 288-row mat-vecs at 9 workgroups (2 threads).
     // One subgroup: a 16-row tile per lane gives 128 rows per workgroup (measured: 32 lanes
     // left 768-row outputs at 3 workgroups per token group, 1.2-1.5x slower on 2 threads).
     t.mat_tx_tile_wg = std::min<std::uint32_t>(cap, std::max<std::uint32_t>(8, sg));
@@ -148,10 +147,7 @@ result<const pipeline*> pipelines::for_k(pipeline_id id, std::uint32_t k) const 
 status pipelines::build(pipeline& pl, pipeline_id id, std::uint32_t k) const {
     VkDevice d = _device.handle();
     const pipeline_source& src = source_of(id);
-    const std::uint32_t* code = src.code;
-    std::size_t words = src.words;
-    std::uint32_t bindings = src.bindings;
-    std::uint32_t push_bytes = src.push_bytes;
+    const std::uint32_t bindings = src.bindings;
     // attention_tx needs subgroup arithmetic, which Vulkan does not require: without it the
     // pipeline stays null and encode_attention never picks it (it checks the same flag).
     if ((pipeline_name(id).starts_with("attention_tx") || pipeline_name(id) == "rms_norm_tx") &&
@@ -159,7 +155,7 @@ status pipelines::build(pipeline& pl, pipeline_id id, std::uint32_t k) const {
         return {};
     }
     pl.bindings = bindings;
-    pl.push_bytes = push_bytes;
+    pl.push_bytes = src.push_bytes;
     pl.k = k;
     pl.workgroup_size = wg_for(id, _tuning);
     pl.rows_per_workgroup = pipeline_name(id).starts_with("mul_mat_vec") ? _tuning.mat_vec_rows
@@ -193,7 +189,7 @@ status pipelines::build(pipeline& pl, pipeline_id id, std::uint32_t k) const {
     VkResult r = vkCreateDescriptorSetLayout(d, &dl, nullptr, &pl.set_layout);
     if (r != VK_SUCCESS) return vk_error(r, what + " set layout");
 
-    VkPushConstantRange range{VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes};
+    VkPushConstantRange range{VK_SHADER_STAGE_COMPUTE_BIT, 0, src.push_bytes};
     VkPipelineLayoutCreateInfo li{VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
     li.setLayoutCount = 1;
     li.pSetLayouts = &pl.set_layout;
@@ -203,8 +199,8 @@ status pipelines::build(pipeline& pl, pipeline_id id, std::uint32_t k) const {
     if (r != VK_SUCCESS) return vk_error(r, what + " layout");
 
     VkShaderModuleCreateInfo mi{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
-    mi.codeSize = words * 4;
-    mi.pCode = code;
+    mi.codeSize = src.words * 4;
+    mi.pCode = src.code;
     VkShaderModule module = VK_NULL_HANDLE;
     r = vkCreateShaderModule(d, &mi, nullptr, &module);
     if (r != VK_SUCCESS) return vk_error(r, what + " shader module");
@@ -212,9 +208,8 @@ status pipelines::build(pipeline& pl, pipeline_id id, std::uint32_t k) const {
     // Constant 2 (K) only matters to the shaders specialized on it (0 elsewhere); Vulkan
     // ignores map entries whose constant a module does not declare.
     // Constant 3: mul_mat_tx tx4/txm rows per lane (128 rows per workgroup).
-    std::uint32_t tile_rows = std::max<std::uint32_t>(1, abi::ORDO_TX_TILE_ROWS / pl.workgroup_size);
-    pl.tile_rows = tile_rows;
-    std::uint32_t spec_values[4] = {pl.workgroup_size, pl.rows_per_workgroup, k, tile_rows};
+    pl.tile_rows = std::max<std::uint32_t>(1, abi::ORDO_TX_TILE_ROWS / pl.workgroup_size);
+    std::uint32_t spec_values[4] = {pl.workgroup_size, pl.rows_per_workgroup, k, pl.tile_rows};
     VkSpecializationMapEntry entries[4] = {{0, 0, 4}, {1, 4, 4}, {2, 8, 4}, {3, 12, 4}};
     VkSpecializationInfo spec{4, entries, sizeof(spec_values), spec_values};
     VkComputePipelineCreateInfo ci{VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};

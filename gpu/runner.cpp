@@ -241,7 +241,8 @@ status runner::upload_model(const model::llama_weights& w) {
         std::vector<std::pair<weight_tensor*, const model::matrix_view*>> mats = {
             {&lw.wo, &l.attn_output}, {&lw.down, &l.ffn_down}};
         if (lw.qkv.n_out == 0) {
-            mats.insert(mats.end(), {{&lw.wq, &l.attn_q}, {&lw.wk, &l.attn_k}, {&lw.wv, &l.attn_v}});
+            mats.insert(mats.end(),
+                        {{&lw.wq, &l.attn_q}, {&lw.wk, &l.attn_k}, {&lw.wv, &l.attn_v}});
         }
         if (lw.gate_up.n_out == 0) {
             mats.insert(mats.end(), {{&lw.gate, &l.ffn_gate}, {&lw.up, &l.ffn_up}});
@@ -374,45 +375,45 @@ status check_kv_request(std::span<const std::uint32_t> ids, std::uint64_t bytes,
 
 }  // namespace
 
-status runner::read_kv_blocks(std::span<const std::uint32_t> ids, std::span<std::uint8_t> dst) {
+// The host layout of copied KV blocks: per block, per layer, K then V (kv_layer_block_bytes
+// each). `copy(view, device offset, host offset, bytes)` moves one such range.
+template <typename Copy>
+status runner::for_each_kv_range(const char* what, std::span<const std::uint32_t> ids,
+                                 std::size_t host_bytes, Copy&& copy) {
     if (_stream->state() != stream_state::idle) {
-        return make_error("gpu_busy", "KV read while a segment is in flight");
+        return make_error("gpu_busy", std::string("KV ") + what + " while a segment is in flight");
     }
-    status ok = check_kv_request(ids, dst.size(), kv_block_bytes(), _limits.n_blocks);
+    status ok = check_kv_request(ids, host_bytes, kv_block_bytes(), _limits.n_blocks);
     if (!ok) return ok;
     std::uint64_t lb = kv_layer_block_bytes();
-    std::uint8_t* out = dst.data();
+    std::size_t at = 0;
     for (std::uint32_t id : ids) {
         for (std::uint32_t l = 0; l < _hp.n_layer; ++l) {
             for (buffer_view v : {_kv->k(l), _kv->v(l)}) {
-                status s = _dev->read(*v.buf, v.offset + id * lb, out, lb);
+                status s = copy(v, v.offset + id * lb, at, lb);
                 if (!s) return s;
-                out += lb;
+                at += lb;
             }
         }
     }
     return {};
 }
 
+status runner::read_kv_blocks(std::span<const std::uint32_t> ids, std::span<std::uint8_t> dst) {
+    return for_each_kv_range(
+        "read", ids, dst.size(), [&](buffer_view v, std::uint64_t dev, std::size_t host,
+                                     std::uint64_t n) {
+            return _dev->read(*v.buf, dev, dst.data() + host, n);
+        });
+}
+
 status runner::write_kv_blocks(std::span<const std::uint32_t> ids,
                                std::span<const std::uint8_t> src) {
-    if (_stream->state() != stream_state::idle) {
-        return make_error("gpu_busy", "KV write while a segment is in flight");
-    }
-    status ok = check_kv_request(ids, src.size(), kv_block_bytes(), _limits.n_blocks);
-    if (!ok) return ok;
-    std::uint64_t lb = kv_layer_block_bytes();
-    const std::uint8_t* in = src.data();
-    for (std::uint32_t id : ids) {
-        for (std::uint32_t l = 0; l < _hp.n_layer; ++l) {
-            for (buffer_view v : {_kv->k(l), _kv->v(l)}) {
-                status s = _dev->write(*v.buf, v.offset + id * lb, in, lb);
-                if (!s) return s;
-                in += lb;
-            }
-        }
-    }
-    return {};
+    return for_each_kv_range(
+        "write", ids, src.size(), [&](buffer_view v, std::uint64_t dev, std::size_t host,
+                                      std::uint64_t n) {
+            return _dev->write(*v.buf, dev, src.data() + host, n);
+        });
 }
 
 }  // namespace ordo::gpu

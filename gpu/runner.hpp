@@ -140,6 +140,9 @@ private:
     status init_buffers();
     status init_stream();
     status warm_up();
+    template <typename Copy>
+    status for_each_kv_range(const char* what, std::span<const std::uint32_t> ids,
+                             std::size_t host_bytes, Copy&& copy);
     result<weight_tensor> upload(const model::matrix_view& m);
     result<weight_tensor> upload_padded(const model::matrix_view& m);
     // The matrices' rows concatenated into one tensor; an empty tensor when their types or
