@@ -344,6 +344,49 @@ status encode_kv_write(stream& s, const kv_pool& pool, std::uint32_t layer, rows
     return {};
 }
 
+status encode_rope_kv(stream& s, const kv_pool& pool, std::uint32_t layer, rows_view qkv,
+                      ints_view positions, ints_view slots, std::uint32_t n_tokens,
+                      std::uint32_t n_head, std::uint32_t n_rot, float freq_base) {
+    const kv_geometry& g = pool.geometry();
+    const std::uint32_t hd = g.head_dim, kv = g.n_head_kv * hd;
+    const rows_view k{qkv.view, qkv.offset + n_head * hd, qkv.stride};
+    const rows_view v{qkv.view, k.offset + kv, qkv.stride};
+    bool texel = prefer_texel(s) && hd % 4 == 0 && n_tokens != 0 &&
+                 texel_rows(qkv, n_tokens, n_head * hd + 2 * kv);
+    if (!texel) {
+        status r = encode_rope(s, qkv, positions, n_tokens, n_head + g.n_head_kv, hd, n_rot,
+                               freq_base);
+        return r ? encode_kv_write(s, pool, layer, k, v, slots, n_tokens) : r;
+    }
+    if (layer >= g.n_layer) return bad("rope_kv", "bad layer");
+    if (n_tokens == 0 || n_tokens > rows_limit(s) || n_head == 0 || n_rot == 0 ||
+        n_rot % 2 != 0 || n_rot > hd) {
+        return bad("rope_kv", "bad shape (n_rot must be even and <= head_dim)");
+    }
+    if (!fits(positions, n_tokens) || !fits(slots, n_tokens) ||
+        positions.view.buf != slots.view.buf || positions.view.offset != slots.view.offset) {
+        return bad("rope_kv", "positions and slots must be ints of one binding");
+    }
+    pipeline_id id = g.f16 ? pipeline_id::rope_kv_tx_f16 : pipeline_id::rope_kv_tx_f32;
+    abi::rope_kv_push p{};
+    p.n_tokens = n_tokens;
+    p.n_head = n_head;
+    p.n_head_kv = g.n_head_kv;
+    p.head_dim = hd;
+    p.n_rot = n_rot;
+    p.src_texel = buffer_offset(qkv) / 4;
+    p.q_offset = qkv.offset;
+    p.stride = qkv.stride;
+    p.pos_offset = positions.offset;
+    p.slots_offset = slots.offset;
+    p.block_tokens = g.block_tokens;
+    p.n_blocks = g.n_blocks;
+    p.freq_base = freq_base;
+    s.dispatch(id, {qkv.view, qkv.view, positions.view, pool.k(layer), pool.v(layer)}, p,
+               {1, n_tokens, 1});
+    return {};
+}
+
 namespace {
 
 // Whether attention_tx can run this batch (see attention_path in kernels.hpp).

@@ -82,6 +82,17 @@ status encode_add(stream& s, rows_view a, rows_view b, rows_view out, std::uint3
 status encode_kv_write(stream& s, const kv_pool& pool, std::uint32_t layer, rows_view k,
                        rows_view v, ints_view slots, std::uint32_t n_tokens);
 
+// The attention block's rope and KV store for fused q|k|v rows (qkv: n_head q heads, then
+// n_head_kv k heads, then n_head_kv v heads of head_dim floats per token): q and k rotated by
+// positions[t], q written back in place, k and v stored into slots[t] of one pool layer (a
+// negative slot stores nothing); the k rows of qkv are left rotated or not, depending on the
+// path. One dispatch (rope_kv_tx) where the texel kernels are preferred and the rows allow it,
+// else encode_rope + encode_kv_write; both compute the same values. positions and slots must be
+// ints of one binding.
+status encode_rope_kv(stream& s, const kv_pool& pool, std::uint32_t layer, rows_view qkv,
+                      ints_view positions, ints_view slots, std::uint32_t n_tokens,
+                      std::uint32_t n_head, std::uint32_t n_rot, float freq_base);
+
 struct attention_batch {
     rows_view q;                      // n_head * head_dim floats per token
     rows_view out;                    // n_head * head_dim floats per token

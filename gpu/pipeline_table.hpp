@@ -49,6 +49,8 @@
     X(add, 3, add_push)                              \
     X(kv_write_f32, 4, kv_write_push)                \
     X(kv_write_f16, 4, kv_write_push)                \
+    X(rope_kv_tx_f32, 5, rope_kv_push)               \
+    X(rope_kv_tx_f16, 5, rope_kv_push)               \
     X(attention_f32, 6, attention_push)              \
     X(attention_f16, 6, attention_push)              \
     X(attention_tx64_f32, 6, attention_tx_push)     \

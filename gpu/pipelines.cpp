@@ -89,7 +89,7 @@ std::uint32_t wg_for(pipeline_id id, const pipeline_tuning& t) {
     if (n.starts_with("mul_mat_tx")) return t.mat_tx_tile_wg;
     if (n.starts_with("mul_mat")) return 128;  // fixed by the tile mapping in mul_mat.comp
     if (n == "rms_norm") return t.norm_wg;
-    if (n == "rms_norm_tx") return t.attention_tx_wg;  // one subgroup
+    if (n == "rms_norm_tx" || n.starts_with("rope_kv_tx")) return t.attention_tx_wg;  // one subgroup
     if (n.starts_with("attention_tx")) return t.attention_tx_wg;
     if (n.starts_with("attention")) return t.attention_wg;
     if (n == "spin" || n == "spin_until") return 1;
@@ -162,12 +162,13 @@ status pipelines::build(pipeline& pl, pipeline_id id, std::uint32_t k) const {
                                                                         : 1;
     // mul_mat_tx reads weights (binding 0) and activations (binding 1) as texel buffers.
     // attention_tx: q, K, V and the block tables (bindings 0, 1, 2, 4).
-    // rms_norm_tx: x and the weight; swiglu_tx: gate and up.
+    // rms_norm_tx: x and the weight; swiglu_tx: gate and up; rope_kv_tx: the q|k|v rows.
     std::string_view name = pipeline_name(id);
     pl.texel_bindings = name.starts_with("mul_mat_tx") || name == "rms_norm_tx" ||
                                 name == "swiglu_tx"
                             ? 0b011u
                         : name.starts_with("attention_tx") ? 0b10111u
+                        : name.starts_with("rope_kv_tx")   ? 0b1u
                                                            : 0u;
     std::string what = "pipeline " + std::string(pipeline_name(id));
     if (k != 0) what += " (K " + std::to_string(k) + ")";

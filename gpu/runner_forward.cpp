@@ -70,10 +70,9 @@ status runner::record_layer(std::uint32_t l) {
         ORDO_TRY(encode_mul_mat(s, w.wk, xn, k, n, false));
         ORDO_TRY(encode_mul_mat(s, w.wv, xn, v, n, false));
     }
-    ORDO_TRY(encode_rope(s, q, positions, n, _hp.n_head + _hp.n_head_kv, _hp.head_dim(),
-                         _hp.n_rot, _hp.rope_freq_base));
     // The new tokens' K and V go to their slots first, so attention sees them (causal self).
-    ORDO_TRY(encode_kv_write(s, *_kv, l, k, v, slots, n));
+    ORDO_TRY(encode_rope_kv(s, *_kv, l, q, positions, slots, n, _hp.n_head, _hp.n_rot,
+                            _hp.rope_freq_base));
     attention_batch b;
     b.q = q;
     b.out = att;

@@ -4,7 +4,8 @@
 // plus paged attention. Times come from GPU timestamp queries (the per-dispatch time, not the
 // submission overhead) and, separately, the wall time of submit + fence wait per segment.
 // Usage: ordo-bench-kernels [--device SELECTOR] [--reps N] [--tx-wg LANES] [--no-texel] [--steps]
-//                           [--dispatch-cost]
+//                           [--prefill] [--dispatch-cost]
+//   --prefill measures only the prefill mat-muls of one layer of the small and medium models.
 //   --dispatch-cost measures the fixed wall cost of one small dispatch (with/without timestamps).
 //   --tx-wg overrides the mul_mat_tx tx4/txm workgroup size, --no-texel measures the storage-buffer
 //   kernels that automatic picks without texel views (the "before" numbers of gpu/PERF.md),
@@ -174,6 +175,22 @@ void bench_steps(bench_env& e) {
     }
 }
 
+// The prefill mat-muls of one layer (fused q|k|v, o, fused gate|up, down) of the small F32 and
+// the medium F16 model at 128 and 512 tokens: what a prefill step spends ~70-85% of its time in.
+void bench_prefill(bench_env& e) {
+    using model::ggml_type;
+    struct shape { ggml_type type; std::uint32_t n_in, n_out; const char* name; };
+    const shape shapes[] = {
+        {ggml_type::f32, 288, 864, "small qkv"},   {ggml_type::f32, 288, 288, "small o"},
+        {ggml_type::f32, 288, 1536, "small gate_up"}, {ggml_type::f32, 768, 288, "small down"},
+        {ggml_type::f16, 768, 2304, "medium qkv"}, {ggml_type::f16, 768, 768, "medium o"},
+        {ggml_type::f16, 768, 4096, "medium gate_up"}, {ggml_type::f16, 2048, 768, "medium down"},
+    };
+    for (std::uint32_t n : {128u, 512u}) {
+        for (const shape& s : shapes) bench_mul_mat(e, s.type, s.n_in, s.n_out, n, s.name);
+    }
+}
+
 // The fixed cost of one dispatch: a segment of n tiny `add` dispatches (768 floats, one
 // workgroup each), with and without a barrier after each, on streams with and without
 // timestamps; prints wall ms per dispatch (what a decode step pays per kernel beyond its work).
@@ -210,6 +227,7 @@ int main(int argc, char** argv) {
     bool texel = true;
     bool steps_only = false;
     bool dispatch_cost = false;
+    bool prefill_only = false;
     for (int i = 1; i < argc; ++i) {
         if (std::strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
             selector = argv[++i];
@@ -219,6 +237,8 @@ int main(int argc, char** argv) {
             tx_wg = std::clamp<std::uint32_t>(std::stoul(argv[++i]), 1, 1024);
         } else if (std::strcmp(argv[i], "--dispatch-cost") == 0) {
             dispatch_cost = true;
+        } else if (std::strcmp(argv[i], "--prefill") == 0) {
+            prefill_only = true;
         } else if (std::strcmp(argv[i], "--steps") == 0) {
             steps_only = true;
         } else if (std::strcmp(argv[i], "--no-texel") == 0) {
@@ -226,7 +246,8 @@ int main(int argc, char** argv) {
             e.attention = attention_path::classic;
         } else {
             std::fprintf(stderr, "usage: ordo-bench-kernels [--device SELECTOR] [--reps N] "
-                                 "[--tx-wg LANES] [--no-texel] [--steps] [--dispatch-cost]\n");
+                                 "[--tx-wg LANES] [--no-texel] [--steps] [--prefill] "
+                                 "[--dispatch-cost]\n");
             return 2;
         }
     }
@@ -252,6 +273,10 @@ int main(int argc, char** argv) {
     using model::ggml_type;
     if (steps_only) {
         bench_steps(e);
+        return 0;
+    }
+    if (prefill_only) {
+        bench_prefill(e);
         return 0;
     }
     if (dispatch_cost) {

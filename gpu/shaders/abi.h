@@ -66,6 +66,8 @@ ORDO_ABI_CONST ORDO_B_NORM_X = 0, ORDO_B_NORM_W = 1, ORDO_B_NORM_OUT = 2;
 ORDO_ABI_CONST ORDO_B_ROPE_X = 0, ORDO_B_ROPE_POS = 1;
 ORDO_ABI_CONST ORDO_B_SWIGLU_GATE = 0, ORDO_B_SWIGLU_UP = 1, ORDO_B_SWIGLU_OUT = 2;
 ORDO_ABI_CONST ORDO_B_ADD_A = 0, ORDO_B_ADD_B = 1, ORDO_B_ADD_OUT = 2;
+ORDO_ABI_CONST ORDO_B_ROPE_KV_SRC = 0, ORDO_B_ROPE_KV_Q = 1, ORDO_B_ROPE_KV_INTS = 2,
+               ORDO_B_ROPE_KV_K = 3, ORDO_B_ROPE_KV_V = 4;
 ORDO_ABI_CONST ORDO_B_KVW_SRC = 0, ORDO_B_KVW_SLOTS = 1, ORDO_B_KVW_K = 2, ORDO_B_KVW_V = 3;
 ORDO_ABI_CONST ORDO_B_ATTN_Q = 0, ORDO_B_ATTN_K = 1, ORDO_B_ATTN_V = 2, ORDO_B_ATTN_TOKENS = 3,
                ORDO_B_ATTN_TABLES = 4, ORDO_B_ATTN_OUT = 5;
@@ -174,6 +176,24 @@ struct kv_write_push {
     uint k_offset;      // floats, first K element of token 0 in the source
     uint v_offset;      // floats, first V element of token 0 in the source
     uint slots_offset;  // elements
+};
+
+// rope_kv_tx.comp: rope on q and k of fused q|k|v rows, q written back in place, k and v stored
+// into the pool slots (rope_push + kv_write_push in one dispatch).
+struct rope_kv_push {
+    uint n_tokens;
+    uint n_head;        // q heads
+    uint n_head_kv;
+    uint head_dim;      // multiple of 4
+    uint n_rot;         // even, <= head_dim
+    uint src_texel;     // texel of token 0's q in the source buffer (its texel view)
+    uint q_offset;      // floats: token 0's q in the q binding (the same rows; multiple of 4)
+    uint stride;        // floats between tokens (multiple of 4)
+    uint pos_offset;    // ints: token 0's position in the ints binding
+    uint slots_offset;  // ints: token 0's slot (block * block_tokens + offset; < 0: no store)
+    uint block_tokens;
+    uint n_blocks;      // blocks in the pool (slots are bounds-checked against it)
+    float freq_base;
 };
 
 // attention_*.comp: for each query token and head, causal softmax attention over the token's

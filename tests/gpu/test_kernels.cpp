@@ -1,5 +1,6 @@
 // test_kernels.cpp: the kernels (get_rows, mul_mat_vec, tiled mul_mat, mul_mat_rows, the
-// texel-fetch mul_mat_tx variants tx1/tx4/txm, the automatic choice, rms_norm, rope, swiglu, add,
+// texel-fetch mul_mat_tx variants tx1/tx4/txm, the automatic choice, rms_norm, rope, rope_kv
+// (both paths, checked against model::rope and the pool layout), swiglu, add,
 // and both attention kernels at the head dims of the attention_tx variants) run on the real
 // Vulkan device and compared with the CPU reference (model/cpu_ops.hpp, model/quant.hpp) on
 // seeded random data, for F32/F16/Q8_0/Q4_0 weights,
@@ -304,6 +305,87 @@ TEST(GpuKernels, RopePartialRotationPerTokenPositions) {
         model::rope(want.data() + t * stride + 4, heads, head_dim, n_rot, pos[t], 10000.0f);
     }
     expect_close(read_buffer<float>(xb, x.size()), want, 2e-5f, 1e-4f, "rope");
+}
+
+// rope_kv: q and k rotated, q written back, k and v stored into the token's pool slot, through
+// both paths (rope_kv_tx, and rope + kv_write where texel kernels are not preferred).
+void check_rope_kv(stream& str, bool f16, bool texel) {
+    SCOPED_TRACE(std::string(f16 ? "f16 pool" : "f32 pool") + (texel ? " texel" : " fallback"));
+    // GQA (6 q heads, 2 kv heads); n_rot % 4 == 2 rotates half of one texel; token 2 skips
+    // its store (slot -1); slots in several blocks, out of order.
+    const std::uint32_t n_head = 6, n_kv = 2, hd = 48, n_rot = 30, bt = 4, n_blocks = 7;
+    const std::uint32_t tokens = 5, width = (n_head + 2 * n_kv) * hd, stride = width + 4;
+    const std::vector<std::int32_t> pos = {0, 1, 17, 300, 9}, slots = {23, 0, -1, 13, 6};
+    std::vector<std::int32_t> ints(16, 0);
+    std::copy(pos.begin(), pos.end(), ints.begin());
+    std::copy(slots.begin(), slots.end(), ints.begin() + 8);
+    auto x = random_floats(std::size_t(stride) * tokens + 8, 41);
+    buffer xb = make_buffer(x), ib = make_buffer(ints);
+    auto pool = kv_pool::create(*env().dev, {2, n_kv, hd, bt, n_blocks, f16});
+    ASSERT_TRUE(pool.ok()) << pool.err().message;
+    ASSERT_TRUE((*pool)->clear().ok());
+    ASSERT_TRUE(str.begin("rope_kv").ok());
+    status st = encode_rope_kv(str, **pool, 1, {whole(xb), 4, stride}, {whole(ib), 0},
+                               {whole(ib), 8}, tokens, n_head, n_rot, 10000.0f);
+    ASSERT_TRUE(st.ok()) << st.err().message;
+    st = str.run(test_watchdog_ms);
+    ASSERT_TRUE(st.ok()) << st.err().message;
+    if (env().dev->info().timestamps) {  // one fused dispatch, or rope then kv_write
+        ASSERT_EQ(str.timings().size(), texel ? 1u : 2u);
+        EXPECT_EQ(pipeline_name(str.timings()[0].id),
+                  texel ? (f16 ? "rope_kv_tx_f16" : "rope_kv_tx_f32") : "rope");
+    }
+
+    auto got = read_buffer<float>(xb, x.size());
+    std::vector<float> want_q, got_q;
+    const std::size_t pool_elems = std::size_t(n_blocks) * n_kv * bt * hd;
+    std::vector<float> want_k(pool_elems, 0.0f), want_v(pool_elems, 0.0f);
+    for (std::uint32_t t = 0; t < tokens; ++t) {
+        std::vector<float> row(x.begin() + 4 + t * stride, x.begin() + 4 + t * stride + width);
+        model::rope(row.data(), n_head + n_kv, hd, n_rot, pos[t], 10000.0f);  // q and k heads
+        want_q.insert(want_q.end(), row.begin(), row.begin() + n_head * hd);
+        got_q.insert(got_q.end(), got.begin() + 4 + t * stride,
+                     got.begin() + 4 + t * stride + n_head * hd);
+        if (slots[t] < 0) continue;
+        std::uint32_t block = slots[t] / bt, in_block = slots[t] % bt;
+        for (std::uint32_t h = 0; h < n_kv; ++h) {
+            for (std::uint32_t d = 0; d < hd; ++d) {
+                std::size_t o = ((std::size_t(block) * n_kv + h) * bt + in_block) * hd + d;
+                want_k[o] = row[(n_head + h) * hd + d];
+                want_v[o] = row[(n_head + n_kv + h) * hd + d];
+            }
+        }
+    }
+    expect_close(got_q, want_q, 2e-5f, 1e-4f, "q");
+    auto read_pool = [&](buffer_view v) {
+        std::vector<float> out(pool_elems);
+        if (f16) {
+            std::vector<std::uint16_t> h(pool_elems);
+            EXPECT_TRUE(env().dev->read(*v.buf, v.offset, h.data(), h.size() * 2).ok());
+            for (std::size_t i = 0; i < h.size(); ++i) out[i] = model::f16_to_f32(h[i]);
+        } else {
+            EXPECT_TRUE(env().dev->read(*v.buf, v.offset, out.data(), out.size() * 4).ok());
+        }
+        return out;
+    };
+    // An F16 pool holds the values rounded to half: within half an f16 ulp (2^-11 relative).
+    float tol = f16 ? 5e-4f : 1e-4f;
+    expect_close(read_pool((*pool)->k(1)), want_k, 2e-5f, tol, "pool K");
+    expect_close(read_pool((*pool)->v(1)), want_v, 2e-5f, tol, "pool V");
+}
+
+TEST(GpuKernels, RopeKvBothPathsBothPools) {
+    ORDO_REQUIRE_GPU();
+    for (bool texel : {true, false}) {
+        pipeline_tuning tuning = tuning_for(env().dev->info());
+        tuning.prefer_texel_kernels = texel;
+        auto pipes = pipelines::create(*env().dev, tuning);
+        ASSERT_TRUE(pipes.ok()) << pipes.err().message;
+        // Timestamps (where the device has them) name the dispatched kernels.
+        auto str = stream::create(*env().dev, **pipes, {64, env().dev->info().timestamps});
+        ASSERT_TRUE(str.ok()) << str.err().message;
+        for (bool f16 : {true, false}) check_rope_kv(**str, f16, texel);
+    }
 }
 
 TEST(GpuKernels, SwigluAndAdd) {
