@@ -427,21 +427,27 @@ Push attention_push_common(const kv_geometry& g, const attention_batch& b) {
     return p;
 }
 
+// The attention_tx variant for a pool geometry: grouped (prefill) or per query, head rows up to
+// 64 or 128, F16 or F32 pool. Specialized on head_dim (pipelines::for_k).
+pipeline_id attention_tx_id(const kv_geometry& g, bool grouped) {
+    bool small = g.head_dim <= abi::ORDO_ATTN_TX_HD_SMALL;
+    return grouped ? (small ? (g.f16 ? pipeline_id::attention_txg64_f16
+                                     : pipeline_id::attention_txg64_f32)
+                            : (g.f16 ? pipeline_id::attention_txg128_f16
+                                     : pipeline_id::attention_txg128_f32))
+           : small ? (g.f16 ? pipeline_id::attention_tx64_f16 : pipeline_id::attention_tx64_f32)
+                   : (g.f16 ? pipeline_id::attention_tx128_f16 : pipeline_id::attention_tx128_f32);
+}
+
 status encode_attention_tx(stream& s, const kv_pool& pool, std::uint32_t layer,
                            const attention_batch& b) {
     const kv_geometry& g = pool.geometry();
-    bool small = g.head_dim <= abi::ORDO_ATTN_TX_HD_SMALL;
     // Prefill-like steps (several tokens per sequence on average) take the grouped variant;
     // both give every query the same bits (attention_tx.comp).
     bool grouped = b.n_tokens >= abi::ORDO_ATTN_TX_GROUP * b.n_seqs;
-    pipeline_id id = grouped ? (small ? (g.f16 ? pipeline_id::attention_txg64_f16
-                                               : pipeline_id::attention_txg64_f32)
-                                      : (g.f16 ? pipeline_id::attention_txg128_f16
-                                               : pipeline_id::attention_txg128_f32))
-                     : small ? (g.f16 ? pipeline_id::attention_tx64_f16
-                                      : pipeline_id::attention_tx64_f32)
-                             : (g.f16 ? pipeline_id::attention_tx128_f16
-                                      : pipeline_id::attention_tx128_f32);
+    pipeline_id id = attention_tx_id(g, grouped);
+    auto pl = s.pipes().for_k(id, g.head_dim);
+    if (!pl) return pl.err();
     std::uint32_t gy = grouped ? ceil_div(b.n_tokens, abi::ORDO_ATTN_TX_GROUP) : b.n_tokens;
     auto p = attention_push_common<abi::attention_tx_push>(g, b);
     p.q_texel = static_cast<std::uint32_t>((b.q.view.offset + 4ull * b.q.offset) / 16);
@@ -449,7 +455,7 @@ status encode_attention_tx(stream& s, const kv_pool& pool, std::uint32_t layer,
     p.k_texel = static_cast<std::uint32_t>(pool.k(layer).offset / 16);
     p.v_texel = static_cast<std::uint32_t>(pool.v(layer).offset / 16);
     p.tables_texel = static_cast<std::uint32_t>(b.tables.view.offset / 16);
-    s.dispatch(id,
+    s.dispatch(**pl, id,
                {b.q.view, pool.k(layer), pool.v(layer), b.tokens.view, b.tables.view,
                 b.out.view},
                p, {b.n_head, gy, 1});
@@ -457,6 +463,19 @@ status encode_attention_tx(stream& s, const kv_pool& pool, std::uint32_t layer,
 }
 
 }  // namespace
+
+status prepare_attention(const pipelines& pipes, const kv_geometry& g) {
+    const device_info& info = pipes.dev().info();
+    if (!pipes.tuning().prefer_texel_kernels || !info.subgroup_arithmetic ||
+        g.head_dim % 8 != 0 || g.head_dim > abi::ORDO_ATTN_TX_HD_LARGE) {
+        return {};
+    }
+    for (bool grouped : {false, true}) {
+        auto pl = pipes.for_k(attention_tx_id(g, grouped), g.head_dim);
+        if (!pl) return pl.err();
+    }
+    return {};
+}
 
 status encode_attention(stream& s, const kv_pool& pool, std::uint32_t layer,
                         const attention_batch& b) {

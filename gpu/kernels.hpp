@@ -93,6 +93,10 @@ status encode_rope_kv(stream& s, const kv_pool& pool, std::uint32_t layer, rows_
                       ints_view positions, ints_view slots, std::uint32_t n_tokens,
                       std::uint32_t n_head, std::uint32_t n_rot, float freq_base);
 
+// Builds the head_dim-specialized attention_tx pipelines a pool of this geometry will use (at
+// load, so the step path never compiles one). A no-op where encode_attention would not pick them.
+status prepare_attention(const pipelines& pipes, const kv_geometry& g);
+
 struct attention_batch {
     rows_view q;                      // n_head * head_dim floats per token
     rows_view out;                    // n_head * head_dim floats per token

@@ -122,12 +122,13 @@ result<std::unique_ptr<pipelines>> pipelines::create(const device& dev,
 }
 
 bool pipelines::specialized_on_k(pipeline_id id) {
-    return pipeline_name(id).starts_with("mul_mat_tx1");
+    return pipeline_name(id).starts_with("mul_mat_tx1") ||
+           pipeline_name(id).starts_with("attention_tx");
 }
 
 result<const pipeline*> pipelines::for_k(pipeline_id id, std::uint32_t k) const {
     if (!specialized_on_k(id)) return &get(id);
-    if (!_device.info().subgroup_ballot) {
+    if (pipeline_name(id).starts_with("mul_mat_tx1") && !_device.info().subgroup_ballot) {
         return make_error("gpu_unsupported", std::string(pipeline_name(id)) +
                                                  " needs subgroup ballot operations");
     }

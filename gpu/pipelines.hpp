@@ -84,8 +84,8 @@ public:
     const pipeline_tuning& tuning() const { return _tuning; }
     const device& dev() const { return _device; }
 
-    // Pipelines specialized on K (specialization constant 2): the mul_mat_tx1_* ids, whose
-    // table entry stays empty. Built on first request and kept (llvmpipe compiles one in
+    // Pipelines specialized on K (specialization constant 2): the mul_mat_tx1_* ids (K = the
+    // weight's n_in) and the attention_tx* ids (K = head_dim), whose table entries stay empty. Built on first request and kept (llvmpipe compiles one in
     // ~10-100 ms, so the runner asks for its weights' K at load, not on the step path).
     // Thread-safe; the returned pipeline lives as long as this object.
     static bool specialized_on_k(pipeline_id id);

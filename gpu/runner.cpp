@@ -284,6 +284,7 @@ status runner::init_buffers() {
     auto kv = kv_pool::create(*_dev, g);
     if (!kv) return kv.err();
     _kv = std::move(*kv);
+    if (status s = prepare_attention(*_pipes, g); !s) return s;
     _limits.n_blocks = g.n_blocks;
 
     std::uint64_t t = _options.max_batch_tokens, rows = _options.rows_max;

@@ -175,8 +175,8 @@ void bench_steps(bench_env& e) {
     }
 }
 
-// The prefill mat-muls of one layer (fused q|k|v, o, fused gate|up, down) of the small F32 and
-// the medium F16 model at 128 and 512 tokens: what a prefill step spends ~70-85% of its time in.
+// The prefill mat-muls of one layer (fused q|k|v, o, fused gate|up, down) and its attention, of
+// the small F32 and the medium F16 model at 128 and 512 tokens (~85-95% of a prefill step).
 void bench_prefill(bench_env& e) {
     using model::ggml_type;
     struct shape { ggml_type type; std::uint32_t n_in, n_out; const char* name; };
@@ -188,6 +188,8 @@ void bench_prefill(bench_env& e) {
     };
     for (std::uint32_t n : {128u, 512u}) {
         for (const shape& s : shapes) bench_mul_mat(e, s.type, s.n_in, s.n_out, n, s.name);
+        bench_attention(e, 6, 48, n, 1, n);   // small: 6 heads of 48
+        bench_attention(e, 12, 64, n, 1, n);  // medium: 12 heads of 64
     }
 }
 

@@ -20,7 +20,11 @@ layout(std430, binding = ORDO_B_ATTN_TOKENS) readonly buffer tokens_buf { int to
 layout(binding = ORDO_B_ATTN_TABLES) uniform usamplerBuffer tables_tex;
 layout(std430, binding = ORDO_B_ATTN_OUT) writeonly buffer out_buf { float dst[]; };
 
-const uint D8 = HD_MAX / 8u;  // 8-element groups of a head row held per lane
+// head_dim: specialization constant 2 (the encoder builds one pipeline per head_dim, up to the
+// variant's HD_MAX), so a lane holds exactly the head row's 8-element groups and no guarded,
+// masked-off work runs (llvmpipe executes a masked-off body anyway).
+layout(constant_id = 2) const uint HD_SPEC = HD_MAX;
+const uint D8 = HD_SPEC / 8u;  // 8-element groups of a head row held per lane
 
 // Elements [8i, 8i + 8) of the K or V row starting at element `base` (a multiple of 8).
 void kv_group(bool is_k, uint base, uint i, out vec4 lo, out vec4 hi) {
@@ -58,7 +62,6 @@ void main() {
     uint h = gl_WorkGroupID.x;
     uint t0 = gl_WorkGroupID.y * TQ;
     uint kvh = h / (p.n_head / p.n_head_kv);
-    uint groups = p.head_dim / 8u;
     uint seqs[TQ];
     uint n_keys[TQ];
     [[unroll]] for (uint qi = 0; qi < TQ; ++qi) {
@@ -88,12 +91,8 @@ void main() {
     [[unroll]] for (uint qi = 0; qi < TQ; ++qi) {
         uint qt = p.q_texel + min(t0 + qi, p.n_tokens - 1u) * p.q_stride4 + h * (p.head_dim / 4u);
         [[unroll]] for (uint i = 0; i < D8; ++i) {
-            bool in_row = i < groups;
-            q_lo[qi][i] = in_row ? uintBitsToFloat(texelFetch(q_tex, int(qt + 2u * i))) * p.scale
-                                 : vec4(0.0);
-            q_hi[qi][i] = in_row
-                              ? uintBitsToFloat(texelFetch(q_tex, int(qt + 2u * i + 1u))) * p.scale
-                              : vec4(0.0);
+            q_lo[qi][i] = uintBitsToFloat(texelFetch(q_tex, int(qt + 2u * i))) * p.scale;
+            q_hi[qi][i] = uintBitsToFloat(texelFetch(q_tex, int(qt + 2u * i + 1u))) * p.scale;
             acc_lo[qi][i] = vec4(0.0);
             acc_hi[qi][i] = vec4(0.0);
         }
@@ -120,16 +119,14 @@ void main() {
                         p.head_dim;
             vec4 k_lo[D8], k_hi[D8], v_lo[D8], v_hi[D8];
             [[unroll]] for (uint i = 0; i < D8; ++i) {
-                if (i < groups) {
-                    kv_group(true, base, i, k_lo[i], k_hi[i]);
-                    kv_group(false, base, i, v_lo[i], v_hi[i]);
-                }
+                kv_group(true, base, i, k_lo[i], k_hi[i]);
+                kv_group(false, base, i, v_lo[i], v_hi[i]);
             }
             [[unroll]] for (uint qi = 0; qi < TQ; ++qi) {
                 if ((same_seq || qi == pass) && key < n_keys[qi]) {
                     vec4 s4 = vec4(0.0);
                     [[unroll]] for (uint i = 0; i < D8; ++i) {
-                        if (i < groups) s4 += q_lo[qi][i] * k_lo[i] + q_hi[qi][i] * k_hi[i];
+                        s4 += q_lo[qi][i] * k_lo[i] + q_hi[qi][i] * k_hi[i];
                     }
                     float s = (s4.x + s4.y) + (s4.z + s4.w);
                     float m_new = max(m[qi], s);
@@ -137,10 +134,8 @@ void main() {
                     float pj = exp(s - m_new);
                     l[qi] = l[qi] * corr + pj;
                     [[unroll]] for (uint i = 0; i < D8; ++i) {
-                        if (i < groups) {
-                            acc_lo[qi][i] = acc_lo[qi][i] * corr + pj * v_lo[i];
-                            acc_hi[qi][i] = acc_hi[qi][i] * corr + pj * v_hi[i];
-                        }
+                        acc_lo[qi][i] = acc_lo[qi][i] * corr + pj * v_lo[i];
+                        acc_hi[qi][i] = acc_hi[qi][i] * corr + pj * v_hi[i];
                     }
                     m[qi] = m_new;
                 }
@@ -155,14 +150,12 @@ void main() {
         float inv = l_all > 0.0 ? 1.0 / l_all : 0.0;
         uint oo = p.out_offset + (t0 + qi) * p.out_stride + h * p.head_dim;
         [[unroll]] for (uint i = 0; i < D8; ++i) {
-            if (i < groups) {
-                vec4 lo = subgroupAdd(acc_lo[qi][i] * sc) * inv;
-                vec4 hi = subgroupAdd(acc_hi[qi][i] * sc) * inv;
-                if (lane == i % gl_WorkGroupSize.x && t0 + qi < p.n_tokens) {
-                    uint o = oo + 8u * i;
-                    dst[o] = lo.x; dst[o + 1u] = lo.y; dst[o + 2u] = lo.z; dst[o + 3u] = lo.w;
-                    dst[o + 4u] = hi.x; dst[o + 5u] = hi.y; dst[o + 6u] = hi.z; dst[o + 7u] = hi.w;
-                }
+            vec4 lo = subgroupAdd(acc_lo[qi][i] * sc) * inv;
+            vec4 hi = subgroupAdd(acc_hi[qi][i] * sc) * inv;
+            if (lane == i % gl_WorkGroupSize.x && t0 + qi < p.n_tokens) {
+                uint o = oo + 8u * i;
+                dst[o] = lo.x; dst[o + 1u] = lo.y; dst[o + 2u] = lo.z; dst[o + 3u] = lo.w;
+                dst[o + 4u] = hi.x; dst[o + 5u] = hi.y; dst[o + 6u] = hi.z; dst[o + 7u] = hi.w;
             }
         }
     }
