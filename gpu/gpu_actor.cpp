@@ -3,8 +3,11 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
+
+#include "gpu/device_select.hpp"
 
 namespace ordo::gpu {
 
@@ -129,6 +132,36 @@ void gpu_actor::on_stop() {
     if (!_busy) _runner.reset();
 }
 
+namespace {
+
+device_summary summarize(const device_info& i, bool texel_kernels) {
+    device_summary s;
+    s.name = i.name;
+    s.kind = std::string(device_kind_name(i.kind));
+    s.driver = i.driver_name + (i.driver_info.empty() ? "" : " " + i.driver_info);
+    s.vulkan = i.api_version;
+    s.index = i.index;
+    s.subgroup_size = i.subgroup_size;
+    s.max_storage_buffer_range = i.max_storage_buffer_range;
+    s.max_shared_memory_bytes = i.max_shared_memory_bytes;
+    s.max_workgroup_invocations = i.max_workgroup_invocations;
+    for (const memory_heap_info& h : i.heaps) {
+        if (h.device_local) s.device_local_bytes = std::max(s.device_local_bytes, h.size_bytes);
+    }
+    const std::pair<bool, const char*> features[] = {
+        {i.storage_buffer_16bit, "storage_16bit"},     {i.shader_float16, "float16"},
+        {i.storage_buffer_8bit, "storage_8bit"},       {i.shader_int8, "int8"},
+        {i.subgroup_arithmetic, "subgroup_arithmetic"}, {i.subgroup_ballot, "subgroup_ballot"},
+        {i.subgroup_shuffle, "subgroup_shuffle"},     {i.timestamps, "timestamps"}};
+    for (const auto& [on, name] : features) {
+        if (on) s.features.emplace_back(name);
+    }
+    s.kernels = texel_kernels ? "texel" : "storage";
+    return s;
+}
+
+}  // namespace
+
 void gpu_actor::finish_build() {
     if (_job.err) {
         log().error("device build failed: {}: {}", _job.err->code, _job.err->message);
@@ -151,7 +184,8 @@ void gpu_actor::finish_build() {
     _state = state::ready;
     log().info("device ready (epoch {}): {}", _epoch, _device_name);
     device_ready m{_epoch, _device_name, _runner->limits().n_blocks,
-                   _runner->limits().block_tokens, _options.runner.rows_max};
+                   _runner->limits().block_tokens, _options.runner.rows_max,
+                   summarize(_runner->info(), _runner->texel_kernels())};
     (void)_replies.tell(m);
 }
 

@@ -93,6 +93,27 @@ struct step_failed {
     MSGPACK_DEFINE_MAP(step_id, code, message, segment, device_lost);
 };
 
+// What the served device is, for the model and stats ops (docs/protocol.md): identity, the
+// limits the kernels depend on, the optional features enabled and the kernel family the
+// encoders prefer.
+struct device_summary {
+    std::string name;
+    std::string kind;    // discrete | integrated | virtual | cpu | other
+    std::string driver;  // driver name and version string
+    std::string vulkan;  // API version, e.g. "1.3.230"
+    uint32_t index = 0;  // physical device index
+    uint32_t subgroup_size = 0;
+    uint64_t max_storage_buffer_range = 0;
+    uint32_t max_shared_memory_bytes = 0;
+    uint32_t max_workgroup_invocations = 0;
+    uint64_t device_local_bytes = 0;    // the largest device-local heap
+    std::vector<std::string> features;  // the optional features enabled
+    std::string kernels;                // "texel" (texel-buffer kernels) | "storage"
+    MSGPACK_DEFINE_MAP(name, kind, driver, vulkan, index, subgroup_size, max_storage_buffer_range,
+                       max_shared_memory_bytes, max_workgroup_invocations, device_local_bytes,
+                       features, kernels);
+};
+
 // The device is (again) ready: sent after start-up and after each rebuild. epoch counts
 // rebuilds (0 = first start). The KV pool is empty.
 struct device_ready {
@@ -102,7 +123,8 @@ struct device_ready {
     uint32_t kv_blocks = 0;
     uint32_t kv_block_tokens = 0;
     uint32_t rows_max = 0;  // most logits rows one step may ask for
-    MSGPACK_DEFINE_MAP(epoch, device, kv_blocks, kv_block_tokens, rows_max);
+    device_summary info;
+    MSGPACK_DEFINE_MAP(epoch, device, kv_blocks, kv_block_tokens, rows_max, info);
 };
 
 // Rebuilding failed for good (recovery_max exceeded): the server reports health degraded.

@@ -119,6 +119,8 @@ public:
     status clear_kv() { return _kv->clear(); }
 
     const device_info& info() const { return _dev->info(); }
+    // Whether the encoders prefer the texel-buffer kernels (CPU devices: gpu/PERF.md).
+    bool texel_kernels() const { return _pipes->tuning().prefer_texel_kernels; }
     const model::llama_hparams& hparams() const { return _hp; }
     const runner_options& options() const { return _options; }
     const step_limits& limits() const { return _limits; }

@@ -249,6 +249,7 @@ void scheduler_core::op_stats(const client_request& m, std::vector<outgoing_even
                                                   {"prefix_hits", kv.hits},
                                                   {"prefix_misses", kv.misses},
                                                   {"evictions", kv.evictions}});
+    w.nested("gpu").pack(_gpu);
     out.push_back({m.conn, m.id, true, w.finish()});
 }
 
@@ -266,7 +267,8 @@ void scheduler_core::op_model(const client_request& m, std::vector<outgoing_even
     w.field("bos_token", v.bos()).field("eos_token", v.eos());
     w.field("generated", i.generated);
     if (i.generated) w.field("hint", i.hint);
-    w.field("device", _device_name);
+    w.field("device", _gpu.device.name);
+    w.nested("gpu").pack(_gpu.device);
     out.push_back({m.conn, m.id, true, w.finish()});
 }
 

@@ -84,6 +84,21 @@ struct scheduler_counters {
     uint64_t device_epochs = 0;
 };
 
+// The stats op's `gpu` map (docs/protocol.md): the device as the gpu actor announced it at its
+// last device_ready, and what the scheduler saw of its steps.
+struct gpu_view {
+    gpu::device_summary device;
+    uint64_t epoch = 0;           // device rebuilds so far (0 = the first start)
+    uint64_t steps = 0;           // steps that ran
+    double busy_ms = 0;           // their submit-to-fence time, summed
+    uint64_t timeouts = 0;        // failed steps: gpu_timeout (watchdog)
+    uint64_t device_lost = 0;     // failed steps: gpu_device_lost
+    uint64_t nan_logits = 0;      // failed steps: gpu_nan
+    uint64_t other_failures = 0;  // failed steps: any other code
+    MSGPACK_DEFINE_MAP(device, epoch, steps, busy_ms, timeouts, device_lost, nan_logits,
+                       other_failures);
+};
+
 class scheduler_core {
 public:
     using clock = std::chrono::steady_clock;
@@ -213,7 +228,7 @@ private:
     uint64_t _next_step = 1;
     bool _device_ready = false;
     bool _device_unavailable = false;
-    std::string _device_name;
+    gpu_view _gpu;
     std::string _unavailable_reason;
     uint32_t _rows_max = 0;
     scheduler_counters _counters;

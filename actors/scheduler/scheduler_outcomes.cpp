@@ -35,7 +35,8 @@ double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_c
 // ---- device events --------------------------------------------------------------------------
 
 void scheduler_core::on_device_ready(const gpu::device_ready& m, std::vector<outgoing_event>& out) {
-    _device_name = m.device;
+    _gpu.device = m.info;
+    _gpu.epoch = m.epoch;
     _rows_max = std::max<uint32_t>(1, m.rows_max);
     _counters.device_epochs = m.epoch + 1;
     if (!_kv || _kv->config().n_blocks != m.kv_blocks ||
@@ -85,6 +86,8 @@ void scheduler_core::on_step_done(const gpu::step_done& m,
     in_flight_step f = std::move(*_in_flight);
     _in_flight.reset();
     _counters.steps++;
+    _gpu.steps++;
+    _gpu.busy_ms += m.gpu_ms;
     for (const planned& p : f.seqs) {
         request_state* r = find(p.seq);
         if (r == nullptr) continue;
@@ -176,6 +179,11 @@ void scheduler_core::on_step_failed(const gpu::step_failed& m, std::vector<outgo
     in_flight_step f = std::move(*_in_flight);
     _in_flight.reset();
     _counters.failures++;
+    uint64_t& by_code = m.code == "gpu_timeout"       ? _gpu.timeouts
+                        : m.code == "gpu_device_lost" ? _gpu.device_lost
+                        : m.code == "gpu_nan"         ? _gpu.nan_logits
+                                                      : _gpu.other_failures;
+    by_code++;
     std::vector<seq_id> affected;
     for (const planned& p : f.seqs) {
         if (find(p.seq) != nullptr) affected.push_back(p.seq);

@@ -77,7 +77,7 @@ public:
         EXPECT_TRUE(c.ok());
         core.emplace(std::move(*c));
         std::vector<outgoing_event> out;
-        core->on_device_ready({0, "cpu-reference", kv_blocks, block_tokens, 16}, out);
+        core->on_device_ready({0, "cpu-reference", kv_blocks, block_tokens, 16, {}}, out);
         collect(out);
     }
 
@@ -125,7 +125,7 @@ public:
                     collect(out);
                     out.clear();
                     core->on_device_ready({++epoch, "cpu-reference", core->kv_stats().blocks_total,
-                                           block_tokens(), 16},
+                                           block_tokens(), 16, {}},
                                           out);
                 }
             } else {

@@ -8,7 +8,8 @@
 // (FIN and RST) while queued, prefilling and decoding cancel silently, and afterwards stats
 // show zero active sequences and every KV block free; a second request sharing a long prefix
 // reports cached tokens and gives output identical to a cold-cache server; overload, context
-// exceeded and bad parameters get their error codes; tokenize/detokenize/model answer.
+// exceeded and bad parameters get their error codes; tokenize/detokenize/model answer; the
+// gpu map of model and stats describes the device and counts steps and an injected hang.
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -28,9 +29,13 @@ namespace fs = std::filesystem;
 
 const std::string stories = std::string(ORDO_SHARED_MODELS_DIR) + "/stories260K.gguf";
 
-#define REQUIRE_STORIES()                                                                  \
-    if (!fs::exists(stories)) GTEST_SKIP() << "SKIPPED: " << stories << " is absent (the " \
-                                              "shared test models are not beside this checkout)"
+#define REQUIRE_STORIES()                                                                 \
+    do {                                                                                  \
+        if (!fs::exists(stories)) {                                                       \
+            GTEST_SKIP() << "SKIPPED: " << stories << " is absent (the shared test models " \
+                                                      "are not beside this checkout)";      \
+        }                                                                                 \
+    } while (0)
 
 std::string temp_path(const std::string& name) {
     fs::path dir = fs::temp_directory_path() / ("ordo_serving_" + std::to_string(getpid()));
@@ -207,7 +212,9 @@ TEST_F(stories_server, greedy_output_equals_golden_streamed_and_not) {
                 if (e.str("event") == "token") streamed += e.str("text"), token_events++;
             }
             EXPECT_EQ(token_events, stream ? g.generated.size() : 0u);
-            if (stream) EXPECT_EQ(streamed, done.str("text"));
+            if (stream) {
+                EXPECT_EQ(streamed, done.str("text"));
+            }
             id++;
         }
     }
@@ -289,7 +296,9 @@ TEST_F(stories_server, cancel_mid_prefill_and_mid_decode) {
     EXPECT_EQ(terminals, 1u);
     EXPECT_EQ(reason, "cancelled");
     EXPECT_LT(tokens, 500u);
-    if (!cancel_answered) EXPECT_EQ(until_terminal(c, 4).back().str("event"), "done");
+    if (!cancel_answered) {
+        EXPECT_EQ(until_terminal(c, 4).back().str("event"), "done");
+    }
     EXPECT_TRUE(wait_idle(server.port()));
 }
 
@@ -435,6 +444,86 @@ TEST_F(generated_server, tokenize_detokenize_model) {
     EXPECT_EQ(m->str("architecture"), "llama");
     EXPECT_EQ(m->u("n_vocab"), 300u);
     EXPECT_EQ(m->str("fingerprint").size(), 32u);
+}
+
+// The gpu map of the model and stats ops over TCP: the device as the gpu actor announced it,
+// the steps it ran, and a hang injected through the fault op, which takes the real watchdog
+// path: counted as a timeout, the device rebuilt (epoch 1), the request that met it recomputed
+// and completed.
+TEST(serving, gpu_map_in_model_and_stats_counts_steps_and_a_watchdog_timeout) {
+    std::string model = temp_path("gpu_map.gguf");
+    std::string mk = std::string(ORDO_MODEL_BIN) + " mk --out " + model +
+                     " --n-embd 64 --n-layer 2 --n-head 4 --n-head-kv 2 --n-ff 128"
+                     " --n-vocab 300 --type f16 --seed 5 --ctx 256 > /dev/null";
+    ASSERT_EQ(std::system(mk.c_str()), 0);
+    server_process server;
+    ASSERT_TRUE(server.start(ORDO_SERVER_BIN,
+                             {"--config", write_config("gpu_map.toml", model,
+                                                       "[fault]\nenabled = true\n"),
+                              "--log-level", "warn"}))
+        << server.output();
+    wait_healthy(server.port());
+    tcp_client c;
+    ASSERT_TRUE(c.connect(server.port()));
+
+    ASSERT_TRUE(c.send(frame("id", 1, "op", "model")));
+    auto m = next(c);
+    ASSERT_TRUE(m.has_value());
+    const msgpack::object* dev = field(m->o(), "gpu");
+    ASSERT_NE(dev, nullptr);
+    EXPECT_EQ(str_field(*dev, "name"), m->str("device"));
+    EXPECT_FALSE(str_field(*dev, "name").empty());
+    EXPECT_FALSE(str_field(*dev, "vulkan").empty());
+    EXPECT_GT(uint_field(*dev, "subgroup_size"), 0u);
+    EXPECT_GT(uint_field(*dev, "max_storage_buffer_range"), 0u);
+    std::string kind = str_field(*dev, "kind"), kernels = str_field(*dev, "kernels");
+    EXPECT_TRUE(kernels == "texel" || kernels == "storage") << kernels;
+    if (kind == "cpu") {
+        EXPECT_EQ(kernels, "texel");  // lavapipe
+    }
+    const msgpack::object* features = field(*dev, "features");
+    ASSERT_NE(features, nullptr);
+    ASSERT_EQ(features->type, msgpack::type::ARRAY);
+
+    auto gpu_stats = [&](uint64_t id) {
+        EXPECT_TRUE(c.send(frame("id", id, "op", "stats")));
+        auto e = next(c);
+        EXPECT_TRUE(e.has_value());
+        std::map<std::string, double> r;
+        const msgpack::object* g = e ? field(e->o(), "gpu") : nullptr;
+        EXPECT_NE(g, nullptr);
+        if (g == nullptr) return r;
+        for (const char* k : {"epoch", "steps", "timeouts", "device_lost", "nan_logits",
+                              "other_failures"}) {
+            r[k] = static_cast<double>(uint_field(*g, k));
+        }
+        const msgpack::object* busy = field(*g, "busy_ms");
+        r["busy_ms"] = busy != nullptr ? busy->as<double>() : -1.0;
+        const msgpack::object* d = field(*g, "device");
+        EXPECT_TRUE(d != nullptr && str_field(*d, "name") == m->str("device"));
+        return r;
+    };
+    auto done = generate(c, 2, "prompt", "hello", "max_tokens", 4);
+    ASSERT_FALSE(done.empty());
+    EXPECT_EQ(done.back().str("event"), "done");
+    auto before = gpu_stats(3);
+    EXPECT_GE(before["steps"], 2.0);  // a prefill and decodes
+    EXPECT_GT(before["busy_ms"], 0.0);
+    EXPECT_EQ(before["epoch"], 0.0);
+    EXPECT_EQ(before["timeouts"], 0.0);
+
+    ASSERT_TRUE(c.send(frame("id", 4, "op", "fault", "kind", "hang")));
+    auto armed = next(c);
+    ASSERT_TRUE(armed.has_value());
+    ASSERT_EQ(armed->str("event"), "done") << armed->str("message");
+    auto after_fault = generate(c, 5, "prompt", "hello", "max_tokens", 4);
+    ASSERT_FALSE(after_fault.empty());
+    EXPECT_EQ(after_fault.back().str("event"), "done") << after_fault.back().str("message");
+    auto after = gpu_stats(6);
+    EXPECT_EQ(after["timeouts"], 1.0);
+    EXPECT_EQ(after["device_lost"], 0.0);
+    EXPECT_EQ(after["epoch"], 1.0);
+    EXPECT_GT(after["steps"], before["steps"]);
 }
 
 // The `ordo` command-line client against the same server: health, tokenize, a streamed
