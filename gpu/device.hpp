@@ -45,6 +45,10 @@ struct device_info {
     std::uint32_t max_workgroup_invocations = 0;
     std::array<std::uint32_t, 3> max_workgroup_count{};
     std::uint32_t max_push_constants_bytes = 0;
+    // Loop iterations one shader invocation may run, all its loops together; 0 = no known cap.
+    // llvmpipe ends every loop early, silently, after 65535 (LP_MAX_TGSI_LOOP_ITERATIONS):
+    // encoders whose loop counts grow with the input check it (encode_attention).
+    std::uint32_t loop_iterations_max = 0;
     bool timestamps = false;
     float timestamp_period_ns = 0.0f;
     std::vector<memory_heap_info> heaps;

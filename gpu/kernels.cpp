@@ -507,11 +507,27 @@ status encode_attention(stream& s, const kv_pool& pool, std::uint32_t layer,
     if (path == attention_path::texel && !tx_ok) {
         return bad("attention", "texel path: head_dim, subgroup or texel views do not allow it");
     }
-    if (path == attention_path::texel ||
-        (path == attention_path::automatic && tx_ok &&
-         s.pipes().tuning().prefer_texel_kernels)) {
-        return encode_attention_tx(s, pool, layer, b);
+    bool tx = path == attention_path::texel ||
+              (path == attention_path::automatic && tx_ok &&
+               s.pipes().tuning().prefer_texel_kernels);
+    // The loop iterations one invocation runs for the longest sequence of the step: attention_tx
+    // walks a lane's keys (per query when a grouped workgroup mixes sequences); attention.comp
+    // walks key tiles, each with a head_dim loop and two tile loops. A device that caps them
+    // would end the loops early and attend over a prefix without a word: refused instead.
+    const std::uint32_t cap = s.dev().info().loop_iterations_max;
+    const std::uint64_t positions = std::uint64_t(b.max_blocks_per_seq) * g.block_tokens;
+    const std::uint64_t lanes = std::max<std::uint32_t>(1, s.dev().info().subgroup_size);
+    const std::uint64_t iterations =
+        tx ? std::uint64_t(ceil_div(positions, lanes)) * abi::ORDO_ATTN_TX_GROUP + 64
+           : std::uint64_t(ceil_div(positions, wg)) * (g.head_dim / 2 + 2ull * wg) + g.head_dim;
+    if (cap != 0 && iterations > cap) {
+        return bad("attention", "attending over " + std::to_string(positions) +
+                                    " positions needs ~" + std::to_string(iterations) +
+                                    " loop iterations per invocation; this device ends loops "
+                                    "after " + std::to_string(cap) +
+                                    " (llvmpipe): use a shorter context (model.context_tokens)");
     }
+    if (tx) return encode_attention_tx(s, pool, layer, b);
     auto p = attention_push_common<abi::attention_push>(g, b);
     p.q_offset = b.q.offset;
     p.q_stride = b.q.stride;
@@ -523,9 +539,11 @@ status encode_attention(stream& s, const kv_pool& pool, std::uint32_t layer,
 }
 
 status encode_spin_until(stream& s, buffer_view flag, std::uint32_t rounds) {
-    if (flag.range < 8 || rounds == 0) return bad("spin_until", "bad arguments");
+    if (flag.range < 8 || rounds == 0 || rounds > s.dev().info().max_workgroup_count[0]) {
+        return bad("spin_until", "bad arguments");
+    }
     abi::spin_push p{rounds, 2};
-    s.dispatch(pipeline_id::spin_until, {flag}, p, {1, 1, 1});
+    s.dispatch(pipeline_id::spin_until, {flag}, p, {rounds, 1, 1});
     return {};
 }
 

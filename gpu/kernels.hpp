@@ -119,12 +119,14 @@ enum class attention_path { automatic, classic, texel };
 status encode_attention(stream& s, const kv_pool& pool, std::uint32_t layer,
                         const attention_batch& b, attention_path path);
 
-// Test-only: one invocation loops `iterations` times over data (a long-running dispatch).
+// Test-only: one invocation loops `iterations` times over data (a long-running dispatch; on
+// llvmpipe at most 65535 iterations, its cap per shader invocation).
 status encode_spin(stream& s, buffer_view data, std::uint32_t iterations);
 
-// Test-only: one invocation polls flag[0] (a host-visible buffer of at least 2 uints) until
-// the host makes it nonzero, at most rounds x 65536 polls; flag[1] = 1 when it saw the flag,
-// 2 when it gave up.
+// Test-only: `rounds` workgroups (at most maxComputeWorkGroupCount[0]) each poll flag[0] (a
+// host-visible buffer of at least 2 uints) until the host makes it nonzero, at most
+// ORDO_SPIN_POLLS times each; bit 0 of flag[1] is set when one saw the flag, bit 1 when one
+// gave up.
 status encode_spin_until(stream& s, buffer_view flag, std::uint32_t rounds);
 
 }  // namespace ordo::gpu

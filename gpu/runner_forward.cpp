@@ -21,11 +21,11 @@ namespace {
         if (!try_s_) return try_s_;  \
     } while (0)
 
-// The hang fault: the segment gets one invocation spinning this many iterations (hundreds of ms
-// on lavapipe, about a second on a fast GPU) and its fence is polled once (timeout 0) instead
-// of waited on for watchdog_ms: the segment is still running when the wait gives up, so the
-// real timeout path runs (the error, the segment left in flight, drain, rebuild) without the
-// test depending on how fast the device spins.
+// The hang fault: the segment gets one invocation spinning this many iterations (about a
+// second on a fast GPU; llvmpipe caps an invocation at 65535 loop iterations, a few ms) and its
+// fence is polled once (timeout 0) instead of waited on for watchdog_ms: the segment is still
+// running when the wait gives up, so the real timeout path runs (the error, the segment left
+// in flight, drain, rebuild) without the test depending on how fast the device spins.
 constexpr std::uint32_t hang_spin_iterations = 400'000'000;
 constexpr std::uint64_t hang_wait_ms = 0;
 

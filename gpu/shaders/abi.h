@@ -247,6 +247,9 @@ ORDO_ABI_CONST ORDO_ATTN_TX_GROUP = 4;
 
 // spin.comp and spin_until.comp (tests only): a deliberately long dispatch to exercise the fence
 // watchdog (spin_until: iterations = rounds of 65536 polls of a host-written flag).
+// spin_until.comp: polls per invocation, under llvmpipe's cap of 65535 loop iterations per
+// shader invocation (a loop past it ends early, silently).
+ORDO_ABI_CONST ORDO_SPIN_POLLS = 60000;
 struct spin_push {
     uint iterations;
     uint n;

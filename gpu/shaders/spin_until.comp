@@ -1,8 +1,12 @@
-// spin_until.comp (tests only): one invocation polls flag[0] until the host writes a nonzero
-// value into the (host-visible, coherent) buffer, then sets flag[1] = 1; after
-// p.iterations x 65536 polls it gives up and sets flag[1] = 2. A dispatch that is certainly
-// still running when a short fence wait gives up, whatever the machine's load: the
-// deterministic input of the watchdog test (tests/gpu/test_segments.cpp).
+// spin_until.comp (tests only): polls flag[0] until the host writes a nonzero value into the
+// (host-visible, coherent) buffer. Each of the dispatch's workgroups (one invocation) polls at
+// most ORDO_SPIN_POLLS times: llvmpipe ends every loop of an invocation after 65535 iterations
+// in total (LP_MAX_TGSI_LOOP_ITERATIONS), so the length of the dispatch comes from its
+// workgroup count. An invocation that saw the flag sets bit 0 of flag[1], one that gave up
+// sets bit 1. (llvmpipe runs the loop to its bound with the lane masked off even after the
+// break, about 0.2 ms per workgroup, so there the flag shortens nothing; it shows that the
+// dispatch was still running when the host set it.) The deterministic input of the watchdog
+// test (tests/gpu/test_segments.cpp): a dispatch still running when a short fence wait gives up.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "abi.h"
@@ -11,15 +15,14 @@ layout(push_constant) uniform push_block { spin_push p; };
 layout(std430, binding = ORDO_B_SPIN_DATA) coherent buffer flag_buf { uint flag[]; };
 
 void main() {
-    for (uint i = 0; i < p.iterations; ++i) {
-        for (uint j = 0; j < 65536u; ++j) {
-            // An atomic read: a plain (even volatile) load is hoisted out of the loop by
-            // llvmpipe's compiler, which then deletes the loop.
-            if (atomicOr(flag[0], 0u) != 0u) {
-                flag[1] = 1u;
-                return;
-            }
+    bool seen = false;
+    for (uint j = 0; j < ORDO_SPIN_POLLS; ++j) {
+        // An atomic read: a plain (even volatile) load is hoisted out of the loop by
+        // llvmpipe's compiler, which then deletes the loop.
+        if (atomicOr(flag[0], 0u) != 0u) {
+            seen = true;
+            break;
         }
     }
-    flag[1] = 2u;
+    atomicOr(flag[1], seen ? 1u : 2u);
 }

@@ -439,5 +439,40 @@ TEST(GpuKernels, BadShapesAreErrorsNotDispatches) {
     run_segment("bad (empty)");
 }
 
+// A device that ends long loops early (llvmpipe: 65535 iterations per invocation) gets a clear
+// refusal for attention over more positions than its loops can walk, on both kernels, instead
+// of an output computed over a silent prefix; a sequence within the bound is accepted.
+TEST(GpuKernels, AttentionBeyondTheDeviceLoopCapIsRefused) {
+    ORDO_REQUIRE_GPU();
+    const std::uint32_t cap = env().dev->info().loop_iterations_max;
+    if (cap == 0) GTEST_SKIP() << "this device has no known loop-iteration cap";
+    const std::uint32_t block_tokens = 16, heads = 2, hd = 64;
+    auto pool = kv_pool::create(*env().dev, {1, heads, hd, block_tokens, 4, true});
+    ASSERT_TRUE(pool.ok()) << pool.err().message;
+    // Far past either kernel's bound (attention_tx walks positions / subgroup keys per lane).
+    const std::uint32_t long_blocks = 4u * cap / block_tokens * 8u;
+    buffer tables = make_buffer(std::vector<std::int32_t>(long_blocks, 0));
+    buffer tokens = make_buffer(std::vector<std::int32_t>{0, 5});
+    buffer q = make_buffer(std::vector<float>(heads * hd)), out = make_buffer(std::vector<float>(heads * hd));
+    for (attention_path path : {attention_path::automatic, attention_path::classic}) {
+        for (std::uint32_t blocks : {long_blocks, 8u}) {
+            ASSERT_TRUE(env().str->begin("attention cap").ok());
+            std::uint32_t before = env().str->dispatches();
+            attention_batch b{{whole(q), 0, heads * hd}, {whole(out), 0, heads * hd},
+                              {whole(tokens), 0}, {whole(tables), 0}, 1, 1, blocks, heads};
+            status s = encode_attention(*env().str, **pool, 0, b, path);
+            if (blocks == long_blocks) {
+                ASSERT_FALSE(s.ok());
+                EXPECT_NE(s.err().message.find("loop iterations"), std::string::npos)
+                    << s.err().message;
+                EXPECT_EQ(env().str->dispatches(), before);
+            } else {
+                EXPECT_TRUE(s.ok()) << s.err().message;
+            }
+            run_segment("attention cap");
+        }
+    }
+}
+
 }  // namespace
 }  // namespace ordo::gpu::testing

@@ -63,7 +63,8 @@ TEST(GpuSegments, WatchdogTimeoutNamesTheSegmentAndRecovers) {
     ORDO_REQUIRE_GPU();
     // The segment polls a host-visible flag that this test sets only after the 1 ms watchdog
     // has fired, so the wait times out whatever the machine's load (a fixed-length spin could
-    // finish while this thread was descheduled).
+    // finish while this thread was descheduled). Its 8192 workgroups run ~1-2 s on lavapipe
+    // (a thread descheduled that long between submit and wait would still break the test).
     auto flag_buf = env().dev->create_buffer(16, memory_use::host_readback);
     ASSERT_TRUE(flag_buf.ok()) << flag_buf.err().message;
     auto* flag = static_cast<volatile std::uint32_t*>(flag_buf->mapped());
@@ -71,7 +72,8 @@ TEST(GpuSegments, WatchdogTimeoutNamesTheSegmentAndRecovers) {
     flag[0] = 0;
     flag[1] = 0;
     ASSERT_TRUE(env().str->begin("decode#812 seqs=4 layers 8-15").ok());
-    ASSERT_TRUE(encode_spin_until(*env().str, whole(*flag_buf), 100'000).ok());
+    std::uint32_t rounds = std::min<std::uint32_t>(8192, env().dev->info().max_workgroup_count[0]);
+    ASSERT_TRUE(encode_spin_until(*env().str, whole(*flag_buf), rounds).ok());
     ASSERT_TRUE(env().str->submit().ok());
     status s = env().str->wait(1);
     ASSERT_FALSE(s.ok()) << "the polling segment ended on its own: flag[1] = " << flag[1];
@@ -85,7 +87,7 @@ TEST(GpuSegments, WatchdogTimeoutNamesTheSegmentAndRecovers) {
     flag[0] = 1;  // let it finish
     status done = env().str->wait(test_watchdog_ms);
     ASSERT_TRUE(done.ok()) << done.err().message;
-    EXPECT_EQ(flag[1], 1u) << "the segment ended by seeing the flag, not by giving up";
+    EXPECT_EQ(flag[1] & 1u, 1u) << "the segment was still running when the flag was set";
     ASSERT_TRUE(env().str->begin("after timeout").ok());
     buffer data = make_buffer(random_floats(16, 8));
     ASSERT_TRUE(encode_spin(*env().str, whole(data), 10).ok());
