@@ -185,7 +185,8 @@ void gpu_actor::finish_build() {
     log().info("device ready (epoch {}): {}", _epoch, _device_name);
     device_ready m{_epoch, _device_name, _runner->limits().n_blocks,
                    _runner->limits().block_tokens, _options.runner.rows_max,
-                   summarize(_runner->info(), _runner->texel_kernels())};
+                   summarize(_runner->info(), _runner->texel_kernels()),
+                   _runner->limits().n_ctx};
     (void)_replies.tell(m);
 }
 

@@ -124,7 +124,10 @@ struct device_ready {
     uint32_t kv_block_tokens = 0;
     uint32_t rows_max = 0;  // most logits rows one step may ask for
     device_summary info;
-    MSGPACK_DEFINE_MAP(epoch, device, kv_blocks, kv_block_tokens, rows_max, info);
+    // Positions a sequence may reach here: the configured context, or less where the device
+    // bounds attention (llvmpipe's loop cap); 0 = not stated.
+    uint32_t n_ctx = 0;
+    MSGPACK_DEFINE_MAP(epoch, device, kv_blocks, kv_block_tokens, rows_max, info, n_ctx);
 };
 
 // Rebuilding failed for good (recovery_max exceeded): the server reports health degraded.

@@ -464,6 +464,43 @@ status encode_attention_tx(stream& s, const kv_pool& pool, std::uint32_t layer,
 
 }  // namespace
 
+namespace {
+
+// Loop iterations one attention invocation runs for a sequence of `positions`: attention_tx
+// walks positions / lanes keys per lane, once per query when a grouped workgroup mixes
+// sequences (at most ORDO_ATTN_TX_GROUP passes); attention.comp walks key tiles of wg keys,
+// each with a head_dim / 2 loop and two tile loops.
+std::uint64_t attention_iterations(bool tx, std::uint64_t positions, std::uint64_t lanes,
+                                   std::uint64_t wg, std::uint64_t head_dim) {
+    return tx ? (positions + lanes - 1) / lanes * abi::ORDO_ATTN_TX_GROUP + 64
+              : (positions + wg - 1) / wg * (head_dim / 2 + 2 * wg) + head_dim;
+}
+
+// The most positions whose iterations stay within cap (0: no cap), a multiple of block.
+std::uint64_t positions_within(std::uint32_t cap, bool tx, std::uint64_t lanes,
+                               std::uint64_t wg, std::uint64_t head_dim, std::uint64_t block) {
+    if (cap == 0) return 0;
+    std::uint64_t per = tx ? abi::ORDO_ATTN_TX_GROUP : head_dim / 2 + 2 * wg;
+    std::uint64_t fixed = tx ? 64 : head_dim;
+    if (cap <= fixed + per) return block;  // degenerate: one block
+    std::uint64_t units = (cap - fixed) / per;  // key groups (tx: per lane; classic: tiles)
+    std::uint64_t positions = units * (tx ? lanes : wg);
+    return std::max<std::uint64_t>(block, positions / block * block);
+}
+
+}  // namespace
+
+std::uint64_t attention_positions_max(const pipelines& pipes, const kv_geometry& g) {
+    const device_info& info = pipes.dev().info();
+    bool tx = pipes.tuning().prefer_texel_kernels && info.subgroup_arithmetic &&
+              pipes.tuning().attention_tx_wg == info.subgroup_size && g.head_dim % 8 == 0 &&
+              g.head_dim <= abi::ORDO_ATTN_TX_HD_LARGE;
+    pipeline_id id = g.f16 ? pipeline_id::attention_f16 : pipeline_id::attention_f32;
+    return positions_within(info.loop_iterations_max, tx,
+                            std::max<std::uint32_t>(1, info.subgroup_size),
+                            pipes.get(id).workgroup_size, g.head_dim, g.block_tokens);
+}
+
 status prepare_attention(const pipelines& pipes, const kv_geometry& g) {
     const device_info& info = pipes.dev().info();
     if (!pipes.tuning().prefer_texel_kernels || !info.subgroup_arithmetic ||
@@ -516,10 +553,8 @@ status encode_attention(stream& s, const kv_pool& pool, std::uint32_t layer,
     // would end the loops early and attend over a prefix without a word: refused instead.
     const std::uint32_t cap = s.dev().info().loop_iterations_max;
     const std::uint64_t positions = std::uint64_t(b.max_blocks_per_seq) * g.block_tokens;
-    const std::uint64_t lanes = std::max<std::uint32_t>(1, s.dev().info().subgroup_size);
-    const std::uint64_t iterations =
-        tx ? std::uint64_t(ceil_div(positions, lanes)) * abi::ORDO_ATTN_TX_GROUP + 64
-           : std::uint64_t(ceil_div(positions, wg)) * (g.head_dim / 2 + 2ull * wg) + g.head_dim;
+    const std::uint64_t iterations = attention_iterations(
+        tx, positions, std::max<std::uint32_t>(1, s.dev().info().subgroup_size), wg, g.head_dim);
     if (cap != 0 && iterations > cap) {
         return bad("attention", "attending over " + std::to_string(positions) +
                                     " positions needs ~" + std::to_string(iterations) +

@@ -93,6 +93,12 @@ status encode_rope_kv(stream& s, const kv_pool& pool, std::uint32_t layer, rows_
                       ints_view positions, ints_view slots, std::uint32_t n_tokens,
                       std::uint32_t n_head, std::uint32_t n_rot, float freq_base);
 
+// The most positions one sequence may attend over on this device, 0 = no limit: on a device
+// that caps the loop iterations of a shader invocation (device_info::loop_iterations_max,
+// llvmpipe), the attention kernel automatic would pick for this geometry must stay under it.
+// A multiple of the pool's block_tokens. encode_attention refuses steps past it.
+std::uint64_t attention_positions_max(const pipelines& pipes, const kv_geometry& g);
+
 // Builds the head_dim-specialized attention_tx pipelines a pool of this geometry will use (at
 // load, so the step path never compiles one). A no-op where encode_attention would not pick them.
 status prepare_attention(const pipelines& pipes, const kv_geometry& g);

@@ -92,6 +92,7 @@ status runner::init(const model::gguf_file& file) {
                           _options.seqs_max,  _blocks_per_seq_max};
     status s = init_device();
     if (!s) return s;
+    clamp_context();
     s = upload_model(*w);
     if (!s) return s;
     s = init_buffers();
@@ -146,6 +147,23 @@ status runner::warm_up() {
                    std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
                        .count());
     return {};
+}
+
+void runner::clamp_context() {
+    // A device that caps shader loops (llvmpipe) bounds how far attention can look back: the
+    // context shrinks to that, said once here and announced in device_ready.
+    kv_geometry g{_hp.n_layer, _hp.n_head_kv, _hp.head_dim(), _options.kv_block_tokens, 1,
+                  _options.kv_f16};
+    std::uint64_t most = attention_positions_max(*_pipes, g);
+    if (most == 0 || _limits.n_ctx <= most) return;
+    logger()->warn("runner: context {} exceeds the {} positions attention can walk on {} (it "
+                   "ends shader loops after {} iterations); serving a context of {}: set "
+                   "model.context_tokens <= {} to silence this",
+                   _limits.n_ctx, most, _dev->info().name, _dev->info().loop_iterations_max,
+                   most, most);
+    _limits.n_ctx = static_cast<std::uint32_t>(most);
+    _blocks_per_seq_max = (_limits.n_ctx + _options.kv_block_tokens - 1) / _options.kv_block_tokens;
+    _limits.blocks_per_seq_max = _blocks_per_seq_max;
 }
 
 status runner::init_device() {

@@ -138,6 +138,7 @@ private:
     explicit runner(const runner_options& options) : _options(options) {}
     status init(const model::gguf_file& file);
     status init_device();
+    void clamp_context();
     status upload_model(const model::llama_weights& w);
     status init_buffers();
     status init_stream();

@@ -114,12 +114,12 @@ void scheduler_core::op_generate(const client_request& m, const msgpack::object&
     auto ids = prompt_tokens(*parsed);
     if (!ids.ok()) return out.push_back(error_event(m.conn, m.id, ids.err().code, ids.err().message));
     uint64_t need = ids->size() + uint64_t(parsed->max_tokens);
-    if (need > _opt.n_ctx) {
+    if (need > n_ctx()) {
         return out.push_back(error_event(
             m.conn, m.id, "context_exceeded",
             "prompt (" + std::to_string(ids->size()) + " tokens) + max_tokens (" +
                 std::to_string(parsed->max_tokens) + ") exceeds the context of " +
-                std::to_string(_opt.n_ctx) + " tokens"));
+                std::to_string(n_ctx()) + " tokens"));
     }
     if (_kv && !fits_pool(need)) {
         return out.push_back(error_event(m.conn, m.id, "context_exceeded", pool_message(need)));
@@ -261,7 +261,7 @@ void scheduler_core::op_model(const client_request& m, std::vector<outgoing_even
     w.field("path", i.path);
     w.field("fingerprint", i.fingerprint);
     w.field("weight_type", i.weight_type);
-    w.field("n_vocab", i.n_vocab).field("n_ctx_train", i.n_ctx).field("context", _opt.n_ctx);
+    w.field("n_vocab", i.n_vocab).field("n_ctx_train", i.n_ctx).field("context", n_ctx());
     w.field("n_embd", i.n_embd).field("n_layer", i.n_layer).field("n_head", i.n_head);
     w.field("n_head_kv", i.n_head_kv).field("n_ff", i.n_ff);
     w.field("bos_token", v.bos()).field("eos_token", v.eos());

@@ -16,6 +16,7 @@
 // Single-threaded: only the scheduler actor's loop calls it.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -229,6 +230,11 @@ private:
     bool _device_ready = false;
     bool _device_unavailable = false;
     gpu_view _gpu;
+    uint32_t _device_n_ctx = 0;  // device_ready's context (0: not stated)
+    // The context requests must fit: the configured one, or the device's where it is shorter.
+    uint32_t n_ctx() const {
+        return _device_n_ctx != 0 ? std::min(_opt.n_ctx, _device_n_ctx) : _opt.n_ctx;
+    }
     std::string _unavailable_reason;
     uint32_t _rows_max = 0;
     scheduler_counters _counters;

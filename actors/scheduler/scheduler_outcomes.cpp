@@ -37,6 +37,7 @@ double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_c
 void scheduler_core::on_device_ready(const gpu::device_ready& m, std::vector<outgoing_event>& out) {
     _gpu.device = m.info;
     _gpu.epoch = m.epoch;
+    _device_n_ctx = m.n_ctx;
     _rows_max = std::max<uint32_t>(1, m.rows_max);
     _counters.device_epochs = m.epoch + 1;
     if (!_kv || _kv->config().n_blocks != m.kv_blocks ||
@@ -56,13 +57,21 @@ void scheduler_core::on_device_ready(const gpu::device_ready& m, std::vector<out
     }
     _device_ready = true;
     // Requests queued before the pool size was known that could never fit it end now.
+    // So do those past the device's context (it may be shorter than the configured one).
     std::vector<seq_id> too_big;
     for (auto& [seq, r] : _requests) {
-        if (!fits_pool(uint64_t(r.n_prompt) + r.params.max_tokens)) too_big.push_back(seq);
+        uint64_t need = uint64_t(r.n_prompt) + r.params.max_tokens;
+        if (!fits_pool(need) || need > n_ctx()) too_big.push_back(seq);
     }
     for (seq_id seq : too_big) {
         request_state& r = *find(seq);
-        fail(r, "context_exceeded", pool_message(uint64_t(r.n_prompt) + r.params.max_tokens), out);
+        uint64_t need = uint64_t(r.n_prompt) + r.params.max_tokens;
+        fail(r, "context_exceeded",
+             need > n_ctx() ? "prompt + max_tokens (" + std::to_string(need) +
+                                  ") exceeds this device's context of " +
+                                  std::to_string(n_ctx()) + " tokens"
+                            : pool_message(need),
+             out);
     }
 }
 
@@ -133,7 +142,7 @@ void scheduler_core::apply_token(request_state& r, std::span<const float> logits
         if (o.stopped) {
             reason = "stop";
             stop_string = r.stops->stops()[size_t(o.stop_index)];
-        } else if (r.generated.size() >= r.params.max_tokens || r.tokens.size() >= _opt.n_ctx) {
+        } else if (r.generated.size() >= r.params.max_tokens || r.tokens.size() >= n_ctx()) {
             auto tail = r.stops->feed(r.decoder->flush());
             emit += tail.text;
             if (tail.stopped) {

@@ -441,7 +441,9 @@ TEST(GpuKernels, BadShapesAreErrorsNotDispatches) {
 
 // A device that ends long loops early (llvmpipe: 65535 iterations per invocation) gets a clear
 // refusal for attention over more positions than its loops can walk, on both kernels, instead
-// of an output computed over a silent prefix; a sequence within the bound is accepted.
+// of an output computed over a silent prefix; a sequence within the bound is accepted, and
+// attention_positions_max (the context the runner clamps to) is exactly the automatic path's
+// bound.
 TEST(GpuKernels, AttentionBeyondTheDeviceLoopCapIsRefused) {
     ORDO_REQUIRE_GPU();
     const std::uint32_t cap = env().dev->info().loop_iterations_max;
@@ -471,6 +473,19 @@ TEST(GpuKernels, AttentionBeyondTheDeviceLoopCapIsRefused) {
             }
             run_segment("attention cap");
         }
+    }
+    const std::uint64_t most = attention_positions_max(*env().pipes, (*pool)->geometry());
+    ASSERT_GT(most, 0u);
+    EXPECT_EQ(most % block_tokens, 0u);
+    ASSERT_LT(most / block_tokens + 1, long_blocks);
+    for (std::uint64_t blocks : {most / block_tokens, most / block_tokens + 1}) {
+        ASSERT_TRUE(env().str->begin("attention bound").ok());
+        attention_batch b{{whole(q), 0, heads * hd}, {whole(out), 0, heads * hd},
+                          {whole(tokens), 0}, {whole(tables), 0}, 1, 1,
+                          static_cast<std::uint32_t>(blocks), heads};
+        status s = encode_attention(*env().str, **pool, 0, b);
+        EXPECT_EQ(s.ok(), blocks * block_tokens <= most) << blocks << " blocks";
+        run_segment("attention bound");
     }
 }
 

@@ -9,7 +9,8 @@
 // tolerance 2e-3 + 1e-3 relative with f32 KV and 3e-2 with f16 KV; (3) a batch of 3 sequences
 // of different lengths and phases (prefill chunk and decodes mixed) gives the logits each gives
 // alone (within 1e-4: the mat-mul kernel depends on the batch size); (4) flush_every_layers 1, 2
-// and all give bit-identical logits.
+// and all give bit-identical logits; (5) a context past what attention can walk on the device
+// is clamped at load.
 #include <gtest/gtest.h>
 
 #include "gpu_fixture.hpp"
@@ -219,6 +220,35 @@ TEST(Runner, FlushEveryOneTwoAllLayersIsBitIdentical) {
     EXPECT_EQ(one, all);
     EXPECT_EQ(two, all);
     EXPECT_NE(all, std::vector<float>(600, 0.0f));
+}
+
+// (5) A context longer than attention can walk on the device (llvmpipe ends shader loops after
+// 65535 iterations) is clamped to attention_positions_max at load, a multiple of the block size;
+// a device without such a cap keeps the model's context.
+TEST(Runner, ContextIsClampedToWhatAttentionCanWalk) {
+    ORDO_REQUIRE_GPU();
+    model::synth_options o;
+    o.n_embd = 64, o.n_layer = 1, o.n_head = 4, o.n_head_kv = 2, o.n_ff = 96, o.n_vocab = 300;
+    o.n_ctx = 1'000'000;
+    o.type = model::ggml_type::f32;
+    o.seed = 11;
+    std::string path = temp_dir() + "/synth_long_ctx.gguf";
+    ASSERT_TRUE(model::write_synth_model(o, path).ok());
+    auto f = open_model(path);
+    ASSERT_NE(f, nullptr);
+    runner_options ro = test_options();
+    auto r = make_runner(*f, ro);
+    ASSERT_NE(r, nullptr);
+    kv_geometry g{1, 2, 16, ro.kv_block_tokens, 1, ro.kv_f16};
+    std::uint64_t most = attention_positions_max(*env().pipes, g);
+    if (env().dev->info().loop_iterations_max == 0) {
+        EXPECT_EQ(r->limits().n_ctx, o.n_ctx);
+    } else {
+        ASSERT_GT(most, 0u);
+        EXPECT_EQ(r->limits().n_ctx, most);
+        EXPECT_LT(r->limits().n_ctx, o.n_ctx);
+        EXPECT_EQ(r->limits().n_ctx % ro.kv_block_tokens, 0u);
+    }
 }
 
 }  // namespace

@@ -71,13 +71,15 @@ model_fixture& shared_model() {
 // Runs the scheduler against CPU reference models, one per sequence.
 class harness {
 public:
-    explicit harness(core_options o = {}, uint32_t kv_blocks = 256, uint32_t block_tokens = 8) {
+    explicit harness(core_options o = {}, uint32_t kv_blocks = 256, uint32_t block_tokens = 8,
+                     uint32_t device_n_ctx = 0) {
         o.n_ctx = o.n_ctx ? o.n_ctx : 256;
         auto c = scheduler_core::create(o, &*shared_model().tok, model_info{});
         EXPECT_TRUE(c.ok());
         core.emplace(std::move(*c));
         std::vector<outgoing_event> out;
-        core->on_device_ready({0, "cpu-reference", kv_blocks, block_tokens, 16, {}}, out);
+        core->on_device_ready({0, "cpu-reference", kv_blocks, block_tokens, 16, {}, device_n_ctx},
+                              out);
         collect(out);
     }
 
@@ -125,7 +127,7 @@ public:
                     collect(out);
                     out.clear();
                     core->on_device_ready({++epoch, "cpu-reference", core->kv_stats().blocks_total,
-                                           block_tokens(), 16, {}},
+                                           block_tokens(), 16, {}, 0},
                                           out);
                 }
             } else {
@@ -431,6 +433,22 @@ TEST(scheduler_core, shared_prefix_is_served_from_the_cache) {
     EXPECT_GE(usage.at("cached_tokens").as<uint32_t>(), 8u);
     EXPECT_EQ(second->tokens(), reference_greedy(base + " again", 6));
     EXPECT_EQ(first->tokens(), reference_greedy(base, 6));
+    h.expect_idle();
+}
+
+// A device that announces a shorter context than the configured one (llvmpipe's loop cap bounds
+// attention) gets requests past it refused at once, with its number, and the rest served.
+TEST(scheduler_core, the_device_context_bounds_requests) {
+    harness h({}, 256, 8, 40);
+    h.generate(1, 1, prompts[0], 60);  // fits the configured 256, not the device's 40
+    const event* refused = h.terminal(1, 1);
+    ASSERT_NE(refused, nullptr);
+    EXPECT_EQ(refused->str("code"), "context_exceeded");
+    EXPECT_NE(refused->str("message").find("context of 40"), std::string::npos)
+        << refused->str("message");
+    h.generate(1, 2, prompts[0], 4);
+    h.run();
+    EXPECT_EQ(h.terminal(1, 2)->str("event"), "done");
     h.expect_idle();
 }
 
