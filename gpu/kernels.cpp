@@ -359,8 +359,7 @@ status encode_rope_kv(stream& s, const kv_pool& pool, std::uint32_t layer, rows_
         return r ? encode_kv_write(s, pool, layer, k, v, slots, n_tokens) : r;
     }
     if (layer >= g.n_layer) return bad("rope_kv", "bad layer");
-    if (n_tokens == 0 || n_tokens > rows_limit(s) || n_head == 0 || n_rot == 0 ||
-        n_rot % 2 != 0 || n_rot > hd) {
+    if (n_tokens > rows_limit(s) || n_head == 0 || n_rot == 0 || n_rot % 2 != 0 || n_rot > hd) {
         return bad("rope_kv", "bad shape (n_rot must be even and <= head_dim)");
     }
     if (!fits(positions, n_tokens) || !fits(slots, n_tokens) ||
@@ -389,20 +388,24 @@ status encode_rope_kv(stream& s, const kv_pool& pool, std::uint32_t layer, rows_
 
 namespace {
 
+// Whether the device and the pool geometry allow attention_tx at all (the batch's views aside).
+bool attention_tx_geometry(const pipelines& pipes, const kv_geometry& g) {
+    const device_info& info = pipes.dev().info();
+    return info.subgroup_arithmetic && pipes.tuning().attention_tx_wg == info.subgroup_size &&
+           g.head_dim % 8 == 0 && g.head_dim <= abi::ORDO_ATTN_TX_HD_LARGE;
+}
+
 // Whether attention_tx can run this batch (see attention_path in kernels.hpp).
 bool attention_tx_usable(const stream& s, const kv_pool& pool, std::uint32_t layer,
                          const attention_batch& b) {
     const kv_geometry& g = pool.geometry();
-    const device_info& info = s.dev().info();
     auto covered = [](const buffer_view& v, std::uint64_t end_bytes) {
         return v.buf != nullptr && v.buf->texel_view() != VK_NULL_HANDLE && v.offset % 16 == 0 &&
                (v.offset + end_bytes + 15) / 16 <= v.buf->texel_count();
     };
     std::uint64_t width = std::uint64_t(b.n_head) * g.head_dim;
     std::uint64_t q_end = 4 * (b.q.offset + std::uint64_t(b.n_tokens - 1) * b.q.stride + width);
-    return info.subgroup_arithmetic && s.pipes().tuning().attention_tx_wg == info.subgroup_size &&
-           g.head_dim % 8 == 0 && g.head_dim <= abi::ORDO_ATTN_TX_HD_LARGE &&
-           b.q.offset % 4 == 0 && b.q.stride % 4 == 0 && covered(b.q.view, q_end) &&
+    return attention_tx_geometry(s.pipes(), g) && b.q.offset % 4 == 0 && b.q.stride % 4 == 0 && covered(b.q.view, q_end) &&
            covered(pool.k(layer), pool.k(layer).range) &&
            covered(pool.v(layer), pool.v(layer).range) &&
            covered(b.tables.view, 4ull * b.n_seqs * b.max_blocks_per_seq);
@@ -462,10 +465,6 @@ status encode_attention_tx(stream& s, const kv_pool& pool, std::uint32_t layer,
     return {};
 }
 
-}  // namespace
-
-namespace {
-
 // Loop iterations one attention invocation runs for a sequence of `positions`: attention_tx
 // walks positions / lanes keys per lane, once per query when a grouped workgroup mixes
 // sequences (at most ORDO_ATTN_TX_GROUP passes); attention.comp walks key tiles of wg keys,
@@ -476,37 +475,32 @@ std::uint64_t attention_iterations(bool tx, std::uint64_t positions, std::uint64
               : (positions + wg - 1) / wg * (head_dim / 2 + 2 * wg) + head_dim;
 }
 
-// The most positions whose iterations stay within cap (0: no cap), a multiple of block.
-std::uint64_t positions_within(std::uint32_t cap, bool tx, std::uint64_t lanes,
-                               std::uint64_t wg, std::uint64_t head_dim, std::uint64_t block) {
-    if (cap == 0) return 0;
-    std::uint64_t per = tx ? abi::ORDO_ATTN_TX_GROUP : head_dim / 2 + 2 * wg;
-    std::uint64_t fixed = tx ? 64 : head_dim;
-    if (cap <= fixed + per) return block;  // degenerate: one block
-    std::uint64_t units = (cap - fixed) / per;  // key groups (tx: per lane; classic: tiles)
-    std::uint64_t positions = units * (tx ? lanes : wg);
-    return std::max<std::uint64_t>(block, positions / block * block);
-}
-
 }  // namespace
 
 std::uint64_t attention_positions_max(const pipelines& pipes, const kv_geometry& g) {
     const device_info& info = pipes.dev().info();
-    bool tx = pipes.tuning().prefer_texel_kernels && info.subgroup_arithmetic &&
-              pipes.tuning().attention_tx_wg == info.subgroup_size && g.head_dim % 8 == 0 &&
-              g.head_dim <= abi::ORDO_ATTN_TX_HD_LARGE;
-    pipeline_id id = g.f16 ? pipeline_id::attention_f16 : pipeline_id::attention_f32;
-    return positions_within(info.loop_iterations_max, tx,
-                            std::max<std::uint32_t>(1, info.subgroup_size),
-                            pipes.get(id).workgroup_size, g.head_dim, g.block_tokens);
+    const std::uint32_t cap = info.loop_iterations_max;
+    if (cap == 0) return 0;
+    bool tx = pipes.tuning().prefer_texel_kernels && attention_tx_geometry(pipes, g);
+    std::uint64_t lanes = std::max<std::uint32_t>(1, info.subgroup_size);
+    std::uint64_t wg =
+        pipes.get(g.f16 ? pipeline_id::attention_f16 : pipeline_id::attention_f32).workgroup_size;
+    auto fits = [&](std::uint64_t blocks) {
+        return attention_iterations(tx, blocks * g.block_tokens, lanes, wg, g.head_dim) <= cap;
+    };
+    // The most whole blocks within the cap (iterations grow with positions): a binary search
+    // over the same count encode_attention checks, so the two cannot disagree.
+    std::uint64_t lo = 1, hi = 2;
+    while (fits(hi)) hi *= 2;
+    while (hi - lo > 1) {
+        std::uint64_t mid = lo + (hi - lo) / 2;
+        (fits(mid) ? lo : hi) = mid;
+    }
+    return lo * g.block_tokens;
 }
 
 status prepare_attention(const pipelines& pipes, const kv_geometry& g) {
-    const device_info& info = pipes.dev().info();
-    if (!pipes.tuning().prefer_texel_kernels || !info.subgroup_arithmetic ||
-        g.head_dim % 8 != 0 || g.head_dim > abi::ORDO_ATTN_TX_HD_LARGE) {
-        return {};
-    }
+    if (!pipes.tuning().prefer_texel_kernels || !attention_tx_geometry(pipes, g)) return {};
     for (bool grouped : {false, true}) {
         auto pl = pipes.for_k(attention_tx_id(g, grouped), g.head_dim);
         if (!pl) return pl.err();

@@ -85,8 +85,9 @@ public:
     const device& dev() const { return _device; }
 
     // Pipelines specialized on K (specialization constant 2): the mul_mat_tx1_* ids (K = the
-    // weight's n_in) and the attention_tx* ids (K = head_dim), whose table entries stay empty. Built on first request and kept (llvmpipe compiles one in
-    // ~10-100 ms, so the runner asks for its weights' K at load, not on the step path).
+    // weight's n_in) and the attention_tx* ids (K = head_dim), whose table entries stay empty.
+    // Built on first request and kept (llvmpipe compiles one in ~10-100 ms, so the runner asks
+    // for them at load, not on the step path).
     // Thread-safe; the returned pipeline lives as long as this object.
     static bool specialized_on_k(pipeline_id id);
     result<const pipeline*> for_k(pipeline_id id, std::uint32_t k) const;

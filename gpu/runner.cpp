@@ -85,14 +85,14 @@ status runner::init(const model::gguf_file& file) {
     _qkv_stride = round_up(_hp.n_embd + 2 * _hp.kv_dim(), 8);
     _ff_stride = round_up(_hp.n_ff, 8);
     _gu_stride = round_up(2 * _hp.n_ff, 8);
+    status s = init_device();
+    if (!s) return s;
+    n_ctx = device_context(n_ctx);
     _blocks_per_seq_max = (n_ctx + _options.kv_block_tokens - 1) / _options.kv_block_tokens;
     _limits = step_limits{_hp.n_vocab,        n_ctx,
                           _options.kv_block_tokens, 0,
                           _options.max_batch_tokens, _options.rows_max,
                           _options.seqs_max,  _blocks_per_seq_max};
-    status s = init_device();
-    if (!s) return s;
-    clamp_context();
     s = upload_model(*w);
     if (!s) return s;
     s = init_buffers();
@@ -149,21 +149,18 @@ status runner::warm_up() {
     return {};
 }
 
-void runner::clamp_context() {
+std::uint32_t runner::device_context(std::uint32_t n_ctx) const {
     // A device that caps shader loops (llvmpipe) bounds how far attention can look back: the
     // context shrinks to that, said once here and announced in device_ready.
     kv_geometry g{_hp.n_layer, _hp.n_head_kv, _hp.head_dim(), _options.kv_block_tokens, 1,
                   _options.kv_f16};
     std::uint64_t most = attention_positions_max(*_pipes, g);
-    if (most == 0 || _limits.n_ctx <= most) return;
+    if (most == 0 || n_ctx <= most) return n_ctx;
     logger()->warn("runner: context {} exceeds the {} positions attention can walk on {} (it "
                    "ends shader loops after {} iterations); serving a context of {}: set "
                    "model.context_tokens <= {} to silence this",
-                   _limits.n_ctx, most, _dev->info().name, _dev->info().loop_iterations_max,
-                   most, most);
-    _limits.n_ctx = static_cast<std::uint32_t>(most);
-    _blocks_per_seq_max = (_limits.n_ctx + _options.kv_block_tokens - 1) / _options.kv_block_tokens;
-    _limits.blocks_per_seq_max = _blocks_per_seq_max;
+                   n_ctx, most, _dev->info().name, _dev->info().loop_iterations_max, most, most);
+    return static_cast<std::uint32_t>(most);
 }
 
 status runner::init_device() {

@@ -138,7 +138,8 @@ private:
     explicit runner(const runner_options& options) : _options(options) {}
     status init(const model::gguf_file& file);
     status init_device();
-    void clamp_context();
+    // n_ctx, or less where the device bounds attention (attention_positions_max).
+    std::uint32_t device_context(std::uint32_t n_ctx) const;
     status upload_model(const model::llama_weights& w);
     status init_buffers();
     status init_stream();

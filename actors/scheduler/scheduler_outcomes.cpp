@@ -58,15 +58,13 @@ void scheduler_core::on_device_ready(const gpu::device_ready& m, std::vector<out
     _device_ready = true;
     // Requests queued before the pool size was known that could never fit it end now.
     // So do those past the device's context (it may be shorter than the configured one).
-    std::vector<seq_id> too_big;
+    std::vector<std::pair<seq_id, uint64_t>> too_big;  // and what each needs
     for (auto& [seq, r] : _requests) {
         uint64_t need = uint64_t(r.n_prompt) + r.params.max_tokens;
-        if (!fits_pool(need) || need > n_ctx()) too_big.push_back(seq);
+        if (!fits_pool(need) || need > n_ctx()) too_big.emplace_back(seq, need);
     }
-    for (seq_id seq : too_big) {
-        request_state& r = *find(seq);
-        uint64_t need = uint64_t(r.n_prompt) + r.params.max_tokens;
-        fail(r, "context_exceeded",
+    for (auto [seq, need] : too_big) {
+        fail(*find(seq), "context_exceeded",
              need > n_ctx() ? "prompt + max_tokens (" + std::to_string(need) +
                                   ") exceeds this device's context of " +
                                   std::to_string(n_ctx()) + " tokens"
