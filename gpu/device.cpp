@@ -34,17 +34,37 @@ std::string version_string(std::uint32_t v) {
            "." + std::to_string(VK_API_VERSION_PATCH(v));
 }
 
-result<VkInstance> create_instance() {
+VkResult create_instance_raw(VkInstance* out);
+
+// The Vulkan loader unloads a driver's library when the last instance that loaded it is
+// destroyed. NVIDIA's driver leaves thread-exit destructors in the threads that called it (the
+// libuv pool's workers, which build runners and wait on fences, live until the process ends),
+// and once its library is unloaded those threads crash as they exit (seen on an H100: SIGSEGV
+// in a pool worker after "stopped cleanly"). So the first instance ordo creates is followed by
+// one more that is never destroyed: every driver it loaded stays loaded until the process ends,
+// across device rebuilds too. (A static pointer keeps it reachable: no leak report.)
+void pin_drivers() {
+    static VkInstance pinned = VK_NULL_HANDLE;
+    static const VkResult r = create_instance_raw(&pinned);
+    (void)r;
+}
+
+VkResult create_instance_raw(VkInstance* out) {
     VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
     app.pApplicationName = "ordo";
     app.apiVersion = VK_API_VERSION_1_2;
     VkInstanceCreateInfo ci{VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
     ci.pApplicationInfo = &app;
+    return vkCreateInstance(&ci, nullptr, out);
+}
+
+result<VkInstance> create_instance() {
     VkInstance instance = VK_NULL_HANDLE;
-    VkResult r = vkCreateInstance(&ci, nullptr, &instance);
+    VkResult r = create_instance_raw(&instance);
     if (r != VK_SUCCESS) {
         return vk_error(r, "vkCreateInstance (is a Vulkan ICD installed?)");
     }
+    pin_drivers();
     return instance;
 }
 
