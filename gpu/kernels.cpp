@@ -571,7 +571,10 @@ status encode_spin_until(stream& s, buffer_view flag, std::uint32_t rounds) {
     if (flag.range < 8 || rounds == 0 || rounds > s.dev().info().max_workgroup_count[0]) {
         return bad("spin_until", "bad arguments");
     }
-    abi::spin_push p{rounds, 2};
+    std::uint32_t cap = s.dev().info().loop_iterations_max;
+    abi::spin_push p{cap != 0 ? std::min<std::uint32_t>(abi::ORDO_SPIN_POLLS, cap)
+                              : abi::ORDO_SPIN_POLLS_UNCAPPED,
+                     2};
     s.dispatch(pipeline_id::spin_until, {flag}, p, {rounds, 1, 1});
     return {};
 }

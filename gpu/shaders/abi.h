@@ -246,10 +246,13 @@ ORDO_ABI_CONST ORDO_ATTN_TX_HD_LARGE = 128;
 ORDO_ABI_CONST ORDO_ATTN_TX_GROUP = 4;
 
 // spin.comp and spin_until.comp (tests only): a deliberately long dispatch to exercise the fence
-// watchdog (spin_until: iterations = rounds of 65536 polls of a host-written flag).
+// watchdog (spin_until: iterations = polls of a host-written flag per workgroup).
 // spin_until.comp: polls per invocation, under llvmpipe's cap of 65535 loop iterations per
 // shader invocation (a loop past it ends early, silently).
 ORDO_ABI_CONST ORDO_SPIN_POLLS = 60000;
+// spin_until's polls per workgroup on drivers without that cap (a GPU: the workgroups run at
+// once and leave when they see the flag; a flag never seen ends them after these many reads).
+ORDO_ABI_CONST ORDO_SPIN_POLLS_UNCAPPED = 1u << 22;
 struct spin_push {
     uint iterations;
     uint n;

@@ -65,8 +65,15 @@ TEST(GpuSegments, WatchdogTimeoutNamesTheSegmentAndRecovers) {
     // has fired, so the wait times out whatever the machine's load (a fixed-length spin could
     // finish while this thread was descheduled). Its 8192 workgroups run ~1-2 s on lavapipe
     // (a thread descheduled that long between submit and wait would still break the test).
-    auto flag_buf = env().dev->create_buffer(16, memory_use::host_readback);
+    // Device-local memory the host can map where there is such (lavapipe, a GPU's resizable
+    // BAR): an NVIDIA H100's atomics on host-cached system memory never saw the host's write,
+    // while device memory is where the GPU's own atomics look.
+    auto flag_buf = env().dev->create_buffer(16, memory_use::device);
     ASSERT_TRUE(flag_buf.ok()) << flag_buf.err().message;
+    if (flag_buf->mapped() == nullptr) {
+        flag_buf = env().dev->create_buffer(16, memory_use::host_readback);
+        ASSERT_TRUE(flag_buf.ok()) << flag_buf.err().message;
+    }
     auto* flag = static_cast<volatile std::uint32_t*>(flag_buf->mapped());
     ASSERT_NE(flag, nullptr);
     flag[0] = 0;
