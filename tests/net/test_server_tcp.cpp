@@ -51,9 +51,10 @@ std::vector<std::string> with_model(std::vector<std::string> args) {
 }
 
 // Sends {id, op: health} and expects a done with status ok (asking again while the device is
-// still loading).
+// still loading), within device_ready_deadline.
 void expect_healthy(tcp_client& c, uint64_t id) {
-    for (int attempt = 0; attempt < 1000; attempt++) {
+    auto end = std::chrono::steady_clock::now() + device_ready_deadline;
+    while (std::chrono::steady_clock::now() < end) {
         ASSERT_TRUE(c.send(frame("id", id, "op", "health")));
         auto r = c.recv();
         ASSERT_TRUE(r.has_value()) << "no answer to health";

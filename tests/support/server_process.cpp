@@ -29,6 +29,10 @@ server_process::~server_process() {
 }
 
 bool server_process::start(const std::string& binary, const std::vector<std::string>& args) {
+    if (_out_fd >= 0) ::close(_out_fd);  // a previous run's pipe (start after stop)
+    _out_fd = -1;
+    _output.clear();
+    _exit_status = -1;
     int pipe_fds[2];
     if (pipe(pipe_fds) != 0) return false;
     std::vector<std::string> full{binary};

@@ -17,6 +17,9 @@ namespace ordo::test {
 
 // Every wait in the support code is bounded by this.
 inline constexpr std::chrono::milliseconds io_deadline{20000};
+// How long a test asks health before it gives up on the device becoming ready: the build
+// compiles every pipeline, and on a loaded 2-core CI machine that once took over 20 s.
+inline constexpr std::chrono::seconds device_ready_deadline{90};
 
 class server_process {
 public:
