@@ -168,7 +168,9 @@ status runner::init_device() {
     if (!d) return d.err();
     _dev = std::move(*d);
     logger()->info("runner: device {}", _dev->info().name);
-    auto p = pipelines::create(*_dev, tuning_for(_dev->info()));
+    pipeline_tuning tuning = tuning_for(_dev->info());
+    if (_options.texel_kernels) tuning.prefer_texel_kernels = *_options.texel_kernels;
+    auto p = pipelines::create(*_dev, tuning);
     if (!p) return p.err();
     _pipes = std::move(*p);
     std::uint64_t page = std::min(_dev->info().max_storage_buffer_range, arena_page_bytes_max);

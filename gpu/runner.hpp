@@ -29,6 +29,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -59,6 +60,9 @@ struct runner_options {
     std::uint32_t seqs_max = 64;                     // sequences in one step, at most
     std::uint32_t n_ctx = 0;                         // positions per sequence; 0: the model's
     bool timestamps = false;                         // per-kernel GPU timings (bench)
+    // gpu.kernels: true = the texel-fetch family, false = the storage-buffer family; unset =
+    // the device's default (tuning_for: texel on CPU devices, storage on GPUs).
+    std::optional<bool> texel_kernels;
 };
 
 // Faults the gpu actor arms through the real failure paths (ARCHITECTURE.md "Faults").

@@ -30,11 +30,17 @@ enum class batch_failure_policy : std::uint8_t {
 // Element type of the paged KV pool on the device.
 enum class kv_dtype : std::uint8_t { f16, f32 };
 
+// Which kernel family runs the model (gpu/PERF.md): texel-fetch kernels (mul_mat_tx,
+// attention_tx, ...) or the storage-buffer ones; automatic = the device's own default
+// (gpu::tuning_for).
+enum class gpu_kernels : std::uint8_t { automatic, texel, storage };
+
 // Same order and values as spdlog::level::level_enum, so main can static_cast.
 enum class log_level : std::uint8_t { trace, debug, info, warn, error, critical, off };
 
 std::string_view to_string(batch_failure_policy v);
 std::string_view to_string(kv_dtype v);
+std::string_view to_string(gpu_kernels v);
 std::string_view to_string(log_level v);
 
 struct server_config {
@@ -64,6 +70,7 @@ struct gpu_config {
     std::uint64_t kv_memory_bytes = 268435456;
     enum kv_dtype kv_dtype = kv_dtype::f16;
     std::uint32_t recovery_max = 3;
+    gpu_kernels kernels = gpu_kernels::automatic;
     bool operator==(const gpu_config&) const = default;
 };
 

@@ -24,6 +24,7 @@ constexpr std::size_t string_bytes_max = 4096;
 constexpr std::array<std::string_view, 3> batch_failure_policy_names = {"bisect", "sequential",
                                                                         "fail"};
 constexpr std::array<std::string_view, 2> kv_dtype_names = {"f16", "f32"};
+constexpr std::array<std::string_view, 3> gpu_kernels_names = {"auto", "texel", "storage"};
 constexpr std::array<std::string_view, 7> log_level_names = {"trace", "debug",    "info", "warn",
                                                              "error", "critical", "off"};
 
@@ -210,6 +211,8 @@ constexpr auto table = std::to_array<key_spec>({
     integer<&C::gpu, &gpu_config::recovery_max>(
         "gpu", "recovery_max", 0, 100,
         "device rebuilds in a row without a good step before the server reports degraded"),
+    choice<&C::gpu, &gpu_config::kernels>("gpu", "kernels", gpu_kernels_names,
+                                          "kernel family: auto, texel or storage (gpu/PERF.md)"),
     // [scheduler]
     integer<&C::scheduler, &scheduler_config::max_sequences>("scheduler", "max_sequences", 1, 1024,
                                                              "sequences decoded together at most"),
@@ -273,6 +276,9 @@ std::string_view to_string(batch_failure_policy v) {
 }
 std::string_view to_string(kv_dtype v) {
     return kv_dtype_names.at(static_cast<std::size_t>(v));
+}
+std::string_view to_string(gpu_kernels v) {
+    return gpu_kernels_names.at(static_cast<std::size_t>(v));
 }
 std::string_view to_string(log_level v) {
     return log_level_names.at(static_cast<std::size_t>(v));

@@ -3,12 +3,13 @@
 // (prefill) GFLOP/s, for each weight type at the shapes of the issue's small and medium models,
 // plus paged attention. Times come from GPU timestamp queries (the per-dispatch time, not the
 // submission overhead) and, separately, the wall time of submit + fence wait per segment.
-// Usage: ordo-bench-kernels [--device SELECTOR] [--reps N] [--tx-wg LANES] [--no-texel] [--steps]
-//                           [--prefill] [--dispatch-cost]
+// Usage: ordo-bench-kernels [--device SELECTOR] [--reps N] [--tx-wg LANES] [--no-texel | --texel]
+//                           [--steps] [--prefill] [--dispatch-cost]
 //   --prefill measures only the prefill mat-muls of one layer of the small and medium models.
 //   --dispatch-cost measures the fixed wall cost of one small dispatch (with/without timestamps).
 //   --tx-wg overrides the mul_mat_tx tx4/txm workgroup size, --no-texel measures the storage-buffer
 //   kernels that automatic picks without texel views (the "before" numbers of gpu/PERF.md),
+//   --texel picks the texel kernels on a GPU too (where automatic would not),
 //   --steps measures only the F16 medium-model shapes at decode-step token counts 1..32 and
 //   prefill 128/512 (the multi-sequence decode cost of issue 5, gpu/PERF.md).
 #include <algorithm>
@@ -227,6 +228,7 @@ int main(int argc, char** argv) {
     bench_env e;
     std::uint32_t tx_wg = 0;
     bool texel = true;
+    bool force_texel = false;  // --texel: the texel kernels on a GPU too (default: CPU devices)
     bool steps_only = false;
     bool dispatch_cost = false;
     bool prefill_only = false;
@@ -245,10 +247,12 @@ int main(int argc, char** argv) {
             steps_only = true;
         } else if (std::strcmp(argv[i], "--no-texel") == 0) {
             texel = false;
+        } else if (std::strcmp(argv[i], "--texel") == 0) {
+            force_texel = true;
             e.attention = attention_path::classic;
         } else {
             std::fprintf(stderr, "usage: ordo-bench-kernels [--device SELECTOR] [--reps N] "
-                                 "[--tx-wg LANES] [--no-texel] [--steps] [--prefill] "
+                                 "[--tx-wg LANES] [--no-texel | --texel] [--steps] [--prefill] "
                                  "[--dispatch-cost]\n");
             return 2;
         }
@@ -262,6 +266,7 @@ int main(int argc, char** argv) {
     pipeline_tuning tuning = tuning_for(e.dev->info());
     if (tx_wg != 0) tuning.mat_tx_tile_wg = tx_wg;
     if (!texel) tuning.prefer_texel_kernels = false;
+    if (force_texel) tuning.prefer_texel_kernels = true;
     auto p = pipelines::create(*e.dev, tuning);
     if (!p) return 1;
     e.pipes = std::move(*p);

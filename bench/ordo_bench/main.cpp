@@ -1,5 +1,6 @@
 // ordo-bench: `ordo-bench --model FILE [--prompts 128,512] [--gen 128] [--parallel 4,8,16]
-// [--json] [--flush-every N] [--device SEL] [--reps N] [--label NAME]`.
+// [--json] [--flush-every N] [--device SEL] [--kernels auto|texel|storage] [--reps N]
+// [--label NAME]`.
 //
 // Measures what ../shared/peer/bench_llamacpp.mjs measures for llama.cpp, named the same way,
 // one JSON line per measurement (--json) or a readable table:
@@ -37,6 +38,7 @@ struct bench_options {
     std::uint32_t gen = 128;
     std::vector<std::uint32_t> parallel{4, 8, 16};
     std::uint32_t flush_every = 4;
+    std::string kernels = "auto";  // gpu.kernels
     std::uint32_t reps = 2;
     bool json = false;
 };
@@ -44,8 +46,8 @@ struct bench_options {
 [[noreturn]] void usage(const std::string& why) {
     std::fprintf(stderr,
                  "ordo-bench: %s\nusage: ordo-bench --model FILE [--prompts 128,512] [--gen 128] "
-                 "[--parallel 4,8,16] [--json] [--flush-every N] [--device SEL] [--reps N] "
-                 "[--label NAME]\n",
+                 "[--parallel 4,8,16] [--json] [--flush-every N] [--device SEL] "
+                 "[--kernels auto|texel|storage] [--reps N] [--label NAME]\n",
                  why.c_str());
     std::exit(2);
 }
@@ -85,6 +87,12 @@ bench_options parse(int argc, char** argv) {
         else if (a == "--parallel") o.parallel = parse_list(value(), 0, 256);
         else if (a == "--flush-every") o.flush_every = parse_u32(value(), 1, 1024);
         else if (a == "--device") o.device = value();
+        else if (a == "--kernels") {
+            o.kernels = value();
+            if (o.kernels != "auto" && o.kernels != "texel" && o.kernels != "storage") {
+                usage("--kernels must be auto, texel or storage");
+            }
+        }
         else if (a == "--reps") o.reps = parse_u32(value(), 1, 100);
         else if (a == "--label") o.label = value();
         else if (a == "--json") o.json = true;
@@ -123,6 +131,7 @@ runner_options runner_for(const bench_options& o, std::uint32_t n_ctx) {
     runner_options r;
     r.device = o.device;
     r.flush_every_layers = o.flush_every;
+    if (o.kernels != "auto") r.texel_kernels = o.kernels == "texel";
     r.watchdog_ms = 600'000;
     r.kv_block_tokens = block_tokens;
     std::uint32_t pmax = 1, prompt_max = decode_prompt;
@@ -345,7 +354,8 @@ int main(int argc, char** argv) {
             (decode_prompt + o.gen + 1 + block_tokens - 1) / block_tokens, "", 0, {}};
     b.common = "\"engine\": \"ordo\", \"backend\": \"vulkan\", \"model\": " + json_str(o.label) +
                ", \"device\": " + json_str((*s)->ready().device) +
-               ", \"flush_every_layers\": " + std::to_string(o.flush_every);
+               ", \"flush_every_layers\": " + std::to_string(o.flush_every) +
+               ", \"kernels\": " + json_str(o.kernels);
     measure(b);
     status st = (*s)->stop();
     if (!st) std::fprintf(stderr, "ordo-bench: stop: %s\n", st.err().message.c_str());

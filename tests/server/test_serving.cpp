@@ -9,7 +9,8 @@
 // show zero active sequences and every KV block free; a second request sharing a long prefix
 // reports cached tokens and gives output identical to a cold-cache server; overload, context
 // exceeded and bad parameters get their error codes; tokenize/detokenize/model answer; the
-// gpu map of model and stats describes the device and counts steps and an injected hang.
+// gpu map of model and stats describes the device and counts steps and an injected hang;
+// gpu.kernels = "storage" and "texel" each serve the golden text.
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -164,11 +165,12 @@ std::vector<golden_case> golden_cases() {
     return cases;
 }
 
-// Waits for the device: health turns "ok".
+// Waits for the device: health turns "ok" (within device_ready_deadline).
 void wait_healthy(uint16_t port) {
     tcp_client c;
     ASSERT_TRUE(c.connect(port));
-    for (uint64_t i = 1; i < 2000; i++) {
+    auto end = std::chrono::steady_clock::now() + device_ready_deadline;
+    for (uint64_t i = 1; std::chrono::steady_clock::now() < end; i++) {
         ASSERT_TRUE(c.send(frame("id", i, "op", "health")));
         auto e = next(c);
         ASSERT_TRUE(e.has_value());
@@ -217,6 +219,32 @@ TEST_F(stories_server, greedy_output_equals_golden_streamed_and_not) {
             }
             id++;
         }
+    }
+}
+
+// gpu.kernels picks the kernel family whatever the device's default: the model op says which
+// one runs, and greedy output still equals the golden text with each of them.
+TEST_F(stories_server, each_kernel_family_gives_the_golden_text) {
+    REQUIRE_STORIES();
+    auto cases = golden_cases();
+    ASSERT_FALSE(cases.empty());
+    const auto& g = cases.front();
+    for (const char* family : {"storage", "texel"}) {
+        SCOPED_TRACE(family);
+        start(std::string("[gpu]\nkernels = \"") + family + "\"\n");
+        tcp_client c;
+        ASSERT_TRUE(c.connect(server.port()));
+        ASSERT_TRUE(c.send(frame("id", 1, "op", "model")));
+        auto m = next(c);
+        ASSERT_TRUE(m.has_value());
+        const msgpack::object* dev = field(m->o(), "gpu");
+        ASSERT_NE(dev, nullptr);
+        EXPECT_EQ(str_field(*dev, "kernels"), family);
+        auto evs = generate(c, 2, "tokens", g.prompt_ids, "max_tokens", g.generated.size(),
+                            "temperature", 0);
+        ASSERT_EQ(evs.back().str("event"), "done") << evs.back().str("message");
+        EXPECT_EQ(evs.back().ints("tokens"), g.generated);
+        EXPECT_EQ(server.stop(), 0) << server.output();
     }
 }
 

@@ -73,6 +73,9 @@ gpu::gpu_actor_options gpu_options_from(const config::config& cfg, const loaded_
     r.rows_max = cfg.scheduler.max_sequences;
     r.seqs_max = cfg.scheduler.max_sequences;
     r.n_ctx = m.n_ctx;
+    if (cfg.gpu.kernels != config::gpu_kernels::automatic) {
+        r.texel_kernels = cfg.gpu.kernels == config::gpu_kernels::texel;
+    }
     return o;
 }
 
