@@ -214,10 +214,10 @@ status encode_mul_mat(stream& s, const weight_tensor& w, rows_view x, rows_view 
     if (path == mat_path::automatic) {
         bool few = n_tokens <= mat_vec_tokens_max;
         const pipeline_tuning& tu = s.pipes().tuning();
-        // rows, tiled and tx share one summation order (mat_order.glsl); vec does not.
-        path = !few || (!tu.prefer_rows_kernel && tu.batch_invariant) ? mat_path::tiled
-               : tu.prefer_rows_kernel                                 ? mat_path::rows
-                                                                       : mat_path::vec;
+        // rows and tiled share one summation order (mat_order.glsl); vec does not.
+        path = few && n_tokens <= tu.rows_tokens_max ? mat_path::rows
+               : few && !tu.batch_invariant          ? mat_path::vec
+                                                     : mat_path::tiled;
     }
     bool vec = path == mat_path::vec;
     bool rows = path == mat_path::rows;

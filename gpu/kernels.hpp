@@ -34,10 +34,10 @@ status encode_get_rows(stream& s, const weight_tensor& table, ints_view ids, std
 // automatic: on devices with tuning.prefer_texel_kernels (CPU devices: lavapipe) the
 // texel-fetch mul_mat_tx kernels whenever the weight and x buffers have texel views covering
 // the operands (variant by token count: 1, <= mat_vec_tokens_max, more); otherwise, up to
-// mat_vec_tokens_max tokens, mul_mat_rows on CPU devices (tuning.prefer_rows_kernel) and
-// elsewhere the tiled mul_mat (mul_mat_vec only when tuning.batch_invariant is off); above
-// that, the tiled mul_mat. The others force one kernel (tests); `texel` is an error
-// (gpu_bad_shape) when an operand has no usable texel view.
+// tuning.rows_tokens_max tokens (mat_vec_tokens_max on CPU devices, 1 on GPUs) mul_mat_rows,
+// then up to mat_vec_tokens_max the tiled mul_mat (mul_mat_vec when tuning.batch_invariant is
+// off); above that, the tiled mul_mat. The others force one kernel (tests); `texel` is an
+// error (gpu_bad_shape) when an operand has no usable texel view.
 // Batch invariance: tx1/tx4/txm sum every output in one order and rows/tiled in another
 // (gpu/shaders/mat_order.glsl), so a token's outputs are bit-identical whichever kernel of the
 // family its step's token count picks; which family serves a weight depends only on its and

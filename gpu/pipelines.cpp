@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <string>
 
+#include "gpu/kernels.hpp"
 #include "gpu/shaders/abi.h"
 #include "gpu/vk_util.hpp"
 
@@ -65,8 +66,12 @@ pipeline_tuning tuning_for(const device_info& info) {
     t.mat_vec_wg = std::min<std::uint32_t>(cap, std::max<std::uint32_t>(32, sg * 4));
     t.mat_vec_rows = 2;
     t.mat_rows_wg = std::min<std::uint32_t>(cap, 64);
-    // A CPU device (lavapipe) runs the barrier-free row-per-lane kernel for every token count.
-    t.prefer_rows_kernel = info.kind == device_kind::cpu;
+    // A CPU device (lavapipe) runs the barrier-free row-per-lane kernel for every few-token
+    // count. On a GPU only for one token: on an NVIDIA H100 the tiled kernel costs ~0.19 ms per
+    // 768x2048 F16 mat-mul whatever the token count, mul_mat_rows 0.034 ms at one token, and the
+    // whole medium model decoded one sequence 16% faster with it, but 4 and 8 sequences
+    // 1.5-2x slower (gpu/PERF.md, session 4). Both sum in one order: batch invariance holds.
+    t.rows_tokens_max = info.kind == device_kind::cpu ? mat_vec_tokens_max : 1;
     // One subgroup: a 16-row tile per lane gives 128 rows per workgroup (measured: 32 lanes
     // left 768-row outputs at 3 workgroups per token group, 1.2-1.5x slower on 2 threads).
     t.mat_tx_tile_wg = std::min<std::uint32_t>(cap, std::max<std::uint32_t>(8, sg));

@@ -52,7 +52,9 @@ struct pipeline_tuning {
     std::uint32_t mat_vec_rows = 0;     // mul_mat_vec rows per workgroup
     std::uint32_t attention_wg = 0;     // attention lanes (head_dim <= wg * ORDO_ATTN_ACC)
     std::uint32_t mat_rows_wg = 0;      // mul_mat_rows lanes (= weight rows per workgroup)
-    bool prefer_rows_kernel = false;    // mat_path::automatic picks mul_mat_rows for few tokens
+    // mat_path::automatic picks mul_mat_rows up to this many tokens (0: never); above it the
+    // tiled mul_mat (or mul_mat_vec, see batch_invariant). At most mat_vec_tokens_max.
+    std::uint32_t rows_tokens_max = 0;
     // mul_mat_tx tx4/txm lanes: each owns 128 / lanes rows (16 at 8 lanes), so a small group
     // keeps enough workgroups for every thread on 768-row outputs (gpu/PERF.md).
     std::uint32_t mat_tx_tile_wg = 0;

@@ -4,12 +4,14 @@
 // plus paged attention. Times come from GPU timestamp queries (the per-dispatch time, not the
 // submission overhead) and, separately, the wall time of submit + fence wait per segment.
 // Usage: ordo-bench-kernels [--device SELECTOR] [--reps N] [--tx-wg LANES] [--no-texel | --texel]
-//                           [--steps] [--prefill] [--dispatch-cost]
+//                           [--rows] [--steps] [--prefill] [--dispatch-cost]
 //   --prefill measures only the prefill mat-muls of one layer of the small and medium models.
 //   --dispatch-cost measures the fixed wall cost of one small dispatch (with/without timestamps).
 //   --tx-wg overrides the mul_mat_tx tx4/txm workgroup size, --no-texel measures the storage-buffer
 //   kernels that automatic picks without texel views (the "before" numbers of gpu/PERF.md),
-//   --texel picks the texel kernels on a GPU too (where automatic would not),
+//   --texel picks the texel kernels on a GPU too (where automatic would not), --rows the
+//   row-per-lane mul_mat_rows for up to 8 tokens in the storage family (the lavapipe choice;
+//   a GPU picks it for one token only),
 //   --steps measures only the F16 medium-model shapes at decode-step token counts 1..32 and
 //   prefill 128/512 (the multi-sequence decode cost of issue 5, gpu/PERF.md).
 #include <algorithm>
@@ -229,6 +231,7 @@ int main(int argc, char** argv) {
     std::uint32_t tx_wg = 0;
     bool texel = true;
     bool force_texel = false;  // --texel: the texel kernels on a GPU too (default: CPU devices)
+    bool force_rows = false;   // --rows: mul_mat_rows for few tokens (storage family) on a GPU too
     bool steps_only = false;
     bool dispatch_cost = false;
     bool prefill_only = false;
@@ -247,13 +250,15 @@ int main(int argc, char** argv) {
             steps_only = true;
         } else if (std::strcmp(argv[i], "--no-texel") == 0) {
             texel = false;
+            e.attention = attention_path::classic;
         } else if (std::strcmp(argv[i], "--texel") == 0) {
             force_texel = true;
-            e.attention = attention_path::classic;
+        } else if (std::strcmp(argv[i], "--rows") == 0) {
+            force_rows = true;
         } else {
             std::fprintf(stderr, "usage: ordo-bench-kernels [--device SELECTOR] [--reps N] "
-                                 "[--tx-wg LANES] [--no-texel | --texel] [--steps] [--prefill] "
-                                 "[--dispatch-cost]\n");
+                                 "[--tx-wg LANES] [--no-texel | --texel] [--rows] [--steps] "
+                                 "[--prefill] [--dispatch-cost]\n");
             return 2;
         }
     }
@@ -267,6 +272,7 @@ int main(int argc, char** argv) {
     if (tx_wg != 0) tuning.mat_tx_tile_wg = tx_wg;
     if (!texel) tuning.prefer_texel_kernels = false;
     if (force_texel) tuning.prefer_texel_kernels = true;
+    if (force_rows) tuning.rows_tokens_max = mat_vec_tokens_max;
     auto p = pipelines::create(*e.dev, tuning);
     if (!p) return 1;
     e.pipes = std::move(*p);
