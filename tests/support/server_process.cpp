@@ -9,6 +9,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <regex>
 
@@ -16,6 +20,9 @@ namespace ordo::test {
 namespace {
 
 using clock = std::chrono::steady_clock;
+
+// How much of a server's output a failed test prints (its end: the failure is usually there).
+constexpr std::size_t failure_output_max = 16384;
 
 int remaining_ms(clock::time_point end) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - clock::now());
@@ -26,6 +33,13 @@ int remaining_ms(clock::time_point end) {
 
 server_process::~server_process() {
     if (_pid > 0) stop();
+    // A failed test shows what the server said: its log is the only record of a timeout or a
+    // rebuild that went wrong, and the process (and its pipe) is gone after this.
+    if (::testing::Test::HasFailure() && !_output.empty()) {
+        std::size_t n = std::min(_output.size(), failure_output_max);
+        std::fprintf(stderr, "---- the server's output (last %zu bytes) ----\n%s\n----\n", n,
+                     _output.c_str() + (_output.size() - n));
+    }
 }
 
 bool server_process::start(const std::string& binary, const std::vector<std::string>& args) {
