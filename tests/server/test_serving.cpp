@@ -89,6 +89,12 @@ std::vector<event> generate(tcp_client& c, uint64_t id, const kv&... params) {
     return until_terminal(c, id);
 }
 
+// The model op's reply (its "gpu" map describes the device), or nullopt.
+std::optional<event> model_op(tcp_client& c, uint64_t id) {
+    EXPECT_TRUE(c.send(frame("id", id, "op", "model")));
+    return next(c);
+}
+
 std::map<std::string, uint64_t> stats(uint16_t port) {
     tcp_client c;
     EXPECT_TRUE(c.connect(port));
@@ -234,10 +240,8 @@ TEST_F(stories_server, each_kernel_family_gives_the_golden_text) {
         start(std::string("[gpu]\nkernels = \"") + family + "\"\n");
         tcp_client c;
         ASSERT_TRUE(c.connect(server.port()));
-        ASSERT_TRUE(c.send(frame("id", 1, "op", "model")));
-        auto m = next(c);
-        ASSERT_TRUE(m.has_value());
-        const msgpack::object* dev = field(m->o(), "gpu");
+        auto m = model_op(c, 1);
+        const msgpack::object* dev = m ? field(m->o(), "gpu") : nullptr;
         ASSERT_NE(dev, nullptr);
         EXPECT_EQ(str_field(*dev, "kernels"), family);
         auto evs = generate(c, 2, "tokens", g.prompt_ids, "max_tokens", g.generated.size(),
@@ -494,10 +498,8 @@ TEST(serving, gpu_map_in_model_and_stats_counts_steps_and_a_watchdog_timeout) {
     tcp_client c;
     ASSERT_TRUE(c.connect(server.port()));
 
-    ASSERT_TRUE(c.send(frame("id", 1, "op", "model")));
-    auto m = next(c);
-    ASSERT_TRUE(m.has_value());
-    const msgpack::object* dev = field(m->o(), "gpu");
+    auto m = model_op(c, 1);
+    const msgpack::object* dev = m ? field(m->o(), "gpu") : nullptr;
     ASSERT_NE(dev, nullptr);
     EXPECT_EQ(str_field(*dev, "name"), m->str("device"));
     EXPECT_FALSE(str_field(*dev, "name").empty());
