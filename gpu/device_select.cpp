@@ -59,7 +59,7 @@ result<std::size_t> select_device(const std::vector<device_candidate>& devices,
     if (devices.empty()) {
         return make_error("gpu_device_not_found", "no Vulkan physical devices");
     }
-    if (selector.empty()) {
+    if (selector.empty() || lower(selector) == "auto") {
         std::size_t best = 0;
         for (std::size_t i = 1; i < devices.size(); ++i) {
             if (kind_rank(devices[i].kind) < kind_rank(devices[best].kind)) {

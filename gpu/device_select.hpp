@@ -21,8 +21,9 @@ struct device_candidate {
 
 std::string_view device_kind_name(device_kind k);
 
-// selector: "" = auto (discrete, then integrated, then virtual, then cpu/other; first of the
-// best kind); all digits = index; anything else = case-insensitive name substring (first match).
+// selector: "" or "auto" (any case) = the best kind (discrete, then integrated, then virtual,
+// then cpu/other; first of that kind); all digits = index; anything else = case-insensitive
+// name substring (first match).
 // No match, an index out of range, or no devices -> error "gpu_device_not_found" whose message
 // lists every device as "index: name (kind)".
 result<std::size_t> select_device(const std::vector<device_candidate>& devices,

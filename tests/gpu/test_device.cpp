@@ -1,8 +1,8 @@
 // test_device.cpp: device choice from the `gpu.device` string. The pure policy is checked on
-// synthetic device lists (auto prefers discrete > integrated > virtual > cpu; digits are an
-// index; anything else a case-insensitive substring; no match or a bad index is an error that
-// lists every device). On the real machine: a bad name or index fails with the device list, the
-// lavapipe name selects it, and the reported info (limits, heaps) is filled in.
+// synthetic device lists ("" and "auto" prefer discrete > integrated > virtual > cpu; digits
+// are an index; anything else a case-insensitive substring; no match or a bad index is an error
+// that lists every device). On the real machine: a bad name or index fails with the device
+// list, the lavapipe name selects it, and the reported info (limits, heaps) is filled in.
 #include "gpu_fixture.hpp"
 
 #include "gpu/device_select.hpp"
@@ -20,6 +20,9 @@ TEST(DeviceSelect, AutoPrefersDiscreteThenIntegratedThenAny) {
     EXPECT_EQ(*select_device(devices, ""), 2u);
     EXPECT_EQ(*select_device({devices[0], devices[1]}, ""), 1u);
     EXPECT_EQ(*select_device({devices[0]}, ""), 0u);
+    // "auto" is the documented spelling of the default (etc/ordo.toml), not a name to match.
+    EXPECT_EQ(*select_device(devices, "auto"), 2u);
+    EXPECT_EQ(*select_device({devices[0], devices[1]}, "AUTO"), 1u);
 }
 
 TEST(DeviceSelect, IndexAndCaseInsensitiveName) {
