@@ -1,16 +1,20 @@
 // gpu_fixture.hpp: shared set-up for tests/gpu: one real Vulkan device + pipelines + stream per
 // test binary, helpers to move float/int arrays to and from device buffers, seeded random data
 // and closeness checks. When no Vulkan device can be created at all the tests GTEST_SKIP with
-// a loud message naming the error (here lavapipe exists, so they run).
+// a loud message naming the error (here lavapipe exists, so they run); with ORDO_GPU_REQUIRED=1
+// in the environment (.ci/run sets it) a missing device fails them instead, so a broken driver
+// install cannot pass as a run of skips.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
+#include <string_view>
 #include <vector>
 
 #include "gpu/device.hpp"
@@ -56,13 +60,18 @@ inline gpu_env& env() {
     return e;
 }
 
-#define ORDO_REQUIRE_GPU()                                                                   \
-    do {                                                                                     \
-        if (!::ordo::gpu::testing::env().dev) {                                              \
-            std::fprintf(stderr, "\n*** SKIPPING GPU TEST: no Vulkan device: %s ***\n\n",    \
-                         ::ordo::gpu::testing::env().error.c_str());                          \
-            GTEST_SKIP() << "no Vulkan device: " << ::ordo::gpu::testing::env().error;        \
-        }                                                                                    \
+#define ORDO_REQUIRE_GPU()                                                                \
+    do {                                                                                  \
+        if (!::ordo::gpu::testing::env().dev) {                                           \
+            if (const char* need_ = std::getenv("ORDO_GPU_REQUIRED");                     \
+                need_ && std::string_view(need_) == "1") {                                \
+                GTEST_FAIL() << "ORDO_GPU_REQUIRED=1 but no Vulkan device: "              \
+                             << ::ordo::gpu::testing::env().error;                        \
+            }                                                                             \
+            std::fprintf(stderr, "\n*** SKIPPING GPU TEST: no Vulkan device: %s ***\n\n", \
+                         ::ordo::gpu::testing::env().error.c_str());                      \
+            GTEST_SKIP() << "no Vulkan device: " << ::ordo::gpu::testing::env().error;    \
+        }                                                                                 \
     } while (0)
 
 template <typename T>
