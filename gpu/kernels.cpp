@@ -133,14 +133,31 @@ bool tx1_usable(const device_info& info, model::ggml_type type, std::uint32_t k)
            k / unit <= abi::ORDO_TX1_UNITS_MAX * abi::ORDO_MAT_GROUPS;
 }
 
+result<const pipeline*> mul_mat_tx_tile(const pipelines& pipes, pipeline_id id,
+                                        std::uint32_t rows) {
+    std::uint32_t lanes = pipes.get(id).workgroup_size;
+    auto padded = [&](std::uint32_t tile) {
+        std::uint64_t covered = std::uint64_t(lanes) * std::max<std::uint32_t>(1, tile / lanes);
+        return ceil_div(rows, covered) * covered;
+    };
+    bool narrow = padded(abi::ORDO_TX_TILE_ROWS_NARROW) < padded(abi::ORDO_TX_TILE_ROWS);
+    return pipes.for_tile(id, narrow ? abi::ORDO_TX_TILE_ROWS_NARROW : abi::ORDO_TX_TILE_ROWS);
+}
+
 status prepare_mul_mat(const pipelines& pipes, const weight_tensor& w) {
-    if (!pipes.tuning().prefer_texel_kernels || !tx1_usable(pipes.dev().info(), w.type, w.n_in)) {
-        return {};
+    if (!pipes.tuning().prefer_texel_kernels) return {};
+    if (tx1_usable(pipes.dev().info(), w.type, w.n_in)) {
+        for (pipeline_id id : {pipeline_id::mul_mat_tx1_f32, pipeline_id::mul_mat_tx1t2_f32,
+                               pipeline_id::mul_mat_tx1t4_f32}) {
+            auto pl = pipes.for_k(pick(id, w.type), w.n_in);
+            if (!pl) return pl.err();
+        }
     }
-    for (pipeline_id id : {pipeline_id::mul_mat_tx1_f32, pipeline_id::mul_mat_tx1t2_f32,
-                           pipeline_id::mul_mat_tx1t4_f32}) {
-        auto pl = pipes.for_k(pick(id, w.type), w.n_in);
-        if (!pl) return pl.err();
+    for (const weight_chunk& ch : w.chunks) {
+        for (pipeline_id id : {pipeline_id::mul_mat_tx4_f32, pipeline_id::mul_mat_txm_f32}) {
+            auto pl = mul_mat_tx_tile(pipes, pick(id, w.type), ch.row_count);
+            if (!pl) return pl.err();
+        }
     }
     return {};
 }
@@ -166,16 +183,17 @@ status encode_mul_mat_tx(stream& s, const weight_tensor& w, const rows_view& x,
                           : few ? pipeline_id::mul_mat_tx4_f32
                                 : pipeline_id::mul_mat_txm_f32,
                           w.type);
-    auto pl = s.pipes().for_k(id, w.n_in);
-    if (!pl) return pl.err();
-    // Rows per workgroup: tx1 ORDO_TX1_ROWS over its teams; tx4/txm tile_rows per lane.
-    std::uint64_t rows_per_group =
-        split ? abi::ORDO_TX1_ROWS : std::uint64_t((*pl)->workgroup_size) * (*pl)->tile_rows;
     std::uint32_t t = split ? abi::ORDO_TX1_TOKENS_MAX : few ? abi::ORDO_TX4_T : abi::ORDO_TXM_T;
     std::uint32_t gy = ceil_div(n_tokens, t);
     if (gy > info.max_workgroup_count[1]) return bad("mul_mat", "too many tokens for one dispatch");
     for (std::size_t c = 0; c < w.chunks.size(); ++c) {
         const weight_chunk& ch = w.chunks[c];
+        // tx1: K-specialized, ORDO_TX1_ROWS rows per workgroup over its teams; tx4/txm: the row
+        // tile that pads this chunk least.
+        auto pl =
+            split ? s.pipes().for_k(id, w.n_in) : mul_mat_tx_tile(s.pipes(), id, ch.row_count);
+        if (!pl) return pl.err();
+        std::uint64_t rows_per_group = split ? abi::ORDO_TX1_ROWS : (*pl)->workgroup_rows;
         std::uint32_t gx = ceil_div(ch.row_count, rows_per_group);
         if (gx > info.max_workgroup_count[0]) return bad("mul_mat", "too many rows per chunk");
         abi::mul_mat_tx_push p{};

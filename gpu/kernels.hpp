@@ -59,8 +59,15 @@ bool texel_path_usable(const weight_tensor& w, const rows_view& x, std::uint32_t
 // subgroup broadcasts and <= ORDO_TX1_UNITS_MAX units per lane) rather than tx4.
 bool tx1_usable(const device_info& info, model::ggml_type type, std::uint32_t k);
 
-// Builds the pipelines encode_mul_mat will need for `w` that are specialized on its K (tx1),
-// so that the step path never compiles one. A no-op where the texel kernels are not preferred.
+// The tx4/txm pipeline (id: a mul_mat_tx4_* or mul_mat_txm_* id) that encode_mul_mat runs on a
+// weight chunk of `rows` rows: the ORDO_TX_TILE_ROWS_NARROW row tile where it pads the rows less
+// than the default (288 rows: three 96-row workgroups instead of three 128-row ones, a third of
+// whose rows would be clamped copies), else the default. Both sum in mat_order.glsl's order.
+result<const pipeline*> mul_mat_tx_tile(const pipelines& pipes, pipeline_id id, std::uint32_t rows);
+
+// Builds the pipelines encode_mul_mat will need for `w` that are specialized on its K (tx1) or
+// its chunks' row tiles (tx4/txm), so that the step path never compiles one. A no-op where the
+// texel kernels are not preferred.
 status prepare_mul_mat(const pipelines& pipes, const weight_tensor& w);
 
 status encode_rms_norm(stream& s, rows_view x, buffer_view weight, rows_view out,

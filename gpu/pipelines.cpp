@@ -120,7 +120,7 @@ result<std::unique_ptr<pipelines>> pipelines::create(const device& dev,
     for (std::size_t i = 0; i < pipeline_count; ++i) {
         auto id = static_cast<pipeline_id>(i);
         if (specialized_on_k(id)) continue;  // built per K by for_k()
-        status s = p->build(p->_all[i], id, 0);
+        status s = p->build(p->_all[i], id, 0, abi::ORDO_TX_TILE_ROWS);
         if (!s) return s.err();
     }
     return p;
@@ -137,20 +137,41 @@ result<const pipeline*> pipelines::for_k(pipeline_id id, std::uint32_t k) const 
         return make_error("gpu_unsupported", std::string(pipeline_name(id)) +
                                                  " needs subgroup ballot operations");
     }
-    std::lock_guard lock(_k_mutex);
-    auto key = std::make_pair(id, k);
-    auto it = _by_k.find(key);
-    if (it != _by_k.end()) return it->second.get();
+    return variant(id, k, abi::ORDO_TX_TILE_ROWS);
+}
+
+bool pipelines::tiled_on_rows(pipeline_id id) {
+    return pipeline_name(id).starts_with("mul_mat_tx4") ||
+           pipeline_name(id).starts_with("mul_mat_txm");
+}
+
+result<const pipeline*> pipelines::for_tile(pipeline_id id, std::uint32_t wg_rows) const {
+    if (!tiled_on_rows(id) ||
+        (wg_rows != abi::ORDO_TX_TILE_ROWS && wg_rows != abi::ORDO_TX_TILE_ROWS_NARROW)) {
+        return make_error("gpu_bad_config", std::string(pipeline_name(id)) + ": no " +
+                                                std::to_string(wg_rows) + "-row tile variant");
+    }
+    if (wg_rows == abi::ORDO_TX_TILE_ROWS) return &get(id);
+    return variant(id, 0, wg_rows);
+}
+
+result<const pipeline*> pipelines::variant(pipeline_id id, std::uint32_t k,
+                                           std::uint32_t wg_rows) const {
+    std::lock_guard lock(_variants_mutex);
+    auto key = std::make_tuple(id, k, wg_rows);
+    auto it = _variants.find(key);
+    if (it != _variants.end()) return it->second.get();
     auto pl = std::make_unique<pipeline>();
-    status s = build(*pl, id, k);
+    status s = build(*pl, id, k, wg_rows);
     if (!s) {
         destroy(*pl);
         return s.err();
     }
-    return _by_k.emplace(key, std::move(pl)).first->second.get();
+    return _variants.emplace(key, std::move(pl)).first->second.get();
 }
 
-status pipelines::build(pipeline& pl, pipeline_id id, std::uint32_t k) const {
+status pipelines::build(pipeline& pl, pipeline_id id, std::uint32_t k,
+                        std::uint32_t wg_rows) const {
     VkDevice d = _device.handle();
     const pipeline_source& src = source_of(id);
     const std::uint32_t bindings = src.bindings;
@@ -178,6 +199,7 @@ status pipelines::build(pipeline& pl, pipeline_id id, std::uint32_t k) const {
                                                            : 0u;
     std::string what = "pipeline " + std::string(pipeline_name(id));
     if (k != 0) what += " (K " + std::to_string(k) + ")";
+    if (wg_rows != abi::ORDO_TX_TILE_ROWS) what += " (" + std::to_string(wg_rows) + "-row tile)";
 
     VkDescriptorSetLayoutBinding b[8]{};
     ORDO_GPU_CHECK(bindings <= 8, "binding count");
@@ -214,8 +236,9 @@ status pipelines::build(pipeline& pl, pipeline_id id, std::uint32_t k) const {
 
     // Constant 2 (K) only matters to the shaders specialized on it (0 elsewhere); Vulkan
     // ignores map entries whose constant a module does not declare.
-    // Constant 3: mul_mat_tx tx4/txm rows per lane (128 rows per workgroup).
-    pl.tile_rows = std::max<std::uint32_t>(1, abi::ORDO_TX_TILE_ROWS / pl.workgroup_size);
+    // Constant 3: mul_mat_tx tx4/txm rows per lane (wg_rows rows per workgroup).
+    pl.tile_rows = std::max<std::uint32_t>(1, wg_rows / pl.workgroup_size);
+    pl.workgroup_rows = pl.workgroup_size * pl.tile_rows;
     std::uint32_t spec_values[4] = {pl.workgroup_size, pl.rows_per_workgroup, k, pl.tile_rows};
     VkSpecializationMapEntry entries[4] = {{0, 0, 4}, {1, 4, 4}, {2, 8, 4}, {3, 12, 4}};
     VkSpecializationInfo spec{4, entries, sizeof(spec_values), spec_values};
@@ -242,7 +265,7 @@ void pipelines::destroy(pipeline& pl) const {
 
 pipelines::~pipelines() {
     for (pipeline& pl : _all) destroy(pl);
-    for (auto& [key, pl] : _by_k) destroy(*pl);
+    for (auto& [key, pl] : _variants) destroy(*pl);
 }
 
 }  // namespace ordo::gpu

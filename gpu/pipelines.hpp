@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <string_view>
+#include <tuple>
 
 #include "actors/runtime/result.hpp"
 #include "gpu/device.hpp"
@@ -38,6 +39,7 @@ struct pipeline {
     std::uint32_t rows_per_workgroup = 1;  // specialization constant 1 where used
     std::uint32_t k = 0;                   // specialization constant 2 (K) where used, else 0
     std::uint32_t tile_rows = 0;           // constant 3: mul_mat_tx tx4/txm rows per lane
+    std::uint32_t workgroup_rows = 0;      // tx4/txm: weight rows per workgroup (lanes x tile)
     // Bit i set: binding i is a uniform texel buffer (the buffer's R32G32B32A32_UINT
     // texel_view()), not a storage buffer. Its shader addresses texels from the buffer start.
     std::uint32_t texel_bindings = 0;
@@ -94,16 +96,27 @@ public:
     static bool specialized_on_k(pipeline_id id);
     result<const pipeline*> for_k(pipeline_id id, std::uint32_t k) const;
 
+    // The tx4/txm (mul_mat_tx4_*, mul_mat_txm_*) pipeline whose workgroups cover about
+    // `wg_rows` weight rows: abi ORDO_TX_TILE_ROWS is the table entry, ORDO_TX_TILE_ROWS_NARROW
+    // is built on first request and kept, like for_k (the runner asks at load). The pipeline's
+    // workgroup_rows says what it covers (lanes x rows per lane). Other ids or tiles: an error.
+    static bool tiled_on_rows(pipeline_id id);
+    result<const pipeline*> for_tile(pipeline_id id, std::uint32_t wg_rows) const;
+
 private:
     explicit pipelines(const device& dev) : _device(dev) {}
-    status build(pipeline& pl, pipeline_id id, std::uint32_t k) const;
+    status build(pipeline& pl, pipeline_id id, std::uint32_t k, std::uint32_t wg_rows) const;
+    result<const pipeline*> variant(pipeline_id id, std::uint32_t k, std::uint32_t wg_rows) const;
     void destroy(pipeline& pl) const;
 
     const device& _device;
     pipeline_tuning _tuning;
     std::array<pipeline, pipeline_count> _all{};
-    mutable std::mutex _k_mutex;
-    mutable std::map<std::pair<pipeline_id, std::uint32_t>, std::unique_ptr<pipeline>> _by_k;
+    // Pipelines built on request (for_k, for_tile), keyed by (id, K, tile rows).
+    mutable std::mutex _variants_mutex;
+    mutable std::map<std::tuple<pipeline_id, std::uint32_t, std::uint32_t>,
+                     std::unique_ptr<pipeline>>
+        _variants;
 };
 
 }  // namespace ordo::gpu

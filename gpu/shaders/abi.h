@@ -53,6 +53,10 @@ ORDO_ABI_CONST ORDO_TX1_UNITS_MAX = 128;  // activation units a tx1 lane keeps i
 ORDO_ABI_CONST ORDO_TX1_TOKENS_MAX = 4;
 // tx4/txm rows per lane at 8 lanes (more lanes: fewer rows, 128 rows per workgroup).
 ORDO_ABI_CONST ORDO_TX_TILE_ROWS = 128;
+// The narrower workgroup row tile (12 rows per lane at 8 lanes), picked for a weight chunk when
+// it pads the chunk's rows less: 288 and 864-row outputs (the small model) fill 96-row tiles
+// exactly but leave 96 / 32 rows of 128-row tiles computing clamped copies (gpu/PERF.md).
+ORDO_ABI_CONST ORDO_TX_TILE_ROWS_NARROW = 96;
 ORDO_ABI_CONST ORDO_TX4_R = 16, ORDO_TX4_T = 8;
 ORDO_ABI_CONST ORDO_TXM_R = 16, ORDO_TXM_T = 16;
 // attention: per-lane accumulator slots; head_dim <= workgroup size * this.

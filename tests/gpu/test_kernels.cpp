@@ -1,7 +1,7 @@
 // test_kernels.cpp: the kernels (get_rows, mul_mat_vec, tiled mul_mat, mul_mat_rows, the
-// texel-fetch mul_mat_tx variants tx1/tx4/txm, the automatic choice, rms_norm, rope, rope_kv
-// (both paths, checked against model::rope and the pool layout), swiglu, add,
-// and both attention kernels at the head dims of the attention_tx variants) run on the real
+// texel-fetch mul_mat_tx variants tx1/tx4/txm and their two row tiles, the automatic choice,
+// rms_norm, rope, rope_kv (both paths, checked against model::rope and the pool layout), swiglu,
+// add, and both attention kernels at the head dims of the attention_tx variants) run on the real
 // Vulkan device and compared with the CPU reference (model/cpu_ops.hpp, model/quant.hpp) on
 // seeded random data, for F32/F16/Q8_0/Q4_0 weights,
 // odd row and token counts (not multiples of any workgroup or tile), and weights split into
@@ -20,6 +20,7 @@
 #include "gpu_fixture.hpp"
 
 #include "gpu/kv_pool.hpp"
+#include "gpu/shaders/abi.h"
 #include "gpu/weights.hpp"
 #include "model/cpu_ops.hpp"
 #include "model/fp16.hpp"
@@ -139,6 +140,58 @@ TEST(GpuKernels, MulMatTexelAllTypesOddSizes) {
         check_mul_mat(t, {96, 259, 16, mat_path::texel, 4096}, true);
         check_mul_mat(t, {64, 300, 17, mat_path::texel, 1u << 20}, false);
         check_mul_mat(t, {32, 133, 32, mat_path::texel, 2048}, true);
+    }
+}
+
+// tx4/txm pick their workgroup row tile per weight chunk (mul_mat_tx_tile): 288 rows take the
+// narrow 96-row tile, 384 rows the default 128-row one. The same 288 rows give bit-identical
+// outputs through either (the first 288 rows of a 384-row weight), at tx4 and txm token counts,
+// for every weight type: the tile choice never changes a result.
+TEST(GpuKernels, MulMatTexelRowTilesAgreeBitForBit) {
+    ORDO_REQUIRE_GPU();
+    constexpr std::uint32_t k = 96, narrow_rows = 288, wide_rows = 384;
+    const pipelines& pipes = *env().pipes;
+    auto tile_of = [&](std::uint32_t rows) {
+        auto pl = mul_mat_tx_tile(pipes, pipeline_id::mul_mat_txm_f32, rows);
+        EXPECT_TRUE(pl.ok());
+        return pl.ok() ? (*pl)->workgroup_rows : 0u;
+    };
+    EXPECT_LT(tile_of(narrow_rows), tile_of(wide_rows));
+    EXPECT_EQ(narrow_rows % tile_of(narrow_rows), 0u);
+    EXPECT_FALSE(pipes.for_tile(pipeline_id::mul_mat_txm_f32, 64).ok());
+    EXPECT_FALSE(pipes.for_tile(pipeline_id::mul_mat_tx1_f32, abi::ORDO_TX_TILE_ROWS).ok());
+    for (ggml_type type : all_types) {
+        host_weight wide = make_weight(type, k, wide_rows, 5);
+        std::vector<std::uint8_t> narrow_bytes(
+            wide.bytes.begin(),
+            wide.bytes.begin() + std::ptrdiff_t(model::row_bytes(type, k) * narrow_rows));
+        arena mem(*env().dev, 1u << 20);
+        auto wn = upload_weight(*env().dev, mem, type, k, narrow_rows, narrow_bytes);
+        auto ww = upload_weight(*env().dev, mem, type, k, wide_rows, wide.bytes);
+        ASSERT_TRUE(wn.ok() && ww.ok());
+        for (std::uint32_t n : {5u, 8u, 17u, 40u}) {
+            SCOPED_TRACE(std::string(model::type_name(type)) + " tokens=" + std::to_string(n));
+            auto x = random_floats(std::size_t(k) * n, 31 + n);
+            buffer xb = make_buffer(x);
+            buffer yn = make_buffer(std::vector<float>(std::size_t(narrow_rows) * n));
+            buffer yw = make_buffer(std::vector<float>(std::size_t(wide_rows) * n));
+            ASSERT_TRUE(env().str->begin("row tiles").ok());
+            ASSERT_TRUE(encode_mul_mat(*env().str, *wn, {whole(xb), 0, k},
+                                       {whole(yn), 0, narrow_rows}, n, false, mat_path::texel)
+                            .ok());
+            ASSERT_TRUE(encode_mul_mat(*env().str, *ww, {whole(xb), 0, k},
+                                       {whole(yw), 0, wide_rows}, n, false, mat_path::texel)
+                            .ok());
+            run_segment("row tiles");
+            auto got_n = read_buffer<float>(yn, std::size_t(narrow_rows) * n);
+            auto got_w = read_buffer<float>(yw, std::size_t(wide_rows) * n);
+            for (std::uint32_t t = 0; t < n; ++t) {
+                ASSERT_EQ(std::memcmp(&got_n[std::size_t(t) * narrow_rows],
+                                      &got_w[std::size_t(t) * wide_rows], narrow_rows * 4),
+                          0)
+                    << "token " << t;
+            }
+        }
     }
 }
 
