@@ -3,8 +3,10 @@
 // How: runs ORDO_MODEL_TOOL on stories260K with the golden prompt "Once upon a time" and --json,
 // and requires the generated ids to equal the golden case's (greedy) and the text to match the
 // upstream expected_text continuation; checks that temperature sampling is reproducible from
-// its seed and changes with it; that --backend vulkan prints the same as the cpu path; and that a missing -n and a bad file
-// each exit non-zero with a one-line error. Skips when the shared models folder is absent.
+// its seed and changes with it; that --backend vulkan prints the same as the cpu path (on the
+// default device and on --device 0; an unknown --device is an error); and that a missing -n
+// and a bad file each exit non-zero with a one-line error. Skips when the shared models folder
+// is absent.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -89,6 +91,15 @@ TEST_F(GenerateCli, VulkanBackendMatchesCpu) {
     EXPECT_EQ(vk.out, cpu.out);
     run_result bad = run(args + " --backend quantum");
     EXPECT_EQ(bad.rc, 2) << bad.err;
+    // --device takes gpu.device's selectors: device index 0 gives the same text too; a name no
+    // device has is an error; --device without the vulkan backend is a usage error.
+    const run_result first = run(args + " --backend vulkan --device 0");
+    ASSERT_EQ(first.rc, 0) << first.err;
+    EXPECT_EQ(first.out, cpu.out);
+    const run_result none = run(args + " --backend vulkan --device no-such-gpu");
+    EXPECT_EQ(none.rc, 1);
+    EXPECT_NE(none.err.find("gpu_device_not_found"), std::string::npos) << none.err;
+    EXPECT_EQ(run(args + " --device 0").rc, 2);  // --device without --backend vulkan
 }
 
 TEST_F(GenerateCli, ErrorsAreOneLine) {

@@ -1,8 +1,9 @@
 // cmd_generate.cpp: `ordo-model generate FILE --prompt TEXT -n N [--temp T] [--seed S] [--json]
-// [--backend cpu|vulkan]`: text generation with the CPU reference forward pass
+// [--backend cpu|vulkan [--device SEL]]`: text generation with the CPU reference forward pass
 // (model/reference.hpp, the default; slow on purpose, plain loops) or with the Vulkan runner
 // through a real gpu actor (gpu/runner_generate.hpp; f32 KV, so the two paths can be compared
-// on any model). It exists to check models and the gpu path by hand.
+// on any model) on the device SEL picks (gpu.device's syntax: index, name substring, "auto").
+// It exists to check models and the gpu path by hand.
 //
 // The prompt is encoded with the model's tokenizer (BOS as the vocab says); generation stops
 // after n tokens, or early on EOS or BOS (a generated BOS starts a new document, which is where
@@ -29,7 +30,7 @@ int run_generate(std::span<const std::string> argv);
 
 const command k_generate{"generate",
                          "generate FILE --prompt TEXT -n N [--temp T] [--seed S] [--json] "
-                         "[--backend cpu|vulkan]",
+                         "[--backend cpu|vulkan [--device SEL]]",
                          "generate text with the CPU reference (slow, for checking) or Vulkan",
                          run_generate};
 const command_registrar k_generate_reg{k_generate};
@@ -55,6 +56,7 @@ struct generate_request {
     uint64_t seed = 0;
     bool json = false;
     bool vulkan = false;
+    std::string device;  // gpu.device selector for --backend vulkan ("": the default choice)
 };
 
 result<generate_request> request_from(const parsed_args& a) {
@@ -67,6 +69,10 @@ result<generate_request> request_from(const parsed_args& a) {
         return make_error("usage", "--backend must be cpu or vulkan");
     }
     r.vulkan = backend == "vulkan";
+    if (auto device = a.option("device")) {
+        if (!r.vulkan) return make_error("usage", "--device needs --backend vulkan");
+        r.device = *device;
+    }
 #ifndef ORDO_HAVE_GPU_RUNNER
     if (r.vulkan) {
         return make_error("backend_unavailable",
@@ -103,6 +109,7 @@ result<std::vector<uint32_t>> generate_with(const generate_request& req,
     if (req.vulkan) {
         gpu::vulkan_generate_options vo;
         vo.model_path = req.path;
+        vo.device = req.device;
         return gpu::generate_vulkan(vo, prompt, opt, smp, on_token);
     }
 #endif
@@ -169,7 +176,7 @@ int run_request(const generate_request& req) {
 
 int run_generate(std::span<const std::string> argv) {
     const std::vector<std::string> norm = normalize_args(argv);
-    const arg_spec spec{{"prompt", "n", "temp", "seed", "backend"}, {"json"}, 1, 1};
+    const arg_spec spec{{"prompt", "n", "temp", "seed", "backend", "device"}, {"json"}, 1, 1};
     auto args = parse_args(norm, spec);
     if (!args) return report_error(args.err(), &k_generate);
     auto req = request_from(*args);
