@@ -9,7 +9,10 @@
 //   tg<G>x<P>  P sequences (16-token prompts), then G decode steps of all P: aggregate tok/s
 // Every step goes through a real gpu actor (gpu_session): messages, the worker thread, the
 // logits exchange. Best of --reps. Then a second, timestamped runner gives "where the time
-// goes": per-pipeline GPU time of one decode step (after 16 + G/2 tokens) and one prefill step.
+// goes": per-pipeline GPU time of one decode step (after 16 + G/2 tokens) and one prefill step
+// (lines kernels_decode / kernels_prefill<N>, a "kernels" list of {name, ms, dispatches}).
+// Every line also carries engine, backend, model, device, flush_every_layers and kernel_family
+// (the --kernels choice).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -355,7 +358,7 @@ int main(int argc, char** argv) {
     b.common = "\"engine\": \"ordo\", \"backend\": \"vulkan\", \"model\": " + json_str(o.label) +
                ", \"device\": " + json_str((*s)->ready().device) +
                ", \"flush_every_layers\": " + std::to_string(o.flush_every) +
-               ", \"kernels\": " + json_str(o.kernels);
+               ", \"kernel_family\": " + json_str(o.kernels);
     measure(b);
     status st = (*s)->stop();
     if (!st) std::fprintf(stderr, "ordo-bench: stop: %s\n", st.err().message.c_str());
