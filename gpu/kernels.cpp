@@ -136,8 +136,8 @@ bool tx1_usable(const device_info& info, model::ggml_type type, std::uint32_t k)
 result<const pipeline*> mul_mat_tx_tile(const pipelines& pipes, pipeline_id id,
                                         std::uint32_t rows) {
     std::uint32_t lanes = pipes.get(id).workgroup_size;
-    auto padded = [&](std::uint32_t tile) {
-        std::uint64_t covered = std::uint64_t(lanes) * std::max<std::uint32_t>(1, tile / lanes);
+    auto padded = [&](std::uint32_t wg_rows) {
+        std::uint64_t covered = std::uint64_t(lanes) * tx_rows_per_lane(lanes, wg_rows);
         return ceil_div(rows, covered) * covered;
     };
     bool narrow = padded(abi::ORDO_TX_TILE_ROWS_NARROW) < padded(abi::ORDO_TX_TILE_ROWS);
@@ -193,7 +193,7 @@ status encode_mul_mat_tx(stream& s, const weight_tensor& w, const rows_view& x,
         auto pl =
             split ? s.pipes().for_k(id, w.n_in) : mul_mat_tx_tile(s.pipes(), id, ch.row_count);
         if (!pl) return pl.err();
-        std::uint64_t rows_per_group = split ? abi::ORDO_TX1_ROWS : (*pl)->workgroup_rows;
+        std::uint64_t rows_per_group = split ? abi::ORDO_TX1_ROWS : (*pl)->workgroup_rows();
         std::uint32_t gx = ceil_div(ch.row_count, rows_per_group);
         if (gx > info.max_workgroup_count[0]) return bad("mul_mat", "too many rows per chunk");
         abi::mul_mat_tx_push p{};

@@ -140,13 +140,10 @@ result<const pipeline*> pipelines::for_k(pipeline_id id, std::uint32_t k) const 
     return variant(id, k, abi::ORDO_TX_TILE_ROWS);
 }
 
-bool pipelines::tiled_on_rows(pipeline_id id) {
-    return pipeline_name(id).starts_with("mul_mat_tx4") ||
-           pipeline_name(id).starts_with("mul_mat_txm");
-}
-
 result<const pipeline*> pipelines::for_tile(pipeline_id id, std::uint32_t wg_rows) const {
-    if (!tiled_on_rows(id) ||
+    bool tiled = pipeline_name(id).starts_with("mul_mat_tx4") ||
+                 pipeline_name(id).starts_with("mul_mat_txm");
+    if (!tiled ||
         (wg_rows != abi::ORDO_TX_TILE_ROWS && wg_rows != abi::ORDO_TX_TILE_ROWS_NARROW)) {
         return make_error("gpu_bad_config", std::string(pipeline_name(id)) + ": no " +
                                                 std::to_string(wg_rows) + "-row tile variant");
@@ -237,8 +234,7 @@ status pipelines::build(pipeline& pl, pipeline_id id, std::uint32_t k,
     // Constant 2 (K) only matters to the shaders specialized on it (0 elsewhere); Vulkan
     // ignores map entries whose constant a module does not declare.
     // Constant 3: mul_mat_tx tx4/txm rows per lane (wg_rows rows per workgroup).
-    pl.tile_rows = std::max<std::uint32_t>(1, wg_rows / pl.workgroup_size);
-    pl.workgroup_rows = pl.workgroup_size * pl.tile_rows;
+    pl.tile_rows = tx_rows_per_lane(pl.workgroup_size, wg_rows);
     std::uint32_t spec_values[4] = {pl.workgroup_size, pl.rows_per_workgroup, k, pl.tile_rows};
     VkSpecializationMapEntry entries[4] = {{0, 0, 4}, {1, 4, 4}, {2, 8, 4}, {3, 12, 4}};
     VkSpecializationInfo spec{4, entries, sizeof(spec_values), spec_values};

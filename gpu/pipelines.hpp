@@ -39,11 +39,19 @@ struct pipeline {
     std::uint32_t rows_per_workgroup = 1;  // specialization constant 1 where used
     std::uint32_t k = 0;                   // specialization constant 2 (K) where used, else 0
     std::uint32_t tile_rows = 0;           // constant 3: mul_mat_tx tx4/txm rows per lane
-    std::uint32_t workgroup_rows = 0;      // tx4/txm: weight rows per workgroup (lanes x tile)
     // Bit i set: binding i is a uniform texel buffer (the buffer's R32G32B32A32_UINT
     // texel_view()), not a storage buffer. Its shader addresses texels from the buffer start.
     std::uint32_t texel_bindings = 0;
+
+    // tx4/txm: weight rows one workgroup covers.
+    std::uint32_t workgroup_rows() const { return workgroup_size * tile_rows; }
 };
+
+// tx4/txm rows per lane (specialization constant 3) of a `lanes`-wide workgroup asked to cover
+// about `wg_rows` weight rows: the one formula pipelines::build and the tile choice share.
+inline std::uint32_t tx_rows_per_lane(std::uint32_t lanes, std::uint32_t wg_rows) {
+    return wg_rows / lanes > 1 ? wg_rows / lanes : 1;
+}
 
 // Workgroup sizes picked per device. Defaults come from tuning_for(); tests and the bench may
 // override them to check that results do not depend on the choice.
@@ -99,8 +107,7 @@ public:
     // The tx4/txm (mul_mat_tx4_*, mul_mat_txm_*) pipeline whose workgroups cover about
     // `wg_rows` weight rows: abi ORDO_TX_TILE_ROWS is the table entry, ORDO_TX_TILE_ROWS_NARROW
     // is built on first request and kept, like for_k (the runner asks at load). The pipeline's
-    // workgroup_rows says what it covers (lanes x rows per lane). Other ids or tiles: an error.
-    static bool tiled_on_rows(pipeline_id id);
+    // workgroup_rows() says what it covers (lanes x rows per lane). Other ids or tiles: an error.
     result<const pipeline*> for_tile(pipeline_id id, std::uint32_t wg_rows) const;
 
 private:

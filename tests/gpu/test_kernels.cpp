@@ -154,7 +154,7 @@ TEST(GpuKernels, MulMatTexelRowTilesAgreeBitForBit) {
     auto tile_of = [&](std::uint32_t rows) {
         auto pl = mul_mat_tx_tile(pipes, pipeline_id::mul_mat_txm_f32, rows);
         EXPECT_TRUE(pl.ok());
-        return pl.ok() ? (*pl)->workgroup_rows : 0u;
+        return pl.ok() ? (*pl)->workgroup_rows() : 0u;
     };
     EXPECT_LT(tile_of(narrow_rows), tile_of(wide_rows));
     EXPECT_EQ(narrow_rows % tile_of(narrow_rows), 0u);
