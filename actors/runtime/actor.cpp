@@ -87,10 +87,13 @@ void actor_core::deliver_queued() {
 
 void actor_core::begin_stop() {
     _stopping = true;
-    on_stop();
+    // Closing first draws one line under the mailbox: a push that lands before it is delivered
+    // below, a push after it is refused to its sender with actor_stopped. Either way the
+    // sender learns the outcome; nothing is queued that no handler will ever see.
     _mailbox.close();
-    // Messages that arrived before close() are still delivered, never dropped silently.
     deliver_queued();
+    // Last: on_stop() sees every message the actor accepted, and no handler runs after it.
+    on_stop();
     uv_close(reinterpret_cast<uv_handle_t*>(&_wakeup), nullptr);
 }
 

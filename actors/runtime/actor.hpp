@@ -9,9 +9,15 @@
 // does not compile.
 //
 // Lifecycle (libuv verbs): start() spawns the thread and runs on_start() on it; request_stop()
-// may be called from any thread (or from a signal-watching actor); the loop then delivers
-// what is already queued, calls on_stop() (the actor closes its own handles there), refuses
-// further messages with `actor_stopped`, closes its wakeup handle and lets the loop run dry.
+// may be called from any thread (or from a signal-watching actor). The loop then stops in this
+// order, so that after stop a message gets a refusal, never silence:
+//   1. stopping() becomes true and the mailbox closes: every later tell() is refused
+//      synchronously to its sender with `actor_stopped`;
+//   2. everything queued before that is delivered to its handler as usual (handlers may check
+//      stopping() to start no new work, e.g. no retry timers);
+//   3. on_stop() runs: the actor ends what is still in flight and closes its own handles there.
+//      No handler runs after on_stop();
+//   4. the wakeup handle closes and the loop runs dry.
 // join() waits for the thread and reports whether uv_loop_close returned 0, i.e. no handle
 // leaked. An actor object can be started again after join().
 #pragma once

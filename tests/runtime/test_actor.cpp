@@ -6,7 +6,9 @@
 // process closes every loop cleanly (uv_loop_close == 0) including a timer handle the actor
 // owns; (4) sends to a stopped actor are refused with actor_stopped; (5) the trace records every
 // delivery with sender, receiver, type and bytes that decode back to the message; (6) a handler
-// that throws does not take the actor down.
+// that throws does not take the actor down; (7) stop order: messages queued before the stop
+// closes the mailbox are handled before on_stop(), a tell after that (even from a handler in the
+// final drain) is refused with actor_stopped, and no handler runs after on_stop().
 #include <gtest/gtest.h>
 
 #include <condition_variable>
@@ -242,6 +244,99 @@ TEST(actor_runtime, outbox_forwards_typed_messages) {
     auto st = unbound.tell(ping{});
     ASSERT_FALSE(st.ok());
     EXPECT_EQ(st.err().code, "not_connected");
+}
+
+}  // namespace
+
+namespace {
+
+struct relay {
+    static constexpr const char* msg_name = "relay";
+    uint64_t n = 0;
+    MSGPACK_DEFINE_MAP(n);
+};
+
+// Records every handler call and on_stop() in one ordered log. "hold" blocks the loop (so the
+// test can queue messages behind it), "relay" tells the actor itself a ping and records the
+// code its own mailbox answered with.
+class stop_probe final : public actor<stop_probe, ping, hold, relay> {
+public:
+    stop_probe() : actor("stop_probe", 16) {}
+
+    void on(const ping& p) { record("ping " + std::to_string(p.n)); }
+    void on(const hold&) {
+        record("hold");
+        std::unique_lock lock(mutex);
+        holding = true;
+        cv.notify_all();
+        cv.wait(lock, [&] { return released; });
+    }
+    void on(const relay& r) {
+        auto st = tell(ping{0, r.n}, "stop_probe");
+        record("relay " + std::to_string(r.n) + " " + (st.ok() ? "ok" : st.err().code));
+    }
+
+    void wait_holding() {
+        std::unique_lock lock(mutex);
+        cv.wait(lock, [&] { return holding; });
+    }
+    void release() {
+        std::lock_guard lock(mutex);
+        released = true;
+        cv.notify_all();
+    }
+    void wait_stopped() {
+        std::unique_lock lock(mutex);
+        cv.wait(lock, [&] { return stopped; });
+    }
+
+    std::mutex mutex;
+    std::condition_variable cv;
+    std::vector<std::string> events;
+    uint64_t handled_after_stop = 0;
+    bool holding = false;
+    bool released = false;
+    bool stopped = false;
+
+protected:
+    void on_stop() override {
+        std::lock_guard lock(mutex);
+        events.push_back("on_stop");
+        stopped = true;
+        cv.notify_all();
+    }
+
+private:
+    void record(std::string what) {
+        std::lock_guard lock(mutex);
+        if (stopped) handled_after_stop++;
+        events.push_back(std::move(what));
+    }
+};
+
+TEST(actor_runtime, stop_delivers_queued_then_on_stop_then_refuses) {
+    stop_probe a;
+    ASSERT_TRUE(a.start().ok());
+    ASSERT_TRUE(a.tell(hold{}).ok());
+    a.wait_holding();
+    // The loop is blocked in on(hold): these wait in the mailbox while the stop is requested.
+    ASSERT_TRUE(a.tell(ping{0, 1}).ok());
+    ASSERT_TRUE(a.tell(relay{2}).ok());
+    a.request_stop();
+    // Requested but not begun (the loop is still blocked): the mailbox still accepts.
+    ASSERT_TRUE(a.tell(ping{0, 3}).ok());
+    a.release();
+    a.wait_stopped();
+    auto late = a.tell(ping{0, 4});
+    ASSERT_FALSE(late.ok());
+    EXPECT_EQ(late.err().code, "actor_stopped");
+    ASSERT_TRUE(a.join().ok());
+    // relay ran in the final drain, after the mailbox closed: its own tell was refused, so
+    // "ping 2" never appears. Everything accepted was handled before on_stop, nothing after.
+    const std::vector<std::string> expected{"hold", "ping 1", "relay 2 actor_stopped", "ping 3",
+                                            "on_stop"};
+    EXPECT_EQ(a.events, expected);
+    EXPECT_EQ(a.handled_after_stop, 0u);
 }
 
 }  // namespace
