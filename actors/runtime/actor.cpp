@@ -75,7 +75,8 @@ void actor_core::deliver_queued() {
         if (trace_sink* sink = _trace.load()) {
             sink->record(trace_record{next_trace_seq(), e.sender, _name, e.type_name, e.bytes});
         }
-        // A throwing handler is a bug in that handler; it must not take the actor down.
+        // The typed half catches decoding and handler failures itself (actor::handle); this is
+        // the last guard, for a throw that escapes it, so the actor is never taken down.
         try {
             deliver(e);
         } catch (const std::exception& ex) {
@@ -83,6 +84,11 @@ void actor_core::deliver_queued() {
             _log->error("handler for {} from {} threw: {}", e.type_name, e.sender, ex.what());
         }
     }
+}
+
+void actor_core::report_failure(const envelope& e, const ordo::error& why) {
+    _handler_errors++;
+    _log->error("{} from {} failed ({}): {}", e.type_name, e.sender, why.code, why.message);
 }
 
 void actor_core::begin_stop() {

@@ -8,6 +8,16 @@
 // `on(const T&)` overload of the derived class with std::visit, so a message without a handler
 // does not compile.
 //
+// Handler failures: a handler (or the decoding before it) that throws std::exception does not
+// take the actor down; the failure is logged and counted (handler_errors()). A handler failure
+// must still end the request it concerned, so an actor may declare, per message type,
+//     void on_failure(const T& msg, const ordo::error& why);   // public, like on()
+// and it is called with the message whose handler threw (why.code == "handler_failed"), e.g. to
+// answer that request with an internal error. It is optional per type (detected with a
+// requires-expression): a type without one is only counted. A message that fails to decode is
+// counted as "bad_message" and not passed to on_failure: a partly decoded message could name
+// the wrong request.
+//
 // Lifecycle (libuv verbs): start() spawns the thread and runs on_start() on it; request_stop()
 // may be called from any thread (or from a signal-watching actor). The loop then stops in this
 // order, so that after stop a message gets a refusal, never silence:
@@ -66,6 +76,12 @@ concept message_type = requires {
     { T::msg_name } -> std::convertible_to<std::string_view>;
 };
 
+// Whether actor A declares on_failure for message T (see "Handler failures" above).
+template <typename A, typename T>
+concept answers_failure = requires(A& a, const T& msg, const ordo::error& why) {
+    a.on_failure(msg, why);
+};
+
 // The untyped half: thread, loop, mailbox, stop protocol, tracing.
 class actor_core {
 public:
@@ -99,6 +115,8 @@ protected:
     spdlog::logger& log() { return *_log; }
     bool stopping() const { return _stopping; }
     void count_handler_error() { _handler_errors++; }
+    // Loop thread: counts one failed delivery or handler and logs it with type and sender.
+    void report_failure(const envelope& e, const ordo::error& why);
 
 private:
     static void wakeup_cb(uv_async_t* handle);
@@ -169,14 +187,45 @@ private:
         }(std::index_sequence_for<Msgs...>{});
 
         if (e.type_index >= decoders.size()) {
-            count_handler_error();
+            report_failure(e, make_error("bad_message", "type index " +
+                                                            std::to_string(e.type_index) +
+                                                            " is not in the message table"));
             return;
         }
         message m;
-        msgpack::object_handle oh = msgpack::unpack(e.bytes.data(), e.bytes.size());
-        decoders[e.type_index](m, oh.get());
+        try {
+            msgpack::object_handle oh = msgpack::unpack(e.bytes.data(), e.bytes.size());
+            decoders[e.type_index](m, oh.get());
+        } catch (const std::exception& ex) {
+            report_failure(e, make_error("bad_message", std::string("decoding failed: ") +
+                                                            ex.what()));
+            return;
+        }
+        std::visit([this, &e](const auto& msg) { handle(e, msg); }, m);
+    }
+
+    // Runs on(msg); if it throws, counts and logs it and lets the actor answer via on_failure.
+    template <typename T>
+    void handle(const envelope& e, const T& msg) {
         auto& self = static_cast<Derived&>(*this);
-        std::visit([&self](const auto& msg) { self.on(msg); }, m);
+        ordo::error why;
+        try {
+            self.on(msg);
+            return;
+        } catch (const std::exception& ex) {
+            why = make_error("handler_failed",
+                             std::string(T::msg_name) + " handler threw: " + ex.what());
+        }
+        report_failure(e, why);
+        if constexpr (answers_failure<Derived, T>) {
+            try {
+                self.on_failure(msg, why);
+            } catch (const std::exception& ex) {
+                report_failure(e, make_error("handler_failed",
+                                             std::string("on_failure for ") + T::msg_name +
+                                                 " threw too: " + ex.what()));
+            }
+        }
     }
 };
 

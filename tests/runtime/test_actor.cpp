@@ -8,7 +8,10 @@
 // delivery with sender, receiver, type and bytes that decode back to the message; (6) a handler
 // that throws does not take the actor down; (7) stop order: messages queued before the stop
 // closes the mailbox are handled before on_stop(), a tell after that (even from a handler in the
-// final drain) is refused with actor_stopped, and no handler runs after on_stop().
+// final drain) is refused with actor_stopped, and no handler runs after on_stop(); (8) a
+// handler that throws for a type with on_failure gets on_failure(msg, handler_failed) and later
+// messages are still handled; a type without on_failure, or an on_failure that throws too, is
+// only counted.
 #include <gtest/gtest.h>
 
 #include <condition_variable>
@@ -337,6 +340,71 @@ TEST(actor_runtime, stop_delivers_queued_then_on_stop_then_refuses) {
                                             "on_stop"};
     EXPECT_EQ(a.events, expected);
     EXPECT_EQ(a.handled_after_stop, 0u);
+}
+
+}  // namespace
+
+namespace {
+
+struct fuse {
+    static constexpr const char* msg_name = "fuse";
+    std::string why;
+    MSGPACK_DEFINE_MAP(why);
+};
+
+// boom and fuse both throw; only boom has on_failure, which itself throws for "rethrow".
+class answering final : public actor<answering, ping, boom, fuse> {
+public:
+    answering() : actor("answering", 16) {}
+
+    void on(const ping&) {
+        std::lock_guard lock(mutex);
+        pings++;
+        cv.notify_all();
+    }
+    void on(const boom& b) { throw std::runtime_error(b.why); }
+    void on(const fuse& f) { throw std::runtime_error(f.why); }
+
+    void on_failure(const boom& b, const ordo::error& why) {
+        {
+            std::lock_guard lock(mutex);
+            failures.push_back(b.why + " " + why.code);
+            messages.push_back(why.message);
+        }
+        if (b.why == "rethrow") throw std::runtime_error("on_failure failed too");
+    }
+
+    std::mutex mutex;
+    std::condition_variable cv;
+    std::vector<std::string> failures;
+    std::vector<std::string> messages;
+    uint64_t pings = 0;
+};
+
+static_assert(ordo::actors::answers_failure<answering, boom>);
+static_assert(!ordo::actors::answers_failure<answering, fuse>);
+static_assert(!ordo::actors::answers_failure<recorder, boom>);
+
+TEST(actor_runtime, handler_failure_calls_on_failure_and_actor_goes_on) {
+    answering a;
+    ASSERT_TRUE(a.start().ok());
+    ASSERT_TRUE(a.tell(boom{"first"}).ok());
+    ASSERT_TRUE(a.tell(fuse{"no answer"}).ok());
+    ASSERT_TRUE(a.tell(boom{"rethrow"}).ok());
+    ASSERT_TRUE(a.tell(ping{0, 1}).ok());
+    {
+        std::unique_lock lock(a.mutex);
+        a.cv.wait(lock, [&] { return a.pings == 1; });
+    }
+    a.request_stop();
+    ASSERT_TRUE(a.join().ok());
+    const std::vector<std::string> expected{"first handler_failed", "rethrow handler_failed"};
+    EXPECT_EQ(a.failures, expected);
+    ASSERT_EQ(a.messages.size(), 2u);
+    EXPECT_EQ(a.messages[0], "boom handler threw: first");
+    // boom, fuse, boom and its on_failure: four failures counted, none took the actor down.
+    EXPECT_EQ(a.handler_errors(), 4u);
+    EXPECT_EQ(a.pings, 1u);
 }
 
 }  // namespace
