@@ -146,6 +146,9 @@ frame_decoder::scan_state frame_decoder::scan() {
 
 frame_decoder::scan_state frame_decoder::scan_header() {
     assert(_scan < _buffer.size() && _payload_left == 0);
+    // value_done() closes a container as soon as its last element ends, so the innermost open
+    // one always has an element left for this header.
+    assert(_depth == 0 || _elements_left[_depth - 1] > 0);
     const auto* at = reinterpret_cast<const uint8_t*>(_buffer.data()) + _scan;
     const size_t available = _buffer.size() - _scan;
     const header_shape shape = shape_of(at[0]);
