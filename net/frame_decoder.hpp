@@ -1,29 +1,44 @@
 // frame_decoder.hpp: turns a TCP byte stream into msgpack frames, with a size limit.
 //
 // Pure logic, no sockets: the net actor feeds it whatever a read returned and takes out whole
-// msgpack values. A frame is one msgpack value; the wire has no length prefix, so the size of a
-// frame is only known once it has been parsed. The limit is therefore enforced on the bytes
-// received since the end of the last whole frame: once more than `frame_bytes_max` are pending
-// without completing a value, the stream is refused (`bad_frame`, oversized) without waiting
-// for the rest. Malformed msgpack is refused the same way. After an error the decoder is dead:
-// the connection must be closed, because the stream can no longer be resynchronised.
+// msgpack values. A frame is one msgpack value; the wire has no length prefix, so where a frame
+// ends is only known by walking its structure. The decoder therefore runs a small resumable
+// scanner over the msgpack headers as bytes arrive (see "The scanner" below) and unpacks a
+// frame with msgpack::unpack only once the scanner has found its last byte.
 //
-// Declared sizes are bounded too (unpack_limit), so a 5-byte header claiming a 4-billion
-// element array cannot make the parser allocate before the bytes exist.
+// What is refused, with code bad_frame, and when:
+//  - a header whose declared size would take the frame past `frame_bytes_max`: refused as soon
+//    as the header's bytes are in, without waiting for the payload (a str32 declaring 4 GiB
+//    after a 16-byte prefix is refused after those 16 bytes). "Size" counts the header, the
+//    payload of a str/bin/ext, and one byte for every array/map element still to come, since
+//    no element is shorter than that: a frame is refused exactly when no completion of the
+//    bytes seen so far could fit.
+//  - the reserved byte 0xc1, at once;
+//  - a container nested inside `frame_depth_max` others, at once.
+// Hence the bytes pending for an incomplete frame never exceed `frame_bytes_max`. After an error
+// the decoder is dead: the connection must be closed, because the stream can no longer be
+// resynchronised.
+//
+// msgpack::unpack still gets an unpack_limit as a second line of defence: a frame the scanner
+// accepted never reaches those limits, and the fuzzer (net/fuzz) checks that the two agree.
 #pragma once
 
 #include <msgpack.hpp>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "actors/runtime/result.hpp"
 
 namespace ordo::net {
 
-// Nesting deeper than this is refused: no request needs it, and the parser recurses per level.
+// Nesting deeper than this is refused: no request needs it, and the unpacker recurses per level.
+// A container may sit inside at most this many others (msgpack-c's unpack_limit depth counts
+// the same way).
 inline constexpr size_t frame_depth_max = 32;
 
 class frame_decoder {
@@ -34,19 +49,50 @@ public:
     void feed(const char* data, size_t size);
 
     // The next whole frame, std::nullopt when more bytes are needed, or an error
-    // (code "bad_frame") when the stream is malformed or a frame is too large.
+    // (code "bad_frame") when the stream is malformed or a frame is too large. After an error,
+    // every later call returns the same error.
     result<std::optional<msgpack::object_handle>> next();
 
     size_t frame_bytes_max() const { return _frame_bytes_max; }
     uint64_t frames() const { return _frames; }
 
 private:
-    msgpack::unpacker _unpacker;
+    // ---- The scanner ------------------------------------------------------------------------
+    // It walks one frame's headers, never its payloads, and keeps only what it needs to resume
+    // on the next feed: where it stopped (`_scan`), how many payload bytes of the current
+    // str/bin/ext are still to skip, and for each open array/map how many elements have not
+    // started yet. A header cut in two by a read is simply read again from its first byte once
+    // more bytes are in (at most 9 bytes), so the whole stream is scanned in O(bytes).
+    enum class scan_state {
+        need_more,   // every byte in is accounted for; the frame is not complete
+        advanced,    // scan_header() accepted one header; scan() goes on
+        frame_done,  // _scan is one past the pending frame's last byte
+        failed,      // _failed is set
+    };
+    scan_state scan();
+    scan_state scan_header();       // one header at _scan; the caller checked a byte is there
+    void value_done();              // a value ended: close every container it completed
+    scan_state refuse(std::string message);
+    uint64_t stream_offset(size_t buffer_pos) const { return _dropped_bytes + buffer_pos; }
+
+    result<std::optional<msgpack::object_handle>> take_frame();
+    void drop_consumed();
+
     size_t _frame_bytes_max;
-    uint64_t _fed_bytes = 0;       // total bytes fed so far
-    uint64_t _frame_start = 0;     // stream offset where the pending frame begins
+    msgpack::unpack_limit _unpack_limit;
+
+    std::vector<char> _buffer;      // received bytes from the start of the pending frame on
+    uint64_t _dropped_bytes = 0;    // stream offset of _buffer[0]
+    size_t _frame_begin = 0;        // where the pending frame starts in _buffer
+    size_t _scan = 0;               // next byte the scanner has not accounted for
+    uint64_t _payload_left = 0;     // str/bin/ext payload bytes still to skip
+    bool _value_started = false;    // the pending frame's root header has been read
+    std::array<uint64_t, frame_depth_max> _elements_left{};  // per open container, outermost first
+    size_t _depth = 0;              // open containers in _elements_left
+    uint64_t _elements_pending = 0; // sum of _elements_left[0.._depth)
+
     uint64_t _frames = 0;
-    std::optional<error> _failed;  // sticky: a broken stream stays broken
+    std::optional<error> _failed;   // sticky: a broken stream stays broken
 };
 
 }  // namespace ordo::net
