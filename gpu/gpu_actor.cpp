@@ -3,6 +3,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cassert>
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -24,7 +26,7 @@ gpu_actor::gpu_actor(gpu_actor_options options, logits_exchange& exchange, gpu_r
     : actor("gpu", options.mailbox_capacity),
       _options(std::move(options)),
       _exchange(exchange),
-      _replies(std::move(replies)) {}
+      _reply_out(std::move(replies)) {}
 
 gpu_actor::~gpu_actor() = default;
 
@@ -58,8 +60,14 @@ void gpu_actor::after_work_cb(uv_work_t* req, int) {
         self->finish_build();
     }
     if (self->stopping()) {
-        self->_runner.reset();  // on_stop left it to us: the job was running then
+        // on_stop left these to us: the job was running then, and its reply is still owed.
+        self->_runner.reset();
+        self->_replies.close();
         return;
+    }
+    if (self->_reset_requested && self->_state == state::ready) {
+        self->_reset_requested = false;
+        self->begin_recovery();
     }
     self->pump();
 }
@@ -119,7 +127,34 @@ void gpu_actor::run_step_job() {
 
 // ---- loop thread ------------------------------------------------------------------------
 
+namespace {
+
+// Replies to the scheduler: its mailbox drains in microseconds, so one that waits this long means
+// the scheduler is stuck; the reply is then given up (its logits slot released) and the
+// scheduler's backstop decides what the step became.
+constexpr actors::delivery_limits reply_delivery_limits{
+    .pending_max = 4096, .retry_ms = 2, .deadline_ms = 30'000};
+
+}  // namespace
+
+void gpu_actor::reply_gave_up(const reply_delivery::message& m, const error& why) {
+    _replies_undelivered++;
+    if (const auto* d = std::get_if<step_done>(&m); d && d->slot != logits_exchange::no_slot) {
+        _exchange.release(d->slot);
+    }
+    if (why.code != "actor_stopped") {
+        log().error("reply {} to the scheduler given up: {}",
+                    std::visit([](const auto& r) { return std::string(r.msg_name); }, m),
+                    why.message);
+    }
+}
+
 void gpu_actor::on_start() {
+    must(_replies.init(loop(), _reply_out, reply_delivery_limits,
+                  [this](const reply_delivery::message& m, const error& why) {
+                      reply_gave_up(m, why);
+                  }),
+         "delivery init");
     _state = state::starting;
     _epoch = 0;
     _rebuilds_in_row = 0;
@@ -128,8 +163,12 @@ void gpu_actor::on_start() {
 
 void gpu_actor::on_stop() {
     fail_queued("gpu_stopped", "the gpu actor is stopping", false);
-    // A running job ends within its watchdog; after_work_cb then frees the runner.
-    if (!_busy) _runner.reset();
+    // A running job ends within its watchdog; after_work_cb then sends its reply, frees the
+    // runner and closes the delivery.
+    if (!_busy) {
+        _runner.reset();
+        _replies.close();
+    }
 }
 
 namespace {
@@ -172,7 +211,7 @@ void gpu_actor::finish_build() {
         }
         _state = state::unavailable;
         fail_queued("gpu_unavailable", "the device could not be built", false);
-        (void)_replies.tell(device_unavailable{_job.err->code + ": " + _job.err->message});
+        _replies.send(device_unavailable{_job.err->code + ": " + _job.err->message});
         return;
     }
     _runner = std::move(_job.built);
@@ -187,7 +226,7 @@ void gpu_actor::finish_build() {
                    _runner->limits().block_tokens, _options.runner.rows_max,
                    summarize(_runner->info(), _runner->texel_kernels()),
                    _runner->limits().n_ctx};
-    (void)_replies.tell(m);
+    _replies.send(m);
 }
 
 void gpu_actor::finish_step() {
@@ -198,7 +237,7 @@ void gpu_actor::finish_step() {
         _tokens += _job.res.n_tokens;
         _rebuilds_in_row = 0;
         step_done d{m.step_id, _job.slot, _job.res.rows, _exchange.n_vocab(), _job.res.gpu_ms};
-        (void)_replies.tell(d);
+        _replies.send(d);
         return;
     }
     _exchange.release(_job.slot);
@@ -216,7 +255,7 @@ void gpu_actor::begin_recovery() {
                 true);
     if (_rebuilds_in_row >= _options.recovery_max || stopping()) {
         _state = state::unavailable;
-        (void)_replies.tell(device_unavailable{
+        _replies.send(device_unavailable{
             std::to_string(_rebuilds_in_row) + " device rebuilds without a successful step "
             "(recovery_max " + std::to_string(_options.recovery_max) + ")"});
         return;
@@ -253,7 +292,7 @@ void gpu_actor::fail(const step& m, const std::string& code, const std::string& 
     if (code != "gpu_bad_step") {
         log().warn("step {} failed: {}: {} [{}]", m.step_id, code, message, segment);
     }
-    (void)_replies.tell(step_failed{m.step_id, code, message, segment, device_lost});
+    _replies.send(step_failed{m.step_id, code, message, segment, device_lost});
 }
 
 void gpu_actor::fail_queued(const std::string& code, const std::string& message,
@@ -278,19 +317,18 @@ void gpu_actor::on(const step& m) {
     }
 }
 
-void gpu_actor::on(const release_logits& m) {
-    // A duplicate or stale release is the sender's bug; refuse it rather than abort.
-    if (!_exchange.is_held(m.slot)) {
-        log().warn("release_logits: slot {} is not held", m.slot);
-        count_handler_error();
+void gpu_actor::on(const reset_device& m) {
+    log().warn("device reset requested: {}", m.reason);
+    if (_state == state::unavailable) {
+        _replies.send(device_unavailable{"the device is unavailable; it cannot be reset"});
         return;
     }
-    _exchange.release(m.slot);
-}
-
-void gpu_actor::on(const gpu_stats_query& m) {
-    (void)_replies.tell(gpu_stats{m.token, _device_name, _steps, _failures, _recoveries, _tokens,
-                                  _busy_ms});
+    if (_state != state::ready) return;  // the build under way answers with device_ready
+    if (_busy) {
+        _reset_requested = true;  // after_work_cb rebuilds once the running step is answered
+        return;
+    }
+    begin_recovery();
 }
 
 void gpu_actor::on(const inject_fault& m) {

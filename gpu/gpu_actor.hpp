@@ -4,14 +4,18 @@
 // fault injections and shutdown while a fence is waited on. Further steps queue in arrival
 // order (at most queue_max; one more is refused with gpu_busy).
 //
-// Replies (gpu_msgs.hpp) go to one outbox: device_ready after start-up; exactly one step_done
-// or step_failed per step; gpu_stats per query. A step's logits rows are written into a
+// Replies (gpu_msgs.hpp) go to the scheduler through one delivery (ordered, bounded: a reply
+// refused by a full mailbox is offered again, and one that cannot be delivered within the bound
+// is given up with its logits slot released, so no slot leaks): device_ready after start-up;
+// exactly one step_done or step_failed per step. A step's logits rows are written into a
 // logits_exchange slot acquired before the step runs (none free: gpu_busy); rows are checked
 // for NaN/Inf (gpu_nan). On gpu_timeout, gpu_device_lost or any other device error the step
 // fails with device_lost = true, every queued step fails the same way (their KV is gone), the
 // runner is torn down (after waiting out a still-running segment, bounded by drain_ms) and
-// rebuilt, then device_ready{epoch + 1}. More than recovery_max rebuilds without a successful
-// step in between: device_unavailable, and every later step fails with gpu_unavailable.
+// rebuilt, then device_ready{epoch + 1}. reset_device (the scheduler's backstop) starts the same
+// rebuild. More than recovery_max rebuilds without a successful step in between:
+// device_unavailable, and every later step fails with gpu_unavailable. After stop, steps are
+// refused by the runtime (actor_stopped) and queued ones fail with gpu_stopped.
 //
 // Thread rule: the runner and the model file are touched only by the work callback while a
 // job runs (_busy), and by the loop thread only while none does.
@@ -27,6 +31,7 @@
 #include <string>
 
 #include "actors/runtime/actor.hpp"
+#include "actors/runtime/delivery.hpp"
 #include "actors/runtime/outbox.hpp"
 #include "gpu/fault_plan.hpp"
 #include "gpu/gpu_msgs.hpp"
@@ -35,8 +40,7 @@
 
 namespace ordo::gpu {
 
-using gpu_replies =
-    actors::outbox<step_done, step_failed, device_ready, device_unavailable, gpu_stats>;
+using gpu_replies = actors::outbox<step_done, step_failed, device_ready, device_unavailable>;
 
 struct gpu_actor_options {
     std::string model_path;
@@ -50,7 +54,7 @@ struct gpu_actor_options {
 };
 
 class gpu_actor final
-    : public actors::actor<gpu_actor, step, release_logits, gpu_stats_query, inject_fault> {
+    : public actors::actor<gpu_actor, step, inject_fault, reset_device> {
 public:
     // `exchange` must outlive the actor; its n_vocab must equal the model's and its rows_max
     // must be at least options.runner.rows_max (checked at build: device_unavailable if not).
@@ -58,9 +62,11 @@ public:
     ~gpu_actor() override;
 
     void on(const step& m);
-    void on(const release_logits& m);
-    void on(const gpu_stats_query& m);
     void on(const inject_fault& m);
+    void on(const reset_device& m);
+
+    // Replies given up by the delivery (for tests, after join()).
+    std::uint64_t replies_undelivered() const { return _replies_undelivered; }
 
 protected:
     void on_start() override;
@@ -91,13 +97,19 @@ private:
     void finish_step();
     void pump();
     void begin_recovery();
+    using reply_delivery =
+        actors::delivery<step_done, step_failed, device_ready, device_unavailable>;
+    void reply_gave_up(const reply_delivery::message& m, const error& why);
     void fail(const step& m, const std::string& code, const std::string& message,
               const std::string& segment, bool device_lost);
     void fail_queued(const std::string& code, const std::string& message, bool device_lost);
 
     gpu_actor_options _options;
     logits_exchange& _exchange;
-    gpu_replies _replies;
+    gpu_replies _reply_out;
+    reply_delivery _replies;
+    std::uint64_t _replies_undelivered = 0;
+    bool _reset_requested = false;  // reset_device while a step ran: rebuild after it
 
     // Loop thread.
     state _state = state::starting;

@@ -22,14 +22,14 @@
 
 namespace ordo::gpu {
 
-using gpu_reply = std::variant<step_done, step_failed, device_ready, device_unavailable, gpu_stats>;
+using gpu_reply = std::variant<step_done, step_failed, device_ready, device_unavailable>;
 
 // Short name of a reply's type ("step_done"), for test messages.
 std::string reply_name(const gpu_reply& r);
 
 class reply_collector final
     : public actors::actor<reply_collector, step_done, step_failed, device_ready,
-                           device_unavailable, gpu_stats> {
+                           device_unavailable> {
 public:
     reply_collector() : actor("gpu_client", 1024) {}
 
@@ -37,7 +37,6 @@ public:
     void on(const step_failed& m) { push(m); }
     void on(const device_ready& m) { push(m); }
     void on(const device_unavailable& m) { push(m); }
-    void on(const gpu_stats& m) { push(m); }
 
     // The next reply in arrival order, waiting at most timeout_ms; nullopt on timeout.
     std::optional<gpu_reply> next(std::uint64_t timeout_ms);
@@ -74,6 +73,7 @@ public:
     const device_ready& ready() const { return _ready; }
     std::uint32_t n_vocab() const { return _exchange->n_vocab(); }
     gpu_actor& actor() { return *_actor; }
+    logits_exchange& exchange() { return *_exchange; }
     reply_collector& replies() { return _collector; }
     status stop();  // stops and joins both actors; error if a loop leaked a handle
 

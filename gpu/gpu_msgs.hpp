@@ -1,6 +1,6 @@
 // gpu_msgs.hpp: the messages the gpu actor accepts (first) and the ones it sends back to the
-// scheduler. The scheduler is the only sender of steps; replies go to it through an
-// actors::outbox<step_done, step_failed, device_ready>.
+// scheduler. The scheduler is the only sender of steps; replies go to it through the gpu
+// actor's delivery (bounded, ordered; a step_done that cannot be delivered releases its slot).
 //
 // Logits never travel in messages: the gpu actor writes them into a shared host-side
 // logits_exchange slot (gpu/logits_exchange.hpp) and step_done names the slot; the scheduler
@@ -37,18 +37,14 @@ struct step {
     MSGPACK_DEFINE_MAP(step_id, phase, seqs);
 };
 
-// scheduler → gpu: the scheduler is done reading a logits slot. No reply.
-struct release_logits {
-    static constexpr const char* msg_name = "release_logits";
-    uint32_t slot = 0;
-    MSGPACK_DEFINE_MAP(slot);
-};
-
-// anyone → gpu: report device info and counters. Reply: gpu_stats to the asker's outbox.
-struct gpu_stats_query {
-    static constexpr const char* msg_name = "gpu_stats_query";
-    uint64_t token = 0;  // echoed in the reply
-    MSGPACK_DEFINE_MAP(token);
+// scheduler → gpu: rebuild the device (a step went unanswered past the scheduler's backstop,
+// so the device is not trusted). Queued steps fail with device_lost; the rebuild ends with
+// device_ready{epoch + 1}, or device_unavailable. While a step runs, the rebuild follows it.
+// While a build is already under way it is that build's device_ready that answers.
+struct reset_device {
+    static constexpr const char* msg_name = "reset_device";
+    std::string reason;
+    MSGPACK_DEFINE_MAP(reason);
 };
 
 // fault harness (through the scheduler/net) → gpu: arm a fault that goes through the real
@@ -135,18 +131,6 @@ struct device_unavailable {
     static constexpr const char* msg_name = "device_unavailable";
     std::string message;
     MSGPACK_DEFINE_MAP(message);
-};
-
-struct gpu_stats {
-    static constexpr const char* msg_name = "gpu_stats";
-    uint64_t token = 0;
-    std::string device;
-    uint64_t steps = 0;
-    uint64_t failures = 0;
-    uint64_t recoveries = 0;
-    uint64_t tokens = 0;
-    double busy_ms = 0;
-    MSGPACK_DEFINE_MAP(token, device, steps, failures, recoveries, tokens, busy_ms);
 };
 
 }  // namespace ordo::gpu

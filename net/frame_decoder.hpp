@@ -55,6 +55,11 @@ public:
 
     size_t frame_bytes_max() const { return _frame_bytes_max; }
     uint64_t frames() const { return _frames; }
+    // Bytes received of a frame not yet complete (0 between whole frames): the net actor's
+    // read timeout runs while this is not 0.
+    size_t pending_bytes() const {
+        return _buffer.size() > _frame_begin ? _buffer.size() - _frame_begin : 0;
+    }
 
 private:
     // ---- The scanner ------------------------------------------------------------------------

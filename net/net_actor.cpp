@@ -3,9 +3,13 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <array>
 #include <cassert>
 #include <cstring>
+#include <optional>
+
+#include "net/request_fields.hpp"
 
 namespace ordo::net {
 namespace {
@@ -14,8 +18,19 @@ namespace {
 // 64 KiB read is enough to keep a connection moving without per-read allocations.
 constexpr size_t read_buffer_bytes = 64 * 1024;
 constexpr int listen_backlog = 128;
-// How often a client_gone refused by a full scheduler mailbox is offered again.
-constexpr uint64_t gone_retry_ms = 5;
+// The read-timeout sweep runs this many times per read_timeout_ms, so a stalled frame is cut
+// off between 1x and 1.25x the timeout.
+constexpr uint64_t read_timeout_sweeps = 4;
+// client_gone to the scheduler: its mailbox drains in microseconds; past this bound the
+// scheduler is stuck or stopped and the message is given up (logged, counted).
+constexpr actors::delivery_limits gone_delivery_limits{
+    .pending_max = 1u << 16, .retry_ms = 5, .deadline_ms = 30'000};
+
+uint64_t ms_since(std::chrono::steady_clock::time_point t) {
+    return uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::steady_clock::now() - t)
+                        .count());
+}
 
 }  // namespace
 
@@ -27,10 +42,14 @@ struct net_actor::connection {
     frame_decoder decoder;
     std::unordered_set<uint64_t> inflight;  // ids of requests that have no terminal event yet
     size_t write_pending_bytes = 0;
-    bool closing = false;  // no further reads are handled nor writes queued
+    bool admitted = false;  // counted in _open and reading
+    bool closing = false;   // no further reads are handled nor writes queued
+    // Since when the connection has waited for the rest of a frame (or, before its first
+    // frame, for anything): what server.read_timeout_ms bounds. Unset while idle between frames.
+    std::optional<clock::time_point> waiting_since;
 
     connection(net_actor* o, uint64_t i, size_t frame_bytes_max)
-        : owner(o), id(i), decoder(frame_bytes_max) {}
+        : owner(o), id(i), decoder(frame_bytes_max), waiting_since(clock::now()) {}
 };
 
 struct net_actor::write_req {
@@ -47,10 +66,21 @@ net_actor::~net_actor() = default;
 // ---- lifecycle ---------------------------------------------------------------------------
 
 void net_actor::on_start() {
-    _started_at = std::chrono::steady_clock::now();
-    uv_timer_init(loop(), &_gone_timer);
+    _started_at = clock::now();
     uv_timer_init(loop(), &_grace_timer);
-    _gone_timer.data = _grace_timer.data = this;
+    uv_timer_init(loop(), &_sweep_timer);
+    uv_check_init(loop(), &_admission);
+    _grace_timer.data = _sweep_timer.data = _admission.data = this;
+    must(_gone.init(loop(), _gone_out, gone_delivery_limits,
+               [this](const gone_delivery::message& m, const error& why) {
+                   if (why.code != "actor_stopped" && why.code != "not_connected") {
+                       log().error("client_gone for connection {} undeliverable: {}",
+                                   std::get<sched::client_gone>(m).conn, why.message);
+                   }
+               }),
+         "delivery init");
+    uint64_t sweep_ms = std::max<uint64_t>(1, _options.read_timeout_ms / read_timeout_sweeps);
+    uv_timer_start(&_sweep_timer, &net_actor::sweep_cb, sweep_ms, sweep_ms);
     _listen_status = bind_and_listen();
     if (!_listen_status.ok()) log().error("{}", _listen_status.err().message);
 }
@@ -85,11 +115,16 @@ status net_actor::bind_and_listen() {
     return {};
 }
 
+void net_actor::close_listener() {
+    if (!_listening) return;
+    uv_close(reinterpret_cast<uv_handle_t*>(&_listener), nullptr);
+    _listening = false;
+}
+
 void net_actor::on_stop() {
-    if (_listening) {
-        uv_close(reinterpret_cast<uv_handle_t*>(&_listener), nullptr);
-        _listening = false;
-    }
+    close_listener();
+    uv_close(reinterpret_cast<uv_handle_t*>(&_sweep_timer), nullptr);
+    uv_close(reinterpret_cast<uv_handle_t*>(&_admission), nullptr);
     // Connections with queued events are shut down after those are written (the terminal
     // events of requests ended by the stop); the grace timer bounds a client that never reads.
     size_t flushing = 0;
@@ -107,10 +142,7 @@ void net_actor::on_stop() {
         }
         close_connection(*c, "server stopping");
     }
-    if (!_gone_pending.empty()) {
-        log().warn("{} client_gone messages undelivered at stop", _gone_pending.size());
-    }
-    uv_close(reinterpret_cast<uv_handle_t*>(&_gone_timer), nullptr);
+    _gone.close();
     if (flushing > 0) {
         uv_timer_start(&_grace_timer, &net_actor::grace_cb, _options.shutdown_grace_ms, 0);
     } else {
@@ -153,18 +185,65 @@ void net_actor::accept_one() {
         return;
     }
     uv_tcp_nodelay(&c.tcp, 1);
-    // _connections already holds the new one, hence the strict comparison.
-    if (_connections.size() > _options.connections_max) {
-        _counters.connections_refused++;
-        fail_connection(c, make_error("overloaded",
-                                      "too many connections (server.max_connections = " +
-                                          std::to_string(_options.connections_max) + ")"));
+    if (_open < _options.connections_max) {
+        admit(c);
         return;
     }
+    // Over the limit: a client that just closed a connection and opened this one may have its
+    // EOF in this same poll phase. The admission check runs after it, so connections already
+    // gone do not count against the new one.
+    _admit_wait.push_back(id);
+    if (!uv_is_active(reinterpret_cast<uv_handle_t*>(&_admission))) {
+        uv_check_start(&_admission, &net_actor::admission_cb);
+    }
+}
+
+void net_actor::admission_cb(uv_check_t* h) {
+    auto& self = *static_cast<net_actor*>(h->data);
+    while (!self._admit_wait.empty()) {
+        auto it = self._connections.find(self._admit_wait.front());
+        self._admit_wait.pop_front();
+        if (it == self._connections.end() || it->second->closing) continue;
+        if (self._open < self._options.connections_max) {
+            self.admit(*it->second);
+            continue;
+        }
+        self._counters.connections_refused++;
+        self.fail_connection(*it->second, errc::overloaded,
+                             "too many connections (server.max_connections = " +
+                                 std::to_string(self._options.connections_max) + ")");
+    }
+    uv_check_stop(h);
+}
+
+void net_actor::admit(connection& c) {
+    c.admitted = true;
+    _open++;
     _counters.connections_total++;
+    c.waiting_since = clock::now();
     uv_read_start(reinterpret_cast<uv_stream_t*>(&c.tcp), &net_actor::alloc_cb,
                   &net_actor::read_cb);
-    log().debug("connection {} accepted", id);
+    log().debug("connection {} accepted", c.id);
+}
+
+void net_actor::sweep_cb(uv_timer_t* t) {
+    auto& self = *static_cast<net_actor*>(t->data);
+    std::vector<connection*> late;
+    for (auto& [id, c] : self._connections) {
+        if (c->admitted && !c->closing && c->waiting_since &&
+            ms_since(*c->waiting_since) >= self._options.read_timeout_ms) {
+            late.push_back(c.get());
+        }
+    }
+    for (connection* c : late) {
+        self._counters.read_timeouts++;
+        self.fail_connection(*c, errc::read_timeout,
+                             c->decoder.pending_bytes() > 0
+                                 ? "a frame was not completed within server.read_timeout_ms = " +
+                                       std::to_string(self._options.read_timeout_ms)
+                                 : "nothing was sent within server.read_timeout_ms = " +
+                                       std::to_string(self._options.read_timeout_ms));
+    }
 }
 
 void net_actor::alloc_cb(uv_handle_t*, size_t, uv_buf_t* buf) {
@@ -191,12 +270,18 @@ void net_actor::handle_bytes(connection& c, const char* data, size_t size) {
         auto next = c.decoder.next();
         if (!next.ok()) {
             _counters.bad_frames++;
-            fail_connection(c, next.err());
+            fail_connection(c, errc::bad_frame, next.err().message);
             return;
         }
-        if (!next->has_value()) return;  // need more bytes
+        if (!next->has_value()) break;  // need more bytes
         msgpack::object_handle oh = std::move(**next);
         handle_frame(c, oh.get());
+    }
+    // The read timeout runs while part of a frame is here; between whole frames it rests.
+    if (c.decoder.pending_bytes() == 0) {
+        c.waiting_since.reset();
+    } else if (!c.waiting_since) {
+        c.waiting_since = clock::now();
     }
 }
 
@@ -205,10 +290,10 @@ void net_actor::handle_frame(connection& c, const msgpack::object& frame) {
     if (auto* bad = std::get_if<envelope_error>(&parsed)) {
         if (bad->fatal) {
             _counters.bad_frames++;
-            fail_connection(c, bad->err);
+            fail_connection(c, errc::bad_frame, bad->err.message);
         } else {
             _counters.bad_requests++;
-            send_frame(c, encode_error(bad->id, bad->err.code, bad->err.message));
+            send_error(c, bad->id, errc::bad_request, bad->err.message);
         }
         return;
     }
@@ -218,64 +303,62 @@ void net_actor::handle_frame(connection& c, const msgpack::object& frame) {
 // ---- ops -------------------------------------------------------------------------------------
 
 void net_actor::handle_request(connection& c, const request& r) {
-    using handler = void (net_actor::*)(connection&, const request&);
-    struct op_entry {
-        std::string_view name;
-        handler fn;
-    };
-    static constexpr std::array<op_entry, 2> ops{{
-        {"health", &net_actor::op_health},
-        {"stats", &net_actor::op_stats},
-    }};
     _counters.requests++;
     if (c.inflight.count(r.id) != 0) {
-        send_frame(c, encode_error(r.id, "duplicate_id",
-                                   "request id " + std::to_string(r.id) + " is still in flight"));
+        send_error(c, r.id, errc::duplicate_id,
+                   "request id " + std::to_string(r.id) + " is still in flight");
         return;
     }
     if (c.inflight.size() >= _options.inflight_per_connection_max) {
-        send_frame(c, encode_error(r.id, "too_many_inflight",
-                                   "server.max_inflight_per_connection = " +
-                                       std::to_string(_options.inflight_per_connection_max)));
+        send_error(c, r.id, errc::too_many_inflight,
+                   "server.max_inflight_per_connection = " +
+                       std::to_string(_options.inflight_per_connection_max));
         return;
     }
-    for (const auto& op : ops) {
-        // With a scheduler, `stats` goes there (it adds the net counters to its own).
-        if (op.name == r.op && !(r.op == "stats" && _to_scheduler.bound())) {
-            (this->*op.fn)(c, r);
-            return;
-        }
-    }
-    if (_to_scheduler.bound()) {
-        forward(c, r);
+    auto parsed = parse_op(r, _options.limits);
+    if (!parsed.ok()) {
+        bool unknown = parsed.err().code == "unknown_op";
+        (unknown ? _counters.unknown_ops : _counters.bad_requests)++;
+        send_error(c, r.id, unknown ? errc::unknown_op : errc::bad_request,
+                   parsed.err().message);
         return;
     }
-    _counters.unknown_ops++;
-    send_frame(c, encode_error(r.id, "unknown_op", "unknown op \"" + r.op + "\""));
+    std::visit(
+        [&](auto& m) {
+            using T = std::decay_t<decltype(m)>;
+            if constexpr (std::is_same_v<T, health_op>) {
+                op_health(c, r.id);
+            } else if (!_to_scheduler.bound()) {
+                if constexpr (std::is_same_v<T, sched::stats_query>) {
+                    op_stats_local(c, r.id);
+                } else {
+                    _counters.unknown_ops++;
+                    send_error(c, r.id, errc::unknown_op,
+                               "unknown op " + fields::quote(r.op) + " (no scheduler)");
+                }
+            } else {
+                if constexpr (std::is_same_v<T, sched::stats_query>) m.net = counters_map();
+                forward(c, std::move(m));
+            }
+        },
+        *parsed);
 }
 
-void net_actor::forward(connection& c, const request& r) {
-    sched::client_request m;
+template <typename T>
+void net_actor::forward(connection& c, T m) {
     m.conn = c.id;
-    m.id = r.id;
-    m.op = r.op;
-    msgpack::sbuffer frame;
-    msgpack::pack(frame, *r.map);
-    m.frame.assign(frame.data(), frame.data() + frame.size());
-    if (r.op == "stats") m.net = counters_map();
     if (auto st = _to_scheduler.tell(m); !st.ok()) {
         // The scheduler's mailbox is full (or it is stopping): refuse now rather than queue.
-        bool stopping = st.err().code == "actor_stopped";
-        send_frame(c, encode_error(r.id, stopping ? "shutting_down" : "overloaded",
-                                   st.err().message));
+        bool stopped = st.err().code == "actor_stopped";
+        send_error(c, m.id, stopped ? errc::shutting_down : errc::overloaded, st.err().message);
         return;
     }
-    c.inflight.insert(r.id);
+    c.inflight.insert(m.id);
 }
 
 std::map<std::string, uint64_t> net_actor::counters_map() const {
     const auto& k = _counters;
-    return {{"connections_open", _connections.size()},
+    return {{"connections_open", _open},
             {"connections_total", k.connections_total},
             {"connections_refused", k.connections_refused},
             {"requests", k.requests},
@@ -283,46 +366,54 @@ std::map<std::string, uint64_t> net_actor::counters_map() const {
             {"bad_requests", k.bad_requests},
             {"unknown_ops", k.unknown_ops},
             {"slow_readers", k.slow_readers},
+            {"read_timeouts", k.read_timeouts},
+            {"responses_too_large", k.responses_too_large},
             {"bytes_in", k.bytes_in},
             {"bytes_out", k.bytes_out}};
 }
 
-void net_actor::op_health(connection& c, const request& r) {
-    if (auto st = check_param_keys(*r.map, {}); !st.ok()) {
-        _counters.bad_requests++;
-        send_frame(c, encode_error(r.id, st.err().code, st.err().message));
-        return;
-    }
-    auto uptime = std::chrono::steady_clock::now() - _started_at;
-    event_writer w(r.id, "done");
+void net_actor::op_health(connection& c, uint64_t id) {
+    event_writer w(id, "done");
     w.field("status", _health_status);
     if (_health_status != "ok") w.field("reason", _health_reason);
     w.field("protocol", protocol_version);
-    w.field("uptime_ms",
-            std::chrono::duration_cast<std::chrono::milliseconds>(uptime).count());
+    w.field("uptime_ms", ms_since(_started_at));
     send_frame(c, w.finish());
 }
 
-void net_actor::op_stats(connection& c, const request& r) {
-    if (auto st = check_param_keys(*r.map, {}); !st.ok()) {
-        _counters.bad_requests++;
-        send_frame(c, encode_error(r.id, st.err().code, st.err().message));
-        return;
-    }
-    event_writer w(r.id, "done");
-    w.field("connections_open", _connections.size());
+void net_actor::op_stats_local(connection& c, uint64_t id) {
+    event_writer w(id, "done");
+    w.field("connections_open", _open);
     w.field("net", counters_map());
     send_frame(c, w.finish());
 }
 
 // ---- messages from other actors ---------------------------------------------------------------
 
-void net_actor::on(const deliver_event& m) {
-    auto it = _connections.find(m.conn);
-    if (it == _connections.end()) return;  // the client is gone; the scheduler hears ClientGone
+template <typename T>
+void net_actor::write_event(const T& e) {
+    auto it = _connections.find(e.conn);
+    if (it == _connections.end()) return;  // the client is gone; the scheduler heard client_gone
     connection& c = *it->second;
-    if (m.terminal) c.inflight.erase(m.id);
-    send_frame(c, std::string(m.frame.begin(), m.frame.end()));
+    constexpr bool terminal = is_terminal<T>();
+    if (terminal) c.inflight.erase(e.id);
+    std::string frame = encode(e);
+    if (frame.size() <= _options.write_buffer_bytes_max) {
+        send_frame(c, std::move(frame));
+        return;
+    }
+    // One event larger than the whole write buffer could never be queued: the request gets a
+    // clear error instead (a token event is never this large at the configurable minimum).
+    _counters.responses_too_large++;
+    std::string why = "the answer is " + std::to_string(frame.size()) +
+                      " bytes, more than server.write_buffer_bytes_max = " +
+                      std::to_string(_options.write_buffer_bytes_max);
+    log().warn("connection {} id {}: {}", c.id, e.id, why);
+    if (terminal) {
+        send_error(c, e.id, errc::response_too_large, why);
+    } else {
+        close_connection(c, "response_too_large");
+    }
 }
 
 void net_actor::on(const set_health& m) {
@@ -330,17 +421,35 @@ void net_actor::on(const set_health& m) {
     _health_reason = m.reason;
 }
 
+void net_actor::on(const drop_connection& m) {
+    auto it = _connections.find(m.conn);
+    if (it == _connections.end()) return;
+    log().warn("connection {} dropped: {}", m.conn, m.reason);
+    close_connection(*it->second, "dropped");
+}
+
+void net_actor::on(const begin_drain&) {
+    // Stop accepting; open connections go on (their new generate requests are refused by the
+    // scheduler with shutting_down, their running ones finish).
+    close_listener();
+    log().info("draining: no new connections");
+}
+
 // ---- writing and closing ----------------------------------------------------------------------
 
-void net_actor::send_frame(connection& c, std::string frame) {
-    if (c.closing) return;
+void net_actor::send_error(connection& c, uint64_t id, errc code, std::string_view message) {
+    send_frame(c, encode_error(id, code, message));
+}
+
+bool net_actor::send_frame(connection& c, std::string frame) {
+    if (c.closing) return false;
     if (c.write_pending_bytes + frame.size() > _options.write_buffer_bytes_max) {
         // The client stopped reading: buffering more would grow memory without bound.
         _counters.slow_readers++;
         log().warn("connection {}: {} bytes unread (limit {}), closing", c.id,
                    c.write_pending_bytes, _options.write_buffer_bytes_max);
         close_connection(c, "slow_reader");
-        return;
+        return false;
     }
     auto* w = new write_req;
     w->data = std::move(frame);
@@ -355,7 +464,9 @@ void net_actor::send_frame(connection& c, std::string frame) {
         c.write_pending_bytes -= w->data.size();
         delete w;
         close_connection(c, uv_strerror(rc));
+        return false;
     }
+    return true;
 }
 
 void net_actor::write_cb(uv_write_t* req, int status) {
@@ -366,12 +477,17 @@ void net_actor::write_cb(uv_write_t* req, int status) {
     if (status < 0 && status != UV_ECANCELED) c.owner->close_connection(c, uv_strerror(status));
 }
 
-void net_actor::fail_connection(connection& c, const error& e) {
+void net_actor::fail_connection(connection& c, errc code, const std::string& message) {
     if (c.closing) return;
-    log().info("connection {}: {}: {}", c.id, e.code, e.message);
-    send_frame(c, encode_error(0, e.code, e.message));
-    if (c.closing) return;  // the error itself did not fit
+    log().info("connection {}: {}: {}", c.id, wire_name(code), message);
+    if (!send_frame(c, encode_error(0, code, message))) return;  // closed: it did not fit
+    // Its requests can no longer be answered: the scheduler cancels them.
+    if (!c.inflight.empty()) {
+        _gone.send(sched::client_gone{c.id, std::string(wire_name(code))});
+        c.inflight.clear();
+    }
     c.closing = true;
+    if (c.admitted) _open--;
     uv_read_stop(reinterpret_cast<uv_stream_t*>(&c.tcp));
     // shutdown completes after the queued error frame is written; then the handle is closed.
     c.shutdown_req.data = &c;
@@ -391,38 +507,15 @@ void net_actor::shutdown_cb(uv_shutdown_t* req, int) {
 void net_actor::close_connection(connection& c, const char* reason) {
     if (uv_is_closing(reinterpret_cast<uv_handle_t*>(&c.tcp))) return;
     log().debug("connection {} closing: {}", c.id, reason);
-    if (_to_scheduler.bound() && !c.inflight.empty()) {
+    if (!c.inflight.empty()) {
         // The scheduler cancels this connection's requests; nothing more is written here.
-        tell_client_gone(sched::client_gone{c.id, reason});
+        _gone.send(sched::client_gone{c.id, reason});
         c.inflight.clear();
     }
+    if (!c.closing && c.admitted) _open--;
     c.closing = true;
     uv_read_stop(reinterpret_cast<uv_stream_t*>(&c.tcp));
     uv_close(reinterpret_cast<uv_handle_t*>(&c.tcp), &net_actor::close_cb);
-}
-
-void net_actor::tell_client_gone(sched::client_gone m) {
-    // Order matters: a later client_gone must not overtake an earlier refused one.
-    if (_gone_pending.empty() && _to_scheduler.tell(m).ok()) return;
-    _gone_pending.push_back(std::move(m));
-    if (!stopping() && !uv_is_active(reinterpret_cast<uv_handle_t*>(&_gone_timer))) {
-        uv_timer_start(&_gone_timer, &net_actor::gone_retry_cb, gone_retry_ms, gone_retry_ms);
-    }
-}
-
-void net_actor::gone_retry_cb(uv_timer_t* t) {
-    auto& self = *static_cast<net_actor*>(t->data);
-    while (!self._gone_pending.empty()) {
-        auto st = self._to_scheduler.tell(self._gone_pending.front());
-        if (!st.ok() && st.err().code == "mailbox_full") break;  // again on the next tick
-        if (!st.ok()) {
-            // The scheduler has stopped and ended every request itself.
-            self._gone_pending.clear();
-            break;
-        }
-        self._gone_pending.pop_front();
-    }
-    if (self._gone_pending.empty()) uv_timer_stop(t);
 }
 
 void net_actor::close_cb(uv_handle_t* handle) {

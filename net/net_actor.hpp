@@ -1,29 +1,36 @@
 // net_actor.hpp: the connection actor. Owns the listening socket and every client connection.
 //
 // Runs on its own libuv loop; nothing else touches its sockets or per-connection state. It
-// decodes msgpack frames under a size limit (frame_decoder), validates envelopes (protocol),
-// answers the ops it owns (health, stats) and writes events through a bounded per-connection
-// write buffer. Limits (all from [server] config): connections, frame bytes, in-flight requests
-// per connection, queued write bytes per connection. A bad frame gets one bad_frame error and
-// the connection is shut down after that error is flushed; other connections never notice.
+// decodes msgpack frames under a size limit (frame_decoder), parses each request into the typed
+// op the scheduler accepts (net/ops.hpp, the one validator), answers `health` itself and encodes
+// the scheduler's typed events as wire frames (net/protocol.hpp) through a bounded
+// per-connection write buffer. Limits (all from [server] config): connections, frame bytes,
+// in-flight requests per connection, queued write bytes per connection, and how long a frame may
+// take to arrive. A bad frame gets one bad_frame error and the connection is shut down after
+// that error is flushed; other connections never notice. Every socket error, EOF, timeout or
+// slow reader becomes one client_gone to the scheduler, through a delivery that never loses it.
+// Writes cannot raise SIGPIPE: the process ignores it (run_server), so a peer's reset is an
+// ordinary write error.
 #pragma once
 
 #include <uv.h>
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
-#include <deque>
-#include <map>
 
 #include "actors/runtime/actor.hpp"
+#include "actors/runtime/delivery.hpp"
 #include "actors/runtime/outbox.hpp"
 #include "actors/scheduler/scheduler_msgs.hpp"
 #include "net/frame_decoder.hpp"
 #include "net/net_msgs.hpp"
+#include "net/ops.hpp"
 #include "net/protocol.hpp"
 
 namespace ordo::net {
@@ -36,6 +43,8 @@ struct net_options {
     size_t inflight_per_connection_max = 64;
     size_t write_buffer_bytes_max = 8 << 20;
     uint64_t shutdown_grace_ms = 5000;  // at stop: how long queued events may take to flush
+    uint64_t read_timeout_ms = 30000;   // a frame begun (or a silent new connection), at most
+    request_limits limits;              // what the op parser needs of the model and config
 };
 
 struct net_counters {
@@ -46,21 +55,30 @@ struct net_counters {
     uint64_t bad_requests = 0;
     uint64_t unknown_ops = 0;
     uint64_t slow_readers = 0;
+    uint64_t read_timeouts = 0;
+    uint64_t responses_too_large = 0;
     uint64_t bytes_in = 0;
     uint64_t bytes_out = 0;
 };
 
-class net_actor final : public actors::actor<net_actor, deliver_event, set_health> {
+class net_actor final
+    : public actors::actor<net_actor, token_event, generate_done, tokenize_done,
+                           detokenize_done, cancel_done, model_done, stats_done, fault_done,
+                           request_error, set_health, drop_connection, begin_drain> {
 public:
     net_actor(net_options options, size_t mailbox_capacity);
     ~net_actor() override;
 
-    using scheduler_outbox = actors::outbox<sched::client_request, sched::client_gone>;
+    using scheduler_outbox =
+        actors::outbox<sched::generate, sched::cancel, sched::tokenize, sched::detokenize,
+                       sched::model_info_query, sched::stats_query, sched::fault>;
 
-    // Before start(): where requests other than `health` go. Without a scheduler, `stats` is
+    // Before start(): where ops other than `health` go. Without a scheduler, `stats` is
     // answered here (net counters only) and every other op is unknown.
-    void connect_scheduler(scheduler_outbox out) {
-        _to_scheduler = std::move(out);
+    template <typename Scheduler>
+    void connect_scheduler(Scheduler& s) {
+        _to_scheduler = scheduler_outbox(s, "net");
+        _gone_out = actors::outbox<sched::client_gone>(s, "net");
         _health_status = "loading";  // until the scheduler reports the device ready
         _health_reason = "starting";
     }
@@ -69,8 +87,18 @@ public:
     const status& listen_status() const { return _listen_status; }
     uint16_t bound_port() const { return _bound_port; }
 
-    void on(const deliver_event& m);
+    void on(const token_event& m) { write_event(m); }
+    void on(const generate_done& m) { write_event(m); }
+    void on(const tokenize_done& m) { write_event(m); }
+    void on(const detokenize_done& m) { write_event(m); }
+    void on(const cancel_done& m) { write_event(m); }
+    void on(const model_done& m) { write_event(m); }
+    void on(const stats_done& m) { write_event(m); }
+    void on(const fault_done& m) { write_event(m); }
+    void on(const request_error& m) { write_event(m); }
     void on(const set_health& m);
+    void on(const drop_connection& m);
+    void on(const begin_drain& m);
 
 protected:
     void on_start() override;
@@ -79,6 +107,8 @@ protected:
 private:
     struct connection;
     struct write_req;
+    using clock = std::chrono::steady_clock;
+    using gone_delivery = actors::delivery<sched::client_gone>;
 
     static void connection_cb(uv_stream_t* server, int status);
     static void alloc_cb(uv_handle_t* handle, size_t suggested, uv_buf_t* buf);
@@ -87,40 +117,47 @@ private:
     static void shutdown_cb(uv_shutdown_t* req, int status);
     static void close_cb(uv_handle_t* handle);
     static void grace_cb(uv_timer_t* t);
+    static void admission_cb(uv_check_t* h);
+    static void sweep_cb(uv_timer_t* t);
 
     status bind_and_listen();
+    void close_listener();
     void accept_one();
+    void admit(connection& c);
     void handle_bytes(connection& c, const char* data, size_t size);
     void handle_frame(connection& c, const msgpack::object& frame);
     void handle_request(connection& c, const request& r);
-    void op_health(connection& c, const request& r);
-    void op_stats(connection& c, const request& r);
-    void forward(connection& c, const request& r);
+    void op_health(connection& c, uint64_t id);
+    void op_stats_local(connection& c, uint64_t id);
+    template <typename T>
+    void forward(connection& c, T m);
     std::map<std::string, uint64_t> counters_map() const;
-    void send_frame(connection& c, std::string frame);
-    void fail_connection(connection& c, const error& e);  // bad_frame: write it, then shut down
+    template <typename T>
+    void write_event(const T& e);
+    bool send_frame(connection& c, std::string frame);  // false: the connection was closed
+    void send_error(connection& c, uint64_t id, errc code, std::string_view message);
+    void fail_connection(connection& c, errc code, const std::string& message);
     void close_connection(connection& c, const char* reason);
-
-    void tell_client_gone(sched::client_gone m);
-    static void gone_retry_cb(uv_timer_t* t);
 
     net_options _options;
     scheduler_outbox _to_scheduler;
-    // client_gone messages the scheduler's full mailbox refused; retried on a timer until
-    // delivered (at most one per closed connection, so bounded by connections_max).
-    std::deque<sched::client_gone> _gone_pending;
-    uv_timer_t _gone_timer{};
+    actors::outbox<sched::client_gone> _gone_out;
+    gone_delivery _gone;
     uv_timer_t _grace_timer{};  // bounds the flush of queued events at stop
+    uv_timer_t _sweep_timer{};  // read timeouts
+    uv_check_t _admission{};    // connections over the limit wait here for this loop pass's EOFs
     uv_tcp_t _listener{};
     bool _listening = false;
     status _listen_status;
     uint16_t _bound_port = 0;
     uint64_t _next_conn_id = 1;
     std::unordered_map<uint64_t, std::unique_ptr<connection>> _connections;
+    size_t _open = 0;                  // admitted and not closing: what max_connections bounds
+    std::deque<uint64_t> _admit_wait;  // accepted past the limit, decided in admission_cb
     net_counters _counters;
     std::string _health_status = "ok";
     std::string _health_reason;
-    std::chrono::steady_clock::time_point _started_at;
+    clock::time_point _started_at;
 };
 
 }  // namespace ordo::net

@@ -1,32 +1,191 @@
 // net_msgs.hpp: the messages the net actor accepts (its message table is net_actor::message).
+//
+// The events of a request travel typed, from the scheduler (sender of every event but health's)
+// to the net actor, which alone encodes them as wire frames (net/protocol.hpp). Every request
+// gets exactly one terminal event: one of the *_done messages or request_error; token_event is
+// the only non-terminal one. A second front door (HTTP) can encode the same messages its own
+// way. Each event names its request by (conn, id): the connection the net actor assigned, and
+// the id the client chose.
 #pragma once
 
 #include <msgpack.hpp>
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "actors/runtime/actor.hpp"
+#include "gpu/gpu_msgs.hpp"
+#include "net/error_code.hpp"
+
 namespace ordo::net {
 
-// scheduler → net: one encoded event frame for request `id` on connection `conn`. `terminal`
-// marks the request's done/error event, after which the id is free again. No reply.
-struct deliver_event {
-    static constexpr const char* msg_name = "deliver_event";
-    uint64_t conn = 0;
-    uint64_t id = 0;
-    bool terminal = false;
-    std::vector<char> frame;
-    MSGPACK_DEFINE_MAP(conn, id, terminal, frame);
+// ---- event payloads -------------------------------------------------------------------------
+
+struct top_logprob {
+    int32_t token = 0;
+    std::string text;  // valid UTF-8 (invalid bytes replaced)
+    float logprob = 0;
+    MSGPACK_DEFINE_MAP(token, text, logprob);
 };
 
-// bootstrap → net: what `health` reports ("ok", "loading" or "degraded", with a reason when
+// One generated token as a `token` event (or an element of done.logprobs) reports it.
+struct token_info {
+    int32_t token = 0;
+    std::string text;     // the text this token completes (may be "")
+    float logprob = 0;
+    std::optional<std::vector<top_logprob>> top_logprobs;  // set when logprobs > 0
+    MSGPACK_DEFINE_MAP(token, text, logprob, top_logprobs);
+};
+
+struct generate_usage {
+    uint32_t prompt_tokens = 0;
+    uint32_t cached_tokens = 0;
+    uint64_t completion_tokens = 0;
+    double prefill_ms = 0;
+    double decode_ms = 0;
+    MSGPACK_DEFINE_MAP(prompt_tokens, cached_tokens, completion_tokens, prefill_ms, decode_ms);
+};
+
+// What the `model` op reports (docs/protocol.md), filled from the loaded GGUF and the device.
+struct model_report {
+    std::string path;
+    std::string architecture;
+    std::string fingerprint;
+    std::string weight_type;
+    uint32_t n_vocab = 0, n_ctx_train = 0, context = 0, n_embd = 0, n_layer = 0, n_head = 0;
+    uint32_t n_head_kv = 0, n_ff = 0;
+    int32_t bos_token = -1, eos_token = -1;
+    bool generated = false;  // a random-weight model made by set-up, not a real one
+    std::string hint;        // how to point the server at a real GGUF (when generated)
+    gpu::device_summary gpu;
+    MSGPACK_DEFINE_MAP(path, architecture, fingerprint, weight_type, n_vocab, n_ctx_train, context,
+                       n_embd, n_layer, n_head, n_head_kv, n_ff, bos_token, eos_token, generated,
+                       hint, gpu);
+};
+
+// The scheduler's half of the `stats` op; the net counters come with the request.
+struct stats_report {
+    uint64_t active_sequences = 0;
+    uint64_t queued_requests = 0;
+    uint64_t kv_blocks_used = 0;
+    uint64_t kv_blocks_free = 0;
+    std::map<std::string, uint64_t> net;
+    std::map<std::string, uint64_t> scheduler;
+    std::map<std::string, uint64_t> kv;
+    // The stats op's `gpu` map: the device as last announced and what its steps did.
+    gpu::device_summary device;
+    uint64_t epoch = 0, steps = 0, timeouts = 0, device_lost = 0, nan_logits = 0;
+    uint64_t other_failures = 0;
+    double busy_ms = 0;
+    MSGPACK_DEFINE_MAP(active_sequences, queued_requests, kv_blocks_used, kv_blocks_free, net,
+                       scheduler, kv, device, epoch, steps, timeouts, device_lost, nan_logits,
+                       other_failures, busy_ms);
+};
+
+// ---- events (scheduler → net); none is answered ----------------------------------------------
+
+// A streamed token of a generate request. Not terminal.
+struct token_event {
+    static constexpr const char* msg_name = "token_event";
+    uint64_t conn = 0, id = 0;
+    token_info token;
+    MSGPACK_DEFINE_MAP(conn, id, token);
+};
+
+// generate ended: reason stop | length | cancelled. Terminal.
+struct generate_done {
+    static constexpr const char* msg_name = "generate_done";
+    uint64_t conn = 0, id = 0;
+    std::string reason;
+    std::string stop;  // the stop string that matched ("" when none)
+    std::vector<int32_t> tokens;
+    std::string text;
+    uint64_t seed = 0;
+    std::optional<std::vector<token_info>> logprobs;  // non-streamed requests with logprobs > 0
+    generate_usage usage;
+    MSGPACK_DEFINE_MAP(conn, id, reason, stop, tokens, text, seed, logprobs, usage);
+};
+
+struct tokenize_done {
+    static constexpr const char* msg_name = "tokenize_done";
+    uint64_t conn = 0, id = 0;
+    std::vector<int32_t> tokens;
+    MSGPACK_DEFINE_MAP(conn, id, tokens);
+};
+
+struct detokenize_done {
+    static constexpr const char* msg_name = "detokenize_done";
+    uint64_t conn = 0, id = 0;
+    std::string text;
+    MSGPACK_DEFINE_MAP(conn, id, text);
+};
+
+struct cancel_done {
+    static constexpr const char* msg_name = "cancel_done";
+    uint64_t conn = 0, id = 0;
+    bool cancelled = false;  // the target was live
+    MSGPACK_DEFINE_MAP(conn, id, cancelled);
+};
+
+struct model_done {
+    static constexpr const char* msg_name = "model_done";
+    uint64_t conn = 0, id = 0;
+    model_report model;
+    MSGPACK_DEFINE_MAP(conn, id, model);
+};
+
+struct stats_done {
+    static constexpr const char* msg_name = "stats_done";
+    uint64_t conn = 0, id = 0;
+    stats_report stats;
+    MSGPACK_DEFINE_MAP(conn, id, stats);
+};
+
+struct fault_done {
+    static constexpr const char* msg_name = "fault_done";
+    uint64_t conn = 0, id = 0;
+    std::string armed;  // the fault kind
+    MSGPACK_DEFINE_MAP(conn, id, armed);
+};
+
+// Any request ended by an error. Terminal.
+struct request_error {
+    static constexpr const char* msg_name = "request_error";
+    uint64_t conn = 0, id = 0;
+    errc code = errc::internal;
+    std::string message;
+    MSGPACK_DEFINE_MAP(conn, id, code, message);
+};
+
+// ---- control ----------------------------------------------------------------------------------
+
+// scheduler → net: what `health` reports ("ok", "loading" or "degraded", with a reason when
 // not ok). No reply.
 struct set_health {
     static constexpr const char* msg_name = "set_health";
     std::string status;
     std::string reason;
     MSGPACK_DEFINE_MAP(status, reason);
+};
+
+// scheduler → net: events for this connection could not be delivered within the delivery
+// bound, so its requests can no longer be answered: the connection is closed (the client sees
+// it end rather than wait forever). No reply.
+struct drop_connection {
+    static constexpr const char* msg_name = "drop_connection";
+    uint64_t conn = 0;
+    std::string reason;
+    MSGPACK_DEFINE_MAP(conn, reason);
+};
+
+// bootstrap → net: the server is draining (SIGTERM): stop accepting connections and answer new
+// requests with shutting_down; requests in flight go on. No reply.
+struct begin_drain {
+    static constexpr const char* msg_name = "begin_drain";
+    ORDO_EMPTY_MESSAGE()
 };
 
 }  // namespace ordo::net

@@ -1,6 +1,8 @@
 // protocol.cpp: see protocol.hpp.
 #include "net/protocol.hpp"
 
+#include "net/request_fields.hpp"
+
 #include <cassert>
 
 namespace ordo::net {
@@ -11,21 +13,26 @@ bool key_is(const msgpack::object_kv& kv, std::string_view name) {
            std::string_view(kv.key.via.str.ptr, kv.key.via.str.size) == name;
 }
 
-std::string type_name(const msgpack::object& o) {
-    switch (o.type) {
-        case msgpack::type::NIL: return "nil";
-        case msgpack::type::BOOLEAN: return "bool";
-        case msgpack::type::POSITIVE_INTEGER: return "unsigned integer";
-        case msgpack::type::NEGATIVE_INTEGER: return "negative integer";
-        case msgpack::type::FLOAT32:
-        case msgpack::type::FLOAT64: return "float";
-        case msgpack::type::STR: return "string";
-        case msgpack::type::BIN: return "binary";
-        case msgpack::type::ARRAY: return "array";
-        case msgpack::type::MAP: return "map";
-        case msgpack::type::EXT: return "ext";
+using fields::type_name;
+
+void pack_token(msgpack::packer<msgpack::sbuffer>& pk, const token_info& t, uint64_t id) {
+    bool top = t.top_logprobs.has_value();
+    pk.pack_map(top ? 6 : 5);
+    pk.pack("id"), pk.pack(id);
+    pk.pack("event"), pk.pack("token");
+    pk.pack("token"), pk.pack(t.token);
+    pk.pack("text"), pk.pack(t.text);
+    pk.pack("logprob"), pk.pack(wire_f64{t.logprob});
+    if (top) {
+        pk.pack("top_logprobs");
+        pk.pack_array(uint32_t(t.top_logprobs->size()));
+        for (const auto& e : *t.top_logprobs) {
+            pk.pack_map(3);
+            pk.pack("token"), pk.pack(e.token);
+            pk.pack("text"), pk.pack(e.text);
+            pk.pack("logprob"), pk.pack(wire_f64{e.logprob});
+        }
     }
-    return "unknown";
 }
 
 }  // namespace
@@ -61,24 +68,6 @@ std::variant<request, envelope_error> parse_envelope(const msgpack::object& fram
     return r;
 }
 
-status check_param_keys(const msgpack::object& map,
-                        std::initializer_list<std::string_view> allowed) {
-    assert(map.type == msgpack::type::MAP);
-    for (uint32_t i = 0; i < map.via.map.size; i++) {
-        const auto& kv = map.via.map.ptr[i];
-        if (kv.key.type != msgpack::type::STR) {
-            return make_error("bad_request", "parameter keys must be strings, got " +
-                                                 type_name(kv.key));
-        }
-        std::string_view key(kv.key.via.str.ptr, kv.key.via.str.size);
-        if (key == "id" || key == "op") continue;
-        bool known = false;
-        for (auto a : allowed) known = known || a == key;
-        if (!known) return make_error("bad_request", "unknown parameter \"" + std::string(key) + "\"");
-    }
-    return {};
-}
-
 event_writer::event_writer(uint64_t id, std::string_view event) {
     field("id", id);
     field("event", event);
@@ -99,8 +88,95 @@ std::string event_writer::finish() const {
     return out;
 }
 
-std::string encode_error(uint64_t id, std::string_view code, std::string_view message) {
-    return event_writer(id, "error").field("code", code).field("message", message).finish();
+std::string encode_error(uint64_t id, errc code, std::string_view message) {
+    return event_writer(id, "error")
+        .field("code", wire_name(code))
+        .field("message", message)
+        .finish();
+}
+
+std::string encode(const request_error& e) { return encode_error(e.id, e.code, e.message); }
+
+std::string encode(const token_event& e) {
+    msgpack::sbuffer buf;
+    msgpack::packer<msgpack::sbuffer> pk(buf);
+    pack_token(pk, e.token, e.id);
+    return std::string(buf.data(), buf.size());
+}
+
+std::string encode(const generate_done& e) {
+    event_writer w(e.id, "done");
+    w.field("reason", e.reason);
+    if (!e.stop.empty()) w.field("stop", e.stop);
+    w.field("tokens", e.tokens).field("text", e.text).field("seed", e.seed);
+    if (e.logprobs) {
+        auto& pk = w.nested("logprobs");
+        pk.pack_array(uint32_t(e.logprobs->size()));
+        for (const auto& t : *e.logprobs) pack_token(pk, t, e.id);
+    }
+    auto& u = w.nested("usage");
+    u.pack_map(5);
+    u.pack("prompt_tokens"), u.pack(e.usage.prompt_tokens);
+    u.pack("cached_tokens"), u.pack(e.usage.cached_tokens);
+    u.pack("completion_tokens"), u.pack(e.usage.completion_tokens);
+    u.pack("prefill_ms"), u.pack(wire_f64{e.usage.prefill_ms});
+    u.pack("decode_ms"), u.pack(wire_f64{e.usage.decode_ms});
+    return w.finish();
+}
+
+std::string encode(const tokenize_done& e) {
+    return event_writer(e.id, "done").field("tokens", e.tokens).finish();
+}
+
+std::string encode(const detokenize_done& e) {
+    return event_writer(e.id, "done").field("text", e.text).finish();
+}
+
+std::string encode(const cancel_done& e) {
+    return event_writer(e.id, "done").field("cancelled", e.cancelled).finish();
+}
+
+std::string encode(const model_done& e) {
+    const model_report& m = e.model;
+    event_writer w(e.id, "done");
+    w.field("architecture", m.architecture).field("path", m.path);
+    w.field("fingerprint", m.fingerprint).field("weight_type", m.weight_type);
+    w.field("n_vocab", m.n_vocab).field("n_ctx_train", m.n_ctx_train).field("context", m.context);
+    w.field("n_embd", m.n_embd).field("n_layer", m.n_layer).field("n_head", m.n_head);
+    w.field("n_head_kv", m.n_head_kv).field("n_ff", m.n_ff);
+    w.field("bos_token", m.bos_token).field("eos_token", m.eos_token);
+    w.field("generated", m.generated);
+    if (m.generated) w.field("hint", m.hint);
+    w.field("device", m.gpu.name);
+    w.nested("gpu").pack(m.gpu);
+    return w.finish();
+}
+
+std::string encode(const stats_done& e) {
+    const stats_report& s = e.stats;
+    event_writer w(e.id, "done");
+    w.field("active_sequences", s.active_sequences);
+    w.field("queued_requests", s.queued_requests);
+    w.field("kv_blocks_used", s.kv_blocks_used);
+    w.field("kv_blocks_free", s.kv_blocks_free);
+    auto open = s.net.find("connections_open");
+    w.field("connections_open", open == s.net.end() ? 0 : open->second);
+    w.field("net", s.net).field("scheduler", s.scheduler).field("kv", s.kv);
+    auto& g = w.nested("gpu");
+    g.pack_map(8);
+    g.pack("device"), g.pack(s.device);
+    g.pack("epoch"), g.pack(s.epoch);
+    g.pack("steps"), g.pack(s.steps);
+    g.pack("busy_ms"), g.pack(wire_f64{s.busy_ms});
+    g.pack("timeouts"), g.pack(s.timeouts);
+    g.pack("device_lost"), g.pack(s.device_lost);
+    g.pack("nan_logits"), g.pack(s.nan_logits);
+    g.pack("other_failures"), g.pack(s.other_failures);
+    return w.finish();
+}
+
+std::string encode(const fault_done& e) {
+    return event_writer(e.id, "done").field("armed", e.armed).finish();
 }
 
 }  // namespace ordo::net

@@ -3,23 +3,35 @@
 // Requests are msgpack maps {"id": uint > 0, "op": string, ...params}; every request gets
 // exactly one terminal event, {"id", "event": "done", ...} or {"id", "event": "error", "code",
 // "message"}, possibly preceded by streamed {"id", "event": "token", ...} events. This file
-// parses the envelope of one frame, checks parameter maps, and encodes events; it knows nothing
-// about sockets or actors, so it is unit-tested directly.
+// parses the envelope of one frame (the parameters are net/ops.hpp's) and encodes the typed
+// events of net/net_msgs.hpp as wire frames — the only place that does; it knows nothing about
+// sockets or actors, so it is unit-tested directly.
 #pragma once
 
 #include <msgpack.hpp>
 
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <variant>
 
 #include "actors/runtime/result.hpp"
+#include "net/error_code.hpp"
+#include "net/net_msgs.hpp"
 
 namespace ordo::net {
 
 inline constexpr uint32_t protocol_version = 1;
+
+// A float field as the protocol documents it: always a msgpack float64. msgpack-c's packer
+// writes a whole-number double (2.0) as an integer, which a client decoding a typed float
+// would refuse; `pk.pack(wire_f64{x})` writes the 9 bytes itself.
+struct wire_f64 {
+    double value;
+};
 
 struct request {
     uint64_t id = 0;
@@ -36,9 +48,6 @@ struct envelope_error {
 };
 
 std::variant<request, envelope_error> parse_envelope(const msgpack::object& frame);
-
-// bad_request naming the first key of `map` that is neither "id", "op" nor in `allowed`.
-status check_param_keys(const msgpack::object& map, std::initializer_list<std::string_view> allowed);
 
 // Builds one event map. The map header is written last, so fields may be added freely.
 class event_writer {
@@ -66,6 +75,43 @@ private:
     uint32_t _fields = 0;
 };
 
-std::string encode_error(uint64_t id, std::string_view code, std::string_view message);
+std::string encode_error(uint64_t id, errc code, std::string_view message);
+
+// The wire frame of each event (docs/protocol.md §3). `conn` is not part of the frame.
+std::string encode(const token_event& e);
+std::string encode(const generate_done& e);
+std::string encode(const tokenize_done& e);
+std::string encode(const detokenize_done& e);
+std::string encode(const cancel_done& e);
+std::string encode(const model_done& e);
+std::string encode(const stats_done& e);
+std::string encode(const fault_done& e);
+std::string encode(const request_error& e);
+
+// Whether an event ends its request.
+template <typename T>
+constexpr bool is_terminal() {
+    return !std::is_same_v<T, token_event>;
+}
 
 }  // namespace ordo::net
+
+namespace msgpack {
+MSGPACK_API_VERSION_NAMESPACE(MSGPACK_DEFAULT_API_NS) {
+namespace adaptor {
+template <>
+struct pack<ordo::net::wire_f64> {
+    template <typename Stream>
+    packer<Stream>& operator()(packer<Stream>& o, const ordo::net::wire_f64& v) const {
+        uint64_t bits;
+        std::memcpy(&bits, &v.value, sizeof bits);
+        char raw[9];
+        raw[0] = static_cast<char>(0xcb);
+        for (int i = 0; i < 8; i++) raw[1 + i] = static_cast<char>(bits >> (56 - 8 * i));
+        o.pack_bin_body(raw, sizeof raw);  // appends the bytes verbatim
+        return o;
+    }
+};
+}  // namespace adaptor
+}  // MSGPACK_API_VERSION_NAMESPACE(MSGPACK_DEFAULT_API_NS)
+}  // namespace msgpack

@@ -51,6 +51,7 @@ struct server_config {
     std::uint64_t write_buffer_bytes_max = 8388608;
     std::uint32_t mailbox_capacity = 65536;  // messages, per actor mailbox
     std::uint32_t shutdown_grace_ms = 5000;
+    std::uint32_t read_timeout_ms = 30000;  // a frame begun, or a new silent connection
     bool operator==(const server_config&) const = default;
 };
 

@@ -180,6 +180,10 @@ constexpr auto table = std::to_array<key_spec>({
     integer<&C::server, &server_config::shutdown_grace_ms>(
         "server", "shutdown_grace_ms", 0, 600000,
         "milliseconds in-flight requests may run after SIGTERM before they are cancelled"),
+    integer<&C::server, &server_config::read_timeout_ms>(
+        "server", "read_timeout_ms", 100, 3600000,
+        "milliseconds a connection may hold a partly sent frame (or send nothing after "
+        "connecting); then error read_timeout and the connection is closed"),
     // [model]
     string<&C::model, &model_config::path>(
         "model", "path", "GGUF file to serve; empty = the generated default model"),

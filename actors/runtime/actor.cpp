@@ -43,6 +43,12 @@ status actor_core::start() {
     return {};
 }
 
+void actor_core::must(const status& st, std::string_view what) {
+    if (st.ok()) return;
+    _log->critical("{}: {}: {}", what, st.err().code, st.err().message);
+    std::abort();
+}
+
 void actor_core::request_stop() {
     if (_stop_requested.exchange(true)) return;
     // The wakeup handle lives until the loop has seen the request; the mailbox mutex orders

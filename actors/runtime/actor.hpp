@@ -115,6 +115,9 @@ protected:
     spdlog::logger& log() { return *_log; }
     bool stopping() const { return _stopping; }
     void count_handler_error() { _handler_errors++; }
+    // For set-up steps that fail only on a programming error (bad constant limits): logs what
+    // failed and aborts, rather than run an actor missing a part.
+    void must(const status& st, std::string_view what);
     // Loop thread: counts one failed delivery or handler and logs it with type and sender.
     void report_failure(const envelope& e, const ordo::error& why);
 

@@ -22,6 +22,8 @@
 // parameters, it is defined for temperature 0, and a client can compare it across requests.
 #pragma once
 
+#include <msgpack.hpp>
+
 #include <array>
 #include <cstdint>
 #include <span>
@@ -50,6 +52,8 @@ struct sampling_params {
     uint32_t repeat_last_n = 64;   // how many of the most recent tokens are penalised
     uint64_t seed = seed_default;  // seeds this request's generator
     uint32_t logprobs = 0;         // 0..20: top alternatives to report per token
+    MSGPACK_DEFINE_MAP(temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed,
+                       logprobs);
 };
 
 // bad_request naming the offending parameter (by its protocol name) and its allowed range.

@@ -3,74 +3,43 @@
 
 #include <spdlog/spdlog.h>
 
-#include "actors/scheduler/request_fields.hpp"
-#include "actors/scheduler/scheduler_events.hpp"
-#include "net/protocol.hpp"
+#include <cassert>
 
 namespace ordo::sched {
 namespace {
 
-// How often events refused by a full net mailbox are offered again.
-constexpr uint64_t undelivered_retry_ms = 2;
-// Bounds of the `fault` op's numbers.
-constexpr uint64_t fault_layer_max = 4096;
-constexpr uint64_t fault_steps_max = 1000000;
+// After the gpu actor refuses a step (its queue full, a logits slot busy), the next plan is made
+// this much later rather than at once (which would spin) or never (which would stall).
+constexpr uint64_t pump_retry_ms = 10;
 
-// `fault` {kind: device_lost|hang|nan_logits, phase?: prefill|decode|mixed, layer?, after_steps?,
-// count?} → gpu::inject_fault. Errors: bad_request naming the key.
-result<gpu::inject_fault> parse_fault(const msgpack::object& frame) {
-    using namespace fields;
-    auto params = param_map::open(frame, {"kind", "phase", "layer", "after_steps", "count"});
-    if (!params.ok()) return params.err();
-    gpu::inject_fault f;
-    const msgpack::object* kind = params->get("kind");
-    if (kind == nullptr) return make_error("bad_request", "kind: missing");
-    auto k = read_string("kind", *kind, 32);
-    if (!k.ok()) return k.err();
-    if (*k != "device_lost" && *k != "hang" && *k != "nan_logits") {
-        return make_error("bad_request", "kind: must be device_lost, hang or nan_logits");
-    }
-    f.kind = *k;
-    if (const auto* p = params->get("phase")) {
-        auto ph = read_string("phase", *p, 16);
-        if (!ph.ok()) return ph.err();
-        if (*ph != "prefill" && *ph != "decode" && *ph != "mixed") {
-            return make_error("bad_request", "phase: must be prefill, decode or mixed");
-        }
-        f.phase = *ph;
-    }
-    if (const auto* l = params->get("layer")) {
-        auto v = read_uint("layer", *l, 0, fault_layer_max);
-        if (!v.ok()) return v.err();
-        f.layer = int32_t(*v);
-    }
-    if (const auto* a = params->get("after_steps")) {
-        auto v = read_uint("after_steps", *a, 0, fault_steps_max);
-        if (!v.ok()) return v.err();
-        f.after_steps = uint32_t(*v);
-    }
-    if (const auto* c = params->get("count")) {
-        auto v = read_uint("count", *c, 1, fault_steps_max);
-        if (!v.ok()) return v.err();
-        f.count = uint32_t(*v);
-    }
-    return f;
-}
+// Events to the net actor: its mailbox is normally drained in microseconds, so a message that
+// waits this long means the net actor is stuck; the client is then cut off, not left waiting.
+constexpr actors::delivery_limits net_delivery_limits{
+    .pending_max = 1u << 16, .retry_ms = 2, .deadline_ms = 30'000};
+// A device reset request to the gpu actor.
+constexpr actors::delivery_limits gpu_delivery_limits{
+    .pending_max = 16, .retry_ms = 10, .deadline_ms = 30'000};
 
 }  // namespace
 
 scheduler_actor::scheduler_actor(scheduler_core core, gpu::logits_exchange* logits, options o)
-    : actor("scheduler", o.mailbox_capacity), _core(std::move(core)), _logits(logits), _opt(o) {}
-
-void scheduler_actor::connect(net_outbox to_net, gpu_outbox to_gpu) {
-    _to_net = std::move(to_net);
-    _to_gpu = std::move(to_gpu);
-}
+    : actor("scheduler", o.mailbox_capacity),
+      _core(std::move(core)),
+      _logits(logits),
+      _opt(std::move(o)) {}
 
 void scheduler_actor::on_start() {
-    uv_timer_init(loop(), &_backstop);
-    uv_timer_init(loop(), &_retry);
-    _backstop.data = _retry.data = this;
+    for (uv_timer_t* t : {&_backstop, &_pump_timer, &_drain_timer}) {
+        uv_timer_init(loop(), t);
+        t->data = this;
+    }
+    must(_to_net.init(loop(), _net_out, net_delivery_limits,
+                 [this](const net_delivery::message& m, const error& why) { net_gave_up(m, why); }),
+         "delivery init");
+    must(_gpu_control.init(
+        loop(), _gpu_control_out, gpu_delivery_limits,
+        [this](const gpu_delivery::message& m, const error& why) { gpu_gave_up(m, why); }),
+         "delivery init");
     std::vector<outgoing_event> none;
     after(none);  // publish the initial health ("loading")
 }
@@ -78,30 +47,74 @@ void scheduler_actor::on_start() {
 void scheduler_actor::on_stop() {
     std::vector<outgoing_event> out;
     _core.shutdown(out);
-    for (auto& e : out) deliver(std::move(e));
-    if (!_undelivered.empty()) {
-        log().warn("{} events undeliverable at stop (net mailbox full)", _undelivered.size());
+    for (auto& e : out) std::visit([&](auto& m) { _to_net.send(std::move(m)); }, e);
+    _to_net.close();
+    _gpu_control.close();
+    for (uv_timer_t* t : {&_backstop, &_pump_timer, &_drain_timer}) {
+        uv_close(reinterpret_cast<uv_handle_t*>(t), nullptr);
     }
-    uv_close(reinterpret_cast<uv_handle_t*>(&_backstop), nullptr);
-    uv_close(reinterpret_cast<uv_handle_t*>(&_retry), nullptr);
 }
 
 // ---- inputs --------------------------------------------------------------------------------
 
-void scheduler_actor::on(const client_request& m) {
+// Each op: the core decides, after() carries out what it decided.
+#define ORDO_SCHEDULER_OP(type, handler)          \
+    void scheduler_actor::on(const type& m) {     \
+        std::vector<outgoing_event> out;          \
+        _core.handler(m, out);                    \
+        after(out);                               \
+    }
+ORDO_SCHEDULER_OP(generate, on_generate)
+ORDO_SCHEDULER_OP(cancel, on_cancel)
+ORDO_SCHEDULER_OP(tokenize, on_tokenize)
+ORDO_SCHEDULER_OP(detokenize, on_detokenize)
+ORDO_SCHEDULER_OP(model_info_query, on_model)
+ORDO_SCHEDULER_OP(stats_query, on_stats)
+ORDO_SCHEDULER_OP(client_gone, on_client_gone)
+ORDO_SCHEDULER_OP(gpu::device_ready, on_device_ready)
+ORDO_SCHEDULER_OP(gpu::device_unavailable, on_device_unavailable)
+#undef ORDO_SCHEDULER_OP
+
+// `fault`: arms a gpu fault through the real path.
+void scheduler_actor::on(const fault& m) {
     std::vector<outgoing_event> out;
-    if (m.op == "fault") {
-        op_fault(m, out);
+    if (!_opt.faults_enabled) {
+        out.push_back(error_event(m.conn, m.id, net::errc::fault_disabled,
+                                  "fault injection is off ([fault] enabled = false)"));
+    } else if (auto st = _to_gpu.tell(m.spec); !st.ok()) {
+        out.push_back(error_event(m.conn, m.id, net::errc::overloaded,
+                                  "the gpu actor refused the fault: " + st.err().message));
     } else {
-        _core.on_request(m, out);
+        log().warn("fault armed by conn {} id {}: {}", m.conn, m.id, m.spec.kind);
+        out.push_back(net::fault_done{m.conn, m.id, m.spec.kind});
     }
     after(out);
 }
 
-void scheduler_actor::on(const client_gone& m) {
+void scheduler_actor::on(const drain& m) {
+    if (_draining) return;
+    _draining = true;
+    _core.begin_drain();
+    log().info("draining: {} live requests, up to {} ms", _core.live_requests(), m.grace_ms);
+    uv_timer_start(&_drain_timer, &scheduler_actor::drain_cb, m.grace_ms, 0);
+    check_drained();
+}
+
+void scheduler_actor::drain_cb(uv_timer_t* t) {
+    auto& self = *static_cast<scheduler_actor*>(t->data);
+    self.log().warn("drain grace over: ending {} requests with shutting_down",
+                    self._core.live_requests());
     std::vector<outgoing_event> out;
-    _core.on_client_gone(m, out);
-    after(out);
+    self._core.shutdown(out);
+    self.after(out);
+}
+
+void scheduler_actor::check_drained() {
+    if (!_draining || _drained || _core.live_requests() != 0) return;
+    _drained = true;
+    uv_timer_stop(&_drain_timer);
+    log().info("drained");
+    if (_opt.on_drained) _opt.on_drained();
 }
 
 void scheduler_actor::on(const gpu::step_done& m) {
@@ -109,7 +122,16 @@ void scheduler_actor::on(const gpu::step_done& m) {
     std::vector<outgoing_event> out;
     _core.on_step_done(
         m, [&](uint32_t r) { return _logits->read_row(m.slot, r); }, out);
-    _logits->release(m.slot);
+    if (m.slot != gpu::logits_exchange::no_slot) _logits->release(m.slot);
+    after(out);
+}
+
+void scheduler_actor::on_failure(const gpu::step_done& m, const error& why) {
+    if (m.slot != gpu::logits_exchange::no_slot && _logits->is_held(m.slot)) {
+        _logits->release(m.slot);
+    }
+    std::vector<outgoing_event> out;
+    _core.on_step_failed({m.step_id, "internal", why.message, "applying the step", false}, out);
     after(out);
 }
 
@@ -122,80 +144,49 @@ void scheduler_actor::on(const gpu::step_failed& m) {
     after(out);
 }
 
-void scheduler_actor::on(const gpu::device_ready& m) {
-    log().info("device ready: {} (epoch {}, {} kv blocks of {} tokens)", m.device, m.epoch,
-               m.kv_blocks, m.kv_block_tokens);
-    std::vector<outgoing_event> out;
-    _core.on_device_ready(m, out);
-    after(out);
-}
-
-void scheduler_actor::on(const gpu::device_unavailable& m) {
-    log().error("device unavailable: {}", m.message);
-    std::vector<outgoing_event> out;
-    _core.on_device_unavailable(m, out);
-    after(out);
-}
-
-void scheduler_actor::on(const gpu::gpu_stats&) {}
-
-// `fault` {kind, phase?, layer?, after_steps?, count?}: arms a gpu fault through the real path.
-void scheduler_actor::op_fault(const client_request& m, std::vector<outgoing_event>& out) {
-    if (!_opt.faults_enabled) {
-        out.push_back(error_event(m.conn, m.id, "fault_disabled",
-                                  "fault injection is off ([fault] enabled = false)"));
-        return;
-    }
-    auto oh = msgpack::unpack(m.frame.data(), m.frame.size());
-    auto parsed = parse_fault(oh.get());
-    if (!parsed.ok()) {
-        out.push_back(error_event(m.conn, m.id, parsed.err().code, parsed.err().message));
-        return;
-    }
-    if (auto st = _to_gpu.tell(*parsed); !st.ok()) {
-        out.push_back(error_event(m.conn, m.id, "internal", st.err().message));
-        return;
-    }
-    out.push_back({m.conn, m.id, true,
-                   net::event_writer(m.id, "done").field("armed", parsed->kind).finish()});
-}
-
 // ---- outputs -------------------------------------------------------------------------------
 
 void scheduler_actor::after(std::vector<outgoing_event>& out) {
-    for (auto& e : out) deliver(std::move(e));
+    for (auto& e : out) std::visit([&](auto& m) { _to_net.send(std::move(m)); }, e);
+    while (!_lost_conns.empty()) {
+        uint64_t conn = *_lost_conns.begin();
+        _lost_conns.erase(_lost_conns.begin());
+        std::vector<outgoing_event> none;
+        _core.on_client_gone({conn, "events undeliverable"}, none);  // sends nothing
+        _to_net.send(net::drop_connection{conn, "its events could not be delivered"});
+    }
     auto health = _core.health();
-    // Remembered only once delivered, so a refused update is sent again next time.
-    if (health != _health && _to_net.tell(net::set_health{health.first, health.second}).ok()) {
+    if (health != _health) {
         _health = health;
+        _to_net.send(net::set_health{health.first, health.second});
     }
     pump();
+    check_drained();
 }
 
-void scheduler_actor::deliver(outgoing_event e) {
-    net::deliver_event m{e.conn, e.id, e.terminal, std::vector<char>(e.frame.begin(), e.frame.end())};
-    if (_undelivered.empty() && _to_net.tell(m).ok()) return;
-    _undelivered.push_back(std::move(m));
-    if (!stopping() && !uv_is_active(reinterpret_cast<uv_handle_t*>(&_retry))) {
-        uv_timer_start(&_retry, &scheduler_actor::retry_cb, undelivered_retry_ms,
-                       undelivered_retry_ms);
-    }
+void scheduler_actor::net_gave_up(const net_delivery::message& m, const error& why) {
+    _events_undelivered++;
+    if (why.code == "actor_stopped" || why.code == "not_connected") return;  // no clients left
+    std::visit(
+        [&](const auto& e) {
+            if constexpr (requires { e.conn + e.id; }) {
+                log().error("event for conn {} id {} undeliverable: {}", e.conn, e.id,
+                            why.message);
+                _lost_conns.insert(e.conn);
+            } else {
+                log().error("{} undeliverable: {}", e.msg_name, why.message);
+            }
+        },
+        m);
 }
 
-void scheduler_actor::retry_cb(uv_timer_t* t) {
-    auto& self = *static_cast<scheduler_actor*>(t->data);
-    while (!self._undelivered.empty()) {
-        auto st = self._to_net.tell(self._undelivered.front());
-        if (!st.ok() && st.err().code == "mailbox_full") break;  // try again on the next tick
-        if (!st.ok()) {
-            // The net actor has stopped: its connections, and so these clients, are gone.
-            self.log().warn("dropping {} events: {}", self._undelivered.size(), st.err().message);
-            self._undelivered.clear();
-            break;
-        }
-        self._undelivered.pop_front();
-    }
-    if (self._undelivered.empty()) uv_timer_stop(t);
+void scheduler_actor::gpu_gave_up(const gpu_delivery::message&, const error& why) {
+    if (why.code == "actor_stopped" && stopping()) return;
+    // Nobody can rebuild the device: say so rather than stay `loading`.
+    log().error("device reset undeliverable: {}", why.message);
+    std::vector<outgoing_event> out;
+    _core.on_device_unavailable({"the gpu actor does not answer: " + why.message}, out);
+    after(out);
 }
 
 void scheduler_actor::pump() {
@@ -203,24 +194,37 @@ void scheduler_actor::pump() {
     auto s = _core.next_step();
     if (!s) return;
     if (auto st = _to_gpu.tell(*s); !st.ok()) {
-        // The gpu actor refused the step: that is a failed step like any other.
+        // The gpu actor refused the step: that is a failed step like any other, and the next
+        // plan is made shortly (its sequences are isolated or have failed now).
         std::vector<outgoing_event> out;
         _core.on_step_failed({s->step_id, "gpu_busy", st.err().message, "not submitted", false},
                              out);
-        for (auto& e : out) deliver(std::move(e));
+        for (auto& e : out) std::visit([&](auto& m) { _to_net.send(std::move(m)); }, e);
+        if (!uv_is_active(reinterpret_cast<uv_handle_t*>(&_pump_timer))) {
+            uv_timer_start(&_pump_timer, &scheduler_actor::pump_cb, pump_retry_ms, 0);
+        }
         return;
     }
     uv_timer_start(&_backstop, &scheduler_actor::backstop_cb, _opt.step_backstop_ms, 0);
+}
+
+void scheduler_actor::pump_cb(uv_timer_t* t) {
+    auto& self = *static_cast<scheduler_actor*>(t->data);
+    std::vector<outgoing_event> none;
+    self.after(none);
 }
 
 void scheduler_actor::backstop_cb(uv_timer_t* t) {
     auto& self = *static_cast<scheduler_actor*>(t->data);
     uint64_t id = self._core.in_flight_step_id();
     if (id == 0) return;
-    self.log().error("step {} unanswered after {} ms", id, self._opt.step_backstop_ms);
+    self.log().error("step {} unanswered after {} ms: asking the gpu actor to rebuild the device",
+                     id, self._opt.step_backstop_ms);
     std::vector<outgoing_event> out;
-    self._core.on_step_failed({id, "gpu_timeout", "no answer from the gpu actor", "step", true},
-                              out);
+    // device_lost: the scheduler waits for the device_ready the rebuild will send.
+    self._core.on_step_failed(
+        {id, "gpu_unanswered", "no answer from the gpu actor", "step", true}, out);
+    self._gpu_control.send(gpu::reset_device{"step " + std::to_string(id) + " unanswered"});
     self.after(out);
 }
 

@@ -1,18 +1,26 @@
 // scheduler_actor.hpp: the scheduler actor. Owns the scheduler_core (every request and sequence)
 // and is the only sender of gpu steps.
 //
-// Runs on its own libuv loop. Messages are applied strictly in arrival order: client requests
-// and disconnects from the net actor, step outcomes and device events from the gpu actor. After
-// each one it writes the resulting events to the net actor and, when no step is in flight,
-// sends the next one. A backstop timer bounds how long a step may go unanswered (the gpu
-// actor's own watchdog normally answers first); the step then fails like any other.
+// Runs on its own libuv loop. Messages are applied strictly in arrival order: typed ops and
+// disconnects from the front door, step outcomes and device events from the gpu actor. After
+// each one it hands the resulting events to its delivery to the net actor (ordered, bounded,
+// never silently lost: an event that cannot be delivered within the bound closes that client's
+// connection) and, when no step is in flight, sends the next one. A step the gpu actor refuses
+// fails like any other and the next one is planned after pump_retry_ms. A backstop timer bounds
+// how long a step may go unanswered (the gpu actor's own watchdog normally answers first); the
+// step then fails as gpu_unanswered and the gpu actor is asked to rebuild the device, so the
+// server is `loading` only while a rebuild is really under way. A handler that throws ends its
+// request with error{internal}.
 #pragma once
 
 #include <uv.h>
 
-#include <deque>
+#include <atomic>
+#include <functional>
+#include <set>
 
 #include "actors/runtime/actor.hpp"
+#include "actors/runtime/delivery.hpp"
 #include "actors/runtime/outbox.hpp"
 #include "actors/scheduler/scheduler_core.hpp"
 #include "actors/scheduler/scheduler_msgs.hpp"
@@ -23,58 +31,104 @@
 namespace ordo::sched {
 
 class scheduler_actor final
-    : public actors::actor<scheduler_actor, client_request, client_gone, gpu::step_done,
-                           gpu::step_failed, gpu::device_ready, gpu::device_unavailable,
-                           gpu::gpu_stats> {
+    : public actors::actor<scheduler_actor, generate, cancel, tokenize, detokenize,
+                           model_info_query, stats_query, fault, client_gone, drain,
+                           gpu::step_done, gpu::step_failed, gpu::device_ready,
+                           gpu::device_unavailable> {
 public:
-    using net_outbox = actors::outbox<net::deliver_event, net::set_health>;
+    using net_outbox =
+        actors::outbox<net::token_event, net::generate_done, net::tokenize_done,
+                       net::detokenize_done, net::cancel_done, net::model_done, net::stats_done,
+                       net::fault_done, net::request_error, net::set_health,
+                       net::drop_connection>;
     using gpu_outbox = actors::outbox<gpu::step, gpu::inject_fault>;
 
     struct options {
         size_t mailbox_capacity = 65536;
         uint64_t step_backstop_ms = 60000;  // a step unanswered this long fails
         bool faults_enabled = false;        // [fault] enabled: the `fault` op is accepted
+        // Called on the scheduler's thread once, when a drain finds no live request.
+        std::function<void()> on_drained;
     };
 
     scheduler_actor(scheduler_core core, gpu::logits_exchange* logits, options o);
 
-    // Before start().
-    void connect(net_outbox to_net, gpu_outbox to_gpu);
+    // Before start(): where events and steps go (any actors that accept those messages).
+    template <typename Net, typename Gpu>
+    void connect(Net& net, Gpu& gpu) {
+        _net_out = net_outbox(net, "scheduler");
+        _to_gpu = gpu_outbox(gpu, "scheduler");
+        _gpu_control_out = actors::outbox<gpu::reset_device>(gpu, "scheduler");
+    }
 
-    void on(const client_request& m);
+    void on(const generate& m);
+    void on(const cancel& m);
+    void on(const tokenize& m);
+    void on(const detokenize& m);
+    void on(const model_info_query& m);
+    void on(const stats_query& m);
+    void on(const fault& m);
     void on(const client_gone& m);
+    void on(const drain& m);
     void on(const gpu::step_done& m);
     void on(const gpu::step_failed& m);
     void on(const gpu::device_ready& m);
     void on(const gpu::device_unavailable& m);
-    void on(const gpu::gpu_stats& m);
 
-    // For tests, read after join(): the core's final state.
+    // A handler threw (runtime): the request it concerned ends with error{internal}.
+    template <typename T>
+        requires requires(const T& m) { m.conn + m.id; }
+    void on_failure(const T& m, const error& why) {
+        std::vector<outgoing_event> out;
+        _core.abort_request(m.conn, m.id, why.message, out);
+        after(out);
+    }
+    // A step outcome whose handler threw: the logits slot is released, the step fails.
+    void on_failure(const gpu::step_done& m, const error& why);
+
+    // For tests, read after join(): the core's final state, and what delivery gave up.
     const scheduler_core& core() const { return _core; }
+    uint64_t events_undelivered() const { return _events_undelivered; }
 
 protected:
     void on_start() override;
     void on_stop() override;
 
 private:
+    using net_delivery = actors::delivery<
+        net::token_event, net::generate_done, net::tokenize_done, net::detokenize_done,
+        net::cancel_done, net::model_done, net::stats_done, net::fault_done, net::request_error,
+        net::set_health, net::drop_connection>;
+    using gpu_delivery = actors::delivery<gpu::reset_device>;
+
     static void backstop_cb(uv_timer_t* t);
-    static void retry_cb(uv_timer_t* t);
+    static void pump_cb(uv_timer_t* t);
+    static void drain_cb(uv_timer_t* t);
 
     void after(std::vector<outgoing_event>& out);  // deliver events, update health, pump
-    void deliver(outgoing_event e);
     void pump();
-    void op_fault(const client_request& m, std::vector<outgoing_event>& out);
+    void check_drained();
+    void net_gave_up(const net_delivery::message& m, const error& why);
+    void gpu_gave_up(const gpu_delivery::message& m, const error& why);
 
     scheduler_core _core;
     gpu::logits_exchange* _logits;
     options _opt;
-    net_outbox _to_net;
+    net_outbox _net_out;
     gpu_outbox _to_gpu;
+    actors::outbox<gpu::reset_device> _gpu_control_out;
+    net_delivery _to_net;
+    gpu_delivery _gpu_control;
     uv_timer_t _backstop{};
-    uv_timer_t _retry{};
-    // Events the net actor's full mailbox refused, retried in order: an event is never lost.
-    std::deque<net::deliver_event> _undelivered;
+    uv_timer_t _pump_timer{};
+    uv_timer_t _drain_timer{};
+    bool _draining = false;
+    bool _drained = false;
     std::pair<std::string, std::string> _health;
+    // Connections whose events delivery gave up on: their requests are cancelled and the net
+    // actor is asked to close them (once each), after the current batch of sends.
+    std::set<uint64_t> _lost_conns;
+    uint64_t _events_undelivered = 0;
 };
 
 }  // namespace ordo::sched

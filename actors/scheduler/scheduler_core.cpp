@@ -5,14 +5,12 @@
 
 #include <cassert>
 
-#include "actors/scheduler/scheduler_events.hpp"
-#include "net/protocol.hpp"
-
 namespace ordo::sched {
 
-outgoing_event error_event(uint64_t conn, uint64_t id, std::string_view code,
-                           std::string_view message) {
-    return {conn, id, true, net::encode_error(id, code, message)};
+using net::errc;
+
+net::request_error error_event(uint64_t conn, uint64_t id, errc code, std::string message) {
+    return net::request_error{conn, id, code, std::move(message)};
 }
 
 result<scheduler_core> scheduler_core::create(const core_options& options,
@@ -64,24 +62,6 @@ kv_blocks_stats scheduler_core::kv_stats() const { return _kv ? _kv->stats() : k
 
 // ---- ops ------------------------------------------------------------------------------------
 
-void scheduler_core::on_request(const client_request& m, std::vector<outgoing_event>& out) {
-    msgpack::object_handle oh;
-    try {
-        oh = msgpack::unpack(m.frame.data(), m.frame.size());
-    } catch (const std::exception& e) {
-        out.push_back(error_event(m.conn, m.id, "internal", "undecodable forwarded frame"));
-        return;
-    }
-    const msgpack::object& frame = oh.get();
-    if (m.op == "generate") return op_generate(m, frame, out);
-    if (m.op == "cancel") return op_cancel(m, frame, out);
-    if (m.op == "tokenize") return op_tokenize(m, frame, out);
-    if (m.op == "detokenize") return op_detokenize(m, frame, out);
-    if (m.op == "stats") return op_stats(m, out);
-    if (m.op == "model") return op_model(m, out);
-    out.push_back(error_event(m.conn, m.id, "unknown_op", "unknown op \"" + m.op + "\""));
-}
-
 result<std::vector<int32_t>> scheduler_core::prompt_tokens(const generate_request& g) const {
     if (!g.prompt) {
         for (int32_t t : g.tokens) {
@@ -99,49 +79,58 @@ result<std::vector<int32_t>> scheduler_core::prompt_tokens(const generate_reques
     return ids;
 }
 
-void scheduler_core::op_generate(const client_request& m, const msgpack::object& frame,
-                                 std::vector<outgoing_event>& out) {
-    request_limits limits;
-    limits.max_tokens_default = _opt.max_tokens_default;
-    limits.vocab_size = static_cast<uint32_t>(_tok->vocab().size());
-    limits.kv_enabled = _opt.kv_enabled;
-    auto parsed = parse_generate(frame, limits);
-    if (!parsed.ok()) return out.push_back(error_event(m.conn, m.id, parsed.err().code,
-                                                       parsed.err().message));
-    if (_device_unavailable) {
-        return out.push_back(error_event(m.conn, m.id, "gpu_unavailable", _unavailable_reason));
+void scheduler_core::on_generate(const generate& m, std::vector<outgoing_event>& out) {
+    const generate_request& g = m.params;
+    if (_draining) {
+        return out.push_back(error_event(m.conn, m.id, errc::shutting_down,
+                                         "the server is stopping (draining in-flight requests)"));
     }
-    auto ids = prompt_tokens(*parsed);
-    if (!ids.ok()) return out.push_back(error_event(m.conn, m.id, ids.err().code, ids.err().message));
-    uint64_t need = ids->size() + uint64_t(parsed->max_tokens);
+    if (find(m.conn, m.id) != nullptr) {
+        // The front door refuses live ids; a second request under one would break the index.
+        return out.push_back(error_event(m.conn, m.id, errc::internal,
+                                         "request id " + std::to_string(m.id) + " is live"));
+    }
+    if (g.session && !_opt.kv_enabled) {
+        return out.push_back(error_event(m.conn, m.id, errc::bad_request,
+                                         "\"session\" needs persisted KV ([kv] enabled = true)"));
+    }
+    if (_device_unavailable) {
+        return out.push_back(error_event(m.conn, m.id, errc::gpu_unavailable,
+                                         _unavailable_reason));
+    }
+    auto ids = prompt_tokens(g);
+    if (!ids.ok()) return out.push_back(error_event(m.conn, m.id, errc::bad_request,
+                                                    ids.err().message));
+    uint64_t need = ids->size() + uint64_t(g.max_tokens);
     if (need > n_ctx()) {
         return out.push_back(error_event(
-            m.conn, m.id, "context_exceeded",
+            m.conn, m.id, errc::context_exceeded,
             "prompt (" + std::to_string(ids->size()) + " tokens) + max_tokens (" +
-                std::to_string(parsed->max_tokens) + ") exceeds the context of " +
+                std::to_string(g.max_tokens) + ") exceeds the context of " +
                 std::to_string(n_ctx()) + " tokens"));
     }
     if (_kv && !fits_pool(need)) {
-        return out.push_back(error_event(m.conn, m.id, "context_exceeded", pool_message(need)));
+        return out.push_back(error_event(m.conn, m.id, errc::context_exceeded,
+                                         pool_message(need)));
     }
     if (_queue.size() >= _opt.max_queue) {
         _counters.overloaded++;
-        return out.push_back(error_event(m.conn, m.id, "overloaded",
+        return out.push_back(error_event(m.conn, m.id, errc::overloaded,
                                          "the queue is full (scheduler.max_queue = " +
                                              std::to_string(_opt.max_queue) + ")"));
     }
-    auto smp = sampler::create(parsed->sampling);
-    auto stops = stop_matcher::create(parsed->stop);
+    auto smp = sampler::create(g.sampling);
+    auto stops = stop_matcher::create(g.stop);
     if (!smp.ok() || !stops.ok()) {
         const error& e = !smp.ok() ? smp.err() : stops.err();
-        return out.push_back(error_event(m.conn, m.id, e.code, e.message));
+        return out.push_back(error_event(m.conn, m.id, errc::bad_request, e.message));
     }
     seq_id seq = _next_seq++;
     request_state& r = _requests[seq];
     r.conn = m.conn;
     r.id = m.id;
     r.seq = seq;
-    r.params = std::move(*parsed);
+    r.params = g;
     r.smp.emplace(std::move(*smp));
     r.stops.emplace(std::move(*stops));
     r.decoder.emplace(*_tok);
@@ -154,12 +143,8 @@ void scheduler_core::op_generate(const client_request& m, const msgpack::object&
     _counters.prompt_tokens += r.n_prompt;
 }
 
-void scheduler_core::op_cancel(const client_request& m, const msgpack::object& frame,
-                               std::vector<outgoing_event>& out) {
-    auto parsed = parse_cancel(frame);
-    if (!parsed.ok()) return out.push_back(error_event(m.conn, m.id, parsed.err().code,
-                                                       parsed.err().message));
-    request_state* r = find(m.conn, parsed->target);
+void scheduler_core::on_cancel(const cancel& m, std::vector<outgoing_event>& out) {
+    request_state* r = find(m.conn, m.target);
     bool live = r != nullptr && !r->cancel_requested;
     if (live) {
         _counters.cancels++;
@@ -170,8 +155,7 @@ void scheduler_core::op_cancel(const client_request& m, const msgpack::object& f
             finish(*r, "cancelled", out);
         }
     }
-    out.push_back({m.conn, m.id, true,
-                   net::event_writer(m.id, "done").field("cancelled", live).finish()});
+    out.push_back(net::cancel_done{m.conn, m.id, live});
 }
 
 void scheduler_core::on_client_gone(const client_gone& m, std::vector<outgoing_event>& out) {
@@ -191,85 +175,91 @@ void scheduler_core::on_client_gone(const client_gone& m, std::vector<outgoing_e
     }
 }
 
-void scheduler_core::op_tokenize(const client_request& m, const msgpack::object& frame,
-                                 std::vector<outgoing_event>& out) {
-    auto parsed = parse_tokenize(frame);
-    if (!parsed.ok()) return out.push_back(error_event(m.conn, m.id, parsed.err().code,
-                                                       parsed.err().message));
+void scheduler_core::on_tokenize(const tokenize& m, std::vector<outgoing_event>& out) {
     const auto& v = _tok->vocab();
-    bool add_bos = parsed->add_bos.value_or(v.add_bos());
-    std::vector<int32_t> ids = _tok->encode(parsed->text, false);
+    bool add_bos = m.add_bos.value_or(v.add_bos());
+    std::vector<int32_t> ids = _tok->encode(m.text, false);
     if (add_bos && v.bos() != model::k_no_token) ids.insert(ids.begin(), v.bos());
-    out.push_back({m.conn, m.id, true,
-                   net::event_writer(m.id, "done").field("tokens", ids).finish()});
+    out.push_back(net::tokenize_done{m.conn, m.id, std::move(ids)});
 }
 
-void scheduler_core::op_detokenize(const client_request& m, const msgpack::object& frame,
-                                   std::vector<outgoing_event>& out) {
-    request_limits limits;
-    limits.vocab_size = static_cast<uint32_t>(_tok->vocab().size());
-    auto parsed = parse_detokenize(frame, limits);
-    if (!parsed.ok()) return out.push_back(error_event(m.conn, m.id, parsed.err().code,
-                                                       parsed.err().message));
-    auto text = _tok->decode(parsed->tokens);
-    if (!text.ok()) return out.push_back(error_event(m.conn, m.id, "bad_request",
+void scheduler_core::on_detokenize(const detokenize& m, std::vector<outgoing_event>& out) {
+    auto text = _tok->decode(m.tokens);
+    if (!text.ok()) return out.push_back(error_event(m.conn, m.id, errc::bad_request,
                                                      text.err().message));
-    out.push_back({m.conn, m.id, true,
-                   net::event_writer(m.id, "done").field("text", text.value()).finish()});
+    out.push_back(net::detokenize_done{m.conn, m.id, std::move(text.value())});
 }
 
-void scheduler_core::op_stats(const client_request& m, std::vector<outgoing_event>& out) {
+void scheduler_core::on_stats(const stats_query& m, std::vector<outgoing_event>& out) {
     const auto& k = _counters;
     kv_blocks_stats kv = kv_stats();
-    net::event_writer w(m.id, "done");
-    w.field("active_sequences", _running.size());
-    w.field("queued_requests", _queue.size());
-    w.field("kv_blocks_used", kv.blocks_used);
-    w.field("kv_blocks_free", kv.blocks_free + kv.blocks_cached);
-    w.field("connections_open", m.net.count("connections_open") ? m.net.at("connections_open") : 0);
-    w.field("net", m.net);
-    w.field("scheduler", std::map<std::string, uint64_t>{
-                             {"requests", k.requests},
-                             {"tokens_generated", k.tokens_generated},
-                             {"prompt_tokens", k.prompt_tokens},
-                             {"cached_tokens", k.cached_tokens},
-                             {"cancels", k.cancels},
-                             {"disconnects", k.disconnects},
-                             {"failures", k.failures},
-                             {"retries", k.retries},
-                             {"gpu_failed", k.gpu_failed},
-                             {"preemptions", k.preemptions},
-                             {"overloaded", k.overloaded},
-                             {"steps", k.steps},
-                             {"device_epochs", k.device_epochs}});
-    w.field("kv", std::map<std::string, uint64_t>{{"blocks_total", kv.blocks_total},
-                                                  {"blocks_used", kv.blocks_used},
-                                                  {"blocks_free", kv.blocks_free},
-                                                  {"blocks_cached", kv.blocks_cached},
-                                                  {"prefix_hits", kv.hits},
-                                                  {"prefix_misses", kv.misses},
-                                                  {"evictions", kv.evictions}});
-    w.nested("gpu").pack(_gpu);
-    out.push_back({m.conn, m.id, true, w.finish()});
+    net::stats_done d{m.conn, m.id, {}};
+    net::stats_report& r = d.stats;
+    r.active_sequences = _running.size();
+    r.queued_requests = _queue.size();
+    r.kv_blocks_used = kv.blocks_used;
+    r.kv_blocks_free = kv.blocks_free + kv.blocks_cached;
+    r.net = m.net;
+    r.scheduler = {{"requests", k.requests},
+                   {"tokens_generated", k.tokens_generated},
+                   {"prompt_tokens", k.prompt_tokens},
+                   {"cached_tokens", k.cached_tokens},
+                   {"cancels", k.cancels},
+                   {"disconnects", k.disconnects},
+                   {"failures", k.failures},
+                   {"retries", k.retries},
+                   {"gpu_failed", k.gpu_failed},
+                   {"preemptions", k.preemptions},
+                   {"overloaded", k.overloaded},
+                   {"steps", k.steps},
+                   {"device_epochs", k.device_epochs},
+                   {"handler_errors", k.handler_errors}};
+    r.kv = {{"blocks_total", kv.blocks_total},   {"blocks_used", kv.blocks_used},
+            {"blocks_free", kv.blocks_free},     {"blocks_cached", kv.blocks_cached},
+            {"prefix_hits", kv.hits},            {"prefix_misses", kv.misses},
+            {"evictions", kv.evictions}};
+    r.device = _gpu.device;
+    r.epoch = _gpu.epoch;
+    r.steps = _gpu.steps;
+    r.busy_ms = _gpu.busy_ms;
+    r.timeouts = _gpu.timeouts;
+    r.device_lost = _gpu.device_lost;
+    r.nan_logits = _gpu.nan_logits;
+    r.other_failures = _gpu.other_failures;
+    out.push_back(std::move(d));
 }
 
-void scheduler_core::op_model(const client_request& m, std::vector<outgoing_event>& out) {
+void scheduler_core::on_model(const model_info_query& m, std::vector<outgoing_event>& out) {
     const auto& i = _info;
     const auto& v = _tok->vocab();
-    net::event_writer w(m.id, "done");
-    w.field("architecture", i.architecture);
-    w.field("path", i.path);
-    w.field("fingerprint", i.fingerprint);
-    w.field("weight_type", i.weight_type);
-    w.field("n_vocab", i.n_vocab).field("n_ctx_train", i.n_ctx).field("context", n_ctx());
-    w.field("n_embd", i.n_embd).field("n_layer", i.n_layer).field("n_head", i.n_head);
-    w.field("n_head_kv", i.n_head_kv).field("n_ff", i.n_ff);
-    w.field("bos_token", v.bos()).field("eos_token", v.eos());
-    w.field("generated", i.generated);
-    if (i.generated) w.field("hint", i.hint);
-    w.field("device", _gpu.device.name);
-    w.nested("gpu").pack(_gpu.device);
-    out.push_back({m.conn, m.id, true, w.finish()});
+    net::model_done d{m.conn, m.id, {}};
+    net::model_report& r = d.model;
+    r.architecture = i.architecture;
+    r.path = i.path;
+    r.fingerprint = i.fingerprint;
+    r.weight_type = i.weight_type;
+    r.n_vocab = i.n_vocab, r.n_ctx_train = i.n_ctx, r.context = n_ctx();
+    r.n_embd = i.n_embd, r.n_layer = i.n_layer, r.n_head = i.n_head;
+    r.n_head_kv = i.n_head_kv, r.n_ff = i.n_ff;
+    r.bos_token = v.bos(), r.eos_token = v.eos();
+    r.generated = i.generated;
+    r.hint = i.hint;
+    r.gpu = _gpu.device;
+    out.push_back(std::move(d));
+}
+
+void scheduler_core::abort_request(uint64_t conn, uint64_t id, const std::string& why,
+                                   std::vector<outgoing_event>& out) {
+    _counters.handler_errors++;
+    if (request_state* r = find(conn, id); r != nullptr && !r->client_gone) {
+        // It stays registered until any step it is in completes, but sends nothing more.
+        r->client_gone = true;
+        r->cancel_requested = true;
+        bool stepping = _in_flight && std::any_of(_in_flight->seqs.begin(), _in_flight->seqs.end(),
+                                                  [&](const planned& p) { return p.seq == r->seq; });
+        if (!stepping) remove(*r);
+    }
+    out.push_back(error_event(conn, id, errc::internal, "the request failed: " + why));
 }
 
 }  // namespace ordo::sched

@@ -25,17 +25,18 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "actors/config/config.hpp"
 #include "actors/runtime/result.hpp"
-#include "actors/scheduler/generate_request.hpp"
 #include "actors/scheduler/kv_blocks.hpp"
 #include "actors/scheduler/sampling.hpp"
 #include "actors/scheduler/scheduler_msgs.hpp"
 #include "actors/scheduler/stop_matcher.hpp"
 #include "gpu/gpu_msgs.hpp"
 #include "model/tokenizer.hpp"
+#include "net/net_msgs.hpp"
 
 namespace ordo::sched {
 
@@ -62,12 +63,19 @@ struct core_options {
     uint32_t n_ctx = 0;  // context the server allows (<= the model's)
 };
 
-struct outgoing_event {
-    uint64_t conn = 0;
-    uint64_t id = 0;
-    bool terminal = false;
-    std::string frame;
-};
+// An event for a client, as the scheduler hands it to the front door.
+using client_event =
+    std::variant<net::token_event, net::generate_done, net::tokenize_done, net::detokenize_done,
+                 net::cancel_done, net::model_done, net::stats_done, net::fault_done,
+                 net::request_error>;
+using outgoing_event = client_event;
+
+// The request an event belongs to.
+inline std::pair<uint64_t, uint64_t> request_of(const client_event& e) {
+    return std::visit([](const auto& m) { return std::pair{m.conn, m.id}; }, e);
+}
+
+net::request_error error_event(uint64_t conn, uint64_t id, net::errc code, std::string message);
 
 struct scheduler_counters {
     uint64_t requests = 0;  // generate requests accepted into the queue
@@ -83,6 +91,7 @@ struct scheduler_counters {
     uint64_t steps = 0;
     uint64_t overloaded = 0;
     uint64_t device_epochs = 0;
+    uint64_t handler_errors = 0;  // requests ended with error{internal} by a failed handler
 };
 
 // The stats op's `gpu` map (docs/protocol.md): the device as the gpu actor announced it at its
@@ -108,7 +117,12 @@ public:
                                          const model::tokenizer* tokenizer, model_info info);
 
     // ---- inputs, applied in arrival order ----
-    void on_request(const client_request& m, std::vector<outgoing_event>& out);
+    void on_generate(const generate& m, std::vector<outgoing_event>& out);
+    void on_cancel(const cancel& m, std::vector<outgoing_event>& out);
+    void on_tokenize(const tokenize& m, std::vector<outgoing_event>& out);
+    void on_detokenize(const detokenize& m, std::vector<outgoing_event>& out);
+    void on_stats(const stats_query& m, std::vector<outgoing_event>& out);
+    void on_model(const model_info_query& m, std::vector<outgoing_event>& out);
     void on_client_gone(const client_gone& m, std::vector<outgoing_event>& out);
     void on_device_ready(const gpu::device_ready& m, std::vector<outgoing_event>& out);
     void on_device_unavailable(const gpu::device_unavailable& m, std::vector<outgoing_event>& out);
@@ -119,6 +133,13 @@ public:
     void on_step_failed(const gpu::step_failed& m, std::vector<outgoing_event>& out);
     // Ends every live request (server stopping): error{shutting_down}.
     void shutdown(std::vector<outgoing_event>& out);
+    // The server is draining: new generate requests are refused with shutting_down; live ones
+    // go on until shutdown().
+    void begin_drain() { _draining = true; }
+    // A handler failed on this request: it ends with error{internal} (when it was registered,
+    // it sends nothing more).
+    void abort_request(uint64_t conn, uint64_t id, const std::string& why,
+                       std::vector<outgoing_event>& out);
 
     // ---- outputs ----
     // The next step to send, when the device is ready, no step is in flight and there is work.
@@ -131,6 +152,7 @@ public:
     const scheduler_counters& counters() const { return _counters; }
     size_t active_sequences() const { return _running.size(); }
     size_t queued_requests() const { return _queue.size(); }
+    size_t live_requests() const { return _requests.size(); }
     kv_blocks_stats kv_stats() const;
     // Test hook: every structure consistent (kv invariants, indexes, exactly-once bookkeeping).
     status check_invariants() const;
@@ -151,7 +173,7 @@ private:
         uint32_t cached_tokens = 0;
         std::vector<int32_t> generated;
         std::string text;                         // emitted text (what token events carried)
-        std::vector<std::string> logprob_frames;  // non-stream logprobs, encoded per token
+        std::vector<net::token_info> logprobs;    // non-stream logprobs, per token
         phase ph = phase::queued;
         bool in_kv = false;  // registered in _kv
         bool cancel_requested = false;
@@ -176,16 +198,6 @@ private:
     scheduler_core(const core_options& o, const model::tokenizer* t, model_info info);
 
     // requests (scheduler_core.cpp)
-    void op_generate(const client_request& m, const msgpack::object& frame,
-                     std::vector<outgoing_event>& out);
-    void op_cancel(const client_request& m, const msgpack::object& frame,
-                   std::vector<outgoing_event>& out);
-    void op_tokenize(const client_request& m, const msgpack::object& frame,
-                     std::vector<outgoing_event>& out);
-    void op_detokenize(const client_request& m, const msgpack::object& frame,
-                       std::vector<outgoing_event>& out);
-    void op_stats(const client_request& m, std::vector<outgoing_event>& out);
-    void op_model(const client_request& m, std::vector<outgoing_event>& out);
     result<std::vector<int32_t>> prompt_tokens(const generate_request& g) const;
     // Whether a sequence of `tokens` positions can ever fit the whole KV pool.
     bool fits_pool(uint64_t tokens) const;
@@ -205,7 +217,7 @@ private:
                      std::vector<outgoing_event>& out);
     void finish(request_state& r, std::string_view reason, std::vector<outgoing_event>& out,
                 const std::string& stop_string = "");
-    void fail(request_state& r, std::string_view code, const std::string& message,
+    void fail(request_state& r, net::errc code, const std::string& message,
               std::vector<outgoing_event>& out);
     void reset_for_recompute(request_state& r);
     void remove(request_state& r);
@@ -229,6 +241,7 @@ private:
     uint64_t _next_step = 1;
     bool _device_ready = false;
     bool _device_unavailable = false;
+    bool _draining = false;
     gpu_view _gpu;
     uint32_t _device_n_ctx = 0;  // device_ready's context (0: not stated)
     // The context requests must fit: the configured one, or the device's where it is shorter.

@@ -1,39 +1,121 @@
-// scheduler_msgs.hpp: the messages the scheduler actor accepts from the net actor. (It also
-// accepts the gpu actor's replies, declared in gpu/gpu_msgs.hpp.)
+// scheduler_msgs.hpp: the messages the scheduler actor accepts from the front door (the net
+// actor), first; it also accepts the gpu actor's replies, declared in gpu/gpu_msgs.hpp.
+//
+// Every op is a typed message, parsed and validated once at the edge (net/ops.hpp) and named by
+// (conn, id): the connection the front door assigned and the id the client chose. Reply: the
+// request's events (net/net_msgs.hpp) through the scheduler's delivery to the net actor,
+// ending with exactly one terminal event. What needs the scheduler's state (the context, the KV
+// pool, the queue, the vocabulary for text) is checked by the scheduler.
 #pragma once
 
 #include <msgpack.hpp>
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "actors/runtime/actor.hpp"
+#include "actors/scheduler/sampling.hpp"
+#include "gpu/gpu_msgs.hpp"
 
 namespace ordo::sched {
 
-// net → scheduler: a client request the net actor does not answer itself (every op but
-// `health`). `frame` is the request's msgpack map exactly as received; the scheduler parses and
-// validates its parameters. `net` carries the net actor's counters for the `stats` op. Reply:
-// events for (conn, id) through net::deliver_event, ending with exactly one terminal event.
-struct client_request {
-    static constexpr const char* msg_name = "client_request";
-    uint64_t conn = 0;
-    uint64_t id = 0;
-    std::string op;
-    std::vector<char> frame;
-    std::map<std::string, uint64_t> net;  // only for op == "stats"
-    MSGPACK_DEFINE_MAP(conn, id, op, frame, net);
+// Bounds on one request; the frame limit (server.max_frame_bytes) is usually tighter.
+inline constexpr size_t prompt_bytes_max = 4u << 20;   // a prompt or tokenize text
+inline constexpr size_t prompt_tokens_max = 1u << 20;  // a `tokens` array
+inline constexpr uint32_t max_tokens_max = 1u << 20;   // matches scheduler.max_tokens_default
+inline constexpr size_t session_bytes_max = 128;
+
+// A generate request's parameters, validated (docs/protocol.md "generate").
+struct generate_request {
+    std::optional<std::string> prompt;  // exactly one of prompt and tokens is given
+    std::vector<int32_t> tokens;        // when prompt is not given: the prompt ids, verbatim
+    uint32_t max_tokens = 0;
+    sampling_params sampling;  // seed = seed_default when not given
+    bool seed_given = false;
+    std::vector<std::string> stop;  // validated: count, length, UTF-8
+    bool stream = false;
+    std::optional<std::string> session;
+    MSGPACK_DEFINE_MAP(prompt, tokens, max_tokens, sampling, seed_given, stop, stream, session);
 };
 
-// net → scheduler: the connection is gone (EOF, reset, write error, slow reader). Every live
-// request of `conn` is cancelled in order; no events are sent for them. No reply.
+// front door → scheduler: generate text. Reply: token_event* then generate_done or
+// request_error.
+struct generate {
+    static constexpr const char* msg_name = "generate";
+    uint64_t conn = 0, id = 0;
+    generate_request params;
+    MSGPACK_DEFINE_MAP(conn, id, params);
+};
+
+// front door → scheduler: cancel request `target` of the same connection. Reply: cancel_done.
+struct cancel {
+    static constexpr const char* msg_name = "cancel";
+    uint64_t conn = 0, id = 0;
+    uint64_t target = 0;  // > 0
+    MSGPACK_DEFINE_MAP(conn, id, target);
+};
+
+// front door → scheduler: text to token ids. Reply: tokenize_done.
+struct tokenize {
+    static constexpr const char* msg_name = "tokenize";
+    uint64_t conn = 0, id = 0;
+    std::string text;
+    std::optional<bool> add_bos;  // unset: the model's add_bos_token
+    MSGPACK_DEFINE_MAP(conn, id, text, add_bos);
+};
+
+// front door → scheduler: token ids to text. Reply: detokenize_done or request_error.
+struct detokenize {
+    static constexpr const char* msg_name = "detokenize";
+    uint64_t conn = 0, id = 0;
+    std::vector<int32_t> tokens;  // each < the vocabulary size the front door was given
+    MSGPACK_DEFINE_MAP(conn, id, tokens);
+};
+
+// front door → scheduler: what is being served. Reply: model_done.
+struct model_info_query {
+    static constexpr const char* msg_name = "model";
+    uint64_t conn = 0, id = 0;
+    MSGPACK_DEFINE_MAP(conn, id);
+};
+
+// front door → scheduler: gauges and counters; `net` carries the front door's counters.
+// Reply: stats_done.
+struct stats_query {
+    static constexpr const char* msg_name = "stats";
+    uint64_t conn = 0, id = 0;
+    std::map<std::string, uint64_t> net;
+    MSGPACK_DEFINE_MAP(conn, id, net);
+};
+
+// front door → scheduler: arm a gpu fault (needs [fault] enabled). Reply: fault_done or
+// request_error{fault_disabled}.
+struct fault {
+    static constexpr const char* msg_name = "fault";
+    uint64_t conn = 0, id = 0;
+    gpu::inject_fault spec;
+    MSGPACK_DEFINE_MAP(conn, id, spec);
+};
+
+// net → scheduler: the connection is gone (EOF, reset, write error, slow reader, timeout).
+// Every live request of `conn` is cancelled in order; no events are sent for them. No reply.
 struct client_gone {
     static constexpr const char* msg_name = "client_gone";
     uint64_t conn = 0;
     std::string reason;
     MSGPACK_DEFINE_MAP(conn, reason);
+};
+
+// bootstrap → scheduler: the server is draining (SIGTERM). New generate requests are refused
+// with shutting_down; running and queued ones go on for up to `grace_ms`, after which they end
+// with shutting_down. Reply: none; `drained()` on the actor turns true once no request is live.
+struct drain {
+    static constexpr const char* msg_name = "drain";
+    uint64_t grace_ms = 0;
+    MSGPACK_DEFINE_MAP(grace_ms);
 };
 
 }  // namespace ordo::sched

@@ -15,8 +15,6 @@
 #include <cmath>
 
 #include "actors/scheduler/scheduler_core.hpp"
-#include "actors/scheduler/scheduler_events.hpp"
-#include "net/protocol.hpp"
 
 namespace ordo::sched {
 namespace {
@@ -64,7 +62,7 @@ void scheduler_core::on_device_ready(const gpu::device_ready& m, std::vector<out
         if (!fits_pool(need) || need > n_ctx()) too_big.emplace_back(seq, need);
     }
     for (auto [seq, need] : too_big) {
-        fail(*find(seq), "context_exceeded",
+        fail(*find(seq), net::errc::context_exceeded,
              need > n_ctx() ? "prompt + max_tokens (" + std::to_string(need) +
                                   ") exceeds this device's context of " +
                                   std::to_string(n_ctx()) + " tokens"
@@ -81,7 +79,7 @@ void scheduler_core::on_device_unavailable(const gpu::device_unavailable& m,
     _in_flight.reset();
     std::vector<seq_id> all;
     for (auto& [seq, r] : _requests) all.push_back(seq);
-    for (seq_id seq : all) fail(*find(seq), "gpu_unavailable", m.message, out);
+    for (seq_id seq : all) fail(*find(seq), net::errc::gpu_unavailable, m.message, out);
 }
 
 // ---- step done ---------------------------------------------------------------------------------
@@ -108,7 +106,7 @@ void scheduler_core::on_step_done(const gpu::step_done& m,
         if (!p.want_logits) continue;
         auto it = std::find(m.rows.begin(), m.rows.end(), p.seq);
         if (it == m.rows.end() || m.n_vocab == 0) {
-            fail(*r, "internal", "the gpu returned no logits row for this sequence", out);
+            fail(*r, net::errc::internal, "the gpu returned no logits row for this sequence", out);
             continue;
         }
         // A model may pad its output head past the tokenizer's vocabulary: those ids cannot
@@ -121,7 +119,7 @@ void scheduler_core::on_step_done(const gpu::step_done& m,
 void scheduler_core::apply_token(request_state& r, std::span<const float> logits,
                                  std::vector<outgoing_event>& out) {
     auto s = r.smp->sample(logits, r.tokens);
-    if (!s.ok()) return fail(r, "internal", "sampling failed: " + s.err().message, out);
+    if (!s.ok()) return fail(r, net::errc::internal, "sampling failed: " + s.err().message, out);
     int32_t token = s->token;
     if (!r.has_first_token) r.has_first_token = true, r.first_token = clock::now();
     r.tokens.push_back(token);
@@ -154,26 +152,19 @@ void scheduler_core::apply_token(request_state& r, std::span<const float> logits
     }
     r.text += emit;
     if (r.params.stream || r.params.sampling.logprobs > 0) {
-        net::event_writer w(r.id, "token");
-        w.field("token", token).field("text", emit).field("logprob", s->logprob);
+        net::token_info t{token, std::move(emit), s->logprob, std::nullopt};
         if (r.params.sampling.logprobs > 0) {
-            auto& pk = w.nested("top_logprobs");
-            auto top = s->top_logprobs();
-            pk.pack_array(uint32_t(top.size()));
-            for (const auto& t : top) {
+            auto& top = t.top_logprobs.emplace();
+            for (const auto& e : s->top_logprobs()) {
                 std::string text;
-                model::utf8_sanitize(_tok->token_bytes(t.token, false), true, text);
-                pk.pack_map(3);
-                pk.pack("token"), pk.pack(t.token);
-                pk.pack("text"), pk.pack(text);
-                pk.pack("logprob"), pk.pack(t.logprob);
+                model::utf8_sanitize(_tok->token_bytes(e.token, false), true, text);
+                top.push_back({e.token, std::move(text), e.logprob});
             }
         }
-        std::string frame = w.finish();
-        if (r.params.stream) {
-            if (!r.client_gone) out.push_back({r.conn, r.id, false, std::move(frame)});
-        } else {
-            r.logprob_frames.push_back(std::move(frame));
+        if (!r.params.stream) {
+            r.logprobs.push_back(std::move(t));
+        } else if (!r.client_gone) {
+            out.push_back(net::token_event{r.conn, r.id, std::move(t)});
         }
     }
     if (!reason.empty()) finish(r, reason, out, stop_string);
@@ -223,7 +214,7 @@ void scheduler_core::on_step_failed(const gpu::step_failed& m, std::vector<outgo
         } else if (_opt.policy == config::batch_failure_policy::fail ||
                    r.retries > _opt.retry_max || r.batch_failures > batch_failures_max) {
             _counters.gpu_failed++;
-            fail(r, "gpu_failed", why, out);
+            fail(r, net::errc::gpu_failed, why, out);
         } else {
             retry.push_back(seq);
         }
@@ -250,34 +241,27 @@ void scheduler_core::finish(request_state& r, std::string_view reason,
                             std::vector<outgoing_event>& out, const std::string& stop_string) {
     if (!r.client_gone) {
         auto now = clock::now();
-        net::event_writer w(r.id, "done");
-        w.field("reason", reason);
-        if (!stop_string.empty()) w.field("stop", stop_string);
-        w.field("tokens", r.generated).field("text", r.text).field("seed", r.params.sampling.seed);
-        if (!r.params.stream && r.params.sampling.logprobs > 0) {
-            auto& pk = w.nested("logprobs");
-            pk.pack_array(uint32_t(r.logprob_frames.size()));
-            for (const auto& f : r.logprob_frames) {
-                // Each stored frame is a token event map; re-emit it as one array element.
-                auto oh = msgpack::unpack(f.data(), f.size());
-                pk.pack(oh.get());
-            }
-        }
-        double prefill_ms = r.started ? ms_between(r.first_step, r.has_first_token ? r.first_token : now) : 0;
-        double decode_ms = r.has_first_token ? ms_between(r.first_token, now) : 0;
-        auto& u = w.nested("usage");
-        u.pack_map(5);
-        u.pack("prompt_tokens"), u.pack(r.n_prompt);
-        u.pack("cached_tokens"), u.pack(r.cached_tokens);
-        u.pack("completion_tokens"), u.pack(r.generated.size());
-        u.pack("prefill_ms"), u.pack(prefill_ms);
-        u.pack("decode_ms"), u.pack(decode_ms);
-        out.push_back({r.conn, r.id, true, w.finish()});
+        net::generate_done d;
+        d.conn = r.conn, d.id = r.id;
+        d.reason = std::string(reason);
+        d.stop = stop_string;
+        d.tokens = r.generated;
+        d.text = r.text;
+        d.seed = r.params.sampling.seed;
+        if (!r.params.stream && r.params.sampling.logprobs > 0) d.logprobs = std::move(r.logprobs);
+        auto& u = d.usage;
+        u.prompt_tokens = r.n_prompt;
+        u.cached_tokens = r.cached_tokens;
+        u.completion_tokens = r.generated.size();
+        u.prefill_ms =
+            r.started ? ms_between(r.first_step, r.has_first_token ? r.first_token : now) : 0;
+        u.decode_ms = r.has_first_token ? ms_between(r.first_token, now) : 0;
+        out.push_back(std::move(d));
     }
     remove(r);
 }
 
-void scheduler_core::fail(request_state& r, std::string_view code, const std::string& message,
+void scheduler_core::fail(request_state& r, net::errc code, const std::string& message,
                           std::vector<outgoing_event>& out) {
     if (!r.client_gone) out.push_back(error_event(r.conn, r.id, code, message));
     remove(r);
@@ -299,7 +283,7 @@ void scheduler_core::shutdown(std::vector<outgoing_event>& out) {
     _in_flight.reset();  // its outcome will never be read: the process is ending
     std::vector<seq_id> all;
     for (auto& [seq, r] : _requests) all.push_back(seq);
-    for (seq_id seq : all) fail(*find(seq), "shutting_down", "the server is stopping", out);
+    for (seq_id seq : all) fail(*find(seq), net::errc::shutting_down, "the server is stopping", out);
 }
 
 status scheduler_core::check_invariants() const {

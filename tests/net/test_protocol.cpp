@@ -2,11 +2,17 @@
 //
 // Checks: a frame that is not a map, or has no usable id (missing, 0, negative, string), is a
 // fatal bad_frame with id 0; a usable id with a missing or non-string op is a non-fatal
-// bad_request answering that id; unknown parameter keys are named; events written by
-// event_writer decode to the expected maps (field count in the header matches).
+// bad_request answering that id; parse_op names unknown parameter keys (also for stats and
+// model, which take none) and unknown ops, quoting client bytes as valid UTF-8 whatever they
+// were; events written by event_writer and the typed encoders decode to the expected maps
+// (field count in the header matches); every error code has its wire name.
 #include <gtest/gtest.h>
 
+#include <set>
+
+#include "net/ops.hpp"
 #include "net/protocol.hpp"
+#include "net/request_fields.hpp"
 
 namespace {
 
@@ -76,11 +82,73 @@ TEST(protocol, good_request_and_param_keys) {
     ASSERT_NE(req, nullptr);
     EXPECT_EQ(req->id, 4u);
     EXPECT_EQ(req->op, "generate");
-    auto st = check_param_keys(*req->map, {"max_tokens"});
+    auto st = parse_op(*req, {});
     ASSERT_FALSE(st.ok());
     EXPECT_EQ(st.err().code, "bad_request");
     EXPECT_NE(st.err().message.find("bogus"), std::string::npos);
-    EXPECT_TRUE(check_param_keys(*req->map, {"max_tokens", "bogus"}).ok());
+}
+
+// docs/protocol.md: ops without parameters refuse any (the issue saw `stats` answer `done`).
+TEST(protocol, parameterless_ops_refuse_unknown_keys) {
+    for (const char* op : {"stats", "model", "health"}) {
+        auto f = map_of("id", 1, "op", op, "bogus", 1);
+        auto oh = decode(f);
+        auto r = parse_envelope(oh.get());
+        auto st = parse_op(std::get<request>(r), {});
+        ASSERT_FALSE(st.ok()) << op;
+        EXPECT_EQ(st.err().code, "bad_request") << op;
+        EXPECT_NE(st.err().message.find("\"bogus\""), std::string::npos) << st.err().message;
+        auto good = map_of("id", 1, "op", op);
+        auto gh = decode(good);
+        EXPECT_TRUE(parse_op(std::get<request>(parse_envelope(gh.get())), {}).ok()) << op;
+    }
+}
+
+bool valid_utf8(const std::string& s) {
+    size_t i = 0;
+    while (i < s.size()) {
+        auto c = static_cast<unsigned char>(s[i]);
+        size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        if (n == 0 || i + n > s.size()) return false;
+        for (size_t k = 1; k < n; k++) {
+            if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
+        }
+        i += n;
+    }
+    return true;
+}
+
+// The issue's `{"id":1,"op":"\xff"}` got a message with the raw byte; a strict client then failed
+// to decode the stream. Unknown ops and unknown keys are quoted as escapes.
+TEST(protocol, messages_quoting_client_bytes_are_valid_utf8) {
+    msgpack::sbuffer b;
+    msgpack::packer<msgpack::sbuffer> pk(b);
+    pk.pack_map(2);
+    pk.pack("id"), pk.pack(1);
+    pk.pack("op"), pk.pack_str(1), pk.pack_str_body("\xff", 1);
+    auto oh = decode(b);
+    auto st = parse_op(std::get<request>(parse_envelope(oh.get())), {});
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.err().code, "unknown_op");
+    EXPECT_TRUE(valid_utf8(st.err().message)) << st.err().message;
+    EXPECT_NE(st.err().message.find("\\xff"), std::string::npos) << st.err().message;
+
+    msgpack::sbuffer k;
+    msgpack::packer<msgpack::sbuffer> kp(k);
+    kp.pack_map(3);
+    kp.pack("id"), kp.pack(1), kp.pack("op"), kp.pack("stats");
+    kp.pack_str(3), kp.pack_str_body("a\xc3\x28", 3), kp.pack(1);  // a broken 2-byte sequence
+    auto kh = decode(k);
+    auto ks = parse_op(std::get<request>(parse_envelope(kh.get())), {});
+    ASSERT_FALSE(ks.ok());
+    EXPECT_TRUE(valid_utf8(ks.err().message)) << ks.err().message;
+    // Valid multi-byte text passes through unchanged; long input is cut.
+    EXPECT_EQ(fields::quote("h\xc3\xa9"), "\"h\xc3\xa9\"");
+    EXPECT_EQ(fields::quote(std::string(100, 'a')).size(), 64u + 2 + 3);
+    // Every wire name is a distinct snake_case string.
+    std::set<std::string_view> names;
+    for (int c = 0; c <= int(errc_last); c++) names.insert(wire_name(errc(c)));
+    EXPECT_EQ(names.size(), size_t(errc_last) + 1);
 }
 
 TEST(protocol, event_writer_encodes_a_map) {
@@ -100,12 +168,39 @@ TEST(protocol, event_writer_encodes_a_map) {
     using usage_map = std::map<std::string, int>;
     EXPECT_EQ(m["usage"].as<usage_map>().at("prompt_tokens"), 5);
 
-    std::string err = encode_error(3, "unknown_op", "nope");
+    std::string err = encode_error(3, errc::unknown_op, "nope");
     auto eh = msgpack::unpack(err.data(), err.size());
     std::map<std::string, msgpack::object> e;
     eh.get().convert(e);
     EXPECT_EQ(e["code"].as<std::string>(), "unknown_op");
     EXPECT_EQ(e["event"].as<std::string>(), "error");
+}
+
+}  // namespace
+
+namespace {
+
+// Float fields are msgpack float64 on the wire even when whole (msgpack-c would write 0.0 as 0).
+TEST(protocol, float_fields_stay_floats) {
+    generate_done d;
+    d.id = 5;
+    d.reason = "length";
+    d.usage.prefill_ms = 2.0;
+    d.usage.decode_ms = 0.0;
+    d.logprobs = std::vector<token_info>{token_info{7, "a", 0.0f, std::nullopt}};
+    std::string bytes = encode(d);
+    auto oh = msgpack::unpack(bytes.data(), bytes.size());
+    std::map<std::string, msgpack::object> m;
+    oh.get().convert(m);
+    auto usage = m["usage"].as<std::map<std::string, msgpack::object>>();
+    EXPECT_EQ(usage["prefill_ms"].type, msgpack::type::FLOAT64);
+    EXPECT_EQ(usage["prefill_ms"].via.f64, 2.0);
+    EXPECT_EQ(usage["decode_ms"].type, msgpack::type::FLOAT64);
+    EXPECT_EQ(usage["prompt_tokens"].type, msgpack::type::POSITIVE_INTEGER);
+    auto lp = m["logprobs"].as<std::vector<std::map<std::string, msgpack::object>>>();
+    ASSERT_EQ(lp.size(), 1u);
+    EXPECT_EQ(lp[0]["logprob"].type, msgpack::type::FLOAT64);
+    EXPECT_EQ(lp[0]["event"].as<std::string>(), "token");
 }
 
 }  // namespace

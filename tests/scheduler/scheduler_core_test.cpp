@@ -19,6 +19,8 @@
 #include <set>
 
 #include "actors/scheduler/scheduler_core.hpp"
+#include "net/ops.hpp"
+#include "net/protocol.hpp"
 #include "model/gguf.hpp"
 #include "model/reference.hpp"
 #include "model/synth.hpp"
@@ -83,10 +85,33 @@ public:
         collect(out);
     }
 
+    // Parses the frame with the front door's validator (net/ops.hpp) and applies the typed op,
+    // as the scheduler actor would; a refused frame becomes the error event net would send.
     void request(uint64_t conn, uint64_t id, const std::string& op, msgpack::sbuffer frame) {
-        client_request m{conn, id, op, std::vector<char>(frame.data(), frame.data() + frame.size()), {}};
+        auto oh = msgpack::unpack(frame.data(), frame.size());
+        auto env = net::parse_envelope(oh.get());
+        ASSERT_TRUE(std::holds_alternative<net::request>(env));
+        ASSERT_EQ(std::get<net::request>(env).op, op);
+        net::request_limits limits{256, uint32_t(shared_model().tok->vocab().size()), false};
+        auto parsed = net::parse_op(std::get<net::request>(env), limits);
         std::vector<outgoing_event> out;
-        core->on_request(m, out);
+        if (!parsed.ok()) {
+            out.push_back(error_event(conn, id, net::errc::bad_request, parsed.err().message));
+            collect(out);
+            return;
+        }
+        std::visit(
+            [&](auto& m) {
+                using T = std::decay_t<decltype(m)>;
+                if constexpr (requires { m.conn; }) m.conn = conn;
+                if constexpr (std::is_same_v<T, sched::generate>) core->on_generate(m, out);
+                if constexpr (std::is_same_v<T, sched::cancel>) core->on_cancel(m, out);
+                if constexpr (std::is_same_v<T, sched::tokenize>) core->on_tokenize(m, out);
+                if constexpr (std::is_same_v<T, sched::detokenize>) core->on_detokenize(m, out);
+                if constexpr (std::is_same_v<T, stats_query>) core->on_stats(m, out);
+                if constexpr (std::is_same_v<T, model_info_query>) core->on_model(m, out);
+            },
+            *parsed);
         collect(out);
     }
 
@@ -222,12 +247,15 @@ private:
         return d;
     }
 
+    // Each typed event is encoded as the net actor would and kept as its decoded wire map.
     void collect(std::vector<outgoing_event>& out) {
         for (auto& o : out) {
             event e;
-            e.conn = o.conn, e.id = o.id, e.terminal = o.terminal;
+            std::tie(e.conn, e.id) = request_of(o);
+            e.terminal = !std::holds_alternative<net::token_event>(o);
+            std::string frame = std::visit([](const auto& m) { return net::encode(m); }, o);
             e.holder = std::make_shared<msgpack::object_handle>(
-                msgpack::unpack(o.frame.data(), o.frame.size()));
+                msgpack::unpack(frame.data(), frame.size()));
             e.holder->get().convert(e.fields);
             events.push_back(std::move(e));
         }

@@ -3,7 +3,9 @@
 
 #include <uv.h>
 
+#include <chrono>
 #include <csignal>
+#include <future>
 
 #include "actors/runtime/log.hpp"
 #include "actors/scheduler/scheduler_actor.hpp"
@@ -44,7 +46,8 @@ void signal_cb(uv_signal_t* handle, int signum) {
     begin_stop(m);
 }
 
-net::net_options net_options_from(const config::config& cfg, const config::listen_address& a) {
+net::net_options net_options_from(const config::config& cfg, const config::listen_address& a,
+                                   const loaded_model& m) {
     net::net_options o;
     o.host = a.host;
     o.port = a.port;
@@ -53,6 +56,10 @@ net::net_options net_options_from(const config::config& cfg, const config::liste
     o.inflight_per_connection_max = cfg.server.max_inflight_per_connection;
     o.write_buffer_bytes_max = cfg.server.write_buffer_bytes_max;
     o.shutdown_grace_ms = cfg.server.shutdown_grace_ms;
+    o.read_timeout_ms = cfg.server.read_timeout_ms;
+    o.limits.max_tokens_default = cfg.scheduler.max_tokens_default;
+    o.limits.vocab_size = static_cast<uint32_t>(m.tokenizer->vocab().size());
+    o.limits.kv_enabled = cfg.kv.enabled;
     return o;
 }
 
@@ -104,6 +111,9 @@ uint64_t step_backstop_ms(const config::config& cfg, const loaded_model& m) {
 
 status run_server(const config::config& cfg, const server_hooks& hooks) {
     auto log = logger("main");
+    // A client that resets its connection makes a write fail with EPIPE; without this the
+    // kernel would kill the whole process with SIGPIPE instead.
+    std::signal(SIGPIPE, SIG_IGN);
     auto address = config::parse_listen_address(cfg.server.listen);
     if (!address.ok()) return address.err();
 
@@ -139,13 +149,14 @@ status run_server(const config::config& cfg, const server_hooks& hooks) {
     so.mailbox_capacity = cfg.server.mailbox_capacity;
     so.step_backstop_ms = step_backstop_ms(cfg, *model);
     so.faults_enabled = cfg.fault.enabled;
+    std::promise<void> drained;
+    so.on_drained = [&drained] { drained.set_value(); };
     sched::scheduler_actor scheduler(std::move(*core), &logits, so);
-    net::net_actor net(net_options_from(cfg, *address), cfg.server.mailbox_capacity);
+    net::net_actor net(net_options_from(cfg, *address, *model), cfg.server.mailbox_capacity);
     gpu::gpu_actor gpu(gpu_options_from(cfg, *model), logits,
                        gpu::gpu_replies(scheduler, "gpu"));
-    scheduler.connect(sched::scheduler_actor::net_outbox(net, "scheduler"),
-                      sched::scheduler_actor::gpu_outbox(gpu, "scheduler"));
-    net.connect_scheduler(net::net_actor::scheduler_outbox(scheduler, "net"));
+    scheduler.connect(net, gpu);
+    net.connect_scheduler(scheduler);
 
     // Start order: the scheduler before the net actor (nothing is forwarded to a stopped
     // actor), the gpu last (its device_ready reaches a running scheduler).
@@ -153,6 +164,26 @@ status run_server(const config::config& cfg, const server_hooks& hooks) {
     if (started.ok()) started = net.start();
     if (started.ok() && !net.listen_status().ok()) started = net.listen_status();
     if (started.ok()) started = gpu.start();
+    // SIGTERM: stop accepting, let in-flight requests finish within shutdown_grace_ms (the
+    // scheduler ends what is left with shutting_down when the grace is over), then stop.
+    auto drain_all = [&] {
+        uint64_t grace_ms = cfg.server.shutdown_grace_ms;
+        status a = net.tell(net::begin_drain{}, "main");
+        status b = scheduler.tell(sched::drain{grace_ms}, "main");
+        if (!a.ok() || !b.ok()) {
+            log->warn("drain not delivered ({}); stopping at once",
+                      (!a.ok() ? a : b).err().message);
+            return;
+        }
+        // The scheduler's own timer ends the drain after grace_ms; the margin covers the
+        // terminal events' way out, and bounds this wait if the scheduler is stuck.
+        constexpr uint64_t drain_margin_ms = 2000;
+        auto done = drained.get_future();
+        if (done.wait_for(std::chrono::milliseconds(grace_ms + drain_margin_ms)) !=
+            std::future_status::ready) {
+            log->warn("drain did not end within {} ms; stopping", grace_ms + drain_margin_ms);
+        }
+    };
     auto stop_all = [&](status& first_failure) {
         // Scheduler first: every live request gets its terminal event (shutting_down) while
         // the net actor can still write it; then the net actor flushes and closes
@@ -171,7 +202,10 @@ status run_server(const config::config& cfg, const server_hooks& hooks) {
     if (hooks.on_listening) hooks.on_listening(address->host, net.bound_port());
 
     status first_failure;
-    m.on_stop = [&] { stop_all(first_failure); };
+    m.on_stop = [&] {
+        drain_all();
+        stop_all(first_failure);
+    };
     uv_run(&m.loop, UV_RUN_DEFAULT);
     int rc = uv_loop_close(&m.loop);
     if (rc != 0 && first_failure.ok()) {

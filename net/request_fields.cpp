@@ -1,5 +1,5 @@
 // request_fields.cpp: see request_fields.hpp.
-#include "actors/scheduler/request_fields.hpp"
+#include "net/request_fields.hpp"
 
 #include <cmath>
 #include <cstdio>
@@ -7,18 +7,55 @@
 
 #include "actors/scheduler/stop_matcher.hpp"
 
-namespace ordo::sched::fields {
+namespace ordo::net::fields {
 namespace {
 
 std::string_view key_of(const msgpack::object_kv& kv) {
     return {kv.key.via.str.ptr, kv.key.via.str.size};
 }
 
-std::string quoted(std::string_view key) {
-    return "\"" + std::string(key) + "\"";
+std::string quoted(std::string_view key) { return quote(key); }
+
+// Length of the valid UTF-8 sequence starting at s[i] (1-4), or 0 when it is not one.
+size_t utf8_sequence(std::string_view s, size_t i) {
+    auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+    unsigned char c = byte(i);
+    if (c < 0x80) return 1;
+    size_t n = (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return 0;
+    uint32_t cp = c & (0x7F >> n);
+    for (size_t k = 1; k < n; k++) {
+        if ((byte(i + k) & 0xC0) != 0x80) return 0;
+        cp = (cp << 6) | (byte(i + k) & 0x3F);
+    }
+    // Overlong forms, surrogates and code points past U+10FFFF are not valid UTF-8.
+    static constexpr uint32_t min_for_length[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min_for_length[n] || (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) return 0;
+    return n;
 }
 
 }  // namespace
+
+std::string quote(std::string_view client_bytes, size_t bytes_max) {
+    std::string out = "\"";
+    size_t i = 0;
+    while (i < client_bytes.size() && i < bytes_max) {
+        size_t n = utf8_sequence(client_bytes, i);
+        unsigned char c = static_cast<unsigned char>(client_bytes[i]);
+        if (n == 0 || (n == 1 && (c < 0x20 || c == 0x7F))) {
+            char esc[8];
+            std::snprintf(esc, sizeof esc, "\\x%02x", c);
+            out += esc;
+            i++;
+        } else {
+            if (n == 1 && (c == '"' || c == '\\')) out += '\\';
+            out.append(client_bytes.substr(i, n));
+            i += n;
+        }
+    }
+    if (i < client_bytes.size()) out += "...";
+    return out + "\"";
+}
 
 std::string type_name(const msgpack::object& o) {
     switch (o.type) {
@@ -100,7 +137,7 @@ result<std::string> read_string(std::string_view key, const msgpack::object& o, 
                    std::to_string(o.via.str.size) + " bytes");
     }
     std::string s(o.via.str.ptr, o.via.str.size);
-    if (!is_valid_utf8(s)) return bad(key, "valid UTF-8", "invalid bytes");
+    if (!sched::is_valid_utf8(s)) return bad(key, "valid UTF-8", "invalid bytes");
     return s;
 }
 
@@ -182,4 +219,4 @@ result<std::vector<std::string>> read_strings(std::string_view key, const msgpac
     return out;
 }
 
-}  // namespace ordo::sched::fields
+}  // namespace ordo::net::fields

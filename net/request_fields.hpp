@@ -1,6 +1,11 @@
 // request_fields.hpp: typed reading of request parameters from a msgpack map, with
-// bad_request errors that name the key. Internal to generate_request.cpp (and its tests);
-// knows nothing about what the ops mean.
+// bad_request errors that name the key. Used by the op parser (net/ops.cpp) and the envelope
+// parser; knows nothing about what the ops mean.
+//
+// Strict types (docs/protocol.md §2): an integer parameter must be a msgpack integer (a float,
+// even 2.0, is a wrong type); a float parameter takes floats and integers. Everything a message
+// quotes back from the client (keys, op names) goes through `quote`, so an error message is
+// always valid UTF-8 whatever bytes the client sent.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +17,7 @@
 
 #include "actors/runtime/result.hpp"
 
-namespace ordo::sched::fields {
+namespace ordo::net::fields {
 
 // Parameter keys of one request, checked up front: the frame is a map, every key is a string,
 // known (or "id"/"op") and given once. `get` then finds a parameter by name.
@@ -26,6 +31,11 @@ private:
     explicit param_map(const msgpack::object& frame) : _frame(&frame) {}
     const msgpack::object* _frame;
 };
+
+// Client bytes as a quoted, printable, valid-UTF-8 string for an error message: invalid UTF-8
+// and control bytes become \xNN escapes, and it is cut at `bytes_max` bytes of input.
+inline constexpr size_t quote_bytes_max = 64;
+std::string quote(std::string_view client_bytes, size_t bytes_max = quote_bytes_max);
 
 // What a msgpack value is, in words ("string", "float", "negative integer", ...).
 std::string type_name(const msgpack::object& o);
@@ -47,4 +57,4 @@ result<std::vector<int32_t>> read_token_ids(std::string_view key, const msgpack:
 result<std::vector<std::string>> read_strings(std::string_view key, const msgpack::object& o,
                                               size_t max_count, size_t max_bytes);
 
-}  // namespace ordo::sched::fields
+}  // namespace ordo::net::fields

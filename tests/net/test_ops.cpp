@@ -1,4 +1,4 @@
-// generate_request_test.cpp: request parameter parsing (actors/scheduler/generate_request.hpp).
+// test_ops.cpp: request parameter parsing, the one validator (net/ops.hpp).
 //
 // Checks: a full generate request parses into the expected values, and defaults apply when
 // keys are absent (max_tokens from the limits, seed 0, greedy off); ints are accepted where
@@ -6,18 +6,20 @@
 // types, floats for ints, out-of-range values, prompt XOR tokens, bad stop lists, bad sessions,
 // session without kv, ids beyond the vocabulary) each give bad_request with a message naming
 // the key; tokenize, detokenize and cancel parse and refuse their own bad inputs.
-#include "actors/scheduler/generate_request.hpp"
+#include "net/ops.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <msgpack.hpp>
 #include <string>
 
 namespace {
 
+using namespace ordo::net;
 using namespace ordo::sched;
 using packer = msgpack::packer<msgpack::sbuffer>;
 
@@ -364,6 +366,81 @@ TEST(generate_request, tokenize_detokenize_cancel) {
     EXPECT_FALSE(parse_cancel(make_frame("cancel", 0, [](packer&) {}).get()).ok());
     auto not_map = msgpack::unpack("\x93\x01\x02\x03", 4);
     EXPECT_FALSE(parse_cancel(not_map.get()).ok());
+}
+
+}  // namespace
+
+namespace {
+
+// Issue 13 defect 4: an integer-valued float passed where an integer is required, because the
+// request was re-packed between actors (msgpack-c's packer writes 2.0 as the integer 2). Every
+// integer parameter of every op refuses a float64 2.0 written byte for byte.
+struct float_frame {
+    msgpack::sbuffer buf;
+    packer pk{buf};
+    // A float64 exactly as a client sends it: msgpack-c's own pack(2.0) would write an integer.
+    void f64(double d) {
+        uint64_t bits;
+        std::memcpy(&bits, &d, 8);
+        char raw[9] = {char(0xcb)};
+        for (int i = 0; i < 8; i++) raw[1 + i] = char(bits >> (56 - 8 * i));
+        buf.write(raw, 9);
+    }
+};
+
+TEST(ops, integer_valued_floats_are_refused_everywhere) {
+    struct probe {
+        const char* op;
+        std::function<void(float_frame&)> fill;
+        uint32_t n;
+        const char* key;
+    };
+    const probe probes[] = {
+        {"generate", [](float_frame& f) { f.pk.pack("tokens"), f.pk.pack(std::vector<int>{1}), f.pk.pack("max_tokens"), f.f64(2.0); }, 2, "max_tokens"},
+        {"generate", [](float_frame& f) { f.pk.pack("tokens"), f.pk.pack_array(1), f.f64(1.0); }, 1, "tokens[0]"},
+        {"generate", [](float_frame& f) { f.pk.pack("prompt"), f.pk.pack("a"), f.pk.pack("top_k"), f.f64(3.0); }, 2, "top_k"},
+        {"generate", [](float_frame& f) { f.pk.pack("prompt"), f.pk.pack("a"), f.pk.pack("logprobs"), f.f64(1.0); }, 2, "logprobs"},
+        {"generate", [](float_frame& f) { f.pk.pack("prompt"), f.pk.pack("a"), f.pk.pack("seed"), f.f64(5.0); }, 2, "seed"},
+        {"cancel", [](float_frame& f) { f.pk.pack("target"), f.f64(1.0); }, 1, "target"},
+        {"detokenize", [](float_frame& f) { f.pk.pack("tokens"), f.pk.pack_array(1), f.f64(2.0); }, 1, "tokens[0]"},
+        {"fault", [](float_frame& f) { f.pk.pack("kind"), f.pk.pack("hang"), f.pk.pack("layer"), f.f64(1.0); }, 2, "layer"},
+        {"fault", [](float_frame& f) { f.pk.pack("kind"), f.pk.pack("hang"), f.pk.pack("after_steps"), f.f64(0.0); }, 2, "after_steps"},
+        {"fault", [](float_frame& f) { f.pk.pack("kind"), f.pk.pack("hang"), f.pk.pack("count"), f.f64(1.0); }, 2, "count"},
+    };
+    for (const auto& pr : probes) {
+        float_frame f;
+        f.pk.pack_map(pr.n + 2);
+        f.pk.pack("id"), f.pk.pack(1), f.pk.pack("op"), f.pk.pack(pr.op);
+        pr.fill(f);
+        auto oh = msgpack::unpack(f.buf.data(), f.buf.size());
+        auto env = parse_envelope(oh.get());
+        auto r = parse_op(std::get<request>(env), request_limits{256, 1000, false});
+        ASSERT_FALSE(r.ok()) << pr.op << " " << pr.key;
+        EXPECT_EQ(r.err().code, "bad_request");
+        EXPECT_NE(r.err().message.find(pr.key), std::string::npos) << r.err().message;
+        EXPECT_NE(r.err().message.find("float"), std::string::npos) << r.err().message;
+    }
+}
+
+TEST(ops, fault_parses_and_names_bad_values) {
+    auto f = make_frame("fault", 5, [](packer& p) {
+        p.pack("kind"), p.pack("device_lost");
+        p.pack("phase"), p.pack("decode");
+        p.pack("layer"), p.pack(3);
+        p.pack("after_steps"), p.pack(2);
+        p.pack("count"), p.pack(4);
+    });
+    auto r = parse_fault(f.get());
+    ASSERT_TRUE(r.ok()) << r.err().message;
+    EXPECT_EQ(r->kind, "device_lost");
+    EXPECT_EQ(r->phase, "decode");
+    EXPECT_EQ(r->layer, 3);
+    EXPECT_EQ(r->after_steps, 2u);
+    EXPECT_EQ(r->count, 4u);
+    auto bad = parse_fault(make_frame("fault", 1, [](packer& p) { p.pack("kind"), p.pack("melt"); }).get());
+    ASSERT_FALSE(bad.ok());
+    EXPECT_NE(bad.err().message.find("kind"), std::string::npos);
+    EXPECT_FALSE(parse_fault(make_frame("fault", 0, [](packer&) {}).get()).ok());
 }
 
 }  // namespace

@@ -1,16 +1,22 @@
-// generate_request.cpp: see generate_request.hpp; the typed readers are in request_fields.cpp.
-#include "actors/scheduler/generate_request.hpp"
+// ops.cpp: see ops.hpp; the typed readers are in request_fields.cpp.
+#include "net/ops.hpp"
 
 #include <limits>
 #include <utility>
 
-#include "actors/scheduler/request_fields.hpp"
 #include "actors/scheduler/stop_matcher.hpp"
+#include "net/request_fields.hpp"
 
-namespace ordo::sched {
+namespace ordo::net {
 namespace {
 
 using fields::param_map;
+using sched::generate_request;
+using sched::sampling_params;
+
+// Bounds of the `fault` op's numbers.
+constexpr uint64_t fault_layer_max = 4096;
+constexpr uint64_t fault_steps_max = 1000000;
 
 bool is_session_char(char c) {
     return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
@@ -29,12 +35,12 @@ status parse_prompt(const param_map& pm, const request_limits& limits, generate_
                                                "allowed, got both");
     }
     if (prompt != nullptr) {
-        auto s = fields::read_string("prompt", *prompt, prompt_bytes_max);
+        auto s = fields::read_string("prompt", *prompt, sched::prompt_bytes_max);
         if (!s) return s.err();
         out.prompt = std::move(*s);
         return {};
     }
-    auto ids = fields::read_token_ids("tokens", *tokens, prompt_tokens_max, limits.vocab_size);
+    auto ids = fields::read_token_ids("tokens", *tokens, sched::prompt_tokens_max, limits.vocab_size);
     if (!ids) return ids.err();
     if (ids->empty()) return fields::bad("tokens", "a non-empty array", "an empty array");
     out.tokens = std::move(*ids);
@@ -71,17 +77,17 @@ status parse_sampling(const param_map& pm, generate_request& out) {
         out.seed_given = true;
     }
     if (const auto* o = pm.get("logprobs")) {
-        auto v = fields::read_uint("logprobs", *o, 0, logprobs_max);
+        auto v = fields::read_uint("logprobs", *o, 0, sched::logprobs_max);
         if (!v) return v.err();
         p.logprobs = static_cast<uint32_t>(*v);
     }
-    return validate(p);  // ranges; names the key
+    return sched::validate(p);  // ranges; names the key
 }
 
 status parse_session(const param_map& pm, const request_limits& limits, generate_request& out) {
     const msgpack::object* o = pm.get("session");
     if (o == nullptr) return {};
-    auto s = fields::read_string("session", *o, session_bytes_max);
+    auto s = fields::read_string("session", *o, sched::session_bytes_max);
     if (!s) return s.err();
     if (s->empty()) return fields::bad("session", "1..128 bytes", "an empty string");
     for (char c : *s) {
@@ -103,14 +109,14 @@ status parse_output_options(const param_map& pm, const request_limits& limits,
                             generate_request& out) {
     out.max_tokens = limits.max_tokens_default;
     if (const auto* o = pm.get("max_tokens")) {
-        auto v = fields::read_uint("max_tokens", *o, 1, max_tokens_max);
+        auto v = fields::read_uint("max_tokens", *o, 1, sched::max_tokens_max);
         if (!v) return v.err();
         out.max_tokens = static_cast<uint32_t>(*v);
     }
     if (const auto* o = pm.get("stop")) {
-        auto v = fields::read_strings("stop", *o, stop_strings_max, stop_string_bytes_max);
+        auto v = fields::read_strings("stop", *o, sched::stop_strings_max, sched::stop_string_bytes_max);
         if (!v) return v.err();
-        if (auto s = validate_stop_strings(*v); !s) return s;
+        if (auto s = sched::validate_stop_strings(*v); !s) return s;
         out.stop = std::move(*v);
     }
     if (const auto* o = pm.get("stream")) {
@@ -137,13 +143,13 @@ result<generate_request> parse_generate(const msgpack::object& frame,
     return out;
 }
 
-result<tokenize_request> parse_tokenize(const msgpack::object& frame) {
+result<sched::tokenize> parse_tokenize(const msgpack::object& frame) {
     auto pm = param_map::open(frame, {"text", "add_bos"});
     if (!pm) return pm.err();
-    tokenize_request out;
+    sched::tokenize out;
     const msgpack::object* text = pm->get("text");
     if (text == nullptr) return make_error("bad_request", "\"text\" is required");
-    auto s = fields::read_string("text", *text, prompt_bytes_max);
+    auto s = fields::read_string("text", *text, sched::prompt_bytes_max);
     if (!s) return s.err();
     out.text = std::move(*s);
     if (const auto* o = pm->get("add_bos")) {
@@ -154,25 +160,123 @@ result<tokenize_request> parse_tokenize(const msgpack::object& frame) {
     return out;
 }
 
-result<detokenize_request> parse_detokenize(const msgpack::object& frame,
+result<sched::detokenize> parse_detokenize(const msgpack::object& frame,
                                             const request_limits& limits) {
     auto pm = param_map::open(frame, {"tokens"});
     if (!pm) return pm.err();
     const msgpack::object* tokens = pm->get("tokens");
     if (tokens == nullptr) return make_error("bad_request", "\"tokens\" is required");
-    auto ids = fields::read_token_ids("tokens", *tokens, prompt_tokens_max, limits.vocab_size);
+    auto ids = fields::read_token_ids("tokens", *tokens, sched::prompt_tokens_max, limits.vocab_size);
     if (!ids) return ids.err();
-    return detokenize_request{std::move(*ids)};
+    sched::detokenize out;
+    out.tokens = std::move(*ids);
+    return out;
 }
 
-result<cancel_request> parse_cancel(const msgpack::object& frame) {
+result<sched::cancel> parse_cancel(const msgpack::object& frame) {
     auto pm = param_map::open(frame, {"target"});
     if (!pm) return pm.err();
     const msgpack::object* target = pm->get("target");
     if (target == nullptr) return make_error("bad_request", "\"target\" is required");
     auto v = fields::read_uint("target", *target, 1, std::numeric_limits<uint64_t>::max());
     if (!v) return v.err();
-    return cancel_request{*v};
+    sched::cancel out;
+    out.target = *v;
+    return out;
 }
 
-}  // namespace ordo::sched
+// `fault` {kind: device_lost|hang|nan_logits, phase?: prefill|decode|mixed, layer?, after_steps?,
+// count?}.
+result<gpu::inject_fault> parse_fault(const msgpack::object& frame) {
+    auto pm = param_map::open(frame, {"kind", "phase", "layer", "after_steps", "count"});
+    if (!pm.ok()) return pm.err();
+    gpu::inject_fault f;
+    const msgpack::object* kind = pm->get("kind");
+    if (kind == nullptr) return make_error("bad_request", "\"kind\" is required");
+    auto k = fields::read_string("kind", *kind, 32);
+    if (!k.ok()) return k.err();
+    if (*k != "device_lost" && *k != "hang" && *k != "nan_logits") {
+        return fields::bad("kind", "device_lost, hang or nan_logits", fields::quote(*k));
+    }
+    f.kind = *k;
+    if (const auto* p = pm->get("phase")) {
+        auto ph = fields::read_string("phase", *p, 16);
+        if (!ph.ok()) return ph.err();
+        if (*ph != "prefill" && *ph != "decode" && *ph != "mixed") {
+            return fields::bad("phase", "prefill, decode or mixed", fields::quote(*ph));
+        }
+        f.phase = *ph;
+    }
+    if (const auto* l = pm->get("layer")) {
+        auto v = fields::read_uint("layer", *l, 0, fault_layer_max);
+        if (!v.ok()) return v.err();
+        f.layer = int32_t(*v);
+    }
+    if (const auto* a = pm->get("after_steps")) {
+        auto v = fields::read_uint("after_steps", *a, 0, fault_steps_max);
+        if (!v.ok()) return v.err();
+        f.after_steps = uint32_t(*v);
+    }
+    if (const auto* c = pm->get("count")) {
+        auto v = fields::read_uint("count", *c, 1, fault_steps_max);
+        if (!v.ok()) return v.err();
+        f.count = uint32_t(*v);
+    }
+    return f;
+}
+
+namespace {
+
+// An op whose only parameters are the envelope's.
+template <typename T>
+result<op> no_params(const request& r) {
+    auto pm = param_map::open(*r.map, {});
+    if (!pm) return pm.err();
+    T m;
+    m.id = r.id;
+    return op(std::move(m));
+}
+
+// Sets the id of a parsed op message.
+template <typename T>
+result<op> with_id(result<T> parsed, uint64_t id) {
+    if (!parsed) return parsed.err();
+    T m = std::move(*parsed);
+    m.id = id;
+    return op(std::move(m));
+}
+
+}  // namespace
+
+result<op> parse_op(const request& r, const request_limits& limits) {
+    const msgpack::object& frame = *r.map;
+    if (r.op == "health") {
+        auto pm = param_map::open(frame, {});
+        if (!pm) return pm.err();
+        return op(health_op{});
+    }
+    if (r.op == "stats") return no_params<sched::stats_query>(r);
+    if (r.op == "model") return no_params<sched::model_info_query>(r);
+    if (r.op == "generate") {
+        auto g = parse_generate(frame, limits);
+        if (!g) return g.err();
+        sched::generate m;
+        m.id = r.id;
+        m.params = std::move(*g);
+        return op(std::move(m));
+    }
+    if (r.op == "cancel") return with_id(parse_cancel(frame), r.id);
+    if (r.op == "tokenize") return with_id(parse_tokenize(frame), r.id);
+    if (r.op == "detokenize") return with_id(parse_detokenize(frame, limits), r.id);
+    if (r.op == "fault") {
+        auto f = parse_fault(frame);
+        if (!f) return f.err();
+        sched::fault m;
+        m.id = r.id;
+        m.spec = std::move(*f);
+        return op(std::move(m));
+    }
+    return make_error("unknown_op", "unknown op " + fields::quote(r.op));
+}
+
+}  // namespace ordo::net

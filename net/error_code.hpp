@@ -1,0 +1,57 @@
+// error_code.hpp: the protocol's error codes (docs/protocol.md §6), one enum and the one place
+// that names them on the wire.
+//
+// Every actor that ends a request with an error uses a value of this enum; only the net actor
+// turns it into the `code` string a client reads. A new code is added here, in wire_name and in
+// docs/protocol.md, nowhere else.
+#pragma once
+
+#include <msgpack.hpp>
+
+#include <cstdint>
+#include <string_view>
+
+namespace ordo::net {
+
+enum class errc : uint8_t {
+    bad_frame,           // the byte stream is unusable (id 0, the connection closes)
+    bad_request,         // a parameter is unknown, of the wrong type or out of range
+    unknown_op,          // `op` names no op
+    duplicate_id,        // the id is live on this connection
+    too_many_inflight,   // server.max_inflight_per_connection reached
+    overloaded,          // a queue or mailbox is full, or too many connections
+    context_exceeded,    // prompt + max_tokens beyond the context or the KV pool
+    gpu_unavailable,     // the device could not be rebuilt
+    gpu_failed,          // the request's steps failed and retries are spent
+    shutting_down,       // the server is stopping
+    fault_disabled,      // `fault` while [fault] enabled = false
+    response_too_large,  // an answer larger than server.write_buffer_bytes_max
+    read_timeout,        // a frame was not completed within server.read_timeout_ms
+    internal,            // a bug: an invariant did not hold
+};
+
+inline constexpr errc errc_last = errc::internal;
+
+constexpr std::string_view wire_name(errc c) {
+    switch (c) {
+        case errc::bad_frame: return "bad_frame";
+        case errc::bad_request: return "bad_request";
+        case errc::unknown_op: return "unknown_op";
+        case errc::duplicate_id: return "duplicate_id";
+        case errc::too_many_inflight: return "too_many_inflight";
+        case errc::overloaded: return "overloaded";
+        case errc::context_exceeded: return "context_exceeded";
+        case errc::gpu_unavailable: return "gpu_unavailable";
+        case errc::gpu_failed: return "gpu_failed";
+        case errc::shutting_down: return "shutting_down";
+        case errc::fault_disabled: return "fault_disabled";
+        case errc::response_too_large: return "response_too_large";
+        case errc::read_timeout: return "read_timeout";
+        case errc::internal: return "internal";
+    }
+    return "internal";
+}
+
+}  // namespace ordo::net
+
+MSGPACK_ADD_ENUM(ordo::net::errc);
