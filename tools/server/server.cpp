@@ -9,7 +9,6 @@
 #include "actors/scheduler/scheduler_actor.hpp"
 #include "gpu/gpu_actor.hpp"
 #include "net/net_actor.hpp"
-#include "tools/server/model_load.hpp"
 
 namespace ordo {
 namespace {
@@ -102,7 +101,7 @@ uint64_t step_backstop_ms(const config::config& cfg, const loaded_model& m) {
 
 }  // namespace
 
-status run_server(const config::config& cfg, const server_hooks& hooks) {
+status run_server(const config::config& cfg, const loaded_model& model, const server_hooks& hooks) {
     auto log = logger("main");
     auto address = config::parse_listen_address(cfg.server.listen);
     if (!address.ok()) return address.err();
@@ -117,32 +116,25 @@ status run_server(const config::config& cfg, const server_hooks& hooks) {
     uv_signal_start(&m.sigint, signal_cb, SIGINT);
     uv_signal_start(&m.sigterm, signal_cb, SIGTERM);
 
-    auto model = load_model(cfg);
-    if (!model.ok()) {
-        abandon(m);
-        return model.err();
-    }
-    log->info("model {}{}: {} layers, n_embd {}, vocab {}, context {}, fingerprint {}",
-              model->path, model->generated ? " (generated, random weights)" : "",
-              model->hp.n_layer, model->hp.n_embd, model->hp.n_vocab, model->n_ctx,
-              model->info.fingerprint);
-    if (model->generated) log->warn("{}", model->info.hint);
+    log->info("model {}{}: {} layers, n_embd {}, vocab {}, context {}, fingerprint {}", model.path,
+              model.generated ? " (generated, random weights)" : "", model.hp.n_layer,
+              model.hp.n_embd, model.hp.n_vocab, model.n_ctx, model.info.fingerprint);
+    if (model.generated) log->warn("{}", model.info.hint);
 
-    gpu::logits_exchange logits(cfg.scheduler.max_sequences, model->hp.n_vocab);
-    auto core = sched::scheduler_core::create(core_options_from(cfg, *model),
-                                              &*model->tokenizer, model->info);
+    gpu::logits_exchange logits(cfg.scheduler.max_sequences, model.hp.n_vocab);
+    auto core =
+        sched::scheduler_core::create(core_options_from(cfg, model), &*model.tokenizer, model.info);
     if (!core.ok()) {
         abandon(m);
         return core.err();
     }
     sched::scheduler_actor::options so;
     so.mailbox_capacity = cfg.server.mailbox_capacity;
-    so.step_backstop_ms = step_backstop_ms(cfg, *model);
+    so.step_backstop_ms = step_backstop_ms(cfg, model);
     so.faults_enabled = cfg.fault.enabled;
     sched::scheduler_actor scheduler(std::move(*core), &logits, so);
     net::net_actor net(net_options_from(cfg, *address), cfg.server.mailbox_capacity);
-    gpu::gpu_actor gpu(gpu_options_from(cfg, *model), logits,
-                       gpu::gpu_replies(scheduler, "gpu"));
+    gpu::gpu_actor gpu(gpu_options_from(cfg, model), logits, gpu::gpu_replies(scheduler, "gpu"));
     scheduler.connect(sched::scheduler_actor::net_outbox(net, "scheduler"),
                       sched::scheduler_actor::gpu_outbox(gpu, "scheduler"));
     net.connect_scheduler(net::net_actor::scheduler_outbox(scheduler, "net"));
