@@ -1,17 +1,21 @@
-// test_start.cpp: what the real ordo-server binary refuses at start.
+// test_start.cpp: what the real ordo-server binary refuses at start, and that what its config
+// check accepts it then runs.
 //
 // Checks: a model that can never run (the file absent, not a GGUF, blk.0.ffn_up.weight missing,
 // blk.0.attn_k.weight mis-shaped, model.context_tokens above the model's context) stops
 // ordo-server at start with exit 2 and one error line naming the file exactly once and, for a
 // tensor, the tensor and what was expected; the same model copied with nothing changed serves,
-// so the copying is not what the others trip on.
+// so the copying is not what the others trip on. Then the edges of the config check run healthy
+// (never "degraded"): scheduler.max_batch_tokens = 65535 (65536 is refused by --check-config).
 //
 // How: models are made with `ordo-model mk` and rewritten through gguf_file and gguf_writer
-// with one tensor dropped or reshaped; the server listens on an ephemeral port.
+// with one tensor dropped or reshaped; the server listens on an ephemeral port on lavapipe;
+// health is asked over TCP until it says ok.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "model/gguf.hpp"
 #include "model/gguf_writer.hpp"
@@ -105,6 +109,23 @@ void expect_refused_at_start(const std::vector<std::string>& args, const std::st
     for (const auto& f : fragments) EXPECT_NE(out.find(f), std::string::npos) << f << "\n" << out;
 }
 
+// Asks health until it says ok; fails on degraded or after device_ready_deadline.
+void expect_healthy(uint16_t port) {
+    tcp_client c;
+    ASSERT_TRUE(c.connect(port));
+    auto end = std::chrono::steady_clock::now() + device_ready_deadline;
+    for (uint64_t id = 1; std::chrono::steady_clock::now() < end; id++) {
+        ASSERT_TRUE(c.send(frame("id", id, "op", "health")));
+        auto r = c.recv();
+        ASSERT_TRUE(r.has_value()) << "no answer to health";
+        const std::string status = str_field(r->get(), "status");
+        if (status == "ok") return;
+        ASSERT_EQ(status, "loading") << str_field(r->get(), "reason");
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    FAIL() << "the server never became healthy";
+}
+
 }  // namespace
 
 TEST(start_refuses_a_model_that_cannot_run, missing_tensor_exits_2_naming_file_and_tensor) {
@@ -146,5 +167,20 @@ TEST(start_refuses_a_model_that_cannot_run, an_unedited_copy_serves) {
     const std::string p = copy_model(tiny_model(), "copy.gguf", {});
     server_process server;
     ASSERT_TRUE(server.start(ORDO_SERVER_BIN, {"--model", p})) << server.output();
+    EXPECT_EQ(server.stop(), 0) << server.output();
+}
+
+TEST(what_the_config_check_accepts_runs, max_batch_tokens_at_its_bound) {
+    server_process check;
+    const std::string over = write_text("over.toml", "[scheduler]\nmax_batch_tokens = 65536\n");
+    EXPECT_FALSE(check.start(ORDO_SERVER_BIN, {"--check-config", over}));
+    EXPECT_EQ(check.exit_status(), 2);
+    EXPECT_NE(check.output().find("scheduler.max_batch_tokens = 65536"), std::string::npos);
+
+    const std::string edge = write_text("edge.toml", "[scheduler]\nmax_batch_tokens = 65535\n");
+    server_process server;
+    ASSERT_TRUE(server.start(ORDO_SERVER_BIN, {"--config", edge, "--model", tiny_model()}))
+        << server.output();
+    expect_healthy(server.port());
     EXPECT_EQ(server.stop(), 0) << server.output();
 }

@@ -6,12 +6,24 @@
 #include <csignal>
 
 #include "actors/runtime/log.hpp"
+#include "actors/scheduler/generate_request.hpp"
+#include "actors/scheduler/kv_blocks.hpp"
 #include "actors/scheduler/scheduler_actor.hpp"
 #include "gpu/gpu_actor.hpp"
 #include "net/net_actor.hpp"
 
 namespace ordo {
 namespace {
+
+// What the config check accepts, the actors run: each bound an actor holds its options to when
+// it starts is at least the schema's bound for the key that feeds it (actors/config/config.hpp).
+static_assert(config::max_batch_tokens_max <= gpu::runner_max_batch_tokens_max);
+static_assert(config::max_sequences_max <= gpu::runner_seqs_max_max);  // seqs_max and rows_max
+static_assert(config::flush_every_layers_max <= gpu::runner_flush_every_layers_max);
+static_assert(config::kv_block_tokens_max <= sched::kv_block_tokens_max);
+static_assert(config::kv_blocks_max <= sched::kv_blocks_max);
+static_assert(config::kv_pool_tokens_max <= sched::kv_pool_tokens_max);
+static_assert(config::max_tokens_default_max <= sched::max_tokens_max);
 
 struct main_loop {
     uv_loop_t loop{};
