@@ -285,13 +285,17 @@ std::uint64_t runner::kv_layer_block_bytes() const {
 status runner::init_buffers() {
     std::uint64_t per_block = kv_layer_block_bytes();
     std::uint64_t blocks = _options.kv_blocks;
+    const std::uint64_t blocks_max = runner_kv_pool_tokens_max / _options.kv_block_tokens;
     if (blocks == 0) {
-        // From the memory budget, capped so one layer's K (or V) fits one storage binding.
+        // From the memory budget, capped so one layer's K (or V) fits one storage binding and
+        // the pool holds no more tokens than the scheduler takes.
         blocks = _options.kv_memory_bytes / (2 * _hp.n_layer * per_block);
-        blocks = std::min(blocks, _dev->info().max_storage_buffer_range / per_block);
+        blocks = std::min({blocks, _dev->info().max_storage_buffer_range / per_block, blocks_max});
     }
-    if (blocks == 0 || blocks > 0x7FFFFFFFull / _options.kv_block_tokens) {
-        return bad_config("the KV pool would hold " + std::to_string(blocks) + " blocks");
+    if (blocks == 0 || blocks > blocks_max) {
+        return bad_config("the KV pool would hold " + std::to_string(blocks) + " blocks of " +
+                          std::to_string(_options.kv_block_tokens) + " tokens (1.." +
+                          std::to_string(blocks_max) + ")");
     }
     kv_geometry g{_hp.n_layer, _hp.n_head_kv, _hp.head_dim(), _options.kv_block_tokens,
                   static_cast<std::uint32_t>(blocks), _options.kv_f16};

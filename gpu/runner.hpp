@@ -54,6 +54,10 @@ namespace ordo::gpu {
 inline constexpr std::uint32_t runner_max_batch_tokens_max = 65'535;
 inline constexpr std::uint32_t runner_seqs_max_max = 4096;
 inline constexpr std::uint32_t runner_flush_every_layers_max = 1024;
+// Tokens the KV pool holds at most (kv blocks x block tokens): the scheduler's block table
+// refuses a bigger pool (sched::kv_pool_tokens_max; server.cpp asserts they agree), so a pool
+// sized from kv_memory_bytes stops here instead of building one the scheduler cannot use.
+inline constexpr std::uint64_t runner_kv_pool_tokens_max = std::uint64_t{1} << 24;
 
 struct runner_options {
     std::string device;                              // gpu.device selector ("" = auto)

@@ -6,7 +6,9 @@
 // ordo-server at start with exit 2 and one error line naming the file exactly once and, for a
 // tensor, the tensor and what was expected; the same model copied with nothing changed serves,
 // so the copying is not what the others trip on. Then the edges of the config check run healthy
-// (never "degraded"): scheduler.max_batch_tokens = 65535 (65536 is refused by --check-config).
+// (never "degraded"): scheduler.max_batch_tokens = 65535 (65536 is refused by --check-config),
+// and a model with a 2-float KV row under a 1 GiB KV budget, whose pool the runner caps at the
+// 2^24 tokens the scheduler's block table takes.
 //
 // How: models are made with `ordo-model mk` and rewritten through gguf_file and gguf_writer
 // with one tensor dropped or reshaped; the server listens on an ephemeral port on lavapipe;
@@ -183,4 +185,20 @@ TEST(what_the_config_check_accepts_runs, max_batch_tokens_at_its_bound) {
         << server.output();
     expect_healthy(server.port());
     EXPECT_EQ(server.stop(), 0) << server.output();
+}
+
+// kv_dim 2 (n_embd 4, 2 heads of 2, one KV head): 1 GiB and one 128 MiB storage binding each
+// hold 2^22 blocks of 8 tokens, twice what the scheduler takes; the runner stops at 2^21.
+TEST(what_the_config_check_accepts_runs, kv_pool_sized_from_memory_fits_the_scheduler) {
+    const std::string narrow =
+        make_model("narrow.gguf", "--n-embd 4 --n-layer 1 --n-head 2 --n-head-kv 1 --n-ff 8");
+    const std::string cfg =
+        write_text("big_kv.toml", "[gpu]\nkv_memory_bytes = 1073741824\nkv_block_tokens = 8\n");
+    server_process server;
+    ASSERT_TRUE(server.start(ORDO_SERVER_BIN, {"--config", cfg, "--model", narrow}))
+        << server.output();
+    expect_healthy(server.port());
+    EXPECT_EQ(server.stop(), 0) << server.output();
+    EXPECT_NE(server.output().find("2097152 kv blocks of 8 tokens"), std::string::npos)
+        << server.output();
 }

@@ -24,6 +24,8 @@ static_assert(config::kv_block_tokens_max <= sched::kv_block_tokens_max);
 static_assert(config::kv_blocks_max <= sched::kv_blocks_max);
 static_assert(config::kv_pool_tokens_max <= sched::kv_pool_tokens_max);
 static_assert(config::max_tokens_default_max <= sched::max_tokens_max);
+// A pool the runner sizes from gpu.kv_memory_bytes is one the scheduler's block table takes.
+static_assert(gpu::runner_kv_pool_tokens_max <= sched::kv_pool_tokens_max);
 
 struct main_loop {
     uv_loop_t loop{};
