@@ -17,10 +17,6 @@ namespace {
 // Weight arena pages: one storage binding each, capped so a device with a 4 GiB binding range
 // does not reserve 4 GiB pages for a small model.
 constexpr std::uint64_t arena_page_bytes_max = 256ull << 20;
-// Limits on options, far above any config value we expect and low enough to catch garbage.
-constexpr std::uint32_t max_batch_tokens_max = 65'535;  // grid rows of one dispatch
-constexpr std::uint32_t seqs_max_max = 4096;
-constexpr std::uint32_t flush_every_layers_max = 1024;
 // Dispatches a segment may hold, at most, whatever flush_every_layers says (F5).
 constexpr std::uint32_t segment_dispatches_max = 16'384;
 // Norm weight rows are rounded to this many floats so each starts binding-aligned (256 B).
@@ -31,20 +27,21 @@ std::uint32_t round_up(std::uint32_t n, std::uint32_t m) { return (n + m - 1) / 
 error bad_config(const std::string& why) { return make_error("gpu_bad_config", why); }
 
 status check_options(const runner_options& o) {
-    if (o.flush_every_layers == 0 || o.flush_every_layers > flush_every_layers_max) {
+    if (o.flush_every_layers == 0 || o.flush_every_layers > runner_flush_every_layers_max) {
         return bad_config("flush_every_layers must be 1.." +
-                          std::to_string(flush_every_layers_max));
+                          std::to_string(runner_flush_every_layers_max));
     }
     if (o.watchdog_ms == 0) return bad_config("watchdog_ms must be > 0");
     if (o.kv_block_tokens == 0) return bad_config("kv_block_tokens must be > 0");
-    if (o.max_batch_tokens == 0 || o.max_batch_tokens > max_batch_tokens_max) {
-        return bad_config("max_batch_tokens must be 1.." + std::to_string(max_batch_tokens_max));
+    if (o.max_batch_tokens == 0 || o.max_batch_tokens > runner_max_batch_tokens_max) {
+        return bad_config("max_batch_tokens must be 1.." +
+                          std::to_string(runner_max_batch_tokens_max));
     }
     if (o.rows_max == 0 || o.rows_max > o.max_batch_tokens) {
         return bad_config("rows_max must be 1..max_batch_tokens");
     }
-    if (o.seqs_max == 0 || o.seqs_max > seqs_max_max) {
-        return bad_config("seqs_max must be 1.." + std::to_string(seqs_max_max));
+    if (o.seqs_max == 0 || o.seqs_max > runner_seqs_max_max) {
+        return bad_config("seqs_max must be 1.." + std::to_string(runner_seqs_max_max));
     }
     if (o.kv_blocks == 0 && o.kv_memory_bytes == 0) {
         return bad_config("kv_blocks or kv_memory_bytes must be > 0");
@@ -288,13 +285,17 @@ std::uint64_t runner::kv_layer_block_bytes() const {
 status runner::init_buffers() {
     std::uint64_t per_block = kv_layer_block_bytes();
     std::uint64_t blocks = _options.kv_blocks;
+    const std::uint64_t blocks_max = runner_kv_pool_tokens_max / _options.kv_block_tokens;
     if (blocks == 0) {
-        // From the memory budget, capped so one layer's K (or V) fits one storage binding.
+        // From the memory budget, capped so one layer's K (or V) fits one storage binding and
+        // the pool holds no more tokens than the scheduler takes.
         blocks = _options.kv_memory_bytes / (2 * _hp.n_layer * per_block);
-        blocks = std::min(blocks, _dev->info().max_storage_buffer_range / per_block);
+        blocks = std::min({blocks, _dev->info().max_storage_buffer_range / per_block, blocks_max});
     }
-    if (blocks == 0 || blocks > 0x7FFFFFFFull / _options.kv_block_tokens) {
-        return bad_config("the KV pool would hold " + std::to_string(blocks) + " blocks");
+    if (blocks == 0 || blocks > blocks_max) {
+        return bad_config("the KV pool would hold " + std::to_string(blocks) + " blocks of " +
+                          std::to_string(_options.kv_block_tokens) + " tokens (1.." +
+                          std::to_string(blocks_max) + ")");
     }
     kv_geometry g{_hp.n_layer, _hp.n_head_kv, _hp.head_dim(), _options.kv_block_tokens,
                   static_cast<std::uint32_t>(blocks), _options.kv_f16};

@@ -47,6 +47,18 @@
 
 namespace ordo::gpu {
 
+// Limits create() holds runner_options to. The config schema's bounds are within them
+// (static_asserts in tools/server/server.cpp), so a config that passes its check builds.
+// Tokens of one step: a mat-mul grid has a row per token, and Vulkan guarantees 65535
+// workgroups per grid dimension on every device.
+inline constexpr std::uint32_t runner_max_batch_tokens_max = 65'535;
+inline constexpr std::uint32_t runner_seqs_max_max = 4096;
+inline constexpr std::uint32_t runner_flush_every_layers_max = 1024;
+// Tokens the KV pool holds at most (kv blocks x block tokens): the scheduler's block table
+// refuses a bigger pool (sched::kv_pool_tokens_max; server.cpp asserts they agree), so a pool
+// sized from kv_memory_bytes stops here instead of building one the scheduler cannot use.
+inline constexpr std::uint64_t runner_kv_pool_tokens_max = std::uint64_t{1} << 24;
+
 struct runner_options {
     std::string device;                              // gpu.device selector ("" = auto)
     std::uint32_t flush_every_layers = 4;            // gpu.flush_every_layers

@@ -118,7 +118,8 @@ struct gguf_tensor_info {
 class gguf_file {
 public:
     // Maps `path` read-only and parses it. Errors: gguf_io (cannot open/stat/map) plus every
-    // format error listed in parse order in gguf.cpp.
+    // format error listed in parse order in gguf.cpp; each message names `path` once, so a
+    // caller passes it on unchanged (and prefixes the path only to its own later errors).
     static result<gguf_file> open(const std::string& path);
     // Parses a copy of `bytes` (tests, the fuzzer, files built in memory by gguf_writer).
     static result<gguf_file> from_bytes(std::span<const uint8_t> bytes);

@@ -142,23 +142,31 @@ std::string format_shape(const gguf_tensor_info& t) {
 
 namespace {
 
-// Finds `name` and checks it is computable and has exactly the shape {ne0} or {ne0, ne1}.
+// The weight types map_tensor accepts (is_supported), for messages.
+constexpr const char* k_supported_weight_types = "f32, f16, q8_0 or q4_0";
+
+// Finds `name` and checks it is computable and has exactly the shape {ne0} or {ne0, ne1}. Each
+// error names the tensor and what was expected of it (the caller adds the file's path).
 result<matrix_view> map_tensor(const gguf_file& file, const std::string& name, uint64_t ne0,
                                uint64_t ne1, bool is_vector) {
+    const std::string want = is_vector
+                                 ? "[" + std::to_string(ne0) + "]"
+                                 : "[" + std::to_string(ne0) + ", " + std::to_string(ne1) + "]";
     const gguf_tensor_info* t = file.find_tensor(name);
-    if (!t) return make_error("llama_missing_tensor", "tensor '" + name + "' is missing");
+    if (!t) {
+        return make_error("llama_missing_tensor", "tensor '" + name + "' is missing; expected a " +
+                                                      want + " tensor of " +
+                                                      k_supported_weight_types);
+    }
     if (!is_supported(t->type)) {
-        return make_error("llama_unsupported_type",
-                          "tensor '" + name + "' has type " + std::string(type_name(t->type)) +
-                              "; supported weight types are f32, f16, q8_0, q4_0");
+        return make_error("llama_unsupported_type", "tensor '" + name + "' has type " +
+                                                        std::string(type_name(t->type)) +
+                                                        "; expected " + k_supported_weight_types);
     }
     const uint32_t want_dims = is_vector ? 1 : 2;
     const bool shape_ok =
         t->n_dims == want_dims && t->ne[0] == ne0 && (is_vector || t->ne[1] == ne1);
     if (!shape_ok) {
-        const std::string want = is_vector
-                                     ? "[" + std::to_string(ne0) + "]"
-                                     : "[" + std::to_string(ne0) + ", " + std::to_string(ne1) + "]";
         return make_error("llama_bad_shape", "tensor '" + name + "' has shape " + format_shape(*t) +
                                                  ", expected " + want);
     }

@@ -89,10 +89,15 @@ struct llama_weights {
     std::vector<llama_layer> layers;  // (n_layer)
 };
 
-// Reads hparams, then finds every tensor ("token_embd.weight", "blk.N.attn_q.weight", ...),
-// checks its dims and shape against the hparams and that its type is computable. Errors:
-// llama_missing_tensor, llama_bad_shape (names the tensor, expected and actual shape),
-// llama_unsupported_type (names the tensor and its type), plus read_llama_hparams' errors.
+// Reads hparams, then finds every tensor the forward pass reads ("token_embd.weight",
+// "blk.N.attn_q.weight", ...), checks its dims and shape against the hparams and that its type
+// is computable. This is the one check of a model's tensors: ordo-server's loader runs it at
+// start (a model that fails it never starts the server: exit 2), the gpu runner's upload and the
+// CPU reference run it again to get their views, so what passes at start also builds later.
+// Cheap: no tensor byte is read. Errors (each names the tensor and what was expected, not the
+// file's path: the caller knows it): llama_missing_tensor (with the expected shape and types),
+// llama_bad_shape (expected and actual shape), llama_unsupported_type (its type, the accepted
+// ones), plus read_llama_hparams' errors.
 result<llama_weights> map_llama_weights(const gguf_file& file);
 
 // "[64, 512]": a tensor shape for messages.

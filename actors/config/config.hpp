@@ -38,6 +38,19 @@ enum class gpu_kernels : std::uint8_t { automatic, texel, storage };
 // Same order and values as spdlog::level::level_enum, so main can static_cast.
 enum class log_level : std::uint8_t { trace, debug, info, warn, error, critical, off };
 
+// Upper bounds of the keys that an actor also checks when it starts. tools/server/server.cpp
+// asserts at compile time that each is within what its actor accepts, so a value that passes
+// the config check is one the server runs (never a start that ends in health "degraded").
+inline constexpr std::uint32_t max_batch_tokens_max = 65535;  // gpu: a grid row per token
+inline constexpr std::uint32_t max_sequences_max = 1024;
+inline constexpr std::uint32_t max_tokens_default_max = 1048576;
+inline constexpr std::uint32_t flush_every_layers_max = 1024;
+inline constexpr std::uint32_t kv_block_tokens_max = 256;
+inline constexpr std::uint32_t kv_blocks_max = 1048576;
+// gpu.kv_blocks x gpu.kv_block_tokens at most (a cross rule): the scheduler's block table keeps
+// every token id of the pool in host memory, 4 B each, 64 MiB at this bound.
+inline constexpr std::uint64_t kv_pool_tokens_max = std::uint64_t{1} << 24;
+
 std::string_view to_string(batch_failure_policy v);
 std::string_view to_string(kv_dtype v);
 std::string_view to_string(gpu_kernels v);

@@ -31,7 +31,14 @@ constexpr auto rules = std::to_array<cross_rule>({
      },
      "max_tokens_default must be less than a non-zero context_tokens (else every request "
      "without max_tokens would exceed the context)"},
+    {"gpu", "kv_blocks", "gpu", "kv_block_tokens",
+     [](const config& c) {
+         return std::uint64_t{c.gpu.kv_blocks} * c.gpu.kv_block_tokens <= kv_pool_tokens_max;
+     },
+     "kv_blocks x kv_block_tokens must be at most 16777216 tokens (the scheduler's block table "
+     "refuses a bigger pool)"},
 });
+static_assert(kv_pool_tokens_max == 16777216, "the kv pool rule's message names this bound");
 
 }  // namespace
 

@@ -197,15 +197,16 @@ constexpr auto table = std::to_array<key_spec>({
     string<&C::gpu, &gpu_config::device>(
         "gpu", "device", "Vulkan device: \"\"/\"auto\", an index, or a name substring"),
     integer<&C::gpu, &gpu_config::flush_every_layers>(
-        "gpu", "flush_every_layers", 1, 1024, "layers per command-buffer submission at most"),
+        "gpu", "flush_every_layers", 1, flush_every_layers_max,
+        "layers per command-buffer submission at most"),
     integer<&C::gpu, &gpu_config::watchdog_ms>(
         "gpu", "watchdog_ms", 100, 600000,
         "milliseconds one submission may run before it is a timeout and the device is rebuilt"),
-    integer<&C::gpu, &gpu_config::kv_block_tokens>("gpu", "kv_block_tokens", 8, 256,
+    integer<&C::gpu, &gpu_config::kv_block_tokens>("gpu", "kv_block_tokens", 8, kv_block_tokens_max,
                                                    "tokens per paged KV block; a power of two",
                                                    &power_of_two),
     integer<&C::gpu, &gpu_config::kv_blocks>(
-        "gpu", "kv_blocks", 0, 1048576,
+        "gpu", "kv_blocks", 0, kv_blocks_max,
         "KV blocks in the pool; 0 = as many as kv_memory_bytes fits"),
     integer<&C::gpu, &gpu_config::kv_memory_bytes>(
         "gpu", "kv_memory_bytes", 1 * mib, 1 * tib,
@@ -218,16 +219,16 @@ constexpr auto table = std::to_array<key_spec>({
     choice<&C::gpu, &gpu_config::kernels>("gpu", "kernels", gpu_kernels_names,
                                           "kernel family: auto, texel or storage (gpu/PERF.md)"),
     // [scheduler]
-    integer<&C::scheduler, &scheduler_config::max_sequences>("scheduler", "max_sequences", 1, 1024,
-                                                             "sequences decoded together at most"),
+    integer<&C::scheduler, &scheduler_config::max_sequences>(
+        "scheduler", "max_sequences", 1, max_sequences_max, "sequences decoded together at most"),
     integer<&C::scheduler, &scheduler_config::max_queue>(
         "scheduler", "max_queue", 1, 65536,
         "requests waiting for a sequence slot at most; beyond, overloaded"),
     integer<&C::scheduler, &scheduler_config::max_batch_tokens>(
-        "scheduler", "max_batch_tokens", 1, 65536,
+        "scheduler", "max_batch_tokens", 1, max_batch_tokens_max,
         "tokens in one step at most (prefill chunks + one per decoding sequence)"),
     integer<&C::scheduler, &scheduler_config::max_tokens_default>(
-        "scheduler", "max_tokens_default", 1, 1048576,
+        "scheduler", "max_tokens_default", 1, max_tokens_default_max,
         "max_tokens of a generate request that gives none"),
     choice<&C::scheduler, &scheduler_config::batch_failure_policy>(
         "scheduler", "batch_failure_policy", batch_failure_policy_names,

@@ -1,7 +1,8 @@
 // bad_config_test.cpp: checks that every kind of bad configuration is refused with an error that
 // names the file, the line and the key. A table of inline TOML texts, each with the exact
 // fragments its config_invalid message must contain; several cases check that all problems of a
-// file are reported together, one per line, in file order.
+// file are reported together, one per line, in file order. Cases named after an actor's start
+// check (the gpu grid, the scheduler's block table) hold the schema to what the actors run.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -125,6 +126,17 @@ const std::vector<bad_case>& bad_cases() {
         {"cross_default_tokens_vs_context",
          "[model]\ncontext_tokens = 128\n",
          {"t.toml:2: scheduler.max_tokens_default = 256, model.context_tokens = 128"}},
+        // The gpu runner refuses a step of more than 65535 tokens (a grid row per token);
+        // the schema once let 65536 through and the server then started degraded.
+        {"max_batch_tokens_above_the_gpu_grid",
+         "[scheduler]\nmax_batch_tokens = 65536\n",
+         {"t.toml:2: scheduler.max_batch_tokens = 65536: must be between 1 and 65535"}},
+        // The scheduler's block table refuses a pool of more than 2^24 tokens; each key alone
+        // was in range, so the device built and the scheduler then reported degraded.
+        {"cross_kv_pool_above_the_scheduler_table",
+         "[gpu]\nkv_blocks = 1048576\nkv_block_tokens = 32\n",
+         {"t.toml:3: gpu.kv_blocks = 1048576, gpu.kv_block_tokens = 32: kv_blocks x "
+          "kv_block_tokens must be at most 16777216 tokens"}},
         {"many_errors_in_file_order",
          "[server]\nmax_connections = 0\nbogus = 1\n[gpu]\nkv_dtype = \"f8\"\n"
          "[scheduler]\nprefix_cache = \"yes\"\n[nope]\n",
@@ -160,6 +172,17 @@ INSTANTIATE_TEST_SUITE_P(table, bad_config, testing::ValuesIn(bad_cases()),
                          [](const testing::TestParamInfo<bad_case>& info) {
                              return std::string(info.param.name);
                          });
+
+// The other side of the two cases above: the values just inside the bounds the actors check
+// at start pass the config check (tests/server/test_start.cpp serves them).
+TEST(bad_config_limits, the_edges_the_actors_accept_pass) {
+    for (const char* toml : {"[scheduler]\nmax_batch_tokens = 65535\n",
+                             "[gpu]\nkv_blocks = 1048576\nkv_block_tokens = 16\n",
+                             "[gpu]\nkv_blocks = 65536\nkv_block_tokens = 256\n"}) {
+        auto cfg = parse(toml, "t.toml");
+        EXPECT_TRUE(cfg.ok()) << toml << (cfg.ok() ? "" : cfg.err().message);
+    }
+}
 
 TEST(bad_config_limits, a_file_full_of_mistakes_lists_the_first_64_and_counts_the_rest) {
     std::string text = "[server]\n";

@@ -136,6 +136,7 @@ TEST(to_toml, round_trips_defaults_and_every_changed_key) {
     for (const cfgns::key_spec& spec : cfgns::schema()) set_non_default(spec, c);
     c.scheduler.max_batch_tokens = 4096;  // keep the cross-key rules satisfied
     c.model.context_tokens = 0;
+    c.gpu.kv_blocks = 4096;  // kv_blocks x kv_block_tokens within the pool's token bound
     ASSERT_TRUE(cfgns::validate(c, "built").ok()) << cfgns::validate(c, "built").err().message;
     const std::string text = cfgns::to_toml(c);
     auto again = cfgns::parse(text, "printed");

@@ -6,7 +6,9 @@
 // the error code and that the message names the offending key or tensor. Cases: all optional
 // keys absent (defaults apply), vocab sized from the token list or token_embd, tied output,
 // wrong architecture, wrong key type, indivisible head counts, a tensor with a wrong shape,
-// a missing tensor, and an unsupported weight type.
+// a missing tensor, and an unsupported weight type; then every required tensor in turn missing,
+// mis-shaped and of an unsupported type (map_llama_weights is the one check ordo-server runs at
+// start, so it must cover all of them), and a matrix of the wrong rank.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -33,6 +35,42 @@ struct tiny_model {
     std::map<std::string, ggml_type> type_override;
     std::vector<std::string> skip;
 };
+
+// One tensor of the model: its name and shape (ne[0] first; a norm is a vector).
+struct tensor_shape {
+    std::string name;
+    std::vector<uint64_t> ne;
+};
+
+// Every tensor `m` writes, with the shape the forward pass needs: each is required except
+// output.weight (absent: the classifier is tied to token_embd).
+std::vector<tensor_shape> tensors_of(const tiny_model& m) {
+    const uint32_t kv_heads = m.write_optional_keys ? m.n_head_kv : m.n_head;
+    const uint64_t kv_dim = uint64_t{kv_heads} * (m.n_embd / m.n_head);
+    std::vector<tensor_shape> all = {{"token_embd.weight", {m.n_embd, m.n_vocab}},
+                                     {"output_norm.weight", {m.n_embd}}};
+    if (m.write_output) all.push_back({"output.weight", {m.n_embd, m.n_vocab}});
+    for (uint32_t il = 0; il < m.n_layer; ++il) {
+        const std::string b = "blk." + std::to_string(il) + ".";
+        all.push_back({b + "attn_norm.weight", {m.n_embd}});
+        all.push_back({b + "attn_q.weight", {m.n_embd, m.n_embd}});
+        all.push_back({b + "attn_k.weight", {m.n_embd, kv_dim}});
+        all.push_back({b + "attn_v.weight", {m.n_embd, kv_dim}});
+        all.push_back({b + "attn_output.weight", {m.n_embd, m.n_embd}});
+        all.push_back({b + "ffn_norm.weight", {m.n_embd}});
+        all.push_back({b + "ffn_gate.weight", {m.n_embd, m.n_ff}});
+        all.push_back({b + "ffn_up.weight", {m.n_embd, m.n_ff}});
+        all.push_back({b + "ffn_down.weight", {m.n_ff, m.n_embd}});
+    }
+    return all;
+}
+
+// "[16, 24]": a shape as the messages print it.
+std::string shape_text(const std::vector<uint64_t>& ne) {
+    std::string s = "[";
+    for (size_t d = 0; d < ne.size(); ++d) s += (d ? ", " : "") + std::to_string(ne[d]);
+    return s + "]";
+}
 
 void add(gguf_writer& w, const tiny_model& m, const std::string& name, std::vector<uint64_t> ne) {
     for (const auto& s : m.skip) {
@@ -68,23 +106,7 @@ gguf_file build(const tiny_model& m) {
         w.set_string("tokenizer.ggml.model", "llama");
         w.set_string_array("tokenizer.ggml.tokens", tokens);
     }
-    const uint32_t kv_heads = m.write_optional_keys ? m.n_head_kv : m.n_head;
-    const uint64_t kv_dim = uint64_t{kv_heads} * (m.n_embd / m.n_head);
-    add(w, m, "token_embd.weight", {m.n_embd, m.n_vocab});
-    add(w, m, "output_norm.weight", {m.n_embd});
-    if (m.write_output) add(w, m, "output.weight", {m.n_embd, m.n_vocab});
-    for (uint32_t il = 0; il < m.n_layer; ++il) {
-        const std::string b = "blk." + std::to_string(il) + ".";
-        add(w, m, b + "attn_norm.weight", {m.n_embd});
-        add(w, m, b + "attn_q.weight", {m.n_embd, m.n_embd});
-        add(w, m, b + "attn_k.weight", {m.n_embd, kv_dim});
-        add(w, m, b + "attn_v.weight", {m.n_embd, kv_dim});
-        add(w, m, b + "attn_output.weight", {m.n_embd, m.n_embd});
-        add(w, m, b + "ffn_norm.weight", {m.n_embd});
-        add(w, m, b + "ffn_gate.weight", {m.n_embd, m.n_ff});
-        add(w, m, b + "ffn_up.weight", {m.n_embd, m.n_ff});
-        add(w, m, b + "ffn_down.weight", {m.n_ff, m.n_embd});
-    }
+    for (const auto& t : tensors_of(m)) add(w, m, t.name, t.ne);
     auto f = gguf_file::from_bytes(w.to_bytes());
     EXPECT_TRUE(f.ok()) << f.err().message;
     return std::move(*f);
@@ -217,4 +239,44 @@ TEST(LlamaWeights, UnsupportedTypeNamesTensorAndType) {
     m.type_override["blk.0.attn_q.weight"] = ggml_type::bf16;
     expect_error(m, "llama_unsupported_type", "blk.0.attn_q.weight");
     expect_error(m, "llama_unsupported_type", "bf16");
+}
+
+// The validation covers every tensor the forward pass reads, not a sample: each one dropped,
+// mis-shaped or of an uncomputable type in turn is refused, and the message names it and says
+// what was expected (the server prints this line and exits 2; tests/server/test_start.cpp).
+TEST(LlamaWeights, EveryRequiredTensorIsChecked) {
+    const tiny_model base;
+    const auto all = tensors_of(base);
+    ASSERT_EQ(all.size(), 3u + 9u * base.n_layer);
+    for (const auto& t : all) {
+        SCOPED_TRACE(t.name);
+        if (t.name != "output.weight") {  // absent output.weight means a tied classifier
+            tiny_model missing;
+            missing.skip = {t.name};
+            expect_error(missing, "llama_missing_tensor",
+                         "tensor '" + t.name + "' is missing; expected a " + shape_text(t.ne) +
+                             " tensor of f32, f16, q8_0 or q4_0");
+        }
+        tiny_model shaped;
+        std::vector<uint64_t> wrong = t.ne;
+        wrong.back() += 1;
+        shaped.shape_override[t.name] = wrong;
+        expect_error(shaped, "llama_bad_shape",
+                     "tensor '" + t.name + "' has shape " + shape_text(wrong) + ", expected " +
+                         shape_text(t.ne));
+        tiny_model typed;
+        typed.type_override[t.name] = ggml_type::bf16;
+        expect_error(typed, "llama_unsupported_type",
+                     "tensor '" + t.name + "' has type bf16; expected f32, f16, q8_0 or q4_0");
+    }
+}
+
+// A matrix given as a vector (and a vector given as a matrix) is a shape error, not a crash.
+TEST(LlamaWeights, WrongRankIsAShapeError) {
+    tiny_model m;
+    m.shape_override["blk.0.ffn_down.weight"] = {24 * 16};
+    expect_error(m, "llama_bad_shape", "tensor 'blk.0.ffn_down.weight' has shape [384]");
+    tiny_model n;
+    n.shape_override["blk.1.attn_norm.weight"] = {16, 1};
+    expect_error(n, "llama_bad_shape", "tensor 'blk.1.attn_norm.weight' has shape [16, 1]");
 }

@@ -1,5 +1,8 @@
 // main.cpp: ordo-server's command line. Parses flags, loads and validates the whole config
-// before any actor starts (exit 2 on a bad config), sets up logging, then runs the server.
+// before any actor starts (exit 2 on a bad config), sets up logging, loads and checks the model
+// (exit 2 on a model that can never run: missing, malformed, a tensor missing or mis-shaped),
+// then runs the server (exit 1 when that fails: a runtime failure such as a busy port).
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -8,6 +11,7 @@
 
 #include "actors/config/config.hpp"
 #include "actors/runtime/log.hpp"
+#include "tools/server/model_load.hpp"
 #include "tools/server/server.hpp"
 
 namespace {
@@ -15,6 +19,9 @@ namespace {
 constexpr int exit_ok = 0;
 constexpr int exit_failure = 1;
 constexpr int exit_usage = 2;  // bad flags or bad config
+// A model that can never run is refused like a bad config: retrying cannot help, the operator
+// must change model.path or the file.
+constexpr int exit_bad_model = exit_usage;
 
 constexpr const char* usage_text =
     "usage: ordo-server [--config FILE] [--listen HOST:PORT] [--model PATH] [--log-level LEVEL]\n"
@@ -26,7 +33,10 @@ constexpr const char* usage_text =
     "  --listen HOST:PORT   override server.listen (port 0 = ephemeral)\n"
     "  --model PATH         override model.path\n"
     "  --log-level LEVEL    override log.level (trace|debug|info|warn|error|critical|off)\n"
-    "  --print-config       print the effective configuration and exit\n";
+    "  --print-config       print the effective configuration and exit\n"
+    "\n"
+    "exit status: 0 stopped cleanly; 1 a runtime failure (a busy port, ...); 2 bad flags, a bad\n"
+    "config, or a model that can never run (missing, malformed, a tensor missing or mis-shaped)\n";
 
 struct options {
     std::string config_path;
@@ -82,6 +92,10 @@ int check_config(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    // A client that resets its connection makes a socket write fail with EPIPE; without this the
+    // kernel would kill the whole server with SIGPIPE instead (issue 13: a client closing
+    // mid-stream killed it).
+    std::signal(SIGPIPE, SIG_IGN);
     options o;
     if (!parse_args(argc, argv, o)) return exit_usage;
     if (!o.check_path.empty()) return check_config(o.check_path);
@@ -116,6 +130,14 @@ int main(int argc, char** argv) {
     log->info("ordo-server starting (config: {})",
               o.config_path.empty() ? "built-in defaults" : o.config_path);
 
+    // Before run_server installs its signal watchers: a SIGTERM while the file is read takes
+    // the default action, which is right while nothing has started.
+    auto model = ordo::load_model(*cfg);
+    if (!model.ok()) {
+        log->error("{}: {}", model.err().code, model.err().message);
+        return exit_bad_model;
+    }
+
     ordo::server_hooks hooks;
     hooks.on_listening = [&](const std::string& host, uint16_t port) {
         // One machine-readable line on stdout: scripts and tests wait for it.
@@ -124,7 +146,7 @@ int main(int argc, char** argv) {
                     v6 ? "]" : "", port);
         std::fflush(stdout);
     };
-    auto st = ordo::run_server(*cfg, hooks);
+    auto st = ordo::run_server(*cfg, *model, hooks);
     if (!st.ok()) {
         log->error("{}: {}", st.err().code, st.err().message);
         return exit_failure;

@@ -13,6 +13,12 @@ std::string weight_type_of(const model::gguf_file& f) {
     return t ? std::string(model::type_name(t->type)) : "unknown";
 }
 
+// An error about the content of the file at `path`: its message gets the path, once, in front.
+// (gguf_file::open names the path in its own errors; those are passed on as they are.)
+error in_file(const std::string& path, const error& e) {
+    return make_error(e.code, path + ": " + e.message);
+}
+
 }  // namespace
 
 result<loaded_model> load_model(const config::config& cfg) {
@@ -26,18 +32,19 @@ result<loaded_model> load_model(const config::config& cfg) {
                               "`ordo-model mk`) or set model.path / --model to a GGUF file");
     }
     auto file = model::gguf_file::open(m.path);
-    if (!file.ok()) return make_error(file.err().code, m.path + ": " + file.err().message);
-    auto hp = model::read_llama_hparams(*file);
-    if (!hp.ok()) return make_error(hp.err().code, m.path + ": " + hp.err().message);
+    if (!file.ok()) return file.err();
+    // Hyperparameters and every tensor the forward pass reads; the views are not kept.
+    auto weights = model::map_llama_weights(*file);
+    if (!weights.ok()) return in_file(m.path, weights.err());
     auto tok = model::tokenizer::from_gguf(*file);
-    if (!tok.ok()) return make_error(tok.err().code, m.path + ": " + tok.err().message);
-    m.hp = *hp;
+    if (!tok.ok()) return in_file(m.path, tok.err());
+    m.hp = weights->hp;
     m.tokenizer.emplace(std::move(*tok));
     m.n_ctx = cfg.model.context_tokens ? cfg.model.context_tokens : m.hp.n_ctx;
     if (m.n_ctx > m.hp.n_ctx) {
-        return make_error("config_invalid",
-                          "model.context_tokens = " + std::to_string(m.n_ctx) +
-                              " exceeds the model's context length " + std::to_string(m.hp.n_ctx));
+        return make_error("config_invalid", "model.context_tokens = " + std::to_string(m.n_ctx) +
+                                                " exceeds the context length " +
+                                                std::to_string(m.hp.n_ctx) + " of " + m.path);
     }
     auto& i = m.info;
     i.path = m.path;

@@ -1,6 +1,8 @@
 // model_load.hpp: what the bootstrap learns from the model file before any actor starts —
-// tokenizer, hyperparameters, fingerprint — so a bad or missing file is a clear start-up error
-// (exit 1), not a failure inside an actor.
+// tokenizer, hyperparameters, fingerprint — and the check that every tensor the forward pass
+// reads is there, computable and of the right shape (model::map_llama_weights, the same check the
+// gpu runner runs when it uploads). A model that fails here can never run: main exits 2 on it,
+// as on a bad config, instead of starting a server whose device build must fail.
 #pragma once
 
 #include <optional>
@@ -24,7 +26,11 @@ struct loaded_model {
     uint32_t n_ctx = 0;  // the context the server allows
 };
 
-// Resolves model.path (empty: the generated default at model.generated_path) and reads it.
+// Resolves model.path (empty: the generated default at model.generated_path), reads it and
+// checks its tensors and model.context_tokens against it. Every error message names the file's
+// path exactly once. Errors: model_missing (no generated default), gguf_* (unreadable or
+// malformed file), llama_* (hyperparameters or tensors), the tokenizer's, config_invalid
+// (model.context_tokens above the model's context).
 result<loaded_model> load_model(const config::config& cfg);
 
 }  // namespace ordo

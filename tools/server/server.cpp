@@ -8,13 +8,26 @@
 #include <future>
 
 #include "actors/runtime/log.hpp"
+#include "net/ops.hpp"
+#include "actors/scheduler/kv_blocks.hpp"
 #include "actors/scheduler/scheduler_actor.hpp"
 #include "gpu/gpu_actor.hpp"
 #include "net/net_actor.hpp"
-#include "tools/server/model_load.hpp"
 
 namespace ordo {
 namespace {
+
+// What the config check accepts, the actors run: each bound an actor holds its options to when
+// it starts is at least the schema's bound for the key that feeds it (actors/config/config.hpp).
+static_assert(config::max_batch_tokens_max <= gpu::runner_max_batch_tokens_max);
+static_assert(config::max_sequences_max <= gpu::runner_seqs_max_max);  // seqs_max and rows_max
+static_assert(config::flush_every_layers_max <= gpu::runner_flush_every_layers_max);
+static_assert(config::kv_block_tokens_max <= sched::kv_block_tokens_max);
+static_assert(config::kv_blocks_max <= sched::kv_blocks_max);
+static_assert(config::kv_pool_tokens_max <= sched::kv_pool_tokens_max);
+static_assert(config::max_tokens_default_max <= sched::max_tokens_max);
+// A pool the runner sizes from gpu.kv_memory_bytes is one the scheduler's block table takes.
+static_assert(gpu::runner_kv_pool_tokens_max <= sched::kv_pool_tokens_max);
 
 struct main_loop {
     uv_loop_t loop{};
@@ -109,11 +122,8 @@ uint64_t step_backstop_ms(const config::config& cfg, const loaded_model& m) {
 
 }  // namespace
 
-status run_server(const config::config& cfg, const server_hooks& hooks) {
+status run_server(const config::config& cfg, const loaded_model& model, const server_hooks& hooks) {
     auto log = logger("main");
-    // A client that resets its connection makes a write fail with EPIPE; without this the
-    // kernel would kill the whole process with SIGPIPE instead.
-    std::signal(SIGPIPE, SIG_IGN);
     auto address = config::parse_listen_address(cfg.server.listen);
     if (!address.ok()) return address.err();
 
@@ -127,34 +137,27 @@ status run_server(const config::config& cfg, const server_hooks& hooks) {
     uv_signal_start(&m.sigint, signal_cb, SIGINT);
     uv_signal_start(&m.sigterm, signal_cb, SIGTERM);
 
-    auto model = load_model(cfg);
-    if (!model.ok()) {
-        abandon(m);
-        return model.err();
-    }
-    log->info("model {}{}: {} layers, n_embd {}, vocab {}, context {}, fingerprint {}",
-              model->path, model->generated ? " (generated, random weights)" : "",
-              model->hp.n_layer, model->hp.n_embd, model->hp.n_vocab, model->n_ctx,
-              model->info.fingerprint);
-    if (model->generated) log->warn("{}", model->info.hint);
+    log->info("model {}{}: {} layers, n_embd {}, vocab {}, context {}, fingerprint {}", model.path,
+              model.generated ? " (generated, random weights)" : "", model.hp.n_layer,
+              model.hp.n_embd, model.hp.n_vocab, model.n_ctx, model.info.fingerprint);
+    if (model.generated) log->warn("{}", model.info.hint);
 
-    gpu::logits_exchange logits(cfg.scheduler.max_sequences, model->hp.n_vocab);
-    auto core = sched::scheduler_core::create(core_options_from(cfg, *model),
-                                              &*model->tokenizer, model->info);
+    gpu::logits_exchange logits(cfg.scheduler.max_sequences, model.hp.n_vocab);
+    auto core =
+        sched::scheduler_core::create(core_options_from(cfg, model), &*model.tokenizer, model.info);
     if (!core.ok()) {
         abandon(m);
         return core.err();
     }
     sched::scheduler_actor::options so;
     so.mailbox_capacity = cfg.server.mailbox_capacity;
-    so.step_backstop_ms = step_backstop_ms(cfg, *model);
+    so.step_backstop_ms = step_backstop_ms(cfg, model);
     so.faults_enabled = cfg.fault.enabled;
     std::promise<void> drained;
     so.on_drained = [&drained] { drained.set_value(); };
     sched::scheduler_actor scheduler(std::move(*core), &logits, so);
-    net::net_actor net(net_options_from(cfg, *address, *model), cfg.server.mailbox_capacity);
-    gpu::gpu_actor gpu(gpu_options_from(cfg, *model), logits,
-                       gpu::gpu_replies(scheduler, "gpu"));
+    net::net_actor net(net_options_from(cfg, *address, model), cfg.server.mailbox_capacity);
+    gpu::gpu_actor gpu(gpu_options_from(cfg, model), logits, gpu::gpu_replies(scheduler, "gpu"));
     scheduler.connect(net, gpu);
     net.connect_scheduler(scheduler);
 

@@ -12,6 +12,7 @@
 
 #include "actors/config/config.hpp"
 #include "actors/runtime/result.hpp"
+#include "tools/server/model_load.hpp"
 
 namespace ordo {
 
@@ -20,8 +21,10 @@ struct server_hooks {
     std::function<void(const std::string& host, uint16_t port)> on_listening;
 };
 
-// Runs until SIGINT/SIGTERM. Returns the first failure: an actor that could not start, or a
-// loop that did not close cleanly.
-status run_server(const config::config& cfg, const server_hooks& hooks);
+// Serves `model` (already loaded and checked by load_model; it must outlive the call) until
+// SIGINT/SIGTERM. Returns the first failure: an actor that could not start, or a loop that did
+// not close cleanly. Everything that can never run (bad config, unusable model) was refused
+// before this is called, so a failure here is a runtime one (main exits 1 on it, not 2).
+status run_server(const config::config& cfg, const loaded_model& model, const server_hooks& hooks);
 
 }  // namespace ordo

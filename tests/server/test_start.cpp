@@ -1,0 +1,204 @@
+// test_start.cpp: what the real ordo-server binary refuses at start, and that what its config
+// check accepts it then runs.
+//
+// Checks: a model that can never run (the file absent, not a GGUF, blk.0.ffn_up.weight missing,
+// blk.0.attn_k.weight mis-shaped, model.context_tokens above the model's context) stops
+// ordo-server at start with exit 2 and one error line naming the file exactly once and, for a
+// tensor, the tensor and what was expected; the same model copied with nothing changed serves,
+// so the copying is not what the others trip on. Then the edges of the config check run healthy
+// (never "degraded"): scheduler.max_batch_tokens = 65535 (65536 is refused by --check-config),
+// and a model with a 2-float KV row under a 1 GiB KV budget, whose pool the runner caps at the
+// 2^24 tokens the scheduler's block table takes.
+//
+// How: models are made with `ordo-model mk` and rewritten through gguf_file and gguf_writer
+// with one tensor dropped or reshaped; the server listens on an ephemeral port on lavapipe;
+// health is asked over TCP until it says ok.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "model/gguf.hpp"
+#include "model/gguf_writer.hpp"
+#include "tests/support/server_process.hpp"
+
+namespace {
+
+using namespace ordo::test;
+namespace fs = std::filesystem;
+
+std::string temp_path(const std::string& name) {
+    fs::path dir = fs::temp_directory_path() / ("ordo_start_test_" + std::to_string(getpid()));
+    fs::create_directories(dir);
+    return (dir / name).string();
+}
+
+std::string write_text(const std::string& name, const std::string& text) {
+    std::string p = temp_path(name);
+    std::ofstream(p) << text;
+    return p;
+}
+
+// Runs `ordo-model mk ARGS --out NAME` once per name; returns the model's path.
+std::string make_model(const std::string& name, const std::string& args) {
+    std::string p = temp_path(name);
+    if (!fs::exists(p)) {
+        std::string mk = std::string(ORDO_MODEL_BIN) + " mk --out " + p + " " + args +
+                         " --n-vocab 260 --type f32 --seed 1 --ctx 128 > /dev/null";
+        EXPECT_EQ(std::system(mk.c_str()), 0) << mk;
+    }
+    return p;
+}
+
+// n_embd 32, one layer, 2 heads of 16, n_ff 64: attn_k is [32, 32], ffn_up [32, 64].
+const std::string& tiny_model() {
+    static const std::string p =
+        make_model("tiny.gguf", "--n-embd 32 --n-layer 1 --n-head 2 --n-head-kv 2 --n-ff 64");
+    return p;
+}
+
+// How copy_model changes the file: one tensor left out, or one written with another shape of
+// the same element count.
+struct model_edit {
+    std::string drop;
+    std::string reshape;
+    std::vector<uint64_t> ne;
+};
+
+// Copies the GGUF at `src` to a new file `name` (metadata and tensors in order) with `e` applied.
+std::string copy_model(const std::string& src, const std::string& name, const model_edit& e) {
+    std::string dst = temp_path(name);
+    auto f = ordo::model::gguf_file::open(src);
+    EXPECT_TRUE(f.ok()) << f.err().message;
+    if (!f.ok()) return dst;
+    ordo::model::gguf_writer w;
+    for (const auto& kv : f->metadata()) {
+        if (kv.key == "general.alignment") {
+            w.set_alignment(static_cast<uint32_t>(f->alignment()));
+        } else {
+            w.set(kv.key, kv.value);
+        }
+    }
+    for (const auto& t : f->tensors()) {
+        if (t.name == e.drop) continue;
+        std::vector<uint64_t> ne(t.ne.begin(), t.ne.begin() + t.n_dims);
+        if (t.name == e.reshape) ne = e.ne;
+        auto st = w.add_tensor(t.name, t.type, ne, t.data);
+        EXPECT_TRUE(st.ok()) << t.name << ": " << st.err().message;
+    }
+    auto st = w.write_file(dst);
+    EXPECT_TRUE(st.ok()) << st.err().message;
+    return dst;
+}
+
+size_t count(const std::string& text, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) n++;
+    return n;
+}
+
+// Starts ordo-server with `args` and expects it to exit 2 before listening, with one error
+// line that names `model_path` once and contains every fragment.
+void expect_refused_at_start(const std::vector<std::string>& args, const std::string& model_path,
+                             const std::vector<std::string>& fragments) {
+    server_process server;
+    EXPECT_FALSE(server.start(ORDO_SERVER_BIN, args));
+    EXPECT_EQ(server.exit_status(), 2);
+    const std::string out = server.output();
+    EXPECT_EQ(count(out, "[error]"), 1u) << out;
+    EXPECT_EQ(count(out, model_path), 1u) << "the path must be named exactly once:\n" << out;
+    for (const auto& f : fragments) EXPECT_NE(out.find(f), std::string::npos) << f << "\n" << out;
+}
+
+// Asks health until it says ok; fails on degraded or after device_ready_deadline.
+void expect_healthy(uint16_t port) {
+    tcp_client c;
+    ASSERT_TRUE(c.connect(port));
+    auto end = std::chrono::steady_clock::now() + device_ready_deadline;
+    for (uint64_t id = 1; std::chrono::steady_clock::now() < end; id++) {
+        ASSERT_TRUE(c.send(frame("id", id, "op", "health")));
+        auto r = c.recv();
+        ASSERT_TRUE(r.has_value()) << "no answer to health";
+        const std::string status = str_field(r->get(), "status");
+        if (status == "ok") return;
+        ASSERT_EQ(status, "loading") << str_field(r->get(), "reason");
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    FAIL() << "the server never became healthy";
+}
+
+}  // namespace
+
+TEST(start_refuses_a_model_that_cannot_run, missing_tensor_exits_2_naming_file_and_tensor) {
+    const std::string p =
+        copy_model(tiny_model(), "no_ffn_up.gguf", {"blk.0.ffn_up.weight", "", {}});
+    expect_refused_at_start({"--model", p}, p,
+                            {"llama_missing_tensor: " + p +
+                             ": tensor 'blk.0.ffn_up.weight' is missing; expected a [32, 64] "
+                             "tensor of f32, f16, q8_0 or q4_0"});
+}
+
+TEST(start_refuses_a_model_that_cannot_run, mis_shaped_tensor_exits_2_with_expected_shape) {
+    const std::string p =
+        copy_model(tiny_model(), "attn_k_64x16.gguf", {"", "blk.0.attn_k.weight", {64, 16}});
+    expect_refused_at_start({"--model", p}, p,
+                            {"llama_bad_shape: " + p +
+                             ": tensor 'blk.0.attn_k.weight' has shape [64, 16], expected "
+                             "[32, 32]"});
+}
+
+TEST(start_refuses_a_model_that_cannot_run, absent_or_malformed_file_exits_2) {
+    const std::string absent = temp_path("absent.gguf");
+    expect_refused_at_start({"--model", absent}, absent, {"gguf_io: cannot open " + absent});
+    const std::string text = write_text("not_a_model.gguf", std::string(64, 'x'));
+    expect_refused_at_start({"--model", text}, text, {"gguf_bad_magic: " + text + ": "});
+}
+
+TEST(start_refuses_a_model_that_cannot_run, context_above_the_models_exits_2) {
+    const std::string cfg = write_text(
+        "ctx.toml", "[model]\ncontext_tokens = 256\n[scheduler]\nmax_tokens_default = 16\n");
+    expect_refused_at_start({"--config", cfg, "--model", tiny_model()}, tiny_model(),
+                            {"config_invalid: model.context_tokens = 256 exceeds the context "
+                             "length 128 of " +
+                             tiny_model()});
+}
+
+// The control for the cases above: copy_model with no edit gives a file that serves.
+TEST(start_refuses_a_model_that_cannot_run, an_unedited_copy_serves) {
+    const std::string p = copy_model(tiny_model(), "copy.gguf", {});
+    server_process server;
+    ASSERT_TRUE(server.start(ORDO_SERVER_BIN, {"--model", p})) << server.output();
+    EXPECT_EQ(server.stop(), 0) << server.output();
+}
+
+TEST(what_the_config_check_accepts_runs, max_batch_tokens_at_its_bound) {
+    server_process check;
+    const std::string over = write_text("over.toml", "[scheduler]\nmax_batch_tokens = 65536\n");
+    EXPECT_FALSE(check.start(ORDO_SERVER_BIN, {"--check-config", over}));
+    EXPECT_EQ(check.exit_status(), 2);
+    EXPECT_NE(check.output().find("scheduler.max_batch_tokens = 65536"), std::string::npos);
+
+    const std::string edge = write_text("edge.toml", "[scheduler]\nmax_batch_tokens = 65535\n");
+    server_process server;
+    ASSERT_TRUE(server.start(ORDO_SERVER_BIN, {"--config", edge, "--model", tiny_model()}))
+        << server.output();
+    expect_healthy(server.port());
+    EXPECT_EQ(server.stop(), 0) << server.output();
+}
+
+// kv_dim 2 (n_embd 4, 2 heads of 2, one KV head): 1 GiB and one 128 MiB storage binding each
+// hold 2^22 blocks of 8 tokens, twice what the scheduler takes; the runner stops at 2^21.
+TEST(what_the_config_check_accepts_runs, kv_pool_sized_from_memory_fits_the_scheduler) {
+    const std::string narrow =
+        make_model("narrow.gguf", "--n-embd 4 --n-layer 1 --n-head 2 --n-head-kv 1 --n-ff 8");
+    const std::string cfg =
+        write_text("big_kv.toml", "[gpu]\nkv_memory_bytes = 1073741824\nkv_block_tokens = 8\n");
+    server_process server;
+    ASSERT_TRUE(server.start(ORDO_SERVER_BIN, {"--config", cfg, "--model", narrow}))
+        << server.output();
+    expect_healthy(server.port());
+    EXPECT_EQ(server.stop(), 0) << server.output();
+    EXPECT_NE(server.output().find("2097152 kv blocks of 8 tokens"), std::string::npos)
+        << server.output();
+}
