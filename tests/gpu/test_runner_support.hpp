@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/shared_models.hpp"
+
 #include <unistd.h>
 
 #include <cmath>
@@ -32,13 +34,8 @@ inline bool have_stories() {
     return std::filesystem::exists(k_models + "/stories260K.gguf");
 }
 
-#define ORDO_REQUIRE_STORIES()                                                              \
-    do {                                                                                    \
-        if (!::ordo::gpu::testing::have_stories()) {                                        \
-            GTEST_SKIP() << "shared test models not found at "                              \
-                         << ::ordo::gpu::testing::k_models << " (stories260K.gguf)";        \
-        }                                                                                   \
-    } while (0)
+#define ORDO_REQUIRE_STORIES() \
+    ORDO_REQUIRE_SHARED(::ordo::gpu::testing::k_models + "/stories260K.gguf")
 
 inline std::string temp_dir() {
     static const std::string dir = [] {

@@ -8,6 +8,8 @@
 // digest sees trailing zero bytes and single-bit flips anywhere in a buffer, and stability of
 // stories260K across two loads when the shared models are present.
 #include <gtest/gtest.h>
+
+#include "tests/support/shared_models.hpp"
 #include <unistd.h>
 
 #include <filesystem>
@@ -179,7 +181,7 @@ TEST(Fingerprint, DigestSeesEveryBitAndLength) {
 
 TEST(Fingerprint, Stories260KStableAcrossLoads) {
     const std::string p = std::string(ORDO_SHARED_MODELS_DIR) + "/stories260K.gguf";
-    if (!fs::exists(p)) GTEST_SKIP() << "shared test models not found: " << p;
+    ORDO_REQUIRE_SHARED(p);
     auto a = gguf_file::open(p);
     auto b = gguf_file::open(p);
     ASSERT_TRUE(a.ok() && b.ok());

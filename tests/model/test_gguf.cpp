@@ -8,6 +8,8 @@
 // that folder's README (skipped with a message when the folder is absent).
 #include <gtest/gtest.h>
 
+#include "tests/support/shared_models.hpp"
+
 #include <filesystem>
 #include <numeric>
 
@@ -230,9 +232,7 @@ TEST(Gguf, AlignmentAndAtomicFileWrite) {
 }
 
 TEST(Gguf, Stories260KHeader) {
-    if (!std::filesystem::exists(k_stories)) {
-        GTEST_SKIP() << "shared test model missing: " << k_stories;
-    }
+    ORDO_REQUIRE_SHARED(k_stories);
     auto f = gguf_file::open(k_stories);
     ASSERT_TRUE(f.ok()) << f.err().message;
     EXPECT_EQ(f->version(), 3u);

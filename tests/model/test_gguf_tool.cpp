@@ -6,6 +6,8 @@
 // ids; on files crafted here (truncated copy, no tokenizer) and on bad command lines it checks
 // for a one-line error naming the problem and exit 1 (bad input) or 2 (usage).
 #include <gtest/gtest.h>
+
+#include "tests/support/shared_models.hpp"
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -53,9 +55,7 @@ protected:
     std::filesystem::path _dir;
 };
 
-#define SKIP_WITHOUT_STORIES()                     \
-    if (!std::filesystem::exists(k_stories))       \
-    GTEST_SKIP() << "shared test model missing: " << k_stories
+#define SKIP_WITHOUT_STORIES() ORDO_REQUIRE_SHARED(k_stories)
 
 }  // namespace
 

@@ -8,6 +8,8 @@
 // and a bad file each exit non-zero with a one-line error. Skips when the shared models folder
 // is absent.
 #include <gtest/gtest.h>
+
+#include "tests/support/shared_models.hpp"
 #include <unistd.h>
 
 #include <cstdio>
@@ -45,9 +47,7 @@ run_result run(const std::string& args) {
 class GenerateCli : public ::testing::Test {
 protected:
     void SetUp() override {
-        if (!std::filesystem::exists(k_model)) {
-            GTEST_SKIP() << "shared test models not found: " << k_model;
-        }
+        ORDO_REQUIRE_SHARED(k_model);
     }
 };
 

@@ -9,6 +9,8 @@
 // absent (a fresh clone).
 #include <gtest/gtest.h>
 
+#include "tests/support/shared_models.hpp"
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -37,10 +39,7 @@ std::string read_text(const std::string& path) {
 class StoriesGolden : public ::testing::Test {
 protected:
     void SetUp() override {
-        if (!std::filesystem::exists(k_models + "/stories260K.gguf")) {
-            GTEST_SKIP() << "shared test models not found at " << k_models
-                         << " (stories260K.gguf); skipping golden checks";
-        }
+        ORDO_REQUIRE_SHARED(k_models + "/stories260K.gguf");
         golden = read_text(k_models + "/stories260K.golden.json");
         ASSERT_FALSE(golden.empty());
         auto f = gguf_file::open(k_models + "/stories260K.gguf");

@@ -8,6 +8,8 @@
 // Tests that need the shared models skip with a message when that folder is absent.
 #include <gtest/gtest.h>
 
+#include "tests/support/shared_models.hpp"
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -38,9 +40,7 @@ tokenizer load_tokenizer(const std::string& path) {
     return std::move(*t);
 }
 
-#define SKIP_WITHOUT(path)                                                              \
-    if (!std::filesystem::exists(path)) GTEST_SKIP() << "shared test model missing: " << (path) \
-                                                     << " (../shared/models is not present)"
+#define SKIP_WITHOUT(path) ORDO_REQUIRE_SHARED(path)
 
 // A tiny vocab: control tokens, all 256 byte tokens, and a few pieces.
 tokenizer byte_vocab_tokenizer() {

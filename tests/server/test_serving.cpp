@@ -12,6 +12,8 @@
 // gpu map of model and stats describes the device and counts steps and an injected hang;
 // gpu.kernels = "storage" and "texel" each serve the golden text.
 #include <gtest/gtest.h>
+
+#include "tests/support/shared_models.hpp"
 #include <sys/socket.h>
 #include <sys/wait.h>
 
@@ -30,13 +32,7 @@ namespace fs = std::filesystem;
 
 const std::string stories = std::string(ORDO_SHARED_MODELS_DIR) + "/stories260K.gguf";
 
-#define REQUIRE_STORIES()                                                                 \
-    do {                                                                                  \
-        if (!fs::exists(stories)) {                                                       \
-            GTEST_SKIP() << "SKIPPED: " << stories << " is absent (the shared test models " \
-                                                      "are not beside this checkout)";      \
-        }                                                                                 \
-    } while (0)
+#define REQUIRE_STORIES() ORDO_REQUIRE_SHARED(stories)
 
 std::string temp_path(const std::string& name) {
     fs::path dir = fs::temp_directory_path() / ("ordo_serving_" + std::to_string(getpid()));
