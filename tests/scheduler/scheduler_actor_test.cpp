@@ -1,0 +1,265 @@
+// scheduler_actor_test.cpp: the scheduler actor on its real loop, wired to probe actors in place
+// of the net and gpu actors (tests/support/actor_probe.hpp); the test plays the gpu. Sequences
+// are asserted on the trace of deliveries, in the order they really happened.
+//
+// Checks: (1) a cancel that arrives while the request's step runs is answered at once, the
+// step's outcome is applied first and the request then ends done{cancelled} (F2), as the trace
+// shows: generate, step, cancel, step_done, generate_done; (2) a step the gpu actor refuses
+// (it has stopped) fails like any other and the next plan follows by itself — no unrelated
+// message is needed — until the request's bounded retries end it with error{gpu_failed};
+// (3) a step left unanswered past the backstop asks the gpu actor to rebuild (reset_device),
+// health says loading only then, the device_ready of the rebuild resumes the request from token
+// 0 and it completes, and the stale answer of the lost step is ignored with its logits slot
+// released; (4) drain: a new generate is refused with shutting_down while the running one
+// completes, then on_drained fires; (5) stop: a request still live ends with
+// error{shutting_down} — a refusal, never silence; every loop closes cleanly.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <future>
+
+#include "actors/scheduler/scheduler_actor.hpp"
+#include "model/gguf.hpp"
+#include "model/synth.hpp"
+#include "tests/support/actor_probe.hpp"
+
+namespace {
+
+using namespace ordo;
+using namespace ordo::sched;
+using ordo::test::probe;
+using ordo::test::trace_script;
+
+using net_probe = probe<net::token_event, net::generate_done, net::tokenize_done,
+                        net::detokenize_done, net::cancel_done, net::model_done, net::stats_done,
+                        net::fault_done, net::request_error, net::set_health,
+                        net::drop_connection>;
+using gpu_probe = probe<gpu::step, gpu::inject_fault, gpu::reset_device>;
+
+constexpr int32_t k_token = 100;  // what the fake gpu's logits make greedy sampling pick
+
+struct model_files {
+    model_files() {
+        path = (std::filesystem::temp_directory_path() /
+                ("ordo_sched_actor_" + std::to_string(getpid()) + ".gguf"))
+                   .string();
+        model::synth_options o;
+        o.n_embd = 32, o.n_layer = 1, o.n_head = 2, o.n_head_kv = 2, o.n_ff = 64;
+        o.n_vocab = 300, o.n_ctx = 256, o.seed = 3;
+        EXPECT_TRUE(model::write_synth_model(o, path).ok());
+        auto f = model::gguf_file::open(path);
+        EXPECT_TRUE(f.ok());
+        auto t = model::tokenizer::from_gguf(*f);
+        EXPECT_TRUE(t.ok());
+        tok.emplace(std::move(*t));
+    }
+    ~model_files() { std::filesystem::remove(path); }
+    std::string path;
+    std::optional<model::tokenizer> tok;
+};
+
+model_files& files() {
+    static model_files m;
+    return m;
+}
+
+// One scheduler actor between two probes, all traced into one sink.
+struct rig {
+    explicit rig(scheduler_actor::options o = {}) : logits(16, 300) {
+        core_options co;
+        co.n_ctx = 256;
+        co.retry_max = 2;
+        auto core = scheduler_core::create(co, &*files().tok, model_info{});
+        EXPECT_TRUE(core.ok());
+        o.on_drained = [this] { drained.set_value(); };
+        sched.emplace(std::move(*core), &logits, std::move(o));
+        sched->connect(net, gpu);
+        for (actors::actor_core* a : std::initializer_list<actors::actor_core*>{&net, &gpu, &*sched}) {
+            a->set_trace(&trace);
+            EXPECT_TRUE(a->start().ok());
+        }
+    }
+    ~rig() { stop(); }
+
+    void stop() {
+        for (actors::actor_core* a : std::initializer_list<actors::actor_core*>{&*sched, &net, &gpu}) {
+            a->request_stop();
+            EXPECT_TRUE(a->join().ok()) << a->name() << " leaked a handle";
+        }
+    }
+
+    void device_ready(uint64_t epoch = 0) {
+        ASSERT_TRUE(sched->tell(gpu::device_ready{epoch, "fake", 64, 8, 16, {}, 0}, "gpu").ok());
+    }
+
+    void generate(uint64_t id, uint32_t max_tokens) {
+        sched::generate g;
+        g.conn = 1, g.id = id;
+        g.params.tokens = {1, 2, 3};
+        g.params.max_tokens = max_tokens;
+        g.params.sampling.temperature = 0;
+        g.params.stream = true;
+        ASSERT_TRUE(sched->tell(g, "net").ok());
+    }
+
+    // Plays the gpu: the rows that asked for logits make greedy sampling pick k_token.
+    uint32_t answer(const gpu::step& s) {
+        std::vector<uint64_t> rows;
+        for (const auto& q : s.seqs) {
+            if (q.want_logits) rows.push_back(q.seq_id);
+        }
+        uint32_t slot = gpu::logits_exchange::no_slot;
+        if (!rows.empty()) {
+            auto a = logits.acquire();
+            EXPECT_TRUE(a.ok());
+            slot = *a;
+            for (uint32_t r = 0; r < rows.size(); r++) {
+                float* row = logits.row(slot, r);
+                std::fill(row, row + 300, -1.0f);
+                row[k_token] = 1.0f;
+            }
+        }
+        EXPECT_TRUE(
+            sched->tell(gpu::step_done{s.step_id, slot, rows, 300, 0.5}, "gpu").ok());
+        return slot;
+    }
+
+    // Answers every step until the request ends; its terminal event.
+    net::generate_done run_to_done() {
+        for (int guard = 0; guard < 64; guard++) {
+            auto m = net.next_any(std::chrono::milliseconds(50));
+            if (m) {
+                if (auto* d = std::get_if<net::generate_done>(&*m)) return *d;
+                continue;
+            }
+            if (auto s = gpu.next<gpu::step>(std::chrono::milliseconds(50))) answer(*s);
+        }
+        ADD_FAILURE() << "the request never ended";
+        return {};
+    }
+
+    actors::memory_trace_sink trace;
+    gpu::logits_exchange logits;
+    net_probe net{"net"};
+    gpu_probe gpu{"gpu"};
+    std::promise<void> drained;
+    std::optional<scheduler_actor> sched;
+};
+
+TEST(scheduler_actor, cancel_during_a_running_step_applies_the_step_first) {
+    rig r;
+    r.device_ready();
+    r.generate(7, 5);
+    auto s = r.gpu.next<gpu::step>();
+    ASSERT_TRUE(s);
+    ASSERT_TRUE(r.sched->tell(sched::cancel{1, 8, 7}, "net").ok());
+    auto c = r.net.next<net::cancel_done>();
+    ASSERT_TRUE(c);
+    EXPECT_TRUE(c->cancelled);
+    r.answer(*s);
+    auto d = r.net.next<net::generate_done>();
+    ASSERT_TRUE(d);
+    EXPECT_EQ(d->reason, "cancelled");
+    EXPECT_TRUE(r.net.stays_empty(std::chrono::milliseconds(100)));
+    r.stop();
+
+    trace_script t(r.trace.snapshot());
+    t.expect<sched::generate>("net", "scheduler");
+    t.expect<gpu::step>("scheduler", "gpu");
+    t.expect<sched::cancel>("net", "scheduler");
+    t.expect<gpu::step_done>("gpu", "scheduler");
+    auto done = t.expect<net::generate_done>("scheduler", "net");
+    ASSERT_TRUE(done);
+    EXPECT_EQ(done->id, 7u);
+}
+
+TEST(scheduler_actor, a_refused_step_replans_by_itself_until_retries_end_it) {
+    rig r;
+    r.gpu.request_stop();  // every step is now refused with actor_stopped
+    ASSERT_TRUE(r.gpu.join().ok());
+    r.device_ready();
+    r.generate(3, 4);
+    // Nothing else is sent: the scheduler must plan again by itself after each refusal.
+    auto e = r.net.next<net::request_error>();
+    ASSERT_TRUE(e) << "the request never ended";
+    EXPECT_EQ(e->code, net::errc::gpu_failed);
+    EXPECT_EQ(e->id, 3u);
+    r.stop();
+    // retry_max 2: three failed attempts alone, then the error.
+    EXPECT_EQ(r.sched->core().counters().failures, 3u);
+    EXPECT_EQ(r.sched->core().live_requests(), 0u);
+}
+
+TEST(scheduler_actor, an_unanswered_step_rebuilds_the_device_and_the_request_completes) {
+    scheduler_actor::options o;
+    o.step_backstop_ms = 100;
+    rig r(o);
+    auto starting = r.net.next<net::set_health>();
+    ASSERT_TRUE(starting);
+    EXPECT_EQ(starting->status, "loading");
+    r.device_ready();
+    auto ok = r.net.next<net::set_health>();
+    ASSERT_TRUE(ok);
+    EXPECT_EQ(ok->status, "ok");
+    r.generate(5, 2);
+    auto lost = r.gpu.next<gpu::step>();
+    ASSERT_TRUE(lost);
+    // No answer: the backstop fires and asks for a rebuild.
+    auto reset = r.gpu.next<gpu::reset_device>();
+    ASSERT_TRUE(reset) << "no reset_device after the backstop";
+    auto loading = r.net.next<net::set_health>();
+    ASSERT_TRUE(loading);
+    EXPECT_EQ(loading->status, "loading");
+    r.device_ready(1);
+    auto again = r.gpu.next<gpu::step>();
+    ASSERT_TRUE(again);
+    ASSERT_EQ(again->seqs.size(), 1u);
+    EXPECT_EQ(again->seqs[0].pos0, 0u) << "the request must recompute from token 0";
+    // The lost step's answer arrives late: ignored, its slot released.
+    uint32_t stale = r.answer(*lost);
+    r.answer(*again);
+    auto d = r.run_to_done();
+    EXPECT_EQ(d.reason, "length");
+    EXPECT_EQ(d.tokens, (std::vector<int32_t>{k_token, k_token}));
+    r.stop();
+    EXPECT_FALSE(r.logits.is_held(stale));
+}
+
+TEST(scheduler_actor, drain_refuses_new_work_and_lets_running_requests_finish) {
+    rig r;
+    r.device_ready();
+    r.generate(1, 3);
+    auto s = r.gpu.next<gpu::step>();
+    ASSERT_TRUE(s);
+    ASSERT_TRUE(r.sched->tell(sched::drain{60000}, "main").ok());
+    r.generate(2, 3);
+    auto refused = r.net.next<net::request_error>();
+    ASSERT_TRUE(refused);
+    EXPECT_EQ(refused->id, 2u);
+    EXPECT_EQ(refused->code, net::errc::shutting_down);
+    r.answer(*s);
+    auto d = r.run_to_done();
+    EXPECT_EQ(d.id, 1u);
+    EXPECT_EQ(d.reason, "length");
+    EXPECT_EQ(r.drained.get_future().wait_for(std::chrono::seconds(20)),
+              std::future_status::ready);
+}
+
+TEST(scheduler_actor, stop_ends_live_requests_with_shutting_down) {
+    rig r;
+    r.device_ready();
+    r.generate(9, 50);
+    ASSERT_TRUE(r.gpu.next<gpu::step>());
+    r.sched->request_stop();
+    ASSERT_TRUE(r.sched->join().ok());
+    auto e = r.net.next<net::request_error>();
+    ASSERT_TRUE(e);
+    EXPECT_EQ(e->id, 9u);
+    EXPECT_EQ(e->code, net::errc::shutting_down);
+    // A message after the stop is refused to its sender, not dropped.
+    auto st = r.sched->tell(sched::cancel{1, 10, 9}, "net");
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.err().code, "actor_stopped");
+}
+
+}  // namespace
