@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "actors/runtime/actor.hpp"
-#include "gpu/gpu_msgs.hpp"
+#include "gpu/actor/gpu_msgs.hpp"
 #include "net/error_code.hpp"
 
 namespace ordo::net {

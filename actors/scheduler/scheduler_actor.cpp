@@ -71,9 +71,23 @@ ORDO_SCHEDULER_OP(detokenize, on_detokenize)
 ORDO_SCHEDULER_OP(model_info_query, on_model)
 ORDO_SCHEDULER_OP(stats_query, on_stats)
 ORDO_SCHEDULER_OP(client_gone, on_client_gone)
-ORDO_SCHEDULER_OP(gpu::device_ready, on_device_ready)
-ORDO_SCHEDULER_OP(gpu::device_unavailable, on_device_unavailable)
 #undef ORDO_SCHEDULER_OP
+
+void scheduler_actor::on(const gpu::device_ready& m) {
+    log().info("device ready: {} (epoch {}, {} kv blocks of {} tokens)", m.device, m.epoch,
+               m.kv_blocks, m.kv_block_tokens);
+    std::vector<outgoing_event> out;
+    _core.on_device_ready(m, out);
+    if (auto h = _core.health(); h.first == "degraded") log().error("not serving: {}", h.second);
+    after(out);
+}
+
+void scheduler_actor::on(const gpu::device_unavailable& m) {
+    log().error("device unavailable: {}", m.message);
+    std::vector<outgoing_event> out;
+    _core.on_device_unavailable(m, out);
+    after(out);
+}
 
 // `fault`: arms a gpu fault through the real path.
 void scheduler_actor::on(const fault& m) {

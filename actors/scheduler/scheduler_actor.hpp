@@ -24,8 +24,8 @@
 #include "actors/runtime/outbox.hpp"
 #include "actors/scheduler/scheduler_core.hpp"
 #include "actors/scheduler/scheduler_msgs.hpp"
-#include "gpu/gpu_msgs.hpp"
-#include "gpu/logits_exchange.hpp"
+#include "gpu/actor/gpu_msgs.hpp"
+#include "gpu/logits/logits_exchange.hpp"
 #include "net/net_msgs.hpp"
 
 namespace ordo::sched {

@@ -34,7 +34,7 @@
 #include "actors/scheduler/sampling.hpp"
 #include "actors/scheduler/scheduler_msgs.hpp"
 #include "actors/scheduler/stop_matcher.hpp"
-#include "gpu/gpu_msgs.hpp"
+#include "gpu/actor/gpu_msgs.hpp"
 #include "model/tokenizer.hpp"
 #include "net/net_msgs.hpp"
 

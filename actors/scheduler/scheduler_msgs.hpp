@@ -1,5 +1,5 @@
 // scheduler_msgs.hpp: the messages the scheduler actor accepts from the front door (the net
-// actor), first; it also accepts the gpu actor's replies, declared in gpu/gpu_msgs.hpp.
+// actor), first; it also accepts the gpu actor's replies, declared in gpu/actor/gpu_msgs.hpp.
 //
 // Every op is a typed message, parsed and validated once at the edge (net/ops.hpp) and named by
 // (conn, id): the connection the front door assigned and the id the client chose. Reply: the
@@ -18,7 +18,7 @@
 
 #include "actors/runtime/actor.hpp"
 #include "actors/scheduler/sampling.hpp"
-#include "gpu/gpu_msgs.hpp"
+#include "gpu/actor/gpu_msgs.hpp"
 
 namespace ordo::sched {
 

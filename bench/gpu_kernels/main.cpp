@@ -23,9 +23,9 @@
 #include <string>
 #include <vector>
 
-#include "gpu/kernels.hpp"
-#include "gpu/kv_pool.hpp"
-#include "gpu/weights.hpp"
+#include "gpu/vk/kernels.hpp"
+#include "gpu/vk/kv_pool.hpp"
+#include "gpu/vk/weights.hpp"
 #include "model/quant.hpp"
 
 using namespace ordo;

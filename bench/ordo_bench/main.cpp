@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "gpu/gpu_client.hpp"
-#include "gpu/runner.hpp"
+#include "gpu/client/gpu_client.hpp"
+#include "gpu/runner/runner.hpp"
 #include "model/gguf.hpp"
 #include "model/llama.hpp"
 

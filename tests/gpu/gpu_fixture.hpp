@@ -17,10 +17,10 @@
 #include <string_view>
 #include <vector>
 
-#include "gpu/device.hpp"
-#include "gpu/kernels.hpp"
-#include "gpu/pipelines.hpp"
-#include "gpu/stream.hpp"
+#include "gpu/vk/device.hpp"
+#include "gpu/vk/kernels.hpp"
+#include "gpu/vk/pipelines.hpp"
+#include "gpu/vk/stream.hpp"
 
 namespace ordo::gpu::testing {
 

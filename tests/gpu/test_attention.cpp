@@ -17,7 +17,7 @@
 #include <deque>
 #include <numeric>
 
-#include "gpu/kv_pool.hpp"
+#include "gpu/vk/kv_pool.hpp"
 #include "model/cpu_ops.hpp"
 #include "model/fp16.hpp"
 

@@ -24,7 +24,7 @@
 #include <cstring>
 #include <map>
 
-#include "gpu/weights.hpp"
+#include "gpu/vk/weights.hpp"
 #include "gpu_fixture.hpp"
 #include "model/quant.hpp"
 #include "test_runner_support.hpp"

@@ -5,7 +5,7 @@
 // list, the lavapipe name selects it, and the reported info (limits, heaps) is filled in.
 #include "gpu_fixture.hpp"
 
-#include "gpu/device_select.hpp"
+#include "gpu/vk/device_select.hpp"
 
 namespace ordo::gpu::testing {
 namespace {

@@ -1,5 +1,5 @@
 // test_gpu_actor.cpp: the gpu actor on real libuv loops, the real device (lavapipe) and a
-// generated model, driven through its mailbox by a reply_collector actor (gpu/gpu_client.hpp).
+// generated model, driven through its mailbox by a reply_collector actor (gpu/client/gpu_client.hpp).
 //
 // Checks: (1) steps through the actor give bit-identical logits to the runner called directly;
 // (2) an injected device loss gives step_failed{gpu_device_lost, device_lost} naming the
@@ -16,7 +16,7 @@
 #include <future>
 #include <thread>
 
-#include "gpu/gpu_client.hpp"
+#include "gpu/client/gpu_client.hpp"
 #include "gpu_fixture.hpp"
 #include "test_runner_support.hpp"
 

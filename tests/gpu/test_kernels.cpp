@@ -19,9 +19,9 @@
 // rope 1e-5 (GPU pow/sin/cos differ from libm in the last bits).
 #include "gpu_fixture.hpp"
 
-#include "gpu/kv_pool.hpp"
-#include "gpu/shaders/abi.h"
-#include "gpu/weights.hpp"
+#include "gpu/vk/kv_pool.hpp"
+#include "gpu/vk/shaders/abi.h"
+#include "gpu/vk/weights.hpp"
 #include "model/cpu_ops.hpp"
 #include "model/fp16.hpp"
 #include "model/quant.hpp"

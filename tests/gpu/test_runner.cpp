@@ -1,4 +1,4 @@
-// test_runner.cpp: the Llama forward pass on Vulkan (gpu/runner.hpp) against the CPU reference
+// test_runner.cpp: the Llama forward pass on Vulkan (gpu/runner/runner.hpp) against the CPU reference
 // (model/reference.hpp), on the real device (lavapipe in CI).
 //
 // Checks: (1) stories260K: logits after BOS within 1e-4 (f32 KV) of the reference and within

@@ -4,9 +4,9 @@
 // (acquire until gpu_busy, release, row addressing).
 #include <gtest/gtest.h>
 
-#include "gpu/fault_plan.hpp"
-#include "gpu/logits_exchange.hpp"
-#include "gpu/step_plan.hpp"
+#include "gpu/runner/fault_plan.hpp"
+#include "gpu/logits/logits_exchange.hpp"
+#include "gpu/runner/step_plan.hpp"
 
 namespace ordo::gpu {
 namespace {

@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "gpu/gpu_msgs.hpp"
-#include "gpu/runner.hpp"
+#include "gpu/actor/gpu_msgs.hpp"
+#include "gpu/runner/runner.hpp"
 #include "model/gguf.hpp"
 #include "model/reference.hpp"
 #include "model/synth.hpp"

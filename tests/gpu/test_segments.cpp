@@ -9,7 +9,7 @@
 
 #include <deque>
 
-#include "gpu/weights.hpp"
+#include "gpu/vk/weights.hpp"
 #include "model/quant.hpp"
 
 namespace ordo::gpu::testing {

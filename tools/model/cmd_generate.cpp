@@ -1,7 +1,7 @@
 // cmd_generate.cpp: `ordo-model generate FILE --prompt TEXT -n N [--temp T] [--seed S] [--json]
 // [--backend cpu|vulkan [--device SEL]]`: text generation with the CPU reference forward pass
 // (model/reference.hpp, the default; slow on purpose, plain loops) or with the Vulkan runner
-// through a real gpu actor (gpu/runner_generate.hpp; f32 KV, so the two paths can be compared
+// through a real gpu actor (gpu/client/runner_generate.hpp; f32 KV, so the two paths can be compared
 // on any model) on the device SEL picks (gpu.device's syntax: index, name substring, "auto").
 // It exists to check models and the gpu path by hand.
 //
@@ -19,7 +19,7 @@
 #include "model/tokenizer.hpp"
 #include "tools/model/commands.hpp"
 #ifdef ORDO_HAVE_GPU_RUNNER
-#include "gpu/runner_generate.hpp"
+#include "gpu/client/runner_generate.hpp"
 #endif
 
 namespace ordo::tools {

@@ -11,7 +11,7 @@
 #include "net/ops.hpp"
 #include "actors/scheduler/kv_blocks.hpp"
 #include "actors/scheduler/scheduler_actor.hpp"
-#include "gpu/gpu_actor.hpp"
+#include "gpu/actor/gpu_actor.hpp"
 #include "net/net_actor.hpp"
 
 namespace ordo {

@@ -1,0 +1,345 @@
+// gpu_actor.cpp: see gpu_actor.hpp.
+#include "gpu/actor/gpu_actor.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <cassert>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "gpu/vk/device_select.hpp"
+
+namespace ordo::gpu {
+
+namespace {
+
+// Codes after which the device is not trusted: anything but a refused step.
+bool device_fault(const std::string& code) {
+    return code != "gpu_bad_step" && code != "gpu_busy";
+}
+
+}  // namespace
+
+gpu_actor::gpu_actor(gpu_actor_options options, logits_exchange& exchange, gpu_replies replies)
+    : actor("gpu", options.mailbox_capacity),
+      _options(std::move(options)),
+      _exchange(exchange),
+      _reply_out(std::move(replies)) {}
+
+gpu_actor::~gpu_actor() = default;
+
+// ---- jobs on the thread pool ------------------------------------------------------------
+
+void gpu_actor::start_job(job_kind kind) {
+    _busy = true;
+    _job.kind = kind;
+    _job.err.reset();
+    _job.nan = false;
+    _job.res = {};
+    _job.segment.clear();
+    _work.data = this;
+    int rc = uv_queue_work(loop(), &_work, &gpu_actor::work_cb, &gpu_actor::after_work_cb);
+    if (rc != 0) {
+        // Only invalid arguments make this fail; run inline rather than lose the job.
+        log().error("uv_queue_work: {}", uv_strerror(rc));
+        run_job();
+        after_work_cb(&_work, 0);
+    }
+}
+
+void gpu_actor::work_cb(uv_work_t* req) { static_cast<gpu_actor*>(req->data)->run_job(); }
+
+void gpu_actor::after_work_cb(uv_work_t* req, int) {
+    auto* self = static_cast<gpu_actor*>(req->data);
+    self->_busy = false;
+    if (self->_job.kind == job_kind::step) {
+        self->finish_step();
+    } else {
+        self->finish_build();
+    }
+    if (self->stopping()) {
+        // on_stop left these to us: the job was running then, and its reply is still owed.
+        self->_runner.reset();
+        self->_replies.close();
+        return;
+    }
+    if (self->_reset_requested && self->_state == state::ready) {
+        self->_reset_requested = false;
+        self->begin_recovery();
+    }
+    self->pump();
+}
+
+void gpu_actor::run_job() {
+    if (_job.kind == job_kind::step) {
+        run_step_job();
+        return;
+    }
+    if (_runner) {
+        // A timed-out segment may still run: let it end (bounded) before the teardown.
+        status d = _runner->drain(_options.drain_ms);
+        if (!d) spdlog::warn("gpu: drain before rebuild: {}", d.err().message);
+        _runner.reset();
+    }
+    if (!_file) {
+        auto f = model::gguf_file::open(_options.model_path);
+        if (!f) {
+            _job.err = f.err();
+            return;
+        }
+        _file = std::make_unique<model::gguf_file>(std::move(*f));
+    }
+    auto r = runner::create(*_file, _options.runner);
+    if (!r) {
+        _job.err = r.err();
+        return;
+    }
+    if ((*r)->hparams().n_vocab != _exchange.n_vocab() ||
+        _options.runner.rows_max > _exchange.rows_max()) {
+        _job.err = make_error("gpu_bad_config", "the logits exchange does not fit the model");
+        return;
+    }
+    _job.built = std::move(*r);
+}
+
+void gpu_actor::run_step_job() {
+    if (_options.on_step_begin) _options.on_step_begin(_job.msg);
+    _runner->arm_fault(_job.fault);
+    // A step that wants no rows writes nothing; the pointer is never dereferenced then.
+    float* out = _job.slot == logits_exchange::no_slot ? nullptr : _exchange.row(_job.slot, 0);
+    auto res = _runner->run_step(_job.msg, out);
+    _job.segment = _runner->last_segment();
+    if (!res) {
+        _job.err = res.err();
+        return;
+    }
+    _job.res = std::move(*res);
+    std::size_t n = _job.res.rows.size() * std::size_t(_exchange.n_vocab());
+    for (std::size_t i = 0; i < n; ++i) {
+        if (!std::isfinite(out[i])) {
+            _job.nan = true;
+            break;
+        }
+    }
+}
+
+// ---- loop thread ------------------------------------------------------------------------
+
+namespace {
+
+// Replies to the scheduler: its mailbox drains in microseconds, so one that waits this long means
+// the scheduler is stuck; the reply is then given up (its logits slot released) and the
+// scheduler's backstop decides what the step became.
+constexpr actors::delivery_limits reply_delivery_limits{
+    .pending_max = 4096, .retry_ms = 2, .deadline_ms = 30'000};
+
+}  // namespace
+
+void gpu_actor::reply_gave_up(const reply_delivery::message& m, const error& why) {
+    _replies_undelivered++;
+    if (const auto* d = std::get_if<step_done>(&m); d && d->slot != logits_exchange::no_slot) {
+        _exchange.release(d->slot);
+    }
+    if (why.code != "actor_stopped") {
+        log().error("reply {} to the scheduler given up: {}",
+                    std::visit([](const auto& r) { return std::string(r.msg_name); }, m),
+                    why.message);
+    }
+}
+
+void gpu_actor::on_start() {
+    must(_replies.init(loop(), _reply_out, reply_delivery_limits,
+                  [this](const reply_delivery::message& m, const error& why) {
+                      reply_gave_up(m, why);
+                  }),
+         "delivery init");
+    _state = state::starting;
+    _epoch = 0;
+    _rebuilds_in_row = 0;
+    start_job(job_kind::build);
+}
+
+void gpu_actor::on_stop() {
+    fail_queued("gpu_stopped", "the gpu actor is stopping", false);
+    // A running job ends within its watchdog; after_work_cb then sends its reply, frees the
+    // runner and closes the delivery.
+    if (!_busy) {
+        _runner.reset();
+        _replies.close();
+    }
+}
+
+namespace {
+
+device_summary summarize(const device_info& i, bool texel_kernels) {
+    device_summary s;
+    s.name = i.name;
+    s.kind = std::string(device_kind_name(i.kind));
+    s.driver = i.driver_name + (i.driver_info.empty() ? "" : " " + i.driver_info);
+    s.vulkan = i.api_version;
+    s.index = i.index;
+    s.subgroup_size = i.subgroup_size;
+    s.max_storage_buffer_range = i.max_storage_buffer_range;
+    s.max_shared_memory_bytes = i.max_shared_memory_bytes;
+    s.max_workgroup_invocations = i.max_workgroup_invocations;
+    for (const memory_heap_info& h : i.heaps) {
+        if (h.device_local) s.device_local_bytes = std::max(s.device_local_bytes, h.size_bytes);
+    }
+    const std::pair<bool, const char*> features[] = {
+        {i.storage_buffer_16bit, "storage_16bit"},     {i.shader_float16, "float16"},
+        {i.storage_buffer_8bit, "storage_8bit"},       {i.shader_int8, "int8"},
+        {i.subgroup_arithmetic, "subgroup_arithmetic"}, {i.subgroup_ballot, "subgroup_ballot"},
+        {i.subgroup_shuffle, "subgroup_shuffle"},     {i.timestamps, "timestamps"}};
+    for (const auto& [on, name] : features) {
+        if (on) s.features.emplace_back(name);
+    }
+    s.kernels = texel_kernels ? "texel" : "storage";
+    return s;
+}
+
+}  // namespace
+
+void gpu_actor::finish_build() {
+    if (_job.err) {
+        log().error("device build failed: {}: {}", _job.err->code, _job.err->message);
+        if (_job.kind == job_kind::rebuild && ++_rebuilds_in_row < _options.recovery_max &&
+            !stopping()) {
+            start_job(job_kind::rebuild);  // bounded by recovery_max
+            return;
+        }
+        _state = state::unavailable;
+        fail_queued("gpu_unavailable", "the device could not be built", false);
+        _replies.send(device_unavailable{_job.err->code + ": " + _job.err->message});
+        return;
+    }
+    _runner = std::move(_job.built);
+    _device_name = _runner->info().name;
+    if (_job.kind == job_kind::rebuild) {
+        _epoch++;
+        _recoveries++;
+    }
+    _state = state::ready;
+    log().info("device ready (epoch {}): {}", _epoch, _device_name);
+    device_ready m{_epoch, _device_name, _runner->limits().n_blocks,
+                   _runner->limits().block_tokens, _options.runner.rows_max,
+                   summarize(_runner->info(), _runner->texel_kernels()),
+                   _runner->limits().n_ctx};
+    _replies.send(m);
+}
+
+void gpu_actor::finish_step() {
+    const step& m = _job.msg;
+    _busy_ms += _job.res.gpu_ms;
+    if (!_job.err && !_job.nan) {
+        _steps++;
+        _tokens += _job.res.n_tokens;
+        _rebuilds_in_row = 0;
+        step_done d{m.step_id, _job.slot, _job.res.rows, _exchange.n_vocab(), _job.res.gpu_ms};
+        _replies.send(d);
+        return;
+    }
+    _exchange.release(_job.slot);
+    if (_job.nan) {
+        fail(m, "gpu_nan", "non-finite logits", _job.segment, false);
+        return;
+    }
+    bool lost = device_fault(_job.err->code);
+    fail(m, _job.err->code, _job.err->message, lost ? _job.segment : "", lost);
+    if (lost) begin_recovery();
+}
+
+void gpu_actor::begin_recovery() {
+    fail_queued("gpu_device_lost", "dropped: the device was lost while the step was queued",
+                true);
+    if (_rebuilds_in_row >= _options.recovery_max || stopping()) {
+        _state = state::unavailable;
+        _replies.send(device_unavailable{
+            std::to_string(_rebuilds_in_row) + " device rebuilds without a successful step "
+            "(recovery_max " + std::to_string(_options.recovery_max) + ")"});
+        return;
+    }
+    _state = state::recovering;
+    _rebuilds_in_row++;
+    start_job(job_kind::rebuild);
+}
+
+void gpu_actor::pump() {
+    // Bounded by the queue: each pass starts the head step or fails it.
+    while (!_busy && _state == state::ready && !_queue.empty() && !stopping()) {
+        _job.msg = std::move(_queue.front());
+        _queue.pop_front();
+        bool rows = false;
+        for (const step_seq& q : _job.msg.seqs) rows = rows || q.want_logits;
+        _job.slot = logits_exchange::no_slot;
+        if (rows) {
+            auto slot = _exchange.acquire();
+            if (!slot) {
+                fail(_job.msg, slot.err().code, slot.err().message, "", false);
+                continue;
+            }
+            _job.slot = *slot;
+        }
+        _job.fault = _faults.next(_job.msg.phase);
+        start_job(job_kind::step);
+    }
+}
+
+void gpu_actor::fail(const step& m, const std::string& code, const std::string& message,
+                     const std::string& segment, bool device_lost) {
+    _failures++;
+    if (code != "gpu_bad_step") {
+        log().warn("step {} failed: {}: {} [{}]", m.step_id, code, message, segment);
+    }
+    _replies.send(step_failed{m.step_id, code, message, segment, device_lost});
+}
+
+void gpu_actor::fail_queued(const std::string& code, const std::string& message,
+                            bool device_lost) {
+    while (!_queue.empty()) {
+        fail(_queue.front(), code, message, "", device_lost);
+        _queue.pop_front();
+    }
+}
+
+void gpu_actor::on(const step& m) {
+    if (_state == state::unavailable) {
+        fail(m, "gpu_unavailable", "the device is unavailable", "", false);
+    } else if (_state == state::recovering) {
+        fail(m, "gpu_device_lost", "the device is being rebuilt; wait for device_ready", "",
+             true);
+    } else if (_queue.size() >= _options.queue_max) {
+        fail(m, "gpu_busy", std::to_string(_queue.size()) + " steps already queued", "", false);
+    } else {
+        _queue.push_back(m);
+        pump();
+    }
+}
+
+void gpu_actor::on(const reset_device& m) {
+    log().warn("device reset requested: {}", m.reason);
+    if (_state == state::unavailable) {
+        _replies.send(device_unavailable{"the device is unavailable; it cannot be reset"});
+        return;
+    }
+    if (_state != state::ready) return;  // the build under way answers with device_ready
+    if (_busy) {
+        _reset_requested = true;  // after_work_cb rebuilds once the running step is answered
+        return;
+    }
+    begin_recovery();
+}
+
+void gpu_actor::on(const inject_fault& m) {
+    status s = _faults.arm(m);
+    if (!s) {
+        log().warn("inject_fault refused: {}", s.err().message);
+        count_handler_error();
+        return;
+    }
+    log().warn("fault armed: {} phase '{}' layer {} after {} count {}", m.kind, m.phase, m.layer,
+               m.after_steps, m.count);
+}
+
+}  // namespace ordo::gpu

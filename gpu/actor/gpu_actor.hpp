@@ -1,0 +1,132 @@
+// gpu_actor.hpp: the gpu actor. Owns the runner (device, pipelines, weights, KV pool) and runs
+// the scheduler's steps on it, one at a time, OFF its loop: each step (and each device build)
+// is a libuv work request on the thread pool, so the loop keeps answering stats, releases,
+// fault injections and shutdown while a fence is waited on. Further steps queue in arrival
+// order (at most queue_max; one more is refused with gpu_busy).
+//
+// Replies (gpu_msgs.hpp) go to the scheduler through one delivery (ordered, bounded: a reply
+// refused by a full mailbox is offered again, and one that cannot be delivered within the bound
+// is given up with its logits slot released, so no slot leaks): device_ready after start-up;
+// exactly one step_done or step_failed per step. A step's logits rows are written into a
+// logits_exchange slot acquired before the step runs (none free: gpu_busy); rows are checked
+// for NaN/Inf (gpu_nan). On gpu_timeout, gpu_device_lost or any other device error the step
+// fails with device_lost = true, every queued step fails the same way (their KV is gone), the
+// runner is torn down (after waiting out a still-running segment, bounded by drain_ms) and
+// rebuilt, then device_ready{epoch + 1}. reset_device (the scheduler's backstop) starts the same
+// rebuild. More than recovery_max rebuilds without a successful step in between:
+// device_unavailable, and every later step fails with gpu_unavailable. After stop, steps are
+// refused by the runtime (actor_stopped) and queued ones fail with gpu_stopped.
+//
+// Thread rule: the runner and the model file are touched only by the work callback while a
+// job runs (_busy), and by the loop thread only while none does.
+#pragma once
+
+#include <uv.h>
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "actors/runtime/actor.hpp"
+#include "actors/runtime/delivery.hpp"
+#include "actors/runtime/outbox.hpp"
+#include "gpu/runner/fault_plan.hpp"
+#include "gpu/actor/gpu_msgs.hpp"
+#include "gpu/logits/logits_exchange.hpp"
+#include "gpu/runner/runner.hpp"
+
+namespace ordo::gpu {
+
+using gpu_replies = actors::outbox<step_done, step_failed, device_ready, device_unavailable>;
+
+struct gpu_actor_options {
+    std::string model_path;
+    runner_options runner;
+    std::uint32_t recovery_max = 3;   // gpu.recovery_max
+    std::uint32_t queue_max = 16;     // steps waiting behind the running one, at most
+    std::uint64_t drain_ms = 60'000;  // after a timeout: wait this long for the segment to end
+    std::size_t mailbox_capacity = 1024;
+    // Observation hook for tests: called on the worker thread as a step starts running.
+    std::function<void(const step&)> on_step_begin;
+};
+
+class gpu_actor final
+    : public actors::actor<gpu_actor, step, inject_fault, reset_device> {
+public:
+    // `exchange` must outlive the actor; its n_vocab must equal the model's and its rows_max
+    // must be at least options.runner.rows_max (checked at build: device_unavailable if not).
+    gpu_actor(gpu_actor_options options, logits_exchange& exchange, gpu_replies replies);
+    ~gpu_actor() override;
+
+    void on(const step& m);
+    void on(const inject_fault& m);
+    void on(const reset_device& m);
+
+    // Replies given up by the delivery (for tests, after join()).
+    std::uint64_t replies_undelivered() const { return _replies_undelivered; }
+
+protected:
+    void on_start() override;
+    void on_stop() override;
+
+private:
+    enum class state { starting, ready, recovering, unavailable };
+    enum class job_kind { build, rebuild, step };
+    // One job on the thread pool: inputs set by the loop, outputs by the worker.
+    struct job {
+        job_kind kind = job_kind::build;
+        step msg;
+        std::uint32_t slot = logits_exchange::no_slot;
+        step_fault fault;
+        std::optional<error> err;
+        step_result res;
+        bool nan = false;
+        std::string segment;
+        std::unique_ptr<runner> built;
+    };
+
+    static void work_cb(uv_work_t* req);
+    static void after_work_cb(uv_work_t* req, int status);
+    void start_job(job_kind kind);
+    void run_job();  // worker thread
+    void run_step_job();
+    void finish_build();
+    void finish_step();
+    void pump();
+    void begin_recovery();
+    using reply_delivery =
+        actors::delivery<step_done, step_failed, device_ready, device_unavailable>;
+    void reply_gave_up(const reply_delivery::message& m, const error& why);
+    void fail(const step& m, const std::string& code, const std::string& message,
+              const std::string& segment, bool device_lost);
+    void fail_queued(const std::string& code, const std::string& message, bool device_lost);
+
+    gpu_actor_options _options;
+    logits_exchange& _exchange;
+    gpu_replies _reply_out;
+    reply_delivery _replies;
+    std::uint64_t _replies_undelivered = 0;
+    bool _reset_requested = false;  // reset_device while a step ran: rebuild after it
+
+    // Loop thread.
+    state _state = state::starting;
+    bool _busy = false;
+    std::deque<step> _queue;
+    fault_plan _faults;
+    std::uint64_t _epoch = 0;
+    std::uint32_t _rebuilds_in_row = 0;
+    std::string _device_name;
+    std::uint64_t _steps = 0, _failures = 0, _recoveries = 0, _tokens = 0;
+    double _busy_ms = 0.0;
+
+    // Worker while _busy, loop thread otherwise.
+    std::unique_ptr<model::gguf_file> _file;
+    std::unique_ptr<runner> _runner;
+    job _job;
+    uv_work_t _work{};
+};
+
+}  // namespace ordo::gpu

@@ -1,0 +1,136 @@
+// gpu_msgs.hpp: the messages the gpu actor accepts (first) and the ones it sends back to the
+// scheduler. The scheduler is the only sender of steps; replies go to it through the gpu
+// actor's delivery (bounded, ordered; a step_done that cannot be delivered releases its slot).
+//
+// Logits never travel in messages: the gpu actor writes them into a shared host-side
+// logits_exchange slot (gpu/logits/logits_exchange.hpp) and step_done names the slot; the scheduler
+// reads the rows and releases the slot.
+#pragma once
+
+#include <msgpack.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "actors/runtime/actor.hpp"
+
+namespace ordo::gpu {
+
+// One sequence's part of a step.
+struct step_seq {
+    uint64_t seq_id = 0;               // scheduler's sequence id (echoed in replies)
+    std::vector<int32_t> tokens;       // the new tokens to run (prefill chunk or 1 for decode)
+    uint32_t pos0 = 0;                 // position of tokens[0]; KV for [0, pos0) is in the pool
+    std::vector<uint32_t> block_table; // pool blocks covering positions [0, pos0 + tokens.size())
+    bool want_logits = false;          // return the logits row of the last token
+    MSGPACK_DEFINE_MAP(seq_id, tokens, pos0, block_table, want_logits);
+};
+
+// scheduler → gpu: run one forward step over a batch. Reply: step_done or step_failed, exactly
+// one, with the same step_id.
+struct step {
+    static constexpr const char* msg_name = "step";
+    uint64_t step_id = 0;
+    std::string phase;  // "prefill", "decode" or "mixed": for labels and fault targeting
+    std::vector<step_seq> seqs;
+    MSGPACK_DEFINE_MAP(step_id, phase, seqs);
+};
+
+// scheduler → gpu: rebuild the device (a step went unanswered past the scheduler's backstop,
+// so the device is not trusted). Queued steps fail with device_lost; the rebuild ends with
+// device_ready{epoch + 1}, or device_unavailable. While a step runs, the rebuild follows it.
+// While a build is already under way it is that build's device_ready that answers.
+struct reset_device {
+    static constexpr const char* msg_name = "reset_device";
+    std::string reason;
+    MSGPACK_DEFINE_MAP(reason);
+};
+
+// fault harness (through the scheduler/net) → gpu: arm a fault that goes through the real
+// failure path. kind: "device_lost" (the submission's wait returns VK_ERROR_DEVICE_LOST),
+// "hang" (the submission outlives the watchdog), "nan_logits". Matches when the step number
+// (counting from 1 after arming), phase ("" = any) and layer (-1 = any) agree. No reply.
+struct inject_fault {
+    static constexpr const char* msg_name = "inject_fault";
+    std::string kind;
+    std::string phase;
+    int32_t layer = -1;
+    uint32_t after_steps = 0;  // 0 = the next matching step
+    uint32_t count = 1;        // how many matching steps fail
+    MSGPACK_DEFINE_MAP(kind, phase, layer, after_steps, count);
+};
+
+// ---- replies (gpu → scheduler) ----------------------------------------------------------
+
+// The step ran. Row i of `slot` holds the logits of `rows[i]` (the sequences that asked).
+struct step_done {
+    static constexpr const char* msg_name = "step_done";
+    uint64_t step_id = 0;
+    uint32_t slot = 0;
+    std::vector<uint64_t> rows;  // seq ids, in row order
+    uint32_t n_vocab = 0;
+    double gpu_ms = 0;           // submit → last fence, summed over segments
+    MSGPACK_DEFINE_MAP(step_id, slot, rows, n_vocab, gpu_ms);
+};
+
+// The step failed. code: gpu_timeout | gpu_device_lost | gpu_nan | gpu_bad_step | gpu_busy.
+// `segment` is the label of the failing command-buffer segment (e.g. "decode#812 seqs=4 layers
+// 8-15"). When device_lost is true the device is being rebuilt: every KV block in the pool is
+// gone (the scheduler invalidates every sequence and cached prefix) and no step is accepted
+// until device_ready.
+struct step_failed {
+    static constexpr const char* msg_name = "step_failed";
+    uint64_t step_id = 0;
+    std::string code;
+    std::string message;
+    std::string segment;
+    bool device_lost = false;
+    MSGPACK_DEFINE_MAP(step_id, code, message, segment, device_lost);
+};
+
+// What the served device is, for the model and stats ops (docs/protocol.md): identity, the
+// limits the kernels depend on, the optional features enabled and the kernel family the
+// encoders prefer.
+struct device_summary {
+    std::string name;
+    std::string kind;    // discrete | integrated | virtual | cpu | other
+    std::string driver;  // driver name and version string
+    std::string vulkan;  // API version, e.g. "1.3.230"
+    uint32_t index = 0;  // physical device index
+    uint32_t subgroup_size = 0;
+    uint64_t max_storage_buffer_range = 0;
+    uint32_t max_shared_memory_bytes = 0;
+    uint32_t max_workgroup_invocations = 0;
+    uint64_t device_local_bytes = 0;    // the largest device-local heap
+    std::vector<std::string> features;  // the optional features enabled
+    std::string kernels;                // "texel" (texel-buffer kernels) | "storage"
+    MSGPACK_DEFINE_MAP(name, kind, driver, vulkan, index, subgroup_size, max_storage_buffer_range,
+                       max_shared_memory_bytes, max_workgroup_invocations, device_local_bytes,
+                       features, kernels);
+};
+
+// The device is (again) ready: sent after start-up and after each rebuild. epoch counts
+// rebuilds (0 = first start). The KV pool is empty.
+struct device_ready {
+    static constexpr const char* msg_name = "device_ready";
+    uint64_t epoch = 0;
+    std::string device;  // device name
+    uint32_t kv_blocks = 0;
+    uint32_t kv_block_tokens = 0;
+    uint32_t rows_max = 0;  // most logits rows one step may ask for
+    device_summary info;
+    // Positions a sequence may reach here: the configured context, or less where the device
+    // bounds attention (llvmpipe's loop cap); 0 = not stated.
+    uint32_t n_ctx = 0;
+    MSGPACK_DEFINE_MAP(epoch, device, kv_blocks, kv_block_tokens, rows_max, info, n_ctx);
+};
+
+// Rebuilding failed for good (recovery_max exceeded): the server reports health degraded.
+struct device_unavailable {
+    static constexpr const char* msg_name = "device_unavailable";
+    std::string message;
+    MSGPACK_DEFINE_MAP(message);
+};
+
+}  // namespace ordo::gpu

@@ -1,0 +1,90 @@
+// gpu_client.hpp: the other end of the gpu actor for programs that are not the scheduler:
+// `reply_collector`, an actor that accepts every gpu reply and hands them, in arrival order, to
+// a waiting thread; and `gpu_session`, a blocking wrapper (start the actor, wait for
+// device_ready, run a step and copy its logits out, stop) used by ordo-model generate
+// --backend vulkan, ordo-bench and the gpu actor tests.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "actors/runtime/actor.hpp"
+#include "gpu/actor/gpu_actor.hpp"
+#include "gpu/actor/gpu_msgs.hpp"
+#include "gpu/logits/logits_exchange.hpp"
+
+namespace ordo::gpu {
+
+using gpu_reply = std::variant<step_done, step_failed, device_ready, device_unavailable>;
+
+// Short name of a reply's type ("step_done"), for test messages.
+std::string reply_name(const gpu_reply& r);
+
+class reply_collector final
+    : public actors::actor<reply_collector, step_done, step_failed, device_ready,
+                           device_unavailable> {
+public:
+    reply_collector() : actor("gpu_client", 1024) {}
+
+    void on(const step_done& m) { push(m); }
+    void on(const step_failed& m) { push(m); }
+    void on(const device_ready& m) { push(m); }
+    void on(const device_unavailable& m) { push(m); }
+
+    // The next reply in arrival order, waiting at most timeout_ms; nullopt on timeout.
+    std::optional<gpu_reply> next(std::uint64_t timeout_ms);
+    // The next reply if it is a T; nullopt (and the reply is dropped) otherwise or on timeout.
+    template <typename T>
+    std::optional<T> next_as(std::uint64_t timeout_ms) {
+        auto r = next(timeout_ms);
+        if (!r || !std::holds_alternative<T>(*r)) return std::nullopt;
+        return std::get<T>(std::move(*r));
+    }
+
+private:
+    void push(gpu_reply r);
+
+    std::mutex _mutex;
+    std::condition_variable _cv;
+    std::deque<gpu_reply> _replies;
+};
+
+// Blocking use of one gpu actor from one thread.
+class gpu_session {
+public:
+    // Reads the model's vocab size, starts the collector and the actor, waits for
+    // device_ready (at most ready_timeout_ms). Errors: the model's, device_unavailable's text.
+    static result<std::unique_ptr<gpu_session>> start(gpu_actor_options options,
+                                                      std::uint64_t ready_timeout_ms);
+    ~gpu_session();
+
+    // Sends the step and waits for its reply (at most timeout_ms); copies the logits rows into
+    // `logits` (rows x n_vocab) and releases the slot. A step_failed becomes an error whose
+    // code is the reply's and whose message names the segment.
+    result<step_done> run(const step& s, std::vector<float>& logits, std::uint64_t timeout_ms);
+
+    const device_ready& ready() const { return _ready; }
+    std::uint32_t n_vocab() const { return _exchange->n_vocab(); }
+    gpu_actor& actor() { return *_actor; }
+    logits_exchange& exchange() { return *_exchange; }
+    reply_collector& replies() { return _collector; }
+    status stop();  // stops and joins both actors; error if a loop leaked a handle
+
+private:
+    gpu_session() = default;
+
+    reply_collector _collector;
+    std::unique_ptr<logits_exchange> _exchange;
+    std::unique_ptr<gpu_actor> _actor;
+    device_ready _ready;
+    bool _stopped = false;
+};
+
+}  // namespace ordo::gpu

@@ -1,0 +1,44 @@
+// fault_plan.hpp: the gpu actor's armed faults (inject_fault messages) and the rule that
+// matches them to steps. Pure logic, unit-tested directly; the actor turns a match into a
+// runner step_fault, which fails the step through the real path (runner.hpp).
+//
+// Rule: a fault counts the steps whose phase matches (phase "" = any) from the moment it is
+// armed; it fires on matching steps number after_steps + 1 .. after_steps + count, then is
+// spent. Several faults may be armed; the first armed one that fires wins a step.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "actors/runtime/result.hpp"
+#include "gpu/actor/gpu_msgs.hpp"
+#include "gpu/runner/runner.hpp"
+
+namespace ordo::gpu {
+
+class fault_plan {
+public:
+    // Armed faults at once, at most (the harness arms one or two).
+    static constexpr std::size_t armed_max = 8;
+    // Steps one fault may fail, at most.
+    static constexpr std::uint32_t count_max = 1000;
+
+    // Errors (gpu_bad_fault): unknown kind or phase, count 0 or above count_max, armed_max
+    // reached.
+    status arm(const inject_fault& f);
+    // The fault this step suffers (kind none when none fires); advances every matching fault.
+    step_fault next(const std::string& phase);
+    std::size_t armed() const { return _armed.size(); }
+
+private:
+    struct armed_fault {
+        inject_fault f;
+        fault_kind kind = fault_kind::none;
+        std::uint32_t seen = 0;   // matching steps so far
+        std::uint32_t fired = 0;  // steps failed so far
+    };
+    std::vector<armed_fault> _armed;
+};
+
+}  // namespace ordo::gpu

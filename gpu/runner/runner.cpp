@@ -1,0 +1,438 @@
+// runner.cpp: see runner.hpp. Creation (device, weights, KV pool, buffers), KV staging and
+// drain; the step recording lives in runner_forward.cpp.
+#include "gpu/runner/runner.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "gpu/vk/kernels.hpp"
+#include "gpu/vk/vk_util.hpp"
+#include "model/cpu_ops.hpp"
+
+namespace ordo::gpu {
+
+namespace {
+
+// Weight arena pages: one storage binding each, capped so a device with a 4 GiB binding range
+// does not reserve 4 GiB pages for a small model.
+constexpr std::uint64_t arena_page_bytes_max = 256ull << 20;
+// Dispatches a segment may hold, at most, whatever flush_every_layers says (F5).
+constexpr std::uint32_t segment_dispatches_max = 16'384;
+// Norm weight rows are rounded to this many floats so each starts binding-aligned (256 B).
+constexpr std::uint32_t norm_align_floats = 64;
+
+std::uint32_t round_up(std::uint32_t n, std::uint32_t m) { return (n + m - 1) / m * m; }
+
+error bad_config(const std::string& why) { return make_error("gpu_bad_config", why); }
+
+status check_options(const runner_options& o) {
+    if (o.flush_every_layers == 0 || o.flush_every_layers > runner_flush_every_layers_max) {
+        return bad_config("flush_every_layers must be 1.." +
+                          std::to_string(runner_flush_every_layers_max));
+    }
+    if (o.watchdog_ms == 0) return bad_config("watchdog_ms must be > 0");
+    if (o.kv_block_tokens == 0) return bad_config("kv_block_tokens must be > 0");
+    if (o.max_batch_tokens == 0 || o.max_batch_tokens > runner_max_batch_tokens_max) {
+        return bad_config("max_batch_tokens must be 1.." +
+                          std::to_string(runner_max_batch_tokens_max));
+    }
+    if (o.rows_max == 0 || o.rows_max > o.max_batch_tokens) {
+        return bad_config("rows_max must be 1..max_batch_tokens");
+    }
+    if (o.seqs_max == 0 || o.seqs_max > runner_seqs_max_max) {
+        return bad_config("seqs_max must be 1.." + std::to_string(runner_seqs_max_max));
+    }
+    if (o.kv_blocks == 0 && o.kv_memory_bytes == 0) {
+        return bad_config("kv_blocks or kv_memory_bytes must be > 0");
+    }
+    return {};
+}
+
+}  // namespace
+
+result<std::unique_ptr<runner>> runner::create(const model::gguf_file& file,
+                                               const runner_options& options) {
+    status ok = check_options(options);
+    if (!ok) return ok.err();
+    std::unique_ptr<runner> r(new runner(options));
+    status s = r->init(file);
+    if (!s) return s.err();
+    return r;
+}
+
+runner::~runner() {
+    // A segment may still run after a timeout; destroying its buffers under it is undefined.
+    if (_stream && _stream->state() == stream_state::in_flight) {
+        (void)_stream->wait(_options.watchdog_ms);
+    }
+    if (_dev) (void)_dev->wait_idle();
+}
+
+status runner::init(const model::gguf_file& file) {
+    auto w = model::map_llama_weights(file);
+    if (!w) return w.err();
+    _hp = w->hp;
+    std::uint32_t n_ctx = _options.n_ctx == 0 ? _hp.n_ctx : _options.n_ctx;
+    if (n_ctx > _hp.n_ctx) {
+        return bad_config("n_ctx " + std::to_string(n_ctx) + " exceeds the model's " +
+                          std::to_string(_hp.n_ctx));
+    }
+    _embd_stride = round_up(_hp.n_embd, 8);
+    _qkv_stride = round_up(_hp.n_embd + 2 * _hp.kv_dim(), 8);
+    _ff_stride = round_up(_hp.n_ff, 8);
+    _gu_stride = round_up(2 * _hp.n_ff, 8);
+    status s = init_device();
+    if (!s) return s;
+    n_ctx = device_context(n_ctx);
+    _blocks_per_seq_max = (n_ctx + _options.kv_block_tokens - 1) / _options.kv_block_tokens;
+    _limits = step_limits{_hp.n_vocab,        n_ctx,
+                          _options.kv_block_tokens, 0,
+                          _options.max_batch_tokens, _options.rows_max,
+                          _options.seqs_max,  _blocks_per_seq_max};
+    s = upload_model(*w);
+    if (!s) return s;
+    s = init_buffers();
+    if (!s) return s;
+    s = init_stream();
+    if (!s) return s;
+    return warm_up();
+}
+
+status runner::warm_up() {
+    // llvmpipe compiles a pipeline's machine code at its first dispatch, not at creation
+    // (~0.3-1.5 s for the unrolled mat-mul variants): run one step of each shape family now,
+    // so the first request does not pay it. The steps write KV into blocks no sequence owns
+    // yet; every sequence writes its own positions before it reads them.
+    auto t0 = std::chrono::steady_clock::now();
+    const std::uint32_t block = _options.kv_block_tokens;
+    std::vector<float> logits;
+    std::uint64_t step_id = 0;
+    auto run = [&](std::uint32_t n_seqs, std::uint32_t tokens_per_seq) -> status {
+        tokens_per_seq = std::min(tokens_per_seq, _limits.n_ctx);
+        if (tokens_per_seq == 0) return {};
+        std::uint32_t blocks_each = (tokens_per_seq + block - 1) / block;
+        n_seqs = std::min({n_seqs, _options.seqs_max, _options.rows_max,
+                           _options.max_batch_tokens / tokens_per_seq,
+                           _limits.n_blocks / std::max<std::uint32_t>(blocks_each, 1)});
+        if (n_seqs == 0 || blocks_each > _blocks_per_seq_max) return {};
+        step st;
+        st.step_id = ++step_id;
+        st.phase = tokens_per_seq > 1 ? "prefill" : "decode";
+        std::uint32_t next_block = 0;
+        for (std::uint32_t i = 0; i < n_seqs; ++i) {
+            step_seq q;
+            q.seq_id = i;
+            q.tokens.assign(tokens_per_seq, 0);
+            for (std::uint32_t b = 0; b < blocks_each; ++b) q.block_table.push_back(next_block++);
+            q.want_logits = true;
+            st.seqs.push_back(std::move(q));
+        }
+        logits.resize(std::size_t(n_seqs) * _hp.n_vocab);
+        auto r = run_step(st, logits.data());
+        if (!r) return make_error(r.err().code, "warm-up: " + r.err().message);
+        return {};
+    };
+    // Decode steps of 1, 2, 4 and 8 sequences (tx1, tx1t2, tx1t4, tx4), then a prefill chunk
+    // (txm, grouped attention).
+    for (auto [seqs, tokens] : {std::pair<std::uint32_t, std::uint32_t>{1, 1}, {2, 1}, {4, 1},
+                                {8, 1}, {1, 32}}) {
+        status s = run(seqs, tokens);
+        if (!s) return s;
+    }
+    logger()->info("runner: warm-up steps ran in {:.0f} ms (kernels compiled)",
+                   std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                       .count());
+    return {};
+}
+
+std::uint32_t runner::device_context(std::uint32_t n_ctx) const {
+    // A device that caps shader loops (llvmpipe) bounds how far attention can look back: the
+    // context shrinks to that, said once here and announced in device_ready.
+    kv_geometry g{_hp.n_layer, _hp.n_head_kv, _hp.head_dim(), _options.kv_block_tokens, 1,
+                  _options.kv_f16};
+    std::uint64_t most = attention_positions_max(*_pipes, g);
+    if (most == 0 || n_ctx <= most) return n_ctx;
+    logger()->warn("runner: context {} exceeds the {} positions attention can walk on {} (it "
+                   "ends shader loops after {} iterations); serving a context of {}: set "
+                   "model.context_tokens <= {} to silence this",
+                   n_ctx, most, _dev->info().name, _dev->info().loop_iterations_max, most, most);
+    return static_cast<std::uint32_t>(most);
+}
+
+status runner::init_device() {
+    auto d = device::create({_options.device});
+    if (!d) return d.err();
+    _dev = std::move(*d);
+    logger()->info("runner: device {}", _dev->info().name);
+    pipeline_tuning tuning = tuning_for(_dev->info());
+    if (_options.texel_kernels) tuning.prefer_texel_kernels = *_options.texel_kernels;
+    auto p = pipelines::create(*_dev, tuning);
+    if (!p) return p.err();
+    _pipes = std::move(*p);
+    std::uint64_t page = std::min(_dev->info().max_storage_buffer_range, arena_page_bytes_max);
+    _arena = std::make_unique<arena>(*_dev, page);
+    return {};
+}
+
+result<weight_tensor> runner::upload(const model::matrix_view& m) {
+    auto t = upload_padded(m);
+    if (!t) return t;
+    // The K-specialized mat-mul pipelines are compiled now, never on the step path.
+    status s = prepare_mul_mat(*_pipes, *t);
+    if (!s) return s.err();
+    return t;
+}
+
+result<weight_tensor> runner::upload_padded(const model::matrix_view& m) {
+    auto n_in = static_cast<std::uint32_t>(m.n_in);
+    auto n_out = static_cast<std::uint32_t>(m.n_out);
+    bool plain = m.type == model::ggml_type::f32 || m.type == model::ggml_type::f16;
+    if (!plain || n_in % 8 == 0) return upload_weight(*_dev, *_arena, m.type, n_in, n_out, m.data);
+    // The kernels read rows 8 elements at a time: pad each row with zeros (stories260K's
+    // ffn_down has n_in 172). The activations' pad columns are never written, so they stay 0.
+    std::size_t elem = m.type == model::ggml_type::f32 ? 4 : 2;
+    std::uint32_t padded = round_up(n_in, 8);
+    std::vector<std::uint8_t> bytes(std::size_t(padded) * n_out * elem, 0);
+    for (std::uint32_t r = 0; r < n_out; ++r) {
+        std::memcpy(bytes.data() + std::size_t(r) * padded * elem,
+                    m.data.data() + std::size_t(r) * n_in * elem, std::size_t(n_in) * elem);
+    }
+    return upload_weight(*_dev, *_arena, m.type, padded, n_out, bytes);
+}
+
+result<weight_tensor> runner::upload_concat(
+    std::initializer_list<const model::matrix_view*> parts) {
+    const model::matrix_view& first = **parts.begin();
+    model::matrix_view all{first.type, {}, first.n_in, 0};
+    std::size_t bytes = 0;
+    for (const model::matrix_view* m : parts) {
+        if (m->type != first.type || m->n_in != first.n_in) return weight_tensor{};
+        all.n_out += m->n_out;
+        bytes += m->data.size();
+    }
+    std::vector<std::uint8_t> joined;
+    joined.reserve(bytes);
+    for (const model::matrix_view* m : parts) {
+        joined.insert(joined.end(), m->data.begin(), m->data.end());
+    }
+    all.data = joined;
+    return upload(all);
+}
+
+result<buffer> runner::upload_norm(const model::matrix_view& m) {
+    std::vector<float> w(round_up(_hp.n_embd, norm_align_floats), 0.0f);
+    model::get_row(w.data(), m, 0);
+    auto b = _dev->create_buffer(w.size() * 4, memory_use::device);
+    if (!b) return b.err();
+    status s = _dev->write(*b, 0, w.data(), w.size() * 4);
+    if (!s) return s.err();
+    return std::move(*b);
+}
+
+status runner::upload_model(const model::llama_weights& w) {
+    auto emb = upload(w.token_embd);
+    if (!emb) return emb.err();
+    _token_embd = std::move(*emb);
+    if (w.output_tied) {
+        _output = _token_embd;  // the same device chunks serve get_rows and the classifier
+    } else {
+        auto out = upload(w.output);
+        if (!out) return out.err();
+        _output = std::move(*out);
+    }
+    auto on = upload_norm(w.output_norm);
+    if (!on) return on.err();
+    _output_norm = std::move(*on);
+    for (const model::llama_layer& l : w.layers) {
+        layer_weights lw;
+        auto qkv = upload_concat({&l.attn_q, &l.attn_k, &l.attn_v});
+        if (!qkv) return qkv.err();
+        lw.qkv = std::move(*qkv);
+        auto gu = upload_concat({&l.ffn_gate, &l.ffn_up});
+        if (!gu) return gu.err();
+        lw.gate_up = std::move(*gu);
+        std::vector<std::pair<weight_tensor*, const model::matrix_view*>> mats = {
+            {&lw.wo, &l.attn_output}, {&lw.down, &l.ffn_down}};
+        if (lw.qkv.n_out == 0) {
+            mats.insert(mats.end(),
+                        {{&lw.wq, &l.attn_q}, {&lw.wk, &l.attn_k}, {&lw.wv, &l.attn_v}});
+        }
+        if (lw.gate_up.n_out == 0) {
+            mats.insert(mats.end(), {{&lw.gate, &l.ffn_gate}, {&lw.up, &l.ffn_up}});
+        }
+        for (auto& [dst, src] : mats) {
+            auto t = upload(*src);
+            if (!t) return t.err();
+            *dst = std::move(*t);
+        }
+        auto an = upload_norm(l.attn_norm);
+        if (!an) return an.err();
+        auto fn = upload_norm(l.ffn_norm);
+        if (!fn) return fn.err();
+        lw.attn_norm = std::move(*an);
+        lw.ffn_norm = std::move(*fn);
+        _layers.push_back(std::move(lw));
+    }
+    return {};
+}
+
+std::uint64_t runner::kv_layer_block_bytes() const {
+    return std::uint64_t(_hp.n_head_kv) * _options.kv_block_tokens * _hp.head_dim() *
+           (_options.kv_f16 ? 2 : 4);
+}
+
+status runner::init_buffers() {
+    std::uint64_t per_block = kv_layer_block_bytes();
+    std::uint64_t blocks = _options.kv_blocks;
+    const std::uint64_t blocks_max = runner_kv_pool_tokens_max / _options.kv_block_tokens;
+    if (blocks == 0) {
+        // From the memory budget, capped so one layer's K (or V) fits one storage binding and
+        // the pool holds no more tokens than the scheduler takes.
+        blocks = _options.kv_memory_bytes / (2 * _hp.n_layer * per_block);
+        blocks = std::min({blocks, _dev->info().max_storage_buffer_range / per_block, blocks_max});
+    }
+    if (blocks == 0 || blocks > blocks_max) {
+        return bad_config("the KV pool would hold " + std::to_string(blocks) + " blocks of " +
+                          std::to_string(_options.kv_block_tokens) + " tokens (1.." +
+                          std::to_string(blocks_max) + ")");
+    }
+    kv_geometry g{_hp.n_layer, _hp.n_head_kv, _hp.head_dim(), _options.kv_block_tokens,
+                  static_cast<std::uint32_t>(blocks), _options.kv_f16};
+    auto kv = kv_pool::create(*_dev, g);
+    if (!kv) return kv.err();
+    _kv = std::move(*kv);
+    if (status s = prepare_attention(*_pipes, g); !s) return s;
+    _limits.n_blocks = g.n_blocks;
+
+    std::uint64_t t = _options.max_batch_tokens, rows = _options.rows_max;
+    struct spec {
+        buffer* b;
+        std::uint64_t floats;
+        memory_use use;
+    };
+    const spec specs[] = {
+        {&_x, t * _embd_stride, memory_use::device},
+        {&_xn, t * _embd_stride, memory_use::device},
+        {&_qkv, t * _qkv_stride, memory_use::device},
+        {&_att, t * _embd_stride, memory_use::device},
+        {&_gu, t * _gu_stride, memory_use::device},
+        {&_hid, t * _ff_stride, memory_use::device},
+        {&_final, rows * _embd_stride, memory_use::device},
+        {&_ints, 5 * t, memory_use::host_readback},
+        {&_tables, std::uint64_t(_options.seqs_max) * _blocks_per_seq_max,
+         memory_use::host_readback},
+        {&_logits, rows * _hp.n_vocab, memory_use::host_readback},
+        {&_spin, 1024, memory_use::device},
+    };
+    for (const spec& sp : specs) {
+        if (sp.floats * 4 > _dev->info().max_storage_buffer_range) {
+            return bad_config("an activation buffer of " + std::to_string(sp.floats * 4) +
+                              " B exceeds one storage binding; lower max_batch_tokens");
+        }
+        auto b = _dev->create_buffer(sp.floats * 4, sp.use);
+        if (!b) return b.err();
+        *sp.b = std::move(*b);
+        // Zeroed once: the pad columns of every activation row must read as 0 forever.
+        status s = _dev->fill_zero(*sp.b);
+        if (!s) return s;
+    }
+    return {};
+}
+
+status runner::init_stream() {
+    auto chunks = [](const weight_tensor& w) { return std::uint32_t(w.chunks.size()); };
+    std::uint32_t per_layer = 0;
+    for (const layer_weights& l : _layers) {
+        // Fused tensors are non-empty exactly when their parts are empty.
+        per_layer = std::max(per_layer, 7 + chunks(l.qkv) + chunks(l.wq) + chunks(l.wk) +
+                                            chunks(l.wv) + chunks(l.wo) + chunks(l.gate_up) +
+                                            chunks(l.gate) + chunks(l.up) + chunks(l.down));
+    }
+    std::uint32_t layers = std::min(_options.flush_every_layers, _hp.n_layer);
+    // Embedding + layers + final-norm runs + classifier + the fault's spin dispatch.
+    std::uint64_t budget = chunks(_token_embd) + std::uint64_t(layers) * per_layer +
+                           _options.rows_max + chunks(_output) + 1;
+    if (budget > segment_dispatches_max) {
+        return bad_config("flush_every_layers " + std::to_string(_options.flush_every_layers) +
+                          " makes segments of " + std::to_string(budget) +
+                          " dispatches; lower it");
+    }
+    stream_options so;
+    so.dispatches_per_segment_max = static_cast<std::uint32_t>(budget);
+    so.timestamps = _options.timestamps;
+    auto s = stream::create(*_dev, *_pipes, so);
+    if (!s) return s.err();
+    _stream = std::move(*s);
+    return {};
+}
+
+status runner::drain(std::uint64_t timeout_ms) {
+    if (_stream->state() != stream_state::in_flight) return {};
+    return _stream->wait(timeout_ms);
+}
+
+namespace {
+
+status check_kv_request(std::span<const std::uint32_t> ids, std::uint64_t bytes,
+                        std::uint64_t block_bytes, std::uint32_t n_blocks) {
+    if (bytes != ids.size() * block_bytes) {
+        return make_error("gpu_bad_request", "KV staging buffer is " + std::to_string(bytes) +
+                                                 " B; " + std::to_string(ids.size()) +
+                                                 " blocks need " +
+                                                 std::to_string(ids.size() * block_bytes));
+    }
+    for (std::uint32_t id : ids) {
+        if (id >= n_blocks) {
+            return make_error("gpu_bad_request", "KV block " + std::to_string(id) +
+                                                     " is outside the pool of " +
+                                                     std::to_string(n_blocks));
+        }
+    }
+    return {};
+}
+
+}  // namespace
+
+// The host layout of copied KV blocks: per block, per layer, K then V (kv_layer_block_bytes
+// each). `copy(view, device offset, host offset, bytes)` moves one such range.
+template <typename Copy>
+status runner::for_each_kv_range(const char* what, std::span<const std::uint32_t> ids,
+                                 std::size_t host_bytes, Copy&& copy) {
+    if (_stream->state() != stream_state::idle) {
+        return make_error("gpu_busy", std::string("KV ") + what + " while a segment is in flight");
+    }
+    status ok = check_kv_request(ids, host_bytes, kv_block_bytes(), _limits.n_blocks);
+    if (!ok) return ok;
+    std::uint64_t lb = kv_layer_block_bytes();
+    std::size_t at = 0;
+    for (std::uint32_t id : ids) {
+        for (std::uint32_t l = 0; l < _hp.n_layer; ++l) {
+            for (buffer_view v : {_kv->k(l), _kv->v(l)}) {
+                status s = copy(v, v.offset + id * lb, at, lb);
+                if (!s) return s;
+                at += lb;
+            }
+        }
+    }
+    return {};
+}
+
+status runner::read_kv_blocks(std::span<const std::uint32_t> ids, std::span<std::uint8_t> dst) {
+    return for_each_kv_range(
+        "read", ids, dst.size(), [&](buffer_view v, std::uint64_t dev, std::size_t host,
+                                     std::uint64_t n) {
+            return _dev->read(*v.buf, dev, dst.data() + host, n);
+        });
+}
+
+status runner::write_kv_blocks(std::span<const std::uint32_t> ids,
+                               std::span<const std::uint8_t> src) {
+    return for_each_kv_range(
+        "write", ids, src.size(), [&](buffer_view v, std::uint64_t dev, std::size_t host,
+                                      std::uint64_t n) {
+            return _dev->write(*v.buf, dev, src.data() + host, n);
+        });
+}
+
+}  // namespace ordo::gpu

@@ -1,0 +1,221 @@
+// runner.hpp: the Llama forward pass on the Vulkan layer. Owns one device, its pipelines, the
+// weights uploaded from a GGUF file, the paged KV pool and every activation buffer, all created
+// once in create(): nothing on the step path allocates device memory. No actor, no threads of
+// its own: the gpu actor (gpu/actor/gpu_actor.hpp) drives it from one worker thread at a time, and
+// tests, ordo-model generate and ordo-bench drive it directly.
+//
+// A step (gpu_msgs.hpp) is a batch of sequences of different lengths and phases (prefill
+// chunks and decodes mixed), run as one token batch:
+//
+//   x = embed(ids)                                     // (T, n_embd) residual stream
+//   for each layer l:
+//       xn = rmsnorm(x) * attn_norm[l]
+//       qkv = [wq xn | wk xn | wv xn]                  // (T, n_embd + 2 kv_dim)
+//       rope(q heads and k heads of qkv, positions)
+//       kv_write(k, v -> each token's slot in its sequence's blocks)
+//       att = paged causal attention(q, pool, block tables)
+//       x += wo att
+//       xn = rmsnorm(x) * ffn_norm[l]
+//       hid = silu(w_gate xn) * (w_up xn)
+//       x += w_down hid
+//   logits[rows] = w_out (rmsnorm(x[rows]) * output_norm)   // only the rows that ask
+//
+// The layers are recorded as command-buffer segments of at most flush_every_layers layers
+// (label "decode#812 seqs=4 layers 8-15"); each is submitted and waited on with watchdog_ms.
+// A failure returns the stream's error (gpu_timeout, gpu_device_lost, ...) and last_segment()
+// names the segment. After gpu_timeout the segment may still run: drain() waits for it before
+// the runner is destroyed or reused.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "actors/runtime/result.hpp"
+#include "gpu/vk/device.hpp"
+#include "gpu/actor/gpu_msgs.hpp"
+#include "gpu/vk/kv_pool.hpp"
+#include "gpu/vk/pipelines.hpp"
+#include "gpu/runner/step_plan.hpp"
+#include "gpu/vk/stream.hpp"
+#include "gpu/vk/weights.hpp"
+#include "model/gguf.hpp"
+#include "model/llama.hpp"
+
+namespace ordo::gpu {
+
+// Limits create() holds runner_options to. The config schema's bounds are within them
+// (static_asserts in tools/server/server.cpp), so a config that passes its check builds.
+// Tokens of one step: a mat-mul grid has a row per token, and Vulkan guarantees 65535
+// workgroups per grid dimension on every device.
+inline constexpr std::uint32_t runner_max_batch_tokens_max = 65'535;
+inline constexpr std::uint32_t runner_seqs_max_max = 4096;
+inline constexpr std::uint32_t runner_flush_every_layers_max = 1024;
+// Tokens the KV pool holds at most (kv blocks x block tokens): the scheduler's block table
+// refuses a bigger pool (sched::kv_pool_tokens_max; server.cpp asserts they agree), so a pool
+// sized from kv_memory_bytes stops here instead of building one the scheduler cannot use.
+inline constexpr std::uint64_t runner_kv_pool_tokens_max = std::uint64_t{1} << 24;
+
+struct runner_options {
+    std::string device;                              // gpu.device selector ("" = auto)
+    std::uint32_t flush_every_layers = 4;            // gpu.flush_every_layers
+    std::uint64_t watchdog_ms = 10'000;              // gpu.watchdog_ms
+    std::uint32_t kv_block_tokens = 16;              // gpu.kv_block_tokens
+    std::uint32_t kv_blocks = 0;                     // gpu.kv_blocks; 0: from kv_memory_bytes
+    std::uint64_t kv_memory_bytes = 256ull << 20;    // gpu.kv_memory_bytes
+    bool kv_f16 = true;                              // gpu.kv_dtype == "f16"
+    std::uint32_t max_batch_tokens = 512;            // tokens in one step, at most
+    std::uint32_t rows_max = 16;                     // logits rows in one step, at most
+    std::uint32_t seqs_max = 64;                     // sequences in one step, at most
+    std::uint32_t n_ctx = 0;                         // positions per sequence; 0: the model's
+    bool timestamps = false;                         // per-kernel GPU timings (bench)
+    // gpu.kernels: true = the texel-fetch family, false = the storage-buffer family; unset =
+    // the device's default (tuning_for: texel on CPU devices, storage on GPUs).
+    std::optional<bool> texel_kernels;
+};
+
+// Faults the gpu actor arms through the real failure paths (ARCHITECTURE.md "Faults").
+enum class fault_kind { none, device_lost, hang, nan_logits };
+struct step_fault {
+    fault_kind kind = fault_kind::none;
+    std::int32_t layer = -1;  // the segment holding this layer; -1: the first segment
+};
+
+struct step_result {
+    std::vector<std::uint64_t> rows;  // seq id of each logits row written
+    std::uint32_t n_tokens = 0;
+    std::uint32_t segments = 0;
+    double gpu_ms = 0.0;  // submit -> fence, summed over segments
+};
+
+// GPU time of one pipeline over the last step (timestamps on).
+struct kernel_time {
+    std::string name;
+    double ms = 0.0;
+    std::uint32_t dispatches = 0;
+};
+
+class runner {
+public:
+    // Maps the model (map_llama_weights), creates the device and everything else, uploads the
+    // weights. Errors: the model's and the device's, gpu_bad_config (bad options),
+    // gpu_unsupported_type, gpu_bad_shape (a model the kernels cannot run). `file` may be
+    // closed after create() returns: the weights live on the device.
+    static result<std::unique_ptr<runner>> create(const model::gguf_file& file,
+                                                  const runner_options& options);
+    ~runner();
+    runner(const runner&) = delete;
+    runner& operator=(const runner&) = delete;
+
+    // Runs one step and writes rows() x n_vocab floats to logits_out (row i = the i-th sequence
+    // that wants logits). Validation failures (gpu_bad_step) record nothing.
+    result<step_result> run_step(const step& s, float* logits_out);
+    // Arms a fault for the next run_step only.
+    void arm_fault(const step_fault& f) { _fault = f; }
+    // Waits (at most timeout_ms) for a segment still in flight after a timeout.
+    status drain(std::uint64_t timeout_ms);
+    // Label of the segment that ran (or failed) last.
+    const std::string& last_segment() const { return _last_segment; }
+    // Per-pipeline GPU times of the last successful step (empty unless options.timestamps).
+    const std::vector<kernel_time>& last_timings() const { return _timings; }
+
+    // KV staging for the kv persistence actor. Byte layout of `dst`/`src`: for each block id in
+    // order, for each layer 0..n_layer-1: the block's K bytes, then its V bytes; each is the
+    // pool's layer layout for that block ((head, slot, dim) row-major; f16 or f32 elements,
+    // kv_pool.hpp), kv_layer_block_bytes() long. Total ids.size() * kv_block_bytes().
+    // Errors: gpu_bad_request (unknown block, wrong size), gpu_busy (a segment in flight).
+    status read_kv_blocks(std::span<const std::uint32_t> ids, std::span<std::uint8_t> dst);
+    status write_kv_blocks(std::span<const std::uint32_t> ids,
+                           std::span<const std::uint8_t> src);
+    std::uint64_t kv_layer_block_bytes() const;
+    std::uint64_t kv_block_bytes() const { return 2 * _hp.n_layer * kv_layer_block_bytes(); }
+    status clear_kv() { return _kv->clear(); }
+
+    const device_info& info() const { return _dev->info(); }
+    // Whether the encoders prefer the texel-buffer kernels (CPU devices: gpu/PERF.md).
+    bool texel_kernels() const { return _pipes->tuning().prefer_texel_kernels; }
+    const model::llama_hparams& hparams() const { return _hp; }
+    const runner_options& options() const { return _options; }
+    const step_limits& limits() const { return _limits; }
+    std::uint64_t weight_bytes() const { return _arena->bytes_reserved(); }
+
+private:
+    struct layer_weights {
+        // q|k|v and gate|up are each one tensor (rows concatenated: one dispatch, x read once)
+        // when their types agree; otherwise qkv/gate_up stay empty and the parts are used.
+        weight_tensor qkv, gate_up;
+        weight_tensor wq, wk, wv, wo, gate, up, down;
+        buffer attn_norm, ffn_norm;  // (n_embd) floats
+    };
+
+    explicit runner(const runner_options& options) : _options(options) {}
+    status init(const model::gguf_file& file);
+    status init_device();
+    // n_ctx, or less where the device bounds attention (attention_positions_max).
+    std::uint32_t device_context(std::uint32_t n_ctx) const;
+    status upload_model(const model::llama_weights& w);
+    status init_buffers();
+    status init_stream();
+    status warm_up();
+    template <typename Copy>
+    status for_each_kv_range(const char* what, std::span<const std::uint32_t> ids,
+                             std::size_t host_bytes, Copy&& copy);
+    result<weight_tensor> upload(const model::matrix_view& m);
+    result<weight_tensor> upload_padded(const model::matrix_view& m);
+    // The matrices' rows concatenated into one tensor; an empty tensor when their types or
+    // n_in differ.
+    result<weight_tensor> upload_concat(std::initializer_list<const model::matrix_view*> parts);
+    result<buffer> upload_norm(const model::matrix_view& m);
+
+    // runner_forward.cpp
+    status record_embedding();
+    status record_layer(std::uint32_t l);
+    status record_logits();
+    status run_segment(const step& s, std::uint32_t l0, std::uint32_t l1, const step_fault& f,
+                       step_result& r);
+    void write_inputs();
+    void add_timings();
+
+    runner_options _options;
+    model::llama_hparams _hp;
+    step_limits _limits;
+    std::uint32_t _embd_stride = 0;  // n_embd rounded up to 8 floats (mat-mul loads 8 at once)
+    std::uint32_t _qkv_stride = 0;   // n_embd + 2 kv_dim, rounded up to 8
+    std::uint32_t _ff_stride = 0;    // n_ff, rounded up to 8
+    std::uint32_t _gu_stride = 0;    // 2 n_ff, rounded up to 8 (gate | up)
+    std::uint32_t _blocks_per_seq_max = 0;
+
+    // Declaration order is destruction order in reverse: the device goes last.
+    std::unique_ptr<device> _dev;
+    std::unique_ptr<pipelines> _pipes;
+    std::unique_ptr<stream> _stream;
+    std::unique_ptr<arena> _arena;
+    std::unique_ptr<kv_pool> _kv;
+    weight_tensor _token_embd;  // (n_vocab rows of n_embd)
+    weight_tensor _output;      // (n_embd -> n_vocab); _token_embd's chunks when tied
+    buffer _output_norm;        // (n_embd)
+    std::vector<layer_weights> _layers;
+
+    // Activations, sized for max_batch_tokens T (rows_max R for the logits rows).
+    buffer _x;       // (T, embd_stride) residual stream
+    buffer _xn;      // (T, embd_stride) normed input of a block
+    buffer _qkv;     // (T, qkv_stride) q | k | v
+    buffer _att;     // (T, embd_stride) attention output
+    buffer _gu;      // (T, gu_stride) gate | up (up at column n_ff)
+    buffer _hid;     // (T, ff_stride) silu(gate) * up; pad columns stay 0
+    buffer _final;   // (R, embd_stride) final-normed rows that want logits
+    buffer _ints;    // host-visible (5T) ids | positions | slots | attention {seq, pos}
+    buffer _tables;  // host-visible (seqs_max, blocks_per_seq_max) block tables
+    buffer _logits;  // host-visible (R, n_vocab)
+    buffer _spin;    // scratch of the hang fault's spin dispatch
+
+    step_plan _plan;
+    step_fault _fault;
+    std::string _last_segment;
+    std::vector<kernel_time> _timings;
+};
+
+}  // namespace ordo::gpu

@@ -1,0 +1,187 @@
+// runner_forward.cpp: records and runs one step of the Llama forward pass (the math is written
+// out in runner.hpp). One function per stage, each a list of kernel encoders; buffers and
+// strides were fixed in runner.cpp, so nothing here allocates device memory.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#include "gpu/vk/kernels.hpp"
+#include "gpu/runner/runner.hpp"
+
+namespace ordo::gpu {
+
+namespace {
+
+#define ORDO_TRY(expr)               \
+    do {                             \
+        status try_s_ = (expr);      \
+        if (!try_s_) return try_s_;  \
+    } while (0)
+
+// The hang fault: the segment gets one invocation spinning this many iterations (about a
+// second on a fast GPU; llvmpipe caps an invocation at 65535 loop iterations, a few ms) and its
+// fence is polled once (timeout 0) instead of waited on for watchdog_ms: the segment is still
+// running when the wait gives up, so the real timeout path runs (the error, the segment left
+// in flight, drain, rebuild) without the test depending on how fast the device spins.
+constexpr std::uint32_t hang_spin_iterations = 400'000'000;
+constexpr std::uint64_t hang_wait_ms = 0;
+
+}  // namespace
+
+void runner::write_inputs() {
+    // ids | positions | slots | attention pairs, each region max_batch_tokens ints long.
+    auto* ints = static_cast<std::int32_t*>(_ints.mapped());
+    std::size_t t_max = _options.max_batch_tokens;
+    std::size_t n = _plan.n_tokens;
+    std::memcpy(ints, _plan.ids.data(), n * 4);
+    std::memcpy(ints + t_max, _plan.positions.data(), n * 4);
+    std::memcpy(ints + 2 * t_max, _plan.slots.data(), n * 4);
+    std::memcpy(ints + 3 * t_max, _plan.attn.data(), 2 * n * 4);
+    std::memcpy(_tables.mapped(), _plan.tables.data(), _plan.tables.size() * 4);
+}
+
+status runner::record_embedding() {
+    // x = token_embd[ids]
+    return encode_get_rows(*_stream, _token_embd, {whole(_ints), 0}, _plan.n_tokens,
+                           {whole(_x), 0, _embd_stride});
+}
+
+status runner::record_layer(std::uint32_t l) {
+    const layer_weights& w = _layers[l];
+    stream& s = *_stream;
+    const std::uint32_t n = _plan.n_tokens, t_max = _options.max_batch_tokens;
+    const std::uint32_t embd = _hp.n_embd, kv = _hp.kv_dim();
+    const rows_view x{whole(_x), 0, _embd_stride}, xn{whole(_xn), 0, _embd_stride};
+    const rows_view q{whole(_qkv), 0, _qkv_stride}, k{whole(_qkv), embd, _qkv_stride};
+    const rows_view v{whole(_qkv), embd + kv, _qkv_stride}, att{whole(_att), 0, _embd_stride};
+    const rows_view gate{whole(_gu), 0, _gu_stride}, up{whole(_gu), _hp.n_ff, _gu_stride};
+    const rows_view hid{whole(_hid), 0, _ff_stride};
+    const ints_view positions{whole(_ints), t_max}, slots{whole(_ints), 2 * t_max};
+
+    // Attention block: xn = norm(x); q, k, v = W xn; rope q and k (adjacent heads in qkv).
+    ORDO_TRY(encode_rms_norm(s, x, whole(w.attn_norm), xn, embd, n, _hp.rms_eps));
+    if (w.qkv.n_out != 0) {
+        ORDO_TRY(encode_mul_mat(s, w.qkv, xn, q, n, false));  // rows q | k | v = columns of qkv
+    } else {
+        ORDO_TRY(encode_mul_mat(s, w.wq, xn, q, n, false));
+        ORDO_TRY(encode_mul_mat(s, w.wk, xn, k, n, false));
+        ORDO_TRY(encode_mul_mat(s, w.wv, xn, v, n, false));
+    }
+    // The new tokens' K and V go to their slots first, so attention sees them (causal self).
+    ORDO_TRY(encode_rope_kv(s, *_kv, l, q, positions, slots, n, _hp.n_head, _hp.n_rot,
+                            _hp.rope_freq_base));
+    attention_batch b;
+    b.q = q;
+    b.out = att;
+    b.tokens = {whole(_ints), 3 * t_max};
+    b.tables = {whole(_tables), 0};
+    b.n_tokens = n;
+    b.n_seqs = _plan.n_seqs;
+    b.max_blocks_per_seq = _plan.blocks_per_seq;
+    b.n_head = _hp.n_head;
+    ORDO_TRY(encode_attention(s, *_kv, l, b));
+    // x += wo att (the residual add fused into the mat-mul)
+    ORDO_TRY(encode_mul_mat(s, w.wo, att, x, n, true));
+
+    // FFN block: x += w_down (silu(w_gate xn) * w_up xn), xn = norm(x).
+    ORDO_TRY(encode_rms_norm(s, x, whole(w.ffn_norm), xn, embd, n, _hp.rms_eps));
+    if (w.gate_up.n_out != 0) {
+        ORDO_TRY(encode_mul_mat(s, w.gate_up, xn, gate, n, false));  // rows gate | up
+    } else {
+        ORDO_TRY(encode_mul_mat(s, w.gate, xn, gate, n, false));
+        ORDO_TRY(encode_mul_mat(s, w.up, xn, up, n, false));
+    }
+    ORDO_TRY(encode_swiglu(s, gate, up, hid, _hp.n_ff, n));
+    return encode_mul_mat(s, w.down, hid, x, n, true);
+}
+
+status runner::record_logits() {
+    // final[row] = norm(x[token of row]); logits = w_out final. Only the rows that ask.
+    for (const row_run& run : _plan.runs) {
+        ORDO_TRY(encode_rms_norm(*_stream, {whole(_x), run.token0 * _embd_stride, _embd_stride},
+                                 whole(_output_norm),
+                                 {whole(_final), run.row0 * _embd_stride, _embd_stride},
+                                 _hp.n_embd, run.n, _hp.rms_eps));
+    }
+    return encode_mul_mat(*_stream, _output, {whole(_final), 0, _embd_stride},
+                          {whole(_logits), 0, _hp.n_vocab}, _plan.rows(), false);
+}
+
+status runner::run_segment(const step& s, std::uint32_t l0, std::uint32_t l1,
+                           const step_fault& f, step_result& r) {
+    _last_segment = segment_label(s, l0, l1);
+    ORDO_TRY(_stream->begin(_last_segment));
+    auto target = static_cast<std::uint32_t>(
+        f.layer < 0 ? 0 : std::min<std::int64_t>(f.layer, _hp.n_layer - 1));
+    bool targeted = f.kind != fault_kind::none && l0 <= target && target <= l1;
+    status rec = l0 == 0 ? record_embedding() : status{};
+    for (std::uint32_t l = l0; rec && l <= l1; ++l) rec = record_layer(l);
+    if (rec && l1 + 1 == _hp.n_layer && _plan.rows() > 0) rec = record_logits();
+    if (rec && targeted && f.kind == fault_kind::hang) {
+        rec = encode_spin(*_stream, whole(_spin), hang_spin_iterations);
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    ORDO_TRY(_stream->submit());
+    if (targeted && f.kind == fault_kind::device_lost) {
+        _stream->inject_wait_result(VK_ERROR_DEVICE_LOST);
+    }
+    bool hang = targeted && f.kind == fault_kind::hang;
+    status waited = _stream->wait(hang ? std::min(hang_wait_ms, _options.watchdog_ms)
+                                       : _options.watchdog_ms);
+    r.gpu_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                    .count();
+    r.segments++;
+    // An encoder refusal is a bug in this file (shapes were validated): the partial segment ran
+    // harmlessly so the stream is idle again, and the error names the segment.
+    if (!rec) return make_error(rec.err().code, _last_segment + ": " + rec.err().message);
+    if (!waited) return waited;
+    add_timings();
+    return {};
+}
+
+void runner::add_timings() {
+    for (const dispatch_timing& t : _stream->timings()) {
+        std::string_view name = pipeline_name(t.id);
+        auto it = std::find_if(_timings.begin(), _timings.end(),
+                               [&](const kernel_time& k) { return k.name == name; });
+        if (it == _timings.end()) {
+            _timings.push_back({std::string(name), 0.0, 0});
+            it = _timings.end() - 1;
+        }
+        it->ms += t.ms;
+        it->dispatches++;
+    }
+}
+
+result<step_result> runner::run_step(const step& s, float* logits_out) {
+    step_fault fault = std::exchange(_fault, step_fault{});
+    if (_stream->state() != stream_state::idle) {
+        return make_error("gpu_busy", "segment '" + _stream->label() + "' is still in flight");
+    }
+    status ok = plan_step(s, _limits, _plan);
+    if (!ok) return ok.err();
+    write_inputs();
+    _timings.clear();
+    step_result r;
+    r.n_tokens = _plan.n_tokens;
+    for (std::uint32_t l0 = 0; l0 < _hp.n_layer; l0 += _options.flush_every_layers) {
+        std::uint32_t l1 = std::min(_hp.n_layer, l0 + _options.flush_every_layers) - 1;
+        status seg = run_segment(s, l0, l1, fault, r);
+        if (!seg) return seg.err();
+    }
+    auto* logits = static_cast<float*>(_logits.mapped());
+    std::size_t n = std::size_t(_plan.rows()) * _hp.n_vocab;
+    if (fault.kind == fault_kind::nan_logits && n > 0) {
+        // The device's output is corrupted; everything after this is the real path.
+        std::fill(logits, logits + std::min<std::size_t>(n, _hp.n_vocab),
+                  std::numeric_limits<float>::quiet_NaN());
+    }
+    if (n > 0) std::memcpy(logits_out, logits, n * sizeof(float));
+    r.rows = _plan.row_seq_ids;
+    return r;
+}
+
+}  // namespace ordo::gpu

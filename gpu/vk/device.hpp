@@ -1,0 +1,162 @@
+// device.hpp: the Vulkan instance, the chosen physical device and its logical device, plus
+// device memory (buffers) and host<->device copies. Owned by the gpu actor (one per actor; a
+// device-loss recovery destroys it and creates a new one); tests and benches create their own.
+// Not thread-safe: one owner thread records and submits; fence waits may run on another thread
+// through gpu::stream (see stream.hpp).
+#pragma once
+
+#include <vulkan/vulkan.h>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actors/runtime/result.hpp"
+#include "gpu/vk/device_select.hpp"
+
+namespace ordo::gpu {
+
+struct memory_heap_info {
+    std::uint64_t size_bytes = 0;
+    bool device_local = false;
+};
+
+// What the `model`/`stats` ops report about the device; filled once at creation.
+struct device_info {
+    std::string name;
+    device_kind kind = device_kind::other;
+    std::uint32_t vendor_id = 0;
+    std::uint32_t device_id = 0;
+    std::string driver_name;
+    std::string driver_info;
+    std::string api_version;  // "1.3.230"
+    std::uint32_t index = 0;  // physical device index chosen
+    // limits
+    std::uint64_t max_storage_buffer_range = 0;
+    std::uint64_t min_storage_buffer_offset_alignment = 0;
+    // Uniform texel buffers: the fast load path of lavapipe (see gpu/PERF.md).
+    std::uint32_t max_texel_buffer_elements = 0;
+    std::uint64_t min_texel_buffer_offset_alignment = 0;
+    std::uint32_t max_shared_memory_bytes = 0;
+    std::uint32_t subgroup_size = 0;
+    std::array<std::uint32_t, 3> max_workgroup_size{};
+    std::uint32_t max_workgroup_invocations = 0;
+    std::array<std::uint32_t, 3> max_workgroup_count{};
+    std::uint32_t max_push_constants_bytes = 0;
+    // Loop iterations one shader invocation may run, all its loops together; 0 = no known cap.
+    // llvmpipe ends every loop early, silently, after 65535 (LP_MAX_TGSI_LOOP_ITERATIONS):
+    // encoders whose loop counts grow with the input check it (encode_attention).
+    std::uint32_t loop_iterations_max = 0;
+    bool timestamps = false;
+    float timestamp_period_ns = 0.0f;
+    std::vector<memory_heap_info> heaps;
+    // features enabled (only those the device has)
+    bool storage_buffer_16bit = false;
+    bool shader_float16 = false;
+    bool storage_buffer_8bit = false;
+    bool shader_int8 = false;
+    bool subgroup_arithmetic = false;
+    bool subgroup_ballot = false;  // subgroupBroadcast (mul_mat_tx tx1 folds its lanes with it)
+    bool subgroup_shuffle = false; // subgroupShuffle (tx1 with more than one 8-lane team)
+};
+
+// One line per fact, for the start-up log and the stats op.
+std::string describe(const device_info& info);
+
+enum class memory_use {
+    device,         // storage buffers the kernels read and write (weights, KV, activations)
+    host_readback,  // host-visible, cached when possible: results the host reads (logits)
+};
+
+// A VkBuffer with its own memory; move-only, freed on destruction.
+class buffer {
+public:
+    buffer() = default;
+    buffer(buffer&& other) noexcept;
+    buffer& operator=(buffer&& other) noexcept;
+    buffer(const buffer&) = delete;
+    buffer& operator=(const buffer&) = delete;
+    ~buffer();
+
+    VkBuffer handle() const { return _buffer; }
+    std::uint64_t size() const { return _size; }
+    void* mapped() const { return _mapped; }  // null when not host-visible
+    // R32G32B32A32_UINT texel view of the whole buffer (16-byte texels; the tail of a size not
+    // a multiple of 16 is outside it). Null when the buffer is smaller than one texel or larger
+    // than maxTexelBufferElements texels: kernels that read through it then take their
+    // storage-buffer path. The fast mat-mul kernels read weights and activations this way.
+    VkBufferView texel_view() const { return _texel_view; }
+    std::uint64_t texel_count() const { return _texel_count; }
+
+private:
+    friend class device;
+    void reset();
+
+    VkDevice _device = VK_NULL_HANDLE;
+    VkBuffer _buffer = VK_NULL_HANDLE;
+    VkDeviceMemory _memory = VK_NULL_HANDLE;
+    VkBufferView _texel_view = VK_NULL_HANDLE;
+    std::uint64_t _texel_count = 0;
+    void* _mapped = nullptr;
+    std::uint64_t _size = 0;
+};
+
+// A byte range of a buffer, as bound to one descriptor.
+struct buffer_view {
+    const buffer* buf = nullptr;
+    std::uint64_t offset = 0;
+    std::uint64_t range = 0;
+};
+
+inline buffer_view whole(const buffer& b) { return buffer_view{&b, 0, b.size()}; }
+
+struct device_options {
+    std::string selector;  // the gpu.device config value
+};
+
+class device {
+public:
+    static result<std::unique_ptr<device>> create(const device_options& options);
+    ~device();
+    device(const device&) = delete;
+    device& operator=(const device&) = delete;
+
+    const device_info& info() const { return _info; }
+    VkDevice handle() const { return _device; }
+    VkQueue queue() const { return _queue; }
+    std::uint32_t queue_family() const { return _queue_family; }
+    PFN_vkCmdPushDescriptorSetKHR push_descriptor_fn() const { return _push_descriptor; }
+
+    result<buffer> create_buffer(std::uint64_t size, memory_use use);
+    // Copies host bytes into a buffer (mapped memcpy, or through a staging buffer).
+    status write(const buffer& dst, std::uint64_t offset, const void* src, std::uint64_t size);
+    status read(const buffer& src, std::uint64_t offset, void* dst, std::uint64_t size);
+    status fill_zero(const buffer& dst);
+    status wait_idle();
+
+    // Names of every physical device (index order), for error messages and the stats op.
+    static result<std::vector<device_candidate>> list_devices();
+
+private:
+    device() = default;
+    status init(const device_options& options);
+    status pick_physical(const device_options& options);
+    status create_logical();
+    status staged_copy(const buffer& host, const buffer& dev, std::uint64_t dev_offset,
+                       std::uint64_t size, bool to_device);
+    int find_memory_type(std::uint32_t type_bits, VkMemoryPropertyFlags want) const;
+
+    device_info _info;
+    VkInstance _instance = VK_NULL_HANDLE;
+    VkPhysicalDevice _physical = VK_NULL_HANDLE;
+    VkDevice _device = VK_NULL_HANDLE;
+    VkQueue _queue = VK_NULL_HANDLE;
+    std::uint32_t _queue_family = 0;
+    VkCommandPool _transfer_pool = VK_NULL_HANDLE;
+    VkPhysicalDeviceMemoryProperties _memory{};
+    PFN_vkCmdPushDescriptorSetKHR _push_descriptor = nullptr;
+};
+
+}  // namespace ordo::gpu

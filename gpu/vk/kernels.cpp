@@ -1,0 +1,608 @@
+// kernels.cpp: see kernels.hpp.
+#include "gpu/vk/kernels.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "gpu/vk/shaders/abi.h"
+#include "gpu/vk/vk_util.hpp"
+
+namespace ordo::gpu {
+
+namespace {
+
+// Elementwise grids stop growing here; lanes loop over the rest (fewer, fuller workgroups).
+constexpr std::uint32_t elementwise_groups_max = 256;
+
+std::uint32_t ceil_div(std::uint64_t a, std::uint64_t b) {
+    return static_cast<std::uint32_t>((a + b - 1) / b);
+}
+
+error bad(const char* kernel, const std::string& why) {
+    return make_error("gpu_bad_shape", std::string(kernel) + ": " + why);
+}
+
+// Whether rows [0, n_rows) x columns [0, n_cols) lie inside the view (floats).
+bool fits(const rows_view& r, std::uint32_t n_rows, std::uint64_t n_cols) {
+    if (r.view.buf == nullptr || n_rows == 0) return false;
+    std::uint64_t last = r.offset + std::uint64_t(n_rows - 1) * r.stride + n_cols;
+    return (n_rows == 1 || r.stride >= n_cols) && last * 4 <= r.view.range;
+}
+
+bool fits(const ints_view& v, std::uint64_t n) {
+    return v.view.buf != nullptr && (v.offset + n) * 4 <= v.view.range;
+}
+
+std::uint32_t wtype(model::ggml_type t) {
+    switch (t) {
+    case model::ggml_type::f16: return abi::ORDO_WTYPE_F16;
+    case model::ggml_type::q8_0: return abi::ORDO_WTYPE_Q8_0;
+    case model::ggml_type::q4_0: return abi::ORDO_WTYPE_Q4_0;
+    default: return abi::ORDO_WTYPE_F32;
+    }
+}
+
+pipeline_id pick(pipeline_id f32, model::ggml_type t) {
+    return static_cast<pipeline_id>(static_cast<std::uint32_t>(f32) + wtype(t));
+}
+
+std::uint32_t rows_limit(const stream& s) { return s.dev().info().max_workgroup_count[1]; }
+
+// Whether the rows of `r` start on 4-float boundaries (the texel variants write vec4s).
+bool vec4_rows(const rows_view& r) { return r.offset % 4 == 0 && r.stride % 4 == 0; }
+
+// Whether the elementwise texel variants (rms_norm_tx, swiglu_tx) can read `r` (n_rows rows of
+// n floats) through its buffer's texel view: everything 4-aligned.
+bool texel_rows(const rows_view& r, std::uint32_t n_rows, std::uint32_t n) {
+    const buffer* b = r.view.buf;
+    if (b == nullptr || b->texel_view() == VK_NULL_HANDLE || r.view.offset % 16 != 0 ||
+        !vec4_rows(r) || n % 4 != 0) {
+        return false;
+    }
+    std::uint64_t end = r.view.offset / 4 + r.offset + std::uint64_t(n_rows - 1) * r.stride + n;
+    return (end + 3) / 4 <= b->texel_count();
+}
+
+// Float offset of r's first element from its buffer's start (texel bindings see the buffer).
+std::uint32_t buffer_offset(const rows_view& r) {
+    return static_cast<std::uint32_t>(r.view.offset / 4 + r.offset);
+}
+
+bool prefer_texel(const stream& s) { return s.pipes().tuning().prefer_texel_kernels; }
+
+}  // namespace
+
+status encode_get_rows(stream& s, const weight_tensor& table, ints_view ids, std::uint32_t n_ids,
+                       rows_view out) {
+    if (n_ids == 0 || n_ids > rows_limit(s)) return bad("get_rows", "bad id count");
+    if (!fits(ids, n_ids)) return bad("get_rows", "ids outside their binding");
+    if (!fits(out, n_ids, table.n_in)) return bad("get_rows", "output outside its binding");
+    pipeline_id id = pick(pipeline_id::get_rows_f32, table.type);
+    std::uint32_t wg = s.pipes().get(id).workgroup_size;
+    std::uint32_t gx = std::min(ceil_div(table.n_in / 8, wg), elementwise_groups_max);
+    for (std::size_t c = 0; c < table.chunks.size(); ++c) {
+        const weight_chunk& ch = table.chunks[c];
+        abi::get_rows_push p{table.n_in, n_ids,        ch.row_begin, ch.row_count,
+                             ch.scale_offset, ids.offset, out.offset, out.stride};
+        bool last = c + 1 == table.chunks.size();
+        s.dispatch(id, {ch.view, ids.view, out.view}, p, {gx, n_ids, 1}, last);
+    }
+    return {};
+}
+
+bool texel_path_usable(const weight_tensor& w, const rows_view& x, std::uint32_t n_tokens) {
+    if (n_tokens == 0 || x.view.buf == nullptr || x.view.buf->texel_view() == VK_NULL_HANDLE ||
+        x.view.offset % 16 != 0 || x.offset % 4 != 0 || x.stride % 4 != 0) {
+        return false;
+    }
+    std::uint64_t x_end = (x.view.offset + 4 * (x.offset + std::uint64_t(n_tokens - 1) * x.stride +
+                                                w.n_in) + 15) / 16;
+    if (x_end > x.view.buf->texel_count()) return false;
+    for (const weight_chunk& ch : w.chunks) {
+        const buffer* b = ch.view.buf;
+        if (b == nullptr || b->texel_view() == VK_NULL_HANDLE || ch.view.offset % 16 != 0) {
+            return false;
+        }
+        // The last texel read: the end of the quants (F32/F16: of the rows), or the last scale.
+        std::uint64_t end = (ch.view.offset + packed_bytes(w.type, w.n_in, ch.row_count) + 15) / 16;
+        if (end > b->texel_count() || (4ull * ch.scale_offset) % 16 != 0) return false;
+    }
+    return true;
+}
+
+namespace {
+
+// Units of K per weight texel unit (mul_mat_tx.comp UNIT).
+std::uint32_t tx_unit(model::ggml_type t) {
+    switch (t) {
+    case model::ggml_type::f32: return 4;
+    case model::ggml_type::f16: return 8;
+    default: return abi::ORDO_QK;
+    }
+}
+
+}  // namespace
+
+bool tx1_usable(const device_info& info, model::ggml_type type, std::uint32_t k) {
+    std::uint32_t unit = tx_unit(type);
+    // One subgroup of 8-lane teams per workgroup; more than one team folds by shuffle.
+    bool lanes_ok = info.subgroup_size % abi::ORDO_MAT_GROUPS == 0 &&
+                    (info.subgroup_size == abi::ORDO_MAT_GROUPS || info.subgroup_shuffle);
+    return info.subgroup_ballot && lanes_ok && k % unit == 0 &&
+           k / unit <= abi::ORDO_TX1_UNITS_MAX * abi::ORDO_MAT_GROUPS;
+}
+
+result<const pipeline*> mul_mat_tx_tile(const pipelines& pipes, pipeline_id id,
+                                        std::uint32_t rows) {
+    std::uint32_t lanes = pipes.get(id).workgroup_size;
+    auto padded = [&](std::uint32_t wg_rows) {
+        std::uint64_t covered = std::uint64_t(lanes) * tx_rows_per_lane(lanes, wg_rows);
+        return ceil_div(rows, covered) * covered;
+    };
+    bool narrow = padded(abi::ORDO_TX_TILE_ROWS_NARROW) < padded(abi::ORDO_TX_TILE_ROWS);
+    return pipes.for_tile(id, narrow ? abi::ORDO_TX_TILE_ROWS_NARROW : abi::ORDO_TX_TILE_ROWS);
+}
+
+status prepare_mul_mat(const pipelines& pipes, const weight_tensor& w) {
+    if (!pipes.tuning().prefer_texel_kernels) return {};
+    if (tx1_usable(pipes.dev().info(), w.type, w.n_in)) {
+        for (pipeline_id id : {pipeline_id::mul_mat_tx1_f32, pipeline_id::mul_mat_tx1t2_f32,
+                               pipeline_id::mul_mat_tx1t4_f32}) {
+            auto pl = pipes.for_k(pick(id, w.type), w.n_in);
+            if (!pl) return pl.err();
+        }
+    }
+    for (const weight_chunk& ch : w.chunks) {
+        for (pipeline_id id : {pipeline_id::mul_mat_tx4_f32, pipeline_id::mul_mat_txm_f32}) {
+            auto pl = mul_mat_tx_tile(pipes, pick(id, w.type), ch.row_count);
+            if (!pl) return pl.err();
+        }
+    }
+    return {};
+}
+
+namespace {
+
+// The texel-fetch kernels (mul_mat_tx.comp); operands already validated by encode_mul_mat.
+status encode_mul_mat_tx(stream& s, const weight_tensor& w, const rows_view& x,
+                         const rows_view& y, std::uint32_t n_tokens, bool accumulate) {
+    if (!texel_path_usable(w, x, n_tokens)) {
+        return bad("mul_mat", "texel path: an operand has no texel view covering it");
+    }
+    const device_info& info = s.dev().info();
+    // The split-K variants (tx1, tx1t2, tx1t4; K-specialized pipelines) up to
+    // ORDO_TX1_TOKENS_MAX tokens where they apply: measured faster than tx4's 16x8 lane tiles
+    // there, slower at 8 tokens (gpu/PERF.md); otherwise tx4/txm. All sum in one order, so the
+    // choice never changes a result.
+    bool split = n_tokens <= abi::ORDO_TX1_TOKENS_MAX && tx1_usable(info, w.type, w.n_in);
+    bool few = n_tokens <= mat_vec_tokens_max;
+    pipeline_id id = pick(split   ? (n_tokens == 1   ? pipeline_id::mul_mat_tx1_f32
+                                     : n_tokens == 2 ? pipeline_id::mul_mat_tx1t2_f32
+                                                     : pipeline_id::mul_mat_tx1t4_f32)
+                          : few ? pipeline_id::mul_mat_tx4_f32
+                                : pipeline_id::mul_mat_txm_f32,
+                          w.type);
+    std::uint32_t t = split ? abi::ORDO_TX1_TOKENS_MAX : few ? abi::ORDO_TX4_T : abi::ORDO_TXM_T;
+    std::uint32_t gy = ceil_div(n_tokens, t);
+    if (gy > info.max_workgroup_count[1]) return bad("mul_mat", "too many tokens for one dispatch");
+    for (std::size_t c = 0; c < w.chunks.size(); ++c) {
+        const weight_chunk& ch = w.chunks[c];
+        // tx1: K-specialized, ORDO_TX1_ROWS rows per workgroup over its teams; tx4/txm: the row
+        // tile that pads this chunk least.
+        auto pl =
+            split ? s.pipes().for_k(id, w.n_in) : mul_mat_tx_tile(s.pipes(), id, ch.row_count);
+        if (!pl) return pl.err();
+        std::uint64_t rows_per_group = split ? abi::ORDO_TX1_ROWS : (*pl)->workgroup_rows();
+        std::uint32_t gx = ceil_div(ch.row_count, rows_per_group);
+        if (gx > info.max_workgroup_count[0]) return bad("mul_mat", "too many rows per chunk");
+        abi::mul_mat_tx_push p{};
+        p.k = w.n_in;
+        p.n_rows = ch.row_count;
+        p.n_cols = n_tokens;
+        p.row_begin = ch.row_begin;
+        p.w_texel = static_cast<std::uint32_t>(ch.view.offset / 16);
+        p.s_texel = static_cast<std::uint32_t>((ch.view.offset + 4ull * ch.scale_offset) / 16);
+        p.x_texel = static_cast<std::uint32_t>((x.view.offset + 4ull * x.offset) / 16);
+        p.x_stride4 = x.stride / 4;
+        p.y_offset = y.offset;
+        p.y_stride = y.stride;
+        p.accumulate = accumulate ? 1u : 0u;
+        s.dispatch(**pl, id, {ch.view, x.view, y.view}, p, {gx, gy, 1},
+                   c + 1 == w.chunks.size());
+    }
+    return {};
+}
+
+}  // namespace
+
+status encode_mul_mat(stream& s, const weight_tensor& w, rows_view x, rows_view y,
+                      std::uint32_t n_tokens, bool accumulate, mat_path path) {
+    if (n_tokens == 0) return bad("mul_mat", "no tokens");
+    if (x.offset % 4 != 0 || x.stride % 4 != 0) {
+        return bad("mul_mat", "x offset and stride must be multiples of 4 floats");
+    }
+    if (!fits(x, n_tokens, w.n_in)) return bad("mul_mat", "x outside its binding");
+    if (!fits(y, n_tokens, w.n_out)) return bad("mul_mat", "y outside its binding");
+    if (path == mat_path::automatic && s.pipes().tuning().prefer_texel_kernels &&
+        texel_path_usable(w, x, n_tokens)) {
+        path = mat_path::texel;
+    }
+    if (path == mat_path::texel) return encode_mul_mat_tx(s, w, x, y, n_tokens, accumulate);
+    if (path == mat_path::automatic) {
+        bool few = n_tokens <= mat_vec_tokens_max;
+        const pipeline_tuning& tu = s.pipes().tuning();
+        // rows and tiled share one summation order (mat_order.glsl); vec does not.
+        path = few && n_tokens <= tu.rows_tokens_max ? mat_path::rows
+               : few && !tu.batch_invariant          ? mat_path::vec
+                                                     : mat_path::tiled;
+    }
+    bool vec = path == mat_path::vec;
+    bool rows = path == mat_path::rows;
+    pipeline_id id = pick(rows  ? pipeline_id::mul_mat_rows_f32
+                          : vec ? pipeline_id::mul_mat_vec_f32
+                                : pipeline_id::mul_mat_f32,
+                          w.type);
+    const pipeline& pl = s.pipes().get(id);
+    const device_info& info = s.dev().info();
+    if (!vec && ceil_div(n_tokens, abi::ORDO_MM_TN) > info.max_workgroup_count[1]) {
+        return bad("mul_mat", "too many tokens for one dispatch");
+    }
+    for (std::size_t c = 0; c < w.chunks.size(); ++c) {
+        const weight_chunk& ch = w.chunks[c];
+        std::uint32_t gx = rows ? ceil_div(ch.row_count, pl.workgroup_size)
+                           : vec ? ceil_div(ch.row_count, pl.rows_per_workgroup)
+                                 : ceil_div(ch.row_count, abi::ORDO_MM_TM);
+        std::uint32_t gy = (vec || rows) ? 1 : ceil_div(n_tokens, abi::ORDO_MM_TN);
+        if (gx > info.max_workgroup_count[0]) return bad("mul_mat", "too many rows per chunk");
+        abi::mul_mat_push p{w.n_in,   ch.row_count, n_tokens, ch.row_begin,
+                            ch.scale_offset, x.offset, x.stride, y.offset,
+                            y.stride, accumulate ? 1u : 0u};
+        // Chunks write disjoint rows of y: only the last needs the barrier.
+        s.dispatch(id, {ch.view, x.view, y.view}, p, {gx, gy, 1}, c + 1 == w.chunks.size());
+    }
+    return {};
+}
+
+status encode_rms_norm(stream& s, rows_view x, buffer_view weight, rows_view out,
+                       std::uint32_t n, std::uint32_t n_rows, float eps) {
+    if (n == 0 || n_rows == 0 || n_rows > rows_limit(s)) return bad("rms_norm", "bad shape");
+    if (!fits(x, n_rows, n) || !fits(out, n_rows, n) || weight.range < 4ull * n) {
+        return bad("rms_norm", "operand outside its binding");
+    }
+    // rms_norm_tx reads the weight from texel 0 of its buffer.
+    bool texel = prefer_texel(s) &&
+                 s.pipes().get(pipeline_id::rms_norm_tx).handle != VK_NULL_HANDLE &&
+                 texel_rows(x, n_rows, n) && vec4_rows(out) && weight.offset == 0 &&
+                 texel_rows({weight, 0, n}, 1, n);
+    if (texel) {
+        abi::rms_norm_push p{n, n_rows, buffer_offset(x), x.stride, out.offset, out.stride, eps};
+        s.dispatch(pipeline_id::rms_norm_tx, {x.view, weight, out.view}, p, {1, n_rows, 1});
+        return {};
+    }
+    abi::rms_norm_push p{n, n_rows, x.offset, x.stride, out.offset, out.stride, eps};
+    s.dispatch(pipeline_id::rms_norm, {x.view, weight, out.view}, p, {1, n_rows, 1});
+    return {};
+}
+
+status encode_rope(stream& s, rows_view x, ints_view positions, std::uint32_t n_tokens,
+                   std::uint32_t n_heads, std::uint32_t head_dim, std::uint32_t n_rot,
+                   float freq_base) {
+    if (n_tokens == 0 || n_tokens > rows_limit(s) || n_heads == 0 || n_rot == 0 ||
+        n_rot % 2 != 0 || n_rot > head_dim) {
+        return bad("rope", "bad shape (n_rot must be even and <= head_dim)");
+    }
+    if (!fits(x, n_tokens, std::uint64_t(n_heads) * head_dim) || !fits(positions, n_tokens)) {
+        return bad("rope", "operand outside its binding");
+    }
+    std::uint32_t wg = s.pipes().get(pipeline_id::rope).workgroup_size;
+    std::uint32_t gx = std::min(ceil_div(n_rot / 2, wg), elementwise_groups_max);
+    abi::rope_push p{n_tokens, n_heads, head_dim, n_rot, x.offset, x.stride, positions.offset,
+                     freq_base};
+    s.dispatch(pipeline_id::rope, {x.view, positions.view}, p, {gx, n_tokens, 1});
+    return {};
+}
+
+status encode_swiglu(stream& s, rows_view gate, rows_view up, rows_view out, std::uint32_t n,
+                     std::uint32_t n_rows) {
+    if (n == 0 || n_rows == 0 || n_rows > rows_limit(s)) return bad("swiglu", "bad shape");
+    if (!fits(gate, n_rows, n) || !fits(up, n_rows, n) || !fits(out, n_rows, n)) {
+        return bad("swiglu", "operand outside its binding");
+    }
+    if (prefer_texel(s) && texel_rows(gate, n_rows, n) && texel_rows(up, n_rows, n) &&
+        vec4_rows(out)) {
+        std::uint32_t wg = s.pipes().get(pipeline_id::swiglu_tx).workgroup_size;
+        abi::swiglu_push p{n,       n_rows,   buffer_offset(gate), gate.stride, buffer_offset(up),
+                           up.stride, out.offset, out.stride};
+        s.dispatch(pipeline_id::swiglu_tx, {gate.view, up.view, out.view}, p,
+                   {std::min(ceil_div(n / 4, wg), elementwise_groups_max), n_rows, 1});
+        return {};
+    }
+    std::uint32_t wg = s.pipes().get(pipeline_id::swiglu).workgroup_size;
+    abi::swiglu_push p{n, n_rows, gate.offset, gate.stride, up.offset, up.stride, out.offset,
+                       out.stride};
+    s.dispatch(pipeline_id::swiglu, {gate.view, up.view, out.view}, p,
+               {std::min(ceil_div(n, wg), elementwise_groups_max), n_rows, 1});
+    return {};
+}
+
+status encode_add(stream& s, rows_view a, rows_view b, rows_view out, std::uint32_t n,
+                  std::uint32_t n_rows) {
+    if (n == 0 || n_rows == 0 || n_rows > rows_limit(s)) return bad("add", "bad shape");
+    if (!fits(a, n_rows, n) || !fits(b, n_rows, n) || !fits(out, n_rows, n)) {
+        return bad("add", "operand outside its binding");
+    }
+    std::uint32_t wg = s.pipes().get(pipeline_id::add).workgroup_size;
+    abi::add_push p{n, n_rows, a.offset, a.stride, b.offset, b.stride, out.offset, out.stride};
+    s.dispatch(pipeline_id::add, {a.view, b.view, out.view}, p,
+               {std::min(ceil_div(n, wg), elementwise_groups_max), n_rows, 1});
+    return {};
+}
+
+status encode_kv_write(stream& s, const kv_pool& pool, std::uint32_t layer, rows_view k,
+                       rows_view v, ints_view slots, std::uint32_t n_tokens) {
+    const kv_geometry& g = pool.geometry();
+    std::uint64_t width = std::uint64_t(g.n_head_kv) * g.head_dim;
+    if (layer >= g.n_layer || n_tokens == 0 || n_tokens > rows_limit(s)) {
+        return bad("kv_write", "bad layer or token count");
+    }
+    // The shader takes one source binding with two offsets: k and v must share a buffer view.
+    if (k.view.buf != v.view.buf || k.view.offset != v.view.offset || k.stride != v.stride) {
+        return bad("kv_write", "k and v must be rows of the same view with the same stride");
+    }
+    if (!fits(k, n_tokens, width) || !fits(v, n_tokens, width) || !fits(slots, n_tokens)) {
+        return bad("kv_write", "operand outside its binding");
+    }
+    pipeline_id id = g.f16 ? pipeline_id::kv_write_f16 : pipeline_id::kv_write_f32;
+    std::uint32_t wg = s.pipes().get(id).workgroup_size;
+    abi::kv_write_push p{n_tokens, g.n_head_kv, g.head_dim, g.block_tokens, g.n_blocks,
+                         k.stride, k.offset,    v.offset,   slots.offset};
+    s.dispatch(id, {k.view, slots.view, pool.k(layer), pool.v(layer)}, p,
+               {std::min(ceil_div(width / 2, wg), elementwise_groups_max), n_tokens, 1});
+    return {};
+}
+
+status encode_rope_kv(stream& s, const kv_pool& pool, std::uint32_t layer, rows_view qkv,
+                      ints_view positions, ints_view slots, std::uint32_t n_tokens,
+                      std::uint32_t n_head, std::uint32_t n_rot, float freq_base) {
+    const kv_geometry& g = pool.geometry();
+    const std::uint32_t hd = g.head_dim, kv = g.n_head_kv * hd;
+    const rows_view k{qkv.view, qkv.offset + n_head * hd, qkv.stride};
+    const rows_view v{qkv.view, k.offset + kv, qkv.stride};
+    bool texel = prefer_texel(s) && hd % 4 == 0 && n_tokens != 0 &&
+                 texel_rows(qkv, n_tokens, n_head * hd + 2 * kv);
+    if (!texel) {
+        status r = encode_rope(s, qkv, positions, n_tokens, n_head + g.n_head_kv, hd, n_rot,
+                               freq_base);
+        return r ? encode_kv_write(s, pool, layer, k, v, slots, n_tokens) : r;
+    }
+    if (layer >= g.n_layer) return bad("rope_kv", "bad layer");
+    if (n_tokens > rows_limit(s) || n_head == 0 || n_rot == 0 || n_rot % 2 != 0 || n_rot > hd) {
+        return bad("rope_kv", "bad shape (n_rot must be even and <= head_dim)");
+    }
+    if (!fits(positions, n_tokens) || !fits(slots, n_tokens) ||
+        positions.view.buf != slots.view.buf || positions.view.offset != slots.view.offset) {
+        return bad("rope_kv", "positions and slots must be ints of one binding");
+    }
+    pipeline_id id = g.f16 ? pipeline_id::rope_kv_tx_f16 : pipeline_id::rope_kv_tx_f32;
+    abi::rope_kv_push p{};
+    p.n_tokens = n_tokens;
+    p.n_head = n_head;
+    p.n_head_kv = g.n_head_kv;
+    p.head_dim = hd;
+    p.n_rot = n_rot;
+    p.src_texel = buffer_offset(qkv) / 4;
+    p.q_offset = qkv.offset;
+    p.stride = qkv.stride;
+    p.pos_offset = positions.offset;
+    p.slots_offset = slots.offset;
+    p.block_tokens = g.block_tokens;
+    p.n_blocks = g.n_blocks;
+    p.freq_base = freq_base;
+    s.dispatch(id, {qkv.view, qkv.view, positions.view, pool.k(layer), pool.v(layer)}, p,
+               {1, n_tokens, 1});
+    return {};
+}
+
+namespace {
+
+// Whether the device and the pool geometry allow attention_tx at all (the batch's views aside).
+bool attention_tx_geometry(const pipelines& pipes, const kv_geometry& g) {
+    const device_info& info = pipes.dev().info();
+    return info.subgroup_arithmetic && pipes.tuning().attention_tx_wg == info.subgroup_size &&
+           g.head_dim % 8 == 0 && g.head_dim <= abi::ORDO_ATTN_TX_HD_LARGE;
+}
+
+// Whether attention_tx can run this batch (see attention_path in kernels.hpp).
+bool attention_tx_usable(const stream& s, const kv_pool& pool, std::uint32_t layer,
+                         const attention_batch& b) {
+    const kv_geometry& g = pool.geometry();
+    auto covered = [](const buffer_view& v, std::uint64_t end_bytes) {
+        return v.buf != nullptr && v.buf->texel_view() != VK_NULL_HANDLE && v.offset % 16 == 0 &&
+               (v.offset + end_bytes + 15) / 16 <= v.buf->texel_count();
+    };
+    std::uint64_t width = std::uint64_t(b.n_head) * g.head_dim;
+    std::uint64_t q_end = 4 * (b.q.offset + std::uint64_t(b.n_tokens - 1) * b.q.stride + width);
+    return attention_tx_geometry(s.pipes(), g) && b.q.offset % 4 == 0 && b.q.stride % 4 == 0 && covered(b.q.view, q_end) &&
+           covered(pool.k(layer), pool.k(layer).range) &&
+           covered(pool.v(layer), pool.v(layer).range) &&
+           covered(b.tables.view, 4ull * b.n_seqs * b.max_blocks_per_seq);
+}
+
+// The push fields attention.comp and attention_tx.comp share (abi.h).
+template <typename Push>
+Push attention_push_common(const kv_geometry& g, const attention_batch& b) {
+    Push p{};
+    p.n_tokens = b.n_tokens;
+    p.n_head = b.n_head;
+    p.n_head_kv = g.n_head_kv;
+    p.head_dim = g.head_dim;
+    p.block_tokens = g.block_tokens;
+    p.n_blocks = g.n_blocks;
+    p.max_blocks_per_seq = b.max_blocks_per_seq;
+    p.n_seqs = b.n_seqs;
+    p.tokens_offset = b.tokens.offset;
+    p.out_offset = b.out.offset;
+    p.out_stride = b.out.stride;
+    p.scale = 1.0f / std::sqrt(static_cast<float>(g.head_dim));
+    return p;
+}
+
+// The attention_tx variant for a pool geometry: grouped (prefill) or per query, head rows up to
+// 64 or 128, F16 or F32 pool. Specialized on head_dim (pipelines::for_k).
+pipeline_id attention_tx_id(const kv_geometry& g, bool grouped) {
+    bool small = g.head_dim <= abi::ORDO_ATTN_TX_HD_SMALL;
+    return grouped ? (small ? (g.f16 ? pipeline_id::attention_txg64_f16
+                                     : pipeline_id::attention_txg64_f32)
+                            : (g.f16 ? pipeline_id::attention_txg128_f16
+                                     : pipeline_id::attention_txg128_f32))
+           : small ? (g.f16 ? pipeline_id::attention_tx64_f16 : pipeline_id::attention_tx64_f32)
+                   : (g.f16 ? pipeline_id::attention_tx128_f16 : pipeline_id::attention_tx128_f32);
+}
+
+status encode_attention_tx(stream& s, const kv_pool& pool, std::uint32_t layer,
+                           const attention_batch& b) {
+    const kv_geometry& g = pool.geometry();
+    // Prefill-like steps (several tokens per sequence on average) take the grouped variant;
+    // both give every query the same bits (attention_tx.comp).
+    bool grouped = b.n_tokens >= abi::ORDO_ATTN_TX_GROUP * b.n_seqs;
+    pipeline_id id = attention_tx_id(g, grouped);
+    auto pl = s.pipes().for_k(id, g.head_dim);
+    if (!pl) return pl.err();
+    std::uint32_t gy = grouped ? ceil_div(b.n_tokens, abi::ORDO_ATTN_TX_GROUP) : b.n_tokens;
+    auto p = attention_push_common<abi::attention_tx_push>(g, b);
+    p.q_texel = static_cast<std::uint32_t>((b.q.view.offset + 4ull * b.q.offset) / 16);
+    p.q_stride4 = b.q.stride / 4;
+    p.k_texel = static_cast<std::uint32_t>(pool.k(layer).offset / 16);
+    p.v_texel = static_cast<std::uint32_t>(pool.v(layer).offset / 16);
+    p.tables_texel = static_cast<std::uint32_t>(b.tables.view.offset / 16);
+    s.dispatch(**pl, id,
+               {b.q.view, pool.k(layer), pool.v(layer), b.tokens.view, b.tables.view,
+                b.out.view},
+               p, {b.n_head, gy, 1});
+    return {};
+}
+
+// Loop iterations one attention invocation runs for a sequence of `positions`: attention_tx
+// walks positions / lanes keys per lane, once per query when a grouped workgroup mixes
+// sequences (at most ORDO_ATTN_TX_GROUP passes); attention.comp walks key tiles of wg keys,
+// each with a head_dim / 2 loop and two tile loops.
+std::uint64_t attention_iterations(bool tx, std::uint64_t positions, std::uint64_t lanes,
+                                   std::uint64_t wg, std::uint64_t head_dim) {
+    return tx ? (positions + lanes - 1) / lanes * abi::ORDO_ATTN_TX_GROUP + 64
+              : (positions + wg - 1) / wg * (head_dim / 2 + 2 * wg) + head_dim;
+}
+
+}  // namespace
+
+std::uint64_t attention_positions_max(const pipelines& pipes, const kv_geometry& g) {
+    const device_info& info = pipes.dev().info();
+    const std::uint32_t cap = info.loop_iterations_max;
+    if (cap == 0) return 0;
+    bool tx = pipes.tuning().prefer_texel_kernels && attention_tx_geometry(pipes, g);
+    std::uint64_t lanes = std::max<std::uint32_t>(1, info.subgroup_size);
+    std::uint64_t wg =
+        pipes.get(g.f16 ? pipeline_id::attention_f16 : pipeline_id::attention_f32).workgroup_size;
+    auto fits = [&](std::uint64_t blocks) {
+        return attention_iterations(tx, blocks * g.block_tokens, lanes, wg, g.head_dim) <= cap;
+    };
+    // The most whole blocks within the cap (iterations grow with positions): a binary search
+    // over the same count encode_attention checks, so the two cannot disagree.
+    std::uint64_t lo = 1, hi = 2;
+    while (fits(hi)) hi *= 2;
+    while (hi - lo > 1) {
+        std::uint64_t mid = lo + (hi - lo) / 2;
+        (fits(mid) ? lo : hi) = mid;
+    }
+    return lo * g.block_tokens;
+}
+
+status prepare_attention(const pipelines& pipes, const kv_geometry& g) {
+    if (!pipes.tuning().prefer_texel_kernels || !attention_tx_geometry(pipes, g)) return {};
+    for (bool grouped : {false, true}) {
+        auto pl = pipes.for_k(attention_tx_id(g, grouped), g.head_dim);
+        if (!pl) return pl.err();
+    }
+    return {};
+}
+
+status encode_attention(stream& s, const kv_pool& pool, std::uint32_t layer,
+                        const attention_batch& b) {
+    return encode_attention(s, pool, layer, b, attention_path::automatic);
+}
+
+status encode_attention(stream& s, const kv_pool& pool, std::uint32_t layer,
+                        const attention_batch& b, attention_path path) {
+    const kv_geometry& g = pool.geometry();
+    pipeline_id id = g.f16 ? pipeline_id::attention_f16 : pipeline_id::attention_f32;
+    std::uint32_t wg = s.pipes().get(id).workgroup_size;
+    if (layer >= g.n_layer || b.n_tokens == 0 || b.n_tokens > rows_limit(s) || b.n_seqs == 0 ||
+        b.max_blocks_per_seq == 0 || b.n_head == 0 || b.n_head % g.n_head_kv != 0 ||
+        b.n_head > s.dev().info().max_workgroup_count[0]) {
+        return bad("attention", "bad shape (n_head must be a multiple of n_head_kv)");
+    }
+    if (g.head_dim > wg * abi::ORDO_ATTN_ACC || g.head_dim > abi::ORDO_ATTN_HEAD_DIM_MAX) {
+        return bad("attention", "head_dim " + std::to_string(g.head_dim) +
+                                    " exceeds this device's attention workgroup");
+    }
+    std::uint64_t width = std::uint64_t(b.n_head) * g.head_dim;
+    if (!fits(b.q, b.n_tokens, width) || !fits(b.out, b.n_tokens, width) ||
+        !fits(b.tokens, 2ull * b.n_tokens) ||
+        !fits(b.tables, std::uint64_t(b.n_seqs) * b.max_blocks_per_seq) ||
+        b.tables.offset != 0) {
+        return bad("attention", "operand outside its binding (tables must start at offset 0)");
+    }
+    bool tx_ok = attention_tx_usable(s, pool, layer, b);
+    if (path == attention_path::texel && !tx_ok) {
+        return bad("attention", "texel path: head_dim, subgroup or texel views do not allow it");
+    }
+    bool tx = path == attention_path::texel ||
+              (path == attention_path::automatic && tx_ok &&
+               s.pipes().tuning().prefer_texel_kernels);
+    // The loop iterations one invocation runs for the longest sequence of the step: attention_tx
+    // walks a lane's keys (per query when a grouped workgroup mixes sequences); attention.comp
+    // walks key tiles, each with a head_dim loop and two tile loops. A device that caps them
+    // would end the loops early and attend over a prefix without a word: refused instead.
+    const std::uint32_t cap = s.dev().info().loop_iterations_max;
+    const std::uint64_t positions = std::uint64_t(b.max_blocks_per_seq) * g.block_tokens;
+    const std::uint64_t iterations = attention_iterations(
+        tx, positions, std::max<std::uint32_t>(1, s.dev().info().subgroup_size), wg, g.head_dim);
+    if (cap != 0 && iterations > cap) {
+        return bad("attention", "attending over " + std::to_string(positions) +
+                                    " positions needs ~" + std::to_string(iterations) +
+                                    " loop iterations per invocation; this device ends loops "
+                                    "after " + std::to_string(cap) +
+                                    " (llvmpipe): use a shorter context (model.context_tokens)");
+    }
+    if (tx) return encode_attention_tx(s, pool, layer, b);
+    auto p = attention_push_common<abi::attention_push>(g, b);
+    p.q_offset = b.q.offset;
+    p.q_stride = b.q.stride;
+    s.dispatch(id,
+               {b.q.view, pool.k(layer), pool.v(layer), b.tokens.view, b.tables.view,
+                b.out.view},
+               p, {b.n_head, b.n_tokens, 1});
+    return {};
+}
+
+status encode_spin_until(stream& s, buffer_view flag, std::uint32_t rounds) {
+    if (flag.range < 8 || rounds == 0 || rounds > s.dev().info().max_workgroup_count[0]) {
+        return bad("spin_until", "bad arguments");
+    }
+    std::uint32_t cap = s.dev().info().loop_iterations_max;
+    abi::spin_push p{cap != 0 ? std::min<std::uint32_t>(abi::ORDO_SPIN_POLLS, cap)
+                              : abi::ORDO_SPIN_POLLS_UNCAPPED,
+                     2};
+    s.dispatch(pipeline_id::spin_until, {flag}, p, {rounds, 1, 1});
+    return {};
+}
+
+status encode_spin(stream& s, buffer_view data, std::uint32_t iterations) {
+    if (data.range < 4 || iterations == 0) return bad("spin", "bad arguments");
+    abi::spin_push p{iterations, static_cast<std::uint32_t>(std::min<std::uint64_t>(
+                                     data.range / 4, 1u << 20))};
+    s.dispatch(pipeline_id::spin, {data}, p, {1, 1, 1});
+    return {};
+}
+
+}  // namespace ordo::gpu

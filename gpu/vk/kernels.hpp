@@ -1,0 +1,145 @@
+// kernels.hpp: one encoder per kernel. Each validates its arguments against the bound ranges
+// (a bad shape or offset is an ordo::error, never an out-of-bounds dispatch), fills the
+// push-constant struct from gpu/vk/shaders/abi.h, picks the grid, and records through the
+// stream::dispatch choke point. Nothing here allocates device memory. Used by the gpu actor's
+// step recorder, tests/gpu and bench/gpu_kernels.
+#pragma once
+
+#include <cstdint>
+
+#include "actors/runtime/result.hpp"
+#include "gpu/vk/kv_pool.hpp"
+#include "gpu/vk/stream.hpp"
+#include "gpu/vk/weights.hpp"
+
+namespace ordo::gpu {
+
+// F32 activation rows in a buffer: element (row t, column i) at offset + t * stride + i.
+struct rows_view {
+    buffer_view view;
+    std::uint32_t offset = 0;  // floats
+    std::uint32_t stride = 0;  // floats between rows
+};
+
+// Int32 array in a buffer (token ids, positions, slots, block tables).
+struct ints_view {
+    buffer_view view;
+    std::uint32_t offset = 0;  // ints
+};
+
+// out[i] = row ids[i] of table, dequantized. ids outside [0, n_out) leave their row untouched.
+status encode_get_rows(stream& s, const weight_tensor& table, ints_view ids, std::uint32_t n_ids,
+                       rows_view out);
+
+// automatic: on devices with tuning.prefer_texel_kernels (CPU devices: lavapipe) the
+// texel-fetch mul_mat_tx kernels whenever the weight and x buffers have texel views covering
+// the operands (variant by token count: 1, <= mat_vec_tokens_max, more); otherwise, up to
+// tuning.rows_tokens_max tokens (mat_vec_tokens_max on CPU devices, 1 on GPUs) mul_mat_rows,
+// then up to mat_vec_tokens_max the tiled mul_mat (mul_mat_vec when tuning.batch_invariant is
+// off); above that, the tiled mul_mat. The others force one kernel (tests); `texel` is an
+// error (gpu_bad_shape) when an operand has no usable texel view.
+// Batch invariance: tx1/tx4/txm sum every output in one order and rows/tiled in another
+// (gpu/vk/shaders/mat_order.glsl), so a token's outputs are bit-identical whichever kernel of the
+// family its step's token count picks; which family serves a weight depends only on its and
+// x's buffers (texel views, alignment), which the runner never changes; each kernel alone (vec
+// too) never depends on the other tokens.
+enum class mat_path { automatic, vec, tiled, rows, texel };
+// Token counts up to this use mul_mat_vec (decode, small batches); above, the tiled mat-mat.
+constexpr std::uint32_t mat_vec_tokens_max = 8;
+
+// y[t][r] (+)= sum_k w[r][k] x[t][k] for t < n_tokens, r < w.n_out (accumulate: fused residual).
+status encode_mul_mat(stream& s, const weight_tensor& w, rows_view x, rows_view y,
+                      std::uint32_t n_tokens, bool accumulate,
+                      mat_path path = mat_path::automatic);
+
+// Whether encode_mul_mat can read these operands through texel views (mat_path::texel).
+bool texel_path_usable(const weight_tensor& w, const rows_view& x, std::uint32_t n_tokens);
+
+// Whether a one-token texel mat-mul of this type and K runs tx1 (one pipeline per K; needs
+// subgroup broadcasts and <= ORDO_TX1_UNITS_MAX units per lane) rather than tx4.
+bool tx1_usable(const device_info& info, model::ggml_type type, std::uint32_t k);
+
+// The tx4/txm pipeline (id: a mul_mat_tx4_* or mul_mat_txm_* id) that encode_mul_mat runs on a
+// weight chunk of `rows` rows: the ORDO_TX_TILE_ROWS_NARROW row tile where it pads the rows less
+// than the default (288 rows: three 96-row workgroups instead of three 128-row ones, a third of
+// whose rows would be clamped copies), else the default. Both sum in mat_order.glsl's order.
+result<const pipeline*> mul_mat_tx_tile(const pipelines& pipes, pipeline_id id, std::uint32_t rows);
+
+// Builds the pipelines encode_mul_mat will need for `w` that are specialized on its K (tx1) or
+// its chunks' row tiles (tx4/txm), so that the step path never compiles one. A no-op where the
+// texel kernels are not preferred.
+status prepare_mul_mat(const pipelines& pipes, const weight_tensor& w);
+
+status encode_rms_norm(stream& s, rows_view x, buffer_view weight, rows_view out,
+                       std::uint32_t n, std::uint32_t n_rows, float eps);
+
+// In place on n_heads heads of head_dim floats per row, positions[t] per row.
+status encode_rope(stream& s, rows_view x, ints_view positions, std::uint32_t n_tokens,
+                   std::uint32_t n_heads, std::uint32_t head_dim, std::uint32_t n_rot,
+                   float freq_base);
+
+status encode_swiglu(stream& s, rows_view gate, rows_view up, rows_view out, std::uint32_t n,
+                     std::uint32_t n_rows);
+
+status encode_add(stream& s, rows_view a, rows_view b, rows_view out, std::uint32_t n,
+                  std::uint32_t n_rows);
+
+// Writes K rows (k: n_head_kv * head_dim floats per token) and V rows into `slots[t]`
+// (block * block_tokens + offset; negative = skip) of one pool layer.
+status encode_kv_write(stream& s, const kv_pool& pool, std::uint32_t layer, rows_view k,
+                       rows_view v, ints_view slots, std::uint32_t n_tokens);
+
+// The attention block's rope and KV store for fused q|k|v rows (qkv: n_head q heads, then
+// n_head_kv k heads, then n_head_kv v heads of head_dim floats per token): q and k rotated by
+// positions[t], q written back in place, k and v stored into slots[t] of one pool layer (a
+// negative slot stores nothing); the k rows of qkv are left rotated or not, depending on the
+// path. One dispatch (rope_kv_tx) where the texel kernels are preferred and the rows allow it,
+// else encode_rope + encode_kv_write; both compute the same values. positions and slots must be
+// ints of one binding.
+status encode_rope_kv(stream& s, const kv_pool& pool, std::uint32_t layer, rows_view qkv,
+                      ints_view positions, ints_view slots, std::uint32_t n_tokens,
+                      std::uint32_t n_head, std::uint32_t n_rot, float freq_base);
+
+// The most positions one sequence may attend over on this device, 0 = no limit: on a device
+// that caps the loop iterations of a shader invocation (device_info::loop_iterations_max,
+// llvmpipe), the attention kernel automatic would pick for this geometry must stay under it.
+// A multiple of the pool's block_tokens. encode_attention refuses steps past it.
+std::uint64_t attention_positions_max(const pipelines& pipes, const kv_geometry& g);
+
+// Builds the head_dim-specialized attention_tx pipelines a pool of this geometry will use (at
+// load, so the step path never compiles one). A no-op where encode_attention would not pick them.
+status prepare_attention(const pipelines& pipes, const kv_geometry& g);
+
+struct attention_batch {
+    rows_view q;                      // n_head * head_dim floats per token
+    rows_view out;                    // n_head * head_dim floats per token
+    ints_view tokens;                 // per token {sequence index, position}
+    ints_view tables;                 // n_seqs x max_blocks_per_seq block ids
+    std::uint32_t n_tokens = 0;
+    std::uint32_t n_seqs = 0;
+    std::uint32_t max_blocks_per_seq = 0;
+    std::uint32_t n_head = 0;
+};
+// Causal attention of every token over its sequence's positions 0..pos in the pool.
+status encode_attention(stream& s, const kv_pool& pool, std::uint32_t layer,
+                        const attention_batch& b);
+
+// automatic: attention_tx (texel fetches, subgroup merge) when the tuning prefers texel kernels
+// and the operands allow it (head_dim % 8 == 0 and <= 128, texel views covering q, K, V and the
+// tables, subgroup arithmetic, workgroup = subgroup); else attention.comp. `texel` forces the
+// former (gpu_bad_shape when not possible), `classic` the latter (tests, bench).
+enum class attention_path { automatic, classic, texel };
+status encode_attention(stream& s, const kv_pool& pool, std::uint32_t layer,
+                        const attention_batch& b, attention_path path);
+
+// Test-only: one invocation loops `iterations` times over data (a long-running dispatch; on
+// llvmpipe at most 65535 iterations, its cap per shader invocation).
+status encode_spin(stream& s, buffer_view data, std::uint32_t iterations);
+
+// Test-only: `rounds` workgroups (at most maxComputeWorkGroupCount[0]) each poll flag[0] (a
+// host-visible buffer of at least 2 uints) until the host makes it nonzero, at most
+// ORDO_SPIN_POLLS times each; bit 0 of flag[1] is set when one saw the flag, bit 1 when one
+// gave up.
+status encode_spin_until(stream& s, buffer_view flag, std::uint32_t rounds);
+
+}  // namespace ordo::gpu

@@ -1,0 +1,267 @@
+// pipelines.cpp: see pipelines.hpp.
+#include "gpu/vk/pipelines.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "gpu/vk/kernels.hpp"
+#include "gpu/vk/shaders/abi.h"
+#include "gpu/vk/vk_util.hpp"
+
+namespace ordo::gpu {
+
+namespace spirv {
+#define ORDO_X(name, bindings, push) \
+    extern const std::uint32_t name[]; \
+    extern const std::size_t name##_words;
+ORDO_GPU_PIPELINES(ORDO_X)
+#undef ORDO_X
+}  // namespace spirv
+
+#define ORDO_X(name, bindings, push) \
+    static_assert(sizeof(abi::push) % 4 == 0 && sizeof(abi::push) <= 128, #push " size");
+ORDO_GPU_PIPELINES(ORDO_X)
+#undef ORDO_X
+
+namespace {
+
+// What build() needs of each table row: the SPIR-V and the interface sizes.
+struct pipeline_source {
+    const std::uint32_t* code;
+    std::size_t words;
+    std::uint32_t bindings;
+    std::uint32_t push_bytes;
+};
+
+const pipeline_source& source_of(pipeline_id id) {
+    static const pipeline_source sources[] = {
+#define ORDO_X(name, bindings, push) \
+    {spirv::name, spirv::name##_words, bindings, static_cast<std::uint32_t>(sizeof(abi::push))},
+        ORDO_GPU_PIPELINES(ORDO_X)
+#undef ORDO_X
+    };
+    return sources[static_cast<std::size_t>(id)];
+}
+
+}  // namespace
+
+std::string_view pipeline_name(pipeline_id id) {
+    static constexpr std::string_view names[] = {
+#define ORDO_X(name, bindings, push) #name,
+        ORDO_GPU_PIPELINES(ORDO_X)
+#undef ORDO_X
+    };
+    auto i = static_cast<std::size_t>(id);
+    return i < pipeline_count ? names[i] : "unknown";
+}
+
+pipeline_tuning tuning_for(const device_info& info) {
+    // Lanes are cheap to add until a workgroup no longer fits the device; a multiple of the
+    // subgroup keeps every SIMD lane busy (lavapipe: 8 wide; NVIDIA: 32).
+    std::uint32_t sg = std::max<std::uint32_t>(info.subgroup_size, 1);
+    std::uint32_t cap = std::min<std::uint32_t>(info.max_workgroup_invocations, 256);
+    pipeline_tuning t;
+    t.elementwise_wg = std::min<std::uint32_t>(cap, std::max<std::uint32_t>(64, sg * 4));
+    t.norm_wg = std::min<std::uint32_t>(cap, std::max<std::uint32_t>(64, sg * 4));
+    t.mat_vec_wg = std::min<std::uint32_t>(cap, std::max<std::uint32_t>(32, sg * 4));
+    t.mat_vec_rows = 2;
+    t.mat_rows_wg = std::min<std::uint32_t>(cap, 64);
+    // A CPU device (lavapipe) runs the barrier-free row-per-lane kernel for every few-token
+    // count. On a GPU only for one token: on an NVIDIA H100 the tiled kernel costs ~0.19 ms per
+    // 768x2048 F16 mat-mul whatever the token count, mul_mat_rows 0.034 ms at one token, and the
+    // whole medium model decoded one sequence 16% faster with it, but 4 and 8 sequences
+    // 1.5-2x slower (gpu/PERF.md, session 4). Both sum in one order: batch invariance holds.
+    t.rows_tokens_max = info.kind == device_kind::cpu ? mat_vec_tokens_max : 1;
+    // One subgroup: a 16-row tile per lane gives 128 rows per workgroup (measured: 32 lanes
+    // left 768-row outputs at 3 workgroups per token group, 1.2-1.5x slower on 2 threads).
+    t.mat_tx_tile_wg = std::min<std::uint32_t>(cap, std::max<std::uint32_t>(8, sg));
+    // tx1: one subgroup of 8-lane teams (mul_mat_tx.comp); 8 where the subgroup is not a
+    // multiple of 8 (tx1 is then not used: tx1_usable).
+    t.mat_tx1_wg = sg % abi::ORDO_MAT_GROUPS == 0 && sg <= cap ? sg : abi::ORDO_MAT_GROUPS;
+    t.prefer_texel_kernels = info.kind == device_kind::cpu;
+    t.attention_tx_wg = std::min<std::uint32_t>(cap, sg);
+    t.attention_wg = std::min<std::uint32_t>(cap, std::max<std::uint32_t>(32, sg * 2));
+    return t;
+}
+
+namespace {
+
+std::uint32_t wg_for(pipeline_id id, const pipeline_tuning& t) {
+    std::string_view n = pipeline_name(id);
+    if (n.starts_with("mul_mat_vec")) return t.mat_vec_wg;
+    if (n.starts_with("mul_mat_rows")) return t.mat_rows_wg;
+    if (n.starts_with("mul_mat_tx1")) return t.mat_tx1_wg;
+    if (n.starts_with("mul_mat_tx")) return t.mat_tx_tile_wg;
+    if (n.starts_with("mul_mat")) return 128;  // fixed by the tile mapping in mul_mat.comp
+    if (n == "rms_norm") return t.norm_wg;
+    if (n == "rms_norm_tx" || n.starts_with("rope_kv_tx")) return t.attention_tx_wg;  // one subgroup
+    if (n.starts_with("attention_tx")) return t.attention_tx_wg;
+    if (n.starts_with("attention")) return t.attention_wg;
+    if (n == "spin" || n == "spin_until") return 1;
+    return t.elementwise_wg;
+}
+
+}  // namespace
+
+result<std::unique_ptr<pipelines>> pipelines::create(const device& dev,
+                                                     const pipeline_tuning& tuning) {
+    std::unique_ptr<pipelines> p(new pipelines(dev));
+    p->_tuning = tuning;
+    bool pow2 = tuning.norm_wg != 0 && (tuning.norm_wg & (tuning.norm_wg - 1)) == 0;
+    if (!pow2 || tuning.elementwise_wg == 0 || tuning.mat_vec_wg == 0 ||
+        tuning.mat_vec_rows == 0 || tuning.attention_wg == 0 || tuning.mat_rows_wg == 0 ||
+        tuning.mat_tx_tile_wg == 0 || tuning.mat_tx1_wg == 0 || tuning.attention_tx_wg == 0 ||
+        std::max({tuning.elementwise_wg, tuning.norm_wg, tuning.mat_vec_wg, tuning.attention_wg,
+                  tuning.mat_rows_wg, tuning.mat_tx_tile_wg, 128u}) >
+            dev.info().max_workgroup_invocations) {
+        return make_error("gpu_bad_config", "pipeline tuning: workgroup sizes must be nonzero, "
+                                            "fit the device, and norm_wg a power of two");
+    }
+    for (std::size_t i = 0; i < pipeline_count; ++i) {
+        auto id = static_cast<pipeline_id>(i);
+        if (specialized_on_k(id)) continue;  // built per K by for_k()
+        status s = p->build(p->_all[i], id, 0, abi::ORDO_TX_TILE_ROWS);
+        if (!s) return s.err();
+    }
+    return p;
+}
+
+bool pipelines::specialized_on_k(pipeline_id id) {
+    return pipeline_name(id).starts_with("mul_mat_tx1") ||
+           pipeline_name(id).starts_with("attention_tx");
+}
+
+result<const pipeline*> pipelines::for_k(pipeline_id id, std::uint32_t k) const {
+    if (!specialized_on_k(id)) return &get(id);
+    if (pipeline_name(id).starts_with("mul_mat_tx1") && !_device.info().subgroup_ballot) {
+        return make_error("gpu_unsupported", std::string(pipeline_name(id)) +
+                                                 " needs subgroup ballot operations");
+    }
+    return variant(id, k, abi::ORDO_TX_TILE_ROWS);
+}
+
+result<const pipeline*> pipelines::for_tile(pipeline_id id, std::uint32_t wg_rows) const {
+    bool tiled = pipeline_name(id).starts_with("mul_mat_tx4") ||
+                 pipeline_name(id).starts_with("mul_mat_txm");
+    if (!tiled ||
+        (wg_rows != abi::ORDO_TX_TILE_ROWS && wg_rows != abi::ORDO_TX_TILE_ROWS_NARROW)) {
+        return make_error("gpu_bad_config", std::string(pipeline_name(id)) + ": no " +
+                                                std::to_string(wg_rows) + "-row tile variant");
+    }
+    if (wg_rows == abi::ORDO_TX_TILE_ROWS) return &get(id);
+    return variant(id, 0, wg_rows);
+}
+
+result<const pipeline*> pipelines::variant(pipeline_id id, std::uint32_t k,
+                                           std::uint32_t wg_rows) const {
+    std::lock_guard lock(_variants_mutex);
+    auto key = std::make_tuple(id, k, wg_rows);
+    auto it = _variants.find(key);
+    if (it != _variants.end()) return it->second.get();
+    auto pl = std::make_unique<pipeline>();
+    status s = build(*pl, id, k, wg_rows);
+    if (!s) {
+        destroy(*pl);
+        return s.err();
+    }
+    return _variants.emplace(key, std::move(pl)).first->second.get();
+}
+
+status pipelines::build(pipeline& pl, pipeline_id id, std::uint32_t k,
+                        std::uint32_t wg_rows) const {
+    VkDevice d = _device.handle();
+    const pipeline_source& src = source_of(id);
+    const std::uint32_t bindings = src.bindings;
+    // attention_tx needs subgroup arithmetic, which Vulkan does not require: without it the
+    // pipeline stays null and encode_attention never picks it (it checks the same flag).
+    if ((pipeline_name(id).starts_with("attention_tx") || pipeline_name(id) == "rms_norm_tx") &&
+        !_device.info().subgroup_arithmetic) {
+        return {};
+    }
+    pl.bindings = bindings;
+    pl.push_bytes = src.push_bytes;
+    pl.k = k;
+    pl.workgroup_size = wg_for(id, _tuning);
+    pl.rows_per_workgroup = pipeline_name(id).starts_with("mul_mat_vec") ? _tuning.mat_vec_rows
+                                                                        : 1;
+    // mul_mat_tx reads weights (binding 0) and activations (binding 1) as texel buffers.
+    // attention_tx: q, K, V and the block tables (bindings 0, 1, 2, 4).
+    // rms_norm_tx: x and the weight; swiglu_tx: gate and up; rope_kv_tx: the q|k|v rows.
+    std::string_view name = pipeline_name(id);
+    pl.texel_bindings = name.starts_with("mul_mat_tx") || name == "rms_norm_tx" ||
+                                name == "swiglu_tx"
+                            ? 0b011u
+                        : name.starts_with("attention_tx") ? 0b10111u
+                        : name.starts_with("rope_kv_tx")   ? 0b1u
+                                                           : 0u;
+    std::string what = "pipeline " + std::string(pipeline_name(id));
+    if (k != 0) what += " (K " + std::to_string(k) + ")";
+    if (wg_rows != abi::ORDO_TX_TILE_ROWS) what += " (" + std::to_string(wg_rows) + "-row tile)";
+
+    VkDescriptorSetLayoutBinding b[8]{};
+    ORDO_GPU_CHECK(bindings <= 8, "binding count");
+    for (std::uint32_t i = 0; i < bindings; ++i) {
+        b[i].binding = i;
+        b[i].descriptorType = ((pl.texel_bindings >> i) & 1u)
+                                  ? VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER
+                                  : VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+        b[i].descriptorCount = 1;
+        b[i].stageFlags = VK_SHADER_STAGE_COMPUTE_BIT;
+    }
+    VkDescriptorSetLayoutCreateInfo dl{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO};
+    dl.flags = VK_DESCRIPTOR_SET_LAYOUT_CREATE_PUSH_DESCRIPTOR_BIT_KHR;
+    dl.bindingCount = bindings;
+    dl.pBindings = b;
+    VkResult r = vkCreateDescriptorSetLayout(d, &dl, nullptr, &pl.set_layout);
+    if (r != VK_SUCCESS) return vk_error(r, what + " set layout");
+
+    VkPushConstantRange range{VK_SHADER_STAGE_COMPUTE_BIT, 0, src.push_bytes};
+    VkPipelineLayoutCreateInfo li{VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
+    li.setLayoutCount = 1;
+    li.pSetLayouts = &pl.set_layout;
+    li.pushConstantRangeCount = 1;
+    li.pPushConstantRanges = &range;
+    r = vkCreatePipelineLayout(d, &li, nullptr, &pl.layout);
+    if (r != VK_SUCCESS) return vk_error(r, what + " layout");
+
+    VkShaderModuleCreateInfo mi{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
+    mi.codeSize = src.words * 4;
+    mi.pCode = src.code;
+    VkShaderModule module = VK_NULL_HANDLE;
+    r = vkCreateShaderModule(d, &mi, nullptr, &module);
+    if (r != VK_SUCCESS) return vk_error(r, what + " shader module");
+
+    // Constant 2 (K) only matters to the shaders specialized on it (0 elsewhere); Vulkan
+    // ignores map entries whose constant a module does not declare.
+    // Constant 3: mul_mat_tx tx4/txm rows per lane (wg_rows rows per workgroup).
+    pl.tile_rows = tx_rows_per_lane(pl.workgroup_size, wg_rows);
+    std::uint32_t spec_values[4] = {pl.workgroup_size, pl.rows_per_workgroup, k, pl.tile_rows};
+    VkSpecializationMapEntry entries[4] = {{0, 0, 4}, {1, 4, 4}, {2, 8, 4}, {3, 12, 4}};
+    VkSpecializationInfo spec{4, entries, sizeof(spec_values), spec_values};
+    VkComputePipelineCreateInfo ci{VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
+    ci.stage.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO;
+    ci.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
+    ci.stage.module = module;
+    ci.stage.pName = "main";
+    ci.stage.pSpecializationInfo = &spec;
+    ci.layout = pl.layout;
+    r = vkCreateComputePipelines(d, VK_NULL_HANDLE, 1, &ci, nullptr, &pl.handle);
+    vkDestroyShaderModule(d, module, nullptr);
+    if (r != VK_SUCCESS) return vk_error(r, what + " create");
+    return {};
+}
+
+void pipelines::destroy(pipeline& pl) const {
+    VkDevice d = _device.handle();
+    if (pl.handle != VK_NULL_HANDLE) vkDestroyPipeline(d, pl.handle, nullptr);
+    if (pl.layout != VK_NULL_HANDLE) vkDestroyPipelineLayout(d, pl.layout, nullptr);
+    if (pl.set_layout != VK_NULL_HANDLE) vkDestroyDescriptorSetLayout(d, pl.set_layout, nullptr);
+    pl = pipeline{};
+}
+
+pipelines::~pipelines() {
+    for (pipeline& pl : _all) destroy(pl);
+    for (auto& [key, pl] : _variants) destroy(*pl);
+}
+
+}  // namespace ordo::gpu

@@ -1,0 +1,129 @@
+// pipelines.hpp: creates every compute pipeline of gpu/vk/pipeline_table.hpp once per device, with
+// per-device specialization constants (workgroup sizes from the device's limits and subgroup
+// size). Owned next to gpu::device by the gpu actor; read by gpu::stream::dispatch.
+#pragma once
+
+#include <vulkan/vulkan.h>
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string_view>
+#include <tuple>
+
+#include "actors/runtime/result.hpp"
+#include "gpu/vk/device.hpp"
+#include "gpu/vk/pipeline_table.hpp"
+
+namespace ordo::gpu {
+
+enum class pipeline_id : std::uint32_t {
+#define ORDO_X(name, bindings, push) name,
+    ORDO_GPU_PIPELINES(ORDO_X)
+#undef ORDO_X
+        count
+};
+constexpr std::size_t pipeline_count = static_cast<std::size_t>(pipeline_id::count);
+
+std::string_view pipeline_name(pipeline_id id);
+
+struct pipeline {
+    VkPipeline handle = VK_NULL_HANDLE;
+    VkPipelineLayout layout = VK_NULL_HANDLE;
+    VkDescriptorSetLayout set_layout = VK_NULL_HANDLE;
+    std::uint32_t bindings = 0;
+    std::uint32_t push_bytes = 0;
+    std::uint32_t workgroup_size = 0;  // specialization constant 0 (lanes per workgroup)
+    std::uint32_t rows_per_workgroup = 1;  // specialization constant 1 where used
+    std::uint32_t k = 0;                   // specialization constant 2 (K) where used, else 0
+    std::uint32_t tile_rows = 0;           // constant 3: mul_mat_tx tx4/txm rows per lane
+    // Bit i set: binding i is a uniform texel buffer (the buffer's R32G32B32A32_UINT
+    // texel_view()), not a storage buffer. Its shader addresses texels from the buffer start.
+    std::uint32_t texel_bindings = 0;
+
+    // tx4/txm: weight rows one workgroup covers.
+    std::uint32_t workgroup_rows() const { return workgroup_size * tile_rows; }
+};
+
+// tx4/txm rows per lane (specialization constant 3) of a `lanes`-wide workgroup asked to cover
+// about `wg_rows` weight rows: the one formula pipelines::build and the tile choice share.
+inline std::uint32_t tx_rows_per_lane(std::uint32_t lanes, std::uint32_t wg_rows) {
+    return wg_rows / lanes > 1 ? wg_rows / lanes : 1;
+}
+
+// Workgroup sizes picked per device. Defaults come from tuning_for(); tests and the bench may
+// override them to check that results do not depend on the choice.
+struct pipeline_tuning {
+    std::uint32_t elementwise_wg = 0;   // get_rows, rope, swiglu, add, kv_write
+    std::uint32_t norm_wg = 0;          // rms_norm (power of two)
+    std::uint32_t mat_vec_wg = 0;       // mul_mat_vec lanes
+    std::uint32_t mat_vec_rows = 0;     // mul_mat_vec rows per workgroup
+    std::uint32_t attention_wg = 0;     // attention lanes (head_dim <= wg * ORDO_ATTN_ACC)
+    std::uint32_t mat_rows_wg = 0;      // mul_mat_rows lanes (= weight rows per workgroup)
+    // mat_path::automatic picks mul_mat_rows up to this many tokens (0: never); above it the
+    // tiled mul_mat (or mul_mat_vec, see batch_invariant). At most mat_vec_tokens_max.
+    std::uint32_t rows_tokens_max = 0;
+    // mul_mat_tx tx4/txm lanes: each owns 128 / lanes rows (16 at 8 lanes), so a small group
+    // keeps enough workgroups for every thread on 768-row outputs (gpu/PERF.md).
+    std::uint32_t mat_tx_tile_wg = 0;
+    std::uint32_t mat_tx1_wg = 0;  // tx1 lanes: the subgroup (8-lane teams, mul_mat_tx.comp)
+    // mat_path::automatic picks the texel-fetch mul_mat_tx kernels (when the operands' buffers
+    // have texel views); measured 5-17x faster than the others on lavapipe (gpu/PERF.md).
+    bool prefer_texel_kernels = false;
+    // mat_path::automatic never switches to a kernel with another summation order by token
+    // count: mul_mat_vec (lanes split K) is then never picked and the tiled mul_mat serves
+    // every token count where the texel kernels are not used. All automatic kernels then sum
+    // in gpu/vk/shaders/mat_order.glsl's order: a token's outputs are bit-identical whatever its
+    // batch (gpu/PERF.md "Batch invariance"). False restores mul_mat_vec for <= 8 tokens on GPUs.
+    bool batch_invariant = true;
+    // attention_tx lanes: must equal the subgroup size (its lanes merge through subgroup ops).
+    std::uint32_t attention_tx_wg = 0;
+};
+
+pipeline_tuning tuning_for(const device_info& info);
+
+class pipelines {
+public:
+    static result<std::unique_ptr<pipelines>> create(const device& dev,
+                                                     const pipeline_tuning& tuning);
+    ~pipelines();
+    pipelines(const pipelines&) = delete;
+    pipelines& operator=(const pipelines&) = delete;
+
+    const pipeline& get(pipeline_id id) const { return _all[static_cast<std::size_t>(id)]; }
+    const pipeline_tuning& tuning() const { return _tuning; }
+    const device& dev() const { return _device; }
+
+    // Pipelines specialized on K (specialization constant 2): the mul_mat_tx1_* ids (K = the
+    // weight's n_in) and the attention_tx* ids (K = head_dim), whose table entries stay empty.
+    // Built on first request and kept (llvmpipe compiles one in ~10-100 ms, so the runner asks
+    // for them at load, not on the step path).
+    // Thread-safe; the returned pipeline lives as long as this object.
+    static bool specialized_on_k(pipeline_id id);
+    result<const pipeline*> for_k(pipeline_id id, std::uint32_t k) const;
+
+    // The tx4/txm (mul_mat_tx4_*, mul_mat_txm_*) pipeline whose workgroups cover about
+    // `wg_rows` weight rows: abi ORDO_TX_TILE_ROWS is the table entry, ORDO_TX_TILE_ROWS_NARROW
+    // is built on first request and kept, like for_k (the runner asks at load). The pipeline's
+    // workgroup_rows() says what it covers (lanes x rows per lane). Other ids or tiles: an error.
+    result<const pipeline*> for_tile(pipeline_id id, std::uint32_t wg_rows) const;
+
+private:
+    explicit pipelines(const device& dev) : _device(dev) {}
+    status build(pipeline& pl, pipeline_id id, std::uint32_t k, std::uint32_t wg_rows) const;
+    result<const pipeline*> variant(pipeline_id id, std::uint32_t k, std::uint32_t wg_rows) const;
+    void destroy(pipeline& pl) const;
+
+    const device& _device;
+    pipeline_tuning _tuning;
+    std::array<pipeline, pipeline_count> _all{};
+    // Pipelines built on request (for_k, for_tile), keyed by (id, K, tile rows).
+    mutable std::mutex _variants_mutex;
+    mutable std::map<std::tuple<pipeline_id, std::uint32_t, std::uint32_t>,
+                     std::unique_ptr<pipeline>>
+        _variants;
+};
+
+}  // namespace ordo::gpu

@@ -1,0 +1,268 @@
+// abi.h: the one declaration of every push-constant struct, binding index and shared constant
+// used by the compute shaders (gpu/vk/shaders/*.comp include it as GLSL) and by their encoders
+// (gpu/vk/kernels.cpp includes it as C++). Members are 32-bit scalars only, so GLSL's std430
+// push-constant layout and the C++ layout are identical; gpu/vk/kernels.cpp static_asserts sizes.
+//
+// Conventions: element offsets and strides are in elements of the binding (floats for
+// activations), so sub-views never need descriptor-offset alignment. Specialization constant 0
+// is always the workgroup size (chosen per device in gpu/vk/pipelines.cpp).
+#ifndef ORDO_GPU_ABI_H
+#define ORDO_GPU_ABI_H
+
+#ifdef __cplusplus
+#include <cstdint>
+namespace ordo::gpu::abi {
+using uint = std::uint32_t;
+#define ORDO_ABI_CONST constexpr uint
+#else
+#define ORDO_ABI_CONST const uint
+#endif
+
+// Weight element types (WTYPE define of get_rows/mul_mat_vec/mul_mat variants).
+ORDO_ABI_CONST ORDO_WTYPE_F32 = 0;
+ORDO_ABI_CONST ORDO_WTYPE_F16 = 1;
+ORDO_ABI_CONST ORDO_WTYPE_Q8_0 = 2;
+ORDO_ABI_CONST ORDO_WTYPE_Q4_0 = 3;
+ORDO_ABI_CONST ORDO_QK = 32;  // elements per quant block (Q8_0, Q4_0)
+
+// mul_mat_vec: columns (tokens) accumulated together per pass over the weights.
+ORDO_ABI_CONST ORDO_MMV_COLS = 4;
+// mul_mat_rows: tokens accumulated together per pass over a weight row.
+ORDO_ABI_CONST ORDO_ROWS_COLS = 8;
+// mul_mat tile: TM weight rows x TN tokens per workgroup, K stepped one quant block at a time.
+ORDO_ABI_CONST ORDO_MM_TM = 64;
+ORDO_ABI_CONST ORDO_MM_TN = 32;
+// mul_mat_tx (texel-fetch mat-mul, the lavapipe fast path). Summation order (mat_order.glsl):
+// K's units (F32 4 elements, F16 8, Q8_0/Q4_0 one 32-block) are dealt to ORDO_MAT_GROUPS
+// groups round-robin (unit u -> group u % 8); each group is summed on its own, then the group
+// sums are added in group order. Variants by token count: tx1 (1 token: decode) gives each of
+// 8 lanes one group and keeps that lane's activations in registers for all the workgroup's
+// ORDO_TX1_ROWS rows: one weight-texel gather per unit, no activation gather (K is a
+// specialization constant so the activation cache is indexed statically; K above
+// ORDO_TX1_UNITS_MAX units per lane falls back to tx4). tx4 (2..8 tokens; the name predates
+// T = 8) and txm (more: many sequences, prefill): each lane owns R rows x T tokens and walks
+// the groups in turn; per lane and K unit a tile costs R weight + T x PARTS activation texel
+// gathers for 8 R T multiply-adds (F16), and on llvmpipe the gathers, not the (spilled)
+// accumulators, set the price (gpu/PERF.md).
+ORDO_ABI_CONST ORDO_MAT_GROUPS = 8;
+// tx1 workgroup = one subgroup of 8 x teams lanes; each team of 8 runs the 8 groups.
+ORDO_ABI_CONST ORDO_TX1_ROWS = 32;  // weight rows per tx1 workgroup
+ORDO_ABI_CONST ORDO_TX1_UNITS_MAX = 128;  // activation units a tx1 lane keeps in registers
+// Tokens the split-K variants serve (tx1: 1, tx1t2: 2, tx1t4: 3..4; each token's units are
+// cached); more go to tx4/txm.
+ORDO_ABI_CONST ORDO_TX1_TOKENS_MAX = 4;
+// tx4/txm rows per lane at 8 lanes (more lanes: fewer rows, 128 rows per workgroup).
+ORDO_ABI_CONST ORDO_TX_TILE_ROWS = 128;
+// The narrower workgroup row tile (12 rows per lane at 8 lanes), picked for a weight chunk when
+// it pads the chunk's rows less: 288 and 864-row outputs (the small model) fill 96-row tiles
+// exactly but leave 96 / 32 rows of 128-row tiles computing clamped copies (gpu/PERF.md).
+ORDO_ABI_CONST ORDO_TX_TILE_ROWS_NARROW = 96;
+ORDO_ABI_CONST ORDO_TX4_R = 16, ORDO_TX4_T = 8;
+ORDO_ABI_CONST ORDO_TXM_R = 16, ORDO_TXM_T = 16;
+// attention: per-lane accumulator slots; head_dim <= workgroup size * this.
+ORDO_ABI_CONST ORDO_ATTN_ACC = 4;
+ORDO_ABI_CONST ORDO_ATTN_HEAD_DIM_MAX = 256;
+
+// Binding indices, per kernel.
+ORDO_ABI_CONST ORDO_B_GET_ROWS_TABLE = 0, ORDO_B_GET_ROWS_IDS = 1, ORDO_B_GET_ROWS_OUT = 2;
+ORDO_ABI_CONST ORDO_B_MM_W = 0, ORDO_B_MM_X = 1, ORDO_B_MM_Y = 2;
+ORDO_ABI_CONST ORDO_B_NORM_X = 0, ORDO_B_NORM_W = 1, ORDO_B_NORM_OUT = 2;
+ORDO_ABI_CONST ORDO_B_ROPE_X = 0, ORDO_B_ROPE_POS = 1;
+ORDO_ABI_CONST ORDO_B_SWIGLU_GATE = 0, ORDO_B_SWIGLU_UP = 1, ORDO_B_SWIGLU_OUT = 2;
+ORDO_ABI_CONST ORDO_B_ADD_A = 0, ORDO_B_ADD_B = 1, ORDO_B_ADD_OUT = 2;
+ORDO_ABI_CONST ORDO_B_ROPE_KV_SRC = 0, ORDO_B_ROPE_KV_Q = 1, ORDO_B_ROPE_KV_INTS = 2,
+               ORDO_B_ROPE_KV_K = 3, ORDO_B_ROPE_KV_V = 4;
+ORDO_ABI_CONST ORDO_B_KVW_SRC = 0, ORDO_B_KVW_SLOTS = 1, ORDO_B_KVW_K = 2, ORDO_B_KVW_V = 3;
+ORDO_ABI_CONST ORDO_B_ATTN_Q = 0, ORDO_B_ATTN_K = 1, ORDO_B_ATTN_V = 2, ORDO_B_ATTN_TOKENS = 3,
+               ORDO_B_ATTN_TABLES = 4, ORDO_B_ATTN_OUT = 5;
+ORDO_ABI_CONST ORDO_B_SPIN_DATA = 0;
+
+// get_rows_*.comp: out[i] = dequant(table[ids[i]]) for the ids that fall in this chunk.
+struct get_rows_push {
+    uint n_cols;        // elements per table row (ne0)
+    uint n_ids;         // rows to gather
+    uint row_begin;     // first table row held by the bound chunk
+    uint row_count;     // table rows in the bound chunk
+    uint scale_offset;  // word offset of the f16 scale array in a quantized chunk (else 0)
+    uint ids_offset;    // first id (elements)
+    uint out_offset;    // floats
+    uint out_stride;    // floats between output rows
+};
+
+// mul_mat_vec_*.comp and mul_mat_*.comp: y[t][row_begin + r] (+)= sum_k W[r][k] * x[t][k].
+struct mul_mat_push {
+    uint k;             // input dim (ne0), elements per weight row
+    uint n_rows;        // weight rows in the bound chunk
+    uint n_cols;        // tokens (columns of x and y)
+    uint row_begin;     // output index of the chunk's first row
+    uint scale_offset;  // word offset of the f16 scale array in a quantized chunk (else 0)
+    uint x_offset;      // floats; multiple of 4
+    uint x_stride;      // floats between tokens; multiple of 4
+    uint y_offset;      // floats
+    uint y_stride;      // floats between tokens
+    uint accumulate;    // 1: y += W x (fused residual add), 0: y = W x
+};
+
+// mul_mat_tx.comp: as mul_mat_push, but weights and activations are read through R32G32B32A32_UINT
+// uniform texel buffers over whole buffers (16-byte texels), so positions are texel indices.
+struct mul_mat_tx_push {
+    uint k;             // input dim (ne0), elements per weight row
+    uint n_rows;        // weight rows in the bound chunk
+    uint n_cols;        // tokens (columns of x and y)
+    uint row_begin;     // output index of the chunk's first row
+    uint w_texel;       // texel of the chunk's first weight row in its buffer
+    uint s_texel;       // texel of the chunk's f16 scale array (quantized types), else 0
+    uint x_texel;       // texel of token 0's first element
+    uint x_stride4;     // texels between tokens
+    uint y_offset;      // floats
+    uint y_stride;      // floats between tokens
+    uint accumulate;    // 1: y += W x (fused residual add), 0: y = W x
+};
+
+// rms_norm.comp: out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w.
+struct rms_norm_push {
+    uint n;             // elements per row
+    uint n_rows;
+    uint x_offset;
+    uint x_stride;
+    uint out_offset;
+    uint out_stride;
+    float eps;
+};
+
+// rope.comp: in place, adjacent pairs (x[2i], x[2i+1]) of the first n_rot dims of each head.
+struct rope_push {
+    uint n_tokens;
+    uint n_heads;       // heads rotated per token (q heads, or q + k heads of a fused buffer)
+    uint head_dim;
+    uint n_rot;         // even, <= head_dim
+    uint x_offset;      // floats, first head of token 0
+    uint x_stride;      // floats between tokens
+    uint pos_offset;    // first position (elements of the positions buffer)
+    float freq_base;
+};
+
+// swiglu.comp: out = silu(gate) * up.
+struct swiglu_push {
+    uint n;
+    uint n_rows;
+    uint gate_offset;
+    uint gate_stride;
+    uint up_offset;
+    uint up_stride;
+    uint out_offset;
+    uint out_stride;
+};
+
+// add.comp: out = a + b.
+struct add_push {
+    uint n;
+    uint n_rows;
+    uint a_offset;
+    uint a_stride;
+    uint b_offset;
+    uint b_stride;
+    uint out_offset;
+    uint out_stride;
+};
+
+// KV pool layer view geometry: element (block, head, slot, d) of one layer lives at
+// ((block * n_head_kv + head) * block_tokens + slot) * head_dim + d.
+// kv_write_*.comp: copies the new tokens' K and V rows into their slots (slot = block *
+// block_tokens + offset, one per token; slot < 0 skips the token).
+struct kv_write_push {
+    uint n_tokens;
+    uint n_head_kv;
+    uint head_dim;
+    uint block_tokens;
+    uint n_blocks;      // blocks in the pool (slots are bounds-checked against it)
+    uint src_stride;    // floats between tokens in the source
+    uint k_offset;      // floats, first K element of token 0 in the source
+    uint v_offset;      // floats, first V element of token 0 in the source
+    uint slots_offset;  // elements
+};
+
+// rope_kv_tx.comp: rope on q and k of fused q|k|v rows, q written back in place, k and v stored
+// into the pool slots (rope_push + kv_write_push in one dispatch).
+struct rope_kv_push {
+    uint n_tokens;
+    uint n_head;        // q heads
+    uint n_head_kv;
+    uint head_dim;      // multiple of 4
+    uint n_rot;         // even, <= head_dim
+    uint src_texel;     // texel of token 0's q in the source buffer (its texel view)
+    uint q_offset;      // floats: token 0's q in the q binding (the same rows; multiple of 4)
+    uint stride;        // floats between tokens (multiple of 4)
+    uint pos_offset;    // ints: token 0's position in the ints binding
+    uint slots_offset;  // ints: token 0's slot (block * block_tokens + offset; < 0: no store)
+    uint block_tokens;
+    uint n_blocks;      // blocks in the pool (slots are bounds-checked against it)
+    float freq_base;
+};
+
+// attention_*.comp: for each query token and head, causal softmax attention over the token's
+// sequence positions 0..pos, read from the paged pool through the sequence's block table.
+// tokens buffer: per token two ints {sequence index, position}; tables: n_seqs x
+// max_blocks_per_seq block ids.
+struct attention_push {
+    uint n_tokens;
+    uint n_head;
+    uint n_head_kv;
+    uint head_dim;
+    uint block_tokens;
+    uint n_blocks;
+    uint max_blocks_per_seq;
+    uint n_seqs;        // rows of the tables binding; a token naming another sequence is skipped
+    uint q_offset;
+    uint q_stride;
+    uint out_offset;
+    uint out_stride;
+    uint tokens_offset; // ints
+    float scale;        // 1 / sqrt(head_dim)
+};
+
+// attention_tx.comp: attention_push's job, reading q, K, V and the block tables through
+// R32G32B32A32_UINT texel views of whole buffers (positions are texel indices).
+struct attention_tx_push {
+    uint n_tokens;
+    uint n_head;
+    uint n_head_kv;
+    uint head_dim;      // multiple of 8, <= the variant's ORDO_ATTN_TX_HD_*
+    uint block_tokens;
+    uint n_blocks;
+    uint max_blocks_per_seq;
+    uint n_seqs;
+    uint q_texel;       // texel of token 0's head 0
+    uint q_stride4;     // texels between tokens
+    uint k_texel;       // texel of the layer's K element 0
+    uint v_texel;
+    uint tables_texel;  // texel of the tables' element 0
+    uint tokens_offset; // ints (storage binding)
+    uint out_offset;
+    uint out_stride;
+    float scale;        // 1 / sqrt(head_dim)
+};
+// attention_tx variants: head dims up to these (registers hold q and the output row).
+ORDO_ABI_CONST ORDO_ATTN_TX_HD_SMALL = 64;
+ORDO_ABI_CONST ORDO_ATTN_TX_HD_LARGE = 128;
+// attention_txg variants: query tokens per workgroup (the shader's TQ), sharing K/V fetches
+// when they belong to one sequence; picked when a step averages this many tokens per sequence.
+ORDO_ABI_CONST ORDO_ATTN_TX_GROUP = 4;
+
+// spin.comp and spin_until.comp (tests only): a deliberately long dispatch to exercise the fence
+// watchdog (spin_until: iterations = polls of a host-written flag per workgroup).
+// spin_until.comp: polls per invocation, under llvmpipe's cap of 65535 loop iterations per
+// shader invocation (a loop past it ends early, silently).
+ORDO_ABI_CONST ORDO_SPIN_POLLS = 60000;
+// spin_until's polls per workgroup on drivers without that cap (a GPU: the workgroups run at
+// once and leave when they see the flag; a flag never seen ends them after these many reads).
+ORDO_ABI_CONST ORDO_SPIN_POLLS_UNCAPPED = 1u << 22;
+struct spin_push {
+    uint iterations;
+    uint n;
+};
+
+#ifdef __cplusplus
+}  // namespace ordo::gpu::abi
+#endif
+#endif  // ORDO_GPU_ABI_H

@@ -1,0 +1,100 @@
+// attention.comp: causal attention over the paged KV cache, decode and prefill alike. Call
+// site: gpu/vk/kernels.cpp encode_attention(). One workgroup per (head, query token); the token
+// attends to positions 0..pos of its sequence, found through the sequence's block table, so a
+// batch of sequences of different lengths (decode) and a chunk of new tokens over a history
+// (chunked prefill) are the same dispatch. Keys are scored WG at a time (one per lane) with an
+// online softmax; each lane accumulates head dims lane, lane + WG, ... of the output.
+#version 450
+#extension GL_GOOGLE_include_directive : require
+#include "abi.h"
+layout(constant_id = 0) const uint WG = 32;
+layout(local_size_x_id = 0) in;
+layout(push_constant) uniform push_block { attention_push p; };
+layout(std430, binding = ORDO_B_ATTN_Q) readonly buffer q_buf { float q[]; };
+layout(std430, binding = ORDO_B_ATTN_TOKENS) readonly buffer tokens_buf { int tokens[]; };
+layout(std430, binding = ORDO_B_ATTN_TABLES) readonly buffer tables_buf { int tables[]; };
+layout(std430, binding = ORDO_B_ATTN_OUT) writeonly buffer out_buf { float dst[]; };
+#define KV_BINDING_K ORDO_B_ATTN_K
+#define KV_BINDING_V ORDO_B_ATTN_V
+#include "kv_pool.glsl"
+
+shared float qs[ORDO_ATTN_HEAD_DIM_MAX];
+shared float scores[WG];
+shared uint key_base[WG];
+
+void main() {
+    uint lane = gl_LocalInvocationID.x;
+    uint h = gl_WorkGroupID.x;
+    uint t = gl_WorkGroupID.y;
+    int seq_in = tokens[p.tokens_offset + 2u * t];
+    int pos_in = tokens[p.tokens_offset + 2u * t + 1u];
+    // The host validates tokens and tables; bad values still never read outside a binding:
+    // such a token attends to nothing (output 0).
+    bool valid = seq_in >= 0 && uint(seq_in) < p.n_seqs && pos_in >= 0 &&
+                 uint(pos_in) < p.max_blocks_per_seq * p.block_tokens;
+    uint seq = valid ? uint(seq_in) : 0u;
+    uint n_keys = valid ? uint(pos_in) + 1u : 0u;
+    uint kvh = h / (p.n_head / p.n_head_kv);
+    uint qo = p.q_offset + t * p.q_stride + h * p.head_dim;
+    for (uint d = lane; d < p.head_dim; d += WG) {
+        qs[d] = q[qo + d] * p.scale;
+    }
+    barrier();
+    float m = -1.0 / 0.0;
+    float l = 0.0;
+    float acc[ORDO_ATTN_ACC];
+    for (uint a = 0; a < ORDO_ATTN_ACC; ++a) {
+        acc[a] = 0.0;
+    }
+    for (uint k0 = 0; k0 < n_keys; k0 += WG) {
+        uint key = k0 + lane;
+        float s = -1.0 / 0.0;
+        uint base = 0;
+        if (key < n_keys) {
+            uint block = uint(tables[seq * p.max_blocks_per_seq + key / p.block_tokens]);
+            if (block < p.n_blocks) {
+                base = ((block * p.n_head_kv + kvh) * p.block_tokens + key % p.block_tokens)
+                       * p.head_dim;
+                s = 0.0;
+                for (uint d = 0; d < p.head_dim; d += 2u) {
+                    vec2 kv = k_pair(base + d);
+                    s += qs[d] * kv.x + qs[d + 1u] * kv.y;
+                }
+            }
+        }
+        scores[lane] = s;
+        key_base[lane] = base;
+        barrier();
+        uint n_tile = min(WG, n_keys - k0);
+        float m_new = m;
+        for (uint j = 0; j < n_tile; ++j) {
+            m_new = max(m_new, scores[j]);
+        }
+        if (m_new > -1.0 / 0.0) {
+            float corr = exp(m - m_new);
+            l *= corr;
+            for (uint a = 0; a < ORDO_ATTN_ACC; ++a) {
+                acc[a] *= corr;
+            }
+            for (uint j = 0; j < n_tile; ++j) {
+                float pj = exp(scores[j] - m_new);
+                l += pj;
+                for (uint a = 0; a < ORDO_ATTN_ACC; ++a) {
+                    uint d = lane + a * WG;
+                    if (d < p.head_dim) {
+                        acc[a] += pj * v_at(key_base[j] + d);
+                    }
+                }
+            }
+            m = m_new;
+        }
+        barrier();
+    }
+    uint oo = p.out_offset + t * p.out_stride + h * p.head_dim;
+    for (uint a = 0; a < ORDO_ATTN_ACC; ++a) {
+        uint d = lane + a * WG;
+        if (d < p.head_dim) {
+            dst[oo + d] = l > 0.0 ? acc[a] / l : 0.0;
+        }
+    }
+}

@@ -1,0 +1,123 @@
+// stream.hpp: records compute work into labelled, bounded segments and runs them with a fence
+// watchdog. This is the dispatch choke point: every kernel encoder (gpu/vk/kernels.hpp) records
+// through stream::dispatch, which checks binding count, push-constant size, workgroup counts
+// and storage-range limits against the pipeline table and the device before recording.
+//
+// A step of the gpu actor is: for each group of N layers, begin("decode#812 seqs=4 layers
+// 8-15") ... dispatches ... submit(); wait(watchdog_ms). A fence timeout or device loss comes
+// back as an ordo::error (code gpu_timeout / gpu_device_lost) whose message names the segment
+// label; nothing throws or aborts. After a timeout the segment is still in flight: wait() may be
+// called again (e.g. once more with a long bound before rebuilding the device), and begin()
+// refuses until it has finished.
+//
+// Threading: begin/dispatch/submit on the owner thread; wait() may run on a waiter thread while
+// the owner does not touch this stream (the actor's loop never blocks on a fence).
+#pragma once
+
+#include <vulkan/vulkan.h>
+
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "actors/runtime/result.hpp"
+#include "gpu/vk/device.hpp"
+#include "gpu/vk/pipelines.hpp"
+
+namespace ordo::gpu {
+
+struct stream_options {
+    // Hard cap on dispatches in one segment, so no command buffer grows unbounded (F5).
+    std::uint32_t dispatches_per_segment_max = 4096;
+    // Record a GPU timestamp after every dispatch (per-kernel timings, see timings()).
+    bool timestamps = false;
+};
+
+struct dispatch_timing {
+    pipeline_id id = pipeline_id::count;
+    double ms = 0.0;
+};
+
+enum class stream_state { idle, recording, in_flight };
+
+class stream {
+public:
+    static result<std::unique_ptr<stream>> create(const device& dev, const pipelines& pipes,
+                                                  const stream_options& options);
+    ~stream();
+    stream(const stream&) = delete;
+    stream& operator=(const stream&) = delete;
+
+    // Starts recording a segment. Error if one is recording or still in flight.
+    status begin(std::string label);
+
+    // The choke point. Records one dispatch of `id` with exactly pipeline.bindings views and a
+    // push struct of exactly pipeline.push_bytes, followed by a compute->compute barrier unless
+    // `barrier_after` is false (independent dispatches, e.g. the row chunks of one mat-mul).
+    void dispatch(pipeline_id id, std::initializer_list<buffer_view> bindings, const void* push,
+                  std::size_t push_bytes, std::array<std::uint32_t, 3> groups,
+                  bool barrier_after = true);
+    template <typename Push>
+    void dispatch(pipeline_id id, std::initializer_list<buffer_view> bindings, const Push& push,
+                  std::array<std::uint32_t, 3> groups, bool barrier_after = true) {
+        dispatch(id, bindings, &push, sizeof(Push), groups, barrier_after);
+    }
+    // The same for a pipeline specialized beyond its table entry (pipelines::for_k); `id` is
+    // its table row (timings, checks).
+    void dispatch(const pipeline& pl, pipeline_id id, std::initializer_list<buffer_view> bindings,
+                  const void* push, std::size_t push_bytes, std::array<std::uint32_t, 3> groups,
+                  bool barrier_after = true);
+    template <typename Push>
+    void dispatch(const pipeline& pl, pipeline_id id, std::initializer_list<buffer_view> bindings,
+                  const Push& push, std::array<std::uint32_t, 3> groups,
+                  bool barrier_after = true) {
+        dispatch(pl, id, bindings, &push, sizeof(Push), groups, barrier_after);
+    }
+
+    // Ends recording and submits the segment with its fence.
+    status submit();
+    // Waits for the submitted segment for at most timeout_ms. VK_TIMEOUT -> gpu_timeout,
+    // VK_ERROR_DEVICE_LOST -> gpu_device_lost; both name the segment label.
+    status wait(std::uint64_t timeout_ms);
+    // begin's work already recorded: submit() then wait(timeout_ms).
+    status run(std::uint64_t timeout_ms);
+
+    // Fault injection (harness, tests): the next wait() reports `r` as the fence result instead
+    // of waiting for real, through the same error path (then the fence is still waited on, so
+    // the stream stays consistent).
+    void inject_wait_result(VkResult r) { _injected = r; }
+
+    const std::string& label() const { return _label; }
+    stream_state state() const { return _state; }
+    std::uint32_t dispatches() const { return _dispatches; }
+    // Per-dispatch GPU times of the last finished segment (empty unless options.timestamps).
+    const std::vector<dispatch_timing>& timings() const { return _timings; }
+    const device& dev() const { return _device; }
+    const pipelines& pipes() const { return _pipes; }
+
+private:
+    stream(const device& dev, const pipelines& pipes, const stream_options& options)
+        : _device(dev), _pipes(pipes), _options(options) {}
+    status init();
+    void read_timestamps();
+
+    const device& _device;
+    const pipelines& _pipes;
+    stream_options _options;
+    VkCommandPool _pool = VK_NULL_HANDLE;
+    VkCommandBuffer _cmd = VK_NULL_HANDLE;
+    VkFence _fence = VK_NULL_HANDLE;
+    VkQueryPool _queries = VK_NULL_HANDLE;
+    stream_state _state = stream_state::idle;
+    std::string _label;
+    std::uint32_t _dispatches = 0;
+    std::vector<pipeline_id> _recorded;
+    std::vector<dispatch_timing> _timings;
+    std::optional<VkResult> _injected;
+};
+
+}  // namespace ordo::gpu

@@ -1,0 +1,61 @@
+// weights.hpp: device-resident weight tensors. A tensor may be larger than one storage binding
+// (lavapipe: 128 MiB), so it is a list of row chunks, each a view of whole rows that a kernel
+// binds by itself (one dispatch per chunk). Quantized chunks are repacked at upload into
+// quants-then-scales (see gpu/vk/shaders/weights.glsl) so every shader load is 4-byte aligned.
+// Memory comes from an arena of device buffers allocated once at model load; nothing here is
+// called on the step path. Used by the gpu actor's weight upload, tests/gpu, bench/gpu_kernels.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "actors/runtime/result.hpp"
+#include "gpu/vk/device.hpp"
+#include "model/ggml_types.hpp"
+
+namespace ordo::gpu {
+
+// Bump allocator over device buffers of `page_bytes` each (<= maxStorageBufferRange), so
+// every allocation is one bindable range. Allocations are aligned for descriptor offsets.
+class arena {
+public:
+    arena(device& dev, std::uint64_t page_bytes);
+    result<buffer_view> allocate(std::uint64_t bytes);
+    std::uint64_t page_bytes() const { return _page_bytes; }
+    std::uint64_t bytes_reserved() const;  // device memory held by the pages
+
+private:
+    device& _device;
+    std::uint64_t _page_bytes;
+    std::vector<std::unique_ptr<buffer>> _pages;
+    std::uint64_t _used = 0;  // bytes used in the last page
+};
+
+struct weight_chunk {
+    buffer_view view;
+    std::uint32_t row_begin = 0;     // first tensor row in this chunk
+    std::uint32_t row_count = 0;
+    std::uint32_t scale_offset = 0;  // word offset of the scale array (quantized types)
+};
+
+struct weight_tensor {
+    model::ggml_type type = model::ggml_type::f32;
+    std::uint32_t n_in = 0;   // ne0, elements per row
+    std::uint32_t n_out = 0;  // ne1, rows
+    std::vector<weight_chunk> chunks;
+};
+
+// Device bytes of `rows` rows of `type` with n_in elements in the repacked layout.
+std::uint64_t packed_bytes(model::ggml_type type, std::uint32_t n_in, std::uint32_t rows);
+
+// Uploads a GGUF-layout tensor (n_out rows of n_in elements, `data` = n_out row_bytes) into
+// chunks of at most arena.page_bytes(). Errors: gpu_unsupported_type (not F32/F16/Q8_0/Q4_0),
+// gpu_bad_shape (n_in not a multiple of 8 (F32/F16) or 32 (Q8_0/Q4_0), wrong byte count, a row
+// larger than a page), and allocation/copy failures.
+result<weight_tensor> upload_weight(device& dev, arena& mem, model::ggml_type type,
+                                    std::uint32_t n_in, std::uint32_t n_out,
+                                    std::span<const std::uint8_t> data);
+
+}  // namespace ordo::gpu
