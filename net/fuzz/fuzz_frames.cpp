@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "net/frame_decoder.hpp"
+#include "actors/scheduler/stop_matcher.hpp"
 #include "net/ops.hpp"
 #include "net/protocol.hpp"
 
@@ -47,20 +48,6 @@ void check(bool ok, const char* what) {
 // ---- what the server does with a decoded frame ------------------------------------------------
 // Today: the envelope, then the parameter keys as health/stats check them, then the error event
 // a refusal would write. Op validation belongs here when it exists.
-// Whether `s` is valid UTF-8 (what a strict msgpack client needs of every str).
-bool valid_utf8(const std::string& s) {
-    size_t i = 0;
-    while (i < s.size()) {
-        auto c = static_cast<unsigned char>(s[i]);
-        size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        if (n == 0 || i + n > s.size()) return false;
-        for (size_t k = 1; k < n; k++) {
-            if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
-        }
-        i += n;
-    }
-    return true;
-}
 
 // What the net actor does with a frame before dispatching it: the envelope, then the one op
 // validator. Every refusal is bad_frame / bad_request / unknown_op and its message is valid
@@ -70,7 +57,8 @@ void check_frame(const msgpack::object& frame) {
     if (auto* bad = std::get_if<net::envelope_error>(&parsed)) {
         check(bad->fatal == (bad->id == 0), "fatal envelope errors are exactly those with no id");
         check(bad->err.code == (bad->fatal ? "bad_frame" : "bad_request"), "envelope error code");
-        check(valid_utf8(bad->err.message), "envelope error messages are valid UTF-8");
+        check(ordo::sched::is_valid_utf8(bad->err.message),
+              "envelope error messages are valid UTF-8");
         return;
     }
     const auto& r = std::get<net::request>(parsed);
@@ -79,7 +67,7 @@ void check_frame(const msgpack::object& frame) {
     if (!op.ok()) {
         check(op.err().code == "bad_request" || op.err().code == "unknown_op",
               "parse_op refuses with bad_request or unknown_op");
-        check(valid_utf8(op.err().message), "op error messages are valid UTF-8");
+        check(ordo::sched::is_valid_utf8(op.err().message), "op error messages are valid UTF-8");
         (void)net::encode_error(r.id, net::errc::bad_request, op.err().message);
     }
 }

@@ -10,6 +10,7 @@
 
 #include <set>
 
+#include "actors/scheduler/stop_matcher.hpp"
 #include "net/ops.hpp"
 #include "net/protocol.hpp"
 #include "net/request_fields.hpp"
@@ -104,19 +105,6 @@ TEST(protocol, parameterless_ops_refuse_unknown_keys) {
     }
 }
 
-bool valid_utf8(const std::string& s) {
-    size_t i = 0;
-    while (i < s.size()) {
-        auto c = static_cast<unsigned char>(s[i]);
-        size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        if (n == 0 || i + n > s.size()) return false;
-        for (size_t k = 1; k < n; k++) {
-            if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
-        }
-        i += n;
-    }
-    return true;
-}
 
 // The issue's `{"id":1,"op":"\xff"}` got a message with the raw byte; a strict client then failed
 // to decode the stream. Unknown ops and unknown keys are quoted as escapes.
@@ -130,7 +118,7 @@ TEST(protocol, messages_quoting_client_bytes_are_valid_utf8) {
     auto st = parse_op(std::get<request>(parse_envelope(oh.get())), {});
     ASSERT_FALSE(st.ok());
     EXPECT_EQ(st.err().code, "unknown_op");
-    EXPECT_TRUE(valid_utf8(st.err().message)) << st.err().message;
+    EXPECT_TRUE(ordo::sched::is_valid_utf8(st.err().message)) << st.err().message;
     EXPECT_NE(st.err().message.find("\\xff"), std::string::npos) << st.err().message;
 
     msgpack::sbuffer k;
@@ -141,7 +129,7 @@ TEST(protocol, messages_quoting_client_bytes_are_valid_utf8) {
     auto kh = decode(k);
     auto ks = parse_op(std::get<request>(parse_envelope(kh.get())), {});
     ASSERT_FALSE(ks.ok());
-    EXPECT_TRUE(valid_utf8(ks.err().message)) << ks.err().message;
+    EXPECT_TRUE(ordo::sched::is_valid_utf8(ks.err().message)) << ks.err().message;
     // Valid multi-byte text passes through unchanged; long input is cut.
     EXPECT_EQ(fields::quote("h\xc3\xa9"), "\"h\xc3\xa9\"");
     EXPECT_EQ(fields::quote(std::string(100, 'a')).size(), 64u + 2 + 3);
