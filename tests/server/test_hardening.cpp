@@ -300,7 +300,8 @@ TEST(hardening, clients_resetting_mid_stream_do_not_kill_the_server) {
             if (n <= 0) break;
             got += static_cast<size_t>(n);
         }
-        ASSERT_GE(got, 100u) << "round " << round << ": the streams did not start";
+        ASSERT_GE(got, 100u) << "round " << round
+                             << ": the streams did not start (is the server gone?)";
         c.reset();
         server.output();  // keep the server's log pipe drained
         std::this_thread::sleep_for(20ms);
