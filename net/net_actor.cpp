@@ -1,7 +1,9 @@
 // net_actor.cpp: see net_actor.hpp. Everything here runs on the net actor's loop thread.
 #include "net/net_actor.hpp"
 
+#include <poll.h>
 #include <spdlog/spdlog.h>
+#include <sys/ioctl.h>
 
 #include <algorithm>
 #include <array>
@@ -200,10 +202,15 @@ void net_actor::accept_one() {
 
 void net_actor::admission_cb(uv_check_t* h) {
     auto& self = *static_cast<net_actor*>(h->data);
+    bool swept = false;
     while (!self._admit_wait.empty()) {
         auto it = self._connections.find(self._admit_wait.front());
         self._admit_wait.pop_front();
         if (it == self._connections.end() || it->second->closing) continue;
+        if (self._open >= self._options.connections_max && !swept) {
+            self.close_peer_closed();
+            swept = true;
+        }
         if (self._open < self._options.connections_max) {
             self.admit(*it->second);
             continue;
@@ -214,6 +221,33 @@ void net_actor::admission_cb(uv_check_t* h) {
                                  std::to_string(self._options.connections_max) + ")");
     }
     uv_check_stop(h);
+}
+
+// libuv's accept loop takes every connection in the backlog, also those that arrived after this
+// pass's poll returned; the EOF of a connection their client closed just before is then not
+// read yet. Before a connection is refused, admitted connections whose client has closed and
+// that have nothing left to read are closed here, as reading their EOF would close them, so
+// they do not count against it. One poll() over all of them, only when one would be refused.
+void net_actor::close_peer_closed() {
+    std::vector<pollfd> fds;
+    std::vector<connection*> conns;
+    for (auto& [id, c] : _connections) {
+        uv_os_fd_t fd;
+        if (!c->admitted || c->closing ||
+            uv_fileno(reinterpret_cast<const uv_handle_t*>(&c->tcp), &fd) != 0) {
+            continue;
+        }
+        fds.push_back({fd, POLLRDHUP, 0});
+        conns.push_back(c.get());
+    }
+    if (fds.empty() || ::poll(fds.data(), fds.size(), 0) <= 0) return;
+    for (size_t i = 0; i < fds.size(); i++) {
+        int unread = 0;
+        if ((fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0 &&
+            ioctl(fds[i].fd, FIONREAD, &unread) == 0 && unread == 0) {
+            close_connection(*conns[i], "client closed");
+        }
+    }
 }
 
 void net_actor::admit(connection& c) {

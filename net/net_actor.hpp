@@ -124,6 +124,7 @@ private:
     void close_listener();
     void accept_one();
     void admit(connection& c);
+    void close_peer_closed();
     void handle_bytes(connection& c, const char* data, size_t size);
     void handle_frame(connection& c, const msgpack::object& frame);
     void handle_request(connection& c, const request& r);
