@@ -251,13 +251,19 @@ void scheduler_core::on_model(const model_info_query& m, std::vector<outgoing_ev
 void scheduler_core::abort_request(uint64_t conn, uint64_t id, const std::string& why,
                                    std::vector<outgoing_event>& out) {
     _counters.handler_errors++;
-    if (request_state* r = find(conn, id); r != nullptr && !r->client_gone) {
-        // It stays registered until any step it is in completes, but sends nothing more.
-        r->client_gone = true;
-        r->cancel_requested = true;
+    if (request_state* r = find(conn, id); r != nullptr) {
         bool stepping = _in_flight && std::any_of(_in_flight->seqs.begin(), _in_flight->seqs.end(),
                                                   [&](const planned& p) { return p.seq == r->seq; });
-        if (!stepping) remove(*r);
+        if (!stepping) {
+            remove(*r);
+        } else {
+            // It stays until its step's outcome is applied, silent, and its id is free for the
+            // client's next request (which may reuse it once it has this error).
+            r->client_gone = true;
+            r->cancel_requested = true;
+            r->detached = true;
+            _by_client.erase({conn, id});
+        }
     }
     out.push_back(error_event(conn, id, errc::internal, "the request failed: " + why));
 }

@@ -178,6 +178,7 @@ private:
         bool in_kv = false;  // registered in _kv
         bool cancel_requested = false;
         bool client_gone = false;
+        bool detached = false;  // aborted inside a running step: no longer in _by_client
         uint32_t retries = 0;          // failures while running alone
         uint32_t batch_failures = 0;   // failures while batched with others
         clock::time_point submitted, first_step, first_token;

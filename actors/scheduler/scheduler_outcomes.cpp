@@ -274,7 +274,7 @@ void scheduler_core::remove(request_state& r) {
     if (r.in_kv) (void)_kv->free_sequence(r.seq);
     std::erase(_running, r.seq);
     std::erase(_queue, r.seq);
-    _by_client.erase({r.conn, r.id});
+    if (!r.detached) _by_client.erase({r.conn, r.id});
     seq_id seq = r.seq;
     _requests.erase(seq);  // r dangles from here
 }
@@ -290,7 +290,9 @@ status scheduler_core::check_invariants() const {
     if (_kv) {
         if (auto st = _kv->check_invariants(); !st.ok()) return st;
     }
-    if (_by_client.size() != _requests.size()) {
+    size_t attached = size_t(std::count_if(_requests.begin(), _requests.end(),
+                                           [](const auto& kv) { return !kv.second.detached; }));
+    if (_by_client.size() != attached) {
         return make_error("internal", "client index and request table differ in size");
     }
     for (const auto& [seq, r] : _requests) {

@@ -182,6 +182,9 @@ public:
         }
         return t;
     }
+    // Records events the test produced by calling the core directly.
+    void apply(std::vector<outgoing_event>& out) { collect(out); }
+
     void expect_idle() const {
         EXPECT_EQ(core->active_sequences(), 0u);
         EXPECT_EQ(core->queued_requests(), 0u);
@@ -361,6 +364,35 @@ TEST(scheduler_core, cancel_during_step_applies_outcome_then_cancels) {
     // Cancelling a finished request answers cancelled=false.
     h.cancel(1, 10, 2);
     EXPECT_FALSE(h.terminal(1, 10)->fields.at("cancelled").as<bool>());
+    h.expect_idle();
+}
+
+// A handler that failed on a request (the actor's on_failure) ends it with error{internal} at
+// once. Inside a running step it stays, silent, until the step's outcome is applied, and its id
+// is free at once: the client may reuse it and is served normally.
+TEST(scheduler_core, an_aborted_request_ends_once_and_frees_its_id) {
+    harness h;
+    h.generate(1, 1, prompts[1], 20);
+    bool aborted = false;
+    h.run([&](const gpu::step&) {
+        if (aborted) return;
+        aborted = true;  // request 1 is inside this step
+        std::vector<outgoing_event> out;
+        h.core->abort_request(1, 1, "handler threw", out);
+        h.apply(out);
+        h.generate(1, 1, prompts[0], 5);  // the same id again
+    });
+    std::vector<event> first = h.events_of(1, 1);
+    ASSERT_GE(first.size(), 2u);
+    EXPECT_EQ(first[0].str("code"), "internal");
+    const event& last = first.back();
+    EXPECT_TRUE(last.terminal);
+    EXPECT_EQ(last.str("reason"), "length");
+    EXPECT_EQ(last.tokens(), reference_greedy(prompts[0], 5));
+    int terminals = 0;
+    for (const auto& e : first) terminals += e.terminal;
+    EXPECT_EQ(terminals, 2) << "one error for the aborted request, one done for its successor";
+    EXPECT_EQ(h.core->counters().handler_errors, 1u);
     h.expect_idle();
 }
 
