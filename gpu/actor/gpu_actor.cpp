@@ -15,9 +15,13 @@ namespace ordo::gpu {
 
 namespace {
 
-// Codes after which the device is not trusted: anything but a refused step.
+// Codes after which the device is not trusted: anything but a refused step or copy.
 bool device_fault(const std::string& code) {
-    return code != "gpu_bad_step" && code != "gpu_busy";
+    return code != "gpu_bad_step" && code != "gpu_busy" && code != "gpu_bad_request";
+}
+
+std::uint64_t copy_job_id(const std::variant<kv_copy_out, kv_copy_in>& c) {
+    return std::visit([](const auto& m) { return m.job_id; }, c);
 }
 
 }  // namespace
@@ -29,6 +33,11 @@ gpu_actor::gpu_actor(gpu_actor_options options, logits_exchange& exchange, gpu_r
       _reply_out(std::move(replies)) {}
 
 gpu_actor::~gpu_actor() = default;
+
+void gpu_actor::connect_kv(kv_staging& staging, kv_copy_replies replies) {
+    _kv_staging = &staging;
+    _kv_out = std::move(replies);
+}
 
 // ---- jobs on the thread pool ------------------------------------------------------------
 
@@ -56,6 +65,8 @@ void gpu_actor::after_work_cb(uv_work_t* req, int) {
     self->_busy = false;
     if (self->_job.kind == job_kind::step) {
         self->finish_step();
+    } else if (self->_job.kind == job_kind::kv_copy) {
+        self->finish_kv_copy();
     } else {
         self->finish_build();
     }
@@ -63,6 +74,7 @@ void gpu_actor::after_work_cb(uv_work_t* req, int) {
         // on_stop left these to us: the job was running then, and its reply is still owed.
         self->_runner.reset();
         self->_replies.close();
+        self->_kv_replies.close();
         return;
     }
     if (self->_reset_requested && self->_state == state::ready) {
@@ -75,6 +87,10 @@ void gpu_actor::after_work_cb(uv_work_t* req, int) {
 void gpu_actor::run_job() {
     if (_job.kind == job_kind::step) {
         run_step_job();
+        return;
+    }
+    if (_job.kind == job_kind::kv_copy) {
+        run_kv_copy_job();
         return;
     }
     if (_runner) {
@@ -125,6 +141,21 @@ void gpu_actor::run_step_job() {
     }
 }
 
+void gpu_actor::run_kv_copy_job() {
+    // The slot was checked held and large enough on the loop; its bytes are ours until the
+    // reply is sent.
+    status s;
+    if (const auto* out = std::get_if<kv_copy_out>(&_job.copy)) {
+        s = _runner->copy_kv_out(out->blocks,
+                                 _kv_staging->bytes(out->staging_slot, _job.copy_bytes));
+    } else {
+        const auto& in = std::get<kv_copy_in>(_job.copy);
+        s = _runner->copy_kv_in(in.blocks, _kv_staging->read(in.staging_slot, _job.copy_bytes));
+    }
+    _job.segment = _runner->last_segment();
+    if (!s) _job.err = s.err();
+}
+
 // ---- loop thread ------------------------------------------------------------------------
 
 namespace {
@@ -155,6 +186,19 @@ void gpu_actor::on_start() {
                       reply_gave_up(m, why);
                   }),
          "delivery init");
+    // KV copy replies: the same bounds. A given-up reply loses nothing but the reply: the
+    // staging slot stays with its holder.
+    must(_kv_replies.init(loop(), _kv_out, reply_delivery_limits,
+                          [this](const kv_delivery::message& m, const error& why) {
+                              _replies_undelivered++;
+                              if (why.code == "actor_stopped") return;
+                              log().error("reply {} to the kv receiver given up: {}",
+                                          std::visit([](const auto& r) {
+                                              return std::string(r.msg_name);
+                                          }, m),
+                                          why.message);
+                          }),
+         "kv delivery init");
     _state = state::starting;
     _epoch = 0;
     _rebuilds_in_row = 0;
@@ -168,6 +212,7 @@ void gpu_actor::on_stop() {
     if (!_busy) {
         _runner.reset();
         _replies.close();
+        _kv_replies.close();
     }
 }
 
@@ -250,6 +295,44 @@ void gpu_actor::finish_step() {
     if (lost) begin_recovery();
 }
 
+void gpu_actor::finish_kv_copy() {
+    const std::uint64_t id = copy_job_id(_job.copy);
+    if (!_job.err) {
+        _rebuilds_in_row = 0;
+        _kv_replies.send(kv_copy_done{id, _job.copy_bytes});
+        return;
+    }
+    bool lost = device_fault(_job.err->code);
+    std::string where = lost ? " [" + _job.segment + "]" : "";
+    fail_copy(_job.copy, _job.err->code, _job.err->message + where);
+    if (lost) begin_recovery();
+}
+
+bool gpu_actor::start_kv_copy(kv_copy c) {
+    const auto [blocks, slot] = std::visit(
+        [](const auto& m) { return std::make_pair(m.blocks.size(), m.staging_slot); }, c);
+    if (_kv_staging == nullptr) {
+        fail_copy(c, "gpu_bad_request", "no KV staging is connected (connect_kv)");
+        return false;
+    }
+    if (!_kv_staging->is_held(slot)) {
+        fail_copy(c, "gpu_bad_request",
+                  "KV staging slot " + std::to_string(slot) + " is not held by the sender");
+        return false;
+    }
+    std::uint64_t bytes = blocks * _runner->kv_block_bytes();
+    if (bytes > _kv_staging->slot_bytes()) {
+        fail_copy(c, "gpu_bad_request",
+                  std::to_string(blocks) + " KV blocks need " + std::to_string(bytes) +
+                      " B; a staging slot holds " + std::to_string(_kv_staging->slot_bytes()));
+        return false;
+    }
+    _job.copy = std::move(c);
+    _job.copy_bytes = bytes;
+    start_job(job_kind::kv_copy);
+    return true;
+}
+
 void gpu_actor::begin_recovery() {
     fail_queued("gpu_device_lost", "dropped: the device was lost while the step was queued",
                 true);
@@ -268,8 +351,13 @@ void gpu_actor::begin_recovery() {
 void gpu_actor::pump() {
     // Bounded by the queue: each pass starts the head step or fails it.
     while (!_busy && _state == state::ready && !_queue.empty() && !stopping()) {
-        _job.msg = std::move(_queue.front());
+        queued head = std::move(_queue.front());
         _queue.pop_front();
+        if (auto* c = std::get_if<kv_copy>(&head)) {
+            start_kv_copy(std::move(*c));
+            continue;
+        }
+        _job.msg = std::move(std::get<step>(head));
         bool rows = false;
         for (const step_seq& q : _job.msg.seqs) rows = rows || q.want_logits;
         _job.slot = logits_exchange::no_slot;
@@ -298,24 +386,47 @@ void gpu_actor::fail(const step& m, const std::string& code, const std::string& 
 void gpu_actor::fail_queued(const std::string& code, const std::string& message,
                             bool device_lost) {
     while (!_queue.empty()) {
-        fail(_queue.front(), code, message, "", device_lost);
+        queued q = std::move(_queue.front());
         _queue.pop_front();
+        if (auto* m = std::get_if<step>(&q)) {
+            fail(*m, code, message, "", device_lost);
+        } else {
+            fail_copy(std::get<kv_copy>(q), code, message);
+        }
     }
 }
 
-void gpu_actor::on(const step& m) {
+void gpu_actor::fail_copy(const kv_copy& c, const std::string& code,
+                          const std::string& message) {
+    _failures++;
+    const std::uint64_t id = copy_job_id(c);
+    log().warn("kv copy {} failed: {}: {}", id, code, message);
+    _kv_replies.send(kv_copy_failed{id, code, message});
+}
+
+void gpu_actor::enqueue(queued q) {
+    auto refuse = [&](const std::string& code, const std::string& message, bool lost) {
+        if (const auto* m = std::get_if<step>(&q)) {
+            fail(*m, code, message, "", lost);
+        } else {
+            fail_copy(std::get<kv_copy>(q), code, message);
+        }
+    };
     if (_state == state::unavailable) {
-        fail(m, "gpu_unavailable", "the device is unavailable", "", false);
+        refuse("gpu_unavailable", "the device is unavailable", false);
     } else if (_state == state::recovering) {
-        fail(m, "gpu_device_lost", "the device is being rebuilt; wait for device_ready", "",
-             true);
+        refuse("gpu_device_lost", "the device is being rebuilt; wait for device_ready", true);
     } else if (_queue.size() >= _options.queue_max) {
-        fail(m, "gpu_busy", std::to_string(_queue.size()) + " steps already queued", "", false);
+        refuse("gpu_busy", std::to_string(_queue.size()) + " jobs already queued", false);
     } else {
-        _queue.push_back(m);
+        _queue.push_back(std::move(q));
         pump();
     }
 }
+
+void gpu_actor::on(const step& m) { enqueue(m); }
+void gpu_actor::on(const kv_copy_out& m) { enqueue(kv_copy{m}); }
+void gpu_actor::on(const kv_copy_in& m) { enqueue(kv_copy{m}); }
 
 void gpu_actor::on(const reset_device& m) {
     log().warn("device reset requested: {}", m.reason);

@@ -17,6 +17,15 @@
 // device_unavailable, and every later step fails with gpu_unavailable. After stop, steps are
 // refused by the runtime (actor_stopped) and queued ones fail with gpu_stopped.
 //
+// KV copies (kv_copy_out / kv_copy_in, gpu_msgs.hpp) are jobs on the same FIFO as steps, under
+// the same queue bound and failure rules: a device fault while copying rebuilds the device, and
+// every queued step and copy then fails with gpu_device_lost. Their bytes move through the
+// kv_staging slot the message names; their replies (kv_copy_done / kv_copy_failed) go through a
+// second delivery to the receiver bound by connect_kv (the kv actor), optional and unbound by
+// default, so the scheduler's reply table is unchanged. Each delivery keeps its own order; a
+// step's reply and a later copy's reply reach different receivers, and the FIFO is what orders
+// the work itself.
+//
 // Thread rule: the runner and the model file are touched only by the work callback while a
 // job runs (_busy), and by the loop thread only while none does.
 #pragma once
@@ -29,24 +38,27 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <variant>
 
 #include "actors/runtime/actor.hpp"
 #include "actors/runtime/delivery.hpp"
 #include "actors/runtime/outbox.hpp"
 #include "gpu/runner/fault_plan.hpp"
 #include "gpu/actor/gpu_msgs.hpp"
+#include "gpu/logits/kv_staging.hpp"
 #include "gpu/logits/logits_exchange.hpp"
 #include "gpu/runner/runner.hpp"
 
 namespace ordo::gpu {
 
 using gpu_replies = actors::outbox<step_done, step_failed, device_ready, device_unavailable>;
+using kv_copy_replies = actors::outbox<kv_copy_done, kv_copy_failed>;
 
 struct gpu_actor_options {
     std::string model_path;
     runner_options runner;
     std::uint32_t recovery_max = 3;   // gpu.recovery_max
-    std::uint32_t queue_max = 16;     // steps waiting behind the running one, at most
+    std::uint32_t queue_max = 16;     // steps and KV copies waiting behind the running job
     std::uint64_t drain_ms = 60'000;  // after a timeout: wait this long for the segment to end
     std::size_t mailbox_capacity = 1024;
     // Observation hook for tests: called on the worker thread as a step starts running.
@@ -54,14 +66,22 @@ struct gpu_actor_options {
 };
 
 class gpu_actor final
-    : public actors::actor<gpu_actor, step, inject_fault, reset_device> {
+    : public actors::actor<gpu_actor, step, inject_fault, reset_device, kv_copy_out,
+                           kv_copy_in> {
 public:
     // `exchange` must outlive the actor; its n_vocab must equal the model's and its rows_max
     // must be at least options.runner.rows_max (checked at build: device_unavailable if not).
     gpu_actor(gpu_actor_options options, logits_exchange& exchange, gpu_replies replies);
     ~gpu_actor() override;
 
+    // Binds the KV copy path: the staging the copies name slots of (must outlive the actor) and
+    // the receiver of their replies. Before start() only; unbound, every copy fails with
+    // gpu_bad_request (and its reply, with no receiver, is given up and counted).
+    void connect_kv(kv_staging& staging, kv_copy_replies replies);
+
     void on(const step& m);
+    void on(const kv_copy_out& m);
+    void on(const kv_copy_in& m);
     void on(const inject_fault& m);
     void on(const reset_device& m);
 
@@ -74,11 +94,15 @@ protected:
 
 private:
     enum class state { starting, ready, recovering, unavailable };
-    enum class job_kind { build, rebuild, step };
+    enum class job_kind { build, rebuild, step, kv_copy };
+    using kv_copy = std::variant<kv_copy_out, kv_copy_in>;
+    using queued = std::variant<step, kv_copy>;
     // One job on the thread pool: inputs set by the loop, outputs by the worker.
     struct job {
         job_kind kind = job_kind::build;
         step msg;
+        kv_copy copy;           // job_kind::kv_copy
+        std::uint64_t copy_bytes = 0;
         std::uint32_t slot = logits_exchange::no_slot;
         step_fault fault;
         std::optional<error> err;
@@ -93,8 +117,12 @@ private:
     void start_job(job_kind kind);
     void run_job();  // worker thread
     void run_step_job();
+    void run_kv_copy_job();
     void finish_build();
     void finish_step();
+    void finish_kv_copy();
+    bool start_kv_copy(kv_copy c);  // false: refused (replied)
+    void enqueue(queued q);
     void pump();
     void begin_recovery();
     using reply_delivery =
@@ -103,18 +131,23 @@ private:
     void fail(const step& m, const std::string& code, const std::string& message,
               const std::string& segment, bool device_lost);
     void fail_queued(const std::string& code, const std::string& message, bool device_lost);
+    using kv_delivery = actors::delivery<kv_copy_done, kv_copy_failed>;
+    void fail_copy(const kv_copy& c, const std::string& code, const std::string& message);
 
     gpu_actor_options _options;
     logits_exchange& _exchange;
     gpu_replies _reply_out;
     reply_delivery _replies;
     std::uint64_t _replies_undelivered = 0;
+    kv_staging* _kv_staging = nullptr;  // connect_kv
+    kv_copy_replies _kv_out;
+    kv_delivery _kv_replies;
     bool _reset_requested = false;  // reset_device while a step ran: rebuild after it
 
     // Loop thread.
     state _state = state::starting;
     bool _busy = false;
-    std::deque<step> _queue;
+    std::deque<queued> _queue;
     fault_plan _faults;
     std::uint64_t _epoch = 0;
     std::uint32_t _rebuilds_in_row = 0;

@@ -4,7 +4,8 @@
 //
 // Logits never travel in messages: the gpu actor writes them into a shared host-side
 // logits_exchange slot (gpu/logits/logits_exchange.hpp) and step_done names the slot; the scheduler
-// reads the rows and releases the slot.
+// reads the rows and releases the slot. KV-cache bytes never travel in messages either: a
+// kv_copy_out / kv_copy_in names a kv_staging slot (gpu/logits/kv_staging.hpp) its sender holds.
 #pragma once
 
 #include <msgpack.hpp>
@@ -61,6 +62,31 @@ struct inject_fault {
     MSGPACK_DEFINE_MAP(kind, phase, layer, after_steps, count);
 };
 
+// scheduler or kv actor → gpu: copy the pool blocks `blocks` (in order) into the held
+// kv_staging slot `staging_slot` (layout: runner.hpp read_kv_blocks), in one submission. Runs on
+// the same FIFO as steps: after every step sent before it, before every step sent after it (so
+// a copy-out finishes before a later step reuses its blocks). Reply: kv_copy_done or
+// kv_copy_failed, exactly one, with the same job_id, to the receiver bound by connect_kv. The
+// slot stays held by the sender, who reads it after the reply and releases it.
+struct kv_copy_out {
+    static constexpr const char* msg_name = "kv_copy_out";
+    uint64_t job_id = 0;
+    std::vector<uint32_t> blocks;
+    uint32_t staging_slot = 0;
+    MSGPACK_DEFINE_MAP(job_id, blocks, staging_slot);
+};
+
+// scheduler or kv actor → gpu: copy the held kv_staging slot `staging_slot` (filled by the
+// sender) into the pool blocks `blocks`, each named once, in one submission. Same FIFO, reply
+// and slot rules as kv_copy_out.
+struct kv_copy_in {
+    static constexpr const char* msg_name = "kv_copy_in";
+    uint64_t job_id = 0;
+    std::vector<uint32_t> blocks;
+    uint32_t staging_slot = 0;
+    MSGPACK_DEFINE_MAP(job_id, blocks, staging_slot);
+};
+
 // ---- replies (gpu → scheduler) ----------------------------------------------------------
 
 // The step ran. Row i of `slot` holds the logits of `rows[i]` (the sequences that asked).
@@ -87,6 +113,28 @@ struct step_failed {
     std::string segment;
     bool device_lost = false;
     MSGPACK_DEFINE_MAP(step_id, code, message, segment, device_lost);
+};
+
+// ---- replies to kv copies (gpu → the receiver bound by connect_kv) -----------------------
+
+// The copy ran: `bytes` bytes of the staging slot were written (copy-out) or read (copy-in).
+struct kv_copy_done {
+    static constexpr const char* msg_name = "kv_copy_done";
+    uint64_t job_id = 0;
+    uint64_t bytes = 0;
+    MSGPACK_DEFINE_MAP(job_id, bytes);
+};
+
+// The copy failed; nothing may be read from the slot. code: gpu_bad_request (unknown or
+// repeated block, slot not held or too small, no staging connected), gpu_busy (queue full),
+// gpu_device_lost / gpu_timeout / other device errors (the device is being rebuilt: every block
+// of the pool is gone, as for step_failed{device_lost}), gpu_unavailable, gpu_stopped.
+struct kv_copy_failed {
+    static constexpr const char* msg_name = "kv_copy_failed";
+    uint64_t job_id = 0;
+    std::string code;
+    std::string message;
+    MSGPACK_DEFINE_MAP(job_id, code, message);
 };
 
 // What the served device is, for the model and stats ops (docs/protocol.md): identity, the

@@ -31,7 +31,8 @@ std::optional<gpu_reply> reply_collector::next(std::uint64_t timeout_ms) {
 }
 
 result<std::unique_ptr<gpu_session>> gpu_session::start(gpu_actor_options options,
-                                                        std::uint64_t ready_timeout_ms) {
+                                                        std::uint64_t ready_timeout_ms,
+                                                        kv_staging* staging) {
     std::unique_ptr<gpu_session> s(new gpu_session());
     {
         auto f = model::gguf_file::open(options.model_path);
@@ -44,6 +45,7 @@ result<std::unique_ptr<gpu_session>> gpu_session::start(gpu_actor_options option
     if (!st) return st.err();
     s->_actor = std::make_unique<gpu_actor>(std::move(options), *s->_exchange,
                                             gpu_replies(s->_collector, "gpu"));
+    if (staging != nullptr) s->_actor->connect_kv(*staging, kv_copy_replies(s->_collector, "gpu"));
     st = s->_actor->start();
     if (!st) return st.err();
     auto r = s->_collector.next(ready_timeout_ms);

@@ -1,6 +1,6 @@
 // gpu_client.hpp: the other end of the gpu actor for programs that are not the scheduler:
-// `reply_collector`, an actor that accepts every gpu reply and hands them, in arrival order, to
-// a waiting thread; and `gpu_session`, a blocking wrapper (start the actor, wait for
+// `reply_collector`, an actor that accepts every gpu reply (KV copy replies included) and hands
+// them, in arrival order, to a waiting thread; and `gpu_session`, a blocking wrapper (start the actor, wait for
 // device_ready, run a step and copy its logits out, stop) used by ordo-model generate
 // --backend vulkan, ordo-bench and the gpu actor tests.
 #pragma once
@@ -22,14 +22,15 @@
 
 namespace ordo::gpu {
 
-using gpu_reply = std::variant<step_done, step_failed, device_ready, device_unavailable>;
+using gpu_reply = std::variant<step_done, step_failed, device_ready, device_unavailable,
+                               kv_copy_done, kv_copy_failed>;
 
 // Short name of a reply's type ("step_done"), for test messages.
 std::string reply_name(const gpu_reply& r);
 
 class reply_collector final
     : public actors::actor<reply_collector, step_done, step_failed, device_ready,
-                           device_unavailable> {
+                           device_unavailable, kv_copy_done, kv_copy_failed> {
 public:
     reply_collector() : actor("gpu_client", 1024) {}
 
@@ -37,6 +38,8 @@ public:
     void on(const step_failed& m) { push(m); }
     void on(const device_ready& m) { push(m); }
     void on(const device_unavailable& m) { push(m); }
+    void on(const kv_copy_done& m) { push(m); }
+    void on(const kv_copy_failed& m) { push(m); }
 
     // The next reply in arrival order, waiting at most timeout_ms; nullopt on timeout.
     std::optional<gpu_reply> next(std::uint64_t timeout_ms);
@@ -61,8 +64,11 @@ class gpu_session {
 public:
     // Reads the model's vocab size, starts the collector and the actor, waits for
     // device_ready (at most ready_timeout_ms). Errors: the model's, device_unavailable's text.
+    // With `staging` (it must outlive the session) the actor's KV copies are connected to it
+    // and their replies come to replies() too.
     static result<std::unique_ptr<gpu_session>> start(gpu_actor_options options,
-                                                      std::uint64_t ready_timeout_ms);
+                                                      std::uint64_t ready_timeout_ms,
+                                                      kv_staging* staging = nullptr);
     ~gpu_session();
 
     // Sends the step and waits for its reply (at most timeout_ms); copies the logits rows into

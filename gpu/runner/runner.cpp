@@ -43,6 +43,10 @@ status check_options(const runner_options& o) {
     if (o.seqs_max == 0 || o.seqs_max > runner_seqs_max_max) {
         return bad_config("seqs_max must be 1.." + std::to_string(runner_seqs_max_max));
     }
+    if (o.kv_copy_blocks_max == 0 || o.kv_copy_blocks_max > runner_kv_copy_blocks_max_max) {
+        return bad_config("kv_copy_blocks_max must be 1.." +
+                          std::to_string(runner_kv_copy_blocks_max_max));
+    }
     if (o.kv_blocks == 0 && o.kv_memory_bytes == 0) {
         return bad_config("kv_blocks or kv_memory_bytes must be > 0");
     }
@@ -325,6 +329,14 @@ status runner::init_buffers() {
         {&_logits, rows * _hp.n_vocab, memory_use::host_readback},
         {&_spin, 1024, memory_use::device},
     };
+    // The KV copy staging is only ever a copy source or destination, never a binding.
+    auto host = _dev->create_buffer(_options.kv_copy_blocks_max * kv_block_bytes(),
+                                    memory_use::host_readback);
+    if (!host) return host.err();
+    _kv_host = std::move(*host);
+    if (_kv_host.mapped() == nullptr) return bad_config("no host-visible memory for KV copies");
+    _kv_regions.resize(_options.kv_copy_blocks_max);
+    _kv_seen.assign(g.n_blocks, 0);
     for (const spec& sp : specs) {
         if (sp.floats * 4 > _dev->info().max_storage_buffer_range) {
             return bad_config("an activation buffer of " + std::to_string(sp.floats * 4) +
@@ -358,6 +370,12 @@ status runner::init_stream() {
                           " makes segments of " + std::to_string(budget) +
                           " dispatches; lower it");
     }
+    // A KV copy job is one segment of one copy per layer buffer (K and V of each layer).
+    budget = std::max<std::uint64_t>(budget, 2ull * _hp.n_layer);
+    if (budget > segment_dispatches_max) {
+        return bad_config("a KV copy segment of " + std::to_string(budget) +
+                          " copies exceeds the segment bound");
+    }
     stream_options so;
     so.dispatches_per_segment_max = static_cast<std::uint32_t>(budget);
     so.timestamps = _options.timestamps;
@@ -374,14 +392,21 @@ status runner::drain(std::uint64_t timeout_ms) {
 
 namespace {
 
+status check_kv_bytes(std::size_t n_ids, std::uint64_t bytes, std::uint64_t block_bytes) {
+    if (bytes == n_ids * block_bytes) return {};
+    return make_error("gpu_bad_request", "KV staging buffer is " + std::to_string(bytes) + " B; " +
+                                             std::to_string(n_ids) + " blocks need " +
+                                             std::to_string(n_ids * block_bytes));
+}
+
 status check_kv_request(std::span<const std::uint32_t> ids, std::uint64_t bytes,
-                        std::uint64_t block_bytes, std::uint32_t n_blocks) {
-    if (bytes != ids.size() * block_bytes) {
-        return make_error("gpu_bad_request", "KV staging buffer is " + std::to_string(bytes) +
-                                                 " B; " + std::to_string(ids.size()) +
-                                                 " blocks need " +
-                                                 std::to_string(ids.size() * block_bytes));
+                        std::uint64_t block_bytes, std::uint32_t n_blocks,
+                        std::uint32_t blocks_max) {
+    if (ids.empty() || ids.size() > blocks_max) {
+        return make_error("gpu_bad_request", "a KV copy moves 1.." + std::to_string(blocks_max) +
+                                                 " blocks, not " + std::to_string(ids.size()));
     }
+    if (status s = check_kv_bytes(ids.size(), bytes, block_bytes); !s) return s;
     for (std::uint32_t id : ids) {
         if (id >= n_blocks) {
             return make_error("gpu_bad_request", "KV block " + std::to_string(id) +
@@ -394,45 +419,101 @@ status check_kv_request(std::span<const std::uint32_t> ids, std::uint64_t bytes,
 
 }  // namespace
 
-// The host layout of copied KV blocks: per block, per layer, K then V (kv_layer_block_bytes
-// each). `copy(view, device offset, host offset, bytes)` moves one such range.
-template <typename Copy>
-status runner::for_each_kv_range(const char* what, std::span<const std::uint32_t> ids,
-                                 std::size_t host_bytes, Copy&& copy) {
-    if (_stream->state() != stream_state::idle) {
-        return make_error("gpu_busy", std::string("KV ") + what + " while a segment is in flight");
-    }
-    status ok = check_kv_request(ids, host_bytes, kv_block_bytes(), _limits.n_blocks);
-    if (!ok) return ok;
-    std::uint64_t lb = kv_layer_block_bytes();
-    std::size_t at = 0;
-    for (std::uint32_t id : ids) {
-        for (std::uint32_t l = 0; l < _hp.n_layer; ++l) {
-            for (buffer_view v : {_kv->k(l), _kv->v(l)}) {
-                status s = copy(v, v.offset + id * lb, at, lb);
-                if (!s) return s;
-                at += lb;
+// One job: for each layer buffer (K then V of layer 0, 1, ...) one copy with a region per
+// block, all in one segment, one fence. Host layout: block i, layer l, K|V at
+// ((i * n_layer + l) * 2 + kv) * kv_layer_block_bytes().
+status runner::run_kv_copy(std::span<const std::uint32_t> ids, bool out) {
+    const std::uint64_t lb = kv_layer_block_bytes();
+    std::string label = std::string(out ? "kv_out#" : "kv_in#") + std::to_string(++_kv_copies) +
+                        " blocks=" + std::to_string(ids.size());
+    _last_segment = label;
+    status s = _stream->begin(std::move(label));
+    if (!s) return s;
+    for (std::uint32_t l = 0; l < _hp.n_layer; ++l) {
+        for (std::uint32_t kv = 0; kv < 2; ++kv) {
+            buffer_view pool = kv == 0 ? _kv->k(l) : _kv->v(l);
+            for (std::size_t i = 0; i < ids.size(); ++i) {
+                std::uint64_t dev = pool.offset + ids[i] * lb;
+                std::uint64_t host = ((i * _hp.n_layer + l) * 2 + kv) * lb;
+                _kv_regions[i] = out ? VkBufferCopy{dev, host, lb} : VkBufferCopy{host, dev, lb};
+            }
+            std::span<const VkBufferCopy> regions(_kv_regions.data(), ids.size());
+            if (out) {
+                _stream->copy(*pool.buf, _kv_host, regions);
+            } else {
+                _stream->copy(_kv_host, *pool.buf, regions);
             }
         }
+    }
+    return _stream->run(_options.watchdog_ms);
+}
+
+status runner::copy_kv_out(std::span<const std::uint32_t> ids, std::span<std::uint8_t> dst) {
+    if (_stream->state() != stream_state::idle) {
+        return make_error("gpu_busy", "KV copy-out while a segment is in flight");
+    }
+    status ok = check_kv_request(ids, dst.size(), kv_block_bytes(), _limits.n_blocks,
+                                 kv_copy_blocks_max());
+    if (!ok) return ok;
+    status s = run_kv_copy(ids, true);
+    if (!s) return s;
+    std::memcpy(dst.data(), _kv_host.mapped(), dst.size());
+    return {};
+}
+
+status runner::copy_kv_in(std::span<const std::uint32_t> ids, std::span<const std::uint8_t> src) {
+    if (_stream->state() != stream_state::idle) {
+        return make_error("gpu_busy", "KV copy-in while a segment is in flight");
+    }
+    status ok = check_kv_request(ids, src.size(), kv_block_bytes(), _limits.n_blocks,
+                                 kv_copy_blocks_max());
+    if (!ok) return ok;
+    // Two regions writing one block in one copy command is undefined in Vulkan.
+    bool repeated = false;
+    for (std::uint32_t id : ids) {
+        repeated = repeated || _kv_seen[id] != 0;
+        _kv_seen[id] = 1;
+    }
+    for (std::uint32_t id : ids) _kv_seen[id] = 0;
+    if (repeated) return make_error("gpu_bad_request", "a KV copy-in names a block twice");
+    std::memcpy(_kv_host.mapped(), src.data(), src.size());
+    return run_kv_copy(ids, false);
+}
+
+status runner::read_kv_blocks(std::span<const std::uint32_t> ids, std::span<std::uint8_t> dst) {
+    const std::uint64_t bb = kv_block_bytes();
+    if (status s = check_kv_bytes(ids.size(), dst.size(), bb); !s) return s;
+    for (std::size_t at = 0; at < ids.size();) {
+        std::size_t n = std::min<std::size_t>(kv_copy_blocks_max(), ids.size() - at);
+        status s = copy_kv_out(ids.subspan(at, n), dst.subspan(at * bb, n * bb));
+        if (!s) return s;
+        at += n;
     }
     return {};
 }
 
-status runner::read_kv_blocks(std::span<const std::uint32_t> ids, std::span<std::uint8_t> dst) {
-    return for_each_kv_range(
-        "read", ids, dst.size(), [&](buffer_view v, std::uint64_t dev, std::size_t host,
-                                     std::uint64_t n) {
-            return _dev->read(*v.buf, dev, dst.data() + host, n);
-        });
-}
-
 status runner::write_kv_blocks(std::span<const std::uint32_t> ids,
                                std::span<const std::uint8_t> src) {
-    return for_each_kv_range(
-        "write", ids, src.size(), [&](buffer_view v, std::uint64_t dev, std::size_t host,
-                                      std::uint64_t n) {
-            return _dev->write(*v.buf, dev, src.data() + host, n);
-        });
+    const std::uint64_t bb = kv_block_bytes();
+    if (status s = check_kv_bytes(ids.size(), src.size(), bb); !s) return s;
+    for (std::size_t at = 0; at < ids.size();) {
+        // A run ends at kv_copy_blocks_max blocks or before a block it already holds (a copy-in
+        // names each block once; the later bytes then win, as the run after it writes them).
+        std::size_t n = 0;
+        while (at + n < ids.size() && n < kv_copy_blocks_max()) {
+            std::uint32_t id = ids[at + n];
+            if (id < _kv_seen.size() && _kv_seen[id] != 0) break;
+            if (id < _kv_seen.size()) _kv_seen[id] = 1;
+            ++n;
+        }
+        for (std::size_t i = 0; i < n; ++i) {
+            if (ids[at + i] < _kv_seen.size()) _kv_seen[ids[at + i]] = 0;
+        }
+        status s = copy_kv_in(ids.subspan(at, n), src.subspan(at * bb, n * bb));
+        if (!s) return s;
+        at += n;
+    }
+    return {};
 }
 
 }  // namespace ordo::gpu

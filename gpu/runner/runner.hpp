@@ -58,6 +58,9 @@ inline constexpr std::uint32_t runner_flush_every_layers_max = 1024;
 // refuses a bigger pool (sched::kv_pool_tokens_max; server.cpp asserts they agree), so a pool
 // sized from kv_memory_bytes stops here instead of building one the scheduler cannot use.
 inline constexpr std::uint64_t runner_kv_pool_tokens_max = std::uint64_t{1} << 24;
+// KV blocks one copy job (copy_kv_out / copy_kv_in: one submission) moves at most: the host
+// staging buffer holds this many blocks, allocated once.
+inline constexpr std::uint32_t runner_kv_copy_blocks_max_max = 4096;
 
 struct runner_options {
     std::string device;                              // gpu.device selector ("" = auto)
@@ -72,6 +75,7 @@ struct runner_options {
     std::uint32_t seqs_max = 64;                     // sequences in one step, at most
     std::uint32_t n_ctx = 0;                         // positions per sequence; 0: the model's
     bool timestamps = false;                         // per-kernel GPU timings (bench)
+    std::uint32_t kv_copy_blocks_max = 64;           // KV blocks per copy job, at most
     // gpu.kernels: true = the texel-fetch family, false = the storage-buffer family; unset =
     // the device's default (tuning_for: texel on CPU devices, storage on GPUs).
     std::optional<bool> texel_kernels;
@@ -126,7 +130,19 @@ public:
     // order, for each layer 0..n_layer-1: the block's K bytes, then its V bytes; each is the
     // pool's layer layout for that block ((head, slot, dim) row-major; f16 or f32 elements,
     // kv_pool.hpp), kv_layer_block_bytes() long. Total ids.size() * kv_block_bytes().
-    // Errors: gpu_bad_request (unknown block, wrong size), gpu_busy (a segment in flight).
+    //
+    // copy_kv_out / copy_kv_in are one job each: every copy of every block, layer, K and V is
+    // recorded into ONE segment (one vkCmdCopyBuffer per layer buffer, a region per block,
+    // through the host-visible staging buffer) with one fence, waited on with watchdog_ms; the
+    // segment is labelled "kv_out#7 blocks=64" (last_segment()). At most kv_copy_blocks_max()
+    // blocks; a copy-in names each block once. Errors: gpu_bad_request (unknown or repeated
+    // block, too many blocks, wrong size), gpu_busy (a segment in flight), and the stream's
+    // (gpu_timeout, gpu_device_lost, ...) after which the device is not trusted.
+    status copy_kv_out(std::span<const std::uint32_t> ids, std::span<std::uint8_t> dst);
+    status copy_kv_in(std::span<const std::uint32_t> ids, std::span<const std::uint8_t> src);
+    std::uint32_t kv_copy_blocks_max() const { return _options.kv_copy_blocks_max; }
+    // Any number of blocks: copy_kv_out / copy_kv_in over runs of kv_copy_blocks_max() (one
+    // submission each). A block named twice in one write: the later bytes win.
     status read_kv_blocks(std::span<const std::uint32_t> ids, std::span<std::uint8_t> dst);
     status write_kv_blocks(std::span<const std::uint32_t> ids,
                            std::span<const std::uint8_t> src);
@@ -160,9 +176,8 @@ private:
     status init_buffers();
     status init_stream();
     status warm_up();
-    template <typename Copy>
-    status for_each_kv_range(const char* what, std::span<const std::uint32_t> ids,
-                             std::size_t host_bytes, Copy&& copy);
+    // Records and runs one copy job; `out`: pool -> _kv_host, else _kv_host -> pool.
+    status run_kv_copy(std::span<const std::uint32_t> ids, bool out);
     result<weight_tensor> upload(const model::matrix_view& m);
     result<weight_tensor> upload_padded(const model::matrix_view& m);
     // The matrices' rows concatenated into one tensor; an empty tensor when their types or
@@ -211,6 +226,10 @@ private:
     buffer _tables;  // host-visible (seqs_max, blocks_per_seq_max) block tables
     buffer _logits;  // host-visible (R, n_vocab)
     buffer _spin;    // scratch of the hang fault's spin dispatch
+    buffer _kv_host; // host-visible (kv_copy_blocks_max, n_layer, K|V) KV blocks of a copy job
+    std::vector<VkBufferCopy> _kv_regions;  // (kv_copy_blocks_max) one layer buffer's regions
+    std::vector<std::uint8_t> _kv_seen;     // (n_blocks) copy-in duplicate check
+    std::uint64_t _kv_copies = 0;           // copy jobs run (segment labels)
 
     step_plan _plan;
     step_fault _fault;

@@ -158,6 +158,38 @@ void stream::dispatch(const pipeline& pl, pipeline_id id,
     }
 }
 
+void stream::copy(const buffer& src, const buffer& dst, std::span<const VkBufferCopy> regions) {
+    ORDO_GPU_CHECK(_state == stream_state::recording, "copy outside a segment");
+    ORDO_GPU_CHECK(_dispatches < _options.dispatches_per_segment_max,
+                   "segment dispatch budget exceeded; split the copy into more segments");
+    ORDO_GPU_CHECK(!regions.empty(), "copy of no regions");
+    for (const VkBufferCopy& c : regions) {
+        ORDO_GPU_CHECK(c.size > 0 && c.srcOffset + c.size <= src.size() &&
+                           c.dstOffset + c.size <= dst.size(),
+                       "copy region past a buffer end");
+    }
+    VkMemoryBarrier before{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+    before.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+    before.dstAccessMask = VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+    vkCmdPipelineBarrier(_cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                         VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &before, 0, nullptr, 0, nullptr);
+    vkCmdCopyBuffer(_cmd, src.handle(), dst.handle(), static_cast<std::uint32_t>(regions.size()),
+                    regions.data());
+    VkMemoryBarrier after{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+    after.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
+    after.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                          VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_HOST_READ_BIT;
+    vkCmdPipelineBarrier(_cmd, VK_PIPELINE_STAGE_TRANSFER_BIT,
+                         VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT |
+                             VK_PIPELINE_STAGE_HOST_BIT,
+                         0, 1, &after, 0, nullptr, 0, nullptr);
+    ++_dispatches;
+    _recorded.push_back(pipeline_id::count);  // no pipeline: a copy
+    if (_queries != VK_NULL_HANDLE) {
+        vkCmdWriteTimestamp(_cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, _queries, _dispatches);
+    }
+}
+
 status stream::submit() {
     if (_state != stream_state::recording) {
         return make_error("gpu_busy", "submit: no segment is recording");

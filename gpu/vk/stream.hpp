@@ -21,6 +21,7 @@
 #include <initializer_list>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -77,6 +78,13 @@ public:
                   bool barrier_after = true) {
         dispatch(pl, id, bindings, &push, sizeof(Push), groups, barrier_after);
     }
+
+    // Records one buffer-to-buffer copy of `regions` (KV blocks to or from host staging),
+    // counted as one dispatch against the segment's bound. It is ordered after every earlier
+    // kernel and copy of the segment, and its writes are made visible to later kernels, copies
+    // and to the host once the segment's fence has signalled. Regions are checked against both
+    // buffers' sizes.
+    void copy(const buffer& src, const buffer& dst, std::span<const VkBufferCopy> regions);
 
     // Ends recording and submits the segment with its fence.
     status submit();

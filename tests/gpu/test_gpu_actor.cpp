@@ -9,7 +9,12 @@
 // worker by a test hook until the gpu_busy refusal of a later step has arrived); (6) the queue bound
 // refuses with gpu_busy and queued steps run in order; (7) recovery_max 0 turns a device loss
 // into device_unavailable and later steps into gpu_unavailable; (8) stopping while a step runs
-// still gives that step its one reply, and every loop closes cleanly (join ok).
+// still gives that step its one reply, and every loop closes cleanly (join ok); (9) KV copies
+// through kv_staging: a prefill's blocks copied out equal the runner's own bytes, copied into
+// other blocks and over clobbered originals they read back bit-identical and the next decode
+// gives the same logits; a copy naming a slot not held is refused with gpu_bad_request;
+// (10) a copy-out queued behind a held step runs after it (its bytes are the step's KV);
+// (11) a device loss in a step fails the copy queued behind it with gpu_device_lost.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -254,6 +259,149 @@ TEST(GpuActor, StopWhileAStepRunsRepliesAndClosesCleanly) {
     ASSERT_TRUE(d) << "the running step lost its reply";
     EXPECT_EQ(d->step_id, 1u);
     ASSERT_TRUE(s->stop().ok());
+}
+
+// ---- KV copies -------------------------------------------------------------------------
+
+constexpr std::uint32_t kv_slots = 2;
+constexpr std::uint64_t kv_slot_bytes = 8 * 2048;  // 8 blocks of the synthetic f16 model
+
+struct kv_fixture {
+    kv_staging staging{kv_slots, kv_slot_bytes};
+    std::unique_ptr<gpu_session> s;
+    std::uint64_t block_bytes = 0;
+
+    explicit kv_fixture(gpu_actor_options o) {
+        auto r = gpu_session::start(std::move(o), reply_ms, &staging);
+        EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.err().message);
+        if (r.ok()) s = std::move(*r);
+        block_bytes = 2 * 2 * (2 * 8 * 16 * 2);  // K,V x layers x (heads, tokens, dim, f16)
+    }
+    // Sends a copy and waits for its reply; on done, the slot's bytes (copy-out).
+    template <typename Msg>
+    result<std::vector<std::uint8_t>> copy(const Msg& m) {
+        if (status t = s->actor().tell(m); !t) return t.err();
+        auto r = s->replies().next(reply_ms);
+        if (!r) return make_error("timeout", "no reply");
+        if (auto* f = std::get_if<kv_copy_failed>(&*r)) return make_error(f->code, f->message);
+        auto* d = std::get_if<kv_copy_done>(&*r);
+        if (d == nullptr || d->job_id != m.job_id) return make_error("protocol", reply_name(*r));
+        auto b = staging.read(m.staging_slot, d->bytes);
+        return std::vector<std::uint8_t>(b.begin(), b.end());
+    }
+};
+
+TEST(GpuActor, KvCopiesRoundTripBitIdentical) {
+    ORDO_REQUIRE_GPU();
+    auto o = actor_options(2);
+    auto tokens = test_tokens(11, 300, 4);
+    const std::vector<std::uint32_t> table = {40, 41}, other = {50, 51};
+    step pre = make_step(1, "prefill", {make_seq(1, tokens, 0, table)});
+    // The runner's own bytes of the same prefill.
+    auto file = open_model(o.model_path);
+    ASSERT_TRUE(file);
+    auto r = runner::create(*file, o.runner);
+    ASSERT_TRUE(r.ok());
+    std::vector<float> scratch(300);
+    ASSERT_TRUE((*r)->run_step(pre, scratch.data()).ok());
+    std::vector<std::uint8_t> want_kv(table.size() * (*r)->kv_block_bytes());
+    ASSERT_TRUE((*r)->read_kv_blocks(table, want_kv).ok());
+
+    kv_fixture k(o);
+    ASSERT_TRUE(k.s);
+    ASSERT_EQ(k.block_bytes, (*r)->kv_block_bytes());
+    std::vector<float> logits, want_dec;
+    ASSERT_TRUE(k.s->run(pre, logits, reply_ms).ok());
+    auto slot = k.staging.acquire();
+    ASSERT_TRUE(slot.ok());
+    auto out = k.copy(kv_copy_out{7, table, *slot});
+    ASSERT_TRUE(out.ok()) << out.err().message;
+    EXPECT_EQ(*out, want_kv);
+    ASSERT_TRUE(k.s->run(make_step(2, "decode", {make_seq(1, {7}, 11, table)}), want_dec,
+                         reply_ms).ok());
+    // Into other blocks: the decode over them gives the same logits.
+    ASSERT_TRUE(k.copy(kv_copy_in{8, other, *slot}).ok());
+    ASSERT_TRUE(k.s->run(make_step(3, "decode", {make_seq(1, {7}, 11, other)}), logits,
+                         reply_ms).ok());
+    EXPECT_EQ(logits, want_dec);
+    // Clobber the originals, restore them, decode again.
+    auto bytes = k.staging.bytes(*slot, want_kv.size());
+    std::fill(bytes.begin(), bytes.end(), 0xAB);
+    ASSERT_TRUE(k.copy(kv_copy_in{9, table, *slot}).ok());
+    std::copy(want_kv.begin(), want_kv.end(), bytes.begin());
+    ASSERT_TRUE(k.copy(kv_copy_in{10, table, *slot}).ok());
+    auto back = k.copy(kv_copy_out{11, table, *slot});
+    ASSERT_TRUE(back.ok());
+    EXPECT_EQ(*back, want_kv);
+    ASSERT_TRUE(k.s->run(make_step(4, "decode", {make_seq(1, {7}, 11, table)}), logits,
+                         reply_ms).ok());
+    EXPECT_EQ(logits, want_dec);
+    // A slot the sender does not hold is refused, the device untouched.
+    k.staging.release(*slot);
+    auto refused = k.copy(kv_copy_out{12, table, *slot});
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.err().code, "gpu_bad_request");
+    ASSERT_TRUE(k.s->stop().ok());
+}
+
+TEST(GpuActor, KvCopyOutQueuedBehindAStepRunsAfterIt) {
+    ORDO_REQUIRE_GPU();
+    auto g = std::make_shared<gate>();
+    auto o = actor_options();
+    o.on_step_begin = [g](const step&) { g->enter(); };
+    kv_fixture k(o);
+    ASSERT_TRUE(k.s);
+    const std::vector<std::uint32_t> table = {40, 41};
+    auto slot = k.staging.acquire();
+    ASSERT_TRUE(slot.ok());
+    ASSERT_TRUE(k.s->actor().tell(make_step(1, "prefill",
+                                            {make_seq(1, test_tokens(11, 300, 4), 0, table,
+                                                      false)})).ok());
+    ASSERT_TRUE(g->wait_entered(1));
+    ASSERT_TRUE(k.s->actor().tell(kv_copy_out{5, table, *slot}).ok());
+    g->release();
+    auto d = k.s->replies().next_as<step_done>(reply_ms);
+    ASSERT_TRUE(d);
+    auto c = k.s->replies().next_as<kv_copy_done>(reply_ms);
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->job_id, 5u);
+    EXPECT_EQ(c->bytes, table.size() * k.block_bytes);
+    // Blocks 40, 41 were never written before the prefill: non-zero bytes are the step's KV.
+    auto b = k.staging.read(*slot, c->bytes);
+    EXPECT_NE(std::vector<std::uint8_t>(b.begin(), b.end()),
+              std::vector<std::uint8_t>(b.size(), 0));
+    k.staging.release(*slot);
+    ASSERT_TRUE(k.s->stop().ok());
+}
+
+TEST(GpuActor, DeviceLossFailsAQueuedKvCopy) {
+    ORDO_REQUIRE_GPU();
+    auto g = std::make_shared<gate>();
+    auto o = actor_options();
+    o.on_step_begin = [g](const step&) { g->enter(); };
+    kv_fixture k(o);
+    ASSERT_TRUE(k.s);
+    inject_fault f;
+    f.kind = "device_lost";
+    ASSERT_TRUE(k.s->actor().tell(f).ok());
+    auto slot = k.staging.acquire();
+    ASSERT_TRUE(slot.ok());
+    ASSERT_TRUE(k.s->actor().tell(decode_step(1)).ok());
+    ASSERT_TRUE(g->wait_entered(1));
+    ASSERT_TRUE(k.s->actor().tell(kv_copy_out{6, {0}, *slot}).ok());
+    g->release();
+    auto lost = k.s->replies().next_as<step_failed>(reply_ms);
+    ASSERT_TRUE(lost);
+    EXPECT_TRUE(lost->device_lost);
+    auto c = k.s->replies().next_as<kv_copy_failed>(reply_ms);
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->job_id, 6u);
+    EXPECT_EQ(c->code, "gpu_device_lost");
+    auto ready = k.s->replies().next_as<device_ready>(reply_ms);
+    ASSERT_TRUE(ready);
+    EXPECT_EQ(ready->epoch, 1u);
+    k.staging.release(*slot);
+    ASSERT_TRUE(k.s->stop().ok());
 }
 
 }  // namespace

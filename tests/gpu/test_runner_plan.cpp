@@ -1,10 +1,14 @@
 // test_runner_plan.cpp: the pure host-side pieces under the runner and the gpu actor, without a
 // device: step_plan (token order, KV slots, attention pairs, block tables, logits row runs),
 // fault_plan (phase matching, after_steps, count, refusal of bad faults) and logits_exchange
-// (acquire until gpu_busy, release, row addressing).
+// (acquire until gpu_busy, release, row addressing) and kv_staging (acquire until
+// kv_staging_busy, refused at once with no wait, release, byte ranges, misuse asserts).
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include "gpu/runner/fault_plan.hpp"
+#include "gpu/logits/kv_staging.hpp"
 #include "gpu/logits/logits_exchange.hpp"
 #include "gpu/runner/step_plan.hpp"
 
@@ -79,6 +83,40 @@ TEST(LogitsExchange, AcquireUntilBusyThenRelease) {
     EXPECT_EQ(*again, held[1]);
     x.release(logits_exchange::no_slot);  // a step without rows: nothing to release
     EXPECT_DEATH(x.release(logits_exchange::slots_max), "out of range");
+}
+
+TEST(KvStaging, AcquireUntilBusyRefusesAtOnceThenRelease) {
+    kv_staging x(3, 100);
+    std::vector<std::uint32_t> held;
+    for (std::uint32_t i = 0; i < x.slots(); ++i) {
+        auto s = x.acquire();
+        ASSERT_TRUE(s.ok());
+        held.push_back(*s);
+    }
+    // Exhausted: refused, and at once (a blocking acquire would wait for a release forever).
+    auto t0 = std::chrono::steady_clock::now();
+    auto busy = x.acquire();
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(100));
+    ASSERT_FALSE(busy.ok());
+    EXPECT_EQ(busy.err().code, "kv_staging_busy");
+    x.bytes(held[2], 100)[99] = 42;
+    EXPECT_EQ(x.read(held[2], 100)[99], 42);
+    EXPECT_EQ(x.read(held[2], 10).size(), 10u);
+    x.bytes(held[1], 1)[0] = 7;
+    EXPECT_EQ(x.read(held[2], 1)[0], 0);  // slots do not overlap
+    x.release(held[2]);
+    EXPECT_FALSE(x.is_held(held[2]));
+    EXPECT_EQ(x.held(), 2u);
+    auto again = x.acquire();
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(*again, held[2]);
+    x.release(kv_staging::no_slot);
+    EXPECT_FALSE(x.is_held(kv_staging::no_slot));
+    EXPECT_DEATH(x.bytes(held[0], 101), "out of bounds");
+    EXPECT_DEATH(x.release(3), "out of range");
+    x.release(held[0]);
+    EXPECT_DEATH(x.release(held[0]), "not held");
+    EXPECT_DEATH(kv_staging(0, 1), "slots must be");
 }
 
 }  // namespace

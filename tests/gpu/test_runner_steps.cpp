@@ -7,6 +7,8 @@
 // still runs a good step afterwards; (2) read_kv_blocks / write_kv_blocks round trip: blocks
 // read after a prefill, the pool cleared, the bytes written back give the same next-token
 // logits as without the clear, and bytes written to other block ids read back identical;
+// copy_kv_out / copy_kv_in run as one labelled segment each ("kv_out#1 blocks=3") and refuse
+// too many blocks or a block named twice in a copy-in with gpu_bad_request;
 // (3) an armed device loss fails the step with gpu_device_lost naming the segment of the
 // chosen layer; (4) an armed hang fails with gpu_timeout, drain() then waits the spin out and
 // the next step works; (5) nan_logits puts NaN in the returned row.
@@ -97,6 +99,34 @@ TEST_F(RunnerSteps, KvBlocksRoundTripThroughHostStaging) {
     std::vector<std::uint8_t> one(run->kv_block_bytes());
     EXPECT_EQ(run->read_kv_blocks(outside, one).err().code, "gpu_bad_request");
     EXPECT_EQ(run->write_kv_blocks(table, one).err().code, "gpu_bad_request");
+}
+
+TEST_F(RunnerSteps, KvCopyJobsAreOneSegmentAndRefuseBadRequests) {
+    auto tokens = test_tokens(19, 300, 5);
+    std::vector<std::uint32_t> table = {3, 9, 4};
+    ASSERT_TRUE(go(make_step(1, "prefill", {make_seq(1, tokens, 0, table, false)})).ok());
+    std::vector<std::uint8_t> bytes(table.size() * run->kv_block_bytes());
+    ASSERT_TRUE(run->copy_kv_out(table, bytes).ok());
+    EXPECT_EQ(run->last_segment(), "kv_out#1 blocks=3");
+    std::vector<std::uint32_t> other = {10, 11, 12};
+    ASSERT_TRUE(run->copy_kv_in(other, bytes).ok());
+    EXPECT_EQ(run->last_segment(), "kv_in#2 blocks=3");
+    std::vector<std::uint8_t> back(bytes.size());
+    ASSERT_TRUE(run->copy_kv_out(other, back).ok());
+    EXPECT_EQ(back, bytes);
+    std::vector<std::uint32_t> twice = {10, 11, 10};
+    EXPECT_EQ(run->copy_kv_in(twice, bytes).err().code, "gpu_bad_request");
+    // write_kv_blocks keeps its old rule for repeats: the later bytes win.
+    ASSERT_TRUE(run->write_kv_blocks(twice, bytes).ok());
+    std::vector<std::uint32_t> ten = {10};
+    std::vector<std::uint8_t> one(run->kv_block_bytes());
+    ASSERT_TRUE(run->copy_kv_out(ten, one).ok());
+    EXPECT_TRUE(std::equal(one.begin(), one.end(), bytes.begin() + 2 * one.size()));
+    std::vector<std::uint32_t> many(run->kv_copy_blocks_max() + 1, 0);
+    std::vector<std::uint8_t> big(many.size() * run->kv_block_bytes());
+    EXPECT_EQ(run->copy_kv_out(many, big).err().code, "gpu_bad_request");
+    std::vector<std::uint32_t> none;
+    EXPECT_EQ(run->copy_kv_out(none, {}).err().code, "gpu_bad_request");
 }
 
 TEST_F(RunnerSteps, InjectedDeviceLossNamesTheSegment) {
