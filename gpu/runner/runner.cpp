@@ -329,12 +329,9 @@ status runner::init_buffers() {
         {&_logits, rows * _hp.n_vocab, memory_use::host_readback},
         {&_spin, 1024, memory_use::device},
     };
-    // The KV copy staging is only ever a copy source or destination, never a binding.
-    auto host = _dev->create_buffer(_options.kv_copy_blocks_max * kv_block_bytes(),
-                                    memory_use::host_readback);
-    if (!host) return host.err();
-    _kv_host = std::move(*host);
-    if (_kv_host.mapped() == nullptr) return bad_config("no host-visible memory for KV copies");
+    // The KV copy staging (_kv_host) is made by the first copy job: a server that never
+    // persists KV does not pay kv_copy_blocks_max blocks of host memory (512 MiB for a 7B
+    // model without GQA at the default 64).
     _kv_regions.resize(_options.kv_copy_blocks_max);
     _kv_seen.assign(g.n_blocks, 0);
     for (const spec& sp : specs) {
@@ -424,6 +421,16 @@ status check_kv_request(std::span<const std::uint32_t> ids, std::uint64_t bytes,
 // ((i * n_layer + l) * 2 + kv) * kv_layer_block_bytes().
 status runner::run_kv_copy(std::span<const std::uint32_t> ids, bool out) {
     const std::uint64_t lb = kv_layer_block_bytes();
+    if (_kv_host.size() == 0) {
+        // Only ever a copy source or destination, never a binding.
+        auto host = _dev->create_buffer(_options.kv_copy_blocks_max * kv_block_bytes(),
+                                        memory_use::host_readback);
+        if (!host) return host.err();
+        if (host->mapped() == nullptr) {
+            return bad_config("no host-visible memory for KV copies");
+        }
+        _kv_host = std::move(*host);
+    }
     std::string label = std::string(out ? "kv_out#" : "kv_in#") + std::to_string(++_kv_copies) +
                         " blocks=" + std::to_string(ids.size());
     _last_segment = label;
