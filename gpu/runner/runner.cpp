@@ -419,18 +419,20 @@ status check_kv_request(std::span<const std::uint32_t> ids, std::uint64_t bytes,
 // One job: for each layer buffer (K then V of layer 0, 1, ...) one copy with a region per
 // block, all in one segment, one fence. Host layout: block i, layer l, K|V at
 // ((i * n_layer + l) * 2 + kv) * kv_layer_block_bytes().
+// The host side of KV copy jobs, made by the first one (see create()): only ever a copy source
+// or destination, never a binding.
+status runner::ensure_kv_host() {
+    if (_kv_host.size() != 0) return {};
+    auto host = _dev->create_buffer(_options.kv_copy_blocks_max * kv_block_bytes(),
+                                    memory_use::host_readback);
+    if (!host) return host.err();
+    if (host->mapped() == nullptr) return bad_config("no host-visible memory for KV copies");
+    _kv_host = std::move(*host);
+    return {};
+}
+
 status runner::run_kv_copy(std::span<const std::uint32_t> ids, bool out) {
     const std::uint64_t lb = kv_layer_block_bytes();
-    if (_kv_host.size() == 0) {
-        // Only ever a copy source or destination, never a binding.
-        auto host = _dev->create_buffer(_options.kv_copy_blocks_max * kv_block_bytes(),
-                                        memory_use::host_readback);
-        if (!host) return host.err();
-        if (host->mapped() == nullptr) {
-            return bad_config("no host-visible memory for KV copies");
-        }
-        _kv_host = std::move(*host);
-    }
     std::string label = std::string(out ? "kv_out#" : "kv_in#") + std::to_string(++_kv_copies) +
                         " blocks=" + std::to_string(ids.size());
     _last_segment = label;
@@ -462,6 +464,7 @@ status runner::copy_kv_out(std::span<const std::uint32_t> ids, std::span<std::ui
     status ok = check_kv_request(ids, dst.size(), kv_block_bytes(), _limits.n_blocks,
                                  kv_copy_blocks_max());
     if (!ok) return ok;
+    if (status h = ensure_kv_host(); !h) return h;
     status s = run_kv_copy(ids, true);
     if (!s) return s;
     std::memcpy(dst.data(), _kv_host.mapped(), dst.size());
@@ -483,6 +486,7 @@ status runner::copy_kv_in(std::span<const std::uint32_t> ids, std::span<const st
     }
     for (std::uint32_t id : ids) _kv_seen[id] = 0;
     if (repeated) return make_error("gpu_bad_request", "a KV copy-in names a block twice");
+    if (status h = ensure_kv_host(); !h) return h;
     std::memcpy(_kv_host.mapped(), src.data(), src.size());
     return run_kv_copy(ids, false);
 }

@@ -176,6 +176,7 @@ private:
     status init_buffers();
     status init_stream();
     status warm_up();
+    status ensure_kv_host();  // makes _kv_host on the first copy job
     // Records and runs one copy job; `out`: pool -> _kv_host, else _kv_host -> pool.
     status run_kv_copy(std::span<const std::uint32_t> ids, bool out);
     result<weight_tensor> upload(const model::matrix_view& m);

@@ -8,7 +8,8 @@
 // read after a prefill, the pool cleared, the bytes written back give the same next-token
 // logits as without the clear, and bytes written to other block ids read back identical;
 // copy_kv_out / copy_kv_in run as one labelled segment each ("kv_out#1 blocks=3") and refuse
-// too many blocks or a block named twice in a copy-in with gpu_bad_request;
+// too many blocks or a block named twice in a copy-in with gpu_bad_request; a fresh runner's
+// first KV job may be a copy-in;
 // (3) an armed device loss fails the step with gpu_device_lost naming the segment of the
 // chosen layer; (4) an armed hang fails with gpu_timeout, drain() then waits the spin out and
 // the next step works; (5) nan_logits puts NaN in the returned row.
@@ -127,6 +128,18 @@ TEST_F(RunnerSteps, KvCopyJobsAreOneSegmentAndRefuseBadRequests) {
     EXPECT_EQ(run->copy_kv_out(many, big).err().code, "gpu_bad_request");
     std::vector<std::uint32_t> none;
     EXPECT_EQ(run->copy_kv_out(none, {}).err().code, "gpu_bad_request");
+}
+
+// A fresh runner's first KV job may be a copy-in (a restore right after start): the host side
+// of copies is made by whichever job comes first (a copy-in first once wrote through null).
+TEST_F(RunnerSteps, FirstKvJobMayBeACopyIn) {
+    std::vector<std::uint32_t> ids = {5, 6};
+    std::vector<std::uint8_t> bytes(ids.size() * run->kv_block_bytes());
+    for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = std::uint8_t(i * 7 + 1);
+    ASSERT_TRUE(run->copy_kv_in(ids, bytes).ok());
+    std::vector<std::uint8_t> back(bytes.size());
+    ASSERT_TRUE(run->copy_kv_out(ids, back).ok());
+    EXPECT_EQ(back, bytes);
 }
 
 TEST_F(RunnerSteps, InjectedDeviceLossNamesTheSegment) {
