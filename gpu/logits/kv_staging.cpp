@@ -1,6 +1,7 @@
 // kv_staging.cpp: see kv_staging.hpp.
 #include "gpu/logits/kv_staging.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -20,21 +21,15 @@ void require(bool ok, const char* why) {
 }  // namespace
 
 kv_staging::kv_staging(std::uint32_t slots, std::uint64_t slot_bytes)
-    : _slots(slots), _slot_bytes(slot_bytes) {
+    // A bad count is refused just below; the clamp only keeps it from allocating first.
+    : _slots(slots), _slot_bytes(slot_bytes), _owners(std::min(slots, slots_max)) {
     require(slots > 0 && slots <= slots_max, "slots must be 1..slots_max");
     require(slot_bytes > 0 && slot_bytes <= slot_bytes_max, "slot_bytes must be 1..slot_bytes_max");
-    _held.reset(new std::atomic<bool>[slots]);
-    for (std::uint32_t s = 0; s < slots; ++s) _held[s].store(false);
     _data.assign(std::size_t(slots) * slot_bytes, 0);
 }
 
 result<std::uint32_t> kv_staging::acquire() {
-    for (std::uint32_t s = 0; s < _slots; ++s) {
-        bool expected = false;
-        if (_held[s].compare_exchange_strong(expected, true, std::memory_order_acq_rel)) {
-            return s;
-        }
-    }
+    if (auto s = _owners.acquire()) return *s;
     return make_error("kv_staging_busy", "every KV staging slot (" + std::to_string(_slots) +
                                              ") is held: earlier copies are not released");
 }
@@ -42,13 +37,12 @@ result<std::uint32_t> kv_staging::acquire() {
 void kv_staging::release(std::uint32_t slot) {
     if (slot == no_slot) return;
     require(slot < _slots, "release of a slot out of range");
-    bool was = _held[slot].exchange(false, std::memory_order_acq_rel);
-    require(was, "release of a slot that is not held");
+    require(_owners.release(slot), "release of a slot that is not held");
 }
 
 std::size_t kv_staging::offset_of(std::uint32_t slot, std::uint64_t bytes) const {
     require(slot < _slots && bytes <= _slot_bytes, "KV staging range out of bounds");
-    require(_held[slot].load(std::memory_order_acquire), "KV staging bytes of a free slot");
+    require(_owners.is_held(slot), "KV staging bytes of a free slot");
     return std::size_t(slot) * _slot_bytes;
 }
 
@@ -61,13 +55,11 @@ std::span<const std::uint8_t> kv_staging::read(std::uint32_t slot, std::uint64_t
 }
 
 bool kv_staging::is_held(std::uint32_t slot) const {
-    return slot < _slots && _held[slot].load(std::memory_order_acquire);
+    return _owners.is_held(slot);
 }
 
 std::uint32_t kv_staging::held() const {
-    std::uint32_t n = 0;
-    for (std::uint32_t s = 0; s < _slots; ++s) n += _held[s].load() ? 1 : 0;
-    return n;
+    return _owners.held();
 }
 
 }  // namespace ordo::gpu

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "actors/runtime/result.hpp"
+#include "gpu/logits/slot_owners.hpp"
 
 namespace ordo::gpu {
 
@@ -58,8 +59,8 @@ private:
 
     std::uint32_t _slots;
     std::uint64_t _slot_bytes;
-    std::unique_ptr<std::atomic<bool>[]> _held;  // _slots flags
-    std::vector<std::uint8_t> _data;             // (_slots, _slot_bytes)
+    slot_owners _owners;
+    std::vector<std::uint8_t> _data;  // (_slots, _slot_bytes)
 };
 
 }  // namespace ordo::gpu

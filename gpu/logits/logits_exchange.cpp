@@ -21,19 +21,13 @@ void require(bool ok, const char* why) {
 logits_exchange::logits_exchange(std::uint32_t rows_max, std::uint32_t n_vocab)
     : _rows_max(rows_max),
       _n_vocab(n_vocab),
-      _held(new std::atomic<bool>[slots_max]),
+      _owners(slots_max),
       _data(std::size_t(slots_max) * rows_max * n_vocab, 0.0f) {
     require(rows_max > 0 && n_vocab > 0, "rows_max and n_vocab must be > 0");
-    for (std::uint32_t s = 0; s < slots_max; ++s) _held[s].store(false);
 }
 
 result<std::uint32_t> logits_exchange::acquire() {
-    for (std::uint32_t s = 0; s < slots_max; ++s) {
-        bool expected = false;
-        if (_held[s].compare_exchange_strong(expected, true, std::memory_order_acq_rel)) {
-            return s;
-        }
-    }
+    if (auto s = _owners.acquire()) return *s;
     return make_error("gpu_busy", "every logits slot (" + std::to_string(slots_max) +
                                       ") is held: the scheduler has not released earlier steps");
 }
@@ -41,13 +35,12 @@ result<std::uint32_t> logits_exchange::acquire() {
 void logits_exchange::release(std::uint32_t slot) {
     if (slot == no_slot) return;
     require(slot < slots_max, "release of a slot out of range");
-    bool was = _held[slot].exchange(false, std::memory_order_acq_rel);
-    require(was, "release of a slot that is not held");
+    require(_owners.release(slot), "release of a slot that is not held");
 }
 
 std::size_t logits_exchange::row_index(std::uint32_t slot, std::uint32_t r) const {
     require(slot < slots_max && r < _rows_max, "logits row out of range");
-    require(_held[slot].load(std::memory_order_acquire), "logits row of a free slot");
+    require(_owners.is_held(slot), "logits row of a free slot");
     return (std::size_t(slot) * _rows_max + r) * _n_vocab;
 }
 
@@ -60,13 +53,11 @@ std::span<const float> logits_exchange::read_row(std::uint32_t slot, std::uint32
 }
 
 bool logits_exchange::is_held(std::uint32_t slot) const {
-    return slot < slots_max && _held[slot].load(std::memory_order_acquire);
+    return _owners.is_held(slot);
 }
 
 std::uint32_t logits_exchange::held() const {
-    std::uint32_t n = 0;
-    for (std::uint32_t s = 0; s < slots_max; ++s) n += _held[s].load() ? 1 : 0;
-    return n;
+    return _owners.held();
 }
 
 }  // namespace ordo::gpu

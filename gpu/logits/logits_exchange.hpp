@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "actors/runtime/result.hpp"
+#include "gpu/logits/slot_owners.hpp"
 
 namespace ordo::gpu {
 
@@ -52,8 +53,8 @@ private:
 
     std::uint32_t _rows_max;
     std::uint32_t _n_vocab;
-    std::unique_ptr<std::atomic<bool>[]> _held;  // slots_max flags
-    std::vector<float> _data;                    // (slots_max, rows_max, n_vocab)
+    slot_owners _owners;
+    std::vector<float> _data;  // (slots_max, rows_max, n_vocab)
 };
 
 }  // namespace ordo::gpu

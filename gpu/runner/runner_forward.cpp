@@ -21,12 +21,16 @@ namespace {
         if (!try_s_) return try_s_;  \
     } while (0)
 
-// The hang fault: the segment gets one invocation spinning this many iterations (about a
-// second on a fast GPU; llvmpipe caps an invocation at 65535 loop iterations, a few ms) and its
-// fence is polled once (timeout 0) instead of waited on for watchdog_ms: the segment is still
-// running when the wait gives up, so the real timeout path runs (the error, the segment left
-// in flight, drain, rebuild) without the test depending on how fast the device spins.
+// The hang fault: the segment gets hang_spin_workgroups invocations spinning this many
+// iterations each (about a second on a fast GPU, where they run side by side) and its fence is
+// polled once (timeout 0) instead of waited on for watchdog_ms: the segment is still running
+// when the wait gives up, so the real timeout path runs (the error, the segment left in flight,
+// drain, rebuild) without the test depending on how fast the device spins. llvmpipe caps an
+// invocation at 65535 loop iterations (a few ms) and runs the workgroups a few at a time, so
+// the many workgroups are what keep the segment running (a few hundred ms) past a poll that a
+// loaded machine delays: with one, the spin sometimes ended first and the step succeeded.
 constexpr std::uint32_t hang_spin_iterations = 400'000'000;
+constexpr std::uint32_t hang_spin_workgroups = 64;
 constexpr std::uint64_t hang_wait_ms = 0;
 
 }  // namespace
@@ -121,7 +125,7 @@ status runner::run_segment(const step& s, std::uint32_t l0, std::uint32_t l1,
     for (std::uint32_t l = l0; rec && l <= l1; ++l) rec = record_layer(l);
     if (rec && l1 + 1 == _hp.n_layer && _plan.rows() > 0) rec = record_logits();
     if (rec && targeted && f.kind == fault_kind::hang) {
-        rec = encode_spin(*_stream, whole(_spin), hang_spin_iterations);
+        rec = encode_spin(*_stream, whole(_spin), hang_spin_iterations, hang_spin_workgroups);
     }
     auto t0 = std::chrono::steady_clock::now();
     ORDO_TRY(_stream->submit());

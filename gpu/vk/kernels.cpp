@@ -597,11 +597,15 @@ status encode_spin_until(stream& s, buffer_view flag, std::uint32_t rounds) {
     return {};
 }
 
-status encode_spin(stream& s, buffer_view data, std::uint32_t iterations) {
-    if (data.range < 4 || iterations == 0) return bad("spin", "bad arguments");
+status encode_spin(stream& s, buffer_view data, std::uint32_t iterations,
+                   std::uint32_t workgroups) {
+    if (data.range < 4 || iterations == 0 || workgroups == 0 ||
+        workgroups > s.dev().info().max_workgroup_count[0]) {
+        return bad("spin", "bad arguments");
+    }
     abi::spin_push p{iterations, static_cast<std::uint32_t>(std::min<std::uint64_t>(
                                      data.range / 4, 1u << 20))};
-    s.dispatch(pipeline_id::spin, {data}, p, {1, 1, 1});
+    s.dispatch(pipeline_id::spin, {data}, p, {workgroups, 1, 1});
     return {};
 }
 

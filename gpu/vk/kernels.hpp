@@ -134,7 +134,9 @@ status encode_attention(stream& s, const kv_pool& pool, std::uint32_t layer,
 
 // Test-only: one invocation loops `iterations` times over data (a long-running dispatch; on
 // llvmpipe at most 65535 iterations, its cap per shader invocation).
-status encode_spin(stream& s, buffer_view data, std::uint32_t iterations);
+// `workgroups` invocations each spin `iterations` (they race on data[0]: test-only).
+status encode_spin(stream& s, buffer_view data, std::uint32_t iterations,
+                   std::uint32_t workgroups = 1);
 
 // Test-only: `rounds` workgroups (at most maxComputeWorkGroupCount[0]) each poll flag[0] (a
 // host-visible buffer of at least 2 uints) until the host makes it nonzero, at most
