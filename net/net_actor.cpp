@@ -71,8 +71,7 @@ void net_actor::on_start() {
     _started_at = clock::now();
     uv_timer_init(loop(), &_grace_timer);
     uv_timer_init(loop(), &_sweep_timer);
-    uv_check_init(loop(), &_admission);
-    _grace_timer.data = _sweep_timer.data = _admission.data = this;
+    _grace_timer.data = _sweep_timer.data = this;
     must(_gone.init(loop(), _gone_out, gone_delivery_limits,
                [this](const gone_delivery::message& m, const error& why) {
                    if (why.code != "actor_stopped" && why.code != "not_connected") {
@@ -126,7 +125,6 @@ void net_actor::close_listener() {
 void net_actor::on_stop() {
     close_listener();
     uv_close(reinterpret_cast<uv_handle_t*>(&_sweep_timer), nullptr);
-    uv_close(reinterpret_cast<uv_handle_t*>(&_admission), nullptr);
     // Connections with queued events are shut down after those are written (the terminal
     // events of requests ended by the stop); the grace timer bounds a client that never reads.
     size_t flushing = 0;
@@ -187,47 +185,23 @@ void net_actor::accept_one() {
         return;
     }
     uv_tcp_nodelay(&c.tcp, 1);
+    // At the limit, connections whose client already closed them (their EOF not read yet: a
+    // client that closes one connection and opens the next) must not count against this one.
+    if (_open >= _options.connections_max) close_peer_closed();
     if (_open < _options.connections_max) {
         admit(c);
         return;
     }
-    // Over the limit: a client that just closed a connection and opened this one may have its
-    // EOF in this same poll phase. The admission check runs after it, so connections already
-    // gone do not count against the new one.
-    _admit_wait.push_back(id);
-    if (!uv_is_active(reinterpret_cast<uv_handle_t*>(&_admission))) {
-        uv_check_start(&_admission, &net_actor::admission_cb);
-    }
+    _counters.connections_refused++;
+    fail_connection(c, errc::overloaded,
+                    "too many connections (server.max_connections = " +
+                        std::to_string(_options.connections_max) + ")");
 }
 
-void net_actor::admission_cb(uv_check_t* h) {
-    auto& self = *static_cast<net_actor*>(h->data);
-    bool swept = false;
-    while (!self._admit_wait.empty()) {
-        auto it = self._connections.find(self._admit_wait.front());
-        self._admit_wait.pop_front();
-        if (it == self._connections.end() || it->second->closing) continue;
-        if (self._open >= self._options.connections_max && !swept) {
-            self.close_peer_closed();
-            swept = true;
-        }
-        if (self._open < self._options.connections_max) {
-            self.admit(*it->second);
-            continue;
-        }
-        self._counters.connections_refused++;
-        self.fail_connection(*it->second, errc::overloaded,
-                             "too many connections (server.max_connections = " +
-                                 std::to_string(self._options.connections_max) + ")");
-    }
-    uv_check_stop(h);
-}
-
-// libuv's accept loop takes every connection in the backlog, also those that arrived after this
-// pass's poll returned; the EOF of a connection their client closed just before is then not
-// read yet. Before a connection is refused, admitted connections whose client has closed and
-// that have nothing left to read are closed here, as reading their EOF would close them, so
-// they do not count against it. One poll() over all of them, only when one would be refused.
+// Admitted connections whose client has closed and that have nothing left to read are closed
+// here, as reading their EOF would close them. libuv accepts every connection in the backlog,
+// also those that arrived after this loop pass's poll, so those EOFs may not be read yet. One
+// poll() over all of them, only when a connection would otherwise be refused.
 void net_actor::close_peer_closed() {
     std::vector<pollfd> fds;
     std::vector<connection*> conns;
@@ -515,14 +489,7 @@ void net_actor::fail_connection(connection& c, errc code, const std::string& mes
     if (c.closing) return;
     log().info("connection {}: {}: {}", c.id, wire_name(code), message);
     if (!send_frame(c, encode_error(0, code, message))) return;  // closed: it did not fit
-    // Its requests can no longer be answered: the scheduler cancels them.
-    if (!c.inflight.empty()) {
-        _gone.send(sched::client_gone{c.id, std::string(wire_name(code))});
-        c.inflight.clear();
-    }
-    c.closing = true;
-    if (c.admitted) _open--;
-    uv_read_stop(reinterpret_cast<uv_stream_t*>(&c.tcp));
+    stop_reading(c, std::string(wire_name(code)));
     // shutdown completes after the queued error frame is written; then the handle is closed.
     c.shutdown_req.data = &c;
     if (uv_shutdown(&c.shutdown_req, reinterpret_cast<uv_stream_t*>(&c.tcp),
@@ -538,17 +505,21 @@ void net_actor::shutdown_cb(uv_shutdown_t* req, int) {
     }
 }
 
-void net_actor::close_connection(connection& c, const char* reason) {
-    if (uv_is_closing(reinterpret_cast<uv_handle_t*>(&c.tcp))) return;
-    log().debug("connection {} closing: {}", c.id, reason);
+void net_actor::stop_reading(connection& c, const std::string& reason) {
     if (!c.inflight.empty()) {
-        // The scheduler cancels this connection's requests; nothing more is written here.
+        // Its requests can no longer be answered: the scheduler cancels them.
         _gone.send(sched::client_gone{c.id, reason});
         c.inflight.clear();
     }
     if (!c.closing && c.admitted) _open--;
     c.closing = true;
     uv_read_stop(reinterpret_cast<uv_stream_t*>(&c.tcp));
+}
+
+void net_actor::close_connection(connection& c, const char* reason) {
+    if (uv_is_closing(reinterpret_cast<uv_handle_t*>(&c.tcp))) return;
+    log().debug("connection {} closing: {}", c.id, reason);
+    stop_reading(c, reason);
     uv_close(reinterpret_cast<uv_handle_t*>(&c.tcp), &net_actor::close_cb);
 }
 

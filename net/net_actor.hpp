@@ -117,7 +117,6 @@ private:
     static void shutdown_cb(uv_shutdown_t* req, int status);
     static void close_cb(uv_handle_t* handle);
     static void grace_cb(uv_timer_t* t);
-    static void admission_cb(uv_check_t* h);
     static void sweep_cb(uv_timer_t* t);
 
     status bind_and_listen();
@@ -138,6 +137,8 @@ private:
     bool send_frame(connection& c, std::string frame);  // false: the connection was closed
     void send_error(connection& c, uint64_t id, errc code, std::string_view message);
     void fail_connection(connection& c, errc code, const std::string& message);
+    // No more reads or writes; live requests become one client_gone; _open is kept.
+    void stop_reading(connection& c, const std::string& reason);
     void close_connection(connection& c, const char* reason);
 
     net_options _options;
@@ -146,15 +147,13 @@ private:
     gone_delivery _gone;
     uv_timer_t _grace_timer{};  // bounds the flush of queued events at stop
     uv_timer_t _sweep_timer{};  // read timeouts
-    uv_check_t _admission{};    // connections over the limit wait here for this loop pass's EOFs
     uv_tcp_t _listener{};
     bool _listening = false;
     status _listen_status;
     uint16_t _bound_port = 0;
     uint64_t _next_conn_id = 1;
     std::unordered_map<uint64_t, std::unique_ptr<connection>> _connections;
-    size_t _open = 0;                  // admitted and not closing: what max_connections bounds
-    std::deque<uint64_t> _admit_wait;  // accepted past the limit, decided in admission_cb
+    size_t _open = 0;  // admitted and not closing: what max_connections bounds
     net_counters _counters;
     std::string _health_status = "ok";
     std::string _health_reason;

@@ -47,7 +47,7 @@ void scheduler_actor::on_start() {
 void scheduler_actor::on_stop() {
     std::vector<outgoing_event> out;
     _core.shutdown(out);
-    for (auto& e : out) std::visit([&](auto& m) { _to_net.send(std::move(m)); }, e);
+    send_events(out);
     _to_net.close();
     _gpu_control.close();
     for (uv_timer_t* t : {&_backstop, &_pump_timer, &_drain_timer}) {
@@ -160,8 +160,12 @@ void scheduler_actor::on(const gpu::step_failed& m) {
 
 // ---- outputs -------------------------------------------------------------------------------
 
-void scheduler_actor::after(std::vector<outgoing_event>& out) {
+void scheduler_actor::send_events(std::vector<outgoing_event>& out) {
     for (auto& e : out) std::visit([&](auto& m) { _to_net.send(std::move(m)); }, e);
+}
+
+void scheduler_actor::after(std::vector<outgoing_event>& out) {
+    send_events(out);
     while (!_lost_conns.empty()) {
         uint64_t conn = *_lost_conns.begin();
         _lost_conns.erase(_lost_conns.begin());
@@ -213,7 +217,7 @@ void scheduler_actor::pump() {
         std::vector<outgoing_event> out;
         _core.on_step_failed({s->step_id, "gpu_busy", st.err().message, "not submitted", false},
                              out);
-        for (auto& e : out) std::visit([&](auto& m) { _to_net.send(std::move(m)); }, e);
+        send_events(out);
         if (!uv_is_active(reinterpret_cast<uv_handle_t*>(&_pump_timer))) {
             uv_timer_start(&_pump_timer, &scheduler_actor::pump_cb, pump_retry_ms, 0);
         }

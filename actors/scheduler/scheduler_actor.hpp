@@ -105,6 +105,7 @@ private:
     static void pump_cb(uv_timer_t* t);
     static void drain_cb(uv_timer_t* t);
 
+    void send_events(std::vector<outgoing_event>& out);  // to the net actor, in order
     void after(std::vector<outgoing_event>& out);  // deliver events, update health, pump
     void pump();
     void check_drained();

@@ -90,10 +90,6 @@ void scheduler_core::on_generate(const generate& m, std::vector<outgoing_event>&
         return out.push_back(error_event(m.conn, m.id, errc::internal,
                                          "request id " + std::to_string(m.id) + " is live"));
     }
-    if (g.session && !_opt.kv_enabled) {
-        return out.push_back(error_event(m.conn, m.id, errc::bad_request,
-                                         "\"session\" needs persisted KV ([kv] enabled = true)"));
-    }
     if (_device_unavailable) {
         return out.push_back(error_event(m.conn, m.id, errc::gpu_unavailable,
                                          _unavailable_reason));

@@ -59,7 +59,6 @@ struct core_options {
     uint32_t retry_max = 2;
     config::batch_failure_policy policy = config::batch_failure_policy::bisect;
     bool prefix_cache = true;
-    bool kv_enabled = false;
     uint32_t n_ctx = 0;  // context the server allows (<= the model's)
 };
 

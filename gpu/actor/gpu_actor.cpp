@@ -386,13 +386,17 @@ void gpu_actor::fail(const step& m, const std::string& code, const std::string& 
 void gpu_actor::fail_queued(const std::string& code, const std::string& message,
                             bool device_lost) {
     while (!_queue.empty()) {
-        queued q = std::move(_queue.front());
+        fail_job(_queue.front(), code, message, device_lost);
         _queue.pop_front();
-        if (auto* m = std::get_if<step>(&q)) {
-            fail(*m, code, message, "", device_lost);
-        } else {
-            fail_copy(std::get<kv_copy>(q), code, message);
-        }
+    }
+}
+
+void gpu_actor::fail_job(const queued& q, const std::string& code, const std::string& message,
+                         bool device_lost) {
+    if (const auto* m = std::get_if<step>(&q)) {
+        fail(*m, code, message, "", device_lost);
+    } else {
+        fail_copy(std::get<kv_copy>(q), code, message);
     }
 }
 
@@ -406,11 +410,7 @@ void gpu_actor::fail_copy(const kv_copy& c, const std::string& code,
 
 void gpu_actor::enqueue(queued q) {
     auto refuse = [&](const std::string& code, const std::string& message, bool lost) {
-        if (const auto* m = std::get_if<step>(&q)) {
-            fail(*m, code, message, "", lost);
-        } else {
-            fail_copy(std::get<kv_copy>(q), code, message);
-        }
+        fail_job(q, code, message, lost);
     };
     if (_state == state::unavailable) {
         refuse("gpu_unavailable", "the device is unavailable", false);

@@ -130,6 +130,8 @@ private:
     void reply_gave_up(const reply_delivery::message& m, const error& why);
     void fail(const step& m, const std::string& code, const std::string& message,
               const std::string& segment, bool device_lost);
+    void fail_job(const queued& q, const std::string& code, const std::string& message,
+                  bool device_lost);
     void fail_queued(const std::string& code, const std::string& message, bool device_lost);
     using kv_delivery = actors::delivery<kv_copy_done, kv_copy_failed>;
     void fail_copy(const kv_copy& c, const std::string& code, const std::string& message);

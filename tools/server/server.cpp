@@ -108,7 +108,6 @@ sched::core_options core_options_from(const config::config& cfg, const loaded_mo
     o.retry_max = cfg.scheduler.retry_max;
     o.policy = cfg.scheduler.batch_failure_policy;
     o.prefix_cache = cfg.scheduler.prefix_cache;
-    o.kv_enabled = cfg.kv.enabled;
     o.n_ctx = m.n_ctx;
     return o;
 }
