@@ -507,42 +507,60 @@ status compare_expect(const kv_file_header& h, const kv_expect& e, const std::st
     return {};
 }
 
-// Opens the file and checks that its header is still exactly `h` and its size h.file_bytes.
-result<opened> reopen_same(const std::string& path, const kv_file_header& h) {
+// An open <stem>.kv file and its header bytes, magic, version and checksum verified. The caller
+// owns `file.fd`.
+struct opened_header {
+    opened file;
+    header_bytes bytes;
+};
+result<opened_header> open_verified(const std::string& path) {
     if (auto s = check_kv_path(path); !s) return s.err();
     auto f = open_regular(path);
     if (!f) return f.err();
     fd_guard guard(f->fd);
     auto b = read_verified_header(f->fd, f->size, path);
     if (!b) return b.err();
-    if (*b != encode_header(h)) return fail(kv_error::changed, path, "header changed since read");
-    if (f->size < h.file_bytes) return fail(kv_error::truncated, path, "shorter than its header");
-    if (f->size > h.file_bytes) return fail(kv_error::oversize, path, "longer than its header");
     guard.release();
-    return *f;
+    return opened_header{*f, *b};
+}
+
+// The size on disk against the size the header promises.
+status check_size(std::uint64_t size, const kv_file_header& h, const std::string& path) {
+    const std::string sizes =
+        std::to_string(size) + " bytes, header says " + std::to_string(h.file_bytes);
+    if (size < h.file_bytes) return fail(kv_error::truncated, path, sizes);
+    if (size > h.file_bytes) return fail(kv_error::oversize, path, sizes);
+    return {};
+}
+
+// Opens the file and checks that its header is still exactly `h` and its size h.file_bytes.
+result<opened> reopen_same(const std::string& path, const kv_file_header& h) {
+    auto o = open_verified(path);
+    if (!o) return o.err();
+    fd_guard guard(o->file.fd);
+    if (o->bytes != encode_header(h)) {
+        return fail(kv_error::changed, path, "header changed since read");
+    }
+    if (auto s = check_size(o->file.size, h, path); !s) return s.err();
+    guard.release();
+    return o->file;
 }
 
 }  // namespace
 
-result<kv_file_header> read_kv_header(const std::string& path, const kv_expect& expect) {
-    if (auto s = check_kv_path(path); !s) return s.err();
-    auto f = open_regular(path);
-    if (!f) return f.err();
-    fd_guard guard(f->fd);
-    auto b = read_verified_header(f->fd, f->size, path);
-    if (!b) return b.err();
-    auto h = decode_header(*b, path);
+result<kv_file_header> read_kv_header_any(const std::string& path) {
+    auto o = open_verified(path);
+    if (!o) return o.err();
+    fd_guard guard(o->file.fd);
+    auto h = decode_header(o->bytes, path);
     if (!h) return h.err();
-    if (f->size < h->file_bytes) {
-        return fail(
-            kv_error::truncated, path,
-            std::to_string(f->size) + " bytes, header says " + std::to_string(h->file_bytes));
-    }
-    if (f->size > h->file_bytes) {
-        return fail(
-            kv_error::oversize, path,
-            std::to_string(f->size) + " bytes, header says " + std::to_string(h->file_bytes));
-    }
+    if (auto s = check_size(o->file.size, *h, path); !s) return s.err();
+    return h;
+}
+
+result<kv_file_header> read_kv_header(const std::string& path, const kv_expect& expect) {
+    auto h = read_kv_header_any(path);
+    if (!h) return h.err();
     if (auto s = compare_expect(*h, expect, path); !s) return s.err();
     return h;
 }

@@ -23,7 +23,8 @@
 //
 // ## Pair assertions
 // Checksums are computed right before the write (write_kv_file) and verified right after the
-// read (read_kv_header: header; read_kv_tokens: ids; read_kv_blocks: each block it returns).
+// read (read_kv_header / read_kv_header_any: header; read_kv_tokens: ids; read_kv_blocks: each
+// block it returns).
 #pragma once
 
 #include <cstdint>
@@ -180,10 +181,14 @@ status write_kv_file(const std::string& dir, std::string_view name, const kv_fil
 
 // ---- Read -------------------------------------------------------------------------------------
 
-// Reads and validates the header alone, then compares it with `expect`. In order: kv_bad_name,
-// kv_not_regular, kv_io, kv_truncated (incl. empty), kv_bad_magic, kv_version,
-// kv_header_checksum, kv_bad_header, kv_truncated / kv_oversize (size on disk vs header),
-// kv_fingerprint, kv_geometry, kv_dtype, kv_block_tokens.
+// Reads and validates the header alone, without a model to compare it with (an operator's
+// `ordo-model kv-inspect`). In order: kv_bad_name, kv_not_regular, kv_io, kv_truncated (incl.
+// empty), kv_bad_magic, kv_version, kv_header_checksum, kv_bad_header, kv_truncated /
+// kv_oversize (size on disk vs header). A header it returns may belong to any model.
+result<kv_file_header> read_kv_header_any(const std::string& path);
+
+// read_kv_header_any, then compares the header with `expect`: kv_fingerprint, kv_geometry,
+// kv_dtype, kv_block_tokens. What a loader calls.
 result<kv_file_header> read_kv_header(const std::string& path, const kv_expect& expect);
 
 // Reads the prefix's token ids and verifies their checksum. Errors: those of opening,

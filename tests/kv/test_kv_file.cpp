@@ -7,11 +7,13 @@
 // it lands in (payload or checksum table entry), never accepted; truncation at every region
 // boundary and at random offsets is kv_truncated, one byte more is kv_oversize, an empty file is
 // kv_truncated; another fingerprint, geometry, dtype, block size and a newer version are each
-// refused with their own code; symlinks, directories and fifos are refused (kv_not_regular);
-// a write that "crashed" (mid .tmp, or before the rename) leaves the old .kv loading and the
-// .tmp never readable; a file replaced after its header was read is kv_changed; bad write
-// arguments are refused; file names are stable (golden values), distinct and never hold the raw
-// session name. Seeded RNG, small geometry: the whole suite runs in well under a second.
+// refused with their own code, while read_kv_header_any (no model to compare with) accepts a
+// valid file of any model and still refuses a corrupt header or a wrong size; symlinks,
+// directories and fifos are refused (kv_not_regular); a write that "crashed" (mid .tmp, or
+// before the rename) leaves the old .kv loading and the .tmp never readable; a file replaced
+// after its header was read is kv_changed; bad write arguments are refused; file names are
+// stable (golden values), distinct and never hold the raw session name. Seeded RNG, small
+// geometry: the whole suite runs in well under a second.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -276,6 +278,47 @@ TEST_F(kv_file_test, mismatches_with_the_loaded_model_each_have_their_code) {
     e.geometry.block_tokens = 8;
     EXPECT_EQ(refused_with(e), code(kv_error::block_tokens));
     EXPECT_EQ(refused_with(_expect), "accepted");
+}
+
+// read_kv_header_any makes every check of read_kv_header except the comparison with a model.
+TEST_F(kv_file_test, header_any_validates_without_a_model) {
+    write_good(small_geometry(kv_file_dtype::f16), 3);
+    auto any = read_kv_header_any(_path);
+    ASSERT_TRUE(any) << any.err().message;
+    auto loaded = read_kv_header(_path, _expect);
+    ASSERT_TRUE(loaded) << loaded.err().message;
+    EXPECT_EQ(*any, *loaded);
+    EXPECT_EQ(any->meta, _meta);
+
+    // Written for another model: read_kv_header refuses it, read_kv_header_any names its model.
+    kv_expect other = _expect;
+    other.fingerprint = fp_b;
+    auto refused = read_kv_header(_path, other);
+    ASSERT_FALSE(refused);
+    EXPECT_EQ(refused.err().code, code(kv_error::fingerprint));
+    other = _expect;
+    other.geometry.n_layer = 3;
+    EXPECT_FALSE(read_kv_header(_path, other));
+    EXPECT_TRUE(read_kv_header_any(_path));
+
+    const std::vector<std::uint8_t> good = slurp(_path);
+    std::vector<std::uint8_t> bad = good;
+    bad[40] ^= 0x01;  // head_dim
+    spit(_path, bad);
+    auto flipped = read_kv_header_any(_path);
+    ASSERT_FALSE(flipped);
+    EXPECT_EQ(flipped.err().code, code(kv_error::header_checksum));
+
+    spit(_path, std::span(good).first(good.size() - 1));
+    auto cut = read_kv_header_any(_path);
+    ASSERT_FALSE(cut);
+    EXPECT_EQ(cut.err().code, code(kv_error::truncated));
+    bad = good;
+    bad.push_back(0);
+    spit(_path, bad);
+    auto longer = read_kv_header_any(_path);
+    ASSERT_FALSE(longer);
+    EXPECT_EQ(longer.err().code, code(kv_error::oversize));
 }
 
 // A file of a newer format version, with a valid checksum over its header, is kv_version.
