@@ -65,8 +65,26 @@ T get(const header_bytes& b, std::size_t off) {
 error fail(kv_error e, const std::string& path, const std::string& what) {
     return make_error(std::string(to_code(e)), path + ": " + what);
 }
+kv_error errno_class(int e) {
+    switch (e) {
+        case ENOSPC:
+        case EDQUOT:
+            return kv_error::no_space;
+        case EROFS:
+            return kv_error::read_only;
+        case EACCES:
+        case EPERM:
+            return kv_error::permission;
+        case EIO:
+            return kv_error::io_error;
+        default:
+            return kv_error::io;
+    }
+}
+
 error fail_errno(const std::string& path, const char* call) {
-    return fail(kv_error::io, path, std::string(call) + ": " + std::strerror(errno));
+    const int e = errno;
+    return fail(errno_class(e), path, std::string(call) + ": " + std::strerror(e));
 }
 
 // Closes a descriptor on every path.
@@ -278,6 +296,14 @@ std::string_view to_code(kv_error e) {
     switch (e) {
         case kv_error::io:
             return "kv_io";
+        case kv_error::no_space:
+            return "kv_no_space";
+        case kv_error::read_only:
+            return "kv_read_only";
+        case kv_error::permission:
+            return "kv_permission";
+        case kv_error::io_error:
+            return "kv_io_error";
         case kv_error::not_regular:
             return "kv_not_regular";
         case kv_error::bad_name:
@@ -314,6 +340,11 @@ std::string_view to_code(kv_error e) {
             return "kv_bad_session";
     }
     return "kv_unknown";
+}
+
+bool kv_disk_fault(std::string_view code) {
+    return code == to_code(kv_error::no_space) || code == to_code(kv_error::read_only) ||
+           code == to_code(kv_error::permission) || code == to_code(kv_error::io_error);
 }
 
 std::uint64_t kv_file_geometry::block_bytes() const {

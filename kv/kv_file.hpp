@@ -74,6 +74,12 @@ inline constexpr std::size_t kv_io_chunk_bytes = std::size_t{8} << 20;
 // Every way a file is refused. to_code() gives the stable snake_case code of ordo::error.
 enum class kv_error : std::uint8_t {
     io,               // a syscall failed (open, read, write, fsync, rename): errno in the message
+    // The same, for the errno values that mean the disk, not the file, is at fault: the kv
+    // actor turns persistence off on them (kv_disk_fault).
+    no_space,         // ENOSPC, EDQUOT
+    read_only,        // EROFS
+    permission,       // EACCES, EPERM
+    io_error,         // EIO
     not_regular,      // a symlink, directory, fifo, ...: never opened as a KV file
     bad_name,         // not a "<stem>.kv" path with a valid stem (a leftover .tmp included)
     bad_request,      // write_kv_file / read_kv_blocks called with inconsistent arguments
@@ -93,6 +99,8 @@ enum class kv_error : std::uint8_t {
     bad_session,      // a session name outside 1..128 bytes of [A-Za-z0-9._-]
 };
 std::string_view to_code(kv_error e);
+// Whether an error code (ordo::error::code) is one of the disk faults above.
+bool kv_disk_fault(std::string_view code);
 
 // ---- Header -----------------------------------------------------------------------------------
 

@@ -27,6 +27,8 @@ enum class errc : uint8_t {
     fault_disabled,      // `fault` while [fault] enabled = false
     response_too_large,  // an answer larger than server.write_buffer_bytes_max
     read_timeout,        // a frame was not completed within server.read_timeout_ms
+    session_busy,        // another live request uses the session
+    kv_io,               // persisted KV could not be read or written (session_delete)
     internal,            // a bug: an invariant did not hold
 };
 
@@ -47,6 +49,8 @@ constexpr std::string_view wire_name(errc c) {
         case errc::fault_disabled: return "fault_disabled";
         case errc::response_too_large: return "response_too_large";
         case errc::read_timeout: return "read_timeout";
+        case errc::session_busy: return "session_busy";
+        case errc::kv_io: return "kv_io";
         case errc::internal: return "internal";
     }
     return "internal";

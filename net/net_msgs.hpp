@@ -66,6 +66,29 @@ struct model_report {
                        hint, gpu);
 };
 
+// The stats op's `kv_disk` map: KV persistence as the kv actor reports it (docs/protocol.md).
+struct kv_disk_report {
+    bool enabled = false;     // [kv] enabled
+    bool ready = false;       // the startup scan is done (before it, lookups find nothing)
+    bool persisting = false;  // saves are written (false after a disk fault, until a probe)
+    std::string reason;       // why not persisting
+    uint64_t files = 0, sessions = 0, bytes = 0, bytes_budget = 0;
+    uint64_t saves = 0;             // files written
+    uint64_t saves_skipped = 0;     // already on disk, too large, persistence off, busy
+    uint64_t save_failures = 0;     // copy or write failed
+    uint64_t restores = 0;          // restores that verified and copied in
+    uint64_t restore_failures = 0;  // restores that did not
+    uint64_t quarantined = 0;       // files moved to <dir>/quarantine
+    uint64_t evictions = 0;         // files removed for the byte budget
+    uint64_t ignored = 0;           // directory entries that are not ordo's files
+    uint64_t probes = 0;            // write probes after a disk fault
+    double save_ms = 0, restore_ms = 0;      // summed
+    std::map<std::string, uint64_t> errors;  // by code
+    MSGPACK_DEFINE_MAP(enabled, ready, persisting, reason, files, sessions, bytes, bytes_budget,
+                       saves, saves_skipped, save_failures, restores, restore_failures,
+                       quarantined, evictions, ignored, probes, save_ms, restore_ms, errors);
+};
+
 // The scheduler's half of the `stats` op; the net counters come with the request.
 struct stats_report {
     uint64_t active_sequences = 0;
@@ -80,9 +103,10 @@ struct stats_report {
     uint64_t epoch = 0, steps = 0, timeouts = 0, device_lost = 0, nan_logits = 0;
     uint64_t other_failures = 0;
     double busy_ms = 0;
+    kv_disk_report kv_disk;
     MSGPACK_DEFINE_MAP(active_sequences, queued_requests, kv_blocks_used, kv_blocks_free, net,
                        scheduler, kv, device, epoch, steps, timeouts, device_lost, nan_logits,
-                       other_failures, busy_ms);
+                       other_failures, busy_ms, kv_disk);
 };
 
 // ---- events (scheduler → net); none is answered ----------------------------------------------
@@ -142,6 +166,14 @@ struct stats_done {
     uint64_t conn = 0, id = 0;
     stats_report stats;
     MSGPACK_DEFINE_MAP(conn, id, stats);
+};
+
+// session_delete: whether a session file was removed. Terminal.
+struct session_delete_done {
+    static constexpr const char* msg_name = "session_delete_done";
+    uint64_t conn = 0, id = 0;
+    bool deleted = false;
+    MSGPACK_DEFINE_MAP(conn, id, deleted);
 };
 
 struct fault_done {

@@ -84,10 +84,9 @@ status parse_sampling(const param_map& pm, generate_request& out) {
     return sched::validate(p);  // ranges; names the key
 }
 
-status parse_session(const param_map& pm, const request_limits& limits, generate_request& out) {
-    const msgpack::object* o = pm.get("session");
-    if (o == nullptr) return {};
-    auto s = fields::read_string("session", *o, sched::session_bytes_max);
+// A session name: 1..128 bytes of [A-Za-z0-9._-], and only with persisted KV.
+result<std::string> read_session(const msgpack::object& o, const request_limits& limits) {
+    auto s = fields::read_string("session", o, sched::session_bytes_max);
     if (!s) return s.err();
     if (s->empty()) return fields::bad("session", "1..128 bytes", "an empty string");
     for (char c : *s) {
@@ -101,6 +100,14 @@ status parse_session(const param_map& pm, const request_limits& limits, generate
                           "\"session\" needs persisted KV ([kv] enabled = true "
                           "in the server config)");
     }
+    return std::move(*s);
+}
+
+status parse_session(const param_map& pm, const request_limits& limits, generate_request& out) {
+    const msgpack::object* o = pm.get("session");
+    if (o == nullptr) return {};
+    auto s = read_session(*o, limits);
+    if (!s) return s.err();
     out.session = std::move(*s);
     return {};
 }
@@ -225,6 +232,20 @@ result<gpu::inject_fault> parse_fault(const msgpack::object& frame) {
     return f;
 }
 
+// `session_delete` {session}.
+result<sched::session_delete> parse_session_delete(const msgpack::object& frame,
+                                                   const request_limits& limits) {
+    auto pm = param_map::open(frame, {"session"});
+    if (!pm.ok()) return pm.err();
+    const msgpack::object* o = pm->get("session");
+    if (o == nullptr) return make_error("bad_request", "\"session\" is required");
+    auto s = read_session(*o, limits);
+    if (!s) return s.err();
+    sched::session_delete out;
+    out.session = std::move(*s);
+    return out;
+}
+
 namespace {
 
 // An op whose only parameters are the envelope's.
@@ -268,6 +289,7 @@ result<op> parse_op(const request& r, const request_limits& limits) {
     if (r.op == "cancel") return with_id(parse_cancel(frame), r.id);
     if (r.op == "tokenize") return with_id(parse_tokenize(frame), r.id);
     if (r.op == "detokenize") return with_id(parse_detokenize(frame, limits), r.id);
+    if (r.op == "session_delete") return with_id(parse_session_delete(frame, limits), r.id);
     if (r.op == "fault") {
         auto f = parse_fault(frame);
         if (!f) return f.err();

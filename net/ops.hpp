@@ -31,7 +31,8 @@ struct request_limits {
 struct health_op {};
 
 using op = std::variant<health_op, sched::stats_query, sched::model_info_query, sched::generate,
-                        sched::cancel, sched::tokenize, sched::detokenize, sched::fault>;
+                        sched::cancel, sched::tokenize, sched::detokenize, sched::fault,
+                        sched::session_delete>;
 
 // The typed op of request `r` with its id set (conn 0: the caller fills it in). Errors:
 // bad_request naming the key, or unknown_op.
@@ -45,5 +46,7 @@ result<sched::detokenize> parse_detokenize(const msgpack::object& frame,
                                            const request_limits& limits);
 result<sched::cancel> parse_cancel(const msgpack::object& frame);
 result<gpu::inject_fault> parse_fault(const msgpack::object& frame);
+result<sched::session_delete> parse_session_delete(const msgpack::object& frame,
+                                                   const request_limits& limits);
 
 }  // namespace ordo::net

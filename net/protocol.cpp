@@ -172,7 +172,34 @@ std::string encode(const stats_done& e) {
     g.pack("device_lost"), g.pack(s.device_lost);
     g.pack("nan_logits"), g.pack(s.nan_logits);
     g.pack("other_failures"), g.pack(s.other_failures);
+    const kv_disk_report& k = s.kv_disk;
+    auto& d = w.nested("kv_disk");
+    d.pack_map(20);
+    d.pack("enabled"), d.pack(k.enabled);
+    d.pack("ready"), d.pack(k.ready);
+    d.pack("persisting"), d.pack(k.persisting);
+    d.pack("reason"), d.pack(k.reason);
+    d.pack("files"), d.pack(k.files);
+    d.pack("sessions"), d.pack(k.sessions);
+    d.pack("bytes"), d.pack(k.bytes);
+    d.pack("bytes_budget"), d.pack(k.bytes_budget);
+    d.pack("saves"), d.pack(k.saves);
+    d.pack("saves_skipped"), d.pack(k.saves_skipped);
+    d.pack("save_failures"), d.pack(k.save_failures);
+    d.pack("restores"), d.pack(k.restores);
+    d.pack("restore_failures"), d.pack(k.restore_failures);
+    d.pack("quarantined"), d.pack(k.quarantined);
+    d.pack("evictions"), d.pack(k.evictions);
+    d.pack("ignored"), d.pack(k.ignored);
+    d.pack("probes"), d.pack(k.probes);
+    d.pack("save_ms"), d.pack(wire_f64{k.save_ms});
+    d.pack("restore_ms"), d.pack(wire_f64{k.restore_ms});
+    d.pack("errors"), d.pack(k.errors);
     return w.finish();
+}
+
+std::string encode(const session_delete_done& e) {
+    return event_writer(e.id, "done").field("deleted", e.deleted).finish();
 }
 
 std::string encode(const fault_done& e) {

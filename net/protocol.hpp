@@ -83,6 +83,7 @@ std::string encode(const generate_done& e);
 std::string encode(const tokenize_done& e);
 std::string encode(const detokenize_done& e);
 std::string encode(const cancel_done& e);
+std::string encode(const session_delete_done& e);
 std::string encode(const model_done& e);
 std::string encode(const stats_done& e);
 std::string encode(const fault_done& e);

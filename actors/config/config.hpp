@@ -104,6 +104,7 @@ struct kv_config {
     std::string dir = "var/kv";
     std::uint64_t bytes_budget = 1073741824;
     std::uint32_t restore_retry_max = 1;
+    std::uint64_t flush_ms_max = 5000;
     bool operator==(const kv_config&) const = default;
 };
 

@@ -238,8 +238,8 @@ constexpr auto table = std::to_array<key_spec>({
     boolean<&C::scheduler, &scheduler_config::prefix_cache>(
         "scheduler", "prefix_cache", "share full KV blocks of equal prompt prefixes"),
     // [kv]
-    boolean<&C::kv, &kv_config::enabled>("kv", "enabled",
-                                         "persist KV prefixes to disk for named sessions"),
+    boolean<&C::kv, &kv_config::enabled>(
+        "kv", "enabled", "persist KV prefixes and named sessions to disk, restore them later"),
     string<&C::kv, &kv_config::dir>("kv", "dir", "directory of persisted KV files", &not_empty),
     integer<&C::kv, &kv_config::bytes_budget>(
         "kv", "bytes_budget", 1 * mib, 1024 * tib,
@@ -247,6 +247,9 @@ constexpr auto table = std::to_array<key_spec>({
     integer<&C::kv, &kv_config::restore_retry_max>(
         "kv", "restore_retry_max", 0, 8,
         "retries of a failed KV restore before recomputing the prefix"),
+    integer<&C::kv, &kv_config::flush_ms_max>(
+        "kv", "flush_ms_max", 0, 600000,
+        "at shutdown, ms to wait for KV saves in flight; what is not written by then is dropped"),
     // [log]
     choice<&C::log, &log_config::level>("log", "level", log_level_names,
                                         "least severe level written"),

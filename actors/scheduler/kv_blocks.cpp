@@ -261,6 +261,7 @@ std::vector<seq_id> kv_blocks::invalidate_all() {
     for (const auto& [id, s] : _seqs) dropped.push_back(id);
     std::sort(dropped.begin(), dropped.end());
     _seqs.clear();
+    _pins.clear();
     _index.clear();
     std::fill(_meta.begin(), _meta.end(), block_meta{});
     _lru_head = _lru_tail = no_block;
@@ -268,6 +269,27 @@ std::vector<seq_id> kv_blocks::invalidate_all() {
     _free.clear();
     for (uint32_t b = _config.n_blocks; b > 0; b--) _free.push_back(b - 1);
     return dropped;
+}
+
+result<pin_id> kv_blocks::pin(std::span<const block_id> blocks) {
+    for (block_id b : blocks) {
+        if (b >= _config.n_blocks || _meta[b].refs == 0) {
+            return make_error("bad_block", "pin: block " + std::to_string(b) +
+                                               " is not held by any sequence");
+        }
+    }
+    for (block_id b : blocks) take_ref(b);
+    pin_id id = _next_pin++;
+    _pins.emplace(id, std::vector<block_id>(blocks.begin(), blocks.end()));
+    return id;
+}
+
+bool kv_blocks::unpin(pin_id pin) {
+    auto it = _pins.find(pin);
+    if (it == _pins.end()) return false;
+    for (auto b = it->second.rbegin(); b != it->second.rend(); ++b) drop_ref(*b);
+    _pins.erase(it);
+    return true;
 }
 
 void kv_blocks::take_ref(block_id b) {
@@ -364,6 +386,7 @@ kv_blocks_stats kv_blocks::stats() const {
     st.blocks_total = _config.n_blocks;
     st.blocks_free = static_cast<uint32_t>(_free.size());
     st.blocks_cached = _lru_size;
+    st.pins = static_cast<uint32_t>(_pins.size());
     st.blocks_used = _config.n_blocks - st.blocks_free - st.blocks_cached;
     st.sequences = static_cast<uint32_t>(_seqs.size());
     return st;

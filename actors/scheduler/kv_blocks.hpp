@@ -47,6 +47,15 @@
 //
 // A freed or cancelled sequence's blocks must not be released while a step in flight still
 // uses them: the scheduler calls free_sequence only once that step's outcome is applied.
+//
+// ## Pins (KV persistence)
+// A pin holds one reference on each block it names, like a sequence that is not running: a
+// block being copied out to disk (a save) or copied in from disk (a restore) stays allocated
+// until the kv actor answers and the scheduler unpins it, even when the sequence that named it
+// is freed or cancelled meanwhile. A block being restored is in its sequence's table past the
+// hashed prefix, so it is published only after the first step that uses it succeeds: until
+// then no other request can see it (invalidate_sequence drops it like any block of a failed
+// step). invalidate_all drops every pin (the pool's contents are gone).
 #pragma once
 
 #include <cstdint>
@@ -62,6 +71,7 @@ namespace ordo::sched {
 
 using block_id = uint32_t;
 using seq_id = uint64_t;
+using pin_id = uint64_t;
 
 // Limits: the pool size and the block size are config values checked here again so that a
 // bad value is an error, never a giant allocation.
@@ -87,6 +97,7 @@ struct kv_blocks_stats {
     uint32_t blocks_free = 0;    // on the free list
     uint32_t blocks_cached = 0;  // unreferenced, in the LRU (allocatable by eviction)
     uint32_t sequences = 0;
+    uint32_t pins = 0;         // live pins (saves and restores in flight)
     uint64_t hits = 0;         // full prompt blocks taken from the cache by lookup_prefix
     uint64_t misses = 0;       // full prompt blocks lookup_prefix looked for and did not find
     uint64_t evictions = 0;    // cached blocks reclaimed for allocation
@@ -119,7 +130,15 @@ public:
     // block whose cache entry was removed: their KV is suspect too and they must be
     // invalidated as well (empty unless they looked the entry up after the failed commit).
     result<std::vector<seq_id>> invalidate_sequence(seq_id seq);
-    // Device loss: every block becomes free, every cache entry and sequence is dropped.
+    // Takes a reference on each of `blocks` (each must be held by a sequence now: "bad_block"
+    // otherwise) until unpin(). Returns the pin's id (never 0, never reused).
+    result<pin_id> pin(std::span<const block_id> blocks);
+    // Drops the pin's references; false for an unknown pin (already unpinned, or dropped by
+    // invalidate_all: its blocks belong to a newer pool).
+    bool unpin(pin_id pin);
+    bool has_pin(pin_id pin) const { return _pins.count(pin) != 0; }
+
+    // Device loss: every block becomes free, every cache entry, sequence and pin is dropped.
     // Returns the ids of the sequences that were live (sorted), to be recomputed.
     std::vector<seq_id> invalidate_all();
 
@@ -191,7 +210,9 @@ private:
     uint32_t _lru_size = 0;
     std::unordered_map<uint64_t, block_id> _index;  // chain key -> cached block
     std::unordered_map<seq_id, sequence> _seqs;
+    std::unordered_map<pin_id, std::vector<block_id>> _pins;
     uint64_t _next_serial = 1;
+    pin_id _next_pin = 1;
     kv_blocks_stats _counters;  // hits, misses, evictions, collisions, invalidated
 };
 

@@ -35,6 +35,12 @@ status kv_blocks::check_block_states() const {
             occurrences[b]++;
         }
     }
+    for (const auto& [id, blocks] : _pins) {
+        for (block_id b : blocks) {
+            if (b >= n) return broken("pin " + std::to_string(id) + " holds " + blk(b));
+            occurrences[b]++;
+        }
+    }
     for (block_id b : _free) {
         if (b >= n || in_free[b]) return broken(blk(b) + " is on the free list twice or invalid");
         in_free[b] = 1;
@@ -54,7 +60,7 @@ status kv_blocks::check_block_states() const {
         const block_meta& m = _meta[b];
         if (m.refs != occurrences[b]) {
             return broken(blk(b) + " has refcount " + std::to_string(m.refs) + " but is in " +
-                          std::to_string(occurrences[b]) + " tables");
+                          std::to_string(occurrences[b]) + " tables and pins");
         }
         const int states = (m.refs > 0) + in_free[b] + in_lru[b];
         if (states != 1) return broken(blk(b) + " is in " + std::to_string(states) + " states");
@@ -72,6 +78,10 @@ status kv_blocks::check_block_states() const {
 
 status kv_blocks::check_sequences() const {
     const uint32_t B = _config.block_tokens;
+    std::unordered_map<block_id, uint32_t> pinned;
+    for (const auto& [id, blocks] : _pins) {
+        for (block_id b : blocks) pinned[b]++;
+    }
     for (const auto& [id, s] : _seqs) {
         const std::string name = "sequence " + std::to_string(id);
         std::vector<block_id> sorted(s.table);
@@ -85,10 +95,12 @@ status kv_blocks::check_sequences() const {
         if (size_t{s.n_hashed} * B > s.n_committed || s.step_first_block > s.n_hashed) {
             return broken(name + " has an inconsistent hashed prefix");
         }
-        // Blocks still being written must be private: nobody writes into a shared block.
+        // Blocks still being written must be private: nobody writes into a shared block
+        // (a restore's pin is the writer's own reference).
         for (size_t i = s.n_hashed; i < s.table.size(); i++) {
             const block_meta& m = _meta[s.table[i]];
-            if (m.refs != 1 || m.cached) {
+            auto p = pinned.find(s.table[i]);
+            if (m.refs != 1 + (p == pinned.end() ? 0 : p->second) || m.cached) {
                 return broken(name + " writes into shared or cached " + blk(s.table[i]));
             }
         }

@@ -16,6 +16,10 @@ constexpr uint64_t pump_retry_ms = 10;
 // waits this long means the net actor is stuck; the client is then cut off, not left waiting.
 constexpr actors::delivery_limits net_delivery_limits{
     .pending_max = 1u << 16, .retry_ms = 2, .deadline_ms = 30'000};
+// Requests to the kv actor: its mailbox drains quickly; one refused this long gets the answer a
+// failure would have (scheduler_actor::kv_gave_up), so no request waits on it forever.
+constexpr actors::delivery_limits kv_delivery_limits{
+    .pending_max = 4096, .retry_ms = 2, .deadline_ms = 10'000};
 // A device reset request to the gpu actor.
 constexpr actors::delivery_limits gpu_delivery_limits{
     .pending_max = 16, .retry_ms = 10, .deadline_ms = 30'000};
@@ -40,6 +44,9 @@ void scheduler_actor::on_start() {
         loop(), _gpu_control_out, gpu_delivery_limits,
         [this](const gpu_delivery::message& m, const error& why) { gpu_gave_up(m, why); }),
          "delivery init");
+    must(_to_kv.init(loop(), _kv_out, kv_delivery_limits,
+                     [this](const kv_delivery::message& m, const error& why) { kv_gave_up(m, why); }),
+         "delivery init");
     std::vector<outgoing_event> none;
     after(none);  // publish the initial health ("loading")
 }
@@ -50,6 +57,7 @@ void scheduler_actor::on_stop() {
     send_events(out);
     _to_net.close();
     _gpu_control.close();
+    _to_kv.close();
     for (uv_timer_t* t : {&_backstop, &_pump_timer, &_drain_timer}) {
         uv_close(reinterpret_cast<uv_handle_t*>(t), nullptr);
     }
@@ -69,9 +77,44 @@ ORDO_SCHEDULER_OP(cancel, on_cancel)
 ORDO_SCHEDULER_OP(tokenize, on_tokenize)
 ORDO_SCHEDULER_OP(detokenize, on_detokenize)
 ORDO_SCHEDULER_OP(model_info_query, on_model)
-ORDO_SCHEDULER_OP(stats_query, on_stats)
 ORDO_SCHEDULER_OP(client_gone, on_client_gone)
+ORDO_SCHEDULER_OP(session_delete, on_session_delete)
+ORDO_SCHEDULER_OP(kv::kv_lookup_done, on_kv_lookup_done)
+ORDO_SCHEDULER_OP(kv::kv_restore_done, on_kv_restore_done)
+ORDO_SCHEDULER_OP(kv::kv_session_deleted, on_kv_session_deleted)
 #undef ORDO_SCHEDULER_OP
+
+void scheduler_actor::on(const stats_query& m) {
+    std::vector<outgoing_event> out;
+    _core.on_stats(m, out);
+    if (_opt.kv_report) {
+        for (auto& e : out) {
+            if (auto* d = std::get_if<net::stats_done>(&e)) d->stats.kv_disk = _opt.kv_report();
+        }
+    }
+    after(out);
+}
+
+void scheduler_actor::on(const kv::kv_save_done& m) {
+    _core.on_kv_save_done(m);
+    std::vector<outgoing_event> none;
+    after(none);  // unpinned blocks may let a waiting request run
+}
+
+void scheduler_actor::on(const kv::kv_evicted& m) {
+    _core.on_kv_evicted(m);
+}
+
+void scheduler_actor::on(const kv::kv_status& m) {
+    if (m.persisting) {
+        log().info("kv persistence is on again");
+    } else {
+        log().warn("{}", m.reason);
+    }
+    _core.on_kv_status(m);
+    std::vector<outgoing_event> none;
+    after(none);  // health changes
+}
 
 void scheduler_actor::on(const gpu::device_ready& m) {
     log().info("device ready: {} (epoch {}, {} kv blocks of {} tokens)", m.device, m.epoch,
@@ -164,8 +207,52 @@ void scheduler_actor::send_events(std::vector<outgoing_event>& out) {
     for (auto& e : out) std::visit([&](auto& m) { _to_net.send(std::move(m)); }, e);
 }
 
+void scheduler_actor::send_kv_requests() {
+    // A give-up may answer synchronously and so queue more requests: loop until none is left.
+    for (auto reqs = _core.take_kv_requests(); !reqs.empty(); reqs = _core.take_kv_requests()) {
+        for (auto& r : reqs) std::visit([&](auto& m) { _to_kv.send(std::move(m)); }, r);
+    }
+}
+
+// A kv request that could not be delivered gets the answer a failure would have had.
+void scheduler_actor::kv_gave_up(const kv_delivery::message& m, const error& why) {
+    if (!(why.code == "actor_stopped" && stopping())) {
+        log().error("kv request undeliverable: {}", why.message);
+    }
+    std::vector<outgoing_event> out;
+    std::visit(
+        [&](const auto& r) {
+            using T = std::decay_t<decltype(r)>;
+            if constexpr (std::is_same_v<T, kv::kv_lookup>) {
+                _core.on_kv_lookup_done({r.seq, 0, ""}, out);
+            } else if constexpr (std::is_same_v<T, kv::kv_restore>) {
+                _core.on_kv_restore_done({r.seq, false, why.code, why.message, 0}, out);
+            } else if constexpr (std::is_same_v<T, kv::kv_save>) {
+                _core.on_kv_save_done({r.save_id, false, why.code});
+            } else if constexpr (std::is_same_v<T, kv::kv_session_delete>) {
+                _core.on_kv_session_deleted({r.conn, r.id, false, why.message}, out);
+            }
+        },
+        m);
+    // A give-up may run inside send(), within after(): then that after() delivers them.
+    _deferred.insert(_deferred.end(), std::make_move_iterator(out.begin()),
+                     std::make_move_iterator(out.end()));
+    if (!_in_after) {
+        std::vector<outgoing_event> none;
+        after(none);
+    }
+}
+
 void scheduler_actor::after(std::vector<outgoing_event>& out) {
+    _in_after = true;
     send_events(out);
+    send_kv_requests();
+    while (!_deferred.empty()) {
+        std::vector<outgoing_event> deferred = std::exchange(_deferred, {});
+        send_events(deferred);
+        send_kv_requests();
+    }
+    _in_after = false;
     while (!_lost_conns.empty()) {
         uint64_t conn = *_lost_conns.begin();
         _lost_conns.erase(_lost_conns.begin());
@@ -179,6 +266,7 @@ void scheduler_actor::after(std::vector<outgoing_event>& out) {
         _to_net.send(net::set_health{health.first, health.second});
     }
     pump();
+    send_kv_requests();  // planning asks the kv actor for disk lookups
     check_drained();
 }
 

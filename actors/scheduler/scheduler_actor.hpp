@@ -32,16 +32,20 @@ namespace ordo::sched {
 
 class scheduler_actor final
     : public actors::actor<scheduler_actor, generate, cancel, tokenize, detokenize,
-                           model_info_query, stats_query, fault, client_gone, drain,
-                           gpu::step_done, gpu::step_failed, gpu::device_ready,
-                           gpu::device_unavailable> {
+                           model_info_query, stats_query, fault, session_delete, client_gone,
+                           drain, gpu::step_done, gpu::step_failed, gpu::device_ready,
+                           gpu::device_unavailable, kv::kv_lookup_done, kv::kv_restore_done,
+                           kv::kv_save_done, kv::kv_evicted, kv::kv_status,
+                           kv::kv_session_deleted> {
 public:
     using net_outbox =
         actors::outbox<net::token_event, net::generate_done, net::tokenize_done,
                        net::detokenize_done, net::cancel_done, net::model_done, net::stats_done,
-                       net::fault_done, net::request_error, net::set_health,
-                       net::drop_connection>;
+                       net::fault_done, net::session_delete_done, net::request_error,
+                       net::set_health, net::drop_connection>;
     using gpu_outbox = actors::outbox<gpu::step, gpu::inject_fault>;
+    using kv_outbox = actors::outbox<kv::kv_lookup, kv::kv_restore, kv::kv_release, kv::kv_save,
+                                     kv::kv_invalidate, kv::kv_session_delete>;
 
     struct options {
         size_t mailbox_capacity = 65536;
@@ -49,6 +53,8 @@ public:
         bool faults_enabled = false;        // [fault] enabled: the `fault` op is accepted
         // Called on the scheduler's thread once, when a drain finds no live request.
         std::function<void()> on_drained;
+        // The stats op's kv_disk map (the kv actor's report); unset: persistence is off.
+        std::function<net::kv_disk_report()> kv_report;
     };
 
     scheduler_actor(scheduler_core core, gpu::logits_exchange* logits, options o);
@@ -60,6 +66,11 @@ public:
         _to_gpu = gpu_outbox(gpu, "scheduler");
         _gpu_control_out = actors::outbox<gpu::reset_device>(gpu, "scheduler");
     }
+    // Before start(), with [kv] enabled: where kv requests go.
+    template <typename Kv>
+    void connect_kv(Kv& kv) {
+        _kv_out = kv_outbox(kv, "scheduler");
+    }
 
     void on(const generate& m);
     void on(const cancel& m);
@@ -68,12 +79,19 @@ public:
     void on(const model_info_query& m);
     void on(const stats_query& m);
     void on(const fault& m);
+    void on(const session_delete& m);
     void on(const client_gone& m);
     void on(const drain& m);
     void on(const gpu::step_done& m);
     void on(const gpu::step_failed& m);
     void on(const gpu::device_ready& m);
     void on(const gpu::device_unavailable& m);
+    void on(const kv::kv_lookup_done& m);
+    void on(const kv::kv_restore_done& m);
+    void on(const kv::kv_save_done& m);
+    void on(const kv::kv_evicted& m);
+    void on(const kv::kv_status& m);
+    void on(const kv::kv_session_deleted& m);
 
     // A handler threw (runtime): the request it concerned ends with error{internal}.
     template <typename T>
@@ -97,9 +115,11 @@ protected:
 private:
     using net_delivery = actors::delivery<
         net::token_event, net::generate_done, net::tokenize_done, net::detokenize_done,
-        net::cancel_done, net::model_done, net::stats_done, net::fault_done, net::request_error,
-        net::set_health, net::drop_connection>;
+        net::cancel_done, net::model_done, net::stats_done, net::fault_done,
+        net::session_delete_done, net::request_error, net::set_health, net::drop_connection>;
     using gpu_delivery = actors::delivery<gpu::reset_device>;
+    using kv_delivery = actors::delivery<kv::kv_lookup, kv::kv_restore, kv::kv_release,
+                                         kv::kv_save, kv::kv_invalidate, kv::kv_session_delete>;
 
     static void backstop_cb(uv_timer_t* t);
     static void pump_cb(uv_timer_t* t);
@@ -111,6 +131,8 @@ private:
     void check_drained();
     void net_gave_up(const net_delivery::message& m, const error& why);
     void gpu_gave_up(const gpu_delivery::message& m, const error& why);
+    void kv_gave_up(const kv_delivery::message& m, const error& why);
+    void send_kv_requests();
 
     scheduler_core _core;
     gpu::logits_exchange* _logits;
@@ -120,6 +142,8 @@ private:
     actors::outbox<gpu::reset_device> _gpu_control_out;
     net_delivery _to_net;
     gpu_delivery _gpu_control;
+    kv_outbox _kv_out;
+    kv_delivery _to_kv;
     uv_timer_t _backstop{};
     uv_timer_t _pump_timer{};
     uv_timer_t _drain_timer{};
@@ -130,6 +154,8 @@ private:
     // actor is asked to close them (once each), after the current batch of sends.
     std::set<uint64_t> _lost_conns;
     uint64_t _events_undelivered = 0;
+    std::vector<outgoing_event> _deferred;  // answers made by kv_gave_up
+    bool _in_after = false;
 };
 
 }  // namespace ordo::sched

@@ -55,7 +55,8 @@ std::pair<std::string, std::string> scheduler_core::health() const {
         return {"loading", _counters.device_epochs == 0 ? "starting the gpu device"
                                                           : "rebuilding the gpu device"};
     }
-    return {"ok", ""};
+    // Persistence off after a disk fault: still ok (serving goes on); the reason says why.
+    return {"ok", _kv_reason};
 }
 
 kv_blocks_stats scheduler_core::kv_stats() const { return _kv ? _kv->stats() : kv_blocks_stats{}; }
@@ -109,6 +110,13 @@ void scheduler_core::on_generate(const generate& m, std::vector<outgoing_event>&
         return out.push_back(error_event(m.conn, m.id, errc::context_exceeded,
                                          pool_message(need)));
     }
+    if (g.session && _sessions.count(*g.session) != 0) {
+        _counters.session_busy++;
+        return out.push_back(error_event(m.conn, m.id, errc::session_busy,
+                                         "session " + *g.session +
+                                             " is used by a live request; send the next turn "
+                                             "after its terminal event"));
+    }
     if (_queue.size() >= _opt.max_queue) {
         _counters.overloaded++;
         return out.push_back(error_event(m.conn, m.id, errc::overloaded,
@@ -134,6 +142,7 @@ void scheduler_core::on_generate(const generate& m, std::vector<outgoing_event>&
     r.n_prompt = static_cast<uint32_t>(r.tokens.size());
     r.submitted = clock::now();
     _by_client[{m.conn, m.id}] = seq;
+    if (g.session) _sessions[*g.session] = seq;
     _queue.push_back(seq);
     _counters.requests++;
     _counters.prompt_tokens += r.n_prompt;
@@ -209,11 +218,20 @@ void scheduler_core::on_stats(const stats_query& m, std::vector<outgoing_event>&
                    {"overloaded", k.overloaded},
                    {"steps", k.steps},
                    {"device_epochs", k.device_epochs},
-                   {"handler_errors", k.handler_errors}};
+                   {"handler_errors", k.handler_errors},
+                   {"disk_lookups", k.disk_lookups},
+                   {"disk_hits", k.disk_hits},
+                   {"disk_restores", k.disk_restores},
+                   {"disk_restored_tokens", k.disk_restored_tokens},
+                   {"disk_restore_failures", k.disk_restore_failures},
+                   {"disk_invalidations", k.disk_invalidations},
+                   {"disk_saves", k.disk_saves},
+                   {"disk_evicted", k.disk_evicted},
+                   {"session_busy", k.session_busy}};
     r.kv = {{"blocks_total", kv.blocks_total},   {"blocks_used", kv.blocks_used},
             {"blocks_free", kv.blocks_free},     {"blocks_cached", kv.blocks_cached},
             {"prefix_hits", kv.hits},            {"prefix_misses", kv.misses},
-            {"evictions", kv.evictions}};
+            {"evictions", kv.evictions},         {"pins", kv.pins}};
     r.device = _gpu.device;
     r.epoch = _gpu.epoch;
     r.steps = _gpu.steps;

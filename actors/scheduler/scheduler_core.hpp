@@ -25,6 +25,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -35,6 +36,7 @@
 #include "actors/scheduler/scheduler_msgs.hpp"
 #include "actors/scheduler/stop_matcher.hpp"
 #include "gpu/actor/gpu_msgs.hpp"
+#include "kv/kv_msgs.hpp"
 #include "model/tokenizer.hpp"
 #include "net/net_msgs.hpp"
 
@@ -60,13 +62,22 @@ struct core_options {
     config::batch_failure_policy policy = config::batch_failure_policy::bisect;
     bool prefix_cache = true;
     uint32_t n_ctx = 0;  // context the server allows (<= the model's)
+    // KV persistence ([kv] enabled): disk lookups and restores at admission, saves at the end
+    // of each request, sessions. restore_retry_max: failed restores (or failed steps right
+    // after one) a request may follow with another disk lookup.
+    bool kv_disk = false;
+    uint32_t restore_retry_max = 1;
 };
+
+// A request to the kv actor, as the scheduler hands it over (kv/kv_msgs.hpp).
+using kv_request = std::variant<kv::kv_lookup, kv::kv_restore, kv::kv_release, kv::kv_save,
+                                kv::kv_invalidate, kv::kv_session_delete>;
 
 // An event for a client, as the scheduler hands it to the front door.
 using client_event =
     std::variant<net::token_event, net::generate_done, net::tokenize_done, net::detokenize_done,
                  net::cancel_done, net::model_done, net::stats_done, net::fault_done,
-                 net::request_error>;
+                 net::session_delete_done, net::request_error>;
 using outgoing_event = client_event;
 
 // The request an event belongs to.
@@ -91,6 +102,16 @@ struct scheduler_counters {
     uint64_t overloaded = 0;
     uint64_t device_epochs = 0;
     uint64_t handler_errors = 0;  // requests ended with error{internal} by a failed handler
+    // KV persistence, as the scheduler sees it (the kv actor's own counters are kv_disk).
+    uint64_t disk_lookups = 0;          // kv_lookup sent
+    uint64_t disk_hits = 0;             // lookups that offered more than the memory cache
+    uint64_t disk_restores = 0;         // restores that completed
+    uint64_t disk_restored_tokens = 0;  // tokens they covered
+    uint64_t disk_restore_failures = 0;
+    uint64_t disk_invalidations = 0;    // entries quarantined after a failed step
+    uint64_t disk_saves = 0;            // kv_save sent
+    uint64_t disk_evicted = 0;          // kv_evicted received
+    uint64_t session_busy = 0;
 };
 
 // The stats op's `gpu` map (docs/protocol.md): the device as the gpu actor announced it at its
@@ -130,6 +151,16 @@ public:
                       const std::function<std::span<const float>(uint32_t)>& row,
                       std::vector<outgoing_event>& out);
     void on_step_failed(const gpu::step_failed& m, std::vector<outgoing_event>& out);
+    void on_session_delete(const session_delete& m, std::vector<outgoing_event>& out);
+    // The kv actor's answers (kv_msgs.hpp).
+    void on_kv_lookup_done(const kv::kv_lookup_done& m, std::vector<outgoing_event>& out);
+    void on_kv_restore_done(const kv::kv_restore_done& m, std::vector<outgoing_event>& out);
+    void on_kv_save_done(const kv::kv_save_done& m);
+    void on_kv_evicted(const kv::kv_evicted& m);
+    void on_kv_status(const kv::kv_status& m);
+    void on_kv_session_deleted(const kv::kv_session_deleted& m, std::vector<outgoing_event>& out);
+    // What to send the kv actor, in order (taken after every input).
+    std::vector<kv_request> take_kv_requests() { return std::exchange(_kv_out, {}); }
     // Ends every live request (server stopping): error{shutting_down}.
     void shutdown(std::vector<outgoing_event>& out);
     // The server is draining: new generate requests are refused with shutting_down; live ones
@@ -157,7 +188,9 @@ public:
     status check_invariants() const;
 
 private:
-    enum class phase { queued, running };
+    // restoring: admitted, waiting for the kv actor (a lookup, then a restore); holds its
+    // sequence and, during a restore, a pin on the blocks being written.
+    enum class phase { queued, restoring, running };
 
     struct request_state {
         uint64_t conn = 0, id = 0;
@@ -178,6 +211,10 @@ private:
         bool cancel_requested = false;
         bool client_gone = false;
         bool detached = false;  // aborted inside a running step: no longer in _by_client
+        bool disk_checked = false;     // a disk lookup was made for this admission
+        uint32_t restore_failures = 0;
+        uint32_t restore_to = 0;       // tokens covered once the restore in flight is done
+        std::string restored_from;     // entry restored, until a step confirms it
         uint32_t retries = 0;          // failures while running alone
         uint32_t batch_failures = 0;   // failures while batched with others
         clock::time_point submitted, first_step, first_token;
@@ -223,6 +260,12 @@ private:
     void remove(request_state& r);
     void requeue_front(std::vector<seq_id> seqs);
     void isolate(std::vector<seq_id> seqs);
+    // KV persistence (scheduler_kv.cpp)
+    bool wants_disk(const request_state& r) const;
+    void start_disk_lookup(request_state& r);
+    void restored_to_running(request_state& r);
+    void save_to_disk(request_state& r);
+    void restore_step_failed(request_state& r, const std::string& why);
 
     request_state* find(seq_id seq);
     request_state* find(uint64_t conn, uint64_t id);
@@ -234,6 +277,11 @@ private:
     std::map<seq_id, request_state> _requests;                   // every live generate request
     std::map<std::pair<uint64_t, uint64_t>, seq_id> _by_client;  // (conn, id) → seq
     std::deque<seq_id> _queue;                                   // waiting, FIFO
+    std::vector<seq_id> _restoring;                              // waiting for the kv actor
+    std::map<seq_id, pin_id> _restore_pins;                      // restores in flight
+    std::map<std::string, seq_id> _sessions;                     // live session -> request
+    std::vector<kv_request> _kv_out;
+    std::string _kv_reason;                                      // persistence off: why
     std::vector<seq_id> _running;                                // admission order, oldest first
     std::deque<std::vector<seq_id>> _isolation;                  // groups to run alone (F4)
     std::optional<in_flight_step> _in_flight;

@@ -91,6 +91,15 @@ struct stats_query {
     MSGPACK_DEFINE_MAP(conn, id, net);
 };
 
+// front door → scheduler: remove a persisted session (needs [kv] enabled). Reply:
+// session_delete_done, or request_error{session_busy} while a request uses it.
+struct session_delete {
+    static constexpr const char* msg_name = "session_delete";
+    uint64_t conn = 0, id = 0;
+    std::string session;  // validated like generate's `session`
+    MSGPACK_DEFINE_MAP(conn, id, session);
+};
+
 // front door → scheduler: arm a gpu fault (needs [fault] enabled). Reply: fault_done or
 // request_error{fault_disabled}.
 struct fault {

@@ -98,6 +98,7 @@ void scheduler_core::on_step_done(const gpu::step_done& m,
         if (r == nullptr) continue;
         r->n_past += p.n_tokens;
         (void)_kv->commit_full_blocks(r->seq, std::span(r->tokens).first(r->n_past));
+        r->restored_from.clear();  // a step succeeded with the restored blocks
         if (f.isolated) r->batch_failures = 0;
         if (r->cancel_requested) {
             finish(*r, "cancelled", out);
@@ -207,6 +208,7 @@ void scheduler_core::on_step_failed(const gpu::step_failed& m, std::vector<outgo
     std::vector<seq_id> retry;
     for (seq_id seq : affected) {
         request_state& r = *find(seq);
+        restore_step_failed(r, why);
         _counters.retries++;
         (alone ? r.retries : r.batch_failures)++;
         if (r.cancel_requested) {
@@ -239,6 +241,7 @@ void scheduler_core::reset_for_recompute(request_state& r) {
 
 void scheduler_core::finish(request_state& r, std::string_view reason,
                             std::vector<outgoing_event>& out, const std::string& stop_string) {
+    if (reason == "stop" || reason == "length") save_to_disk(r);
     if (!r.client_gone) {
         auto now = clock::now();
         net::generate_done d;
@@ -274,6 +277,11 @@ void scheduler_core::remove(request_state& r) {
     if (r.in_kv) (void)_kv->free_sequence(r.seq);
     std::erase(_running, r.seq);
     std::erase(_queue, r.seq);
+    std::erase(_restoring, r.seq);
+    if (r.params.session) {
+        auto s = _sessions.find(*r.params.session);
+        if (s != _sessions.end() && s->second == r.seq) _sessions.erase(s);
+    }
     if (!r.detached) _by_client.erase({r.conn, r.id});
     seq_id seq = r.seq;
     _requests.erase(seq);  // r dangles from here
@@ -298,9 +306,12 @@ status scheduler_core::check_invariants() const {
     for (const auto& [seq, r] : _requests) {
         bool queued = std::count(_queue.begin(), _queue.end(), seq) == 1;
         bool running = std::count(_running.begin(), _running.end(), seq) == 1;
-        if (queued == running || queued != (r.ph == phase::queued)) {
+        bool restoring = std::count(_restoring.begin(), _restoring.end(), seq) == 1;
+        if (int(queued) + int(running) + int(restoring) != 1 ||
+            queued != (r.ph == phase::queued) || restoring != (r.ph == phase::restoring)) {
             return make_error("internal", "sequence " + std::to_string(seq) +
-                                              " is not in exactly one of queue and running");
+                                              " is not in exactly one of queue, restoring and "
+                                              "running");
         }
         if (r.in_kv != (_kv && _kv->has_sequence(seq))) {
             return make_error("internal", "sequence " + std::to_string(seq) + " kv registration");

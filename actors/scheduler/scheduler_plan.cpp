@@ -5,7 +5,8 @@
 //   2. running sequences with a longer pending run (prompt, or recompute after a failure or a
 //      preemption) get a prefill chunk of what budget is left;
 //   3. queued requests are admitted while there is budget, a free sequence slot and KV blocks,
-//      reusing the longest cached prefix of their prompt.
+//      reusing the longest cached prefix of their prompt (and, with KV persistence, asking
+//      the kv actor for a longer one on disk first: scheduler_kv.cpp).
 // A sequence whose KV cannot be reserved preempts the newest running sequence (its blocks are
 // freed, it goes back to the head of the queue and is recomputed later, usually mostly from the
 // prefix cache), never corrupting anyone's KV. Sequences isolated after a failed batch (F4) run
@@ -159,11 +160,18 @@ std::optional<gpu::step> scheduler_core::plan_batch() {
         }
     }
     // Admission from the queue, oldest first, while there is room.
-    while (!_queue.empty() && budget > 0 && _running.size() < _opt.max_sequences &&
-           s.seqs.size() < _rows_max) {
+    while (!_queue.empty() && budget > 0 &&
+           _running.size() + _restoring.size() < _opt.max_sequences && s.seqs.size() < _rows_max) {
         request_state& r = *find(_queue.front());
 
         if (!admit(r)) break;
+        if (wants_disk(r)) {
+            // More full blocks may be on disk than in memory: ask the kv actor first; the
+            // request runs once it answers (scheduler_kv.cpp).
+            _queue.pop_front();
+            start_disk_lookup(r);
+            continue;
+        }
         uint32_t n = std::min<uint32_t>(uint32_t(r.tokens.size()) - r.n_past, budget);
         if (!_kv->reserve(r.seq, r.n_past + n).ok()) {
             // Not enough KV for its first chunk: it waits, holding nothing.

@@ -309,8 +309,15 @@ void gpu_actor::finish_kv_copy() {
 }
 
 bool gpu_actor::start_kv_copy(kv_copy c) {
-    const auto [blocks, slot] = std::visit(
-        [](const auto& m) { return std::make_pair(m.blocks.size(), m.staging_slot); }, c);
+    const auto [blocks, slot, epoch] = std::visit(
+        [](const auto& m) { return std::make_tuple(m.blocks.size(), m.staging_slot, m.epoch); },
+        c);
+    if (epoch != _epoch) {
+        fail_copy(c, "gpu_stale_epoch",
+                  "the copy names blocks of device epoch " + std::to_string(epoch) +
+                      "; the pool is of epoch " + std::to_string(_epoch));
+        return false;
+    }
     if (_kv_staging == nullptr) {
         fail_copy(c, "gpu_bad_request", "no KV staging is connected (connect_kv)");
         return false;

@@ -65,7 +65,9 @@ struct inject_fault {
 // scheduler or kv actor → gpu: copy the pool blocks `blocks` (in order) into the held
 // kv_staging slot `staging_slot` (layout: runner.hpp read_kv_blocks), in one submission. Runs on
 // the same FIFO as steps: after every step sent before it, before every step sent after it (so
-// a copy-out finishes before a later step reuses its blocks). Reply: kv_copy_done or
+// a copy-out finishes before a later step reuses its blocks). A copy whose epoch is not the
+// device's current one is refused (gpu_stale_epoch): its block ids name a pool that was lost
+// and rebuilt since its sender chose them. Reply: kv_copy_done or
 // kv_copy_failed, exactly one, with the same job_id, to the receiver bound by connect_kv. The
 // slot stays held by the sender, who reads it after the reply and releases it.
 struct kv_copy_out {
@@ -73,7 +75,8 @@ struct kv_copy_out {
     uint64_t job_id = 0;
     std::vector<uint32_t> blocks;
     uint32_t staging_slot = 0;
-    MSGPACK_DEFINE_MAP(job_id, blocks, staging_slot);
+    uint64_t epoch = 0;  // the device epoch the block ids belong to (device_ready.epoch)
+    MSGPACK_DEFINE_MAP(job_id, blocks, staging_slot, epoch);
 };
 
 // scheduler or kv actor → gpu: copy the held kv_staging slot `staging_slot` (filled by the
@@ -84,7 +87,8 @@ struct kv_copy_in {
     uint64_t job_id = 0;
     std::vector<uint32_t> blocks;
     uint32_t staging_slot = 0;
-    MSGPACK_DEFINE_MAP(job_id, blocks, staging_slot);
+    uint64_t epoch = 0;  // the device epoch the block ids belong to (device_ready.epoch)
+    MSGPACK_DEFINE_MAP(job_id, blocks, staging_slot, epoch);
 };
 
 // ---- replies (gpu → scheduler) ----------------------------------------------------------
@@ -125,7 +129,7 @@ struct kv_copy_done {
     MSGPACK_DEFINE_MAP(job_id, bytes);
 };
 
-// The copy failed; nothing may be read from the slot. code: gpu_bad_request (unknown or
+// The copy failed; nothing may be read from the slot. code: gpu_stale_epoch, gpu_bad_request (unknown or
 // repeated block, slot not held or too small, no staging connected), gpu_busy (queue full),
 // gpu_device_lost / gpu_timeout / other device errors (the device is being rebuilt: every block
 // of the pool is gone, as for step_failed{device_lost}), gpu_unavailable, gpu_stopped.

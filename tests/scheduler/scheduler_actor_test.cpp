@@ -32,7 +32,7 @@ using ordo::test::trace_script;
 
 using net_probe = probe<net::token_event, net::generate_done, net::tokenize_done,
                         net::detokenize_done, net::cancel_done, net::model_done, net::stats_done,
-                        net::fault_done, net::request_error, net::set_health,
+                        net::fault_done, net::session_delete_done, net::request_error, net::set_health,
                         net::drop_connection>;
 using gpu_probe = probe<gpu::step, gpu::inject_fault, gpu::reset_device>;
 

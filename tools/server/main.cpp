@@ -25,7 +25,7 @@ constexpr int exit_bad_model = exit_usage;
 
 constexpr const char* usage_text =
     "usage: ordo-server [--config FILE] [--listen HOST:PORT] [--model PATH] [--log-level LEVEL]\n"
-    "                   [--print-config]\n"
+    "                   [--kv-dir DIR] [--print-config]\n"
     "       ordo-server --check-config FILE\n"
     "\n"
     "  --config FILE        TOML configuration (default: built-in defaults, see etc/ordo.toml)\n"
@@ -33,6 +33,7 @@ constexpr const char* usage_text =
     "  --listen HOST:PORT   override server.listen (port 0 = ephemeral)\n"
     "  --model PATH         override model.path\n"
     "  --log-level LEVEL    override log.level (trace|debug|info|warn|error|critical|off)\n"
+    "  --kv-dir DIR         persist KV in DIR (sets kv.dir and kv.enabled = true)\n"
     "  --print-config       print the effective configuration and exit\n"
     "\n"
     "exit status: 0 stopped cleanly; 1 a runtime failure (a busy port, ...); 2 bad flags, a bad\n"
@@ -71,6 +72,10 @@ bool parse_args(int argc, char** argv, options& o) {
                               : a == "--model" ? "model.path"
                                                : "log.level";
             o.overrides.emplace_back(key, v);
+        } else if (a == "--kv-dir") {
+            if (!(v = value(a.data()))) return false;
+            o.overrides.emplace_back("kv.dir", v);
+            o.overrides.emplace_back("kv.enabled", "true");
         } else {
             std::fprintf(stderr, "ordo-server: unknown argument '%s'\n%s", argv[i], usage_text);
             return false;

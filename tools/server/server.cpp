@@ -6,12 +6,14 @@
 #include <chrono>
 #include <csignal>
 #include <future>
+#include <optional>
 
 #include "actors/runtime/log.hpp"
 #include "net/ops.hpp"
 #include "actors/scheduler/kv_blocks.hpp"
 #include "actors/scheduler/scheduler_actor.hpp"
 #include "gpu/actor/gpu_actor.hpp"
+#include "kv/kv_actor.hpp"
 #include "net/net_actor.hpp"
 
 namespace ordo {
@@ -109,6 +111,29 @@ sched::core_options core_options_from(const config::config& cfg, const loaded_mo
     o.policy = cfg.scheduler.batch_failure_policy;
     o.prefix_cache = cfg.scheduler.prefix_cache;
     o.n_ctx = m.n_ctx;
+    o.kv_disk = cfg.kv.enabled;
+    o.restore_retry_max = cfg.kv.restore_retry_max;
+    return o;
+}
+
+// What a persisted KV file must match to be loaded: this model, this pool's block layout.
+result<kv::kv_actor_options> kv_options_from(const config::config& cfg, const loaded_model& m,
+                                             uint32_t copy_blocks_max) {
+    auto fp = model::fingerprint::from_hex(m.info.fingerprint);
+    if (!fp) return fp.err();
+    kv::kv_actor_options o;
+    o.dir = cfg.kv.dir;
+    o.bytes_budget = cfg.kv.bytes_budget;
+    o.expect.fingerprint = *fp;
+    o.expect.geometry.n_layer = m.hp.n_layer;
+    o.expect.geometry.n_head_kv = m.hp.n_head_kv;
+    o.expect.geometry.head_dim = m.hp.head_dim();
+    o.expect.geometry.block_tokens = cfg.gpu.kv_block_tokens;
+    o.expect.geometry.dtype = cfg.gpu.kv_dtype == config::kv_dtype::f16 ? kv::kv_file_dtype::f16
+                                                                         : kv::kv_file_dtype::f32;
+    o.copy_blocks_max = copy_blocks_max;
+    o.flush_ms_max = cfg.kv.flush_ms_max;
+    o.mailbox_capacity = cfg.server.mailbox_capacity;
     return o;
 }
 
@@ -154,15 +179,38 @@ status run_server(const config::config& cfg, const loaded_model& model, const se
     so.faults_enabled = cfg.fault.enabled;
     std::promise<void> drained;
     so.on_drained = [&drained] { drained.set_value(); };
+    // KV persistence: the kv actor and the staging slot its copies go through.
+    std::optional<kv::kv_actor_options> kv_opts;
+    if (cfg.kv.enabled) {
+        auto o = kv_options_from(cfg, model, gpu_options_from(cfg, model).runner.kv_copy_blocks_max);
+        if (!o.ok()) {
+            abandon(m);
+            return o.err();
+        }
+        kv_opts = std::move(*o);
+    }
+    std::optional<gpu::kv_staging> staging;
+    std::optional<kv::kv_actor> kv;
+    if (kv_opts) {
+        staging.emplace(1, uint64_t(kv_opts->copy_blocks_max) * kv_opts->expect.geometry.block_bytes());
+        kv.emplace(*kv_opts, *staging);
+        so.kv_report = [&kv] { return kv->report(); };
+    }
     sched::scheduler_actor scheduler(std::move(*core), &logits, so);
     net::net_actor net(net_options_from(cfg, *address, model), cfg.server.mailbox_capacity);
     gpu::gpu_actor gpu(gpu_options_from(cfg, model), logits, gpu::gpu_replies(scheduler, "gpu"));
     scheduler.connect(net, gpu);
     net.connect_scheduler(scheduler);
+    if (kv) {
+        gpu.connect_kv(*staging, gpu::kv_copy_replies(*kv, "gpu"));
+        kv->connect(scheduler, gpu);
+        scheduler.connect_kv(*kv);
+    }
 
     // Start order: the scheduler before the net actor (nothing is forwarded to a stopped
     // actor), the gpu last (its device_ready reaches a running scheduler).
     status started = scheduler.start();
+    if (started.ok() && kv) started = kv->start();
     if (started.ok()) started = net.start();
     if (started.ok() && !net.listen_status().ok()) started = net.listen_status();
     if (started.ok()) started = gpu.start();
@@ -188,12 +236,23 @@ status run_server(const config::config& cfg, const loaded_model& model, const se
     };
     auto stop_all = [&](status& first_failure) {
         // Scheduler first: every live request gets its terminal event (shutting_down) while
-        // the net actor can still write it; then the net actor flushes and closes
-        // connections; then the gpu actor waits out its running step.
-        for (actors::actor_core* a : std::initializer_list<actors::actor_core*>{&scheduler, &net, &gpu}) {
-            a->request_stop();
-            if (auto st = a->join(); !st.ok() && first_failure.ok()) first_failure = st;
+        // the net actor can still write it; then the kv actor writes the saves in flight (its
+        // copies need the gpu actor), within kv.flush_ms_max; then the net actor flushes and
+        // closes connections; then the gpu actor waits out its running step.
+        auto stop = [&](actors::actor_core& a) {
+            a.request_stop();
+            if (auto st = a.join(); !st.ok() && first_failure.ok()) first_failure = st;
+        };
+        stop(scheduler);
+        if (kv) {
+            if (kv->running() && !kv->flush(cfg.kv.flush_ms_max)) {
+                log->warn("kv: saves not written within kv.flush_ms_max = {} ms are dropped",
+                          cfg.kv.flush_ms_max);
+            }
+            stop(*kv);
         }
+        stop(net);
+        stop(gpu);
     };
     if (!started.ok()) {
         status ignored;

@@ -1,0 +1,177 @@
+// scheduler_kv.cpp: the scheduler's side of KV persistence (kv/kv_msgs.hpp, kv_actor.hpp).
+//
+// Lookup order for every request: the in-memory prefix cache first (admit), then disk. A
+// queued request whose prompt has more full blocks (before its last token) than the memory
+// cache covered goes to phase `restoring` and asks the kv actor (kv_lookup). When the answer
+// offers more blocks, the scheduler reserves them, PINS them (kv_blocks::pin: nobody can
+// reallocate them while the copy-in runs, even if the request ends) and sends kv_restore; the
+// kv actor verifies every block's checksum before copying. On success the request's KV
+// frontier jumps past the restored blocks; they are published to the memory cache only by the
+// first step that succeeds with them (commit_full_blocks), so a step that fails right after a
+// restore drops them with the rest of the step and the entry is quarantined (kv_invalidate).
+// A failed restore simply leaves the blocks to be recomputed. Failures are bounded per request
+// by restore_retry_max; no path restores the same entry forever (ARCHITECTURE.md F7).
+//
+// Saves: a request that ends with stop or length hands its computed full blocks to the kv
+// actor (kv_save), pinned until kv_save_done: automatic requests their prompt's blocks,
+// session requests every computed block (prompt and reply) under the session's name.
+#include <cassert>
+
+#include "actors/scheduler/scheduler_core.hpp"
+
+namespace ordo::sched {
+
+using net::errc;
+
+bool scheduler_core::wants_disk(const request_state& r) const {
+    if (!_opt.kv_disk || r.disk_checked || !r.in_kv) return false;
+    if (r.restore_failures > _opt.restore_retry_max) return false;
+    const uint32_t bt = _kv->config().block_tokens;
+    // Full blocks before the last token: the last one is always computed (it gives logits).
+    const uint32_t full = (uint32_t(r.tokens.size()) - 1) / bt;
+    return full > r.n_past / bt;
+}
+
+void scheduler_core::start_disk_lookup(request_state& r) {
+    const uint32_t bt = _kv->config().block_tokens;
+    const uint32_t full = (uint32_t(r.tokens.size()) - 1) / bt;
+    r.disk_checked = true;
+    r.ph = phase::restoring;
+    _restoring.push_back(r.seq);
+    _counters.disk_lookups++;
+    kv::kv_lookup m;
+    m.seq = r.seq;
+    m.tokens.assign(r.tokens.begin(), r.tokens.begin() + size_t(full) * bt);
+    m.session = r.params.session;
+    _kv_out.emplace_back(std::move(m));
+}
+
+void scheduler_core::restored_to_running(request_state& r) {
+    std::erase(_restoring, r.seq);
+    r.ph = phase::running;
+    _running.push_back(r.seq);
+}
+
+void scheduler_core::on_kv_lookup_done(const kv::kv_lookup_done& m,
+                                       std::vector<outgoing_event>&) {
+    request_state* r = find(m.seq);
+    if (r == nullptr || r->ph != phase::restoring || _restore_pins.count(m.seq) != 0) {
+        if (m.n_blocks > 0) _kv_out.emplace_back(kv::kv_release{m.seq});
+        return;
+    }
+    const uint32_t bt = _kv->config().block_tokens;
+    const uint32_t have = r->n_past / bt;
+    bool restoring = false;
+    if (m.n_blocks > have && r->in_kv && _device_ready) {
+        _counters.disk_hits++;
+        if (_kv->reserve(r->seq, m.n_blocks * bt).ok()) {
+            auto table = _kv->block_table(r->seq);
+            std::vector<block_id> blocks(table.begin() + have, table.begin() + m.n_blocks);
+            auto pin = _kv->pin(blocks);
+            if (pin.ok()) {
+                _restore_pins[r->seq] = *pin;
+                r->restore_to = m.n_blocks * bt;
+                r->restored_from = m.name;
+                _kv_out.emplace_back(kv::kv_restore{r->seq, have, std::move(blocks), _gpu.epoch});
+                restoring = true;
+            }
+        }
+    }
+    if (!restoring) {
+        if (m.n_blocks > 0) _kv_out.emplace_back(kv::kv_release{m.seq});
+        restored_to_running(*r);
+    }
+}
+
+void scheduler_core::on_kv_restore_done(const kv::kv_restore_done& m,
+                                        std::vector<outgoing_event>&) {
+    auto pin = _restore_pins.find(m.seq);
+    if (pin == _restore_pins.end()) return;  // not ours (a stale answer)
+    // A pin dropped by invalidate_all: the device was lost meanwhile, the blocks are gone.
+    const bool pool_kept = _kv->unpin(pin->second);
+    _restore_pins.erase(pin);
+    request_state* r = find(m.seq);
+    if (r == nullptr || r->ph != phase::restoring) return;  // the request ended meanwhile
+    if (m.ok && pool_kept && r->in_kv) {
+        const uint32_t restored = r->restore_to - r->n_past;
+        r->n_past = r->restore_to;
+        _counters.disk_restores++;
+        _counters.disk_restored_tokens += restored;
+        if (!r->started) {
+            const uint32_t cached = std::min(r->n_past, r->n_prompt);
+            _counters.cached_tokens += cached - r->cached_tokens;
+            r->cached_tokens = cached;
+        }
+    } else {
+        _counters.disk_restore_failures++;
+        r->restore_failures++;
+        r->restored_from.clear();
+        // The reserved blocks past n_past are recomputed by the prefill.
+    }
+    restored_to_running(*r);
+}
+
+void scheduler_core::restore_step_failed(request_state& r, const std::string& why) {
+    if (r.restored_from.empty()) return;
+    _counters.disk_invalidations++;
+    _kv_out.emplace_back(kv::kv_invalidate{r.restored_from, why});
+    r.restored_from.clear();
+    r.restore_failures++;
+}
+
+void scheduler_core::save_to_disk(request_state& r) {
+    if (!_opt.kv_disk || !r.in_kv || !_device_ready) return;
+    const uint32_t bt = _kv->config().block_tokens;
+    uint32_t committed = _kv->committed_tokens(r.seq);
+    const bool session = r.params.session.has_value();
+    if (!session) committed = std::min(committed, r.n_prompt);
+    const uint32_t n_blocks = committed / bt;
+    if (n_blocks == 0) return;
+    auto table = _kv->block_table(r.seq);
+    std::vector<block_id> blocks(table.begin(), table.begin() + n_blocks);
+    auto pin = _kv->pin(blocks);
+    if (!pin.ok()) return;
+    kv::kv_save m;
+    m.save_id = *pin;
+    m.kind = session ? "session" : "prefix";
+    m.session = r.params.session;
+    m.tokens.assign(r.tokens.begin(), r.tokens.begin() + size_t(n_blocks) * bt);
+    m.blocks = std::move(blocks);
+    m.epoch = _gpu.epoch;
+    _counters.disk_saves++;
+    _kv_out.emplace_back(std::move(m));
+}
+
+void scheduler_core::on_kv_save_done(const kv::kv_save_done& m) {
+    // False when the pin was dropped with the pool (device lost): nothing to release.
+    (void)_kv->unpin(m.save_id);
+}
+
+void scheduler_core::on_kv_evicted(const kv::kv_evicted&) { _counters.disk_evicted++; }
+
+void scheduler_core::on_kv_status(const kv::kv_status& m) {
+    _kv_reason = m.persisting ? "" : m.reason;
+}
+
+void scheduler_core::on_session_delete(const session_delete& m, std::vector<outgoing_event>& out) {
+    if (!_opt.kv_disk) {
+        return out.push_back(error_event(m.conn, m.id, errc::bad_request,
+                                         "session_delete needs persisted KV ([kv] enabled)"));
+    }
+    if (_sessions.count(m.session) != 0) {
+        _counters.session_busy++;
+        return out.push_back(error_event(m.conn, m.id, errc::session_busy,
+                                         "session " + m.session + " is used by a live request"));
+    }
+    _kv_out.emplace_back(kv::kv_session_delete{m.conn, m.id, m.session});
+}
+
+void scheduler_core::on_kv_session_deleted(const kv::kv_session_deleted& m,
+                                           std::vector<outgoing_event>& out) {
+    if (!m.error.empty()) {
+        return out.push_back(error_event(m.conn, m.id, errc::kv_io, m.error));
+    }
+    out.push_back(net::session_delete_done{m.conn, m.id, m.deleted});
+}
+
+}  // namespace ordo::sched

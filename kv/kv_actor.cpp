@@ -1,0 +1,797 @@
+// kv_actor.cpp: see kv_actor.hpp.
+#include "kv/kv_actor.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+namespace ordo::kv {
+
+namespace {
+
+constexpr std::string_view quarantine_dir_name = "quarantine";
+// The write probe's file: a name classify_kv_dir_entry calls foreign, so no scan touches it.
+constexpr const char* probe_file_name = ".ordo-probe";
+constexpr size_t probe_bytes = 4096;
+
+double ms_since(std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
+
+error errno_error(kv_error cls_default, const std::string& what) {
+    const int e = errno;
+    kv_error cls = cls_default;
+    if (e == ENOSPC || e == EDQUOT) cls = kv_error::no_space;
+    if (e == EROFS) cls = kv_error::read_only;
+    if (e == EACCES || e == EPERM) cls = kv_error::permission;
+    if (e == EIO) cls = kv_error::io_error;
+    return make_error(std::string(to_code(cls)), what + ": " + std::strerror(e));
+}
+
+// Writes, syncs and removes a small file: whether the directory takes writes now.
+status probe_write(const std::string& dir) {
+    const std::string path = dir + "/" + probe_file_name;
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) return errno_error(kv_error::io, path + ": open");
+    std::vector<char> zeros(probe_bytes, 0);
+    status st;
+    size_t done = 0;
+    while (done < zeros.size()) {
+        ssize_t n = ::write(fd, zeros.data() + done, zeros.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            st = errno_error(kv_error::io, path + ": write");
+            break;
+        }
+        done += size_t(n);
+    }
+    if (st && ::fsync(fd) != 0) st = errno_error(kv_error::io, path + ": fsync");
+    ::close(fd);
+    ::unlink(path.c_str());
+    return st;
+}
+
+struct quarantined_file {
+    std::string path;
+    time_t mtime = 0;
+    uint64_t bytes = 0;
+};
+
+// Deletes the oldest quarantined files beyond quarantine_files_max / quarantine_bytes_max.
+void trim_quarantine(const std::string& qdir) {
+    DIR* d = ::opendir(qdir.c_str());
+    if (d == nullptr) return;
+    std::vector<quarantined_file> files;
+    uint64_t total = 0;
+    while (dirent* e = ::readdir(d)) {
+        struct stat st {};
+        std::string p = qdir + "/" + e->d_name;
+        if (::fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) {
+            continue;
+        }
+        files.push_back({p, st.st_mtime, uint64_t(st.st_size)});
+        total += uint64_t(st.st_size);
+    }
+    ::closedir(d);
+    std::sort(files.begin(), files.end(),
+              [](const auto& a, const auto& b) { return a.mtime < b.mtime; });
+    size_t n = files.size();
+    for (const auto& f : files) {
+        if (n <= quarantine_files_max && total <= quarantine_bytes_max) break;
+        ::unlink(f.path.c_str());
+        n--;
+        total -= f.bytes;
+    }
+}
+
+// Moves <dir>/<stem>.kv into <dir>/quarantine (never overwriting an earlier one), then trims.
+// A file that cannot be moved (read-only disk) stays where it is: the next scan refuses it
+// again, it is never loaded.
+void move_to_quarantine(const std::string& dir, const std::string& stem, const std::string& code) {
+    const std::string qdir = dir + "/" + std::string(quarantine_dir_name);
+    auto stamp = std::chrono::duration_cast<std::chrono::microseconds>(
+                     std::chrono::system_clock::now().time_since_epoch())
+                     .count();
+    const std::string from = dir + "/" + stem + std::string(kv_file_suffix);
+    const std::string to = qdir + "/" + stem + "." + code + "." + std::to_string(stamp) +
+                           std::string(kv_file_suffix);
+    if (::rename(from.c_str(), to.c_str()) != 0) {
+        spdlog::warn("kv: quarantine {}: {}", from, std::strerror(errno));
+        return;
+    }
+    trim_quarantine(qdir);
+}
+
+}  // namespace
+
+// ---- the scan (thread pool) -------------------------------------------------------------------
+
+struct scan_result {
+    std::vector<std::pair<time_t, kv_entry>> entries;
+    std::vector<std::tuple<std::string, std::string, std::string>> bad;  // stem, code, message
+    uint64_t ignored = 0;
+    uint64_t leftovers = 0;
+    std::optional<error> dir_error;  // the directory cannot be created or written
+};
+
+namespace {
+
+void scan_dir(const std::string& dir, const kv_expect& expect, scan_result& r) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir + "/" + std::string(quarantine_dir_name), ec);
+    if (ec) {
+        errno = ec.value();
+        r.dir_error = errno_error(kv_error::io, dir + ": create");
+    } else if (auto p = probe_write(dir); !p) {
+        r.dir_error = p.err();
+    }
+    DIR* d = ::opendir(dir.c_str());
+    if (d == nullptr) {
+        if (!r.dir_error) r.dir_error = errno_error(kv_error::io, dir + ": opendir");
+        return;
+    }
+    uint32_t seen = 0;
+    while (dirent* e = ::readdir(d)) {
+        const std::string fname = e->d_name;
+        if (fname == "." || fname == ".." || fname == quarantine_dir_name || fname == probe_file_name) continue;
+        if (++seen > scan_entries_max) {
+            spdlog::warn("kv: {} has more than {} entries; the rest are left alone", dir,
+                         scan_entries_max);
+            break;
+        }
+        const std::string path = dir + "/" + fname;
+        struct stat st {};
+        const bool regular =
+            ::fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode);
+        switch (classify_kv_dir_entry(fname)) {
+            case kv_dir_entry::foreign:
+                r.ignored++;
+                continue;
+            case kv_dir_entry::tmp_leftover:
+                // A write that never renamed (a crash): never read, deleted.
+                if (regular && ::unlinkat(dirfd(d), e->d_name, 0) == 0) {
+                    r.leftovers++;
+                } else {
+                    r.ignored++;
+                }
+                continue;
+            case kv_dir_entry::kv_file:
+                break;
+        }
+        const std::string stem = fname.substr(0, fname.size() - kv_file_suffix.size());
+        auto header = read_kv_header(path, expect);
+        if (!header && header.err().code == to_code(kv_error::not_regular)) {
+            r.ignored++;  // a symlink or directory named like ours: never followed or moved
+            continue;
+        }
+        result<std::vector<int32_t>> tokens =
+            header ? read_kv_tokens(path, *header) : result<std::vector<int32_t>>(header.err());
+        if (!tokens) {
+            r.bad.emplace_back(stem, tokens.err().code, tokens.err().message);
+            if (!kv_disk_fault(tokens.err().code)) move_to_quarantine(dir, stem, tokens.err().code);
+            continue;
+        }
+        kv_entry entry;
+        entry.name = stem;
+        entry.header = *header;
+        entry.tokens = std::move(*tokens);
+        r.entries.emplace_back(st.st_mtime, std::move(entry));
+    }
+    ::closedir(d);
+    std::sort(r.entries.begin(), r.entries.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+}
+
+}  // namespace
+
+// ---- jobs ---------------------------------------------------------------------------------------
+
+struct kv_actor::job {
+    enum class kind { save, restore } k = kind::save;
+    uint64_t ref = 0;  // save_id (save) or seq (restore)
+    std::string name;
+    kv_file_meta meta;
+    std::vector<int32_t> tokens;   // save: the ids written
+    std::vector<uint32_t> blocks;  // pool blocks, one per file block copied
+    uint64_t epoch = 0;
+    uint32_t first_block = 0;  // restore: first file block
+    kv_file_header header;     // restore: the entry's header
+    std::vector<uint8_t> bytes;
+    uint32_t copied = 0;
+    bool dropped = false;  // save: its session was deleted meanwhile
+    clock::time_point start = clock::now();
+    status io;                         // thread pool's result
+    std::optional<kv_file_header> written;  // save: the header read back after the write
+};
+
+struct kv_actor::work {
+    uv_work_t req{};
+    kv_actor* self = nullptr;
+    std::function<void()> run, done;
+};
+
+kv_actor::kv_actor(kv_actor_options options, gpu::kv_staging& staging)
+    : actor("kv", options.mailbox_capacity),
+      _opt(std::move(options)),
+      _staging(staging),
+      _block_bytes(_opt.expect.geometry.block_bytes()),
+      _index(_opt.expect.geometry.block_tokens) {
+    _counters.enabled = true;
+    _counters.bytes_budget = _opt.bytes_budget;
+    _snapshot = _counters;
+}
+
+kv_actor::~kv_actor() = default;
+
+std::string kv_actor::path_of(const std::string& name) const {
+    return _opt.dir + "/" + name + std::string(kv_file_suffix);
+}
+
+void kv_actor::on_start() {
+    actors::delivery_limits lim;
+    must(_to_sched.init(loop(), _sched_out, lim,
+                        [this](const auto& m, const error& why) {
+                            if (why.code == "actor_stopped") return;  // the scheduler stopped
+                            count_error("undelivered");
+                            log().error("kv: {} to the scheduler given up: {}",
+                                        std::visit([](const auto& x) { return std::string(x.msg_name); }, m),
+                                        why.message);
+                        }),
+         "scheduler delivery init");
+    must(_to_gpu.init(loop(), _gpu_out, lim,
+                      [this](const auto& m, const error& why) {
+                          uint64_t id = std::visit([](const auto& x) { return x.job_id; }, m);
+                          if (_copy_job != 0 && id == _gpu_job_id) {
+                              copy_finished(false, why.code, "copy job not delivered: " + why.message);
+                          }
+                      }),
+         "gpu delivery init");
+    uv_timer_init(loop(), &_probe_timer);
+    _probe_timer.data = this;
+    if (_staging.slot_bytes() < uint64_t(_opt.copy_blocks_max) * _block_bytes) {
+        must(make_error("bad_config", "a kv staging slot does not hold copy_blocks_max blocks"),
+             "kv staging");
+    }
+    if (auto s = _staging.acquire(); s) {
+        _slot = *s;
+    } else {
+        log().error("kv: no staging slot ({}); saves and restores will fail", s.err().message);
+    }
+    auto r = std::make_shared<scan_result>();
+    offload([r, dir = _opt.dir, expect = _opt.expect] { scan_dir(dir, expect, *r); },
+            [this, r] { apply_scan(*r); });
+    publish();
+}
+
+void kv_actor::on_stop() {
+    _flushing = true;
+    _to_sched.close();
+    _to_gpu.close();
+    uv_timer_stop(&_probe_timer);
+    uv_close(reinterpret_cast<uv_handle_t*>(&_probe_timer), nullptr);
+    // A copy still in flight keeps its slot: the gpu may write it until it answers.
+    if (_slot && _copy_job == 0) _staging.release(*_slot);
+    _slot.reset();
+    publish();
+}
+
+// ---- thread pool ----------------------------------------------------------------------------------
+
+void kv_actor::offload(std::function<void()> run, std::function<void()> done) {
+    auto* w = new work{};
+    w->req.data = w;
+    w->self = this;
+    w->run = std::move(run);
+    w->done = std::move(done);
+    _works++;
+    int rc = uv_queue_work(
+        loop(), &w->req, [](uv_work_t* req) { static_cast<work*>(req->data)->run(); },
+        [](uv_work_t* req, int) {
+            std::unique_ptr<work> own(static_cast<work*>(req->data));
+            own->self->_works--;
+            own->done();
+            own->self->publish();
+        });
+    if (rc != 0) {
+        // No thread pool: run it here rather than lose it (bounded file work).
+        log().warn("kv: uv_queue_work: {}; running on the loop", uv_strerror(rc));
+        std::unique_ptr<work> own(w);
+        _works--;
+        own->run();
+        own->done();
+    }
+}
+
+void kv_actor::apply_scan(scan_result& r) {
+    for (auto& [mtime, e] : r.entries) _index.put(std::move(e));
+    _counters.ignored += r.ignored;
+    for (const auto& [stem, code, message] : r.bad) {
+        if (kv_disk_fault(code)) {
+            log().warn("kv: {} unreadable ({}): {}; left in place", stem, code, message);
+        } else {
+            _counters.quarantined++;
+            log().warn("kv: {} quarantined ({}): {}", stem, code, message);
+        }
+        count_error(code);
+    }
+    log().info("kv: {} ready: {} files ({} sessions), {} bytes; {} quarantined, {} ignored, {} "
+               "leftovers deleted",
+               _opt.dir, _index.files(), _index.sessions(), _index.bytes(), r.bad.size(),
+               r.ignored, r.leftovers);
+    _scan_done = true;
+    if (r.dir_error) disk_fault(r.dir_error->code, r.dir_error->message);
+    evict_to_budget();
+}
+
+// ---- lookups and restores ---------------------------------------------------------------------
+
+void kv_actor::on(const kv_lookup& m) {
+    kv_lookup_done reply{m.seq, 0, ""};
+    if (auto old = _leases.find(m.seq); old != _leases.end()) {
+        _index.unlease(old->second);
+        _leases.erase(old);
+    }
+    std::optional<std::string> session_name;
+    if (m.session) {
+        auto n = kv_session_name(_opt.expect.fingerprint, *m.session);
+        if (n) session_name = *n;
+    }
+    if (_scan_done) {
+        if (auto match = _index.longest(m.tokens, session_name ? &*session_name : nullptr)) {
+            reply.n_blocks = match->n_blocks;
+            reply.name = match->name;
+            _index.lease(match->name);
+            _leases[m.seq] = match->name;
+        }
+    }
+    _to_sched.send(reply);
+    publish();
+}
+
+void kv_actor::on(const kv_release& m) {
+    if (auto it = _leases.find(m.seq); it != _leases.end()) {
+        _index.unlease(it->second);
+        _leases.erase(it);
+    }
+}
+
+void kv_actor::on(const kv_restore& m) {
+    auto lease = _leases.find(m.seq);
+    if (lease == _leases.end()) {
+        _to_sched.send(kv_restore_done{m.seq, false, "kv_no_lease", "no entry is leased to it", 0});
+        return;
+    }
+    const std::string name = lease->second;
+    _leases.erase(lease);
+    const kv_entry* e = _index.find(name);
+    auto refuse = [&](const std::string& code, const std::string& message) {
+        _index.unlease(name);
+        _counters.restore_failures++;
+        count_error(code);
+        _to_sched.send(kv_restore_done{m.seq, false, code, message, 0});
+        publish();
+    };
+    if (e == nullptr) return refuse("kv_evicted", name + " left the index");
+    if (m.blocks.empty() || uint64_t(m.first_block) + m.blocks.size() > e->header.n_blocks) {
+        return refuse("kv_bad_request", "blocks out of the entry's range");
+    }
+    if (_flushing) return refuse("kv_stopping", "the kv actor is stopping");
+    auto j = std::make_unique<job>();
+    j->k = job::kind::restore;
+    j->ref = m.seq;
+    j->name = name;
+    j->header = e->header;
+    j->blocks = m.blocks;
+    j->epoch = m.epoch;
+    j->first_block = m.first_block;
+    uint64_t id = _next_job++;
+    _jobs.emplace(id, std::move(j));
+    read_restore(id);
+}
+
+void kv_actor::read_restore(uint64_t id) {
+    job* j = _jobs.at(id).get();
+    offload(
+        [j, path = path_of(j->name), bb = _block_bytes] {
+            j->bytes.resize(j->blocks.size() * bb);
+            // Every block's checksum is verified right after its read (read_kv_blocks).
+            j->io = read_kv_blocks(path, j->header, j->first_block,
+                                   static_cast<uint32_t>(j->blocks.size()), j->bytes);
+        },
+        [this, id, j] {
+            if (!j->io) {
+                const error why = j->io.err();
+                // A file that fails verification is never offered again.
+                if (_index.find(j->name) != nullptr) quarantine(j->name, why.code);
+                restore_finished(*j, false, why.code, why.message);
+                return;
+            }
+            queue_copies(*j);
+            (void)id;
+        });
+}
+
+void kv_actor::restore_finished(job& j, bool ok, const std::string& code,
+                                const std::string& message) {
+    double ms = ms_since(j.start);
+    _index.unlease(j.name);
+    if (ok) {
+        _counters.restores++;
+        _counters.restore_ms += ms;
+    } else {
+        _counters.restore_failures++;
+        count_error(code);
+    }
+    _to_sched.send(kv_restore_done{j.ref, ok, code, message, ms});
+    uint64_t id = 0;
+    for (auto& [k, v] : _jobs) {
+        if (v.get() == &j) id = k;
+    }
+    _jobs.erase(id);
+    maybe_flushed();
+}
+
+// ---- saves ----------------------------------------------------------------------------------------
+
+void kv_actor::on(const kv_save& m) {
+    auto refuse = [&](const std::string& code) {
+        if (code != "kv_exists") count_error(code);
+        _counters.saves_skipped++;
+        _to_sched.send(kv_save_done{m.save_id, false, code});
+        publish();
+    };
+    const uint32_t bt = _opt.expect.geometry.block_tokens;
+    const bool session = m.kind == "session";
+    if ((!session && m.kind != "prefix") || (session && !m.session) || m.blocks.empty() ||
+        m.tokens.size() != m.blocks.size() * size_t{bt}) {
+        return refuse("kv_bad_request");
+    }
+    if (_flushing) return refuse("kv_stopping");
+    if (!_scan_done) return refuse("kv_not_ready");
+    if (!_persisting) return refuse("kv_persistence_off");
+    std::string name;
+    if (session) {
+        auto n = kv_session_name(_opt.expect.fingerprint, *m.session);
+        if (!n) return refuse(n.err().code);
+        name = *n;
+        const kv_entry* e = _index.find(name);
+        if (e != nullptr && e->tokens == m.tokens) return refuse("kv_exists");
+    } else {
+        if (_index.covers(m.tokens)) return refuse("kv_exists");
+        name = kv_prefix_name(_opt.expect.fingerprint, m.tokens);
+    }
+    uint32_t in_memory = 0;
+    for (const auto& [id, j] : _jobs) {
+        if (j->k != job::kind::save) continue;
+        if (j->name == name && !j->dropped) return refuse("kv_exists");
+        in_memory++;
+    }
+    if (in_memory >= saves_pending_max) return refuse("kv_busy");
+    const uint64_t n_blocks = m.blocks.size();
+    const uint64_t file_bytes =
+        kv_header_bytes + 4 * m.tokens.size() + 8 * n_blocks + n_blocks * _block_bytes;
+    if (file_bytes > _opt.bytes_budget) return refuse("kv_too_large");
+
+    auto j = std::make_unique<job>();
+    j->k = job::kind::save;
+    j->ref = m.save_id;
+    j->name = name;
+    j->meta.fingerprint = _opt.expect.fingerprint;
+    j->meta.geometry = _opt.expect.geometry;
+    j->meta.kind = session ? kv_file_kind::session : kv_file_kind::prefix;
+    j->meta.session_hash = session ? kv_session_hash(*m.session) : 0;
+    j->tokens = m.tokens;
+    j->blocks = m.blocks;
+    j->epoch = m.epoch;
+    j->bytes.resize(n_blocks * _block_bytes);
+    job& ref = *j;
+    _jobs.emplace(_next_job++, std::move(j));
+    {
+        std::lock_guard lock(_mutex);
+        _idle = false;
+    }
+    queue_copies(ref);
+}
+
+void kv_actor::save_copied(job& j, bool ok, const std::string& code) {
+    _to_sched.send(kv_save_done{j.ref, ok, code});
+    uint64_t id = 0;
+    for (auto& [k, v] : _jobs) {
+        if (v.get() == &j) id = k;
+    }
+    if (!ok) {
+        _counters.save_failures++;
+        count_error(code);
+        _jobs.erase(id);
+        maybe_flushed();
+        return;
+    }
+    write_save(id);
+}
+
+void kv_actor::write_save(uint64_t id) {
+    job* j = _jobs.at(id).get();
+    offload(
+        [j, dir = _opt.dir, expect = _opt.expect, path = path_of(j->name)] {
+            j->io = write_kv_file(dir, j->name, j->meta, j->tokens, j->bytes);
+            if (!j->io) return;
+            // Pair assertion: what was written reads back as a valid file of this model.
+            auto h = read_kv_header(path, expect);
+            if (!h) {
+                j->io = h.err();
+                return;
+            }
+            j->written = *h;
+        },
+        [this, id, j] {
+            if (!j->io) {
+                const error why = j->io.err();
+                _counters.save_failures++;
+                count_error(why.code);
+                log().warn("kv: save {} failed: {}", j->name, why.message);
+                if (kv_disk_fault(why.code)) disk_fault(why.code, why.message);
+            } else if (j->dropped) {
+                // Its session was deleted while it was written.
+                std::string path = path_of(j->name);
+                offload([path] { ::unlink(path.c_str()); }, [] {});
+            } else {
+                kv_entry e;
+                e.name = j->name;
+                e.header = *j->written;
+                e.tokens = std::move(j->tokens);
+                _index.put(std::move(e));
+                _counters.saves++;
+                _counters.save_ms += ms_since(j->start);
+                evict_to_budget();
+            }
+            _jobs.erase(id);
+            maybe_flushed();
+        });
+}
+
+// ---- copies through the staging slot ------------------------------------------------------------
+
+void kv_actor::queue_copies(job& j) {
+    uint64_t id = 0;
+    for (auto& [k, v] : _jobs) {
+        if (v.get() == &j) id = k;
+    }
+    for (uint32_t first = 0; first < j.blocks.size(); first += _opt.copy_blocks_max) {
+        _copies.emplace_back(id, first);
+    }
+    start_next_copy();
+}
+
+void kv_actor::start_next_copy() {
+    while (_copy_job == 0 && !_copies.empty()) {
+        auto [id, first] = _copies.front();
+        _copies.pop_front();
+        auto it = _jobs.find(id);
+        if (it == _jobs.end()) continue;  // the job already failed
+        job& j = *it->second;
+        if (!_slot) {
+            if (j.k == job::kind::save) {
+                save_copied(j, false, "kv_no_staging");
+            } else {
+                restore_finished(j, false, "kv_no_staging", "no staging slot");
+            }
+            continue;
+        }
+        const uint32_t count =
+            std::min<uint32_t>(_opt.copy_blocks_max, static_cast<uint32_t>(j.blocks.size()) - first);
+        std::vector<uint32_t> ids(j.blocks.begin() + first, j.blocks.begin() + first + count);
+        _copy_job = id;
+        _copy_first = first;
+        _copy_count = count;
+        _gpu_job_id++;
+        if (j.k == job::kind::save) {
+            _to_gpu.send(gpu::kv_copy_out{_gpu_job_id, std::move(ids), *_slot, j.epoch});
+        } else {
+            auto dst = _staging.bytes(*_slot, uint64_t(count) * _block_bytes);
+            std::memcpy(dst.data(), j.bytes.data() + uint64_t(first) * _block_bytes, dst.size());
+            _to_gpu.send(gpu::kv_copy_in{_gpu_job_id, std::move(ids), *_slot, j.epoch});
+        }
+    }
+}
+
+void kv_actor::on(const gpu::kv_copy_done& m) {
+    if (_copy_job == 0 || m.job_id != _gpu_job_id) return;  // a stale reply
+    copy_finished(true, "", "");
+}
+
+void kv_actor::on(const gpu::kv_copy_failed& m) {
+    if (_copy_job == 0 || m.job_id != _gpu_job_id) return;
+    copy_finished(false, m.code, m.message);
+}
+
+void kv_actor::copy_finished(bool ok, const std::string& code, const std::string& message) {
+    auto it = _jobs.find(_copy_job);
+    const uint32_t first = _copy_first, count = _copy_count;
+    _copy_job = 0;
+    if (it != _jobs.end()) {
+        job& j = *it->second;
+        if (!ok) {
+            if (j.k == job::kind::save) {
+                save_copied(j, false, code);
+            } else {
+                restore_finished(j, false, code, message);
+            }
+        } else {
+            if (j.k == job::kind::save) {
+                auto src = _staging.read(*_slot, uint64_t(count) * _block_bytes);
+                std::memcpy(j.bytes.data() + uint64_t(first) * _block_bytes, src.data(), src.size());
+            }
+            j.copied += count;
+            if (j.copied == j.blocks.size()) {
+                if (j.k == job::kind::save) {
+                    save_copied(j, true, "");
+                } else {
+                    restore_finished(j, true, "", "");
+                }
+            }
+        }
+    }
+    start_next_copy();
+    publish();
+}
+
+// ---- index upkeep ---------------------------------------------------------------------------------
+
+void kv_actor::on(const kv_invalidate& m) {
+    if (_index.find(m.name) == nullptr) return;
+    log().warn("kv: {} quarantined: {}", m.name, m.reason);
+    quarantine(m.name, "kv_step_failed");
+    publish();
+}
+
+void kv_actor::on(const kv_session_delete& m) {
+    auto name = kv_session_name(_opt.expect.fingerprint, m.session);
+    if (!name) {
+        _to_sched.send(kv_session_deleted{m.conn, m.id, false, name.err().message});
+        return;
+    }
+    bool pending = false;
+    for (auto& [id, j] : _jobs) {
+        if (j->k == job::kind::save && j->name == *name && !j->dropped) {
+            j->dropped = true;
+            pending = true;
+        }
+    }
+    if (_index.find(*name) == nullptr) {
+        _to_sched.send(kv_session_deleted{m.conn, m.id, pending, ""});
+        return;
+    }
+    _index.erase(*name);
+    _to_sched.send(kv_evicted{*name, "deleted"});
+    auto err = std::make_shared<std::string>();
+    offload(
+        [path = path_of(*name), err] {
+            if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+                *err = path + ": unlink: " + std::strerror(errno);
+            }
+        },
+        [this, m, err] { _to_sched.send(kv_session_deleted{m.conn, m.id, err->empty(), *err}); });
+    publish();
+}
+
+void kv_actor::quarantine(const std::string& name, const std::string& code) {
+    _index.erase(name);
+    _counters.quarantined++;
+    count_error(code);
+    _to_sched.send(kv_evicted{name, "quarantined"});
+    offload([dir = _opt.dir, name, code] { move_to_quarantine(dir, name, code); }, [] {});
+}
+
+void kv_actor::remove_file(const std::string& name, const std::string& reason) {
+    _index.erase(name);
+    _to_sched.send(kv_evicted{name, reason});
+    offload([path = path_of(name)] { ::unlink(path.c_str()); }, [] {});
+}
+
+void kv_actor::evict_to_budget() {
+    for (const std::string& victim : _index.over_budget(_opt.bytes_budget)) {
+        _counters.evictions++;
+        remove_file(victim, "budget");
+    }
+}
+
+// ---- disk faults ----------------------------------------------------------------------------------
+
+void kv_actor::disk_fault(const std::string& code, const std::string& message) {
+    if (!_persisting) return;
+    _persisting = false;
+    _off_reason = "kv persistence is off (" + code + "): " + message;
+    log().warn("kv: {}; serving goes on without saving", _off_reason);
+    _to_sched.send(kv_status{false, _off_reason});
+    schedule_probe();
+}
+
+void kv_actor::schedule_probe() {
+    if (_probes >= _opt.probes_max || _probe_running || stopping()) return;
+    uv_timer_start(&_probe_timer, probe_cb, _opt.probe_ms, 0);
+}
+
+void kv_actor::probe_cb(uv_timer_t* t) {
+    auto* self = static_cast<kv_actor*>(t->data);
+    if (self->stopping()) return;
+    self->_probes++;
+    self->_counters.probes++;
+    self->_probe_running = true;
+    auto st = std::make_shared<status>();
+    self->offload([st, dir = self->_opt.dir] { *st = probe_write(dir); },
+                  [self, st] {
+                      self->_probe_running = false;
+                      if (*st) {
+                          self->_persisting = true;
+                          self->_off_reason.clear();
+                          self->log().info("kv: the disk takes writes again; persistence is on");
+                          self->_to_sched.send(kv_status{true, ""});
+                          return;
+                      }
+                      self->count_error(st->err().code);
+                      self->schedule_probe();
+                  });
+}
+
+// ---- flush, stats ---------------------------------------------------------------------------------
+
+void kv_actor::on(const kv_flush&) {
+    _flushing = true;
+    // Saves not copied out yet are dropped whole: their blocks are released now.
+    std::vector<job*> uncopied;
+    for (auto& [id, j] : _jobs) {
+        if (j->k == job::kind::save && j->copied < j->blocks.size() && id != _copy_job) {
+            uncopied.push_back(j.get());
+        }
+    }
+    for (job* j : uncopied) save_copied(*j, false, "kv_stopping");
+    maybe_flushed();
+    publish();
+}
+
+void kv_actor::maybe_flushed() {
+    bool idle = std::none_of(_jobs.begin(), _jobs.end(),
+                             [](const auto& kv) { return kv.second->k == job::kind::save; });
+    std::lock_guard lock(_mutex);
+    _idle = idle;
+    if (idle) _idle_cv.notify_all();
+}
+
+bool kv_actor::flush(uint64_t timeout_ms) {
+    if (!tell(kv_flush{}, "main")) return false;
+    std::unique_lock lock(_mutex);
+    return _idle_cv.wait_for(lock, std::chrono::milliseconds(timeout_ms), [this] { return _idle; });
+}
+
+void kv_actor::count_error(const std::string& code) { _counters.errors[code]++; }
+
+void kv_actor::publish() {
+    std::lock_guard lock(_mutex);
+    _snapshot = _counters;
+    _snapshot.ready = _scan_done;
+    _snapshot.persisting = _persisting && !_flushing;
+    _snapshot.reason = _off_reason;
+    _snapshot.files = _index.files();
+    _snapshot.sessions = _index.sessions();
+    _snapshot.bytes = _index.bytes();
+    _scan_done_shared = _scan_done;
+}
+
+net::kv_disk_report kv_actor::report() const {
+    std::lock_guard lock(_mutex);
+    return _snapshot;
+}
+
+bool kv_actor::scan_done() const {
+    std::lock_guard lock(_mutex);
+    return _scan_done_shared;
+}
+
+}  // namespace ordo::kv

@@ -1,0 +1,206 @@
+// kv_actor.hpp: the kv actor — persisted KV prefixes and sessions (ARCHITECTURE.md "kv", F7).
+//
+// Owns the kv directory, its in-memory index (kv_index), the byte budget and LRU eviction, on
+// its own libuv loop. File I/O never runs on the loop: scans, reads, writes, renames and
+// unlinks are libuv work requests on the thread pool, whose completions come back to the loop.
+// KV bytes never travel in messages: the actor copies pool blocks out to (and in from) one
+// kv_staging slot with gpu::kv_copy_out / kv_copy_in jobs, kv_copy_blocks_max blocks per job,
+// one job in flight at a time, and keeps a save's or a restore's bytes in its own buffer.
+//
+// ## What it answers (kv_msgs.hpp has the messages)
+// - kv_lookup: the longest run of full blocks on disk (session first, then automatic
+//   prefixes), leased to the sequence until its kv_restore / kv_release. Before the startup
+//   scan is done every lookup misses: serving never waits for the scan.
+// - kv_restore: reads the blocks, VERIFIES EVERY BLOCK'S CHECKSUM, then copies them in. A file
+//   that fails verification is quarantined (and announced with kv_evicted{quarantined}); the
+//   scheduler recomputes.
+// - kv_save: copies the blocks out (then kv_save_done: the scheduler unpins them), then writes
+//   the file atomically (kv_file.hpp), adds it to the index and evicts down to the budget
+//   (kv_evicted{budget} per file). A prefix already covered by a file is not written again.
+// - kv_invalidate: quarantines an entry a failed step was restored from.
+// - kv_session_delete: removes the session's file.
+//
+// ## Startup scan
+// Creates the directory (and `quarantine/`), then checks every entry: names it did not write,
+// symlinks, directories and other non-regular files are ignored (never followed, never
+// touched); `.tmp` leftovers of a crash are deleted; every `.kv` header is validated against
+// the loaded model (fingerprint, geometry, dtype, block size, version, checksums, size) and its
+// token ids verified. A file that fails is moved to quarantine (bounded: quarantine_files_max
+// files and quarantine_bytes_max bytes, oldest deleted first), counted by code and logged.
+//
+// ## Disk faults degrade, never stop serving
+// A write that fails with a disk fault (kv_disk_fault: ENOSPC, EDQUOT, EROFS, EACCES, EPERM,
+// EIO) turns persistence off: kv_status{persisting: false, reason} to the scheduler (a health
+// reason; status stays ok), counted; lookups and restores of existing files go on. A write
+// probe every probe_ms (at most probes_max times) turns it back on when the disk accepts a
+// write again. A directory that cannot be created or written at start is the same fault.
+//
+// ## Stop
+// flush() (from the bootstrap, before request_stop) refuses new saves and waits, at most
+// flush_ms_max, for the saves in flight to be written; a save whose blocks were not copied out
+// by then is dropped whole. Writes already running complete while the loop runs dry (each is a
+// bounded, atomic write: never torn).
+#pragma once
+
+#include <uv.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "actors/runtime/actor.hpp"
+#include "actors/runtime/delivery.hpp"
+#include "actors/runtime/outbox.hpp"
+#include "gpu/actor/gpu_msgs.hpp"
+#include "gpu/logits/kv_staging.hpp"
+#include "kv/kv_file.hpp"
+#include "kv/kv_index.hpp"
+#include "kv/kv_msgs.hpp"
+#include "net/net_msgs.hpp"
+
+namespace ordo::kv {
+
+// Bounds with no config key (docs/protocol.md "[kv]").
+inline constexpr uint32_t quarantine_files_max = 64;
+inline constexpr uint64_t quarantine_bytes_max = uint64_t{1} << 30;
+inline constexpr uint64_t probe_ms_default = 30000;
+inline constexpr uint32_t probes_max_default = 20;
+// Saves whose bytes are held in memory (copied out, not yet written) at most; more are refused
+// (kv_busy) rather than queued without bound.
+inline constexpr uint32_t saves_pending_max = 4;
+// Directory entries the startup scan looks at, at most (the rest are left alone, logged).
+inline constexpr uint32_t scan_entries_max = 100000;
+
+struct kv_actor_options {
+    std::string dir;
+    uint64_t bytes_budget = 0;
+    kv_expect expect;               // the loaded model's fingerprint and KV geometry
+    uint32_t copy_blocks_max = 64;  // blocks per gpu copy job (runner kv_copy_blocks_max)
+    uint64_t flush_ms_max = 5000;
+    uint64_t probe_ms = probe_ms_default;
+    uint32_t probes_max = probes_max_default;
+    size_t mailbox_capacity = 4096;
+};
+
+// kv actor → bootstrap: blocking flush (see "Stop").
+struct kv_flush {
+    static constexpr const char* msg_name = "kv_flush";
+    ORDO_EMPTY_MESSAGE()
+};
+
+class kv_actor final
+    : public actors::actor<kv_actor, kv_lookup, kv_restore, kv_release, kv_save, kv_invalidate,
+                           kv_session_delete, gpu::kv_copy_done, gpu::kv_copy_failed, kv_flush> {
+public:
+    using sched_outbox = actors::outbox<kv_lookup_done, kv_restore_done, kv_save_done,
+                                        kv_evicted, kv_status, kv_session_deleted>;
+    using gpu_outbox = actors::outbox<gpu::kv_copy_out, gpu::kv_copy_in>;
+
+    // `staging` must outlive the actor and be connected to the gpu actor (connect_kv); its
+    // slots must hold copy_blocks_max blocks.
+    kv_actor(kv_actor_options options, gpu::kv_staging& staging);
+    ~kv_actor() override;
+
+    // Before start(): where answers and copy jobs go.
+    template <typename Sched, typename Gpu>
+    void connect(Sched& scheduler, Gpu& gpu) {
+        _sched_out = sched_outbox(scheduler, "kv");
+        _gpu_out = gpu_outbox(gpu, "kv");
+    }
+
+    void on(const kv_lookup& m);
+    void on(const kv_restore& m);
+    void on(const kv_release& m);
+    void on(const kv_save& m);
+    void on(const kv_invalidate& m);
+    void on(const kv_session_delete& m);
+    void on(const gpu::kv_copy_done& m);
+    void on(const gpu::kv_copy_failed& m);
+    void on(const kv_flush& m);
+
+    // Any thread: a snapshot of the stats op's kv_disk map.
+    net::kv_disk_report report() const;
+    // Any thread: refuses new saves, then waits until no save is in flight or `timeout_ms`
+    // passed. True when everything was written.
+    bool flush(uint64_t timeout_ms);
+    // Any thread: whether the startup scan is done (tests).
+    bool scan_done() const;
+
+protected:
+    void on_start() override;
+    void on_stop() override;
+
+private:
+    using clock = std::chrono::steady_clock;
+    struct job;
+    struct work;
+
+    // copies
+    void queue_copies(job& j);
+    void start_next_copy();
+    void copy_finished(bool ok, const std::string& code, const std::string& message);
+    void save_copied(job& j, bool ok, const std::string& code);
+    void restore_finished(job& j, bool ok, const std::string& code, const std::string& message);
+    // thread pool
+    void offload(std::function<void()> run, std::function<void()> done);
+    void write_save(uint64_t job_id);
+    void read_restore(uint64_t job_id);
+    // index and disk state
+    void apply_scan(struct scan_result& r);
+    void evict_to_budget();
+    void remove_file(const std::string& name, const std::string& reason);
+    void quarantine(const std::string& name, const std::string& code);
+    void disk_fault(const std::string& code, const std::string& message);
+    void schedule_probe();
+    static void probe_cb(uv_timer_t* t);
+    void count_error(const std::string& code);
+    void publish();  // copies the counters into the report snapshot
+    void maybe_flushed();
+    std::string path_of(const std::string& name) const;
+
+    kv_actor_options _opt;
+    gpu::kv_staging& _staging;
+    uint64_t _block_bytes = 0;
+    sched_outbox _sched_out;
+    gpu_outbox _gpu_out;
+    actors::delivery<kv_lookup_done, kv_restore_done, kv_save_done, kv_evicted, kv_status,
+                     kv_session_deleted>
+        _to_sched;
+    actors::delivery<gpu::kv_copy_out, gpu::kv_copy_in> _to_gpu;
+
+    kv_index _index;
+    bool _scan_done = false;
+    bool _persisting = true;
+    bool _flushing = false;
+    std::string _off_reason;
+    uint32_t _probes = 0;
+    uv_timer_t _probe_timer{};
+    bool _probe_running = false;
+
+    std::map<uint64_t, std::unique_ptr<job>> _jobs;  // saves and restores in flight, by id
+    uint64_t _next_job = 1;
+    std::unordered_map<uint64_t, std::string> _leases;  // seq -> entry name
+    std::deque<std::pair<uint64_t, uint32_t>> _copies;   // (job, first block index) to copy
+    uint64_t _copy_job = 0;                              // job whose copy is in flight (0: none)
+    uint32_t _copy_first = 0, _copy_count = 0;
+    uint64_t _gpu_job_id = 0;                            // kv_copy_*.job_id in flight
+    std::optional<uint32_t> _slot;                       // the staging slot this actor holds
+    uint32_t _works = 0;                                 // thread-pool requests in flight
+
+    net::kv_disk_report _counters;  // loop thread
+    mutable std::mutex _mutex;      // guards _snapshot, _idle
+    net::kv_disk_report _snapshot;
+    bool _idle = true;  // no save in flight
+    bool _scan_done_shared = false;
+    std::condition_variable _idle_cv;
+};
+
+}  // namespace ordo::kv

@@ -1,0 +1,160 @@
+// kv_msgs.hpp: the messages between the scheduler and the kv actor (ARCHITECTURE.md's
+// Save/Load ▸ Saved/Loaded/Evicted/Invalid arrows).
+//
+// No KV bytes travel here: a message names pool blocks by id, and the kv actor moves their
+// bytes between the device pool and its files through gpu::kv_copy_out / kv_copy_in jobs on a
+// kv_staging slot (gpu_msgs.hpp). The scheduler owns the pool: it pins the blocks a save or a
+// restore names (kv_blocks::pin) until the kv actor's answer, so no step can write a block
+// that is being copied out and no sequence can see a block that is being restored.
+//
+// Every request of the scheduler gets exactly one answer:
+//   kv_lookup  -> kv_lookup_done (and, when it names an entry, a lease the scheduler ends with
+//                 exactly one kv_restore or kv_release)
+//   kv_restore -> kv_restore_done
+//   kv_save    -> kv_save_done (as soon as the blocks' bytes are copied out or the save is
+//                 refused; the file is written after, off the loop)
+//   kv_session_delete -> kv_session_deleted
+// kv_release and kv_invalidate have no answer. kv_evicted and kv_status come unasked, in order.
+#pragma once
+
+#include <msgpack.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ordo::kv {
+
+// ---- scheduler → kv ----------------------------------------------------------------------
+
+// Which persisted prefix covers the longest run of full blocks of `tokens` (the prompt, cut to
+// full blocks, never including its last token)? With `session`, that session's file is tried
+// first, then the automatic prefixes. Reply: kv_lookup_done.
+struct kv_lookup {
+    static constexpr const char* msg_name = "kv_lookup";
+    uint64_t seq = 0;
+    std::vector<int32_t> tokens;
+    std::optional<std::string> session;
+    MSGPACK_DEFINE_MAP(seq, tokens, session);
+};
+
+// Copy blocks [first_block, first_block + blocks.size()) of the entry leased to `seq` into the
+// pool blocks `blocks` (pinned by the scheduler), after verifying their checksums. `epoch` is
+// the device epoch the block ids belong to (a copy for an older epoch is refused by the gpu).
+// Ends the lease. Reply: kv_restore_done.
+struct kv_restore {
+    static constexpr const char* msg_name = "kv_restore";
+    uint64_t seq = 0;
+    uint32_t first_block = 0;
+    std::vector<uint32_t> blocks;
+    uint64_t epoch = 0;
+    MSGPACK_DEFINE_MAP(seq, first_block, blocks, epoch);
+};
+
+// The scheduler will not restore what kv_lookup_done offered `seq` (the request ended, or no
+// KV could be reserved): ends the lease. No reply.
+struct kv_release {
+    static constexpr const char* msg_name = "kv_release";
+    uint64_t seq = 0;
+    MSGPACK_DEFINE_MAP(seq);
+};
+
+// Persist `tokens` (a whole number of blocks, from position 0) whose KV is in the pool blocks
+// `blocks` (one per block of tokens, pinned by the scheduler until kv_save_done). kind
+// "prefix": an automatic prefix, named by its tokens; "session": the named session's file,
+// replacing the previous one. Reply: kv_save_done.
+struct kv_save {
+    static constexpr const char* msg_name = "kv_save";
+    uint64_t save_id = 0;
+    std::string kind;  // "prefix" | "session"
+    std::optional<std::string> session;
+    std::vector<int32_t> tokens;
+    std::vector<uint32_t> blocks;
+    uint64_t epoch = 0;
+    MSGPACK_DEFINE_MAP(save_id, kind, session, tokens, blocks, epoch);
+};
+
+// A step failed right after a restore from `name`: the entry is quarantined so that no request
+// restores it again (ARCHITECTURE.md F7: a bad cache must not fail every prefill). No reply.
+struct kv_invalidate {
+    static constexpr const char* msg_name = "kv_invalidate";
+    std::string name;
+    std::string reason;
+    MSGPACK_DEFINE_MAP(name, reason);
+};
+
+// The `session_delete` op, after the scheduler found the session not busy. Reply:
+// kv_session_deleted.
+struct kv_session_delete {
+    static constexpr const char* msg_name = "kv_session_delete";
+    uint64_t conn = 0, id = 0;
+    std::string session;
+    MSGPACK_DEFINE_MAP(conn, id, session);
+};
+
+// ---- kv → scheduler ----------------------------------------------------------------------
+
+// n_blocks == 0: nothing on disk helps. Otherwise the entry `name` holds the first n_blocks
+// blocks of the tokens asked for and is leased to `seq` (not evicted, not deleted) until the
+// scheduler's kv_restore or kv_release.
+struct kv_lookup_done {
+    static constexpr const char* msg_name = "kv_lookup_done";
+    uint64_t seq = 0;
+    uint32_t n_blocks = 0;
+    std::string name;
+    MSGPACK_DEFINE_MAP(seq, n_blocks, name);
+};
+
+// ok: the blocks hold the entry's verified KV. Otherwise nothing may be read from them; code:
+// kv_no_lease (no entry leased to seq), kv_block_checksum / kv_truncated / kv_changed / kv_io
+// ... (the file failed verification: it is quarantined), gpu_* (the copy failed; the device
+// may be rebuilding), kv_stopping.
+struct kv_restore_done {
+    static constexpr const char* msg_name = "kv_restore_done";
+    uint64_t seq = 0;
+    bool ok = false;
+    std::string code;
+    std::string message;
+    double ms = 0;  // read + verify + copy
+    MSGPACK_DEFINE_MAP(seq, ok, code, message, ms);
+};
+
+// The blocks of save `save_id` may be unpinned. copied: their bytes were copied out and the
+// file is being written; otherwise `code` says why not (kv_persistence_off, kv_exists,
+// kv_too_large, kv_busy, gpu_*, kv_stopping).
+struct kv_save_done {
+    static constexpr const char* msg_name = "kv_save_done";
+    uint64_t save_id = 0;
+    bool copied = false;
+    std::string code;
+    MSGPACK_DEFINE_MAP(save_id, copied, code);
+};
+
+// An entry left the index (budget: LRU, or replaced, or quarantined). Ordered after every
+// kv_lookup_done that named it; a lease in flight is never evicted.
+struct kv_evicted {
+    static constexpr const char* msg_name = "kv_evicted";
+    std::string name;
+    std::string reason;  // "budget" | "quarantined" | "deleted"
+    MSGPACK_DEFINE_MAP(name, reason);
+};
+
+// Whether persistence is on. When off, `reason` says why (e.g. "kv dir /x: write: No space
+// left on device (ENOSPC)"); the scheduler reports it as a health reason while status stays ok.
+struct kv_status {
+    static constexpr const char* msg_name = "kv_status";
+    bool persisting = true;
+    std::string reason;
+    MSGPACK_DEFINE_MAP(persisting, reason);
+};
+
+struct kv_session_deleted {
+    static constexpr const char* msg_name = "kv_session_deleted";
+    uint64_t conn = 0, id = 0;
+    bool deleted = false;
+    std::string error;  // non-empty: the file could not be removed (kv_io ...)
+    MSGPACK_DEFINE_MAP(conn, id, deleted, error);
+};
+
+}  // namespace ordo::kv
