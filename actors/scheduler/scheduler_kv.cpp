@@ -106,6 +106,15 @@ void scheduler_core::on_kv_restore_done(const kv::kv_restore_done& m,
         _counters.disk_restore_failures++;
         r->restore_failures++;
         r->restored_from.clear();
+        if (r->restore_failures <= _opt.restore_retry_max) {
+            // Another disk lookup may find another entry (the kv actor quarantined this one):
+            // back to the head of the queue, holding its sequence.
+            std::erase(_restoring, r->seq);
+            r->ph = phase::queued;
+            r->disk_checked = false;
+            _queue.push_front(r->seq);
+            return;
+        }
         // The reserved blocks past n_past are recomputed by the prefill.
     }
     restored_to_running(*r);

@@ -313,6 +313,29 @@ TEST(generate_request, session_needs_kv_and_keys_must_be_strings) {
     EXPECT_NE(u.err().message.find("UTF-8"), std::string::npos);
 }
 
+// session_delete {session}: the same name rules as generate's session, and only with kv.
+TEST(ops, session_delete_parses_and_refuses_bad_names) {
+    auto f = make_frame("session_delete", 1, [](packer& p) { p.pack("session"), p.pack("s-1.x"); });
+    auto r = parse_session_delete(f.get(), request_limits{256, 0, true});
+    ASSERT_TRUE(r.ok()) << r.err().message;
+    EXPECT_EQ(r->session, "s-1.x");
+    auto off = parse_session_delete(f.get(), request_limits{256, 0, false});
+    ASSERT_FALSE(off.ok());
+    EXPECT_NE(off.err().message.find("[kv] enabled"), std::string::npos);
+    for (const std::string& bad : {std::string("a/b"), std::string(""), std::string(129, 'a')}) {
+        auto g = make_frame("session_delete", 1, [&](packer& p) { p.pack("session"), p.pack(bad); });
+        auto e = parse_session_delete(g.get(), request_limits{256, 0, true});
+        ASSERT_FALSE(e.ok()) << bad;
+        EXPECT_NE(e.err().message.find("session"), std::string::npos) << e.err().message;
+    }
+    auto none = make_frame("session_delete", 0, [](packer&) {});
+    EXPECT_FALSE(parse_session_delete(none.get(), request_limits{256, 0, true}).ok());
+    auto extra = make_frame("session_delete", 2, [](packer& p) {
+        p.pack("session"), p.pack("s"), p.pack("x"), p.pack(1);
+    });
+    EXPECT_FALSE(parse_session_delete(extra.get(), request_limits{256, 0, true}).ok());
+}
+
 TEST(generate_request, tokenize_detokenize_cancel) {
     auto t = parse_tokenize(
         make_frame("tokenize", 1, [](packer& p) { p.pack("text"), p.pack("hello"); }).get());

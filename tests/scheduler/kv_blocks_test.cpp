@@ -319,3 +319,47 @@ TEST(kv_blocks, bad_arguments_are_errors) {
 }
 
 }  // namespace
+
+// Pins (KV persistence): a pinned block outlives its sequence, is not allocatable while pinned,
+// returns to the cache (published) or the free list when unpinned; invalidate_all drops pins;
+// only blocks some sequence holds can be pinned; blocks being restored (past the hashed prefix,
+// pinned) keep the private-writer invariant.
+TEST(kv_blocks, pins_hold_blocks_until_unpinned) {
+    auto kv = make(4);
+    EXPECT_FALSE(kv.pin(std::vector<block_id>{0}).ok()) << "block 0 is held by nobody";
+    prefill(kv, 1, seq_tokens(0, 8));  // 2 full blocks, published
+    auto table = std::vector<block_id>(kv.block_table(1).begin(), kv.block_table(1).end());
+    auto pin = kv.pin(table);
+    ASSERT_TRUE(pin.ok());
+    EXPECT_INVARIANTS(kv);
+    ASSERT_TRUE(kv.free_sequence(1).ok());
+    EXPECT_INVARIANTS(kv);
+    EXPECT_EQ(kv.stats().pins, 1u);
+    EXPECT_EQ(kv.stats().blocks_used, 2u);  // held by the pin, not allocatable
+    EXPECT_EQ(kv.blocks_available(), 2u);
+    ASSERT_TRUE(kv.add_sequence(2).ok());
+    EXPECT_FALSE(kv.reserve(2, 16).ok()) << "pinned blocks must not be evicted";
+    EXPECT_TRUE(kv.unpin(*pin));
+    EXPECT_FALSE(kv.unpin(*pin));
+    EXPECT_INVARIANTS(kv);
+    EXPECT_EQ(kv.stats().blocks_cached, 2u);  // back to the prefix cache
+    EXPECT_TRUE(kv.reserve(2, 16).ok());
+    EXPECT_INVARIANTS(kv);
+}
+
+TEST(kv_blocks, a_restore_pin_past_the_hashed_prefix_and_device_loss) {
+    auto kv = make(8);
+    ASSERT_TRUE(kv.add_sequence(1).ok());
+    ASSERT_TRUE(kv.reserve(1, 8).ok());  // blocks a restore will write
+    auto table = std::vector<block_id>(kv.block_table(1).begin(), kv.block_table(1).end());
+    auto pin = kv.pin(table);
+    ASSERT_TRUE(pin.ok());
+    EXPECT_INVARIANTS(kv);  // refs 2 on a block being written: its writer's pin
+    ASSERT_TRUE(kv.free_sequence(1).ok());
+    EXPECT_INVARIANTS(kv);
+    kv.invalidate_all();
+    EXPECT_FALSE(kv.has_pin(*pin));
+    EXPECT_FALSE(kv.unpin(*pin));
+    EXPECT_EQ(kv.stats().blocks_free, 8u);
+    EXPECT_INVARIANTS(kv);
+}

@@ -12,6 +12,15 @@
 // recomputes without corruption; a shared prompt prefix is served from the prefix cache with
 // identical output; context_exceeded and overloaded are immediate. Invariants are checked
 // after every message.
+//
+// KV persistence (scheduler_kv.cpp), against `disk`, an in-memory stand-in for the kv actor
+// that answers its messages and moves block CONTENTS between the emulated pool and its entries
+// (so a wrong block id or position shows as wrong output): a prefix saved by one request is
+// restored by the next with output equal to a recompute and cached_tokens counting it; a
+// failed restore recomputes with identical output and restores nothing later; a step failing
+// right after a restore quarantines that entry (kv_invalidate) and the request recomputes; a
+// request cancelled while its restore is in flight frees everything once the restore answers;
+// sessions: session_busy for a second live request, session_delete refused while busy.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -70,6 +79,18 @@ model_fixture& shared_model() {
     return m;
 }
 
+// The kv actor's answers, in memory: entries of token ids (whole blocks). Restores write the
+// entry's ids into the emulated pool's block slots, saves read them from there.
+struct disk {
+    std::vector<std::vector<int32_t>> entries;  // empty: quarantined or deleted
+    std::map<uint64_t, size_t> leases;          // seq -> entry
+    std::vector<std::pair<std::string, std::vector<int32_t>>> sessions;
+    bool fail_restores = false;
+    bool hold_restores = false;  // answer restores only when released
+    std::vector<kv::kv_restore> held;
+    int saves = 0, restores = 0, invalidated = 0, lookups = 0;
+};
+
 // Runs the scheduler against CPU reference models, one per sequence.
 class harness {
 public:
@@ -92,7 +113,8 @@ public:
         auto env = net::parse_envelope(oh.get());
         ASSERT_TRUE(std::holds_alternative<net::request>(env));
         ASSERT_EQ(std::get<net::request>(env).op, op);
-        net::request_limits limits{256, uint32_t(shared_model().tok->vocab().size()), false};
+        net::request_limits limits{256, uint32_t(shared_model().tok->vocab().size()),
+                                   kv != nullptr};
         auto parsed = net::parse_op(std::get<net::request>(env), limits);
         std::vector<outgoing_event> out;
         if (!parsed.ok()) {
@@ -110,21 +132,62 @@ public:
                 if constexpr (std::is_same_v<T, sched::detokenize>) core->on_detokenize(m, out);
                 if constexpr (std::is_same_v<T, stats_query>) core->on_stats(m, out);
                 if constexpr (std::is_same_v<T, model_info_query>) core->on_model(m, out);
+                if constexpr (std::is_same_v<T, sched::session_delete>) {
+                    core->on_session_delete(m, out);
+                }
             },
             *parsed);
         collect(out);
     }
 
     void generate(uint64_t conn, uint64_t id, const std::string& prompt, uint32_t max_tokens,
-                  double temperature = 0, uint64_t seed = 0) {
+                  double temperature = 0, uint64_t seed = 0,
+                  const std::string& session = "") {
         msgpack::sbuffer b;
         msgpack::packer<msgpack::sbuffer> pk(b);
-        pk.pack_map(7);
+        pk.pack_map(session.empty() ? 7 : 8);
         pk.pack("id"), pk.pack(id), pk.pack("op"), pk.pack("generate");
         pk.pack("prompt"), pk.pack(prompt), pk.pack("max_tokens"), pk.pack(max_tokens);
         pk.pack("temperature"), pk.pack(temperature), pk.pack("seed"), pk.pack(seed);
         pk.pack("stream"), pk.pack(true);
+        if (!session.empty()) pk.pack("session"), pk.pack(session);
         request(conn, id, "generate", std::move(b));
+    }
+
+    void session_delete(uint64_t conn, uint64_t id, const std::string& session) {
+        msgpack::sbuffer b;
+        msgpack::packer<msgpack::sbuffer> pk(b);
+        pk.pack_map(3);
+        pk.pack("id"), pk.pack(id), pk.pack("op"), pk.pack("session_delete");
+        pk.pack("session"), pk.pack(session);
+        request(conn, id, "session_delete", std::move(b));
+        serve_kv();
+    }
+
+    // Answers every kv request the core made, as the kv actor would (until none is left).
+    // Returns whether there was any.
+    bool serve_kv() {
+        if (kv == nullptr) return false;
+        const uint32_t B = block_tokens();
+        bool any = false;
+        for (auto reqs = core->take_kv_requests(); !reqs.empty();
+             reqs = core->take_kv_requests()) {
+            std::vector<outgoing_event> out;
+            for (auto& req : reqs) {
+                std::visit([&](auto& m) { answer(m, B, out); }, req);
+            }
+            collect(out);
+            any = true;
+        }
+        return any;
+    }
+
+    void release_held_restores() {
+        std::vector<kv::kv_restore> held = std::exchange(kv->held, {});
+        std::vector<outgoing_event> out;
+        for (auto& m : held) finish_restore(m, block_tokens(), out);
+        collect(out);
+        serve_kv();
     }
 
     void cancel(uint64_t conn, uint64_t id, uint64_t target) {
@@ -141,8 +204,13 @@ public:
     void run(std::function<void(const gpu::step&)> between = {},
              std::function<std::optional<gpu::step_failed>(const gpu::step&)> fail = {}) {
         for (int guard = 0; guard < 100000; guard++) {
+            serve_kv();
             auto s = core->next_step();
-            if (!s) return;
+            if (!s) {
+                if (!serve_kv()) return;  // planning may have asked for a disk lookup
+                continue;
+            }
+            serve_kv();
             if (between) between(*s);
             std::vector<outgoing_event> out;
             if (auto f = fail ? fail(*s) : std::nullopt) {
@@ -196,8 +264,87 @@ public:
     std::optional<scheduler_core> core;
     std::vector<event> events;
     uint64_t epoch = 0;
+    disk* kv = nullptr;  // set with core_options.kv_disk
 
 private:
+    void answer(const kv::kv_lookup& m, uint32_t B, std::vector<outgoing_event>& out) {
+        kv->lookups++;
+        auto common = [&](const std::vector<int32_t>& e) {
+            size_t n = 0;
+            while (n < e.size() && n < m.tokens.size() && e[n] == m.tokens[n]) n++;
+            return uint32_t(n / B);
+        };
+        uint32_t best = 0;
+        size_t which = 0;
+        std::vector<int32_t>* session_entry = nullptr;
+        if (m.session) {
+            for (auto& [name, t] : kv->sessions) {
+                if (name == *m.session) session_entry = &t;
+            }
+        }
+        if (session_entry != nullptr && common(*session_entry) > 0) {
+            kv->entries.push_back(*session_entry);  // a lease needs an entry id
+            best = common(*session_entry);
+            which = kv->entries.size() - 1;
+        }
+        for (size_t i = 0; i < kv->entries.size(); i++) {
+            if (common(kv->entries[i]) > best) best = common(kv->entries[i]), which = i;
+        }
+        if (best > 0) kv->leases[m.seq] = which;
+        core->on_kv_lookup_done({m.seq, best, best ? "e" + std::to_string(which) : ""}, out);
+    }
+    void answer(const kv::kv_restore& m, uint32_t B, std::vector<outgoing_event>& out) {
+        if (kv->hold_restores) return kv->held.push_back(m);
+        finish_restore(m, B, out);
+    }
+    void finish_restore(const kv::kv_restore& m, uint32_t B, std::vector<outgoing_event>& out) {
+        auto lease = kv->leases.find(m.seq);
+        EXPECT_NE(lease, kv->leases.end()) << "restore without a lease";
+        if (lease == kv->leases.end()) return;
+        const auto& e = kv->entries[lease->second];
+        kv->leases.erase(lease);
+        if (kv->fail_restores || e.empty()) {
+            core->on_kv_restore_done({m.seq, false, "kv_block_checksum", "block 0 corrupt", 0},
+                                     out);
+            return;
+        }
+        for (size_t i = 0; i < m.blocks.size(); i++) {
+            auto& blk = pool[m.blocks[i]];
+            blk.assign(e.begin() + (m.first_block + i) * B, e.begin() + (m.first_block + i + 1) * B);
+        }
+        kv->restores++;
+        core->on_kv_restore_done({m.seq, true, "", "", 1.0}, out);
+    }
+    void answer(const kv::kv_release& m, uint32_t, std::vector<outgoing_event>&) {
+        kv->leases.erase(m.seq);
+    }
+    void answer(const kv::kv_save& m, uint32_t B, std::vector<outgoing_event>&) {
+        // The pinned blocks must hold exactly the ids the save names.
+        std::vector<int32_t> held;
+        for (uint32_t b : m.blocks) {
+            auto& blk = pool[b];
+            held.insert(held.end(), blk.begin(), blk.end());
+        }
+        EXPECT_EQ(held, m.tokens) << "a save names blocks that do not hold its tokens";
+        kv->saves++;
+        if (m.kind == "session") {
+            std::erase_if(kv->sessions, [&](const auto& s) { return s.first == *m.session; });
+            kv->sessions.emplace_back(*m.session, m.tokens);
+        } else {
+            kv->entries.push_back(m.tokens);
+        }
+        core->on_kv_save_done({m.save_id, true, ""});
+    }
+    void answer(const kv::kv_invalidate& m, uint32_t, std::vector<outgoing_event>&) {
+        kv->invalidated++;
+        kv->entries.at(std::stoul(m.name.substr(1))).clear();
+    }
+    void answer(const kv::kv_session_delete& m, uint32_t, std::vector<outgoing_event>& out) {
+        size_t before = kv->sessions.size();
+        std::erase_if(kv->sessions, [&](const auto& s) { return s.first == m.session; });
+        core->on_kv_session_deleted({m.conn, m.id, kv->sessions.size() != before, ""}, out);
+    }
+
     uint32_t block_tokens() const { return 8; }
 
     // Emulates the paged KV pool faithfully enough to catch sharing mistakes: each block slot
@@ -529,3 +676,185 @@ TEST(scheduler_core, context_exceeded_and_overloaded_are_immediate) {
 }
 
 }  // namespace
+
+// ---- KV persistence (scheduler_kv.cpp) against the in-memory kv actor ------------------------
+
+namespace {
+
+const std::string long_prompt =
+    "hello world, this is a longer prompt that spans several blocks of eight tokens and more";
+
+core_options kv_options() {
+    core_options o;
+    o.kv_disk = true;
+    return o;
+}
+
+uint32_t cached_tokens(const event& e) {
+    return e.fields.at("usage").as<std::map<std::string, msgpack::object>>().at("cached_tokens")
+        .as<uint32_t>();
+}
+
+}  // namespace
+
+TEST(scheduler_kv, a_saved_prefix_is_restored_with_identical_output) {
+    auto want = reference_greedy(long_prompt, 12);
+    disk d;
+    {
+        harness a(kv_options());
+        a.kv = &d;
+        a.generate(1, 1, long_prompt, 12);
+        a.run();
+        ASSERT_NE(a.terminal(1, 1), nullptr);
+        EXPECT_EQ(a.terminal(1, 1)->tokens(), want);
+        a.expect_idle();
+        EXPECT_EQ(a.core->kv_stats().pins, 0u);
+    }
+    ASSERT_EQ(d.saves, 1);
+    // A new scheduler (a restart: empty pool and memory cache) restores from "disk".
+    harness b(kv_options());
+    b.kv = &d;
+    b.generate(1, 1, long_prompt, 12);
+    b.run();
+    const event* t = b.terminal(1, 1);
+    ASSERT_NE(t, nullptr);
+    EXPECT_EQ(t->tokens(), want);
+    EXPECT_EQ(d.restores, 1);
+    const uint32_t n_prompt = uint32_t(shared_model().tok->encode(long_prompt, true).size());
+    EXPECT_EQ(cached_tokens(*t), (n_prompt - 1) / 8 * 8);
+    EXPECT_EQ(b.core->counters().disk_restored_tokens, (n_prompt - 1) / 8 * 8);
+    b.expect_idle();
+    EXPECT_EQ(b.core->kv_stats().pins, 0u);
+}
+
+TEST(scheduler_kv, a_failed_restore_recomputes_once) {
+    auto want = reference_greedy(long_prompt, 12);
+    disk d;
+    {
+        harness a(kv_options());
+        a.kv = &d;
+        a.generate(1, 1, long_prompt, 12);
+        a.run();
+    }
+    d.fail_restores = true;
+    d.lookups = 0;
+    core_options o = kv_options();
+    o.restore_retry_max = 0;
+    harness b(o);
+    b.kv = &d;
+    b.generate(1, 1, long_prompt, 12);
+    b.run();
+    ASSERT_NE(b.terminal(1, 1), nullptr);
+    EXPECT_EQ(b.terminal(1, 1)->tokens(), want);
+    EXPECT_EQ(cached_tokens(*b.terminal(1, 1)), 0u);
+    EXPECT_EQ(b.core->counters().disk_restore_failures, 1u);
+    EXPECT_EQ(d.lookups, 1);  // no second attempt with restore_retry_max = 0
+    b.expect_idle();
+    EXPECT_EQ(b.core->kv_stats().pins, 0u);
+
+    // restore_retry_max = 2: two more lookups, each restore fails, then a recompute.
+    o.restore_retry_max = 2;
+    d.lookups = 0;
+    harness c(o);
+    c.kv = &d;
+    c.generate(1, 1, long_prompt, 12);
+    c.run();
+    ASSERT_NE(c.terminal(1, 1), nullptr);
+    EXPECT_EQ(c.terminal(1, 1)->tokens(), want);
+    EXPECT_EQ(d.lookups, 3);
+    EXPECT_EQ(c.core->counters().disk_restore_failures, 3u);
+    c.expect_idle();
+    EXPECT_EQ(c.core->kv_stats().pins, 0u);
+}
+
+TEST(scheduler_kv, a_step_failing_right_after_a_restore_quarantines_the_entry) {
+    auto want = reference_greedy(long_prompt, 12);
+    disk d;
+    {
+        harness a(kv_options());
+        a.kv = &d;
+        a.generate(1, 1, long_prompt, 12);
+        a.run();
+    }
+    harness b(kv_options());
+    b.kv = &d;
+    b.generate(1, 1, long_prompt, 12);
+    bool failed = false;
+    b.run({}, [&](const gpu::step&) -> std::optional<gpu::step_failed> {
+        if (failed) return std::nullopt;
+        failed = true;  // the first step after the restore
+        return gpu::step_failed{0, "gpu_nan", "injected", "prefill#1 layers 0-1", false};
+    });
+    ASSERT_NE(b.terminal(1, 1), nullptr);
+    EXPECT_EQ(b.terminal(1, 1)->tokens(), want);
+    EXPECT_EQ(d.invalidated, 1);
+    EXPECT_EQ(b.core->counters().disk_invalidations, 1u);
+    // The quarantined entry is never offered again.
+    b.generate(1, 2, long_prompt, 12);
+    b.run();
+    ASSERT_NE(b.terminal(1, 2), nullptr);
+    EXPECT_EQ(b.terminal(1, 2)->tokens(), want);
+    EXPECT_EQ(d.restores, 1);
+    b.expect_idle();
+    EXPECT_EQ(b.core->kv_stats().pins, 0u);
+}
+
+TEST(scheduler_kv, a_request_cancelled_during_its_restore_frees_everything) {
+    disk d;
+    {
+        harness a(kv_options());
+        a.kv = &d;
+        a.generate(1, 1, long_prompt, 4);
+        a.run();
+    }
+    harness b(kv_options());
+    b.kv = &d;
+    d.hold_restores = true;
+    b.generate(1, 1, long_prompt, 4);
+    b.run();  // plans the lookup; the restore is held
+    ASSERT_EQ(d.held.size(), 1u);
+    EXPECT_EQ(b.core->kv_stats().pins, 1u);
+    b.cancel(1, 2, 1);
+    ASSERT_NE(b.terminal(1, 1), nullptr);
+    EXPECT_EQ(b.terminal(1, 1)->str("reason"), "cancelled");
+    // The pinned blocks stay allocated until the restore answers, then everything is free.
+    EXPECT_GT(b.core->kv_stats().blocks_used, 0u);
+    d.hold_restores = false;
+    b.release_held_restores();
+    b.run();
+    b.expect_idle();
+    EXPECT_EQ(b.core->kv_stats().pins, 0u);
+}
+
+TEST(scheduler_kv, sessions_are_exclusive_and_deletable) {
+    disk d;
+    harness h(kv_options());
+    h.kv = &d;
+    h.generate(1, 1, long_prompt, 6, 0, 0, "chat-1");
+    h.generate(1, 2, "another prompt", 6, 0, 0, "chat-1");
+    ASSERT_NE(h.terminal(1, 2), nullptr);
+    EXPECT_EQ(h.terminal(1, 2)->str("code"), "session_busy");
+    h.session_delete(1, 3, "chat-1");
+    ASSERT_NE(h.terminal(1, 3), nullptr);
+    EXPECT_EQ(h.terminal(1, 3)->str("code"), "session_busy");
+    h.run();
+    ASSERT_NE(h.terminal(1, 1), nullptr);
+    ASSERT_EQ(d.sessions.size(), 1u);
+    // Turn 2 on the same session (prompt + reply + more) restores the session's blocks in a
+    // new scheduler.
+    std::string turn2 = long_prompt + h.terminal(1, 1)->str("text") + " and then";
+    auto want = reference_greedy(turn2, 6);
+    harness b(kv_options());
+    b.kv = &d;
+    b.generate(1, 1, turn2, 6, 0, 0, "chat-1");
+    b.run();
+    ASSERT_NE(b.terminal(1, 1), nullptr);
+    EXPECT_EQ(b.terminal(1, 1)->tokens(), want);
+    EXPECT_GT(cached_tokens(*b.terminal(1, 1)), 0u);
+    b.session_delete(1, 2, "chat-1");
+    ASSERT_NE(b.terminal(1, 2), nullptr);
+    EXPECT_TRUE(b.terminal(1, 2)->fields.at("deleted").as<bool>());
+    b.session_delete(1, 3, "chat-1");
+    EXPECT_FALSE(b.terminal(1, 3)->fields.at("deleted").as<bool>());
+    b.expect_idle();
+}
