@@ -690,6 +690,20 @@ core_options kv_options() {
     return o;
 }
 
+// A disk holding what one scheduler saved after running long_prompt for max_tokens.
+disk saved_disk(uint32_t max_tokens) {
+    disk d;
+    harness a(kv_options());
+    a.kv = &d;
+    a.generate(1, 1, long_prompt, max_tokens);
+    a.run();
+    EXPECT_NE(a.terminal(1, 1), nullptr);
+    a.expect_idle();
+    EXPECT_EQ(a.core->kv_stats().pins, 0u);
+    return d;
+}
+
+
 uint32_t cached_tokens(const event& e) {
     return e.fields.at("usage").as<std::map<std::string, msgpack::object>>().at("cached_tokens")
         .as<uint32_t>();
@@ -729,13 +743,7 @@ TEST(scheduler_kv, a_saved_prefix_is_restored_with_identical_output) {
 
 TEST(scheduler_kv, a_failed_restore_recomputes_once) {
     auto want = reference_greedy(long_prompt, 12);
-    disk d;
-    {
-        harness a(kv_options());
-        a.kv = &d;
-        a.generate(1, 1, long_prompt, 12);
-        a.run();
-    }
+    disk d = saved_disk(12);
     d.fail_restores = true;
     d.lookups = 0;
     core_options o = kv_options();
@@ -769,13 +777,7 @@ TEST(scheduler_kv, a_failed_restore_recomputes_once) {
 
 TEST(scheduler_kv, a_step_failing_right_after_a_restore_quarantines_the_entry) {
     auto want = reference_greedy(long_prompt, 12);
-    disk d;
-    {
-        harness a(kv_options());
-        a.kv = &d;
-        a.generate(1, 1, long_prompt, 12);
-        a.run();
-    }
+    disk d = saved_disk(12);
     harness b(kv_options());
     b.kv = &d;
     b.generate(1, 1, long_prompt, 12);
@@ -800,13 +802,7 @@ TEST(scheduler_kv, a_step_failing_right_after_a_restore_quarantines_the_entry) {
 }
 
 TEST(scheduler_kv, a_request_cancelled_during_its_restore_frees_everything) {
-    disk d;
-    {
-        harness a(kv_options());
-        a.kv = &d;
-        a.generate(1, 1, long_prompt, 4);
-        a.run();
-    }
+    disk d = saved_disk(4);
     harness b(kv_options());
     b.kv = &d;
     d.hold_restores = true;
