@@ -14,7 +14,8 @@
 // other blocks and over clobbered originals they read back bit-identical and the next decode
 // gives the same logits; a copy naming a slot not held is refused with gpu_bad_request;
 // (10) a copy-out queued behind a held step runs after it (its bytes are the step's KV);
-// (11) a device loss in a step fails the copy queued behind it with gpu_device_lost.
+// (11) a device loss in a step fails the copy queued behind it with gpu_device_lost, and a
+// later copy naming the old epoch is refused with gpu_stale_epoch.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -400,6 +401,11 @@ TEST(GpuActor, DeviceLossFailsAQueuedKvCopy) {
     auto ready = k.s->replies().next_as<device_ready>(reply_ms);
     ASSERT_TRUE(ready);
     EXPECT_EQ(ready->epoch, 1u);
+    // A copy that names epoch-0 block ids reaches a rebuilt pool: refused, nothing copied.
+    auto stale = k.copy(kv_copy_out{7, {0}, *slot, 0});
+    ASSERT_FALSE(stale.ok());
+    EXPECT_EQ(stale.err().code, "gpu_stale_epoch");
+    EXPECT_TRUE(k.copy(kv_copy_out{8, {0}, *slot, 1}).ok());
     k.staging.release(*slot);
     ASSERT_TRUE(k.s->stop().ok());
 }
