@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -203,6 +204,8 @@ struct kv_actor::job {
     uint64_t epoch = 0;
     uint32_t first_block = 0;  // restore: first file block
     kv_file_header header;     // restore: the entry's header
+    // The blocks' bytes: the first blocks.size() * block_bytes of it (a reused buffer may be
+    // longer; take_buffer).
     std::vector<uint8_t> bytes;
     uint32_t copied = 0;
     bool dropped = false;  // save: its session was deleted meanwhile
@@ -391,6 +394,7 @@ void kv_actor::on(const kv_restore& m) {
     j->blocks = m.blocks;
     j->epoch = m.epoch;
     j->first_block = m.first_block;
+    j->bytes = take_buffer(uint64_t(m.blocks.size()) * _block_bytes);
     uint64_t id = _next_job++;
     _jobs.emplace(id, std::move(j));
     read_restore(id);
@@ -400,10 +404,10 @@ void kv_actor::read_restore(uint64_t id) {
     job* j = _jobs.at(id).get();
     offload(
         [j, path = path_of(j->name), bb = _block_bytes] {
-            j->bytes.resize(j->blocks.size() * bb);
+            std::span<uint8_t> dst(j->bytes.data(), j->blocks.size() * bb);
             // Every block's checksum is verified right after its read (read_kv_blocks).
             j->io = read_kv_blocks(path, j->header, j->first_block,
-                                   static_cast<uint32_t>(j->blocks.size()), j->bytes);
+                                   static_cast<uint32_t>(j->blocks.size()), dst);
         },
         [this, id, j] {
             if (!j->io) {
@@ -434,7 +438,7 @@ void kv_actor::restore_finished(job& j, bool ok, const std::string& code,
     for (auto& [k, v] : _jobs) {
         if (v.get() == &j) id = k;
     }
-    _jobs.erase(id);
+    end_job(id);
     maybe_flushed();
 }
 
@@ -490,7 +494,7 @@ void kv_actor::on(const kv_save& m) {
     j->tokens = m.tokens;
     j->blocks = m.blocks;
     j->epoch = m.epoch;
-    j->bytes.resize(n_blocks * _block_bytes);
+    j->bytes = take_buffer(n_blocks * _block_bytes);
     job& ref = *j;
     _jobs.emplace(_next_job++, std::move(j));
     {
@@ -509,7 +513,7 @@ void kv_actor::save_copied(job& j, bool ok, const std::string& code) {
     if (!ok) {
         _counters.save_failures++;
         count_error(code);
-        _jobs.erase(id);
+        end_job(id);
         maybe_flushed();
         return;
     }
@@ -519,8 +523,9 @@ void kv_actor::save_copied(job& j, bool ok, const std::string& code) {
 void kv_actor::write_save(uint64_t id) {
     job* j = _jobs.at(id).get();
     offload(
-        [j, dir = _opt.dir, expect = _opt.expect, path = path_of(j->name)] {
-            j->io = write_kv_file(dir, j->name, j->meta, j->tokens, j->bytes);
+        [j, dir = _opt.dir, expect = _opt.expect, path = path_of(j->name), bb = _block_bytes] {
+            std::span<const uint8_t> payload(j->bytes.data(), j->blocks.size() * bb);
+            j->io = write_kv_file(dir, j->name, j->meta, j->tokens, payload);
             if (!j->io) return;
             // Pair assertion: what was written reads back as a valid file of this model.
             auto h = read_kv_header(path, expect);
@@ -551,9 +556,27 @@ void kv_actor::write_save(uint64_t id) {
                 _counters.save_ms += ms_since(j->start);
                 evict_to_budget();
             }
-            _jobs.erase(id);
+            end_job(id);
             maybe_flushed();
         });
+}
+
+// A buffer is only ever touched by its job: on the loop, or in the one thread-pool request the
+// job has in flight, which always completes before the job ends.
+std::vector<uint8_t> kv_actor::take_buffer(uint64_t bytes) {
+    std::vector<uint8_t> b;
+    b.swap(_spare);
+    // Replaced, never grown: growing would copy bytes nobody reads.
+    if (b.size() < bytes) b = std::vector<uint8_t>(bytes);
+    return b;
+}
+
+void kv_actor::end_job(uint64_t id) {
+    auto it = _jobs.find(id);
+    assert(it != _jobs.end());
+    std::vector<uint8_t>& b = it->second->bytes;
+    if (b.size() <= spare_buffer_bytes_max && b.size() > _spare.size()) _spare.swap(b);
+    _jobs.erase(it);
 }
 
 // ---- copies through the staging slot ------------------------------------------------------------

@@ -78,6 +78,12 @@ inline constexpr uint32_t probes_max_default = 20;
 inline constexpr uint32_t saves_pending_max = 4;
 // Directory entries the startup scan looks at, at most (the rest are left alone, logged).
 inline constexpr uint32_t scan_entries_max = 100000;
+// A finished save's or restore's byte buffer is kept for the next job when it is at most this
+// big. A fresh buffer of tens of MB costs more in page faults than reading its file: glibc maps
+// allocations above 32 MiB afresh and unmaps them on free, and on a 2-core VM faulting in the
+// 75 MB of a 2048-token restore of the medium model took 42 ms, reading and verifying it 13 ms
+// (bench/README.md, ordo-bench-kv-restore). At most this much host memory stays held when idle.
+inline constexpr uint64_t spare_buffer_bytes_max = uint64_t{128} << 20;
 
 struct kv_actor_options {
     std::string dir;
@@ -147,6 +153,8 @@ private:
     void queue_copies(job& j);
     void start_next_copy();
     void copy_finished(bool ok, const std::string& code, const std::string& message);
+    std::vector<uint8_t> take_buffer(uint64_t bytes);  // at least `bytes` long; _spare if it fits
+    void end_job(uint64_t id);                         // erases it, keeping its buffer as _spare
     void save_copied(job& j, bool ok, const std::string& code);
     void restore_finished(job& j, bool ok, const std::string& code, const std::string& message);
     // thread pool
@@ -194,6 +202,7 @@ private:
     uint64_t _gpu_job_id = 0;                            // kv_copy_*.job_id in flight
     std::optional<uint32_t> _slot;                       // the staging slot this actor holds
     uint32_t _works = 0;                                 // thread-pool requests in flight
+    std::vector<uint8_t> _spare;    // a finished job's buffer (spare_buffer_bytes_max), or empty
 
     net::kv_disk_report _counters;  // loop thread
     mutable std::mutex _mutex;      // guards _snapshot, _idle
