@@ -670,6 +670,7 @@ void kv_actor::copy_finished(bool ok, const std::string& code, const std::string
 void kv_actor::on(const kv_invalidate& m) {
     if (_index.find(m.name) == nullptr) return;
     log().warn("kv: {} quarantined: {}", m.name, m.reason);
+    count_error("kv_step_failed");
     quarantine(m.name, "kv_step_failed");
     publish();
 }
@@ -704,10 +705,11 @@ void kv_actor::on(const kv_session_delete& m) {
     publish();
 }
 
+// Counts the file, not its error: the caller counts that once (a failed restore is counted by
+// restore_finished, which every restore ends in).
 void kv_actor::quarantine(const std::string& name, const std::string& code) {
     _index.erase(name);
     _counters.quarantined++;
-    count_error(code);
     _to_sched.send(kv_evicted{name, "quarantined"});
     offload([dir = _opt.dir, name, code] { move_to_quarantine(dir, name, code); }, [] {});
 }

@@ -33,8 +33,7 @@ void kv_index::put(kv_entry e) {
     e.last_use = ++_clock;
     _bytes += e.header.file_bytes;
     if (!e.is_session()) {
-        std::vector<uint64_t> keys = keys_of(e.tokens);
-        for (uint32_t i = 0; i < keys.size(); i++) _by_key[keys[i]] = {e.name, i + 1};
+        for (uint64_t key : keys_of(e.tokens)) _by_key[key].push_back(e.name);
     }
     std::string name = e.name;
     _entries.emplace(std::move(name), std::move(e));
@@ -46,7 +45,9 @@ bool kv_index::erase(const std::string& name) {
     if (!it->second.is_session()) {
         for (uint64_t key : keys_of(it->second.tokens)) {
             auto k = _by_key.find(key);
-            if (k != _by_key.end() && k->second.first == name) _by_key.erase(k);
+            if (k == _by_key.end()) continue;
+            std::erase(k->second, name);
+            if (k->second.empty()) _by_key.erase(k);
         }
     }
     _bytes -= it->second.header.file_bytes;
@@ -77,7 +78,7 @@ std::optional<kv_match> kv_index::longest(std::span<const int32_t> tokens,
     for (size_t i = keys.size(); i > 0 && (!best || i > best->n_blocks); i--) {
         auto k = _by_key.find(keys[i - 1]);
         if (k == _by_key.end()) continue;
-        const kv_entry* e = find(k->second.first);
+        const kv_entry* e = find(k->second.back());
         if (e != nullptr && common_blocks(*e, tokens) >= i) {
             best = kv_match{e->name, static_cast<uint32_t>(i)};
             break;
@@ -92,7 +93,7 @@ bool kv_index::covers(std::span<const int32_t> tokens) const {
     if (keys.empty() || keys.size() * _block_tokens != tokens.size()) return false;
     auto k = _by_key.find(keys.back());
     if (k == _by_key.end()) return false;
-    const kv_entry* e = find(k->second.first);
+    const kv_entry* e = find(k->second.back());
     return e != nullptr && common_blocks(*e, tokens) >= keys.size();
 }
 

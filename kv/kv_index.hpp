@@ -6,7 +6,9 @@
 //     key(i) = XXH3-64(token ids of block i, seed = key(i-1)), so one key names the whole prefix up
 //     to and including block i, and a file of 8 blocks also answers a prompt sharing only its
 //     first 3. A key hit is confirmed by comparing the token ids (a hash collision is a miss,
-//     never a wrong restore);
+//     never a wrong restore). Several entries may hold the same key (a 2-block prefix and a
+//     4-block one that extends it): the newest answers, and the others answer again when it
+//     leaves the index;
 //   - a session entry only by its name (kv_session_name): sessions are kept apart from the
 //     automatic prefixes.
 // LRU: every lookup hit and every put touches the entry. over_budget() names the victims that
@@ -76,8 +78,10 @@ private:
     uint64_t _clock = 0;
     uint64_t _bytes = 0;
     std::unordered_map<std::string, kv_entry> _entries;
-    // chain key of block i -> (entry name, i + 1); newest put wins.
-    std::unordered_map<uint64_t, std::pair<std::string, uint32_t>> _by_key;
+    // chain key of block i -> every automatic entry holding blocks 0..i, oldest put first;
+    // lookups take the newest. All of them are kept, not only the newest: when the newest
+    // leaves (evicted, quarantined), an older entry holding the same blocks must still be found.
+    std::unordered_map<uint64_t, std::vector<std::string>> _by_key;
 };
 
 }  // namespace ordo::kv

@@ -383,8 +383,9 @@ std::map<std::string, uint64_t> net_actor::counters_map() const {
 void net_actor::op_health(connection& c, uint64_t id) {
     event_writer w(id, "done");
     w.field("status", _health_status);
-    // ok may carry a reason too: a part that is off while serving goes on (KV persistence).
-    if (_health_status != "ok" || !_health_reason.empty()) w.field("reason", _health_reason);
+    // A reason goes with ok too: KV persistence off after a disk fault impairs nothing that
+    // serving needs, so status stays ok, but the operator must be told why.
+    if (!_health_reason.empty()) w.field("reason", _health_reason);
     w.field("protocol", protocol_version);
     w.field("uptime_ms", ms_since(_started_at));
     send_frame(c, w.finish());
