@@ -859,7 +859,9 @@ TEST(kv_persistence, corrupt_and_foreign_files_are_never_loaded) {
     EXPECT_FALSE(fs::exists(dir + "/" + leftover)) << "the scan deletes .tmp leftovers";
 
     // R1 finds W (its 4 blocks): the restore verifies every block, refuses the last, quarantines
-    // W and recomputes. Cancelled, it saves nothing that could hide what follows.
+    // W; with kv.restore_retry_max = 1 the request looks again and restores V's 2 blocks (which
+    // W shadowed), then computes the rest. Cancelled, it saves nothing that could hide what
+    // follows.
     const uint64_t r1_id = s.take_id();
     ASSERT_TRUE(s.conn().send(frame("id", r1_id, "op", "generate", "tokens", r1, "max_tokens", 1000,
                                     "temperature", 0, "stream", true)));
@@ -871,7 +873,8 @@ TEST(kv_persistence, corrupt_and_foreign_files_are_never_loaded) {
     ASSERT_TRUE(r1_end.has_value());
     EXPECT_EQ(r1_end->str("reason"), "cancelled");
     auto after_w = s.stats();
-    EXPECT_EQ(after_w.disk("restores"), 0u);
+    EXPECT_EQ(after_w.disk("restores"), 1u) << "the retry restores V";
+    EXPECT_EQ(after_w.sched("disk_lookups"), 2u);
     EXPECT_EQ(after_w.disk("restore_failures"), 1u);
     EXPECT_EQ(after_w.disk_error("kv_block_checksum"), 1u);
     EXPECT_EQ(after_w.disk("files"), 3u);
@@ -892,7 +895,7 @@ TEST(kv_persistence, corrupt_and_foreign_files_are_never_loaded) {
     expect_same_output(got_r1, want_r1, "R1 after W's quarantine");
     EXPECT_EQ(got_r1.cached, 2u * block_tokens);
     auto end = s.stats();
-    EXPECT_EQ(end.disk("restores"), 2u) << "only V restores";
+    EXPECT_EQ(end.disk("restores"), 3u) << "only V restores (R1's retry, P, R1 again)";
     EXPECT_EQ(end.disk("restore_failures"), 3u);
     EXPECT_EQ(end.disk_error("kv_block_checksum"), 3u);
     EXPECT_EQ(end.disk("quarantined"), refused.size() + 3);
