@@ -91,28 +91,6 @@ void start_server(server_process& s, const std::string& name, const std::string&
 
 // ---- events -------------------------------------------------------------------------------------
 
-// A decoded event with its own storage.
-struct event {
-    std::shared_ptr<msgpack::object_handle> h;
-    const msgpack::object& o() const { return h->get(); }
-    std::string str(const std::string& k) const { return str_field(o(), k); }
-    uint64_t u(const std::string& k) const { return uint_field(o(), k); }
-    bool terminal() const { return str("event") == "done" || str("event") == "error"; }
-    // "done", "done:length", "error:overloaded": what a failed expectation prints.
-    std::string outcome() const {
-        std::string ev = str("event");
-        if (ev == "error") return ev + ":" + str("code") + " (" + str("message") + ")";
-        std::string reason = str("reason");
-        return reason.empty() ? ev : ev + ":" + reason;
-    }
-};
-
-std::optional<event> next(tcp_client& c, std::chrono::milliseconds deadline = io_deadline) {
-    auto r = c.recv(deadline);
-    if (!r) return std::nullopt;
-    return event{std::make_shared<msgpack::object_handle>(std::move(*r))};
-}
-
 // Every event read on one connection, by id, and how many terminal events each id had.
 struct event_log {
     std::map<uint64_t, std::vector<event>> by_id;

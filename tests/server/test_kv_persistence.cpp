@@ -152,21 +152,6 @@ int kv_inspect_verify(const std::string& path) {
 
 // ---- events and requests ----------------------------------------------------------------------
 
-// A decoded event with its own storage.
-struct event {
-    std::shared_ptr<msgpack::object_handle> h;
-    const msgpack::object& o() const { return h->get(); }
-    std::string str(const std::string& k) const { return str_field(o(), k); }
-    uint64_t u(const std::string& k) const { return uint_field(o(), k); }
-    bool terminal() const { return str("event") == "done" || str("event") == "error"; }
-};
-
-std::optional<event> next(tcp_client& c) {
-    auto r = c.recv();
-    if (!r) return std::nullopt;
-    return event{std::make_shared<msgpack::object_handle>(std::move(*r))};
-}
-
 // What a generate request ended with.
 struct gen_result {
     std::string event, reason, code, message, text;

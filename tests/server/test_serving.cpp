@@ -47,25 +47,6 @@ std::string write_config(const std::string& name, const std::string& model,
     return p;
 }
 
-// A decoded event with its own storage.
-struct event {
-    std::shared_ptr<msgpack::object_handle> h;
-    const msgpack::object& o() const { return h->get(); }
-    std::string str(const std::string& k) const { return str_field(o(), k); }
-    uint64_t u(const std::string& k) const { return uint_field(o(), k); }
-    std::vector<int32_t> ints(const std::string& k) const {
-        const auto* f = field(o(), k);
-        return f ? f->as<std::vector<int32_t>>() : std::vector<int32_t>{};
-    }
-    bool terminal() const { return str("event") == "done" || str("event") == "error"; }
-};
-
-std::optional<event> next(tcp_client& c) {
-    auto r = c.recv();
-    if (!r) return std::nullopt;
-    return event{std::make_shared<msgpack::object_handle>(std::move(*r))};
-}
-
 // Reads until the terminal event of `id`; returns all events of that id.
 std::vector<event> until_terminal(tcp_client& c, uint64_t id) {
     std::vector<event> evs;

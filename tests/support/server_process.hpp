@@ -9,6 +9,7 @@
 #include <msgpack.hpp>
 
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -92,5 +93,33 @@ msgpack::sbuffer frame(const kv&... args) {
 const msgpack::object* field(const msgpack::object& map, const std::string& key);
 std::string str_field(const msgpack::object& map, const std::string& key);
 uint64_t uint_field(const msgpack::object& map, const std::string& key);
+
+// A decoded event with its own storage.
+struct event {
+    std::shared_ptr<msgpack::object_handle> h;
+    const msgpack::object& o() const { return h->get(); }
+    std::string str(const std::string& k) const { return str_field(o(), k); }
+    uint64_t u(const std::string& k) const { return uint_field(o(), k); }
+    std::vector<int32_t> ints(const std::string& k) const {
+        const auto* f = field(o(), k);
+        return f ? f->as<std::vector<int32_t>>() : std::vector<int32_t>{};
+    }
+    bool terminal() const { return str("event") == "done" || str("event") == "error"; }
+    // "done", "done:length", "error:overloaded": what a failed expectation prints.
+    std::string outcome() const {
+        std::string ev = str("event");
+        if (ev == "error") return ev + ":" + str("code") + " (" + str("message") + ")";
+        std::string reason = str("reason");
+        return reason.empty() ? ev : ev + ":" + reason;
+    }
+};
+
+// The next event on `c`, or nullopt on EOF, error or deadline.
+inline std::optional<event> next(tcp_client& c,
+                                 std::chrono::milliseconds deadline = io_deadline) {
+    auto r = c.recv(deadline);
+    if (!r) return std::nullopt;
+    return event{std::make_shared<msgpack::object_handle>(std::move(*r))};
+}
 
 }  // namespace ordo::test
