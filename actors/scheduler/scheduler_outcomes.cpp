@@ -212,7 +212,11 @@ void scheduler_core::on_step_failed(const gpu::step_failed& m, std::vector<outgo
         _counters.retries++;
         (alone ? r.retries : r.batch_failures)++;
         if (r.cancel_requested) {
-            finish(r, "cancelled", out);  // counted and logged above; the client asked to stop
+            // F2: the step it was in failed, and that is its outcome; a cancel that arrived
+            // while the step ran does not mask the failure (invariant: a compute failure is
+            // never reported as cancelled).
+            _counters.gpu_failed++;
+            fail(r, net::errc::gpu_failed, why + " (a cancel was pending)", out);
         } else if (_opt.policy == config::batch_failure_policy::fail ||
                    r.retries > _opt.retry_max || r.batch_failures > batch_failures_max) {
             _counters.gpu_failed++;

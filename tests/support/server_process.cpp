@@ -9,7 +9,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#ifdef ORDO_WITH_GTEST
 #include <gtest/gtest.h>
+#endif
 
 #include <algorithm>
 #include <cstdio>
@@ -35,7 +37,12 @@ server_process::~server_process() {
     if (_pid > 0) stop();
     // A failed test shows what the server said: its log is the only record of a timeout or a
     // rebuild that went wrong, and the process (and its pipe) is gone after this.
-    if (::testing::Test::HasFailure() && !_output.empty()) {
+#ifdef ORDO_WITH_GTEST
+    const bool failed = ::testing::Test::HasFailure();
+#else
+    const bool failed = false;  // ordo-fault prints what it needs itself
+#endif
+    if (failed && !_output.empty()) {
         std::size_t n = std::min(_output.size(), failure_output_max);
         std::fprintf(stderr, "---- the server's output (last %zu bytes) ----\n%s\n----\n", n,
                      _output.c_str() + (_output.size() - n));
@@ -211,6 +218,19 @@ std::string str_field(const msgpack::object& map, const std::string& key) {
 uint64_t uint_field(const msgpack::object& map, const std::string& key) {
     const auto* f = field(map, key);
     return f && f->type == msgpack::type::POSITIVE_INTEGER ? f->via.u64 : UINT64_MAX;
+}
+
+command_result run_command(const std::string& cmd) {
+    command_result r;
+    FILE* pipe = ::popen(cmd.c_str(), "r");
+    if (pipe == nullptr) return r;
+    std::vector<char> chunk(4096);
+    for (std::size_t got; (got = std::fread(chunk.data(), 1, chunk.size(), pipe)) > 0;) {
+        r.output.append(chunk.data(), got);
+    }
+    const int wait_status = ::pclose(pipe);
+    r.exit_code = WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : -1;
+    return r;
 }
 
 }  // namespace ordo::test

@@ -114,6 +114,14 @@ struct event {
     }
 };
 
+// Runs a shell command, capturing stdout and stderr together (the command should redirect
+// 2>&1); exit_code -1 when it did not exit normally.
+struct command_result {
+    int exit_code = -1;
+    std::string output;
+};
+command_result run_command(const std::string& cmd);
+
 // The next event on `c`, or nullopt on EOF, error or deadline.
 inline std::optional<event> next(tcp_client& c,
                                  std::chrono::milliseconds deadline = io_deadline) {

@@ -1,0 +1,54 @@
+// test_ordo_fault.cpp: runs the fault harness (tools/fault, ordo-fault) as CI does: every named
+// scenario (F1, F2, F4, F5, F7 and the kind x phase x batch x cancel table) against real
+// ordo-server processes on the real model, lavapipe. Checks: exit status 0, the JSON summary's
+// violations are 0 and it ran every scenario; bad command lines exit 2; --list names them all.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "tests/support/server_process.hpp"
+#include "tests/support/shared_models.hpp"
+
+namespace {
+
+using ordo::test::run_command;
+
+const std::string tool = ORDO_FAULT_TOOL;
+const std::string server = ORDO_SERVER_BIN;
+const std::string stories = std::string(ORDO_SHARED_MODELS_DIR) + "/stories260K.gguf";
+
+std::string harness(const std::string& args) {
+    return "'" + tool + "' --server '" + server + "' " + args + " 2>&1";
+}
+
+size_t count_lines(const std::string& s) {
+    size_t n = 0;
+    for (char c : s) n += c == '\n' ? 1 : 0;
+    return n;
+}
+
+TEST(ordo_fault, every_scenario_passes_without_violations) {
+    ORDO_REQUIRE_SHARED(stories);
+    auto list = run_command(harness("--list"));
+    ASSERT_EQ(list.exit_code, 0) << list.output;
+    const size_t scenarios = count_lines(list.output);
+    EXPECT_GE(scenarios, 30u);
+    auto r = run_command(harness("--model '" + stories + "' --scenarios all --json"));
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    // The JSON summary is the last line of standard output.
+    std::string out = r.output;
+    while (!out.empty() && out.back() == '\n') out.pop_back();
+    const std::string last = out.substr(out.rfind('\n') + 1);
+    EXPECT_NE(last.find("\"violations\":0,"), std::string::npos) << last;
+    EXPECT_NE(last.find("\"scenarios\":" + std::to_string(scenarios) + ","), std::string::npos)
+        << last;
+}
+
+TEST(ordo_fault, bad_command_lines_exit_2) {
+    EXPECT_EQ(run_command(harness("--scenarios nope --model x")).exit_code, 2);
+    EXPECT_EQ(run_command(harness("--model /nonexistent.gguf")).exit_code, 2);
+    EXPECT_EQ(run_command(harness("--seed abc")).exit_code, 2);
+    EXPECT_EQ(run_command(harness("--bogus")).exit_code, 2);
+}
+
+}  // namespace

@@ -1,0 +1,242 @@
+// harness.cpp: see harness.hpp.
+#include "tools/fault/harness.hpp"
+
+#include <signal.h>
+
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+namespace ordo::fault {
+
+using clock = std::chrono::steady_clock;
+using test::frame;
+
+int history::terminals() const {
+    int n = 0;
+    for (const auto& e : events) n += e.terminal() ? 1 : 0;
+    return n;
+}
+
+const event* history::terminal() const {
+    for (const auto& e : events) {
+        if (e.terminal()) return &e;
+    }
+    return nullptr;
+}
+
+std::vector<int32_t> history::tokens() const {
+    if (const event* t = terminal(); t != nullptr && t->str("event") == "done") {
+        return t->ints("tokens");
+    }
+    std::vector<int32_t> streamed;
+    for (const auto& e : events) {
+        if (e.str("event") == "token") streamed.push_back(int32_t(e.u("token")));
+    }
+    return streamed;
+}
+
+uint64_t stat(const event& stats, const std::string& group, const std::string& key) {
+    const msgpack::object& top = stats.o();
+    if (group.empty()) return test::uint_field(top, key);
+    const msgpack::object* g = test::field(top, group);
+    return g == nullptr ? 0 : test::uint_field(*g, key);
+}
+
+server::~server() {
+    if (running()) kill9();
+}
+
+bool server::start(const server_config& cfg, const std::string& name) {
+    _cfg = cfg;
+    const std::string path = _ctx.work_dir + "/" + name + ".toml";
+    {
+        std::ofstream t(path);
+        t << "[fault]\nenabled = true\nseed = " << _ctx.seed << "\n"
+          << "[scheduler]\nretry_max = " << cfg.retry_max << "\nbatch_failure_policy = \""
+          << cfg.batch_failure_policy << "\"\n"
+          << "[gpu]\nwatchdog_ms = " << cfg.watchdog_ms << "\n";
+        if (!cfg.kv_dir.empty()) t << "[kv]\nenabled = true\ndir = \"" << cfg.kv_dir << "\"\n";
+    }
+    std::vector<std::string> args{"--config", path, "--model", _ctx.model, "--log-level", "warn"};
+    if (!_proc.start(_ctx.server_bin, args)) {
+        _f->fail("server did not start: " + _proc.output());
+        return false;
+    }
+    return connect() && wait_ready();
+}
+
+bool server::connect() {
+    _conn = std::make_unique<test::tcp_client>();
+    _pending.clear();
+    if (!_conn->connect(_proc.port())) {
+        _f->fail("cannot connect to the server");
+        return false;
+    }
+    return true;
+}
+
+void server::stop() {
+    _conn.reset();
+    if (running()) {
+        int rc = _proc.stop();
+        if (rc != 0) _f->fail("server exited " + std::to_string(rc) + " on SIGTERM");
+    }
+}
+
+void server::kill9() {
+    _conn.reset();
+    if (_proc.pid() > 0) {
+        ::kill(_proc.pid(), SIGKILL);
+        _proc.wait_exit();
+    }
+}
+
+uint64_t server::send_generate(const std::vector<int32_t>& prompt, const std::string& session) {
+    uint64_t id = _next_id++;
+    _f->requests++;
+    bool ok = session.empty()
+                  ? _conn->send(frame("id", id, "op", "generate", "tokens", prompt, "max_tokens",
+                                      max_tokens, "temperature", 0, "stream", true))
+                  : _conn->send(frame("id", id, "op", "generate", "tokens", prompt, "max_tokens",
+                                      max_tokens, "temperature", 0, "stream", true, "session",
+                                      session));
+    if (!ok) _f->fail("request " + std::to_string(id) + ": send failed");
+    return id;
+}
+
+uint64_t server::send_cancel(uint64_t target) {
+    uint64_t id = _next_id++;
+    if (!_conn->send(frame("id", id, "op", "cancel", "target", target))) {
+        _f->fail("cancel: send failed");
+    }
+    return id;
+}
+
+bool server::arm(const std::string& kind, const std::string& phase, uint32_t count,
+                 uint32_t after_steps) {
+    uint64_t id = _next_id++;
+    bool sent = phase.empty() ? _conn->send(frame("id", id, "op", "fault", "kind", kind, "count",
+                                                  count, "after_steps", after_steps))
+                              : _conn->send(frame("id", id, "op", "fault", "kind", kind, "phase",
+                                                  phase, "count", count, "after_steps",
+                                                  after_steps));
+    if (!sent) {
+        _f->fail("fault " + kind + ": send failed");
+        return false;
+    }
+    auto h = collect({id});
+    const event* t = h[id].terminal();
+    if (t == nullptr || t->str("event") != "done") {
+        _f->fail("fault " + kind + " refused: " + (t ? t->outcome() : "no answer"));
+        return false;
+    }
+    _f->faults[kind] += count;
+    return true;
+}
+
+std::map<uint64_t, history> server::collect(const std::vector<uint64_t>& ids) {
+    std::map<uint64_t, history> out;
+    auto done = [&] {
+        for (uint64_t id : ids) {
+            auto it = _pending.find(id);
+            if (it == _pending.end() || it->second.terminals() == 0) return false;
+        }
+        return true;
+    };
+    const auto end = clock::now() + request_deadline;
+    while (!done() && clock::now() < end) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - clock::now());
+        auto e = test::next(*_conn, left);
+        if (!e) break;
+        uint64_t id = e->u("id");
+        auto& h = _pending[id];
+        h.id = id;
+        h.events.push_back(std::move(*e));
+    }
+    // Terminal events that arrive right behind (a duplicate would come in the same burst).
+    while (auto e = test::next(*_conn, std::chrono::milliseconds(20))) {
+        auto& h = _pending[e->u("id")];
+        h.id = e->u("id");
+        h.events.push_back(std::move(*e));
+    }
+    for (uint64_t id : ids) {
+        history h = _pending[id];
+        h.id = id;
+        if (h.terminals() == 0) {
+            _f->fail("request " + std::to_string(id) + " did not end within " +
+                    std::to_string(request_deadline.count()) + " ms (invariant 2)");
+        } else if (h.terminals() > 1) {
+            _f->fail("request " + std::to_string(id) + " had " + std::to_string(h.terminals()) +
+                    " terminal events (invariant 1)");
+        }
+        if (_ctx.verbose) {
+            const event* t = h.terminal();
+            std::fprintf(stderr, "  request %llu: %zu events, %s\n",
+                         static_cast<unsigned long long>(id), h.events.size(),
+                         t ? t->outcome().c_str() : "no terminal event");
+        }
+        _pending.erase(id);
+        out[id] = std::move(h);
+    }
+    return out;
+}
+
+bool server::wait_first_event(uint64_t id) {
+    const auto end = clock::now() + request_deadline;
+    while (_pending[id].events.empty() && clock::now() < end) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - clock::now());
+        auto e = test::next(*_conn, left);
+        if (!e) break;
+        auto& h = _pending[e->u("id")];
+        h.id = e->u("id");
+        h.events.push_back(std::move(*e));
+    }
+    return !_pending[id].events.empty();
+}
+
+history server::generate(const std::vector<int32_t>& prompt, const std::string& session) {
+    uint64_t id = send_generate(prompt, session);
+    return collect({id})[id];
+}
+
+std::optional<event> server::call(const std::string& op) {
+    uint64_t id = _next_id++;
+    if (!_conn->send(frame("id", id, "op", op))) return std::nullopt;
+    auto h = collect({id});
+    const event* t = h[id].terminal();
+    if (t == nullptr) return std::nullopt;
+    return *t;
+}
+
+bool server::wait_ready() {
+    const auto end = clock::now() + ready_deadline;
+    while (clock::now() < end) {
+        auto h = call("health");
+        if (!h) break;
+        if (h->str("status") == "ok") return true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    _f->fail("health did not return to ok within " + std::to_string(ready_deadline.count()) +
+            " s (invariant 3)");
+    return false;
+}
+
+void server::check_idle() {
+    // The last terminal event may leave the scheduler a moment before the blocks are released.
+    const auto end = clock::now() + std::chrono::seconds(10);
+    std::string last;
+    while (clock::now() < end) {
+        auto s = call("stats");
+        if (!s) break;
+        uint64_t active = stat(*s, "", "active_sequences"), queued = stat(*s, "", "queued_requests"),
+                 used = stat(*s, "", "kv_blocks_used"), pins = stat(*s, "kv", "pins");
+        if (active + queued + used + pins == 0) return;
+        last = "active " + std::to_string(active) + ", queued " + std::to_string(queued) +
+               ", kv blocks used " + std::to_string(used) + ", pins " + std::to_string(pins);
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    _f->fail("not idle after the scenario (invariant 8): " + last);
+}
+
+}  // namespace ordo::fault

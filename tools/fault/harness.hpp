@@ -1,0 +1,108 @@
+// harness.hpp: what ordo-fault runs scenarios with — a real ordo-server process on an ephemeral
+// loopback port, a msgpack TCP client that records the history of every request, and the
+// invariants (issue 15) checked on those histories and on the server's stats.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tests/support/server_process.hpp"
+
+namespace ordo::fault {
+
+using test::event;
+
+// Every wait of the harness is bounded by one of these.
+inline constexpr std::chrono::milliseconds request_deadline{90000};  // a request's whole life
+inline constexpr std::chrono::seconds ready_deadline{120};           // health ok after (re)start
+inline constexpr uint32_t max_tokens = 8;                            // per generate
+
+struct context {
+    std::string server_bin;
+    std::string model;
+    std::string work_dir;  // temporary configs and kv dirs live here
+    uint64_t seed = 1;
+    bool verbose = false;
+};
+
+// The server's configuration for one scenario (a TOML file written to work_dir).
+struct server_config {
+    uint32_t retry_max = 2;
+    std::string batch_failure_policy = "bisect";
+    uint32_t watchdog_ms = 2000;
+    std::string kv_dir;  // non-empty: [kv] enabled
+};
+
+// What a scenario found wrong: one line each.
+struct findings {
+    std::vector<std::string> violations;
+    std::map<std::string, uint64_t> faults;  // armed, by kind
+    uint64_t requests = 0;
+    void fail(std::string what) { violations.push_back(std::move(what)); }
+};
+
+// The history of one request: every event, in arrival order.
+struct history {
+    uint64_t id = 0;
+    std::string label;
+    std::vector<event> events;
+    int terminals() const;
+    const event* terminal() const;
+    std::vector<int32_t> tokens() const;  // done.tokens, or the streamed ones
+};
+
+class server {
+public:
+    server(const context& ctx, findings& f) : _ctx(ctx), _f(&f) {}
+    // Where violations go from now on (a server that outlives one scenario).
+    void rebind(findings& f) { _f = &f; }
+    ~server();
+    bool start(const server_config& cfg, const std::string& name);
+    // SIGTERM (graceful: flushes KV) or SIGKILL.
+    void stop();
+    void kill9();
+    bool running() const { return _proc.pid() > 0; }
+
+    // Sends a generate (temperature 0, streaming) and returns its id.
+    uint64_t send_generate(const std::vector<int32_t>& prompt, const std::string& session = "");
+    uint64_t send_cancel(uint64_t target);
+    // Arms a fault; false (and a violation) when the server refuses it.
+    bool arm(const std::string& kind, const std::string& phase = "", uint32_t count = 1,
+             uint32_t after_steps = 0);
+    // Reads until every id in `ids` has had its terminal event (or the deadline); records
+    // histories. Violations: a second terminal event, a request that never ends.
+    std::map<uint64_t, history> collect(const std::vector<uint64_t>& ids);
+    // Reads until request `id` has had at least one event (kept for collect); false at the
+    // deadline.
+    bool wait_first_event(uint64_t id);
+    // One request, start to end.
+    history generate(const std::vector<int32_t>& prompt, const std::string& session = "");
+    std::optional<event> call(const std::string& op);  // health, stats
+    // Waits for health ok; false (and a violation) past the deadline.
+    bool wait_ready();
+    // Invariant 8: idle means 0 active, 0 queued, 0 used KV blocks, 0 pins.
+    void check_idle();
+    std::string output() { return _proc.output(); }
+    const std::string& kv_dir() const { return _cfg.kv_dir; }
+
+private:
+    bool connect();
+    const context& _ctx;
+    findings* _f;
+    server_config _cfg;
+    test::server_process _proc;
+    std::unique_ptr<test::tcp_client> _conn;
+    uint64_t _next_id = 1;
+    std::map<uint64_t, history> _pending;  // events read for ids nobody collected yet
+};
+
+// A stats field: map `group` (or top level when empty), key.
+uint64_t stat(const event& stats, const std::string& group, const std::string& key);
+
+}  // namespace ordo::fault

@@ -1,0 +1,393 @@
+// scenarios.cpp: see scenarios.hpp.
+//
+// Every scenario compares what a request returns with what a fault-free server returns for the
+// same prompt (temperature 0; the kernels are batch-invariant, so the output of a request does
+// not depend on what ran beside it or on retries): a `done` after a fault is only honest if its
+// tokens are the fault-free ones (invariants 4 and 5).
+#include "tools/fault/scenarios.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+namespace ordo::fault {
+namespace {
+
+namespace fs = std::filesystem;
+using clock = std::chrono::steady_clock;
+
+// Prompts of different lengths (heterogeneous sequences, F4), as token ids, and what a
+// fault-free server generates for each.
+struct references {
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<std::vector<int32_t>> want;
+};
+
+std::vector<std::vector<int32_t>> make_prompts(uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::uniform_int_distribution<int32_t> id(3, 400);
+    std::vector<std::vector<int32_t>> out;
+    for (size_t n : {37u, 5u, 23u, 61u}) {
+        std::vector<int32_t> p{1};  // BOS
+        for (size_t i = 1; i < n; i++) p.push_back(id(rng));
+        out.push_back(std::move(p));
+    }
+    return out;
+}
+
+references compute_references(const context& ctx, findings& f) {
+    references r;
+    r.prompts = make_prompts(ctx.seed);
+    server s(ctx, f);
+    if (!s.start({}, "reference")) return r;
+    for (const auto& p : r.prompts) r.want.push_back(s.generate(p).tokens());
+    s.stop();
+    return r;
+}
+
+std::string show(const std::vector<int32_t>& t) {
+    std::string s = "[";
+    for (size_t i = 0; i < t.size(); i++) s += (i ? "," : "") + std::to_string(t[i]);
+    return s + "]";
+}
+
+// Invariants 4 and 5: a request that ended `done` returns exactly the fault-free tokens.
+void expect_reference(findings& f, const history& h, const std::vector<int32_t>& want,
+                      const std::string& what) {
+    const event* t = h.terminal();
+    if (t == nullptr) return;  // already a violation (collect)
+    if (t->str("event") != "done" || t->str("reason") == "cancelled") {
+        f.fail(what + ": ended " + t->outcome() + ", expected done");
+        return;
+    }
+    if (h.tokens() != want) {
+        f.fail(what + ": tokens " + show(h.tokens()) + " differ from a fault-free server's " +
+               show(want) + " (invariant 4/5)");
+    }
+}
+
+// A fault that did not fire stays armed: fire it with probe requests (each must still return
+// the fault-free output), so the next scenario starts clean. Returns the failures seen.
+uint64_t drain_fault(server& s, findings& f, const references& r, uint64_t failures_before,
+                     uint64_t expected) {
+    for (int probe = 0; probe < 4; probe++) {
+        auto st = s.call("stats");
+        if (!st) break;
+        uint64_t failures = stat(*st, "scheduler", "failures") - failures_before;
+        if (failures >= expected) return failures;
+        s.wait_ready();
+        expect_reference(f, s.generate(r.prompts[0]), r.want[0], "probe after the fault");
+    }
+    f.fail("the armed fault never fired");
+    return 0;
+}
+
+// The server keeps serving (invariant 3) and returns fault-free output (invariant 4).
+void expect_serving(server& s, findings& f, const references& r) {
+    if (!s.wait_ready()) return;
+    expect_reference(f, s.generate(r.prompts[1]), r.want[1], "request after recovery");
+}
+
+// ---- the table: kind x phase x batch x cancel -----------------------------------------------
+
+struct table_case {
+    std::string kind, phase;
+    size_t batch = 1;
+    bool cancel = false;
+    std::string name() const {
+        return "table/" + kind + "/" + phase + "/batch" + std::to_string(batch) +
+               (cancel ? "/cancel" : "/nocancel");
+    }
+};
+
+std::vector<table_case> table_cases() {
+    std::vector<table_case> out;
+    for (const char* kind : {"device_lost", "hang", "nan_logits"}) {
+        for (const char* phase : {"prefill", "decode"}) {
+            for (size_t batch : {1u, 3u}) {
+                for (bool cancel : {false, true}) out.push_back({kind, phase, batch, cancel});
+            }
+        }
+    }
+    return out;
+}
+
+void run_table_case(server& s, findings& f, const references& r, const table_case& c) {
+    auto before = s.call("stats");
+    if (!before) return f.fail("stats unavailable");
+    const uint64_t failures0 = stat(*before, "scheduler", "failures");
+    const uint64_t retries0 = stat(*before, "scheduler", "retries");
+    const uint64_t epoch0 = stat(*before, "gpu", "epoch");
+    if (!s.arm(c.kind, c.phase, 1)) return;
+    std::vector<uint64_t> ids;
+    for (size_t i = 0; i < c.batch; i++) ids.push_back(s.send_generate(r.prompts[i]));
+    std::map<uint64_t, history> hs;
+    if (c.cancel) {
+        // Prefill: the cancel races the first (failing) step. Decode: it is sent as the first
+        // token arrives, racing the first decode step, which fails.
+        if (c.phase == "decode") s.wait_first_event(ids[0]);
+        ids.push_back(s.send_cancel(ids[0]));
+    }
+    hs = s.collect(ids);
+    for (size_t i = 0; i < c.batch; i++) {
+        const history& h = hs[ids[i]];
+        const std::string what = "request " + std::to_string(i);
+        if (c.cancel && i == 0) {
+            const event* t = h.terminal();
+            if (t == nullptr) continue;
+            const std::string o = t->outcome();
+            // Cancelled, or the failure of a step it was in (never masked as a cancel, F2), or
+            // it finished before the cancel arrived.
+            bool ok = o == "done:cancelled" || t->str("code") == "gpu_failed" ||
+                      (t->str("event") == "done" && h.tokens() == r.want[i]);
+            if (!ok) f.fail(what + " (cancelled): ended " + o);
+            continue;
+        }
+        expect_reference(f, h, r.want[i], what);
+    }
+    const uint64_t failures = drain_fault(s, f, r, failures0, 1);
+    expect_serving(s, f, r);
+    auto after = s.call("stats");
+    if (!after) return f.fail("stats unavailable");
+    // Invariant 6: one armed fault is one failed step, its retries bounded by the batch, at
+    // most one rebuild.
+    if (failures != 1) f.fail("failed steps: " + std::to_string(failures) + ", armed 1");
+    const uint64_t retries = stat(*after, "scheduler", "retries") - retries0;
+    if (retries > c.batch) {
+        f.fail("retries: " + std::to_string(retries) + " for a batch of " +
+               std::to_string(c.batch) + " (invariant 6)");
+    }
+    const uint64_t rebuilds = stat(*after, "gpu", "epoch") - epoch0;
+    const uint64_t rebuilds_expected = c.kind == "nan_logits" ? 0 : 1;
+    if (rebuilds != rebuilds_expected) {
+        f.fail("device rebuilds: " + std::to_string(rebuilds) + ", expected " +
+               std::to_string(rebuilds_expected) + " (invariant 6)");
+    }
+    s.check_idle();
+}
+
+// ---- the field failures ---------------------------------------------------------------------
+
+// F1: a compute failure, then a different prompt on the same session: no stale positions.
+void f1(const context& ctx, findings& f, const references& r) {
+    server_config cfg;
+    cfg.retry_max = 0;
+    cfg.kv_dir = ctx.work_dir + "/f1-kv";
+    server s(ctx, f);
+    if (!s.start(cfg, "f1")) return;
+    if (!s.arm("nan_logits", "decode", 1)) return;
+    history a = s.generate(r.prompts[0], "f1");
+    const event* t = a.terminal();
+    if (t == nullptr || t->str("code") != "gpu_failed") {
+        f.fail("F1: the failed request ended " + (t ? t->outcome() : "never") +
+               ", expected error gpu_failed");
+    }
+    expect_reference(f, s.generate(r.prompts[2], "f1"), r.want[2], "F1: another prompt, same session");
+    expect_reference(f, s.generate(r.prompts[0], "f1"), r.want[0], "F1: the first prompt again");
+    s.check_idle();
+    s.stop();
+}
+
+// F2: a cancel arriving while a failing step runs ends the request gpu_failed, not cancelled.
+void f2(const context& ctx, findings& f, const references& r) {
+    server_config cfg;
+    cfg.retry_max = 0;
+    cfg.watchdog_ms = 1500;
+    server s(ctx, f);
+    if (!s.start(cfg, "f2")) return;
+    if (!s.arm("hang", "decode", 1)) return;
+    uint64_t id = s.send_generate(r.prompts[0]);
+    // The first token comes from the prefill; the first decode step then hangs until the
+    // watchdog: the cancel is sent while it runs.
+    if (!s.wait_first_event(id)) f.fail("F2: no first token");
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    uint64_t c = s.send_cancel(id);
+    auto hs = s.collect({id, c});
+    const event* t = hs[id].terminal();
+    if (t != nullptr && t->str("code") != "gpu_failed") {
+        f.fail("F2: a request whose step failed while its cancel was pending ended " +
+               t->outcome() + ", expected error gpu_failed");
+    }
+    expect_serving(s, f, r);
+    s.check_idle();
+    s.stop();
+}
+
+// F4: three or more heterogeneous sequences and a fault in the batched step: the batch is
+// retried (bisected or sequentially, by config) and every request finishes correctly.
+void f4(const context& ctx, findings& f, const references& r, const std::string& policy) {
+    server_config cfg;
+    cfg.batch_failure_policy = policy;
+    server s(ctx, f);
+    if (!s.start(cfg, "f4-" + policy)) return;
+    if (!s.arm("nan_logits", "decode", 1, 1)) return;
+    std::vector<uint64_t> ids;
+    for (size_t i = 0; i < r.prompts.size(); i++) ids.push_back(s.send_generate(r.prompts[i]));
+    auto hs = s.collect(ids);
+    for (size_t i = 0; i < ids.size(); i++) {
+        expect_reference(f, hs[ids[i]], r.want[i], "F4 (" + policy + ") request " + std::to_string(i));
+    }
+    auto st = s.call("stats");
+    if (st && stat(*st, "scheduler", "failures") != 1) {
+        f.fail("F4: failed steps " + std::to_string(stat(*st, "scheduler", "failures")) +
+               ", armed 1");
+    }
+    s.check_idle();
+    s.stop();
+}
+
+// F5: a hang past the watchdog: timeout, rebuild, health back to ok, the queue resumes.
+void f5(const context& ctx, findings& f, const references& r) {
+    server_config cfg;
+    cfg.watchdog_ms = 1500;
+    server s(ctx, f);
+    if (!s.start(cfg, "f5")) return;
+    if (!s.arm("hang", "prefill", 1)) return;
+    std::vector<uint64_t> ids;
+    for (size_t i = 0; i < 3; i++) ids.push_back(s.send_generate(r.prompts[i]));
+    auto hs = s.collect(ids);
+    for (size_t i = 0; i < ids.size(); i++) {
+        expect_reference(f, hs[ids[i]], r.want[i], "F5 request " + std::to_string(i));
+    }
+    expect_serving(s, f, r);
+    auto st = s.call("stats");
+    if (st) {
+        if (stat(*st, "gpu", "timeouts") != 1) {
+            f.fail("F5: gpu timeouts " + std::to_string(stat(*st, "gpu", "timeouts")) + ", expected 1");
+        }
+        if (stat(*st, "gpu", "epoch") != 1) {
+            f.fail("F5: device epoch " + std::to_string(stat(*st, "gpu", "epoch")) +
+                   ", expected 1 (one rebuild)");
+        }
+    }
+    s.check_idle();
+    s.stop();
+}
+
+// F7: kill -9 with a persisted cache, corrupted files, restart: nothing bad is loaded, no retry
+// loop, counters bounded, output correct.
+void f7(const context& ctx, findings& f, const references& r) {
+    server_config cfg;
+    cfg.kv_dir = ctx.work_dir + "/f7-kv";
+    server s(ctx, f);
+    if (!s.start(cfg, "f7")) return;
+    for (size_t i = 0; i < r.prompts.size(); i++) {
+        expect_reference(f, s.generate(r.prompts[i]), r.want[i], "F7 first run");
+    }
+    // Saves are written after each request's end; wait for them, then crash.
+    const auto end = clock::now() + std::chrono::seconds(20);
+    while (clock::now() < end) {
+        auto st = s.call("stats");
+        if (st && stat(*st, "kv_disk", "saves") >= 3) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    s.kill9();
+    // Corrupt every file: one bit flipped at a seeded offset.
+    std::mt19937_64 rng(ctx.seed);
+    size_t corrupted = 0;
+    for (const auto& e : fs::directory_iterator(cfg.kv_dir)) {
+        if (!e.is_regular_file() || e.path().extension() != ".kv") continue;
+        std::fstream io(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+        const auto size = fs::file_size(e.path());
+        const uint64_t at = std::uniform_int_distribution<uint64_t>(0, size - 1)(rng);
+        io.seekg(std::streamoff(at));
+        char b = 0;
+        io.read(&b, 1);
+        b = char(b ^ (1 << (at % 8)));
+        io.seekp(std::streamoff(at));
+        io.write(&b, 1);
+        corrupted++;
+    }
+    if (corrupted == 0) f.fail("F7: no KV file was persisted before the kill");
+    std::ofstream(cfg.kv_dir + "/p-00000000000000000000000000000000.kv") << "not a kv file";
+    if (!s.start(cfg, "f7")) return;
+    for (size_t i = 0; i < r.prompts.size(); i++) {
+        expect_reference(f, s.generate(r.prompts[i]), r.want[i], "F7 after restart");
+    }
+    auto st = s.call("stats");
+    if (st) {
+        // Invariant 7: every corrupt or foreign file quarantined, none restored.
+        const uint64_t quarantined = stat(*st, "kv_disk", "quarantined");
+        const uint64_t restores = stat(*st, "kv_disk", "restores");
+        if (quarantined != corrupted + 1) {
+            f.fail("F7: " + std::to_string(quarantined) + " files quarantined, expected " +
+                   std::to_string(corrupted + 1) + " (invariant 7)");
+        }
+        if (restores != 0) f.fail("F7: " + std::to_string(restores) + " corrupt files restored");
+        if (stat(*st, "scheduler", "failures") != 0) f.fail("F7: failed steps after restart");
+        if (stat(*st, "kv_disk", "restore_failures") > corrupted) {
+            f.fail("F7: restore failures beyond one per file (invariant 6)");
+        }
+    }
+    s.check_idle();
+    s.stop();
+}
+
+}  // namespace
+
+std::vector<std::string> scenario_names() {
+    std::vector<std::string> n{"F1", "F2", "F4-bisect", "F4-sequential", "F5", "F7"};
+    for (const auto& c : table_cases()) n.push_back(c.name());
+    return n;
+}
+
+std::vector<scenario_result> run_scenarios(const context& ctx,
+                                           const std::vector<std::string>& names) {
+    std::vector<std::string> want = names;
+    if (want.size() == 1 && want[0] == "all") want = scenario_names();
+    std::vector<scenario_result> out;
+    findings setup;
+    const references r = compute_references(ctx, setup);
+    if (!setup.violations.empty() || r.want.size() != r.prompts.size()) {
+        scenario_result bad{"setup", setup, 0};
+        out.push_back(std::move(bad));
+        return out;
+    }
+    auto timed = [&](const std::string& name, const std::function<void(findings&)>& fn) {
+        auto t0 = clock::now();
+        scenario_result res;
+        res.name = name;
+        fn(res.found);
+        res.seconds = std::chrono::duration<double>(clock::now() - t0).count();
+        out.push_back(std::move(res));
+    };
+    std::unique_ptr<server> table;  // one server for the whole table: it must keep serving
+    findings table_start;
+    for (const std::string& name : want) {
+        if (name == "F1") timed(name, [&](findings& f) { f1(ctx, f, r); });
+        if (name == "F2") timed(name, [&](findings& f) { f2(ctx, f, r); });
+        if (name == "F4-bisect") timed(name, [&](findings& f) { f4(ctx, f, r, "bisect"); });
+        if (name == "F4-sequential") timed(name, [&](findings& f) { f4(ctx, f, r, "sequential"); });
+        if (name == "F5") timed(name, [&](findings& f) { f5(ctx, f, r); });
+        if (name == "F7") timed(name, [&](findings& f) { f7(ctx, f, r); });
+        for (const auto& c : table_cases()) {
+            if (c.name() != name) continue;
+            timed(name, [&](findings& f) {
+                if (!table) {
+                    table = std::make_unique<server>(ctx, f);
+                    server_config cfg;
+                    cfg.watchdog_ms = 1500;
+                    if (!table->start(cfg, "table")) {
+                        table.reset();
+                        return;
+                    }
+                }
+                // The server object reports into the findings of the scenario running now.
+                server& s = *table;
+                s.rebind(f);
+                run_table_case(s, f, r, c);
+            });
+        }
+    }
+    if (table) {
+        findings end;
+        table->rebind(end);
+        table->stop();
+        if (!end.violations.empty()) out.push_back({"table/stop", end, 0});
+    }
+    return out;
+}
+
+}  // namespace ordo::fault
