@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "kv/kv_file.hpp"
+#include "tests/support/server_process.hpp"
 
 namespace {
 
@@ -28,23 +29,11 @@ namespace fs = std::filesystem;
 
 const ordo::model::fingerprint fp{0x0123456789abcdefull, 0xfedcba9876543210ull};
 
-struct tool_run {
-    int exit_code = -1;
-    std::string output;  // stdout and stderr
-};
+using tool_run = ordo::test::command_result;
 
 tool_run inspect(const std::string& args) {
-    const std::string cmd = "'" + std::string(ORDO_MODEL_TOOL) + "' kv-inspect " + args + " 2>&1";
-    tool_run r;
-    FILE* pipe = ::popen(cmd.c_str(), "r");
-    if (pipe == nullptr) return r;
-    std::vector<char> chunk(4096);
-    for (std::size_t got; (got = std::fread(chunk.data(), 1, chunk.size(), pipe)) > 0;) {
-        r.output.append(chunk.data(), got);
-    }
-    const int wait_status = ::pclose(pipe);
-    r.exit_code = WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : -1;
-    return r;
+    return ordo::test::run_command("'" + std::string(ORDO_MODEL_TOOL) + "' kv-inspect " + args +
+                                   " 2>&1");
 }
 
 bool has(const tool_run& r, const std::string& text) {

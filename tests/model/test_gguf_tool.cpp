@@ -7,6 +7,8 @@
 // for a one-line error naming the problem and exit 1 (bad input) or 2 (usage).
 #include <gtest/gtest.h>
 
+#include "tests/support/server_process.hpp"
+
 #include "tests/support/shared_models.hpp"
 #include <sys/wait.h>
 
@@ -23,22 +25,8 @@ namespace {
 const std::string k_tool = ORDO_MODEL_TOOL;
 const std::string k_stories = std::string(ORDO_SHARED_MODELS_DIR) + "/stories260K.gguf";
 
-struct run_result {
-    int exit_code = -1;
-    std::string output;
-};
-
-run_result run(const std::string& args) {
-    run_result r;
-    std::string cmd = "'" + k_tool + "' " + args + " 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    if (!p) return r;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
-    int status = pclose(p);
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    return r;
+ordo::test::command_result run(const std::string& args) {
+    return ordo::test::run_command("'" + k_tool + "' " + args + " 2>&1");
 }
 
 class ToolTest : public ::testing::Test {

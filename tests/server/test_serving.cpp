@@ -536,13 +536,8 @@ TEST(serving, gpu_map_in_model_and_stats_counts_steps_and_a_watchdog_timeout) {
 // The `ordo` command-line client against the same server: health, tokenize, a streamed
 // generate (text on stdout, the reason on stderr), and a clear message for a dead port.
 std::pair<int, std::string> run_cli(const std::string& args) {
-    std::string cmd = std::string(ORDO_CLI_BIN) + " " + args + " 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    std::string out;
-    char buf[4096];
-    while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-    int status = pclose(p);
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+    auto r = run_command(std::string(ORDO_CLI_BIN) + " " + args + " 2>&1");
+    return {r.exit_code, r.output};
 }
 
 TEST_F(generated_server, command_line_client) {
