@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <random>
 #include <thread>
 
 namespace ordo::fault {
@@ -238,5 +239,54 @@ void server::check_idle() {
     }
     _f->fail("not idle after the scenario (invariant 8): " + last);
 }
+
+std::vector<std::vector<int32_t>> make_prompts(uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::uniform_int_distribution<int32_t> id(3, 400);
+    std::vector<std::vector<int32_t>> out;
+    for (size_t n : {37u, 5u, 23u, 61u}) {
+        std::vector<int32_t> p{1};  // BOS
+        for (size_t i = 1; i < n; i++) p.push_back(id(rng));
+        out.push_back(std::move(p));
+    }
+    // Shared prefixes: prompt 4 extends prompt 0, prompt 5 extends prompt 3.
+    for (size_t base : {0u, 3u}) {
+        std::vector<int32_t> p = out[base];
+        for (size_t i = 0; i < 19; i++) p.push_back(id(rng));
+        out.push_back(std::move(p));
+    }
+    return out;
+}
+
+references compute_references(const context& ctx, findings& f) {
+    references r;
+    r.prompts = make_prompts(ctx.seed);
+    server s(ctx, f);
+    if (!s.start({}, "reference")) return r;
+    for (const auto& p : r.prompts) r.want.push_back(s.generate(p).tokens());
+    s.stop();
+    return r;
+}
+
+std::string show(const std::vector<int32_t>& t) {
+    std::string s = "[";
+    for (size_t i = 0; i < t.size(); i++) s += (i ? "," : "") + std::to_string(t[i]);
+    return s + "]";
+}
+
+void expect_reference(findings& f, const history& h, const std::vector<int32_t>& want,
+                      const std::string& what) {
+    const event* t = h.terminal();
+    if (t == nullptr) return;  // already a violation (collect)
+    if (t->str("event") != "done" || t->str("reason") == "cancelled") {
+        f.fail(what + ": ended " + t->outcome() + ", expected done");
+        return;
+    }
+    if (h.tokens() != want) {
+        f.fail(what + ": tokens " + show(h.tokens()) + " differ from a fault-free server's " +
+               show(want) + " (invariant 4/5)");
+    }
+}
+
 
 }  // namespace ordo::fault

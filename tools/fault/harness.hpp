@@ -68,6 +68,7 @@ public:
     void stop();
     void kill9();
     bool running() const { return _proc.pid() > 0; }
+    uint16_t port() const { return _proc.port(); }
 
     // Sends a generate (temperature 0, streaming) and returns its id.
     uint64_t send_generate(const std::vector<int32_t>& prompt, const std::string& session = "");
@@ -101,6 +102,20 @@ private:
     uint64_t _next_id = 1;
     std::map<uint64_t, history> _pending;  // events read for ids nobody collected yet
 };
+
+// Prompts of different lengths (heterogeneous sequences, F4), two of them extending others
+// (shared prefixes), as token ids, and what a fault-free server generates for each.
+struct references {
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<std::vector<int32_t>> want;
+};
+std::vector<std::vector<int32_t>> make_prompts(uint64_t seed);
+// Runs a fault-free server once over every prompt.
+references compute_references(const context& ctx, findings& f);
+std::string show(const std::vector<int32_t>& tokens);
+// Invariants 4 and 5: a request that ended `done` returns exactly the fault-free tokens.
+void expect_reference(findings& f, const history& h, const std::vector<int32_t>& want,
+                      const std::string& what);
 
 // A stats field: map `group` (or top level when empty), key.
 uint64_t stat(const event& stats, const std::string& group, const std::string& key);

@@ -13,6 +13,7 @@
 //
 // usage: ordo-fault --model GGUF [--server BIN] [--scenarios all|NAME,...] [--list] [--json]
 //                   [--seed N] [--work-dir DIR] [--verbose]
+//        ordo-fault --model GGUF --seed S --requests N [--json]   (random mode: random_run.hpp)
 // Exit status: 0 no violation, 1 violations, 2 usage. With --json the last line of standard
 // output is one JSON object: scenarios, requests, faults (by kind), violations, seconds.
 #include <unistd.h>
@@ -26,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "tools/fault/random_run.hpp"
 #include "tools/fault/scenarios.hpp"
 
 namespace {
@@ -38,12 +40,16 @@ constexpr int exit_ok = 0, exit_violations = 1, exit_usage = 2;
 const char* usage_text =
     "usage: ordo-fault --model GGUF [--server BIN] [--scenarios all|NAME,...] [--list] [--json]\n"
     "                  [--seed N] [--work-dir DIR] [--verbose]\n"
+    "       ordo-fault --model GGUF --seed S --requests N [--json]\n"
     "  --model GGUF       the model every server serves (e.g. ../shared/models/stories260K.gguf)\n"
     "  --server BIN       ordo-server binary (default: ../server/ordo-server beside this one)\n"
     "  --scenarios LIST   comma-separated scenario names, or all (default all)\n"
     "  --list             print the scenario names and exit\n"
     "  --json             last line of output: one JSON object with the totals\n"
-    "  --seed N           seed of prompts and corruptions (default 1): a run replays exactly\n"
+    "  --seed N           seed of prompts, corruptions and the random plan (default 1)\n"
+    "  --requests N       random mode: N generate requests from 4 clients with cancels,\n"
+    "                     disconnects, sessions and random faults; the same seed replays the\n"
+    "                     same plan; a failure prints the smallest plan that still fails\n"
     "  --work-dir DIR     configs and KV dirs (default: a new directory under /tmp, removed\n"
     "                     after a run without violations)\n"
     "exit: 0 no violation, 1 violations, 2 usage\n";
@@ -81,6 +87,7 @@ int main(int argc, char** argv) {
     context ctx;
     std::vector<std::string> names{"all"};
     bool json = false, list = false, own_dir = true;
+    uint32_t random_requests = 0;
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
         auto value = [&]() -> const char* {
@@ -104,6 +111,15 @@ int main(int argc, char** argv) {
                 std::fprintf(stderr, "ordo-fault: --seed must be an unsigned integer\n");
                 return exit_usage;
             }
+        } else if (a == "--requests") {
+            char* end = nullptr;
+            const char* v = value();
+            unsigned long long n = std::strtoull(v, &end, 10);
+            if (end == v || *end != '\0' || n == 0 || n > random_requests_max) {
+                std::fprintf(stderr, "ordo-fault: --requests must be 1..%u\n", random_requests_max);
+                return exit_usage;
+            }
+            random_requests = uint32_t(n);
         } else if (a == "--work-dir") {
             ctx.work_dir = value();
             own_dir = false;
@@ -156,7 +172,18 @@ int main(int argc, char** argv) {
     }
 
     const auto t0 = std::chrono::steady_clock::now();
-    auto results = run_scenarios(ctx, names);
+    std::vector<scenario_result> results;
+    if (random_requests > 0) {
+        random_result rr = run_random(ctx, ctx.seed, random_requests);
+        results.push_back({"random/seed" + std::to_string(ctx.seed), rr.found, rr.seconds});
+        if (!rr.minimal.actions.empty()) {
+            std::printf("smallest failing plan (seed %llu, %zu actions):\n",
+                        static_cast<unsigned long long>(ctx.seed), rr.minimal.actions.size());
+            for (const auto& a : rr.minimal.actions) std::printf("    %s\n", a.describe().c_str());
+        }
+    } else {
+        results = run_scenarios(ctx, names);
+    }
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 

@@ -18,56 +18,6 @@ namespace {
 namespace fs = std::filesystem;
 using clock = std::chrono::steady_clock;
 
-// Prompts of different lengths (heterogeneous sequences, F4), as token ids, and what a
-// fault-free server generates for each.
-struct references {
-    std::vector<std::vector<int32_t>> prompts;
-    std::vector<std::vector<int32_t>> want;
-};
-
-std::vector<std::vector<int32_t>> make_prompts(uint64_t seed) {
-    std::mt19937_64 rng(seed);
-    std::uniform_int_distribution<int32_t> id(3, 400);
-    std::vector<std::vector<int32_t>> out;
-    for (size_t n : {37u, 5u, 23u, 61u}) {
-        std::vector<int32_t> p{1};  // BOS
-        for (size_t i = 1; i < n; i++) p.push_back(id(rng));
-        out.push_back(std::move(p));
-    }
-    return out;
-}
-
-references compute_references(const context& ctx, findings& f) {
-    references r;
-    r.prompts = make_prompts(ctx.seed);
-    server s(ctx, f);
-    if (!s.start({}, "reference")) return r;
-    for (const auto& p : r.prompts) r.want.push_back(s.generate(p).tokens());
-    s.stop();
-    return r;
-}
-
-std::string show(const std::vector<int32_t>& t) {
-    std::string s = "[";
-    for (size_t i = 0; i < t.size(); i++) s += (i ? "," : "") + std::to_string(t[i]);
-    return s + "]";
-}
-
-// Invariants 4 and 5: a request that ended `done` returns exactly the fault-free tokens.
-void expect_reference(findings& f, const history& h, const std::vector<int32_t>& want,
-                      const std::string& what) {
-    const event* t = h.terminal();
-    if (t == nullptr) return;  // already a violation (collect)
-    if (t->str("event") != "done" || t->str("reason") == "cancelled") {
-        f.fail(what + ": ended " + t->outcome() + ", expected done");
-        return;
-    }
-    if (h.tokens() != want) {
-        f.fail(what + ": tokens " + show(h.tokens()) + " differ from a fault-free server's " +
-               show(want) + " (invariant 4/5)");
-    }
-}
-
 // A fault that did not fire stays armed: fire it with probe requests (each must still return
 // the fault-free output), so the next scenario starts clean. Returns the failures seen.
 uint64_t drain_fault(server& s, findings& f, const references& r, uint64_t failures_before,

@@ -1,0 +1,275 @@
+// random_run.cpp: see random_run.hpp.
+#include "tools/fault/random_run.hpp"
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <thread>
+
+namespace ordo::fault {
+namespace {
+
+using clock = std::chrono::steady_clock;
+using test::frame;
+
+// What one client connection sent and read.
+struct client {
+    std::unique_ptr<test::tcp_client> conn;
+    uint64_t next_id = 1;
+    std::map<uint64_t, history> requests;  // generate requests on this connection
+    std::map<uint64_t, uint32_t> prompt_of;
+    std::set<uint64_t> cancelled;           // targets of a cancel
+    std::set<uint64_t> session_requests;
+    std::vector<uint64_t> other_ids;        // cancel requests (their done is read, not checked)
+};
+
+bool connect(client& c, uint16_t port) {
+    c.conn = std::make_unique<test::tcp_client>();
+    c.requests.clear();
+    c.prompt_of.clear();
+    c.cancelled.clear();
+    c.session_requests.clear();
+    c.other_ids.clear();
+    return c.conn->connect(port);
+}
+
+// Reads until every request of `c` has ended (bounded); records histories.
+void drain(client& c) {
+    const auto end = clock::now() + request_deadline;
+    auto open = [&] {
+        for (const auto& [id, h] : c.requests) {
+            if (h.terminals() == 0) return true;
+        }
+        return false;
+    };
+    while (open() && clock::now() < end) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - clock::now());
+        auto e = test::next(*c.conn, left);
+        if (!e) break;
+        uint64_t id = e->u("id");
+        auto it = c.requests.find(id);
+        if (it != c.requests.end()) it->second.events.push_back(std::move(*e));
+    }
+    while (auto e = test::next(*c.conn, std::chrono::milliseconds(20))) {
+        auto it = c.requests.find(e->u("id"));
+        if (it != c.requests.end()) it->second.events.push_back(std::move(*e));
+    }
+}
+
+void check(findings& f, const client& c, const references& r, bool faults_armed,
+           uint32_t index) {
+    for (const auto& [id, h] : c.requests) {
+        const std::string what =
+            "client " + std::to_string(index) + " request " + std::to_string(id);
+        if (h.terminals() != 1) {
+            f.fail(what + ": " + std::to_string(h.terminals()) +
+                   " terminal events (invariants 1 and 2)");
+            continue;
+        }
+        const event& t = *h.terminal();
+        const std::string ev = t.str("event"), reason = t.str("reason"), code = t.str("code");
+        if (ev == "done" && reason == "cancelled") {
+            if (c.cancelled.count(id) == 0) f.fail(what + ": cancelled without a cancel");
+        } else if (ev == "done") {
+            if (h.tokens() != r.want[c.prompt_of.at(id)]) {
+                f.fail(what + ": tokens " + show(h.tokens()) + " differ from a fault-free " +
+                       "server's " + show(r.want[c.prompt_of.at(id)]) + " (invariant 4/5)");
+            }
+        } else if (code == "gpu_failed") {
+            if (!faults_armed) f.fail(what + ": gpu_failed with no fault armed");
+        } else if (code == "session_busy") {
+            if (c.session_requests.count(id) == 0) f.fail(what + ": session_busy without a session");
+        } else {
+            f.fail(what + ": ended " + t.outcome());
+        }
+    }
+}
+
+findings run_plan(const context& ctx, const references& r, const plan& p) {
+    findings f;
+    server_config cfg;
+    cfg.watchdog_ms = 1500;
+    cfg.kv_dir = ctx.work_dir + "/random-kv-" + std::to_string(p.seed);
+    server s(ctx, f);
+    if (!s.start(cfg, "random")) return f;
+    std::vector<client> clients(random_clients);
+    for (auto& c : clients) {
+        if (!connect(c, s.port())) f.fail("cannot connect a client");
+    }
+    uint64_t armed = 0;
+    auto before = s.call("stats");
+    for (const action& a : p.actions) {
+        if (a.pause_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(a.pause_ms));
+        client& c = clients[a.client];
+        switch (a.k) {
+            case action::kind::generate: {
+                uint64_t id = c.next_id++;
+                const auto& prompt = r.prompts[a.prompt];
+                bool ok = a.session.empty()
+                              ? c.conn->send(frame("id", id, "op", "generate", "tokens", prompt,
+                                                   "max_tokens", max_tokens, "temperature", 0,
+                                                   "stream", a.stream))
+                              : c.conn->send(frame("id", id, "op", "generate", "tokens", prompt,
+                                                   "max_tokens", max_tokens, "temperature", 0,
+                                                   "stream", a.stream, "session", a.session));
+                if (!ok) f.fail("send failed");
+                c.requests[id].id = id;
+                c.prompt_of[id] = a.prompt;
+                if (!a.session.empty()) c.session_requests.insert(id);
+                f.requests++;
+                break;
+            }
+            case action::kind::cancel: {
+                if (c.requests.empty()) break;
+                uint64_t target = c.requests.rbegin()->first;
+                uint64_t id = c.next_id++;
+                if (!c.conn->send(frame("id", id, "op", "cancel", "target", target))) {
+                    f.fail("send failed");
+                }
+                c.cancelled.insert(target);
+                break;
+            }
+            case action::kind::disconnect: {
+                // Its requests end unseen: nothing is checked for them but the server's
+                // cleanup (idle at the end).
+                if (a.stream) {
+                    c.conn->reset();
+                } else {
+                    c.conn->close();
+                }
+                if (!connect(c, s.port())) f.fail("cannot reconnect a client");
+                break;
+            }
+            case action::kind::fault: {
+                if (s.arm(a.fault_kind, a.phase, 1)) armed++;
+                break;
+            }
+        }
+    }
+    for (uint32_t i = 0; i < clients.size(); i++) {
+        drain(clients[i]);
+        check(f, clients[i], r, armed > 0, i);
+    }
+    // Invariant 3: still serving; 4: fault-free output. Faults still armed fire on these.
+    for (int probe = 0; probe < 3; probe++) {
+        if (!s.wait_ready()) break;
+        history h = s.generate(r.prompts[1]);
+        const event* t = h.terminal();
+        if (t != nullptr && t->str("event") == "done") {
+            expect_reference(f, h, r.want[1], "probe after the run");
+            break;
+        }
+    }
+    auto after = s.call("stats");
+    if (before && after) {
+        // Invariant 6: every failed step is explained by an armed fault (each fails one step).
+        uint64_t failures = stat(*after, "scheduler", "failures") - stat(*before, "scheduler", "failures");
+        if (failures > armed) {
+            f.fail(std::to_string(failures) + " failed steps for " + std::to_string(armed) +
+                   " armed faults (invariant 6)");
+        }
+    }
+    s.check_idle();
+    s.stop();
+    return f;
+}
+
+}  // namespace
+
+std::string action::describe() const {
+    std::string c = "client " + std::to_string(client) + ": ";
+    switch (k) {
+        case kind::generate:
+            return c + "generate prompt " + std::to_string(prompt) + (stream ? " stream" : "") +
+                   (session.empty() ? "" : " session " + session);
+        case kind::cancel: return c + "cancel its latest request";
+        case kind::disconnect: return c + (stream ? "disconnect (RST)" : "disconnect (FIN)");
+        case kind::fault: return "fault " + fault_kind + (phase.empty() ? "" : " phase " + phase);
+    }
+    return c;
+}
+
+plan make_plan(uint64_t seed, uint32_t requests) {
+    plan p;
+    p.seed = seed;
+    std::mt19937_64 rng(seed);
+    auto pick = [&](uint64_t n) { return uint32_t(rng() % n); };
+    const char* kinds[] = {"device_lost", "hang", "nan_logits"};
+    const char* phases[] = {"", "prefill", "decode"};
+    uint32_t generates = 0;
+    while (generates < requests) {
+        action a;
+        a.client = pick(random_clients);
+        a.pause_ms = pick(20);
+        uint32_t r = pick(100);
+        if (r < 70) {
+            a.k = action::kind::generate;
+            a.prompt = pick(6);
+            a.stream = pick(2) == 0;
+            if (pick(5) == 0) a.session = "s" + std::to_string(a.client);
+            generates++;
+        } else if (r < 82) {
+            a.k = action::kind::cancel;
+        } else if (r < 88) {
+            a.k = action::kind::disconnect;
+            a.stream = pick(2) == 0;  // RST or FIN
+        } else {
+            a.k = action::kind::fault;
+            a.fault_kind = kinds[pick(3)];
+            a.phase = phases[pick(3)];
+        }
+        p.actions.push_back(std::move(a));
+    }
+    return p;
+}
+
+random_result run_random(const context& ctx, uint64_t seed, uint32_t requests) {
+    random_result out;
+    const auto t0 = clock::now();
+    const references r = compute_references(ctx, out.found);
+    if (!out.found.violations.empty()) return out;
+    plan p = make_plan(seed, requests);
+    for (const auto& a : p.actions) {
+        if (a.k == action::kind::fault) out.found.faults[a.fault_kind]++;
+    }
+    findings f = run_plan(ctx, r, p);
+    out.found.requests = f.requests;
+    out.found.violations = f.violations;
+    if (!f.violations.empty()) {
+        // Shrink: drop faults one at a time, then whole clients, keeping each drop after which
+        // the plan still fails.
+        plan best = p;
+        uint32_t runs = 0;
+        auto still_fails = [&](const plan& candidate) {
+            runs++;
+            return !run_plan(ctx, r, candidate).violations.empty();
+        };
+        for (size_t i = 0; i < best.actions.size() && runs < shrink_runs_max;) {
+            if (best.actions[i].k != action::kind::fault) {
+                i++;
+                continue;
+            }
+            plan c = best;
+            c.actions.erase(c.actions.begin() + long(i));
+            if (still_fails(c)) {
+                best = std::move(c);
+            } else {
+                i++;
+            }
+        }
+        for (uint32_t client = 0; client < random_clients && runs < shrink_runs_max; client++) {
+            plan c = best;
+            std::erase_if(c.actions, [&](const action& a) {
+                return a.k != action::kind::fault && a.client == client;
+            });
+            if (c.actions.size() < best.actions.size() && still_fails(c)) best = std::move(c);
+        }
+        out.minimal = std::move(best);
+    }
+    out.seconds = std::chrono::duration<double>(clock::now() - t0).count();
+    return out;
+}
+
+}  // namespace ordo::fault

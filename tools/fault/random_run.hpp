@@ -1,0 +1,47 @@
+// random_run.hpp: ordo-fault's random mode (--seed S --requests N). A seeded plan of actions —
+// concurrent clients sending generate requests (streaming or not, shared prompt prefixes,
+// sessions), cancels, disconnects and random faults — runs against one real server; the same
+// seed builds the same plan. The invariants are checked on every request whose connection
+// stayed open. A failing plan is shrunk (faults removed, then whole clients) to the smallest
+// plan that still fails, which is printed with the seed.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tools/fault/harness.hpp"
+
+namespace ordo::fault {
+
+inline constexpr uint32_t random_clients = 4;
+inline constexpr uint32_t random_requests_max = 1000000;
+inline constexpr uint32_t shrink_runs_max = 24;  // reruns while shrinking, at most
+
+struct action {
+    enum class kind { generate, cancel, disconnect, fault } k = kind::generate;
+    uint32_t client = 0;
+    uint32_t prompt = 0;  // index into the prompt set
+    bool stream = true;
+    std::string session;  // generate: non-empty for a session request
+    std::string fault_kind, phase;
+    uint32_t pause_ms = 0;  // before the action
+    std::string describe() const;
+};
+
+struct plan {
+    uint64_t seed = 0;
+    std::vector<action> actions;
+};
+
+plan make_plan(uint64_t seed, uint32_t requests);
+
+struct random_result {
+    findings found;
+    plan minimal;  // the smallest failing plan (empty when none failed)
+    double seconds = 0;
+};
+
+random_result run_random(const context& ctx, uint64_t seed, uint32_t requests);
+
+}  // namespace ordo::fault
