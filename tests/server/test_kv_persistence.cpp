@@ -39,6 +39,9 @@
 //    from-scratch tokens after one recompute, each entry is quarantined (kv_step_failed,
 //    disk_invalidations), every failure counter is exactly one per fault, and the next
 //    identical request restores from the file the recompute saved, never the quarantined one.
+// 7. Idle after everything: every test ends every server's life by checking that stats show no
+//    active or queued sequence, no used KV block and kv.pins = 0 (no pin outlives its save or
+//    restore), after restores, busy sessions, cancels, corrupt files and gpu faults.
 // 8. kv faults through the `fault` op ([fault] enabled; docs/protocol.md "fault"), each through
 //    the path a real fault takes:
 //    - kv_enospc / kv_eio: the next save fails half-way through its .tmp: persistence off, the
@@ -52,9 +55,6 @@
 //      is then restored.
 //    - kv_fingerprint: the next save is written as another model's file (its pair check fails,
 //      kv_fingerprint); the restart's scan quarantines it as kv_fingerprint; nothing restores.
-// 7. Idle after everything: every test ends every server's life by checking that stats show no
-//    active or queued sequence, no used KV block and kv.pins = 0 (no pin outlives its save or
-//    restore), after restores, busy sessions, cancels, corrupt files and gpu faults.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mount.h>
