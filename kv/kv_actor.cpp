@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <cassert>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -402,12 +404,18 @@ void kv_actor::on(const kv_restore& m) {
 
 void kv_actor::read_restore(uint64_t id) {
     job* j = _jobs.at(id).get();
+    kv_read_fault rf = kv_read_fault::none;
+    if (_faults.armed() && _faults.flip_read > 0) {
+        _faults.flip_read--;
+        rf = kv_read_fault::flip_bit;
+        log().warn("kv: fault kv_flip_read applied to the restore of {}", j->name);
+    }
     offload(
-        [j, path = path_of(j->name), bb = _block_bytes] {
+        [j, path = path_of(j->name), bb = _block_bytes, rf] {
             std::span<uint8_t> dst(j->bytes.data(), j->blocks.size() * bb);
             // Every block's checksum is verified right after its read (read_kv_blocks).
             j->io = read_kv_blocks(path, j->header, j->first_block,
-                                   static_cast<uint32_t>(j->blocks.size()), dst);
+                                   static_cast<uint32_t>(j->blocks.size()), dst, rf);
         },
         [this, id, j] {
             if (!j->io) {
@@ -522,10 +530,19 @@ void kv_actor::save_copied(job& j, bool ok, const std::string& code) {
 
 void kv_actor::write_save(uint64_t id) {
     job* j = _jobs.at(id).get();
+    const save_fault f = _faults.armed() ? take_save_fault() : save_fault{};
+    // As if another model had written it: the pair assertion below refuses it (kv_fingerprint)
+    // and the file stays on disk for the next startup scan to quarantine.
+    if (f.fingerprint) j->meta.fingerprint.lo ^= 1;
     offload(
-        [j, dir = _opt.dir, expect = _opt.expect, path = path_of(j->name), bb = _block_bytes] {
+        [j, dir = _opt.dir, expect = _opt.expect, path = path_of(j->name), bb = _block_bytes, f] {
             std::span<const uint8_t> payload(j->bytes.data(), j->blocks.size() * bb);
-            j->io = write_kv_file(dir, j->name, j->meta, j->tokens, payload);
+            j->io = write_kv_file(dir, j->name, j->meta, j->tokens, payload, f.stop);
+            if (f.torn_exit) {
+                std::fprintf(stderr, "kv: fault kv_torn_exit: exiting %d mid-save of %s\n",
+                             kv_torn_exit_code, j->name.c_str());
+                std::_Exit(kv_torn_exit_code);  // a crash: no destructor, no flush, no rename
+            }
             if (!j->io) return;
             // Pair assertion: what was written reads back as a valid file of this model.
             auto h = read_kv_header(path, expect);
@@ -559,6 +576,32 @@ void kv_actor::write_save(uint64_t id) {
             end_job(id);
             maybe_flushed();
         });
+}
+
+// One armed save fault, if any, in a fixed order; the loop thread's log says which.
+kv_actor::save_fault kv_actor::take_save_fault() {
+    save_fault f;
+    const char* kind = nullptr;
+    if (_faults.torn_exit > 0) {
+        _faults.torn_exit--;
+        f.stop = kv_write_stop::mid_tmp;
+        f.torn_exit = true;
+        kind = "kv_torn_exit";
+    } else if (_faults.enospc > 0) {
+        _faults.enospc--;
+        f.stop = kv_write_stop::enospc_mid_tmp;
+        kind = "kv_enospc";
+    } else if (_faults.eio > 0) {
+        _faults.eio--;
+        f.stop = kv_write_stop::eio_mid_tmp;
+        kind = "kv_eio";
+    } else if (_faults.fingerprint > 0) {
+        _faults.fingerprint--;
+        f.fingerprint = true;
+        kind = "kv_fingerprint";
+    }
+    if (kind != nullptr) log().warn("kv: fault {} applied to the next save", kind);
+    return f;
 }
 
 // A buffer is only ever touched by its job: on the loop, or in the one thread-pool request the
@@ -673,6 +716,22 @@ void kv_actor::on(const kv_invalidate& m) {
     count_error("kv_step_failed");
     quarantine(m.name, "kv_step_failed");
     publish();
+}
+
+// Arms a fault (the scheduler answered the `fault` op already; the front door checked kind).
+void kv_actor::on(const kv_fault& m) {
+    uint32_t* n = m.kind == "kv_enospc"        ? &_faults.enospc
+                  : m.kind == "kv_eio"         ? &_faults.eio
+                  : m.kind == "kv_torn_exit"   ? &_faults.torn_exit
+                  : m.kind == "kv_fingerprint" ? &_faults.fingerprint
+                  : m.kind == "kv_flip_read"   ? &_faults.flip_read
+                                               : nullptr;
+    if (n == nullptr) {
+        log().error("kv: unknown fault kind {} ignored", m.kind);
+        return;
+    }
+    *n = static_cast<uint32_t>(std::min<uint64_t>(uint64_t{*n} + m.count, kv_fault_count_max));
+    log().warn("kv: fault {} armed for the next {}", m.kind, m.count);
 }
 
 void kv_actor::on(const kv_session_delete& m) {

@@ -19,6 +19,8 @@
 //   (kv_evicted{budget} per file). A prefix already covered by a file is not written again.
 // - kv_invalidate: quarantines an entry a failed step was restored from.
 // - kv_session_delete: removes the session's file.
+// - kv_fault: arms faults for the next saves or restores (kv_fault_plan), applied inside the
+//   real write and read (kv_write_stop, kv_read_fault), so what follows is the real fault path.
 //
 // ## Startup scan
 // Creates the directory (and `quarantine/`), then checks every entry: names it did not write,
@@ -85,6 +87,24 @@ inline constexpr uint32_t scan_entries_max = 100000;
 // (bench/README.md, ordo-bench-kv-restore). At most this much host memory stays held when idle.
 inline constexpr uint64_t spare_buffer_bytes_max = uint64_t{128} << 20;
 
+// The exit status of a process that an armed kv_torn_exit fault ended in the middle of a save
+// (docs/protocol.md "fault"): distinct from every status the server exits with on its own.
+inline constexpr int kv_torn_exit_code = 86;
+
+// Armed kv faults (the `fault` op's kv kinds): how many of the next saves / restores fail each
+// way. Loop thread only. Every save or restore asks armed() first, so a disarmed plan costs one
+// branch.
+inline constexpr uint32_t kv_fault_count_max = 1000000;  // armed of one kind, at most
+
+struct kv_fault_plan {
+    uint32_t enospc = 0;       // save: half the .tmp, then write fails with ENOSPC
+    uint32_t eio = 0;          // save: half the .tmp, then write fails with EIO
+    uint32_t torn_exit = 0;    // save: half the .tmp, then _exit(kv_torn_exit_code)
+    uint32_t fingerprint = 0;  // save: the file says another model wrote it
+    uint32_t flip_read = 0;    // restore: one bit of the blocks read flipped before verification
+    bool armed() const { return (enospc | eio | torn_exit | fingerprint | flip_read) != 0; }
+};
+
 struct kv_actor_options {
     std::string dir;
     uint64_t bytes_budget = 0;
@@ -102,9 +122,9 @@ struct kv_flush {
     ORDO_EMPTY_MESSAGE()
 };
 
-class kv_actor final
-    : public actors::actor<kv_actor, kv_lookup, kv_restore, kv_release, kv_save, kv_invalidate,
-                           kv_session_delete, gpu::kv_copy_done, gpu::kv_copy_failed, kv_flush> {
+class kv_actor final : public actors::actor<kv_actor, kv_lookup, kv_restore, kv_release, kv_save,
+                                            kv_invalidate, kv_session_delete, kv_fault,
+                                            gpu::kv_copy_done, gpu::kv_copy_failed, kv_flush> {
 public:
     using sched_outbox = actors::outbox<kv_lookup_done, kv_restore_done, kv_save_done,
                                         kv_evicted, kv_status, kv_session_deleted>;
@@ -128,6 +148,7 @@ public:
     void on(const kv_save& m);
     void on(const kv_invalidate& m);
     void on(const kv_session_delete& m);
+    void on(const kv_fault& m);
     void on(const gpu::kv_copy_done& m);
     void on(const gpu::kv_copy_failed& m);
     void on(const kv_flush& m);
@@ -148,6 +169,11 @@ private:
     using clock = std::chrono::steady_clock;
     struct job;
     struct work;
+    struct save_fault {
+        kv_write_stop stop = kv_write_stop::none;
+        bool torn_exit = false;    // stop is mid_tmp; the process then exits
+        bool fingerprint = false;  // the file is written with another model's fingerprint
+    };
 
     // copies
     void queue_copies(job& j);
@@ -160,6 +186,7 @@ private:
     // thread pool
     void offload(std::function<void()> run, std::function<void()> done);
     void write_save(uint64_t job_id);
+    save_fault take_save_fault();  // the armed fault the next save applies (decremented)
     void read_restore(uint64_t job_id);
     // index and disk state
     void apply_scan(struct scan_result& r);
@@ -192,6 +219,7 @@ private:
     uint32_t _probes = 0;
     uv_timer_t _probe_timer{};
     bool _probe_running = false;
+    kv_fault_plan _faults;
 
     std::map<uint64_t, std::unique_ptr<job>> _jobs;  // saves and restores in flight, by id
     uint64_t _next_job = 1;

@@ -430,9 +430,21 @@ status write_body(int fd, const kv_file_header& h, std::span<const std::int32_t>
     if (auto s = write_exact(fd, hb, path); !s) return s;
     if (auto s = write_exact(fd, as_bytes_of(tokens), path); !s) return s;
     if (auto s = write_exact(fd, as_bytes_of(table), path); !s) return s;
-    if (stop == kv_write_stop::mid_tmp)
-        return write_exact(fd, blocks.first(blocks.size() / 2), path);
-    return write_exact(fd, blocks, path);
+    switch (stop) {
+        case kv_write_stop::none:
+        case kv_write_stop::before_rename:
+            return write_exact(fd, blocks, path);
+        case kv_write_stop::mid_tmp:
+            return write_exact(fd, blocks.first(blocks.size() / 2), path);
+        case kv_write_stop::enospc_mid_tmp:
+        case kv_write_stop::eio_mid_tmp:
+            break;
+    }
+    // An injected disk fault: half the blocks reach the file, then the next write(2) "fails"
+    // and the error is built from errno exactly as write_exact builds a real one.
+    if (auto s = write_exact(fd, blocks.first(blocks.size() / 2), path); !s) return s;
+    errno = stop == kv_write_stop::enospc_mid_tmp ? ENOSPC : EIO;
+    return fail_errno(path, "write");
 }
 
 }  // namespace
@@ -469,7 +481,8 @@ status write_kv_file(const std::string& dir, std::string_view name, const kv_fil
                          O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
     if (fd.get() < 0) return fail_errno(tmp_path, "open");
     status written = write_body(fd.get(), h, tokens, table, blocks, stop, tmp_path);
-    if (written && stop != kv_write_stop::mid_tmp && ::fsync(fd.get()) != 0) {
+    const bool crash_mid_tmp = stop == kv_write_stop::mid_tmp;
+    if (written && !crash_mid_tmp && ::fsync(fd.get()) != 0) {
         written = fail_errno(tmp_path, "fsync");
     }
     if (!written) {
@@ -614,7 +627,7 @@ result<std::vector<std::int32_t>> read_kv_tokens(const std::string& path,
 
 status read_kv_blocks(const std::string& path, const kv_file_header& header,
                       std::uint32_t first_block, std::uint32_t n_blocks,
-                      std::span<std::uint8_t> dst) {
+                      std::span<std::uint8_t> dst, kv_read_fault fault) {
     const std::uint64_t bb = header.meta.geometry.block_bytes();
     if (n_blocks == 0 || first_block > header.n_blocks ||
         n_blocks > header.n_blocks - first_block || dst.size() != n_blocks * bb) {
@@ -633,6 +646,7 @@ status read_kv_blocks(const std::string& path, const kv_file_header& header,
     if (auto s = read_exact(f->fd, header.payload_offset() + first_block * bb, dst, path); !s) {
         return s;
     }
+    if (fault == kv_read_fault::flip_bit) dst[dst.size() / 2] ^= 1u;  // an injected bad read
     // Right after the read: every block against its table entry (seeded by its index, so a
     // block moved to another slot fails too).
     for (std::uint32_t i = 0; i < n_blocks; ++i) {

@@ -172,11 +172,16 @@ kv_dir_entry classify_kv_dir_entry(std::string_view file_name);
 
 // ---- Write ------------------------------------------------------------------------------------
 
-// Where a test stops the write protocol, as a crash would. Production passes none.
+// Where a test (or an armed `fault`, docs/protocol.md) stops the write protocol. Production
+// passes none. The crash stops return ok with the .tmp left behind, as a process killed there
+// would leave it; the failing ones take the protocol's own error path (the .tmp is removed and
+// the error is the one a real write(2) failing with that errno gives).
 enum class kv_write_stop : std::uint8_t {
     none,
-    mid_tmp,        // half of <name>.tmp written, nothing synced, no rename
-    before_rename,  // <name>.tmp complete and fsynced, no rename
+    mid_tmp,         // half of <name>.tmp written, nothing synced, no rename
+    before_rename,   // <name>.tmp complete and fsynced, no rename
+    enospc_mid_tmp,  // half of <name>.tmp written, then write fails with ENOSPC: kv_no_space
+    eio_mid_tmp,     // half of <name>.tmp written, then write fails with EIO: kv_io_error
 };
 
 // Writes `<dir>/<name>.kv` atomically: `<name>.tmp` (replacing any leftover), fsync, rename,
@@ -204,12 +209,19 @@ result<kv_file_header> read_kv_header(const std::string& path, const kv_expect& 
 result<std::vector<std::int32_t>> read_kv_tokens(const std::string& path,
                                                  const kv_file_header& header);
 
+// What an armed `fault` does to a read, between the read and its verification. Production
+// passes none.
+enum class kv_read_fault : std::uint8_t {
+    none,
+    flip_bit,  // one bit of the blocks read is flipped (bit 0 of dst's middle byte)
+};
+
 // Reads blocks [first_block, first_block + n_blocks) into dst (n_blocks * block_bytes bytes)
 // and verifies each block's checksum right after the read. Errors: kv_bad_request, opening
 // errors, kv_changed (header on disk differs from `header`), kv_truncated, kv_block_checksum
 // (the message names the first bad block; dst's contents are then unspecified).
 status read_kv_blocks(const std::string& path, const kv_file_header& header,
                       std::uint32_t first_block, std::uint32_t n_blocks,
-                      std::span<std::uint8_t> dst);
+                      std::span<std::uint8_t> dst, kv_read_fault fault = kv_read_fault::none);
 
 }  // namespace ordo::kv

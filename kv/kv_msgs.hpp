@@ -14,7 +14,8 @@
 //   kv_save    -> kv_save_done (as soon as the blocks' bytes are copied out or the save is
 //                 refused; the file is written after, off the loop)
 //   kv_session_delete -> kv_session_deleted
-// kv_release and kv_invalidate have no answer. kv_evicted and kv_status come unasked, in order.
+// kv_release, kv_invalidate and kv_fault have no answer. kv_evicted and kv_status come unasked, in
+// order.
 #pragma once
 
 #include <msgpack.hpp>
@@ -91,6 +92,17 @@ struct kv_session_delete {
     uint64_t conn = 0, id = 0;
     std::string session;
     MSGPACK_DEFINE_MAP(conn, id, session);
+};
+
+// The `fault` op with a kv kind (docs/protocol.md "fault"), after the scheduler checked that
+// [fault] is enabled: the next `count` saves (kv_enospc, kv_eio, kv_torn_exit, kv_fingerprint)
+// or restores (kv_flip_read) fail that way, through the real write / read path. `kind` was
+// validated by the front door (net/ops.cpp parse_fault). No reply.
+struct kv_fault {
+    static constexpr const char* msg_name = "kv_fault";
+    std::string kind;
+    uint32_t count = 1;
+    MSGPACK_DEFINE_MAP(kind, count);
 };
 
 // ---- kv → scheduler ----------------------------------------------------------------------

@@ -193,7 +193,8 @@ result<sched::cancel> parse_cancel(const msgpack::object& frame) {
 }
 
 // `fault` {kind: device_lost|hang|nan_logits, phase?: prefill|decode|mixed, layer?, after_steps?,
-// count?}.
+// count?} or {kind: kv_enospc|kv_eio|kv_torn_exit|kv_flip_read|kv_fingerprint, count?}. A kv
+// kind travels in the same spec; the scheduler routes it to the kv actor by its "kv_" prefix.
 result<gpu::inject_fault> parse_fault(const msgpack::object& frame) {
     auto pm = param_map::open(frame, {"kind", "phase", "layer", "after_steps", "count"});
     if (!pm.ok()) return pm.err();
@@ -202,8 +203,23 @@ result<gpu::inject_fault> parse_fault(const msgpack::object& frame) {
     if (kind == nullptr) return make_error("bad_request", "\"kind\" is required");
     auto k = fields::read_string("kind", *kind, 32);
     if (!k.ok()) return k.err();
-    if (*k != "device_lost" && *k != "hang" && *k != "nan_logits") {
-        return fields::bad("kind", "device_lost, hang or nan_logits", fields::quote(*k));
+    const bool gpu_kind = *k == "device_lost" || *k == "hang" || *k == "nan_logits";
+    const bool kv_kind = *k == "kv_enospc" || *k == "kv_eio" || *k == "kv_torn_exit" ||
+                         *k == "kv_flip_read" || *k == "kv_fingerprint";
+    if (!gpu_kind && !kv_kind) {
+        return fields::bad("kind",
+                           "device_lost, hang, nan_logits, kv_enospc, kv_eio, kv_torn_exit, "
+                           "kv_flip_read or kv_fingerprint",
+                           fields::quote(*k));
+    }
+    if (kv_kind) {
+        for (const char* step_only : {"phase", "layer", "after_steps"}) {
+            if (pm->get(step_only) != nullptr) {
+                return make_error("bad_request", "\"" + std::string(step_only) +
+                                                     "\" applies to gpu kinds only, not " +
+                                                     fields::quote(*k));
+            }
+        }
     }
     f.kind = *k;
     if (const auto* p = pm->get("phase")) {

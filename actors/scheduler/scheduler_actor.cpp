@@ -132,12 +132,22 @@ void scheduler_actor::on(const gpu::device_unavailable& m) {
     after(out);
 }
 
-// `fault`: arms a gpu fault through the real path.
+// `fault`: arms a gpu fault, or (kinds "kv_*") a kv fault, through the real path.
 void scheduler_actor::on(const fault& m) {
     std::vector<outgoing_event> out;
+    const bool kv_kind = m.spec.kind.starts_with("kv_");
     if (!_opt.faults_enabled) {
         out.push_back(error_event(m.conn, m.id, net::errc::fault_disabled,
                                   "fault injection is off ([fault] enabled = false)"));
+    } else if (kv_kind && !_kv_out.bound()) {
+        out.push_back(
+            error_event(m.conn, m.id, net::errc::bad_request, "kv faults need [kv] enabled"));
+    } else if (kv_kind) {
+        // Ordered after every kv request sent before it: "the next save" is the next one the
+        // kv actor receives.
+        _to_kv.send(kv::kv_fault{m.spec.kind, m.spec.count});
+        log().warn("fault armed by conn {} id {}: {} x{}", m.conn, m.id, m.spec.kind, m.spec.count);
+        out.push_back(net::fault_done{m.conn, m.id, m.spec.kind});
     } else if (auto st = _to_gpu.tell(m.spec); !st.ok()) {
         out.push_back(error_event(m.conn, m.id, net::errc::overloaded,
                                   "the gpu actor refused the fault: " + st.err().message));

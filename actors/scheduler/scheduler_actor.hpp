@@ -45,7 +45,7 @@ public:
                        net::set_health, net::drop_connection>;
     using gpu_outbox = actors::outbox<gpu::step, gpu::inject_fault>;
     using kv_outbox = actors::outbox<kv::kv_lookup, kv::kv_restore, kv::kv_release, kv::kv_save,
-                                     kv::kv_invalidate, kv::kv_session_delete>;
+                                     kv::kv_invalidate, kv::kv_session_delete, kv::kv_fault>;
 
     struct options {
         size_t mailbox_capacity = 65536;
@@ -118,8 +118,8 @@ private:
         net::cancel_done, net::model_done, net::stats_done, net::fault_done,
         net::session_delete_done, net::request_error, net::set_health, net::drop_connection>;
     using gpu_delivery = actors::delivery<gpu::reset_device>;
-    using kv_delivery = actors::delivery<kv::kv_lookup, kv::kv_restore, kv::kv_release,
-                                         kv::kv_save, kv::kv_invalidate, kv::kv_session_delete>;
+    using kv_delivery = actors::delivery<kv::kv_lookup, kv::kv_restore, kv::kv_release, kv::kv_save,
+                                         kv::kv_invalidate, kv::kv_session_delete, kv::kv_fault>;
 
     static void backstop_cb(uv_timer_t* t);
     static void pump_cb(uv_timer_t* t);

@@ -10,7 +10,10 @@
 // refused with their own code, while read_kv_header_any (no model to compare with) accepts a
 // valid file of any model and still refuses a corrupt header or a wrong size; symlinks,
 // directories and fifos are refused (kv_not_regular); a write that "crashed" (mid .tmp, or
-// before the rename) leaves the old .kv loading and the .tmp never readable; a file replaced
+// before the rename) leaves the old .kv loading and the .tmp never readable; an injected ENOSPC
+// or EIO half-way through the .tmp fails with kv_no_space / kv_io_error (disk faults), removes
+// the .tmp and leaves the old .kv loading; an injected read bit flip is caught by the checksum
+// of the block it lands in and leaves the file intact; a file replaced
 // after its header was read is kv_changed; bad write arguments are refused; file names are
 // stable (golden values), distinct and never hold the raw session name. Seeded RNG, small
 // geometry: the whole suite runs in well under a second.
@@ -407,6 +410,55 @@ TEST_F(kv_file_test, crashed_write_leaves_the_old_file) {
     std::vector<std::uint8_t> loaded;
     EXPECT_EQ(load_all(&loaded), "");
     EXPECT_EQ(loaded, newest);
+}
+
+// The `fault` op's kv_enospc / kv_eio: half the .tmp is written, then the write fails as the
+// disk would, and the protocol's own error path runs (the .tmp is removed, the old file stays).
+TEST_F(kv_file_test, injected_write_faults_fail_like_the_disk) {
+    write_good(small_geometry(kv_file_dtype::f16), 4);
+    const std::vector<std::uint8_t> old_blocks = _blocks;
+    const std::string tmp = _dir + "/" + _name + ".tmp";
+    const struct {
+        kv_write_stop stop;
+        kv_error error;
+        const char* strerror_text;
+    } cases[] = {{kv_write_stop::enospc_mid_tmp, kv_error::no_space, std::strerror(ENOSPC)},
+                 {kv_write_stop::eio_mid_tmp, kv_error::io_error, std::strerror(EIO)}};
+    for (const auto& c : cases) {
+        std::vector<std::uint8_t> new_blocks(_blocks.size(), 0x33);
+        status s = write_kv_file(_dir, _name, _meta, _tokens, new_blocks, c.stop);
+        ASSERT_FALSE(s);
+        EXPECT_EQ(s.err().code, code(c.error));
+        EXPECT_TRUE(kv_disk_fault(s.err().code));
+        EXPECT_NE(s.err().message.find(std::string("write: ") + c.strerror_text), std::string::npos)
+            << s.err().message;
+        EXPECT_FALSE(fs::exists(tmp));
+        std::vector<std::uint8_t> loaded;
+        EXPECT_EQ(load_all(&loaded), "");
+        EXPECT_EQ(loaded, old_blocks);
+    }
+}
+
+// The `fault` op's kv_flip_read: the bit is flipped in the buffer the verification checks, so
+// the block it lands in fails its checksum; the file on disk is untouched.
+TEST_F(kv_file_test, injected_read_flip_is_caught_by_its_block_checksum) {
+    write_good(small_geometry(kv_file_dtype::f16), 4);
+    auto h = read_kv_header(_path, _expect);
+    ASSERT_TRUE(h);
+    std::vector<std::uint8_t> dst(_blocks.size());
+    status s = read_kv_blocks(_path, *h, 0, 4, dst, kv_read_fault::flip_bit);
+    ASSERT_FALSE(s);
+    EXPECT_EQ(s.err().code, code(kv_error::block_checksum));
+    EXPECT_NE(s.err().message.find("block 2 of 4"), std::string::npos) << s.err().message;
+    // A one-block sub-range: the flip lands in that block.
+    const std::uint64_t bb = h->meta.geometry.block_bytes();
+    std::vector<std::uint8_t> one(bb);
+    s = read_kv_blocks(_path, *h, 3, 1, one, kv_read_fault::flip_bit);
+    ASSERT_FALSE(s);
+    EXPECT_NE(s.err().message.find("block 3 of 4"), std::string::npos) << s.err().message;
+    std::vector<std::uint8_t> loaded;
+    EXPECT_EQ(load_all(&loaded), "");
+    EXPECT_EQ(loaded, _blocks);
 }
 
 // A file replaced between read_kv_header and read_kv_blocks is not read with the old header.

@@ -466,4 +466,32 @@ TEST(ops, fault_parses_and_names_bad_values) {
     EXPECT_FALSE(parse_fault(make_frame("fault", 0, [](packer&) {}).get()).ok());
 }
 
+// The kv kinds parse with a count; the gpu-only fields are refused for them.
+TEST(ops, fault_kv_kinds_parse_and_refuse_step_fields) {
+    for (const char* kind :
+         {"kv_enospc", "kv_eio", "kv_torn_exit", "kv_flip_read", "kv_fingerprint"}) {
+        auto r = parse_fault(make_frame("fault", 2, [&](packer& p) {
+                                 p.pack("kind"), p.pack(kind);
+                                 p.pack("count"), p.pack(3);
+                             }).get());
+        ASSERT_TRUE(r.ok()) << kind << ": " << r.err().message;
+        EXPECT_EQ(r->kind, kind);
+        EXPECT_EQ(r->count, 3u);
+        auto d = parse_fault(
+            make_frame("fault", 1, [&](packer& p) { p.pack("kind"), p.pack(kind); }).get());
+        ASSERT_TRUE(d.ok());
+        EXPECT_EQ(d->count, 1u);
+    }
+    auto bad = parse_fault(make_frame("fault", 2, [](packer& p) {
+                               p.pack("kind"), p.pack("kv_eio");
+                               p.pack("phase"), p.pack("decode");
+                           }).get());
+    ASSERT_FALSE(bad.ok());
+    EXPECT_EQ(bad.err().code, "bad_request");
+    EXPECT_NE(bad.err().message.find("phase"), std::string::npos);
+    auto unknown = parse_fault(
+        make_frame("fault", 1, [](packer& p) { p.pack("kind"), p.pack("kv_melt"); }).get());
+    ASSERT_FALSE(unknown.ok());
+}
+
 }  // namespace

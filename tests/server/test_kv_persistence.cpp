@@ -42,6 +42,19 @@
 // 7. Idle after everything: every test ends every server's life by checking that stats show no
 //    active or queued sequence, no used KV block and kv.pins = 0 (no pin outlives its save or
 //    restore), after restores, busy sessions, cancels, corrupt files and gpu faults.
+// 8. kv faults through the `fault` op ([fault] enabled; docs/protocol.md "fault"), each through
+//    the path a real fault takes:
+//    - kv_enospc / kv_eio: the next save fails half-way through its .tmp: persistence off, the
+//      health reason and kv_disk.errors name kv_no_space / kv_io_error, no .tmp or .kv is left,
+//      serving goes on with correct output; a server without --kv-dir refuses kv kinds with
+//      bad_request.
+//    - kv_torn_exit: the server exits with status 86 mid-save, leaving half a .tmp; the restart's
+//      scan deletes it, nothing is loaded or quarantined, the output is the from-scratch one.
+//    - kv_flip_read: the next restore reads a flipped bit: restore_failures 1, quarantined 1
+//      (kv_block_checksum), output identical to the from-scratch one; the recompute's new file
+//      is then restored.
+//    - kv_fingerprint: the next save is written as another model's file (its pair check fails,
+//      kv_fingerprint); the restart's scan quarantines it as kv_fingerprint; nothing restores.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mount.h>
@@ -253,6 +266,8 @@ public:
 
     // SIGTERM (the kv actor flushes its saves) and the exit status.
     int stop() { return _proc.stop(); }
+    // Waits (bounded) for the process to exit on its own; its exit status.
+    int wait_exit() { return _proc.wait_exit(); }
     // SIGKILL at once and the exit status (128 + 9).
     int kill9() {
         ::kill(_proc.pid(), SIGKILL);
@@ -1204,6 +1219,200 @@ TEST(kv_persistence, gpu_fault_right_after_a_restore) {
     EXPECT_EQ(end.gpu("nan_logits"), 1u);
     EXPECT_EQ(end.gpu("device_lost"), 1u);
     b.expect_idle();
+}
+
+// =================================================================================================
+// 8. kv faults through the `fault` op.
+// =================================================================================================
+
+// [fault] enabled; no memory prefix cache, so a repeated prompt goes to disk.
+const std::string kv_fault_extra = "[scheduler]\nprefix_cache = false\n[fault]\nenabled = true\n";
+// docs/protocol.md "fault": the exit status of kv_torn_exit (kv::kv_torn_exit_code).
+constexpr int kv_torn_exit_status = 86;
+
+// Arms a kv fault on `s` and expects fault_done{armed: kind}.
+void arm_kv_fault(server& s, const std::string& kind) {
+    auto armed = s.op("fault", "kind", kind, "count", 1);
+    ASSERT_TRUE(armed.has_value()) << kind;
+    ASSERT_EQ(armed->str("event"), "done") << kind << ": " << armed->str("message");
+    EXPECT_EQ(armed->str("armed"), kind);
+}
+
+// What a server without KV persistence answers for `prompt`.
+gen_result from_scratch(const std::string& cfg_dir, const std::string& text, tokens_t& prompt) {
+    server s;
+    if (!s.start(cfg_dir, {stories, "", ""})) return {};
+    prompt = prompt_of(s, text);
+    gen_result g = s.generate(prompt);
+    EXPECT_TRUE(g.finished()) << g.outcome();
+    EXPECT_EQ(s.stop(), 0);
+    return g;
+}
+
+// kv_enospc and kv_eio: the save fails as the disk would and persistence turns off.
+void expect_disk_fault_path(const std::string& kind, const std::string& code,
+                            const std::string& strerror_text) {
+    temp_dir tmp;
+    const std::string dir = tmp.sub("kv");
+    tokens_t p, q;
+    const gen_result want_p = from_scratch(tmp.path(), story_texts[0], p);
+    server s;
+    ASSERT_TRUE(s.start(tmp.path(), {stories, dir, kv_fault_extra}));
+    q = prompt_of(s, story_texts[1]);
+    arm_kv_fault(s, kind);
+    expect_same_output(s.generate(p), want_p, "the request whose save fails");
+    ASSERT_TRUE(s.wait_saves_settled(1));
+    auto st = s.stats();
+    EXPECT_EQ(st.disk("saves"), 0u);
+    EXPECT_EQ(st.disk("save_failures"), 1u);
+    EXPECT_EQ(st.disk_error(code), 1u);
+    EXPECT_FALSE(st.disk_flag("persisting"));
+    const std::string reason = st.disk_str("reason");
+    EXPECT_NE(reason.find(code), std::string::npos) << reason;
+    EXPECT_NE(reason.find(strerror_text), std::string::npos) << reason;
+    event h = s.health();
+    EXPECT_EQ(h.str("status"), "ok");
+    EXPECT_EQ(h.str("reason"), reason) << "health does not say why persistence is off";
+    EXPECT_TRUE(files_in(dir, ".tmp").empty()) << "the failed write left its .tmp";
+    EXPECT_TRUE(files_in(dir, ".kv").empty());
+    // Serving goes on; nothing more is written while persistence is off.
+    expect_same_output(s.generate(p), want_p, "the same request with persistence off");
+    const gen_result got_q = s.generate(q);
+    EXPECT_TRUE(got_q.finished()) << got_q.outcome();
+    ASSERT_TRUE(s.wait_saves_settled(3));
+    EXPECT_EQ(s.stats().disk("save_failures"), 1u);
+    s.expect_idle();
+    EXPECT_EQ(s.stop(), 0);
+}
+
+TEST(kv_faults, enospc_turns_persistence_off) {
+    REQUIRE_STORIES();
+    expect_disk_fault_path("kv_enospc", "kv_no_space", "No space left on device");
+    // Without --kv-dir there is no kv actor to arm.
+    temp_dir tmp;
+    server s;
+    ASSERT_TRUE(s.start(tmp.path(), {stories, "", kv_fault_extra}));
+    auto refused = s.op("fault", "kind", "kv_enospc");
+    ASSERT_TRUE(refused.has_value());
+    EXPECT_EQ(refused->str("event"), "error");
+    EXPECT_EQ(refused->str("code"), "bad_request");
+    EXPECT_NE(refused->str("message").find("[kv] enabled"), std::string::npos);
+    EXPECT_EQ(s.stop(), 0);
+}
+
+TEST(kv_faults, eio_turns_persistence_off) {
+    REQUIRE_STORIES();
+    expect_disk_fault_path("kv_eio", "kv_io_error", "Input/output error");
+}
+
+TEST(kv_faults, torn_exit_leaves_nothing_loadable) {
+    REQUIRE_STORIES();
+    temp_dir tmp;
+    const std::string dir = tmp.sub("kv");
+    tokens_t p;
+    const gen_result want_p = from_scratch(tmp.path(), story_texts[2], p);
+    {
+        server a;
+        ASSERT_TRUE(a.start(tmp.path(), {stories, dir, kv_fault_extra}));
+        arm_kv_fault(a, "kv_torn_exit");
+        // The process may die before or after the request's done event: not waited for.
+        a.send_all({p});
+        EXPECT_EQ(a.wait_exit(), kv_torn_exit_status);
+    }
+    EXPECT_EQ(files_in(dir, ".tmp").size(), 1u) << "the crash did not leave half a .tmp";
+    EXPECT_TRUE(files_in(dir, ".kv").empty());
+
+    server b;
+    ASSERT_TRUE(b.start(tmp.path(), {stories, dir, kv_fault_extra}));
+    EXPECT_TRUE(files_in(dir, ".tmp").empty()) << "the scan did not delete the torn .tmp";
+    auto scanned = b.stats();
+    EXPECT_EQ(scanned.disk("files"), 0u);
+    EXPECT_EQ(scanned.disk("quarantined"), 0u);
+    const gen_result got = b.generate(p);
+    expect_same_output(got, want_p, "after the torn save");
+    EXPECT_EQ(got.cached, 0u);
+    ASSERT_TRUE(b.wait_saves_settled(1));
+    EXPECT_EQ(b.stats().disk("saves"), 1u);
+    b.expect_idle();
+    EXPECT_EQ(b.stop(), 0);
+}
+
+TEST(kv_faults, flip_read_quarantines_and_recomputes) {
+    REQUIRE_STORIES();
+    temp_dir tmp;
+    const std::string dir = tmp.sub("kv");
+    tokens_t p;
+    const gen_result want_p = from_scratch(tmp.path(), story_texts[3], p);
+    {
+        server a;
+        ASSERT_TRUE(a.start(tmp.path(), {stories, dir, kv_fault_extra}));
+        expect_same_output(a.generate(p), want_p, "the first run");
+        ASSERT_TRUE(a.wait_saves_settled(1));
+        EXPECT_EQ(a.stop(), 0);
+    }
+    ASSERT_EQ(files_in(dir, ".kv").size(), 1u);
+    server b;
+    ASSERT_TRUE(b.start(tmp.path(), {stories, dir, kv_fault_extra}));
+    arm_kv_fault(b, "kv_flip_read");
+    const gen_result got = b.generate(p);
+    expect_same_output(got, want_p, "the request whose restore read a flipped bit");
+    EXPECT_EQ(got.cached, 0u);
+    ASSERT_TRUE(b.wait_saves_settled(1));  // the recompute writes the prefix again
+    auto st = b.stats();
+    EXPECT_EQ(st.disk("restores"), 0u);
+    EXPECT_EQ(st.disk("restore_failures"), 1u);
+    EXPECT_EQ(st.disk("quarantined"), 1u);
+    EXPECT_EQ(st.disk_error("kv_block_checksum"), 1u);
+    EXPECT_TRUE(st.disk_flag("persisting"));
+    const auto quarantined = files_in(dir + "/quarantine", ".kv");
+    ASSERT_EQ(quarantined.size(), 1u);
+    EXPECT_NE(quarantined[0].find(".kv_block_checksum."), std::string::npos) << quarantined[0];
+    // The fault was spent: the file the recompute wrote restores.
+    const gen_result again = b.generate(p);
+    expect_same_output(again, want_p, "the request after");
+    EXPECT_EQ(again.cached, 2u * block_tokens);
+    EXPECT_EQ(b.stats().disk("restores"), 1u);
+    b.expect_idle();
+    EXPECT_EQ(b.stop(), 0);
+}
+
+TEST(kv_faults, fingerprint_is_quarantined_after_restart) {
+    REQUIRE_STORIES();
+    temp_dir tmp;
+    const std::string dir = tmp.sub("kv");
+    tokens_t p;
+    const gen_result want_p = from_scratch(tmp.path(), story_texts[4], p);
+    {
+        server a;
+        ASSERT_TRUE(a.start(tmp.path(), {stories, dir, kv_fault_extra}));
+        arm_kv_fault(a, "kv_fingerprint");
+        expect_same_output(a.generate(p), want_p, "the request whose file says another model");
+        ASSERT_TRUE(a.wait_saves_settled(1));
+        auto st = a.stats();
+        EXPECT_EQ(st.disk("saves"), 0u);
+        EXPECT_EQ(st.disk("save_failures"), 1u);
+        EXPECT_EQ(st.disk_error("kv_fingerprint"), 1u);
+        EXPECT_TRUE(st.disk_flag("persisting")) << "a foreign file is no disk fault";
+        EXPECT_EQ(st.disk("files"), 0u);
+        a.expect_idle();
+        EXPECT_EQ(a.stop(), 0);
+    }
+    ASSERT_EQ(files_in(dir, ".kv").size(), 1u);
+    server b;
+    ASSERT_TRUE(b.start(tmp.path(), {stories, dir, kv_fault_extra}));
+    auto scanned = b.stats();
+    EXPECT_EQ(scanned.disk("files"), 0u);
+    EXPECT_EQ(scanned.disk("quarantined"), 1u);
+    EXPECT_EQ(scanned.disk_error("kv_fingerprint"), 1u);
+    EXPECT_TRUE(files_in(dir, ".kv").empty());
+    const auto quarantined = files_in(dir + "/quarantine", ".kv");
+    ASSERT_EQ(quarantined.size(), 1u);
+    EXPECT_NE(quarantined[0].find(".kv_fingerprint."), std::string::npos) << quarantined[0];
+    const gen_result got = b.generate(p);
+    expect_same_output(got, want_p, "after the restart");
+    EXPECT_EQ(got.cached, 0u);
+    b.expect_idle();
+    EXPECT_EQ(b.stop(), 0);
 }
 
 }  // namespace
