@@ -201,8 +201,8 @@ result<sched::cancel> parse_cancel(const msgpack::object& frame) {
     return out;
 }
 
-// `fault` {kind, phase?, layer?, after_steps?, count?, ms?, actor?}: which keys a kind takes is
-// in kind_keys below; a key the kind does not take is refused by name, not ignored.
+// `fault` {kind, phase?, layer?, after_steps?, count?, ms?, actor?}: the keys a kind does not
+// take (not_taken below) are refused by name, not ignored.
 result<sched::fault> parse_fault(const msgpack::object& frame) {
     auto pm = param_map::open(frame,
                               {"kind", "phase", "layer", "after_steps", "count", "ms", "actor"});
