@@ -179,8 +179,9 @@ struct session_delete_done {
 struct fault_done {
     static constexpr const char* msg_name = "fault_done";
     uint64_t conn = 0, id = 0;
-    std::string armed;  // the fault kind
-    MSGPACK_DEFINE_MAP(conn, id, armed);
+    std::string armed;   // the fault kind
+    std::string detail;  // what exactly was armed, in words (empty: the kind says it all)
+    MSGPACK_DEFINE_MAP(conn, id, armed, detail);
 };
 
 // Any request ended by an error. Terminal.

@@ -3,6 +3,7 @@
 
 #include <limits>
 #include <utility>
+#include <vector>
 
 #include "actors/scheduler/stop_matcher.hpp"
 #include "net/request_fields.hpp"
@@ -17,6 +18,14 @@ using sched::sampling_params;
 // Bounds of the `fault` op's numbers.
 constexpr uint64_t fault_layer_max = 4096;
 constexpr uint64_t fault_steps_max = 1000000;
+// step_delay: well below the slack of the scheduler's step backstop (watchdog_ms per segment,
+// two more, plus 60 s; tools/server/server.cpp), which counts from the step's send and so
+// covers the delay too: a delayed step must still be answered by the gpu actor, not failed by
+// the backstop. Same bound as gpu::fault_plan::delay_ms_max.
+constexpr uint64_t fault_delay_ms_max = 10000;
+// mailbox_refuse: enough to outlast a delivery's deadline (10 s at one refused re-offer per
+// 2 ms tick is 5,000 refusals), so the give-up path can be driven too; bounded like the rest.
+constexpr uint64_t fault_refusals_max = 100000;
 
 bool is_session_char(char c) {
     return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
@@ -192,36 +201,44 @@ result<sched::cancel> parse_cancel(const msgpack::object& frame) {
     return out;
 }
 
-// `fault` {kind: device_lost|hang|nan_logits, phase?: prefill|decode|mixed, layer?, after_steps?,
-// count?} or {kind: kv_enospc|kv_eio|kv_torn_exit|kv_flip_read|kv_fingerprint, count?}. A kv
-// kind travels in the same spec; the scheduler routes it to the kv actor by its "kv_" prefix.
-result<gpu::inject_fault> parse_fault(const msgpack::object& frame) {
-    auto pm = param_map::open(frame, {"kind", "phase", "layer", "after_steps", "count"});
+// `fault` {kind, phase?, layer?, after_steps?, count?, ms?, actor?}: the keys a kind does not
+// take (not_taken below) are refused by name, not ignored. The kv kinds (kv_enospc, kv_eio,
+// kv_torn_exit, kv_flip_read, kv_fingerprint) take only count: the scheduler routes them to
+// the kv actor by their "kv_" prefix.
+result<sched::fault> parse_fault(const msgpack::object& frame) {
+    auto pm = param_map::open(frame,
+                              {"kind", "phase", "layer", "after_steps", "count", "ms", "actor"});
     if (!pm.ok()) return pm.err();
-    gpu::inject_fault f;
+    sched::fault out;
+    gpu::inject_fault& f = out.spec;
     const msgpack::object* kind = pm->get("kind");
     if (kind == nullptr) return make_error("bad_request", "\"kind\" is required");
     auto k = fields::read_string("kind", *kind, 32);
     if (!k.ok()) return k.err();
-    const bool gpu_kind = *k == "device_lost" || *k == "hang" || *k == "nan_logits";
+    const bool delay = *k == "step_delay";
+    const bool refuse = *k == "mailbox_refuse";
     const bool kv_kind = *k == "kv_enospc" || *k == "kv_eio" || *k == "kv_torn_exit" ||
                          *k == "kv_flip_read" || *k == "kv_fingerprint";
-    if (!gpu_kind && !kv_kind) {
+    if (*k != "device_lost" && *k != "hang" && *k != "nan_logits" && !delay && !refuse &&
+        !kv_kind) {
         return fields::bad("kind",
-                           "device_lost, hang, nan_logits, kv_enospc, kv_eio, kv_torn_exit, "
-                           "kv_flip_read or kv_fingerprint",
+                           "device_lost, hang, nan_logits, step_delay, mailbox_refuse, kv_enospc, "
+                           "kv_eio, kv_torn_exit, kv_flip_read or kv_fingerprint",
                            fields::quote(*k));
     }
-    if (kv_kind) {
-        for (const char* step_only : {"phase", "layer", "after_steps"}) {
-            if (pm->get(step_only) != nullptr) {
-                return make_error("bad_request", "\"" + std::string(step_only) +
-                                                     "\" applies to gpu kinds only, not " +
-                                                     fields::quote(*k));
-            }
+    f.kind = *k;
+    // The keys a kind does not take are refused by name: a step_delay fails nothing (no layer),
+    // a mailbox_refuse counts pushes, not steps.
+    std::vector<const char*> not_taken{"ms", "actor"};
+    if (delay) not_taken = {"layer", "actor"};
+    if (refuse) not_taken = {"phase", "layer", "after_steps", "ms"};
+    if (kv_kind) not_taken = {"phase", "layer", "after_steps", "ms", "actor"};
+    for (const char* key : not_taken) {
+        if (pm->get(key) != nullptr) {
+            return make_error("bad_request", "\"" + std::string(key) +
+                                                 "\" does not apply to kind " + fields::quote(*k));
         }
     }
-    f.kind = *k;
     if (const auto* p = pm->get("phase")) {
         auto ph = fields::read_string("phase", *p, 16);
         if (!ph.ok()) return ph.err();
@@ -241,11 +258,30 @@ result<gpu::inject_fault> parse_fault(const msgpack::object& frame) {
         f.after_steps = uint32_t(*v);
     }
     if (const auto* c = pm->get("count")) {
-        auto v = fields::read_uint("count", *c, 1, fault_steps_max);
+        auto v = fields::read_uint("count", *c, 1, refuse ? fault_refusals_max : fault_steps_max);
         if (!v.ok()) return v.err();
         f.count = uint32_t(*v);
     }
-    return f;
+    if (delay) {
+        const msgpack::object* ms = pm->get("ms");
+        if (ms == nullptr) return make_error("bad_request", "\"ms\" is required for step_delay");
+        auto v = fields::read_uint("ms", *ms, 1, fault_delay_ms_max);
+        if (!v.ok()) return v.err();
+        f.delay_ms = uint32_t(*v);
+    }
+    if (refuse) {
+        const msgpack::object* a = pm->get("actor");
+        if (a == nullptr) {
+            return make_error("bad_request", "\"actor\" is required for mailbox_refuse");
+        }
+        auto name = fields::read_string("actor", *a, 16);
+        if (!name.ok()) return name.err();
+        if (*name != "scheduler" && *name != "net" && *name != "gpu" && *name != "kv") {
+            return fields::bad("actor", "scheduler, net, gpu or kv", fields::quote(*name));
+        }
+        out.actor = *name;
+    }
+    return out;
 }
 
 // `session_delete` {session}.
@@ -307,12 +343,7 @@ result<op> parse_op(const request& r, const request_limits& limits) {
     if (r.op == "detokenize") return with_id(parse_detokenize(frame, limits), r.id);
     if (r.op == "session_delete") return with_id(parse_session_delete(frame, limits), r.id);
     if (r.op == "fault") {
-        auto f = parse_fault(frame);
-        if (!f) return f.err();
-        sched::fault m;
-        m.id = r.id;
-        m.spec = std::move(*f);
-        return op(std::move(m));
+        return with_id(parse_fault(frame), r.id);
     }
     return make_error("unknown_op", "unknown op " + fields::quote(r.op));
 }

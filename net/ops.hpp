@@ -45,7 +45,7 @@ result<sched::tokenize> parse_tokenize(const msgpack::object& frame);
 result<sched::detokenize> parse_detokenize(const msgpack::object& frame,
                                            const request_limits& limits);
 result<sched::cancel> parse_cancel(const msgpack::object& frame);
-result<gpu::inject_fault> parse_fault(const msgpack::object& frame);
+result<sched::fault> parse_fault(const msgpack::object& frame);
 result<sched::session_delete> parse_session_delete(const msgpack::object& frame,
                                                    const request_limits& limits);
 

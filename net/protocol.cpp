@@ -203,7 +203,10 @@ std::string encode(const session_delete_done& e) {
 }
 
 std::string encode(const fault_done& e) {
-    return event_writer(e.id, "done").field("armed", e.armed).finish();
+    event_writer w(e.id, "done");
+    w.field("armed", e.armed);
+    if (!e.detail.empty()) w.field("detail", e.detail);
+    return w.finish();
 }
 
 }  // namespace ordo::net

@@ -103,6 +103,16 @@ public:
     size_t mailbox_size() const { return _mailbox.size(); }
     size_t mailbox_capacity() const { return _mailbox.capacity(); }
     uint64_t handler_errors() const { return _handler_errors.load(); }
+    uint64_t mailbox_rejected_full() const { return _mailbox.rejected_full(); }
+
+    // Fault point, thread-safe: the next `n` tells to this actor are refused with mailbox_full
+    // exactly as a full mailbox refuses them (mailbox.hpp). Only the `fault` op arms it (the
+    // scheduler, for mailbox_refuse). A direct call, not a message: a message would itself go
+    // through the mailbox it arms, so it could be refused (by a full or an already-refusing
+    // mailbox), would count as one of the pushes, and would arm only when the target's loop got
+    // to it, letting pushes slip through in between; the call arms at once, before the
+    // scheduler answers fault_done, and touches nothing but the mailbox's atomic counter.
+    void refuse_next(uint32_t n) { _mailbox.refuse_next(n); }
 
 protected:
     // Loop-thread hooks for derived actors.

@@ -18,7 +18,15 @@ status mailbox::push(envelope&& e) {
         return make_error("actor_stopped", "receiver is not running; message " +
                                                std::string(e.type_name) + " refused");
     }
-    if (_queue.size() >= _capacity) {
+    // A refusal armed by refuse_next() leaves through the same return as a full queue.
+    // A compare-exchange, not fetch_sub: refuse_next() may store meanwhile (it does not take
+    // the lock), and a decrement of a just-disarmed 0 would wrap.
+    uint32_t left = _refuse_next.load(std::memory_order_relaxed);
+    while (left != 0 && !_refuse_next.compare_exchange_weak(left, left - 1,
+                                                           std::memory_order_relaxed)) {
+    }
+    const bool refused = left != 0;
+    if (refused || _queue.size() >= _capacity) {
         _rejected_full++;
         return make_error("mailbox_full", "receiver mailbox is full (" +
                                               std::to_string(_capacity) + " messages); " +

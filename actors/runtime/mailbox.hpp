@@ -8,10 +8,16 @@
 // Bound: at `capacity` queued envelopes a push fails with `mailbox_full` and the sender gets
 // that error back synchronously. Nothing blocks and nothing is dropped silently. After close()
 // (the actor is stopping) a push fails with `actor_stopped`.
+//
+// Fault point (the `fault` op's mailbox_refuse, docs/protocol.md): refuse_next(n) makes the next
+// n pushes fail with `mailbox_full` through the very return path a full queue takes, so senders'
+// bounded retries and refusal outcomes can be driven on a live server. Disarmed (the only state
+// outside fault tests) it costs push() one relaxed atomic load.
 #pragma once
 
 #include <uv.h>
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <mutex>
@@ -43,6 +49,10 @@ public:
     size_t drain(std::deque<envelope>& out);
     // Loop thread only: refuses every later push; the wakeup handle may then be closed.
     void close();
+    // Thread-safe: the next `n` pushes (replacing what is left of an earlier arming; 0 disarms)
+    // are refused with mailbox_full as if the queue were full, and counted in rejected_full().
+    void refuse_next(uint32_t n) { _refuse_next.store(n, std::memory_order_relaxed); }
+    uint32_t refusals_armed() const { return _refuse_next.load(std::memory_order_relaxed); }
 
     size_t capacity() const { return _capacity; }
     size_t size() const;
@@ -55,6 +65,9 @@ private:
     size_t _capacity;
     uint64_t _rejected_full = 0;
     bool _closed = false;
+    // Pushes still to refuse (refuse_next). Decremented only under _mutex, so n arms exactly n
+    // refusals however many threads push.
+    std::atomic<uint32_t> _refuse_next{0};
 };
 
 }  // namespace ordo::actors

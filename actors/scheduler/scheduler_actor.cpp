@@ -132,7 +132,8 @@ void scheduler_actor::on(const gpu::device_unavailable& m) {
     after(out);
 }
 
-// `fault`: arms a gpu fault, or (kinds "kv_*") a kv fault, through the real path.
+// `fault`: arms a fault through the real path: the gpu kinds in the gpu actor's fault plan,
+// the kv kinds ("kv_*") in the kv actor's, mailbox_refuse on the named actor's mailbox.
 void scheduler_actor::on(const fault& m) {
     std::vector<outgoing_event> out;
     const bool kv_kind = m.spec.kind.starts_with("kv_");
@@ -148,14 +149,45 @@ void scheduler_actor::on(const fault& m) {
         _to_kv.send(kv::kv_fault{m.spec.kind, m.spec.count});
         log().warn("fault armed by conn {} id {}: {} x{}", m.conn, m.id, m.spec.kind, m.spec.count);
         out.push_back(net::fault_done{m.conn, m.id, m.spec.kind});
+    } else if (m.spec.kind == "mailbox_refuse") {
+        arm_mailbox_refusal(m, out);
     } else if (auto st = _to_gpu.tell(m.spec); !st.ok()) {
         out.push_back(error_event(m.conn, m.id, net::errc::overloaded,
                                   "the gpu actor refused the fault: " + st.err().message));
     } else {
-        log().warn("fault armed by conn {} id {}: {}", m.conn, m.id, m.spec.kind);
-        out.push_back(net::fault_done{m.conn, m.id, m.spec.kind});
+        std::string detail;
+        if (m.spec.kind == "step_delay") {
+            detail = fmt::format("{} {} step(s) after {} wait {} ms each before they run",
+                                 m.spec.count, m.spec.phase.empty() ? "matching" : m.spec.phase,
+                                 m.spec.after_steps, m.spec.delay_ms);
+        }
+        log().warn("fault armed by conn {} id {}: {} {}", m.conn, m.id, m.spec.kind, detail);
+        out.push_back(net::fault_done{m.conn, m.id, m.spec.kind, detail});
     }
     after(out);
+}
+
+// mailbox_refuse: the named actor's mailbox refuses its next spec.count pushes with
+// mailbox_full. Armed synchronously (actor_core::refuse_next) before fault_done is sent, so a
+// request the client sends after reading fault_done meets the refusals. An armed net mailbox
+// also refuses that fault_done first: the net delivery retries it like any other event.
+void scheduler_actor::arm_mailbox_refusal(const fault& m, std::vector<outgoing_event>& out) {
+    actors::actor_core* target = m.actor == "scheduler" ? this
+                                 : m.actor == "net"     ? _net_actor
+                                 : m.actor == "gpu"     ? _gpu_actor
+                                 : m.actor == "kv"      ? _kv_actor
+                                                        : nullptr;
+    if (target == nullptr) {
+        out.push_back(error_event(m.conn, m.id, net::errc::bad_request,
+                                  "actor \"" + m.actor + "\" is not running here" +
+                                      (m.actor == "kv" ? " ([kv] enabled = false)" : "")));
+        return;
+    }
+    target->refuse_next(m.spec.count);
+    std::string detail = fmt::format("the {} actor's mailbox refuses its next {} push(es)",
+                                     m.actor, m.spec.count);
+    log().warn("fault armed by conn {} id {}: mailbox_refuse: {}", m.conn, m.id, detail);
+    out.push_back(net::fault_done{m.conn, m.id, m.spec.kind, detail});
 }
 
 void scheduler_actor::on(const drain& m) {

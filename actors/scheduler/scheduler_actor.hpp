@@ -65,11 +65,14 @@ public:
         _net_out = net_outbox(net, "scheduler");
         _to_gpu = gpu_outbox(gpu, "scheduler");
         _gpu_control_out = actors::outbox<gpu::reset_device>(gpu, "scheduler");
+        _net_actor = &net;
+        _gpu_actor = &gpu;
     }
     // Before start(), with [kv] enabled: where kv requests go.
     template <typename Kv>
     void connect_kv(Kv& kv) {
         _kv_out = kv_outbox(kv, "scheduler");
+        _kv_actor = &kv;
     }
 
     void on(const generate& m);
@@ -133,11 +136,18 @@ private:
     void gpu_gave_up(const gpu_delivery::message& m, const error& why);
     void kv_gave_up(const kv_delivery::message& m, const error& why);
     void send_kv_requests();
+    void arm_mailbox_refusal(const fault& m, std::vector<outgoing_event>& out);
 
     scheduler_core _core;
     gpu::logits_exchange* _logits;
     options _opt;
     net_outbox _net_out;
+    // The `fault` op's mailbox_refuse targets, set by connect()/connect_kv() (the kv one stays
+    // null without [kv]). Used only for actor_core::refuse_next, which is thread-safe; never to
+    // reach into the other actor's state.
+    actors::actor_core* _net_actor = nullptr;
+    actors::actor_core* _gpu_actor = nullptr;
+    actors::actor_core* _kv_actor = nullptr;
     gpu_outbox _to_gpu;
     actors::outbox<gpu::reset_device> _gpu_control_out;
     net_delivery _to_net;

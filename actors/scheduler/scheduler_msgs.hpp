@@ -100,13 +100,16 @@ struct session_delete {
     MSGPACK_DEFINE_MAP(conn, id, session);
 };
 
-// front door → scheduler: arm a gpu fault (needs [fault] enabled). Reply: fault_done or
-// request_error{fault_disabled}.
+// front door → scheduler: arm a fault (needs [fault] enabled). Reply: fault_done or
+// request_error{fault_disabled}. The gpu kinds (device_lost, hang, nan_logits, step_delay) are
+// forwarded to the gpu actor as `spec`; mailbox_refuse (spec.count refusals) is armed by the
+// scheduler itself on the mailbox of `actor`.
 struct fault {
     static constexpr const char* msg_name = "fault";
     uint64_t conn = 0, id = 0;
     gpu::inject_fault spec;
-    MSGPACK_DEFINE_MAP(conn, id, spec);
+    std::string actor;  // mailbox_refuse: "scheduler", "net", "gpu" or "kv"; otherwise empty
+    MSGPACK_DEFINE_MAP(conn, id, spec, actor);
 };
 
 // net → scheduler: the connection is gone (EOF, reset, write error, slow reader, timeout).

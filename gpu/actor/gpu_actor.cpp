@@ -6,7 +6,9 @@
 #include <cassert>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <thread>
 #include <vector>
 
 #include "gpu/vk/device_select.hpp"
@@ -121,6 +123,12 @@ void gpu_actor::run_job() {
 }
 
 void gpu_actor::run_step_job() {
+    // step_delay: on the worker, before anything is submitted, so the loop stays free (cancels
+    // and disconnects race the running step) and the runner's watchdog times only the real
+    // submissions. Shutdown waits for it like for any running step (at most delay_ms_max).
+    if (_job.fault.delay_ms != 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(_job.fault.delay_ms));
+    }
     if (_options.on_step_begin) _options.on_step_begin(_job.msg);
     _runner->arm_fault(_job.fault);
     // A step that wants no rows writes nothing; the pointer is never dereferenced then.
@@ -456,8 +464,8 @@ void gpu_actor::on(const inject_fault& m) {
         count_handler_error();
         return;
     }
-    log().warn("fault armed: {} phase '{}' layer {} after {} count {}", m.kind, m.phase, m.layer,
-               m.after_steps, m.count);
+    log().warn("fault armed: {} phase '{}' layer {} after {} count {} delay {} ms", m.kind, m.phase,
+               m.layer, m.after_steps, m.count, m.delay_ms);
 }
 
 }  // namespace ordo::gpu

@@ -58,8 +58,9 @@ struct inject_fault {
     std::string phase;
     int32_t layer = -1;
     uint32_t after_steps = 0;  // 0 = the next matching step
-    uint32_t count = 1;        // how many matching steps fail
-    MSGPACK_DEFINE_MAP(kind, phase, layer, after_steps, count);
+    uint32_t count = 1;        // how many matching steps fail (step_delay: are delayed)
+    uint32_t delay_ms = 0;     // step_delay: how long each matching step waits before it runs
+    MSGPACK_DEFINE_MAP(kind, phase, layer, after_steps, count, delay_ms);
 };
 
 // scheduler or kv actor → gpu: copy the pool blocks `blocks` (in order) into the held

@@ -4,7 +4,10 @@
 //
 // Rule: a fault counts the steps whose phase matches (phase "" = any) from the moment it is
 // armed; it fires on matching steps number after_steps + 1 .. after_steps + count, then is
-// spent. Several faults may be armed; the first armed one that fires wins a step.
+// spent. Several faults may be armed; the first armed one that fires wins a step. Delays
+// (step_delay) and failures (the other kinds) are counted apart: the first armed delay that
+// fires sets the step's delay_ms, the first failure its kind, so a step may be both delayed and
+// failed.
 #pragma once
 
 #include <cstdint>
@@ -23,9 +26,13 @@ public:
     static constexpr std::size_t armed_max = 8;
     // Steps one fault may fail, at most.
     static constexpr std::uint32_t count_max = 1000;
+    // A step_delay's delay, at most: well below the 60 s slack of the scheduler's step
+    // backstop (tools/server/server.cpp), which counts from the step's send, so it must not
+    // fire for a delayed step the gpu actor still answers (net/ops.cpp bounds the op the same).
+    static constexpr std::uint32_t delay_ms_max = 10000;
 
-    // Errors (gpu_bad_fault): unknown kind or phase, count 0 or above count_max, armed_max
-    // reached.
+    // Errors (gpu_bad_fault): unknown kind or phase, count 0 or above count_max, a step_delay
+    // whose delay_ms is 0 or above delay_ms_max, armed_max reached.
     status arm(const inject_fault& f);
     // The fault this step suffers (kind none when none fires); advances every matching fault.
     step_fault next(const std::string& phase);
@@ -34,7 +41,7 @@ public:
 private:
     struct armed_fault {
         inject_fault f;
-        fault_kind kind = fault_kind::none;
+        fault_kind kind = fault_kind::none;  // none for a step_delay
         std::uint32_t seen = 0;   // matching steps so far
         std::uint32_t fired = 0;  // steps failed so far
     };

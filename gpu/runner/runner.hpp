@@ -86,6 +86,10 @@ enum class fault_kind { none, device_lost, hang, nan_logits };
 struct step_fault {
     fault_kind kind = fault_kind::none;
     std::int32_t layer = -1;  // the segment holding this layer; -1: the first segment
+    // step_delay: the gpu actor's worker sleeps this long before the step begins (as if the
+    // device were slow to take it); the runner never sees it, so its watchdog still times only
+    // the real submissions. Independent of `kind`: a delayed step may also fail.
+    std::uint32_t delay_ms = 0;
 };
 
 struct step_result {

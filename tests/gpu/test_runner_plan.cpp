@@ -43,7 +43,7 @@ TEST(StepPlan, LaysOutTokensSlotsTablesAndRows) {
 
 TEST(FaultPlan, MatchesPhaseAfterStepsAndCount) {
     fault_plan f;
-    ASSERT_TRUE(f.arm({"hang", "decode", 3, 1, 2}).ok());
+    ASSERT_TRUE(f.arm({"hang", "decode", 3, 1, 2, 0}).ok());
     EXPECT_EQ(f.next("prefill").kind, fault_kind::none);  // other phase: not counted
     EXPECT_EQ(f.next("decode").kind, fault_kind::none);   // decode #1: after_steps = 1
     step_fault hit = f.next("decode");
@@ -52,13 +52,36 @@ TEST(FaultPlan, MatchesPhaseAfterStepsAndCount) {
     EXPECT_EQ(f.next("decode").kind, fault_kind::hang);  // count 2
     EXPECT_EQ(f.next("decode").kind, fault_kind::none);  // spent
     EXPECT_EQ(f.armed(), 0u);
-    EXPECT_FALSE(f.arm({"melt", "", -1, 0, 1}).ok());
-    EXPECT_FALSE(f.arm({"hang", "sideways", -1, 0, 1}).ok());
-    EXPECT_FALSE(f.arm({"hang", "", -1, 0, 0}).ok());
+    EXPECT_FALSE(f.arm({"melt", "", -1, 0, 1, 0}).ok());
+    EXPECT_FALSE(f.arm({"hang", "sideways", -1, 0, 1, 0}).ok());
+    EXPECT_FALSE(f.arm({"hang", "", -1, 0, 0, 0}).ok());
     for (std::size_t i = 0; i < fault_plan::armed_max; ++i) {
-        ASSERT_TRUE(f.arm({"nan_logits", "", -1, 0, 1}).ok());
+        ASSERT_TRUE(f.arm({"nan_logits", "", -1, 0, 1, 0}).ok());
     }
-    EXPECT_EQ(f.arm({"nan_logits", "", -1, 0, 1}).err().code, "gpu_bad_fault");
+    EXPECT_EQ(f.arm({"nan_logits", "", -1, 0, 1, 0}).err().code, "gpu_bad_fault");
+}
+
+// step_delay: counted like a failure fault but apart from it (a step may be delayed and fail);
+// its delay must be 1..delay_ms_max.
+TEST(FaultPlan, StepDelayIsCountedApartFromFailures) {
+    fault_plan f;
+    ASSERT_TRUE(f.arm({"step_delay", "decode", -1, 1, 2, 250}).ok());
+    ASSERT_TRUE(f.arm({"nan_logits", "decode", -1, 1, 1, 0}).ok());
+    step_fault s = f.next("decode");  // decode #1: after_steps = 1 for both
+    EXPECT_EQ(s.delay_ms, 0u);
+    EXPECT_EQ(s.kind, fault_kind::none);
+    s = f.next("prefill");  // other phase
+    EXPECT_EQ(s.delay_ms, 0u);
+    s = f.next("decode");
+    EXPECT_EQ(s.delay_ms, 250u);
+    EXPECT_EQ(s.kind, fault_kind::nan_logits);
+    s = f.next("decode");
+    EXPECT_EQ(s.delay_ms, 250u);
+    EXPECT_EQ(s.kind, fault_kind::none);
+    EXPECT_EQ(f.next("decode").delay_ms, 0u);  // spent
+    EXPECT_EQ(f.armed(), 0u);
+    EXPECT_FALSE(f.arm({"step_delay", "", -1, 0, 1, 0}).ok());
+    EXPECT_FALSE(f.arm({"step_delay", "", -1, 0, 1, fault_plan::delay_ms_max + 1}).ok());
 }
 
 TEST(LogitsExchange, AcquireUntilBusyThenRelease) {

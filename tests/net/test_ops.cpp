@@ -16,6 +16,7 @@
 #include <functional>
 #include <msgpack.hpp>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -455,11 +456,13 @@ TEST(ops, fault_parses_and_names_bad_values) {
     });
     auto r = parse_fault(f.get());
     ASSERT_TRUE(r.ok()) << r.err().message;
-    EXPECT_EQ(r->kind, "device_lost");
-    EXPECT_EQ(r->phase, "decode");
-    EXPECT_EQ(r->layer, 3);
-    EXPECT_EQ(r->after_steps, 2u);
-    EXPECT_EQ(r->count, 4u);
+    EXPECT_EQ(r->spec.kind, "device_lost");
+    EXPECT_EQ(r->spec.phase, "decode");
+    EXPECT_EQ(r->spec.layer, 3);
+    EXPECT_EQ(r->spec.after_steps, 2u);
+    EXPECT_EQ(r->spec.count, 4u);
+    EXPECT_EQ(r->spec.delay_ms, 0u);
+    EXPECT_EQ(r->actor, "");
     auto bad = parse_fault(make_frame("fault", 1, [](packer& p) { p.pack("kind"), p.pack("melt"); }).get());
     ASSERT_FALSE(bad.ok());
     EXPECT_NE(bad.err().message.find("kind"), std::string::npos);
@@ -475,12 +478,12 @@ TEST(ops, fault_kv_kinds_parse_and_refuse_step_fields) {
                                  p.pack("count"), p.pack(3);
                              }).get());
         ASSERT_TRUE(r.ok()) << kind << ": " << r.err().message;
-        EXPECT_EQ(r->kind, kind);
-        EXPECT_EQ(r->count, 3u);
+        EXPECT_EQ(r->spec.kind, kind);
+        EXPECT_EQ(r->spec.count, 3u);
         auto d = parse_fault(
             make_frame("fault", 1, [&](packer& p) { p.pack("kind"), p.pack(kind); }).get());
         ASSERT_TRUE(d.ok());
-        EXPECT_EQ(d->count, 1u);
+        EXPECT_EQ(d->spec.count, 1u);
     }
     auto bad = parse_fault(make_frame("fault", 2, [](packer& p) {
                                p.pack("kind"), p.pack("kv_eio");
@@ -492,6 +495,79 @@ TEST(ops, fault_kv_kinds_parse_and_refuse_step_fields) {
     auto unknown = parse_fault(
         make_frame("fault", 1, [](packer& p) { p.pack("kind"), p.pack("kv_melt"); }).get());
     ASSERT_FALSE(unknown.ok());
+}
+
+// The runtime fault points: step_delay takes ms (required, 1..10000) with phase/after_steps/count;
+// mailbox_refuse takes actor (required, one of four) and count (1..100000). A key a kind does not
+// take, a missing required key and an out-of-range value are refused, each naming its key.
+TEST(ops, fault_runtime_points_parse_with_bounds) {
+    auto delay = parse_fault(make_frame("fault", 5, [](packer& p) {
+        p.pack("kind"), p.pack("step_delay");
+        p.pack("ms"), p.pack(250);
+        p.pack("phase"), p.pack("decode");
+        p.pack("after_steps"), p.pack(1);
+        p.pack("count"), p.pack(2);
+    }).get());
+    ASSERT_TRUE(delay.ok()) << delay.err().message;
+    EXPECT_EQ(delay->spec.kind, "step_delay");
+    EXPECT_EQ(delay->spec.delay_ms, 250u);
+    EXPECT_EQ(delay->spec.phase, "decode");
+    EXPECT_EQ(delay->spec.after_steps, 1u);
+    EXPECT_EQ(delay->spec.count, 2u);
+
+    auto refuse = parse_fault(make_frame("fault", 3, [](packer& p) {
+        p.pack("kind"), p.pack("mailbox_refuse");
+        p.pack("actor"), p.pack("net");
+        p.pack("count"), p.pack(7);
+    }).get());
+    ASSERT_TRUE(refuse.ok()) << refuse.err().message;
+    EXPECT_EQ(refuse->spec.kind, "mailbox_refuse");
+    EXPECT_EQ(refuse->actor, "net");
+    EXPECT_EQ(refuse->spec.count, 7u);
+
+    // {params in the frame, the params, the key the error must name}
+    struct bad_case {
+        uint32_t n;
+        void (*fill)(packer&);
+        std::string key;
+    };
+    const std::vector<bad_case> bad{
+        {1, [](packer& p) { p.pack("kind"), p.pack("step_delay"); }, "ms"},
+        {2, [](packer& p) { p.pack("kind"), p.pack("step_delay"), p.pack("ms"), p.pack(0); }, "ms"},
+        {2, [](packer& p) { p.pack("kind"), p.pack("step_delay"), p.pack("ms"), p.pack(10001); },
+         "ms"},
+        {3,
+         [](packer& p) {
+             p.pack("kind"), p.pack("step_delay"), p.pack("ms"), p.pack(5);
+             p.pack("layer"), p.pack(1);
+         },
+         "layer"},
+        {2, [](packer& p) { p.pack("kind"), p.pack("hang"), p.pack("ms"), p.pack(5); }, "ms"},
+        {2, [](packer& p) { p.pack("kind"), p.pack("hang"), p.pack("actor"), p.pack("net"); },
+         "actor"},
+        {1, [](packer& p) { p.pack("kind"), p.pack("mailbox_refuse"); }, "actor"},
+        {2,
+         [](packer& p) { p.pack("kind"), p.pack("mailbox_refuse"), p.pack("actor"), p.pack("db"); },
+         "actor"},
+        {3,
+         [](packer& p) {
+             p.pack("kind"), p.pack("mailbox_refuse"), p.pack("actor"), p.pack("net");
+             p.pack("count"), p.pack(100001);
+         },
+         "count"},
+        {3,
+         [](packer& p) {
+             p.pack("kind"), p.pack("mailbox_refuse"), p.pack("actor"), p.pack("gpu");
+             p.pack("phase"), p.pack("decode");
+         },
+         "phase"},
+    };
+    for (const auto& c : bad) {
+        auto r = parse_fault(make_frame("fault", c.n, c.fill).get());
+        ASSERT_FALSE(r.ok()) << c.key;
+        EXPECT_EQ(r.err().code, "bad_request") << c.key;
+        EXPECT_NE(r.err().message.find(c.key), std::string::npos) << r.err().message;
+    }
 }
 
 }  // namespace

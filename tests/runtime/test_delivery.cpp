@@ -9,7 +9,11 @@
 // rest, in order); (5) at pending_max the new message is given up with delivery_overflow and the
 // ones before it still arrive; (6) close() in on_stop gives up what is pending with
 // actor_stopped, the owner's loop closes with no leaked handle, and the owner can start again;
-// (7) init() refuses bad arguments and a second init, on a bare loop that closes cleanly.
+// (7) init() refuses bad arguments and a second init, on a bare loop that closes cleanly;
+// (8) the mailbox_refuse fault point (actor_core::refuse_next(n)): exactly n tells are refused
+// with mailbox_full, counted as full-mailbox refusals, then tells are accepted again; a delivery
+// retries through the refusals and delivers everything in order; refusals outlasting the
+// deadline take the give-up path (delivery_timeout, in order) and a later send still arrives.
 // Every actor test ends by asserting join() is ok (uv_loop_close == 0). Time appears only as
 // generous "eventually" bounds and one lower bound (a give-up is never early).
 #include <gtest/gtest.h>
@@ -360,6 +364,75 @@ TEST(delivery, init_refuses_bad_arguments_and_closes_on_a_bare_loop) {
     EXPECT_EQ(given_up, expected);
     ASSERT_EQ(uv_run(&loop, UV_RUN_DEFAULT), 0);
     EXPECT_EQ(uv_loop_close(&loop), 0);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(mailbox_refuse, refuses_exactly_n_then_accepts) {
+    receiver r;
+    ASSERT_TRUE(r.start().ok());
+    r.refuse_next(3);
+    for (uint64_t i = 0; i < 3; i++) {
+        auto st = r.tell(item{i});
+        ASSERT_FALSE(st.ok()) << i;
+        EXPECT_EQ(st.err().code, "mailbox_full");  // the full-mailbox code, not a new one
+    }
+    ASSERT_TRUE(r.tell(item{3}).ok());
+    ASSERT_TRUE(r.wait_got(1));
+    EXPECT_EQ(r.mailbox_rejected_full(), 3u);
+    // Re-arming replaces what is left; 0 disarms.
+    r.refuse_next(5);
+    r.refuse_next(0);
+    ASSERT_TRUE(r.tell(item{4}).ok());
+    ASSERT_TRUE(r.wait_got(2));
+    stop(r);
+    EXPECT_EQ(r.got, (std::vector<uint64_t>{3, 4}));
+}
+
+TEST(mailbox_refuse, delivery_retries_through_refusals_in_order) {
+    receiver r;
+    ASSERT_TRUE(r.start().ok());
+    sender s(outbox<item>(r, "sender"), {.pending_max = 128, .retry_ms = 1, .deadline_ms = 60000});
+    ASSERT_TRUE(s.start().ok());
+
+    r.refuse_next(5);
+    ASSERT_TRUE(s.tell(burst{0, 20}).ok());
+    ASSERT_TRUE(r.wait_got(20));
+
+    stop(s);
+    stop(r);
+    EXPECT_EQ(r.got, range(0, 20));
+    EXPECT_TRUE(s.given_up.empty());
+    // The 5 armed refusals, then maybe real ones: the receiver's mailbox holds only 2.
+    EXPECT_GE(r.mailbox_rejected_full(), 5u);
+    // 0 was refused at once, so all 20 waited in the FIFO (nothing overtakes a pending one).
+    EXPECT_EQ(s.d().deferred(), 20u);
+    EXPECT_EQ(s.d().delivered(), 20u);
+}
+
+TEST(mailbox_refuse, refusals_beyond_the_deadline_take_the_give_up_path) {
+    constexpr uint64_t deadline_ms = 50;
+    receiver r;
+    ASSERT_TRUE(r.start().ok());
+    sender s(outbox<item>(r, "sender"),
+             {.pending_max = 16, .retry_ms = 5, .deadline_ms = deadline_ms});
+    ASSERT_TRUE(s.start().ok());
+
+    r.refuse_next(1000000);  // far more refusals than retry ticks within the deadline
+    ASSERT_TRUE(s.tell(burst{0, 3}).ok());
+    ASSERT_TRUE(s.wait_given_up(3));
+    r.refuse_next(0);
+    ASSERT_TRUE(s.tell(burst{3, 1}).ok());
+    ASSERT_TRUE(r.wait_got(1));
+
+    stop(s);
+    stop(r);
+    const std::vector<given_up_item> expected{
+        {0, "delivery_timeout"}, {1, "delivery_timeout"}, {2, "delivery_timeout"}};
+    EXPECT_EQ(s.given_up, expected);
+    EXPECT_EQ(r.got, range(3, 1));
 }
 
 }  // namespace

@@ -15,7 +15,11 @@
 // - half-sent frames and silent connections time out (read_timeout) and free their slots;
 //   connections the client already closed do not count against server.max_connections;
 // - SIGTERM lets running requests finish within server.shutdown_grace_ms and refuses new ones;
-//   with no grace a running request ends with shutting_down; the server exits 0 either way.
+//   with no grace a running request ends with shutting_down; the server exits 0 either way;
+// - the runtime fault points of the `fault` op (issue 15): a cancel racing a step held by
+//   step_delay ends the request once, after the step; a net mailbox that refuses pushes still
+//   gets every token in order (the scheduler's delivery retries); a scheduler mailbox that
+//   refuses a generate answers it `overloaded` and takes the next one.
 // Where a test drives generate, it also counts terminal events per id: exactly one each.
 //
 // Not here: max_batch_tokens = 65536 refused by --check-config and a GGUF with a missing tensor
@@ -793,6 +797,144 @@ TEST(hardening, sigterm_without_grace_ends_running_requests_with_shutting_down) 
     EXPECT_EQ(log.last(1).str("code"), "shutting_down") << log.last(1).outcome();
     EXPECT_LT(log.tokens(1), 400u);
     EXPECT_EQ(server.wait_exit(), 0) << server.output();
+}
+
+// ---- 11. runtime fault points (issue 15) ---------------------------------------------------------
+
+// A fresh server per test ([fault] enabled): an armed mailbox refusal must meet only the pushes
+// its test makes, not a client_gone of an earlier test's connection.
+class runtime_faults : public ::testing::Test {
+protected:
+    void SetUp() override {
+        start_server(server, "runtime_faults.toml", "[fault]\nenabled = true\n");
+        ASSERT_GT(server.port(), 0) << "the server did not start";
+        ASSERT_TRUE(c.connect(server.port()));
+    }
+    void TearDown() override { EXPECT_EQ(server.stop(), 0) << server.output(); }
+
+    // Sends a fault op and expects done{armed: kind} with a detail saying what was armed.
+    void arm(uint64_t id, const std::string& kind, const std::function<std::string()>& bytes) {
+        ASSERT_TRUE(c.send_raw(bytes()));
+        auto e = next(c);
+        ASSERT_TRUE(e.has_value()) << kind << ": no answer";
+        ASSERT_EQ(e->u("id"), id);
+        ASSERT_EQ(e->str("event"), "done") << e->outcome();
+        EXPECT_EQ(e->str("armed"), kind);
+        EXPECT_FALSE(e->str("detail").empty());
+    }
+    // A temperature-0 generate of `max_tokens` on a one-token prompt, read to its end.
+    std::vector<int32_t> generate_tokens(uint64_t id, int max_tokens) {
+        event_log log;
+        EXPECT_TRUE(c.send(frame("id", id, "op", "generate", "tokens", std::vector<int>{1},
+                                 "max_tokens", max_tokens, "temperature", 0)));
+        EXPECT_TRUE(read_until(c, log, [id](const event_log& l) { return l.ended(id); }));
+        if (!log.ended(id)) return {};
+        EXPECT_EQ(log.last(id).str("event"), "done") << log.last(id).outcome();
+        return log.last(id).ints("tokens");
+    }
+
+    server_process server;
+    tcp_client c;
+};
+
+// step_delay holds a decode step in the gpu actor's worker for 1500 ms before it is submitted;
+// a cancel sent meanwhile must wait for that step's outcome (ARCHITECTURE.md: a step's outcome
+// is applied before a later cancel) and then end the request once with done{cancelled}. How:
+// the first two decode steps are delayed; an 8-token prompt makes the first step a prefill, so
+// the cancel, sent as the first token arrives, reaches the scheduler while decode 1 is held
+// (the scheduler sends the next step in the handler that sends the token); the request's
+// terminal event must come at least 1000 ms later, be its only one, and the server must serve
+// a request after it (its first decode step takes the second delay).
+TEST_F(runtime_faults, a_cancel_racing_a_delayed_step_ends_the_request_once_after_the_step) {
+    static constexpr int delay_ms = 1500;
+    arm(1, "step_delay", [] {
+        return raw_map()
+            .add("id", 1)
+            .add("op", "fault")
+            .add("kind", "step_delay")
+            .add("phase", "decode")
+            .add("count", 2)
+            .add("ms", delay_ms)
+            .bytes();
+    });
+    ASSERT_TRUE(c.send(frame("id", 2, "op", "generate", "tokens",
+                             std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8}, "max_tokens", 200,
+                             "temperature", 0, "stream", true)));
+    event_log log;
+    ASSERT_TRUE(read_until(c, log, [](const event_log& l) {
+        return l.by_id.count(2) != 0 && (l.tokens(2) >= 1 || l.ended(2));
+    }));
+    ASSERT_FALSE(log.ended(2)) << log.last(2).outcome();
+    const auto cancel_sent = clock_type::now();
+    ASSERT_TRUE(c.send(frame("id", 3, "op", "cancel", "target", 2)));
+    ASSERT_TRUE(read_until(c, log, [](const event_log& l) { return l.ended(2) && l.ended(3); }));
+    const auto waited = clock_type::now() - cancel_sent;
+
+    EXPECT_EQ(log.terminals[2], 1);
+    EXPECT_EQ(log.last(2).outcome(), "done:cancelled");
+    const msgpack::object* live = field(log.last(3).o(), "cancelled");
+    ASSERT_NE(live, nullptr) << log.last(3).outcome();
+    EXPECT_TRUE(live->as<bool>()) << "the target was live when the cancel arrived";
+    EXPECT_GE(waited, std::chrono::milliseconds(1000)) << "ended before the held step ran";
+    EXPECT_LT(log.tokens(2), 200u);
+    // The server goes on serving.
+    EXPECT_EQ(generate_tokens(4, 4).size(), 4u);
+}
+
+// The net actor's mailbox refuses 8 pushes while a stream runs: each refused event waits in the
+// scheduler's delivery and is offered again, so every token still arrives, in order, and the
+// request ends once. How: a reference run gives the temperature-0 token sequence; the same
+// request streamed with the refusal armed after its first token must stream exactly that
+// sequence (token events and done's tokens) with one terminal event.
+TEST_F(runtime_faults, a_net_mailbox_refusing_pushes_still_gets_every_token_in_order) {
+    const std::vector<int32_t> reference = generate_tokens(1, 48);
+    ASSERT_EQ(reference.size(), 48u);
+
+    ASSERT_TRUE(c.send(frame("id", 2, "op", "generate", "tokens", std::vector<int>{1},
+                             "max_tokens", 48, "temperature", 0, "stream", true)));
+    event_log log;
+    ASSERT_TRUE(read_until(c, log, [](const event_log& l) { return l.by_id.count(2) != 0; }));
+    ASSERT_TRUE(c.send_raw(raw_map()
+                               .add("id", 3)
+                               .add("op", "fault")
+                               .add("kind", "mailbox_refuse")
+                               .add("actor", "net")
+                               .add("count", 8)
+                               .bytes()));
+    ASSERT_TRUE(read_until(c, log, [](const event_log& l) { return l.ended(2) && l.ended(3); }));
+
+    EXPECT_EQ(log.last(3).str("armed"), "mailbox_refuse") << log.last(3).outcome();
+    EXPECT_EQ(log.terminals[2], 1);
+    EXPECT_EQ(log.last(2).outcome(), "done:length");
+    std::vector<int32_t> streamed;
+    for (const auto& e : log.by_id[2]) {
+        if (e.str("event") == "token") streamed.push_back(int32_t(e.u("token")));
+    }
+    EXPECT_EQ(streamed, reference);
+    EXPECT_EQ(log.last(2).ints("tokens"), reference);
+}
+
+// The scheduler's mailbox refuses one push: the next generate, forwarded by the net actor, is
+// refused, and the net actor's defined outcome for a refused forward is error{overloaded} at
+// once; the refusal spent, the next generate is served.
+TEST_F(runtime_faults, a_scheduler_mailbox_refusing_a_generate_answers_overloaded) {
+    arm(1, "mailbox_refuse", [] {
+        return raw_map()
+            .add("id", 1)
+            .add("op", "fault")
+            .add("kind", "mailbox_refuse")
+            .add("actor", "scheduler")
+            .add("count", 1)
+            .bytes();
+    });
+    ASSERT_TRUE(c.send(frame("id", 2, "op", "generate", "tokens", std::vector<int>{1},
+                             "max_tokens", 4, "temperature", 0)));
+    auto refused = next(c);
+    ASSERT_TRUE(refused.has_value());
+    EXPECT_EQ(refused->u("id"), 2u);
+    EXPECT_EQ(refused->str("event"), "error");
+    EXPECT_EQ(refused->str("code"), "overloaded") << refused->outcome();
+    EXPECT_EQ(generate_tokens(3, 4).size(), 4u);
 }
 
 }  // namespace
