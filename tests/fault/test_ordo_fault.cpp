@@ -1,7 +1,8 @@
 // test_ordo_fault.cpp: runs the fault harness (tools/fault, ordo-fault) as CI does: every named
 // scenario (F1, F2, F4, F5, F7 and the kind x phase x batch x cancel table) against real
 // ordo-server processes on the real model, lavapipe. Checks: exit status 0, the JSON summary's
-// violations are 0 and it ran every scenario; bad command lines exit 2; --list names them all.
+// violations are 0 and it ran every scenario; a seeded random run has no violations; bad
+// command lines exit 2; --list names them all.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -32,7 +33,7 @@ TEST(ordo_fault, every_scenario_passes_without_violations) {
     auto list = run_command(harness("--list"));
     ASSERT_EQ(list.exit_code, 0) << list.output;
     const size_t scenarios = count_lines(list.output);
-    EXPECT_GE(scenarios, 30u);
+    EXPECT_GE(scenarios, 40u);
     auto r = run_command(harness("--model '" + stories + "' --scenarios all --json"));
     EXPECT_EQ(r.exit_code, 0) << r.output;
     // The JSON summary is the last line of standard output.
@@ -44,11 +45,20 @@ TEST(ordo_fault, every_scenario_passes_without_violations) {
         << last;
 }
 
+// Random mode: a seeded plan of concurrent clients, cancels, disconnects, sessions and faults.
+TEST(ordo_fault, a_random_run_has_no_violations) {
+    ORDO_REQUIRE_SHARED(stories);
+    auto r = run_command(harness("--model '" + stories + "' --seed 1 --requests 40 --json"));
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("\"violations\":0,"), std::string::npos) << r.output;
+}
+
 TEST(ordo_fault, bad_command_lines_exit_2) {
     EXPECT_EQ(run_command(harness("--scenarios nope --model x")).exit_code, 2);
     EXPECT_EQ(run_command(harness("--model /nonexistent.gguf")).exit_code, 2);
     EXPECT_EQ(run_command(harness("--seed abc")).exit_code, 2);
     EXPECT_EQ(run_command(harness("--bogus")).exit_code, 2);
+    EXPECT_EQ(run_command(harness("--requests 0 --model x")).exit_code, 2);
 }
 
 }  // namespace

@@ -117,12 +117,35 @@ uint64_t server::send_cancel(uint64_t target) {
 bool server::arm(const std::string& kind, const std::string& phase, uint32_t count,
                  uint32_t after_steps) {
     uint64_t id = _next_id++;
-    bool sent = phase.empty() ? _conn->send(frame("id", id, "op", "fault", "kind", kind, "count",
-                                                  count, "after_steps", after_steps))
-                              : _conn->send(frame("id", id, "op", "fault", "kind", kind, "phase",
-                                                  phase, "count", count, "after_steps",
-                                                  after_steps));
-    if (!sent) {
+    return phase.empty() ? armed(kind, count, id,
+                                 frame("id", id, "op", "fault", "kind", kind, "count", count,
+                                       "after_steps", after_steps))
+                         : armed(kind, count, id,
+                                 frame("id", id, "op", "fault", "kind", kind, "phase", phase,
+                                       "count", count, "after_steps", after_steps));
+}
+
+bool server::arm_kv(const std::string& kind) {
+    uint64_t id = _next_id++;
+    return armed(kind, 1, id, frame("id", id, "op", "fault", "kind", kind));
+}
+
+bool server::arm_delay(uint32_t ms, const std::string& phase) {
+    uint64_t id = _next_id++;
+    return armed("step_delay", 1, id,
+                 frame("id", id, "op", "fault", "kind", "step_delay", "ms", ms, "phase", phase));
+}
+
+bool server::arm_refuse(const std::string& actor, uint32_t count) {
+    uint64_t id = _next_id++;
+    return armed("mailbox_refuse", count, id,
+                 frame("id", id, "op", "fault", "kind", "mailbox_refuse", "actor", actor, "count",
+                       count));
+}
+
+bool server::armed(const std::string& kind, uint32_t count, uint64_t id,
+                   const msgpack::sbuffer& request) {
+    if (!_conn->send(request)) {
         _f->fail("fault " + kind + ": send failed");
         return false;
     }

@@ -67,6 +67,12 @@ public:
     // SIGTERM (graceful: flushes KV) or SIGKILL.
     void stop();
     void kill9();
+    // Waits for the process to exit by itself (bounded); its exit status.
+    int wait_exit() {
+        int rc = _proc.wait_exit();
+        _conn.reset();
+        return rc;
+    }
     bool running() const { return _proc.pid() > 0; }
     uint16_t port() const { return _proc.port(); }
 
@@ -76,6 +82,9 @@ public:
     // Arms a fault; false (and a violation) when the server refuses it.
     bool arm(const std::string& kind, const std::string& phase = "", uint32_t count = 1,
              uint32_t after_steps = 0);
+    bool arm_kv(const std::string& kind);                        // kv_enospc, ...
+    bool arm_delay(uint32_t ms, const std::string& phase);       // step_delay
+    bool arm_refuse(const std::string& actor, uint32_t count);   // mailbox_refuse
     // Reads until every id in `ids` has had its terminal event (or the deadline); records
     // histories. Violations: a second terminal event, a request that never ends.
     std::map<uint64_t, history> collect(const std::vector<uint64_t>& ids);
@@ -94,6 +103,8 @@ public:
 
 private:
     bool connect();
+    bool armed(const std::string& kind, uint32_t count, uint64_t id,
+               const msgpack::sbuffer& request);
     const context& _ctx;
     findings* _f;
     server_config _cfg;

@@ -141,18 +141,17 @@ void f1(const context& ctx, findings& f, const references& r) {
 }
 
 // F2: a cancel arriving while a failing step runs ends the request gpu_failed, not cancelled.
+// The step is held by a step_delay and then fails (nan_logits); the cancel lands in between.
 void f2(const context& ctx, findings& f, const references& r) {
     server_config cfg;
     cfg.retry_max = 0;
-    cfg.watchdog_ms = 1500;
     server s(ctx, f);
     if (!s.start(cfg, "f2")) return;
-    if (!s.arm("hang", "decode", 1)) return;
+    if (!s.arm_delay(1500, "decode") || !s.arm("nan_logits", "decode", 1)) return;
     uint64_t id = s.send_generate(r.prompts[0]);
-    // The first token comes from the prefill; the first decode step then hangs until the
-    // watchdog: the cancel is sent while it runs.
+    // The first token comes from the prefill; the first decode step is then delayed 1.5 s
+    // before it runs and fails: the cancel is sent during the delay.
     if (!s.wait_first_event(id)) f.fail("F2: no first token");
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
     uint64_t c = s.send_cancel(id);
     auto hs = s.collect({id, c});
     const event* t = hs[id].terminal();
@@ -275,10 +274,167 @@ void f7(const context& ctx, findings& f, const references& r) {
     s.stop();
 }
 
+// ---- kv fault points (the kv actor's real write and read paths) --------------------------
+
+std::string health_reason(server& s) {
+    auto h = s.call("health");
+    return h ? h->str("status") + ": " + h->str("reason") : "no answer";
+}
+
+// A save that fails part-way with a disk error: persistence off with a reason, serving goes on.
+void kv_disk_error(const context& ctx, findings& f, const references& r, const std::string& kind,
+                   const std::string& code) {
+    server_config cfg;
+    cfg.kv_dir = ctx.work_dir + "/" + kind;
+    server s(ctx, f);
+    if (!s.start(cfg, kind) || !s.arm_kv(kind)) return;
+    expect_reference(f, s.generate(r.prompts[0]), r.want[0], kind + ": the request whose save fails");
+    const auto end = clock::now() + std::chrono::seconds(10);
+    std::string reason;
+    while (clock::now() < end) {
+        reason = health_reason(s);
+        if (reason.find(code) != std::string::npos) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (reason.rfind("ok: ", 0) != 0 || reason.find(code) == std::string::npos) {
+        f.fail(kind + ": health is '" + reason + "', expected ok with a reason naming " + code);
+    }
+    expect_reference(f, s.generate(r.prompts[2]), r.want[2], kind + ": serving goes on");
+    s.check_idle();
+    s.stop();
+}
+
+// A bit flipped on read: the restore fails verification, the file is quarantined, the request
+// recomputes with fault-free output.
+void kv_flip_read(const context& ctx, findings& f, const references& r) {
+    server_config cfg;
+    cfg.kv_dir = ctx.work_dir + "/kv_flip_read";
+    server s(ctx, f);
+    if (!s.start(cfg, "kv_flip_read")) return;
+    expect_reference(f, s.generate(r.prompts[0]), r.want[0], "kv_flip_read: first run");
+    s.stop();
+    if (!s.start(cfg, "kv_flip_read") || !s.arm_kv("kv_flip_read")) return;
+    expect_reference(f, s.generate(r.prompts[0]), r.want[0], "kv_flip_read: the corrupt restore");
+    auto st = s.call("stats");
+    if (st && (stat(*st, "kv_disk", "restore_failures") != 1 ||
+               stat(*st, "kv_disk", "quarantined") != 1 || stat(*st, "kv_disk", "restores") != 0)) {
+        f.fail("kv_flip_read: restore_failures " +
+               std::to_string(stat(*st, "kv_disk", "restore_failures")) + ", quarantined " +
+               std::to_string(stat(*st, "kv_disk", "quarantined")) + ", restores " +
+               std::to_string(stat(*st, "kv_disk", "restores")) + "; expected 1, 1, 0 (invariant 7)");
+    }
+    s.check_idle();
+    s.stop();
+}
+
+// A file written with another model's fingerprint is never loaded, after a restart either.
+void kv_fingerprint(const context& ctx, findings& f, const references& r) {
+    server_config cfg;
+    cfg.kv_dir = ctx.work_dir + "/kv_fingerprint";
+    server s(ctx, f);
+    if (!s.start(cfg, "kv_fingerprint") || !s.arm_kv("kv_fingerprint")) return;
+    expect_reference(f, s.generate(r.prompts[0]), r.want[0], "kv_fingerprint: first run");
+    s.stop();
+    if (!s.start(cfg, "kv_fingerprint")) return;
+    expect_reference(f, s.generate(r.prompts[0]), r.want[0], "kv_fingerprint: after restart");
+    auto st = s.call("stats");
+    if (st && (stat(*st, "kv_disk", "restores") != 0 || stat(*st, "kv_disk", "quarantined") != 1)) {
+        f.fail("kv_fingerprint: restores " + std::to_string(stat(*st, "kv_disk", "restores")) +
+               ", quarantined " + std::to_string(stat(*st, "kv_disk", "quarantined")) +
+               "; expected 0, 1 (invariant 7)");
+    }
+    s.check_idle();
+    s.stop();
+}
+
+// A crash mid-save (the process exits while its .tmp is half written): the restart loads nothing
+// torn and serves fault-free output.
+void kv_torn_exit(const context& ctx, findings& f, const references& r) {
+    server_config cfg;
+    cfg.kv_dir = ctx.work_dir + "/kv_torn_exit";
+    server s(ctx, f);
+    if (!s.start(cfg, "kv_torn_exit") || !s.arm_kv("kv_torn_exit")) return;
+    // The request ends (its save starts after its done event) and the process exits during
+    // the save; the connection dies with it, so nothing of the request is checked.
+    s.send_generate(r.prompts[0]);
+    const int rc = s.wait_exit();
+    if (rc != 86) f.fail("kv_torn_exit: the server exited " + std::to_string(rc) + ", expected 86");
+    if (!s.start(cfg, "kv_torn_exit")) return;
+    for (const auto& e : fs::directory_iterator(cfg.kv_dir)) {
+        if (e.path().extension() == ".tmp") f.fail("kv_torn_exit: a .tmp survived the scan");
+    }
+    expect_reference(f, s.generate(r.prompts[0]), r.want[0], "kv_torn_exit: after restart");
+    s.check_idle();
+    s.stop();
+}
+
+// ---- runtime fault points ------------------------------------------------------------------
+
+// A cancel, or a disconnect, while a (slow) step runs: one terminal event for the cancel, and
+// everything freed for the disconnect.
+void delayed_step(const context& ctx, findings& f, const references& r, const std::string& phase,
+                  bool disconnect) {
+    server s(ctx, f);
+    if (!s.start({}, "delay") || !s.arm_delay(1000, phase)) return;
+    if (disconnect) {
+        test::tcp_client c;
+        if (!c.connect(s.port())) return f.fail("cannot connect a second client");
+        if (!c.send(test::frame("id", 1, "op", "generate", "tokens", r.prompts[0], "max_tokens",
+                                max_tokens, "temperature", 0, "stream", true))) {
+            return f.fail("send failed");
+        }
+        if (phase == "decode" && !test::next(c)) f.fail("no first token before the disconnect");
+        c.reset();
+    } else {
+        uint64_t id = s.send_generate(r.prompts[0]);
+        if (phase == "decode") s.wait_first_event(id);
+        uint64_t c = s.send_cancel(id);
+        auto hs = s.collect({id, c});
+        const event* t = hs[id].terminal();
+        if (t != nullptr && t->outcome() != "done:cancelled" &&
+            !(t->str("event") == "done" && hs[id].tokens() == r.want[0])) {
+            f.fail("a request cancelled during a delayed step ended " + t->outcome());
+        }
+    }
+    expect_serving(s, f, r);
+    s.check_idle();
+    s.stop();
+}
+
+// An actor's mailbox refuses its next messages: each sender's defined outcome, then normal
+// service with fault-free output.
+void refused_mailbox(const context& ctx, findings& f, const references& r, const std::string& actor) {
+    server_config cfg;
+    if (actor == "kv") cfg.kv_dir = ctx.work_dir + "/refuse-kv";
+    server s(ctx, f);
+    if (!s.start(cfg, "refuse-" + actor)) return;
+    const uint32_t count = actor == "net" ? 8 : actor == "kv" ? 4 : 1;
+    if (!s.arm_refuse(actor, count)) return;
+    if (actor == "scheduler") {
+        // The net actor's outcome for a refused forward: overloaded at once.
+        history h = s.generate(r.prompts[0]);
+        const event* t = h.terminal();
+        if (t != nullptr && t->str("code") != "overloaded") {
+            f.fail("a generate refused by the scheduler's mailbox ended " + t->outcome() +
+                   ", expected error overloaded");
+        }
+    } else {
+        expect_reference(f, s.generate(r.prompts[0]), r.want[0],
+                         "a generate while the " + actor + " mailbox refuses");
+    }
+    expect_serving(s, f, r);
+    s.check_idle();
+    s.stop();
+}
+
 }  // namespace
 
 std::vector<std::string> scenario_names() {
-    std::vector<std::string> n{"F1", "F2", "F4-bisect", "F4-sequential", "F5", "F7"};
+    std::vector<std::string> n{"F1", "F2", "F4-bisect", "F4-sequential", "F5", "F7",
+                               "kv/enospc", "kv/eio", "kv/flip_read", "kv/fingerprint",
+                               "kv/torn_exit", "delay/prefill/cancel", "delay/decode/cancel",
+                               "delay/decode/disconnect", "refuse/net", "refuse/scheduler",
+                               "refuse/gpu", "refuse/kv"};
     for (const auto& c : table_cases()) n.push_back(c.name());
     return n;
 }
@@ -312,6 +468,23 @@ std::vector<scenario_result> run_scenarios(const context& ctx,
         if (name == "F4-sequential") timed(name, [&](findings& f) { f4(ctx, f, r, "sequential"); });
         if (name == "F5") timed(name, [&](findings& f) { f5(ctx, f, r); });
         if (name == "F7") timed(name, [&](findings& f) { f7(ctx, f, r); });
+        if (name == "kv/enospc") {
+            timed(name, [&](findings& f) { kv_disk_error(ctx, f, r, "kv_enospc", "kv_no_space"); });
+        }
+        if (name == "kv/eio") {
+            timed(name, [&](findings& f) { kv_disk_error(ctx, f, r, "kv_eio", "kv_io_error"); });
+        }
+        if (name == "kv/flip_read") timed(name, [&](findings& f) { kv_flip_read(ctx, f, r); });
+        if (name == "kv/fingerprint") timed(name, [&](findings& f) { kv_fingerprint(ctx, f, r); });
+        if (name == "kv/torn_exit") timed(name, [&](findings& f) { kv_torn_exit(ctx, f, r); });
+        if (name.starts_with("delay/")) {
+            const std::string phase = name.find("prefill") != std::string::npos ? "prefill" : "decode";
+            const bool disconnect = name.ends_with("disconnect");
+            timed(name, [&](findings& f) { delayed_step(ctx, f, r, phase, disconnect); });
+        }
+        if (name.starts_with("refuse/")) {
+            timed(name, [&](findings& f) { refused_mailbox(ctx, f, r, name.substr(7)); });
+        }
         for (const auto& c : table_cases()) {
             if (c.name() != name) continue;
             timed(name, [&](findings& f) {
