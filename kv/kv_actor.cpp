@@ -28,21 +28,11 @@ double ms_since(std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
 }
 
-error errno_error(kv_error cls_default, const std::string& what) {
-    const int e = errno;
-    kv_error cls = cls_default;
-    if (e == ENOSPC || e == EDQUOT) cls = kv_error::no_space;
-    if (e == EROFS) cls = kv_error::read_only;
-    if (e == EACCES || e == EPERM) cls = kv_error::permission;
-    if (e == EIO) cls = kv_error::io_error;
-    return make_error(std::string(to_code(cls)), what + ": " + std::strerror(e));
-}
-
 // Writes, syncs and removes a small file: whether the directory takes writes now.
 status probe_write(const std::string& dir) {
     const std::string path = dir + "/" + probe_file_name;
     int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (fd < 0) return errno_error(kv_error::io, path + ": open");
+    if (fd < 0) return kv_errno_error(path + ": open");
     std::vector<char> zeros(probe_bytes, 0);
     status st;
     size_t done = 0;
@@ -50,12 +40,12 @@ status probe_write(const std::string& dir) {
         ssize_t n = ::write(fd, zeros.data() + done, zeros.size() - done);
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) {
-            st = errno_error(kv_error::io, path + ": write");
+            st = kv_errno_error(path + ": write");
             break;
         }
         done += size_t(n);
     }
-    if (st && ::fsync(fd) != 0) st = errno_error(kv_error::io, path + ": fsync");
+    if (st && ::fsync(fd) != 0) st = kv_errno_error(path + ": fsync");
     ::close(fd);
     ::unlink(path.c_str());
     return st;
@@ -131,13 +121,13 @@ void scan_dir(const std::string& dir, const kv_expect& expect, scan_result& r) {
     std::filesystem::create_directories(dir + "/" + std::string(quarantine_dir_name), ec);
     if (ec) {
         errno = ec.value();
-        r.dir_error = errno_error(kv_error::io, dir + ": create");
+        r.dir_error = kv_errno_error(dir + ": create");
     } else if (auto p = probe_write(dir); !p) {
         r.dir_error = p.err();
     }
     DIR* d = ::opendir(dir.c_str());
     if (d == nullptr) {
-        if (!r.dir_error) r.dir_error = errno_error(kv_error::io, dir + ": opendir");
+        if (!r.dir_error) r.dir_error = kv_errno_error(dir + ": opendir");
         return;
     }
     uint32_t seen = 0;
@@ -198,6 +188,7 @@ void scan_dir(const std::string& dir, const kv_expect& expect, scan_result& r) {
 
 struct kv_actor::job {
     enum class kind { save, restore } k = kind::save;
+    uint64_t id = 0;   // key in _jobs
     uint64_t ref = 0;  // save_id (save) or seq (restore)
     std::string name;
     kv_file_meta meta;
@@ -397,7 +388,8 @@ void kv_actor::on(const kv_restore& m) {
     j->epoch = m.epoch;
     j->first_block = m.first_block;
     j->bytes = take_buffer(uint64_t(m.blocks.size()) * _block_bytes);
-    uint64_t id = _next_job++;
+    j->id = _next_job++;
+    const uint64_t id = j->id;
     _jobs.emplace(id, std::move(j));
     read_restore(id);
 }
@@ -442,10 +434,7 @@ void kv_actor::restore_finished(job& j, bool ok, const std::string& code,
         count_error(code);
     }
     _to_sched.send(kv_restore_done{j.ref, ok, code, message, ms});
-    uint64_t id = 0;
-    for (auto& [k, v] : _jobs) {
-        if (v.get() == &j) id = k;
-    }
+    const uint64_t id = j.id;
     end_job(id);
     maybe_flushed();
 }
@@ -503,8 +492,9 @@ void kv_actor::on(const kv_save& m) {
     j->blocks = m.blocks;
     j->epoch = m.epoch;
     j->bytes = take_buffer(n_blocks * _block_bytes);
+    j->id = _next_job++;
     job& ref = *j;
-    _jobs.emplace(_next_job++, std::move(j));
+    _jobs.emplace(ref.id, std::move(j));
     {
         std::lock_guard lock(_mutex);
         _idle = false;
@@ -514,10 +504,7 @@ void kv_actor::on(const kv_save& m) {
 
 void kv_actor::save_copied(job& j, bool ok, const std::string& code) {
     _to_sched.send(kv_save_done{j.ref, ok, code});
-    uint64_t id = 0;
-    for (auto& [k, v] : _jobs) {
-        if (v.get() == &j) id = k;
-    }
+    const uint64_t id = j.id;
     if (!ok) {
         _counters.save_failures++;
         count_error(code);
@@ -625,10 +612,7 @@ void kv_actor::end_job(uint64_t id) {
 // ---- copies through the staging slot ------------------------------------------------------------
 
 void kv_actor::queue_copies(job& j) {
-    uint64_t id = 0;
-    for (auto& [k, v] : _jobs) {
-        if (v.get() == &j) id = k;
-    }
+    const uint64_t id = j.id;
     for (uint32_t first = 0; first < j.blocks.size(); first += _opt.copy_blocks_max) {
         _copies.emplace_back(id, first);
     }

@@ -83,8 +83,7 @@ kv_error errno_class(int e) {
 }
 
 error fail_errno(const std::string& path, const char* call) {
-    const int e = errno;
-    return fail(errno_class(e), path, std::string(call) + ": " + std::strerror(e));
+    return kv_errno_error(path + ": " + call);
 }
 
 // Closes a descriptor on every path.
@@ -340,6 +339,11 @@ std::string_view to_code(kv_error e) {
             return "kv_bad_session";
     }
     return "kv_unknown";
+}
+
+error kv_errno_error(const std::string& what) {
+    const int e = errno;
+    return make_error(std::string(to_code(errno_class(e))), what + ": " + std::strerror(e));
 }
 
 bool kv_disk_fault(std::string_view code) {

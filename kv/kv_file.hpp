@@ -101,6 +101,9 @@ enum class kv_error : std::uint8_t {
 std::string_view to_code(kv_error e);
 // Whether an error code (ordo::error::code) is one of the disk faults above.
 bool kv_disk_fault(std::string_view code);
+// The error for the current errno after a failed syscall: its class's code (kv_no_space, ...,
+// kv_io) and "what: strerror". Every file operation of the kv library and actor reports this way.
+error kv_errno_error(const std::string& what);
 
 // ---- Header -----------------------------------------------------------------------------------
 
