@@ -56,7 +56,8 @@ bool server::start(const server_config& cfg, const std::string& name) {
         t << "[fault]\nenabled = true\nseed = " << _ctx.seed << "\n"
           << "[scheduler]\nretry_max = " << cfg.retry_max << "\nbatch_failure_policy = \""
           << cfg.batch_failure_policy << "\"\n"
-          << "[gpu]\nwatchdog_ms = " << cfg.watchdog_ms << "\n";
+          << "[gpu]\nwatchdog_ms = " << cfg.watchdog_ms << "\nrecovery_max = " << cfg.recovery_max
+          << "\n";
         if (!cfg.kv_dir.empty()) t << "[kv]\nenabled = true\ndir = \"" << cfg.kv_dir << "\"\n";
     }
     std::vector<std::string> args{"--config", path, "--model", _ctx.model, "--log-level", "warn"};
@@ -239,6 +240,10 @@ bool server::wait_ready() {
         auto h = call("health");
         if (!h) break;
         if (h->str("status") == "ok") return true;
+        if (h->str("status") == "degraded") {
+            _f->fail("health degraded: " + h->str("reason") + " (invariant 3)");
+            return false;
+        }
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     _f->fail("health did not return to ok within " + std::to_string(ready_deadline.count()) +

@@ -36,6 +36,7 @@ struct server_config {
     uint32_t retry_max = 2;
     std::string batch_failure_policy = "bisect";
     uint32_t watchdog_ms = 2000;
+    uint32_t recovery_max = 3;  // gpu.recovery_max
     std::string kv_dir;  // non-empty: [kv] enabled
 };
 
@@ -94,7 +95,8 @@ public:
     // One request, start to end.
     history generate(const std::vector<int32_t>& prompt, const std::string& session = "");
     std::optional<event> call(const std::string& op);  // health, stats
-    // Waits for health ok; false (and a violation) past the deadline.
+    // Waits for health ok; false (and a violation) past the deadline, or at once when health
+    // says degraded (the device is given up for good: it never returns to ok by itself).
     bool wait_ready();
     // Invariant 8: idle means 0 active, 0 queued, 0 used KV blocks, 0 pins.
     void check_idle();

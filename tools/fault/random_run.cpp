@@ -1,7 +1,9 @@
 // random_run.cpp: see random_run.hpp.
 #include "tools/fault/random_run.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <random>
@@ -91,6 +93,13 @@ findings run_plan(const context& ctx, const references& r, const plan& p) {
     findings f;
     server_config cfg;
     cfg.watchdog_ms = 1500;
+    // Each armed fault fails at most one step, so at most that many rebuilds come in a row:
+    // with recovery_max above it, a device given up for good (degraded) is a violation, not
+    // the configured outcome of too many faults back to back (the recovery/* scenario
+    // covers that outcome).
+    uint32_t device_faults = 0;
+    for (const action& a : p.actions) device_faults += a.k == action::kind::fault ? 1 : 0;
+    cfg.recovery_max = std::min<uint32_t>(recovery_max_limit, device_faults + 2);
     cfg.kv_dir = ctx.work_dir + "/random-kv-" + std::to_string(p.seed);
     server s(ctx, f);
     if (!s.start(cfg, "random")) return f;
@@ -238,15 +247,22 @@ random_result run_random(const context& ctx, uint64_t seed, uint32_t requests) {
     out.found.requests = f.requests;
     out.found.violations = f.violations;
     if (!f.violations.empty()) {
+        // What failed is printed before the (slow) shrinking starts.
+        std::printf("seed %llu: %zu violation(s); shrinking the plan (%zu actions)\n",
+                    static_cast<unsigned long long>(seed), f.violations.size(), p.actions.size());
+        for (const auto& v : f.violations) std::printf("    violation: %s\n", v.c_str());
+        std::fflush(stdout);
         // Shrink: drop faults one at a time, then whole clients, keeping each drop after which
-        // the plan still fails.
+        // the plan still fails; bounded in reruns and in time.
         plan best = p;
         uint32_t runs = 0;
+        const auto shrink_end = clock::now() + shrink_time_max;
+        auto may_run = [&] { return runs < shrink_runs_max && clock::now() < shrink_end; };
         auto still_fails = [&](const plan& candidate) {
             runs++;
             return !run_plan(ctx, r, candidate).violations.empty();
         };
-        for (size_t i = 0; i < best.actions.size() && runs < shrink_runs_max;) {
+        for (size_t i = 0; i < best.actions.size() && may_run();) {
             if (best.actions[i].k != action::kind::fault) {
                 i++;
                 continue;
@@ -259,7 +275,7 @@ random_result run_random(const context& ctx, uint64_t seed, uint32_t requests) {
                 i++;
             }
         }
-        for (uint32_t client = 0; client < random_clients && runs < shrink_runs_max; client++) {
+        for (uint32_t client = 0; client < random_clients && may_run(); client++) {
             plan c = best;
             std::erase_if(c.actions, [&](const action& a) {
                 return a.k != action::kind::fault && a.client == client;

@@ -6,6 +6,7 @@
 // plan that still fails, which is printed with the seed.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -17,6 +18,8 @@ namespace ordo::fault {
 inline constexpr uint32_t random_clients = 4;
 inline constexpr uint32_t random_requests_max = 1000000;
 inline constexpr uint32_t shrink_runs_max = 24;  // reruns while shrinking, at most
+inline constexpr std::chrono::seconds shrink_time_max{300};  // and time spent shrinking
+inline constexpr uint32_t recovery_max_limit = 100;          // gpu.recovery_max's upper bound
 
 struct action {
     enum class kind { generate, cancel, disconnect, fault } k = kind::generate;
