@@ -49,6 +49,9 @@ struct net_actor::connection {
     // Since when the connection has waited for the rest of a frame (or, before its first
     // frame, for anything): what server.read_timeout_ms bounds. Unset while idle between frames.
     std::optional<clock::time_point> waiting_since;
+    // net_stop_reading: reading is paused until then (the read timeout does not run meanwhile:
+    // it is the server that is not reading).
+    std::optional<clock::time_point> paused_until;
 
     connection(net_actor* o, uint64_t i, size_t frame_bytes_max)
         : owner(o), id(i), decoder(frame_bytes_max), waiting_since(clock::now()) {}
@@ -71,7 +74,8 @@ void net_actor::on_start() {
     _started_at = clock::now();
     uv_timer_init(loop(), &_grace_timer);
     uv_timer_init(loop(), &_sweep_timer);
-    _grace_timer.data = _sweep_timer.data = this;
+    uv_timer_init(loop(), &_resume_timer);
+    _grace_timer.data = _sweep_timer.data = _resume_timer.data = this;
     must(_gone.init(loop(), _gone_out, gone_delivery_limits,
                [this](const gone_delivery::message& m, const error& why) {
                    if (why.code != "actor_stopped" && why.code != "not_connected") {
@@ -125,6 +129,7 @@ void net_actor::close_listener() {
 void net_actor::on_stop() {
     close_listener();
     uv_close(reinterpret_cast<uv_handle_t*>(&_sweep_timer), nullptr);
+    uv_close(reinterpret_cast<uv_handle_t*>(&_resume_timer), nullptr);
     // Connections with queued events are shut down after those are written (the terminal
     // events of requests ended by the stop); the grace timer bounds a client that never reads.
     size_t flushing = 0;
@@ -238,7 +243,7 @@ void net_actor::sweep_cb(uv_timer_t* t) {
     auto& self = *static_cast<net_actor*>(t->data);
     std::vector<connection*> late;
     for (auto& [id, c] : self._connections) {
-        if (c->admitted && !c->closing && c->waiting_since &&
+        if (c->admitted && !c->closing && c->waiting_since && !c->paused_until &&
             ms_since(*c->waiting_since) >= self._options.read_timeout_ms) {
             late.push_back(c.get());
         }
@@ -376,6 +381,8 @@ std::map<std::string, uint64_t> net_actor::counters_map() const {
             {"slow_readers", k.slow_readers},
             {"read_timeouts", k.read_timeouts},
             {"responses_too_large", k.responses_too_large},
+            {"fault_drops", k.fault_drops},
+            {"fault_pauses", k.fault_pauses},
             {"bytes_in", k.bytes_in},
             {"bytes_out", k.bytes_out}};
 }
@@ -436,6 +443,74 @@ void net_actor::on(const drop_connection& m) {
     if (it == _connections.end()) return;
     log().warn("connection {} dropped: {}", m.conn, m.reason);
     close_connection(*it->second, "dropped");
+}
+
+// A net fault point fired for a request of m.conn (the scheduler saw it reach the armed phase).
+// From here on it is the path a dropped or stalled connection takes: close_connection (the
+// scheduler hears client_gone and cancels its requests), or a read that stops and resumes.
+void net_actor::on(const net_fault& m) {
+    auto it = _connections.find(m.conn);
+    if (it == _connections.end() || it->second->closing) return;  // already gone
+    connection& c = *it->second;
+    log().warn("connection {}: fault {}{}", c.id, m.kind,
+               m.kind == "net_stop_reading" ? " for " + std::to_string(m.ms) + " ms" : "");
+    if (m.kind == "net_rst") {
+        _counters.fault_drops++;
+        // RST: what is queued is dropped, the client reads ECONNRESET.
+        stop_reading(c, "fault: net_rst");
+        if (uv_tcp_close_reset(&c.tcp, &net_actor::close_cb) != 0) {
+            uv_close(reinterpret_cast<uv_handle_t*>(&c.tcp), &net_actor::close_cb);
+        }
+    } else if (m.kind == "net_fin") {
+        _counters.fault_drops++;
+        // FIN after the queued events: the client reads them, then EOF.
+        stop_reading(c, "fault: net_fin");
+        c.shutdown_req.data = &c;
+        if (uv_shutdown(&c.shutdown_req, reinterpret_cast<uv_stream_t*>(&c.tcp),
+                        &net_actor::shutdown_cb) != 0) {
+            uv_close(reinterpret_cast<uv_handle_t*>(&c.tcp), &net_actor::close_cb);
+        }
+    } else if (m.kind == "net_stop_reading") {
+        _counters.fault_pauses++;
+        pause_reading(c, clock::now() + std::chrono::milliseconds(m.ms));
+    } else {
+        log().error("unknown net fault kind '{}' ignored", m.kind);
+    }
+}
+
+void net_actor::pause_reading(connection& c, clock::time_point until) {
+    // A second pause extends the first; never shortens it.
+    if (!c.paused_until || *c.paused_until < until) c.paused_until = until;
+    uv_read_stop(reinterpret_cast<uv_stream_t*>(&c.tcp));
+    arm_resume_timer();
+}
+
+void net_actor::arm_resume_timer() {
+    std::optional<clock::time_point> first;
+    for (const auto& [id, c] : _connections) {
+        if (c->paused_until && (!first || *c->paused_until < *first)) first = c->paused_until;
+    }
+    if (!first) return;
+    auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(*first - clock::now());
+    uv_timer_start(&_resume_timer, &net_actor::resume_cb, uint64_t(std::max<int64_t>(0, wait.count())), 0);
+}
+
+void net_actor::resume_cb(uv_timer_t* t) {
+    static_cast<net_actor*>(t->data)->resume_reading();
+}
+
+void net_actor::resume_reading() {
+    const auto now = clock::now();
+    for (auto& [id, c] : _connections) {
+        if (!c->paused_until || *c->paused_until > now) continue;
+        c->paused_until.reset();
+        if (c->closing) continue;
+        // A frame begun before the pause gets a fresh read timeout.
+        if (c->waiting_since) c->waiting_since = now;
+        uv_read_start(reinterpret_cast<uv_stream_t*>(&c->tcp), &net_actor::alloc_cb,
+                      &net_actor::read_cb);
+    }
+    arm_resume_timer();
 }
 
 void net_actor::on(const begin_drain&) {

@@ -57,6 +57,8 @@ struct net_counters {
     uint64_t slow_readers = 0;
     uint64_t read_timeouts = 0;
     uint64_t responses_too_large = 0;
+    uint64_t fault_drops = 0;   // connections closed by a net_fin / net_rst fault
+    uint64_t fault_pauses = 0;  // reading paused by a net_stop_reading fault
     uint64_t bytes_in = 0;
     uint64_t bytes_out = 0;
 };
@@ -65,7 +67,7 @@ class net_actor final
     : public actors::actor<net_actor, token_event, generate_done, tokenize_done,
                            detokenize_done, cancel_done, model_done, stats_done, fault_done,
                            session_delete_done, request_error, set_health, drop_connection,
-                           begin_drain> {
+                           net_fault, begin_drain> {
 public:
     net_actor(net_options options, size_t mailbox_capacity);
     ~net_actor() override;
@@ -101,6 +103,7 @@ public:
     void on(const request_error& m) { write_event(m); }
     void on(const set_health& m);
     void on(const drop_connection& m);
+    void on(const net_fault& m);
     void on(const begin_drain& m);
 
 protected:
@@ -121,6 +124,7 @@ private:
     static void close_cb(uv_handle_t* handle);
     static void grace_cb(uv_timer_t* t);
     static void sweep_cb(uv_timer_t* t);
+    static void resume_cb(uv_timer_t* t);
 
     status bind_and_listen();
     void close_listener();
@@ -143,6 +147,10 @@ private:
     // No more reads or writes; live requests become one client_gone; _open is kept.
     void stop_reading(connection& c, const std::string& reason);
     void close_connection(connection& c, const char* reason);
+    // net_stop_reading: reading of `c` paused until `until`; resume_reading restarts it.
+    void pause_reading(connection& c, clock::time_point until);
+    void resume_reading();
+    void arm_resume_timer();
 
     net_options _options;
     scheduler_outbox _to_scheduler;
@@ -150,6 +158,7 @@ private:
     gone_delivery _gone;
     uv_timer_t _grace_timer{};  // bounds the flush of queued events at stop
     uv_timer_t _sweep_timer{};  // read timeouts
+    uv_timer_t _resume_timer{};  // ends net_stop_reading pauses
     uv_tcp_t _listener{};
     bool _listening = false;
     status _listen_status;

@@ -214,6 +214,20 @@ struct drop_connection {
     MSGPACK_DEFINE_MAP(conn, reason);
 };
 
+// scheduler → net: a net fault point fired (the `fault` op's net kinds, docs/protocol.md): a
+// request of connection `conn` reached the phase the fault was armed for. `kind`: "net_fin"
+// (the connection is closed: queued events are flushed, then FIN), "net_rst" (closed with RST:
+// queued events are dropped), "net_stop_reading" (the connection is not read for `ms`; what the
+// client sends meanwhile waits in the socket). Ordered after every event sent before it. No
+// reply.
+struct net_fault {
+    static constexpr const char* msg_name = "net_fault";
+    uint64_t conn = 0;
+    std::string kind;
+    uint32_t ms = 0;
+    MSGPACK_DEFINE_MAP(conn, kind, ms);
+};
+
 // bootstrap → net: the server is draining (SIGTERM): stop accepting connections and answer new
 // requests with shutting_down; requests in flight go on. No reply.
 struct begin_drain {

@@ -204,7 +204,9 @@ result<sched::cancel> parse_cancel(const msgpack::object& frame) {
 // `fault` {kind, phase?, layer?, after_steps?, count?, ms?, actor?}: the keys a kind does not
 // take (not_taken below) are refused by name, not ignored. The kv kinds (kv_enospc, kv_eio,
 // kv_torn_exit, kv_flip_read, kv_fingerprint) take only count: the scheduler routes them to
-// the kv actor by their "kv_" prefix.
+// the kv actor by their "kv_" prefix. The net kinds (net_fin, net_rst, net_stop_reading) take a
+// request phase (queued, prefill, decode; required) and count (requests), net_stop_reading
+// also ms; the scheduler fires them by their "net_" prefix.
 result<sched::fault> parse_fault(const msgpack::object& frame) {
     auto pm = param_map::open(frame,
                               {"kind", "phase", "layer", "after_steps", "count", "ms", "actor"});
@@ -219,11 +221,14 @@ result<sched::fault> parse_fault(const msgpack::object& frame) {
     const bool refuse = *k == "mailbox_refuse";
     const bool kv_kind = *k == "kv_enospc" || *k == "kv_eio" || *k == "kv_torn_exit" ||
                          *k == "kv_flip_read" || *k == "kv_fingerprint";
+    const bool net_pause = *k == "net_stop_reading";
+    const bool net_kind = *k == "net_fin" || *k == "net_rst" || net_pause;
     if (*k != "device_lost" && *k != "hang" && *k != "nan_logits" && !delay && !refuse &&
-        !kv_kind) {
+        !kv_kind && !net_kind) {
         return fields::bad("kind",
                            "device_lost, hang, nan_logits, step_delay, mailbox_refuse, kv_enospc, "
-                           "kv_eio, kv_torn_exit, kv_flip_read or kv_fingerprint",
+                           "kv_eio, kv_torn_exit, kv_flip_read, kv_fingerprint, net_fin, net_rst "
+                           "or net_stop_reading",
                            fields::quote(*k));
     }
     f.kind = *k;
@@ -233,6 +238,8 @@ result<sched::fault> parse_fault(const msgpack::object& frame) {
     if (delay) not_taken = {"layer", "actor"};
     if (refuse) not_taken = {"phase", "layer", "after_steps", "ms"};
     if (kv_kind) not_taken = {"phase", "layer", "after_steps", "ms", "actor"};
+    if (net_kind) not_taken = {"layer", "after_steps", "actor"};
+    if (net_kind && !net_pause) not_taken.push_back("ms");
     for (const char* key : not_taken) {
         if (pm->get(key) != nullptr) {
             return make_error("bad_request", "\"" + std::string(key) +
@@ -242,10 +249,17 @@ result<sched::fault> parse_fault(const msgpack::object& frame) {
     if (const auto* p = pm->get("phase")) {
         auto ph = fields::read_string("phase", *p, 16);
         if (!ph.ok()) return ph.err();
-        if (*ph != "prefill" && *ph != "decode" && *ph != "mixed") {
+        if (net_kind) {
+            // A request's phase, not a step's.
+            if (*ph != "queued" && *ph != "prefill" && *ph != "decode") {
+                return fields::bad("phase", "queued, prefill or decode", fields::quote(*ph));
+            }
+        } else if (*ph != "prefill" && *ph != "decode" && *ph != "mixed") {
             return fields::bad("phase", "prefill, decode or mixed", fields::quote(*ph));
         }
         f.phase = *ph;
+    } else if (net_kind) {
+        return make_error("bad_request", "\"phase\" is required for " + fields::quote(*k));
     }
     if (const auto* l = pm->get("layer")) {
         auto v = fields::read_uint("layer", *l, 0, fault_layer_max);
@@ -262,9 +276,11 @@ result<sched::fault> parse_fault(const msgpack::object& frame) {
         if (!v.ok()) return v.err();
         f.count = uint32_t(*v);
     }
-    if (delay) {
+    if (delay || net_pause) {
         const msgpack::object* ms = pm->get("ms");
-        if (ms == nullptr) return make_error("bad_request", "\"ms\" is required for step_delay");
+        if (ms == nullptr) {
+            return make_error("bad_request", "\"ms\" is required for " + fields::quote(*k));
+        }
         auto v = fields::read_uint("ms", *ms, 1, fault_delay_ms_max);
         if (!v.ok()) return v.err();
         f.delay_ms = uint32_t(*v);

@@ -151,6 +151,19 @@ void scheduler_actor::on(const fault& m) {
         out.push_back(net::fault_done{m.conn, m.id, m.spec.kind});
     } else if (m.spec.kind == "mailbox_refuse") {
         arm_mailbox_refusal(m, out);
+    } else if (m.spec.kind.starts_with("net_")) {
+        if (auto st = _core.arm_net_fault(m.spec); !st.ok()) {
+            out.push_back(error_event(m.conn, m.id, net::errc::bad_request, st.err().message));
+        } else {
+            std::string detail = fmt::format(
+                "the connections of the next {} request(s) to reach {} {}", m.spec.count,
+                m.spec.phase,
+                m.spec.kind == "net_fin"   ? "are closed (FIN)"
+                : m.spec.kind == "net_rst" ? "are reset (RST)"
+                                           : fmt::format("are not read for {} ms", m.spec.delay_ms));
+            log().warn("fault armed by conn {} id {}: {}: {}", m.conn, m.id, m.spec.kind, detail);
+            out.push_back(net::fault_done{m.conn, m.id, m.spec.kind, detail});
+        }
     } else if (auto st = _to_gpu.tell(m.spec); !st.ok()) {
         out.push_back(error_event(m.conn, m.id, net::errc::overloaded,
                                   "the gpu actor refused the fault: " + st.err().message));
@@ -307,9 +320,19 @@ void scheduler_actor::after(std::vector<outgoing_event>& out) {
         _health = health;
         _to_net.send(net::set_health{health.first, health.second});
     }
+    send_net_faults();
     pump();
     send_kv_requests();  // planning asks the kv actor for disk lookups
+    send_net_faults();   // a planned step may bring a request to a faulted phase
     check_drained();
+}
+
+// Net fault points that fired, after the events made before them (one ordered delivery).
+void scheduler_actor::send_net_faults() {
+    for (auto& f : _core.take_net_faults()) {
+        log().warn("fault fired: {} on connection {}", f.kind, f.conn);
+        _to_net.send(std::move(f));
+    }
 }
 
 void scheduler_actor::net_gave_up(const net_delivery::message& m, const error& why) {

@@ -42,7 +42,7 @@ public:
         actors::outbox<net::token_event, net::generate_done, net::tokenize_done,
                        net::detokenize_done, net::cancel_done, net::model_done, net::stats_done,
                        net::fault_done, net::session_delete_done, net::request_error,
-                       net::set_health, net::drop_connection>;
+                       net::set_health, net::drop_connection, net::net_fault>;
     using gpu_outbox = actors::outbox<gpu::step, gpu::inject_fault>;
     using kv_outbox = actors::outbox<kv::kv_lookup, kv::kv_restore, kv::kv_release, kv::kv_save,
                                      kv::kv_invalidate, kv::kv_session_delete, kv::kv_fault>;
@@ -119,7 +119,8 @@ private:
     using net_delivery = actors::delivery<
         net::token_event, net::generate_done, net::tokenize_done, net::detokenize_done,
         net::cancel_done, net::model_done, net::stats_done, net::fault_done,
-        net::session_delete_done, net::request_error, net::set_health, net::drop_connection>;
+        net::session_delete_done, net::request_error, net::set_health, net::drop_connection,
+        net::net_fault>;
     using gpu_delivery = actors::delivery<gpu::reset_device>;
     using kv_delivery = actors::delivery<kv::kv_lookup, kv::kv_restore, kv::kv_release, kv::kv_save,
                                          kv::kv_invalidate, kv::kv_session_delete, kv::kv_fault>;
@@ -136,6 +137,7 @@ private:
     void gpu_gave_up(const gpu_delivery::message& m, const error& why);
     void kv_gave_up(const kv_delivery::message& m, const error& why);
     void send_kv_requests();
+    void send_net_faults();
     void arm_mailbox_refusal(const fault& m, std::vector<outgoing_event>& out);
 
     scheduler_core _core;

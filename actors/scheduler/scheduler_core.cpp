@@ -146,6 +146,30 @@ void scheduler_core::on_generate(const generate& m, std::vector<outgoing_event>&
     _queue.push_back(seq);
     _counters.requests++;
     _counters.prompt_tokens += r.n_prompt;
+    reach_phase(r, 1);
+}
+
+status scheduler_core::arm_net_fault(const gpu::inject_fault& spec) {
+    if (_net_armed.size() >= net_faults_armed_max) {
+        return make_error("bad_request", "net faults armed at most: " +
+                                             std::to_string(net_faults_armed_max));
+    }
+    _net_armed.push_back(spec);
+    return {};
+}
+
+void scheduler_core::reach_phase(request_state& r, uint8_t phase_bit) {
+    if ((r.phases_reached & phase_bit) != 0) return;
+    r.phases_reached |= phase_bit;
+    if (_net_armed.empty()) return;
+    const char* phase = phase_bit == 1 ? "queued" : phase_bit == 2 ? "prefill" : "decode";
+    for (auto it = _net_armed.begin(); it != _net_armed.end(); ++it) {
+        if (it->phase != phase) continue;
+        _net_fired.push_back(net::net_fault{r.conn, it->kind, it->delay_ms});
+        _counters.net_faults++;
+        if (--it->count == 0) _net_armed.erase(it);
+        return;  // one fault per request and phase
+    }
 }
 
 void scheduler_core::on_cancel(const cancel& m, std::vector<outgoing_event>& out) {
@@ -227,7 +251,8 @@ void scheduler_core::on_stats(const stats_query& m, std::vector<outgoing_event>&
                    {"disk_invalidations", k.disk_invalidations},
                    {"disk_saves", k.disk_saves},
                    {"disk_evicted", k.disk_evicted},
-                   {"session_busy", k.session_busy}};
+                   {"session_busy", k.session_busy},
+                   {"net_faults", k.net_faults}};
     r.kv = {{"blocks_total", kv.blocks_total},   {"blocks_used", kv.blocks_used},
             {"blocks_free", kv.blocks_free},     {"blocks_cached", kv.blocks_cached},
             {"prefix_hits", kv.hits},            {"prefix_misses", kv.misses},

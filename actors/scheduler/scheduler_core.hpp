@@ -112,7 +112,11 @@ struct scheduler_counters {
     uint64_t disk_saves = 0;            // kv_save sent
     uint64_t disk_evicted = 0;          // kv_evicted received
     uint64_t session_busy = 0;
+    uint64_t net_faults = 0;  // net fault points fired (the `fault` op's net kinds)
 };
+
+// Net fault points armed at most at once (the `fault` op's net kinds; more is bad_request).
+inline constexpr size_t net_faults_armed_max = 16;
 
 // The stats op's `gpu` map (docs/protocol.md): the device as the gpu actor announced it at its
 // last device_ready, and what the scheduler saw of its steps.
@@ -161,6 +165,13 @@ public:
     void on_kv_session_deleted(const kv::kv_session_deleted& m, std::vector<outgoing_event>& out);
     // What to send the kv actor, in order (taken after every input).
     std::vector<kv_request> take_kv_requests() { return std::exchange(_kv_out, {}); }
+    // Net fault points (kinds net_fin, net_rst, net_stop_reading; spec.phase is a request
+    // phase: queued, prefill or decode; spec.count requests; spec.delay_ms the pause). Fired
+    // when a request reaches the phase (at most once per request and phase): what fired is
+    // taken after every input and every planned step, and sent to the net actor after the
+    // events made before it. Error: net_faults_armed_max are armed already.
+    status arm_net_fault(const gpu::inject_fault& spec);
+    std::vector<net::net_fault> take_net_faults() { return std::exchange(_net_fired, {}); }
     // Ends every live request (server stopping): error{shutting_down}.
     void shutdown(std::vector<outgoing_event>& out);
     // The server is draining: new generate requests are refused with shutting_down; live ones
@@ -219,6 +230,7 @@ private:
         uint32_t batch_failures = 0;   // failures while batched with others
         clock::time_point submitted, first_step, first_token;
         bool started = false, has_first_token = false;
+        uint8_t phases_reached = 0;  // net fault points: queued, prefill, decode bits
     };
 
     struct planned {
@@ -267,6 +279,10 @@ private:
     void save_to_disk(request_state& r);
     void restore_step_failed(request_state& r, const std::string& why);
 
+    // A request reached a phase (phase_bit: 1 queued, 2 prefill, 4 decode): fires an armed
+    // net fault point for it.
+    void reach_phase(request_state& r, uint8_t phase_bit);
+
     request_state* find(seq_id seq);
     request_state* find(uint64_t conn, uint64_t id);
 
@@ -281,6 +297,8 @@ private:
     std::map<seq_id, pin_id> _restore_pins;                      // restores in flight
     std::map<std::string, seq_id> _sessions;                     // live session -> request
     std::vector<kv_request> _kv_out;
+    std::vector<gpu::inject_fault> _net_armed;  // net fault points armed, in arming order
+    std::vector<net::net_fault> _net_fired;     // fired, not yet taken
     std::string _kv_reason;                                      // persistence off: why
     std::vector<seq_id> _running;                                // admission order, oldest first
     std::deque<std::vector<seq_id>> _isolation;                  // groups to run alone (F4)

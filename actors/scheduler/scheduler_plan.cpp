@@ -93,6 +93,8 @@ void scheduler_core::add_to_step(request_state& r, uint32_t n_tokens, gpu::step&
         r.started = true;
         r.first_step = clock::now();
     }
+    // Prompt positions are prefill, the generated ones decode (net fault points).
+    reach_phase(r, r.n_past < r.n_prompt ? 2 : 4);
 }
 
 namespace {

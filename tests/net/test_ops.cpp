@@ -570,4 +570,75 @@ TEST(ops, fault_runtime_points_parse_with_bounds) {
     }
 }
 
+// The net fault points: net_fin and net_rst take a request phase (queued, prefill, decode;
+// required) and count; net_stop_reading also ms (required, 1..10000). A step phase (mixed), a
+// key the kind does not take and a missing phase or ms are refused, each naming its key.
+TEST(ops, fault_net_points_parse_with_bounds) {
+    for (const char* kind : {"net_fin", "net_rst"}) {
+        auto r = parse_fault(make_frame("fault", 3, [&](packer& p) {
+            p.pack("kind"), p.pack(kind);
+            p.pack("phase"), p.pack("queued");
+            p.pack("count"), p.pack(2);
+        }).get());
+        ASSERT_TRUE(r.ok()) << r.err().message;
+        EXPECT_EQ(r->spec.kind, kind);
+        EXPECT_EQ(r->spec.phase, "queued");
+        EXPECT_EQ(r->spec.count, 2u);
+    }
+    auto pause = parse_fault(make_frame("fault", 3, [](packer& p) {
+        p.pack("kind"), p.pack("net_stop_reading");
+        p.pack("phase"), p.pack("decode");
+        p.pack("ms"), p.pack(300);
+    }).get());
+    ASSERT_TRUE(pause.ok()) << pause.err().message;
+    EXPECT_EQ(pause->spec.delay_ms, 300u);
+    EXPECT_EQ(pause->spec.count, 1u);
+
+    struct bad_case {
+        uint32_t n;
+        void (*fill)(packer&);
+        std::string key;
+    };
+    const std::vector<bad_case> bad{
+        {1, [](packer& p) { p.pack("kind"), p.pack("net_rst"); }, "phase"},
+        {2, [](packer& p) { p.pack("kind"), p.pack("net_rst"), p.pack("phase"), p.pack("mixed"); },
+         "phase"},
+        {3,
+         [](packer& p) {
+             p.pack("kind"), p.pack("net_fin"), p.pack("phase"), p.pack("decode");
+             p.pack("ms"), p.pack(5);
+         },
+         "ms"},
+        {3,
+         [](packer& p) {
+             p.pack("kind"), p.pack("net_fin"), p.pack("phase"), p.pack("decode");
+             p.pack("after_steps"), p.pack(1);
+         },
+         "after_steps"},
+        {2,
+         [](packer& p) {
+             p.pack("kind"), p.pack("net_stop_reading"), p.pack("phase"), p.pack("prefill");
+         },
+         "ms"},
+        {3,
+         [](packer& p) {
+             p.pack("kind"), p.pack("net_stop_reading"), p.pack("phase"), p.pack("prefill");
+             p.pack("ms"), p.pack(10001);
+         },
+         "ms"},
+        {3,
+         [](packer& p) {
+             p.pack("kind"), p.pack("net_rst"), p.pack("phase"), p.pack("queued");
+             p.pack("actor"), p.pack("net");
+         },
+         "actor"},
+    };
+    for (const auto& c : bad) {
+        auto r = parse_fault(make_frame("fault", c.n, c.fill).get());
+        ASSERT_FALSE(r.ok()) << c.key;
+        EXPECT_EQ(r.err().code, "bad_request") << c.key;
+        EXPECT_NE(r.err().message.find(c.key), std::string::npos) << r.err().message;
+    }
+}
+
 }  // namespace

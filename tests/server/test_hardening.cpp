@@ -19,7 +19,10 @@
 // - the runtime fault points of the `fault` op (issue 15): a cancel racing a step held by
 //   step_delay ends the request once, after the step; a net mailbox that refuses pushes still
 //   gets every token in order (the scheduler's delivery retries); a scheduler mailbox that
-//   refuses a generate answers it `overloaded` and takes the next one.
+//   refuses a generate answers it `overloaded` and takes the next one;
+// - the net fault points: net_rst at decode resets the client's connection and frees the
+//   request; net_fin while queued closes it with EOF; net_stop_reading holds the frames sent
+//   during the pause and answers them after it, none lost.
 // Where a test drives generate, it also counts terminal events per id: exactly one each.
 //
 // Not here: max_batch_tokens = 65536 refused by --check-config and a GGUF with a missing tensor
@@ -935,6 +938,121 @@ TEST_F(runtime_faults, a_scheduler_mailbox_refusing_a_generate_answers_overloade
     EXPECT_EQ(refused->str("event"), "error");
     EXPECT_EQ(refused->str("code"), "overloaded") << refused->outcome();
     EXPECT_EQ(generate_tokens(3, 4).size(), 4u);
+}
+
+// ---- 12. net fault points (issue 15) ------------------------------------------------------------
+
+// Reads stats on `c` until the server is idle again after a dropped connection: 0 active, 0
+// queued, 0 KV blocks used (the scheduler hears client_gone after the net actor closed the
+// socket, so the first stats may still see the request). Returns the last stats event.
+event idle_stats(tcp_client& c, uint64_t id) {
+    event last;
+    for (int i = 0; i < 200; i++, id++) {
+        EXPECT_TRUE(c.send(frame("id", id, "op", "stats")));
+        auto e = next(c);
+        if (!e) break;
+        last = *e;
+        if (e->u("active_sequences") == 0 && e->u("queued_requests") == 0 &&
+            e->u("kv_blocks_used") == 0) {
+            return last;
+        }
+        std::this_thread::sleep_for(10ms);
+    }
+    ADD_FAILURE() << "the server did not become idle";
+    return last;
+}
+
+// net_rst at decode: the scheduler sees the request reach its first decode step and asks the
+// net actor to reset its connection. How: a 48-token stream on connection c; c must then read
+// a reset (not EOF) with no terminal event for the request and fewer than 48 tokens; on a
+// second connection stats show one fault drop, one net fault fired, one disconnect, and the
+// server idle (the request was cancelled and freed through client_gone); the second
+// connection is served.
+TEST_F(runtime_faults, net_rst_at_decode_resets_the_connection_and_frees_the_request) {
+    arm(1, "net_rst", [] {
+        return raw_map().add("id", 1).add("op", "fault").add("kind", "net_rst")
+            .add("phase", "decode").bytes();
+    });
+    ASSERT_TRUE(c.send(frame("id", 2, "op", "generate", "tokens", std::vector<int>{1},
+                             "max_tokens", 48, "temperature", 0, "stream", true)));
+    event_log log;
+    EXPECT_TRUE(read_until_closed(c, log, io_deadline));
+    EXPECT_EQ(c.peer_closed(), "reset");
+    EXPECT_FALSE(log.ended(2));
+    if (log.by_id.count(2) != 0) EXPECT_LT(log.tokens(2), 48u);
+
+    c.close();
+    ASSERT_TRUE(c.connect(server.port()));
+    event st = idle_stats(c, 10);
+    ASSERT_TRUE(st.h) << "no stats";
+    const msgpack::object* net = field(st.o(), "net");
+    const msgpack::object* sched = field(st.o(), "scheduler");
+    ASSERT_NE(net, nullptr);
+    ASSERT_NE(sched, nullptr);
+    EXPECT_EQ(uint_field(*net, "fault_drops"), 1u);
+    EXPECT_EQ(uint_field(*sched, "net_faults"), 1u);
+    EXPECT_EQ(uint_field(*sched, "disconnects"), 1u);
+    EXPECT_EQ(generate_tokens(300, 4).size(), 4u);
+}
+
+// net_fin while queued: the connection is closed right as the generate is accepted, with a
+// FIN: the client reads EOF (what was queued before it, the fault's own done, came first) and
+// no event of the generate; the request is freed; another connection is served.
+TEST_F(runtime_faults, net_fin_while_queued_closes_the_connection_with_eof) {
+    arm(1, "net_fin", [] {
+        return raw_map().add("id", 1).add("op", "fault").add("kind", "net_fin")
+            .add("phase", "queued").bytes();
+    });
+    ASSERT_TRUE(c.send(frame("id", 2, "op", "generate", "tokens", std::vector<int>{1},
+                             "max_tokens", 8, "temperature", 0, "stream", true)));
+    event_log log;
+    EXPECT_TRUE(read_until_closed(c, log, io_deadline));
+    EXPECT_EQ(c.peer_closed(), "eof");
+    EXPECT_EQ(log.by_id.count(2), 0u) << log.last(2).outcome();
+
+    c.close();
+    ASSERT_TRUE(c.connect(server.port()));
+    event st = idle_stats(c, 10);
+    ASSERT_TRUE(st.h) << "no stats";
+    const msgpack::object* net = field(st.o(), "net");
+    ASSERT_NE(net, nullptr);
+    EXPECT_EQ(uint_field(*net, "fault_drops"), 1u);
+    EXPECT_EQ(generate_tokens(300, 4).size(), 4u);
+}
+
+// net_stop_reading while queued: the server does not read the connection for 2000 ms, so a
+// frame the client sends right after the generate waits in the socket while the generate runs
+// and is answered after it, not lost. How: generate (4 tokens) then health at once on c; the
+// generate's done must arrive before health's answer, each once; stats count the pause.
+TEST_F(runtime_faults, net_stop_reading_holds_later_frames_until_the_pause_ends) {
+    arm(1, "net_stop_reading", [] {
+        return raw_map().add("id", 1).add("op", "fault").add("kind", "net_stop_reading")
+            .add("phase", "queued").add("ms", 2000).bytes();
+    });
+    ASSERT_TRUE(c.send(frame("id", 2, "op", "generate", "tokens", std::vector<int>{1},
+                             "max_tokens", 4, "temperature", 0)));
+    ASSERT_TRUE(c.send(frame("id", 3, "op", "health")));
+    std::vector<uint64_t> order;
+    event_log log;
+    ASSERT_TRUE(read_until(c, log, [&order](const event_log& l) {
+        for (uint64_t id : {2u, 3u}) {
+            if (l.ended(id) && std::find(order.begin(), order.end(), id) == order.end()) {
+                order.push_back(id);
+            }
+        }
+        return l.ended(2) && l.ended(3);
+    }));
+    EXPECT_EQ(order, (std::vector<uint64_t>{2, 3})) << "health was read during the pause";
+    EXPECT_EQ(log.terminals[2], 1);
+    EXPECT_EQ(log.terminals[3], 1);
+    EXPECT_EQ(log.last(2).outcome(), "done:length");
+    EXPECT_EQ(log.last(3).str("status"), "ok");
+    ASSERT_TRUE(c.send(frame("id", 4, "op", "stats")));
+    auto st = next(c);
+    ASSERT_TRUE(st.has_value());
+    const msgpack::object* net = field(st->o(), "net");
+    ASSERT_NE(net, nullptr);
+    EXPECT_EQ(uint_field(*net, "fault_pauses"), 1u);
 }
 
 }  // namespace

@@ -144,6 +144,7 @@ int server_process::stop() {
 tcp_client::~tcp_client() { close(); }
 
 bool tcp_client::connect(uint16_t port, const std::string& host) {
+    _peer_closed.clear();
     _fd = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
@@ -170,7 +171,10 @@ std::optional<msgpack::object_handle> tcp_client::recv(std::chrono::milliseconds
         if (poll(&p, 1, remaining_ms(end)) <= 0) return std::nullopt;
         _unpacker.reserve_buffer(65536);
         ssize_t n = ::recv(_fd, _unpacker.buffer(), 65536, 0);
-        if (n <= 0) return std::nullopt;
+        if (n <= 0) {
+            saw_end(n);
+            return std::nullopt;
+        }
         _unpacker.buffer_consumed(static_cast<size_t>(n));
     }
     return std::optional<msgpack::object_handle>(std::move(oh));
@@ -183,8 +187,15 @@ bool tcp_client::wait_closed(std::chrono::milliseconds deadline) {
         pollfd p{_fd, POLLIN, 0};
         if (poll(&p, 1, remaining_ms(end)) <= 0) return false;
         ssize_t n = ::recv(_fd, buf, sizeof buf, 0);
-        if (n <= 0) return true;  // EOF or reset
+        if (n <= 0) {
+            saw_end(n);
+            return true;  // EOF or reset
+        }
     }
+}
+
+void tcp_client::saw_end(ssize_t n) {
+    _peer_closed = n == 0 ? "eof" : "reset";
 }
 
 void tcp_client::close() {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <msgpack.hpp>
+#include <sys/types.h>
 
 #include <chrono>
 #include <memory>
@@ -72,9 +73,14 @@ public:
     // Closes with RST instead of FIN (SO_LINGER 0).
     void reset();
     int fd() const { return _fd; }
+    // How the server ended the connection, as the last recv/wait_closed saw it: "" (not seen),
+    // "eof" (FIN) or "reset" (ECONNRESET, or any other receive error).
+    const std::string& peer_closed() const { return _peer_closed; }
 
 private:
+    void saw_end(ssize_t n);
     int _fd = -1;
+    std::string _peer_closed;
     msgpack::unpacker _unpacker;
 };
 
