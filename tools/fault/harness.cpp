@@ -144,6 +144,13 @@ bool server::arm_refuse(const std::string& actor, uint32_t count) {
                        count));
 }
 
+bool server::arm_net(const std::string& kind, const std::string& phase, uint32_t ms) {
+    uint64_t id = _next_id++;
+    return ms == 0 ? armed(kind, 1, id, frame("id", id, "op", "fault", "kind", kind, "phase", phase))
+                   : armed(kind, 1, id,
+                           frame("id", id, "op", "fault", "kind", kind, "phase", phase, "ms", ms));
+}
+
 bool server::armed(const std::string& kind, uint32_t count, uint64_t id,
                    const msgpack::sbuffer& request) {
     if (!_conn->send(request)) {

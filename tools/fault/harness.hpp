@@ -86,6 +86,8 @@ public:
     bool arm_kv(const std::string& kind);                        // kv_enospc, ...
     bool arm_delay(uint32_t ms, const std::string& phase);       // step_delay
     bool arm_refuse(const std::string& actor, uint32_t count);   // mailbox_refuse
+    // net_fin, net_rst (ms 0) or net_stop_reading (ms > 0) at a request phase.
+    bool arm_net(const std::string& kind, const std::string& phase, uint32_t ms = 0);
     // Reads until every id in `ids` has had its terminal event (or the deadline); records
     // histories. Violations: a second terminal event, a request that never ends.
     std::map<uint64_t, history> collect(const std::vector<uint64_t>& ids);

@@ -27,6 +27,8 @@ struct client {
     std::vector<uint64_t> other_ids;        // cancel requests (their done is read, not checked)
 };
 
+bool net_kind(const std::string& kind) { return kind.starts_with("net_"); }
+
 bool connect(client& c, uint16_t port) {
     c.conn = std::make_unique<test::tcp_client>();
     c.requests.clear();
@@ -60,11 +62,20 @@ void drain(client& c) {
     }
 }
 
+// Checks the requests of `c` once its connection is done with. `net_faults`: net faults armed
+// so far; a request with no terminal event on a connection the server closed is excused only
+// then (the fault dropped it).
 void check(findings& f, const client& c, const references& r, bool faults_armed,
-           uint32_t index) {
+           uint64_t net_faults, uint32_t index) {
+    const bool dropped = !c.conn->peer_closed().empty();
+    if (dropped && net_faults == 0) {
+        f.fail("client " + std::to_string(index) + ": the server closed its connection (" +
+               c.conn->peer_closed() + ") with no net fault armed");
+    }
     for (const auto& [id, h] : c.requests) {
         const std::string what =
             "client " + std::to_string(index) + " request " + std::to_string(id);
+        if (h.terminals() == 0 && dropped && net_faults > 0) continue;
         if (h.terminals() != 1) {
             f.fail(what + ": " + std::to_string(h.terminals()) +
                    " terminal events (invariants 1 and 2)");
@@ -98,7 +109,9 @@ findings run_plan(const context& ctx, const references& r, const plan& p) {
     // the configured outcome of too many faults back to back (the recovery/* scenario
     // covers that outcome).
     uint32_t device_faults = 0;
-    for (const action& a : p.actions) device_faults += a.k == action::kind::fault ? 1 : 0;
+    for (const action& a : p.actions) {
+        device_faults += a.k == action::kind::fault && !net_kind(a.fault_kind) ? 1 : 0;
+    }
     cfg.recovery_max = std::min<uint32_t>(recovery_max_limit, device_faults + 2);
     cfg.kv_dir = ctx.work_dir + "/random-kv-" + std::to_string(p.seed);
     server s(ctx, f);
@@ -107,7 +120,18 @@ findings run_plan(const context& ctx, const references& r, const plan& p) {
     for (auto& c : clients) {
         if (!connect(c, s.port())) f.fail("cannot connect a client");
     }
-    uint64_t armed = 0;
+    uint64_t armed = 0, net_armed = 0;
+    // A send that fails: the server dropped the connection (a net fault). What was sent on it
+    // is checked now, and the client goes on with a new connection.
+    auto send_or_reconnect = [&](client& c, uint32_t index, const msgpack::sbuffer& fr) {
+        if (c.conn->send(fr)) return true;
+        drain(c);
+        if (c.conn->peer_closed().empty()) c.conn->wait_closed(std::chrono::milliseconds(100));
+        if (net_armed == 0) f.fail("client " + std::to_string(index) + ": send failed");
+        check(f, c, r, armed > 0, net_armed, index);
+        if (!connect(c, s.port())) f.fail("cannot reconnect a client");
+        return false;
+    };
     auto before = s.call("stats");
     for (const action& a : p.actions) {
         if (a.pause_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(a.pause_ms));
@@ -116,14 +140,13 @@ findings run_plan(const context& ctx, const references& r, const plan& p) {
             case action::kind::generate: {
                 uint64_t id = c.next_id++;
                 const auto& prompt = r.prompts[a.prompt];
-                bool ok = a.session.empty()
-                              ? c.conn->send(frame("id", id, "op", "generate", "tokens", prompt,
-                                                   "max_tokens", max_tokens, "temperature", 0,
-                                                   "stream", a.stream))
-                              : c.conn->send(frame("id", id, "op", "generate", "tokens", prompt,
-                                                   "max_tokens", max_tokens, "temperature", 0,
-                                                   "stream", a.stream, "session", a.session));
-                if (!ok) f.fail("send failed");
+                auto fr = a.session.empty()
+                              ? frame("id", id, "op", "generate", "tokens", prompt, "max_tokens",
+                                      max_tokens, "temperature", 0, "stream", a.stream)
+                              : frame("id", id, "op", "generate", "tokens", prompt, "max_tokens",
+                                      max_tokens, "temperature", 0, "stream", a.stream,
+                                      "session", a.session);
+                if (!send_or_reconnect(c, a.client, fr)) break;
                 c.requests[id].id = id;
                 c.prompt_of[id] = a.prompt;
                 if (!a.session.empty()) c.session_requests.insert(id);
@@ -134,10 +157,9 @@ findings run_plan(const context& ctx, const references& r, const plan& p) {
                 if (c.requests.empty()) break;
                 uint64_t target = c.requests.rbegin()->first;
                 uint64_t id = c.next_id++;
-                if (!c.conn->send(frame("id", id, "op", "cancel", "target", target))) {
-                    f.fail("send failed");
+                if (send_or_reconnect(c, a.client, frame("id", id, "op", "cancel", "target", target))) {
+                    c.cancelled.insert(target);
                 }
-                c.cancelled.insert(target);
                 break;
             }
             case action::kind::disconnect: {
@@ -152,22 +174,42 @@ findings run_plan(const context& ctx, const references& r, const plan& p) {
                 break;
             }
             case action::kind::fault: {
-                if (s.arm(a.fault_kind, a.phase, 1)) armed++;
+                if (net_kind(a.fault_kind)) {
+                    if (s.arm_net(a.fault_kind, a.phase, a.ms)) net_armed++;
+                } else if (s.arm(a.fault_kind, a.phase, 1)) {
+                    armed++;
+                }
                 break;
             }
         }
     }
     for (uint32_t i = 0; i < clients.size(); i++) {
         drain(clients[i]);
-        check(f, clients[i], r, armed > 0, i);
+        check(f, clients[i], r, armed > 0, net_armed, i);
     }
-    // Invariant 3: still serving; 4: fault-free output. Faults still armed fire on these.
-    for (int probe = 0; probe < 3; probe++) {
+    // Invariant 3: still serving; 4: fault-free output. Faults still armed fire on these: a
+    // probe whose connection a net fault drops uses up that fault, so net_armed + 3 probes
+    // always leave at least 3 that only gpu faults can touch.
+    for (uint64_t probe = 0; probe < net_armed + 3; probe++) {
         if (!s.wait_ready()) break;
-        history h = s.generate(r.prompts[1]);
-        const event* t = h.terminal();
+        client pc;
+        if (!connect(pc, s.port())) {
+            f.fail("cannot connect a probe");
+            break;
+        }
+        pc.requests[1].id = 1;
+        if (!pc.conn->send(frame("id", 1, "op", "generate", "tokens", r.prompts[1],
+                                 "max_tokens", max_tokens, "temperature", 0))) {
+            continue;  // dropped at once: try again
+        }
+        drain(pc);
+        const event* t = pc.requests[1].terminal();
         if (t != nullptr && t->str("event") == "done") {
-            expect_reference(f, h, r.want[1], "probe after the run");
+            expect_reference(f, pc.requests[1], r.want[1], "probe after the run");
+            break;
+        }
+        if (t == nullptr && pc.conn->peer_closed().empty()) {
+            f.fail("a probe after the run did not end (invariant 2)");
             break;
         }
     }
@@ -195,7 +237,9 @@ std::string action::describe() const {
                    (session.empty() ? "" : " session " + session);
         case kind::cancel: return c + "cancel its latest request";
         case kind::disconnect: return c + (stream ? "disconnect (RST)" : "disconnect (FIN)");
-        case kind::fault: return "fault " + fault_kind + (phase.empty() ? "" : " phase " + phase);
+        case kind::fault:
+            return "fault " + fault_kind + (phase.empty() ? "" : " phase " + phase) +
+                   (ms == 0 ? "" : " " + std::to_string(ms) + " ms");
     }
     return c;
 }
@@ -205,8 +249,10 @@ plan make_plan(uint64_t seed, uint32_t requests) {
     p.seed = seed;
     std::mt19937_64 rng(seed);
     auto pick = [&](uint64_t n) { return uint32_t(rng() % n); };
-    const char* kinds[] = {"device_lost", "hang", "nan_logits"};
+    const char* kinds[] = {"device_lost", "hang", "nan_logits", "net_fin", "net_rst",
+                           "net_stop_reading"};
     const char* phases[] = {"", "prefill", "decode"};
+    const char* request_phases[] = {"queued", "prefill", "decode"};
     uint32_t generates = 0;
     while (generates < requests) {
         action a;
@@ -226,8 +272,13 @@ plan make_plan(uint64_t seed, uint32_t requests) {
             a.stream = pick(2) == 0;  // RST or FIN
         } else {
             a.k = action::kind::fault;
-            a.fault_kind = kinds[pick(3)];
-            a.phase = phases[pick(3)];
+            a.fault_kind = kinds[pick(6)];
+            if (net_kind(a.fault_kind)) {
+                a.phase = request_phases[pick(3)];
+                if (a.fault_kind == "net_stop_reading") a.ms = 20 + pick(480);
+            } else {
+                a.phase = phases[pick(3)];
+            }
         }
         p.actions.push_back(std::move(a));
     }

@@ -427,6 +427,135 @@ void refused_mailbox(const context& ctx, findings& f, const references& r, const
     s.stop();
 }
 
+// ---- net fault points ------------------------------------------------------------------------
+
+// A client's connection dropped (net_fin: EOF, net_rst: reset) or not read for a while
+// (net_stop_reading) when its request reaches `phase`. Dropped: the client sees its connection
+// end within the bound (never a hang), no terminal event arrives after the drop, and the server
+// frees the request (idle) and serves others. Paused: a cancel sent during the pause is read
+// after it; the request still ends exactly once, cancelled or with its fault-free tokens.
+void net_fault(const context& ctx, findings& f, const references& r, const std::string& kind,
+               const std::string& phase) {
+    server s(ctx, f);
+    if (!s.start({}, "net")) return;
+    auto before = s.call("stats");
+    if (!before) return f.fail("stats unavailable");
+    const bool pause = kind == "net_stop_reading";
+    if (!s.arm_net(kind, phase, pause ? 1000 : 0)) return;
+    test::tcp_client c;
+    if (!c.connect(s.port())) return f.fail("cannot connect the client");
+    if (!c.send(test::frame("id", 1, "op", "generate", "tokens", r.prompts[0], "max_tokens",
+                            max_tokens, "temperature", 0, "stream", true))) {
+        return f.fail("send failed");
+    }
+    f.requests++;
+    history h;
+    auto read = [&](std::chrono::milliseconds deadline) {
+        while (auto e = test::next(c, deadline)) {
+            if (e->u("id") == 1) h.events.push_back(*e);
+            if (e->u("id") == 1 && e->terminal()) break;
+        }
+    };
+    if (pause) {
+        // Decode: the cancel goes out as the first token (from the prefill) arrives: by then
+        // the first decode step is planned and the pause has fired. Otherwise at once. Events
+        // are still written during a pause; the cancel is read after it.
+        if (phase == "decode") {
+            auto e = test::next(c, std::chrono::milliseconds(request_deadline));
+            if (!e) return f.fail(kind + " at decode: no first token");
+            h.events.push_back(*e);
+        }
+        if (!c.send(test::frame("id", 2, "op", "cancel", "target", 1))) f.fail("send failed");
+        read(std::chrono::milliseconds(request_deadline));
+        const event* t = h.terminal();
+        if (h.terminals() != 1) {
+            f.fail(kind + " at " + phase + ": " + std::to_string(h.terminals()) +
+                   " terminal events (invariants 1 and 2)");
+        } else if (t->outcome() != "done:cancelled" &&
+                   !(t->str("event") == "done" && h.tokens() == r.want[0])) {
+            f.fail(kind + " at " + phase + ": ended " + t->outcome() + " with tokens " +
+                   show(h.tokens()));
+        }
+    } else {
+        read(std::chrono::milliseconds(request_deadline));
+        const std::string want = kind == "net_fin" ? "eof" : "reset";
+        if (c.peer_closed().empty() && !c.wait_closed(std::chrono::milliseconds(request_deadline))) {
+            f.fail(kind + " at " + phase + ": the connection was not closed (invariant 2)");
+        } else if (c.peer_closed() != want) {
+            f.fail(kind + " at " + phase + ": the client saw " + c.peer_closed() + ", expected " + want);
+        }
+        if (h.terminals() != 0) {
+            f.fail(kind + " at " + phase + ": a terminal event (" + h.terminal()->outcome() +
+                   ") before the drop: the request was not live at its phase");
+        }
+    }
+    auto after = s.call("stats");
+    if (after) {
+        const uint64_t fired = stat(*after, "scheduler", "net_faults") -
+                               stat(*before, "scheduler", "net_faults");
+        const uint64_t counted = pause ? stat(*after, "net", "fault_pauses")
+                                       : stat(*after, "net", "fault_drops");
+        if (fired != 1 || counted != 1) {
+            f.fail(kind + " at " + phase + ": net_faults fired " + std::to_string(fired) +
+                   ", net counter " + std::to_string(counted) + "; expected 1 and 1");
+        }
+    }
+    s.check_idle();
+    expect_serving(s, f, r);
+    s.stop();
+}
+
+// ---- recovery exhausted ------------------------------------------------------------------------
+
+// More device failures in a row than gpu.recovery_max allows: the configured outcome, not a
+// rebuild loop. The request ends with an error (gpu_failed or gpu_unavailable; never done or
+// cancelled), health says degraded with a reason, new work is refused at once with
+// gpu_unavailable, the rebuilds stop at the bound, the server still answers health and stats,
+// and it exits 0 on SIGTERM.
+void recovery_exhausted(const context& ctx, findings& f, const references& r) {
+    server_config cfg;
+    cfg.recovery_max = 2;
+    cfg.retry_max = 8;  // the request outlives the rebuilds; the bound that ends it is recovery
+    server s(ctx, f);
+    if (!s.start(cfg, "recovery")) return;
+    if (!s.arm("device_lost", "", 8)) return;
+    history h = s.generate(r.prompts[0]);
+    const event* t = h.terminal();
+    if (t == nullptr || t->str("event") != "error" ||
+        (t->str("code") != "gpu_failed" && t->str("code") != "gpu_unavailable")) {
+        f.fail("recovery: the request ended " + (t ? t->outcome() : "never") +
+               ", expected error gpu_failed or gpu_unavailable (invariant 5)");
+    }
+    std::string status;
+    const auto end = clock::now() + std::chrono::seconds(30);
+    while (clock::now() < end) {
+        auto hl = s.call("health");
+        status = hl ? hl->str("status") : "no answer";
+        if (status == "degraded") {
+            if (hl->str("reason").find("recovery_max") == std::string::npos) {
+                f.fail("recovery: degraded without naming recovery_max: " + hl->str("reason"));
+            }
+            break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (status != "degraded") f.fail("recovery: health is " + status + ", expected degraded");
+    history again = s.generate(r.prompts[1]);
+    const event* t2 = again.terminal();
+    if (t2 == nullptr || t2->str("code") != "gpu_unavailable") {
+        f.fail("recovery: a request after giving up ended " + (t2 ? t2->outcome() : "never") +
+               ", expected error gpu_unavailable");
+    }
+    auto st = s.call("stats");
+    if (!st) {
+        f.fail("recovery: stats unanswered after giving up (invariant 3)");
+    } else if (stat(*st, "gpu", "epoch") > cfg.recovery_max) {
+        f.fail("recovery: " + std::to_string(stat(*st, "gpu", "epoch")) +
+               " rebuilds for recovery_max " + std::to_string(cfg.recovery_max) + " (invariant 6)");
+    }
+    s.stop();
+}
+
 }  // namespace
 
 std::vector<std::string> scenario_names() {
@@ -434,7 +563,12 @@ std::vector<std::string> scenario_names() {
                                "kv/enospc", "kv/eio", "kv/flip_read", "kv/fingerprint",
                                "kv/torn_exit", "delay/prefill/cancel", "delay/decode/cancel",
                                "delay/decode/disconnect", "refuse/net", "refuse/scheduler",
-                               "refuse/gpu", "refuse/kv"};
+                               "refuse/gpu", "refuse/kv", "recovery/exhausted"};
+    for (const char* kind : {"fin", "rst", "stop_reading"}) {
+        for (const char* phase : {"queued", "prefill", "decode"}) {
+            n.push_back(std::string("net/") + kind + "/" + phase);
+        }
+    }
     for (const auto& c : table_cases()) n.push_back(c.name());
     return n;
 }
@@ -484,6 +618,13 @@ std::vector<scenario_result> run_scenarios(const context& ctx,
         }
         if (name.starts_with("refuse/")) {
             timed(name, [&](findings& f) { refused_mailbox(ctx, f, r, name.substr(7)); });
+        }
+        if (name == "recovery/exhausted") timed(name, [&](findings& f) { recovery_exhausted(ctx, f, r); });
+        if (name.starts_with("net/")) {
+            const size_t slash = name.rfind('/');
+            const std::string kind = "net_" + name.substr(4, slash - 4);
+            const std::string phase = name.substr(slash + 1);
+            timed(name, [&](findings& f) { net_fault(ctx, f, r, kind, phase); });
         }
         for (const auto& c : table_cases()) {
             if (c.name() != name) continue;
