@@ -104,9 +104,11 @@ struct stats_report {
     uint64_t other_failures = 0;
     double busy_ms = 0;
     kv_disk_report kv_disk;
+    uint64_t logits_slots_held = 0;  // logits_exchange slots not yet released (0 when idle)
+    uint64_t rss_bytes = 0;          // the process's resident memory (0 where unknown)
     MSGPACK_DEFINE_MAP(active_sequences, queued_requests, kv_blocks_used, kv_blocks_free, net,
                        scheduler, kv, device, epoch, steps, timeouts, device_lost, nan_logits,
-                       other_failures, busy_ms, kv_disk);
+                       other_failures, busy_ms, kv_disk, logits_slots_held, rss_bytes);
 };
 
 // ---- events (scheduler → net); none is answered ----------------------------------------------

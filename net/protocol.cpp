@@ -159,6 +159,8 @@ std::string encode(const stats_done& e) {
     w.field("queued_requests", s.queued_requests);
     w.field("kv_blocks_used", s.kv_blocks_used);
     w.field("kv_blocks_free", s.kv_blocks_free);
+    w.field("logits_slots_held", s.logits_slots_held);
+    w.field("rss_bytes", s.rss_bytes);
     auto open = s.net.find("connections_open");
     w.field("connections_open", open == s.net.end() ? 0 : open->second);
     w.field("net", s.net).field("scheduler", s.scheduler).field("kv", s.kv);

@@ -7,9 +7,11 @@
 #   bash tools/dev.sh build   setup + build everything
 #   bash tools/dev.sh test    build + run every test (ctest)
 #   bash tools/dev.sh run     build + start ordo-server on etc/ordo.toml (extra args passed on)
+#   bash tools/dev.sh soak [N] build + a fault soak: ordo-fault's random mode, N requests
+#                             (default 10000; not part of `test`), on ../shared's stories260K
 #
 # Environment: ORDO_BUILD_DIR (default build), ORDO_SANITIZE=1 (ASan+UBSan build in
-# build-asan), ORDO_JOBS (default: nproc).
+# build-asan), ORDO_JOBS (default: nproc), ORDO_SOAK_SEED (default 1), ORDO_SOAK_MODEL.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -92,10 +94,25 @@ run_server() {
   exec "$build_dir/tools/server/ordo-server" --config etc/ordo.toml "$@"
 }
 
+# The long random fault run the issue calls a soak: the summary (requests, faults by kind,
+# violations, resident memory after warm-up, at the end and at peak) is the last line.
+run_soak() {
+  build
+  local model="${ORDO_SOAK_MODEL:-$root/../shared/models/stories260K.gguf}"
+  if [[ ! -f "$model" ]]; then
+    log "no model at $model (set ORDO_SOAK_MODEL)"
+    exit 2
+  fi
+  export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
+  "$build_dir/tools/fault/ordo-fault" --model "$model" --seed "${ORDO_SOAK_SEED:-1}" \
+    --requests "${1:-10000}" --json
+}
+
 case "${1:-}" in
   setup) setup ;;
   build) build ;;
   test) run_tests ;;
   run) shift; run_server "$@" ;;
-  *) sed -n '2,14p' "$0"; exit 2 ;;
+  soak) shift; run_soak "$@" ;;
+  *) sed -n '2,16p' "$0"; exit 2 ;;
 esac

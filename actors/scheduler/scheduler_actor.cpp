@@ -3,7 +3,10 @@
 
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
+
 #include <cassert>
+#include <cstdio>
 
 namespace ordo::sched {
 namespace {
@@ -23,6 +26,17 @@ constexpr actors::delivery_limits kv_delivery_limits{
 // A device reset request to the gpu actor.
 constexpr actors::delivery_limits gpu_delivery_limits{
     .pending_max = 16, .retry_ms = 10, .deadline_ms = 30'000};
+
+// The process's resident set in bytes, from /proc/self/statm (its second field, in pages); 0
+// where that file is not there.
+uint64_t resident_bytes() {
+    std::FILE* f = std::fopen("/proc/self/statm", "r");
+    if (f == nullptr) return 0;
+    unsigned long long size = 0, resident = 0;
+    const int n = std::fscanf(f, "%llu %llu", &size, &resident);
+    std::fclose(f);
+    return n == 2 ? resident * uint64_t(sysconf(_SC_PAGESIZE)) : 0;
+}
 
 }  // namespace
 
@@ -87,10 +101,12 @@ ORDO_SCHEDULER_OP(kv::kv_session_deleted, on_kv_session_deleted)
 void scheduler_actor::on(const stats_query& m) {
     std::vector<outgoing_event> out;
     _core.on_stats(m, out);
-    if (_opt.kv_report) {
-        for (auto& e : out) {
-            if (auto* d = std::get_if<net::stats_done>(&e)) d->stats.kv_disk = _opt.kv_report();
-        }
+    for (auto& e : out) {
+        auto* d = std::get_if<net::stats_done>(&e);
+        if (d == nullptr) continue;
+        if (_opt.kv_report) d->stats.kv_disk = _opt.kv_report();
+        d->stats.logits_slots_held = _logits != nullptr ? _logits->held() : 0;
+        d->stats.rss_bytes = resident_bytes();
     }
     after(out);
 }

@@ -1,6 +1,10 @@
 // gpu_actor.cpp: see gpu_actor.hpp.
 #include "gpu/actor/gpu_actor.hpp"
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 #include <spdlog/spdlog.h>
 
 #include <cassert>
@@ -100,6 +104,13 @@ void gpu_actor::run_job() {
         status d = _runner->drain(_options.drain_ms);
         if (!d) spdlog::warn("gpu: drain before rebuild: {}", d.err().message);
         _runner.reset();
+        // The old device's memory (all of it host memory on a CPU device such as lavapipe) is
+        // free now; glibc keeps freed memory in its per-thread arenas, and the rebuild runs on
+        // whichever pool thread is free, so without a trim every rebuild could leave a device's
+        // worth of memory resident.
+#ifdef __GLIBC__
+        malloc_trim(0);
+#endif
     }
     if (!_file) {
         auto f = model::gguf_file::open(_options.model_path);

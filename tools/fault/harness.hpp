@@ -45,6 +45,8 @@ struct findings {
     std::vector<std::string> violations;
     std::map<std::string, uint64_t> faults;  // armed, by kind
     uint64_t requests = 0;
+    // Random mode: the server's resident memory after warm-up, at the end (idle), and its peak.
+    uint64_t rss_start = 0, rss_end = 0, rss_peak = 0;
     void fail(std::string what) { violations.push_back(std::move(what)); }
 };
 
@@ -100,9 +102,13 @@ public:
     // Waits for health ok; false (and a violation) past the deadline, or at once when health
     // says degraded (the device is given up for good: it never returns to ok by itself).
     bool wait_ready();
-    // Invariant 8: idle means 0 active, 0 queued, 0 used KV blocks, 0 pins.
+    // Invariant 8: idle means 0 active, 0 queued, 0 used KV blocks, 0 pins, 0 logits slots held.
     void check_idle();
     std::string output() { return _proc.output(); }
+    // The process's resident memory now (stats.rss_bytes) and its peak so far (VmHWM in
+    // /proc/PID/status); 0 when unknown.
+    uint64_t rss_bytes();
+    uint64_t peak_rss_bytes() const;
     const std::string& kv_dir() const { return _cfg.kv_dir; }
 
 private:

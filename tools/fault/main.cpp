@@ -18,6 +18,7 @@
 // output is one JSON object: scenarios, requests, faults (by kind), violations, seconds.
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <algorithm>
@@ -173,9 +174,15 @@ int main(int argc, char** argv) {
 
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<scenario_result> results;
+    std::array<uint64_t, 3> rss{};  // random mode: start, end, peak
     if (random_requests > 0) {
         random_result rr = run_random(ctx, ctx.seed, random_requests);
         results.push_back({"random/seed" + std::to_string(ctx.seed), rr.found, rr.seconds});
+        rss = {rr.found.rss_start, rr.found.rss_end, rr.found.rss_peak};
+        std::printf("resident memory: %.1f MiB after warm-up, %.1f MiB at the end (idle), "
+                    "%.1f MiB peak\n",
+                    double(rss[0]) / (1 << 20), double(rss[1]) / (1 << 20),
+                    double(rss[2]) / (1 << 20));
         if (!rr.minimal.actions.empty()) {
             std::printf("smallest failing plan (seed %llu, %zu actions):\n",
                         static_cast<unsigned long long>(ctx.seed), rr.minimal.actions.size());
@@ -213,10 +220,16 @@ int main(int argc, char** argv) {
         std::string fl = "[";
         for (const auto& n : failed) fl += (fl.size() > 1 ? "," : "") + ("\"" + json_escape(n) + "\"");
         fl += "]";
+        std::string mem;
+        if (random_requests > 0) {
+            mem = ",\"rss_start_bytes\":" + std::to_string(rss[0]) + ",\"rss_end_bytes\":" +
+                  std::to_string(rss[1]) + ",\"rss_peak_bytes\":" + std::to_string(rss[2]);
+        }
         std::printf("{\"scenarios\":%zu,\"requests\":%llu,\"faults\":%s,\"violations\":%zu,"
-                    "\"failed\":%s,\"seconds\":%.1f,\"seed\":%llu}\n",
+                    "\"failed\":%s,\"seconds\":%.1f,\"seed\":%llu%s}\n",
                     results.size(), static_cast<unsigned long long>(requests), f.c_str(),
-                    violations, fl.c_str(), seconds, static_cast<unsigned long long>(ctx.seed));
+                    violations, fl.c_str(), seconds, static_cast<unsigned long long>(ctx.seed),
+                    mem.c_str());
     }
     if (violations == 0 && own_dir) fs::remove_all(ctx.work_dir);
     if (violations != 0) std::printf("work dir kept: %s\n", ctx.work_dir.c_str());

@@ -132,6 +132,12 @@ findings run_plan(const context& ctx, const references& r, const plan& p) {
         if (!connect(c, s.port())) f.fail("cannot reconnect a client");
         return false;
     };
+    // Warm-up, fault-free: every prompt once (the pools and caches reach their working size),
+    // then the memory baseline.
+    for (size_t i = 0; i < r.prompts.size(); i++) {
+        expect_reference(f, s.generate(r.prompts[i]), r.want[i], "warm-up " + std::to_string(i));
+    }
+    f.rss_start = s.rss_bytes();
     auto before = s.call("stats");
     for (const action& a : p.actions) {
         if (a.pause_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(a.pause_ms));
@@ -223,6 +229,14 @@ findings run_plan(const context& ctx, const references& r, const plan& p) {
         }
     }
     s.check_idle();
+    // Invariant 8, memory: idle again, the resident set is back near its baseline.
+    f.rss_end = s.rss_bytes();
+    f.rss_peak = s.peak_rss_bytes();
+    if (f.rss_start > 0 && f.rss_end > f.rss_start + rss_growth_max) {
+        f.fail("resident memory grew from " + std::to_string(f.rss_start >> 20) + " MiB to " +
+               std::to_string(f.rss_end >> 20) + " MiB over the run (invariant 8: more than " +
+               std::to_string(rss_growth_max >> 20) + " MiB)");
+    }
     s.stop();
     return f;
 }
@@ -297,6 +311,9 @@ random_result run_random(const context& ctx, uint64_t seed, uint32_t requests) {
     findings f = run_plan(ctx, r, p);
     out.found.requests = f.requests;
     out.found.violations = f.violations;
+    out.found.rss_start = f.rss_start;
+    out.found.rss_end = f.rss_end;
+    out.found.rss_peak = f.rss_peak;
     if (!f.violations.empty()) {
         // What failed is printed before the (slow) shrinking starts.
         std::printf("seed %llu: %zu violation(s); shrinking the plan (%zu actions)\n",
