@@ -200,7 +200,7 @@ int main(int argc, char** argv) {
     std::vector<std::string> failed;
     for (const auto& r : results) {
         const bool ok = r.found.violations.empty();
-        std::printf("%-36s %s  %.1f s\n", r.name.c_str(), ok ? "ok  " : "FAIL", r.seconds);
+        std::printf("%-44s %s  %.1f s\n", r.name.c_str(), ok ? "ok  " : "FAIL", r.seconds);
         for (const auto& v : r.found.violations) std::printf("    violation: %s\n", v.c_str());
         violations += r.found.violations.size();
         requests += r.found.requests;

@@ -45,10 +45,14 @@ void expect_serving(server& s, findings& f, const references& r) {
 struct table_case {
     std::string kind, phase;
     size_t batch = 1;
-    bool cancel = false;
+    // What happens to request 0 while its (failing) step runs: nothing, a cancel, or its client
+    // disconnects (RST).
+    enum class race { none, cancel, disconnect } timing = race::none;
     std::string name() const {
         return "table/" + kind + "/" + phase + "/batch" + std::to_string(batch) +
-               (cancel ? "/cancel" : "/nocancel");
+               (timing == race::cancel       ? "/cancel"
+                : timing == race::disconnect ? "/disconnect"
+                                             : "/nocancel");
     }
 };
 
@@ -57,7 +61,10 @@ std::vector<table_case> table_cases() {
     for (const char* kind : {"device_lost", "hang", "nan_logits"}) {
         for (const char* phase : {"prefill", "decode"}) {
             for (size_t batch : {1u, 3u}) {
-                for (bool cancel : {false, true}) out.push_back({kind, phase, batch, cancel});
+                for (auto t : {table_case::race::none, table_case::race::cancel,
+                               table_case::race::disconnect}) {
+                    out.push_back({kind, phase, batch, t});
+                }
             }
         }
     }
@@ -71,20 +78,39 @@ void run_table_case(server& s, findings& f, const references& r, const table_cas
     const uint64_t retries0 = stat(*before, "scheduler", "retries");
     const uint64_t epoch0 = stat(*before, "gpu", "epoch");
     if (!s.arm(c.kind, c.phase, 1)) return;
+    const bool cancel = c.timing == table_case::race::cancel;
+    const bool disconnect = c.timing == table_case::race::disconnect;
     std::vector<uint64_t> ids;
-    for (size_t i = 0; i < c.batch; i++) ids.push_back(s.send_generate(r.prompts[i]));
+    // Disconnect: request 0 runs on a client of its own, which resets its connection.
+    test::tcp_client own;
+    if (disconnect) {
+        if (!own.connect(s.port())) return f.fail("cannot connect a second client");
+        if (!own.send(test::frame("id", 1, "op", "generate", "tokens", r.prompts[0], "max_tokens",
+                                  max_tokens, "temperature", 0, "stream", true))) {
+            return f.fail("send failed");
+        }
+        f.requests++;
+        ids.push_back(0);  // a placeholder: nothing is collected for it
+    }
+    for (size_t i = ids.size(); i < c.batch; i++) ids.push_back(s.send_generate(r.prompts[i]));
     std::map<uint64_t, history> hs;
-    if (c.cancel) {
+    if (cancel) {
         // Prefill: the cancel races the first (failing) step. Decode: it is sent as the first
         // token arrives, racing the first decode step, which fails.
         if (c.phase == "decode") s.wait_first_event(ids[0]);
         ids.push_back(s.send_cancel(ids[0]));
     }
+    if (disconnect) {
+        // The same timings, by a reset instead of a cancel: its requests end unseen.
+        if (c.phase == "decode" && !test::next(own)) f.fail("no first token before the disconnect");
+        own.reset();
+        ids.erase(ids.begin());
+    }
     hs = s.collect(ids);
-    for (size_t i = 0; i < c.batch; i++) {
-        const history& h = hs[ids[i]];
+    for (size_t i = disconnect ? 1 : 0; i < c.batch; i++) {
+        const history& h = hs[ids[disconnect ? i - 1 : i]];
         const std::string what = "request " + std::to_string(i);
-        if (c.cancel && i == 0) {
+        if (cancel && i == 0) {
             const event* t = h.terminal();
             if (t == nullptr) continue;
             const std::string o = t->outcome();
