@@ -122,6 +122,7 @@ private:
     std::unique_ptr<test::tcp_client> _conn;
     uint64_t _next_id = 1;
     std::map<uint64_t, history> _pending;  // events read for ids nobody collected yet
+    bool _refusals_armed = false;          // a mailbox_refuse was armed on this server
 };
 
 // Prompts of different lengths (heterogeneous sequences, F4), two of them extending others

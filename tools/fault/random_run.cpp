@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <random>
@@ -28,6 +29,13 @@ struct client {
 };
 
 bool net_kind(const std::string& kind) { return kind.starts_with("net_"); }
+
+// What the plan has armed so far: what explains an outcome that only a fault may cause.
+struct armed_faults {
+    uint64_t steps = 0;            // steps that may fail: failing gpu kinds, gpu mailbox refusals
+    uint64_t net = 0;              // net faults (a connection the server drops or pauses)
+    bool scheduler_refusals = false;  // a scheduler mailbox refusal (requests get overloaded)
+};
 
 bool connect(client& c, uint16_t port) {
     c.conn = std::make_unique<test::tcp_client>();
@@ -65,8 +73,9 @@ void drain(client& c) {
 // Checks the requests of `c` once its connection is done with. `net_faults`: net faults armed
 // so far; a request with no terminal event on a connection the server closed is excused only
 // then (the fault dropped it).
-void check(findings& f, const client& c, const references& r, bool faults_armed,
-           uint64_t net_faults, uint32_t index) {
+void check(findings& f, const client& c, const references& r, const armed_faults& armed,
+           uint32_t index) {
+    const uint64_t net_faults = armed.net;
     const bool dropped = !c.conn->peer_closed().empty();
     if (dropped && net_faults == 0) {
         f.fail("client " + std::to_string(index) + ": the server closed its connection (" +
@@ -91,7 +100,9 @@ void check(findings& f, const client& c, const references& r, bool faults_armed,
                        "server's " + show(r.want[c.prompt_of.at(id)]) + " (invariant 4/5)");
             }
         } else if (code == "gpu_failed") {
-            if (!faults_armed) f.fail(what + ": gpu_failed with no fault armed");
+            if (armed.steps == 0) f.fail(what + ": gpu_failed with no fault armed");
+        } else if (code == "overloaded") {
+            if (!armed.scheduler_refusals) f.fail(what + ": overloaded with no mailbox refusal armed");
         } else if (code == "session_busy") {
             if (c.session_requests.count(id) == 0) f.fail(what + ": session_busy without a session");
         } else {
@@ -110,7 +121,9 @@ findings run_plan(const context& ctx, const references& r, const plan& p) {
     // covers that outcome).
     uint32_t device_faults = 0;
     for (const action& a : p.actions) {
-        device_faults += a.k == action::kind::fault && !net_kind(a.fault_kind) ? 1 : 0;
+        if (a.k != action::kind::fault) continue;
+        if (a.fault_kind == "mailbox_refuse" && a.actor == "gpu") device_faults += a.count;
+        if (a.fault_kind == "device_lost" || a.fault_kind == "hang") device_faults++;
     }
     cfg.recovery_max = std::min<uint32_t>(recovery_max_limit, device_faults + 2);
     cfg.kv_dir = ctx.work_dir + "/random-kv-" + std::to_string(p.seed);
@@ -120,15 +133,15 @@ findings run_plan(const context& ctx, const references& r, const plan& p) {
     for (auto& c : clients) {
         if (!connect(c, s.port())) f.fail("cannot connect a client");
     }
-    uint64_t armed = 0, net_armed = 0;
+    armed_faults armed;
     // A send that fails: the server dropped the connection (a net fault). What was sent on it
     // is checked now, and the client goes on with a new connection.
     auto send_or_reconnect = [&](client& c, uint32_t index, const msgpack::sbuffer& fr) {
         if (c.conn->send(fr)) return true;
         drain(c);
         if (c.conn->peer_closed().empty()) c.conn->wait_closed(std::chrono::milliseconds(100));
-        if (net_armed == 0) f.fail("client " + std::to_string(index) + ": send failed");
-        check(f, c, r, armed > 0, net_armed, index);
+        if (armed.net == 0) f.fail("client " + std::to_string(index) + ": send failed");
+        check(f, c, r, armed, index);
         if (!connect(c, s.port())) f.fail("cannot reconnect a client");
         return false;
     };
@@ -181,9 +194,18 @@ findings run_plan(const context& ctx, const references& r, const plan& p) {
             }
             case action::kind::fault: {
                 if (net_kind(a.fault_kind)) {
-                    if (s.arm_net(a.fault_kind, a.phase, a.ms)) net_armed++;
+                    if (s.arm_net(a.fault_kind, a.phase, a.ms)) armed.net++;
+                } else if (a.fault_kind.starts_with("kv_")) {
+                    s.arm_kv(a.fault_kind);
+                } else if (a.fault_kind == "step_delay") {
+                    s.arm_delay(a.ms, a.phase);
+                } else if (a.fault_kind == "mailbox_refuse") {
+                    if (s.arm_refuse(a.actor, a.count)) {
+                        if (a.actor == "gpu") armed.steps += a.count;
+                        if (a.actor == "scheduler") armed.scheduler_refusals = true;
+                    }
                 } else if (s.arm(a.fault_kind, a.phase, 1)) {
-                    armed++;
+                    armed.steps++;
                 }
                 break;
             }
@@ -191,12 +213,12 @@ findings run_plan(const context& ctx, const references& r, const plan& p) {
     }
     for (uint32_t i = 0; i < clients.size(); i++) {
         drain(clients[i]);
-        check(f, clients[i], r, armed > 0, net_armed, i);
+        check(f, clients[i], r, armed, i);
     }
     // Invariant 3: still serving; 4: fault-free output. Faults still armed fire on these: a
     // probe whose connection a net fault drops uses up that fault, so net_armed + 3 probes
     // always leave at least 3 that only gpu faults can touch.
-    for (uint64_t probe = 0; probe < net_armed + 3; probe++) {
+    for (uint64_t probe = 0; probe < armed.net + 3; probe++) {
         if (!s.wait_ready()) break;
         client pc;
         if (!connect(pc, s.port())) {
@@ -223,8 +245,8 @@ findings run_plan(const context& ctx, const references& r, const plan& p) {
     if (before && after) {
         // Invariant 6: every failed step is explained by an armed fault (each fails one step).
         uint64_t failures = stat(*after, "scheduler", "failures") - stat(*before, "scheduler", "failures");
-        if (failures > armed) {
-            f.fail(std::to_string(failures) + " failed steps for " + std::to_string(armed) +
+        if (failures > armed.steps) {
+            f.fail(std::to_string(failures) + " failed steps for " + std::to_string(armed.steps) +
                    " armed faults (invariant 6)");
         }
     }
@@ -253,7 +275,8 @@ std::string action::describe() const {
         case kind::disconnect: return c + (stream ? "disconnect (RST)" : "disconnect (FIN)");
         case kind::fault:
             return "fault " + fault_kind + (phase.empty() ? "" : " phase " + phase) +
-                   (ms == 0 ? "" : " " + std::to_string(ms) + " ms");
+                   (ms == 0 ? "" : " " + std::to_string(ms) + " ms") +
+                   (actor.empty() ? "" : " actor " + actor + " x" + std::to_string(count));
     }
     return c;
 }
@@ -263,8 +286,10 @@ plan make_plan(uint64_t seed, uint32_t requests) {
     p.seed = seed;
     std::mt19937_64 rng(seed);
     auto pick = [&](uint64_t n) { return uint32_t(rng() % n); };
-    const char* kinds[] = {"device_lost", "hang", "nan_logits", "net_fin", "net_rst",
-                           "net_stop_reading"};
+    const char* kinds[] = {"device_lost",      "hang",      "nan_logits",     "step_delay",
+                           "mailbox_refuse",   "kv_enospc", "kv_eio",         "kv_flip_read",
+                           "kv_fingerprint",   "net_fin",   "net_rst",        "net_stop_reading"};
+    const char* actors[] = {"scheduler", "net", "gpu", "kv"};
     const char* phases[] = {"", "prefill", "decode"};
     const char* request_phases[] = {"queued", "prefill", "decode"};
     uint32_t generates = 0;
@@ -286,12 +311,19 @@ plan make_plan(uint64_t seed, uint32_t requests) {
             a.stream = pick(2) == 0;  // RST or FIN
         } else {
             a.k = action::kind::fault;
-            a.fault_kind = kinds[pick(6)];
+            a.fault_kind = kinds[pick(std::size(kinds))];
             if (net_kind(a.fault_kind)) {
                 a.phase = request_phases[pick(3)];
                 if (a.fault_kind == "net_stop_reading") a.ms = 20 + pick(480);
-            } else {
+            } else if (a.fault_kind == "mailbox_refuse") {
+                a.actor = actors[pick(4)];
+                a.count = 1 + pick(8);
+            } else if (!a.fault_kind.starts_with("kv_")) {
                 a.phase = phases[pick(3)];
+                if (a.fault_kind == "step_delay") {
+                    a.ms = 10 + pick(290);
+                    if (a.phase.empty()) a.phase = "decode";
+                }
             }
         }
         p.actions.push_back(std::move(a));
