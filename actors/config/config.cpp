@@ -72,8 +72,7 @@ std::string array_text(const toml::array& a) {
 }
 
 // A choice_list from a TOML array: "" and the names in `names`, or what is wrong with it.
-std::string names_of(const key_spec& spec, const toml::array& a,
-                     std::vector<std::string>& names) {
+std::string names_of(const key_spec& spec, const toml::array& a, std::vector<std::string>& names) {
     for (const toml::node& n : a) {
         if (!n.is_string()) {
             return "wrong type: expected " + describe_domain(spec) + ", got an entry of type " +

@@ -42,8 +42,7 @@ constexpr auto rules = std::to_array<cross_rule>({
      "a fault plan needs enabled = true (faults are injected only where fault injection is on)"},
     {"fault", "plan", "kv", "enabled",
      [](const config& c) {
-         return c.kv.enabled ||
-                std::none_of(c.fault.plan.begin(), c.fault.plan.end(), is_kv_fault);
+         return c.kv.enabled || std::none_of(c.fault.plan.begin(), c.fault.plan.end(), is_kv_fault);
      },
      "a plan with kv kinds (kv_*) needs [kv] enabled = true (no kv actor to fault without it)"},
 });

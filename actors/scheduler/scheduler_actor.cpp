@@ -281,7 +281,9 @@ net::fault_plan_report scheduler_actor::plan_report() const {
     r.spent = _plan.spent();
     for (std::size_t i = 0; i < config::fault_kind_count; ++i) {
         const auto kind = static_cast<config::fault_kind>(i);
-        if (_plan.fired(kind) != 0) r.by_kind[std::string(config::to_string(kind))] = _plan.fired(kind);
+        if (_plan.fired(kind) != 0) {
+            r.by_kind[std::string(config::to_string(kind))] = _plan.fired(kind);
+        }
     }
     return r;
 }

@@ -42,8 +42,7 @@ class scheduler_actor final
                            model_info_query, stats_query, fault, session_delete, client_gone,
                            drain, gpu::step_done, gpu::step_failed, gpu::device_ready,
                            gpu::device_unavailable, gpu::fault_refused, kv::kv_lookup_done,
-                           kv::kv_restore_done,
-                           kv::kv_save_done, kv::kv_evicted, kv::kv_status,
+                           kv::kv_restore_done, kv::kv_save_done, kv::kv_evicted, kv::kv_status,
                            kv::kv_session_deleted> {
 public:
     using net_outbox =

@@ -9,12 +9,13 @@
 // to its terminal event before the next is sent. Checks: every request gets exactly one
 // terminal event, `done` or error gpu_failed (retries exhausted: scheduler.retry_max is 8
 // here; with this seed both outcomes occur), and nothing after it (the next event read is the
-// next request's, or the stats answer); every `done` has the same text (temperature 0: faults change
-// no output); stats.fault_plan has the seed, fired > 0, by_kind = {nan_logits: fired}, not
-// spent; each planned fault failed exactly its step (scheduler.failures and gpu.nan_logits
-// equal fired) and was logged once at warn with its step. Then a second server with the same
-// seed and the same workload replays it: the same faults fire (count, by_kind, the logged
-// steps) and every request ends the same way. A third with another seed fires on other steps.
+// next request's, or the stats answer); every `done` has the same text (temperature 0:
+// faults change no output); stats.fault_plan has the seed, fired > 0, by_kind =
+// {nan_logits: fired}, not spent; each planned fault failed exactly its step
+// (scheduler.failures and gpu.nan_logits equal fired) and was logged once at warn with its
+// step. Then a second server with the same seed and the same workload replays it: the same
+// faults fire (count, by_kind, the logged steps) and every request ends the same way. A third
+// with another seed fires on other steps.
 #include <gtest/gtest.h>
 
 #include <algorithm>
