@@ -264,7 +264,8 @@ void scheduler_actor::arm_planned_fault(uint64_t step_id) {
 }
 
 void scheduler_actor::on(const gpu::fault_refused& m) {
-    if (auto kind = config::fault_kind_from_name(m.kind); kind && _plan.active()) {
+    // Only a fault the plan counted is taken back (the gpu actor answers planned ones only).
+    if (auto kind = config::fault_kind_from_name(m.kind); kind && _plan.fired(*kind) != 0) {
         _plan.not_fired(*kind);
     }
     log().warn("fault plan: step {}: {} refused by the gpu actor, not fired: {}", m.plan_step,
