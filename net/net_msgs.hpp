@@ -89,6 +89,18 @@ struct kv_disk_report {
                        quarantined, evictions, ignored, probes, save_ms, restore_ms, errors);
 };
 
+// The stats op's `fault_plan` map: the config's fault plan ([fault] plan) as the scheduler
+// fired it (docs/protocol.md). Left out of the answer when there is no plan (active false).
+struct fault_plan_report {
+    bool active = false;
+    uint64_t seed = 0;
+    uint64_t fired = 0;    // faults armed by the plan
+    uint64_t refused = 0;  // drawn, but their target refused them: not fired
+    bool spent = false;    // plan_faults_max reached: no more faults
+    std::map<std::string, uint64_t> by_kind;  // fired, by kind name; kinds not fired are absent
+    MSGPACK_DEFINE_MAP(active, seed, fired, refused, spent, by_kind);
+};
+
 // The scheduler's half of the `stats` op; the net counters come with the request.
 struct stats_report {
     uint64_t active_sequences = 0;
@@ -106,9 +118,10 @@ struct stats_report {
     kv_disk_report kv_disk;
     uint64_t logits_slots_held = 0;  // logits_exchange slots not yet released (0 when idle)
     uint64_t rss_bytes = 0;          // the process's resident memory (0 where unknown)
+    fault_plan_report fault_plan;
     MSGPACK_DEFINE_MAP(active_sequences, queued_requests, kv_blocks_used, kv_blocks_free, net,
                        scheduler, kv, device, epoch, steps, timeouts, device_lost, nan_logits,
-                       other_failures, busy_ms, kv_disk, logits_slots_held, rss_bytes);
+                       other_failures, busy_ms, kv_disk, logits_slots_held, rss_bytes, fault_plan);
 };
 
 // ---- events (scheduler → net); none is answered ----------------------------------------------

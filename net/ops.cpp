@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "actors/config/config.hpp"
 #include "actors/scheduler/stop_matcher.hpp"
 #include "net/request_fields.hpp"
 
@@ -217,20 +218,20 @@ result<sched::fault> parse_fault(const msgpack::object& frame) {
     if (kind == nullptr) return make_error("bad_request", "\"kind\" is required");
     auto k = fields::read_string("kind", *kind, 32);
     if (!k.ok()) return k.err();
-    const bool delay = *k == "step_delay";
-    const bool refuse = *k == "mailbox_refuse";
-    const bool kv_kind = *k == "kv_enospc" || *k == "kv_eio" || *k == "kv_torn_exit" ||
-                         *k == "kv_flip_read" || *k == "kv_fingerprint";
-    const bool net_pause = *k == "net_stop_reading";
-    const bool net_kind = *k == "net_fin" || *k == "net_rst" || net_pause;
-    if (*k != "device_lost" && *k != "hang" && *k != "nan_logits" && !delay && !refuse &&
-        !kv_kind && !net_kind) {
+    // The kinds are config::fault_kind's (one list, also the [fault] plan's).
+    const auto fk = ordo::config::fault_kind_from_name(*k);
+    if (!fk) {
         return fields::bad("kind",
                            "device_lost, hang, nan_logits, step_delay, mailbox_refuse, kv_enospc, "
                            "kv_eio, kv_torn_exit, kv_flip_read, kv_fingerprint, net_fin, net_rst "
                            "or net_stop_reading",
                            fields::quote(*k));
     }
+    const bool delay = *fk == config::fault_kind::step_delay;
+    const bool refuse = *fk == config::fault_kind::mailbox_refuse;
+    const bool kv_kind = config::is_kv_fault(*fk);
+    const bool net_pause = *fk == config::fault_kind::net_stop_reading;
+    const bool net_kind = config::is_net_fault(*fk);
     f.kind = *k;
     // The keys a kind does not take are refused by name: a step_delay fails nothing (no layer),
     // a mailbox_refuse counts pushes, not steps.

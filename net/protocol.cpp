@@ -197,6 +197,15 @@ std::string encode(const stats_done& e) {
     d.pack("save_ms"), d.pack(wire_f64{k.save_ms});
     d.pack("restore_ms"), d.pack(wire_f64{k.restore_ms});
     d.pack("errors"), d.pack(k.errors);
+    if (const fault_plan_report& p = s.fault_plan; p.active) {
+        auto& f = w.nested("fault_plan");
+        f.pack_map(5);
+        f.pack("seed"), f.pack(p.seed);
+        f.pack("fired"), f.pack(p.fired);
+        f.pack("refused"), f.pack(p.refused);
+        f.pack("spent"), f.pack(p.spent);
+        f.pack("by_kind"), f.pack(p.by_kind);
+    }
     return w.finish();
 }
 

@@ -64,6 +64,25 @@ std::string node_text(const toml::node& n) {
     return os.str();
 }
 
+// An array as TOML text, its entries shown as node_text shows them (nested ones abbreviated).
+std::string array_text(const toml::array& a) {
+    std::string out = "[";
+    for (const toml::node& n : a) out += (out.size() > 1 ? ", " : "") + node_text(n);
+    return out + "]";
+}
+
+// A choice_list from a TOML array: "" and the names in `names`, or what is wrong with it.
+std::string names_of(const key_spec& spec, const toml::array& a, std::vector<std::string>& names) {
+    for (const toml::node& n : a) {
+        if (!n.is_string()) {
+            return "wrong type: expected " + describe_domain(spec) + ", got an entry of type " +
+                   std::string(node_type_name(n));
+        }
+        names.push_back(n.as_string()->get());
+    }
+    return "";
+}
+
 std::uint32_t line_of(const toml::key& k) {
     return k.source().begin.line;
 }
@@ -71,7 +90,8 @@ std::uint32_t line_of(const toml::key& k) {
 // Applies one TOML value to cfg after checking its type and domain; false when refused.
 bool apply_node(const key_spec& spec, const toml::node& node, std::uint32_t line, config& cfg,
                 report& r) {
-    const std::string value = node_text(node);
+    const bool list = spec.kind == value_kind::choice_list && node.is_array();
+    const std::string value = list ? array_text(*node.as_array()) : node_text(node);
     auto wrong_type = [&] {
         r.add(line, spec, value,
               "wrong type: expected " + describe_domain(spec) + ", got " +
@@ -100,6 +120,15 @@ bool apply_node(const key_spec& spec, const toml::node& node, std::uint32_t line
             if (!node.is_string()) return wrong_type();
             const std::int64_t index = choice_index(spec, node.as_string()->get());
             if (why = check_int_value(spec, index); why.empty()) spec.set_int(cfg, index);
+            break;
+        }
+        case value_kind::choice_list: {
+            if (!list) return wrong_type();
+            std::vector<std::string> names;
+            std::vector<std::int64_t> indices;
+            why = names_of(spec, *node.as_array(), names);
+            if (why.empty()) why = choice_list_from_names(spec, names, indices);
+            if (why.empty()) spec.set_list(cfg, indices);
             break;
         }
     }
@@ -180,9 +209,23 @@ bool int_from_text(const key_spec& spec, std::string_view text, std::int64_t& ou
             out = choice_index(spec, text);
             return true;
         case value_kind::string:
+        case value_kind::choice_list:
             break;
     }
     return false;
+}
+
+// "a,b" as the names a choice_list override gives; "" is the empty list.
+std::vector<std::string> split_names(std::string_view text) {
+    std::vector<std::string> names;
+    while (!text.empty()) {
+        const std::size_t comma = text.find(',');
+        names.emplace_back(text.substr(0, comma));
+        if (comma == std::string_view::npos) break;
+        text.remove_prefix(comma + 1);
+        if (text.empty()) names.emplace_back();  // "a," names an empty entry: refused
+    }
+    return names;
 }
 
 }  // namespace
@@ -239,6 +282,15 @@ status apply_override(config& cfg, std::string_view key, std::string_view value)
         return r.finish();
     }
     const std::string shown = quote_toml(value);
+    if (spec->kind == value_kind::choice_list) {
+        std::vector<std::int64_t> indices;
+        if (auto why = choice_list_from_names(*spec, split_names(value), indices); !why.empty()) {
+            r.add(0, *spec, shown, why);
+        } else {
+            spec->set_list(cfg, indices);
+        }
+        return r.finish();
+    }
     if (spec->kind == value_kind::string) {
         if (auto why = check_str_value(*spec, value); !why.empty()) {
             r.add(0, *spec, shown, why);
@@ -265,6 +317,10 @@ status validate(const config& cfg, std::string_view source_name) {
             const std::string& v = spec.get_str(cfg);
             if (auto why = check_str_value(spec, v); !why.empty()) {
                 r.add(0, spec, quote_toml(v), why);
+            }
+        } else if (spec.kind == value_kind::choice_list) {
+            if (auto why = check_list_value(spec, spec.get_list(cfg)); !why.empty()) {
+                r.add(0, spec, value_toml(spec, cfg), why);
             }
         } else {
             const std::int64_t v = spec.get_int(cfg);

@@ -12,9 +12,12 @@
 // "config_invalid" (the server exits 2 on it).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "actors/runtime/result.hpp"
 
@@ -38,6 +41,31 @@ enum class gpu_kernels : std::uint8_t { automatic, texel, storage };
 // Same order and values as spdlog::level::level_enum, so main can static_cast.
 enum class log_level : std::uint8_t { trace, debug, info, warn, error, critical, off };
 
+// The fault kinds of the `fault` op (docs/protocol.md "fault") that a [fault] plan may draw
+// from: the gpu kinds, mailbox_refuse, the kv kinds (is_kv_fault), then the net kinds
+// (is_net_fault). Named in config by
+// to_string; the scheduler maps each to its action in one switch (scheduler_actor::arm_fault).
+enum class fault_kind : std::uint8_t {
+    device_lost,
+    hang,
+    nan_logits,
+    step_delay,
+    mailbox_refuse,
+    kv_enospc,
+    kv_eio,
+    kv_torn_exit,
+    kv_flip_read,
+    kv_fingerprint,
+    net_fin,
+    net_rst,
+    net_stop_reading,
+};
+inline constexpr std::size_t fault_kind_count = 13;
+inline constexpr bool is_kv_fault(fault_kind k) {
+    return k >= fault_kind::kv_enospc && k <= fault_kind::kv_fingerprint;
+}
+inline constexpr bool is_net_fault(fault_kind k) { return k >= fault_kind::net_fin; }
+
 // Upper bounds of the keys that an actor also checks when it starts. tools/server/server.cpp
 // asserts at compile time that each is within what its actor accepts, so a value that passes
 // the config check is one the server runs (never a start that ends in health "degraded").
@@ -50,11 +78,18 @@ inline constexpr std::uint32_t kv_blocks_max = 1048576;
 // gpu.kv_blocks x gpu.kv_block_tokens at most (a cross rule): the scheduler's block table keeps
 // every token id of the pool in host memory, 4 B each, 64 MiB at this bound.
 inline constexpr std::uint64_t kv_pool_tokens_max = std::uint64_t{1} << 24;
+inline constexpr std::uint32_t fault_delay_ms_max = 10000;  // gpu: a step_delay's delay
+// Entries of fault.plan at most: a kind may be listed more than once to be drawn more often,
+// and a few dozen entries give any weighting a soak needs.
+inline constexpr std::size_t fault_plan_entries_max = 64;
 
 std::string_view to_string(batch_failure_policy v);
 std::string_view to_string(kv_dtype v);
 std::string_view to_string(gpu_kernels v);
 std::string_view to_string(log_level v);
+std::string_view to_string(fault_kind v);
+// The kind named `name` ("nan_logits"), or nullopt.
+std::optional<fault_kind> fault_kind_from_name(std::string_view name);
 
 struct server_config {
     std::string listen = "127.0.0.1:7070";  // IPv4:port or [IPv6]:port; port 0 = ephemeral
@@ -115,8 +150,14 @@ struct log_config {
 };
 
 struct fault_config {
-    bool enabled = false;  // the `fault` protocol op is refused unless true
-    std::uint64_t seed = 0;
+    bool enabled = false;  // the `fault` protocol op is refused unless true; a plan needs it
+    std::uint64_t seed = 0;  // the plan's draws are a function of (seed, step id) only
+    // The plan: kinds drawn from, uniformly by entry (a kind listed twice is drawn twice as
+    // often); empty = no plan. kv kinds need [kv] enabled.
+    std::vector<fault_kind> plan;
+    std::uint32_t plan_every_steps = 50;  // each gpu step draws a fault with probability 1/this
+    std::uint32_t plan_faults_max = 100;  // faults the plan fires in the server's life, at most
+    std::uint32_t plan_delay_ms = 200;    // a planned step_delay's delay
     bool operator==(const fault_config&) const = default;
 };
 
@@ -151,7 +192,8 @@ result<config> parse(std::string_view toml_text, std::string_view source_name);
 
 // Sets one key ("server.listen", "log.level", ...) from its command-line text, checked with the
 // same rules as the file; errors name the key with source "command line". Strings are taken
-// verbatim, integers in decimal, booleans as true/false, enums by name. Cross-key rules are not
+// verbatim, integers in decimal, booleans as true/false, enums by name, arrays of enum names as
+// the names separated by commas ("nan_logits,hang"; "" = empty). Cross-key rules are not
 // checked here (a later override may fix an earlier one): call validate() after the last one.
 status apply_override(config& cfg, std::string_view key, std::string_view value);
 

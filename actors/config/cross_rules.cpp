@@ -37,6 +37,14 @@ constexpr auto rules = std::to_array<cross_rule>({
      },
      "kv_blocks x kv_block_tokens must be at most 16777216 tokens (the scheduler's block table "
      "refuses a bigger pool)"},
+    {"fault", "plan", "fault", "enabled",
+     [](const config& c) { return c.fault.plan.empty() || c.fault.enabled; },
+     "a fault plan needs enabled = true (faults are injected only where fault injection is on)"},
+    {"fault", "plan", "kv", "enabled",
+     [](const config& c) {
+         return c.kv.enabled || std::none_of(c.fault.plan.begin(), c.fault.plan.end(), is_kv_fault);
+     },
+     "a plan with kv kinds (kv_*) needs [kv] enabled = true (no kv actor to fault without it)"},
 });
 static_assert(kv_pool_tokens_max == 16777216, "the kv pool rule's message names this bound");
 

@@ -47,6 +47,12 @@ std::string suggestion(std::string_view section, std::string_view name);
 // Index of `name` in spec.choices, or -1 (which check_int_value refuses).
 std::int64_t choice_index(const key_spec& spec, std::string_view name);
 
+// The choice_list value named by `names` (as spec.set_list takes it) in `out`; returns "" when
+// every name is a choice and the list is within spec's bounds, else what is wrong, naming the
+// first unknown name and the allowed ones ("\"bogus\" is not one of \"a\", \"b\"").
+std::string choice_list_from_names(const key_spec& spec, const std::vector<std::string>& names,
+                                   std::vector<std::int64_t>& out);
+
 // s as a TOML basic string: quoted, with \ " and control characters escaped.
 std::string quote_toml(std::string_view s);
 

@@ -108,6 +108,17 @@ std::int64_t choice_index(const key_spec& spec, std::string_view name) {
     return -1;
 }
 
+std::string choice_list_from_names(const key_spec& spec, const std::vector<std::string>& names,
+                                   std::vector<std::int64_t>& out) {
+    out.clear();
+    for (const std::string& name : names) {
+        const std::int64_t i = choice_index(spec, name);
+        if (i < 0) return clip(quote_toml(name)) + " is not " + choices_text(spec);
+        out.push_back(i);
+    }
+    return check_list_value(spec, out);
+}
+
 std::string quote_toml(std::string_view s) {
     static constexpr char hex[] = "0123456789ABCDEF";
     std::string out = "\"";
@@ -156,6 +167,17 @@ std::string value_toml(const key_spec& spec, const config& cfg) {
                 return std::to_string(i);  // only reachable for a config built wrongly in code
             }
             return quote_toml(spec.choices[static_cast<std::size_t>(i)]);
+        }
+        case value_kind::choice_list: {
+            std::string out = "[";
+            for (const std::int64_t i : spec.get_list(cfg)) {
+                if (out.size() > 1) out += ", ";
+                // An index out of range is only reachable for a config built wrongly in code.
+                const bool known = i >= 0 && static_cast<std::size_t>(i) < spec.choices.size();
+                out += known ? quote_toml(spec.choices[static_cast<std::size_t>(i)])
+                             : std::to_string(i);
+            }
+            return out + "]";
         }
     }
     return "?";

@@ -27,6 +27,14 @@ constexpr std::array<std::string_view, 2> kv_dtype_names = {"f16", "f32"};
 constexpr std::array<std::string_view, 3> gpu_kernels_names = {"auto", "texel", "storage"};
 constexpr std::array<std::string_view, 7> log_level_names = {"trace", "debug",    "info", "warn",
                                                              "error", "critical", "off"};
+// In fault_kind's order (config.hpp).
+constexpr std::array<std::string_view, fault_kind_count> fault_kind_names = {
+    "device_lost", "hang",   "nan_logits",   "step_delay",   "mailbox_refuse",
+    "kv_enospc",   "kv_eio", "kv_torn_exit", "kv_flip_read", "kv_fingerprint",
+    "net_fin",     "net_rst", "net_stop_reading"};
+static_assert(fault_kind_names.back() == "net_stop_reading" &&
+                  static_cast<std::size_t>(fault_kind::net_stop_reading) + 1 == fault_kind_count,
+              "fault_kind_names lists every fault_kind, in order");
 
 constexpr key_spec row(std::string_view section, std::string_view name, value_kind kind,
                        std::string_view doc) {
@@ -48,6 +56,23 @@ struct field {
     static void set_int(config& c, std::int64_t v) { ref(c) = static_cast<type>(v); }
     static const std::string& get_str(const config& c) { return cref(c); }
     static void set_str(config& c, std::string_view v) { ref(c) = std::string(v); }
+};
+
+// Accessors for a std::vector<enum> member M of section S, as choice indices.
+template <auto S, auto M>
+struct list_field {
+    using type = std::remove_cvref_t<decltype(std::declval<config&>().*S.*M)>;
+    using entry = typename type::value_type;
+    static std::vector<std::int64_t> get_list(const config& c) {
+        std::vector<std::int64_t> out;
+        for (entry e : (c.*S).*M) out.push_back(static_cast<std::int64_t>(e));
+        return out;
+    }
+    static void set_list(config& c, const std::vector<std::int64_t>& v) {
+        type& member = (c.*S).*M;
+        member.clear();
+        for (std::int64_t i : v) member.push_back(static_cast<entry>(i));
+    }
 };
 
 template <auto S, auto M>
@@ -104,6 +129,22 @@ constexpr key_spec choice(std::string_view section, std::string_view name,
     s.choices = names;
     s.get_int = &f::get_int;
     s.set_int = &f::set_int;
+    return s;
+}
+
+template <auto S, auto M, std::size_t N>
+constexpr key_spec choice_list(std::string_view section, std::string_view name,
+                               const std::array<std::string_view, N>& names,
+                               std::size_t entries_max, std::string_view doc) {
+    using f = list_field<S, M>;
+    static_assert(std::is_enum_v<typename f::entry>, "choice_list key on a non-enum vector");
+    key_spec s = row(section, name, value_kind::choice_list, doc);
+    s.min = 0;
+    s.max = static_cast<std::int64_t>(N) - 1;
+    s.choices = names;
+    s.entries_max = entries_max;
+    s.get_list = &f::get_list;
+    s.set_list = &f::set_list;
     return s;
 }
 
@@ -260,7 +301,20 @@ constexpr auto table = std::to_array<key_spec>({
         "fault", "enabled", "accept the fault-injection op (testing only; never in production)"),
     integer<&C::fault, &fault_config::seed>("fault", "seed", 0,
                                             std::numeric_limits<std::int64_t>::max(),
-                                            "seed of the fault injector's random choices"),
+                                            "seed of the fault plan's draws: same seed and steps, "
+                                            "same faults"),
+    choice_list<&C::fault, &fault_config::plan>(
+        "fault", "plan", fault_kind_names, fault_plan_entries_max,
+        "fault kinds the plan draws from at gpu steps; empty = no plan; needs enabled"),
+    integer<&C::fault, &fault_config::plan_every_steps>(
+        "fault", "plan_every_steps", 1, 1000000,
+        "mean gpu steps between planned faults: each step draws one with probability 1/this"),
+    integer<&C::fault, &fault_config::plan_faults_max>(
+        "fault", "plan_faults_max", 0, 1000000,
+        "faults the plan fires in the server's life at most; then it is spent"),
+    integer<&C::fault, &fault_config::plan_delay_ms>(
+        "fault", "plan_delay_ms", 1, fault_delay_ms_max,
+        "milliseconds a planned step_delay holds its step"),
 });
 
 }  // namespace
@@ -275,6 +329,8 @@ std::string_view to_string(value_kind k) {
             return "string";
         case value_kind::choice:
             return "string";
+        case value_kind::choice_list:
+            return "array";
     }
     return "?";
 }
@@ -290,6 +346,16 @@ std::string_view to_string(gpu_kernels v) {
 }
 std::string_view to_string(log_level v) {
     return log_level_names.at(static_cast<std::size_t>(v));
+}
+std::string_view to_string(fault_kind v) {
+    return fault_kind_names.at(static_cast<std::size_t>(v));
+}
+
+std::optional<fault_kind> fault_kind_from_name(std::string_view name) {
+    for (std::size_t i = 0; i < fault_kind_names.size(); ++i) {
+        if (fault_kind_names[i] == name) return static_cast<fault_kind>(i);
+    }
+    return std::nullopt;
 }
 
 std::span<const key_spec> schema() {
@@ -315,6 +381,16 @@ std::string check_int_value(const key_spec& spec, std::int64_t v) {
     return spec.check_int ? spec.check_int(v) : "";
 }
 
+std::string check_list_value(const key_spec& spec, const std::vector<std::int64_t>& v) {
+    if (v.size() > spec.entries_max) {
+        return "must have at most " + std::to_string(spec.entries_max) + " entries";
+    }
+    for (std::int64_t i : v) {
+        if (i < spec.min || i > spec.max) return "every entry must be " + choices_text(spec);
+    }
+    return "";
+}
+
 std::string check_str_value(const key_spec& spec, std::string_view v) {
     if (v.size() > string_bytes_max) {
         return "must be at most " + std::to_string(string_bytes_max) + " bytes";
@@ -332,15 +408,21 @@ std::string describe_domain(const key_spec& spec) {
             return "true or false";
         case value_kind::string:
             return "string";
-        case value_kind::choice: {
-            std::string out = "one of ";
-            for (std::size_t i = 0; i < spec.choices.size(); ++i) {
-                out += (i ? ", \"" : "\"") + std::string(spec.choices[i]) + "\"";
-            }
-            return out;
-        }
+        case value_kind::choice:
+            return choices_text(spec);
+        case value_kind::choice_list:
+            return "array of at most " + std::to_string(spec.entries_max) + " entries, each " +
+                   choices_text(spec);
     }
     return "?";
+}
+
+std::string choices_text(const key_spec& spec) {
+    std::string out = "one of ";
+    for (std::size_t i = 0; i < spec.choices.size(); ++i) {
+        out += (i ? ", \"" : "\"") + std::string(spec.choices[i]) + "\"";
+    }
+    return out;
 }
 
 }  // namespace ordo::config

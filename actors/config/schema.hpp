@@ -11,12 +11,15 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "actors/config/config.hpp"
 
 namespace ordo::config {
 
-enum class value_kind : std::uint8_t { integer, boolean, string, choice };
+// choice_list: a TOML array of names, each one of `choices` (an array of strings on the command
+// line: the names separated by commas).
+enum class value_kind : std::uint8_t { integer, boolean, string, choice, choice_list };
 
 std::string_view to_string(value_kind k);
 
@@ -26,10 +29,12 @@ struct key_spec {
     value_kind kind;
     std::string_view doc;  // one line: what it does and its unit
 
-    // integer: inclusive bounds. boolean and choice values travel as 0/1 and choice indices.
+    // integer: inclusive bounds. boolean and choice values travel as 0/1 and choice indices,
+    // and so do the entries of a choice_list (each within min..max).
     std::int64_t min = 0;
     std::int64_t max = 0;
-    std::span<const std::string_view> choices;  // choice: names in enum order
+    std::span<const std::string_view> choices;  // choice, choice_list: names in enum order
+    std::size_t entries_max = 0;                // choice_list: entries at most
 
     // Used by integer, boolean and choice keys.
     std::int64_t (*get_int)(const config&) = nullptr;
@@ -37,6 +42,9 @@ struct key_spec {
     // Used by string keys.
     const std::string& (*get_str)(const config&) = nullptr;
     void (*set_str)(config&, std::string_view) = nullptr;
+    // Used by choice_list keys: the entries as choice indices, in order.
+    std::vector<std::int64_t> (*get_list)(const config&) = nullptr;
+    void (*set_list)(config&, const std::vector<std::int64_t>&) = nullptr;
 
     // Extra rule beyond the bounds; returns "" when the value is fine, else what is wrong
     // ("must be a power of two"). Null when there is none.
@@ -57,8 +65,14 @@ const key_spec* find_key(std::string_view section, std::string_view name);
 // "must be between 1 and 1024". For choice keys v is the index.
 std::string check_int_value(const key_spec& spec, std::int64_t v);
 std::string check_str_value(const key_spec& spec, std::string_view v);
+// The same for a choice_list's entries (indices; -1 is a name that is not a choice, and the
+// caller says which name that was).
+std::string check_list_value(const key_spec& spec, const std::vector<std::int64_t>& v);
 
-// "range 1..1024", "one of f16|f32", "true|false", "string": for docs and error hints.
+// "integer 1..1024", "one of \"f16\", \"f32\"", "true or false", "string", "array of at most
+// 64 of \"a\", \"b\"": for docs and error hints.
 std::string describe_domain(const key_spec& spec);
+// "one of \"f16\", \"f32\"": the names of a choice or choice_list key.
+std::string choices_text(const key_spec& spec);
 
 }  // namespace ordo::config

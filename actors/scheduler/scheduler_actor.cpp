@@ -37,6 +37,10 @@ uint64_t resident_bytes() {
     std::fclose(f);
     return n == 2 ? resident * uint64_t(sysconf(_SC_PAGESIZE)) : 0;
 }
+// A planned mailbox_refuse refuses this many messages at most: enough to make a sender take
+// its retry path, far too few to reach a delivery's give-up deadline (10 s at one re-offer per
+// 2 ms), so a plan exercises retries without cutting clients off.
+constexpr uint32_t plan_refusals_max = 16;
 
 }  // namespace
 
@@ -44,7 +48,8 @@ scheduler_actor::scheduler_actor(scheduler_core core, gpu::logits_exchange* logi
     : actor("scheduler", o.mailbox_capacity),
       _core(std::move(core)),
       _logits(logits),
-      _opt(std::move(o)) {}
+      _opt(std::move(o)),
+      _plan(_opt.plan) {}
 
 void scheduler_actor::on_start() {
     for (uv_timer_t* t : {&_backstop, &_pump_timer, &_drain_timer}) {
@@ -107,6 +112,7 @@ void scheduler_actor::on(const stats_query& m) {
         if (_opt.kv_report) d->stats.kv_disk = _opt.kv_report();
         d->stats.logits_slots_held = _logits != nullptr ? _logits->held() : 0;
         d->stats.rss_bytes = resident_bytes();
+        d->stats.fault_plan = plan_report();
     }
     after(out);
 }
@@ -148,75 +154,175 @@ void scheduler_actor::on(const gpu::device_unavailable& m) {
     after(out);
 }
 
-// `fault`: arms a fault through the real path: the gpu kinds in the gpu actor's fault plan,
-// the kv kinds ("kv_*") in the kv actor's, mailbox_refuse on the named actor's mailbox.
+// `fault`: arms the fault the op names (arm_fault) and answers what was armed.
 void scheduler_actor::on(const fault& m) {
     std::vector<outgoing_event> out;
-    const bool kv_kind = m.spec.kind.starts_with("kv_");
+    const auto kind = config::fault_kind_from_name(m.spec.kind);
     if (!_opt.faults_enabled) {
         out.push_back(error_event(m.conn, m.id, net::errc::fault_disabled,
                                   "fault injection is off ([fault] enabled = false)"));
-    } else if (kv_kind && !_kv_out.bound()) {
-        out.push_back(
-            error_event(m.conn, m.id, net::errc::bad_request, "kv faults need [kv] enabled"));
-    } else if (kv_kind) {
-        // Ordered after every kv request sent before it: "the next save" is the next one the
-        // kv actor receives.
-        _to_kv.send(kv::kv_fault{m.spec.kind, m.spec.count});
-        log().warn("fault armed by conn {} id {}: {} x{}", m.conn, m.id, m.spec.kind, m.spec.count);
-        out.push_back(net::fault_done{m.conn, m.id, m.spec.kind});
-    } else if (m.spec.kind == "mailbox_refuse") {
-        arm_mailbox_refusal(m, out);
-    } else if (m.spec.kind.starts_with("net_")) {
-        if (auto st = _core.arm_net_fault(m.spec); !st.ok()) {
-            out.push_back(error_event(m.conn, m.id, net::errc::bad_request, st.err().message));
-        } else {
-            std::string detail = fmt::format(
-                "the connections of the next {} request(s) to reach {} {}", m.spec.count,
-                m.spec.phase,
-                m.spec.kind == "net_fin"   ? "are closed (FIN)"
-                : m.spec.kind == "net_rst" ? "are reset (RST)"
-                                           : fmt::format("are not read for {} ms", m.spec.delay_ms));
-            log().warn("fault armed by conn {} id {}: {}: {}", m.conn, m.id, m.spec.kind, detail);
-            out.push_back(net::fault_done{m.conn, m.id, m.spec.kind, detail});
-        }
-    } else if (auto st = _to_gpu.tell(m.spec); !st.ok()) {
-        out.push_back(error_event(m.conn, m.id, net::errc::overloaded,
-                                  "the gpu actor refused the fault: " + st.err().message));
+    } else if (!kind) {
+        // parse_fault let through a kind that config::fault_kind does not name.
+        out.push_back(error_event(m.conn, m.id, net::errc::bad_request,
+                                  "fault kind \"" + m.spec.kind + "\" has no action here"));
+    } else if (fault_arming a = arm_fault(*kind, m.spec, m.actor); !a.armed) {
+        out.push_back(error_event(m.conn, m.id, a.code, std::move(a.text)));
     } else {
-        std::string detail;
-        if (m.spec.kind == "step_delay") {
-            detail = fmt::format("{} {} step(s) after {} wait {} ms each before they run",
-                                 m.spec.count, m.spec.phase.empty() ? "matching" : m.spec.phase,
-                                 m.spec.after_steps, m.spec.delay_ms);
-        }
-        log().warn("fault armed by conn {} id {}: {} {}", m.conn, m.id, m.spec.kind, detail);
-        out.push_back(net::fault_done{m.conn, m.id, m.spec.kind, detail});
+        log().warn("fault armed by conn {} id {}: {} x{}{}{}", m.conn, m.id, m.spec.kind,
+                   m.spec.count, a.text.empty() ? "" : ": ", a.text);
+        out.push_back(net::fault_done{m.conn, m.id, m.spec.kind, std::move(a.text)});
     }
     after(out);
 }
 
-// mailbox_refuse: the named actor's mailbox refuses its next spec.count pushes with
-// mailbox_full. Armed synchronously (actor_core::refuse_next) before fault_done is sent, so a
-// request the client sends after reading fault_done meets the refusals. An armed net mailbox
-// also refuses that fault_done first: the net delivery retries it like any other event.
-void scheduler_actor::arm_mailbox_refusal(const fault& m, std::vector<outgoing_event>& out) {
-    actors::actor_core* target = m.actor == "scheduler" ? this
-                                 : m.actor == "net"     ? _net_actor
-                                 : m.actor == "gpu"     ? _gpu_actor
-                                 : m.actor == "kv"      ? _kv_actor
-                                                        : nullptr;
-    if (target == nullptr) {
-        out.push_back(error_event(m.conn, m.id, net::errc::bad_request,
-                                  "actor \"" + m.actor + "\" is not running here" +
-                                      (m.actor == "kv" ? " ([kv] enabled = false)" : "")));
+// The one mapping of a fault kind to its action (the `fault` op and the plan both come here).
+// mailbox_refuse is armed synchronously (actor_core::refuse_next), before the op's fault_done
+// is sent, so a request the client sends after reading fault_done meets the refusals; an armed
+// net mailbox also refuses that fault_done first, and the net delivery retries it like any
+// other event. A kv fault is ordered after every kv request sent before it: "the next save" is
+// the next one the kv actor receives.
+scheduler_actor::fault_arming scheduler_actor::arm_fault(config::fault_kind kind,
+                                                         const gpu::inject_fault& spec,
+                                                         const std::string& actor) {
+    using fk = config::fault_kind;
+    switch (kind) {
+        case fk::device_lost:
+        case fk::hang:
+        case fk::nan_logits:
+        case fk::step_delay: {
+            if (auto st = _to_gpu.tell(spec); !st.ok()) {
+                return {false, net::errc::overloaded,
+                        "the gpu actor refused the fault: " + st.err().message};
+            }
+            if (kind != fk::step_delay) return {true, {}, ""};
+            return {true, {},
+                    fmt::format("{} {} step(s) after {} wait {} ms each before they run",
+                                spec.count, spec.phase.empty() ? "matching" : spec.phase,
+                                spec.after_steps, spec.delay_ms)};
+        }
+        case fk::mailbox_refuse: {
+            actors::actor_core* target = actor == "scheduler" ? this
+                                         : actor == "net"     ? _net_actor
+                                         : actor == "gpu"     ? _gpu_actor
+                                         : actor == "kv"      ? _kv_actor
+                                                              : nullptr;
+            if (target == nullptr) {
+                return {false, net::errc::bad_request,
+                        "actor \"" + actor + "\" is not running here" +
+                            (actor == "kv" ? " ([kv] enabled = false)" : "")};
+            }
+            target->refuse_next(spec.count);
+            return {true, {},
+                    fmt::format("the {} actor's mailbox refuses its next {} push(es)", actor,
+                                spec.count)};
+        }
+        case fk::kv_enospc:
+        case fk::kv_eio:
+        case fk::kv_torn_exit:
+        case fk::kv_flip_read:
+        case fk::kv_fingerprint:
+            if (!_kv_out.bound()) {
+                return {false, net::errc::bad_request, "kv faults need [kv] enabled"};
+            }
+            _to_kv.send(kv::kv_fault{spec.kind, spec.count});
+            return {true, {}, ""};
+        case fk::net_fin:
+        case fk::net_rst:
+        case fk::net_stop_reading: {
+            // Armed in the core; fired when a request reaches spec.phase (send_net_faults).
+            if (auto st = _core.arm_net_fault(spec); !st.ok()) {
+                return {false, net::errc::bad_request, st.err().message};
+            }
+            return {true, {},
+                    fmt::format("the connections of the next {} request(s) to reach {} {}",
+                                spec.count, spec.phase,
+                                kind == fk::net_fin   ? "are closed (FIN)"
+                                : kind == fk::net_rst ? "are reset (RST)"
+                                                      : fmt::format("are not read for {} ms",
+                                                                    spec.delay_ms))};
+        }
+    }
+    return {false, net::errc::internal, "fault kind out of range"};
+}
+
+// ---- the config's fault plan ---------------------------------------------------------------
+//
+// Each step about to be sent draws from the plan with its step id (fault_plan.hpp: a function
+// of seed and step id only). A drawn fault is armed the way the `fault` op arms one, with the
+// plainest parameters: count 1, any phase, after 0 steps, so a gpu kind fires on this very step
+// (told before the step: the gpu actor's mailbox keeps the order). If the step itself is then
+// refused, the gpu fault stays armed and fires on the next step instead. A kv kind applies to
+// the kv actor's next save or restore, whenever that comes. mailbox_refuse picks one of the
+// running actors and 1..plan_refusals_max refusals from the draw's pick word. A fault whose
+// target refuses it (the gpu mailbox now, the gpu actor's full fault plan later, by
+// fault_refused) does not count as fired.
+
+void scheduler_actor::arm_planned_fault(uint64_t step_id) {
+    if (!_plan.active()) return;
+    auto d = _plan.next(step_id);
+    if (!d) {
+        if (_plan.spent() && !_plan_spent_logged) {
+            _plan_spent_logged = true;
+            log().warn("fault plan: spent after {} faults (plan_faults_max, seed {})",
+                       _plan.fired(), _plan.opts().seed);
+        }
         return;
     }
-    target->refuse_next(m.spec.count);
-    std::string detail = fmt::format("the {} actor's mailbox refuses its next {} push(es)",
-                                     m.actor, m.spec.count);
-    log().warn("fault armed by conn {} id {}: mailbox_refuse: {}", m.conn, m.id, detail);
-    out.push_back(net::fault_done{m.conn, m.id, m.spec.kind, detail});
+    gpu::inject_fault spec;
+    spec.kind = std::string(config::to_string(d->kind));
+    spec.plan_step = step_id;
+    std::string actor;
+    if (d->kind == config::fault_kind::step_delay) spec.delay_ms = _opt.plan_delay_ms;
+    if (config::is_net_fault(d->kind)) {
+        // A request phase from the draw; the pause of net_stop_reading is plan_delay_ms.
+        static constexpr const char* phases[] = {"queued", "prefill", "decode"};
+        spec.phase = phases[d->pick % 3];
+        if (d->kind == config::fault_kind::net_stop_reading) spec.delay_ms = _opt.plan_delay_ms;
+    }
+    if (d->kind == config::fault_kind::mailbox_refuse) {
+        std::vector<const char*> running{"scheduler"};
+        if (_net_actor != nullptr) running.push_back("net");
+        if (_gpu_actor != nullptr) running.push_back("gpu");
+        if (_kv_actor != nullptr) running.push_back("kv");
+        actor = running[d->pick % running.size()];
+        spec.count = 1 + uint32_t((d->pick / running.size()) % plan_refusals_max);
+    }
+    fault_arming a = arm_fault(d->kind, spec, actor);
+    if (!a.armed) {
+        _plan.not_fired(d->kind);
+        log().warn("fault plan: step {}: {} not armed (seed {}): {}", step_id, spec.kind,
+                   _plan.opts().seed, a.text);
+        return;
+    }
+    log().warn("fault plan: step {}: {}{}{} (seed {}, fault {} of at most {})", step_id, spec.kind,
+               a.text.empty() ? "" : ": ", a.text, _plan.opts().seed, _plan.fired(),
+               _plan.opts().faults_max);
+}
+
+void scheduler_actor::on(const gpu::fault_refused& m) {
+    // Only a fault the plan counted is taken back (the gpu actor answers planned ones only).
+    if (auto kind = config::fault_kind_from_name(m.kind); kind && _plan.fired(*kind) != 0) {
+        _plan.not_fired(*kind);
+    }
+    log().warn("fault plan: step {}: {} refused by the gpu actor, not fired: {}", m.plan_step,
+               m.kind, m.message);
+}
+
+net::fault_plan_report scheduler_actor::plan_report() const {
+    net::fault_plan_report r;
+    if (!_plan.active()) return r;
+    r.active = true;
+    r.seed = _plan.opts().seed;
+    r.fired = _plan.fired();
+    r.refused = _plan.refused();
+    r.spent = _plan.spent();
+    for (std::size_t i = 0; i < config::fault_kind_count; ++i) {
+        const auto kind = static_cast<config::fault_kind>(i);
+        if (_plan.fired(kind) != 0) {
+            r.by_kind[std::string(config::to_string(kind))] = _plan.fired(kind);
+        }
+    }
+    return r;
 }
 
 void scheduler_actor::on(const drain& m) {
@@ -380,6 +486,7 @@ void scheduler_actor::pump() {
     if (stopping() || _core.step_in_flight()) return;
     auto s = _core.next_step();
     if (!s) return;
+    arm_planned_fault(s->step_id);  // before the step: a gpu fault fires on this very step
     if (auto st = _to_gpu.tell(*s); !st.ok()) {
         // The gpu actor refused the step: that is a failed step like any other, and the next
         // plan is made shortly (its sequences are isolated or have failed now).

@@ -11,6 +11,12 @@
 // step then fails as gpu_unanswered and the gpu actor is asked to rebuild the device, so the
 // server is `loading` only while a rebuild is really under way. A handler that throws ends its
 // request with error{internal}.
+//
+// Faults: the `fault` op and the config's fault plan ([fault] plan, fault_plan.hpp) arm faults
+// through one function, arm_fault, the only place a fault kind maps to its action. Before each
+// step is sent, the plan is consulted with the step's id; a gpu fault it draws is told to the
+// gpu actor ahead of the step (one mailbox, in order: the gpu actor arms it before it takes the
+// step, so it fires on that very step).
 #pragma once
 
 #include <uv.h>
@@ -22,6 +28,7 @@
 #include "actors/runtime/actor.hpp"
 #include "actors/runtime/delivery.hpp"
 #include "actors/runtime/outbox.hpp"
+#include "actors/scheduler/fault_plan.hpp"
 #include "actors/scheduler/scheduler_core.hpp"
 #include "actors/scheduler/scheduler_msgs.hpp"
 #include "gpu/actor/gpu_msgs.hpp"
@@ -34,8 +41,8 @@ class scheduler_actor final
     : public actors::actor<scheduler_actor, generate, cancel, tokenize, detokenize,
                            model_info_query, stats_query, fault, session_delete, client_gone,
                            drain, gpu::step_done, gpu::step_failed, gpu::device_ready,
-                           gpu::device_unavailable, kv::kv_lookup_done, kv::kv_restore_done,
-                           kv::kv_save_done, kv::kv_evicted, kv::kv_status,
+                           gpu::device_unavailable, gpu::fault_refused, kv::kv_lookup_done,
+                           kv::kv_restore_done, kv::kv_save_done, kv::kv_evicted, kv::kv_status,
                            kv::kv_session_deleted> {
 public:
     using net_outbox =
@@ -51,6 +58,8 @@ public:
         size_t mailbox_capacity = 65536;
         uint64_t step_backstop_ms = 60000;  // a step unanswered this long fails
         bool faults_enabled = false;        // [fault] enabled: the `fault` op is accepted
+        fault_plan::options plan;           // [fault] plan; no kinds: no plan
+        uint32_t plan_delay_ms = 200;       // [fault] plan_delay_ms: a planned step_delay's
         // Called on the scheduler's thread once, when a drain finds no live request.
         std::function<void()> on_drained;
         // The stats op's kv_disk map (the kv actor's report); unset: persistence is off.
@@ -89,6 +98,7 @@ public:
     void on(const gpu::step_failed& m);
     void on(const gpu::device_ready& m);
     void on(const gpu::device_unavailable& m);
+    void on(const gpu::fault_refused& m);
     void on(const kv::kv_lookup_done& m);
     void on(const kv::kv_restore_done& m);
     void on(const kv::kv_save_done& m);
@@ -107,8 +117,9 @@ public:
     // A step outcome whose handler threw: the logits slot is released, the step fails.
     void on_failure(const gpu::step_done& m, const error& why);
 
-    // For tests, read after join(): the core's final state, and what delivery gave up.
+    // For tests, read after join(): the core's final state, what delivery gave up, the plan.
     const scheduler_core& core() const { return _core; }
+    const fault_plan& plan() const { return _plan; }
     uint64_t events_undelivered() const { return _events_undelivered; }
 
 protected:
@@ -138,7 +149,22 @@ private:
     void kv_gave_up(const kv_delivery::message& m, const error& why);
     void send_kv_requests();
     void send_net_faults();
-    void arm_mailbox_refusal(const fault& m, std::vector<outgoing_event>& out);
+
+    // How arm_fault ended: armed, with what was armed in words (`text`, may be empty), or
+    // refused, with the error the `fault` op answers (`code`, and why in `text`).
+    struct fault_arming {
+        bool armed = false;
+        net::errc code = net::errc::internal;
+        std::string text;
+    };
+    // Arms one fault through the real path: the gpu kinds in the gpu actor's fault plan (told
+    // now, so ahead of any later step), the kv kinds in the kv actor's (after every kv request
+    // sent before), mailbox_refuse (spec.count refusals) on the mailbox of `actor`.
+    fault_arming arm_fault(config::fault_kind kind, const gpu::inject_fault& spec,
+                           const std::string& actor);
+    // The config's plan for the step about to be sent: arms what it draws, logs and counts.
+    void arm_planned_fault(uint64_t step_id);
+    net::fault_plan_report plan_report() const;
 
     scheduler_core _core;
     gpu::logits_exchange* _logits;
@@ -168,6 +194,8 @@ private:
     uint64_t _events_undelivered = 0;
     std::vector<outgoing_event> _deferred;  // answers made by kv_gave_up
     bool _in_after = false;
+    fault_plan _plan;
+    bool _plan_spent_logged = false;
 };
 
 }  // namespace ordo::sched

@@ -473,6 +473,8 @@ void gpu_actor::on(const inject_fault& m) {
     if (!s) {
         log().warn("inject_fault refused: {}", s.err().message);
         count_handler_error();
+        // The fault plan's scheduler counts what it armed: it hears of a refusal.
+        if (m.plan_step != 0) _replies.send(fault_refused{m.plan_step, m.kind, s.err().message});
         return;
     }
     log().warn("fault armed: {} phase '{}' layer {} after {} count {} delay {} ms", m.kind, m.phase,

@@ -51,7 +51,8 @@
 
 namespace ordo::gpu {
 
-using gpu_replies = actors::outbox<step_done, step_failed, device_ready, device_unavailable>;
+using gpu_replies =
+    actors::outbox<step_done, step_failed, device_ready, device_unavailable, fault_refused>;
 using kv_copy_replies = actors::outbox<kv_copy_done, kv_copy_failed>;
 
 struct gpu_actor_options {
@@ -125,8 +126,8 @@ private:
     void enqueue(queued q);
     void pump();
     void begin_recovery();
-    using reply_delivery =
-        actors::delivery<step_done, step_failed, device_ready, device_unavailable>;
+    using reply_delivery = actors::delivery<step_done, step_failed, device_ready,
+                                            device_unavailable, fault_refused>;
     void reply_gave_up(const reply_delivery::message& m, const error& why);
     void fail(const step& m, const std::string& code, const std::string& message,
               const std::string& segment, bool device_lost);

@@ -48,10 +48,12 @@ struct reset_device {
     MSGPACK_DEFINE_MAP(reason);
 };
 
-// fault harness (through the scheduler/net) → gpu: arm a fault that goes through the real
-// failure path. kind: "device_lost" (the submission's wait returns VK_ERROR_DEVICE_LOST),
-// "hang" (the submission outlives the watchdog), "nan_logits". Matches when the step number
-// (counting from 1 after arming), phase ("" = any) and layer (-1 = any) agree. No reply.
+// fault harness (through the scheduler/net) or the config's fault plan (the scheduler) → gpu:
+// arm a fault that goes through the real failure path. kind: "device_lost" (the submission's
+// wait returns VK_ERROR_DEVICE_LOST), "hang" (the submission outlives the watchdog),
+// "nan_logits", "step_delay". Matches when the step number (counting from 1 after arming),
+// phase ("" = any) and layer (-1 = any) agree. No reply, except fault_refused for a planned
+// fault (plan_step != 0) that cannot be armed.
 struct inject_fault {
     static constexpr const char* msg_name = "inject_fault";
     std::string kind;
@@ -60,7 +62,8 @@ struct inject_fault {
     uint32_t after_steps = 0;  // 0 = the next matching step
     uint32_t count = 1;        // how many matching steps fail (step_delay: are delayed)
     uint32_t delay_ms = 0;     // step_delay: how long each matching step waits before it runs
-    MSGPACK_DEFINE_MAP(kind, phase, layer, after_steps, count, delay_ms);
+    uint64_t plan_step = 0;    // armed by the fault plan for this step id; 0 = by the `fault` op
+    MSGPACK_DEFINE_MAP(kind, phase, layer, after_steps, count, delay_ms, plan_step);
 };
 
 // scheduler or kv actor → gpu: copy the pool blocks `blocks` (in order) into the held
@@ -93,6 +96,17 @@ struct kv_copy_in {
 };
 
 // ---- replies (gpu → scheduler) ----------------------------------------------------------
+
+// A planned inject_fault (plan_step != 0) was not armed: the fault plan already holds
+// fault_plan::armed_max faults, or the fault is malformed. The step it was armed for runs
+// without it; the scheduler counts it as not fired.
+struct fault_refused {
+    static constexpr const char* msg_name = "fault_refused";
+    uint64_t plan_step = 0;
+    std::string kind;
+    std::string message;
+    MSGPACK_DEFINE_MAP(plan_step, kind, message);
+};
 
 // The step ran. Row i of `slot` holds the logits of `rows[i]` (the sequences that asked).
 struct step_done {

@@ -23,14 +23,14 @@
 namespace ordo::gpu {
 
 using gpu_reply = std::variant<step_done, step_failed, device_ready, device_unavailable,
-                               kv_copy_done, kv_copy_failed>;
+                               fault_refused, kv_copy_done, kv_copy_failed>;
 
 // Short name of a reply's type ("step_done"), for test messages.
 std::string reply_name(const gpu_reply& r);
 
 class reply_collector final
     : public actors::actor<reply_collector, step_done, step_failed, device_ready,
-                           device_unavailable, kv_copy_done, kv_copy_failed> {
+                           device_unavailable, fault_refused, kv_copy_done, kv_copy_failed> {
 public:
     reply_collector() : actor("gpu_client", 1024) {}
 
@@ -38,6 +38,7 @@ public:
     void on(const step_failed& m) { push(m); }
     void on(const device_ready& m) { push(m); }
     void on(const device_unavailable& m) { push(m); }
+    void on(const fault_refused& m) { push(m); }
     void on(const kv_copy_done& m) { push(m); }
     void on(const kv_copy_failed& m) { push(m); }
 

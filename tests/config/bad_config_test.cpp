@@ -137,6 +137,65 @@ const std::vector<bad_case>& bad_cases() {
          "[gpu]\nkv_blocks = 1048576\nkv_block_tokens = 32\n",
          {"t.toml:3: gpu.kv_blocks = 1048576, gpu.kv_block_tokens = 32: kv_blocks x "
           "kv_block_tokens must be at most 16777216 tokens"}},
+        // [fault] plan (issue 15): an array of fault kind names, checked name by name.
+        {"plan_unknown_kind",
+         "[fault]\nenabled = true\nplan = [\"nan_logits\", \"bogus\", \"hang\"]\n",
+         {"t.toml:3: fault.plan = [\"nan_logits\", \"bogus\", \"hang\"]: \"bogus\" is not one "
+          "of \"device_lost\", \"hang\", \"nan_logits\", \"step_delay\", \"mailbox_refuse\", "
+          "\"kv_enospc\", \"kv_eio\", \"kv_torn_exit\", \"kv_flip_read\", \"kv_fingerprint\""}},
+        {"plan_not_an_array",
+         "[fault]\nenabled = true\nplan = \"nan_logits\"\n",
+         {"t.toml:3: fault.plan = \"nan_logits\": wrong type: expected array of at most 64 "
+          "entries, each one of \"device_lost\"",
+          "got string"}},
+        {"plan_entry_not_a_string",
+         "[fault]\nenabled = true\n\nplan = [\"hang\", 3]\n",
+         {"t.toml:4: fault.plan = [\"hang\", 3]: wrong type: expected array of at most 64",
+          "got an entry of type integer"}},
+        {"plan_nested_array",
+         "[fault]\nenabled = true\nplan = [[\"hang\"]]\n",
+         {"t.toml:3: fault.plan = [[...]]: wrong type", "got an entry of type array"}},
+        {"plan_too_many_entries",
+         "[fault]\nenabled = true\nplan = [\"hang\", \"hang\", \"hang\", \"hang\", \"hang\", "
+         "\"hang\", \"hang\", \"hang\", \"hang\", \"hang\", \"hang\", \"hang\", \"hang\", "
+         "\"hang\", \"hang\", \"hang\", \"hang\", \"hang\", \"hang\", \"hang\", \"hang\", "
+         "\"hang\", \"hang\", \"hang\", \"hang\", \"hang\", \"hang\", \"hang\", \"hang\", "
+         "\"hang\", \"hang\", \"hang\", \"hang\", \"hang\", \"hang\", \"hang\", \"hang\", "
+         "\"hang\", \"hang\", \"hang\", \"hang\", \"hang\", \"hang\", \"hang\", \"hang\", "
+         "\"hang\", \"hang\", \"hang\", \"hang\", \"hang\", \"hang\", \"hang\", \"hang\", "
+         "\"hang\", \"hang\", \"hang\", \"hang\", \"hang\", \"hang\", \"hang\", \"hang\", "
+         "\"hang\", \"hang\", \"hang\", \"hang\"]\n",
+         {"t.toml:3: fault.plan = [\"hang\", ", "...: must have at most 64 entries"}},
+        {"cross_plan_without_enabled",
+         "[fault]\nplan = [\"nan_logits\"]\n",
+         {"t.toml:2: fault.plan = [\"nan_logits\"], fault.enabled = false: a fault plan needs "
+          "enabled = true"}},
+        {"cross_plan_kv_kind_without_kv",
+         "[kv]\nenabled = false\n[fault]\nenabled = true\nplan = [\"hang\", \"kv_torn_exit\"]\n",
+         {"t.toml:5: fault.plan = [\"hang\", \"kv_torn_exit\"], kv.enabled = false: a plan with "
+          "kv kinds (kv_*) needs [kv] enabled = true"}},
+        {"plan_every_steps_zero",
+         "[fault]\nplan_every_steps = 0\n",
+         {"t.toml:2: fault.plan_every_steps = 0: must be between 1 and 1000000"}},
+        {"plan_every_steps_too_big",
+         "[fault]\nplan_every_steps = 1000001\n",
+         {"t.toml:2: fault.plan_every_steps = 1000001: must be between 1 and 1000000"}},
+        {"plan_faults_max_negative",
+         "[fault]\n\nplan_faults_max = -1\n",
+         {"t.toml:3: fault.plan_faults_max = -1: must be between 0 and 1000000"}},
+        {"plan_faults_max_too_big",
+         "[fault]\nplan_faults_max = 1000001\n",
+         {"t.toml:2: fault.plan_faults_max = 1000001: must be between 0 and 1000000"}},
+        {"plan_delay_ms_zero",
+         "[fault]\nplan_delay_ms = 0\n",
+         {"t.toml:2: fault.plan_delay_ms = 0: must be between 1 and 10000"}},
+        {"plan_delay_ms_above_the_gpu_bound",
+         "[fault]\nplan_delay_ms = 10001\n",
+         {"t.toml:2: fault.plan_delay_ms = 10001: must be between 1 and 10000"}},
+        {"plan_every_steps_string",
+         "[fault]\nplan_every_steps = \"often\"\n",
+         {"t.toml:2: fault.plan_every_steps = \"often\": wrong type: expected integer "
+          "1..1000000, got string"}},
         {"many_errors_in_file_order",
          "[server]\nmax_connections = 0\nbogus = 1\n[gpu]\nkv_dtype = \"f8\"\n"
          "[scheduler]\nprefix_cache = \"yes\"\n[nope]\n",
@@ -178,7 +237,10 @@ INSTANTIATE_TEST_SUITE_P(table, bad_config, testing::ValuesIn(bad_cases()),
 TEST(bad_config_limits, the_edges_the_actors_accept_pass) {
     for (const char* toml : {"[scheduler]\nmax_batch_tokens = 65535\n",
                              "[gpu]\nkv_blocks = 1048576\nkv_block_tokens = 16\n",
-                             "[gpu]\nkv_blocks = 65536\nkv_block_tokens = 256\n"}) {
+                             "[gpu]\nkv_blocks = 65536\nkv_block_tokens = 256\n",
+                             // the gpu actor's fault_plan::delay_ms_max
+                             "[fault]\nenabled = true\nplan = [\"step_delay\"]\n"
+                             "plan_delay_ms = 10000\n"}) {
         auto cfg = parse(toml, "t.toml");
         EXPECT_TRUE(cfg.ok()) << toml << (cfg.ok() ? "" : cfg.err().message);
     }

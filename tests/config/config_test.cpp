@@ -78,7 +78,10 @@ TEST(parse, reads_every_kind_of_value) {
         "[gpu]\nkv_dtype = \"f32\"\nkv_block_tokens = 256\n"
         "[scheduler]\nprefix_cache = false\nbatch_failure_policy = \"fail\"\n"
         "[log]\nlevel = \"off\"\nfile = \"/tmp/ordo.log\"\n"
-        "[fault]\nseed = 9223372036854775807\n",
+        "[kv]\nenabled = true\n"
+        "[fault]\nseed = 9223372036854775807\nenabled = true\n"
+        "plan = [\"nan_logits\", \"kv_eio\", \"nan_logits\", \"net_rst\"]\nplan_every_steps = 1\n"
+        "plan_faults_max = 0\nplan_delay_ms = 10000\n",
         "t.toml");
     ASSERT_TRUE(cfg.ok()) << cfg.err().message;
     EXPECT_EQ(cfg->server.listen, "[::1]:0");
@@ -90,10 +93,20 @@ TEST(parse, reads_every_kind_of_value) {
     EXPECT_EQ(cfg->log.level, cfgns::log_level::off);
     EXPECT_EQ(cfg->log.file, "/tmp/ordo.log");
     EXPECT_EQ(cfg->fault.seed, 9223372036854775807ull);
+    using fk = cfgns::fault_kind;
+    EXPECT_EQ(cfg->fault.plan, (std::vector<fk>{fk::nan_logits, fk::kv_eio, fk::nan_logits, fk::net_rst}));
+    EXPECT_EQ(cfg->fault.plan_every_steps, 1u);
+    EXPECT_EQ(cfg->fault.plan_faults_max, 0u);
+    EXPECT_EQ(cfg->fault.plan_delay_ms, 10000u);
 }
 
 // A valid value different from the default, for any key.
 void set_non_default(const cfgns::key_spec& spec, config& c) {
+    if (spec.kind == cfgns::value_kind::choice_list) {
+        spec.set_list(c, spec.get_list(c).empty() ? std::vector<std::int64_t>{spec.max, spec.min}
+                                                  : std::vector<std::int64_t>{});
+        return;
+    }
     if (spec.kind == cfgns::value_kind::string) {
         spec.set_str(c, spec.name == "listen" ? "[::1]:9" : "changed \"path\"\\\t");
         return;
@@ -120,6 +133,8 @@ TEST(schema, each_row_writes_only_its_own_member) {
         for (const cfgns::key_spec& other : cfgns::schema()) {
             const bool differs = other.kind == cfgns::value_kind::string
                                      ? other.get_str(c) != other.get_str(d)
+                                 : other.kind == cfgns::value_kind::choice_list
+                                     ? other.get_list(c) != other.get_list(d)
                                      : other.get_int(c) != other.get_int(d);
             changed += differs ? 1 : 0;
         }
@@ -145,12 +160,15 @@ TEST(to_toml, round_trips_defaults_and_every_changed_key) {
     EXPECT_NE(text.find("[scheduler]\n# sequences decoded together at most (integer 1..1024)\n"),
               std::string::npos)
         << text;
+    EXPECT_NE(text.find("\nplan = [\"kv_fingerprint\", \"device_lost\"]\n"), std::string::npos)
+        << text;
 }
 
 TEST(validate, refuses_a_config_built_wrongly_in_code) {
     config c;
     c.gpu.kv_block_tokens = 12;
     c.log.level = static_cast<cfgns::log_level>(42);
+    c.fault.plan = {cfgns::fault_kind::hang, static_cast<cfgns::fault_kind>(42)};
     auto st = cfgns::validate(c, "code");
     ASSERT_FALSE(st.ok());
     EXPECT_NE(st.err().message.find("code: gpu.kv_block_tokens = 12: must be a power of two"),
@@ -158,6 +176,29 @@ TEST(validate, refuses_a_config_built_wrongly_in_code) {
         << st.err().message;
     EXPECT_NE(st.err().message.find("code: log.level = 42: must be one of"), std::string::npos)
         << st.err().message;
+    EXPECT_NE(st.err().message.find("code: fault.plan = [\"hang\", 42]: every entry must be one "
+                                    "of \"device_lost\""),
+              std::string::npos)
+        << st.err().message;
+}
+
+TEST(validate, checks_the_fault_plan_cross_rules_in_code) {
+    config c;
+    c.fault.plan = {cfgns::fault_kind::kv_flip_read};
+    auto st = cfgns::validate(c, "code");
+    ASSERT_FALSE(st.ok());
+    // Both rules are broken: no [fault] enabled, no [kv] enabled; both are reported.
+    EXPECT_NE(st.err().message.find("code: fault.plan = [\"kv_flip_read\"], fault.enabled = "
+                                    "false: a fault plan needs enabled = true"),
+              std::string::npos)
+        << st.err().message;
+    EXPECT_NE(st.err().message.find("code: fault.plan = [\"kv_flip_read\"], kv.enabled = false: "
+                                    "a plan with kv kinds"),
+              std::string::npos)
+        << st.err().message;
+    c.fault.enabled = true;
+    c.kv.enabled = true;
+    EXPECT_TRUE(cfgns::validate(c, "code").ok());
 }
 
 TEST(override, applies_values_with_the_file_rules) {
@@ -168,6 +209,11 @@ TEST(override, applies_values_with_the_file_rules) {
     ASSERT_TRUE(cfgns::apply_override(c, "log.level", "debug").ok());
     ASSERT_TRUE(cfgns::apply_override(c, "scheduler.max_sequences", "32").ok());
     ASSERT_TRUE(cfgns::apply_override(c, "scheduler.prefix_cache", "false").ok());
+    ASSERT_TRUE(cfgns::apply_override(c, "fault.enabled", "true").ok());
+    ASSERT_TRUE(cfgns::apply_override(c, "fault.plan", "hang,step_delay").ok());
+    EXPECT_EQ(c.fault.plan,
+              (std::vector<cfgns::fault_kind>{cfgns::fault_kind::hang,
+                                              cfgns::fault_kind::step_delay}));
     EXPECT_EQ(c.server.listen, "0.0.0.0:0");
     EXPECT_EQ(c.model.path, "models/x.gguf");
     EXPECT_EQ(c.gpu.device, "Radeon \xc3\xa9\xe2\x82\xac");
@@ -175,6 +221,8 @@ TEST(override, applies_values_with_the_file_rules) {
     EXPECT_EQ(c.scheduler.max_sequences, 32u);
     EXPECT_FALSE(c.scheduler.prefix_cache);
     EXPECT_TRUE(cfgns::validate(c, "command line").ok());
+    ASSERT_TRUE(cfgns::apply_override(c, "fault.plan", "").ok());  // "" = no plan
+    EXPECT_TRUE(c.fault.plan.empty());
 }
 
 struct bad_override {
@@ -206,6 +254,12 @@ TEST(override, refuses_bad_values_naming_the_key_and_changes_nothing) {
         {"model.path", "cut\xe2\x82", "must be valid UTF-8"},
         {"model.path", "surrogate\xed\xa0\x80", "must be valid UTF-8"},
         {"model.path", "overlong\xc0\xaf", "must be valid UTF-8"},
+        {"fault.plan", "hang,bogus",
+         "command line: fault.plan = \"hang,bogus\": \"bogus\" is not one of \"device_lost\", "
+         "\"hang\""},
+        {"fault.plan", "hang,", "fault.plan = \"hang,\": \"\" is not one of \"device_lost\""},
+        {"fault.plan_every_steps", "0",
+         "command line: fault.plan_every_steps = \"0\": must be between 1 and 1000000"},
     };
     for (const bad_override& b : cases) {
         config c;

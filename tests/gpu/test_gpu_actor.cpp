@@ -15,7 +15,10 @@
 // gives the same logits; a copy naming a slot not held is refused with gpu_bad_request;
 // (10) a copy-out queued behind a held step runs after it (its bytes are the step's KV);
 // (11) a device loss in a step fails the copy queued behind it with gpu_device_lost, and a
-// later copy naming the old epoch is refused with gpu_stale_epoch.
+// later copy naming the old epoch is refused with gpu_stale_epoch; (12) a planned inject_fault
+// (plan_step set, the config's fault plan) sent just before its step fires on that very step,
+// and one the full fault plan refuses is answered fault_refused{plan_step} while an op's
+// refused fault (plan_step 0) is not answered.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -135,6 +138,44 @@ TEST(GpuActor, NanLogitsAreReportedWithoutRebuild) {
     auto d = s->run(decode_step(2), logits, reply_ms);
     ASSERT_TRUE(d.ok()) << d.err().message;
     EXPECT_TRUE(std::isfinite(logits[0]));
+    ASSERT_TRUE(s->stop().ok());
+}
+
+TEST(GpuActor, PlannedFaultsFireOnTheirStepOrAreAnsweredWhenRefused) {
+    ORDO_REQUIRE_GPU();
+    auto s = start(actor_options());
+    ASSERT_TRUE(s);
+    // Sent right before its step, as the scheduler's plan does: the mailbox is in order, so
+    // the fault is armed before the step is taken.
+    inject_fault planned;
+    planned.kind = "nan_logits";
+    planned.plan_step = 1;
+    ASSERT_TRUE(s->actor().tell(planned).ok());
+    std::vector<float> logits;
+    auto bad = s->run(decode_step(1), logits, reply_ms);
+    ASSERT_FALSE(bad.ok());
+    EXPECT_EQ(bad.err().code, "gpu_nan");
+    // Fill the fault plan with faults that wait for a prefill step (decode steps pass them).
+    inject_fault waiting;
+    waiting.kind = "hang";
+    waiting.phase = "prefill";
+    for (std::size_t i = 0; i < fault_plan::armed_max; ++i) {
+        ASSERT_TRUE(s->actor().tell(waiting).ok());
+    }
+    ASSERT_TRUE(s->actor().tell(waiting).ok());  // the op's ninth: refused, no reply
+    planned.plan_step = 2;
+    ASSERT_TRUE(s->actor().tell(planned).ok());
+    ASSERT_TRUE(s->actor().tell(decode_step(2)).ok());
+    auto refused = s->replies().next_as<fault_refused>(reply_ms);
+    ASSERT_TRUE(refused) << "a planned fault the full plan refuses is answered";
+    EXPECT_EQ(refused->plan_step, 2u);
+    EXPECT_EQ(refused->kind, "nan_logits");
+    EXPECT_NE(refused->message.find("already armed"), std::string::npos) << refused->message;
+    // The step runs without it.
+    auto done = s->replies().next_as<step_done>(reply_ms);
+    ASSERT_TRUE(done) << "step 2 runs without the refused fault";
+    EXPECT_EQ(done->step_id, 2u);
+    if (done->slot != logits_exchange::no_slot) s->exchange().release(done->slot);
     ASSERT_TRUE(s->stop().ok());
 }
 

@@ -5,7 +5,8 @@
 // bad_request answering that id; parse_op names unknown parameter keys (also for stats and
 // model, which take none) and unknown ops, quoting client bytes as valid UTF-8 whatever they
 // were; events written by event_writer and the typed encoders decode to the expected maps
-// (field count in the header matches); every error code has its wire name.
+// (field count in the header matches); every error code has its wire name; stats carries a
+// fault_plan map only when a fault plan is configured.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -189,6 +190,35 @@ TEST(protocol, float_fields_stay_floats) {
     ASSERT_EQ(lp.size(), 1u);
     EXPECT_EQ(lp[0]["logprob"].type, msgpack::type::FLOAT64);
     EXPECT_EQ(lp[0]["event"].as<std::string>(), "token");
+}
+
+// The stats answer's fault_plan map: absent without a plan, the five documented fields with one.
+TEST(protocol, stats_has_a_fault_plan_map_only_with_a_plan) {
+    stats_done d;
+    d.id = 4;
+    auto decoded = [&] {
+        std::string bytes = encode(d);
+        auto oh = msgpack::unpack(bytes.data(), bytes.size());
+        std::map<std::string, msgpack::object> m;
+        oh.get().convert(m);
+        return std::make_pair(std::move(oh), m);
+    };
+    {
+        auto [oh, m] = decoded();
+        EXPECT_EQ(m.count("fault_plan"), 0u);
+        EXPECT_EQ(m.count("kv_disk"), 1u);
+    }
+    d.stats.fault_plan = {true, 77, 3, 1, true, {{"nan_logits", 2}, {"hang", 1}}};
+    auto [oh, m] = decoded();
+    ASSERT_EQ(m.count("fault_plan"), 1u);
+    auto p = m["fault_plan"].as<std::map<std::string, msgpack::object>>();
+    EXPECT_EQ(p.size(), 5u);
+    EXPECT_EQ(p["seed"].as<uint64_t>(), 77u);
+    EXPECT_EQ(p["fired"].as<uint64_t>(), 3u);
+    EXPECT_EQ(p["refused"].as<uint64_t>(), 1u);
+    EXPECT_TRUE(p["spent"].as<bool>());
+    EXPECT_EQ((p["by_kind"].as<std::map<std::string, uint64_t>>()),
+              (std::map<std::string, uint64_t>{{"hang", 1}, {"nan_logits", 2}}));
 }
 
 }  // namespace

@@ -12,7 +12,10 @@
 // 0 and it completes, and the stale answer of the lost step is ignored with its logits slot
 // released; (4) drain: a new generate is refused with shutting_down while the running one
 // completes, then on_drained fires; (5) stop: a request still live ends with
-// error{shutting_down} — a refusal, never silence; every loop closes cleanly.
+// error{shutting_down} — a refusal, never silence; every loop closes cleanly; (6) the config's
+// fault plan: each planned gpu fault reaches the gpu as an inject_fault (count 1, any phase,
+// plan_step = the step id) right before the step it was drawn for, plan_faults_max stops it,
+// a fault_refused from the gpu takes one back, and stats carries the fault_plan map.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -260,6 +263,73 @@ TEST(scheduler_actor, stop_ends_live_requests_with_shutting_down) {
     auto st = r.sched->tell(sched::cancel{1, 10, 9}, "net");
     ASSERT_FALSE(st.ok());
     EXPECT_EQ(st.err().code, "actor_stopped");
+}
+
+TEST(scheduler_actor, a_planned_fault_reaches_the_gpu_right_before_its_step) {
+    scheduler_actor::options o;
+    o.faults_enabled = true;
+    // every_steps 1: every step draws a fault; faults_max 3: steps 1..3 only.
+    o.plan = {1234, {config::fault_kind::nan_logits}, 1, 3};
+    rig r(o);
+    r.device_ready();
+    r.generate(5, 6);  // a prefill step, then 5 decode steps (the fake gpu applies no fault)
+    for (uint64_t id = 1; id <= 6; id++) {
+        auto m = r.gpu.next_any();
+        ASSERT_TRUE(m) << "nothing for step " << id;
+        if (id <= 3) {
+            auto* f = std::get_if<gpu::inject_fault>(&*m);
+            ASSERT_NE(f, nullptr) << "step " << id << ": no inject_fault first";
+            EXPECT_EQ(f->kind, "nan_logits");
+            EXPECT_EQ(f->plan_step, id);
+            EXPECT_EQ(f->count, 1u);
+            EXPECT_EQ(f->after_steps, 0u);
+            EXPECT_TRUE(f->phase.empty());
+            m = r.gpu.next_any();
+            ASSERT_TRUE(m);
+        }
+        auto* s = std::get_if<gpu::step>(&*m);
+        ASSERT_NE(s, nullptr) << "expected step " << id;
+        EXPECT_EQ(s->step_id, id);
+        r.answer(*s);
+    }
+    auto d = r.net.next<net::generate_done>();
+    ASSERT_TRUE(d);
+    EXPECT_EQ(d->id, 5u);
+    // The gpu actor could not arm step 3's fault: it no longer counts as fired.
+    ASSERT_TRUE(r.sched->tell(gpu::fault_refused{3, "nan_logits", "8 faults already armed"},
+                              "gpu")
+                    .ok());
+    ASSERT_TRUE(r.sched->tell(stats_query{1, 9, {}}, "net").ok());
+    auto st = r.net.next<net::stats_done>();
+    ASSERT_TRUE(st);
+    const net::fault_plan_report& p = st->stats.fault_plan;
+    EXPECT_TRUE(p.active);
+    EXPECT_EQ(p.seed, 1234u);
+    EXPECT_EQ(p.fired, 2u);
+    EXPECT_EQ(p.refused, 1u);
+    EXPECT_FALSE(p.spent);
+    EXPECT_EQ(p.by_kind, (std::map<std::string, uint64_t>{{"nan_logits", 2}}));
+    EXPECT_TRUE(r.gpu.stays_empty(std::chrono::milliseconds(50)));
+    r.stop();
+}
+
+TEST(scheduler_actor, without_a_plan_stats_has_no_fault_plan_and_no_fault_is_sent) {
+    rig r;
+    r.device_ready();
+    r.generate(5, 3);
+    for (uint64_t id = 1; id <= 3; id++) {
+        auto m = r.gpu.next_any();
+        ASSERT_TRUE(m);
+        auto* s = std::get_if<gpu::step>(&*m);
+        ASSERT_NE(s, nullptr) << "only steps reach the gpu";
+        r.answer(*s);
+    }
+    ASSERT_TRUE(r.net.next<net::generate_done>());
+    ASSERT_TRUE(r.sched->tell(stats_query{1, 9, {}}, "net").ok());
+    auto st = r.net.next<net::stats_done>();
+    ASSERT_TRUE(st);
+    EXPECT_FALSE(st->stats.fault_plan.active);
+    r.stop();
 }
 
 }  // namespace

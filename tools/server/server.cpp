@@ -28,6 +28,7 @@ static_assert(config::kv_block_tokens_max <= sched::kv_block_tokens_max);
 static_assert(config::kv_blocks_max <= sched::kv_blocks_max);
 static_assert(config::kv_pool_tokens_max <= sched::kv_pool_tokens_max);
 static_assert(config::max_tokens_default_max <= sched::max_tokens_max);
+static_assert(config::fault_delay_ms_max <= gpu::fault_plan::delay_ms_max);  // plan_delay_ms
 // A pool the runner sizes from gpu.kv_memory_bytes is one the scheduler's block table takes.
 static_assert(gpu::runner_kv_pool_tokens_max <= sched::kv_pool_tokens_max);
 
@@ -177,6 +178,14 @@ status run_server(const config::config& cfg, const loaded_model& model, const se
     so.mailbox_capacity = cfg.server.mailbox_capacity;
     so.step_backstop_ms = step_backstop_ms(cfg, model);
     so.faults_enabled = cfg.fault.enabled;
+    so.plan = {cfg.fault.seed, cfg.fault.plan, cfg.fault.plan_every_steps,
+               cfg.fault.plan_faults_max};
+    so.plan_delay_ms = cfg.fault.plan_delay_ms;
+    if (!cfg.fault.plan.empty()) {
+        log->warn("fault plan on: seed {}, {} kinds, a fault every {} steps on average, at most {}",
+                  cfg.fault.seed, cfg.fault.plan.size(), cfg.fault.plan_every_steps,
+                  cfg.fault.plan_faults_max);
+    }
     std::promise<void> drained;
     so.on_drained = [&drained] { drained.set_value(); };
     // KV persistence: the kv actor and the staging slot its copies go through.
