@@ -836,6 +836,11 @@ protected:
         return log.last(id).ints("tokens");
     }
 
+    // The net drop faults' common part (section 12).
+    std::pair<event_log, event> drop_and_reconnect(const std::string& kind,
+                                                   const std::string& phase, int max_tokens,
+                                                   const std::string& closed);
+
     server_process server;
     tcp_client c;
 };
@@ -962,34 +967,44 @@ event idle_stats(tcp_client& c, uint64_t id) {
     return last;
 }
 
-// net_rst at decode: the scheduler sees the request reach its first decode step and asks the
-// net actor to reset its connection. How: a 48-token stream on connection c; c must then read
-// a reset (not EOF) with no terminal event for the request and fewer than 48 tokens; on a
-// second connection stats show one fault drop, one net fault fired, one disconnect, and the
-// server idle (the request was cancelled and freed through client_gone); the second
-// connection is served.
-TEST_F(runtime_faults, net_rst_at_decode_resets_the_connection_and_frees_the_request) {
-    arm(1, "net_rst", [] {
-        return raw_map().add("id", 1).add("op", "fault").add("kind", "net_rst")
-            .add("phase", "decode").bytes();
+// Arms `kind` (net_fin or net_rst) at `phase`, streams a generate (id 2) of `max_tokens` on
+// c, and reads until the server closes c, which must be seen as `closed` ("eof" or "reset");
+// then reconnects c and waits until the server is idle. Returns what c read before the close
+// and the idle stats, whose net.fault_drops must be 1.
+std::pair<event_log, event> runtime_faults::drop_and_reconnect(const std::string& kind,
+                                                               const std::string& phase,
+                                                               int max_tokens,
+                                                               const std::string& closed) {
+    arm(1, kind, [&] {
+        return raw_map().add("id", 1).add("op", "fault").add("kind", kind).add("phase", phase)
+            .bytes();
     });
-    ASSERT_TRUE(c.send(frame("id", 2, "op", "generate", "tokens", std::vector<int>{1},
-                             "max_tokens", 48, "temperature", 0, "stream", true)));
+    EXPECT_TRUE(c.send(frame("id", 2, "op", "generate", "tokens", std::vector<int>{1},
+                             "max_tokens", max_tokens, "temperature", 0, "stream", true)));
     event_log log;
     EXPECT_TRUE(read_until_closed(c, log, io_deadline));
-    EXPECT_EQ(c.peer_closed(), "reset");
+    EXPECT_EQ(c.peer_closed(), closed);
+    c.close();
+    EXPECT_TRUE(c.connect(server.port()));
+    event st = idle_stats(c, 10);
+    const msgpack::object* net = st.h ? field(st.o(), "net") : nullptr;
+    EXPECT_NE(net, nullptr) << "no stats";
+    if (net != nullptr) EXPECT_EQ(uint_field(*net, "fault_drops"), 1u);
+    return {std::move(log), st};
+}
+
+// net_rst at decode: the scheduler sees the request reach its first decode step and asks the
+// net actor to reset its connection. How: a 48-token stream on connection c; c must then read
+// a reset (not EOF) with no terminal event for the request and fewer than 48 tokens; on a new
+// connection stats show one fault drop, one net fault fired, one disconnect, and the server
+// idle (the request was cancelled and freed through client_gone); the new connection is
+// served.
+TEST_F(runtime_faults, net_rst_at_decode_resets_the_connection_and_frees_the_request) {
+    auto [log, st] = drop_and_reconnect("net_rst", "decode", 48, "reset");
     EXPECT_FALSE(log.ended(2));
     if (log.by_id.count(2) != 0) EXPECT_LT(log.tokens(2), 48u);
-
-    c.close();
-    ASSERT_TRUE(c.connect(server.port()));
-    event st = idle_stats(c, 10);
-    ASSERT_TRUE(st.h) << "no stats";
-    const msgpack::object* net = field(st.o(), "net");
-    const msgpack::object* sched = field(st.o(), "scheduler");
-    ASSERT_NE(net, nullptr);
+    const msgpack::object* sched = st.h ? field(st.o(), "scheduler") : nullptr;
     ASSERT_NE(sched, nullptr);
-    EXPECT_EQ(uint_field(*net, "fault_drops"), 1u);
     EXPECT_EQ(uint_field(*sched, "net_faults"), 1u);
     EXPECT_EQ(uint_field(*sched, "disconnects"), 1u);
     EXPECT_EQ(generate_tokens(300, 4).size(), 4u);
@@ -999,24 +1014,8 @@ TEST_F(runtime_faults, net_rst_at_decode_resets_the_connection_and_frees_the_req
 // FIN: the client reads EOF (what was queued before it, the fault's own done, came first) and
 // no event of the generate; the request is freed; another connection is served.
 TEST_F(runtime_faults, net_fin_while_queued_closes_the_connection_with_eof) {
-    arm(1, "net_fin", [] {
-        return raw_map().add("id", 1).add("op", "fault").add("kind", "net_fin")
-            .add("phase", "queued").bytes();
-    });
-    ASSERT_TRUE(c.send(frame("id", 2, "op", "generate", "tokens", std::vector<int>{1},
-                             "max_tokens", 8, "temperature", 0, "stream", true)));
-    event_log log;
-    EXPECT_TRUE(read_until_closed(c, log, io_deadline));
-    EXPECT_EQ(c.peer_closed(), "eof");
+    auto [log, st] = drop_and_reconnect("net_fin", "queued", 8, "eof");
     EXPECT_EQ(log.by_id.count(2), 0u) << log.last(2).outcome();
-
-    c.close();
-    ASSERT_TRUE(c.connect(server.port()));
-    event st = idle_stats(c, 10);
-    ASSERT_TRUE(st.h) << "no stats";
-    const msgpack::object* net = field(st.o(), "net");
-    ASSERT_NE(net, nullptr);
-    EXPECT_EQ(uint_field(*net, "fault_drops"), 1u);
     EXPECT_EQ(generate_tokens(300, 4).size(), 4u);
 }
 
