@@ -14,7 +14,11 @@
 #endif
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
 #include <cstring>
 #include <regex>
 
@@ -50,12 +54,17 @@ server_process::~server_process() {
 }
 
 bool server_process::start(const std::string& binary, const std::vector<std::string>& args) {
-    if (_out_fd >= 0) ::close(_out_fd);  // a previous run's pipe (start after stop)
+    if (_out_fd >= 0) ::close(_out_fd);  // a previous run's output file (start after stop)
     _out_fd = -1;
     _output.clear();
     _exit_status = -1;
-    int pipe_fds[2];
-    if (pipe(pipe_fds) != 0) return false;
+    // The server's stdout and stderr go to an unlinked temporary file, not a pipe: a pipe
+    // nobody drains fills at 64 KiB and the server then blocks in its next log line (a long
+    // ordo-fault run stalled the scheduler that way).
+    std::string path = (std::filesystem::temp_directory_path() / "ordo-server-out-XXXXXX").string();
+    const int out = mkstemp(path.data());
+    if (out < 0) return false;
+    unlink(path.c_str());
     std::vector<std::string> full{binary};
     bool has_listen = false;
     for (const auto& a : args) has_listen = has_listen || a == "--listen";
@@ -63,18 +72,16 @@ bool server_process::start(const std::string& binary, const std::vector<std::str
     full.insert(full.end(), args.begin(), args.end());
     _pid = fork();
     if (_pid == 0) {
-        dup2(pipe_fds[1], 1);
-        dup2(pipe_fds[1], 2);
-        close(pipe_fds[0]);
-        close(pipe_fds[1]);
+        dup2(out, 1);
+        dup2(out, 2);
+        close(out);
         std::vector<char*> argv;
         for (auto& a : full) argv.push_back(a.data());
         argv.push_back(nullptr);
         execv(binary.c_str(), argv.data());
         _exit(127);
     }
-    close(pipe_fds[1]);
-    _out_fd = pipe_fds[0];
+    _out_fd = out;
     static const std::regex listening(R"(ordo-server listening on \S+:(\d+))");
     auto end = clock::now() + io_deadline;
     while (clock::now() < end) {
@@ -97,17 +104,18 @@ bool server_process::start(const std::string& binary, const std::vector<std::str
 
 void server_process::drain(int timeout_ms) {
     if (_out_fd < 0) return;
-    pollfd p{_out_fd, POLLIN, 0};
-    while (poll(&p, 1, timeout_ms) > 0) {
+    // What the server wrote since the last read (pread: the server's writes move the shared
+    // offset, this read does not); with nothing new, a short wait (at most 10 ms).
+    bool got = false;
+    while (true) {
         char buf[4096];
-        ssize_t n = read(_out_fd, buf, sizeof buf);
-        if (n <= 0) {
-            close(_out_fd);
-            _out_fd = -1;
-            return;
-        }
+        ssize_t n = pread(_out_fd, buf, sizeof buf, static_cast<off_t>(_output.size()));
+        if (n <= 0) break;
         _output.append(buf, static_cast<size_t>(n));
-        timeout_ms = 0;
+        got = true;
+    }
+    if (!got && timeout_ms > 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(std::min(timeout_ms, 10)));
     }
 }
 
