@@ -160,7 +160,7 @@ TEST(to_toml, round_trips_defaults_and_every_changed_key) {
     EXPECT_NE(text.find("[scheduler]\n# sequences decoded together at most (integer 1..1024)\n"),
               std::string::npos)
         << text;
-    EXPECT_NE(text.find("\nplan = [\"kv_fingerprint\", \"device_lost\"]\n"), std::string::npos)
+    EXPECT_NE(text.find("\nplan = [\"net_stop_reading\", \"device_lost\"]\n"), std::string::npos)
         << text;
 }
 

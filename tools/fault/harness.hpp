@@ -28,6 +28,9 @@ struct context {
     std::string model;
     std::string work_dir;  // temporary configs and kv dirs live here
     uint64_t seed = 1;
+    // Random mode: how far resident memory may end above its baseline (0: not checked, e.g.
+    // for a sanitizer build, whose allocator holds freed memory in quarantine).
+    uint64_t rss_growth_max = 64ull << 20;
     bool verbose = false;
 };
 

@@ -9,13 +9,16 @@
 //      must carry the fault-free tokens);
 //   6. failure, retry and rebuild counters stay within what the faults armed explain;
 //   7. no corrupt or foreign KV file is ever loaded;
-//   8. when idle: 0 active sequences, 0 queued, 0 used KV blocks, 0 pins.
+//   8. when idle: 0 active sequences, 0 queued, 0 used KV blocks, 0 pins, 0 logits slots held;
+//      after a random run, resident memory back near its post-warm-up baseline.
 //
 // usage: ordo-fault --model GGUF [--server BIN] [--scenarios all|NAME,...] [--list] [--json]
 //                   [--seed N] [--work-dir DIR] [--verbose]
-//        ordo-fault --model GGUF --seed S --requests N [--json]   (random mode: random_run.hpp)
+//        ordo-fault --model GGUF --seed S --requests N [--rss-growth-mib N] [--json]
+//        (random mode: random_run.hpp)
 // Exit status: 0 no violation, 1 violations, 2 usage. With --json the last line of standard
-// output is one JSON object: scenarios, requests, faults (by kind), violations, seconds.
+// output is one JSON object: scenarios, requests, faults (by kind), violations, seconds (random
+// mode also rss_start_bytes, rss_end_bytes, rss_peak_bytes).
 #include <unistd.h>
 
 #include <array>
@@ -41,7 +44,7 @@ constexpr int exit_ok = 0, exit_violations = 1, exit_usage = 2;
 const char* usage_text =
     "usage: ordo-fault --model GGUF [--server BIN] [--scenarios all|NAME,...] [--list] [--json]\n"
     "                  [--seed N] [--work-dir DIR] [--verbose]\n"
-    "       ordo-fault --model GGUF --seed S --requests N [--json]\n"
+    "       ordo-fault --model GGUF --seed S --requests N [--rss-growth-mib N] [--json]\n"
     "  --model GGUF       the model every server serves (e.g. ../shared/models/stories260K.gguf)\n"
     "  --server BIN       ordo-server binary (default: ../server/ordo-server beside this one)\n"
     "  --scenarios LIST   comma-separated scenario names, or all (default all)\n"
@@ -51,6 +54,8 @@ const char* usage_text =
     "  --requests N       random mode: N generate requests from 4 clients with cancels,\n"
     "                     disconnects, sessions and random faults; the same seed replays the\n"
     "                     same plan; a failure prints the smallest plan that still fails\n"
+    "  --rss-growth-mib N random mode: resident memory may end at most N MiB above its\n"
+    "                     post-warm-up baseline (default 64; 0 = not checked)\n"
     "  --work-dir DIR     configs and KV dirs (default: a new directory under /tmp, removed\n"
     "                     after a run without violations)\n"
     "exit: 0 no violation, 1 violations, 2 usage\n";
@@ -121,6 +126,16 @@ int main(int argc, char** argv) {
                 return exit_usage;
             }
             random_requests = uint32_t(n);
+        } else if (a == "--rss-growth-mib") {
+            char* end = nullptr;
+            const char* v = value();
+            unsigned long long n = std::strtoull(v, &end, 10);
+            if (end == v || *end != '\0' || n > rss_growth_mib_max) {
+                std::fprintf(stderr, "ordo-fault: --rss-growth-mib must be 0..%u\n",
+                             rss_growth_mib_max);
+                return exit_usage;
+            }
+            ctx.rss_growth_max = uint64_t(n) << 20;
         } else if (a == "--work-dir") {
             ctx.work_dir = value();
             own_dir = false;

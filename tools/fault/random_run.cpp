@@ -254,7 +254,8 @@ findings run_plan(const context& ctx, const references& r, const plan& p) {
     // Invariant 8, memory: idle again, the resident set is back near its baseline.
     f.rss_end = s.rss_bytes();
     f.rss_peak = s.peak_rss_bytes();
-    if (f.rss_start > 0 && f.rss_end > f.rss_start + rss_growth_max) {
+    const uint64_t rss_growth_max = ctx.rss_growth_max;
+    if (rss_growth_max > 0 && f.rss_start > 0 && f.rss_end > f.rss_start + rss_growth_max) {
         f.fail("resident memory grew from " + std::to_string(f.rss_start >> 20) + " MiB to " +
                std::to_string(f.rss_end >> 20) + " MiB over the run (invariant 8: more than " +
                std::to_string(rss_growth_max >> 20) + " MiB)");

@@ -22,10 +22,11 @@ inline constexpr uint32_t random_requests_max = 1000000;
 inline constexpr uint32_t shrink_runs_max = 24;  // reruns while shrinking, at most
 inline constexpr std::chrono::seconds shrink_time_max{300};  // and time spent shrinking
 inline constexpr uint32_t recovery_max_limit = 100;          // gpu.recovery_max's upper bound
-// How far the idle server's resident memory may end above its post-warm-up baseline. Device
-// rebuilds reallocate the device's memory (host memory on lavapipe) and the allocator keeps
-// some of what it freed, so the bound is not 0; a leak per request grows past it in a soak.
-inline constexpr uint64_t rss_growth_max = 64ull << 20;
+// How far the idle server's resident memory may end above its post-warm-up baseline, at most
+// (--rss-growth-mib; context::rss_growth_max, default 64 MiB). Device rebuilds reallocate the
+// device's memory (host memory on lavapipe) and the allocator keeps some of what it freed, so
+// the bound is not 0; a leak per request grows past it in a soak.
+inline constexpr uint32_t rss_growth_mib_max = 1u << 20;
 
 struct action {
     enum class kind { generate, cancel, disconnect, fault } k = kind::generate;
