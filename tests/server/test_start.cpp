@@ -136,7 +136,8 @@ TEST(start_refuses_a_model_that_cannot_run, missing_tensor_exits_2_naming_file_a
     expect_refused_at_start({"--model", p}, p,
                             {"llama_missing_tensor: " + p +
                              ": tensor 'blk.0.ffn_up.weight' is missing; expected a [32, 64] "
-                             "tensor of f32, f16, q8_0 or q4_0"});
+                             "tensor of f32, f16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, "
+                             "q4_k, q5_k, q6_k or bf16"});
 }
 
 TEST(start_refuses_a_model_that_cannot_run, mis_shaped_tensor_exits_2_with_expected_shape) {
