@@ -138,17 +138,25 @@ void pack_scale_min_k4(const uint8_t* sc, const uint8_t* mn, uint8_t* s) {
 
 // ---- Q2_K ----------------------------------------------------------------------------------
 
+// Q2_K, Q3_K and Q6_K pack element e = 128h + 32g + l; sub-block j = e/16 = 8h + 2g + l/16.
+// Their decoders walk (h, g, l), so each sub-block's scale is computed once.
+
 void decode_q2_k(const uint8_t* p, float* y) {
     const auto b = load_block<block_q2_k>(p);
     const float d = f16_to_f32(b.d);
     const float dmin = f16_to_f32(b.dmin);
-    for (int e = 0; e < k_qk_k; ++e) {
-        const int h = e / 128, g = (e % 128) / 32, l = e % 32;
-        const uint8_t s = b.scales[e / 16];
-        const float dl = d * static_cast<float>(s & 0x0f);
-        const float ml = dmin * static_cast<float>(s >> 4);
-        const int q = (b.qs[32 * h + l] >> (2 * g)) & 3;
-        y[e] = dl * static_cast<float>(q) - ml;
+    for (int h = 0; h < 2; ++h) {
+        for (int g = 0; g < 4; ++g) {
+            for (int l0 = 0; l0 < 32; l0 += 16) {
+                const uint8_t s = b.scales[8 * h + 2 * g + l0 / 16];
+                const float dl = d * static_cast<float>(s & 0x0f);
+                const float ml = dmin * static_cast<float>(s >> 4);
+                for (int l = l0; l < l0 + 16; ++l) {
+                    const int q = (b.qs[32 * h + l] >> (2 * g)) & 3;
+                    y[128 * h + 32 * g + l] = dl * static_cast<float>(q) - ml;
+                }
+            }
+        }
     }
 }
 
@@ -181,12 +189,18 @@ int q3_k_scale(const uint8_t* s, int j) {
 void decode_q3_k(const uint8_t* p, float* y) {
     const auto b = load_block<block_q3_k>(p);
     const float d = f16_to_f32(b.d);
-    for (int e = 0; e < k_qk_k; ++e) {
-        const int h = e / 128, g = (e % 128) / 32, l = e % 32;
-        const float dl = d * static_cast<float>(q3_k_scale(b.scales, e / 16) - 32);
-        const int low = (b.qs[32 * h + l] >> (2 * g)) & 3;
-        const int q = low - ((b.hmask[l] >> (4 * h + g)) & 1 ? 0 : 4);
-        y[e] = dl * static_cast<float>(q);
+    for (int h = 0; h < 2; ++h) {
+        for (int g = 0; g < 4; ++g) {
+            for (int l0 = 0; l0 < 32; l0 += 16) {
+                const int v = q3_k_scale(b.scales, 8 * h + 2 * g + l0 / 16);
+                const float dl = d * static_cast<float>(v - 32);
+                for (int l = l0; l < l0 + 16; ++l) {
+                    const int low = (b.qs[32 * h + l] >> (2 * g)) & 3;
+                    const int q = low - ((b.hmask[l] >> (4 * h + g)) & 1 ? 0 : 4);
+                    y[128 * h + 32 * g + l] = dl * static_cast<float>(q);
+                }
+            }
+        }
     }
 }
 
@@ -279,13 +293,20 @@ void encode_q5_k(const float* x, uint8_t* p) {
 void decode_q6_k(const uint8_t* p, float* y) {
     const auto b = load_block<block_q6_k>(p);
     const float d = f16_to_f32(b.d);
-    for (int e = 0; e < k_qk_k; ++e) {
-        const int h = e / 128, g = (e % 128) / 32, l = e % 32;
-        const uint8_t ql = b.ql[64 * h + 32 * (g % 2) + l];
-        const int low = g < 2 ? ql & 0x0f : ql >> 4;
-        const int high = (b.qh[32 * h + l] >> (2 * g)) & 3;
-        const int q = (low | high << 4) - 32;
-        y[e] = d * static_cast<float>(b.scales[e / 16]) * static_cast<float>(q);
+    for (int h = 0; h < 2; ++h) {
+        for (int g = 0; g < 4; ++g) {
+            const uint8_t* ql = b.ql + 64 * h + 32 * (g % 2);
+            const int nibble_shift = g < 2 ? 0 : 4;
+            for (int l0 = 0; l0 < 32; l0 += 16) {
+                const float dl = d * static_cast<float>(b.scales[8 * h + 2 * g + l0 / 16]);
+                for (int l = l0; l < l0 + 16; ++l) {
+                    const int low = (ql[l] >> nibble_shift) & 0x0f;
+                    const int high = (b.qh[32 * h + l] >> (2 * g)) & 3;
+                    const int q = (low | high << 4) - 32;
+                    y[128 * h + 32 * g + l] = dl * static_cast<float>(q);
+                }
+            }
+        }
     }
 }
 
