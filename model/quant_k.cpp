@@ -21,8 +21,8 @@ namespace {
 constexpr int k_qk_k = 256;  // elements per super-block
 
 int clamp_round(float v, int lo, int hi) {
-    return static_cast<int>(std::clamp(std::round(v), static_cast<float>(lo),
-                                       static_cast<float>(hi)));
+    return static_cast<int>(
+        std::clamp(std::round(v), static_cast<float>(lo), static_cast<float>(hi)));
 }
 
 // ---- asymmetric types: x = (d * sc) * q - (dmin * mn) ------------------------------------------
@@ -45,7 +45,7 @@ struct asym_encoded {
 
 asym_encoded encode_asym(const float* x, const asym_params& p) {
     const int n_sub = k_qk_k / p.sub;
-    float need_min[16];   // -min(0, lo_j): what the min must reach
+    float need_min[16];  // -min(0, lo_j): what the min must reach
     float hi[16];
     float min_max = 0.0f;
     for (int j = 0; j < n_sub; ++j) {

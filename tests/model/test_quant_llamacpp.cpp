@@ -55,8 +55,8 @@ struct top_step {
 struct golden_case {
     std::vector<uint32_t> prompt;
     std::vector<uint32_t> generated;
-    std::vector<top_step> top;         // step k: after feeding generated[k - 1]
-    std::vector<float> last_logits;    // all n_vocab after the last prompt token
+    std::vector<top_step> top;       // step k: after feeding generated[k - 1]
+    std::vector<float> last_logits;  // all n_vocab after the last prompt token
 };
 
 struct golden_model {
@@ -72,7 +72,9 @@ std::string read_text(const std::string& path) {
     return ss.str();
 }
 
-std::vector<uint32_t> ids_of(const std::vector<double>& v) { return {v.begin(), v.end()}; }
+std::vector<uint32_t> ids_of(const std::vector<double>& v) {
+    return {v.begin(), v.end()};
+}
 
 // The case starting at `at` (its "prompt_token_ids"), up to `end`.
 golden_case read_case(const std::string& j, size_t at, size_t end) {
@@ -177,7 +179,7 @@ struct case_result {
     double max_diff = 0.0;            // over the last-prompt logits and the top-20s
     size_t first_flip = k_generated;  // first step whose argmax is not llama.cpp's choice
     size_t flips = 0;
-    double flip_gap_max = 0.0;        // ordo's best logit minus llama.cpp's choice's
+    double flip_gap_max = 0.0;  // ordo's best logit minus llama.cpp's choice's
 };
 
 // Feeds the prompt, then llama.cpp's generated tokens, comparing at every step.
@@ -261,9 +263,10 @@ void check_model(const std::string& dir, const golden_model& g) {
     if (tol->trained) {
         EXPECT_LE(flips, k_trained_flips_max);
     }
-    std::printf("%-24s max |diff| %.6f = %.7f std; greedy equal prefix %2zu/48 (min of 3 "
-                "prompts); near-tie flips %zu/144, largest gap / std %.4f\n",
-                g.file.c_str(), worst_abs, worst, equal_min, flips, worst_gap);
+    std::printf(
+        "%-24s max |diff| %.6f = %.7f std; greedy equal prefix %2zu/48 (min of 3 "
+        "prompts); near-tie flips %zu/144, largest gap / std %.4f\n",
+        g.file.c_str(), worst_abs, worst, equal_min, flips, worst_gap);
 }
 
 void check_golden(const std::string& json_name, size_t models_expected) {

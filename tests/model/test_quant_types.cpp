@@ -45,12 +45,24 @@ std::vector<float> make_row(size_t n, shape s, uint32_t seed) {
     for (size_t i = 0; i < n; ++i) {
         const float g = dist(rng);
         switch (s) {
-            case shape::normal: v[i] = g; break;
-            case shape::positive: v[i] = 0.5f + std::fabs(g); break;
-            case shape::negative: v[i] = -0.25f - std::fabs(g); break;
-            case shape::outlier: v[i] = i % 32 == 7 ? 40.0f * g : 0.01f * g; break;
-            case shape::constant: v[i] = 0.3f; break;
-            case shape::zero: v[i] = 0.0f; break;
+            case shape::normal:
+                v[i] = g;
+                break;
+            case shape::positive:
+                v[i] = 0.5f + std::fabs(g);
+                break;
+            case shape::negative:
+                v[i] = -0.25f - std::fabs(g);
+                break;
+            case shape::outlier:
+                v[i] = i % 32 == 7 ? 40.0f * g : 0.01f * g;
+                break;
+            case shape::constant:
+                v[i] = 0.3f;
+                break;
+            case shape::zero:
+                v[i] = 0.0f;
+                break;
         }
     }
     return v;
@@ -127,16 +139,35 @@ std::vector<float> bounds(ggml_type t, const std::vector<float>& x) {
         const float* xb = x.data() + at;
         float* out = b.data() + at;
         switch (t) {
-            case ggml_type::q4_1: bound_offset(xb, 15, out); break;
-            case ggml_type::q5_1: bound_offset(xb, 31, out); break;
-            case ggml_type::q5_0: bound_q5_0(xb, out); break;
-            case ggml_type::q2_k: bound_asym(xb, 16, 3, 15, out); break;
-            case ggml_type::q4_k: bound_asym(xb, 32, 15, 63, out); break;
-            case ggml_type::q5_k: bound_asym(xb, 32, 31, 63, out); break;
-            case ggml_type::q3_k: bound_sym(xb, 4, 31, out); break;
-            case ggml_type::q6_k: bound_sym(xb, 32, 127, out); break;
-            case ggml_type::bf16: out[0] = std::fabs(xb[0]) / 256.0f; break;
-            default: ADD_FAILURE() << "no bound for " << type_name(t);
+            case ggml_type::q4_1:
+                bound_offset(xb, 15, out);
+                break;
+            case ggml_type::q5_1:
+                bound_offset(xb, 31, out);
+                break;
+            case ggml_type::q5_0:
+                bound_q5_0(xb, out);
+                break;
+            case ggml_type::q2_k:
+                bound_asym(xb, 16, 3, 15, out);
+                break;
+            case ggml_type::q4_k:
+                bound_asym(xb, 32, 15, 63, out);
+                break;
+            case ggml_type::q5_k:
+                bound_asym(xb, 32, 31, 63, out);
+                break;
+            case ggml_type::q3_k:
+                bound_sym(xb, 4, 31, out);
+                break;
+            case ggml_type::q6_k:
+                bound_sym(xb, 32, 127, out);
+                break;
+            case ggml_type::bf16:
+                out[0] = std::fabs(xb[0]) / 256.0f;
+                break;
+            default:
+                ADD_FAILURE() << "no bound for " << type_name(t);
         }
     }
     return b;
@@ -197,7 +228,7 @@ TEST(QuantTypes, Bf16Bits) {
     EXPECT_EQ(f32_to_bf16(1.0f + std::ldexp(1.0f, -8)), 0x3f80);      // tie -> even
     EXPECT_EQ(f32_to_bf16(1.0f + 3 * std::ldexp(1.0f, -8)), 0x3f82);  // tie -> even
     EXPECT_EQ(f32_to_bf16(1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -20)), 0x3f81);
-    EXPECT_EQ(f32_to_bf16(std::numeric_limits<float>::max()), 0x7f80);  // rounds to inf
+    EXPECT_EQ(f32_to_bf16(std::numeric_limits<float>::max()), 0x7f80);     // rounds to inf
     const bf16_bits nan = f32_to_bf16(std::bit_cast<float>(0x7f800001u));  // payload low only
     EXPECT_TRUE(std::isnan(bf16_to_f32(nan)));
     for (uint32_t h = 0; h < 0x10000; ++h) {  // every finite bf16 round-trips
@@ -219,8 +250,8 @@ TEST(QuantTypes, EveryElementWithinItsStatedBound) {
             const auto y = round_trip(t, x);
             const auto b = bounds(t, x);
             for (size_t i = 0; i < n; ++i) {
-                ASSERT_LE(std::fabs(x[i] - y[i]), b[i]) << "element " << i << ": " << x[i]
-                                                        << " -> " << y[i];
+                ASSERT_LE(std::fabs(x[i] - y[i]), b[i])
+                    << "element " << i << ": " << x[i] << " -> " << y[i];
             }
             if (s == shape::zero) {
                 for (float v : y) ASSERT_EQ(v, 0.0f);
@@ -240,11 +271,11 @@ TEST(QuantTypes, RmsErrorOnNormalData) {
         ggml_type type;
         double rms_rel_max;
     };
-    for (const want w : {want{ggml_type::bf16, 0.0019}, want{ggml_type::q4_1, 0.085},
-                         want{ggml_type::q5_0, 0.047}, want{ggml_type::q5_1, 0.042},
-                         want{ggml_type::q2_k, 0.39}, want{ggml_type::q3_k, 0.172},
-                         want{ggml_type::q4_k, 0.087}, want{ggml_type::q5_k, 0.043},
-                         want{ggml_type::q6_k, 0.021}}) {
+    for (const want w :
+         {want{ggml_type::bf16, 0.0019}, want{ggml_type::q4_1, 0.085}, want{ggml_type::q5_0, 0.047},
+          want{ggml_type::q5_1, 0.042}, want{ggml_type::q2_k, 0.39}, want{ggml_type::q3_k, 0.172},
+          want{ggml_type::q4_k, 0.087}, want{ggml_type::q5_k, 0.043},
+          want{ggml_type::q6_k, 0.021}}) {
         const auto y = round_trip(w.type, x);
         double e2 = 0.0, x2 = 0.0;
         for (size_t i = 0; i < n; ++i) {
