@@ -8,7 +8,7 @@
 // kernel tests, which check every Vulkan dequant/matvec kernel against these functions.
 // Pure functions, no state, no allocation.
 //
-// Decoding reproduces ggml's dequantize_row_* bit for bit (tests/model/test_kquant_ggml.cpp
+// Decoding reproduces ggml's dequantize_row_* bit for bit (tests/model/test_quant_ggml.cpp
 // compares against ggml's own output). That holds whatever the evaluation order or fused
 // multiply-adds a compiler picks: every product in the formulas (ggml_types.hpp) is exact in
 // float, an f16 scale's 11 significant bits times integers of at most 13 bits (Q6_K: |sc * q|

@@ -4,7 +4,7 @@
 // How:
 //   - decoders against blocks built by hand here, with the expected floats written out as
 //     literals (Q4_1, Q5_0, Q5_1, BF16: there are no ggml files for these; the K types are
-//     checked against ggml's own output in test_kquant_ggml.cpp), and BF16 rounding against
+//     checked against ggml's own output in test_quant_ggml.cpp), and BF16 rounding against
 //     hand-derived bit patterns (ties to even, NaN, overflow);
 //   - encoders: rows of seeded random data in several shapes (normal, all positive, all
 //     negative, one outlier per block, constant, zero) are quantized and decoded, and every
@@ -262,7 +262,7 @@ TEST(QuantTypes, EveryElementWithinItsStatedBound) {
 
 // rms error / rms of the data on N(0, 1) rows, measured: bf16 0.0017, q4_1 0.077, q5_0 0.043,
 // q5_1 0.038, q2_k 0.353, q3_k 0.156, q4_k 0.079, q5_k 0.039, q6_k 0.019 (ggml's own K
-// quantizers give 0.36, 0.15, 0.081, 0.038, 0.017 on real weights: test_kquant_ggml.cpp). The
+// quantizers give 0.36, 0.15, 0.081, 0.038, 0.017 on real weights: test_quant_ggml.cpp). The
 // bounds leave about 10% headroom over the measurement.
 TEST(QuantTypes, RmsErrorOnNormalData) {
     constexpr size_t n = 256 * 64;
