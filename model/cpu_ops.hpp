@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string_view>
 
 #include "model/ggml_types.hpp"
 
@@ -30,6 +31,7 @@ struct matrix_view {
     std::span<const uint8_t> data;  // n_out * row_bytes(type, n_in) bytes
     size_t n_in = 0;                // ne0
     size_t n_out = 0;               // ne1
+    std::string_view name;          // the tensor's name in the file, for messages ("" by hand)
 };
 
 // out[i] = x[i] / sqrt(mean(x^2) + eps) * weight[i], i < n. out may alias x.

@@ -338,6 +338,15 @@ status parse_tensor_info(byte_cursor& c, uint64_t index, uint64_t alignment,
     return {};
 }
 
+// "16 blocks of 144 bytes" (or "64 elements of 4 bytes" for the float types): what a tensor's
+// byte size is made of, for the truncation message.
+std::string block_count_text(const gguf_tensor_info& t) {
+    const uint32_t bs = block_size(t.type);
+    const std::string unit = bs == 1 ? " elements of " : " blocks of ";
+    return std::to_string(t.n_elements / bs) + unit + std::to_string(block_bytes(t.type)) +
+           " bytes";
+}
+
 }  // namespace
 
 status gguf_file::parse() {
@@ -389,7 +398,8 @@ status gguf_file::place_tensors() {
     for (auto& t : _tensors) {
         if (t.offset > data_bytes || t.n_bytes > data_bytes - t.offset) {
             return make_error("gguf_tensor_out_of_bounds",
-                              "tensor " + quoted(t.name) + " spans data offsets [" +
+                              "tensor " + quoted(t.name) + " (" + std::string(type_name(t.type)) +
+                                  ", " + block_count_text(t) + ") spans data offsets [" +
                                   std::to_string(t.offset) + ", +" + std::to_string(t.n_bytes) +
                                   ") but the data section holds " + std::to_string(data_bytes) +
                                   " bytes (starts at " + std::to_string(_data_offset) + ")");
@@ -437,8 +447,8 @@ status require_supported(const gguf_tensor_info& t) {
     if (is_supported(t.type)) return {};
     return make_error("gguf_unsupported_type",
                       "tensor " + quoted(t.name) + " has type " + std::string(type_name(t.type)) +
-                          ", which ordo cannot compute with yet (supported: f32, f16, q8_0, "
-                          "q4_0)");
+                          ", which ordo cannot compute with (supported: " +
+                          supported_type_names() + ")");
 }
 
 status gguf_file::require_supported_types() const {

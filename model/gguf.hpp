@@ -188,7 +188,8 @@ private:
     std::vector<gguf_tensor_info> _tensors;
 };
 
-// Helper for loaders: "gguf_unsupported_type" unless `t` is computable today.
+// Helper for loaders: "gguf_unsupported_type" unless the CPU reference computes with `t`'s type
+// (is_supported).
 status require_supported(const gguf_tensor_info& t);
 
 // Renders a value for humans (`ordo-model info`): scalars as text, strings quoted, long arrays

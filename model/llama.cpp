@@ -142,8 +142,11 @@ std::string format_shape(const gguf_tensor_info& t) {
 
 namespace {
 
-// The weight types map_tensor accepts (is_supported), for messages.
-constexpr const char* k_supported_weight_types = "f32, f16, q8_0 or q4_0";
+// The weight types map_tensor accepts (is_supported), for messages: "f32, f16, ... or q6_k".
+const std::string& supported_weight_types() {
+    static const std::string names = supported_type_names(" or ");
+    return names;
+}
 
 // Finds `name` and checks it is computable and has exactly the shape {ne0} or {ne0, ne1}. Each
 // error names the tensor and what was expected of it (the caller adds the file's path).
@@ -156,12 +159,12 @@ result<matrix_view> map_tensor(const gguf_file& file, const std::string& name, u
     if (!t) {
         return make_error("llama_missing_tensor", "tensor '" + name + "' is missing; expected a " +
                                                       want + " tensor of " +
-                                                      k_supported_weight_types);
+                                                      supported_weight_types());
     }
     if (!is_supported(t->type)) {
-        return make_error("llama_unsupported_type", "tensor '" + name + "' has type " +
-                                                        std::string(type_name(t->type)) +
-                                                        "; expected " + k_supported_weight_types);
+        return make_error("llama_unsupported_type",
+                          "tensor '" + name + "' has type " + std::string(type_name(t->type)) +
+                              ", which ordo does not run; expected " + supported_weight_types());
     }
     const uint32_t want_dims = is_vector ? 1 : 2;
     const bool shape_ok =
@@ -170,7 +173,8 @@ result<matrix_view> map_tensor(const gguf_file& file, const std::string& name, u
         return make_error("llama_bad_shape", "tensor '" + name + "' has shape " + format_shape(*t) +
                                                  ", expected " + want);
     }
-    return matrix_view{t->type, t->data, static_cast<size_t>(ne0), static_cast<size_t>(ne1)};
+    return matrix_view{t->type, t->data, static_cast<size_t>(ne0), static_cast<size_t>(ne1),
+                       t->name};
 }
 
 // Maps one block's nine tensors.

@@ -37,17 +37,23 @@ bool is_synth_type(ggml_type t) {
     return is_supported(t);
 }
 
-// llama.cpp's general.file_type for an all-`t` model (norms excepted).
+// llama.cpp's general.file_type (its llama_ftype) for an all-`t` model, norms excepted. For a
+// K type it is the "_S" mix's number: the closest llama.cpp name for a file of one type.
 uint32_t file_type_of(ggml_type t) {
     switch (t) {
-        case ggml_type::f16:
-            return 1;
-        case ggml_type::q4_0:
-            return 2;
-        case ggml_type::q8_0:
-            return 7;
-        default:
-            return 0;
+        case ggml_type::f16: return 1;   // MOSTLY_F16
+        case ggml_type::q4_0: return 2;  // MOSTLY_Q4_0
+        case ggml_type::q4_1: return 3;  // MOSTLY_Q4_1
+        case ggml_type::q8_0: return 7;  // MOSTLY_Q8_0
+        case ggml_type::q5_0: return 8;  // MOSTLY_Q5_0
+        case ggml_type::q5_1: return 9;  // MOSTLY_Q5_1
+        case ggml_type::q2_k: return 10;  // MOSTLY_Q2_K
+        case ggml_type::q3_k: return 11;  // MOSTLY_Q3_K_S
+        case ggml_type::q4_k: return 14;  // MOSTLY_Q4_K_S
+        case ggml_type::q5_k: return 16;  // MOSTLY_Q5_K_S
+        case ggml_type::q6_k: return 18;  // MOSTLY_Q6_K
+        case ggml_type::bf16: return 32;  // MOSTLY_BF16
+        default: return 0;                // ALL_F32
     }
 }
 
@@ -55,8 +61,8 @@ uint32_t file_type_of(ggml_type t) {
 
 status validate_synth_options(const synth_options& o) {
     if (!is_synth_type(o.type)) {
-        return bad_options("weight type " + std::string(type_name(o.type)) +
-                           " is not one of f32, f16, q8_0, q4_0");
+        return bad_options("weight type " + std::string(type_name(o.type)) + " is not one of " +
+                           supported_type_names());
     }
     if (o.vocab_from.empty() == (o.n_vocab == 0)) {
         return bad_options("give exactly one of --n-vocab and --vocab-from");
@@ -80,11 +86,18 @@ status validate_synth_options(const synth_options& o) {
         return bad_options("head dim " + std::to_string(hp.n_rot) + " (n_embd / n_head) is odd");
     }
     if (auto st = validate_llama_hparams(hp); !st) return bad_options(st.err().message);
+    // Rows are n_embd long except ffn_down's (n_ff); each must be a whole number of blocks.
     const uint32_t bs = block_size(o.type);
-    if (o.n_embd % bs != 0 || o.n_ff % bs != 0) {
-        return bad_options(std::string(type_name(o.type)) + " needs n_embd and n_ff to be " +
-                           "multiples of " + std::to_string(bs) + " (got " +
-                           std::to_string(o.n_embd) + ", " + std::to_string(o.n_ff) + ")");
+    const bool embd_ok = o.n_embd % bs == 0;
+    if (!embd_ok || o.n_ff % bs != 0) {
+        const char* tensor = embd_ok ? "blk.0.ffn_down.weight" : "token_embd.weight";
+        const uint32_t row = embd_ok ? o.n_ff : o.n_embd;
+        return bad_options("tensor " + std::string(tensor) + " has rows of " +
+                           std::to_string(row) + " elements (" + (embd_ok ? "n_ff" : "n_embd") +
+                           "), which is not a multiple of " + std::string(type_name(o.type)) +
+                           "'s block of " + std::to_string(bs) + "; " +
+                           std::string(type_name(o.type)) + " needs n_embd and n_ff to be " +
+                           "multiples of " + std::to_string(bs));
     }
     return {};
 }

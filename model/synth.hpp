@@ -7,8 +7,8 @@
 // written in seconds.
 //
 // Weights: every value of tensor T depends only on (seed, T's name, element index), never on the
-// weight type, so the F32, F16, Q8_0 and Q4_0 models of one seed are the same model quantized
-// differently. Matrices are normal-ish (Irwin-Hall sum of four uniforms) with std 1/sqrt(n_in),
+// weight type, so the models of one seed in every type (F32, F16, BF16, Q8_0, Q4_K, ...) are the
+// same model quantized differently (by model/quant's quantizers). Matrices are normal-ish (Irwin-Hall sum of four uniforms) with std 1/sqrt(n_in),
 // so a matvec keeps activations near unit scale through any depth; norm weights are exactly 1.
 // Norms are always F32; every other tensor (embedding and output included) has the chosen type.
 //
@@ -45,10 +45,11 @@ struct synth_options {
 };
 
 // Checks the options before anything is written. Errors (code synth_bad_options): a zero or
-// absurd dim, n_embd not divisible by n_head, n_head not divisible by n_head_kv, a type other
-// than f32/f16/q8_0/q4_0, n_embd or n_ff not a multiple of the block size (32) for quantized
-// types, n_vocab below k_synth_byte_vocab_min for the byte vocab, both or neither of n_vocab
-// and vocab_from.
+// absurd dim, n_embd not divisible by n_head, n_head not divisible by n_head_kv, a type the
+// CPU reference does not compute with (is_supported), n_embd or n_ff not a multiple of the
+// type's block size (32, or 256 for the K types; the message names a tensor whose rows are not),
+// n_vocab below k_synth_byte_vocab_min for the byte vocab, both or neither of n_vocab and
+// vocab_from.
 status validate_synth_options(const synth_options& opt);
 
 // The plain byte vocab's pieces, scores and token types (exposed for tests).

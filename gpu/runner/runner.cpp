@@ -55,6 +55,26 @@ status check_options(const runner_options& o) {
 
 }  // namespace
 
+status check_weight_types(const model::llama_weights& w) {
+    std::vector<const model::matrix_view*> mats{&w.token_embd, &w.output};
+    for (const auto& l : w.layers) {
+        for (const auto* m : {&l.attn_q, &l.attn_k, &l.attn_v, &l.attn_output, &l.ffn_gate,
+                              &l.ffn_up, &l.ffn_down}) {
+            mats.push_back(m);
+        }
+    }
+    for (const auto* m : mats) {
+        if (kernels_run(m->type)) continue;
+        return make_error("gpu_unsupported_type",
+                          "tensor '" + std::string(m->name) + "' has type " +
+                              std::string(model::type_name(m->type)) +
+                              ", which the Vulkan kernels do not run yet (they run " +
+                              kernel_type_names() + "); the CPU reference (`ordo-model generate "
+                              "--backend cpu`) runs it");
+    }
+    return {};
+}
+
 result<std::unique_ptr<runner>> runner::create(const model::gguf_file& file,
                                                const runner_options& options) {
     status ok = check_options(options);
@@ -76,6 +96,7 @@ runner::~runner() {
 status runner::init(const model::gguf_file& file) {
     auto w = model::map_llama_weights(file);
     if (!w) return w.err();
+    if (status s = check_weight_types(*w); !s) return s;
     _hp = w->hp;
     std::uint32_t n_ctx = _options.n_ctx == 0 ? _hp.n_ctx : _options.n_ctx;
     if (n_ctx > _hp.n_ctx) {

@@ -106,6 +106,13 @@ struct kernel_time {
     std::uint32_t dispatches = 0;
 };
 
+// ok when the Vulkan kernels run every matrix the forward pass multiplies with (gpu/vk/weights:
+// kernels_run); otherwise gpu_unsupported_type naming the first tensor that they do not and its
+// type. Norm vectors are decoded on the host at upload, so any type the loader accepts serves
+// for them. Needs no device: ordo-server runs it at start (a model that fails it exits 2) and
+// runner::create runs it before creating one.
+status check_weight_types(const model::llama_weights& w);
+
 class runner {
 public:
     // Maps the model (map_llama_weights), creates the device and everything else, uploads the

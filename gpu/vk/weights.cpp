@@ -57,6 +57,17 @@ void repack(model::ggml_type type, std::uint32_t n_in, std::uint32_t rows,
 
 }  // namespace
 
+bool kernels_run(model::ggml_type type) { return gguf_row_bytes(type, qk) != 0; }
+
+std::string kernel_type_names() {
+    std::string out;
+    for (const auto& t : model::k_ggml_types) {
+        if (!kernels_run(t.type)) continue;
+        out += (out.empty() ? "" : ", ") + std::string(t.name);
+    }
+    return out;
+}
+
 arena::arena(device& dev, std::uint64_t page_bytes) : _device(dev), _page_bytes(page_bytes) {
     ORDO_GPU_CHECK(page_bytes > 0 && page_bytes <= dev.info().max_storage_buffer_range,
                    "arena page must fit one storage binding");
@@ -93,10 +104,10 @@ std::uint64_t packed_bytes(model::ggml_type type, std::uint32_t n_in, std::uint3
 result<weight_tensor> upload_weight(device& dev, arena& mem, model::ggml_type type,
                                     std::uint32_t n_in, std::uint32_t n_out,
                                     std::span<const std::uint8_t> data) {
-    if (gguf_row_bytes(type, n_in) == 0 && n_in != 0) {
+    if (!kernels_run(type)) {
         return make_error("gpu_unsupported_type",
                           "weight type " + std::string(model::type_name(type)) +
-                              " has no kernel (F32, F16, Q8_0, Q4_0)");
+                              " has no kernel (" + kernel_type_names() + ")");
     }
     std::uint32_t multiple = quantized(type) ? qk : 8;
     if (n_in == 0 || n_out == 0 || n_in % multiple != 0) {

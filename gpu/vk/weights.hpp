@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "actors/runtime/result.hpp"
@@ -47,11 +48,19 @@ struct weight_tensor {
     std::vector<weight_chunk> chunks;
 };
 
+// The weight types the Vulkan kernels run: F32, F16, Q8_0, Q4_0. The CPU reference decodes more
+// (model::is_supported); a model with another type is refused before any upload
+// (gpu/runner: check_weight_types).
+bool kernels_run(model::ggml_type type);
+
+// "f32, f16, q8_0, q4_0": the types kernels_run accepts, for messages.
+std::string kernel_type_names();
+
 // Device bytes of `rows` rows of `type` with n_in elements in the repacked layout.
 std::uint64_t packed_bytes(model::ggml_type type, std::uint32_t n_in, std::uint32_t rows);
 
 // Uploads a GGUF-layout tensor (n_out rows of n_in elements, `data` = n_out row_bytes) into
-// chunks of at most arena.page_bytes(). Errors: gpu_unsupported_type (not F32/F16/Q8_0/Q4_0),
+// chunks of at most arena.page_bytes(). Errors: gpu_unsupported_type (not kernels_run),
 // gpu_bad_shape (n_in not a multiple of 8 (F32/F16) or 32 (Q8_0/Q4_0), wrong byte count, a row
 // larger than a page), and allocation/copy failures.
 result<weight_tensor> upload_weight(device& dev, arena& mem, model::ggml_type type,

@@ -1,6 +1,7 @@
 // make_seeds.cpp: writes a seed corpus for ordo_fuzz_gguf into the directory given as argv[1]:
-// small valid GGUF files built with gguf_writer (every metadata type, tensors of several
-// types, a tiny SentencePiece vocab), so the fuzzer starts deep inside the format.
+// small valid GGUF files built with gguf_writer (every metadata type, tensors of every block
+// type ordo decodes and one it does not, a tiny SentencePiece vocab), so the fuzzer starts deep
+// inside the format.
 #include <cstdio>
 #include <string>
 
@@ -70,6 +71,22 @@ int main(int argc, char** argv) {
         const uint64_t ne[] = {256};
         ok &= w.add_tensor("k", ggml_type::q4_k, ne, std::vector<uint8_t>(144, 7)).ok();
         ok &= save(dir, "aligned64_q4k.gguf", w);
+    }
+    {
+        // One tensor of every block type ordo decodes, plus one it parses but does not run,
+        // each with patterned bytes (the fuzzer mutates the scales and quants from there).
+        gguf_writer w;
+        for (const auto& tr : k_ggml_types) {
+            const bool wanted = is_supported(tr.type) || tr.type == ggml_type::iq2_xxs;
+            if (!wanted || tr.block_size == 1) continue;
+            const uint64_t ne[] = {tr.block_size, 2};
+            std::vector<uint8_t> bytes(2 * tr.block_bytes);
+            for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 37 + 11);
+            ok &= w.add_tensor(std::string(tr.name), tr.type, ne, bytes).ok();
+        }
+        const uint64_t ne[] = {16};
+        ok &= w.add_tensor("bf16", ggml_type::bf16, ne, std::vector<uint8_t>(32, 0x3f)).ok();
+        ok &= save(dir, "block_types.gguf", w);
     }
     return ok ? 0 : 1;
 }

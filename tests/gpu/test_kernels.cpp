@@ -33,7 +33,7 @@ using model::ggml_type;
 
 struct host_weight {
     std::vector<std::uint8_t> bytes;  // GGUF layout
-    model::matrix_view view() const { return {type, bytes, n_in, n_out}; }
+    model::matrix_view view() const { return {type, bytes, n_in, n_out, "test weight"}; }
     ggml_type type;
     std::size_t n_in, n_out;
 };

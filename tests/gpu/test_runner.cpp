@@ -10,7 +10,10 @@
 // of different lengths and phases (prefill chunk and decodes mixed) gives the logits each gives
 // alone (within 1e-4: the mat-mul kernel depends on the batch size); (4) flush_every_layers 1, 2
 // and all give bit-identical logits; (5) a context past what attention can walk on the device
-// is clamped at load.
+// is clamped at load; (6) a model with a weight type the CPU reference runs but the kernels do
+// not yet (Q4_1, Q5_0, Q5_1, BF16, Q2_K..Q6_K) is refused by create() with gpu_unsupported_type
+// naming the tensor and the type, before any device is made, and check_weight_types names the
+// one odd matrix of a mixed model.
 #include <gtest/gtest.h>
 
 #include "gpu_fixture.hpp"
@@ -249,6 +252,50 @@ TEST(Runner, ContextIsClampedToWhatAttentionCanWalk) {
         EXPECT_LT(r->limits().n_ctx, o.n_ctx);
         EXPECT_EQ(r->limits().n_ctx % ro.kv_block_tokens, 0u);
     }
+}
+
+// (6)
+TEST(Runner, RefusesWeightTypesTheKernelsDoNotRun) {
+    std::size_t refused = 0;
+    for (const auto& tr : model::k_ggml_types) {
+        if (!model::is_supported(tr.type) || kernels_run(tr.type)) continue;
+        SCOPED_TRACE(tr.name);
+        model::synth_options o;
+        o.n_embd = 256;  // whole K super-blocks
+        o.n_layer = 1;
+        o.n_head = 4;
+        o.n_ff = 256;
+        o.n_vocab = 300;
+        o.n_ctx = 64;
+        o.type = tr.type;
+        o.seed = 3;
+        const std::string path = temp_dir() + "/refused_" + std::string(tr.name) + ".gguf";
+        ASSERT_TRUE(model::write_synth_model(o, path).ok());
+        auto f = open_model(path);
+        ASSERT_TRUE(f);
+        auto r = runner::create(*f, test_options());
+        ASSERT_FALSE(r.ok());
+        EXPECT_EQ(r.err().code, "gpu_unsupported_type");
+        const std::string want = "tensor 'token_embd.weight' has type " + std::string(tr.name) +
+                                 ", which the Vulkan kernels do not run yet (they run f32, f16, "
+                                 "q4_0, q8_0)";
+        EXPECT_NE(r.err().message.find(want), std::string::npos) << r.err().message;
+        ++refused;
+    }
+    EXPECT_EQ(refused, 9u);  // bf16, q4_1, q5_0, q5_1, q2_k .. q6_k
+
+    // One odd matrix in an otherwise runnable model is found wherever it is.
+    auto f = open_model(synth_model(model::ggml_type::q8_0));
+    ASSERT_TRUE(f);
+    auto w = model::map_llama_weights(*f);
+    ASSERT_TRUE(w.ok());
+    EXPECT_TRUE(check_weight_types(*w).ok());
+    w->layers[1].ffn_down.type = model::ggml_type::q6_k;
+    auto st = check_weight_types(*w);
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.err().message.find("tensor 'blk.1.ffn_down.weight' has type q6_k"),
+              std::string::npos)
+        << st.err().message;
 }
 
 }  // namespace

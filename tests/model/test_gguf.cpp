@@ -76,7 +76,30 @@ TEST(GgufTypes, TableIsConsistent) {
     EXPECT_FALSE(is_known_type(4));
     EXPECT_FALSE(is_known_type(1000));
     EXPECT_TRUE(is_supported(ggml_type::q4_0));
-    EXPECT_FALSE(is_supported(ggml_type::q4_k));
+    EXPECT_TRUE(is_supported(ggml_type::q4_k));
+    EXPECT_TRUE(is_supported(ggml_type::bf16));
+    for (auto t : {ggml_type::q8_1, ggml_type::q8_k, ggml_type::iq2_xxs, ggml_type::iq4_nl,
+                   ggml_type::tq1_0, ggml_type::mxfp4, ggml_type::i8, ggml_type::f64}) {
+        EXPECT_FALSE(is_supported(t)) << type_name(t);
+    }
+    EXPECT_EQ(supported_type_names(),
+              "f32, f16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, bf16");
+    EXPECT_EQ(supported_type_names(" or "),
+              "f32, f16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k or bf16");
+    // ggml's ids and geometry of the types added for llama.cpp's files (GGUF on disk).
+    struct id_geometry {
+        ggml_type type;
+        uint32_t id, block_size, block_bytes;
+    };
+    for (const auto& g : {id_geometry{ggml_type::q4_1, 3, 32, 20}, {ggml_type::q5_0, 6, 32, 22},
+                          {ggml_type::q5_1, 7, 32, 24}, {ggml_type::q2_k, 10, 256, 84},
+                          {ggml_type::q3_k, 11, 256, 110}, {ggml_type::q4_k, 12, 256, 144},
+                          {ggml_type::q5_k, 13, 256, 176}, {ggml_type::q6_k, 14, 256, 210},
+                          {ggml_type::bf16, 30, 1, 2}}) {
+        EXPECT_EQ(static_cast<uint32_t>(g.type), g.id) << type_name(g.type);
+        EXPECT_EQ(block_size(g.type), g.block_size) << type_name(g.type);
+        EXPECT_EQ(block_bytes(g.type), g.block_bytes) << type_name(g.type);
+    }
     EXPECT_EQ(type_from_name("Q8_0"), ggml_type::q8_0);
     EXPECT_EQ(bytes_for(ggml_type::q8_0, 64), 68u);
     EXPECT_EQ(bytes_for(ggml_type::q8_0, 33), std::nullopt);
@@ -176,7 +199,11 @@ TEST(Gguf, TensorRoundTripEveryType) {
     }
     EXPECT_EQ(f->require_supported_types().err().code, "gguf_unsupported_type");
     EXPECT_TRUE(require_supported(*f->find_tensor("t.q8_0")).ok());
-    EXPECT_EQ(require_supported(*f->find_tensor("t.q4_k")).err().code, "gguf_unsupported_type");
+    EXPECT_TRUE(require_supported(*f->find_tensor("t.q4_k")).ok());
+    const auto iq = require_supported(*f->find_tensor("t.iq2_xxs"));
+    EXPECT_EQ(iq.err().code, "gguf_unsupported_type");
+    EXPECT_NE(iq.err().message.find("'t.iq2_xxs' has type iq2_xxs"), std::string::npos)
+        << iq.err().message;
     EXPECT_EQ(f->find_tensor("absent"), nullptr);
 }
 

@@ -4,7 +4,8 @@
 // How: a table of files crafted with gguf_writer's escape hatches (header overrides, raw
 // tensor specs, raw key/value bytes, byte patches), each parsed with gguf_file::from_bytes and
 // checked for its expected code and a substring of the message. Then a valid file is cut at
-// every length short of its last tensor byte and each prefix must fail with a bounds error.
+// every length short of its last tensor byte and each prefix must fail with a bounds error, and
+// a tensor of every type ordo decodes, cut one byte short of its blocks, is refused naming it.
 // Run under -DORDO_SANITIZE=ON, any out-of-bounds read here aborts the test.
 #include <gtest/gtest.h>
 
@@ -290,6 +291,33 @@ TEST(GgufMalformed, EveryTruncationFails) {
     }
     EXPECT_EQ(failures, end);
     EXPECT_TRUE(gguf_file::from_bytes(std::span(bytes.data(), size_t(end))).ok());
+}
+
+// A tensor of every type ordo decodes whose block data ends one byte short (the file is cut
+// there) is refused, the message naming the tensor, its type and its blocks.
+TEST(GgufMalformed, TruncatedBlockDataOfEveryType) {
+    for (const auto& tr : k_ggml_types) {
+        if (!is_supported(tr.type)) continue;
+        SCOPED_TRACE(tr.name);
+        auto w = base_writer();
+        const uint64_t ne[] = {tr.block_size, 3};
+        const std::string name = "last_" + std::string(tr.name);
+        ASSERT_TRUE(w.add_tensor(name, tr.type, ne, std::vector<uint8_t>(3 * tr.block_bytes, 9))
+                        .ok());
+        gguf_layout lay;
+        auto bytes = w.to_bytes(&lay);
+        const uint64_t end = lay.data_offset + lay.tensor_data_offsets.back() + 3 * tr.block_bytes;
+        ASSERT_TRUE(gguf_file::from_bytes(std::span(bytes.data(), size_t(end))).ok());
+        auto f = gguf_file::from_bytes(std::span(bytes.data(), size_t(end - 1)));
+        ASSERT_FALSE(f.ok());
+        EXPECT_EQ(f.err().code, "gguf_tensor_out_of_bounds");
+        const std::string unit = tr.block_size == 1 ? " elements of " : " blocks of ";
+        const std::string want = "tensor '" + name + "' (" + std::string(tr.name) + ", " +
+                                 std::to_string(tr.block_size == 1 ? 3 * tr.block_size : 3) +
+                                 unit + std::to_string(tr.block_bytes) + " bytes)";
+        EXPECT_NE(f.err().message.find(want), std::string::npos)
+            << f.err().message << "\nlacks: " << want;
+    }
 }
 
 TEST(GgufMalformed, OpenReportsPath) {

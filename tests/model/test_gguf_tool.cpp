@@ -3,7 +3,8 @@
 //
 // How: runs the built binary (ORDO_MODEL_TOOL) through the shell, captures stdout+stderr and the
 // exit code. On stories260K it checks the reported header facts and the golden prompt's token
-// ids; on files crafted here (truncated copy, no tokenizer) and on bad command lines it checks
+// ids; on llama-quantize's files (../shared/models/quant) the tensor-type histogram against the
+// counts their README lists; on files crafted here (one with a type ordo does not run) (truncated copy, no tokenizer) and on bad command lines it checks
 // for a one-line error naming the problem and exit 1 (bad input) or 2 (usage).
 #include <gtest/gtest.h>
 
@@ -15,6 +16,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include "model/gguf_writer.hpp"
 
@@ -63,6 +66,80 @@ TEST_F(ToolTest, InfoOnStories) {
     EXPECT_NE(j.output.find("\"data_offset\": 14176"), std::string::npos);
     EXPECT_NE(j.output.find("\"shape\": [172, 64]"), std::string::npos);
     EXPECT_NE(j.output.find("\"n_tokens\": 512"), std::string::npos);
+}
+
+// The tensor-type histogram of llama-quantize's files equals the counts their README lists,
+// and its bytes add up to the tensor table's total.
+TEST_F(ToolTest, InfoHistogramOfQuantizedFiles) {
+    const std::string dir = std::string(ORDO_SHARED_MODELS_DIR) + "/quant/";
+    struct want {
+        const char* file;
+        std::vector<std::string> lines;  // "type count"
+    };
+    const want wants[] = {
+        {"stories260K-Q4_K_M.gguf", {"f32 11", "f16 5", "q5_0 29", "q8_0 3"}},
+        {"stories260K-Q5_1.gguf", {"f32 11", "f16 5", "q5_1 32"}},
+        {"ktiny-Q4_K_M.gguf", {"f32 5", "q4_k 13", "q6_k 3"}},
+        {"ktiny-Q2_K.gguf", {"f32 5", "q2_k 16"}},
+        {"ktiny-Q3_K_S.gguf", {"f32 5", "q3_k 16"}},
+    };
+    for (const auto& w : wants) {
+        SCOPED_TRACE(w.file);
+        ORDO_REQUIRE_SHARED(dir + w.file);
+        auto r = run("info --json " + dir + w.file);
+        ASSERT_EQ(r.exit_code, 0) << r.output;
+        const size_t at = r.output.find("\"tensor_types\": {");
+        ASSERT_NE(at, std::string::npos) << r.output;
+        const std::string hist = r.output.substr(at, r.output.find("}}", at) - at);
+        uint64_t bytes_sum = 0;
+        size_t types = 0;
+        for (size_t p = hist.find("\"bytes\": "); p != std::string::npos;
+             p = hist.find("\"bytes\": ", p + 1)) {
+            bytes_sum += std::stoull(hist.substr(p + 9));
+            ++types;
+        }
+        EXPECT_EQ(types, w.lines.size()) << hist;
+        for (const auto& line : w.lines) {
+            const std::string type = line.substr(0, line.find(' '));
+            const std::string count = line.substr(line.find(' ') + 1);
+            EXPECT_NE(hist.find("\"" + type + "\": {\"tensors\": " + count + ","),
+                      std::string::npos)
+                << line << " in " << hist;
+        }
+        auto t = run("info " + dir + w.file);
+        ASSERT_EQ(t.exit_code, 0);
+        EXPECT_NE(t.output.find("tensor types:\n"), std::string::npos);
+        EXPECT_NE(t.output.find(", " + std::to_string(bytes_sum) + " bytes):"),
+                  std::string::npos)
+            << "histogram bytes " << bytes_sum << " differ from the table's total\n"
+            << t.output;
+    }
+}
+
+// A type ordo does not run is listed (and marked) rather than refused: info is for diagnosis.
+TEST_F(ToolTest, InfoListsTypesOrdoDoesNotRun) {
+    gguf_writer w;
+    w.set_string("general.architecture", "llama");
+    const uint64_t ne[] = {256, 2};
+    ASSERT_TRUE(w.add_tensor("a", ggml_type::iq2_xxs, ne, std::vector<uint8_t>(2 * 66, 1)).ok());
+    ASSERT_TRUE(w.add_tensor("b", ggml_type::q4_k, ne, std::vector<uint8_t>(2 * 144, 1)).ok());
+    ASSERT_TRUE(w.add_tensor("c", ggml_type::q4_k, ne, std::vector<uint8_t>(2 * 144, 1)).ok());
+    ASSERT_TRUE(w.write_file(path("iq.gguf")).ok());
+    auto r = run("info " + path("iq.gguf"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("  q4_k          2 tensors            576 bytes\n"),
+              std::string::npos)
+        << r.output;
+    EXPECT_NE(r.output.find("  iq2_xxs       1 tensors            132 bytes  (ordo does not "
+                            "run this type)"),
+              std::string::npos)
+        << r.output;
+    auto j = run("info --json " + path("iq.gguf"));
+    EXPECT_NE(j.output.find("\"tensor_types\": {\"q4_k\": {\"tensors\": 2, \"bytes\": 576, "
+                            "\"supported\": true}, \"iq2_xxs\": {\"tensors\": 1, \"bytes\": 132, "
+                            "\"supported\": false}}"),
+              std::string::npos)
+        << j.output;
 }
 
 TEST_F(ToolTest, TokenizeAndDetokenize) {

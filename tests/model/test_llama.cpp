@@ -8,7 +8,8 @@
 // wrong architecture, wrong key type, indivisible head counts, a tensor with a wrong shape,
 // a missing tensor, and an unsupported weight type; then every required tensor in turn missing,
 // mis-shaped and of an unsupported type (map_llama_weights is the one check ordo-server runs at
-// start, so it must cover all of them), and a matrix of the wrong rank.
+// start, so it must cover all of them), a matrix of the wrong rank, and every type of the GGUF
+// type table: loaded when the CPU reference computes with it, refused by name otherwise.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -236,9 +237,38 @@ TEST(LlamaWeights, MissingTensorNamed) {
 
 TEST(LlamaWeights, UnsupportedTypeNamesTensorAndType) {
     tiny_model m;
-    m.type_override["blk.0.attn_q.weight"] = ggml_type::bf16;
+    m.type_override["blk.0.attn_q.weight"] = ggml_type::f64;
     expect_error(m, "llama_unsupported_type", "blk.0.attn_q.weight");
-    expect_error(m, "llama_unsupported_type", "bf16");
+    expect_error(m, "llama_unsupported_type", "f64");
+}
+
+// Every type GGUF can name that ordo does not run (IQ*, TQ*, Q8_1, Q8_K, MXFP4, the integer
+// types, F64) is refused by the loader naming the tensor and the type, on a 256-wide model so
+// every block size fits; and every type ordo does run loads (its bytes all zero).
+TEST(LlamaWeights, EveryTypeIsLoadedOrRefusedByName) {
+    size_t refused = 0;
+    for (const auto& tr : k_ggml_types) {
+        SCOPED_TRACE(tr.name);
+        tiny_model m;
+        m.n_embd = 256;
+        m.n_ff = 256;
+        m.type_override["blk.1.ffn_down.weight"] = tr.type;
+        m.type_override["token_embd.weight"] = is_supported(tr.type) ? tr.type : ggml_type::f32;
+        if (is_supported(tr.type)) {
+            gguf_file f = build(m);
+            auto w = map_llama_weights(f);
+            ASSERT_TRUE(w.ok()) << w.err().message;
+            EXPECT_EQ(w->layers[1].ffn_down.type, tr.type);
+            EXPECT_EQ(w->layers[1].ffn_down.name, "blk.1.ffn_down.weight");
+            EXPECT_EQ(w->token_embd.type, tr.type);
+            continue;
+        }
+        expect_error(m, "llama_unsupported_type",
+                     "tensor 'blk.1.ffn_down.weight' has type " + std::string(tr.name) +
+                         ", which ordo does not run");
+        ++refused;
+    }
+    EXPECT_EQ(refused, k_ggml_types.size() - 13);  // 13 supported types
 }
 
 // The validation covers every tensor the forward pass reads, not a sample: each one dropped,
@@ -255,7 +285,7 @@ TEST(LlamaWeights, EveryRequiredTensorIsChecked) {
             missing.skip = {t.name};
             expect_error(missing, "llama_missing_tensor",
                          "tensor '" + t.name + "' is missing; expected a " + shape_text(t.ne) +
-                             " tensor of f32, f16, q8_0 or q4_0");
+                             " tensor of " + supported_type_names(" or "));
         }
         tiny_model shaped;
         std::vector<uint64_t> wrong = t.ne;
@@ -265,9 +295,10 @@ TEST(LlamaWeights, EveryRequiredTensorIsChecked) {
                      "tensor '" + t.name + "' has shape " + shape_text(wrong) + ", expected " +
                          shape_text(t.ne));
         tiny_model typed;
-        typed.type_override[t.name] = ggml_type::bf16;
+        typed.type_override[t.name] = ggml_type::i32;
         expect_error(typed, "llama_unsupported_type",
-                     "tensor '" + t.name + "' has type bf16; expected f32, f16, q8_0 or q4_0");
+                     "tensor '" + t.name + "' has type i32, which ordo does not run; expected " +
+                         supported_type_names(" or "));
     }
 }
 

@@ -1,12 +1,14 @@
 // cmd_info.cpp: `ordo-model info FILE [--json]`: everything a person wants to know about a GGUF
 // file before serving it: format facts, Llama hyperparameters (model/llama.hpp, with their
 // defaults applied), tokenizer summary, the model fingerprint (model/fingerprint.hpp), all
-// metadata and the tensor table.
+// metadata, a histogram of tensor types (count and bytes per type, in type-id order; a type the
+// CPU reference does not compute with is marked) and the tensor table.
 //
 // A file the reader rejects is a one-line error and exit 1. A readable file whose
 // hyperparameters or tokenizer are unusable still prints, with the problem in place of that
 // section, because diagnosing such files is what `info` is for.
 #include <cstdio>
+#include <vector>
 
 #include "model/fingerprint.hpp"
 #include "model/gguf.hpp"
@@ -26,6 +28,39 @@ const command_registrar k_info_reg{k_info};
 
 // Arrays longer than this print as a summary in JSON (a 32000-token vocab would drown the rest).
 constexpr size_t k_json_array_items_max = 64;
+
+// Tensors and bytes per type, in the order of the type table (by type id).
+struct type_count {
+    model::ggml_type type;
+    size_t tensors = 0;
+    uint64_t bytes = 0;
+};
+
+std::vector<type_count> type_histogram(const model::gguf_file& f) {
+    std::vector<type_count> out;
+    for (const auto& tr : model::k_ggml_types) {
+        type_count c{tr.type};
+        for (const auto& t : f.tensors()) {
+            if (t.type != tr.type) continue;
+            c.tensors++;
+            c.bytes += t.n_bytes;
+        }
+        if (c.tensors > 0) out.push_back(c);
+    }
+    return out;
+}
+
+std::string histogram_json(const model::gguf_file& f) {
+    std::string out = "{";
+    for (const auto& c : type_histogram(f)) {
+        out += std::string(out.size() > 1 ? ", " : "") +
+               json_string(model::type_name(c.type)) +
+               ": {\"tensors\": " + std::to_string(c.tensors) +
+               ", \"bytes\": " + std::to_string(c.bytes) +
+               ", \"supported\": " + (model::is_supported(c.type) ? "true" : "false") + "}";
+    }
+    return out + "}";
+}
 
 std::string shape_json(const model::gguf_tensor_info& t) {
     std::string out = "[";
@@ -101,7 +136,7 @@ void print_json(const std::string& path, const model::gguf_file& f) {
                                       : "") +
                       ", \"hparams\": " + hparams_json(hp) + ", \"tokenizer\": " +
                       vocab_json(voc) + ", \"fingerprint\": " + fingerprint_json(f) +
-                      ", \"metadata\": {";
+                      ", \"tensor_types\": " + histogram_json(f) + ", \"metadata\": {";
     for (size_t i = 0; i < f.metadata().size(); ++i) {
         const auto& kv = f.metadata()[i];
         out += (i ? ", " : "") + json_string(kv.key) + ": " + value_json(kv.value);
@@ -158,12 +193,19 @@ void print_text(const std::string& path, const model::gguf_file& f) {
         std::printf("  %s = %s\n", json_string(kv.key).c_str(),
                     model::format_value(kv.value).c_str());
     }
+    std::printf("tensor types:\n");
+    for (const auto& c : type_histogram(f)) {
+        std::printf("  %-8s %6zu tensors %14llu bytes%s\n",
+                    std::string(model::type_name(c.type)).c_str(), c.tensors,
+                    (unsigned long long)c.bytes,
+                    model::is_supported(c.type) ? "" : "  (ordo does not run this type)");
+    }
     uint64_t total = 0;
     for (const auto& t : f.tensors()) total += t.n_bytes;
     std::printf("tensors (%zu, %llu bytes):\n", f.tensors().size(), (unsigned long long)total);
-    std::printf("  %-32s %-6s %-22s %12s %12s\n", "name", "type", "shape", "bytes", "offset");
+    std::printf("  %-32s %-8s %-22s %12s %12s\n", "name", "type", "shape", "bytes", "offset");
     for (const auto& t : f.tensors()) {
-        std::printf("  %-32s %-6s %-22s %12llu %12llu\n", json_string(t.name).c_str(),
+        std::printf("  %-32s %-8s %-22s %12llu %12llu\n", json_string(t.name).c_str(),
                     std::string(model::type_name(t.type)).c_str(), shape_json(t).c_str(),
                     (unsigned long long)t.n_bytes, (unsigned long long)t.offset);
     }

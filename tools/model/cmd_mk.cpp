@@ -1,6 +1,8 @@
 // cmd_mk.cpp: `ordo-model mk`: writes a synthetic Llama GGUF of any shape and weight type with
 // deterministic random weights (model/synth.hpp owns the recipe; this file only turns the
-// command line into synth_options and reports the result).
+// command line into synth_options and reports the result). TYPE is any type the CPU reference
+// computes with, named as llama.cpp names it, case-insensitive: f32 f16 bf16 q4_0 q4_1 q5_0 q5_1
+// q8_0 q2_k q3_k q4_k q5_k q6_k. Norms are always F32.
 #include <chrono>
 #include <cstdio>
 #include <limits>
@@ -17,7 +19,7 @@ int run_mk(std::span<const std::string> argv);
 
 const command k_mk{"mk",
                    "mk --out FILE --n-embd N --n-layer N --n-head N [--n-head-kv N] --n-ff N "
-                   "(--n-vocab N | --vocab-from GGUF) --type f32|f16|q8_0|q4_0 --seed S "
+                   "(--n-vocab N | --vocab-from GGUF) --type TYPE --seed S "
                    "[--ctx N] [--tied] [--json]",
                    "write a synthetic Llama model with seeded random weights", run_mk};
 const command_registrar k_mk_reg{k_mk};
@@ -55,10 +57,14 @@ result<model::synth_options> options_from(const parsed_args& a) {
         if (auto st = read_u32(a, f.name, *f.dst, f.required); !st) return st.err();
     }
     auto type = a.option("type");
-    if (!type) return make_error("usage", "--type is required (f32, f16, q8_0 or q4_0)");
+    if (!type) {
+        return make_error("usage", "--type is required (" + model::supported_type_names(" or ") +
+                                       ")");
+    }
     auto t = model::type_from_name(*type);
     if (!t || !model::is_supported(*t)) {
-        return make_error("usage", "--type '" + *type + "' is not one of f32, f16, q8_0, q4_0");
+        return make_error("usage", "--type '" + *type + "' is not one of " +
+                                       model::supported_type_names());
     }
     o.type = *t;
     auto seed = a.option_i64("seed");

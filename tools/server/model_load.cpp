@@ -3,6 +3,7 @@
 
 #include <filesystem>
 
+#include "gpu/runner/runner.hpp"
 #include "model/fingerprint.hpp"
 
 namespace ordo {
@@ -36,6 +37,8 @@ result<loaded_model> load_model(const config::config& cfg) {
     // Hyperparameters and every tensor the forward pass reads; the views are not kept.
     auto weights = model::map_llama_weights(*file);
     if (!weights.ok()) return in_file(m.path, weights.err());
+    // The server computes on the gpu: a type its kernels do not run can never serve.
+    if (auto st = gpu::check_weight_types(*weights); !st) return in_file(m.path, st.err());
     auto tok = model::tokenizer::from_gguf(*file);
     if (!tok.ok()) return in_file(m.path, tok.err());
     m.hp = weights->hp;

@@ -1,8 +1,9 @@
 // model_load.hpp: what the bootstrap learns from the model file before any actor starts —
 // tokenizer, hyperparameters, fingerprint — and the check that every tensor the forward pass
 // reads is there, computable and of the right shape (model::map_llama_weights, the same check the
-// gpu runner runs when it uploads). A model that fails here can never run: main exits 2 on it,
-// as on a bad config, instead of starting a server whose device build must fail.
+// gpu runner runs when it uploads), of a type the Vulkan kernels run (gpu::check_weight_types).
+// A model that fails here can never run: main exits 2 on it, as on a bad config, instead of
+// starting a server whose device build must fail.
 #pragma once
 
 #include <optional>
@@ -29,7 +30,8 @@ struct loaded_model {
 // Resolves model.path (empty: the generated default at model.generated_path), reads it and
 // checks its tensors and model.context_tokens against it. Every error message names the file's
 // path exactly once. Errors: model_missing (no generated default), gguf_* (unreadable or
-// malformed file), llama_* (hyperparameters or tensors), the tokenizer's, config_invalid
+// malformed file), llama_* (hyperparameters or tensors), gpu_unsupported_type (a weight type
+// the kernels do not run yet), the tokenizer's, config_invalid
 // (model.context_tokens above the model's context).
 result<loaded_model> load_model(const config::config& cfg);
 
