@@ -211,6 +211,20 @@ result<llama_layer> map_layer(const gguf_file& file, const llama_hparams& hp, ui
 result<llama_weights> map_llama_weights(const gguf_file& file) {
     auto hp = read_llama_hparams(file);
     if (!hp) return hp.err();
+    // RoPE variants ordo does not implement are refused: run with plain RoPE they would give
+    // wrong positions, silently.
+    if (file.find_tensor("rope_freqs.weight") != nullptr) {
+        return make_error("llama_unsupported_rope",
+                          "tensor 'rope_freqs.weight' (Llama 3.1 RoPE frequency factors) is not "
+                          "implemented yet; without it every position past the shortest "
+                          "wavelengths would be computed wrong");
+    }
+    auto scaling = file.get_string_or(key(*hp, "rope.scaling.type"), "none");
+    if (!scaling) return scaling.err();
+    if (*scaling != "none") {
+        return make_error("llama_unsupported_rope", key(*hp, "rope.scaling.type") + " = '" +
+                                                        *scaling + "' is not implemented yet");
+    }
     llama_weights w;
     w.hp = *hp;
     auto embd = map_tensor(file, "token_embd.weight", w.hp.n_embd, w.hp.n_vocab, false);

@@ -21,9 +21,10 @@
 // (Checked by hand: with activations quantized the way llama.cpp does before each mat-vec, the
 // Q4_0, Q4_K_M, Q3_K_S, Q4_K_S, Q5_K_S and Q6_K files agree with llama.cpp to 1e-5 of the std.)
 //
-// Not covered here: llama3-tiny-Q4_K_M.gguf. It needs the rope_freqs tensor (Llama 3.1 RoPE
-// scaling) applied in the reference, which is the next part of issue 16; the reference would
-// load it today but ignore rope_freqs, so its logits would not be llama.cpp's.
+// Not compared here: llama3-tiny-Q4_K_M.gguf. It needs the rope_freqs tensor (Llama 3.1 RoPE
+// scaling) applied, the next part of issue 16; until then map_llama_weights refuses it with
+// llama_unsupported_rope naming the tensor (checked below) instead of running it with plain
+// RoPE, which would give wrong logits silently.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -291,4 +292,16 @@ TEST(QuantLlamaCpp, Stories260KFilesMatchLlamaCpp) {
 
 TEST(QuantLlamaCpp, KtinyFilesMatchLlamaCpp) {
     check_golden("ktiny.golden.json", 8);
+}
+
+// A Llama 3.1 file (rope_freqs) is refused, naming the tensor, rather than run with plain RoPE.
+TEST(QuantLlamaCpp, RopeFreqsIsRefusedUntilImplemented) {
+    const std::string path = k_quant_dir + "llama3-tiny-Q4_K_M.gguf";
+    ORDO_REQUIRE_SHARED(path);
+    auto f = gguf_file::open(path);
+    ASSERT_TRUE(f.ok()) << f.err().message;
+    auto w = map_llama_weights(*f);
+    ASSERT_FALSE(w.ok());
+    EXPECT_EQ(w.err().code, "llama_unsupported_rope");
+    EXPECT_NE(w.err().message.find("rope_freqs.weight"), std::string::npos) << w.err().message;
 }
