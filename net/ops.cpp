@@ -221,11 +221,13 @@ result<sched::fault> parse_fault(const msgpack::object& frame) {
     // The kinds are config::fault_kind's (one list, also the [fault] plan's).
     const auto fk = ordo::config::fault_kind_from_name(*k);
     if (!fk) {
-        return fields::bad("kind",
-                           "device_lost, hang, nan_logits, step_delay, mailbox_refuse, kv_enospc, "
-                           "kv_eio, kv_torn_exit, kv_flip_read, kv_fingerprint, net_fin, net_rst "
-                           "or net_stop_reading",
-                           fields::quote(*k));
+        // "a, b, ... or z", from the one list (a new kind needs no edit here).
+        std::string kinds;
+        for (size_t i = 0; i < config::fault_kind_count; i++) {
+            if (i > 0) kinds += i + 1 == config::fault_kind_count ? " or " : ", ";
+            kinds += config::to_string(static_cast<config::fault_kind>(i));
+        }
+        return fields::bad("kind", kinds, fields::quote(*k));
     }
     const bool delay = *fk == config::fault_kind::step_delay;
     const bool refuse = *fk == config::fault_kind::mailbox_refuse;
