@@ -37,9 +37,16 @@ value f_abs(renderer&, const value& in, call_args&& a) {
     fail("bad operand type for abs(): '" + std::string(type_name(in)) + "'");
 }
 
+// Python's getattr only: a dict's keys are not attributes here (jinja2's attr filter).
 value f_attr(renderer& r, const value& in, call_args&& a) {
     auto p = bind("attr", std::move(a), {"name"});
-    return r.getattr(in, r.str(p[0]));
+    const std::string name = r.str(p[0]);
+    if (in.is_dict()) {
+        value m = find_method(r, in, name);
+        if (!m.is_undefined()) return m;
+        return value::undefined("'dict object' has no attribute '" + name + "'");
+    }
+    return r.getattr(in, name);
 }
 
 value f_batch(renderer& r, const value& in, call_args&& a) {
@@ -319,7 +326,8 @@ value f_groupby(renderer& r, const value& in, call_args&& a) {
             members.push_back(items[order[j]]);
             ++j;
         }
-        groups.push_back(r.new_list({raw_keys[order[k]], r.new_list(std::move(members))}, true));
+        groups.push_back(value::named_tuple("_GroupTuple", {"grouper", "list"},
+                                            {raw_keys[order[k]], r.new_list(std::move(members))}));
         k = j;
     }
     return r.new_list(std::move(groups));
@@ -469,9 +477,26 @@ value min_max(renderer& r, const value& in, call_args&& a, bool want_max, const 
 value f_min(renderer& r, const value& in, call_args&& a) { return min_max(r, in, std::move(a), false, "min"); }
 value f_max(renderer& r, const value& in, call_args&& a) { return min_max(r, in, std::move(a), true, "max"); }
 
+// pprint.pformat sorts dict keys; the copy here is sorted the same way before repr (pformat's
+// line wrapping of values over 80 columns is not reproduced).
+value sorted_dicts(renderer& r, const value& v) {
+    if (v.is_list() && v.as_list().fields.empty()) {
+        std::vector<value> items;
+        for (const value& i : v.items()) items.push_back(sorted_dicts(r, i));
+        return r.new_list(std::move(items), v.is_tuple());
+    }
+    if (!v.is_dict()) return v;
+    std::vector<std::pair<value, value>> entries = v.as_dict().entries;
+    std::stable_sort(entries.begin(), entries.end(),
+                     [&](const auto& x, const auto& y) { return r.less(x.first, y.first); });
+    dict_data d;
+    for (auto& [k, x] : entries) d.set(k, sorted_dicts(r, x));
+    return r.new_dict(std::move(d));
+}
+
 value f_pprint(renderer& r, const value& in, call_args&& a) {
     bind("pprint", std::move(a), {});
-    return r.new_string(to_repr(in, r.text_limits()));
+    return r.new_string(to_repr(sorted_dicts(r, in), r.text_limits()));
 }
 
 value f_replace(renderer& r, const value& in, call_args&& a) {

@@ -64,6 +64,18 @@ void write_items(bounded_out& out, const std::vector<value>& items, const char* 
     out.append(close);
 }
 
+// Python's namedtuple repr: _GroupTuple(grouper='a', list=[...]).
+void write_named_tuple(bounded_out& out, const list_data& l) {
+    depth_guard g(out);
+    out.append(l.type_name + "(");
+    for (size_t i = 0; i < l.items.size() && i < l.fields.size(); ++i) {
+        if (i) out.append(", ");
+        out.append(l.fields[i] + "=");
+        write_value(out, l.items[i], true);
+    }
+    out.append(")");
+}
+
 void write_dict(bounded_out& out, const dict_data& d) {
     depth_guard g(out);
     out.append("{");
@@ -89,7 +101,9 @@ void write_value(bounded_out& out, const value& v, bool repr) {
             out.append(repr ? string_repr(v.as_string()) : std::string_view(v.as_string()));
             return;
         case value::kind::list:
-            if (v.is_tuple()) {
+            if (!v.as_list().fields.empty()) {
+                write_named_tuple(out, v.as_list());
+            } else if (v.is_tuple()) {
                 write_items(out, v.items(), "(", ")", true);
             } else {
                 write_items(out, v.items(), "[", "]", false);

@@ -682,6 +682,24 @@ value renderer::getattr(const value& obj, std::string_view name) {
             if (const value* v = obj.as_dict().find(name)) return *v;
             break;
         }
+        case value::kind::list: {
+            const auto& fields = obj.as_list().fields;
+            for (size_t i = 0; i < fields.size(); ++i) {
+                if (fields[i] == name) return obj.items()[i];
+            }
+            value m = find_method(*this, obj, name);
+            if (!m.is_undefined()) return m;
+            break;
+        }
+        case value::kind::integer:
+        case value::kind::boolean:
+        case value::kind::floating:
+            // Python numbers' data attributes; their methods are not offered.
+            if (name == "real") return obj.is_float() ? obj : value(obj.int_of());
+            if (name == "imag") return obj.is_float() ? value(0.0) : value(0);
+            if (!obj.is_float() && name == "numerator") return value(obj.int_of());
+            if (!obj.is_float() && name == "denominator") return value(1);
+            [[fallthrough]];
         default: {
             value m = find_method(*this, obj, name);
             if (!m.is_undefined()) return m;

@@ -53,7 +53,16 @@ value value::undefined(std::string hint) {
 value value::sequence(std::vector<value> items, bool tuple) {
     uint32_t depth = 0;
     for (const value& v : items) depth = std::max(depth, v.depth());
-    return value(std::make_shared<const list_data>(list_data{std::move(items), tuple, depth + 1}));
+    return value(std::make_shared<const list_data>(list_data{std::move(items), tuple, depth + 1, {}, {}}));
+}
+
+value value::named_tuple(std::string type, std::vector<std::string> fields,
+                         std::vector<value> items) {
+    value v = sequence(std::move(items), true);
+    auto& l = const_cast<list_data&>(v.as_list());  // not yet shared
+    l.type_name = std::move(type);
+    l.fields = std::move(fields);
+    return v;
 }
 
 value value::list(std::vector<value> items) { return sequence(std::move(items), false); }

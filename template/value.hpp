@@ -47,6 +47,9 @@ struct list_data {
     std::vector<value> items;
     bool tuple = false;
     uint32_t depth = 1;  // nesting: 1 + the deepest list or dict item (set by value::list)
+    // A named tuple's type and field names (groupby's (grouper, list)); empty otherwise.
+    std::string type_name;
+    std::vector<std::string> fields;
 };
 
 // Positional and keyword arguments of a call, already evaluated.
@@ -85,6 +88,9 @@ public:
     value(const char* s) : value(std::string(s)) {}
     static value list(std::vector<value> items);
     static value tuple(std::vector<value> items);
+    // A tuple whose items are also attributes: named_tuple("_GroupTuple", {"grouper", "list"}, ...).
+    static value named_tuple(std::string type, std::vector<std::string> fields,
+                             std::vector<value> items);
     static value dict(dict_data d);
     static value dict(std::vector<std::pair<std::string, value>> entries);
     static value callable(std::shared_ptr<const callable_data> c) { return value(std::move(c)); }
