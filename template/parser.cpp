@@ -782,7 +782,7 @@ private:
     }
 
     expr_ptr parse_call(expr_ptr e) {
-        auto c = node(expr_kind::call, pos());
+        auto c = node(expr_kind::call, e->pos);  // errors point at what is called
         c->items.push_back(std::move(e));
         parse_call_args(c->args);
         return finish(std::move(c));

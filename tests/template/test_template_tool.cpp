@@ -125,9 +125,10 @@ TEST_F(TemplateTool, BadInputsFailWithOneLineAndExitOne) {
     };
     for (const auto& c : cases) {
         auto r = run(c.args);
-        EXPECT_EQ(r.exit_code, 1) << c.args << "\n" << err();
-        EXPECT_NE(err().find(c.message), std::string::npos) << c.args << "\n" << err();
-        EXPECT_EQ(std::count(err().begin(), err().end(), '\n'), 1) << err();
+        const std::string e = err();
+        EXPECT_EQ(r.exit_code, 1) << c.args << "\n" << e;
+        EXPECT_NE(e.find(c.message), std::string::npos) << c.args << "\n" << e;
+        EXPECT_EQ(std::count(e.begin(), e.end(), '\n'), 1) << e;
         EXPECT_EQ(r.output, "");
     }
 }
