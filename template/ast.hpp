@@ -109,6 +109,7 @@ struct stmt {
     target set_target;
     expr_ptr loop_filter;  // for ... if cond
     bool recursive = false;
+    bool uses_loop = true;  // for: the body reads `loop` (else no loop object is built)
     std::shared_ptr<macro_def> macro;  // macro, call_block (the caller)
     std::vector<std::pair<target, expr_ptr>> assignments;  // with
 };

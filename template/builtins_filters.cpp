@@ -322,7 +322,7 @@ value f_groupby(renderer& r, const value& in, call_args&& a) {
     for (size_t k = 0; k < order.size();) {
         std::vector<value> members;
         size_t j = k;
-        while (j < order.size() && equals(keys[order[j]], keys[order[k]])) {
+        while (j < order.size() && r.eq(keys[order[j]], keys[order[k]])) {
             members.push_back(items[order[j]]);
             ++j;
         }
@@ -480,6 +480,7 @@ value f_max(renderer& r, const value& in, call_args&& a) { return min_max(r, in,
 // pprint.pformat sorts dict keys; the copy here is sorted the same way before repr (pformat's
 // line wrapping of values over 80 columns is not reproduced).
 value sorted_dicts(renderer& r, const value& v) {
+    r.charge(16);  // each node is rebuilt
     if (v.is_list() && v.as_list().fields.empty()) {
         std::vector<value> items;
         for (const value& i : v.items()) items.push_back(sorted_dicts(r, i));
@@ -759,7 +760,7 @@ value f_unique(renderer& r, const value& in, call_args&& a) {
         value k = given(p[1]) ? detail::get_path(r, item, p[1]) : item;
         if (!truthy(p[0])) k = detail::fold_case(k);
         r.charge(seen.size() / 16);
-        if (std::none_of(seen.begin(), seen.end(), [&](const value& s) { return equals(s, k); })) {
+        if (std::none_of(seen.begin(), seen.end(), [&](const value& s) { return r.eq(s, k); })) {
             seen.push_back(k);
             out.push_back(item);
         }

@@ -270,8 +270,9 @@ value d_values(renderer& r, const value& self, call_args&& a) {
     for (const auto& [k, v] : self.as_dict().entries) out.push_back(v);
     return r.new_list(std::move(out));
 }
-value d_get(renderer&, const value& self, call_args&& a) {
+value d_get(renderer& r, const value& self, call_args&& a) {
     auto p = bind("get", std::move(a), {"key", "default"});
+    r.check_hashable(p[0]);
     if (const value* v = self.as_dict().find(p[0])) return *v;
     return given(p[1]) ? p[1] : value::none();
 }
@@ -284,14 +285,14 @@ value l_count(renderer& r, const value& self, call_args&& a) {
     auto p = bind("count", std::move(a), {"value"});
     r.charge(self.items().size() / 16);
     return value(int64_t(std::count_if(self.items().begin(), self.items().end(),
-                                       [&](const value& v) { return equals(v, p[0]); })));
+                                       [&](const value& v) { return r.eq(v, p[0]); })));
 }
 value l_index(renderer& r, const value& self, call_args&& a) {
     auto p = bind("index", std::move(a), {"value"});
     r.charge(self.items().size() / 16);
     const auto& items = self.items();
     for (size_t i = 0; i < items.size(); ++i) {
-        if (equals(items[i], p[0])) return value(int64_t(i));
+        if (r.eq(items[i], p[0])) return value(int64_t(i));
     }
     fail(to_repr(p[0], r.text_limits()) + " is not in list");
 }

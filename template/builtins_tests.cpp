@@ -32,17 +32,17 @@ bool t_divisibleby(renderer& r, const value& v, call_args&& a) {
     value m = r.arith_mod(v, one_arg("divisibleby", a));
     return equals(m, value(0));
 }
-bool t_eq(renderer&, const value& v, call_args&& a) { return equals(v, one_arg("eq", a)); }
-bool t_ne(renderer&, const value& v, call_args&& a) { return !equals(v, one_arg("ne", a)); }
+bool t_eq(renderer& r, const value& v, call_args&& a) { return r.eq(v, one_arg("eq", a)); }
+bool t_ne(renderer& r, const value& v, call_args&& a) { return !r.eq(v, one_arg("ne", a)); }
 bool t_lt(renderer& r, const value& v, call_args&& a) { return r.less(v, one_arg("lt", a)); }
 bool t_gt(renderer& r, const value& v, call_args&& a) { return r.less(one_arg("gt", a), v); }
 bool t_le(renderer& r, const value& v, call_args&& a) {
     const value& o = one_arg("le", a);
-    return r.less(v, o) || equals(v, o);
+    return r.less(v, o) || r.eq(v, o);
 }
 bool t_ge(renderer& r, const value& v, call_args&& a) {
     const value& o = one_arg("ge", a);
-    return r.less(o, v) || equals(v, o);
+    return r.less(o, v) || r.eq(v, o);
 }
 bool t_escaped(renderer&, const value&, call_args&&) { return false; }
 bool t_even(renderer& r, const value& v, call_args&&) {
@@ -77,10 +77,10 @@ bool t_upper(renderer& r, const value& v, call_args&&) { return detail::py_isupp
 bool t_none(renderer&, const value& v, call_args&&) { return v.is_none(); }
 // Identity: shared objects by address, scalars by type and value (Python caches small ints
 // and None/True/False; templates compare those).
-bool t_sameas(renderer&, const value& v, call_args&& a) {
+bool t_sameas(renderer& r, const value& v, call_args&& a) {
     const value& o = one_arg("sameas", a);
     if (v.identity() != nullptr || o.identity() != nullptr) return v.identity() == o.identity();
-    return v.type() == o.type() && equals(v, o);
+    return v.type() == o.type() && r.eq(v, o);
 }
 
 struct named_test {
@@ -150,6 +150,7 @@ dict_data dict_from(renderer& r, call_args&& a, std::string_view fn) {
             for (const value& item : r.iterate(src)) {
                 auto kv = r.iterate(item);
                 if (kv.size() != 2) fail(std::string(fn) + "(): sequence elements must be pairs");
+                r.check_hashable(kv[0]);
                 d.set(kv[0], kv[1]);
             }
         }

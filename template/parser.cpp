@@ -266,7 +266,11 @@ private:
         std::string which;
         frame_guard f(*this, false);
         ++_loop_depth;
+        std::set<std::string> seen;
+        _macro_names.push_back(&seen);
         s->bodies.push_back(parse_until({"endfor", "else"}, which));
+        _macro_names.pop_back();
+        s->uses_loop = seen.count("loop") > 0;
         --_loop_depth;
         if (which == "else") {
             expect_block_end();
@@ -843,6 +847,8 @@ private:
     uint32_t _depth = 0;
     int _loop_depth = 0;
     std::vector<bool> _soft;
+    // Names read inside the macro and loop bodies being parsed (what varargs, kwargs, caller
+    // and loop a body needs).
     std::vector<std::set<std::string>*> _macro_names;
 };
 

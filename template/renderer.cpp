@@ -15,6 +15,8 @@ namespace {
 // Steps charged per unit of bulk work: copying this many bytes or list items costs one step.
 constexpr size_t k_bytes_per_step = 64;
 constexpr size_t k_items_per_step = 16;
+// Building a `loop` object (a dict of 13 attributes) costs about this many plain steps.
+constexpr uint64_t k_loop_object_steps = 8;
 
 [[noreturn]] void type_error(const std::string& op, const value& a, const value& b) {
     fail("unsupported operand type(s) for " + op + ": '" + std::string(type_name(a)) +
@@ -363,50 +365,76 @@ void renderer::run_loop(const stmt& s, std::vector<value> items, const scope_ptr
         exec_body(s.else_body, std::make_shared<scope>(scope{sc, {}}));
         return;
     }
-    auto changed = std::make_shared<value>();
+    std::shared_ptr<loop_state> state = s.uses_loop ? new_loop_state() : nullptr;
     for (size_t i = 0; i < items.size(); ++i) {
         charge(1);
         auto it = std::make_shared<scope>(scope{sc, {}});
         assign(s.set_target, items[i], it);
-        it->set("loop", loop_object(s, items, i, sc, depth, changed));
+        if (state) {
+            charge(k_loop_object_steps);
+            it->set("loop", loop_object(s, items, i, sc, depth, *state));
+        }
         if (exec_body(s.bodies[0], it) == flow::brk) break;
     }
 }
 
 // The `loop` variable: index, first, length, cycle(), ... and, in a recursive loop, callable.
-value renderer::loop_object(const stmt& s, const std::vector<value>& items, size_t i,
-                            const scope_ptr& sc, int depth,
-                            const std::shared_ptr<value>& changed) {
-    const int64_t n = int64_t(items.size());
-    const int64_t k = int64_t(i);
-    dict_data a;
-    a.set(value("index"), value(k + 1));
-    a.set(value("index0"), value(k));
-    a.set(value("revindex"), value(n - k));
-    a.set(value("revindex0"), value(n - k - 1));
-    a.set(value("first"), value(k == 0));
-    a.set(value("last"), value(k == n - 1));
-    a.set(value("length"), value(n));
-    a.set(value("depth"), value(int64_t(depth)));
-    a.set(value("depth0"), value(int64_t(depth - 1)));
-    a.set(value("previtem"), k > 0 ? items[i - 1] : value::undefined("there is no previous item"));
-    a.set(value("nextitem"), k + 1 < n ? items[i + 1] : value::undefined("there is no next item"));
+// cycle() and changed() are made once per loop and read the iteration from `state`.
+struct renderer::loop_state {
+    int64_t index = 0;
+    value changed_last;
+    value cycle;
+    value changed;
+};
+
+std::shared_ptr<renderer::loop_state> renderer::new_loop_state() {
+    auto state = std::make_shared<loop_state>();
     auto cycle = std::make_shared<callable_data>();
     cycle->name = "loop.cycle";
-    cycle->fn = [k](renderer&, call_args&& args) -> value {
+    std::weak_ptr<loop_state> weak = state;  // the state holds these callables
+    cycle->fn = [weak](renderer&, call_args&& args) -> value {
         if (args.positional.empty()) fail("no items for cycling given");
-        return args.positional[size_t(k) % args.positional.size()];
+        auto st = weak.lock();
+        if (!st) fail("loop.cycle called after its loop ended");
+        return args.positional[size_t(st->index) % args.positional.size()];
     };
-    a.set(value("cycle"), value::callable(cycle));
-    auto chg = std::make_shared<callable_data>();
-    chg->name = "loop.changed";
-    chg->fn = [changed](renderer& r, call_args&& args) -> value {
+    auto changed = std::make_shared<callable_data>();
+    changed->name = "loop.changed";
+    changed->fn = [weak](renderer& r, call_args&& args) -> value {
+        auto st = weak.lock();
+        if (!st) fail("loop.changed called after its loop ended");
         value now = r.new_list(std::move(args.positional));
-        if (!changed->is_undefined() && equals(*changed, now)) return value(false);
-        *changed = now;
+        if (!st->changed_last.is_undefined() && r.eq(st->changed_last, now)) return value(false);
+        st->changed_last = now;
         return value(true);
     };
-    a.set(value("changed"), value::callable(chg));
+    state->cycle = value::callable(cycle);
+    state->changed = value::callable(changed);
+    return state;
+}
+
+value renderer::loop_object(const stmt& s, const std::vector<value>& items, size_t i,
+                            const scope_ptr& sc, int depth, loop_state& state) {
+    const int64_t n = int64_t(items.size());
+    const int64_t k = int64_t(i);
+    state.index = k;
+    auto attr = [](std::string_view name, value v) { return std::pair(value(name), std::move(v)); };
+    dict_data a;  // distinct keys, few: built directly, looked up by scan
+    a.entries = {
+        attr("index", value(k + 1)),
+        attr("index0", value(k)),
+        attr("revindex", value(n - k)),
+        attr("revindex0", value(n - k - 1)),
+        attr("first", value(k == 0)),
+        attr("last", value(k == n - 1)),
+        attr("length", value(n)),
+        attr("depth", value(int64_t(depth))),
+        attr("depth0", value(int64_t(depth - 1))),
+        attr("previtem", k > 0 ? items[i - 1] : value::undefined("there is no previous item")),
+        attr("nextitem", k + 1 < n ? items[i + 1] : value::undefined("there is no next item")),
+        attr("cycle", state.cycle),
+        attr("changed", state.changed),
+    };
     auto loop = std::make_shared<callable_data>();
     loop->name = "loop";
     loop->attrs = std::make_shared<const dict_data>(std::move(a));
@@ -561,8 +589,7 @@ value renderer::eval_node(const expr& e, const scope_ptr& sc) {
             dict_data d;
             for (size_t i = 0; i + 1 < e.items.size(); i += 2) {
                 value k = eval(*e.items[i], sc);
-                if (k.is_list() && !k.is_tuple()) fail("unhashable type: 'list'");
-                if (k.is_dict()) fail("unhashable type: 'dict'");
+                check_hashable(k);
                 d.set(std::move(k), eval(*e.items[i + 1], sc));
             }
             return new_dict(std::move(d));
@@ -713,6 +740,9 @@ value renderer::getitem(const value& obj, const value& key) {
     switch (obj.type()) {
         case value::kind::undefined: fail_undefined(obj);
         case value::kind::dict:
+            if (key.is_list() && !key.is_tuple()) break;
+            if (key.is_dict()) break;
+            check_hashable(key);
             if (const value* v = obj.as_dict().find(key)) return *v;
             break;
         case value::kind::ns:
@@ -870,7 +900,31 @@ value renderer::arith(const std::string& op, const value& a, const value& b) {
     fail("unknown operator " + op);
 }
 
+bool renderer::eq(const value& a, const value& b) {
+    const uint64_t start = _opt.bounds.steps_max > _steps ? _opt.bounds.steps_max - _steps : 0;
+    uint64_t budget = start;
+    try {
+        const bool same = equals_within(a, b, budget);
+        charge(start - budget);
+        return same;
+    } catch (const compare_budget_exhausted&) {
+        charge(start + 1);  // fails with the step bound
+        return false;
+    }
+}
+
+void renderer::check_hashable(const value& v) {
+    if (v.is_list() && !v.is_tuple()) fail("unhashable type: 'list'");
+    if (v.is_dict()) fail("unhashable type: 'dict'");
+    if (v.is_tuple()) {
+        charge(1);
+        depth_guard g(*this);
+        for (const value& item : v.items()) check_hashable(item);
+    }
+}
+
 bool renderer::less(const value& a, const value& b) {
+    charge(1);
     if (a.is_undefined()) fail_undefined(a);
     if (b.is_undefined()) fail_undefined(b);
     if (a.is_number() && b.is_number()) {
@@ -883,7 +937,7 @@ bool renderer::less(const value& a, const value& b) {
         const auto& x = a.items();
         const auto& y = b.items();
         for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
-            if (!equals(x[i], y[i])) return less(x[i], y[i]);
+            if (!eq(x[i], y[i])) return less(x[i], y[i]);
         }
         return x.size() < y.size();
     }
@@ -904,24 +958,29 @@ bool renderer::contains(const value& container, const value& item) {
         case value::kind::list:
             charge(container.items().size() / k_items_per_step);
             for (const value& v : container.items()) {
-                if (equals(v, item)) return true;
+                if (eq(v, item)) return true;
             }
             return false;
-        case value::kind::dict: return container.as_dict().find(item) != nullptr;
+        case value::kind::dict:
+            if (item.is_dict() || (item.is_list() && !item.is_tuple())) {
+                fail("unhashable type: '" + std::string(type_name(item)) + "'");
+            }
+            check_hashable(item);
+            return container.as_dict().find(item) != nullptr;
         default:
             fail("argument of type '" + std::string(type_name(container)) + "' is not iterable");
     }
 }
 
 bool renderer::compare(const std::string& op, const value& a, const value& b) {
-    if (op == "==") return equals(a, b);
-    if (op == "!=") return !equals(a, b);
+    if (op == "==") return eq(a, b);
+    if (op == "!=") return !eq(a, b);
     if (op == "in") return contains(b, a);
     if (op == "notin") return !contains(b, a);
     if (op == "<") return less(a, b);
     if (op == ">") return less(b, a);
-    if (op == "<=") return less(a, b) || equals(a, b);
-    if (op == ">=") return less(b, a) || equals(a, b);
+    if (op == "<=") return less(a, b) || eq(a, b);
+    if (op == ">=") return less(b, a) || eq(a, b);
     fail("unknown comparison " + op);
 }
 

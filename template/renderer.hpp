@@ -66,6 +66,10 @@ public:
     value add(const value& a, const value& b) { return arith("+", a, b); }
     value arith_mod(const value& a, const value& b) { return arith("%", a, b); }
     bool less(const value& a, const value& b);  // Python <, TypeError between unlike types
+    bool eq(const value& a, const value& b);    // Python ==, within the step bound
+    // Fails unless v can be a dict key (Python's hashable: not a list or dict, also inside a
+    // tuple); charges a step per tuple visited.
+    void check_hashable(const value& v);
     bool contains(const value& container, const value& item);  // Python `in`
     value filter(std::string_view name, const value& input, call_args&& args);
     bool test(std::string_view name, const value& input, call_args&& args);
@@ -80,8 +84,10 @@ private:
     flow exec_stmt(const stmt& s, const scope_ptr& sc);
     void exec_for(const stmt& s, const scope_ptr& sc);
     void run_loop(const stmt& s, std::vector<value> items, const scope_ptr& sc, int depth);
+    struct loop_state;
+    std::shared_ptr<loop_state> new_loop_state();
     value loop_object(const stmt& s, const std::vector<value>& items, size_t i,
-                      const scope_ptr& sc, int depth, const std::shared_ptr<value>& changed);
+                      const scope_ptr& sc, int depth, loop_state& state);
     void assign(const target& t, value v, const scope_ptr& sc);
     value define_macro(const std::shared_ptr<macro_def>& m, const scope_ptr& sc);
     value call_macro(const macro_def& m, const scope_ptr& closure, call_args&& args);

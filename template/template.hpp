@@ -30,8 +30,9 @@ inline constexpr std::string_view k_template_error = "template_error";
 // Bounds on one parse and one render. Exceeding any ends it with template_error naming it.
 struct limits {
     // Evaluation steps (one per expression node, statement and loop iteration, plus one per 64
-    // bytes a string operation copies). Real chat templates need a few thousand per message.
-    uint64_t steps_max = 20'000'000;
+    // bytes a string operation copies; a step is roughly 50 ns). Real chat templates need tens
+    // to hundreds per message.
+    uint64_t steps_max = 10'000'000;
     // Nesting of evaluation (expressions, statements, macro calls, recursive loops) and of
     // values (a list in a list ...): guards the native stack. Python's own limit is ~1000
     // frames; a recursive macro uses several levels per call.

@@ -105,11 +105,21 @@ const void* value::identity() const {
 }
 
 bool equals(const value& a, const value& b) {
+    uint64_t unbounded = UINT64_MAX;
+    return equals_within(a, b, unbounded);
+}
+
+bool equals_within(const value& a, const value& b, uint64_t& budget) {
     if (a.is_number() && b.is_number()) {
         if (a.is_float() || b.is_float()) return a.float_of() == b.float_of();
         return a.int_of() == b.int_of();
     }
     if (a.type() != b.type()) return false;
+    if (a.identity() != nullptr && a.identity() == b.identity()) return true;
+    if (a.is_list() || a.is_dict()) {
+        if (budget == 0) throw compare_budget_exhausted{};
+        --budget;
+    }
     switch (a.type()) {
         case value::kind::undefined:
         case value::kind::none: return true;
@@ -120,7 +130,7 @@ bool equals(const value& a, const value& b) {
             const auto& y = b.items();
             if (x.size() != y.size()) return false;
             for (size_t i = 0; i < x.size(); ++i) {
-                if (!equals(x[i], y[i])) return false;
+                if (!equals_within(x[i], y[i], budget)) return false;
             }
             return true;
         }
@@ -129,7 +139,7 @@ bool equals(const value& a, const value& b) {
             if (x.size() != b.as_dict().entries.size()) return false;
             for (const auto& [k, v] : x) {
                 const value* other = b.as_dict().find(k);
-                if (other == nullptr || !equals(v, *other)) return false;
+                if (other == nullptr || !equals_within(v, *other, budget)) return false;
             }
             return true;
         }

@@ -157,8 +157,12 @@ private:
 };
 
 // Python's == between two values (int/float/bool compare numerically; lists, tuples and dicts
-// element-wise; undefined equals only undefined).
+// element-wise, an object always equal to itself; undefined equals only undefined).
 bool equals(const value& a, const value& b);
+// The same, visiting at most `budget` containers (shared sub-lists make a value's expansion
+// exponential in its size): throws compare_budget_exhausted past it.
+struct compare_budget_exhausted {};
+bool equals_within(const value& a, const value& b, uint64_t& budget);
 // Python's truth value: "", 0, 0.0, None, empty containers and undefined are false.
 bool truthy(const value& v);
 // Python's type name, for messages: "str", "int", "NoneType", "dict", "list", "undefined".
