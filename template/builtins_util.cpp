@@ -230,26 +230,19 @@ std::string py_center(std::string_view s, int64_t width, std::string_view fill) 
     return out;
 }
 
-bool py_islower(std::string_view s) {
+// str.islower / str.isupper: some cased character, and none of the other case.
+bool cased_only(std::string_view s, bool (*wanted)(char32_t), bool (*other)(char32_t)) {
     bool cased = false;
     for (size_t i = 0; i < s.size();) {
         unicode::decoded d = unicode::decode(s, i);
-        if (unicode::is_upper(d.cp) || unicode::is_title(d.cp)) return false;
-        if (unicode::is_lower(d.cp)) cased = true;
+        if (other(d.cp) || unicode::is_title(d.cp)) return false;
+        if (wanted(d.cp)) cased = true;
         i += d.length;
     }
     return cased;
 }
 
-bool py_isupper(std::string_view s) {
-    bool cased = false;
-    for (size_t i = 0; i < s.size();) {
-        unicode::decoded d = unicode::decode(s, i);
-        if (unicode::is_lower(d.cp) || unicode::is_title(d.cp)) return false;
-        if (unicode::is_upper(d.cp)) cased = true;
-        i += d.length;
-    }
-    return cased;
-}
+bool py_islower(std::string_view s) { return cased_only(s, unicode::is_lower, unicode::is_upper); }
+bool py_isupper(std::string_view s) { return cased_only(s, unicode::is_upper, unicode::is_lower); }
 
 }  // namespace ordo::jinja::detail

@@ -66,31 +66,27 @@ def is_case_ignorable(c):
         cat in ("Mn", "Me", "Cf", "Lm", "Sk")
 
 
-def emit_ranges(name, rs):
-    print(f"constexpr cp_range {name}[] = {{")
+def emit_table(decl, items):
+    """Prints `decl = { items... };` wrapped at 100 columns."""
+    print(decl + " = {")
     line = " "
-    for a, b in rs:
-        item = f" {{0x{a:X}, 0x{b:X}}},"
+    for item in items:
         if len(line) + len(item) > 99:
             print(line)
             line = " "
         line += item
     print(line)
     print("};")
+
+
+def emit_ranges(name, rs):
+    emit_table(f"constexpr cp_range {name}[]", [f" {{0x{a:X}, 0x{b:X}}}," for a, b in rs])
 
 
 def emit_case(name, fn):
     runs, multi = case_map(fn)
-    print(f"constexpr case_run {name}_runs[] = {{")
-    line = " "
-    for f, l, s, d in runs:
-        item = f" {{0x{f:X}, 0x{l:X}, {s}, {d}}},"
-        if len(line) + len(item) > 99:
-            print(line)
-            line = " "
-        line += item
-    print(line)
-    print("};")
+    emit_table(f"constexpr case_run {name}_runs[]",
+               [f" {{0x{f:X}, 0x{l:X}, {s}, {d}}}," for f, l, s, d in runs])
     print(f"constexpr case_multi {name}_multi[] = {{")
     for cp, to in multi:
         to = to + [0] * (3 - len(to))

@@ -489,25 +489,21 @@ private:
         return finish(std::move(b));
     }
 
-    expr_ptr parse_or() {
-        expr_ptr e = parse_and();
-        while (is_name("or")) {
+    // One left-associative level: operand (op operand)*, ops being names or operators.
+    expr_ptr parse_level(const names& ops, expr_ptr (parser::*operand)()) {
+        expr_ptr e = (this->*operand)();
+        for (;;) {
+            const token& t = cur();
+            if ((t.type != tok::op && t.type != tok::name) || !contains(ops, t.text)) return e;
             const position at = pos();
+            std::string op = t.text;
             next();
-            e = binary("or", std::move(e), parse_and(), at);
+            e = binary(std::move(op), std::move(e), (this->*operand)(), at);
         }
-        return e;
     }
 
-    expr_ptr parse_and() {
-        expr_ptr e = parse_not();
-        while (is_name("and")) {
-            const position at = pos();
-            next();
-            e = binary("and", std::move(e), parse_not(), at);
-        }
-        return e;
-    }
+    expr_ptr parse_or() { return parse_level({"or"}, &parser::parse_and); }
+    expr_ptr parse_and() { return parse_level({"and"}, &parser::parse_not); }
 
     expr_ptr parse_not() {
         if (is_name("not")) {
@@ -547,47 +543,11 @@ private:
         return finish(std::move(c));
     }
 
-    expr_ptr parse_math1() {
-        expr_ptr e = parse_concat();
-        while (is_op("+") || is_op("-")) {
-            const position at = pos();
-            std::string op = cur().text;
-            next();
-            e = binary(op, std::move(e), parse_concat(), at);
-        }
-        return e;
-    }
-
-    expr_ptr parse_concat() {
-        expr_ptr e = parse_math2();
-        while (is_op("~")) {
-            const position at = pos();
-            next();
-            e = binary("~", std::move(e), parse_math2(), at);
-        }
-        return e;
-    }
-
-    expr_ptr parse_math2() {
-        expr_ptr e = parse_pow();
-        while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
-            const position at = pos();
-            std::string op = cur().text;
-            next();
-            e = binary(op, std::move(e), parse_pow(), at);
-        }
-        return e;
-    }
-
-    expr_ptr parse_pow() {
-        expr_ptr e = parse_unary(true);
-        while (is_op("**")) {
-            const position at = pos();
-            next();
-            e = binary("**", std::move(e), parse_unary(true), at);
-        }
-        return e;
-    }
+    expr_ptr parse_math1() { return parse_level({"+", "-"}, &parser::parse_concat); }
+    expr_ptr parse_concat() { return parse_level({"~"}, &parser::parse_math2); }
+    expr_ptr parse_math2() { return parse_level({"*", "/", "//", "%"}, &parser::parse_pow); }
+    expr_ptr parse_pow() { return parse_level({"**"}, &parser::parse_unary_filtered); }
+    expr_ptr parse_unary_filtered() { return parse_unary(true); }
 
     expr_ptr parse_unary(bool with_filter) {
         depth_guard g(*this);

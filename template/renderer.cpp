@@ -278,18 +278,24 @@ renderer::flow renderer::exec_body(const body& b, const scope_ptr& sc) {
     return flow::normal;
 }
 
-renderer::flow renderer::exec(const stmt& s, const scope_ptr& sc) {
-    charge(1);
-    depth_guard g(*this);
+// Runs fn; a failure without a position yet gets `at` (the innermost node that failed).
+template <typename F>
+auto located(position at, F&& fn) -> decltype(fn()) {
     try {
-        return exec_stmt(s, sc);
+        return fn();
     } catch (template_failure& f) {
         if (f.line == 0) {
-            f.line = s.pos.line;
-            f.column = s.pos.column;
+            f.line = at.line;
+            f.column = at.column;
         }
         throw;
     }
+}
+
+renderer::flow renderer::exec(const stmt& s, const scope_ptr& sc) {
+    charge(1);
+    depth_guard g(*this);
+    return located(s.pos, [&] { return exec_stmt(s, sc); });
 }
 
 renderer::flow renderer::exec_stmt(const stmt& s, const scope_ptr& sc) {
@@ -537,15 +543,7 @@ value renderer::call_macro(const macro_def& m, const scope_ptr& closure, call_ar
 value renderer::eval(const expr& e, const scope_ptr& sc) {
     charge(1);
     depth_guard g(*this);
-    try {
-        return eval_node(e, sc);
-    } catch (template_failure& f) {
-        if (f.line == 0) {
-            f.line = e.pos.line;
-            f.column = e.pos.column;
-        }
-        throw;
-    }
+    return located(e.pos, [&] { return eval_node(e, sc); });
 }
 
 value renderer::lookup(const std::string& name, const scope_ptr& sc) {

@@ -167,60 +167,52 @@ void append_upper(std::string& out, char32_t cp) { append_mapped(out, cp, k_uppe
 void append_lower(std::string& out, char32_t cp) { append_mapped(out, cp, k_lower_runs, k_lower_multi); }
 void append_title(std::string& out, char32_t cp) { append_mapped(out, cp, k_title_runs, k_title_multi); }
 
-std::string lower(std::string_view s) {
+namespace {
+
+// Maps each code point of s with fn(out, cps, i), which appends the mapping of cps[i].
+template <typename F>
+std::string map_code_points(std::string_view s, F&& fn) {
     std::vector<char32_t> cps = to_code_points(s);
     std::string out;
     out.reserve(s.size());
-    for (size_t i = 0; i < cps.size(); ++i) lower_at(out, cps, i);
+    for (size_t i = 0; i < cps.size(); ++i) fn(out, cps, i);
     return out;
 }
 
+}  // namespace
+
+std::string lower(std::string_view s) { return map_code_points(s, lower_at); }
+
 std::string upper(std::string_view s) {
-    std::string out;
-    out.reserve(s.size());
-    for (size_t i = 0; i < s.size();) {
-        decoded d = decode(s, i);
-        append_upper(out, d.cp);
-        i += d.length;
-    }
-    return out;
+    return map_code_points(s, [](std::string& out, const std::vector<char32_t>& cps, size_t i) {
+        append_upper(out, cps[i]);
+    });
 }
 
 std::string capitalize(std::string_view s) {
-    std::vector<char32_t> cps = to_code_points(s);
-    std::string out;
-    out.reserve(s.size());
-    for (size_t i = 0; i < cps.size(); ++i) {
+    return map_code_points(s, [](std::string& out, const std::vector<char32_t>& cps, size_t i) {
         if (i == 0) {
             append_title(out, cps[0]);
         } else {
             lower_at(out, cps, i);
         }
-    }
-    return out;
+    });
 }
 
 std::string title(std::string_view s) {
-    std::vector<char32_t> cps = to_code_points(s);
-    std::string out;
-    out.reserve(s.size());
     bool previous_is_cased = false;
-    for (size_t i = 0; i < cps.size(); ++i) {
+    return map_code_points(s, [&](std::string& out, const std::vector<char32_t>& cps, size_t i) {
         if (previous_is_cased) {
             lower_at(out, cps, i);
         } else {
             append_title(out, cps[i]);
         }
         previous_is_cased = is_cased(cps[i]);
-    }
-    return out;
+    });
 }
 
 std::string swapcase(std::string_view s) {
-    std::vector<char32_t> cps = to_code_points(s);
-    std::string out;
-    out.reserve(s.size());
-    for (size_t i = 0; i < cps.size(); ++i) {
+    return map_code_points(s, [](std::string& out, const std::vector<char32_t>& cps, size_t i) {
         if (is_upper(cps[i])) {
             lower_at(out, cps, i);
         } else if (is_lower(cps[i])) {
@@ -228,8 +220,7 @@ std::string swapcase(std::string_view s) {
         } else {
             append_utf8(out, cps[i]);
         }
-    }
-    return out;
+    });
 }
 
 }  // namespace ordo::jinja::unicode
