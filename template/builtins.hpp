@@ -15,6 +15,7 @@ using test_fn = bool (*)(renderer&, const value& input, call_args&& args);
 
 filter_fn find_filter(std::string_view name);  // null when there is no such filter
 test_fn find_test(std::string_view name);
+bool test_takes_argument(std::string_view name);  // divisibleby, eq, in, sameas, ...
 // A global (range, namespace, dict, raise_exception, strftime_now, joiner, cycler...);
 // undefined when there is none.
 value find_global(std::string_view name);

@@ -785,7 +785,9 @@ value f_urlencode(renderer& r, const value& in, call_args&& a) {
         }
         return out;
     };
-    if (in.is_string()) return r.new_string(quote(in.as_string(), false));
+    if (in.is_string() || !(in.is_list() || in.is_dict() || in.is_undefined())) {
+        return r.new_string(quote(r.str(in), false));
+    }
     std::vector<std::pair<value, value>> pairs;
     if (in.is_dict()) {
         pairs = in.as_dict().entries;

@@ -225,6 +225,16 @@ test_fn find_test(std::string_view name) {
     return nullptr;
 }
 
+bool test_takes_argument(std::string_view name) {
+    static constexpr std::string_view k_with_argument[] = {
+        "!=", "<", "<=", "==", ">", ">=", "divisibleby", "eq", "equalto", "ge", "greaterthan",
+        "gt", "in", "le", "lessthan", "lt", "ne", "sameas"};
+    for (std::string_view n : k_with_argument) {
+        if (n == name) return true;
+    }
+    return false;
+}
+
 value find_global(std::string_view name) {
     for (const auto& g : k_globals) {
         if (g.name == name) {

@@ -651,10 +651,14 @@ value renderer::eval_slice(const expr& e, const scope_ptr& sc) {
     for (int i = 0; i < 3; ++i) {
         parts[i] = e.items[i + 1] ? eval(*e.items[i + 1], sc) : value::none();
     }
+    // jinja2 subscripts slices directly (not through its forgiving getitem): errors propagate.
     if (obj.is_undefined()) fail_undefined(obj);
+    if (!obj.is_string() && !obj.is_list()) {
+        fail("'" + std::string(type_name(obj)) + "' object is not subscriptable");
+    }
     for (const value& p : parts) {
         if (!p.is_none() && !p.is_int() && !p.is_bool()) {
-            return value::undefined("slice indices must be integers or None");
+            fail("slice indices must be integers or None");
         }
     }
     const int64_t step = parts[2].is_none() ? 1 : parts[2].int_of();
@@ -676,7 +680,7 @@ value renderer::eval_slice(const expr& e, const scope_ptr& sc) {
         }
         return new_list(std::move(out), obj.is_tuple());
     }
-    return value::undefined("'" + std::string(type_name(obj)) + "' object is not sliceable");
+    fail("unreachable slice");
 }
 
 value renderer::call(const value& callee, call_args&& args) {
@@ -810,6 +814,9 @@ value renderer::filter(std::string_view name, const value& input, call_args&& ar
 bool renderer::test(std::string_view name, const value& input, call_args&& args) {
     test_fn t = find_test(name);
     if (t == nullptr) fail("no test named '" + std::string(name) + "'");
+    if (!test_takes_argument(name) && (!args.positional.empty() || !args.keyword.empty())) {
+        fail("test '" + std::string(name) + "' takes no arguments");
+    }
     return t(*this, input, std::move(args));
 }
 
@@ -817,6 +824,9 @@ bool renderer::test(std::string_view name, const value& input, call_args&& args)
 
 value renderer::arith(const std::string& op, const value& a, const value& b) {
     if (op == "~") return new_string(str(a) + str(b));
+    if (op == "%" && a.is_string()) {  // printf-style: str(undefined) is ""
+        return new_string(percent_format(a.as_string(), b, text_limits()));
+    }
     if (a.is_undefined()) fail_undefined(a);
     if (b.is_undefined()) fail_undefined(b);
     const bool nums = a.is_number() && b.is_number();

@@ -210,6 +210,8 @@ CASES = [
     ("g_dict", "{{ dict(a=1, b=2) }} {{ dict([('x', 1)]) }} {{ dict({'k': 'v'}, z=0) }}"),
     ("g_joiner", "{% set j = joiner(' | ') %}{% for x in 'abc' %}{{ j() }}{{ x }}{% endfor %}"),
     ("g_strftime", "{{ strftime_now('%d %b %Y') }} {{ strftime_now('%Y-%m-%d %H:%M:%S %A %B %j') }}"),
+    ("percent_undefined", "{{ '[%s]' % missing }}"),
+    ("urlencode_scalar", "{{ 2.5|urlencode }} {{ true|urlencode }}"),
     # --- real-template idioms ---
     ("idiom_system_first", "{% if msgs[0]['role'] == 'system' %}{% set sys = msgs[0]['content'] %}{% set rest = msgs[1:] %}{% else %}{% set sys = '' %}{% set rest = msgs %}{% endif %}{{ sys }}|{% for m in rest %}{{ m.role }}:{{ m.content|trim }};{% endfor %}"),
     ("idiom_alternation", "{% for m in msgs[1:] %}{% if (m['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('alternate!') }}{% endif %}{{ m.role }}{% endfor %}"),
@@ -262,6 +264,11 @@ ERRORS = [
     ("e_items_non_mapping", "{{ [1]|items|list }}"),
     ("e_percent_args", "{{ '%s %s' % ('a',) }}"),
     ("e_format_index", "{{ '{1}'.format('a') }}"),
+    ("e_slice_none", "{{ n[1:] }}"),
+    ("e_slice_int", "{{ i[::2] }}"),
+    ("e_slice_dict", "{{ d[0:1] }}"),
+    ("e_slice_bad_index", "{{ nums['a':] }}"),
+    ("e_test_extra_argument", "{{ 'x' is upper('y') }}"),
 ]
 
 
