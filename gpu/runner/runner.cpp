@@ -248,9 +248,13 @@ result<weight_tensor> runner::upload_concat(
 result<buffer> runner::upload_norm(const model::matrix_view& m) {
     std::vector<float> w(round_up(_hp.n_embd, norm_align_floats), 0.0f);
     model::get_row(w.data(), m, 0);
-    auto b = _dev->create_buffer(w.size() * 4, memory_use::device);
+    return upload_floats(w);
+}
+
+result<buffer> runner::upload_floats(std::span<const float> values) {
+    auto b = _dev->create_buffer(values.size() * 4, memory_use::device);
     if (!b) return b.err();
-    status s = _dev->write(*b, 0, w.data(), w.size() * 4);
+    status s = _dev->write(*b, 0, values.data(), values.size() * 4);
     if (!s) return s.err();
     return std::move(*b);
 }
@@ -269,6 +273,9 @@ status runner::upload_model(const model::llama_weights& w) {
     auto on = upload_norm(w.output_norm);
     if (!on) return on.err();
     _output_norm = std::move(*on);
+    auto rope = upload_floats(rope_turns_table(w.rope_freq));
+    if (!rope) return rope.err();
+    _rope_freq = std::move(*rope);
     for (const model::llama_layer& l : w.layers) {
         layer_weights lw;
         auto qkv = upload_concat({&l.attn_q, &l.attn_k, &l.attn_v});

@@ -196,6 +196,7 @@ private:
     // n_in differ.
     result<weight_tensor> upload_concat(std::initializer_list<const model::matrix_view*> parts);
     result<buffer> upload_norm(const model::matrix_view& m);
+    result<buffer> upload_floats(std::span<const float> values);
 
     // runner_forward.cpp
     status record_embedding();
@@ -223,7 +224,9 @@ private:
     std::unique_ptr<kv_pool> _kv;
     weight_tensor _token_embd;  // (n_vocab rows of n_embd)
     weight_tensor _output;      // (n_embd -> n_vocab); _token_embd's chunks when tied
+    bool _output_tied = false;
     buffer _output_norm;        // (n_embd)
+    buffer _rope_freq;          // (n_rot / 2, 4) turns per position (rope_turns_table)
     std::vector<layer_weights> _layers;
 
     // Activations, sized for max_batch_tokens T (rows_max R for the logits rows).
