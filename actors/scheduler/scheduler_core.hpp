@@ -209,7 +209,7 @@ private:
         generate_request params;
         std::optional<sampler> smp;
         std::optional<stop_matcher> stops;
-        std::optional<model::stream_decoder> decoder;
+        std::optional<model::stream_decoder> decoder;  // none: the tokenizer is unsupported
         std::vector<int32_t> tokens;  // prompt, then every generated token
         uint32_t n_prompt = 0;
         uint32_t n_past = 0;  // tokens whose KV is in the pool (the prefill frontier)
@@ -248,6 +248,9 @@ private:
 
     // requests (scheduler_core.cpp)
     result<std::vector<int32_t>> prompt_tokens(const generate_request& g) const;
+    // error{tokenizer_unsupported}: `what` (an op, "a text prompt", "stop strings") needs the
+    // tokenizer, which ordo cannot run for this model (tokenizer::support()).
+    net::request_error tokenizer_error(uint64_t conn, uint64_t id, const std::string& what) const;
     // Whether a sequence of `tokens` positions can ever fit the whole KV pool.
     bool fits_pool(uint64_t tokens) const;
     std::string pool_message(uint64_t tokens) const;

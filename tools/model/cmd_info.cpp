@@ -108,7 +108,8 @@ std::string vocab_json(const result<model::vocab>& v) {
         return "{\"error\": {\"code\": " + json_string(v.err().code) +
                ", \"message\": " + json_string(v.err().message) + "}}";
     }
-    return "{\"model\": " + json_string(v->model()) + ", \"n_tokens\": " +
+    return "{\"model\": " + json_string(v->model()) + ", \"pre\": " + json_string(v->pre()) +
+           ", \"n_tokens\": " +
            std::to_string(v->size()) + ", \"bos\": " + std::to_string(v->bos()) +
            ", \"eos\": " + std::to_string(v->eos()) + ", \"unk\": " + std::to_string(v->unk()) +
            ", \"pad\": " + std::to_string(v->pad()) + ", \"add_bos\": " +
@@ -176,7 +177,7 @@ void print_text(const std::string& path, const model::gguf_file& f) {
     if (auto v = model::vocab::from_gguf(f)) {
         std::printf("tokenizer: %s, %zu tokens, bos %d, eos %d, unk %d, pad %d, add_bos %s, "
                     "add_eos %s\n",
-                    v->model().c_str(), v->size(), v->bos(), v->eos(), v->unk(), v->pad(),
+                    v->describe().c_str(), v->size(), v->bos(), v->eos(), v->unk(), v->pad(),
                     v->add_bos() ? "true" : "false", v->add_eos() ? "true" : "false");
     } else {
         std::printf("tokenizer: unusable: %s: %s\n", v.err().code.c_str(),

@@ -39,10 +39,12 @@ result<loaded_model> load_model(const config::config& cfg) {
     if (!weights.ok()) return in_file(m.path, weights.err());
     // The server computes on the gpu: a type its kernels do not run can never serve.
     if (auto st = gpu::check_weight_types(*weights); !st) return in_file(m.path, st.err());
-    auto tok = model::tokenizer::from_gguf(*file);
-    if (!tok.ok()) return in_file(m.path, tok.err());
+    // Any vocabulary serves token ids; one ordo cannot tokenize yet (gpt2 BPE) leaves the text
+    // ops answering tokenizer_unsupported (tokenizer::support()) instead of refusing to start.
+    auto voc = model::vocab::from_gguf(*file);
+    if (!voc.ok()) return in_file(m.path, voc.err());
     m.hp = weights->hp;
-    m.tokenizer.emplace(std::move(*tok));
+    m.tokenizer.emplace(std::move(*voc));
     m.n_ctx = cfg.model.context_tokens ? cfg.model.context_tokens : m.hp.n_ctx;
     if (m.n_ctx > m.hp.n_ctx) {
         return make_error("config_invalid", "model.context_tokens = " + std::to_string(m.n_ctx) +

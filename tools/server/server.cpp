@@ -166,6 +166,11 @@ status run_server(const config::config& cfg, const loaded_model& model, const se
               model.generated ? " (generated, random weights)" : "", model.hp.n_layer,
               model.hp.n_embd, model.hp.n_vocab, model.n_ctx, model.info.fingerprint);
     if (model.generated) log->warn("{}", model.info.hint);
+    if (const status& tok = model.tokenizer->support(); !tok.ok()) {
+        log->warn("{}: serving token ids only (generate with `tokens`); text ops answer "
+                  "tokenizer_unsupported",
+                  tok.err().message);
+    }
 
     gpu::logits_exchange logits(cfg.scheduler.max_sequences, model.hp.n_vocab);
     auto core =
