@@ -290,7 +290,12 @@ void scheduler_core::on_model(const model_info_query& m, std::vector<outgoing_ev
     r.path = i.path;
     r.fingerprint = i.fingerprint;
     r.weight_type = i.weight_type;
+    r.tensor_types = i.tensor_types;
     r.n_vocab = i.n_vocab, r.n_ctx_train = i.n_ctx, r.context = n_ctx();
+    r.context_bound = n_ctx_bound();
+    r.weights_device_bytes = _weight_bytes, r.kv_device_bytes = _kv_bytes;
+    r.tokenizer = v.describe();
+    r.tokenizer_supported = _tok->support().ok();
     r.n_embd = i.n_embd, r.n_layer = i.n_layer, r.n_head = i.n_head;
     r.n_head_kv = i.n_head_kv, r.n_ff = i.n_ff;
     r.bos_token = v.bos(), r.eos_token = v.eos();

@@ -49,6 +49,8 @@ struct model_info {
     std::string fingerprint;
     uint32_t n_vocab = 0, n_ctx = 0, n_embd = 0, n_layer = 0, n_head = 0, n_head_kv = 0, n_ff = 0;
     std::string weight_type;
+    std::map<std::string, uint64_t> tensor_types;  // type name -> tensors of that type
+    std::string context_bound;  // "trained" or "config": what set n_ctx before the device did
     bool generated = false;  // a random-weight model made by set-up, not a real one
     std::string hint;        // how to point the server at a real GGUF (when generated)
 };
@@ -313,9 +315,16 @@ private:
     bool _draining = false;
     gpu_view _gpu;
     uint32_t _device_n_ctx = 0;  // device_ready's context (0: not stated)
+    std::string _device_n_ctx_bound;  // and the bound that set it
+    uint64_t _weight_bytes = 0, _kv_bytes = 0;  // device memory, as device_ready said
     // The context requests must fit: the configured one, or the device's where it is shorter.
     uint32_t n_ctx() const {
         return _device_n_ctx != 0 ? std::min(_opt.n_ctx, _device_n_ctx) : _opt.n_ctx;
+    }
+    // The bound that set n_ctx() (runner: context_bound_name).
+    const std::string& n_ctx_bound() const {
+        return _device_n_ctx != 0 && _device_n_ctx < _opt.n_ctx ? _device_n_ctx_bound
+                                                                : _info.context_bound;
     }
     std::string _unavailable_reason;
     uint32_t _rows_max = 0;

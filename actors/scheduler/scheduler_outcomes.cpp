@@ -36,6 +36,9 @@ void scheduler_core::on_device_ready(const gpu::device_ready& m, std::vector<out
     _gpu.device = m.info;
     _gpu.epoch = m.epoch;
     _device_n_ctx = m.n_ctx;
+    _device_n_ctx_bound = m.n_ctx_bound;
+    _weight_bytes = m.weight_bytes;
+    _kv_bytes = m.kv_bytes;
     _rows_max = std::max<uint32_t>(1, m.rows_max);
     _counters.device_epochs = m.epoch + 1;
     if (!_kv || _kv->config().n_blocks != m.kv_blocks ||

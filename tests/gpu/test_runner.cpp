@@ -227,7 +227,7 @@ TEST(Runner, FlushEveryOneTwoAllLayersIsBitIdentical) {
 
 // (5) A context longer than attention can walk on the device (llvmpipe ends shader loops after
 // 65535 iterations) is clamped to attention_positions_max at load, a multiple of the block size;
-// a device without such a cap keeps the model's context.
+// a device without such a cap is bounded by the (larger) KV pool instead.
 TEST(Runner, ContextIsClampedToWhatAttentionCanWalk) {
     ORDO_REQUIRE_GPU();
     model::synth_options o;
@@ -239,17 +239,20 @@ TEST(Runner, ContextIsClampedToWhatAttentionCanWalk) {
     ASSERT_TRUE(model::write_synth_model(o, path).ok());
     auto f = open_model(path);
     ASSERT_NE(f, nullptr);
-    runner_options ro = test_options();
+    runner_options ro = test_options(true);
+    ro.kv_blocks = 40'000;  // 320000 tokens (40 MB): the pool is not the bound here
     auto r = make_runner(*f, ro);
     ASSERT_NE(r, nullptr);
     kv_geometry g{1, 2, 16, ro.kv_block_tokens, 1, ro.kv_f16};
     std::uint64_t most = attention_positions_max(*env().pipes, g);
     if (env().dev->info().loop_iterations_max == 0) {
-        EXPECT_EQ(r->limits().n_ctx, o.n_ctx);
+        EXPECT_EQ(r->limits().n_ctx, 320'000u);  // the pool, then (the model's is 1000000)
+        EXPECT_EQ(r->n_ctx_bound(), context_bound::kv_pool);
     } else {
         ASSERT_GT(most, 0u);
+        ASSERT_LT(most, 320'000u);
         EXPECT_EQ(r->limits().n_ctx, most);
-        EXPECT_LT(r->limits().n_ctx, o.n_ctx);
+        EXPECT_EQ(r->n_ctx_bound(), context_bound::device);
         EXPECT_EQ(r->limits().n_ctx % ro.kv_block_tokens, 0u);
     }
 }
