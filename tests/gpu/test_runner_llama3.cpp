@@ -23,34 +23,6 @@
 namespace ordo::gpu::testing {
 namespace {
 
-std::unique_ptr<runner> make_runner(const model::gguf_file& f, const runner_options& o) {
-    auto r = runner::create(f, o);
-    EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.err().code + ": " + r.err().message);
-    return r.ok() ? std::move(*r) : nullptr;
-}
-
-// The logits after each token: a prefill chunk of `chunk` tokens, then one decode per token.
-std::vector<std::vector<float>> run_sequence(runner& r, const std::vector<std::int32_t>& tokens,
-                                             std::uint32_t chunk) {
-    const std::uint32_t bt = r.limits().block_tokens, nv = r.hparams().n_vocab;
-    auto table = blocks_from(0, static_cast<std::uint32_t>(tokens.size()), bt);
-    std::vector<std::vector<float>> out;
-    std::uint32_t pos = 0;
-    for (std::uint64_t id = 1; pos < tokens.size(); ++id) {
-        const std::uint32_t n = pos == 0 ? chunk : 1;
-        std::vector<std::int32_t> part(tokens.begin() + pos, tokens.begin() + pos + n);
-        std::vector<float> row(nv);
-        auto res = r.run_step(make_step(id, pos == 0 ? "prefill" : "decode",
-                                        {make_seq(1, part, pos, table)}),
-                              row.data());
-        EXPECT_TRUE(res.ok()) << (res.ok() ? "" : res.err().message);
-        if (!res) return out;
-        out.push_back(std::move(row));
-        pos += n;
-    }
-    return out;
-}
-
 std::string write_model(const std::string& name, const model::synth_options& o) {
     const std::string path = temp_dir() + "/" + name;
     status s = model::write_synth_model(o, path);
@@ -90,7 +62,7 @@ TEST(RunnerLlama3, RopeFactorsAndLinearScalingMatchTheReference) {
     auto tokens = test_tokens(48, 300, 5);
     auto ref = reference_logits(*f, tokens);
     auto ref_plain = reference_logits(*plain, tokens);
-    auto got = run_sequence(*r, tokens, 13);
+    auto got = run_sequence(*r, tokens, 13, 0);
     ASSERT_EQ(ref.size(), 48u);
     ASSERT_EQ(got.size(), 36u);  // after token 12 (the chunk), then 13..47
     const double atol = 2e-3, rtol = 1e-3;
@@ -128,7 +100,7 @@ TEST(RunnerLlama3, TiedVocab128kInChunksMatchesTheReference) {
     tokens[1] = 128255;  // the last row of the last chunk
     tokens[2] = 0;
     auto ref = reference_logits(*f, tokens);
-    auto got = run_sequence(*r, tokens, 3);
+    auto got = run_sequence(*r, tokens, 3, 0);
     ASSERT_EQ(got.size(), 4u);
     for (std::size_t i = 0; i < got.size(); ++i) {
         ASSERT_EQ(got[i].size(), 128256u);
