@@ -390,24 +390,31 @@ status runner::init_buffers(std::uint32_t blocks) {
     if (status s = prepare_attention(*_pipes, g); !s) return s;
 
     std::uint64_t t = _options.max_batch_tokens, rows = _options.rows_max;
+    // What sizes each buffer, for the message when one would exceed a storage binding (the
+    // logits rows of a 128k vocabulary: 513 KB each).
+    const char* batch = "scheduler.max_batch_tokens";
+    const char* seqs = "scheduler.max_sequences";
+    const char* seqs_ctx = "scheduler.max_sequences or model.context_tokens";
     struct spec {
         buffer* b;
         std::uint64_t floats;
         memory_use use;
+        const char* name;
+        const char* lower;
     };
     const spec specs[] = {
-        {&_x, t * _embd_stride, memory_use::device},
-        {&_xn, t * _embd_stride, memory_use::device},
-        {&_qkv, t * _qkv_stride, memory_use::device},
-        {&_att, t * _embd_stride, memory_use::device},
-        {&_gu, t * _gu_stride, memory_use::device},
-        {&_hid, t * _ff_stride, memory_use::device},
-        {&_final, rows * _embd_stride, memory_use::device},
-        {&_ints, 5 * t, memory_use::host_readback},
+        {&_x, t * _embd_stride, memory_use::device, "residual", batch},
+        {&_xn, t * _embd_stride, memory_use::device, "normed", batch},
+        {&_qkv, t * _qkv_stride, memory_use::device, "q|k|v", batch},
+        {&_att, t * _embd_stride, memory_use::device, "attention", batch},
+        {&_gu, t * _gu_stride, memory_use::device, "gate|up", batch},
+        {&_hid, t * _ff_stride, memory_use::device, "hidden", batch},
+        {&_final, rows * _embd_stride, memory_use::device, "final", seqs},
+        {&_ints, 5 * t, memory_use::host_readback, "inputs", batch},
         {&_tables, std::uint64_t(_options.seqs_max) * _blocks_per_seq_max,
-         memory_use::host_readback},
-        {&_logits, rows * _hp.n_vocab, memory_use::host_readback},
-        {&_spin, 1024, memory_use::device},
+         memory_use::host_readback, "block tables", seqs_ctx},
+        {&_logits, rows * _hp.n_vocab, memory_use::host_readback, "logits", seqs},
+        {&_spin, 1024, memory_use::device, "spin", batch},
     };
     // The KV copy staging (_kv_host) is made by the first copy job: a server that never
     // persists KV does not pay kv_copy_blocks_max blocks of host memory (512 MiB for a 7B
@@ -416,8 +423,10 @@ status runner::init_buffers(std::uint32_t blocks) {
     _kv_seen.assign(g.n_blocks, 0);
     for (const spec& sp : specs) {
         if (sp.floats * 4 > _dev->info().max_storage_buffer_range) {
-            return bad_config("an activation buffer of " + std::to_string(sp.floats * 4) +
-                              " B exceeds one storage binding; lower max_batch_tokens");
+            return bad_config("the " + std::string(sp.name) + " buffer of " +
+                              std::to_string(sp.floats * 4) + " B exceeds one storage binding (" +
+                              std::to_string(_dev->info().max_storage_buffer_range) +
+                              " B); lower " + sp.lower);
         }
         auto b = _dev->create_buffer(sp.floats * 4, sp.use);
         if (!b) return b.err();

@@ -11,7 +11,8 @@
 // (2) A 128256-token vocabulary with tied embeddings (no output.weight), F16, n_embd 64, with the
 // weight arena's pages lowered to 4 MiB so the 16 MiB embedding is split into row chunks (one
 // binding each) for both the lookup and the classifier: all 128256 logits of every position
-// agree with the reference, and the classifier's chunks are counted once in weight_bytes().
+// agree with the reference, and the classifier's chunks are counted once in weight_bytes(); more
+// logits rows than one storage binding holds is a gpu_bad_config naming scheduler.max_sequences.
 // (3) choose_context picks the smallest of the trained context, the configured one, the KV
 // pool's tokens and the device's bound, naming it, earlier bounds winning ties; and a runner
 // on a model trained for 131072 positions with a 512-token pool serves 512 (bound "kv pool").
@@ -109,6 +110,19 @@ TEST(RunnerLlama3, TiedVocab128kInChunksMatchesTheReference) {
                   argmax(ref[2 + i].data(), ref[2 + i].size()))
             << "position " << 2 + i;
     }
+    // Logits rows are 513 KB each here: more rows than one binding holds is a config error
+    // naming the buffer and the key that sizes it (where a step may hold that many rows).
+    const std::uint64_t rows = env().dev->info().max_storage_buffer_range / (128256ull * 4) + 1;
+    if (rows > runner_seqs_max_max) return;
+    runner_options big = ro;
+    big.rows_max = big.seqs_max = big.max_batch_tokens = static_cast<std::uint32_t>(rows);
+    auto refused = runner::create(*f, big);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.err().code, "gpu_bad_config");
+    EXPECT_NE(refused.err().message.find("the logits buffer of"), std::string::npos)
+        << refused.err().message;
+    EXPECT_NE(refused.err().message.find("lower scheduler.max_sequences"), std::string::npos)
+        << refused.err().message;
 }
 
 // (3)
