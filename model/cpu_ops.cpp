@@ -36,21 +36,19 @@ void get_row(float* out, const matrix_view& w, size_t row) {
     (void)st;
 }
 
-void rope(float* vec, size_t n_heads, size_t head_dim, size_t n_rot, size_t pos, float freq_base) {
-    assert(n_rot <= head_dim && n_rot % 2 == 0);
+void rope(float* vec, size_t n_heads, size_t head_dim, std::span<const double> freq, size_t pos) {
+    assert(2 * freq.size() <= head_dim);
     for (size_t h = 0; h < n_heads; ++h) {
         float* v = vec + h * head_dim;
-        for (size_t i = 0; i < n_rot; i += 2) {
+        for (size_t j = 0; j < freq.size(); ++j) {
             // Angle in double so the reference itself adds no error at large positions.
-            const double freq = std::pow(static_cast<double>(freq_base),
-                                         -static_cast<double>(i) / static_cast<double>(n_rot));
-            const double theta = static_cast<double>(pos) * freq;
+            const double theta = static_cast<double>(pos) * freq[j];
             const float c = static_cast<float>(std::cos(theta));
             const float s = static_cast<float>(std::sin(theta));
-            const float x0 = v[i];
-            const float x1 = v[i + 1];
-            v[i] = x0 * c - x1 * s;
-            v[i + 1] = x0 * s + x1 * c;
+            const float x0 = v[2 * j];
+            const float x1 = v[2 * j + 1];
+            v[2 * j] = x0 * c - x1 * s;
+            v[2 * j + 1] = x0 * s + x1 * c;
         }
     }
 }

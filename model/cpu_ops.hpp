@@ -11,8 +11,10 @@
 //   - A weight matrix has ne0 = n_in (the contiguous dimension) and ne1 = n_out rows; row r is
 //     row_bytes(type, n_in) bytes at data + r * row_bytes. matvec computes out = W x.
 //   - Vectors of several heads are laid out head-major: head h occupies [h*head_dim, +head_dim).
-//   - RoPE rotates adjacent pairs (2i, 2i+1) of the first n_rot dims of each head by angle
-//     pos * freq_base^(-2i / n_rot); dims >= n_rot pass through (llama.cpp "normal" mode).
+//   - RoPE rotates adjacent pairs (2j, 2j+1) of the first n_rot dims of each head by angle
+//     pos * freq[j]; dims >= n_rot pass through (llama.cpp "normal" mode). freq is the model's
+//     table (llama_weights::rope_freq: freq_base^(-2j / n_rot), divided by the Llama 3.1
+//     factors and the linear scale).
 //   - Grouped-query attention: query head h reads kv head h / (n_head / n_head_kv).
 #pragma once
 
@@ -43,8 +45,9 @@ void matvec(float* out, const matrix_view& w, const float* x);
 // Decodes row `row` of w (n_in floats) into out: the embedding lookup.
 void get_row(float* out, const matrix_view& w, size_t row);
 
-// In place on vec = n_heads x head_dim floats (see the convention above).
-void rope(float* vec, size_t n_heads, size_t head_dim, size_t n_rot, size_t pos, float freq_base);
+// In place on vec = n_heads x head_dim floats (see the convention above); n_rot = 2 *
+// freq.size() <= head_dim. The angle, its cosine and sine are computed in double.
+void rope(float* vec, size_t n_heads, size_t head_dim, std::span<const double> freq, size_t pos);
 
 // In place: x = exp(x - max) / sum. n >= 1.
 void softmax(float* x, size_t n);

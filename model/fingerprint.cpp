@@ -127,6 +127,12 @@ fingerprint model_fingerprint(const gguf_file& file, const llama_hparams& hp) {
     }
     words.push_back(std::bit_cast<uint32_t>(hp.rope_freq_base));
     words.push_back(std::bit_cast<uint32_t>(hp.rms_eps));
+    // Linear RoPE scaling changes every position's rotation. Covered only when in use, so the
+    // fingerprints of unscaled models (and the KV files stamped with them) stay what they were.
+    // rope_freqs.weight factors are a tensor: item 3 covers them.
+    if (hp.rope_scale_linear != 1.0f) {
+        words.push_back(std::bit_cast<uint32_t>(hp.rope_scale_linear));
+    }
     words.push_back(file.tensors().size());
     for (const auto& t : file.tensors()) {
         const auto name = std::span(reinterpret_cast<const uint8_t*>(t.name.data()), t.name.size());

@@ -8,7 +8,8 @@
 //   1. a format tag and version (k_fingerprint_version), so a change of this definition can
 //      never silently match an old stamp;
 //   2. the Llama hyperparameters that change the computation: n_embd, n_layer, n_head,
-//      n_head_kv, n_ff, n_ctx, n_vocab, n_rot, rope freq base and rms eps (float bits);
+//      n_head_kv, n_ff, n_ctx, n_vocab, n_rot, rope freq base and rms eps (float bits), and the
+//      linear RoPE scaling factor where it is not 1;
 //   3. for every tensor in the file's table, in table order: its name, type id, n_dims, every
 //      ne, and a digest of its data bytes.
 // It does not cover the rest of the metadata (tokenizer, names, licence): two files with the same

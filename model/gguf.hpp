@@ -196,4 +196,15 @@ status require_supported(const gguf_tensor_info& t);
 // abbreviated to their type, length and first `items_max` items.
 std::string format_value(const gguf_value& v, size_t items_max = 8);
 
+// Tensors and bytes of one type in a file.
+struct tensor_type_count {
+    ggml_type type = ggml_type::f32;
+    size_t tensors = 0;
+    uint64_t bytes = 0;
+};
+
+// The file's tensor types, in type-id order, types with no tensor left out: `ordo-model info`
+// prints it, the server's `model` op reports it.
+std::vector<tensor_type_count> tensor_type_histogram(const gguf_file& f);
+
 }  // namespace ordo::model

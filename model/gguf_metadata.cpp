@@ -241,4 +241,18 @@ std::string format_value(const gguf_value& v, size_t items_max) {
     return out;
 }
 
+std::vector<tensor_type_count> tensor_type_histogram(const gguf_file& f) {
+    std::vector<tensor_type_count> out;
+    for (const auto& tr : k_ggml_types) {
+        tensor_type_count c{tr.type};
+        for (const auto& t : f.tensors()) {
+            if (t.type != tr.type) continue;
+            c.tensors++;
+            c.bytes += t.n_bytes;
+        }
+        if (c.tensors > 0) out.push_back(c);
+    }
+    return out;
+}
+
 }  // namespace ordo::model

@@ -3,6 +3,7 @@
 // shapes instead of checking them.
 #include "model/llama.hpp"
 
+#include <cassert>
 #include <cmath>
 
 namespace ordo::model {
@@ -78,8 +79,48 @@ status validate_llama_hparams(const llama_hparams& hp) {
     if (!(hp.rope_freq_base > 0.0f) || !std::isfinite(hp.rope_freq_base)) {
         return bad_hparams("rope freq base " + std::to_string(hp.rope_freq_base));
     }
+    if (!(hp.rope_scale_linear > 0.0f) || !std::isfinite(hp.rope_scale_linear)) {
+        return bad_hparams("rope scaling factor " + std::to_string(hp.rope_scale_linear));
+    }
     return {};
 }
+
+namespace {
+
+// The RoPE scaling keys: rope.scaling.type (none | linear) and the linear factor. As llama.cpp
+// reads them: a factor (rope.scaling.factor, or the older rope.scale_linear) without a type is
+// linear scaling; 0 means none. Another type (yarn, longrope, ...) changes the rotation in ways
+// ordo does not implement: refused, naming the key and its value, rather than run as plain RoPE.
+result<float> read_rope_scaling(const gguf_file& file, const llama_hparams& hp) {
+    const std::string type_key = key(hp, "rope.scaling.type");
+    std::string factor_key = key(hp, "rope.scaling.factor");
+    if (!file.has(factor_key)) factor_key = key(hp, "rope.scale_linear");
+    auto factor = file.get_f32_or(factor_key, 0.0f);
+    if (!factor) return factor.err();
+    const bool has_factor = file.has(factor_key) && *factor != 0.0f && *factor != 1.0f;
+    auto type = file.get_string_or(type_key, has_factor ? "linear" : "none");
+    if (!type) return type.err();
+    if (*type != "none" && *type != "linear") {
+        return make_error("llama_unsupported_rope",
+                          type_key + " = '" + *type +
+                              "' is not implemented (ordo runs none and linear RoPE scaling, and "
+                              "Llama 3.1 frequency factors from rope_freqs.weight)");
+    }
+    if (*type == "none") {
+        if (has_factor) {
+            return bad_hparams(type_key + " is 'none' but " + factor_key + " is " +
+                               std::to_string(*factor));
+        }
+        return 1.0f;
+    }
+    if (!file.has(factor_key)) {
+        return bad_hparams(type_key + " is 'linear' but " + key(hp, "rope.scaling.factor") +
+                           " is absent");
+    }
+    return *factor == 0.0f ? 1.0f : *factor;
+}
+
+}  // namespace
 
 result<llama_hparams> read_llama_hparams(const gguf_file& file) {
     llama_hparams hp;
@@ -121,6 +162,9 @@ result<llama_hparams> read_llama_hparams(const gguf_file& file) {
     if (!eps) return eps.err();
     auto n_vocab = read_n_vocab(file);
     if (!n_vocab) return n_vocab.err();
+    auto scale = read_rope_scaling(file, hp);
+    if (!scale) return scale.err();
+    hp.rope_scale_linear = *scale;
     hp.n_head_kv = *n_head_kv;
     hp.n_ctx = *n_ctx;
     hp.n_rot = *n_rot;
@@ -206,25 +250,48 @@ result<llama_layer> map_layer(const gguf_file& file, const llama_hparams& hp, ui
     return l;
 }
 
+// rope_freqs.weight (Llama 3.1 RoPE scaling): n_rot / 2 f32 factors, each dividing the matching
+// pair's frequency; empty when the tensor is absent.
+result<std::vector<float>> map_rope_freqs(const gguf_file& file, const llama_hparams& hp) {
+    const char* name = "rope_freqs.weight";
+    if (file.find_tensor(name) == nullptr) return std::vector<float>{};
+    auto v = map_tensor(file, name, hp.n_rot / 2, 1, true);
+    if (!v) return v.err();
+    if (v->type != ggml_type::f32) {
+        return make_error("llama_unsupported_type", "tensor '" + std::string(name) +
+                                                        "' has type " +
+                                                        std::string(type_name(v->type)) +
+                                                        "; expected f32");
+    }
+    std::vector<float> factors(hp.n_rot / 2);
+    get_row(factors.data(), *v, 0);
+    for (size_t j = 0; j < factors.size(); ++j) {
+        if (!(factors[j] > 0.0f) || !std::isfinite(factors[j])) {
+            return bad_hparams(std::string(name) + "[" + std::to_string(j) + "] = " +
+                               std::to_string(factors[j]) +
+                               ": every RoPE frequency factor must be finite and > 0");
+        }
+    }
+    return factors;
+}
+
 }  // namespace
+
+std::vector<double> rope_frequencies(const llama_hparams& hp, std::span<const float> factors) {
+    assert(factors.empty() || factors.size() == hp.n_rot / 2);
+    std::vector<double> freq(hp.n_rot / 2);
+    for (size_t j = 0; j < freq.size(); ++j) {
+        double f = std::pow(static_cast<double>(hp.rope_freq_base),
+                            -2.0 * static_cast<double>(j) / static_cast<double>(hp.n_rot));
+        if (!factors.empty()) f /= static_cast<double>(factors[j]);
+        freq[j] = f / static_cast<double>(hp.rope_scale_linear);
+    }
+    return freq;
+}
 
 result<llama_weights> map_llama_weights(const gguf_file& file) {
     auto hp = read_llama_hparams(file);
     if (!hp) return hp.err();
-    // RoPE variants ordo does not implement are refused: run with plain RoPE they would give
-    // wrong positions, silently.
-    if (file.find_tensor("rope_freqs.weight") != nullptr) {
-        return make_error("llama_unsupported_rope",
-                          "tensor 'rope_freqs.weight' (Llama 3.1 RoPE frequency factors) is not "
-                          "implemented yet; without it every position past the shortest "
-                          "wavelengths would be computed wrong");
-    }
-    auto scaling = file.get_string_or(key(*hp, "rope.scaling.type"), "none");
-    if (!scaling) return scaling.err();
-    if (*scaling != "none") {
-        return make_error("llama_unsupported_rope", key(*hp, "rope.scaling.type") + " = '" +
-                                                        *scaling + "' is not implemented yet");
-    }
     llama_weights w;
     w.hp = *hp;
     auto embd = map_tensor(file, "token_embd.weight", w.hp.n_embd, w.hp.n_vocab, false);
@@ -241,6 +308,10 @@ result<llama_weights> map_llama_weights(const gguf_file& file) {
         w.output = w.token_embd;  // tied classifier (llama2.c-style models)
         w.output_tied = true;
     }
+    auto freqs = map_rope_freqs(file, w.hp);
+    if (!freqs) return freqs.err();
+    w.rope_factors = !freqs->empty();
+    w.rope_freq = rope_frequencies(w.hp, *freqs);
     w.layers.reserve(w.hp.n_layer);
     for (uint32_t il = 0; il < w.hp.n_layer; ++il) {
         auto layer = map_layer(file, w.hp, il);

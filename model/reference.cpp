@@ -72,8 +72,8 @@ void reference_model::attention_block(uint32_t il, uint32_t pos) {
     matvec(v, l.attn_v, _xb.data());
 
     // Rotary position embedding on queries and keys.
-    rope(_q.data(), hp.n_head, hp.head_dim(), hp.n_rot, pos, hp.rope_freq_base);
-    rope(k, hp.n_head_kv, hp.head_dim(), hp.n_rot, pos, hp.rope_freq_base);
+    rope(_q.data(), hp.n_head, hp.head_dim(), _w.rope_freq, pos);
+    rope(k, hp.n_head_kv, hp.head_dim(), _w.rope_freq, pos);
 
     // Grouped-query attention over positions 0..pos, then the output projection.
     const attention_shape shape{hp.n_head, hp.n_head_kv, hp.head_dim()};

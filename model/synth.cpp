@@ -72,6 +72,20 @@ status validate_synth_options(const synth_options& o) {
                            std::to_string(k_synth_byte_vocab_min) +
                            " (3 special + 256 byte tokens)");
     }
+    struct rope_value {
+        const char* what;
+        float v;
+        bool zero_ok;  // 0: the option is off
+    };
+    const rope_value rope[] = {{"rope freq base", o.rope_freq_base, false},
+                               {"llama3 rope factor", o.rope_llama3_factor, true},
+                               {"linear rope factor", o.rope_linear, true}};
+    for (const auto& r : rope) {
+        if (!std::isfinite(r.v) || r.v < 0.0f || (r.v == 0.0f && !r.zero_ok)) {
+            return bad_options(std::string(r.what) + " " + std::to_string(r.v) +
+                               " must be finite and > 0");
+        }
+    }
     llama_hparams hp;
     hp.arch = "llama";
     hp.n_embd = o.n_embd;
@@ -145,6 +159,32 @@ synth_vocab make_byte_vocab(uint32_t n_vocab) {
     return v;
 }
 
+// ---- RoPE ----------------------------------------------------------------------------------
+
+std::vector<float> llama3_rope_factors(uint32_t n_rot, float freq_base, const llama3_rope& p) {
+    // convert_hf_to_gguf.py (LlamaModel), in float32 as it computes them.
+    const float pi = 3.14159265358979323846f;
+    const float old_ctx = static_cast<float>(p.original_context);
+    const float low_wavelen = old_ctx / p.low_freq_factor;
+    const float high_wavelen = old_ctx / p.high_freq_factor;
+    std::vector<float> factors;
+    for (uint32_t i = 0; i < n_rot; i += 2) {
+        const float freq =
+            1.0f / std::pow(freq_base, static_cast<float>(i) / static_cast<float>(n_rot));
+        const float wavelen = 2.0f * pi / freq;
+        if (wavelen < high_wavelen) {
+            factors.push_back(1.0f);
+        } else if (wavelen > low_wavelen) {
+            factors.push_back(p.factor);
+        } else {
+            const float smooth = (old_ctx / wavelen - p.low_freq_factor) /
+                                 (p.high_freq_factor - p.low_freq_factor);
+            factors.push_back(1.0f / ((1.0f - smooth) / p.factor + smooth));
+        }
+    }
+    return factors;
+}
+
 // ---- weights -------------------------------------------------------------------------------
 
 void synth_values(uint64_t seed, const std::string& name, float scale, uint64_t first, float* out,
@@ -175,8 +215,9 @@ struct planned_tensor {
     ggml_type type = ggml_type::f32;
     uint64_t ne0 = 0;  // n_in
     uint64_t ne1 = 1;  // rows
-    bool is_norm = false;
-    uint64_t offset = 0;  // relative to the data section
+    bool is_vector = false;  // one row (norms, rope_freqs): written 1-D
+    std::vector<float> values;  // a tensor of given values (rope_freqs), else generated
+    uint64_t offset = 0;        // relative to the data section
 };
 
 std::vector<planned_tensor> plan_tensors(const synth_options& o, uint32_t n_vocab) {
@@ -184,11 +225,18 @@ std::vector<planned_tensor> plan_tensors(const synth_options& o, uint32_t n_voca
     const uint64_t kv_dim = uint64_t{n_head_kv} * (o.n_embd / o.n_head);
     std::vector<planned_tensor> p;
     auto mat = [&](std::string name, uint64_t ne0, uint64_t ne1) {
-        p.push_back({std::move(name), o.type, ne0, ne1, false, 0});
+        p.push_back({std::move(name), o.type, ne0, ne1, false, {}, 0});
     };
     auto norm = [&](std::string name) {
-        p.push_back({std::move(name), ggml_type::f32, o.n_embd, 1, true, 0});
+        p.push_back({std::move(name), ggml_type::f32, o.n_embd, 1, true, {}, 0});
     };
+    if (o.rope_llama3_factor > 0.0f) {
+        llama3_rope r;
+        r.factor = o.rope_llama3_factor;
+        auto f = llama3_rope_factors(o.n_embd / o.n_head, o.rope_freq_base, r);
+        const uint64_t n = f.size();
+        p.push_back({"rope_freqs.weight", ggml_type::f32, n, 1, true, std::move(f), 0});
+    }
     mat("token_embd.weight", o.n_embd, n_vocab);
     norm("output_norm.weight");
     if (!o.tied) mat("output.weight", o.n_embd, n_vocab);
@@ -226,7 +274,11 @@ status set_metadata(const synth_options& o, gguf_writer& w, uint32_t& n_vocab_ou
     w.set_u32("llama.attention.head_count", o.n_head);
     w.set_u32("llama.attention.head_count_kv", o.n_head_kv ? o.n_head_kv : o.n_head);
     w.set_u32("llama.rope.dimension_count", o.n_embd / o.n_head);
-    w.set_f32("llama.rope.freq_base", k_llama_default_rope_freq_base);
+    w.set_f32("llama.rope.freq_base", o.rope_freq_base);
+    if (o.rope_linear > 0.0f) {
+        w.set_string("llama.rope.scaling.type", "linear");
+        w.set_f32("llama.rope.scaling.factor", o.rope_linear);
+    }
     w.set_f32("llama.attention.layer_norm_rms_epsilon", k_llama_default_rms_eps);
     w.set_u64("ordo.synth.seed", o.seed);
     if (o.vocab_from.empty()) {
@@ -344,8 +396,10 @@ status write_tensor(stream_file& out, const planned_tensor& t, uint64_t seed) {
     std::vector<uint8_t> encoded(row_bytes(t.type, t.ne0));
     const float scale = 1.0f / std::sqrt(static_cast<float>(t.ne0));
     for (uint64_t r = 0; r < t.ne1; ++r) {
-        if (t.is_norm) {
-            std::fill(row.begin(), row.end(), 1.0f);
+        if (!t.values.empty()) {
+            row = t.values;
+        } else if (t.is_vector) {
+            std::fill(row.begin(), row.end(), 1.0f);  // norm weights
         } else {
             synth_values(seed, t.name, scale, r * t.ne0, row.data(), row.size());
         }
@@ -367,7 +421,7 @@ status write_synth_model(const synth_options& opt, const std::string& path) {
         gguf_tensor_spec spec;
         spec.name = t.name;
         spec.type_raw = static_cast<uint32_t>(t.type);
-        spec.ne = t.is_norm ? std::vector<uint64_t>{t.ne0} : std::vector<uint64_t>{t.ne0, t.ne1};
+        spec.ne = t.is_vector ? std::vector<uint64_t>{t.ne0} : std::vector<uint64_t>{t.ne0, t.ne1};
         spec.offset_raw = t.offset;  // data is streamed below, not held by the writer
         w.add_tensor_raw(std::move(spec));
     }

@@ -42,14 +42,33 @@ struct synth_options {
     uint64_t seed = 0;
     bool tied = false;       // no output.weight: the classifier reuses token_embd
     std::string vocab_from;  // GGUF to copy tokenizer.* from; empty: byte vocab
+    // RoPE: llama.rope.freq_base; rope_llama3_factor > 0 writes rope_freqs.weight made by
+    // llama3_rope_factors with that factor (Llama 3.1: 8, 3.2: 32); rope_linear > 0 writes
+    // rope.scaling.type = linear and rope.scaling.factor = rope_linear.
+    float rope_freq_base = 10000.0f;
+    float rope_llama3_factor = 0.0f;
+    float rope_linear = 0.0f;
 };
+
+// Llama 3.1 RoPE scaling ("rope_type": "llama3" in a Hugging Face config).
+struct llama3_rope {
+    float factor = 8.0f;
+    float low_freq_factor = 1.0f;
+    float high_freq_factor = 4.0f;
+    uint32_t original_context = 8192;
+};
+
+// The rope_freqs.weight factors llama.cpp's convert_hf_to_gguf.py writes for it (n_rot / 2
+// values, computed in float32 as it does): 1 for wavelengths below original_context /
+// high_freq_factor, `factor` above original_context / low_freq_factor, a smooth blend between.
+std::vector<float> llama3_rope_factors(uint32_t n_rot, float freq_base, const llama3_rope& p);
 
 // Checks the options before anything is written. Errors (code synth_bad_options): a zero or
 // absurd dim, n_embd not divisible by n_head, n_head not divisible by n_head_kv, a type the
 // CPU reference does not compute with (is_supported), n_embd or n_ff not a multiple of the
 // type's block size (32, or 256 for the K types; the message names a tensor whose rows are not),
 // n_vocab below k_synth_byte_vocab_min for the byte vocab, both or neither of n_vocab and
-// vocab_from.
+// vocab_from, a RoPE base or factor that is not finite and > 0.
 status validate_synth_options(const synth_options& opt);
 
 // The plain byte vocab's pieces, scores and token types (exposed for tests).

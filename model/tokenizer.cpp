@@ -120,13 +120,25 @@ private:
 
 }  // namespace
 
+tokenizer::tokenizer(model::vocab v) : _vocab(std::move(v)) {
+    if (_vocab.model() != "llama") {
+        _support = make_error("tokenizer_unsupported",
+                              "tokenizer " + _vocab.describe() +
+                                  " is not supported yet (ordo tokenizes SentencePiece 'llama' "
+                                  "vocabularies only); send token ids instead of text");
+    }
+}
+
 result<tokenizer> tokenizer::from_gguf(const gguf_file& f) {
     auto v = vocab::from_gguf(f);
     if (!v) return v.err();
-    return tokenizer(std::move(*v));
+    tokenizer t(std::move(*v));
+    if (!t.support()) return t.support().err();
+    return t;
 }
 
 std::vector<token_id> tokenizer::encode(std::string_view text, bool add_special) const {
+    assert(_support.ok() && "encode on a vocab ordo cannot tokenize");
     std::vector<token_id> out;
     if (add_special && _vocab.add_bos() && _vocab.bos() != k_no_token) out.push_back(_vocab.bos());
     if (!text.empty()) {
@@ -149,6 +161,7 @@ std::vector<token_id> tokenizer::encode(std::string_view text, bool add_special)
 }
 
 std::string tokenizer::token_bytes(token_id id, bool at_start) const {
+    assert(_support.ok() && "decode on a vocab ordo cannot tokenize");
     assert(_vocab.valid(id));
     switch (_vocab.type(id)) {
     case token_type::control: return {};

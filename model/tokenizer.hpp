@@ -30,11 +30,18 @@ class gguf_file;
 
 class tokenizer {
 public:
-    explicit tokenizer(model::vocab v) : _vocab(std::move(v)) {}
-    // vocab::from_gguf's errors (tokenizer_missing, tokenizer_unsupported, ...).
+    // Any vocab; support() says whether text can be encoded and decoded with it.
+    explicit tokenizer(model::vocab v);
+    // A tokenizer that can encode: vocab::from_gguf's errors (tokenizer_missing,
+    // tokenizer_bad_vocab), and support()'s (tokenizer_unsupported). ordo-server, which serves
+    // token ids whatever the tokenizer, builds one from the vocab instead.
     static result<tokenizer> from_gguf(const gguf_file& f);
 
     const model::vocab& vocab() const { return _vocab; }
+    // ok for a SentencePiece ("llama") vocab; otherwise tokenizer_unsupported naming the
+    // tokenizer, e.g. "gpt2 (pre llama-bpe)": BPE is not implemented yet. Every text function
+    // below (encode, decode, token_bytes, stream_decoder) requires it (asserted).
+    const status& support() const { return _support; }
 
     // `add_special`: add BOS (and EOS) as the vocab's add_bos/add_eos flags say.
     std::vector<token_id> encode(std::string_view text, bool add_special) const;
@@ -48,6 +55,7 @@ public:
 
 private:
     model::vocab _vocab;
+    status _support;
 };
 
 // Feeds ids one at a time and returns only complete, valid UTF-8. Bytes of a character split

@@ -31,6 +31,9 @@ result<vocab> vocab::from_gguf(const gguf_file& f) {
     auto model = f.get_string("tokenizer.ggml.model");
     if (!model) return make_error("tokenizer_bad_vocab", model.err().message);
     spec.model = *model;
+    auto pre = f.get_string_or("tokenizer.ggml.pre", "");
+    if (!pre) return make_error("tokenizer_bad_vocab", pre.err().message);
+    spec.pre = *pre;
     if (!f.has("tokenizer.ggml.tokens")) {
         return make_error("tokenizer_missing", "metadata key tokenizer.ggml.tokens is absent");
     }
@@ -80,11 +83,6 @@ result<vocab> vocab::from_gguf(const gguf_file& f) {
 }
 
 result<vocab> vocab::from_spec(vocab_spec spec) {
-    if (spec.model != "llama") {
-        return make_error("tokenizer_unsupported",
-                          "tokenizer model '" + spec.model +
-                              "' is not supported (only SentencePiece 'llama' is implemented)");
-    }
     const size_t n = spec.pieces.size();
     if (n == 0 || n > static_cast<size_t>(INT32_MAX)) {
         return make_error("tokenizer_bad_vocab", "vocab has " + std::to_string(n) + " tokens");
@@ -101,6 +99,7 @@ result<vocab> vocab::from_spec(vocab_spec spec) {
     }
     vocab v;
     v._model = std::move(spec.model);
+    v._pre = std::move(spec.pre);
     v._pieces = std::move(spec.pieces);
     v._scores = spec.scores.empty() ? std::vector<float>(n, 0.0f) : std::move(spec.scores);
     v._types = spec.types.empty() ? std::vector<token_type>(n, token_type::normal)
@@ -121,6 +120,10 @@ result<vocab> vocab::from_spec(vocab_spec spec) {
         v._byte_ids[b] = v.find(name);
     }
     return v;
+}
+
+std::string vocab::describe() const {
+    return _pre.empty() ? _model : _model + " (pre " + _pre + ")";
 }
 
 const std::string& vocab::piece(token_id id) const {

@@ -40,6 +40,7 @@ enum class token_type : int32_t {
 // Ingredients of a vocab, for building one without a GGUF file (tests, benchmarks).
 struct vocab_spec {
     std::string model = "llama";        // tokenizer.ggml.model
+    std::string pre;                    // tokenizer.ggml.pre (BPE pre-tokenizer; "" absent)
     std::vector<std::string> pieces;    // tokenizer.ggml.tokens
     std::vector<float> scores;          // empty: all 0
     std::vector<token_type> types;      // empty: all normal
@@ -50,13 +51,17 @@ struct vocab_spec {
 
 class vocab {
 public:
-    // Errors: tokenizer_missing (no tokenizer.ggml.model / tokens), tokenizer_unsupported
-    // (a model other than "llama", e.g. "gpt2" BPE, not implemented yet), tokenizer_bad_vocab
-    // (wrong types, scores/types length differing from tokens, empty vocab).
+    // Any tokenizer model loads (ids, specials and pieces mean the same whatever turns text into
+    // them); whether ordo can tokenize it is the tokenizer's support(). Errors:
+    // tokenizer_missing (no tokenizer.ggml.model / tokens), tokenizer_bad_vocab (wrong types,
+    // scores/types length differing from tokens, empty vocab).
     static result<vocab> from_gguf(const gguf_file& f);
     static result<vocab> from_spec(vocab_spec spec);
 
     const std::string& model() const { return _model; }
+    const std::string& pre() const { return _pre; }
+    // "gpt2 (pre llama-bpe)", or the model alone when there is no pre-tokenizer: for messages.
+    std::string describe() const;
     size_t size() const { return _pieces.size(); }
     bool valid(token_id id) const { return id >= 0 && static_cast<size_t>(id) < _pieces.size(); }
     // Precondition for the three below: valid(id).
@@ -86,6 +91,7 @@ private:
     };
 
     std::string _model;
+    std::string _pre;
     std::vector<std::string> _pieces;
     std::vector<float> _scores;
     std::vector<token_type> _types;

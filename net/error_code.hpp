@@ -29,6 +29,7 @@ enum class errc : uint8_t {
     read_timeout,        // a frame was not completed within server.read_timeout_ms
     session_busy,        // another live request uses the session
     kv_io,               // persisted KV could not be read or written (session_delete)
+    tokenizer_unsupported,  // a text op on a model whose tokenizer ordo cannot run yet
     internal,            // a bug: an invariant did not hold
 };
 
@@ -51,6 +52,7 @@ constexpr std::string_view wire_name(errc c) {
         case errc::read_timeout: return "read_timeout";
         case errc::session_busy: return "session_busy";
         case errc::kv_io: return "kv_io";
+        case errc::tokenizer_unsupported: return "tokenizer_unsupported";
         case errc::internal: return "internal";
     }
     return "internal";

@@ -55,15 +55,21 @@ struct model_report {
     std::string architecture;
     std::string fingerprint;
     std::string weight_type;
+    std::map<std::string, uint64_t> tensor_types;  // type name -> tensor count
     uint32_t n_vocab = 0, n_ctx_train = 0, context = 0, n_embd = 0, n_layer = 0, n_head = 0;
     uint32_t n_head_kv = 0, n_ff = 0;
+    std::string context_bound;  // trained | config | kv pool | device: what set `context`
     int32_t bos_token = -1, eos_token = -1;
+    std::string tokenizer;  // "llama", "gpt2 (pre llama-bpe)"
+    bool tokenizer_supported = false;  // false: text ops answer tokenizer_unsupported
+    uint64_t weights_device_bytes = 0, kv_device_bytes = 0;  // 0 until the device is ready
     bool generated = false;  // a random-weight model made by set-up, not a real one
     std::string hint;        // how to point the server at a real GGUF (when generated)
     gpu::device_summary gpu;
-    MSGPACK_DEFINE_MAP(path, architecture, fingerprint, weight_type, n_vocab, n_ctx_train, context,
-                       n_embd, n_layer, n_head, n_head_kv, n_ff, bos_token, eos_token, generated,
-                       hint, gpu);
+    MSGPACK_DEFINE_MAP(path, architecture, fingerprint, weight_type, tensor_types, n_vocab,
+                       n_ctx_train, context, n_embd, n_layer, n_head, n_head_kv, n_ff,
+                       context_bound, bos_token, eos_token, tokenizer, tokenizer_supported,
+                       weights_device_bytes, kv_device_bytes, generated, hint, gpu);
 };
 
 // The stats op's `kv_disk` map: KV persistence as the kv actor reports it (docs/protocol.md).

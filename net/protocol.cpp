@@ -141,10 +141,15 @@ std::string encode(const model_done& e) {
     event_writer w(e.id, "done");
     w.field("architecture", m.architecture).field("path", m.path);
     w.field("fingerprint", m.fingerprint).field("weight_type", m.weight_type);
+    w.field("tensor_types", m.tensor_types);
     w.field("n_vocab", m.n_vocab).field("n_ctx_train", m.n_ctx_train).field("context", m.context);
+    w.field("context_bound", m.context_bound);
     w.field("n_embd", m.n_embd).field("n_layer", m.n_layer).field("n_head", m.n_head);
     w.field("n_head_kv", m.n_head_kv).field("n_ff", m.n_ff);
     w.field("bos_token", m.bos_token).field("eos_token", m.eos_token);
+    w.field("tokenizer", m.tokenizer).field("tokenizer_supported", m.tokenizer_supported);
+    w.field("weights_device_bytes", m.weights_device_bytes);
+    w.field("kv_device_bytes", m.kv_device_bytes);
     w.field("generated", m.generated);
     if (m.generated) w.field("hint", m.hint);
     w.field("device", m.gpu.name);

@@ -95,6 +95,11 @@ void scheduler_core::on_generate(const generate& m, std::vector<outgoing_event>&
         return out.push_back(error_event(m.conn, m.id, errc::gpu_unavailable,
                                          _unavailable_reason));
     }
+    // Text in (a prompt) or text matched (stop strings) needs the tokenizer; ids do not.
+    const char* needs_text = g.prompt ? "a text prompt" : !g.stop.empty() ? "stop strings" : "";
+    if (!_tok->support() && *needs_text != '\0') {
+        return out.push_back(tokenizer_error(m.conn, m.id, needs_text));
+    }
     auto ids = prompt_tokens(g);
     if (!ids.ok()) return out.push_back(error_event(m.conn, m.id, errc::bad_request,
                                                     ids.err().message));
@@ -137,7 +142,7 @@ void scheduler_core::on_generate(const generate& m, std::vector<outgoing_event>&
     r.params = g;
     r.smp.emplace(std::move(*smp));
     r.stops.emplace(std::move(*stops));
-    r.decoder.emplace(*_tok);
+    if (_tok->support()) r.decoder.emplace(*_tok);  // else the text fields stay empty
     r.tokens = std::move(*ids);
     r.n_prompt = static_cast<uint32_t>(r.tokens.size());
     r.submitted = clock::now();
@@ -204,7 +209,14 @@ void scheduler_core::on_client_gone(const client_gone& m, std::vector<outgoing_e
     }
 }
 
+net::request_error scheduler_core::tokenizer_error(uint64_t conn, uint64_t id,
+                                                   const std::string& what) const {
+    return error_event(conn, id, errc::tokenizer_unsupported,
+                       what + " needs the tokenizer: " + _tok->support().err().message);
+}
+
 void scheduler_core::on_tokenize(const tokenize& m, std::vector<outgoing_event>& out) {
+    if (!_tok->support()) return out.push_back(tokenizer_error(m.conn, m.id, "tokenize"));
     const auto& v = _tok->vocab();
     bool add_bos = m.add_bos.value_or(v.add_bos());
     std::vector<int32_t> ids = _tok->encode(m.text, false);
@@ -213,6 +225,7 @@ void scheduler_core::on_tokenize(const tokenize& m, std::vector<outgoing_event>&
 }
 
 void scheduler_core::on_detokenize(const detokenize& m, std::vector<outgoing_event>& out) {
+    if (!_tok->support()) return out.push_back(tokenizer_error(m.conn, m.id, "detokenize"));
     auto text = _tok->decode(m.tokens);
     if (!text.ok()) return out.push_back(error_event(m.conn, m.id, errc::bad_request,
                                                      text.err().message));
@@ -277,7 +290,12 @@ void scheduler_core::on_model(const model_info_query& m, std::vector<outgoing_ev
     r.path = i.path;
     r.fingerprint = i.fingerprint;
     r.weight_type = i.weight_type;
+    r.tensor_types = i.tensor_types;
     r.n_vocab = i.n_vocab, r.n_ctx_train = i.n_ctx, r.context = n_ctx();
+    r.context_bound = n_ctx_bound();
+    r.weights_device_bytes = _weight_bytes, r.kv_device_bytes = _kv_bytes;
+    r.tokenizer = v.describe();
+    r.tokenizer_supported = _tok->support().ok();
     r.n_embd = i.n_embd, r.n_layer = i.n_layer, r.n_head = i.n_head;
     r.n_head_kv = i.n_head_kv, r.n_ff = i.n_ff;
     r.bos_token = v.bos(), r.eos_token = v.eos();

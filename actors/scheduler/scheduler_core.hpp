@@ -49,6 +49,8 @@ struct model_info {
     std::string fingerprint;
     uint32_t n_vocab = 0, n_ctx = 0, n_embd = 0, n_layer = 0, n_head = 0, n_head_kv = 0, n_ff = 0;
     std::string weight_type;
+    std::map<std::string, uint64_t> tensor_types;  // type name -> tensors of that type
+    std::string context_bound;  // "trained" or "config": what set n_ctx before the device did
     bool generated = false;  // a random-weight model made by set-up, not a real one
     std::string hint;        // how to point the server at a real GGUF (when generated)
 };
@@ -209,7 +211,7 @@ private:
         generate_request params;
         std::optional<sampler> smp;
         std::optional<stop_matcher> stops;
-        std::optional<model::stream_decoder> decoder;
+        std::optional<model::stream_decoder> decoder;  // none: the tokenizer is unsupported
         std::vector<int32_t> tokens;  // prompt, then every generated token
         uint32_t n_prompt = 0;
         uint32_t n_past = 0;  // tokens whose KV is in the pool (the prefill frontier)
@@ -248,6 +250,9 @@ private:
 
     // requests (scheduler_core.cpp)
     result<std::vector<int32_t>> prompt_tokens(const generate_request& g) const;
+    // error{tokenizer_unsupported}: `what` (an op, "a text prompt", "stop strings") needs the
+    // tokenizer, which ordo cannot run for this model (tokenizer::support()).
+    net::request_error tokenizer_error(uint64_t conn, uint64_t id, const std::string& what) const;
     // Whether a sequence of `tokens` positions can ever fit the whole KV pool.
     bool fits_pool(uint64_t tokens) const;
     std::string pool_message(uint64_t tokens) const;
@@ -310,9 +315,16 @@ private:
     bool _draining = false;
     gpu_view _gpu;
     uint32_t _device_n_ctx = 0;  // device_ready's context (0: not stated)
+    std::string _device_n_ctx_bound;  // and the bound that set it
+    uint64_t _weight_bytes = 0, _kv_bytes = 0;  // device memory, as device_ready said
     // The context requests must fit: the configured one, or the device's where it is shorter.
     uint32_t n_ctx() const {
         return _device_n_ctx != 0 ? std::min(_opt.n_ctx, _device_n_ctx) : _opt.n_ctx;
+    }
+    // The bound that set n_ctx() (runner: context_bound_name).
+    const std::string& n_ctx_bound() const {
+        return _device_n_ctx != 0 && _device_n_ctx < _opt.n_ctx ? _device_n_ctx_bound
+                                                                : _info.context_bound;
     }
     std::string _unavailable_reason;
     uint32_t _rows_max = 0;

@@ -36,6 +36,9 @@ void scheduler_core::on_device_ready(const gpu::device_ready& m, std::vector<out
     _gpu.device = m.info;
     _gpu.epoch = m.epoch;
     _device_n_ctx = m.n_ctx;
+    _device_n_ctx_bound = m.n_ctx_bound;
+    _weight_bytes = m.weight_bytes;
+    _kv_bytes = m.kv_bytes;
     _rows_max = std::max<uint32_t>(1, m.rows_max);
     _counters.device_epochs = m.epoch + 1;
     if (!_kv || _kv->config().n_blocks != m.kv_blocks ||
@@ -133,14 +136,15 @@ void scheduler_core::apply_token(request_state& r, std::span<const float> logits
         emit = r.stops->finish();
         reason = "stop";
     } else {
-        auto piece = r.decoder->feed(token);
+        // Without a tokenizer (unsupported) no text is made: token events carry ids only.
+        auto piece = r.decoder ? r.decoder->feed(token) : result<std::string>(std::string());
         auto o = r.stops->feed(piece.ok() ? *piece : std::string());
         emit = std::move(o.text);
         if (o.stopped) {
             reason = "stop";
             stop_string = r.stops->stops()[size_t(o.stop_index)];
         } else if (r.generated.size() >= r.params.max_tokens || r.tokens.size() >= n_ctx()) {
-            auto tail = r.stops->feed(r.decoder->flush());
+            auto tail = r.stops->feed(r.decoder ? r.decoder->flush() : std::string());
             emit += tail.text;
             if (tail.stopped) {
                 reason = "stop";
@@ -158,7 +162,7 @@ void scheduler_core::apply_token(request_state& r, std::span<const float> logits
             auto& top = t.top_logprobs.emplace();
             for (const auto& e : s->top_logprobs()) {
                 std::string text;
-                model::utf8_sanitize(_tok->token_bytes(e.token, false), true, text);
+                if (r.decoder) model::utf8_sanitize(_tok->token_bytes(e.token, false), true, text);
                 top.push_back({e.token, std::move(text), e.logprob});
             }
         }

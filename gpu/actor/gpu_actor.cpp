@@ -286,10 +286,16 @@ void gpu_actor::finish_build() {
     }
     _state = state::ready;
     log().info("device ready (epoch {}): {}", _epoch, _device_name);
-    device_ready m{_epoch, _device_name, _runner->limits().n_blocks,
-                   _runner->limits().block_tokens, _options.runner.rows_max,
+    device_ready m{_epoch,
+                   _device_name,
+                   _runner->limits().n_blocks,
+                   _runner->limits().block_tokens,
+                   _options.runner.rows_max,
                    summarize(_runner->info(), _runner->texel_kernels()),
-                   _runner->limits().n_ctx};
+                   _runner->limits().n_ctx,
+                   std::string(context_bound_name(_runner->n_ctx_bound())),
+                   _runner->weight_bytes(),
+                   _runner->kv_bytes()};
     _replies.send(m);
 }
 

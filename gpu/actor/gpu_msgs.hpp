@@ -187,10 +187,16 @@ struct device_ready {
     uint32_t kv_block_tokens = 0;
     uint32_t rows_max = 0;  // most logits rows one step may ask for
     device_summary info;
-    // Positions a sequence may reach here: the configured context, or less where the device
-    // bounds attention (llvmpipe's loop cap); 0 = not stated.
+    // Positions a sequence may reach here (runner: choose_context): the smallest of the
+    // trained context, the configured one, the KV pool's tokens and what attention can walk on
+    // the device (llvmpipe's loop cap); 0 = not stated. n_ctx_bound names the one that applied
+    // ("trained", "config", "kv pool", "device").
     uint32_t n_ctx = 0;
-    MSGPACK_DEFINE_MAP(epoch, device, kv_blocks, kv_block_tokens, rows_max, info, n_ctx);
+    std::string n_ctx_bound;
+    // Device memory held by the weights and by the KV pool.
+    uint64_t weight_bytes = 0, kv_bytes = 0;
+    MSGPACK_DEFINE_MAP(epoch, device, kv_blocks, kv_block_tokens, rows_max, info, n_ctx,
+                       n_ctx_bound, weight_bytes, kv_bytes);
 };
 
 // Rebuilding failed for good (recovery_max exceeded): the server reports health degraded.

@@ -55,6 +55,29 @@ status check_options(const runner_options& o) {
 
 }  // namespace
 
+std::string_view context_bound_name(context_bound b) {
+    switch (b) {
+        case context_bound::trained: return "trained";
+        case context_bound::config: return "config";
+        case context_bound::kv_pool: return "kv pool";
+        case context_bound::device: return "device";
+    }
+    return "trained";
+}
+
+context_choice choose_context(std::uint32_t trained, std::uint32_t configured,
+                              std::uint64_t pool_tokens, std::uint64_t device_max) {
+    context_choice c{trained, context_bound::trained};
+    const std::pair<std::uint64_t, context_bound> others[] = {
+        {configured, context_bound::config},
+        {pool_tokens, context_bound::kv_pool},
+        {device_max, context_bound::device}};
+    for (const auto& [limit, bound] : others) {
+        if (limit != 0 && limit < c.n_ctx) c = {static_cast<std::uint32_t>(limit), bound};
+    }
+    return c;
+}
+
 status check_weight_types(const model::llama_weights& w) {
     std::vector<const model::matrix_view*> mats{&w.token_embd, &w.output};
     for (const auto& l : w.layers) {
@@ -98,9 +121,8 @@ status runner::init(const model::gguf_file& file) {
     if (!w) return w.err();
     if (status s = check_weight_types(*w); !s) return s;
     _hp = w->hp;
-    std::uint32_t n_ctx = _options.n_ctx == 0 ? _hp.n_ctx : _options.n_ctx;
-    if (n_ctx > _hp.n_ctx) {
-        return bad_config("n_ctx " + std::to_string(n_ctx) + " exceeds the model's " +
+    if (_options.n_ctx > _hp.n_ctx) {
+        return bad_config("n_ctx " + std::to_string(_options.n_ctx) + " exceeds the model's " +
                           std::to_string(_hp.n_ctx));
     }
     _embd_stride = round_up(_hp.n_embd, 8);
@@ -109,15 +131,12 @@ status runner::init(const model::gguf_file& file) {
     _gu_stride = round_up(2 * _hp.n_ff, 8);
     status s = init_device();
     if (!s) return s;
-    n_ctx = device_context(n_ctx);
-    _blocks_per_seq_max = (n_ctx + _options.kv_block_tokens - 1) / _options.kv_block_tokens;
-    _limits = step_limits{_hp.n_vocab,        n_ctx,
-                          _options.kv_block_tokens, 0,
-                          _options.max_batch_tokens, _options.rows_max,
-                          _options.seqs_max,  _blocks_per_seq_max};
+    auto blocks = kv_pool_blocks();
+    if (!blocks) return blocks.err();
+    init_context(*blocks);
     s = upload_model(*w);
     if (!s) return s;
-    s = init_buffers();
+    s = init_buffers(*blocks);
     if (!s) return s;
     s = init_stream();
     if (!s) return s;
@@ -171,18 +190,24 @@ status runner::warm_up() {
     return {};
 }
 
-std::uint32_t runner::device_context(std::uint32_t n_ctx) const {
-    // A device that caps shader loops (llvmpipe) bounds how far attention can look back: the
-    // context shrinks to that, said once here and announced in device_ready.
+void runner::init_context(std::uint32_t blocks) {
+    // A device that caps shader loops (llvmpipe) bounds how far attention can look back.
     kv_geometry g{_hp.n_layer, _hp.n_head_kv, _hp.head_dim(), _options.kv_block_tokens, 1,
                   _options.kv_f16};
-    std::uint64_t most = attention_positions_max(*_pipes, g);
-    if (most == 0 || n_ctx <= most) return n_ctx;
-    logger()->warn("runner: context {} exceeds the {} positions attention can walk on {} (it "
-                   "ends shader loops after {} iterations); serving a context of {}: set "
-                   "model.context_tokens <= {} to silence this",
-                   n_ctx, most, _dev->info().name, _dev->info().loop_iterations_max, most, most);
-    return static_cast<std::uint32_t>(most);
+    const std::uint64_t device_max = attention_positions_max(*_pipes, g);
+    const std::uint64_t pool_tokens = std::uint64_t(blocks) * _options.kv_block_tokens;
+    context_choice c = choose_context(_hp.n_ctx, _options.n_ctx, pool_tokens, device_max);
+    _n_ctx_bound = c.bound;
+    logger()->info("runner: context {} positions (bound: {}; trained {}, config {}, kv pool {} "
+                   "tokens, device {})",
+                   c.n_ctx, context_bound_name(c.bound), _hp.n_ctx,
+                   _options.n_ctx != 0 ? std::to_string(_options.n_ctx) : "unset", pool_tokens,
+                   device_max != 0 ? std::to_string(device_max) : "no limit");
+    _blocks_per_seq_max = (c.n_ctx + _options.kv_block_tokens - 1) / _options.kv_block_tokens;
+    _limits = step_limits{_hp.n_vocab,        c.n_ctx,
+                          _options.kv_block_tokens, blocks,
+                          _options.max_batch_tokens, _options.rows_max,
+                          _options.seqs_max,  _blocks_per_seq_max};
 }
 
 status runner::init_device() {
@@ -196,6 +221,7 @@ status runner::init_device() {
     if (!p) return p.err();
     _pipes = std::move(*p);
     std::uint64_t page = std::min(_dev->info().max_storage_buffer_range, arena_page_bytes_max);
+    if (_options.weight_page_bytes != 0) page = std::min(page, _options.weight_page_bytes);
     _arena = std::make_unique<arena>(*_dev, page);
     return {};
 }
@@ -248,9 +274,13 @@ result<weight_tensor> runner::upload_concat(
 result<buffer> runner::upload_norm(const model::matrix_view& m) {
     std::vector<float> w(round_up(_hp.n_embd, norm_align_floats), 0.0f);
     model::get_row(w.data(), m, 0);
-    auto b = _dev->create_buffer(w.size() * 4, memory_use::device);
+    return upload_floats(w);
+}
+
+result<buffer> runner::upload_floats(std::span<const float> values) {
+    auto b = _dev->create_buffer(values.size() * 4, memory_use::device);
     if (!b) return b.err();
-    status s = _dev->write(*b, 0, w.data(), w.size() * 4);
+    status s = _dev->write(*b, 0, values.data(), values.size() * 4);
     if (!s) return s.err();
     return std::move(*b);
 }
@@ -259,6 +289,7 @@ status runner::upload_model(const model::llama_weights& w) {
     auto emb = upload(w.token_embd);
     if (!emb) return emb.err();
     _token_embd = std::move(*emb);
+    _output_tied = w.output_tied;
     if (w.output_tied) {
         _output = _token_embd;  // the same device chunks serve get_rows and the classifier
     } else {
@@ -269,6 +300,9 @@ status runner::upload_model(const model::llama_weights& w) {
     auto on = upload_norm(w.output_norm);
     if (!on) return on.err();
     _output_norm = std::move(*on);
+    auto rope = upload_floats(rope_turns_table(w.rope_freq));
+    if (!rope) return rope.err();
+    _rope_freq = std::move(*rope);
     for (const model::llama_layer& l : w.layers) {
         layer_weights lw;
         auto qkv = upload_concat({&l.attn_q, &l.attn_k, &l.attn_v});
@@ -307,7 +341,7 @@ std::uint64_t runner::kv_layer_block_bytes() const {
            (_options.kv_f16 ? 2 : 4);
 }
 
-status runner::init_buffers() {
+result<std::uint32_t> runner::kv_pool_blocks() const {
     std::uint64_t per_block = kv_layer_block_bytes();
     std::uint64_t blocks = _options.kv_blocks;
     const std::uint64_t blocks_max = runner_kv_pool_tokens_max / _options.kv_block_tokens;
@@ -322,33 +356,65 @@ status runner::init_buffers() {
                           std::to_string(_options.kv_block_tokens) + " tokens (1.." +
                           std::to_string(blocks_max) + ")");
     }
-    kv_geometry g{_hp.n_layer, _hp.n_head_kv, _hp.head_dim(), _options.kv_block_tokens,
-                  static_cast<std::uint32_t>(blocks), _options.kv_f16};
+    return static_cast<std::uint32_t>(blocks);
+}
+
+std::uint64_t runner::weight_bytes() const {
+    auto bytes_of = [](const weight_tensor& w) {
+        std::uint64_t b = 0;
+        for (const weight_chunk& c : w.chunks) b += c.view.range;
+        return b;
+    };
+    std::uint64_t bytes = bytes_of(_token_embd) + (_output_tied ? 0 : bytes_of(_output)) +
+                          _output_norm.size() + _rope_freq.size();
+    for (const layer_weights& l : _layers) {
+        for (const weight_tensor* w : {&l.qkv, &l.gate_up, &l.wq, &l.wk, &l.wv, &l.wo, &l.gate,
+                                       &l.up, &l.down}) {
+            bytes += bytes_of(*w);
+        }
+        bytes += l.attn_norm.size() + l.ffn_norm.size();
+    }
+    return bytes;
+}
+
+std::uint64_t runner::kv_bytes() const {
+    return 2ull * _hp.n_layer * _limits.n_blocks * kv_layer_block_bytes();
+}
+
+status runner::init_buffers(std::uint32_t blocks) {
+    kv_geometry g{_hp.n_layer, _hp.n_head_kv, _hp.head_dim(), _options.kv_block_tokens, blocks,
+                  _options.kv_f16};
     auto kv = kv_pool::create(*_dev, g);
     if (!kv) return kv.err();
     _kv = std::move(*kv);
     if (status s = prepare_attention(*_pipes, g); !s) return s;
-    _limits.n_blocks = g.n_blocks;
 
     std::uint64_t t = _options.max_batch_tokens, rows = _options.rows_max;
+    // What sizes each buffer, for the message when one would exceed a storage binding (the
+    // logits rows of a 128k vocabulary: 513 KB each).
+    const char* batch = "scheduler.max_batch_tokens";
+    const char* seqs = "scheduler.max_sequences";
+    const char* seqs_ctx = "scheduler.max_sequences or model.context_tokens";
     struct spec {
         buffer* b;
         std::uint64_t floats;
         memory_use use;
+        const char* name;
+        const char* lower;
     };
     const spec specs[] = {
-        {&_x, t * _embd_stride, memory_use::device},
-        {&_xn, t * _embd_stride, memory_use::device},
-        {&_qkv, t * _qkv_stride, memory_use::device},
-        {&_att, t * _embd_stride, memory_use::device},
-        {&_gu, t * _gu_stride, memory_use::device},
-        {&_hid, t * _ff_stride, memory_use::device},
-        {&_final, rows * _embd_stride, memory_use::device},
-        {&_ints, 5 * t, memory_use::host_readback},
+        {&_x, t * _embd_stride, memory_use::device, "residual", batch},
+        {&_xn, t * _embd_stride, memory_use::device, "normed", batch},
+        {&_qkv, t * _qkv_stride, memory_use::device, "q|k|v", batch},
+        {&_att, t * _embd_stride, memory_use::device, "attention", batch},
+        {&_gu, t * _gu_stride, memory_use::device, "gate|up", batch},
+        {&_hid, t * _ff_stride, memory_use::device, "hidden", batch},
+        {&_final, rows * _embd_stride, memory_use::device, "final", seqs},
+        {&_ints, 5 * t, memory_use::host_readback, "inputs", batch},
         {&_tables, std::uint64_t(_options.seqs_max) * _blocks_per_seq_max,
-         memory_use::host_readback},
-        {&_logits, rows * _hp.n_vocab, memory_use::host_readback},
-        {&_spin, 1024, memory_use::device},
+         memory_use::host_readback, "block tables", seqs_ctx},
+        {&_logits, rows * _hp.n_vocab, memory_use::host_readback, "logits", seqs},
+        {&_spin, 1024, memory_use::device, "spin", batch},
     };
     // The KV copy staging (_kv_host) is made by the first copy job: a server that never
     // persists KV does not pay kv_copy_blocks_max blocks of host memory (512 MiB for a 7B
@@ -357,8 +423,10 @@ status runner::init_buffers() {
     _kv_seen.assign(g.n_blocks, 0);
     for (const spec& sp : specs) {
         if (sp.floats * 4 > _dev->info().max_storage_buffer_range) {
-            return bad_config("an activation buffer of " + std::to_string(sp.floats * 4) +
-                              " B exceeds one storage binding; lower max_batch_tokens");
+            return bad_config("the " + std::string(sp.name) + " buffer of " +
+                              std::to_string(sp.floats * 4) + " B exceeds one storage binding (" +
+                              std::to_string(_dev->info().max_storage_buffer_range) +
+                              " B); lower " + sp.lower);
         }
         auto b = _dev->create_buffer(sp.floats * 4, sp.use);
         if (!b) return b.err();

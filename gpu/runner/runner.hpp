@@ -32,6 +32,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "actors/runtime/result.hpp"
@@ -73,13 +74,37 @@ struct runner_options {
     std::uint32_t max_batch_tokens = 512;            // tokens in one step, at most
     std::uint32_t rows_max = 16;                     // logits rows in one step, at most
     std::uint32_t seqs_max = 64;                     // sequences in one step, at most
-    std::uint32_t n_ctx = 0;                         // positions per sequence; 0: the model's
+    std::uint32_t n_ctx = 0;                         // model.context_tokens; 0: the model's
     bool timestamps = false;                         // per-kernel GPU timings (bench)
     std::uint32_t kv_copy_blocks_max = 64;           // KV blocks per copy job, at most
+    // Weight arena page (one storage binding each; a tensor larger than a page is split into
+    // row chunks): 0 = min(the device's storage-buffer range, 256 MiB). Tests lower it to run
+    // the chunked paths (a 128k-token embedding in several bindings) on small models.
+    std::uint64_t weight_page_bytes = 0;
     // gpu.kernels: true = the texel-fetch family, false = the storage-buffer family; unset =
     // the device's default (tuning_for: texel on CPU devices, storage on GPUs).
     std::optional<bool> texel_kernels;
 };
+
+// The context (positions per sequence) a runner serves is the smallest of four bounds; the one
+// that applied is logged once at creation and announced in device_ready (the `model` op's
+// context_bound). On a tie the earlier one in this order is named.
+enum class context_bound {
+    trained,  // the model's context_length
+    config,   // runner_options::n_ctx (model.context_tokens)
+    kv_pool,  // the KV pool's tokens: one sequence can never hold more
+    device,   // what attention can walk on the device (attention_positions_max: llvmpipe)
+};
+std::string_view context_bound_name(context_bound b);  // "trained", "config", "kv pool", "device"
+
+struct context_choice {
+    std::uint32_t n_ctx = 0;
+    context_bound bound = context_bound::trained;
+};
+// min(trained, configured, pool_tokens, device_max), naming the bound; configured and
+// device_max 0 mean "no such bound". Pure: ordo-server's tests and the runner use it.
+context_choice choose_context(std::uint32_t trained, std::uint32_t configured,
+                              std::uint64_t pool_tokens, std::uint64_t device_max);
 
 // Faults the gpu actor arms through the real failure paths (ARCHITECTURE.md "Faults").
 enum class fault_kind { none, device_lost, hang, nan_logits };
@@ -167,7 +192,13 @@ public:
     const model::llama_hparams& hparams() const { return _hp; }
     const runner_options& options() const { return _options; }
     const step_limits& limits() const { return _limits; }
-    std::uint64_t weight_bytes() const { return _arena->bytes_reserved(); }
+    // The bound that set limits().n_ctx (choose_context).
+    context_bound n_ctx_bound() const { return _n_ctx_bound; }
+    // Device bytes the weights occupy (every matrix's chunks, a tied embedding once, the norm
+    // vectors, the RoPE table; the arena's pages around them may hold up to one page more) and
+    // the KV pool's (every layer's K and V).
+    std::uint64_t weight_bytes() const;
+    std::uint64_t kv_bytes() const;
 
 private:
     struct layer_weights {
@@ -181,10 +212,13 @@ private:
     explicit runner(const runner_options& options) : _options(options) {}
     status init(const model::gguf_file& file);
     status init_device();
-    // n_ctx, or less where the device bounds attention (attention_positions_max).
-    std::uint32_t device_context(std::uint32_t n_ctx) const;
+    // KV pool blocks: gpu.kv_blocks, or as many as kv_memory_bytes, one storage binding per
+    // layer and runner_kv_pool_tokens_max allow. Error: gpu_bad_config (none, or too many).
+    result<std::uint32_t> kv_pool_blocks() const;
+    // Picks the context (choose_context) and logs it with the bound that applied.
+    void init_context(std::uint32_t blocks);
     status upload_model(const model::llama_weights& w);
-    status init_buffers();
+    status init_buffers(std::uint32_t blocks);
     status init_stream();
     status warm_up();
     status ensure_kv_host();  // makes _kv_host on the first copy job
@@ -196,6 +230,7 @@ private:
     // n_in differ.
     result<weight_tensor> upload_concat(std::initializer_list<const model::matrix_view*> parts);
     result<buffer> upload_norm(const model::matrix_view& m);
+    result<buffer> upload_floats(std::span<const float> values);
 
     // runner_forward.cpp
     status record_embedding();
@@ -209,6 +244,7 @@ private:
     runner_options _options;
     model::llama_hparams _hp;
     step_limits _limits;
+    context_bound _n_ctx_bound = context_bound::trained;
     std::uint32_t _embd_stride = 0;  // n_embd rounded up to 8 floats (mat-mul loads 8 at once)
     std::uint32_t _qkv_stride = 0;   // n_embd + 2 kv_dim, rounded up to 8
     std::uint32_t _ff_stride = 0;    // n_ff, rounded up to 8
@@ -223,7 +259,9 @@ private:
     std::unique_ptr<kv_pool> _kv;
     weight_tensor _token_embd;  // (n_vocab rows of n_embd)
     weight_tensor _output;      // (n_embd -> n_vocab); _token_embd's chunks when tied
+    bool _output_tied = false;
     buffer _output_norm;        // (n_embd)
+    buffer _rope_freq;          // (n_rot / 2, 4) turns per position (rope_turns_table)
     std::vector<layer_weights> _layers;
 
     // Activations, sized for max_batch_tokens T (rows_max R for the logits rows).

@@ -75,8 +75,8 @@ status runner::record_layer(std::uint32_t l) {
         ORDO_TRY(encode_mul_mat(s, w.wv, xn, v, n, false));
     }
     // The new tokens' K and V go to their slots first, so attention sees them (causal self).
-    ORDO_TRY(encode_rope_kv(s, *_kv, l, q, positions, slots, n, _hp.n_head, _hp.n_rot,
-                            _hp.rope_freq_base));
+    ORDO_TRY(encode_rope_kv(s, *_kv, l, q, positions, slots, {whole(_rope_freq), _hp.n_rot}, n,
+                            _hp.n_head));
     attention_batch b;
     b.q = q;
     b.out = att;

@@ -285,21 +285,53 @@ status encode_rms_norm(stream& s, rows_view x, buffer_view weight, rows_view out
     return {};
 }
 
-status encode_rope(stream& s, rows_view x, ints_view positions, std::uint32_t n_tokens,
-                   std::uint32_t n_heads, std::uint32_t head_dim, std::uint32_t n_rot,
-                   float freq_base) {
-    if (n_tokens == 0 || n_tokens > rows_limit(s) || n_heads == 0 || n_rot == 0 ||
-        n_rot % 2 != 0 || n_rot > head_dim) {
-        return bad("rope", "bad shape (n_rot must be even and <= head_dim)");
+std::vector<float> rope_turns_table(std::span<const double> freq) {
+    constexpr double two_pi = 6.283185307179586476925286766559;
+    constexpr int bits = static_cast<int>(abi::ORDO_ROPE_SPLIT_BITS);
+    // x cut to `bits` significant bits, toward zero (exact in float).
+    auto cut = [](double x) {
+        if (x == 0.0) return 0.0;
+        int e = 0;
+        double m = std::frexp(x, &e);  // x = m * 2^e, 0.5 <= |m| < 1
+        return std::ldexp(std::trunc(std::ldexp(m, bits)), e - bits);
+    };
+    std::vector<float> table(4 * freq.size(), 0.0f);
+    for (std::size_t j = 0; j < freq.size(); ++j) {
+        const double turns = freq[j] / two_pi;
+        const double hi = cut(turns);
+        const double mid = cut(turns - hi);  // both differences are exact in double
+        table[4 * j] = static_cast<float>(hi);
+        table[4 * j + 1] = static_cast<float>(mid);
+        table[4 * j + 2] = static_cast<float>(turns - hi - mid);
+    }
+    return table;
+}
+
+namespace {
+
+// The shape checks both rope encoders share.
+bool rope_shape_ok(const rope_table& rope, std::uint32_t head_dim) {
+    return rope.n_rot != 0 && rope.n_rot % 2 == 0 && rope.n_rot <= head_dim &&
+           rope.view.range >= 8ull * rope.n_rot;  // n_rot / 2 vec4s
+}
+
+}  // namespace
+
+status encode_rope(stream& s, rows_view x, ints_view positions, const rope_table& rope,
+                   std::uint32_t n_tokens, std::uint32_t n_heads, std::uint32_t head_dim) {
+    if (n_tokens == 0 || n_tokens > rows_limit(s) || n_heads == 0 ||
+        !rope_shape_ok(rope, head_dim)) {
+        return bad("rope", "bad shape (n_rot must be even and <= head_dim, the table n_rot / 2 "
+                           "pairs)");
     }
     if (!fits(x, n_tokens, std::uint64_t(n_heads) * head_dim) || !fits(positions, n_tokens)) {
         return bad("rope", "operand outside its binding");
     }
     std::uint32_t wg = s.pipes().get(pipeline_id::rope).workgroup_size;
-    std::uint32_t gx = std::min(ceil_div(n_rot / 2, wg), elementwise_groups_max);
-    abi::rope_push p{n_tokens, n_heads, head_dim, n_rot, x.offset, x.stride, positions.offset,
-                     freq_base};
-    s.dispatch(pipeline_id::rope, {x.view, positions.view}, p, {gx, n_tokens, 1});
+    std::uint32_t gx = std::min(ceil_div(rope.n_rot / 2, wg), elementwise_groups_max);
+    abi::rope_push p{n_tokens, n_heads, head_dim, rope.n_rot, x.offset, x.stride,
+                     positions.offset};
+    s.dispatch(pipeline_id::rope, {x.view, positions.view, rope.view}, p, {gx, n_tokens, 1});
     return {};
 }
 
@@ -363,8 +395,8 @@ status encode_kv_write(stream& s, const kv_pool& pool, std::uint32_t layer, rows
 }
 
 status encode_rope_kv(stream& s, const kv_pool& pool, std::uint32_t layer, rows_view qkv,
-                      ints_view positions, ints_view slots, std::uint32_t n_tokens,
-                      std::uint32_t n_head, std::uint32_t n_rot, float freq_base) {
+                      ints_view positions, ints_view slots, const rope_table& rope,
+                      std::uint32_t n_tokens, std::uint32_t n_head) {
     const kv_geometry& g = pool.geometry();
     const std::uint32_t hd = g.head_dim, kv = g.n_head_kv * hd;
     const rows_view k{qkv.view, qkv.offset + n_head * hd, qkv.stride};
@@ -372,13 +404,13 @@ status encode_rope_kv(stream& s, const kv_pool& pool, std::uint32_t layer, rows_
     bool texel = prefer_texel(s) && hd % 4 == 0 && n_tokens != 0 &&
                  texel_rows(qkv, n_tokens, n_head * hd + 2 * kv);
     if (!texel) {
-        status r = encode_rope(s, qkv, positions, n_tokens, n_head + g.n_head_kv, hd, n_rot,
-                               freq_base);
+        status r = encode_rope(s, qkv, positions, rope, n_tokens, n_head + g.n_head_kv, hd);
         return r ? encode_kv_write(s, pool, layer, k, v, slots, n_tokens) : r;
     }
     if (layer >= g.n_layer) return bad("rope_kv", "bad layer");
-    if (n_tokens > rows_limit(s) || n_head == 0 || n_rot == 0 || n_rot % 2 != 0 || n_rot > hd) {
-        return bad("rope_kv", "bad shape (n_rot must be even and <= head_dim)");
+    if (n_tokens > rows_limit(s) || n_head == 0 || !rope_shape_ok(rope, hd)) {
+        return bad("rope_kv", "bad shape (n_rot must be even and <= head_dim, the table n_rot / "
+                              "2 pairs)");
     }
     if (!fits(positions, n_tokens) || !fits(slots, n_tokens) ||
         positions.view.buf != slots.view.buf || positions.view.offset != slots.view.offset) {
@@ -390,7 +422,7 @@ status encode_rope_kv(stream& s, const kv_pool& pool, std::uint32_t layer, rows_
     p.n_head = n_head;
     p.n_head_kv = g.n_head_kv;
     p.head_dim = hd;
-    p.n_rot = n_rot;
+    p.n_rot = rope.n_rot;
     p.src_texel = buffer_offset(qkv) / 4;
     p.q_offset = qkv.offset;
     p.stride = qkv.stride;
@@ -398,9 +430,8 @@ status encode_rope_kv(stream& s, const kv_pool& pool, std::uint32_t layer, rows_
     p.slots_offset = slots.offset;
     p.block_tokens = g.block_tokens;
     p.n_blocks = g.n_blocks;
-    p.freq_base = freq_base;
-    s.dispatch(id, {qkv.view, qkv.view, positions.view, pool.k(layer), pool.v(layer)}, p,
-               {1, n_tokens, 1});
+    s.dispatch(id, {qkv.view, qkv.view, positions.view, pool.k(layer), pool.v(layer), rope.view},
+               p, {1, n_tokens, 1});
     return {};
 }
 

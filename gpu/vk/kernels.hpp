@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
+#include <vector>
 
 #include "actors/runtime/result.hpp"
 #include "gpu/vk/kv_pool.hpp"
@@ -73,10 +75,23 @@ status prepare_mul_mat(const pipelines& pipes, const weight_tensor& w);
 status encode_rms_norm(stream& s, rows_view x, buffer_view weight, rows_view out,
                        std::uint32_t n, std::uint32_t n_rows, float eps);
 
-// In place on n_heads heads of head_dim floats per row, positions[t] per row.
-status encode_rope(stream& s, rows_view x, ints_view positions, std::uint32_t n_tokens,
-                   std::uint32_t n_heads, std::uint32_t head_dim, std::uint32_t n_rot,
-                   float freq_base);
+// A model's RoPE frequency table on the device, as the rope kernels read it (abi.h,
+// ORDO_ROPE_SPLIT_BITS): n_rot / 2 vec4s {hi, mid, lo, 0} of turns per position, from
+// rope_turns_table.
+struct rope_table {
+    buffer_view view;          // at least 8 * n_rot bytes
+    std::uint32_t n_rot = 0;   // rotated dims per head (even)
+};
+
+// The table's contents for a model's RoPE frequencies (llama_weights::rope_freq, radians per
+// position, n_rot / 2 of them): 4 floats per pair, hi + mid + lo = freq / (2 pi) to about 2^-48
+// relative, hi and mid with ORDO_ROPE_SPLIT_BITS significant bits each.
+std::vector<float> rope_turns_table(std::span<const double> freq);
+
+// In place on n_heads heads of head_dim floats per row, positions[t] per row: pair j of the
+// first rope.n_rot dims of each head turns by positions[t] * freq[j].
+status encode_rope(stream& s, rows_view x, ints_view positions, const rope_table& rope,
+                   std::uint32_t n_tokens, std::uint32_t n_heads, std::uint32_t head_dim);
 
 status encode_swiglu(stream& s, rows_view gate, rows_view up, rows_view out, std::uint32_t n,
                      std::uint32_t n_rows);
@@ -97,8 +112,8 @@ status encode_kv_write(stream& s, const kv_pool& pool, std::uint32_t layer, rows
 // else encode_rope + encode_kv_write; both compute the same values. positions and slots must be
 // ints of one binding.
 status encode_rope_kv(stream& s, const kv_pool& pool, std::uint32_t layer, rows_view qkv,
-                      ints_view positions, ints_view slots, std::uint32_t n_tokens,
-                      std::uint32_t n_head, std::uint32_t n_rot, float freq_base);
+                      ints_view positions, ints_view slots, const rope_table& rope,
+                      std::uint32_t n_tokens, std::uint32_t n_head);
 
 // The most positions one sequence may attend over on this device, 0 = no limit: on a device
 // that caps the loop iterations of a shader invocation (device_info::loop_iterations_max,

@@ -43,14 +43,14 @@
     X(mul_mat_txm_q4_0, 3, mul_mat_tx_push)         \
     X(rms_norm, 3, rms_norm_push)                    \
     X(rms_norm_tx, 3, rms_norm_push)                 \
-    X(rope, 2, rope_push)                            \
+    X(rope, 3, rope_push)                            \
     X(swiglu, 3, swiglu_push)                        \
     X(swiglu_tx, 3, swiglu_push)                     \
     X(add, 3, add_push)                              \
     X(kv_write_f32, 4, kv_write_push)                \
     X(kv_write_f16, 4, kv_write_push)                \
-    X(rope_kv_tx_f32, 5, rope_kv_push)               \
-    X(rope_kv_tx_f16, 5, rope_kv_push)               \
+    X(rope_kv_tx_f32, 6, rope_kv_push)               \
+    X(rope_kv_tx_f16, 6, rope_kv_push)               \
     X(attention_f32, 6, attention_push)              \
     X(attention_f16, 6, attention_push)              \
     X(attention_tx64_f32, 6, attention_tx_push)     \

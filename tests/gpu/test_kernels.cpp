@@ -16,7 +16,14 @@
 // Tolerances: the GPU dequantizes to exactly the values the reference does (same f16 decode,
 // same q * d products), so only summation order differs: |gpu - ref| <= 1e-4 + 1e-4 |ref| for
 // dot products of length <= 256 over values in [-1, 1]; elementwise kernels 1e-6 relative;
-// rope 1e-5 (GPU pow/sin/cos differ from libm in the last bits).
+// rope 2e-5 + 1e-4 |ref| (GPU sin/cos differ from libm in the last bits).
+//
+// RoPE at long positions (8191, 65535, 131071, 2^24 - 1) with Llama 3.1 frequency factors and
+// linear scaling: both rope kernels and model::rope against a rotation computed here in long
+// double from the formula (base^(-2j / n_rot) / factor_j / scale), within 5e-6 + 5e-6 |ref|
+// (measured: model::rope 1 float ulp, the kernels below 1e-6). A float angle (pos * freq in
+// float, as the kernels computed it before the table split it) errs by up to 1e-2 rad at 131071
+// and fails this by three orders of magnitude.
 #include "gpu_fixture.hpp"
 
 #include "gpu/vk/kv_pool.hpp"
@@ -24,6 +31,7 @@
 #include "gpu/vk/weights.hpp"
 #include "model/cpu_ops.hpp"
 #include "model/fp16.hpp"
+#include "model/llama.hpp"
 #include "model/quant.hpp"
 
 namespace ordo::gpu::testing {
@@ -342,22 +350,129 @@ TEST(GpuKernels, RmsNorm) {
     expect_close(read_buffer<float>(ob, n * rows), want, 1e-6f, 1e-5f, "rms_norm");
 }
 
+// A model's RoPE table (llama_weights::rope_freq) and its device copy.
+struct test_rope {
+    std::vector<double> freq;
+    buffer table;
+    rope_table view() const { return {whole(table), std::uint32_t(2 * freq.size())}; }
+};
+
+test_rope make_rope(std::uint32_t n_rot, float base, std::span<const float> factors = {},
+                    float scale = 1.0f) {
+    model::llama_hparams hp;
+    hp.n_rot = n_rot;
+    hp.rope_freq_base = base;
+    hp.rope_scale_linear = scale;
+    test_rope r;
+    r.freq = model::rope_frequencies(hp, factors);
+    r.table = make_buffer(rope_turns_table(r.freq));
+    return r;
+}
+
 TEST(GpuKernels, RopePartialRotationPerTokenPositions) {
     ORDO_REQUIRE_GPU();
     const std::uint32_t heads = 5, head_dim = 48, n_rot = 32, tokens = 4, stride = heads * 48 + 8;
     auto x = random_floats(stride * tokens, 3);
     std::vector<std::int32_t> pos = {0, 1, 17, 300};
     buffer xb = make_buffer(x), pb = make_buffer(pos);
+    test_rope rope = make_rope(n_rot, 10000.0f);
     ASSERT_TRUE(env().str->begin("rope").ok());
-    ASSERT_TRUE(encode_rope(*env().str, {whole(xb), 4, stride}, {whole(pb), 0}, tokens, heads,
-                            head_dim, n_rot, 10000.0f)
+    ASSERT_TRUE(encode_rope(*env().str, {whole(xb), 4, stride}, {whole(pb), 0}, rope.view(),
+                            tokens, heads, head_dim)
                     .ok());
     run_segment("rope");
     std::vector<float> want = x;
     for (std::uint32_t t = 0; t < tokens; ++t) {
-        model::rope(want.data() + t * stride + 4, heads, head_dim, n_rot, pos[t], 10000.0f);
+        model::rope(want.data() + t * stride + 4, heads, head_dim, rope.freq, pos[t]);
     }
     expect_close(read_buffer<float>(xb, x.size()), want, 2e-5f, 1e-4f, "rope");
+}
+
+// Long positions, Llama 3.1 factors and linear scaling: see the header. head_dim 128, n_rot 128,
+// base 500000 (Llama 3), factors from 1 to 32 across the pairs, linear scale 2; q and k heads
+// (GQA 2:1) through both rope paths, and model::rope, against the long-double rotation.
+TEST(GpuKernels, RopeLongPositionsWithFactorsAndLinearScaling) {
+    ORDO_REQUIRE_GPU();
+    const std::uint32_t n_head = 2, n_kv = 1, hd = 128, n_rot = 128, bt = 4, n_blocks = 2;
+    const std::uint32_t width = (n_head + 2 * n_kv) * hd, stride = width;
+    const std::vector<std::int32_t> pos = {8191, 65535, 131071, (1 << 24) - 1};
+    const auto tokens = static_cast<std::uint32_t>(pos.size());
+    const float base = 500000.0f, scale = 2.0f;
+    std::vector<float> factors(n_rot / 2);
+    for (std::size_t j = 0; j < factors.size(); ++j) factors[j] = 1.0f + 31.0f * j / 63.0f;
+    test_rope rope = make_rope(n_rot, base, factors, scale);
+    auto x = random_floats(std::size_t(stride) * tokens, 77);
+
+    // The oracle: every rotated head of token t, from the formula, in long double.
+    std::vector<float> want = x;
+    for (std::uint32_t t = 0; t < tokens; ++t) {
+        for (std::uint32_t h = 0; h < n_head + n_kv; ++h) {
+            float* v = want.data() + std::size_t(t) * stride + h * hd;
+            for (std::uint32_t j = 0; j < n_rot / 2; ++j) {
+                long double f = std::pow(static_cast<long double>(base), -2.0L * j / n_rot) /
+                                factors[j] / scale;
+                long double a = static_cast<long double>(pos[t]) * f;
+                long double c = std::cos(a), sn = std::sin(a), x0 = v[2 * j], x1 = v[2 * j + 1];
+                v[2 * j] = static_cast<float>(x0 * c - x1 * sn);
+                v[2 * j + 1] = static_cast<float>(x0 * sn + x1 * c);
+            }
+        }
+    }
+    auto q_and_k = [&](const std::vector<float>& rows) {
+        std::vector<float> out;
+        for (std::uint32_t t = 0; t < tokens; ++t) {
+            auto row = rows.begin() + std::size_t(t) * stride;
+            out.insert(out.end(), row, row + (n_head + n_kv) * hd);
+        }
+        return out;
+    };
+
+    // model::rope from the table.
+    std::vector<float> cpu = x;
+    for (std::uint32_t t = 0; t < tokens; ++t) {
+        model::rope(cpu.data() + std::size_t(t) * stride, n_head + n_kv, hd, rope.freq, pos[t]);
+    }
+    expect_close(q_and_k(cpu), q_and_k(want), 5e-6f, 5e-6f, "model::rope");
+
+    // encode_rope over q and k heads.
+    buffer xb = make_buffer(x), pb = make_buffer(pos);
+    ASSERT_TRUE(env().str->begin("rope long").ok());
+    ASSERT_TRUE(encode_rope(*env().str, {whole(xb), 0, stride}, {whole(pb), 0}, rope.view(),
+                            tokens, n_head + n_kv, hd)
+                    .ok());
+    run_segment("rope long");
+    expect_close(q_and_k(read_buffer<float>(xb, x.size())), q_and_k(want), 5e-6f, 5e-6f,
+                 "rope");
+
+    // encode_rope_kv, both paths: q in place (the k heads land in the pool, checked elsewhere).
+    for (bool texel : {true, false}) {
+        SCOPED_TRACE(texel ? "rope_kv texel" : "rope_kv fallback");
+        pipeline_tuning tuning = tuning_for(env().dev->info());
+        tuning.prefer_texel_kernels = texel;
+        auto pipes = pipelines::create(*env().dev, tuning);
+        ASSERT_TRUE(pipes.ok()) << pipes.err().message;
+        auto str = stream::create(*env().dev, **pipes, {64, false});
+        ASSERT_TRUE(str.ok()) << str.err().message;
+        auto pool = kv_pool::create(*env().dev, {1, n_kv, hd, bt, n_blocks, false});
+        ASSERT_TRUE(pool.ok()) << pool.err().message;
+        std::vector<std::int32_t> ints(2 * tokens, -1);
+        std::copy(pos.begin(), pos.end(), ints.begin());
+        buffer qb = make_buffer(x), ib = make_buffer(ints);
+        ASSERT_TRUE((*str)->begin("rope_kv long").ok());
+        status st = encode_rope_kv(**str, **pool, 0, {whole(qb), 0, stride}, {whole(ib), 0},
+                                   {whole(ib), tokens}, rope.view(), tokens, n_head);
+        ASSERT_TRUE(st.ok()) << st.err().message;
+        st = (*str)->run(test_watchdog_ms);
+        ASSERT_TRUE(st.ok()) << st.err().message;
+        auto got = read_buffer<float>(qb, x.size());
+        std::vector<float> got_q, want_q;
+        for (std::uint32_t t = 0; t < tokens; ++t) {
+            std::size_t o = std::size_t(t) * stride;
+            got_q.insert(got_q.end(), got.begin() + o, got.begin() + o + n_head * hd);
+            want_q.insert(want_q.end(), want.begin() + o, want.begin() + o + n_head * hd);
+        }
+        expect_close(got_q, want_q, 5e-6f, 5e-6f, "q");
+    }
 }
 
 // rope_kv: q and k rotated, q written back, k and v stored into the token's pool slot, through
@@ -378,8 +493,9 @@ void check_rope_kv(stream& str, bool f16, bool texel) {
     ASSERT_TRUE(pool.ok()) << pool.err().message;
     ASSERT_TRUE((*pool)->clear().ok());
     ASSERT_TRUE(str.begin("rope_kv").ok());
+    test_rope rope = make_rope(n_rot, 10000.0f);
     status st = encode_rope_kv(str, **pool, 1, {whole(xb), 4, stride}, {whole(ib), 0},
-                               {whole(ib), 8}, tokens, n_head, n_rot, 10000.0f);
+                               {whole(ib), 8}, rope.view(), tokens, n_head);
     ASSERT_TRUE(st.ok()) << st.err().message;
     st = str.run(test_watchdog_ms);
     ASSERT_TRUE(st.ok()) << st.err().message;
@@ -395,7 +511,7 @@ void check_rope_kv(stream& str, bool f16, bool texel) {
     std::vector<float> want_k(pool_elems, 0.0f), want_v(pool_elems, 0.0f);
     for (std::uint32_t t = 0; t < tokens; ++t) {
         std::vector<float> row(x.begin() + 4 + t * stride, x.begin() + 4 + t * stride + width);
-        model::rope(row.data(), n_head + n_kv, hd, n_rot, pos[t], 10000.0f);  // q and k heads
+        model::rope(row.data(), n_head + n_kv, hd, rope.freq, pos[t]);  // q and k heads
         want_q.insert(want_q.end(), row.begin(), row.begin() + n_head * hd);
         got_q.insert(got_q.end(), got.begin() + 4 + t * stride,
                      got.begin() + 4 + t * stride + n_head * hd);
@@ -486,8 +602,12 @@ TEST(GpuKernels, BadShapesAreErrorsNotDispatches) {
                               false);
     EXPECT_FALSE(s.ok());
     EXPECT_EQ(env().str->dispatches(), before);
-    status rope = encode_rope(*env().str, {whole(small), 0, 64}, {whole(small), 0}, 1, 1, 8, 9,
-                              10000.0f);
+    // n_rot 9 (odd), then a table shorter than n_rot / 2 pairs.
+    status rope = encode_rope(*env().str, {whole(small), 0, 64}, {whole(small), 0},
+                              {whole(small), 9}, 1, 1, 16);
+    EXPECT_FALSE(rope.ok());
+    rope = encode_rope(*env().str, {whole(small), 0, 64}, {whole(small), 0},
+                       {{&small, 0, 8 * 8 - 4}, 8}, 1, 1, 16);
     EXPECT_FALSE(rope.ok());
     run_segment("bad (empty)");
 }

@@ -22,37 +22,6 @@
 namespace ordo::gpu::testing {
 namespace {
 
-std::unique_ptr<runner> make_runner(const model::gguf_file& f, const runner_options& o) {
-    auto r = runner::create(f, o);
-    EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.err().code + ": " + r.err().message);
-    return r.ok() ? std::move(*r) : nullptr;
-}
-
-// Runs `tokens` of one sequence as a prefill chunk of `chunk` tokens then single decodes, and
-// returns the logits after every token from the chunk's last one on.
-std::vector<std::vector<float>> run_sequence(runner& r, const std::vector<std::int32_t>& tokens,
-                                             std::uint32_t chunk, std::uint32_t first_block) {
-    std::uint32_t bt = r.limits().block_tokens, nv = r.hparams().n_vocab;
-    auto table = blocks_from(first_block, static_cast<std::uint32_t>(tokens.size()), bt);
-    std::vector<std::vector<float>> out;
-    std::vector<float> row(nv);
-    std::uint32_t pos = 0;
-    std::uint64_t id = 1;
-    while (pos < tokens.size()) {
-        std::uint32_t n = pos == 0 ? chunk : 1;
-        std::vector<std::int32_t> part(tokens.begin() + pos, tokens.begin() + pos + n);
-        step s = make_step(id++, pos == 0 ? "prefill" : "decode",
-                           {make_seq(9, part, pos, table)});
-        auto res = r.run_step(s, row.data());
-        EXPECT_TRUE(res.ok()) << (res.ok() ? "" : res.err().message);
-        if (!res) return out;
-        EXPECT_EQ(res->rows, std::vector<std::uint64_t>{9});
-        out.push_back(row);
-        pos += n;
-    }
-    return out;
-}
-
 TEST(Runner, StoriesLogitsAfterBosMatchReferenceAndGolden) {
     ORDO_REQUIRE_GPU();
     ORDO_REQUIRE_STORIES();
@@ -227,7 +196,7 @@ TEST(Runner, FlushEveryOneTwoAllLayersIsBitIdentical) {
 
 // (5) A context longer than attention can walk on the device (llvmpipe ends shader loops after
 // 65535 iterations) is clamped to attention_positions_max at load, a multiple of the block size;
-// a device without such a cap keeps the model's context.
+// a device without such a cap is bounded by the (larger) KV pool instead.
 TEST(Runner, ContextIsClampedToWhatAttentionCanWalk) {
     ORDO_REQUIRE_GPU();
     model::synth_options o;
@@ -239,17 +208,20 @@ TEST(Runner, ContextIsClampedToWhatAttentionCanWalk) {
     ASSERT_TRUE(model::write_synth_model(o, path).ok());
     auto f = open_model(path);
     ASSERT_NE(f, nullptr);
-    runner_options ro = test_options();
+    runner_options ro = test_options(true);
+    ro.kv_blocks = 40'000;  // 320000 tokens (40 MB): the pool is not the bound here
     auto r = make_runner(*f, ro);
     ASSERT_NE(r, nullptr);
     kv_geometry g{1, 2, 16, ro.kv_block_tokens, 1, ro.kv_f16};
     std::uint64_t most = attention_positions_max(*env().pipes, g);
     if (env().dev->info().loop_iterations_max == 0) {
-        EXPECT_EQ(r->limits().n_ctx, o.n_ctx);
+        EXPECT_EQ(r->limits().n_ctx, 320'000u);  // the pool, then (the model's is 1000000)
+        EXPECT_EQ(r->n_ctx_bound(), context_bound::kv_pool);
     } else {
         ASSERT_GT(most, 0u);
+        ASSERT_LT(most, 320'000u);
         EXPECT_EQ(r->limits().n_ctx, most);
-        EXPECT_LT(r->limits().n_ctx, o.n_ctx);
+        EXPECT_EQ(r->n_ctx_bound(), context_bound::device);
         EXPECT_EQ(r->limits().n_ctx % ro.kv_block_tokens, 0u);
     }
 }

@@ -173,4 +173,38 @@ inline runner_options test_options(bool kv_f16 = false, std::uint32_t flush = 4)
     return o;
 }
 
+// A runner on `f`, or nullptr (a test failure naming the error).
+inline std::unique_ptr<runner> make_runner(const model::gguf_file& f, const runner_options& o) {
+    auto r = runner::create(f, o);
+    EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.err().code + ": " + r.err().message);
+    return r.ok() ? std::move(*r) : nullptr;
+}
+
+// Runs `tokens` of one sequence as a prefill chunk of `chunk` tokens then single decodes, and
+// returns the logits after every token from the chunk's last one on.
+inline std::vector<std::vector<float>> run_sequence(runner& r,
+                                                    const std::vector<std::int32_t>& tokens,
+                                                    std::uint32_t chunk,
+                                                    std::uint32_t first_block) {
+    std::uint32_t bt = r.limits().block_tokens, nv = r.hparams().n_vocab;
+    auto table = blocks_from(first_block, static_cast<std::uint32_t>(tokens.size()), bt);
+    std::vector<std::vector<float>> out;
+    std::vector<float> row(nv);
+    std::uint32_t pos = 0;
+    std::uint64_t id = 1;
+    while (pos < tokens.size()) {
+        std::uint32_t n = pos == 0 ? chunk : 1;
+        std::vector<std::int32_t> part(tokens.begin() + pos, tokens.begin() + pos + n);
+        step s = make_step(id++, pos == 0 ? "prefill" : "decode",
+                           {make_seq(9, part, pos, table)});
+        auto res = r.run_step(s, row.data());
+        EXPECT_TRUE(res.ok()) << (res.ok() ? "" : res.err().message);
+        if (!res) return out;
+        EXPECT_EQ(res->rows, std::vector<std::uint64_t>{9});
+        out.push_back(row);
+        pos += n;
+    }
+    return out;
+}
+
 }  // namespace ordo::gpu::testing

@@ -10,8 +10,18 @@
 // mis-shaped and of an unsupported type (map_llama_weights is the one check ordo-server runs at
 // start, so it must cover all of them), a matrix of the wrong rank, and every type of the GGUF
 // type table: loaded when the CPU reference computes with it, refused by name otherwise.
+//
+// RoPE: the frequency table (llama_weights::rope_freq) folds the base, the rope_freqs.weight
+// factors and linear scaling (rope.scaling.type linear + rope.scaling.factor, a factor without a
+// type, the older rope.scale_linear key) into base^(-2j / n_rot) / factor_j / scale, checked
+// against that formula; yarn and longrope are refused with llama_unsupported_rope naming the
+// key and value; contradictory or bad keys (type none with a factor, linear without one, a
+// negative factor), a rope_freqs tensor of the wrong size or type, and a factor that is NaN, 0
+// or negative are each a load error naming what is wrong.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
@@ -35,6 +45,13 @@ struct tiny_model {
     std::map<std::string, std::vector<uint64_t>> shape_override;
     std::map<std::string, ggml_type> type_override;
     std::vector<std::string> skip;
+    // RoPE: dims rotated (with the optional keys), extra metadata (full key names), and the
+    // rope_freqs.weight factors (F32 [size], or F16 with rope_freqs_f16) when not empty.
+    uint32_t n_rot = 2;
+    std::map<std::string, std::string> strings;
+    std::map<std::string, float> floats;
+    std::vector<float> rope_freqs;
+    bool rope_freqs_f16 = false;
 };
 
 // One tensor of the model: its name and shape (ne[0] first; a norm is a vector).
@@ -97,7 +114,7 @@ gguf_file build(const tiny_model& m) {
     if (m.write_optional_keys) {
         w.set_u32(a + "attention.head_count_kv", m.n_head_kv);
         w.set_u32(a + "context_length", 128);
-        w.set_u32(a + "rope.dimension_count", 2);
+        w.set_u32(a + "rope.dimension_count", m.n_rot);
         w.set_f32(a + "rope.freq_base", 500000.0f);
         w.set_f32(a + "attention.layer_norm_rms_epsilon", 1e-6f);
     }
@@ -106,6 +123,16 @@ gguf_file build(const tiny_model& m) {
         for (uint32_t i = 0; i < m.n_vocab; ++i) tokens.push_back("t" + std::to_string(i));
         w.set_string("tokenizer.ggml.model", "llama");
         w.set_string_array("tokenizer.ggml.tokens", tokens);
+    }
+    for (const auto& [k, v] : m.strings) w.set_string(k, v);
+    for (const auto& [k, v] : m.floats) w.set_f32(k, v);
+    if (!m.rope_freqs.empty()) {
+        std::vector<uint8_t> bytes(m.rope_freqs.size() * sizeof(float));
+        std::memcpy(bytes.data(), m.rope_freqs.data(), bytes.size());
+        ggml_type t = m.rope_freqs_f16 ? ggml_type::f16 : ggml_type::f32;
+        if (m.rope_freqs_f16) bytes.resize(bytes.size() / 2);  // the values do not matter
+        const std::vector<uint64_t> ne = {m.rope_freqs.size()};
+        EXPECT_TRUE(w.add_tensor("rope_freqs.weight", t, ne, bytes).ok());
     }
     for (const auto& t : tensors_of(m)) add(w, m, t.name, t.ne);
     auto f = gguf_file::from_bytes(w.to_bytes());
@@ -310,4 +337,83 @@ TEST(LlamaWeights, WrongRankIsAShapeError) {
     tiny_model n;
     n.shape_override["blk.1.attn_norm.weight"] = {16, 1};
     expect_error(n, "llama_bad_shape", "tensor 'blk.1.attn_norm.weight' has shape [16, 1]");
+}
+
+// The table folds base, per-pair factors and linear scaling (header).
+TEST(LlamaRope, TableFoldsBaseFactorsAndLinearScale) {
+    tiny_model m;
+    m.n_rot = 4;
+    m.rope_freqs = {1.0f, 8.0f};
+    m.strings["llama.rope.scaling.type"] = "linear";
+    m.floats["llama.rope.scaling.factor"] = 4.0f;
+    gguf_file f = build(m);
+    auto w = map_llama_weights(f);
+    ASSERT_TRUE(w.ok()) << w.err().message;
+    EXPECT_TRUE(w->rope_factors);
+    EXPECT_EQ(w->hp.rope_scale_linear, 4.0f);
+    ASSERT_EQ(w->rope_freq.size(), 2u);
+    EXPECT_DOUBLE_EQ(w->rope_freq[0], 1.0 / 4.0);
+    EXPECT_DOUBLE_EQ(w->rope_freq[1], std::pow(500000.0, -0.5) / 8.0 / 4.0);
+
+    tiny_model plain;  // no factors, no scaling: base^(-2j / n_rot) alone
+    plain.n_rot = 4;
+    gguf_file g = build(plain);
+    auto p = map_llama_weights(g);
+    ASSERT_TRUE(p.ok()) << p.err().message;
+    EXPECT_FALSE(p->rope_factors);
+    EXPECT_EQ(p->hp.rope_scale_linear, 1.0f);
+    EXPECT_DOUBLE_EQ(p->rope_freq[1], std::pow(500000.0, -0.5));
+}
+
+// As llama.cpp reads them: a factor without a type is linear scaling, under either key name.
+TEST(LlamaRope, LinearFactorWithoutTypeAndOlderKey) {
+    for (const char* key : {"llama.rope.scaling.factor", "llama.rope.scale_linear"}) {
+        tiny_model m;
+        m.floats[key] = 2.0f;
+        gguf_file f = build(m);
+        auto hp = read_llama_hparams(f);
+        ASSERT_TRUE(hp.ok()) << key << ": " << hp.err().message;
+        EXPECT_EQ(hp->rope_scale_linear, 2.0f) << key;
+    }
+}
+
+TEST(LlamaRope, UnsupportedScalingNamesKeyAndValue) {
+    for (const char* type : {"yarn", "longrope"}) {
+        tiny_model m;
+        m.strings["llama.rope.scaling.type"] = type;
+        m.floats["llama.rope.scaling.factor"] = 4.0f;
+        expect_error(m, "llama_unsupported_rope", "llama.rope.scaling.type = '" +
+                                                      std::string(type) + "'");
+    }
+}
+
+TEST(LlamaRope, BadScalingKeysAreErrors) {
+    tiny_model none;  // type none contradicts a factor
+    none.strings["llama.rope.scaling.type"] = "none";
+    none.floats["llama.rope.scaling.factor"] = 2.0f;
+    expect_error(none, "llama_bad_hparams", "llama.rope.scaling.factor");
+    tiny_model bare;  // linear needs its factor
+    bare.strings["llama.rope.scaling.type"] = "linear";
+    expect_error(bare, "llama_bad_hparams", "llama.rope.scaling.factor is absent");
+    tiny_model negative;
+    negative.strings["llama.rope.scaling.type"] = "linear";
+    negative.floats["llama.rope.scaling.factor"] = -2.0f;
+    expect_error(negative, "llama_bad_hparams", "rope scaling factor");
+}
+
+TEST(LlamaRope, BadRopeFreqsTensorIsAnError) {
+    tiny_model size;  // n_rot 2: one factor expected
+    size.rope_freqs = {1.0f, 2.0f};
+    expect_error(size, "llama_bad_shape", "rope_freqs.weight");
+    tiny_model half;
+    half.rope_freqs = {1.0f, 1.0f};  // the right shape for n_rot 4, but f16
+    half.n_rot = 4;
+    half.rope_freqs_f16 = true;
+    expect_error(half, "llama_unsupported_type", "rope_freqs.weight");
+    for (float bad : {std::nanf(""), 0.0f, -1.0f, INFINITY}) {
+        tiny_model m;
+        m.n_rot = 4;
+        m.rope_freqs = {1.0f, bad};
+        expect_error(m, "llama_bad_hparams", "rope_freqs.weight[1]");
+    }
 }

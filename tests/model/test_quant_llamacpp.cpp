@@ -21,10 +21,14 @@
 // (Checked by hand: with activations quantized the way llama.cpp does before each mat-vec, the
 // Q4_0, Q4_K_M, Q3_K_S, Q4_K_S, Q5_K_S and Q6_K files agree with llama.cpp to 1e-5 of the std.)
 //
-// Not compared here: llama3-tiny-Q4_K_M.gguf. It needs the rope_freqs tensor (Llama 3.1 RoPE
-// scaling) applied, the next part of issue 16; until then map_llama_weights refuses it with
-// llama_unsupported_rope naming the tensor (checked below) instead of running it with plain
-// RoPE, which would give wrong logits silently.
+// llama3-tiny.golden.json: the random Llama-3.2-shaped Q4_K_M file (Q4_K + Q6_K, tied
+// embeddings, a 128256-token gpt2 vocabulary, head_dim 128, rope.freq_base 500000 and a
+// rope_freqs.weight of Llama 3.1 frequency factors), driven by the golden's prompt token ids (ordo
+// does not tokenize gpt2 BPE yet), checked the same way (all 3 x 48 greedy tokens equal). What
+// it cannot check is the rope_freqs factors: they only slow pairs 29..63, whose angles stay small
+// at these positions (< 90), so ignoring them moves ordo's logits by less than 1e-4 std
+// (measured: 0.07649 vs 0.07652 std from llama.cpp's). The factors are checked at long positions
+// in tests/gpu/test_kernels.cpp, and through whole models in test_synth and test_runner_llama3.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -155,6 +159,7 @@ const file_tolerance k_files[] = {
     {"ktiny-Q6_K.gguf", 0.08, false},          // 0.0528
     {"ktiny-Q4_K_M.gguf", 0.125, false},       // 0.0839
     {"ktiny-Q5_K_M.gguf", 0.09, false},        // 0.0583
+    {"llama3-tiny-Q4_K_M.gguf", 0.115, false},  // 0.0765
 };
 
 // Greedy tokens. Fed llama.cpp's own tokens, at each of the 48 steps llama.cpp's choice must be
@@ -294,14 +299,6 @@ TEST(QuantLlamaCpp, KtinyFilesMatchLlamaCpp) {
     check_golden("ktiny.golden.json", 8);
 }
 
-// A Llama 3.1 file (rope_freqs) is refused, naming the tensor, rather than run with plain RoPE.
-TEST(QuantLlamaCpp, RopeFreqsIsRefusedUntilImplemented) {
-    const std::string path = k_quant_dir + "llama3-tiny-Q4_K_M.gguf";
-    ORDO_REQUIRE_SHARED(path);
-    auto f = gguf_file::open(path);
-    ASSERT_TRUE(f.ok()) << f.err().message;
-    auto w = map_llama_weights(*f);
-    ASSERT_FALSE(w.ok());
-    EXPECT_EQ(w.err().code, "llama_unsupported_rope");
-    EXPECT_NE(w.err().message.find("rope_freqs.weight"), std::string::npos) << w.err().message;
+TEST(QuantLlamaCpp, Llama3TinyMatchesLlamaCpp) {
+    check_golden("llama3-tiny.golden.json", 2);
 }

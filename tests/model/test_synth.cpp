@@ -7,12 +7,21 @@
 // the byte vocab is well formed and round-trips text through the llama tokenizer; and that the
 // reference forward pass on the Q8_0 and Q4_0 models of a seed agrees with the F32 model of the
 // same seed (same random values, quantized) within the tolerances stated in the test.
+//
+// RoPE options: llama3_rope_factors reproduces the rope_freqs.weight values llama.cpp's
+// convert_hf_to_gguf.py wrote into ../shared's llama3-tiny (listed in its README, and the file's
+// own tensor, bit for bit, where ../shared is present); `mk --rope-base --rope-llama3
+// --rope-linear` writes a model whose RoPE table is base^(-2j / n_rot) / factor_j / scale; the
+// reference's logits of a model with rope_freqs differ from those of the same model (same seed,
+// same weights) without it, by far more than float rounding, at later positions and not at
+// position 0 (where every rotation is the identity), and likewise with linear scaling.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -25,6 +34,7 @@
 #include "model/reference.hpp"
 #include "model/synth.hpp"
 #include "model/tokenizer.hpp"
+#include "tests/support/shared_models.hpp"
 
 using namespace ordo::model;
 namespace fs = std::filesystem;
@@ -166,6 +176,15 @@ TEST_F(SynthTest, BadArgumentsAreClearErrors) {
         {"--n-embd 64 --n-layer 1 --n-head 4 --n-ff 64 --vocab-from /nonexistent.gguf "
          "--type f32 --seed 1",
          1, "/nonexistent.gguf"},
+        {"--n-embd 64 --n-layer 1 --n-head 4 --n-ff 64 --n-vocab 300 --type f32 --seed 1 "
+         "--rope-linear -2",
+         2, "--rope-linear must be a finite number > 0"},
+        {"--n-embd 64 --n-layer 1 --n-head 4 --n-ff 64 --n-vocab 300 --type f32 --seed 1 "
+         "--rope-llama3 0",
+         2, "--rope-llama3 must be a finite number > 0"},
+        {"--n-embd 64 --n-layer 1 --n-head 4 --n-ff 64 --n-vocab 300 --type f32 --seed 1 "
+         "--rope-base nan",
+         2, "--rope-base"},
     };
     for (const auto& c : cases) {
         SCOPED_TRACE(c.args);
@@ -326,4 +345,104 @@ TEST_F(SynthTest, KQuantModelsTrackF32) {
                      "--n-embd 256 --n-layer 2 --n-head 4 --n-head-kv 2 --n-ff 512 --n-vocab 512 "
                      "--seed 42",
                      wants);
+}
+
+// The Llama 3.2 parameters of ../shared's llama3-tiny (factor 32, low 1, high 4, original 8192,
+// base 500000, n_rot 128) give the values its README lists and, where the file is present, its
+// rope_freqs.weight exactly.
+TEST(SynthRope, Llama3FactorsAreConvertHfToGgufs) {
+    llama3_rope p;
+    p.factor = 32.0f;
+    auto f = llama3_rope_factors(128, 500000.0f, p);
+    ASSERT_EQ(f.size(), 64u);
+    const float middle[] = {1.2349371f, 1.6513293f, 2.2766595f, 3.2922628f, 5.171597f, 9.666731f};
+    for (size_t j = 0; j < 64; ++j) {
+        float want = j < 29 ? 1.0f : j < 35 ? middle[j - 29] : 32.0f;
+        EXPECT_NEAR(f[j], want, 1e-6f * want) << "pair " << j;
+    }
+    const std::string file = std::string(ORDO_SHARED_MODELS_DIR) + "/quant/llama3-tiny-Q4_K_M.gguf";
+    ORDO_REQUIRE_SHARED(file);  // the README's values were checked above either way
+    auto g = gguf_file::open(file);
+    ASSERT_TRUE(g.ok()) << g.err().message;
+    const gguf_tensor_info* t = g->find_tensor("rope_freqs.weight");
+    ASSERT_NE(t, nullptr);
+    ASSERT_EQ(t->data.size(), 64 * sizeof(float));
+    std::vector<float> stored(64);
+    std::memcpy(stored.data(), t->data.data(), t->data.size());
+    EXPECT_EQ(stored, f);
+}
+
+TEST_F(SynthTest, MkWritesRopeFactorsAndLinearScaling) {
+    ASSERT_EQ(mk("rope.gguf", std::string(k_small) + " --type f32 --seed 3 --rope-base 500000 "
+                                                    "--rope-llama3 8 --rope-linear 2"),
+              0)
+        << last_stderr;
+    auto f = gguf_file::open(path("rope.gguf"));
+    ASSERT_TRUE(f.ok()) << f.err().message;
+    auto w = map_llama_weights(*f);
+    ASSERT_TRUE(w.ok()) << w.err().message;
+    EXPECT_TRUE(w->rope_factors);
+    EXPECT_EQ(w->hp.rope_freq_base, 500000.0f);
+    EXPECT_EQ(w->hp.rope_scale_linear, 2.0f);
+    llama3_rope p;
+    p.factor = 8.0f;
+    const auto factors = llama3_rope_factors(16, 500000.0f, p);
+    ASSERT_EQ(w->rope_freq.size(), 8u);
+    for (size_t j = 0; j < 8; ++j) {
+        const double want = std::pow(500000.0, -2.0 * j / 16) / factors[j] / 2.0;
+        EXPECT_NEAR(w->rope_freq[j], want, 1e-15 * want) << "pair " << j;
+    }
+}
+
+namespace {
+
+// The reference's logits after each of `n` fixed tokens.
+std::vector<std::vector<float>> logits_of(const std::string& file, uint32_t n) {
+    auto f = gguf_file::open(file);
+    EXPECT_TRUE(f.ok()) << (f.ok() ? "" : f.err().message);
+    auto m = reference_model::create(*f, n);
+    EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.err().message);
+    std::vector<std::vector<float>> out;
+    if (!m.ok()) return out;
+    for (uint32_t pos = 0; pos < n; ++pos) {
+        auto l = m->forward(3 + (pos * 37) % 250, pos);
+        EXPECT_TRUE(l.ok());
+        if (!l.ok()) return out;
+        out.emplace_back(l->begin(), l->end());
+    }
+    return out;
+}
+
+double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
+    double d = 0.0;
+    for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(double(a[i]) - b[i]));
+    return d;
+}
+
+}  // namespace
+
+// Llama 3 heads (head_dim 128, base 500000): the factors divide pairs 29..63's frequencies, which
+// turn slowly, so their effect grows with the position; 64 positions show it clearly.
+TEST_F(SynthTest, RopeFactorsAndLinearScalingChangeTheLogits) {
+    const std::string shape = "--n-embd 256 --n-layer 2 --n-head 2 --n-head-kv 1 --n-ff 256 "
+                              "--n-vocab 300 --type f32 --seed 5 --ctx 4096 --rope-base 500000";
+    ASSERT_EQ(mk("plain.gguf", shape), 0) << last_stderr;
+    ASSERT_EQ(mk("llama3.gguf", shape + " --rope-llama3 32"), 0) << last_stderr;
+    ASSERT_EQ(mk("linear.gguf", shape + " --rope-linear 4"), 0) << last_stderr;
+    const uint32_t n = 64;
+    auto plain = logits_of(path("plain.gguf"), n);
+    auto llama3 = logits_of(path("llama3.gguf"), n);
+    auto linear = logits_of(path("linear.gguf"), n);
+    ASSERT_EQ(plain.size(), n);
+    ASSERT_EQ(llama3.size(), n);
+    ASSERT_EQ(linear.size(), n);
+    // Position 0: no rotation at all, so the same weights give the same logits.
+    EXPECT_EQ(plain[0], llama3[0]);
+    EXPECT_EQ(plain[0], linear[0]);
+    const double d_factors = max_diff(plain[n - 1], llama3[n - 1]);
+    const double d_linear = max_diff(plain[n - 1], linear[n - 1]);
+    std::printf("max |logit diff| at position %u: rope_freqs %.4g, linear x4 %.4g\n", n - 1,
+                d_factors, d_linear);
+    EXPECT_GT(d_factors, 1e-3);
+    EXPECT_GT(d_linear, 1e-3);
 }

@@ -217,13 +217,22 @@ TEST(Tokenizer, LongInputCompletes) {
     EXPECT_EQ(*back2, same);
 }
 
+// A gpt2 (BPE) vocab loads (its ids are served) but its tokenizer says it cannot encode,
+// naming the tokenizer and its pre-tokenizer; from_gguf refuses it for the tools that need text.
 TEST(Tokenizer, MissingOrUnsupportedTokenizer) {
     vocab_spec s;
     s.model = "gpt2";
-    s.pieces = {"a"};
+    s.pre = "llama-bpe";
+    s.pieces = {"a", "b"};
     auto v = vocab::from_spec(s);
-    ASSERT_FALSE(v.ok());
-    EXPECT_EQ(v.err().code, "tokenizer_unsupported");
+    ASSERT_TRUE(v.ok()) << v.err().message;
+    EXPECT_EQ(v->describe(), "gpt2 (pre llama-bpe)");
+    tokenizer t(std::move(*v));
+    ASSERT_FALSE(t.support().ok());
+    EXPECT_EQ(t.support().err().code, "tokenizer_unsupported");
+    EXPECT_NE(t.support().err().message.find("gpt2 (pre llama-bpe)"), std::string::npos)
+        << t.support().err().message;
+    EXPECT_TRUE(byte_vocab_tokenizer().support().ok());
     vocab_spec empty;
     auto e = vocab::from_spec(empty);
     ASSERT_FALSE(e.ok());

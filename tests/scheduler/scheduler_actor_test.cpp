@@ -92,7 +92,8 @@ struct rig {
     }
 
     void device_ready(uint64_t epoch = 0) {
-        ASSERT_TRUE(sched->tell(gpu::device_ready{epoch, "fake", 64, 8, 16, {}, 0}, "gpu").ok());
+        gpu::device_ready m{epoch, "fake", 64, 8, 16, {}, 0, "", 0, 0};
+        ASSERT_TRUE(sched->tell(m, "gpu").ok());
     }
 
     void generate(uint64_t id, uint32_t max_tokens) {

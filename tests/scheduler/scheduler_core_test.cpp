@@ -101,8 +101,9 @@ public:
         EXPECT_TRUE(c.ok());
         core.emplace(std::move(*c));
         std::vector<outgoing_event> out;
-        core->on_device_ready({0, "cpu-reference", kv_blocks, block_tokens, 16, {}, device_n_ctx},
-                              out);
+        core->on_device_ready(
+            {0, "cpu-reference", kv_blocks, block_tokens, 16, {}, device_n_ctx, "device", 0, 0},
+            out);
         collect(out);
     }
 
@@ -220,7 +221,7 @@ public:
                     collect(out);
                     out.clear();
                     core->on_device_ready({++epoch, "cpu-reference", core->kv_stats().blocks_total,
-                                           block_tokens(), 16, {}, 0},
+                                           block_tokens(), 16, {}, 0, "", 0, 0},
                                           out);
                 }
             } else {

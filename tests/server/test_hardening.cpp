@@ -83,17 +83,7 @@ void start_server(server_process& s, const std::string& name, const std::string&
                   bool wait_ready = true) {
     ASSERT_TRUE(s.start(ORDO_SERVER_BIN, {"--config", write_config(name, extra)})) << s.output();
     if (!wait_ready) return;
-    tcp_client c;
-    ASSERT_TRUE(c.connect(s.port()));
-    auto end = clock_type::now() + device_ready_deadline;
-    for (uint64_t id = 1; clock_type::now() < end; id++) {
-        ASSERT_TRUE(c.send(frame("id", id, "op", "health")));
-        auto r = c.recv();
-        ASSERT_TRUE(r.has_value()) << "no answer to health";
-        if (str_field(r->get(), "status") == "ok") return;
-        std::this_thread::sleep_for(10ms);
-    }
-    FAIL() << "the server never became healthy";
+    ASSERT_EQ(wait_healthy(s.port()), "");
 }
 
 // ---- events -------------------------------------------------------------------------------------

@@ -47,18 +47,6 @@ std::string write_config(const std::string& name, const std::string& model,
     return p;
 }
 
-// Reads until the terminal event of `id`; returns all events of that id.
-std::vector<event> until_terminal(tcp_client& c, uint64_t id) {
-    std::vector<event> evs;
-    while (auto e = next(c)) {
-        if (e->u("id") != id) continue;
-        evs.push_back(*e);
-        if (e->terminal()) return evs;
-    }
-    ADD_FAILURE() << "no terminal event for " << id;
-    return evs;
-}
-
 // Sends a generate map built from key/value pairs and returns its events.
 template <typename... kv>
 std::vector<event> generate(tcp_client& c, uint64_t id, const kv&... params) {
@@ -149,19 +137,7 @@ std::vector<golden_case> golden_cases() {
 }
 
 // Waits for the device: health turns "ok" (within device_ready_deadline).
-void wait_healthy(uint16_t port) {
-    tcp_client c;
-    ASSERT_TRUE(c.connect(port));
-    auto end = std::chrono::steady_clock::now() + device_ready_deadline;
-    for (uint64_t i = 1; std::chrono::steady_clock::now() < end; i++) {
-        ASSERT_TRUE(c.send(frame("id", i, "op", "health")));
-        auto e = next(c);
-        ASSERT_TRUE(e.has_value());
-        if (e->str("status") == "ok") return;
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    FAIL() << "server never became healthy";
-}
+void require_healthy(uint16_t port) { ASSERT_EQ(wait_healthy(port), ""); }
 
 class stories_server : public ::testing::Test {
 protected:
@@ -170,7 +146,7 @@ protected:
                                        "[scheduler]\nmax_batch_tokens = 64\n" + extra);
         ASSERT_TRUE(server.start(ORDO_SERVER_BIN, {"--config", cfg, "--log-level", "warn"}))
             << server.output();
-        wait_healthy(server.port());
+        require_healthy(server.port());
     }
     server_process server;
 };
@@ -383,7 +359,7 @@ protected:
                                        "[scheduler]\nmax_sequences = 1\nmax_queue = 1\n");
         ASSERT_TRUE(server.start(ORDO_SERVER_BIN, {"--config", cfg, "--log-level", "warn"}))
             << server.output();
-        wait_healthy(server.port());
+        require_healthy(server.port());
         ASSERT_TRUE(c.connect(server.port()));
     }
     std::string model;
@@ -471,7 +447,7 @@ TEST(serving, gpu_map_in_model_and_stats_counts_steps_and_a_watchdog_timeout) {
                                                        "[fault]\nenabled = true\n"),
                               "--log-level", "warn"}))
         << server.output();
-    wait_healthy(server.port());
+    require_healthy(server.port());
     tcp_client c;
     ASSERT_TRUE(c.connect(server.port()));
 

@@ -130,21 +130,7 @@ void expect_refused_at_start(const std::vector<std::string>& args, const std::st
 }
 
 // Asks health until it says ok; fails on degraded or after device_ready_deadline.
-void expect_healthy(uint16_t port) {
-    tcp_client c;
-    ASSERT_TRUE(c.connect(port));
-    auto end = std::chrono::steady_clock::now() + device_ready_deadline;
-    for (uint64_t id = 1; std::chrono::steady_clock::now() < end; id++) {
-        ASSERT_TRUE(c.send(frame("id", id, "op", "health")));
-        auto r = c.recv();
-        ASSERT_TRUE(r.has_value()) << "no answer to health";
-        const std::string status = str_field(r->get(), "status");
-        if (status == "ok") return;
-        ASSERT_EQ(status, "loading") << str_field(r->get(), "reason");
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    FAIL() << "the server never became healthy";
-}
+void expect_healthy(uint16_t port) { ASSERT_EQ(wait_healthy(port), ""); }
 
 }  // namespace
 

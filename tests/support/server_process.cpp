@@ -239,6 +239,35 @@ uint64_t uint_field(const msgpack::object& map, const std::string& key) {
     return f && f->type == msgpack::type::POSITIVE_INTEGER ? f->via.u64 : UINT64_MAX;
 }
 
+std::vector<event> until_terminal(tcp_client& c, uint64_t id) {
+    std::vector<event> evs;
+    while (auto e = next(c)) {
+        if (e->u("id") != id) continue;
+        evs.push_back(*e);
+        if (e->terminal()) return evs;
+    }
+#ifdef ORDO_WITH_GTEST
+    ADD_FAILURE() << "no terminal event for " << id;
+#endif
+    return evs;
+}
+
+std::string wait_healthy(uint16_t port) {
+    tcp_client c;
+    if (!c.connect(port)) return "cannot connect to port " + std::to_string(port);
+    const auto end = clock::now() + device_ready_deadline;
+    for (uint64_t id = 1; clock::now() < end; id++) {
+        if (!c.send(frame("id", id, "op", "health"))) return "cannot send health";
+        auto e = next(c);
+        if (!e) return "no answer to health";
+        const std::string status = e->str("status");
+        if (status == "ok") return "";
+        if (status != "loading") return "health says " + status + ": " + e->str("reason");
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return "the server never became healthy";
+}
+
 command_result run_command(const std::string& cmd) {
     command_result r;
     FILE* pipe = ::popen(cmd.c_str(), "r");

@@ -136,4 +136,13 @@ inline std::optional<event> next(tcp_client& c,
     return event{std::make_shared<msgpack::object_handle>(std::move(*r))};
 }
 
+// The events of request `id` read from `c`, up to and including its terminal one (events of
+// other ids are dropped). A test failure when the connection ends or a read times out first.
+std::vector<event> until_terminal(tcp_client& c, uint64_t id);
+
+// Asks health on a new connection until it says "ok": "" then, else why not (the status and
+// reason it gave instead of ok or loading, no answer, or still loading after
+// device_ready_deadline).
+std::string wait_healthy(uint16_t port);
+
 }  // namespace ordo::test

@@ -29,30 +29,9 @@ const command_registrar k_info_reg{k_info};
 // Arrays longer than this print as a summary in JSON (a 32000-token vocab would drown the rest).
 constexpr size_t k_json_array_items_max = 64;
 
-// Tensors and bytes per type, in the order of the type table (by type id).
-struct type_count {
-    model::ggml_type type;
-    size_t tensors = 0;
-    uint64_t bytes = 0;
-};
-
-std::vector<type_count> type_histogram(const model::gguf_file& f) {
-    std::vector<type_count> out;
-    for (const auto& tr : model::k_ggml_types) {
-        type_count c{tr.type};
-        for (const auto& t : f.tensors()) {
-            if (t.type != tr.type) continue;
-            c.tensors++;
-            c.bytes += t.n_bytes;
-        }
-        if (c.tensors > 0) out.push_back(c);
-    }
-    return out;
-}
-
 std::string histogram_json(const model::gguf_file& f) {
     std::string out = "{";
-    for (const auto& c : type_histogram(f)) {
+    for (const auto& c : model::tensor_type_histogram(f)) {
         out += std::string(out.size() > 1 ? ", " : "") +
                json_string(model::type_name(c.type)) +
                ": {\"tensors\": " + std::to_string(c.tensors) +
@@ -100,7 +79,8 @@ std::string hparams_json(const result<model::llama_hparams>& hp) {
            num("n_ff", hp->n_ff) + ", " + num("n_ctx", hp->n_ctx) + ", " +
            num("n_vocab", hp->n_vocab) + ", " + num("n_rot", hp->n_rot) + ", " +
            num("head_dim", hp->head_dim()) + ", " + num("rope_freq_base", hp->rope_freq_base) +
-           ", " + num("rms_eps", hp->rms_eps) + "}";
+           ", " + num("rope_scale_linear", hp->rope_scale_linear) + ", " +
+           num("rms_eps", hp->rms_eps) + "}";
 }
 
 std::string vocab_json(const result<model::vocab>& v) {
@@ -108,7 +88,8 @@ std::string vocab_json(const result<model::vocab>& v) {
         return "{\"error\": {\"code\": " + json_string(v.err().code) +
                ", \"message\": " + json_string(v.err().message) + "}}";
     }
-    return "{\"model\": " + json_string(v->model()) + ", \"n_tokens\": " +
+    return "{\"model\": " + json_string(v->model()) + ", \"pre\": " + json_string(v->pre()) +
+           ", \"n_tokens\": " +
            std::to_string(v->size()) + ", \"bos\": " + std::to_string(v->bos()) +
            ", \"eos\": " + std::to_string(v->eos()) + ", \"unk\": " + std::to_string(v->unk()) +
            ", \"pad\": " + std::to_string(v->pad()) + ", \"add_bos\": " +
@@ -160,10 +141,10 @@ void print_hparams_text(const result<model::llama_hparams>& hp) {
     }
     std::printf("hyperparameters: n_embd %u, n_layer %u, n_head %u, n_head_kv %u "
                 "(head_dim %u), n_ff %u, n_ctx %u, n_vocab %u, n_rot %u, rope_freq_base %g, "
-                "rms_eps %g\n",
+                "rope_scale_linear %g, rms_eps %g\n",
                 hp->n_embd, hp->n_layer, hp->n_head, hp->n_head_kv, hp->head_dim(), hp->n_ff,
                 hp->n_ctx, hp->n_vocab, hp->n_rot, double(hp->rope_freq_base),
-                double(hp->rms_eps));
+                double(hp->rope_scale_linear), double(hp->rms_eps));
 }
 
 void print_text(const std::string& path, const model::gguf_file& f) {
@@ -176,7 +157,7 @@ void print_text(const std::string& path, const model::gguf_file& f) {
     if (auto v = model::vocab::from_gguf(f)) {
         std::printf("tokenizer: %s, %zu tokens, bos %d, eos %d, unk %d, pad %d, add_bos %s, "
                     "add_eos %s\n",
-                    v->model().c_str(), v->size(), v->bos(), v->eos(), v->unk(), v->pad(),
+                    v->describe().c_str(), v->size(), v->bos(), v->eos(), v->unk(), v->pad(),
                     v->add_bos() ? "true" : "false", v->add_eos() ? "true" : "false");
     } else {
         std::printf("tokenizer: unusable: %s: %s\n", v.err().code.c_str(),
@@ -194,7 +175,7 @@ void print_text(const std::string& path, const model::gguf_file& f) {
                     model::format_value(kv.value).c_str());
     }
     std::printf("tensor types:\n");
-    for (const auto& c : type_histogram(f)) {
+    for (const auto& c : model::tensor_type_histogram(f)) {
         std::printf("  %-8s %6zu tensors %14llu bytes%s\n",
                     std::string(model::type_name(c.type)).c_str(), c.tensors,
                     (unsigned long long)c.bytes,

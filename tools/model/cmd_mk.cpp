@@ -2,8 +2,11 @@
 // deterministic random weights (model/synth.hpp owns the recipe; this file only turns the
 // command line into synth_options and reports the result). TYPE is any type the CPU reference
 // computes with, named as llama.cpp names it, case-insensitive: f32 f16 bf16 q4_0 q4_1 q5_0 q5_1
-// q8_0 q2_k q3_k q4_k q5_k q6_k. Norms are always F32.
+// q8_0 q2_k q3_k q4_k q5_k q6_k. Norms are always F32. --rope-llama3 FACTOR adds a Llama 3.1
+// rope_freqs.weight (llama3_rope_factors: low 1, high 4, original context 8192), --rope-linear
+// FACTOR linear RoPE scaling keys, --rope-base F llama.rope.freq_base (default 10000).
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <limits>
 
@@ -20,7 +23,8 @@ int run_mk(std::span<const std::string> argv);
 const command k_mk{"mk",
                    "mk --out FILE --n-embd N --n-layer N --n-head N [--n-head-kv N] --n-ff N "
                    "(--n-vocab N | --vocab-from GGUF) --type TYPE --seed S "
-                   "[--ctx N] [--tied] [--json]",
+                   "[--ctx N] [--tied] [--rope-base F] [--rope-llama3 FACTOR] "
+                   "[--rope-linear FACTOR] [--json]",
                    "write a synthetic Llama model with seeded random weights", run_mk};
 const command_registrar k_mk_reg{k_mk};
 
@@ -73,12 +77,26 @@ result<model::synth_options> options_from(const parsed_args& a) {
     o.seed = static_cast<uint64_t>(**seed);
     o.vocab_from = a.option("vocab-from").value_or("");
     o.tied = a.flag("tied");
+    // RoPE: the base, Llama 3.1 frequency factors (rope_freqs.weight) and linear scaling.
+    const std::pair<std::string_view, float*> rope[] = {{"rope-base", &o.rope_freq_base},
+                                                        {"rope-llama3", &o.rope_llama3_factor},
+                                                        {"rope-linear", &o.rope_linear}};
+    for (const auto& [name, dst] : rope) {
+        auto v = a.option_f64(name);
+        if (!v) return v.err();
+        if (!*v) continue;
+        if (!(**v > 0.0) || !std::isfinite(**v) || **v > std::numeric_limits<float>::max()) {
+            return make_error("usage", "--" + std::string(name) + " must be a finite number > 0");
+        }
+        *dst = static_cast<float>(**v);
+    }
     return o;
 }
 
 int run_mk(std::span<const std::string> argv) {
     const arg_spec spec{{"out", "n-embd", "n-layer", "n-head", "n-head-kv", "n-ff", "n-vocab",
-                         "vocab-from", "type", "seed", "ctx"},
+                         "vocab-from", "type", "seed", "ctx", "rope-base", "rope-llama3",
+                         "rope-linear"},
                         {"tied", "json"},
                         0,
                         0};

@@ -95,7 +95,7 @@ gpu::gpu_actor_options gpu_options_from(const config::config& cfg, const loaded_
     r.max_batch_tokens = cfg.scheduler.max_batch_tokens;
     r.rows_max = cfg.scheduler.max_sequences;
     r.seqs_max = cfg.scheduler.max_sequences;
-    r.n_ctx = m.n_ctx;
+    r.n_ctx = cfg.model.context_tokens;  // 0: the model's; the runner names the bound it takes
     if (cfg.gpu.kernels != config::gpu_kernels::automatic) {
         r.texel_kernels = cfg.gpu.kernels == config::gpu_kernels::texel;
     }
@@ -162,10 +162,16 @@ status run_server(const config::config& cfg, const loaded_model& model, const se
     uv_signal_start(&m.sigint, signal_cb, SIGINT);
     uv_signal_start(&m.sigterm, signal_cb, SIGTERM);
 
-    log->info("model {}{}: {} layers, n_embd {}, vocab {}, context {}, fingerprint {}", model.path,
-              model.generated ? " (generated, random weights)" : "", model.hp.n_layer,
-              model.hp.n_embd, model.hp.n_vocab, model.n_ctx, model.info.fingerprint);
+    // The context served is logged by the gpu runner once it knows every bound (KV pool, device).
+    log->info("model {}{}: {} layers, n_embd {}, vocab {}, trained context {}, fingerprint {}",
+              model.path, model.generated ? " (generated, random weights)" : "", model.hp.n_layer,
+              model.hp.n_embd, model.hp.n_vocab, model.hp.n_ctx, model.info.fingerprint);
     if (model.generated) log->warn("{}", model.info.hint);
+    if (const status& tok = model.tokenizer->support(); !tok.ok()) {
+        log->warn("{}: serving token ids only (generate with `tokens`); text ops answer "
+                  "tokenizer_unsupported",
+                  tok.err().message);
+    }
 
     gpu::logits_exchange logits(cfg.scheduler.max_sequences, model.hp.n_vocab);
     auto core =

@@ -67,11 +67,11 @@ ORDO_ABI_CONST ORDO_ATTN_HEAD_DIM_MAX = 256;
 ORDO_ABI_CONST ORDO_B_GET_ROWS_TABLE = 0, ORDO_B_GET_ROWS_IDS = 1, ORDO_B_GET_ROWS_OUT = 2;
 ORDO_ABI_CONST ORDO_B_MM_W = 0, ORDO_B_MM_X = 1, ORDO_B_MM_Y = 2;
 ORDO_ABI_CONST ORDO_B_NORM_X = 0, ORDO_B_NORM_W = 1, ORDO_B_NORM_OUT = 2;
-ORDO_ABI_CONST ORDO_B_ROPE_X = 0, ORDO_B_ROPE_POS = 1;
+ORDO_ABI_CONST ORDO_B_ROPE_X = 0, ORDO_B_ROPE_POS = 1, ORDO_B_ROPE_FREQ = 2;
 ORDO_ABI_CONST ORDO_B_SWIGLU_GATE = 0, ORDO_B_SWIGLU_UP = 1, ORDO_B_SWIGLU_OUT = 2;
 ORDO_ABI_CONST ORDO_B_ADD_A = 0, ORDO_B_ADD_B = 1, ORDO_B_ADD_OUT = 2;
 ORDO_ABI_CONST ORDO_B_ROPE_KV_SRC = 0, ORDO_B_ROPE_KV_Q = 1, ORDO_B_ROPE_KV_INTS = 2,
-               ORDO_B_ROPE_KV_K = 3, ORDO_B_ROPE_KV_V = 4;
+               ORDO_B_ROPE_KV_K = 3, ORDO_B_ROPE_KV_V = 4, ORDO_B_ROPE_KV_FREQ = 5;
 ORDO_ABI_CONST ORDO_B_KVW_SRC = 0, ORDO_B_KVW_SLOTS = 1, ORDO_B_KVW_K = 2, ORDO_B_KVW_V = 3;
 ORDO_ABI_CONST ORDO_B_ATTN_Q = 0, ORDO_B_ATTN_K = 1, ORDO_B_ATTN_V = 2, ORDO_B_ATTN_TOKENS = 3,
                ORDO_B_ATTN_TABLES = 4, ORDO_B_ATTN_OUT = 5;
@@ -130,6 +130,17 @@ struct rms_norm_push {
     float eps;
 };
 
+// The RoPE frequency table both rope kernels read (binding ORDO_B_ROPE_FREQ /
+// ORDO_B_ROPE_KV_FREQ; built by gpu/vk/kernels.cpp rope_turns_table from the model's table): for
+// pair j < n_rot / 2, a vec4 {hi, mid, lo, 0} whose sum is pair j's frequency in turns
+// (revolutions) per position, hi and mid holding ORDO_ROPE_SPLIT_BITS significant bits each. A
+// position (< 2^24) splits the same way into pos_hi + pos_lo (pos_lo < 2^12), so pos_hi * hi,
+// pos_lo * hi, pos_hi * mid and pos_lo * mid are exact in float and only their fractions matter,
+// and pos * lo is below half a turn: the angle is reduced to [-pi, pi] within a few 1e-6 rad at
+// any position (gpu/vk/shaders/rope.glsl). A float pos * freq would err by up to 0.01 rad at
+// 131072 and leave sin/cos arguments far outside the range Vulkan bounds their precision on.
+ORDO_ABI_CONST ORDO_ROPE_SPLIT_BITS = 12;
+
 // rope.comp: in place, adjacent pairs (x[2i], x[2i+1]) of the first n_rot dims of each head.
 struct rope_push {
     uint n_tokens;
@@ -139,7 +150,6 @@ struct rope_push {
     uint x_offset;      // floats, first head of token 0
     uint x_stride;      // floats between tokens
     uint pos_offset;    // first position (elements of the positions buffer)
-    float freq_base;
 };
 
 // swiglu.comp: out = silu(gate) * up.
@@ -197,7 +207,6 @@ struct rope_kv_push {
     uint slots_offset;  // ints: token 0's slot (block * block_tokens + offset; < 0: no store)
     uint block_tokens;
     uint n_blocks;      // blocks in the pool (slots are bounds-checked against it)
-    float freq_base;
 };
 
 // attention_*.comp: for each query token and head, causal softmax attention over the token's

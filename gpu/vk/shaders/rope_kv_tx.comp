@@ -18,12 +18,8 @@ layout(std430, binding = ORDO_B_ROPE_KV_INTS) readonly buffer ints_buf { int int
 #define KV_BINDING_K ORDO_B_ROPE_KV_K
 #define KV_BINDING_V ORDO_B_ROPE_KV_V
 #include "kv_pool.glsl"
-
-// Pair j of a head rotated by the angle pos * base^(-2j / n_rot) (rope.comp's expression).
-vec2 angle(float pos, uint j) {
-    float theta = pos * pow(p.freq_base, -float(2u * j) / float(p.n_rot));
-    return vec2(cos(theta), sin(theta));
-}
+#define ROPE_FREQ_BINDING ORDO_B_ROPE_KV_FREQ
+#include "rope.glsl"
 
 vec2 rotate(vec2 x, vec2 cs) {
     return vec2(x.x * cs.x - x.y * cs.y, x.x * cs.y + x.y * cs.x);
@@ -32,7 +28,7 @@ vec2 rotate(vec2 x, vec2 cs) {
 void main() {
     uint t = gl_WorkGroupID.y;
     uint texels = p.head_dim / 4u;  // per head
-    float pos = float(ints[p.pos_offset + t]);
+    uint pos = uint(ints[p.pos_offset + t]);
     int slot = ints[p.slots_offset + t];
     // A negative slot skips the token's K/V store; an out-of-pool slot is refused here as well
     // as on the host.
@@ -43,9 +39,10 @@ void main() {
     uint q = (p.q_offset + t * p.stride) / 4u;
     for (uint c = gl_LocalInvocationID.x; c < texels; c += gl_WorkGroupSize.x) {
         uint j0 = 2u * c, j1 = 2u * c + 1u;
-        // Pairs from n_rot / 2 on are not rotated (as rope.comp).
+        // Pairs from n_rot / 2 on are not rotated (as rope.comp), nor in the table.
         bool r0 = 2u * j0 < p.n_rot, r1 = 2u * j1 < p.n_rot;
-        vec2 a0 = angle(pos, j0), a1 = angle(pos, j1);
+        vec2 a0 = r0 ? rope_cos_sin(pos, j0) : vec2(1.0, 0.0);
+        vec2 a1 = r1 ? rope_cos_sin(pos, j1) : vec2(1.0, 0.0);
         for (uint h = 0; h < p.n_head; ++h) {
             vec4 e = uintBitsToFloat(texelFetch(src_tex, int(src + h * texels + c)));
             if (r0) e.xy = rotate(e.xy, a0);
