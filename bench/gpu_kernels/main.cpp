@@ -273,8 +273,15 @@ int main(int argc, char** argv) {
     if (!texel) tuning.prefer_texel_kernels = false;
     if (force_texel) tuning.prefer_texel_kernels = true;
     if (force_rows) tuning.rows_tokens_max = mat_vec_tokens_max;
+    auto t_pipes = std::chrono::steady_clock::now();
     auto p = pipelines::create(*e.dev, tuning);
     if (!p) return 1;
+    // The start-up cost every runner and test pays (the weight-typed pipelines come later, per
+    // type, on first use).
+    std::printf("{\"pipelines_create_ms\":%.1f}\n",
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                          t_pipes)
+                    .count());
     e.pipes = std::move(*p);
     auto s = stream::create(*e.dev, *e.pipes, {64, true});
     if (!s) {
