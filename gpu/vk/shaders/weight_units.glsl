@@ -62,7 +62,9 @@ const uint PARTS = 8u;
 #endif
 
 // A unit's raw words, as load_raw gathers them: the quant planes, and the scale (x) and offset
-// (y) of parts 0..3 and (z, w) of parts 4..7.
+// (y) of parts 0..3 and (z, w) of parts 4..7: x = q * scale + offset, the offset being minus
+// the min (Q2_K, Q4_K, Q5_K), the min (Q4_1, Q5_1) or minus the bias times the scale (Q4_0:
+// (q - 8) * d = q * d - 8 * d, exactly, as the result is representable).
 struct unit_raw {
     uvec4 a;  // F32/F16/BF16: the elements; Q8_0: quants 0..15; Q2_K/Q3_K: a.xy the 2-bit plane;
               // the others: the nibble plane
@@ -79,9 +81,17 @@ uint nibble_lanes(uvec4 t, uint j) { return (t[j & 3u] >> (4u * (j >> 2u))) & 0x
 uint bits2_lanes(uvec2 t, uint j) { return (t[j & 1u] >> (2u * (j >> 1u))) & 0x03030303u; }
 uint bit_lanes(uint t, uint j) { return (t >> j) & 0x01010101u; }
 
-vec4 u8x4(uint w) {  // four unsigned bytes
-    return vec4(w & 255u, (w >> 8) & 255u, (w >> 16) & 255u, w >> 24);
+// Byte lane c of w (values below 128) as a float, left in place: times 2^(8c). Masking in place
+// saves the shift a lane would need (llvmpipe runs each lane's ops as its own vector
+// instruction); lane_scale() undoes the 2^(8c) in the unit's scale, exactly (powers of two).
+vec4 lanes_in_place(uint w) {
+    return vec4(int(w & 0xFFu), int(w & 0xFF00u), int(w & 0xFF0000u), int(w & 0xFF000000u));
 }
+vec4 lane_scale(float s) { return s * vec4(1.0, 1.0 / 256.0, 1.0 / 65536.0, 1.0 / 16777216.0); }
+
+// x = q * s + o for the 4 quants of byte-lane word w, exactly: q * s is exact (model/quant.hpp),
+// and where o is a bias times s (o = -8 d for Q4_0's (q - 8) * d) the sum is exact too.
+vec4 dequant(uint w, vec2 so) { return lanes_in_place(w) * lane_scale(so.x) + so.y; }
 
 vec4 i8x4(uint w) {  // four signed bytes
     return vec4(bitfieldExtract(int(w), 0, 8), bitfieldExtract(int(w), 8, 8),
@@ -122,7 +132,8 @@ unit_raw load_raw(uint ui) {
     w.s.xz = vec2(half_at(w_fetch(w_aux_texel() + (ui >> 3u)), ui & 7u));
 #elif WTYPE == ORDO_WTYPE_Q4_0
     w.a = w_fetch(ui);
-    w.s.xz = vec2(half_at(w_fetch(w_aux_texel() + (ui >> 3u)), ui & 7u));
+    float d = half_at(w_fetch(w_aux_texel() + (ui >> 3u)), ui & 7u);
+    w.s = vec4(d, -8.0 * d, d, -8.0 * d);
 #elif WTYPE == ORDO_WTYPE_Q4_1
     w.a = w_fetch(ui);
     w.s = unpackHalf2x16(w_fetch(w_aux_texel() + (ui >> 2u))[ui & 3u]).xyxy;
@@ -132,7 +143,8 @@ unit_raw load_raw(uint ui) {
     uvec2 hd = (ui & 1u) != 0u ? aux.zw : aux.xy;
     w.b.x = hd.x;
 #if WTYPE == ORDO_WTYPE_Q5_0
-    w.s.xz = unpackHalf2x16(hd.y).xx;
+    float d = unpackHalf2x16(hd.y).x;
+    w.s = vec4(d, -16.0 * d, d, -16.0 * d);
 #else
     w.s = unpackHalf2x16(hd.y).xyxy;
 #endif
@@ -157,7 +169,7 @@ unit_raw load_raw(uint ui) {
     float d = unpackHalf2x16(h.z).x;
     w.s.x = d * float(bitfieldExtract(int(sc), 0, 8));
     w.s.z = d * float(bitfieldExtract(int(sc), 8, 8));
-    w.s.yw = vec2(0.0);
+    w.s.yw = -32.0 * w.s.xz;
 #elif WTYPE == ORDO_WTYPE_Q3_K
     uint sb = ui >> 3u, j = ui & 7u, base = sb * 7u;
     uvec4 h = w_fetch(base);
@@ -165,7 +177,8 @@ unit_raw load_raw(uint ui) {
     uvec4 lo = w_fetch(base + 3u + (j >> 1u));
     w.a.xy = (j & 1u) != 0u ? lo.zw : lo.xy;
     float d = unpackHalf2x16(h.w).x;
-    w.s = vec4(d * k3_scale(h, j, 0u), 0.0, d * k3_scale(h, j, 1u), 0.0);
+    w.s.xz = vec2(d * k3_scale(h, j, 0u), d * k3_scale(h, j, 1u));
+    w.s.yw = -4.0 * w.s.xz;
 #elif WTYPE == ORDO_WTYPE_Q2_K
     uint sb = ui >> 3u, j = ui & 7u, base = (sb >> 2u) * 21u;
     uint sc = w_fetch(base + (sb & 3u))[j >> 1u] >> (16u * (j & 1u));  // two scale|min bytes
@@ -191,19 +204,15 @@ vec4 part(unit_raw w, uint j) {
     return uintBitsToFloat(uvec4(h.x << 16u, h.x & 0xFFFF0000u, h.y << 16u, h.y & 0xFFFF0000u));
 #elif WTYPE == ORDO_WTYPE_Q8_0
     return i8x4(j < 4u ? w.a[j] : w.b[j - 4u]) * so.x;
-#elif WTYPE == ORDO_WTYPE_Q4_0
-    return (u8x4(nibble_lanes(w.a, j)) - 8.0) * so.x;
-#elif WTYPE == ORDO_WTYPE_Q4_1 || WTYPE == ORDO_WTYPE_Q4_K
-    return u8x4(nibble_lanes(w.a, j)) * so.x + so.y;
-#elif WTYPE == ORDO_WTYPE_Q5_0
-    return (u8x4(nibble_lanes(w.a, j) | (bit_lanes(w.b.x, j) << 4u)) - 16.0) * so.x;
-#elif WTYPE == ORDO_WTYPE_Q5_1 || WTYPE == ORDO_WTYPE_Q5_K
-    return u8x4(nibble_lanes(w.a, j) | (bit_lanes(w.b.x, j) << 4u)) * so.x + so.y;
+#elif WTYPE == ORDO_WTYPE_Q4_0 || WTYPE == ORDO_WTYPE_Q4_1 || WTYPE == ORDO_WTYPE_Q4_K
+    return dequant(nibble_lanes(w.a, j), so);
+#elif WTYPE == ORDO_WTYPE_Q5_0 || WTYPE == ORDO_WTYPE_Q5_1 || WTYPE == ORDO_WTYPE_Q5_K
+    return dequant(nibble_lanes(w.a, j) | (bit_lanes(w.b.x, j) << 4u), so);
 #elif WTYPE == ORDO_WTYPE_Q6_K
-    return (u8x4(nibble_lanes(w.a, j) | (bits2_lanes(w.b.xy, j) << 4u)) - 32.0) * so.x;
+    return dequant(nibble_lanes(w.a, j) | (bits2_lanes(w.b.xy, j) << 4u), so);
 #elif WTYPE == ORDO_WTYPE_Q3_K
-    return (u8x4(bits2_lanes(w.a.xy, j) | (bit_lanes(w.b.x, j) << 2u)) - 4.0) * so.x;
+    return dequant(bits2_lanes(w.a.xy, j) | (bit_lanes(w.b.x, j) << 2u), so);
 #elif WTYPE == ORDO_WTYPE_Q2_K
-    return u8x4(bits2_lanes(w.a.xy, j)) * so.x + so.y;
+    return dequant(bits2_lanes(w.a.xy, j), so);
 #endif
 }
