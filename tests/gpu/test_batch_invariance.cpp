@@ -18,7 +18,7 @@
 //     when each of its steps also carries 1, 3, 8 or 15 other sequences (prefill chunks of
 //     different lengths and decodes, starting at different steps), with the target at a
 //     different place in the batch and in different KV blocks; generated 64-wide GQA model in
-//     F32, F16 and Q8_0, F16 KV pool.
+//     F32, F16 and Q8_0, and its 256-wide sibling in Q4_K (K-type rows), F16 KV pool.
 // (b) runner: a 23-token prompt prefilled in one step, in chunks of 7 and token by token gives
 //     the same final logits and the same KV bytes (read_kv_blocks).
 #include <gtest/gtest.h>
@@ -326,6 +326,11 @@ TEST(GpuBatchInvariance, RunnerSequenceAloneEqualsBatchedF16) {
 TEST(GpuBatchInvariance, RunnerSequenceAloneEqualsBatchedQ8_0) {
     ORDO_REQUIRE_GPU();
     check_alone_vs_batched(ggml_type::q8_0);
+}
+
+TEST(GpuBatchInvariance, RunnerSequenceAloneEqualsBatchedQ4_K) {
+    ORDO_REQUIRE_GPU();
+    check_alone_vs_batched(ggml_type::q4_k);
 }
 
 // ---------------------------------------------------------------------------------------------
