@@ -152,7 +152,7 @@ result<const pipeline*> pipelines::find(pipeline_id id) const {
 }
 
 result<const pipeline*> pipelines::for_k(pipeline_id id, std::uint32_t k) const {
-    if (!specialized_on_k(id)) return &get(id);
+    if (!specialized_on_k(id)) return find(id);
     if (pipeline_name(id).starts_with("mul_mat_tx1") && !_device.info().subgroup_ballot) {
         return make_error("gpu_unsupported", std::string(pipeline_name(id)) +
                                                  " needs subgroup ballot operations");

@@ -211,6 +211,28 @@ TEST(GpuKernels, MulMatTexelRowTilesAgreeBitForBit) {
     }
 }
 
+// Weight-typed pipelines (pipelines::create leaves them out) are built on their first request
+// and kept: find gives a built pipeline, the same one twice; a K-specialized id is refused (it
+// needs its K: for_k); the other pipelines are create()'s.
+TEST(GpuKernels, WeightTypedPipelinesAreBuiltOnRequest) {
+    ORDO_REQUIRE_GPU();
+    const pipelines& pipes = *env().pipes;
+    for (pipeline_id id : {pipeline_id::mul_mat_q4_k, pipeline_id::get_rows_q6_k,
+                           pipeline_id::mul_mat_tx4_bf16}) {
+        SCOPED_TRACE(std::string(pipeline_name(id)));
+        EXPECT_TRUE(pipelines::weight_typed(id));
+        auto a = pipes.find(id);
+        ASSERT_TRUE(a.ok()) << a.err().message;
+        EXPECT_NE((*a)->handle, VK_NULL_HANDLE);
+        auto b = pipes.find(id);
+        ASSERT_TRUE(b.ok());
+        EXPECT_EQ(*a, *b);
+    }
+    EXPECT_FALSE(pipes.find(pipeline_id::mul_mat_tx1_q4_k).ok());
+    EXPECT_FALSE(pipelines::weight_typed(pipeline_id::rms_norm_tx));
+    EXPECT_NE(pipes.get(pipeline_id::rms_norm).handle, VK_NULL_HANDLE);
+}
+
 // mat_path::automatic on this device gives the reference result too (whichever kernel it picks).
 TEST(GpuKernels, MulMatAutomaticAllTypes) {
     ORDO_REQUIRE_GPU();
