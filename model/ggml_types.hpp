@@ -4,9 +4,9 @@
 //
 // Used by the GGUF reader (to size and validate every tensor in the table), the writer, the
 // reference loader (which accepts only the types `is_supported` says the CPU reference computes
-// with), model/quant (which encodes and decodes the blocks laid out here), the gpu upload (which
-// runs a subset: gpu/runner's check_weight_types) and the `ordo-model` tool. Header-only,
-// constexpr, no state.
+// with), model/quant (which encodes and decodes the blocks laid out here), the gpu upload
+// (which repacks every type is_supported names: gpu/vk/weight_layout.hpp) and the `ordo-model`
+// tool. Header-only, constexpr, no state.
 #pragma once
 
 #include <array>
@@ -123,7 +123,7 @@ constexpr uint32_t block_bytes(ggml_type t) { return type_traits(t).block_bytes;
 // The types the CPU reference decodes and computes with (model/quant has a row codec for each):
 // the float types and the block types llama.cpp's llama-quantize writes for Llama files. The
 // rest (IQ*, TQ*, Q8_1, Q8_K, MXFP4, the integer types, F64) parse but are refused by the loader.
-// The Vulkan kernels run a subset of these (gpu/runner/runner.hpp: check_weight_types).
+// The Vulkan kernels run all of these (gpu/vk/weights.hpp: kernels_run).
 constexpr bool is_supported(ggml_type t) {
     switch (t) {
         case ggml_type::f32: case ggml_type::f16: case ggml_type::bf16:

@@ -4,7 +4,11 @@
 // plus paged attention. Times come from GPU timestamp queries (the per-dispatch time, not the
 // submission overhead) and, separately, the wall time of submit + fence wait per segment.
 // Usage: ordo-bench-kernels [--device SELECTOR] [--reps N] [--tx-wg LANES] [--no-texel | --texel]
-//                           [--rows] [--steps] [--prefill] [--dispatch-cost]
+//                           [--rows] [--steps] [--prefill] [--dispatch-cost] [--types LIST]
+//   --types f16,q4_k,...: the weight types of the default suite (default f32,f16,q8_0,q4_0); a
+//   shape whose rows are not whole blocks of a type (288 for the K types) is skipped for it.
+//   --type-compare: only the medium ffn shapes (768x2048, 2048x768) at 1, 4 and 128 tokens
+//   (tx1, tx1t4, txm on lavapipe) for each of --types: the per-type comparison of gpu/PERF.md.
 //   --prefill measures only the prefill mat-muls of one layer of the small and medium models.
 //   --dispatch-cost measures the fixed wall cost of one small dispatch (with/without timestamps).
 //   --tx-wg overrides the mul_mat_tx tx4/txm workgroup size, --no-texel measures the storage-buffer
@@ -101,6 +105,7 @@ std::pair<double, double> time_best(bench_env& e, const char* label, F&& record)
 
 void bench_mul_mat(bench_env& e, model::ggml_type type, std::uint32_t n_in, std::uint32_t n_out,
                    std::uint32_t n_tokens, const char* shape) {
+    if (n_in % row_multiple(type) != 0) return;  // not whole blocks of this type
     arena mem(*e.dev, std::min<std::uint64_t>(e.dev->info().max_storage_buffer_range,
                                               packed_bytes(type, n_in, n_out) + 4096));
     weight_tensor w = make_weight(e, mem, type, n_in, n_out);
@@ -235,6 +240,10 @@ int main(int argc, char** argv) {
     bool steps_only = false;
     bool dispatch_cost = false;
     bool prefill_only = false;
+    bool type_compare = false;
+    using model::ggml_type;
+    std::vector<ggml_type> types = {ggml_type::f32, ggml_type::f16, ggml_type::q8_0,
+                                    ggml_type::q4_0};
     for (int i = 1; i < argc; ++i) {
         if (std::strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
             selector = argv[++i];
@@ -255,10 +264,28 @@ int main(int argc, char** argv) {
             force_texel = true;
         } else if (std::strcmp(argv[i], "--rows") == 0) {
             force_rows = true;
+        } else if (std::strcmp(argv[i], "--type-compare") == 0) {
+            type_compare = true;
+        } else if (std::strcmp(argv[i], "--types") == 0 && i + 1 < argc) {
+            types.clear();
+            std::string list = argv[++i];
+            for (std::size_t at = 0; at <= list.size();) {
+                std::size_t comma = std::min(list.find(',', at), list.size());
+                auto t = model::type_from_name(list.substr(at, comma - at));
+                if (!t || !kernels_run(*t)) {
+                    std::fprintf(stderr, "--types: no kernel for '%s' (%s)\n",
+                                 list.substr(at, comma - at).c_str(),
+                                 kernel_type_names().c_str());
+                    return 2;
+                }
+                types.push_back(*t);
+                at = comma + 1;
+            }
         } else {
             std::fprintf(stderr, "usage: ordo-bench-kernels [--device SELECTOR] [--reps N] "
                                  "[--tx-wg LANES] [--no-texel | --texel] [--rows] [--steps] "
-                                 "[--prefill] [--dispatch-cost]\n");
+                                 "[--prefill] [--dispatch-cost] [--types LIST] "
+                                 "[--type-compare]\n");
             return 2;
         }
     }
@@ -273,8 +300,15 @@ int main(int argc, char** argv) {
     if (!texel) tuning.prefer_texel_kernels = false;
     if (force_texel) tuning.prefer_texel_kernels = true;
     if (force_rows) tuning.rows_tokens_max = mat_vec_tokens_max;
+    auto t_pipes = std::chrono::steady_clock::now();
     auto p = pipelines::create(*e.dev, tuning);
     if (!p) return 1;
+    // The start-up cost every runner and test pays (the weight-typed pipelines come later, per
+    // type, on first use).
+    std::printf("{\"pipelines_create_ms\":%.1f}\n",
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                          t_pipes)
+                    .count());
     e.pipes = std::move(*p);
     auto s = stream::create(*e.dev, *e.pipes, {64, true});
     if (!s) {
@@ -283,7 +317,6 @@ int main(int argc, char** argv) {
     }
     e.str = std::move(*s);
     std::printf("{\"device\":\"%s\"}\n", e.dev->info().name.c_str());
-    using model::ggml_type;
     if (steps_only) {
         bench_steps(e);
         return 0;
@@ -296,7 +329,16 @@ int main(int argc, char** argv) {
         bench_dispatch_cost(e);
         return 0;
     }
-    for (ggml_type t : {ggml_type::f32, ggml_type::f16, ggml_type::q8_0, ggml_type::q4_0}) {
+    if (type_compare) {
+        for (std::uint32_t n : {1u, 4u, 128u}) {
+            for (ggml_type t : types) {
+                bench_mul_mat(e, t, 768, 2048, n, "medium ffn_up");
+                bench_mul_mat(e, t, 2048, 768, n, "medium ffn_down");
+            }
+        }
+        return 0;
+    }
+    for (ggml_type t : types) {
         bench_mul_mat(e, t, 768, 2048, 1, "medium ffn_up");
         bench_mul_mat(e, t, 288, 32000, 1, "small output");
         bench_mul_mat(e, t, 2048, 768, 1, "medium ffn_down");

@@ -238,7 +238,8 @@ result<weight_tensor> runner::upload(const model::matrix_view& m) {
 result<weight_tensor> runner::upload_padded(const model::matrix_view& m) {
     auto n_in = static_cast<std::uint32_t>(m.n_in);
     auto n_out = static_cast<std::uint32_t>(m.n_out);
-    bool plain = m.type == model::ggml_type::f32 || m.type == model::ggml_type::f16;
+    bool plain = m.type == model::ggml_type::f32 || m.type == model::ggml_type::f16 ||
+                 m.type == model::ggml_type::bf16;
     if (!plain || n_in % 8 == 0) return upload_weight(*_dev, *_arena, m.type, n_in, n_out, m.data);
     // The kernels read rows 8 elements at a time: pad each row with zeros (stories260K's
     // ffn_down has n_in 172). The activations' pad columns are never written, so they stay 0.
@@ -290,6 +291,7 @@ status runner::upload_model(const model::llama_weights& w) {
     if (!emb) return emb.err();
     _token_embd = std::move(*emb);
     _output_tied = w.output_tied;
+    if (status s = prepare_get_rows(*_pipes, _token_embd); !s) return s;
     if (w.output_tied) {
         _output = _token_embd;  // the same device chunks serve get_rows and the classifier
     } else {

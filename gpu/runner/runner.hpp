@@ -133,7 +133,9 @@ struct kernel_time {
 
 // ok when the Vulkan kernels run every matrix the forward pass multiplies with (gpu/vk/weights:
 // kernels_run); otherwise gpu_unsupported_type naming the first tensor that they do not and its
-// type. Norm vectors are decoded on the host at upload, so any type the loader accepts serves
+// type. Every type the loader accepts has kernels today, so this fails only for weights built
+// by hand; it stays as the one place that would name a type added to the loader before its
+// kernels. Norm vectors are decoded on the host at upload, so any type the loader accepts serves
 // for them. Needs no device: ordo-server runs it at start (a model that fails it exits 2) and
 // runner::create runs it before creating one.
 status check_weight_types(const model::llama_weights& w);

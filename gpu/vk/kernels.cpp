@@ -34,12 +34,23 @@ bool fits(const ints_view& v, std::uint64_t n) {
     return v.view.buf != nullptr && (v.offset + n) * 4 <= v.view.range;
 }
 
+// abi.h's ORDO_WTYPE_* of a type the kernels run (kernels_run; upload_weight refuses the others).
 std::uint32_t wtype(model::ggml_type t) {
+    using model::ggml_type;
     switch (t) {
-    case model::ggml_type::f16: return abi::ORDO_WTYPE_F16;
-    case model::ggml_type::q8_0: return abi::ORDO_WTYPE_Q8_0;
-    case model::ggml_type::q4_0: return abi::ORDO_WTYPE_Q4_0;
-    default: return abi::ORDO_WTYPE_F32;
+    case ggml_type::f16: return ORDO_WTYPE_F16;
+    case ggml_type::q8_0: return ORDO_WTYPE_Q8_0;
+    case ggml_type::q4_0: return ORDO_WTYPE_Q4_0;
+    case ggml_type::bf16: return ORDO_WTYPE_BF16;
+    case ggml_type::q4_1: return ORDO_WTYPE_Q4_1;
+    case ggml_type::q5_0: return ORDO_WTYPE_Q5_0;
+    case ggml_type::q5_1: return ORDO_WTYPE_Q5_1;
+    case ggml_type::q2_k: return ORDO_WTYPE_Q2_K;
+    case ggml_type::q3_k: return ORDO_WTYPE_Q3_K;
+    case ggml_type::q4_k: return ORDO_WTYPE_Q4_K;
+    case ggml_type::q5_k: return ORDO_WTYPE_Q5_K;
+    case ggml_type::q6_k: return ORDO_WTYPE_Q6_K;
+    default: return ORDO_WTYPE_F32;
     }
 }
 
@@ -79,14 +90,16 @@ status encode_get_rows(stream& s, const weight_tensor& table, ints_view ids, std
     if (!fits(ids, n_ids)) return bad("get_rows", "ids outside their binding");
     if (!fits(out, n_ids, table.n_in)) return bad("get_rows", "output outside its binding");
     pipeline_id id = pick(pipeline_id::get_rows_f32, table.type);
-    std::uint32_t wg = s.pipes().get(id).workgroup_size;
-    std::uint32_t gx = std::min(ceil_div(table.n_in / 8, wg), elementwise_groups_max);
+    auto pl = s.pipes().find(id);
+    if (!pl) return pl.err();
+    std::uint32_t gx = std::min(ceil_div(table.n_in / 8, (*pl)->workgroup_size),
+                                elementwise_groups_max);
     for (std::size_t c = 0; c < table.chunks.size(); ++c) {
         const weight_chunk& ch = table.chunks[c];
         abi::get_rows_push p{table.n_in, n_ids,        ch.row_begin, ch.row_count,
                              ch.scale_offset, ids.offset, out.offset, out.stride};
         bool last = c + 1 == table.chunks.size();
-        s.dispatch(id, {ch.view, ids.view, out.view}, p, {gx, n_ids, 1}, last);
+        s.dispatch(**pl, id, {ch.view, ids.view, out.view}, p, {gx, n_ids, 1}, last);
     }
     return {};
 }
@@ -113,11 +126,11 @@ bool texel_path_usable(const weight_tensor& w, const rows_view& x, std::uint32_t
 
 namespace {
 
-// Units of K per weight texel unit (mul_mat_tx.comp UNIT).
+// Elements of K per texel-kernel unit (weight_units.glsl UNIT).
 std::uint32_t tx_unit(model::ggml_type t) {
     switch (t) {
     case model::ggml_type::f32: return 4;
-    case model::ggml_type::f16: return 8;
+    case model::ggml_type::f16: case model::ggml_type::bf16: return 8;
     default: return abi::ORDO_QK;
     }
 }
@@ -135,7 +148,7 @@ bool tx1_usable(const device_info& info, model::ggml_type type, std::uint32_t k)
 
 result<const pipeline*> mul_mat_tx_tile(const pipelines& pipes, pipeline_id id,
                                         std::uint32_t rows) {
-    std::uint32_t lanes = pipes.get(id).workgroup_size;
+    std::uint32_t lanes = pipes.tuning().mat_tx_tile_wg;  // pipelines.cpp wg_for
     auto padded = [&](std::uint32_t wg_rows) {
         std::uint64_t covered = std::uint64_t(lanes) * tx_rows_per_lane(lanes, wg_rows);
         return ceil_div(rows, covered) * covered;
@@ -144,8 +157,24 @@ result<const pipeline*> mul_mat_tx_tile(const pipelines& pipes, pipeline_id id,
     return pipes.for_tile(id, narrow ? abi::ORDO_TX_TILE_ROWS_NARROW : abi::ORDO_TX_TILE_ROWS);
 }
 
+status prepare_get_rows(const pipelines& pipes, const weight_tensor& table) {
+    auto pl = pipes.find(pick(pipeline_id::get_rows_f32, table.type));
+    return pl ? status{} : status{pl.err()};
+}
+
 status prepare_mul_mat(const pipelines& pipes, const weight_tensor& w) {
-    if (!pipes.tuning().prefer_texel_kernels) return {};
+    const pipeline_tuning& tu = pipes.tuning();
+    if (!tu.prefer_texel_kernels) {
+        // The storage kernels encode_mul_mat's automatic path picks by token count.
+        for (pipeline_id id : {pipeline_id::mul_mat_f32, pipeline_id::mul_mat_rows_f32,
+                               pipeline_id::mul_mat_vec_f32}) {
+            if (id == pipeline_id::mul_mat_rows_f32 && tu.rows_tokens_max == 0) continue;
+            if (id == pipeline_id::mul_mat_vec_f32 && tu.batch_invariant) continue;
+            auto pl = pipes.find(pick(id, w.type));
+            if (!pl) return pl.err();
+        }
+        return {};
+    }
     if (tx1_usable(pipes.dev().info(), w.type, w.n_in)) {
         for (pipeline_id id : {pipeline_id::mul_mat_tx1_f32, pipeline_id::mul_mat_tx1t2_f32,
                                pipeline_id::mul_mat_tx1t4_f32}) {
@@ -243,7 +272,9 @@ status encode_mul_mat(stream& s, const weight_tensor& w, rows_view x, rows_view 
                           : vec ? pipeline_id::mul_mat_vec_f32
                                 : pipeline_id::mul_mat_f32,
                           w.type);
-    const pipeline& pl = s.pipes().get(id);
+    auto found = s.pipes().find(id);
+    if (!found) return found.err();
+    const pipeline& pl = **found;
     const device_info& info = s.dev().info();
     if (!vec && ceil_div(n_tokens, abi::ORDO_MM_TN) > info.max_workgroup_count[1]) {
         return bad("mul_mat", "too many tokens for one dispatch");
@@ -259,7 +290,7 @@ status encode_mul_mat(stream& s, const weight_tensor& w, rows_view x, rows_view 
                             ch.scale_offset, x.offset, x.stride, y.offset,
                             y.stride, accumulate ? 1u : 0u};
         // Chunks write disjoint rows of y: only the last needs the barrier.
-        s.dispatch(id, {ch.view, x.view, y.view}, p, {gx, gy, 1}, c + 1 == w.chunks.size());
+        s.dispatch(pl, id, {ch.view, x.view, y.view}, p, {gx, gy, 1}, c + 1 == w.chunks.size());
     }
     return {};
 }

@@ -67,10 +67,14 @@ bool tx1_usable(const device_info& info, model::ggml_type type, std::uint32_t k)
 // whose rows would be clamped copies), else the default. Both sum in mat_order.glsl's order.
 result<const pipeline*> mul_mat_tx_tile(const pipelines& pipes, pipeline_id id, std::uint32_t rows);
 
-// Builds the pipelines encode_mul_mat will need for `w` that are specialized on its K (tx1) or
-// its chunks' row tiles (tx4/txm), so that the step path never compiles one. A no-op where the
-// texel kernels are not preferred.
+// Builds the pipelines encode_mul_mat's automatic path will need for `w` (pipelines are built on
+// first request: pipelines::find): its type's texel kernels, specialized on its K (tx1) and its
+// chunks' row tiles (tx4/txm), where the texel kernels are preferred, else its type's storage
+// kernels; so that the step path never compiles one.
 status prepare_mul_mat(const pipelines& pipes, const weight_tensor& w);
+
+// The same for encode_get_rows on `table` (the token embedding).
+status prepare_get_rows(const pipelines& pipes, const weight_tensor& table);
 
 status encode_rms_norm(stream& s, rows_view x, buffer_view weight, rows_view out,
                        std::uint32_t n, std::uint32_t n_rows, float eps);

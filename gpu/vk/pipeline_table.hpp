@@ -4,43 +4,33 @@
 // pipeline_id enum, the creation loop and the choke-point checks.
 #pragma once
 
-#define ORDO_GPU_PIPELINES(X)                        \
-    X(get_rows_f32, 3, get_rows_push)                \
-    X(get_rows_f16, 3, get_rows_push)                \
-    X(get_rows_q8_0, 3, get_rows_push)               \
-    X(get_rows_q4_0, 3, get_rows_push)               \
-    X(mul_mat_vec_f32, 3, mul_mat_push)              \
-    X(mul_mat_vec_f16, 3, mul_mat_push)              \
-    X(mul_mat_vec_q8_0, 3, mul_mat_push)             \
-    X(mul_mat_vec_q4_0, 3, mul_mat_push)             \
-    X(mul_mat_f32, 3, mul_mat_push)                  \
-    X(mul_mat_f16, 3, mul_mat_push)                  \
-    X(mul_mat_q8_0, 3, mul_mat_push)                 \
-    X(mul_mat_q4_0, 3, mul_mat_push)                 \
-    X(mul_mat_rows_f32, 3, mul_mat_push)             \
-    X(mul_mat_rows_f16, 3, mul_mat_push)             \
-    X(mul_mat_rows_q8_0, 3, mul_mat_push)            \
-    X(mul_mat_rows_q4_0, 3, mul_mat_push)            \
-    X(mul_mat_tx1_f32, 3, mul_mat_tx_push)          \
-    X(mul_mat_tx1_f16, 3, mul_mat_tx_push)          \
-    X(mul_mat_tx1_q8_0, 3, mul_mat_tx_push)         \
-    X(mul_mat_tx1_q4_0, 3, mul_mat_tx_push)         \
-    X(mul_mat_tx1t4_f32, 3, mul_mat_tx_push)        \
-    X(mul_mat_tx1t4_f16, 3, mul_mat_tx_push)        \
-    X(mul_mat_tx1t4_q8_0, 3, mul_mat_tx_push)       \
-    X(mul_mat_tx1t4_q4_0, 3, mul_mat_tx_push)       \
-    X(mul_mat_tx1t2_f32, 3, mul_mat_tx_push)        \
-    X(mul_mat_tx1t2_f16, 3, mul_mat_tx_push)        \
-    X(mul_mat_tx1t2_q8_0, 3, mul_mat_tx_push)       \
-    X(mul_mat_tx1t2_q4_0, 3, mul_mat_tx_push)       \
-    X(mul_mat_tx4_f32, 3, mul_mat_tx_push)          \
-    X(mul_mat_tx4_f16, 3, mul_mat_tx_push)          \
-    X(mul_mat_tx4_q8_0, 3, mul_mat_tx_push)         \
-    X(mul_mat_tx4_q4_0, 3, mul_mat_tx_push)         \
-    X(mul_mat_txm_f32, 3, mul_mat_tx_push)          \
-    X(mul_mat_txm_f16, 3, mul_mat_tx_push)          \
-    X(mul_mat_txm_q8_0, 3, mul_mat_tx_push)         \
-    X(mul_mat_txm_q4_0, 3, mul_mat_tx_push)         \
+// One row per weight type for a weight-typed kernel, in abi.h's ORDO_WTYPE_* order (the encoders
+// pick a type's pipeline as the kernel's f32 id + ORDO_WTYPE_*).
+#define ORDO_WEIGHT_TYPES(X, kernel, bindings, push) \
+    X(kernel##_f32, bindings, push)                  \
+    X(kernel##_f16, bindings, push)                  \
+    X(kernel##_q8_0, bindings, push)                 \
+    X(kernel##_q4_0, bindings, push)                 \
+    X(kernel##_bf16, bindings, push)                 \
+    X(kernel##_q4_1, bindings, push)                 \
+    X(kernel##_q5_0, bindings, push)                 \
+    X(kernel##_q5_1, bindings, push)                 \
+    X(kernel##_q2_k, bindings, push)                 \
+    X(kernel##_q3_k, bindings, push)                 \
+    X(kernel##_q4_k, bindings, push)                 \
+    X(kernel##_q5_k, bindings, push)                 \
+    X(kernel##_q6_k, bindings, push)
+
+#define ORDO_GPU_PIPELINES(X)                                       \
+    ORDO_WEIGHT_TYPES(X, get_rows, 3, get_rows_push)                \
+    ORDO_WEIGHT_TYPES(X, mul_mat_vec, 3, mul_mat_push)              \
+    ORDO_WEIGHT_TYPES(X, mul_mat, 3, mul_mat_push)                  \
+    ORDO_WEIGHT_TYPES(X, mul_mat_rows, 3, mul_mat_push)             \
+    ORDO_WEIGHT_TYPES(X, mul_mat_tx1, 3, mul_mat_tx_push)           \
+    ORDO_WEIGHT_TYPES(X, mul_mat_tx1t4, 3, mul_mat_tx_push)         \
+    ORDO_WEIGHT_TYPES(X, mul_mat_tx1t2, 3, mul_mat_tx_push)         \
+    ORDO_WEIGHT_TYPES(X, mul_mat_tx4, 3, mul_mat_tx_push)           \
+    ORDO_WEIGHT_TYPES(X, mul_mat_txm, 3, mul_mat_tx_push)           \
     X(rms_norm, 3, rms_norm_push)                    \
     X(rms_norm_tx, 3, rms_norm_push)                 \
     X(rope, 3, rope_push)                            \

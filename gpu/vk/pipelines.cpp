@@ -119,11 +119,18 @@ result<std::unique_ptr<pipelines>> pipelines::create(const device& dev,
     }
     for (std::size_t i = 0; i < pipeline_count; ++i) {
         auto id = static_cast<pipeline_id>(i);
-        if (specialized_on_k(id)) continue;  // built per K by for_k()
+        if (specialized_on_k(id) || weight_typed(id)) continue;  // built on request
         status s = p->build(p->_all[i], id, 0, abi::ORDO_TX_TILE_ROWS);
         if (!s) return s.err();
     }
     return p;
+}
+
+const pipeline& pipelines::get(pipeline_id id) const {
+    ORDO_GPU_CHECK(!weight_typed(id) && !specialized_on_k(id),
+                   "a weight-typed or K-specialized pipeline is built on request: use find, "
+                   "for_k or for_tile");
+    return _all[static_cast<std::size_t>(id)];
 }
 
 bool pipelines::specialized_on_k(pipeline_id id) {
@@ -131,8 +138,21 @@ bool pipelines::specialized_on_k(pipeline_id id) {
            pipeline_name(id).starts_with("attention_tx");
 }
 
+bool pipelines::weight_typed(pipeline_id id) {
+    return pipeline_name(id).starts_with("get_rows") || pipeline_name(id).starts_with("mul_mat");
+}
+
+result<const pipeline*> pipelines::find(pipeline_id id) const {
+    if (specialized_on_k(id)) {
+        return make_error("gpu_bad_config",
+                          std::string(pipeline_name(id)) + " is specialized on K: use for_k");
+    }
+    if (!weight_typed(id)) return &get(id);
+    return variant(id, 0, abi::ORDO_TX_TILE_ROWS);
+}
+
 result<const pipeline*> pipelines::for_k(pipeline_id id, std::uint32_t k) const {
-    if (!specialized_on_k(id)) return &get(id);
+    if (!specialized_on_k(id)) return find(id);
     if (pipeline_name(id).starts_with("mul_mat_tx1") && !_device.info().subgroup_ballot) {
         return make_error("gpu_unsupported", std::string(pipeline_name(id)) +
                                                  " needs subgroup ballot operations");
@@ -148,7 +168,6 @@ result<const pipeline*> pipelines::for_tile(pipeline_id id, std::uint32_t wg_row
         return make_error("gpu_bad_config", std::string(pipeline_name(id)) + ": no " +
                                                 std::to_string(wg_rows) + "-row tile variant");
     }
-    if (wg_rows == abi::ORDO_TX_TILE_ROWS) return &get(id);
     return variant(id, 0, wg_rows);
 }
 

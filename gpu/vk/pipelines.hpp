@@ -1,6 +1,7 @@
-// pipelines.hpp: creates every compute pipeline of gpu/vk/pipeline_table.hpp once per device, with
+// pipelines.hpp: creates the compute pipelines of gpu/vk/pipeline_table.hpp once per device, with
 // per-device specialization constants (workgroup sizes from the device's limits and subgroup
-// size). Owned next to gpu::device by the gpu actor; read by gpu::stream::dispatch.
+// size): the weight-independent ones at create(), the weight-typed and specialized ones on
+// first request. Owned next to gpu::device by the gpu actor; read by gpu::stream::dispatch.
 #pragma once
 
 #include <vulkan/vulkan.h>
@@ -92,7 +93,9 @@ public:
     pipelines(const pipelines&) = delete;
     pipelines& operator=(const pipelines&) = delete;
 
-    const pipeline& get(pipeline_id id) const { return _all[static_cast<std::size_t>(id)]; }
+    // A pipeline built by create(): every id but the weight-typed ones (weight_typed()), which
+    // are built on request (find, for_k, for_tile); asking get() for one is a programming error.
+    const pipeline& get(pipeline_id id) const;
     const pipeline_tuning& tuning() const { return _tuning; }
     const device& dev() const { return _device; }
 
@@ -104,9 +107,18 @@ public:
     static bool specialized_on_k(pipeline_id id);
     result<const pipeline*> for_k(pipeline_id id, std::uint32_t k) const;
 
+    // The weight-typed pipelines (get_rows_* and mul_mat_*: 13 types x 9 kernels) are not built
+    // by create(): llvmpipe compiles each in 10-100 ms and a model uses a few types, so each is
+    // built on its first request and kept (thread-safe, like for_k). The runner asks for a
+    // weight's pipelines when it uploads it (prepare_mul_mat), never on the step path.
+    static bool weight_typed(pipeline_id id);
+    // Any id but the K-specialized ones: get()'s pipeline, or a weight-typed one, built on its
+    // first request. Errors: the build's, gpu_bad_config for a K-specialized id.
+    result<const pipeline*> find(pipeline_id id) const;
+
     // The tx4/txm (mul_mat_tx4_*, mul_mat_txm_*) pipeline whose workgroups cover about
-    // `wg_rows` weight rows: abi ORDO_TX_TILE_ROWS is the table entry, ORDO_TX_TILE_ROWS_NARROW
-    // is built on first request and kept, like for_k (the runner asks at load). The pipeline's
+    // `wg_rows` weight rows (ORDO_TX_TILE_ROWS or ORDO_TX_TILE_ROWS_NARROW), built on first
+    // request and kept, like for_k (the runner asks at load). The pipeline's
     // workgroup_rows() says what it covers (lanes x rows per lane). Other ids or tiles: an error.
     result<const pipeline*> for_tile(pipeline_id id, std::uint32_t wg_rows) const;
 
@@ -118,8 +130,8 @@ private:
 
     const device& _device;
     pipeline_tuning _tuning;
-    std::array<pipeline, pipeline_count> _all{};
-    // Pipelines built on request (for_k, for_tile), keyed by (id, K, tile rows).
+    std::array<pipeline, pipeline_count> _all{};  // create()'s; weight-typed entries stay empty
+    // Pipelines built on request (find, for_k, for_tile), keyed by (id, K, tile rows).
     mutable std::mutex _variants_mutex;
     mutable std::map<std::tuple<pipeline_id, std::uint32_t, std::uint32_t>,
                      std::unique_ptr<pipeline>>

@@ -1,7 +1,8 @@
 // weights.hpp: device-resident weight tensors. A tensor may be larger than one storage binding
 // (lavapipe: 128 MiB), so it is a list of row chunks, each a view of whole rows that a kernel
-// binds by itself (one dispatch per chunk). Quantized chunks are repacked at upload into
-// quants-then-scales (see gpu/vk/shaders/weights.glsl) so every shader load is 4-byte aligned.
+// binds by itself (one dispatch per chunk). Block types are repacked at upload into the device
+// layouts of gpu/vk/shaders/weight_units.glsl (gpu/vk/weight_layout.hpp), whose 16-byte texels
+// the kernels fetch whole.
 // Memory comes from an arena of device buffers allocated once at model load; nothing here is
 // called on the step path. Used by the gpu actor's weight upload, tests/gpu, bench/gpu_kernels.
 #pragma once
@@ -14,6 +15,7 @@
 
 #include "actors/runtime/result.hpp"
 #include "gpu/vk/device.hpp"
+#include "gpu/vk/weight_layout.hpp"
 #include "model/ggml_types.hpp"
 
 namespace ordo::gpu {
@@ -38,7 +40,7 @@ struct weight_chunk {
     buffer_view view;
     std::uint32_t row_begin = 0;     // first tensor row in this chunk
     std::uint32_t row_count = 0;
-    std::uint32_t scale_offset = 0;  // word offset of the scale array (quantized types)
+    std::uint32_t scale_offset = 0;  // word offset of the aux region (32-element block types)
 };
 
 struct weight_tensor {
@@ -48,21 +50,19 @@ struct weight_tensor {
     std::vector<weight_chunk> chunks;
 };
 
-// The weight types the Vulkan kernels run: F32, F16, Q8_0, Q4_0. The CPU reference decodes more
-// (model::is_supported); a model with another type is refused before any upload
-// (gpu/runner: check_weight_types).
+// The weight types the Vulkan kernels run (weight_layout.hpp: layout_known): every type the CPU
+// reference computes with (model::is_supported). A model with another type is refused before
+// any upload (gpu/runner: check_weight_types).
 bool kernels_run(model::ggml_type type);
 
-// "f32, f16, q8_0, q4_0": the types kernels_run accepts, for messages.
+// "f32, f16, q4_0, ...": the types kernels_run accepts, for messages.
 std::string kernel_type_names();
-
-// Device bytes of `rows` rows of `type` with n_in elements in the repacked layout.
-std::uint64_t packed_bytes(model::ggml_type type, std::uint32_t n_in, std::uint32_t rows);
 
 // Uploads a GGUF-layout tensor (n_out rows of n_in elements, `data` = n_out row_bytes) into
 // chunks of at most arena.page_bytes(). Errors: gpu_unsupported_type (not kernels_run),
-// gpu_bad_shape (n_in not a multiple of 8 (F32/F16) or 32 (Q8_0/Q4_0), wrong byte count, a row
-// larger than a page), and allocation/copy failures.
+// gpu_bad_shape (n_in not a multiple of row_multiple(type): 8 for F32/F16/BF16, 32 for the
+// 32-element block types, 256 for the K types; a wrong byte count; a row larger than a page),
+// and allocation/copy failures.
 result<weight_tensor> upload_weight(device& dev, arena& mem, model::ggml_type type,
                                     std::uint32_t n_in, std::uint32_t n_out,
                                     std::span<const std::uint8_t> data);

@@ -5,8 +5,10 @@
 //
 // Checks, all with memcmp-exact comparisons (no tolerance):
 // (c) kernel level: encode_mul_mat of one activation row alone vs the same row at some position
-//     inside batches of 2..40 rows (random other rows), for F32/F16/Q8_0/Q4_0 weights split in
-//     several chunks, with and without the fused accumulate, for every mat_path the device runs
+//     inside batches of 2..40 rows (random other rows), for weights of every type the kernels
+//     run (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K..Q6_K; K = 160, or 512 for the K
+//     types' whole super-blocks) split in several chunks, with and without the fused
+//     accumulate, for every mat_path the device runs
 //     (automatic, vec, rows, tiled, texel); rows and tiled agree bit for bit (mat_order.glsl's
 //     sequential order) and automatic agrees with the family the device picks (texel on
 //     lavapipe, whose variants share the grouped order; tiled elsewhere). The
@@ -16,7 +18,7 @@
 //     when each of its steps also carries 1, 3, 8 or 15 other sequences (prefill chunks of
 //     different lengths and decodes, starting at different steps), with the target at a
 //     different place in the batch and in different KV blocks; generated 64-wide GQA model in
-//     F32, F16 and Q8_0, F16 KV pool.
+//     F32, F16 and Q8_0, and its 256-wide sibling in Q4_K (K-type rows), F16 KV pool.
 // (b) runner: a 23-token prompt prefilled in one step, in chunks of 7 and token by token gives
 //     the same final logits and the same KV bytes (read_kv_blocks).
 #include <gtest/gtest.h>
@@ -37,13 +39,19 @@ using model::ggml_type;
 // ---------------------------------------------------------------------------------------------
 // (c) encode_mul_mat, one row alone vs inside batches.
 
-constexpr std::uint32_t mm_k = 160;       // 5 Q8_0/Q4_0 blocks: not a tile multiple
+// K: 5 blocks of the 32-element types (not a tile multiple, 5 units: tx1's 8 lanes get 0 or 1);
+// 2 super-blocks (16 units) of the K types.
+constexpr std::uint32_t mm_k_blocks = 160, mm_k_super_blocks = 512;
 // Not a multiple of any workgroup or tile; more than one 128-row tx4/txm workgroup (8 lanes x
 // 16 rows), so a row's lane tile and workgroup differ between chunks and batch sizes.
 constexpr std::uint32_t mm_rows = 147;
 constexpr std::uint32_t mm_batch_max = 40;
-constexpr std::uint32_t mm_stride = mm_k + 4;  // x stride (a multiple of 4)
+constexpr std::uint32_t mm_stride = mm_k_super_blocks + 4;  // x stride (a multiple of 4)
 constexpr std::uint32_t mm_y_stride = mm_rows + 5;
+
+std::uint32_t mm_k(ggml_type type) {
+    return row_multiple(type) > mm_k_blocks ? mm_k_super_blocks : mm_k_blocks;
+}
 
 bool same_bits(const float* a, const float* b, std::size_t n) {
     return std::memcmp(a, b, n * sizeof(float)) == 0;
@@ -67,15 +75,16 @@ struct mm_weight {
 
 // A random weight, uploaded through pages small enough to split it into several chunks.
 std::unique_ptr<mm_weight> make_mm_weight(ggml_type type) {
-    std::size_t rb = model::row_bytes(type, mm_k);
+    const std::uint32_t k = mm_k(type);
+    std::size_t rb = model::row_bytes(type, k);
     std::vector<std::uint8_t> bytes(rb * mm_rows);
-    auto f = random_floats(std::size_t(mm_k) * mm_rows, 31 + static_cast<std::uint32_t>(type));
+    auto f = random_floats(std::size_t(k) * mm_rows, 31 + static_cast<std::uint32_t>(type));
     for (std::size_t r = 0; r < mm_rows; ++r) {
-        EXPECT_TRUE(model::quantize_row(type, f.data() + r * mm_k, bytes.data() + r * rb, mm_k)
-                        .ok());
+        EXPECT_TRUE(model::quantize_row(type, f.data() + r * k, bytes.data() + r * rb, k).ok());
     }
-    auto m = std::make_unique<mm_weight>(mm_weight{arena(*env().dev, 4096), {}});
-    auto w = upload_weight(*env().dev, m->mem, type, mm_k, mm_rows, bytes);
+    // Pages that split every type into several chunks (the K types' rows are 3x longer).
+    auto m = std::make_unique<mm_weight>(mm_weight{arena(*env().dev, k > 256 ? 16384 : 4096), {}});
+    auto w = upload_weight(*env().dev, m->mem, type, k, mm_rows, bytes);
     EXPECT_TRUE(w.ok()) << (w.ok() ? "" : w.err().message);
     if (!w) return nullptr;
     EXPECT_GT(w->chunks.size(), 1u);
@@ -118,7 +127,7 @@ void check_type(ggml_type type, bool accumulate) {
     SCOPED_TRACE(std::string(model::type_name(type)) + (accumulate ? " accumulate" : ""));
     auto m = make_mm_weight(type);
     ASSERT_TRUE(m);
-    auto target = random_floats(mm_k, 5);
+    auto target = random_floats(mm_k(type), 5);
     auto x = random_floats(std::size_t(mm_total_rows) * mm_stride, 77);
     for (std::uint32_t n = 1; n <= mm_batch_max; ++n) {
         std::size_t at = std::size_t(batch_base(n) + batch_place(n)) * mm_stride;
@@ -153,7 +162,10 @@ void check_type(ggml_type type, bool accumulate) {
 
 TEST(GpuBatchInvariance, MulMatRowAloneEqualsRowInBatchesEveryTypeAndPath) {
     ORDO_REQUIRE_GPU();
-    for (ggml_type t : {ggml_type::f32, ggml_type::f16, ggml_type::q8_0, ggml_type::q4_0}) {
+    for (ggml_type t : {ggml_type::f32, ggml_type::f16, ggml_type::bf16, ggml_type::q8_0,
+                        ggml_type::q4_0, ggml_type::q4_1, ggml_type::q5_0, ggml_type::q5_1,
+                        ggml_type::q2_k, ggml_type::q3_k, ggml_type::q4_k, ggml_type::q5_k,
+                        ggml_type::q6_k}) {
         check_type(t, false);
         check_type(t, true);
     }
@@ -314,6 +326,11 @@ TEST(GpuBatchInvariance, RunnerSequenceAloneEqualsBatchedF16) {
 TEST(GpuBatchInvariance, RunnerSequenceAloneEqualsBatchedQ8_0) {
     ORDO_REQUIRE_GPU();
     check_alone_vs_batched(ggml_type::q8_0);
+}
+
+TEST(GpuBatchInvariance, RunnerSequenceAloneEqualsBatchedQ4_K) {
+    ORDO_REQUIRE_GPU();
+    check_alone_vs_batched(ggml_type::q4_k);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -3,9 +3,13 @@
 // rms_norm, rope, rope_kv (both paths, checked against model::rope and the pool layout), swiglu,
 // add, and both attention kernels at the head dims of the attention_tx variants) run on the real
 // Vulkan device and compared with the CPU reference (model/cpu_ops.hpp, model/quant.hpp) on
-// seeded random data, for F32/F16/Q8_0/Q4_0 weights,
-// odd row and token counts (not multiples of any workgroup or tile), and weights split into
-// many row chunks (a tiny arena page) to exercise the multi-binding path.
+// seeded random data, for every weight type the kernels run (F32, F16, BF16, Q8_0, Q4_0, Q4_1,
+// Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K; weights quantized by model/quant's quantizers and
+// repacked at upload into gpu/vk/shaders/weight_units.glsl's layouts), odd row and token counts
+// (not multiples of any workgroup or tile), and weights split into many row chunks (a tiny arena
+// page) to exercise the multi-binding path in every type. The K types need rows of whole
+// 256-element super-blocks: their cases use K rounded up to a multiple of 256 (k_for), the same
+// row and token counts.
 //
 // Attention: both kernels (attention.comp and the texel-fetch attention_tx.comp, forced through
 // attention_path) at head dims 64 and 96/128 (the two attention_tx variants), F16 and F32 pools,
@@ -14,9 +18,10 @@
 // the values the pool holds (f16-rounded for an F16 pool): 2e-5 + 1e-4 |ref|.
 //
 // Tolerances: the GPU dequantizes to exactly the values the reference does (same f16 decode,
-// same q * d products), so only summation order differs: |gpu - ref| <= 1e-4 + 1e-4 |ref| for
-// dot products of length <= 256 over values in [-1, 1]; elementwise kernels 1e-6 relative;
-// rope 2e-5 + 1e-4 |ref| (GPU sin/cos differ from libm in the last bits).
+// same exact q * d products: get_rows is compared bit for bit), so only summation order
+// differs: |gpu - ref| <= 1e-4 + 1e-4 |ref| for dot products of length <= 512 over values in
+// [-1, 1]; elementwise kernels 1e-6 relative; rope 2e-5 + 1e-4 |ref| (GPU sin/cos differ from
+// libm in the last bits).
 //
 // RoPE at long positions (8191, 65535, 131071, 2^24 - 1) with Llama 3.1 frequency factors and
 // linear scaling: both rope kernels and model::rope against a rotation computed here in long
@@ -58,7 +63,16 @@ host_weight make_weight(ggml_type type, std::size_t n_in, std::size_t n_out, std
     return w;
 }
 
-const ggml_type all_types[] = {ggml_type::f32, ggml_type::f16, ggml_type::q8_0, ggml_type::q4_0};
+const ggml_type all_types[] = {ggml_type::f32,  ggml_type::f16,  ggml_type::bf16, ggml_type::q8_0,
+                                ggml_type::q4_0, ggml_type::q4_1, ggml_type::q5_0, ggml_type::q5_1,
+                                ggml_type::q2_k, ggml_type::q3_k, ggml_type::q4_k, ggml_type::q5_k,
+                                ggml_type::q6_k};
+
+// A row length valid for `type` near k: k itself, rounded up to whole super-blocks for K types.
+std::uint32_t k_for(ggml_type type, std::uint32_t k) {
+    std::uint32_t m = row_multiple(type);
+    return (k + m - 1) / m * m;
+}
 
 struct mm_case {
     std::uint32_t k, n_out, n_tokens;
@@ -66,7 +80,8 @@ struct mm_case {
     std::uint64_t page_bytes;  // arena page: small pages force several chunks
 };
 
-void check_mul_mat(ggml_type type, const mm_case& c, bool accumulate) {
+void check_mul_mat(ggml_type type, mm_case c, bool accumulate) {
+    c.k = k_for(type, c.k);
     SCOPED_TRACE(std::string(model::type_name(type)) + " k=" + std::to_string(c.k) +
                  " rows=" + std::to_string(c.n_out) + " tokens=" + std::to_string(c.n_tokens) +
                  (c.path == mat_path::vec     ? " vec"
@@ -157,7 +172,7 @@ TEST(GpuKernels, MulMatTexelAllTypesOddSizes) {
 // for every weight type: the tile choice never changes a result.
 TEST(GpuKernels, MulMatTexelRowTilesAgreeBitForBit) {
     ORDO_REQUIRE_GPU();
-    constexpr std::uint32_t k = 96, narrow_rows = 288, wide_rows = 384;
+    constexpr std::uint32_t narrow_rows = 288, wide_rows = 384;
     const pipelines& pipes = *env().pipes;
     auto tile_of = [&](std::uint32_t rows) {
         auto pl = mul_mat_tx_tile(pipes, pipeline_id::mul_mat_txm_f32, rows);
@@ -169,6 +184,7 @@ TEST(GpuKernels, MulMatTexelRowTilesAgreeBitForBit) {
     EXPECT_FALSE(pipes.for_tile(pipeline_id::mul_mat_txm_f32, 64).ok());
     EXPECT_FALSE(pipes.for_tile(pipeline_id::mul_mat_tx1_f32, abi::ORDO_TX_TILE_ROWS).ok());
     for (ggml_type type : all_types) {
+        const std::uint32_t k = k_for(type, 96);
         host_weight wide = make_weight(type, k, wide_rows, 5);
         std::vector<std::uint8_t> narrow_bytes(
             wide.bytes.begin(),
@@ -201,6 +217,28 @@ TEST(GpuKernels, MulMatTexelRowTilesAgreeBitForBit) {
             }
         }
     }
+}
+
+// Weight-typed pipelines (pipelines::create leaves them out) are built on their first request
+// and kept: find gives a built pipeline, the same one twice; a K-specialized id is refused (it
+// needs its K: for_k); the other pipelines are create()'s.
+TEST(GpuKernels, WeightTypedPipelinesAreBuiltOnRequest) {
+    ORDO_REQUIRE_GPU();
+    const pipelines& pipes = *env().pipes;
+    for (pipeline_id id : {pipeline_id::mul_mat_q4_k, pipeline_id::get_rows_q6_k,
+                           pipeline_id::mul_mat_tx4_bf16}) {
+        SCOPED_TRACE(std::string(pipeline_name(id)));
+        EXPECT_TRUE(pipelines::weight_typed(id));
+        auto a = pipes.find(id);
+        ASSERT_TRUE(a.ok()) << a.err().message;
+        EXPECT_NE((*a)->handle, VK_NULL_HANDLE);
+        auto b = pipes.find(id);
+        ASSERT_TRUE(b.ok());
+        EXPECT_EQ(*a, *b);
+    }
+    EXPECT_FALSE(pipes.find(pipeline_id::mul_mat_tx1_q4_k).ok());
+    EXPECT_FALSE(pipelines::weight_typed(pipeline_id::rms_norm_tx));
+    EXPECT_NE(pipes.get(pipeline_id::rms_norm).handle, VK_NULL_HANDLE);
 }
 
 // mat_path::automatic on this device gives the reference result too (whichever kernel it picks).
@@ -308,7 +346,7 @@ TEST(GpuKernels, GetRowsAllTypesChunked) {
     ORDO_REQUIRE_GPU();
     for (ggml_type t : all_types) {
         SCOPED_TRACE(std::string(model::type_name(t)));
-        const std::uint32_t n_in = 96, n_out = 53;
+        const std::uint32_t n_in = k_for(t, 96), n_out = 53;
         host_weight hw = make_weight(t, n_in, n_out, 5);
         arena mem(*env().dev, 1024);  // several chunks: ids hit different bindings
         auto w = upload_weight(*env().dev, mem, t, n_in, n_out, hw.bytes);
@@ -587,9 +625,20 @@ TEST(GpuKernels, BadShapesAreErrorsNotDispatches) {
     EXPECT_EQ(odd.err().code, "gpu_bad_shape");
     auto wrong = upload_weight(*env().dev, mem, ggml_type::q8_0, 64, 10, bytes);
     ASSERT_FALSE(wrong.ok());
-    auto unsupported = upload_weight(*env().dev, mem, ggml_type::q4_k, 256, 1, bytes);
+    auto unsupported = upload_weight(*env().dev, mem, ggml_type::iq2_xxs, 256, 1, bytes);
     ASSERT_FALSE(unsupported.ok());
     EXPECT_EQ(unsupported.err().code, "gpu_unsupported_type");
+    // Rows that are not whole blocks (K types: super-blocks of 256; the others: 32 or 8).
+    for (auto [type, n_in] : {std::pair{ggml_type::q4_k, 128u}, {ggml_type::q6_k, 288u},
+                              {ggml_type::q2_k, 32u}, {ggml_type::q5_0, 48u},
+                              {ggml_type::bf16, 12u}}) {
+        auto r = upload_weight(*env().dev, mem, type, n_in, 2, bytes);
+        ASSERT_FALSE(r.ok()) << model::type_name(type);
+        EXPECT_EQ(r.err().code, "gpu_bad_shape") << model::type_name(type);
+        EXPECT_NE(r.err().message.find("multiple of " + std::to_string(row_multiple(type))),
+                  std::string::npos)
+            << r.err().message;
+    }
 
     host_weight hw = make_weight(ggml_type::f32, 64, 16, 1);
     auto w = upload_weight(*env().dev, mem, ggml_type::f32, 64, 16, hw.bytes);

@@ -18,6 +18,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gpu/actor/gpu_msgs.hpp"
@@ -50,22 +51,26 @@ inline std::string temp_dir() {
 // Small GQA model: n_embd 64, 2 layers, 4 heads over 2 kv heads, ff 96, vocab 300, ctx 256.
 // Written once per (type, layers) per process; the same seed for every type, so the types are
 // the same model quantized differently.
-inline std::string synth_model(model::ggml_type type, std::uint32_t n_layer = 2) {
-    static std::map<std::pair<int, std::uint32_t>, std::string> made;
-    auto key = std::make_pair(static_cast<int>(type), n_layer);
+// The K types need rows of whole 256-element super-blocks: for them (and for any type when
+// `wide`) the model is n_embd 256, ff 512, 4 heads of 64 over 2 kv heads, the rest alike.
+inline std::string synth_model(model::ggml_type type, std::uint32_t n_layer = 2,
+                               bool wide = false) {
+    wide = wide || model::block_size(type) > 32;
+    static std::map<std::tuple<int, std::uint32_t, bool>, std::string> made;
+    auto key = std::make_tuple(static_cast<int>(type), n_layer, wide);
     if (auto it = made.find(key); it != made.end()) return it->second;
     model::synth_options o;
-    o.n_embd = 64;
+    o.n_embd = wide ? 256 : 64;
     o.n_layer = n_layer;
     o.n_head = 4;
     o.n_head_kv = 2;
-    o.n_ff = 96;
+    o.n_ff = wide ? 512 : 96;
     o.n_vocab = 300;
     o.n_ctx = 256;
     o.type = type;
     o.seed = 7;
     std::string path = temp_dir() + "/synth_" + std::string(model::type_name(type)) + "_" +
-                       std::to_string(n_layer) + ".gguf";
+                       std::to_string(n_layer) + (wide ? "_wide" : "") + ".gguf";
     status s = model::write_synth_model(o, path);
     EXPECT_TRUE(s.ok()) << s.err().message;
     made[key] = path;

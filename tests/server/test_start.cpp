@@ -2,11 +2,14 @@
 // check accepts it then runs.
 //
 // Checks: a model that can never run (the file absent, not a GGUF, blk.0.ffn_up.weight missing,
-// blk.0.attn_k.weight mis-shaped, a weight type the Vulkan kernels do not run yet: all Q4_K, or
-// one Q6_K ffn_down, model.context_tokens above the model's context) stops
-// ordo-server at start with exit 2 and one error line naming the file exactly once and, for a
-// tensor, the tensor and what was expected; the same model copied with nothing changed serves,
-// so the copying is not what the others trip on. Then the edges of the config check run healthy
+// blk.0.attn_k.weight mis-shaped, one IQ2_XXS ffn_down: a weight type ordo does not run,
+// model.context_tokens above the model's context) stops ordo-server at start with exit 2 and one
+// error line naming the file exactly once and, for a tensor, the tensor and what was expected;
+// the same model copied with nothing changed serves, so the copying is not what the others trip
+// on, and so do the models the Vulkan kernels once refused (all Q4_K, one Q6_K ffn_down): every
+// type the loader accepts now has kernels, so the gpu's own refusal (gpu::check_weight_types)
+// cannot be reached from a file (tests/gpu/test_runner.cpp checks it directly). Then the edges
+// of the config check run healthy
 // (never "degraded"): scheduler.max_batch_tokens = 65535 (65536 is refused by --check-config),
 // and a model with a 2-float KV row under a 1 GiB KV budget, whose pool the runner caps at the
 // 2^24 tokens the scheduler's block table takes.
@@ -68,7 +71,7 @@ struct model_edit {
     std::string drop;
     std::string reshape;
     std::vector<uint64_t> ne;
-    std::string retype;  // re-encoded (from F32) as `type`
+    std::string retype;  // re-encoded (from F32) as `type` (zero blocks for an IQ type)
     ordo::model::ggml_type type = ordo::model::ggml_type::f32;
 };
 
@@ -94,10 +97,12 @@ std::string copy_model(const std::string& src, const std::string& name, const mo
             EXPECT_EQ(t.type, ordo::model::ggml_type::f32) << t.name;
             std::vector<float> values(t.n_elements);
             std::memcpy(values.data(), t.data.data(), t.n_bytes);
-            std::vector<uint8_t> bytes(ordo::model::row_bytes(e.type, t.n_elements));
-            EXPECT_TRUE(
-                ordo::model::quantize_row(e.type, values.data(), bytes.data(), values.size())
-                    .ok());
+            // A type ordo has no quantizer for (IQ*) gets zero blocks: only its type matters.
+            std::vector<uint8_t> bytes(*ordo::model::bytes_for(e.type, t.n_elements));
+            EXPECT_TRUE(!ordo::model::is_supported(e.type) ||
+                        ordo::model::quantize_row(e.type, values.data(), bytes.data(),
+                                                  values.size())
+                            .ok());
             auto st = w.add_tensor(t.name, e.type, ne, bytes);
             EXPECT_TRUE(st.ok()) << t.name << ": " << st.err().message;
             continue;
@@ -154,24 +159,36 @@ TEST(start_refuses_a_model_that_cannot_run, mis_shaped_tensor_exits_2_with_expec
                              "[32, 32]"});
 }
 
-// The CPU reference runs Q4_K, Q6_K and the other types llama.cpp writes; the Vulkan kernels do
-// not yet: such a model stops the server at start naming the first tensor they cannot run.
-TEST(start_refuses_a_model_that_cannot_run, weight_type_without_kernels_exits_2) {
+// A type the GGUF reader knows but ordo does not compute with (IQ2_XXS) stops the server at
+// start naming the tensor and its type.
+TEST(start_refuses_a_model_that_cannot_run, weight_type_ordo_does_not_run_exits_2) {
+    const std::string wide = make_model(
+        "wide_f32.gguf", "--n-embd 256 --n-layer 1 --n-head 4 --n-ff 256", "f32");
+    const std::string iq = copy_model(
+        wide, "ffn_down_iq2_xxs.gguf",
+        {"", "", {}, "blk.0.ffn_down.weight", ordo::model::ggml_type::iq2_xxs});
+    expect_refused_at_start({"--model", iq}, iq,
+                            {"llama_unsupported_type: " + iq +
+                             ": tensor 'blk.0.ffn_down.weight' has type iq2_xxs, which ordo does "
+                             "not run; expected f32, f16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, "
+                             "q3_k, q4_k, q5_k, q6_k or bf16"});
+}
+
+// The models the Vulkan kernels refused before they ran the K types serve now.
+TEST(what_the_config_check_accepts_runs, k_quant_models_serve) {
     const std::string q4k = make_model(
         "q4_k.gguf", "--n-embd 256 --n-layer 1 --n-head 4 --n-ff 256", "q4_k");
-    expect_refused_at_start({"--model", q4k}, q4k,
-                            {"gpu_unsupported_type: " + q4k +
-                             ": tensor 'token_embd.weight' has type q4_k, which the Vulkan "
-                             "kernels do not run yet (they run f32, f16, q4_0, q8_0)"});
     const std::string wide = make_model(
         "wide_f32.gguf", "--n-embd 256 --n-layer 1 --n-head 4 --n-ff 256", "f32");
     const std::string mixed = copy_model(
         wide, "ffn_down_q6_k.gguf",
         {"", "", {}, "blk.0.ffn_down.weight", ordo::model::ggml_type::q6_k});
-    expect_refused_at_start({"--model", mixed}, mixed,
-                            {"gpu_unsupported_type: " + mixed +
-                             ": tensor 'blk.0.ffn_down.weight' has type q6_k, which the Vulkan "
-                             "kernels do not run yet"});
+    for (const std::string& p : {q4k, mixed}) {
+        server_process server;
+        ASSERT_TRUE(server.start(ORDO_SERVER_BIN, {"--model", p})) << server.output();
+        expect_healthy(server.port());
+        EXPECT_EQ(server.stop(), 0) << server.output();
+    }
 }
 
 TEST(start_refuses_a_model_that_cannot_run, absent_or_malformed_file_exits_2) {

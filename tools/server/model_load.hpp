@@ -31,9 +31,9 @@ struct loaded_model {
 // checks its tensors and model.context_tokens against it. Every error message names the file's
 // path exactly once. Errors: model_missing (no generated default), gguf_* (unreadable or
 // malformed file), llama_* (hyperparameters or tensors), gpu_unsupported_type (a weight type
-// the kernels do not run yet), the vocab's (tokenizer_missing, tokenizer_bad_vocab: a vocab ordo
-// cannot tokenize loads, see tokenizer::support()), config_invalid (model.context_tokens above
-// the model's context).
+// the kernels do not run: none the loader accepts today), the vocab's (tokenizer_missing,
+// tokenizer_bad_vocab: a vocab ordo cannot tokenize loads, see tokenizer::support()),
+// config_invalid (model.context_tokens above the model's context).
 result<loaded_model> load_model(const config::config& cfg);
 
 }  // namespace ordo

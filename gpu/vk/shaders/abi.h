@@ -18,12 +18,27 @@ using uint = std::uint32_t;
 #define ORDO_ABI_CONST const uint
 #endif
 
-// Weight element types (WTYPE define of get_rows/mul_mat_vec/mul_mat variants).
-ORDO_ABI_CONST ORDO_WTYPE_F32 = 0;
-ORDO_ABI_CONST ORDO_WTYPE_F16 = 1;
-ORDO_ABI_CONST ORDO_WTYPE_Q8_0 = 2;
-ORDO_ABI_CONST ORDO_WTYPE_Q4_0 = 3;
-ORDO_ABI_CONST ORDO_QK = 32;  // elements per quant block (Q8_0, Q4_0)
+// Weight element types (WTYPE define of the get_rows / mul_mat_* variants; the order of
+// ORDO_WEIGHT_TYPES in gpu/vk/pipeline_table.hpp and of the type list in gpu/vk/CMakeLists.txt).
+// Macros, so that shaders can select code with #if on them. Device layouts:
+// gpu/vk/shaders/weight_units.glsl.
+#define ORDO_WTYPE_F32 0
+#define ORDO_WTYPE_F16 1
+#define ORDO_WTYPE_Q8_0 2
+#define ORDO_WTYPE_Q4_0 3
+#define ORDO_WTYPE_BF16 4
+#define ORDO_WTYPE_Q4_1 5
+#define ORDO_WTYPE_Q5_0 6
+#define ORDO_WTYPE_Q5_1 7
+#define ORDO_WTYPE_Q2_K 8
+#define ORDO_WTYPE_Q3_K 9
+#define ORDO_WTYPE_Q4_K 10
+#define ORDO_WTYPE_Q5_K 11
+#define ORDO_WTYPE_Q6_K 12
+// Elements per quant block (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1), and the unit of every block type
+// in the kernels (a K-type super-block is ORDO_QK_K / ORDO_QK units).
+ORDO_ABI_CONST ORDO_QK = 32;
+ORDO_ABI_CONST ORDO_QK_K = 256;  // elements per K-type super-block (Q2_K .. Q6_K)
 
 // mul_mat_vec: columns (tokens) accumulated together per pass over the weights.
 ORDO_ABI_CONST ORDO_MMV_COLS = 4;
@@ -33,7 +48,8 @@ ORDO_ABI_CONST ORDO_ROWS_COLS = 8;
 ORDO_ABI_CONST ORDO_MM_TM = 64;
 ORDO_ABI_CONST ORDO_MM_TN = 32;
 // mul_mat_tx (texel-fetch mat-mul, the lavapipe fast path). Summation order (mat_order.glsl):
-// K's units (F32 4 elements, F16 8, Q8_0/Q4_0 one 32-block) are dealt to ORDO_MAT_GROUPS
+// K's units (F32 4 elements, F16/BF16 8, every block type 32: a legacy block, a K-type sub-block
+// pair or sub-block) are dealt to ORDO_MAT_GROUPS
 // groups round-robin (unit u -> group u % 8); each group is summed on its own, then the group
 // sums are added in group order. Variants by token count: tx1 (1 token: decode) gives each of
 // 8 lanes one group and keeps that lane's activations in registers for all the workgroup's
@@ -83,7 +99,7 @@ struct get_rows_push {
     uint n_ids;         // rows to gather
     uint row_begin;     // first table row held by the bound chunk
     uint row_count;     // table rows in the bound chunk
-    uint scale_offset;  // word offset of the f16 scale array in a quantized chunk (else 0)
+    uint scale_offset;  // word offset of the aux region of a 32-element block-type chunk (else 0)
     uint ids_offset;    // first id (elements)
     uint out_offset;    // floats
     uint out_stride;    // floats between output rows
@@ -95,7 +111,7 @@ struct mul_mat_push {
     uint n_rows;        // weight rows in the bound chunk
     uint n_cols;        // tokens (columns of x and y)
     uint row_begin;     // output index of the chunk's first row
-    uint scale_offset;  // word offset of the f16 scale array in a quantized chunk (else 0)
+    uint scale_offset;  // word offset of the aux region of a 32-element block-type chunk (else 0)
     uint x_offset;      // floats; multiple of 4
     uint x_stride;      // floats between tokens; multiple of 4
     uint y_offset;      // floats
@@ -111,7 +127,7 @@ struct mul_mat_tx_push {
     uint n_cols;        // tokens (columns of x and y)
     uint row_begin;     // output index of the chunk's first row
     uint w_texel;       // texel of the chunk's first weight row in its buffer
-    uint s_texel;       // texel of the chunk's f16 scale array (quantized types), else 0
+    uint s_texel;       // texel of the chunk's aux region (32-element block types), else 0
     uint x_texel;       // texel of token 0's first element
     uint x_stride4;     // texels between tokens
     uint y_offset;      // floats

@@ -1,4 +1,4 @@
-// get_rows.comp: embedding lookup (token ids -> F32 rows) for F32/F16/Q8_0/Q4_0 tables; also
+// get_rows.comp: embedding lookup (token ids -> F32 rows) for tables of every weight type; also
 // gathers activation rows for the logits head. Call site: gpu/vk/kernels.cpp encode_get_rows().
 // Grid: x = 8-element units of a row (strided), y = id. A table larger than one binding is
 // split into row chunks; each dispatch binds one chunk and skips ids outside it.

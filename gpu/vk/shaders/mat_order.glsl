@@ -5,14 +5,17 @@
 // Two kernel families, each with one order; encode_mul_mat's automatic path picks one family
 // per weight for good (texel kernels where the runner's buffers have texel views, else the
 // others), so a weight's outputs never mix them:
-// * mul_mat_tx.comp (tx1, tx4, txm): the grouped order. K's units (F32 4 elements, F16 8,
-//   Q8_0/Q4_0 one 32-block) are dealt round-robin to ORDO_MAT_GROUPS = 8 groups (unit u ->
+// * mul_mat_tx.comp (tx1, tx4, txm): the grouped order. K's units (weight_units.glsl: F32 4
+//   elements, F16 and BF16 8, every block type 32: a Q8_0/Q4_0/Q4_1/Q5_0/Q5_1 block, a
+//   Q4_K/Q5_K sub-block, a pair of 16-element Q2_K/Q3_K/Q6_K sub-blocks, so a 256-element
+//   K-type super-block is 8 units and tx1's 8 lanes split K evenly for every n_embd that is a
+//   multiple of 256) are dealt round-robin to ORDO_MAT_GROUPS = 8 groups (unit u ->
 //   group u % 8). Group g's sum starts at 0 and takes its units in increasing order, each
 //   unit's 4-element parts in order, through mat_acc; then total = group 0, and
 //   total = mat_fold(total, group g) for g = 1..7. tx1 runs one group per lane and folds
 //   through subgroup broadcasts; tx4/txm loop over the groups per lane.
 // * mul_mat_rows.comp and mul_mat.comp: the sequential order, acc = 0 then mat_acc over K's
-//   4-element parts in increasing order. (mul_mat_vec.comp splits K over lanes its own way and
+//   4-element parts in increasing order (every type alike: no unit enters it). (mul_mat_vec.comp splits K over lanes its own way and
 //   is never picked automatically.)
 //
 // mat_acc: acc = acc + fma(w3, x3, fma(w2, x2, fma(w1, x1, w0 * x0))). `precise` (SPIR-V

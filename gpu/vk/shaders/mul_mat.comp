@@ -1,4 +1,4 @@
-// mul_mat.comp: prefill mat-mat for F32/F16/Q8_0/Q4_0 weights. Call site: gpu/vk/kernels.cpp
+// mul_mat.comp: prefill mat-mat for every weight type. Call site: gpu/vk/kernels.cpp
 // encode_mul_mat() when the token count is large. A workgroup of 128 lanes computes a tile of
 // ORDO_MM_TM weight rows x ORDO_MM_TN tokens; each K step stages one 32-element slice of the
 // weight tile (dequantized once, shared by all tokens) and of the activation tile in shared

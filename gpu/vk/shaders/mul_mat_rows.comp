@@ -1,5 +1,5 @@
 // mul_mat_rows.comp: mat-vec and mat-mat for CPU-backed Vulkan devices (lavapipe), for
-// F32/F16/Q8_0/Q4_0 weights. Call site: gpu/vk/kernels.cpp encode_mul_mat() when the device is a
+// every weight type. Call site: gpu/vk/kernels.cpp encode_mul_mat() when the device is a
 // CPU (or mat_path::rows is asked for). One lane owns one weight row and walks it in 8-element
 // units against up to COLS tokens at once: the activation loads are the same address for every
 // lane (one scalar load on a SIMD CPU), there is no shared memory and no barrier, which is what

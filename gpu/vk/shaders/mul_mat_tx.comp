@@ -1,10 +1,11 @@
-// mul_mat_tx.comp: mat-vec and mat-mat for F32/F16/Q8_0/Q4_0 weights that read weights and
+// mul_mat_tx.comp: mat-vec and mat-mat for every weight type, reading weights and
 // activations through uniform texel buffers. Call site: gpu/vk/kernels.cpp encode_mul_mat() (the
 // automatic path on every device whose buffers have texel views; variants tx1/tx4/txm by token
 // count). Why texels: lavapipe (Mesa 22.3) turns every storage-buffer load into a branchy
 // per-lane scalar loop, while a texel fetch is a branch-free vector gather (gpu/PERF.md has the
-// measurements). K is walked one weight "unit" at a time (F32: 4 elements, F16: 8, Q8_0 and
-// Q4_0: one 32-element block, dequantized in registers). No shared memory, no barrier.
+// measurements). K is walked one weight "unit" at a time (F32: 4 elements, F16/BF16: 8, every
+// block type 32; weight_units.glsl fetches and dequantizes it in registers, 1-3 texels per
+// unit). No shared memory, no barrier.
 // tx1 (one token): the 8 lanes of a workgroup split K (lane l takes units l, l+8, ...), keep
 // their activation units in registers (K is specialization constant 2, so that cache is
 // indexed statically: the x gathers happen once per workgroup, not once per row) and sweep
@@ -42,71 +43,19 @@ layout(binding = ORDO_B_MM_W) uniform usamplerBuffer w_tex;
 layout(binding = ORDO_B_MM_X) uniform usamplerBuffer x_tex;
 layout(std430, binding = ORDO_B_MM_Y) buffer y_buf { float y[]; };
 
-#if WTYPE == 0
-const uint UNIT = 4u;   // elements per unit
-const uint PARTS = 1u;  // 4-element parts per unit
-#elif WTYPE == 1
-const uint UNIT = 8u;
-const uint PARTS = 2u;
-#elif WTYPE == 2 || WTYPE == 3
-const uint UNIT = ORDO_QK;
-const uint PARTS = 8u;
-#else
-#error "WTYPE must be 0..3"
-#endif
-
 vec4 x_part(uint t, uint q) {  // activation texel q (4 floats) of token t
     return uintBitsToFloat(texelFetch(x_tex, int(p.x_texel + t * p.x_stride4 + q)));
 }
 
-vec4 i8x4(uint word) {
-    return vec4(bitfieldExtract(int(word), 0, 8), bitfieldExtract(int(word), 8, 8),
-                bitfieldExtract(int(word), 16, 8), bitfieldExtract(int(word), 24, 8));
-}
+// Where weight_units.glsl's texels are: the chunk starts at texel p.w_texel of the bound buffer,
+// its aux region at p.s_texel.
+uvec4 w_fetch(uint t) { return texelFetch(w_tex, int(p.w_texel + t)); }
+uint w_aux_texel() { return p.s_texel - p.w_texel; }
 
-vec4 u4x4(uint word) {  // four nibbles at bit 0, 8, 16, 24
-    return vec4(word & 15u, (word >> 8) & 15u, (word >> 16) & 15u, (word >> 24) & 15u);
-}
+#include "weight_units.glsl"
 
-// The raw texels of unit u of row `row` (chunk layouts: gpu/vk/shaders/weights.glsl).
-struct unit_raw {
-    uvec4 a;
-    uvec4 b;  // Q8_0 only: the block's second 16 quants
-    float d;  // quant scale
-};
-
-unit_raw load_raw(uint row, uint u, uint units) {
-    unit_raw w;
-    uint unit_index = row * units + u;
-#if WTYPE == 2
-    w.a = texelFetch(w_tex, int(p.w_texel + unit_index * 2u));
-    w.b = texelFetch(w_tex, int(p.w_texel + unit_index * 2u + 1u));
-#else
-    w.a = texelFetch(w_tex, int(p.w_texel + unit_index));
-    w.b = uvec4(0u);
-#endif
-#if WTYPE >= 2
-    uvec4 s = texelFetch(w_tex, int(p.s_texel + (unit_index >> 3u)));
-    w.d = unpackHalf2x16(s[(unit_index >> 1u) & 3u])[unit_index & 1u];
-#else
-    w.d = 1.0;
-#endif
-    return w;
-}
-
-// Dequantized elements [4j, 4j + 4) of the unit.
-vec4 part(unit_raw w, uint j) {
-#if WTYPE == 0
-    return uintBitsToFloat(w.a);
-#elif WTYPE == 1
-    return j == 0u ? vec4(unpackHalf2x16(w.a.x), unpackHalf2x16(w.a.y))
-                   : vec4(unpackHalf2x16(w.a.z), unpackHalf2x16(w.a.w));
-#elif WTYPE == 2
-    return i8x4(j < 4u ? w.a[j] : w.b[j - 4u]) * w.d;
-#else
-    return (u4x4(j < 4u ? w.a[j] : (w.a[j - 4u] >> 4u)) - 8.0) * w.d;
-#endif
-}
+// The raw texels of unit u of row `row` (a row has `units` units).
+unit_raw load_raw(uint row, uint u, uint units) { return load_raw(row * units + u); }
 
 const uint G = ORDO_MAT_GROUPS;
 

@@ -1,5 +1,5 @@
-// mul_mat_vec.comp: decode mat-vec (and the skinny mat-mat of a few sequences) for
-// F32/F16/Q8_0/Q4_0 weights, dequantized here. Call site: gpu/vk/kernels.cpp encode_mul_mat()
+// mul_mat_vec.comp: decode mat-vec (and the skinny mat-mat of a few sequences) for every weight
+// type (weight_units.glsl), dequantized here. Call site: gpu/vk/kernels.cpp encode_mul_mat()
 // when the token count is small. Each workgroup owns ROWS weight rows; its lanes stride over
 // the row in 8-element units (adjacent lanes read adjacent memory), accumulate ORDO_MMV_COLS
 // tokens per pass over the weights, and reduce through shared memory once per pass.
