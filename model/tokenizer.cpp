@@ -5,6 +5,7 @@
 #include <cassert>
 #include <queue>
 
+#include "model/bpe.hpp"
 #include "model/gguf.hpp"
 
 namespace ordo::model {
@@ -121,11 +122,24 @@ private:
 }  // namespace
 
 tokenizer::tokenizer(model::vocab v) : _vocab(std::move(v)) {
-    if (_vocab.model() != "llama") {
+    if (_vocab.model() == "gpt2") {
+        auto bpe = bpe_model::build(_vocab);
+        if (bpe) {
+            _bpe = std::move(*bpe);
+        } else {
+            _support = make_error(bpe.err().code, "tokenizer " + _vocab.describe() + ": " +
+                                                      bpe.err().message +
+                                                      "; send token ids instead of text");
+        }
+    } else if (_vocab.model() != "llama") {
         _support = make_error("tokenizer_unsupported",
                               "tokenizer " + _vocab.describe() +
-                                  " is not supported yet (ordo tokenizes SentencePiece 'llama' "
-                                  "vocabularies only); send token ids instead of text");
+                                  " is not supported (ordo tokenizes SentencePiece 'llama' and "
+                                  "byte-level BPE 'gpt2' vocabularies); send token ids instead "
+                                  "of text");
+    }
+    for (token_id id : _vocab.specials()) {
+        _specials_by_byte[uint8_t(_vocab.piece(id)[0])].push_back(id);
     }
 }
 
@@ -137,39 +151,69 @@ result<tokenizer> tokenizer::from_gguf(const gguf_file& f) {
     return t;
 }
 
-std::vector<token_id> tokenizer::encode(std::string_view text, bool add_special) const {
+token_id tokenizer::special_at(std::string_view text, bool parse_special) const {
+    for (token_id id : _specials_by_byte[uint8_t(text[0])]) {
+        if (!parse_special && _vocab.type(id) != token_type::user_defined) continue;
+        if (text.starts_with(_vocab.piece(id))) return id;  // longest first
+    }
+    return k_no_token;
+}
+
+std::vector<token_id> tokenizer::encode(std::string_view text, bool add_special,
+                                        bool parse_special) const {
     assert(_support.ok() && "encode on a vocab ordo cannot tokenize");
     std::vector<token_id> out;
     if (add_special && _vocab.add_bos() && _vocab.bos() != k_no_token) out.push_back(_vocab.bos());
-    if (!text.empty()) {
-        std::string escaped;
-        escaped.reserve(text.size() * 3 + 3);
-        if (_vocab.add_space_prefix()) escaped += k_space_marker;
-        for (char c : text) {
-            if (c == ' ') {
-                escaped += k_space_marker;
-            } else {
-                escaped += c;
-            }
-        }
-        // Symbol offsets are 32-bit; a 4 GiB prompt is far beyond any context window.
-        assert(escaped.size() < UINT32_MAX);
-        spm_session(_vocab, escaped).run(out);
+    // Split out special tokens; `first` is true for text at the start or after a special token
+    // (SentencePiece prefixes such a fragment with its dummy space, as llama.cpp does).
+    size_t start = 0;
+    bool first = true;
+    for (size_t i = 0; i < text.size(); ++i) {
+        token_id id = special_at(text.substr(i), parse_special);
+        if (id == k_no_token) continue;
+        encode_text(text.substr(start, i - start), first, out);
+        out.push_back(id);
+        first = true;
+        i += _vocab.piece(id).size() - 1;
+        start = i + 1;
     }
+    encode_text(text.substr(start), first, out);
     if (add_special && _vocab.add_eos() && _vocab.eos() != k_no_token) out.push_back(_vocab.eos());
     return out;
 }
 
-std::string tokenizer::token_bytes(token_id id, bool at_start) const {
+void tokenizer::encode_text(std::string_view text, bool first, std::vector<token_id>& out) const {
+    if (text.empty()) return;
+    if (_bpe) return _bpe->encode(_vocab, text, out);
+    std::string escaped;
+    escaped.reserve(text.size() * 3 + 3);
+    if (_vocab.add_space_prefix() && first) escaped += k_space_marker;
+    for (char c : text) {
+        if (c == ' ') {
+            escaped += k_space_marker;
+        } else {
+            escaped += c;
+        }
+    }
+    // Symbol offsets are 32-bit; a 4 GiB prompt is far beyond any context window.
+    assert(escaped.size() < UINT32_MAX);
+    spm_session(_vocab, escaped).run(out);
+}
+
+std::string tokenizer::token_bytes(token_id id, bool at_start, bool special) const {
     assert(_support.ok() && "decode on a vocab ordo cannot tokenize");
     assert(_vocab.valid(id));
+    const std::string& piece = _vocab.piece(id);
     switch (_vocab.type(id)) {
-    case token_type::control: return {};
-    case token_type::unknown: return std::string(k_unknown_text);
+    case token_type::control: return special ? piece : std::string();
+    case token_type::user_defined:
+        if (_bpe) return piece;  // SentencePiece spells it like a normal piece
+        break;
+    case token_type::unknown: return _bpe ? piece : std::string(k_unknown_text);
     default: break;
     }
     if (auto b = _vocab.token_byte(id)) return std::string(1, char(*b));
-    const std::string& piece = _vocab.piece(id);
+    if (_bpe) return _bpe->piece_bytes(piece);
     std::string out;
     out.reserve(piece.size());
     for (size_t i = 0; i < piece.size();) {
@@ -184,8 +228,8 @@ std::string tokenizer::token_bytes(token_id id, bool at_start) const {
     return out;
 }
 
-result<std::string> tokenizer::decode(std::span<const token_id> ids) const {
-    stream_decoder dec(*this);
+result<std::string> tokenizer::decode(std::span<const token_id> ids, bool special) const {
+    stream_decoder dec(*this, special);
     std::string out;
     for (token_id id : ids) {
         auto piece = dec.feed(id);
@@ -205,7 +249,7 @@ result<std::string> stream_decoder::feed(token_id id) {
                                                     " is outside the vocab (size " +
                                                     std::to_string(v.size()) + ")");
     }
-    _pending += _tok->token_bytes(id, _at_start);
+    _pending += _tok->token_bytes(id, _at_start, _special);
     if (v.type(id) != token_type::control) _at_start = false;
     std::string out;
     size_t held = utf8_sanitize(_pending, false, out);

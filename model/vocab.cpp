@@ -4,6 +4,9 @@
 #include <cassert>
 #include <cstdio>
 
+#include <algorithm>
+
+#include "model/bpe.hpp"
 #include "model/gguf.hpp"
 
 namespace ordo::model {
@@ -45,6 +48,11 @@ result<vocab> vocab::from_gguf(const gguf_file& f) {
         if (!scores) return make_error("tokenizer_bad_vocab", scores.err().message);
         spec.scores = std::move(*scores);
     }
+    if (f.has("tokenizer.ggml.merges")) {
+        auto merges = f.get_string_array("tokenizer.ggml.merges");
+        if (!merges) return make_error("tokenizer_bad_vocab", merges.err().message);
+        spec.merges = std::move(*merges);
+    }
     if (f.has("tokenizer.ggml.token_type")) {
         auto types = f.get_i32_array("tokenizer.ggml.token_type");
         if (!types) return make_error("tokenizer_bad_vocab", types.err().message);
@@ -62,11 +70,18 @@ result<vocab> vocab::from_gguf(const gguf_file& f) {
         {"tokenizer.ggml.eos_token_id", &spec.eos, 2},
         {"tokenizer.ggml.unknown_token_id", &spec.unk, 0},
         {"tokenizer.ggml.padding_token_id", &spec.pad, k_no_token},
+        {"tokenizer.ggml.eot_token_id", &spec.eot, k_no_token},
+        {"tokenizer.ggml.eom_token_id", &spec.eom, k_no_token},
     };
     for (const auto& s : specials) {
         auto id = special_id(f, s.key, s.fallback, n);
         if (!id) return id.err();
         *s.out = *id < 0 || static_cast<size_t>(*id) >= n ? k_no_token : *id;
+    }
+    if (spec.model == "gpt2") {
+        spec.add_space_prefix = false;
+        // An unknown pre-tokenizer keeps the SentencePiece default; the tokenizer refuses it.
+        if (auto pre_spec = bpe_pre_for(spec.pre)) spec.add_bos = pre_spec->add_bos;
     }
     struct flag { const char* key; bool* out; };
     const flag flags[] = {
@@ -109,6 +124,9 @@ result<vocab> vocab::from_spec(vocab_spec spec) {
     v._eos = checked(spec.eos);
     v._unk = checked(spec.unk);
     v._pad = checked(spec.pad);
+    v._eot = checked(spec.eot);
+    v._eom = checked(spec.eom);
+    v._merges = std::move(spec.merges);
     v._add_bos = spec.add_bos;
     v._add_eos = spec.add_eos;
     v._add_space_prefix = spec.add_space_prefix;
@@ -119,7 +137,41 @@ result<vocab> vocab::from_spec(vocab_spec spec) {
         std::snprintf(name, sizeof name, "<0x%02X>", b);
         v._byte_ids[b] = v.find(name);
     }
+    v.index_specials();
     return v;
+}
+
+void vocab::index_specials() {
+    // The end-of-turn texts llama.cpp also treats as end of generation when they are control
+    // tokens, whatever ids the metadata names.
+    static constexpr std::string_view k_eog_texts[] = {
+        "<|eot_id|>",  "<|eom_id|>", "<|end_of_text|>", "<|im_end|>", "<|endoftext|>",
+        "<|end|>",     "<end_of_turn>", "<EOT>",
+        "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",  // <｜end▁of▁sentence｜>
+    };
+    for (token_id id : {_eos, _eot, _eom}) {
+        if (id != k_no_token) _eog.push_back(id);
+    }
+    for (std::string_view text : k_eog_texts) {
+        token_id id = find(text);
+        if (id != k_no_token && type(id) == token_type::control) _eog.push_back(id);
+    }
+    std::sort(_eog.begin(), _eog.end());
+    _eog.erase(std::unique(_eog.begin(), _eog.end()), _eog.end());
+    for (size_t i = 0; i < _pieces.size(); ++i) {
+        token_type t = _types[i];
+        if ((t == token_type::control || t == token_type::user_defined) && !_pieces[i].empty()) {
+            _specials.push_back(token_id(i));
+        }
+    }
+    // Longest first, then by id, so the scan prefers the longest match deterministically.
+    std::stable_sort(_specials.begin(), _specials.end(), [this](token_id a, token_id b) {
+        return _pieces[size_t(a)].size() > _pieces[size_t(b)].size();
+    });
+}
+
+bool vocab::is_eog(token_id id) const {
+    return std::binary_search(_eog.begin(), _eog.end(), id);
 }
 
 std::string vocab::describe() const {

@@ -44,7 +44,9 @@ struct vocab_spec {
     std::vector<std::string> pieces;    // tokenizer.ggml.tokens
     std::vector<float> scores;          // empty: all 0
     std::vector<token_type> types;      // empty: all normal
+    std::vector<std::string> merges;    // tokenizer.ggml.merges ("left right", by rank; BPE)
     token_id bos = 1, eos = 2, unk = 0, pad = k_no_token;
+    token_id eot = k_no_token, eom = k_no_token;  // end of turn / end of message (Llama 3)
     bool add_bos = true, add_eos = false;
     bool add_space_prefix = true;       // SentencePiece dummy prefix
 };
@@ -73,6 +75,16 @@ public:
     token_id eos() const { return _eos; }
     token_id unk() const { return _unk; }
     token_id pad() const { return _pad; }
+    token_id eot() const { return _eot; }
+    token_id eom() const { return _eom; }
+    // End of generation: eos, eot, eom and every control token whose text is one of the usual
+    // end-of-turn markers (<|eot_id|>, <|eom_id|>, <|end_of_text|>, <|im_end|>, <|endoftext|>,
+    // <｜end▁of▁sentence｜>, ...). Sorted, no duplicates.
+    const std::vector<token_id>& eog() const { return _eog; }
+    bool is_eog(token_id id) const;
+    // Control and user-defined tokens, longest piece first (the special-token scan's order).
+    const std::vector<token_id>& specials() const { return _specials; }
+    const std::vector<std::string>& merges() const { return _merges; }
     bool add_bos() const { return _add_bos; }
     bool add_eos() const { return _add_eos; }
     bool add_space_prefix() const { return _add_space_prefix; }
@@ -90,14 +102,20 @@ private:
         size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
     };
 
+    void index_specials();  // fills _eog and _specials (from_spec)
+
     std::string _model;
     std::string _pre;
     std::vector<std::string> _pieces;
     std::vector<float> _scores;
     std::vector<token_type> _types;
     std::unordered_map<std::string, token_id, piece_hash, std::equal_to<>> _index;
+    std::vector<std::string> _merges;
+    std::vector<token_id> _eog;
+    std::vector<token_id> _specials;
     std::array<token_id, 256> _byte_ids{};
     token_id _bos = k_no_token, _eos = k_no_token, _unk = k_no_token, _pad = k_no_token;
+    token_id _eot = k_no_token, _eom = k_no_token;
     bool _add_bos = true, _add_eos = false, _add_space_prefix = true;
 };
 

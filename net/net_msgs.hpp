@@ -60,6 +60,7 @@ struct model_report {
     uint32_t n_head_kv = 0, n_ff = 0;
     std::string context_bound;  // trained | config | kv pool | device: what set `context`
     int32_t bos_token = -1, eos_token = -1;
+    std::vector<int32_t> eog_tokens;  // every id that ends a generation (eos, eot, eom, ...)
     std::string tokenizer;  // "llama", "gpt2 (pre llama-bpe)"
     bool tokenizer_supported = false;  // false: text ops answer tokenizer_unsupported
     uint64_t weights_device_bytes = 0, kv_device_bytes = 0;  // 0 until the device is ready
@@ -68,7 +69,7 @@ struct model_report {
     gpu::device_summary gpu;
     MSGPACK_DEFINE_MAP(path, architecture, fingerprint, weight_type, tensor_types, n_vocab,
                        n_ctx_train, context, n_embd, n_layer, n_head, n_head_kv, n_ff,
-                       context_bound, bos_token, eos_token, tokenizer, tokenizer_supported,
+                       context_bound, bos_token, eos_token, eog_tokens, tokenizer, tokenizer_supported,
                        weights_device_bytes, kv_device_bytes, generated, hint, gpu);
 };
 

@@ -122,6 +122,17 @@ status parse_session(const param_map& pm, const request_limits& limits, generate
     return {};
 }
 
+// An optional boolean parameter `name` into `out` (left as it is when absent).
+template <typename T>
+status read_optional_bool(const param_map& pm, const char* name, T& out) {
+    if (const auto* o = pm.get(name)) {
+        auto v = fields::read_bool(name, *o);
+        if (!v) return v.err();
+        out = *v;
+    }
+    return {};
+}
+
 status parse_output_options(const param_map& pm, const request_limits& limits,
                             generate_request& out) {
     out.max_tokens = limits.max_tokens_default;
@@ -136,12 +147,8 @@ status parse_output_options(const param_map& pm, const request_limits& limits,
         if (auto s = sched::validate_stop_strings(*v); !s) return s;
         out.stop = std::move(*v);
     }
-    if (const auto* o = pm.get("stream")) {
-        auto v = fields::read_bool("stream", *o);
-        if (!v) return v.err();
-        out.stream = *v;
-    }
-    return {};
+    if (auto s = read_optional_bool(pm, "stream", out.stream); !s) return s;
+    return read_optional_bool(pm, "special", out.special);
 }
 
 }  // namespace
@@ -150,7 +157,7 @@ result<generate_request> parse_generate(const msgpack::object& frame,
                                         const request_limits& limits) {
     auto pm = param_map::open(
         frame, {"prompt", "tokens", "max_tokens", "temperature", "top_k", "top_p", "min_p",
-                "repeat_penalty", "seed", "stop", "logprobs", "stream", "session"});
+                "repeat_penalty", "seed", "stop", "logprobs", "stream", "session", "special"});
     if (!pm) return pm.err();
     generate_request out;
     if (auto s = parse_prompt(*pm, limits, out); !s) return s.err();
@@ -161,7 +168,7 @@ result<generate_request> parse_generate(const msgpack::object& frame,
 }
 
 result<sched::tokenize> parse_tokenize(const msgpack::object& frame) {
-    auto pm = param_map::open(frame, {"text", "add_bos"});
+    auto pm = param_map::open(frame, {"text", "add_bos", "special"});
     if (!pm) return pm.err();
     sched::tokenize out;
     const msgpack::object* text = pm->get("text");
@@ -169,17 +176,14 @@ result<sched::tokenize> parse_tokenize(const msgpack::object& frame) {
     auto s = fields::read_string("text", *text, sched::prompt_bytes_max);
     if (!s) return s.err();
     out.text = std::move(*s);
-    if (const auto* o = pm->get("add_bos")) {
-        auto v = fields::read_bool("add_bos", *o);
-        if (!v) return v.err();
-        out.add_bos = *v;
-    }
+    if (auto st = read_optional_bool(*pm, "add_bos", out.add_bos); !st) return st.err();
+    if (auto st = read_optional_bool(*pm, "special", out.special); !st) return st.err();
     return out;
 }
 
 result<sched::detokenize> parse_detokenize(const msgpack::object& frame,
                                             const request_limits& limits) {
-    auto pm = param_map::open(frame, {"tokens"});
+    auto pm = param_map::open(frame, {"tokens", "special"});
     if (!pm) return pm.err();
     const msgpack::object* tokens = pm->get("tokens");
     if (tokens == nullptr) return make_error("bad_request", "\"tokens\" is required");
@@ -187,6 +191,7 @@ result<sched::detokenize> parse_detokenize(const msgpack::object& frame,
     if (!ids) return ids.err();
     sched::detokenize out;
     out.tokens = std::move(*ids);
+    if (auto st = read_optional_bool(*pm, "special", out.special); !st) return st.err();
     return out;
 }
 

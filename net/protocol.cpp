@@ -147,6 +147,7 @@ std::string encode(const model_done& e) {
     w.field("n_embd", m.n_embd).field("n_layer", m.n_layer).field("n_head", m.n_head);
     w.field("n_head_kv", m.n_head_kv).field("n_ff", m.n_ff);
     w.field("bos_token", m.bos_token).field("eos_token", m.eos_token);
+    w.field("eog_tokens", m.eog_tokens);
     w.field("tokenizer", m.tokenizer).field("tokenizer_supported", m.tokenizer_supported);
     w.field("weights_device_bytes", m.weights_device_bytes);
     w.field("kv_device_bytes", m.kv_device_bytes);

@@ -19,7 +19,7 @@ cd "$root"
 
 packages=(
   cmake ninja-build pkg-config g++ git
-  libuv1-dev libxxhash-dev libvulkan-dev glslang-dev glslang-tools
+  libuv1-dev libxxhash-dev libpcre2-dev libvulkan-dev glslang-dev glslang-tools
   libmsgpack-cxx-dev libspdlog-dev libtomlplusplus-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   mesa-vulkan-drivers vulkan-tools python3-msgpack

@@ -75,7 +75,7 @@ result<std::vector<int32_t>> scheduler_core::prompt_tokens(const generate_reques
         if (g.tokens.empty()) return make_error("bad_request", "tokens: the prompt is empty");
         return g.tokens;
     }
-    std::vector<int32_t> ids = _tok->encode(*g.prompt, true);
+    std::vector<int32_t> ids = _tok->encode(*g.prompt, true, g.special);
     if (ids.empty()) return make_error("bad_request", "prompt: the prompt is empty");
     return ids;
 }
@@ -142,7 +142,7 @@ void scheduler_core::on_generate(const generate& m, std::vector<outgoing_event>&
     r.params = g;
     r.smp.emplace(std::move(*smp));
     r.stops.emplace(std::move(*stops));
-    if (_tok->support()) r.decoder.emplace(*_tok);  // else the text fields stay empty
+    if (_tok->support()) r.decoder.emplace(*_tok, g.special);  // else the text fields stay empty
     r.tokens = std::move(*ids);
     r.n_prompt = static_cast<uint32_t>(r.tokens.size());
     r.submitted = clock::now();
@@ -219,14 +219,14 @@ void scheduler_core::on_tokenize(const tokenize& m, std::vector<outgoing_event>&
     if (!_tok->support()) return out.push_back(tokenizer_error(m.conn, m.id, "tokenize"));
     const auto& v = _tok->vocab();
     bool add_bos = m.add_bos.value_or(v.add_bos());
-    std::vector<int32_t> ids = _tok->encode(m.text, false);
+    std::vector<int32_t> ids = _tok->encode(m.text, false, m.special);
     if (add_bos && v.bos() != model::k_no_token) ids.insert(ids.begin(), v.bos());
     out.push_back(net::tokenize_done{m.conn, m.id, std::move(ids)});
 }
 
 void scheduler_core::on_detokenize(const detokenize& m, std::vector<outgoing_event>& out) {
     if (!_tok->support()) return out.push_back(tokenizer_error(m.conn, m.id, "detokenize"));
-    auto text = _tok->decode(m.tokens);
+    auto text = _tok->decode(m.tokens, m.special);
     if (!text.ok()) return out.push_back(error_event(m.conn, m.id, errc::bad_request,
                                                      text.err().message));
     out.push_back(net::detokenize_done{m.conn, m.id, std::move(text.value())});
@@ -299,6 +299,7 @@ void scheduler_core::on_model(const model_info_query& m, std::vector<outgoing_ev
     r.n_embd = i.n_embd, r.n_layer = i.n_layer, r.n_head = i.n_head;
     r.n_head_kv = i.n_head_kv, r.n_ff = i.n_ff;
     r.bos_token = v.bos(), r.eos_token = v.eos();
+    r.eog_tokens = v.eog();
     r.generated = i.generated;
     r.hint = i.hint;
     r.gpu = _gpu.device;

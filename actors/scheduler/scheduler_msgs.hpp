@@ -38,7 +38,11 @@ struct generate_request {
     std::vector<std::string> stop;  // validated: count, length, UTF-8
     bool stream = false;
     std::optional<std::string> session;
-    MSGPACK_DEFINE_MAP(prompt, tokens, max_tokens, sampling, seed_given, stop, stream, session);
+    // A text prompt's control-token text becomes those tokens, and streamed text shows control
+    // tokens (tokenizer.hpp).
+    bool special = false;
+    MSGPACK_DEFINE_MAP(prompt, tokens, max_tokens, sampling, seed_given, stop, stream, session,
+                       special);
 };
 
 // front door → scheduler: generate text. Reply: token_event* then generate_done or
@@ -64,7 +68,8 @@ struct tokenize {
     uint64_t conn = 0, id = 0;
     std::string text;
     std::optional<bool> add_bos;  // unset: the model's add_bos_token
-    MSGPACK_DEFINE_MAP(conn, id, text, add_bos);
+    bool special = false;         // control-token text becomes those tokens
+    MSGPACK_DEFINE_MAP(conn, id, text, add_bos, special);
 };
 
 // front door → scheduler: token ids to text. Reply: detokenize_done or request_error.
@@ -72,7 +77,8 @@ struct detokenize {
     static constexpr const char* msg_name = "detokenize";
     uint64_t conn = 0, id = 0;
     std::vector<int32_t> tokens;  // each < the vocabulary size the front door was given
-    MSGPACK_DEFINE_MAP(conn, id, tokens);
+    bool special = false;         // control tokens show their text (else nothing)
+    MSGPACK_DEFINE_MAP(conn, id, tokens, special);
 };
 
 // front door → scheduler: what is being served. Reply: model_done.

@@ -132,7 +132,7 @@ void scheduler_core::apply_token(request_state& r, std::span<const float> logits
 
     std::string emit;
     std::string reason, stop_string;
-    if (token == _tok->vocab().eos()) {
+    if (_tok->vocab().is_eog(token)) {  // eos, eot, eom, ...: the vocab's end-of-generation set
         emit = r.stops->finish();
         reason = "stop";
     } else {

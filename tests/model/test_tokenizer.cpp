@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/support/shared_models.hpp"
+#include "tests/support/vocab_vectors.hpp"
 
 #include <filesystem>
 #include <fstream>
@@ -24,13 +25,6 @@ namespace {
 const std::string k_models = ORDO_SHARED_MODELS_DIR;
 const std::string k_spm_vocab = k_models + "/llama-spm-vocab/ggml-vocab-llama-spm.gguf";
 const std::string k_stories = k_models + "/stories260K.gguf";
-
-std::string read_all(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
 
 tokenizer load_tokenizer(const std::string& path) {
     auto f = gguf_file::open(path);
@@ -71,32 +65,11 @@ token_id byte_id(const tokenizer& t, uint8_t b) { return t.vocab().byte_token(b)
 TEST(Tokenizer, LlamaSpmVectors) {
     SKIP_WITHOUT(k_spm_vocab);
     tokenizer tok = load_tokenizer(k_spm_vocab);
-    std::string inp = read_all(k_spm_vocab + ".inp");
-    std::string outp = read_all(k_spm_vocab + ".out");
-    const std::string sep = "\n__ggml_vocab_test__\n";
-    std::vector<std::string> cases;
-    for (size_t pos = 0;;) {
-        size_t next = inp.find(sep, pos);
-        if (next == std::string::npos) {
-            if (pos < inp.size()) cases.push_back(inp.substr(pos));
-            break;
-        }
-        cases.push_back(inp.substr(pos, next - pos));
-        pos = next + sep.size();
-    }
-    std::vector<std::vector<token_id>> expected;
-    std::istringstream lines(outp);
-    for (std::string line; std::getline(lines, line);) {
-        std::istringstream ids(line);
-        std::vector<token_id> v;
-        for (token_id id; ids >> id;) v.push_back(id);
-        expected.push_back(v);
-    }
+    auto cases = ordo::test::read_vocab_cases(k_spm_vocab);
     ASSERT_EQ(cases.size(), 46u);
-    ASSERT_GE(expected.size(), 46u);
     for (size_t i = 0; i < cases.size(); ++i) {
-        EXPECT_EQ(tok.encode(cases[i], false), expected[i]) << "case " << i << ": '" << cases[i]
-                                                            << "'";
+        EXPECT_EQ(tok.encode(cases[i].text, false), cases[i].ids)
+            << "case " << i << ": '" << cases[i].text << "'";
     }
 }
 
@@ -133,7 +106,7 @@ TEST(Tokenizer, Stories260KRoundTrip) {
     // The golden prompt from stories260K.golden.json.
     // The JSON spreads ids over lines; compare with all whitespace removed.
     std::string golden;
-    for (char c : read_all(k_models + "/stories260K.golden.json")) {
+    for (char c : ordo::test::read_file_bytes(k_models + "/stories260K.golden.json")) {
         if (!std::isspace(static_cast<unsigned char>(c))) golden += c;
     }
     auto ids = tok.encode("Once upon a time", true);
@@ -222,16 +195,20 @@ TEST(Tokenizer, LongInputCompletes) {
 TEST(Tokenizer, MissingOrUnsupportedTokenizer) {
     vocab_spec s;
     s.model = "gpt2";
-    s.pre = "llama-bpe";
+    s.pre = "falcon";  // a BPE pre-tokenizer ordo does not know
     s.pieces = {"a", "b"};
     auto v = vocab::from_spec(s);
     ASSERT_TRUE(v.ok()) << v.err().message;
-    EXPECT_EQ(v->describe(), "gpt2 (pre llama-bpe)");
+    EXPECT_EQ(v->describe(), "gpt2 (pre falcon)");
     tokenizer t(std::move(*v));
     ASSERT_FALSE(t.support().ok());
     EXPECT_EQ(t.support().err().code, "tokenizer_unsupported");
-    EXPECT_NE(t.support().err().message.find("gpt2 (pre llama-bpe)"), std::string::npos)
+    EXPECT_NE(t.support().err().message.find("gpt2 (pre falcon)"), std::string::npos)
         << t.support().err().message;
+    s.model = "bert";  // not a tokenizer model ordo knows at all
+    tokenizer bert(*vocab::from_spec(s));
+    ASSERT_FALSE(bert.support().ok());
+    EXPECT_EQ(bert.support().err().code, "tokenizer_unsupported");
     EXPECT_TRUE(byte_vocab_tokenizer().support().ok());
     vocab_spec empty;
     auto e = vocab::from_spec(empty);

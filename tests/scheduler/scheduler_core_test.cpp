@@ -10,7 +10,8 @@
 // error{gpu_failed} while the others complete with fault-free output (F4); device loss makes
 // every sequence recompute from token 0 with identical output (F1); KV exhaustion preempts and
 // recomputes without corruption; a shared prompt prefix is served from the prefix cache with
-// identical output; context_exceeded and overloaded are immediate. Invariants are checked
+// identical output; context_exceeded and overloaded are immediate; a sampled token of the
+// vocab's end-of-generation set other than eos (an eot id) ends a request. Invariants are checked
 // after every message.
 //
 // KV persistence (scheduler_kv.cpp), against `disk`, an in-memory stand-in for the kv actor
@@ -23,6 +24,7 @@
 // sessions: session_busy for a second live request, session_delete refused while busy.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -94,10 +96,11 @@ struct disk {
 // Runs the scheduler against CPU reference models, one per sequence.
 class harness {
 public:
+    // `tok`: the tokenizer the scheduler sees (default: the model's own).
     explicit harness(core_options o = {}, uint32_t kv_blocks = 256, uint32_t block_tokens = 8,
-                     uint32_t device_n_ctx = 0) {
+                     uint32_t device_n_ctx = 0, const model::tokenizer* tok = nullptr) {
         o.n_ctx = o.n_ctx ? o.n_ctx : 256;
-        auto c = scheduler_core::create(o, &*shared_model().tok, model_info{});
+        auto c = scheduler_core::create(o, tok ? tok : &*shared_model().tok, model_info{});
         EXPECT_TRUE(c.ok());
         core.emplace(std::move(*c));
         std::vector<outgoing_event> out;
@@ -457,6 +460,48 @@ std::vector<std::vector<int32_t>> alone_outputs(uint32_t n) {
         r.push_back(h.terminal(1, 1)->tokens());
     }
     return r;
+}
+
+// End of generation is the vocab's whole EOG set, not only eos: the model's vocabulary with a
+// greedily sampled id named as its end-of-turn token (tokenizer.ggml.eot_token_id) ends the
+// same request right there, with reason stop and that token last.
+TEST(scheduler_core, stops_on_an_end_of_generation_token_other_than_eos) {
+    harness plain;
+    plain.generate(1, 1, prompts[0], 8);
+    plain.run();
+    const std::vector<int32_t> free_run = plain.terminal(1, 1)->tokens();
+    ASSERT_EQ(free_run.size(), 8u);
+    const model::vocab& v = shared_model().tok->vocab();
+    size_t k = 2;  // the first position from 2 on whose token did not occur before it
+    while (k < free_run.size() &&
+           std::count(free_run.begin(), free_run.begin() + long(k), free_run[k]) != 0) {
+        ++k;
+    }
+    ASSERT_LT(k, free_run.size());
+    const int32_t stop = free_run[k];
+    ASSERT_NE(stop, v.eos());
+    model::vocab_spec spec;
+    spec.model = v.model();
+    for (int32_t i = 0; i < int32_t(v.size()); ++i) {
+        spec.pieces.push_back(v.piece(i));
+        spec.scores.push_back(v.score(i));
+        spec.types.push_back(v.type(i));
+    }
+    spec.bos = v.bos(), spec.eos = v.eos(), spec.unk = v.unk(), spec.eot = stop;
+    spec.add_bos = v.add_bos(), spec.add_space_prefix = v.add_space_prefix();
+    auto eot_vocab = model::vocab::from_spec(std::move(spec));
+    ASSERT_TRUE(eot_vocab.ok());
+    model::tokenizer eot_tok(std::move(*eot_vocab));
+    ASSERT_TRUE(eot_tok.vocab().is_eog(stop));
+
+    harness h({}, 256, 8, 0, &eot_tok);
+    h.generate(1, 1, prompts[0], 8);
+    h.run();
+    const auto* t = h.terminal(1, 1);
+    ASSERT_NE(t, nullptr);
+    EXPECT_EQ(t->str("event"), "done");
+    EXPECT_EQ(t->str("reason"), "stop");
+    EXPECT_EQ(t->tokens(), std::vector<int32_t>(free_run.begin(), free_run.begin() + long(k) + 1));
 }
 
 TEST(scheduler_core, greedy_matches_reference_generator) {

@@ -139,9 +139,8 @@ int run_request(const generate_request& req) {
 
     model::generate_options opt;
     opt.n_predict = req.n_predict;
-    for (model::token_id stop : {tok->vocab().eos(), tok->vocab().bos()}) {
-        if (tok->vocab().valid(stop)) opt.stop_tokens.push_back(static_cast<uint32_t>(stop));
-    }
+    for (model::token_id stop : tok->vocab().eog()) opt.stop_tokens.push_back(uint32_t(stop));
+    if (tok->vocab().valid(tok->vocab().bos())) opt.stop_tokens.push_back(uint32_t(tok->vocab().bos()));
     model::sampler smp(req.temperature, req.seed);
     // Feed the prompt through the decoder first so the first generated piece keeps its space.
     model::stream_decoder dec(*tok);

@@ -20,19 +20,20 @@ result<model::tokenizer> load(const std::string& path) {
 int run_tokenize(std::span<const std::string> argv);
 int run_detokenize(std::span<const std::string> argv);
 
-const command k_tokenize{"tokenize", "tokenize FILE TEXT [--json] [--no-bos]",
-                         "text -> token ids (BOS added when the model says so)", run_tokenize};
-const command k_detokenize{"detokenize", "detokenize FILE ID... [--json]",
-                           "token ids -> text (valid UTF-8)", run_detokenize};
+const command k_tokenize{"tokenize", "tokenize FILE TEXT [--json] [--no-bos] [--special]",
+                         "text -> token ids (BOS added when the model says so; --special: "
+                         "control-token text such as <|eot_id|> becomes that token)", run_tokenize};
+const command k_detokenize{"detokenize", "detokenize FILE ID... [--json] [--special]",
+                           "token ids -> text (valid UTF-8; --special: control tokens shown)", run_detokenize};
 const command_registrar k_tokenize_reg{k_tokenize};
 const command_registrar k_detokenize_reg{k_detokenize};
 
 int run_tokenize(std::span<const std::string> argv) {
-    auto args = parse_args(argv, {{}, {"json", "no-bos"}, 2, 2});
+    auto args = parse_args(argv, {{}, {"json", "no-bos", "special"}, 2, 2});
     if (!args) return report_error(args.err(), &k_tokenize);
     auto tok = load(args->positional[0]);
     if (!tok) return report_error(tok.err());
-    auto ids = tok->encode(args->positional[1], !args->flag("no-bos"));
+    auto ids = tok->encode(args->positional[1], !args->flag("no-bos"), args->flag("special"));
     if (args->flag("json")) {
         std::string out = "{\"tokens\": [";
         for (size_t i = 0; i < ids.size(); ++i) out += (i ? ", " : "") + std::to_string(ids[i]);
@@ -47,7 +48,7 @@ int run_tokenize(std::span<const std::string> argv) {
 }
 
 int run_detokenize(std::span<const std::string> argv) {
-    auto args = parse_args(argv, {{}, {"json"}, 1, SIZE_MAX});
+    auto args = parse_args(argv, {{}, {"json", "special"}, 1, SIZE_MAX});
     if (!args) return report_error(args.err(), &k_detokenize);
     std::vector<model::token_id> ids;
     for (size_t i = 1; i < args->positional.size(); ++i) {
@@ -62,7 +63,7 @@ int run_detokenize(std::span<const std::string> argv) {
     }
     auto tok = load(args->positional[0]);
     if (!tok) return report_error(tok.err());
-    auto text = tok->decode(ids);
+    auto text = tok->decode(ids, args->flag("special"));
     if (!text) return report_error(text.err());
     if (args->flag("json")) {
         std::printf("{\"text\": %s}\n", json_string(*text).c_str());

@@ -39,8 +39,8 @@ result<loaded_model> load_model(const config::config& cfg) {
     if (!weights.ok()) return in_file(m.path, weights.err());
     // The server computes on the gpu: a type its kernels do not run can never serve.
     if (auto st = gpu::check_weight_types(*weights); !st) return in_file(m.path, st.err());
-    // Any vocabulary serves token ids; one ordo cannot tokenize yet (gpt2 BPE) leaves the text
-    // ops answering tokenizer_unsupported (tokenizer::support()) instead of refusing to start.
+    // Any vocabulary serves token ids; one ordo cannot tokenize (an unknown BPE pre-tokenizer)
+    // leaves the text ops answering tokenizer_unsupported (tokenizer::support()).
     auto voc = model::vocab::from_gguf(*file);
     if (!voc.ok()) return in_file(m.path, voc.err());
     m.hp = weights->hp;
