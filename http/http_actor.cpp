@@ -1,6 +1,8 @@
 // http_actor.cpp: see http_actor.hpp. Everything here runs on the HTTP actor's loop thread.
 #include "http/http_actor.hpp"
 
+#include "http/metrics.hpp"
+
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
@@ -66,6 +68,7 @@ struct http_actor::live_request {
     answer_meta meta;
     bool keep_alive = true;
     bool headers_sent = false;  // a stream has begun: errors now go in the stream
+    bool metrics = false;       // GET /metrics: waits for the scheduler's stats_done
 };
 
 struct http_actor::connection {
@@ -352,6 +355,8 @@ void http_actor::route(connection& c, http_request& r) {
     };
     if (r.path == "/health") {
         if (only("GET")) get_health(c, r);
+    } else if (r.path == "/metrics") {
+        if (only("GET")) get_metrics(c, r);
     } else if (r.path == "/v1/models") {
         if (only("GET")) respond(c, 200, "application/json", models_json(_options.model), ka);
     } else if (r.path.rfind("/v1/models/", 0) == 0) {
@@ -383,6 +388,33 @@ void http_actor::get_health(connection& c, const http_request& r) {
     if (!reason.empty()) j["reason"] = reason;
     respond(c, status == "ok" ? 200 : 503, "application/json",
             j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), r.keep_alive);
+}
+
+// The scheduler's stats (every counter, gauge and histogram of the stats op) with the net
+// actor's and this actor's counters, as Prometheus text once the scheduler answers.
+void http_actor::get_metrics(connection& c, const http_request& r) {
+    live_request l;
+    l.id = c.next_request_id++;
+    l.keep_alive = r.keep_alive;
+    l.metrics = true;
+    sched::stats_query q{c.conn(), l.id, {}};
+    if (_options.net_counters) q.net = _options.net_counters();
+    if (auto st = _to_scheduler.tell(q); !st.ok()) {
+        bool stopped = st.err().code == "actor_stopped";
+        respond_error(c, {stopped ? 503 : 429, stopped ? "shutting_down" : "overloaded",
+                          st.err().message, ""},
+                      r.keep_alive);
+        return;
+    }
+    c.live = std::move(l);
+}
+
+void http_actor::on(const net::stats_done& m) {
+    connection* c = live_for(m.conn, m.id);
+    if (c == nullptr) return;
+    if (!c->live->metrics) return unexpected(m.conn, m.id, m.msg_name);
+    respond(*c, 200, "text/plain; version=0.0.4; charset=utf-8",
+            prometheus_text(m.stats, counters_map()), c->live->keep_alive);
 }
 
 void http_actor::start_generate(connection& c, http_request& r, api_kind kind) {
@@ -428,7 +460,7 @@ http_actor::connection* http_actor::live_for(uint64_t conn, uint64_t id) {
 
 void http_actor::on(const net::token_event& m) {
     connection* c = live_for(m.conn, m.id);
-    if (c == nullptr || !c->live->req.stream || !stream_begin(*c)) return;
+    if (c == nullptr || c->live->metrics || !c->live->req.stream || !stream_begin(*c)) return;
     const live_request& l = *c->live;
     // Text held back (a split character, a possible stop string) comes with a later token.
     if (!m.token.text.empty() || l.req.logprobs) {
@@ -439,6 +471,7 @@ void http_actor::on(const net::token_event& m) {
 void http_actor::on(const net::generate_done& m) {
     connection* c = live_for(m.conn, m.id);
     if (c == nullptr) return;
+    if (c->live->metrics) return unexpected(m.conn, m.id, m.msg_name);
     const live_request& l = *c->live;
     if (!l.req.stream) {
         respond(*c, 200, "application/json", completion_json(l.meta, l.req, m), l.keep_alive);

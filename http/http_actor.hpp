@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -53,6 +54,9 @@ struct http_options {
     uint64_t shutdown_grace_ms = 5000;        // server.shutdown_grace_ms
     net::request_limits limits;               // what the validator needs of model and config
     served_model model;
+    // Any thread: the msgpack front door's counters (the stats op's `net` map), for /metrics;
+    // unset: /metrics has no ordo_net_ metrics.
+    std::function<std::map<std::string, uint64_t>()> net_counters;
 };
 
 struct http_counters {
@@ -79,7 +83,7 @@ public:
     http_actor(http_options options, size_t mailbox_capacity);
     ~http_actor() override;
 
-    using scheduler_outbox = actors::outbox<sched::generate>;
+    using scheduler_outbox = actors::outbox<sched::generate, sched::stats_query>;
 
     // Before start(): where requests go.
     template <typename Scheduler>
@@ -102,7 +106,7 @@ public:
     void on(const net::detokenize_done& m) { unexpected(m.conn, m.id, m.msg_name); }
     void on(const net::cancel_done& m) { unexpected(m.conn, m.id, m.msg_name); }
     void on(const net::model_done& m) { unexpected(m.conn, m.id, m.msg_name); }
-    void on(const net::stats_done& m) { unexpected(m.conn, m.id, m.msg_name); }
+    void on(const net::stats_done& m);
     void on(const net::fault_done& m) { unexpected(m.conn, m.id, m.msg_name); }
     void on(const net::session_delete_done& m) { unexpected(m.conn, m.id, m.msg_name); }
     void on(const net::set_health& m);
@@ -139,6 +143,7 @@ private:
     void route(connection& c, http_request& r);
     void start_generate(connection& c, http_request& r, api_kind kind);
     void get_health(connection& c, const http_request& r);
+    void get_metrics(connection& c, const http_request& r);
     connection* live_for(uint64_t conn, uint64_t id);
     void unexpected(uint64_t conn, uint64_t id, const char* what);
 

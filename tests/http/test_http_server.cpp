@@ -22,6 +22,13 @@
 //     block is free again (the protocol's stats).
 // (8) A compute failure mid-stream (device_lost on a decode step, batch_failure_policy "fail")
 //     ends the stream with an error event (gpu_failed), never with [DONE]; the server serves on.
+// (10) GET /metrics after some traffic: Prometheus text with the stats op's counters and gauges
+//     (net, http, scheduler, kv, gpu), the histograms (time to first token, ...) counting the
+//     requests served, and `promtool check metrics` (Debian's prometheus package) accepting it;
+//     without promtool that part skips visibly (fails under ORDO_HTTP_CLIENT_REQUIRED=1, CI).
+// (9) With ../shared/models (skipped visibly without it): llama3-tiny-Q4_K_M.gguf and the chat
+//     template in its metadata: /v1/models names it, and chat and completions over HTTP, streamed
+//     and not, answer the text the protocol's ops answer.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -34,6 +41,7 @@
 
 #include "tests/http/http_client.hpp"
 #include "tests/support/server_process.hpp"
+#include "tests/support/shared_models.hpp"
 
 namespace {
 
@@ -383,4 +391,78 @@ TEST(http_server, compute_failure_mid_stream_ends_with_an_error_event) {
     // The device is rebuilt and the server serves on.
     EXPECT_EQ(wait_healthy(srv->proc.port()), "");
     post(srv->http(), "/v1/chat/completions", chat_body());
+}
+
+// (9)
+TEST(http_server, llama3_tiny_chat_equals_the_chat_op) {
+    const std::string model = std::string(ORDO_SHARED_MODELS_DIR) + "/quant/llama3-tiny-Q4_K_M.gguf";
+    ORDO_REQUIRE_SHARED(model);
+    server_process s;
+    ASSERT_TRUE(s.start(ORDO_SERVER_BIN, {"--model", model})) << s.output();
+    ASSERT_EQ(wait_healthy(s.port()), "") << s.output();
+    const std::string id = "llama3-tiny-Q4_K_M";
+    EXPECT_EQ(body_json(*http_call(s.http_port(), "GET", "/v1/models"))["data"][0]["id"], id);
+    const json messages = json::array({{{"role", "user"}, {"content", "What is the capital of France?"}}});
+    json body = {{"model", id}, {"messages", messages}, {"max_tokens", 16}, {"temperature", 0}};
+    json a = body_json({200, {}, post(s.http_port(), "/v1/chat/completions", body)});
+    tcp_client c;
+    ASSERT_TRUE(c.connect(s.port()));
+    event e = op(c, 1, "chat", {{"messages", messages}, {"max_tokens", 16}, {"temperature", 0}});
+    ASSERT_EQ(e.str("event"), "done") << e.outcome();
+    EXPECT_EQ(a["choices"][0]["message"]["content"], e.str("text"));
+    EXPECT_EQ(a["choices"][0]["finish_reason"], e.str("reason") == "length" ? "length" : "stop");
+    body["stream"] = true;
+    auto r = http_call(s.http_port(), "POST", "/v1/chat/completions", body.dump());
+    ASSERT_TRUE(r);
+    std::string streamed;
+    for (const auto& d : sse_data(r->body)) {
+        if (d == "[DONE]") continue;
+        json ch = json::parse(d);
+        if (!ch["choices"].empty() && ch["choices"][0]["delta"].contains("content")) {
+            streamed += ch["choices"][0]["delta"]["content"].get<std::string>();
+        }
+    }
+    EXPECT_EQ(streamed, e.str("text"));
+    json comp = body_json({200, {}, post(s.http_port(), "/v1/completions",
+                                         {{"model", id}, {"prompt", "The capital of France is"},
+                                          {"max_tokens", 8}, {"temperature", 0}})});
+    event g = op(c, 2, "generate", {{"prompt", "The capital of France is"}, {"max_tokens", 8},
+                                    {"temperature", 0}});
+    EXPECT_EQ(comp["choices"][0]["text"], g.str("text"));
+}
+
+// (10)
+TEST(http_server, metrics_are_prometheus_text) {
+    START();
+    post(srv->http(), "/v1/chat/completions", chat_body({{"max_tokens", 4}}));
+    post(srv->http(), "/v1/completions", {{"model", "tiny"}, {"prompt", "a"}, {"max_tokens", 3}});
+    auto r = http_call(srv->http(), "GET", "/metrics");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+    EXPECT_EQ(r->header("content-type").rfind("text/plain; version=0.0.4", 0), 0u);
+    const std::string& m = r->body;
+    for (const char* line : {"# TYPE ordo_scheduler_requests_total counter\nordo_scheduler_requests_total 2\n",
+                             "# TYPE ordo_time_to_first_token_seconds histogram\n",
+                             "ordo_time_to_first_token_seconds_count 2\n",
+                             "ordo_completion_tokens_sum 7\n",
+                             "ordo_completion_tokens_bucket{le=\"+Inf\"} 2\n",
+                             "ordo_active_sequences 0\n",
+                             "# TYPE ordo_net_connections_open gauge\n",
+                             "# TYPE ordo_net_connections_total counter\n",
+                             "# TYPE ordo_http_requests_total counter\n",
+                             "# TYPE ordo_gpu_steps_total counter\n",
+                             "# TYPE ordo_kv_pool_blocks gauge\n"}) {
+        EXPECT_NE(m.find(line), std::string::npos) << line << " not in\n" << m;
+    }
+    if (run_command("command -v promtool > /dev/null 2>&1").exit_code != 0) {
+        const char* req = std::getenv("ORDO_HTTP_CLIENT_REQUIRED");
+        if (req != nullptr && std::string(req) == "1") GTEST_FAIL() << "promtool is not installed";
+        std::fprintf(stderr, "\n*** SKIPPING promtool check: promtool is not installed "
+                             "(Debian's prometheus package) ***\n\n");
+        return;
+    }
+    const std::string file = temp_path("metrics.txt");
+    std::ofstream(file) << m;
+    command_result check = run_command("promtool check metrics < '" + file + "' 2>&1");
+    EXPECT_EQ(check.exit_code, 0) << check.output << "\n" << m;
 }

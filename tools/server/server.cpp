@@ -260,8 +260,9 @@ status run_server(const config::config& cfg, const loaded_model& model, const se
     // front door written in their conn ids (scheduler_msgs.hpp "Front doors").
     std::optional<http::http_actor> http;
     if (http_address) {
-        http.emplace(http_options_from(cfg, *http_address, model, net_opts.limits),
-                     cfg.server.mailbox_capacity);
+        http::http_options ho = http_options_from(cfg, *http_address, model, net_opts.limits);
+        ho.net_counters = [&net] { return net.counters(); };
+        http.emplace(std::move(ho), cfg.server.mailbox_capacity);
         scheduler.connect_front_door(sched::front_door::http, *http);
         http->connect_scheduler(scheduler);
     }
