@@ -80,6 +80,7 @@ struct http_actor::connection {
     std::string unread;                 // bytes read but not parsed yet (read-ahead bound)
     std::deque<http_request> queued;    // parsed, waiting for the live one to be answered
     std::optional<live_request> live;   // sent to the scheduler, not answered yet
+    std::optional<read_error> failed;   // the stream broke after `queued`: answered last
     uint64_t next_request_id = 1;
     size_t write_pending_bytes = 0;
     bool admitted = false;
@@ -260,22 +261,18 @@ void http_actor::read_cb(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf
 
 // Parses what was read, up to max_pipelined_requests waiting requests, then answers the next.
 void http_actor::parse_more(connection& c) {
-    while (!c.closing && !c.unread.empty() && c.queued.size() < _options.pipelined_max) {
+    while (!c.closing && !c.failed && !c.unread.empty() &&
+           c.queued.size() < _options.pipelined_max) {
         auto fed = c.reader.feed(c.unread.data(), c.unread.size());
         c.unread.erase(0, fed.consumed);
         if (fed.what == request_reader::outcome::failed) {
             const read_error& e = c.reader.error();
             (e.status == 400 ? _counters.malformed : _counters.too_large)++;
-            // The stream cannot be read on: answer (after what is being answered) and close.
-            c.queued.clear();
-            if (c.live) {
-                close_connection(c, "malformed request behind a live one");
-            } else {
-                respond_error(c, {e.status, e.status == 400 ? "bad_request" : "too_large",
-                                  e.message, ""},
-                              false);
-            }
-            return;
+            // The stream cannot be read on: nothing more is read; the requests before the bad
+            // one are answered first (in order), then the error, then the connection closes.
+            c.failed = e;
+            c.unread.clear();
+            break;
         }
         if (fed.what == request_reader::outcome::request_complete) {
             c.queued.push_back(std::move(*c.reader.take()));
@@ -299,7 +296,7 @@ void http_actor::parse_more(connection& c) {
 // Reads while fewer than max_pipelined_requests wait; otherwise TCP holds the rest.
 void http_actor::update_reading(connection& c) {
     if (c.closing) return;
-    bool want = c.queued.size() < _options.pipelined_max;
+    bool want = c.queued.size() < _options.pipelined_max && !c.failed;
     if (want && !c.reading) {
         uv_read_start(reinterpret_cast<uv_stream_t*>(&c.tcp), &http_actor::alloc_cb,
                       &http_actor::read_cb);
@@ -336,7 +333,15 @@ void http_actor::sweep_cb(uv_timer_t* t) {
 // ---- requests ------------------------------------------------------------------------------
 
 void http_actor::process_next(connection& c) {
-    if (c.closing || c.live || c.queued.empty()) return;
+    if (c.closing || c.live) return;
+    if (c.queued.empty()) {
+        if (c.failed) {
+            const read_error e = *c.failed;
+            respond_error(c, {e.status, e.status == 400 ? "bad_request" : "too_large", e.message, ""},
+                          false);
+        }
+        return;
+    }
     http_request r = std::move(c.queued.front());
     c.queued.pop_front();
     c.idle_since.reset();

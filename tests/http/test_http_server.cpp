@@ -12,7 +12,8 @@
 // (3) Streaming: chunked server-sent events, the role chunk first, the content deltas adding up
 //     to the non-streamed answer, finish_reason, the usage chunk (choices empty) with
 //     include_usage, and `data: [DONE]` last.
-// (4) Pipelining: three requests in one write are answered in order on one connection.
+// (4) Pipelining: three requests in one write are answered in order on one connection; a
+//     malformed request behind a good one is answered 400 after it, then the connection closes.
 // (5) Limits: a body over http.max_body_bytes is 413 at once (before the body is sent), headers
 //     over http.max_header_bytes 431, both closing the connection.
 // (6) A request that does not arrive whole within http.header_timeout_ms, and a connection that
@@ -22,6 +23,8 @@
 //     block is free again (the protocol's stats).
 // (8) A compute failure mid-stream (device_lost on a decode step, batch_failure_policy "fail")
 //     ends the stream with an error event (gpu_failed), never with [DONE]; the server serves on.
+// (11) A full scheduler mailbox (a mailbox_refuse fault) answers 429 overloaded at once, and the
+//     next request is served.
 // (10) GET /metrics after some traffic: Prometheus text with the stats op's counters and gauges
 //     (net, http, scheduler, kv, gpu), the histograms (time to first token, ...) counting the
 //     requests served, and `promtool check metrics` (Debian's prometheus package) accepting it;
@@ -278,6 +281,15 @@ TEST(http_server, pipelined_requests_are_answered_in_order) {
     EXPECT_EQ(body_json(*a)["object"], "text_completion");
     EXPECT_EQ(body_json(*b)["object"], "list");
     EXPECT_EQ(body_json(*d)["status"], "ok");
+
+    http_conn e;
+    ASSERT_TRUE(e.connect(srv->http()));
+    ASSERT_TRUE(e.send(http_request_text("GET", "/health") + "BROKEN\r\n\r\n"));
+    auto good = e.read();
+    ASSERT_TRUE(good);
+    EXPECT_EQ(good->status, 200);
+    expect_error(e.read(), 400, "bad_request");
+    EXPECT_TRUE(e.wait_closed());
 }
 
 // (5)
@@ -465,4 +477,18 @@ TEST(http_server, metrics_are_prometheus_text) {
     std::ofstream(file) << m;
     command_result check = run_command("promtool check metrics < '" + file + "' 2>&1");
     EXPECT_EQ(check.exit_code, 0) << check.output << "\n" << m;
+}
+
+// (11)
+TEST(http_server, a_full_scheduler_mailbox_is_429) {
+    START();
+    tcp_client p;
+    ASSERT_TRUE(p.connect(srv->proc.port()));
+    // The server is idle: the next message the scheduler's mailbox is offered is the HTTP one.
+    event armed = op(p, 1, "fault", {{"kind", "mailbox_refuse"}, {"actor", "scheduler"}, {"count", 1}});
+    ASSERT_EQ(armed.str("event"), "done") << armed.outcome();
+    auto r = http_call(srv->http(), "POST", "/v1/chat/completions", chat_body().dump());
+    expect_error(r, 429, "overloaded");
+    EXPECT_EQ(body_json(*r)["error"]["type"], "rate_limit_error");
+    post(srv->http(), "/v1/chat/completions", chat_body());
 }
