@@ -5,7 +5,7 @@
 #
 #   bash tools/dev.sh setup   install Debian packages (apt-get) and configure the build
 #   bash tools/dev.sh build   setup + build everything
-#   bash tools/dev.sh test    build + run every test (ctest)
+#   bash tools/dev.sh test    build + the openai Node client for tests/http + run every test
 #   bash tools/dev.sh run     build + start ordo-server on etc/ordo.toml (extra args passed on)
 #   bash tools/dev.sh soak [N] build + a fault soak: ordo-fault's random mode, N requests
 #                             (default 10000; not part of `test`), on ../shared's stories260K
@@ -84,11 +84,12 @@ install_node_client() {
         "tests/http skip (and fail where ORDO_HTTP_CLIENT_REQUIRED=1, as in CI)"
 }
 
-setup() { install_packages; configure; install_node_client; }
+setup() { install_packages; configure; }
 build() { setup; log "building ($jobs jobs)"; cmake --build "$build_dir" -j "$jobs"; }
 
 run_tests() {
   build
+  install_node_client
   export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
   if [[ "$sanitize" == 1 ]]; then
     export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=0:abort_on_error=1}"

@@ -8,8 +8,12 @@
 // scheduler before the first is answered, and is answered after it; (3) an error before any
 // token is an HTTP error with its status (gpu_unavailable: 503); an error after tokens ends the
 // stream with an error event and no [DONE]; (4) a client that closes mid-stream is exactly one
-// client_gone for its connection; (5) drop_connection closes the connection; every loop closes
-// cleanly.
+// client_gone for its connection; (5) drop_connection closes the connection; (6) /health says
+// what set_health said (200 ok; 503 with the reason when degraded) and 503 shutting_down once
+// draining; (7) /metrics asks the scheduler for its stats and answers them as Prometheus text;
+// (8) the refusals that close a connection: a body over the bound (413, before the body), a
+// malformed request behind a good one (answered after it), a request not finished within the
+// header timeout (408); every loop closes cleanly.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -29,7 +33,7 @@ using test::probe;
 using sched_probe = probe<sched::generate, sched::stats_query, sched::client_gone>;
 
 struct rig {
-    rig() : http(options(), 1024) {
+    explicit rig(http::http_options o = options()) : http(std::move(o), 1024) {
         http.connect_scheduler(sched);
         EXPECT_TRUE(sched.start().ok());
         EXPECT_TRUE(http.start().ok());
@@ -182,4 +186,88 @@ TEST(http_actor, drop_connection_closes_it) {
     r.tell(net::drop_connection{g->conn, "events undeliverable"});
     EXPECT_TRUE(c.wait_closed());
     EXPECT_TRUE(r.sched.next<sched::client_gone>());
+}
+
+// (6)
+TEST(http_actor, health_follows_set_health_and_drain) {
+    rig r;
+    auto ok = test::http_call(r.http.bound_port(), "GET", "/health");
+    ASSERT_TRUE(ok);
+    EXPECT_EQ(ok->status, 200);
+    r.tell(net::set_health{"degraded", "the device could not be rebuilt"});
+    auto bad = test::http_call(r.http.bound_port(), "GET", "/health");
+    ASSERT_TRUE(bad);
+    EXPECT_EQ(bad->status, 503);
+    EXPECT_EQ(json::parse(bad->body)["status"], "degraded");
+    EXPECT_EQ(json::parse(bad->body)["reason"], "the device could not be rebuilt");
+    // Draining: the listener closes, a connection already open is told shutting_down.
+    http_conn c;
+    ASSERT_TRUE(r.connect(c));
+    r.tell(net::begin_drain{});
+    ASSERT_TRUE(c.send(http_request_text("GET", "/health")));
+    auto draining = c.read();
+    ASSERT_TRUE(draining);
+    EXPECT_EQ(draining->status, 503);
+    EXPECT_EQ(json::parse(draining->body)["status"], "shutting_down");
+}
+
+// (7)
+TEST(http_actor, metrics_come_from_the_scheduler_stats) {
+    rig r;
+    http_conn c;
+    ASSERT_TRUE(r.connect(c));
+    ASSERT_TRUE(c.send(http_request_text("GET", "/metrics")));
+    auto q = r.sched.next<sched::stats_query>();
+    ASSERT_TRUE(q);
+    EXPECT_EQ(sched::front_door_of(q->conn), sched::front_door::http);
+    net::stats_done d{q->conn, q->id, {}};
+    d.stats.active_sequences = 3;
+    d.stats.scheduler = {{"requests", 9}};
+    d.stats.histograms = {{"prompt_tokens", net::histogram({1, 10})}};
+    d.stats.histograms["prompt_tokens"].observe(5);
+    r.tell(d);
+    auto m = c.read();
+    ASSERT_TRUE(m);
+    EXPECT_EQ(m->status, 200);
+    for (const char* line : {"ordo_active_sequences 3\n", "ordo_scheduler_requests_total 9\n",
+                             "ordo_prompt_tokens_bucket{le=\"1\"} 0\n",
+                             "ordo_prompt_tokens_bucket{le=\"10\"} 1\n",
+                             "ordo_prompt_tokens_bucket{le=\"+Inf\"} 1\n",
+                             "ordo_prompt_tokens_sum 5\n", "ordo_http_requests_total 1\n"}) {
+        EXPECT_NE(m->body.find(line), std::string::npos) << line << " not in\n" << m->body;
+    }
+}
+
+// (8)
+TEST(http_actor, refusals_that_close_the_connection) {
+    http::http_options o = rig::options();
+    o.body_bytes_max = 1024;
+    o.header_timeout_ms = 200;
+    rig r(o);
+    http_conn big;
+    ASSERT_TRUE(r.connect(big));
+    ASSERT_TRUE(big.send("POST /v1/completions HTTP/1.1\r\nContent-Length: 5000\r\n\r\n"));
+    auto a = big.read();
+    ASSERT_TRUE(a);
+    EXPECT_EQ(a->status, 413);
+    EXPECT_TRUE(big.wait_closed());
+
+    http_conn bad;
+    ASSERT_TRUE(r.connect(bad));
+    ASSERT_TRUE(bad.send(http_request_text("GET", "/v1/models") + "GET / HTTP/9.9.9\r\n\r\n"));
+    auto models = bad.read();
+    ASSERT_TRUE(models);
+    EXPECT_EQ(models->status, 200);
+    auto refused = bad.read();
+    ASSERT_TRUE(refused);
+    EXPECT_GE(refused->status, 400);
+    EXPECT_TRUE(bad.wait_closed());
+
+    http_conn slow;
+    ASSERT_TRUE(r.connect(slow));
+    ASSERT_TRUE(slow.send("POST /v1/completions HTTP/1.1\r\nContent-Length: 10\r\n\r\n{\"a\""));
+    auto late = slow.read();
+    ASSERT_TRUE(late);
+    EXPECT_EQ(late->status, 408);
+    EXPECT_TRUE(slow.wait_closed());
 }
