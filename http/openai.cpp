@@ -126,18 +126,19 @@ std::optional<api_error> map_prompt(const json& prompt, json& ordo) {
     return std::nullopt;
 }
 
-// The OpenAI-only fields: checked here, and what they ask written into `ordo` / `out`.
-std::optional<api_error> map_openai_fields(api_kind kind, const json& body, json& ordo,
-                                           api_request& out) {
-    auto get = [&](const char* k) -> const json* {
-        auto it = body.find(k);
-        return it == body.end() || it->is_null() ? nullptr : &*it;
-    };
-    if (const json* n = get("n"); n != nullptr && !(n->is_number_integer() && *n == 1)) {
+// A field of `body`, nullptr when absent or null (OpenAI takes null as "not given").
+const json* field(const json& body, const char* k) {
+    auto it = body.find(k);
+    return it == body.end() || it->is_null() ? nullptr : &*it;
+}
+
+// n, the penalties and user: what ordo accepts of them only in the values that change nothing.
+std::optional<api_error> check_inert_fields(const json& body) {
+    if (const json* n = field(body, "n"); n != nullptr && !(n->is_number_integer() && *n == 1)) {
         return bad("n = " + dump(*n) + ": ordo answers one choice per request (n = 1)", "n");
     }
     for (const char* k : {"presence_penalty", "frequency_penalty"}) {
-        const json* v = get(k);
+        const json* v = field(body, k);
         if (v == nullptr) continue;
         if (!v->is_number()) return bad(std::string(k) + ": a number, got " + kind_of(*v), k);
         if (v->get<double>() != 0) {
@@ -146,33 +147,78 @@ std::optional<api_error> map_openai_fields(api_kind kind, const json& body, json
                        k);
         }
     }
-    if (const json* u = get("user"); u != nullptr && !u->is_string()) {
+    if (const json* u = field(body, "user"); u != nullptr && !u->is_string()) {
         return bad("user: a string, got " + kind_of(*u), "user");
     }
-    if (const json* s = get("stream")) {
+    return std::nullopt;
+}
+
+// stream and stream_options.include_usage.
+std::optional<api_error> map_stream(const json& body, api_request& out) {
+    if (const json* s = field(body, "stream")) {
         if (!s->is_boolean()) return bad("stream: a boolean, got " + kind_of(*s), "stream");
         out.stream = s->get<bool>();
     }
-    if (const json* so = get("stream_options")) {
-        if (!out.stream) return bad("stream_options needs stream = true", "stream_options");
-        if (!so->is_object()) {
-            return bad("stream_options: an object, got " + kind_of(*so), "stream_options");
-        }
-        for (const auto& [k, v] : so->items()) {
-            if (k != "include_usage") {
-                return bad("stream_options." + k + ": unsupported field (ordo knows include_usage)",
-                           "stream_options." + k);
-            }
-            if (!v.is_boolean()) {
-                return bad("stream_options.include_usage: a boolean, got " + kind_of(v),
-                           "stream_options.include_usage");
-            }
-            out.include_usage = v.get<bool>();
-        }
+    const json* so = field(body, "stream_options");
+    if (so == nullptr) return std::nullopt;
+    if (!out.stream) return bad("stream_options needs stream = true", "stream_options");
+    if (!so->is_object()) {
+        return bad("stream_options: an object, got " + kind_of(*so), "stream_options");
     }
+    for (const auto& [k, v] : so->items()) {
+        if (k != "include_usage") {
+            return bad("stream_options." + k + ": unsupported field (ordo knows include_usage)",
+                       "stream_options." + k);
+        }
+        if (!v.is_boolean()) {
+            return bad("stream_options.include_usage: a boolean, got " + kind_of(v),
+                       "stream_options.include_usage");
+        }
+        out.include_usage = v.get<bool>();
+    }
+    return std::nullopt;
+}
+
+// An integer 0..logprobs_max, or 400 naming `name`.
+std::optional<api_error> check_alternatives(const json& v, const char* name) {
+    if (!v.is_number_integer() || v < 0 || v > int(sched::logprobs_max)) {
+        return bad(std::string(name) + " = " + dump(v) + ": an integer 0.." +
+                       std::to_string(sched::logprobs_max),
+                   name);
+    }
+    return std::nullopt;
+}
+
+// logprobs: chat takes a boolean and top_logprobs; completions an integer (alternatives).
+std::optional<api_error> map_logprobs(api_kind kind, const json& body, api_request& out) {
+    const json* lp = field(body, "logprobs");
+    if (kind == api_kind::completion) {
+        if (lp == nullptr) return std::nullopt;
+        if (auto e = check_alternatives(*lp, "logprobs")) return e;
+        out.logprobs = true;
+        out.top_logprobs = lp->get<uint32_t>();
+        return std::nullopt;
+    }
+    if (lp != nullptr && !lp->is_boolean()) {
+        return bad("logprobs: a boolean, got " + kind_of(*lp), "logprobs");
+    }
+    out.logprobs = lp != nullptr && lp->get<bool>();
+    if (const json* top = field(body, "top_logprobs")) {
+        if (auto e = check_alternatives(*top, "top_logprobs")) return e;
+        if (!out.logprobs) return bad("top_logprobs needs logprobs = true", "top_logprobs");
+        out.top_logprobs = top->get<uint32_t>();
+    }
+    return std::nullopt;
+}
+
+// The OpenAI-only fields: checked here, and what they ask written into `ordo` / `out`.
+std::optional<api_error> map_openai_fields(api_kind kind, const json& body, json& ordo,
+                                           api_request& out) {
+    if (auto e = check_inert_fields(body)) return e;
+    if (auto e = map_stream(body, out)) return e;
     // max_tokens, or chat's newer name for it.
-    const json* mt = get("max_tokens");
-    if (const json* mct = kind == api_kind::chat ? get("max_completion_tokens") : nullptr) {
+    const json* mt = field(body, "max_tokens");
+    if (const json* mct = kind == api_kind::chat ? field(body, "max_completion_tokens") : nullptr) {
         if (mt != nullptr) {
             return bad("max_tokens and max_completion_tokens: give one of them",
                        "max_completion_tokens");
@@ -180,36 +226,12 @@ std::optional<api_error> map_openai_fields(api_kind kind, const json& body, json
         mt = mct;
     }
     if (mt != nullptr) ordo["max_tokens"] = *mt;
-    // logprobs: chat takes a boolean and top_logprobs; completions an integer (alternatives).
-    const json* lp = get("logprobs");
-    if (kind == api_kind::chat) {
-        if (lp != nullptr && !lp->is_boolean()) {
-            return bad("logprobs: a boolean, got " + kind_of(*lp), "logprobs");
-        }
-        out.logprobs = lp != nullptr && lp->get<bool>();
-        if (const json* top = get("top_logprobs")) {
-            if (!top->is_number_integer() || *top < 0 || *top > int(sched::logprobs_max)) {
-                return bad("top_logprobs = " + dump(*top) + ": an integer 0.." +
-                               std::to_string(sched::logprobs_max),
-                           "top_logprobs");
-            }
-            if (!out.logprobs) return bad("top_logprobs needs logprobs = true", "top_logprobs");
-            out.top_logprobs = top->get<uint32_t>();
-        }
-    } else if (lp != nullptr) {
-        if (!lp->is_number_integer() || *lp < 0 || *lp > int(sched::logprobs_max)) {
-            return bad("logprobs = " + dump(*lp) + ": an integer 0.." +
-                           std::to_string(sched::logprobs_max),
-                       "logprobs");
-        }
-        out.logprobs = true;
-        out.top_logprobs = lp->get<uint32_t>();
-    }
+    if (auto e = map_logprobs(kind, body, out)) return e;
     // ordo reports logprobs with at least one alternative; the answer shows top_logprobs of them.
     if (out.logprobs) ordo["logprobs"] = std::max<uint32_t>(1, out.top_logprobs);
     ordo["stream"] = out.stream;
     for (std::string_view k : k_passed_fields) {
-        if (const json* v = get(std::string(k).c_str())) ordo[std::string(k)] = *v;
+        if (const json* v = field(body, std::string(k).c_str())) ordo[std::string(k)] = *v;
     }
     return std::nullopt;
 }
