@@ -25,6 +25,7 @@
 //     ends the stream with an error event (gpu_failed), never with [DONE]; the server serves on.
 // (11) A full scheduler mailbox (a mailbox_refuse fault) answers 429 overloaded at once, and the
 //     next request is served.
+// (12) --http-listen "" turns the HTTP front door off: no HTTP listening line, the protocol serves.
 // (10) GET /metrics after some traffic: Prometheus text with the stats op's counters and gauges
 //     (net, http, scheduler, kv, gpu), the histograms (time to first token, ...) counting the
 //     requests served, and `promtool check metrics` (Debian's prometheus package) accepting it;
@@ -491,4 +492,18 @@ TEST(http_server, a_full_scheduler_mailbox_is_429) {
     expect_error(r, 429, "overloaded");
     EXPECT_EQ(body_json(*r)["error"]["type"], "rate_limit_error");
     post(srv->http(), "/v1/chat/completions", chat_body());
+}
+
+// (12)
+TEST(http_server, an_empty_http_listen_turns_http_off) {
+    const std::string model = temp_path("off.gguf");
+    std::string mk = std::string(ORDO_MODEL_BIN) + " mk --out " + model +
+                     " --n-embd 32 --n-layer 1 --n-head 2 --n-head-kv 2 --n-ff 64"
+                     " --n-vocab 260 --type f32 --seed 1 --ctx 256 > /dev/null";
+    ASSERT_EQ(std::system(mk.c_str()), 0) << mk;
+    server_process s;
+    ASSERT_TRUE(s.start(ORDO_SERVER_BIN, {"--model", model, "--http-listen", ""})) << s.output();
+    EXPECT_EQ(s.http_port(), 0);
+    EXPECT_EQ(s.output().find("http listening"), std::string::npos) << s.output();
+    EXPECT_EQ(wait_healthy(s.port()), "") << s.output();
 }
