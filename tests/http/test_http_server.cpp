@@ -26,6 +26,8 @@
 // (11) A full scheduler mailbox (a mailbox_refuse fault) answers 429 overloaded at once, and the
 //     next request is served.
 // (12) --http-listen "" turns the HTTP front door off: no HTTP listening line, the protocol serves.
+// (13) SIGTERM while a slowed stream runs longer than server.shutdown_grace_ms: the stream ends
+//     with a shutting_down error event (no [DONE]) and the server exits 0.
 // (10) GET /metrics after some traffic: Prometheus text with the stats op's counters and gauges
 //     (net, http, scheduler, kv, gpu), the histograms (time to first token, ...) counting the
 //     requests served, and `promtool check metrics` (Debian's prometheus package) accepting it;
@@ -35,6 +37,7 @@
 //     and not, answer the text the protocol's ops answer.
 #include <gtest/gtest.h>
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -506,4 +509,37 @@ TEST(http_server, an_empty_http_listen_turns_http_off) {
     EXPECT_EQ(s.http_port(), 0);
     EXPECT_EQ(s.output().find("http listening"), std::string::npos) << s.output();
     EXPECT_EQ(wait_healthy(s.port()), "") << s.output();
+}
+
+// (13)
+TEST(http_server, shutdown_past_the_grace_ends_a_stream_with_an_error) {
+    START();
+    tcp_client p;
+    ASSERT_TRUE(p.connect(srv->proc.port()));
+    event armed = op(p, 1, "fault",
+                     {{"kind", "step_delay"}, {"ms", 100}, {"count", 100}, {"phase", "decode"}});
+    ASSERT_EQ(armed.str("event"), "done") << armed.outcome();
+    http_conn c;
+    ASSERT_TRUE(c.connect(srv->http()));
+    ASSERT_TRUE(c.send(http_request_text("POST", "/v1/chat/completions",
+                                         chat_body({{"max_tokens", 100}, {"stream", true}}).dump())));
+    auto head = c.read_head();
+    ASSERT_TRUE(head);
+    ASSERT_EQ(head->status, 200);
+    ASSERT_TRUE(c.read_chunk());  // the role chunk: the request runs
+    // The grace (server.shutdown_grace_ms, 5 s by default) is far shorter than 100 delayed
+    // steps of 100 ms.
+    ASSERT_EQ(::kill(srv->proc.pid(), SIGTERM), 0);
+    std::string body;
+    while (auto chunk = c.read_chunk()) {
+        if (chunk->empty()) break;
+        body += *chunk;
+    }
+    auto events = sse_data(body);
+    ASSERT_FALSE(events.empty());
+    EXPECT_NE(events.back(), "[DONE]") << body;
+    json last = json::parse(events.back(), nullptr, false);
+    ASSERT_TRUE(last.contains("error")) << body;
+    EXPECT_EQ(last["error"]["code"], "shutting_down");
+    EXPECT_EQ(srv->proc.wait_exit(), 0) << srv->proc.output();
 }
