@@ -1,15 +1,15 @@
 // http_actor.cpp: see http_actor.hpp. Everything here runs on the HTTP actor's loop thread.
 #include "http/http_actor.hpp"
 
-#include "http/metrics.hpp"
-
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <array>
 #include <cassert>
 #include <ctime>
+#include <nlohmann/json.hpp>
+
+#include "http/metrics.hpp"
 
 namespace ordo::http {
 namespace {
@@ -26,28 +26,43 @@ constexpr actors::delivery_limits gone_delivery_limits{
     .pending_max = 1u << 16, .retry_ms = 5, .deadline_ms = 30'000};
 
 uint64_t ms_since(std::chrono::steady_clock::time_point t) {
-    return uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(
-                        std::chrono::steady_clock::now() - t)
-                        .count());
+    return uint64_t(
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t)
+            .count());
 }
 
 const char* reason_phrase(int status) {
     switch (status) {
-        case 100: return "Continue";
-        case 200: return "OK";
-        case 400: return "Bad Request";
-        case 404: return "Not Found";
-        case 405: return "Method Not Allowed";
-        case 408: return "Request Timeout";
-        case 409: return "Conflict";
-        case 413: return "Content Too Large";
-        case 429: return "Too Many Requests";
-        case 431: return "Request Header Fields Too Large";
-        case 500: return "Internal Server Error";
-        case 501: return "Not Implemented";
-        case 503: return "Service Unavailable";
-        case 505: return "HTTP Version Not Supported";
-        default: return "Unknown";
+        case 100:
+            return "Continue";
+        case 200:
+            return "OK";
+        case 400:
+            return "Bad Request";
+        case 404:
+            return "Not Found";
+        case 405:
+            return "Method Not Allowed";
+        case 408:
+            return "Request Timeout";
+        case 409:
+            return "Conflict";
+        case 413:
+            return "Content Too Large";
+        case 429:
+            return "Too Many Requests";
+        case 431:
+            return "Request Header Fields Too Large";
+        case 500:
+            return "Internal Server Error";
+        case 501:
+            return "Not Implemented";
+        case 503:
+            return "Service Unavailable";
+        case 505:
+            return "HTTP Version Not Supported";
+        default:
+            return "Unknown";
     }
 }
 
@@ -57,7 +72,9 @@ std::string hex(size_t n) {
     return buf;
 }
 
-uint64_t unix_seconds() { return uint64_t(std::time(nullptr)); }
+uint64_t unix_seconds() {
+    return uint64_t(std::time(nullptr));
+}
 
 }  // namespace
 
@@ -77,10 +94,10 @@ struct http_actor::connection {
     http_actor* owner = nullptr;
     uint64_t id = 0;  // local id; the scheduler knows conn_id(front_door::http, id)
     request_reader reader;
-    std::string unread;                 // bytes read but not parsed yet (read-ahead bound)
-    std::deque<http_request> queued;    // parsed, waiting for the live one to be answered
-    std::optional<live_request> live;   // sent to the scheduler, not answered yet
-    std::optional<read_error> failed;   // the stream broke after `queued`: answered last
+    std::string unread;                // bytes read but not parsed yet (read-ahead bound)
+    std::deque<http_request> queued;   // parsed, waiting for the live one to be answered
+    std::optional<live_request> live;  // sent to the scheduler, not answered yet
+    std::optional<read_error> failed;  // the stream broke after `queued`: answered last
     uint64_t next_request_id = 1;
     size_t write_pending_bytes = 0;
     bool admitted = false;
@@ -153,9 +170,9 @@ status http_actor::bind_and_listen() {
     sockaddr_storage bound{};
     int len = sizeof(bound);
     uv_tcp_getsockname(&_listener, reinterpret_cast<sockaddr*>(&bound), &len);
-    _bound_port = ntohs(bound.ss_family == AF_INET6
-                            ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
-                            : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+    _bound_port =
+        ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                          : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
     log().info("http listening on {}:{}", _options.host, _bound_port);
     return {};
 }
@@ -337,8 +354,8 @@ void http_actor::process_next(connection& c) {
     if (c.queued.empty()) {
         if (c.failed) {
             const read_error e = *c.failed;
-            respond_error(c, {e.status, e.status == 400 ? "bad_request" : "too_large", e.message, ""},
-                          false);
+            respond_error(
+                c, {e.status, e.status == 400 ? "bad_request" : "too_large", e.message, ""}, false);
         }
         return;
     }
@@ -354,8 +371,8 @@ void http_actor::route(connection& c, http_request& r) {
     const bool ka = r.keep_alive;
     auto only = [&](const char* method) {
         if (r.method == method) return true;
-        respond_error(c, {405, "method_not_allowed", r.method + " " + r.path + ": use " + method, ""},
-                      ka);
+        respond_error(
+            c, {405, "method_not_allowed", r.method + " " + r.path + ": use " + method, ""}, ka);
         return false;
     };
     if (r.path == "/health") {
@@ -369,20 +386,22 @@ void http_actor::route(connection& c, http_request& r) {
         if (r.path.substr(std::string_view("/v1/models/").size()) == _options.model.id) {
             respond(c, 200, "application/json", model_json(_options.model), ka);
         } else {
-            respond_error(c, {404, "model_not_found", "no such model; this server serves \"" +
-                                                          _options.model.id + "\"",
-                              "model"},
-                          ka);
+            respond_error(
+                c,
+                {404, "model_not_found",
+                 "no such model; this server serves \"" + _options.model.id + "\"", "model"},
+                ka);
         }
     } else if (r.path == "/v1/chat/completions") {
         if (only("POST")) start_generate(c, r, api_kind::chat);
     } else if (r.path == "/v1/completions") {
         if (only("POST")) start_generate(c, r, api_kind::completion);
     } else {
-        respond_error(c, {404, "not_found", "no endpoint " + net::fields::quote(r.path) +
-                                                " (docs/http.md lists them)",
-                          ""},
-                      ka);
+        respond_error(
+            c,
+            {404, "not_found",
+             "no endpoint " + net::fields::quote(r.path) + " (docs/http.md lists them)", ""},
+            ka);
     }
 }
 
@@ -406,9 +425,10 @@ void http_actor::get_metrics(connection& c, const http_request& r) {
     if (_options.net_counters) q.net = _options.net_counters();
     if (auto st = _to_scheduler.tell(q); !st.ok()) {
         bool stopped = st.err().code == "actor_stopped";
-        respond_error(c, {stopped ? 503 : 429, stopped ? "shutting_down" : "overloaded",
-                          st.err().message, ""},
-                      r.keep_alive);
+        respond_error(
+            c,
+            {stopped ? 503 : 429, stopped ? "shutting_down" : "overloaded", st.err().message, ""},
+            r.keep_alive);
         return;
     }
     c.live = std::move(l);
@@ -443,9 +463,10 @@ void http_actor::start_generate(connection& c, http_request& r, api_kind kind) {
     if (auto st = _to_scheduler.tell(g); !st.ok()) {
         // The scheduler's mailbox is full (or it is stopping): refuse now rather than queue.
         bool stopped = st.err().code == "actor_stopped";
-        respond_error(c, {stopped ? 503 : 429, stopped ? "shutting_down" : "overloaded",
-                          st.err().message, ""},
-                      r.keep_alive);
+        respond_error(
+            c,
+            {stopped ? 503 : 429, stopped ? "shutting_down" : "overloaded", st.err().message, ""},
+            r.keep_alive);
         return;
     }
     if (l.req.stream) _counters.streams++;
@@ -507,7 +528,8 @@ void http_actor::on(const net::request_error& m) {
 
 void http_actor::unexpected(uint64_t conn, uint64_t id, const char* what) {
     connection* c = live_for(conn, id);
-    log().error("{} for http connection {} request {}: never asked for", what, conn & 0xffffffff, id);
+    log().error("{} for http connection {} request {}: never asked for", what, conn & 0xffffffff,
+                id);
     if (c == nullptr) return;
     api_error e{500, "internal", std::string("unexpected answer ") + what, ""};
     if (c->live->headers_sent) {
@@ -556,10 +578,11 @@ void http_actor::on(const net::begin_drain&) {
 
 // ---- writing -------------------------------------------------------------------------------
 
-void http_actor::respond(connection& c, int status, std::string_view content_type,
-                         std::string body, bool keep_alive, std::string_view extra_headers) {
-    (status >= 500 ? _counters.responses_5xx
-                   : status >= 400 ? _counters.responses_4xx : _counters.responses_2xx)++;
+void http_actor::respond(connection& c, int status, std::string_view content_type, std::string body,
+                         bool keep_alive, std::string_view extra_headers) {
+    (status >= 500   ? _counters.responses_5xx
+     : status >= 400 ? _counters.responses_4xx
+                     : _counters.responses_2xx)++;
     std::string out = "HTTP/1.1 " + std::to_string(status) + " " + reason_phrase(status) +
                       "\r\nContent-Type: " + std::string(content_type) +
                       "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
@@ -631,8 +654,8 @@ bool http_actor::send_bytes(connection& c, std::string bytes) {
     c.write_pending_bytes += w->data.size();
     _counters.bytes_out += w->data.size();
     uv_buf_t buf = uv_buf_init(w->data.data(), static_cast<unsigned>(w->data.size()));
-    int rc = uv_write(&w->req, reinterpret_cast<uv_stream_t*>(&c.tcp), &buf, 1,
-                      &http_actor::write_cb);
+    int rc =
+        uv_write(&w->req, reinterpret_cast<uv_stream_t*>(&c.tcp), &buf, 1, &http_actor::write_cb);
     if (rc != 0) {
         c.write_pending_bytes -= w->data.size();
         delete w;

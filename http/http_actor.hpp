@@ -64,21 +64,21 @@ struct http_counters {
     uint64_t connections_refused = 0;
     uint64_t requests = 0;
     uint64_t responses_2xx = 0, responses_4xx = 0, responses_5xx = 0;
-    uint64_t streams = 0;            // answers sent as server-sent events
-    uint64_t header_timeouts = 0;    // 408
-    uint64_t too_large = 0;          // 413 and 431
-    uint64_t malformed = 0;          // 400 from the HTTP parser
+    uint64_t streams = 0;          // answers sent as server-sent events
+    uint64_t header_timeouts = 0;  // 408
+    uint64_t too_large = 0;        // 413 and 431
+    uint64_t malformed = 0;        // 400 from the HTTP parser
     uint64_t slow_readers = 0;
-    uint64_t disconnects = 0;        // connections that ended while their request ran
+    uint64_t disconnects = 0;  // connections that ended while their request ran
     uint64_t bytes_in = 0, bytes_out = 0;
 };
 
 class http_actor final
     : public actors::actor<http_actor, net::token_event, net::generate_done, net::tokenize_done,
-                           net::detokenize_done, net::cancel_done, net::model_done,
-                           net::stats_done, net::fault_done, net::session_delete_done,
-                           net::request_error, net::set_health, net::drop_connection,
-                           net::net_fault, net::begin_drain> {
+                           net::detokenize_done, net::cancel_done, net::model_done, net::stats_done,
+                           net::fault_done, net::session_delete_done, net::request_error,
+                           net::set_health, net::drop_connection, net::net_fault,
+                           net::begin_drain> {
 public:
     http_actor(http_options options, size_t mailbox_capacity);
     ~http_actor() override;

@@ -11,7 +11,8 @@ namespace {
 // Keys of the stats op's maps that are gauges (they go down); every other key is a counter.
 const std::set<std::string> k_gauges = {
     "connections_open", "blocks_total", "blocks_used", "blocks_free", "blocks_cached", "pins",
-    "enabled", "ready", "persisting", "files", "sessions", "bytes", "bytes_budget", "spent"};
+    "enabled",          "ready",        "persisting",  "files",       "sessions",      "bytes",
+    "bytes_budget",     "spent"};
 
 std::string number(double v) {
     if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
@@ -24,10 +25,14 @@ std::string number(double v) {
 std::string label(const std::string& v) {
     std::string out;
     for (char c : v) {
-        if (c == '\\') out += "\\\\";
-        else if (c == '"') out += "\\\"";
-        else if (c == '\n') out += "\\n";
-        else out += c;
+        if (c == '\\')
+            out += "\\\\";
+        else if (c == '"')
+            out += "\\\"";
+        else if (c == '\n')
+            out += "\\n";
+        else
+            out += c;
     }
     return out;
 }
@@ -65,7 +70,8 @@ public:
         uint64_t below = 0;
         for (size_t i = 0; i < h.bounds.size(); i++) {
             below += i < h.counts.size() ? h.counts[i] : 0;
-            _out += name + "_bucket{le=\"" + number(h.bounds[i]) + "\"} " + std::to_string(below) + "\n";
+            _out += name + "_bucket{le=\"" + number(h.bounds[i]) + "\"} " + std::to_string(below) +
+                    "\n";
         }
         _out += name + "_bucket{le=\"+Inf\"} " + std::to_string(h.count) + "\n";
         _out += name + "_sum " + number(h.sum) + "\n";
@@ -119,12 +125,22 @@ std::string prometheus_text(const net::stats_report& s,
 
     const net::kv_disk_report& k = s.kv_disk;
     w.map("ordo_kv_disk_", "kv_disk",
-          {{"enabled", k.enabled}, {"ready", k.ready}, {"persisting", k.persisting},
-           {"files", k.files}, {"sessions", k.sessions}, {"bytes", k.bytes},
-           {"bytes_budget", k.bytes_budget}, {"saves", k.saves}, {"saves_skipped", k.saves_skipped},
-           {"save_failures", k.save_failures}, {"restores", k.restores},
-           {"restore_failures", k.restore_failures}, {"quarantined", k.quarantined},
-           {"evictions", k.evictions}, {"ignored", k.ignored}, {"probes", k.probes}});
+          {{"enabled", k.enabled},
+           {"ready", k.ready},
+           {"persisting", k.persisting},
+           {"files", k.files},
+           {"sessions", k.sessions},
+           {"bytes", k.bytes},
+           {"bytes_budget", k.bytes_budget},
+           {"saves", k.saves},
+           {"saves_skipped", k.saves_skipped},
+           {"save_failures", k.save_failures},
+           {"restores", k.restores},
+           {"restore_failures", k.restore_failures},
+           {"quarantined", k.quarantined},
+           {"evictions", k.evictions},
+           {"ignored", k.ignored},
+           {"probes", k.probes}});
     w.counter("ordo_kv_disk_save_seconds", "time spent writing KV files", k.save_ms / 1000.0);
     w.counter("ordo_kv_disk_restore_seconds", "time spent restoring KV files",
               k.restore_ms / 1000.0);

@@ -1,10 +1,9 @@
 // openai.cpp: see openai.hpp.
 #include "http/openai.hpp"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <array>
+#include <nlohmann/json.hpp>
 #include <span>
 
 #include "net/chat.hpp"
@@ -19,11 +18,23 @@ using json = nlohmann::json;
 // field is refused with 400 naming it: a client that asks for something ordo would not do
 // (response_format, tools, logit_bias, ...) learns so instead of getting an answer that
 // silently ignored it.
-constexpr std::array<std::string_view, 17> k_common_fields{
-    "model",       "stream",  "stream_options",    "n",         "max_tokens",
-    "temperature", "top_p",   "seed",              "stop",      "presence_penalty",
-    "frequency_penalty", "user", "top_k",          "min_p",     "repeat_penalty",
-    "session",     "logprobs"};
+constexpr std::array<std::string_view, 17> k_common_fields{"model",
+                                                           "stream",
+                                                           "stream_options",
+                                                           "n",
+                                                           "max_tokens",
+                                                           "temperature",
+                                                           "top_p",
+                                                           "seed",
+                                                           "stop",
+                                                           "presence_penalty",
+                                                           "frequency_penalty",
+                                                           "user",
+                                                           "top_k",
+                                                           "min_p",
+                                                           "repeat_penalty",
+                                                           "session",
+                                                           "logprobs"};
 constexpr std::array<std::string_view, 3> k_chat_fields{"messages", "max_completion_tokens",
                                                         "top_logprobs"};
 constexpr std::array<std::string_view, 1> k_completion_fields{"prompt"};
@@ -46,15 +57,23 @@ std::string dump(const json& j) {
 // A JSON value in words, for error messages.
 std::string kind_of(const json& v) {
     switch (v.type()) {
-        case json::value_t::null: return "null";
-        case json::value_t::boolean: return "a boolean";
+        case json::value_t::null:
+            return "null";
+        case json::value_t::boolean:
+            return "a boolean";
         case json::value_t::number_integer:
-        case json::value_t::number_unsigned: return "an integer";
-        case json::value_t::number_float: return "a float";
-        case json::value_t::string: return "a string";
-        case json::value_t::array: return "an array";
-        case json::value_t::object: return "an object";
-        default: return "a value";
+        case json::value_t::number_unsigned:
+            return "an integer";
+        case json::value_t::number_float:
+            return "a float";
+        case json::value_t::string:
+            return "a string";
+        case json::value_t::array:
+            return "an array";
+        case json::value_t::object:
+            return "an object";
+        default:
+            return "a value";
     }
 }
 
@@ -69,7 +88,8 @@ std::variant<json, api_error> parse_body(std::string_view body) {
     };
     try {
         json j = json::parse(body, depth_bound);
-        if (!j.is_object()) return bad("the body must be a JSON object, got " + kind_of(j), "", "invalid_json");
+        if (!j.is_object())
+            return bad("the body must be a JSON object, got " + kind_of(j), "", "invalid_json");
         return j;
     } catch (const json::parse_error& e) {
         return bad(std::string("malformed JSON: ") + e.what(), "", "invalid_json");
@@ -87,8 +107,8 @@ std::optional<api_error> flatten_content(json& messages) {
         std::string text;
         const json& parts = m["content"];
         for (size_t k = 0; k < parts.size(); k++) {
-            const std::string at = "messages[" + std::to_string(i) + "].content[" +
-                                   std::to_string(k) + "]";
+            const std::string at =
+                "messages[" + std::to_string(i) + "].content[" + std::to_string(k) + "]";
             const json& p = parts[k];
             if (!p.is_object() || !p.contains("type") || p["type"] != "text" ||
                 !p.contains("text") || !p["text"].is_string() || p.size() != 2) {
@@ -238,11 +258,16 @@ std::optional<api_error> map_openai_fields(api_kind kind, const json& body, json
 
 std::string type_of_status(int status) {
     switch (status) {
-        case 404: return "not_found_error";
-        case 429: return "rate_limit_error";
-        case 501: return "not_supported_error";
-        case 503: return "unavailable_error";
-        default: return status >= 500 ? "server_error" : "invalid_request_error";
+        case 404:
+            return "not_found_error";
+        case 429:
+            return "rate_limit_error";
+        case 501:
+            return "not_supported_error";
+        case 503:
+            return "unavailable_error";
+        default:
+            return status >= 500 ? "server_error" : "invalid_request_error";
     }
 }
 
@@ -310,24 +335,28 @@ json chunk_head(const answer_meta& m) {
             {"model", m.model}};
 }
 
-std::string sse(const json& j) { return "data: " + dump(j) + "\n\n"; }
+std::string sse(const json& j) {
+    return "data: " + dump(j) + "\n\n";
+}
 
 }  // namespace
 
 std::variant<api_request, api_error> parse_api_request(api_kind kind, std::string_view body,
-                                                        const net::request_limits& limits,
-                                                        const served_model& model) {
+                                                       const net::request_limits& limits,
+                                                       const served_model& model) {
     auto parsed = parse_body(body);
     if (auto* e = std::get_if<api_error>(&parsed)) return *e;
     json& j = std::get<json>(parsed);
     for (const auto& [k, v] : j.items()) {
         bool known = contains(k_common_fields, k) ||
-                     contains(kind == api_kind::chat ? std::span<const std::string_view>(k_chat_fields)
-                                                     : std::span<const std::string_view>(k_completion_fields),
+                     contains(kind == api_kind::chat
+                                  ? std::span<const std::string_view>(k_chat_fields)
+                                  : std::span<const std::string_view>(k_completion_fields),
                               k);
         if (!known) {
-            return bad(net::fields::quote(k) + ": unsupported field (docs/http.md lists what "
-                                               "ordo reads)",
+            return bad(net::fields::quote(k) +
+                           ": unsupported field (docs/http.md lists what "
+                           "ordo reads)",
                        k);
         }
     }
@@ -363,8 +392,9 @@ std::variant<api_request, api_error> parse_api_request(api_kind kind, std::strin
                                     : net::parse_generate(oh.get(), limits);
     if (!g) {
         const std::string& code = g.err().code;
-        return bad(g.err().message, "",
-                   code == "bad_request" ? "bad_request" : code);  // no_chat_template, template_error
+        return bad(
+            g.err().message, "",
+            code == "bad_request" ? "bad_request" : code);  // no_chat_template, template_error
     }
     out.params = std::move(*g);
     return out;
@@ -379,19 +409,26 @@ int status_of(net::errc code) {
         case errc::context_exceeded:
         case errc::fault_disabled:
         case errc::no_chat_template:
-        case errc::template_error: return 400;
-        case errc::read_timeout: return 408;
+        case errc::template_error:
+            return 400;
+        case errc::read_timeout:
+            return 408;
         case errc::duplicate_id:
-        case errc::session_busy: return 409;
+        case errc::session_busy:
+            return 409;
         case errc::too_many_inflight:
-        case errc::overloaded: return 429;
-        case errc::tokenizer_unsupported: return 501;
+        case errc::overloaded:
+            return 429;
+        case errc::tokenizer_unsupported:
+            return 501;
         case errc::gpu_unavailable:
-        case errc::shutting_down: return 503;
+        case errc::shutting_down:
+            return 503;
         case errc::gpu_failed:
         case errc::response_too_large:
         case errc::kv_io:
-        case errc::internal: return 500;
+        case errc::internal:
+            return 500;
     }
     return 500;
 }
@@ -446,8 +483,7 @@ std::string sse_role_chunk(const answer_meta& m) {
     return sse(j);
 }
 
-std::string sse_token_chunk(const answer_meta& m, const api_request& r,
-                            const net::token_info& t) {
+std::string sse_token_chunk(const answer_meta& m, const api_request& r, const net::token_info& t) {
     json j = chunk_head(m);
     json choice = {{"index", 0}, {"finish_reason", nullptr}};
     json logprobs = nullptr;
@@ -467,7 +503,8 @@ std::string sse_token_chunk(const answer_meta& m, const api_request& r,
 std::string sse_final_chunk(const answer_meta& m, const api_request& r,
                             const net::generate_done& done) {
     json j = chunk_head(m);
-    json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason(done.reason)}};
+    json choice = {
+        {"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason(done.reason)}};
     if (m.kind == api_kind::chat) {
         choice["delta"] = json::object();
     } else {
@@ -485,7 +522,9 @@ std::string sse_usage_chunk(const answer_meta& m, const net::generate_done& done
     return sse(j);
 }
 
-std::string sse_error(const api_error& e) { return "data: " + error_json(e) + "\n\n"; }
+std::string sse_error(const api_error& e) {
+    return "data: " + error_json(e) + "\n\n";
+}
 
 std::string model_json(const served_model& m) {
     return dump({{"id", m.id}, {"object", "model"}, {"created", m.created}, {"owned_by", "ordo"}});

@@ -40,9 +40,9 @@ struct served_model {
 // One OpenAI error: the HTTP status and the body's fields.
 struct api_error {
     int status = 400;
-    std::string code;     // ordo's code (net/error_code.hpp wire names) or an HTTP one
+    std::string code;  // ordo's code (net/error_code.hpp wire names) or an HTTP one
     std::string message;
-    std::string param;    // the field concerned, "" when none
+    std::string param;  // the field concerned, "" when none
 };
 
 // A validated request and how its answer must be shaped.
@@ -59,8 +59,8 @@ struct api_request {
 // one; the message and `param` name it), 404 (`model` is not the served model), and the
 // template's no_chat_template / template_error as 400.
 std::variant<api_request, api_error> parse_api_request(api_kind kind, std::string_view body,
-                                                        const net::request_limits& limits,
-                                                        const served_model& model);
+                                                       const net::request_limits& limits,
+                                                       const served_model& model);
 
 // The HTTP status of an ordo error code (docs/http.md "Errors").
 int status_of(net::errc code);
@@ -82,8 +82,7 @@ std::string completion_json(const answer_meta& m, const api_request& r,
 
 // Server-sent events of a streamed answer. Each returns one `data: ...\n\n` event.
 std::string sse_role_chunk(const answer_meta& m);  // chat only: the first chunk
-std::string sse_token_chunk(const answer_meta& m, const api_request& r,
-                            const net::token_info& t);
+std::string sse_token_chunk(const answer_meta& m, const api_request& r, const net::token_info& t);
 std::string sse_final_chunk(const answer_meta& m, const api_request& r,
                             const net::generate_done& done);  // finish_reason (+ usage)
 std::string sse_usage_chunk(const answer_meta& m, const net::generate_done& done);

@@ -7,7 +7,9 @@
 namespace ordo::http {
 namespace {
 
-request_reader& self_of(llhttp_t* p) { return *static_cast<request_reader*>(p->data); }
+request_reader& self_of(llhttp_t* p) {
+    return *static_cast<request_reader*>(p->data);
+}
 
 // Bytes a header line costs besides its name and value (": " and CRLF), so that many tiny
 // headers count against max_header_bytes as they do on the wire.
@@ -153,9 +155,9 @@ int request_reader::on_headers_complete(llhttp_t* p) {
     r._current.path = t.substr(0, t.find('?'));
     r._current.method = llhttp_method_name(llhttp_method_t(llhttp_get_method(p)));
     if ((p->flags & F_CONTENT_LENGTH) != 0 && p->content_length > r._body_bytes_max) {
-        return r.fail(413, "the body is " + std::to_string(p->content_length) +
-                               " bytes; http.max_body_bytes = " +
-                               std::to_string(r._body_bytes_max));
+        return r.fail(413,
+                      "the body is " + std::to_string(p->content_length) +
+                          " bytes; http.max_body_bytes = " + std::to_string(r._body_bytes_max));
     }
     const std::string* expect = r._current.header("expect");
     if (expect != nullptr && (p->flags & F_CONTENT_LENGTH) != 0 && p->content_length > 0) {

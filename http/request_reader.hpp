@@ -50,10 +50,10 @@ public:
 
     // What one feed() call ended with.
     enum class outcome {
-        need_more,          // every byte consumed, no request complete
-        request_complete,   // a request is ready (take()); bytes after it are not consumed
-        expect_continue,    // headers of a request that wants `100 Continue` before its body
-        failed,             // error() says why; nothing more will be read
+        need_more,         // every byte consumed, no request complete
+        request_complete,  // a request is ready (take()); bytes after it are not consumed
+        expect_continue,   // headers of a request that wants `100 Continue` before its body
+        failed,            // error() says why; nothing more will be read
     };
     struct fed {
         outcome what = outcome::need_more;

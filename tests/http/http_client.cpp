@@ -52,7 +52,8 @@ std::optional<http_response> http_conn::read_head(std::chrono::milliseconds dead
         if (h->empty()) break;
         size_t colon = h->find(':');
         std::string k = h->substr(0, colon);
-        std::transform(k.begin(), k.end(), k.begin(), [](unsigned char c) { return std::tolower(c); });
+        std::transform(k.begin(), k.end(), k.begin(),
+                       [](unsigned char c) { return std::tolower(c); });
         std::string v = colon == std::string::npos ? "" : h->substr(colon + 1);
         v.erase(0, v.find_first_not_of(' '));
         r.headers[k] = v;
@@ -114,7 +115,8 @@ std::string http_request_text(const std::string& method, const std::string& path
 std::optional<http_response> http_call(uint16_t port, const std::string& method,
                                        const std::string& path, const std::string& body) {
     http_conn c;
-    if (!c.connect(port) || !c.send(http_request_text(method, path, body, "Connection: close\r\n"))) {
+    if (!c.connect(port) ||
+        !c.send(http_request_text(method, path, body, "Connection: close\r\n"))) {
         return std::nullopt;
     }
     return c.read();

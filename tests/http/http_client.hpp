@@ -16,7 +16,7 @@ namespace ordo::test {
 struct http_response {
     int status = 0;
     std::map<std::string, std::string> headers;  // names lower-cased
-    std::string body;  // de-chunked
+    std::string body;                            // de-chunked
     std::string header(const std::string& k) const {
         auto it = headers.find(k);
         return it == headers.end() ? "" : it->second;

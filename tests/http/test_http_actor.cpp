@@ -56,15 +56,18 @@ struct rig {
     }
     bool connect(http_conn& c) { return c.connect(http.bound_port()); }
     template <typename T>
-    void tell(const T& m) { EXPECT_TRUE(http.tell(m, "scheduler").ok()); }
+    void tell(const T& m) {
+        EXPECT_TRUE(http.tell(m, "scheduler").ok());
+    }
 
     sched_probe sched{"scheduler"};
     http::http_actor http;
 };
 
 std::string completion(bool stream) {
-    return http_request_text("POST", "/v1/completions",
-                             json({{"model", "tiny"}, {"prompt", "hi"}, {"stream", stream}}).dump());
+    return http_request_text(
+        "POST", "/v1/completions",
+        json({{"model", "tiny"}, {"prompt", "hi"}, {"stream", stream}}).dump());
 }
 
 net::token_event token(uint64_t conn, uint64_t id, const std::string& text) {
@@ -229,11 +232,11 @@ TEST(http_actor, metrics_come_from_the_scheduler_stats) {
     auto m = c.read();
     ASSERT_TRUE(m);
     EXPECT_EQ(m->status, 200);
-    for (const char* line : {"ordo_active_sequences 3\n", "ordo_scheduler_requests_total 9\n",
-                             "ordo_prompt_tokens_bucket{le=\"1\"} 0\n",
-                             "ordo_prompt_tokens_bucket{le=\"10\"} 1\n",
-                             "ordo_prompt_tokens_bucket{le=\"+Inf\"} 1\n",
-                             "ordo_prompt_tokens_sum 5\n", "ordo_http_requests_total 1\n"}) {
+    for (const char* line :
+         {"ordo_active_sequences 3\n", "ordo_scheduler_requests_total 9\n",
+          "ordo_prompt_tokens_bucket{le=\"1\"} 0\n", "ordo_prompt_tokens_bucket{le=\"10\"} 1\n",
+          "ordo_prompt_tokens_bucket{le=\"+Inf\"} 1\n", "ordo_prompt_tokens_sum 5\n",
+          "ordo_http_requests_total 1\n"}) {
         EXPECT_NE(m->body.find(line), std::string::npos) << line << " not in\n" << m->body;
     }
 }

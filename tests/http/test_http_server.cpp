@@ -36,7 +36,6 @@
 //     template in its metadata: /v1/models names it, and chat and completions over HTTP, streamed
 //     and not, answer the text the protocol's ops answer.
 #include <gtest/gtest.h>
-
 #include <signal.h>
 #include <unistd.h>
 
@@ -89,7 +88,8 @@ std::unique_ptr<server> start_server() {
                        << "[scheduler]\nmax_tokens_default = 8\nbatch_failure_policy = \"fail\"\n"
                        << "[fault]\nenabled = true\n";
     auto s = std::make_unique<server>();
-    if (!s->proc.start(ORDO_SERVER_BIN, {"--config", cfg, "--model", model, "--chat-template", tmpl})) {
+    if (!s->proc.start(ORDO_SERVER_BIN,
+                       {"--config", cfg, "--model", model, "--chat-template", tmpl})) {
         s->error = "the server did not start:\n" + s->proc.output();
     } else if (s->proc.http_port() == 0) {
         s->error = "no http listening line:\n" + s->proc.output();
@@ -99,8 +99,8 @@ std::unique_ptr<server> start_server() {
     return s;
 }
 
-#define START()                                  \
-    auto srv = start_server();                   \
+#define START()                \
+    auto srv = start_server(); \
     ASSERT_EQ(srv->error, "") << srv->proc.output()
 
 json body_json(const http_response& r) {
@@ -166,7 +166,8 @@ TEST(http_server, endpoints_and_error_shapes) {
     EXPECT_EQ(body_json(*m)["object"], "list");
     EXPECT_EQ(body_json(*m)["data"][0]["id"], "tiny");
     EXPECT_EQ(body_json(*http_call(srv->http(), "GET", "/v1/models/tiny"))["id"], "tiny");
-    expect_error(http_call(srv->http(), "GET", "/v1/models/gpt-4"), 404, "model_not_found", "model");
+    expect_error(http_call(srv->http(), "GET", "/v1/models/gpt-4"), 404, "model_not_found",
+                 "model");
     expect_error(http_call(srv->http(), "GET", "/v2/nothing"), 404, "not_found");
     expect_error(http_call(srv->http(), "GET", "/v1/chat/completions"), 405, "method_not_allowed");
 
@@ -208,11 +209,12 @@ TEST(http_server, answers_equal_the_protocol_ops) {
     EXPECT_EQ(chat["usage"]["completion_tokens"], 12);
     EXPECT_EQ(chat["usage"]["prompt_tokens"], uint_field(*field(e.o(), "usage"), "prompt_tokens"));
 
-    json comp_body = {{"model", "tiny"}, {"prompt", "Once upon"}, {"max_tokens", 10},
-                      {"temperature", 0}};
+    json comp_body = {
+        {"model", "tiny"}, {"prompt", "Once upon"}, {"max_tokens", 10}, {"temperature", 0}};
     json comp = body_json({200, {}, post(srv->http(), "/v1/completions", comp_body)});
     EXPECT_EQ(comp["object"], "text_completion");
-    event g = op(c, 2, "generate", {{"prompt", "Once upon"}, {"max_tokens", 10}, {"temperature", 0}});
+    event g =
+        op(c, 2, "generate", {{"prompt", "Once upon"}, {"max_tokens", 10}, {"temperature", 0}});
     EXPECT_EQ(comp["choices"][0]["text"], g.str("text"));
 
     // Sampling with a seed repeats.
@@ -226,9 +228,9 @@ TEST(http_server, answers_equal_the_protocol_ops) {
 TEST(http_server, streaming_adds_up_and_ends_with_done) {
     START();
     json plain = body_json({200, {}, post(srv->http(), "/v1/chat/completions", chat_body())});
-    auto r = http_call(srv->http(), "POST", "/v1/chat/completions",
-                       chat_body({{"stream", true}, {"stream_options", {{"include_usage", true}}}})
-                           .dump());
+    auto r = http_call(
+        srv->http(), "POST", "/v1/chat/completions",
+        chat_body({{"stream", true}, {"stream_options", {{"include_usage", true}}}}).dump());
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 200);
     EXPECT_EQ(r->header("content-type"), "text/event-stream");
@@ -277,9 +279,10 @@ TEST(http_server, pipelined_requests_are_answered_in_order) {
     START();
     http_conn c;
     ASSERT_TRUE(c.connect(srv->http()));
-    ASSERT_TRUE(c.send(http_request_text("POST", "/v1/completions",
-                                         json({{"model", "tiny"}, {"prompt", "x"}, {"max_tokens", 3}}).dump()) +
-                       http_request_text("GET", "/v1/models") + http_request_text("GET", "/health")));
+    ASSERT_TRUE(c.send(
+        http_request_text("POST", "/v1/completions",
+                          json({{"model", "tiny"}, {"prompt", "x"}, {"max_tokens", 3}}).dump()) +
+        http_request_text("GET", "/v1/models") + http_request_text("GET", "/health")));
     auto a = c.read(), b = c.read(), d = c.read();
     ASSERT_TRUE(a && b && d);
     EXPECT_EQ(body_json(*a)["object"], "text_completion");
@@ -361,14 +364,13 @@ TEST(http_server, disconnect_mid_stream_frees_everything) {
     tcp_client p;
     ASSERT_TRUE(p.connect(srv->proc.port()));
     // Slow decode steps, so the request is surely running when the client leaves.
-    event armed = op(p, 1, "fault",
-                     {{"kind", "step_delay"}, {"ms", 50}, {"count", 40}, {"phase", "decode"}});
+    event armed =
+        op(p, 1, "fault", {{"kind", "step_delay"}, {"ms", 50}, {"count", 40}, {"phase", "decode"}});
     ASSERT_EQ(armed.str("event"), "done") << armed.outcome();
     http_conn c;
     ASSERT_TRUE(c.connect(srv->http()));
     ASSERT_TRUE(c.send(http_request_text(
-        "POST", "/v1/chat/completions",
-        chat_body({{"max_tokens", 40}, {"stream", true}}).dump())));
+        "POST", "/v1/chat/completions", chat_body({{"max_tokens", 40}, {"stream", true}}).dump())));
     auto head = c.read_head();
     ASSERT_TRUE(head);
     EXPECT_EQ(head->status, 200);
@@ -387,8 +389,8 @@ TEST(http_server, compute_failure_mid_stream_ends_with_an_error_event) {
     START();
     tcp_client p;
     ASSERT_TRUE(p.connect(srv->proc.port()));
-    event armed = op(p, 1, "fault", {{"kind", "device_lost"}, {"phase", "decode"},
-                                     {"after_steps", 3}});
+    event armed =
+        op(p, 1, "fault", {{"kind", "device_lost"}, {"phase", "decode"}, {"after_steps", 3}});
     ASSERT_EQ(armed.str("event"), "done") << armed.outcome();
     auto r = http_call(srv->http(), "POST", "/v1/chat/completions",
                        chat_body({{"max_tokens", 20}, {"stream", true}}).dump());
@@ -411,14 +413,16 @@ TEST(http_server, compute_failure_mid_stream_ends_with_an_error_event) {
 
 // (9)
 TEST(http_server, llama3_tiny_chat_equals_the_chat_op) {
-    const std::string model = std::string(ORDO_SHARED_MODELS_DIR) + "/quant/llama3-tiny-Q4_K_M.gguf";
+    const std::string model =
+        std::string(ORDO_SHARED_MODELS_DIR) + "/quant/llama3-tiny-Q4_K_M.gguf";
     ORDO_REQUIRE_SHARED(model);
     server_process s;
     ASSERT_TRUE(s.start(ORDO_SERVER_BIN, {"--model", model})) << s.output();
     ASSERT_EQ(wait_healthy(s.port()), "") << s.output();
     const std::string id = "llama3-tiny-Q4_K_M";
     EXPECT_EQ(body_json(*http_call(s.http_port(), "GET", "/v1/models"))["data"][0]["id"], id);
-    const json messages = json::array({{{"role", "user"}, {"content", "What is the capital of France?"}}});
+    const json messages =
+        json::array({{{"role", "user"}, {"content", "What is the capital of France?"}}});
     json body = {{"model", id}, {"messages", messages}, {"max_tokens", 16}, {"temperature", 0}};
     json a = body_json({200, {}, post(s.http_port(), "/v1/chat/completions", body)});
     tcp_client c;
@@ -439,11 +443,15 @@ TEST(http_server, llama3_tiny_chat_equals_the_chat_op) {
         }
     }
     EXPECT_EQ(streamed, e.str("text"));
-    json comp = body_json({200, {}, post(s.http_port(), "/v1/completions",
-                                         {{"model", id}, {"prompt", "The capital of France is"},
-                                          {"max_tokens", 8}, {"temperature", 0}})});
-    event g = op(c, 2, "generate", {{"prompt", "The capital of France is"}, {"max_tokens", 8},
-                                    {"temperature", 0}});
+    json comp = body_json({200,
+                           {},
+                           post(s.http_port(), "/v1/completions",
+                                {{"model", id},
+                                 {"prompt", "The capital of France is"},
+                                 {"max_tokens", 8},
+                                 {"temperature", 0}})});
+    event g = op(c, 2, "generate",
+                 {{"prompt", "The capital of France is"}, {"max_tokens", 8}, {"temperature", 0}});
     EXPECT_EQ(comp["choices"][0]["text"], g.str("text"));
 }
 
@@ -457,24 +465,22 @@ TEST(http_server, metrics_are_prometheus_text) {
     EXPECT_EQ(r->status, 200);
     EXPECT_EQ(r->header("content-type").rfind("text/plain; version=0.0.4", 0), 0u);
     const std::string& m = r->body;
-    for (const char* line : {"# TYPE ordo_scheduler_requests_total counter\nordo_scheduler_requests_total 2\n",
-                             "# TYPE ordo_time_to_first_token_seconds histogram\n",
-                             "ordo_time_to_first_token_seconds_count 2\n",
-                             "ordo_completion_tokens_sum 7\n",
-                             "ordo_completion_tokens_bucket{le=\"+Inf\"} 2\n",
-                             "ordo_active_sequences 0\n",
-                             "# TYPE ordo_net_connections_open gauge\n",
-                             "# TYPE ordo_net_connections_total counter\n",
-                             "# TYPE ordo_http_requests_total counter\n",
-                             "# TYPE ordo_gpu_steps_total counter\n",
-                             "# TYPE ordo_kv_pool_blocks gauge\n"}) {
+    for (const char* line :
+         {"# TYPE ordo_scheduler_requests_total counter\nordo_scheduler_requests_total 2\n",
+          "# TYPE ordo_time_to_first_token_seconds histogram\n",
+          "ordo_time_to_first_token_seconds_count 2\n", "ordo_completion_tokens_sum 7\n",
+          "ordo_completion_tokens_bucket{le=\"+Inf\"} 2\n", "ordo_active_sequences 0\n",
+          "# TYPE ordo_net_connections_open gauge\n", "# TYPE ordo_net_connections_total counter\n",
+          "# TYPE ordo_http_requests_total counter\n", "# TYPE ordo_gpu_steps_total counter\n",
+          "# TYPE ordo_kv_pool_blocks gauge\n"}) {
         EXPECT_NE(m.find(line), std::string::npos) << line << " not in\n" << m;
     }
     if (run_command("command -v promtool > /dev/null 2>&1").exit_code != 0) {
         const char* req = std::getenv("ORDO_HTTP_CLIENT_REQUIRED");
         if (req != nullptr && std::string(req) == "1") GTEST_FAIL() << "promtool is not installed";
-        std::fprintf(stderr, "\n*** SKIPPING promtool check: promtool is not installed "
-                             "(Debian's prometheus package) ***\n\n");
+        std::fprintf(stderr,
+                     "\n*** SKIPPING promtool check: promtool is not installed "
+                     "(Debian's prometheus package) ***\n\n");
         return;
     }
     const std::string file = temp_path("metrics.txt");
@@ -489,7 +495,8 @@ TEST(http_server, a_full_scheduler_mailbox_is_429) {
     tcp_client p;
     ASSERT_TRUE(p.connect(srv->proc.port()));
     // The server is idle: the next message the scheduler's mailbox is offered is the HTTP one.
-    event armed = op(p, 1, "fault", {{"kind", "mailbox_refuse"}, {"actor", "scheduler"}, {"count", 1}});
+    event armed =
+        op(p, 1, "fault", {{"kind", "mailbox_refuse"}, {"actor", "scheduler"}, {"count", 1}});
     ASSERT_EQ(armed.str("event"), "done") << armed.outcome();
     auto r = http_call(srv->http(), "POST", "/v1/chat/completions", chat_body().dump());
     expect_error(r, 429, "overloaded");
@@ -521,8 +528,9 @@ TEST(http_server, shutdown_past_the_grace_ends_a_stream_with_an_error) {
     ASSERT_EQ(armed.str("event"), "done") << armed.outcome();
     http_conn c;
     ASSERT_TRUE(c.connect(srv->http()));
-    ASSERT_TRUE(c.send(http_request_text("POST", "/v1/chat/completions",
-                                         chat_body({{"max_tokens", 100}, {"stream", true}}).dump())));
+    ASSERT_TRUE(
+        c.send(http_request_text("POST", "/v1/chat/completions",
+                                 chat_body({{"max_tokens", 100}, {"stream", true}}).dump())));
     auto head = c.read_head();
     ASSERT_TRUE(head);
     ASSERT_EQ(head->status, 200);

@@ -52,7 +52,8 @@ api_error refused(api_kind k, const json& body) {
 }
 
 json chat(json extra = json::object()) {
-    json j = {{"model", "tiny"}, {"messages", json::array({{{"role", "user"}, {"content", "Hi"}}})}};
+    json j = {{"model", "tiny"},
+              {"messages", json::array({{{"role", "user"}, {"content", "Hi"}}})}};
     for (auto& [k, v] : extra.items()) j[k] = v;
     return j;
 }
@@ -93,8 +94,8 @@ TEST(openai_in, logprobs_without_alternatives_still_asks_ordo_for_one) {
 }
 
 TEST(openai_in, stream_and_include_usage) {
-    api_request r = ok(api_kind::chat, chat({{"stream", true},
-                                             {"stream_options", {{"include_usage", true}}}}));
+    api_request r =
+        ok(api_kind::chat, chat({{"stream", true}, {"stream_options", {{"include_usage", true}}}}));
     EXPECT_TRUE(r.stream);
     EXPECT_TRUE(r.params.stream);
     EXPECT_TRUE(r.include_usage);
@@ -104,16 +105,17 @@ TEST(openai_in, stream_and_include_usage) {
 }
 
 TEST(openai_in, nulls_are_absent) {
-    api_request r = ok(api_kind::chat, chat({{"stop", nullptr}, {"n", nullptr}, {"seed", nullptr},
-                                             {"stream_options", nullptr}}));
+    api_request r = ok(
+        api_kind::chat,
+        chat({{"stop", nullptr}, {"n", nullptr}, {"seed", nullptr}, {"stream_options", nullptr}}));
     EXPECT_TRUE(r.params.stop.empty());
     EXPECT_FALSE(r.params.seed_given);
 }
 
 TEST(openai_in, text_content_parts_are_joined) {
     json body = chat();
-    body["messages"][0]["content"] = json::array({{{"type", "text"}, {"text", "a"}},
-                                                  {{"type", "text"}, {"text", "b"}}});
+    body["messages"][0]["content"] =
+        json::array({{{"type", "text"}, {"text", "a"}}, {{"type", "text"}, {"text", "b"}}});
     EXPECT_EQ(ok(api_kind::chat, body).params.prompt.value_or(""), "<user>ab<assistant>");
     body["messages"][0]["content"][1] = {{"type", "image_url"}, {"image_url", {{"url", "x"}}}};
     api_error e = refused(api_kind::chat, body);
@@ -170,7 +172,8 @@ TEST(openai_in, ordo_range_checks_apply) {
     EXPECT_NE(e.message.find("temperature"), std::string::npos) << e.message;
     e = refused(api_kind::chat, chat({{"max_tokens", 0}}));
     EXPECT_NE(e.message.find("max_tokens"), std::string::npos) << e.message;
-    e = refused(api_kind::chat, chat({{"messages", json::array({{{"role", "robot"}, {"content", "x"}}})}}));
+    e = refused(api_kind::chat,
+                chat({{"messages", json::array({{{"role", "robot"}, {"content", "x"}}})}}));
     EXPECT_NE(e.message.find("messages[0].role"), std::string::npos) << e.message;
 }
 

@@ -8,7 +8,6 @@
 // (400). Without node or the package the test skips with a visible message; with
 // ORDO_HTTP_CLIENT_REQUIRED=1 (CI) it fails instead.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cstdlib>
@@ -42,7 +41,8 @@ TEST(openai_node_client, drives_the_http_api) {
     if (run_command("command -v node > /dev/null 2>&1").exit_code != 0) {
         missing = "node is not installed";
     } else if (!fs::exists(modules + "/openai/package.json")) {
-        missing = "the openai package is not in " + modules + " (bash tools/dev.sh setup installs it)";
+        missing =
+            "the openai package is not in " + modules + " (bash tools/dev.sh setup installs it)";
     }
     if (!missing.empty()) {
         if (client_required()) GTEST_FAIL() << "ORDO_HTTP_CLIENT_REQUIRED=1 but " << missing;
@@ -64,8 +64,8 @@ TEST(openai_node_client, drives_the_http_api) {
     ASSERT_NE(s.http_port(), 0) << s.output();
     ASSERT_EQ(wait_healthy(s.port()), "") << s.output();
     const std::string cmd = "ORDO_NODE_MODULES='" + modules + "' timeout 300 node '" +
-                            ORDO_OPENAI_SCRIPT + "' http://127.0.0.1:" +
-                            std::to_string(s.http_port()) + "/v1 tiny 2>&1";
+                            ORDO_OPENAI_SCRIPT +
+                            "' http://127.0.0.1:" + std::to_string(s.http_port()) + "/v1 tiny 2>&1";
     command_result r = run_command(cmd);
     EXPECT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("all checks passed"), std::string::npos) << r.output;

@@ -85,15 +85,17 @@ TEST(request_reader, keep_alive_follows_version_and_connection_header) {
 
 TEST(request_reader, chunked_body_is_reassembled) {
     request_reader r(4096, 4096);
-    auto got = feed_all(r, "POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
-                           "3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n");
+    auto got = feed_all(r,
+                        "POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+                        "3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n");
     ASSERT_EQ(got.size(), 1u);
     EXPECT_EQ(got[0].body, "abcde");
 }
 
 TEST(request_reader, expect_continue_stops_after_the_headers) {
     request_reader r(4096, 4096);
-    const std::string head = "POST /x HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n";
+    const std::string head =
+        "POST /x HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n";
     auto f = r.feed(head.data(), head.size());
     EXPECT_EQ(f.what, outcome::expect_continue);
     EXPECT_EQ(f.consumed, head.size());
@@ -134,13 +136,15 @@ TEST(request_reader, declared_body_over_the_bound_is_413_before_the_body) {
 
 TEST(request_reader, chunks_past_the_bound_are_413) {
     request_reader r(4096, 8);
-    std::string req = "POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nabcde\r\n5\r\nfghij\r\n";
+    std::string req =
+        "POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nabcde\r\n5\r\nfghij\r\n";
     EXPECT_EQ(feed_all(r, req).size(), 0u);
     EXPECT_EQ(r.error().status, 413);
 }
 
 TEST(request_reader, malformed_requests_are_400) {
-    for (std::string bad : {std::string("NOT HTTP AT ALL\r\n\r\n"), std::string("GET / HTTP/1.1\r\nBad Header\r\n\r\n"),
+    for (std::string bad : {std::string("NOT HTTP AT ALL\r\n\r\n"),
+                            std::string("GET / HTTP/1.1\r\nBad Header\r\n\r\n"),
                             std::string("POST / HTTP/1.1\r\nContent-Length: x\r\n\r\n")}) {
         request_reader r(4096, 4096);
         auto f = r.feed(bad.data(), bad.size());
