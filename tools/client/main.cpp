@@ -1,6 +1,7 @@
 // main.cpp: `ordo`, the command-line client. Talks the ordo protocol (docs/protocol.md) to a
 // running ordo-server: health, stats, model, tokenize, detokenize, generate (streams text to
-// the terminal; Ctrl-C cancels the request and waits for its terminal event).
+// the terminal; Ctrl-C cancels the request and waits for its terminal event), and chat (a
+// conversation, chat.cpp).
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -8,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tools/client/chat.hpp"
 #include "tools/client/cli.hpp"
 #include "tools/client/connection.hpp"
 
@@ -21,6 +23,12 @@ constexpr const char* usage_text =
     "  generate PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]\n"
     "           [--repeat-penalty R] [--seed S] [--stop TEXT]... [--json]\n"
     "                                   stream a completion (Ctrl-C cancels)\n"
+    "  chat [--system TEXT] [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]\n"
+    "       [--repeat-penalty R] [--seed S] [--stop TEXT]... [--session NAME]\n"
+    "       [--var NAME=JSON]... [--usage]\n"
+    "                                   a conversation, one message per line of stdin;\n"
+    "                                   /reset, /exit or Ctrl-D, /help; Ctrl-C stops a\n"
+    "                                   reply; --usage prints done.usage after each\n"
     "defaults: --host 127.0.0.1 --port 7070 --timeout-ms 600000 (per event)\n";
 
 void usage_error(const std::string& why) {
@@ -158,5 +166,6 @@ int main(int argc, char** argv) {
         return simple_op(c, o, cmd, b);
     }
     if (cmd == "generate") return generate(c, o);
+    if (cmd == "chat") return run_chat(c, o);
     usage_error("unknown command " + cmd);
 }
