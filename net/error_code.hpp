@@ -30,6 +30,8 @@ enum class errc : uint8_t {
     session_busy,        // another live request uses the session
     kv_io,               // persisted KV could not be read or written (session_delete)
     tokenizer_unsupported,  // a text op on a model whose tokenizer ordo cannot run yet
+    no_chat_template,    // chat / apply_template and the model has no chat template
+    template_error,      // the chat template failed to parse or render
     internal,            // a bug: an invariant did not hold
 };
 
@@ -53,6 +55,8 @@ constexpr std::string_view wire_name(errc c) {
         case errc::session_busy: return "session_busy";
         case errc::kv_io: return "kv_io";
         case errc::tokenizer_unsupported: return "tokenizer_unsupported";
+        case errc::no_chat_template: return "no_chat_template";
+        case errc::template_error: return "template_error";
         case errc::internal: return "internal";
     }
     return "internal";

@@ -330,10 +330,15 @@ void net_actor::handle_request(connection& c, const request& r) {
     }
     auto parsed = parse_op(r, _options.limits);
     if (!parsed.ok()) {
-        bool unknown = parsed.err().code == "unknown_op";
+        const std::string& code = parsed.err().code;
+        bool unknown = code == "unknown_op";
         (unknown ? _counters.unknown_ops : _counters.bad_requests)++;
-        send_error(c, r.id, unknown ? errc::unknown_op : errc::bad_request,
-                   parsed.err().message);
+        // chat / apply_template: the template's own errors keep their codes (net/chat.hpp).
+        errc e = unknown                        ? errc::unknown_op
+                 : code == k_no_chat_template   ? errc::no_chat_template
+                 : code == jinja::k_template_error ? errc::template_error
+                                                 : errc::bad_request;
+        send_error(c, r.id, e, parsed.err().message);
         return;
     }
     std::visit(

@@ -63,6 +63,7 @@ struct model_report {
     std::vector<int32_t> eog_tokens;  // every id that ends a generation (eos, eot, eom, ...)
     std::string tokenizer;  // "llama", "gpt2 (pre llama-bpe)"
     bool tokenizer_supported = false;  // false: text ops answer tokenizer_unsupported
+    std::string chat_template;         // gguf | file:PATH | none
     uint64_t weights_device_bytes = 0, kv_device_bytes = 0;  // 0 until the device is ready
     bool generated = false;  // a random-weight model made by set-up, not a real one
     std::string hint;        // how to point the server at a real GGUF (when generated)
@@ -70,6 +71,7 @@ struct model_report {
     MSGPACK_DEFINE_MAP(path, architecture, fingerprint, weight_type, tensor_types, n_vocab,
                        n_ctx_train, context, n_embd, n_layer, n_head, n_head_kv, n_ff,
                        context_bound, bos_token, eos_token, eog_tokens, tokenizer, tokenizer_supported,
+                       chat_template,
                        weights_device_bytes, kv_device_bytes, generated, hint, gpu);
 };
 
@@ -159,7 +161,8 @@ struct tokenize_done {
     static constexpr const char* msg_name = "tokenize_done";
     uint64_t conn = 0, id = 0;
     std::vector<int32_t> tokens;
-    MSGPACK_DEFINE_MAP(conn, id, tokens);
+    std::optional<std::string> text = std::nullopt;  // apply_template: the rendered chat
+    MSGPACK_DEFINE_MAP(conn, id, tokens, text);
 };
 
 struct detokenize_done {

@@ -151,21 +151,66 @@ status parse_output_options(const param_map& pm, const request_limits& limits,
     return read_optional_bool(pm, "special", out.special);
 }
 
+// Everything of generate but the prompt: sampling, output options, session.
+status parse_generation(const param_map& pm, const request_limits& limits, generate_request& out) {
+    if (auto s = parse_sampling(pm, out); !s) return s;
+    if (auto s = parse_output_options(pm, limits, out); !s) return s;
+    return parse_session(pm, limits, out);
+}
+
+// generate's keys but the prompt's, then chat's own.
+#define ORDO_GENERATION_KEYS                                                                   \
+    "max_tokens", "temperature", "top_k", "top_p", "min_p", "repeat_penalty", "seed", "stop", \
+        "logprobs", "stream", "session", "special"
+#define ORDO_CHAT_KEYS "messages", "tools", "add_generation_prompt", "chat_template_kwargs"
+
+// The rendered conversation of a chat or apply_template request.
+result<std::string> rendered_chat(const param_map& pm, const request_limits& limits) {
+    auto in = parse_chat_input(pm);
+    if (!in) return in.err();
+    return render_chat(limits.chat.get(), *in);
+}
+
 }  // namespace
 
 result<generate_request> parse_generate(const msgpack::object& frame,
                                         const request_limits& limits) {
-    auto pm = param_map::open(
-        frame, {"prompt", "tokens", "max_tokens", "temperature", "top_k", "top_p", "min_p",
-                "repeat_penalty", "seed", "stop", "logprobs", "stream", "session", "special"});
+    auto pm = param_map::open(frame, {"prompt", "tokens", ORDO_GENERATION_KEYS});
     if (!pm) return pm.err();
     generate_request out;
     if (auto s = parse_prompt(*pm, limits, out); !s) return s.err();
-    if (auto s = parse_sampling(*pm, out); !s) return s.err();
-    if (auto s = parse_output_options(*pm, limits, out); !s) return s.err();
-    if (auto s = parse_session(*pm, limits, out); !s) return s.err();
+    if (auto s = parse_generation(*pm, limits, out); !s) return s.err();
     return out;
 }
+
+// The request is validated whole before the template renders: a bad parameter is bad_request
+// whatever the template would do.
+result<generate_request> parse_chat(const msgpack::object& frame, const request_limits& limits) {
+    auto pm = param_map::open(frame, {ORDO_CHAT_KEYS, ORDO_GENERATION_KEYS});
+    if (!pm) return pm.err();
+    generate_request out;
+    if (auto s = parse_generation(*pm, limits, out); !s) return s.err();
+    auto text = rendered_chat(*pm, limits);
+    if (!text) return text.err();
+    out.prompt = std::move(*text);
+    out.chat = true;
+    return out;
+}
+
+result<sched::tokenize> parse_apply_template(const msgpack::object& frame,
+                                             const request_limits& limits) {
+    auto pm = param_map::open(frame, {ORDO_CHAT_KEYS});
+    if (!pm) return pm.err();
+    auto text = rendered_chat(*pm, limits);
+    if (!text) return text.err();
+    sched::tokenize out;
+    out.text = std::move(*text);
+    out.chat = true;
+    return out;
+}
+
+#undef ORDO_GENERATION_KEYS
+#undef ORDO_CHAT_KEYS
 
 result<sched::tokenize> parse_tokenize(const msgpack::object& frame) {
     auto pm = param_map::open(frame, {"text", "add_bos", "special"});
@@ -362,6 +407,15 @@ result<op> parse_op(const request& r, const request_limits& limits) {
         m.params = std::move(*g);
         return op(std::move(m));
     }
+    if (r.op == "chat") {
+        auto g = parse_chat(frame, limits);
+        if (!g) return g.err();
+        sched::generate m;
+        m.id = r.id;
+        m.params = std::move(*g);
+        return op(std::move(m));
+    }
+    if (r.op == "apply_template") return with_id(parse_apply_template(frame, limits), r.id);
     if (r.op == "cancel") return with_id(parse_cancel(frame), r.id);
     if (r.op == "tokenize") return with_id(parse_tokenize(frame), r.id);
     if (r.op == "detokenize") return with_id(parse_detokenize(frame, limits), r.id);

@@ -13,10 +13,12 @@
 #include <msgpack.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <variant>
 
 #include "actors/runtime/result.hpp"
 #include "actors/scheduler/scheduler_msgs.hpp"
+#include "net/chat.hpp"
 #include "net/protocol.hpp"
 
 namespace ordo::net {
@@ -25,6 +27,8 @@ struct request_limits {
     uint32_t max_tokens_default = 256;  // config scheduler.max_tokens_default
     uint32_t vocab_size = 0;            // 0: ids are not checked against the vocabulary here
     bool kv_enabled = false;            // config kv.enabled: `session` is refused without it
+    // The chat template `chat` and `apply_template` render (null: none, no_chat_template).
+    std::shared_ptr<const chat_setup> chat = nullptr;
 };
 
 // `health`, answered by the net actor itself.
@@ -35,12 +39,18 @@ using op = std::variant<health_op, sched::stats_query, sched::model_info_query, 
                         sched::session_delete>;
 
 // The typed op of request `r` with its id set (conn 0: the caller fills it in). Errors:
-// bad_request naming the key, or unknown_op.
+// bad_request naming the key, or unknown_op; `chat` and `apply_template` also no_chat_template
+// and template_error (chat.hpp). `chat` becomes a generate whose prompt is the rendered chat
+// (params.chat set); `apply_template` a tokenize of it (chat set).
 result<op> parse_op(const request& r, const request_limits& limits);
 
 // The parameter parsers parse_op uses, one per op (the whole request map, "id"/"op" skipped).
 result<sched::generate_request> parse_generate(const msgpack::object& frame,
                                                const request_limits& limits);
+result<sched::generate_request> parse_chat(const msgpack::object& frame,
+                                           const request_limits& limits);
+result<sched::tokenize> parse_apply_template(const msgpack::object& frame,
+                                             const request_limits& limits);
 result<sched::tokenize> parse_tokenize(const msgpack::object& frame);
 result<sched::detokenize> parse_detokenize(const msgpack::object& frame,
                                            const request_limits& limits);

@@ -125,7 +125,9 @@ std::string encode(const generate_done& e) {
 }
 
 std::string encode(const tokenize_done& e) {
-    return event_writer(e.id, "done").field("tokens", e.tokens).finish();
+    event_writer w(e.id, "done");
+    if (e.text) w.field("text", *e.text);
+    return w.field("tokens", e.tokens).finish();
 }
 
 std::string encode(const detokenize_done& e) {
@@ -149,6 +151,7 @@ std::string encode(const model_done& e) {
     w.field("bos_token", m.bos_token).field("eos_token", m.eos_token);
     w.field("eog_tokens", m.eog_tokens);
     w.field("tokenizer", m.tokenizer).field("tokenizer_supported", m.tokenizer_supported);
+    w.field("chat_template", m.chat_template);
     w.field("weights_device_bytes", m.weights_device_bytes);
     w.field("kv_device_bytes", m.kv_device_bytes);
     w.field("generated", m.generated);

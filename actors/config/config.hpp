@@ -107,6 +107,7 @@ struct model_config {
     std::string path;  // empty: serve the generated default model at generated_path
     std::string generated_path = "var/models/ordo-default.gguf";
     std::uint32_t context_tokens = 0;  // 0: the model's own context length
+    std::string chat_template_path;    // empty: the GGUF's tokenizer.chat_template
     bool operator==(const model_config&) const = default;
 };
 

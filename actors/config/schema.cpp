@@ -234,6 +234,10 @@ constexpr auto table = std::to_array<key_spec>({
     integer<&C::model, &model_config::context_tokens>(
         "model", "context_tokens", 0, 1048576,
         "context length in tokens; 0 = the model's own; must not exceed the model's"),
+    string<&C::model, &model_config::chat_template_path>(
+        "model", "chat_template_path",
+        "Jinja chat template file used instead of the GGUF's tokenizer.chat_template; empty = "
+        "the file's"),
     // [gpu]
     string<&C::gpu, &gpu_config::device>(
         "gpu", "device", "Vulkan device: \"\"/\"auto\", an index, or a name substring"),

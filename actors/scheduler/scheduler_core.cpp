@@ -75,8 +75,19 @@ result<std::vector<int32_t>> scheduler_core::prompt_tokens(const generate_reques
         if (g.tokens.empty()) return make_error("bad_request", "tokens: the prompt is empty");
         return g.tokens;
     }
-    std::vector<int32_t> ids = _tok->encode(*g.prompt, true, g.special);
+    std::vector<int32_t> ids =
+        g.chat ? chat_tokens(*g.prompt) : _tok->encode(*g.prompt, true, g.special);
     if (ids.empty()) return make_error("bad_request", "prompt: the prompt is empty");
+    return ids;
+}
+
+std::vector<int32_t> scheduler_core::chat_tokens(const std::string& text) const {
+    const auto& v = _tok->vocab();
+    std::vector<int32_t> ids = _tok->encode(text, false, true);
+    // Templates such as Llama 3's write BOS themselves; one BOS, never two.
+    if (v.add_bos() && v.bos() != model::k_no_token && (ids.empty() || ids[0] != v.bos())) {
+        ids.insert(ids.begin(), v.bos());
+    }
     return ids;
 }
 
@@ -217,11 +228,12 @@ net::request_error scheduler_core::tokenizer_error(uint64_t conn, uint64_t id,
 
 void scheduler_core::on_tokenize(const tokenize& m, std::vector<outgoing_event>& out) {
     if (!_tok->support()) return out.push_back(tokenizer_error(m.conn, m.id, "tokenize"));
+    if (m.chat) return out.push_back(net::tokenize_done{m.conn, m.id, chat_tokens(m.text), m.text});
     const auto& v = _tok->vocab();
     bool add_bos = m.add_bos.value_or(v.add_bos());
     std::vector<int32_t> ids = _tok->encode(m.text, false, m.special);
     if (add_bos && v.bos() != model::k_no_token) ids.insert(ids.begin(), v.bos());
-    out.push_back(net::tokenize_done{m.conn, m.id, std::move(ids)});
+    out.push_back(net::tokenize_done{m.conn, m.id, std::move(ids), std::nullopt});
 }
 
 void scheduler_core::on_detokenize(const detokenize& m, std::vector<outgoing_event>& out) {
@@ -296,6 +308,7 @@ void scheduler_core::on_model(const model_info_query& m, std::vector<outgoing_ev
     r.weights_device_bytes = _weight_bytes, r.kv_device_bytes = _kv_bytes;
     r.tokenizer = v.describe();
     r.tokenizer_supported = _tok->support().ok();
+    r.chat_template = _info.chat_template;
     r.n_embd = i.n_embd, r.n_layer = i.n_layer, r.n_head = i.n_head;
     r.n_head_kv = i.n_head_kv, r.n_ff = i.n_ff;
     r.bos_token = v.bos(), r.eos_token = v.eos();

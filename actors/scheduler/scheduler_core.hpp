@@ -51,6 +51,7 @@ struct model_info {
     std::string weight_type;
     std::map<std::string, uint64_t> tensor_types;  // type name -> tensors of that type
     std::string context_bound;  // "trained" or "config": what set n_ctx before the device did
+    std::string chat_template = "none";  // gguf | file:PATH | none (net/chat.hpp)
     bool generated = false;  // a random-weight model made by set-up, not a real one
     std::string hint;        // how to point the server at a real GGUF (when generated)
 };
@@ -250,6 +251,8 @@ private:
 
     // requests (scheduler_core.cpp)
     result<std::vector<int32_t>> prompt_tokens(const generate_request& g) const;
+    // A rendered chat's ids: control-token text parsed, BOS added unless the text begins with it.
+    std::vector<int32_t> chat_tokens(const std::string& text) const;
     // error{tokenizer_unsupported}: `what` (an op, "a text prompt", "stop strings") needs the
     // tokenizer, which ordo cannot run for this model (tokenizer::support()).
     net::request_error tokenizer_error(uint64_t conn, uint64_t id, const std::string& what) const;

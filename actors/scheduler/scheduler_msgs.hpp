@@ -41,8 +41,12 @@ struct generate_request {
     // A text prompt's control-token text becomes those tokens, and streamed text shows control
     // tokens (tokenizer.hpp).
     bool special = false;
+    // The prompt is a rendered chat (the `chat` op): its control-token text always becomes
+    // those tokens, and BOS is added only when the model wants one and the text does not
+    // already begin with it (`special` then only shows control tokens in the reply).
+    bool chat = false;
     MSGPACK_DEFINE_MAP(prompt, tokens, max_tokens, sampling, seed_given, stop, stream, session,
-                       special);
+                       special, chat);
 };
 
 // front door → scheduler: generate text. Reply: token_event* then generate_done or
@@ -69,7 +73,10 @@ struct tokenize {
     std::string text;
     std::optional<bool> add_bos;  // unset: the model's add_bos_token
     bool special = false;         // control-token text becomes those tokens
-    MSGPACK_DEFINE_MAP(conn, id, text, add_bos, special);
+    // A rendered chat (the `apply_template` op): tokenized as a chat prompt (generate_request
+    // `chat`), and the reply carries the text too.
+    bool chat = false;
+    MSGPACK_DEFINE_MAP(conn, id, text, add_bos, special, chat);
 };
 
 // front door → scheduler: token ids to text. Reply: detokenize_done or request_error.

@@ -979,7 +979,9 @@ std::pair<event_log, event> runtime_faults::drop_and_reconnect(const std::string
     event st = idle_stats(c, 10);
     const msgpack::object* net = st.h ? field(st.o(), "net") : nullptr;
     EXPECT_NE(net, nullptr) << "no stats";
-    if (net != nullptr) EXPECT_EQ(uint_field(*net, "fault_drops"), 1u);
+    if (net != nullptr) {
+        EXPECT_EQ(uint_field(*net, "fault_drops"), 1u);
+    }
     return {std::move(log), st};
 }
 
@@ -992,7 +994,9 @@ std::pair<event_log, event> runtime_faults::drop_and_reconnect(const std::string
 TEST_F(runtime_faults, net_rst_at_decode_resets_the_connection_and_frees_the_request) {
     auto [log, st] = drop_and_reconnect("net_rst", "decode", 48, "reset");
     EXPECT_FALSE(log.ended(2));
-    if (log.by_id.count(2) != 0) EXPECT_LT(log.tokens(2), 48u);
+    if (log.by_id.count(2) != 0) {
+        EXPECT_LT(log.tokens(2), 48u);
+    }
     const msgpack::object* sched = st.h ? field(st.o(), "scheduler") : nullptr;
     ASSERT_NE(sched, nullptr);
     EXPECT_EQ(uint_field(*sched, "net_faults"), 1u);

@@ -25,7 +25,7 @@ constexpr int exit_bad_model = exit_usage;
 
 constexpr const char* usage_text =
     "usage: ordo-server [--config FILE] [--listen HOST:PORT] [--model PATH] [--log-level LEVEL]\n"
-    "                   [--kv-dir DIR] [--print-config]\n"
+    "                   [--kv-dir DIR] [--chat-template FILE] [--print-config]\n"
     "       ordo-server --check-config FILE\n"
     "\n"
     "  --config FILE        TOML configuration (default: built-in defaults, see etc/ordo.toml)\n"
@@ -34,6 +34,8 @@ constexpr const char* usage_text =
     "  --model PATH         override model.path\n"
     "  --log-level LEVEL    override log.level (trace|debug|info|warn|error|critical|off)\n"
     "  --kv-dir DIR         persist KV in DIR (sets kv.dir and kv.enabled = true)\n"
+    "  --chat-template FILE the Jinja chat template `chat` renders, instead of the model\n"
+    "                       file's (overrides model.chat_template_path)\n"
     "  --print-config       print the effective configuration and exit\n"
     "\n"
     "exit status: 0 stopped cleanly; 1 a runtime failure (a busy port, ...); 2 bad flags, a bad\n"
@@ -66,11 +68,13 @@ bool parse_args(int argc, char** argv, options& o) {
         } else if (a == "--config" || a == "--check-config") {
             if (!(v = value(a.data()))) return false;
             (a == "--config" ? o.config_path : o.check_path) = v;
-        } else if (a == "--listen" || a == "--model" || a == "--log-level") {
+        } else if (a == "--listen" || a == "--model" || a == "--log-level" ||
+                   a == "--chat-template") {
             if (!(v = value(a.data()))) return false;
-            const char* key = a == "--listen" ? "server.listen"
+            const char* key = a == "--listen"  ? "server.listen"
                               : a == "--model" ? "model.path"
-                                               : "log.level";
+                              : a == "--chat-template" ? "model.chat_template_path"
+                                                       : "log.level";
             o.overrides.emplace_back(key, v);
         } else if (a == "--kv-dir") {
             if (!(v = value(a.data()))) return false;

@@ -6,6 +6,7 @@
 // starting a server whose device build must fail.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -15,6 +16,7 @@
 #include "model/gguf.hpp"
 #include "model/llama.hpp"
 #include "model/tokenizer.hpp"
+#include "net/chat.hpp"
 
 namespace ordo {
 
@@ -25,6 +27,8 @@ struct loaded_model {
     std::optional<model::tokenizer> tokenizer;
     sched::model_info info;
     uint32_t n_ctx = 0;  // the context the server allows
+    // The chat template (model.chat_template_path, else the GGUF's tokenizer.chat_template).
+    std::shared_ptr<const net::chat_setup> chat;
 };
 
 // Resolves model.path (empty: the generated default at model.generated_path), reads it and
@@ -33,7 +37,9 @@ struct loaded_model {
 // malformed file), llama_* (hyperparameters or tensors), gpu_unsupported_type (a weight type
 // the kernels do not run: none the loader accepts today), the vocab's (tokenizer_missing,
 // tokenizer_bad_vocab: a vocab ordo cannot tokenize loads, see tokenizer::support()),
-// config_invalid (model.context_tokens above the model's context).
+// config_invalid (model.context_tokens above the model's context; model.chat_template_path
+// unreadable, or a template there that does not parse). A template in the GGUF that does not
+// parse is not an error: the model serves, and `chat` answers template_error.
 result<loaded_model> load_model(const config::config& cfg);
 
 }  // namespace ordo

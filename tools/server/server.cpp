@@ -76,6 +76,7 @@ net::net_options net_options_from(const config::config& cfg, const config::liste
     o.limits.max_tokens_default = cfg.scheduler.max_tokens_default;
     o.limits.vocab_size = static_cast<uint32_t>(m.tokenizer->vocab().size());
     o.limits.kv_enabled = cfg.kv.enabled;
+    o.limits.chat = m.chat;
     return o;
 }
 
@@ -171,6 +172,14 @@ status run_server(const config::config& cfg, const loaded_model& model, const se
         log->warn("{}: serving token ids only (generate with `tokens`); text ops answer "
                   "tokenizer_unsupported",
                   tok.err().message);
+    }
+
+    if (!model.chat->problem.empty()) {
+        log->warn("the model's chat template does not parse ({}): chat answers template_error; "
+                  "give one with --chat-template FILE",
+                  model.chat->problem);
+    } else {
+        log->info("chat template: {}", model.chat->source);
     }
 
     gpu::logits_exchange logits(cfg.scheduler.max_sequences, model.hp.n_vocab);
