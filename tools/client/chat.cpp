@@ -106,16 +106,8 @@ bool ends_chat(std::string_view code) {
 // there is a template at all ("none": exit 1 now, not after the first message). Returns an
 // exit code, or -1 to go on.
 int check_model(connection& c, const options& o, bool tty) {
-    request_builder b;
-    if (auto st = c.send(b.pack(model_request_id, "model")); !st.ok()) {
-        std::fprintf(stderr, "ordo: %s\n", st.err().message.c_str());
-        return exit_unreachable;
-    }
-    auto ev = c.recv(o.timeout);
-    if (!ev.ok()) {
-        std::fprintf(stderr, "ordo: %s\n", ev.err().message.c_str());
-        return exit_unreachable;
-    }
+    auto ev = exchange(c, request_builder{}.pack(model_request_id, "model"), o.timeout);
+    if (!ev) return exit_unreachable;
     const msgpack::object& e = ev->get();
     if (get_str(e, "event") == "error") return report_error(e);
     std::string path = get_str(e, "path"), source = get_str(e, "chat_template");

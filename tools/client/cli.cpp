@@ -24,6 +24,20 @@ msgpack::sbuffer request_builder::pack(uint64_t id, const std::string& op) const
     return buf;
 }
 
+std::optional<msgpack::object_handle> exchange(connection& c, const msgpack::sbuffer& frame,
+                                               std::chrono::milliseconds timeout) {
+    if (auto st = c.send(frame); !st.ok()) {
+        std::fprintf(stderr, "ordo: %s\n", st.err().message.c_str());
+        return std::nullopt;
+    }
+    auto ev = c.recv(timeout);
+    if (!ev.ok()) {
+        std::fprintf(stderr, "ordo: %s\n", ev.err().message.c_str());
+        return std::nullopt;
+    }
+    return std::move(*ev);
+}
+
 bool parse_sampling_flag(const std::vector<std::string>& a, size_t& i, request_builder& b) {
     enum class number { uint, sint, real };
     struct sampling_flag {

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <msgpack.hpp>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -48,6 +49,13 @@ struct request_builder {
 // A missing value is a usage error; a malformed number throws std::exception (the caller turns
 // it into a usage error naming its command).
 bool parse_sampling_flag(const std::vector<std::string>& a, size_t& i, request_builder& b);
+
+class connection;
+
+// Sends `frame` and reads the next event (the answer of a one-event request). On a send or
+// receive failure prints `ordo: why` and returns nothing (the caller exits exit_unreachable).
+std::optional<msgpack::object_handle> exchange(connection& c, const msgpack::sbuffer& frame,
+                                               std::chrono::milliseconds timeout);
 
 // Prints an error event as `ordo: code: message` on stderr; returns exit_server_error.
 int report_error(const msgpack::object& ev);

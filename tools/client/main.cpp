@@ -68,15 +68,8 @@ options parse_global(int argc, char** argv) {
 
 // Sends one request and prints its single terminal event.
 int simple_op(connection& c, const options& o, const std::string& op, const request_builder& b) {
-    if (auto st = c.send(b.pack(1, op)); !st.ok()) {
-        std::fprintf(stderr, "ordo: %s\n", st.err().message.c_str());
-        return exit_unreachable;
-    }
-    auto ev = c.recv(o.timeout);
-    if (!ev.ok()) {
-        std::fprintf(stderr, "ordo: %s\n", ev.err().message.c_str());
-        return exit_unreachable;
-    }
+    auto ev = exchange(c, b.pack(1, op), o.timeout);
+    if (!ev) return exit_unreachable;
     if (get_str(ev->get(), "event") == "error") return report_error(ev->get());
     std::cout << ev->get() << "\n";
     return exit_ok;
