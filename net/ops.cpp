@@ -388,6 +388,15 @@ result<op> with_id(result<T> parsed, uint64_t id) {
     return op(std::move(m));
 }
 
+// A generate message of parsed parameters (generate, chat).
+result<op> as_generate(result<generate_request> params, uint64_t id) {
+    if (!params) return params.err();
+    sched::generate m;
+    m.id = id;
+    m.params = std::move(*params);
+    return op(std::move(m));
+}
+
 }  // namespace
 
 result<op> parse_op(const request& r, const request_limits& limits) {
@@ -399,22 +408,8 @@ result<op> parse_op(const request& r, const request_limits& limits) {
     }
     if (r.op == "stats") return no_params<sched::stats_query>(r);
     if (r.op == "model") return no_params<sched::model_info_query>(r);
-    if (r.op == "generate") {
-        auto g = parse_generate(frame, limits);
-        if (!g) return g.err();
-        sched::generate m;
-        m.id = r.id;
-        m.params = std::move(*g);
-        return op(std::move(m));
-    }
-    if (r.op == "chat") {
-        auto g = parse_chat(frame, limits);
-        if (!g) return g.err();
-        sched::generate m;
-        m.id = r.id;
-        m.params = std::move(*g);
-        return op(std::move(m));
-    }
+    if (r.op == "generate") return as_generate(parse_generate(frame, limits), r.id);
+    if (r.op == "chat") return as_generate(parse_chat(frame, limits), r.id);
     if (r.op == "apply_template") return with_id(parse_apply_template(frame, limits), r.id);
     if (r.op == "cancel") return with_id(parse_cancel(frame), r.id);
     if (r.op == "tokenize") return with_id(parse_tokenize(frame), r.id);

@@ -4,6 +4,15 @@ Uses Debian's python3-msgpack (run with /usr/bin/python3). One TCP connection; r
 msgpack maps {"id", "op", ...}; every request ends with exactly one terminal event ("done" or
 "error"). Events of other requests that arrive while waiting are kept and handed out later, so
 several requests may be in flight on one connection.
+
+Streaming calls (generate, chat_stream) are generators of events, the done event last; leaving
+one early cancels its request. A conversation is a list of {"role", "content"} maps sent whole
+with every turn:
+
+    history = [{"role": "system", "content": "Be brief."}]
+    history.append({"role": "user", "content": "Hi!"})
+    reply = client.chat(history, max_tokens=64)["text"]
+    history.append({"role": "assistant", "content": reply})
 """
 
 import itertools
@@ -50,10 +59,11 @@ class Client:
             queue = self._pending.get(rid)
             while queue:
                 event = queue.pop(0)
-                yield event
                 if event.get("event") in ("done", "error"):
-                    del self._pending[rid]
+                    del self._pending[rid]  # first: a caller may stop at the terminal event
+                    yield event
                     return
+                yield event
             data = self._sock.recv(65536)
             if not data:
                 raise ConnectionError("the server closed the connection")
@@ -89,11 +99,57 @@ class Client:
 
     def generate(self, prompt, **params):
         """Yields token events, then returns; the done event is the generator's last item."""
-        rid = self.send("generate", prompt=prompt, stream=True, **params)
-        for event in self.events(rid):
-            if event["event"] == "error":
-                raise OrdoError(event["code"], event["message"])
-            yield event
+        return self._stream("generate", prompt=prompt, **params)
+
+    def chat(self, messages, **params):
+        """One conversation turn, not streamed: returns the done event (the reply is its "text").
+
+        messages: [{"role": "system"|"user"|"assistant"|"tool", "content": str}, ...], the
+        whole conversation so far. params: chat's own (add_generation_prompt, tools,
+        chat_template_kwargs) and generate's (max_tokens, temperature, session, ...).
+        """
+        return self.call("chat", messages=list(messages), **params)
+
+    def chat_stream(self, messages, **params):
+        """One conversation turn, streamed like generate(): yields token events, then the done
+        event (append its "text" to the conversation as the assistant's message)."""
+        return self._stream("chat", messages=list(messages), **params)
+
+    def apply_template(self, messages, **params):
+        """Renders the chat template without generating: the done event's "text" is the prompt
+        and "tokens" its ids, exactly what chat() would evaluate."""
+        return self.call("apply_template", messages=list(messages), **params)
 
     def cancel(self, target):
         return self.call("cancel", target=target)
+
+    def _stream(self, op, **params):
+        """Sends op with stream=True and yields its events up to the terminal one (an error
+        event raises OrdoError). Leaving early (break, an exception such as KeyboardInterrupt
+        in the consumer, close()) cancels the request and reads its remaining events, so the
+        connection is ready for the next request."""
+        rid = self.send(op, stream=True, **params)
+        finished = False
+        try:
+            for event in self.events(rid):
+                if event["event"] in ("done", "error"):
+                    finished = True
+                if event["event"] == "error":
+                    raise OrdoError(event["code"], event["message"])
+                yield event
+        finally:
+            if not finished:
+                self._cancel_and_drain(rid)
+
+    def _cancel_and_drain(self, rid):
+        """Cancels live request rid and reads its events and the cancel's up to their terminal
+        ones. A connection that already failed is left as it is: the exception that ended the
+        stream is the one the caller sees."""
+        try:
+            cancel_id = self.send("cancel", target=rid)
+            for _ in self.events(rid):
+                pass
+            for _ in self.events(cancel_id):
+                pass
+        except OSError:
+            pass

@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <string>
 #include <variant>
@@ -49,9 +50,25 @@ void check(bool ok, const char* what) {
 // Today: the envelope, then the parameter keys as health/stats check them, then the error event
 // a refusal would write. Op validation belongs here when it exists.
 
+// The limits parse_op gets, with a chat template that reads every conversation variable, so
+// `chat` and `apply_template` frames reach the renderer.
+const net::request_limits& fuzz_limits() {
+    static const net::request_limits l = [] {
+        net::request_limits r{256, 1000, true};
+        r.chat = std::make_shared<const net::chat_setup>(net::make_chat_setup(
+            "{{ bos_token }}{% for m in messages %}<|{{ m.role }}|>{{ m.content }}"
+            "{% if m.tool_calls %}{{ m.tool_calls | tojson }}{% endif %}{% endfor %}"
+            "{% if tools %}{{ tools | tojson }}{% endif %}{% if x is defined %}{{ x }}{% endif %}"
+            "{% if add_generation_prompt %}<|assistant|>{% endif %}",
+            "fuzz", "<s>", "</s>"));
+        return r;
+    }();
+    return l;
+}
+
 // What the net actor does with a frame before dispatching it: the envelope, then the one op
-// validator. Every refusal is bad_frame / bad_request / unknown_op and its message is valid
-// UTF-8 whatever the client sent.
+// validator. Every refusal is bad_frame / bad_request / unknown_op / template_error and its
+// message is valid UTF-8 whatever the client sent.
 void check_frame(const msgpack::object& frame) {
     auto parsed = net::parse_envelope(frame);
     if (auto* bad = std::get_if<net::envelope_error>(&parsed)) {
@@ -63,10 +80,11 @@ void check_frame(const msgpack::object& frame) {
     }
     const auto& r = std::get<net::request>(parsed);
     check(r.id > 0 && r.map == &frame, "a parsed request has an id and points at its frame");
-    auto op = net::parse_op(r, net::request_limits{256, 1000, true});
+    auto op = net::parse_op(r, fuzz_limits());
     if (!op.ok()) {
-        check(op.err().code == "bad_request" || op.err().code == "unknown_op",
-              "parse_op refuses with bad_request or unknown_op");
+        check(op.err().code == "bad_request" || op.err().code == "unknown_op" ||
+                  op.err().code == "template_error",
+              "parse_op refuses with bad_request, unknown_op or template_error");
         check(ordo::sched::is_valid_utf8(op.err().message), "op error messages are valid UTF-8");
         (void)net::encode_error(r.id, net::errc::bad_request, op.err().message);
     }

@@ -65,6 +65,16 @@ int main(int argc, char** argv) {
         pk.pack("bin"), pk.pack_bin(3), pk.pack_bin_body("\x00\x01\x02", 3);
         pk.pack("ext"), pk.pack_ext(4, 1), pk.pack_ext_body("abcd", 4);
     });
+    const std::string chat = packed([](auto& pk) {
+        pk.pack_map(6), pk.pack("id"), pk.pack(9), pk.pack("op"), pk.pack("chat");
+        pk.pack("messages"), pk.pack_array(2);
+        pk.pack_map(2), pk.pack("role"), pk.pack("user"), pk.pack("content"), pk.pack("Hi");
+        pk.pack_map(3), pk.pack("role"), pk.pack("assistant"), pk.pack("content"), pk.pack_nil();
+        pk.pack("tool_calls"), pk.pack_array(1), pk.pack_map(1), pk.pack("name"), pk.pack("f");
+        pk.pack("tools"), pk.pack_array(1), pk.pack_map(1), pk.pack("name"), pk.pack("f");
+        pk.pack("chat_template_kwargs"), pk.pack_map(1), pk.pack("x"), pk.pack(1.5);
+        pk.pack("max_tokens"), pk.pack(4);
+    });
     const std::string not_a_map =
         packed([](auto& pk) { pk.pack_array(2), pk.pack(1), pk.pack(2); });
     const std::string str32_reproduction("\x82\xa2id\x01\xa2op\xdb\xff\xff\xff\xf0" "abc", 16);
@@ -76,6 +86,7 @@ int main(int argc, char** argv) {
     ok &= save(dir, "health", plan(limit_1024) + health(1));
     ok &= save(dir, "stats_unknown_key", plan(limit_64) + stats_unknown_key);
     ok &= save(dir, "generate", plan(limit_1024) + generate);
+    ok &= save(dir, "chat", plan(limit_1024) + chat);
     ok &= save(dir, "three_frames", plan(limit_128) + health(1) + stats_unknown_key + health(2));
     ok &= save(dir, "bin_ext", plan(limit_128) + bin_ext);
     ok &= save(dir, "not_a_map", plan(limit_64) + not_a_map);

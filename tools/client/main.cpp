@@ -1,7 +1,7 @@
 // main.cpp: `ordo`, the command-line client. Talks the ordo protocol (docs/protocol.md) to a
 // running ordo-server: health, stats, model, tokenize, detokenize, generate (streams text to
-// the terminal; Ctrl-C cancels the request and waits for its terminal event).
-#include <csignal>
+// the terminal; Ctrl-C cancels the request and waits for its terminal event), and chat (a
+// conversation, chat.cpp).
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -9,18 +9,11 @@
 #include <string_view>
 #include <vector>
 
+#include "tools/client/chat.hpp"
+#include "tools/client/cli.hpp"
 #include "tools/client/connection.hpp"
 
-namespace {
-
-using ordo::client::connection;
-using ordo::client::find;
-using ordo::client::get_str;
-
-constexpr int exit_ok = 0;
-constexpr int exit_server_error = 1;
-constexpr int exit_usage = 2;
-constexpr int exit_unreachable = 3;
+namespace ordo::client {
 
 constexpr const char* usage_text =
     "usage: ordo [--host H] [--port P] [--timeout-ms N] COMMAND ...\n"
@@ -30,21 +23,24 @@ constexpr const char* usage_text =
     "  generate PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]\n"
     "           [--repeat-penalty R] [--seed S] [--stop TEXT]... [--json]\n"
     "                                   stream a completion (Ctrl-C cancels)\n"
+    "  chat [--system TEXT] [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]\n"
+    "       [--repeat-penalty R] [--seed S] [--stop TEXT]... [--session NAME]\n"
+    "       [--var NAME=JSON]... [--usage]\n"
+    "                                   a conversation, one message per line of stdin;\n"
+    "                                   /reset, /exit or Ctrl-D, /help; Ctrl-C stops a\n"
+    "                                   reply; --usage prints done.usage after each\n"
     "defaults: --host 127.0.0.1 --port 7070 --timeout-ms 600000 (per event)\n";
 
-volatile std::sig_atomic_t g_interrupted = 0;
-
-struct options {
-    std::string host = "127.0.0.1";
-    uint16_t port = 7070;
-    std::chrono::milliseconds timeout{600000};
-    std::vector<std::string> args;  // command and its arguments
-};
-
-[[noreturn]] void usage_error(const std::string& why) {
+void usage_error(const std::string& why) {
     std::fprintf(stderr, "ordo: %s\n%s", why.c_str(), usage_text);
     std::exit(exit_usage);
 }
+
+}  // namespace ordo::client
+
+namespace {
+
+using namespace ordo::client;
 
 options parse_global(int argc, char** argv) {
     options o;
@@ -70,43 +66,10 @@ options parse_global(int argc, char** argv) {
     return o;
 }
 
-// Builds {"id": 1, "op": op, ...} from already-packed key/value pairs.
-struct request_builder {
-    std::vector<std::pair<std::string, msgpack::object>> fields;
-    msgpack::zone zone;
-    template <typename T>
-    void add(const std::string& key, const T& value) {
-        fields.emplace_back(key, msgpack::object(value, zone));
-    }
-    msgpack::sbuffer pack(uint64_t id, const std::string& op) const {
-        msgpack::sbuffer buf;
-        msgpack::packer<msgpack::sbuffer> pk(buf);
-        pk.pack_map(static_cast<uint32_t>(fields.size() + 2));
-        pk.pack("id"), pk.pack(id);
-        pk.pack("op"), pk.pack(op);
-        for (const auto& [k, v] : fields) pk.pack(k), pk.pack(v);
-        return buf;
-    }
-};
-
-// Prints an error event and returns the exit code for it.
-int report_error(const msgpack::object& ev) {
-    std::fprintf(stderr, "ordo: server error %s: %s\n", get_str(ev, "code").c_str(),
-                 get_str(ev, "message").c_str());
-    return exit_server_error;
-}
-
 // Sends one request and prints its single terminal event.
 int simple_op(connection& c, const options& o, const std::string& op, const request_builder& b) {
-    if (auto st = c.send(b.pack(1, op)); !st.ok()) {
-        std::fprintf(stderr, "ordo: %s\n", st.err().message.c_str());
-        return exit_unreachable;
-    }
-    auto ev = c.recv(o.timeout);
-    if (!ev.ok()) {
-        std::fprintf(stderr, "ordo: %s\n", ev.err().message.c_str());
-        return exit_unreachable;
-    }
+    auto ev = exchange(c, b.pack(1, op), o.timeout);
+    if (!ev) return exit_unreachable;
     if (get_str(ev->get(), "event") == "error") return report_error(ev->get());
     std::cout << ev->get() << "\n";
     return exit_ok;
@@ -115,20 +78,15 @@ int simple_op(connection& c, const options& o, const std::string& op, const requ
 void parse_generate_flags(const std::vector<std::string>& a, request_builder& b, bool& json) {
     std::vector<std::string> stops;
     for (size_t i = 2; i < a.size(); i++) {
-        auto value = [&]() -> const std::string& {
-            if (i + 1 >= a.size()) usage_error(a[i] + " needs a value");
-            return a[++i];
-        };
-        if (a[i] == "-n") b.add("max_tokens", std::stoull(value()));
-        else if (a[i] == "--temp") b.add("temperature", std::stod(value()));
-        else if (a[i] == "--top-k") b.add("top_k", std::stoll(value()));
-        else if (a[i] == "--top-p") b.add("top_p", std::stod(value()));
-        else if (a[i] == "--min-p") b.add("min_p", std::stod(value()));
-        else if (a[i] == "--repeat-penalty") b.add("repeat_penalty", std::stod(value()));
-        else if (a[i] == "--seed") b.add("seed", std::stoull(value()));
-        else if (a[i] == "--stop") stops.push_back(value());
-        else if (a[i] == "--json") json = true;
-        else usage_error("unknown generate flag " + a[i]);
+        if (parse_sampling_flag(a, i, b)) continue;
+        if (a[i] == "--stop") {
+            if (i + 1 >= a.size()) usage_error("--stop needs a value");
+            stops.push_back(a[++i]);
+        } else if (a[i] == "--json") {
+            json = true;
+        } else {
+            usage_error("unknown generate flag " + a[i]);
+        }
     }
     if (!stops.empty()) b.add("stop", stops);
 }
@@ -144,11 +102,11 @@ int generate(connection& c, const options& o) {
     } catch (const std::exception&) {
         usage_error("bad number in generate flags");
     }
-    std::signal(SIGINT, [](int) { g_interrupted = 1; });
+    sigint_install();
     if (auto st = c.send(b.pack(1, "generate")); !st.ok()) return exit_unreachable;
     bool cancel_sent = false;
     while (true) {
-        if (g_interrupted && !cancel_sent) {
+        if (sigint_pending() && !cancel_sent) {
             // The server answers the cancel itself and ends request 1 with done{cancelled}.
             request_builder cancel;
             cancel.add("target", uint64_t{1});
@@ -162,10 +120,7 @@ int generate(connection& c, const options& o) {
             return exit_unreachable;
         }
         const auto& e = ev->get();
-        const auto* id = find(e, "id");
-        if (id == nullptr || id->type != msgpack::type::POSITIVE_INTEGER || id->via.u64 != 1) {
-            continue;  // the cancel request's own answer
-        }
+        if (event_id(e) != 1) continue;  // the cancel request's own answer
         std::string kind = get_str(e, "event");
         if (kind == "token") {
             if (!json) std::fputs(get_str(e, "text").c_str(), stdout), std::fflush(stdout);
@@ -204,5 +159,6 @@ int main(int argc, char** argv) {
         return simple_op(c, o, cmd, b);
     }
     if (cmd == "generate") return generate(c, o);
+    if (cmd == "chat") return run_chat(c, o);
     usage_error("unknown command " + cmd);
 }
