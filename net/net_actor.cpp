@@ -376,7 +376,7 @@ void net_actor::forward(connection& c, T m) {
 
 std::map<std::string, uint64_t> net_actor::counters_map() const {
     const auto& k = _counters;
-    return {{"connections_open", _open},
+    return {{"connections_open", _open.load()},
             {"connections_total", k.connections_total},
             {"connections_refused", k.connections_refused},
             {"requests", k.requests},
@@ -405,7 +405,7 @@ void net_actor::op_health(connection& c, uint64_t id) {
 
 void net_actor::op_stats_local(connection& c, uint64_t id) {
     event_writer w(id, "done");
-    w.field("connections_open", _open);
+    w.field("connections_open", uint64_t(_open.load()));
     w.field("net", counters_map());
     send_frame(c, w.finish());
 }

@@ -15,6 +15,7 @@
 
 #include <uv.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -47,20 +48,22 @@ struct net_options {
     request_limits limits;              // what the op parser needs of the model and config
 };
 
+// Counted on the net actor's loop; atomic so that another thread (the HTTP actor's /metrics,
+// through net_actor::counters) may read them while they move.
 struct net_counters {
-    uint64_t connections_total = 0;
-    uint64_t connections_refused = 0;
-    uint64_t requests = 0;
-    uint64_t bad_frames = 0;
-    uint64_t bad_requests = 0;
-    uint64_t unknown_ops = 0;
-    uint64_t slow_readers = 0;
-    uint64_t read_timeouts = 0;
-    uint64_t responses_too_large = 0;
-    uint64_t fault_drops = 0;   // connections closed by a net_fin / net_rst fault
-    uint64_t fault_pauses = 0;  // reading paused by a net_stop_reading fault
-    uint64_t bytes_in = 0;
-    uint64_t bytes_out = 0;
+    std::atomic<uint64_t> connections_total = 0;
+    std::atomic<uint64_t> connections_refused = 0;
+    std::atomic<uint64_t> requests = 0;
+    std::atomic<uint64_t> bad_frames = 0;
+    std::atomic<uint64_t> bad_requests = 0;
+    std::atomic<uint64_t> unknown_ops = 0;
+    std::atomic<uint64_t> slow_readers = 0;
+    std::atomic<uint64_t> read_timeouts = 0;
+    std::atomic<uint64_t> responses_too_large = 0;
+    std::atomic<uint64_t> fault_drops = 0;   // connections closed by a net_fin / net_rst fault
+    std::atomic<uint64_t> fault_pauses = 0;  // reading paused by a net_stop_reading fault
+    std::atomic<uint64_t> bytes_in = 0;
+    std::atomic<uint64_t> bytes_out = 0;
 };
 
 class net_actor final
@@ -90,6 +93,8 @@ public:
     // Valid after start(): whether bind/listen succeeded, and the port actually bound.
     const status& listen_status() const { return _listen_status; }
     uint16_t bound_port() const { return _bound_port; }
+    // Any thread: the stats op's `net` map (counters and connections_open), as they are now.
+    std::map<std::string, uint64_t> counters() const { return counters_map(); }
 
     void on(const token_event& m) { write_event(m); }
     void on(const generate_done& m) { write_event(m); }
@@ -165,7 +170,7 @@ private:
     uint16_t _bound_port = 0;
     uint64_t _next_conn_id = 1;
     std::unordered_map<uint64_t, std::unique_ptr<connection>> _connections;
-    size_t _open = 0;  // admitted and not closing: what max_connections bounds
+    std::atomic<size_t> _open = 0;  // admitted and not closing: what max_connections bounds
     net_counters _counters;
     std::string _health_status = "ok";
     std::string _health_reason;

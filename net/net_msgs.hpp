@@ -110,6 +110,26 @@ struct fault_plan_report {
     MSGPACK_DEFINE_MAP(active, seed, fired, refused, spent, by_kind);
 };
 
+// A histogram of observed values (the stats op's `histograms`, /metrics): `counts[i]` values were
+// <= bounds[i] and above bounds[i-1] (not cumulative); the last count is those above every
+// bound. Bounds are fixed at construction, so observing allocates nothing.
+struct histogram {
+    std::vector<double> bounds;   // increasing upper bounds
+    std::vector<uint64_t> counts;  // bounds.size() + 1
+    double sum = 0;
+    uint64_t count = 0;
+    histogram() = default;
+    explicit histogram(std::vector<double> b) : bounds(std::move(b)), counts(bounds.size() + 1) {}
+    void observe(double v) {
+        size_t i = 0;
+        while (i < bounds.size() && v > bounds[i]) i++;
+        counts[i]++;
+        sum += v;
+        count++;
+    }
+    MSGPACK_DEFINE_MAP(bounds, counts, sum, count);
+};
+
 // The scheduler's half of the `stats` op; the net counters come with the request.
 struct stats_report {
     uint64_t active_sequences = 0;
@@ -128,9 +148,14 @@ struct stats_report {
     uint64_t logits_slots_held = 0;  // logits_exchange slots not yet released (0 when idle)
     uint64_t rss_bytes = 0;          // the process's resident memory (0 where unknown)
     fault_plan_report fault_plan;
+    // Per finished generate request (stop, length or cancelled; every front door):
+    // time_to_first_token_seconds, inter_token_seconds (between two tokens of one request),
+    // request_duration_seconds (arrival to end), prompt_tokens, completion_tokens.
+    std::map<std::string, histogram> histograms;
     MSGPACK_DEFINE_MAP(active_sequences, queued_requests, kv_blocks_used, kv_blocks_free, net,
                        scheduler, kv, device, epoch, steps, timeouts, device_lost, nan_logits,
-                       other_failures, busy_ms, kv_disk, logits_slots_held, rss_bytes, fault_plan);
+                       other_failures, busy_ms, kv_disk, logits_slots_held, rss_bytes, fault_plan,
+                       histograms);
 };
 
 // ---- events (scheduler → net); none is answered ----------------------------------------------

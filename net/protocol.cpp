@@ -215,6 +215,18 @@ std::string encode(const stats_done& e) {
         f.pack("spent"), f.pack(p.spent);
         f.pack("by_kind"), f.pack(p.by_kind);
     }
+    auto& h = w.nested("histograms");
+    h.pack_map(uint32_t(s.histograms.size()));
+    for (const auto& [name, hist] : s.histograms) {
+        h.pack(name);
+        h.pack_map(4);
+        h.pack("bounds");
+        h.pack_array(uint32_t(hist.bounds.size()));
+        for (double b : hist.bounds) h.pack(wire_f64{b});
+        h.pack("counts"), h.pack(hist.counts);
+        h.pack("sum"), h.pack(wire_f64{hist.sum});
+        h.pack("count"), h.pack(hist.count);
+    }
     return w.finish();
 }
 

@@ -5,7 +5,7 @@
 #
 #   bash tools/dev.sh setup   install Debian packages (apt-get) and configure the build
 #   bash tools/dev.sh build   setup + build everything
-#   bash tools/dev.sh test    build + run every test (ctest)
+#   bash tools/dev.sh test    build + the openai Node client for tests/http + run every test
 #   bash tools/dev.sh run     build + start ordo-server on etc/ordo.toml (extra args passed on)
 #   bash tools/dev.sh soak [N] build + a fault soak: ordo-fault's random mode, N requests
 #                             (default 10000; not part of `test`), on ../shared's stories260K
@@ -23,6 +23,7 @@ packages=(
   libmsgpack-cxx-dev libspdlog-dev libtomlplusplus-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   mesa-vulkan-drivers vulkan-tools python3-msgpack
+  node-llhttp prometheus curl
 )
 
 sanitize="${ORDO_SANITIZE:-0}"
@@ -60,11 +61,35 @@ configure() {
   cmake -S . -B "$build_dir" "${opts[@]}" >/dev/null
 }
 
+# The HTTP tests (tests/http) drive the server with OpenAI's own Node client, the `openai` package
+# from the npm registry, at a pinned version, installed into $build_dir/node (not the system).
+# Node itself comes from Debian (nodejs, npm) unless a node and npm are already installed.
+openai_node_version=6.49.0
+install_node_client() {
+  if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    local sudo=()
+    if [[ $(id -u) -ne 0 ]]; then sudo=(sudo); fi
+    log "installing nodejs and npm"
+    "${sudo[@]}" apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
+      nodejs npm >/dev/null
+  fi
+  local have="$build_dir/node/node_modules/openai/package.json"
+  if [[ -f "$have" ]] && grep -q "\"version\": \"$openai_node_version\"" "$have"; then return; fi
+  log "installing the openai Node client $openai_node_version into $build_dir/node"
+  mkdir -p "$build_dir/node"
+  npm install --prefix "$build_dir/node" --no-audit --no-fund --no-save \
+    "openai@$openai_node_version" >/dev/null ||
+    log "WARNING: npm could not install openai@$openai_node_version: the Node client tests of" \
+        "tests/http skip (and fail where ORDO_HTTP_CLIENT_REQUIRED=1, as in CI)"
+}
+
 setup() { install_packages; configure; }
 build() { setup; log "building ($jobs jobs)"; cmake --build "$build_dir" -j "$jobs"; }
 
 run_tests() {
   build
+  install_node_client
   export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
   if [[ "$sanitize" == 1 ]]; then
     export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=0:abort_on_error=1}"

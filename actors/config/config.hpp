@@ -103,6 +103,18 @@ struct server_config {
     bool operator==(const server_config&) const = default;
 };
 
+// [http]: the OpenAI-compatible HTTP front door (docs/http.md).
+struct http_config {
+    std::string listen = "127.0.0.1:8080";  // as server.listen; empty: no HTTP front door
+    std::uint32_t max_connections = 256;
+    std::uint32_t max_header_bytes = 16384;    // request line and headers of one request
+    std::uint32_t max_body_bytes = 4194304;    // one request body (413 beyond)
+    std::uint32_t header_timeout_ms = 30000;   // a request begun must arrive whole within
+    std::uint32_t keep_alive_timeout_ms = 5000;  // an idle kept-alive connection is closed after
+    std::uint32_t max_pipelined_requests = 8;  // requests read ahead of the one being answered
+    bool operator==(const http_config&) const = default;
+};
+
 struct model_config {
     std::string path;  // empty: serve the generated default model at generated_path
     std::string generated_path = "var/models/ordo-default.gguf";
@@ -164,6 +176,7 @@ struct fault_config {
 
 struct config {
     server_config server;
+    http_config http;
     model_config model;
     gpu_config gpu;
     scheduler_config scheduler;

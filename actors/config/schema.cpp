@@ -157,6 +157,11 @@ std::string listen_rule(std::string_view v) {
     return addr.ok() ? "" : addr.err().message;
 }
 
+// http.listen: an address as server.listen takes, or empty (no HTTP front door).
+std::string optional_listen_rule(std::string_view v) {
+    return v.empty() ? "" : listen_rule(v);
+}
+
 // True when v is well-formed UTF-8 (TOML text must be; a command-line value may not be).
 bool valid_utf8(std::string_view v) {
     std::size_t i = 0;
@@ -194,8 +199,8 @@ std::string not_empty(std::string_view v) {
 }
 
 using C = config;
-constexpr std::array<std::string_view, 7> section_names = {"server", "model", "gpu",  "scheduler",
-                                                           "kv",     "log",   "fault"};
+constexpr std::array<std::string_view, 8> section_names = {
+    "server", "http", "model", "gpu", "scheduler", "kv", "log", "fault"};
 
 constexpr auto table = std::to_array<key_spec>({
     // [server]
@@ -225,6 +230,31 @@ constexpr auto table = std::to_array<key_spec>({
         "server", "read_timeout_ms", 100, 3600000,
         "milliseconds a connection may hold a partly sent frame (or send nothing after "
         "connecting); then error read_timeout and the connection is closed"),
+    // [http]
+    string<&C::http, &http_config::listen>(
+        "http", "listen",
+        "TCP address of the OpenAI-compatible HTTP API, as server.listen; empty = no HTTP",
+        &optional_listen_rule),
+    integer<&C::http, &http_config::max_connections>(
+        "http", "max_connections", 1, 65536,
+        "open HTTP connections at most; one more gets 429 overloaded and is closed"),
+    integer<&C::http, &http_config::max_header_bytes>(
+        "http", "max_header_bytes", 1 * kib, 1 * mib,
+        "bytes of one request's request line and headers at most (431 beyond)"),
+    integer<&C::http, &http_config::max_body_bytes>(
+        "http", "max_body_bytes", 1 * kib, 64 * mib,
+        "bytes of one request body at most (413 beyond, then the connection is closed)"),
+    integer<&C::http, &http_config::header_timeout_ms>(
+        "http", "header_timeout_ms", 100, 3600000,
+        "milliseconds a request may take to arrive whole (headers and body) once begun, or a "
+        "new connection to begin one; then 408 and the connection is closed"),
+    integer<&C::http, &http_config::keep_alive_timeout_ms>(
+        "http", "keep_alive_timeout_ms", 100, 3600000,
+        "milliseconds an idle kept-alive connection stays open between requests"),
+    integer<&C::http, &http_config::max_pipelined_requests>(
+        "http", "max_pipelined_requests", 1, 1024,
+        "requests of one connection read ahead of the one being answered; beyond, the "
+        "connection is not read until answers are written"),
     // [model]
     string<&C::model, &model_config::path>(
         "model", "path", "GGUF file to serve; empty = the generated default model"),

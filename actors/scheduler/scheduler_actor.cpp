@@ -56,9 +56,12 @@ void scheduler_actor::on_start() {
         uv_timer_init(loop(), t);
         t->data = this;
     }
-    must(_to_net.init(loop(), _net_out, net_delivery_limits,
+    for (size_t d = 0; d < front_doors; d++) {
+        must(_to_front[d].init(
+                 loop(), _front_out[d], net_delivery_limits,
                  [this](const net_delivery::message& m, const error& why) { net_gave_up(m, why); }),
-         "delivery init");
+             "delivery init");
+    }
     must(_gpu_control.init(
         loop(), _gpu_control_out, gpu_delivery_limits,
         [this](const gpu_delivery::message& m, const error& why) { gpu_gave_up(m, why); }),
@@ -74,7 +77,7 @@ void scheduler_actor::on_stop() {
     std::vector<outgoing_event> out;
     _core.shutdown(out);
     send_events(out);
-    _to_net.close();
+    for (auto& d : _to_front) d.close();
     _gpu_control.close();
     _to_kv.close();
     for (uv_timer_t* t : {&_backstop, &_pump_timer, &_drain_timer}) {
@@ -381,7 +384,7 @@ void scheduler_actor::on(const gpu::step_failed& m) {
 // ---- outputs -------------------------------------------------------------------------------
 
 void scheduler_actor::send_events(std::vector<outgoing_event>& out) {
-    for (auto& e : out) std::visit([&](auto& m) { _to_net.send(std::move(m)); }, e);
+    for (auto& e : out) std::visit([&](auto& m) { send_to_conn(m.conn, std::move(m)); }, e);
 }
 
 void scheduler_actor::send_kv_requests() {
@@ -435,12 +438,14 @@ void scheduler_actor::after(std::vector<outgoing_event>& out) {
         _lost_conns.erase(_lost_conns.begin());
         std::vector<outgoing_event> none;
         _core.on_client_gone({conn, "events undeliverable"}, none);  // sends nothing
-        _to_net.send(net::drop_connection{conn, "its events could not be delivered"});
+        send_to_conn(conn, net::drop_connection{conn, "its events could not be delivered"});
     }
     auto health = _core.health();
     if (health != _health) {
         _health = health;
-        _to_net.send(net::set_health{health.first, health.second});
+        for (size_t d = 0; d < front_doors; d++) {
+            if (_front_out[d].bound()) _to_front[d].send(net::set_health{health.first, health.second});
+        }
     }
     send_net_faults();
     pump();
@@ -453,7 +458,7 @@ void scheduler_actor::after(std::vector<outgoing_event>& out) {
 void scheduler_actor::send_net_faults() {
     for (auto& f : _core.take_net_faults()) {
         log().warn("fault fired: {} on connection {}", f.kind, f.conn);
-        _to_net.send(std::move(f));
+        send_to_conn(f.conn, std::move(f));
     }
 }
 

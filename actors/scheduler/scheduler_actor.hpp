@@ -21,6 +21,7 @@
 
 #include <uv.h>
 
+#include <array>
 #include <atomic>
 #include <functional>
 #include <set>
@@ -68,14 +69,21 @@ public:
 
     scheduler_actor(scheduler_core core, gpu::logits_exchange* logits, options o);
 
-    // Before start(): where events and steps go (any actors that accept those messages).
+    // Before start(): where events and steps go (any actors that accept those messages). `net`
+    // is the msgpack front door (front_door::net); a second one is added with connect_front_door.
     template <typename Net, typename Gpu>
     void connect(Net& net, Gpu& gpu) {
-        _net_out = net_outbox(net, "scheduler");
+        connect_front_door(front_door::net, net);
         _to_gpu = gpu_outbox(gpu, "scheduler");
         _gpu_control_out = actors::outbox<gpu::reset_device>(gpu, "scheduler");
         _net_actor = &net;
         _gpu_actor = &gpu;
+    }
+    // Before start(): the front door that receives the events of connections whose conn id
+    // names `door` (scheduler_msgs.hpp "Front doors"), and set_health.
+    template <typename FrontDoor>
+    void connect_front_door(front_door door, FrontDoor& a) {
+        _front_out[size_t(door)] = net_outbox(a, "scheduler");
     }
     // Before start(), with [kv] enabled: where kv requests go.
     template <typename Kv>
@@ -140,7 +148,12 @@ private:
     static void pump_cb(uv_timer_t* t);
     static void drain_cb(uv_timer_t* t);
 
-    void send_events(std::vector<outgoing_event>& out);  // to the net actor, in order
+    void send_events(std::vector<outgoing_event>& out);  // to the front doors, in order
+    // To the front door `conn` belongs to.
+    template <typename T>
+    void send_to_conn(uint64_t conn, T m) {
+        _to_front[size_t(front_door_of(conn))].send(std::move(m));
+    }
     void after(std::vector<outgoing_event>& out);  // deliver events, update health, pump
     void pump();
     void check_drained();
@@ -169,7 +182,9 @@ private:
     scheduler_core _core;
     gpu::logits_exchange* _logits;
     options _opt;
-    net_outbox _net_out;
+    // Per front door (scheduler_msgs.hpp "Front doors"): its address and the ordered, bounded
+    // delivery of its events. An unbound one gives its events up as not_connected.
+    std::array<net_outbox, front_doors> _front_out;
     // The `fault` op's mailbox_refuse targets, set by connect()/connect_kv() (the kv one stays
     // null without [kv]). Used only for actor_core::refuse_next, which is thread-safe; never to
     // reach into the other actor's state.
@@ -178,7 +193,7 @@ private:
     actors::actor_core* _kv_actor = nullptr;
     gpu_outbox _to_gpu;
     actors::outbox<gpu::reset_device> _gpu_control_out;
-    net_delivery _to_net;
+    std::array<net_delivery, front_doors> _to_front;
     gpu_delivery _gpu_control;
     kv_outbox _kv_out;
     kv_delivery _to_kv;

@@ -290,6 +290,11 @@ void scheduler_core::on_stats(const stats_query& m, std::vector<outgoing_event>&
     r.device_lost = _gpu.device_lost;
     r.nan_logits = _gpu.nan_logits;
     r.other_failures = _gpu.other_failures;
+    r.histograms = {{"time_to_first_token_seconds", _histograms.ttft},
+                    {"inter_token_seconds", _histograms.inter_token},
+                    {"request_duration_seconds", _histograms.duration},
+                    {"prompt_tokens", _histograms.prompt_tokens},
+                    {"completion_tokens", _histograms.completion_tokens}};
     out.push_back(std::move(d));
 }
 

@@ -231,7 +231,7 @@ private:
         std::string restored_from;     // entry restored, until a step confirms it
         uint32_t retries = 0;          // failures while running alone
         uint32_t batch_failures = 0;   // failures while batched with others
-        clock::time_point submitted, first_step, first_token;
+        clock::time_point submitted, first_step, first_token, last_token;
         bool started = false, has_first_token = false;
         uint8_t phases_reached = 0;  // net fault points: queued, prefill, decode bits
     };
@@ -332,6 +332,19 @@ private:
     std::string _unavailable_reason;
     uint32_t _rows_max = 0;
     scheduler_counters _counters;
+    // Latency and size histograms of the stats op (net_msgs.hpp stats_report::histograms).
+    // Bounds: seconds from 1 ms to 60 s (CPU devices are slow, GPUs fast), tokens from 1 to
+    // 128 Ki, each about 2.5x the last.
+    struct latency_histograms {
+        net::histogram ttft{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
+                             10, 30, 60}};
+        net::histogram inter_token{{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                    0.5, 1, 2.5, 5}};
+        net::histogram duration{{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120,
+                                 300, 600}};
+        net::histogram prompt_tokens{{1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 131072}};
+        net::histogram completion_tokens{{1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 131072}};
+    } _histograms;
 };
 
 }  // namespace ordo::sched

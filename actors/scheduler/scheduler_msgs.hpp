@@ -22,6 +22,31 @@
 
 namespace ordo::sched {
 
+// ---- Front doors and connection ids -----------------------------------------------------------
+//
+// A request is named by (conn, id). The scheduler answers every request to the front door that
+// sent it, without knowing its wire format: the front door is written in the top byte of the
+// conn id, which the front door assigns (conn_id below) and the scheduler only reads
+// (front_door_of). The scheduler keeps one ordered, bounded delivery per front door, so the
+// events of one connection still arrive in order, and one front door that is slow or stuck
+// never delays the other's events. The net actor's ids have a top byte of 0 (its counter never
+// reaches 2^56), so it needs no change; the HTTP actor makes its ids with conn_id.
+enum class front_door : uint8_t { net = 0, http = 1 };
+inline constexpr size_t front_doors = 2;
+inline constexpr unsigned front_door_shift = 56;
+inline constexpr uint64_t conn_id(front_door d, uint64_t local) {
+    return (uint64_t(d) << front_door_shift) | (local & ((uint64_t(1) << front_door_shift) - 1));
+}
+// The front door of `conn`; an id of no known front door maps to net (whose delivery then finds
+// no such connection and drops the event, as for any connection that is gone).
+inline constexpr front_door front_door_of(uint64_t conn) {
+    uint64_t d = conn >> front_door_shift;
+    return d < front_doors ? front_door(d) : front_door::net;
+}
+inline constexpr const char* front_door_name(front_door d) {
+    return d == front_door::http ? "http" : "net";
+}
+
 // Bounds on one request; the frame limit (server.max_frame_bytes) is usually tighter.
 inline constexpr size_t prompt_bytes_max = 4u << 20;   // a prompt or tokenize text
 inline constexpr size_t prompt_tokens_max = 1u << 20;  // a `tokens` array

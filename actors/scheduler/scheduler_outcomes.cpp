@@ -125,7 +125,14 @@ void scheduler_core::apply_token(request_state& r, std::span<const float> logits
     auto s = r.smp->sample(logits, r.tokens);
     if (!s.ok()) return fail(r, net::errc::internal, "sampling failed: " + s.err().message, out);
     int32_t token = s->token;
-    if (!r.has_first_token) r.has_first_token = true, r.first_token = clock::now();
+    const auto now = clock::now();
+    if (!r.has_first_token) {
+        r.has_first_token = true, r.first_token = now;
+        _histograms.ttft.observe(ms_between(r.submitted, now) / 1000.0);
+    } else {
+        _histograms.inter_token.observe(ms_between(r.last_token, now) / 1000.0);
+    }
+    r.last_token = now;
     r.tokens.push_back(token);
     r.generated.push_back(token);
     _counters.tokens_generated++;
@@ -250,8 +257,11 @@ void scheduler_core::reset_for_recompute(request_state& r) {
 void scheduler_core::finish(request_state& r, std::string_view reason,
                             std::vector<outgoing_event>& out, const std::string& stop_string) {
     if (reason == "stop" || reason == "length") save_to_disk(r);
+    const auto now = clock::now();
+    _histograms.duration.observe(ms_between(r.submitted, now) / 1000.0);
+    _histograms.prompt_tokens.observe(r.n_prompt);
+    _histograms.completion_tokens.observe(double(r.generated.size()));
     if (!r.client_gone) {
-        auto now = clock::now();
         net::generate_done d;
         d.conn = r.conn, d.id = r.id;
         d.reason = std::string(reason);

@@ -82,7 +82,7 @@ int start_server(const options& o, spawned_server& server, std::string& host, ui
     auto startup_deadline = std::min(g_control.deadline,
                                      clock::now() + std::chrono::seconds(o.startup_timeout_s));
     if (!o.spawn_server.empty()) {
-        std::vector<std::string> args{"--listen", "127.0.0.1:0", "--model", o.model,
+        std::vector<std::string> args{"--listen", "127.0.0.1:0", "--http-listen", "", "--model", o.model,
                                       "--log-level", "warn"};
         if (!o.config.empty()) args.insert(args.end(), {"--config", o.config});
         if (auto st = server.start(o.spawn_server, args, left_until(startup_deadline)); !st) {

@@ -251,7 +251,7 @@ protected:
     }
     // Starts ordo-server on an ephemeral port with the tiny model.
     void start_server(spawned_server& s) {
-        auto st = s.start(ORDO_SERVER_BIN, {"--listen", "127.0.0.1:0", "--model", model,
+        auto st = s.start(ORDO_SERVER_BIN, {"--listen", "127.0.0.1:0", "--http-listen", "", "--model", model,
                                             "--config", config, "--log-level", "warn"},
                           std::chrono::seconds(60));
         ASSERT_TRUE(st.ok()) << st.err().message;

@@ -72,6 +72,17 @@ TEST(parse, empty_text_gives_the_defaults) {
     EXPECT_TRUE(*cfg == config{});
 }
 
+// http.listen: empty turns the HTTP front door off (unlike server.listen, which is required).
+TEST(parse, http_listen_may_be_empty_and_is_overridden) {
+    auto cfg = cfgns::parse("[http]\nlisten = \"\"\n", "t.toml");
+    ASSERT_TRUE(cfg.ok()) << cfg.err().message;
+    EXPECT_EQ(cfg->http.listen, "");
+    EXPECT_TRUE(cfgns::apply_override(*cfg, "http.listen", "[::1]:0").ok());
+    EXPECT_EQ(cfg->http.listen, "[::1]:0");
+    EXPECT_FALSE(cfgns::apply_override(*cfg, "http.listen", "nowhere").ok());
+    EXPECT_FALSE(cfgns::parse("[server]\nlisten = \"\"\n", "t.toml").ok());
+}
+
 TEST(parse, reads_every_kind_of_value) {
     auto cfg = cfgns::parse(
         "[server]\nlisten = \"[::1]:0\"\nmax_frame_bytes = 64\n"

@@ -15,7 +15,10 @@
 // error{shutting_down} — a refusal, never silence; every loop closes cleanly; (6) the config's
 // fault plan: each planned gpu fault reaches the gpu as an inject_fault (count 1, any phase,
 // plan_step = the step id) right before the step it was drawn for, plan_faults_max stops it,
-// a fault_refused from the gpu takes one back, and stats carries the fault_plan map.
+// a fault_refused from the gpu takes one back, and stats carries the fault_plan map;
+// (7) two front doors: the events of a connection whose id names the HTTP front door reach the
+// probe connected as that front door and never the net one, each request's events in order,
+// and set_health reaches both.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -77,7 +80,9 @@ struct rig {
         o.on_drained = [this] { drained.set_value(); };
         sched.emplace(std::move(*core), &logits, std::move(o));
         sched->connect(net, gpu);
-        for (actors::actor_core* a : std::initializer_list<actors::actor_core*>{&net, &gpu, &*sched}) {
+        sched->connect_front_door(front_door::http, http);
+        for (actors::actor_core* a :
+             std::initializer_list<actors::actor_core*>{&net, &http, &gpu, &*sched}) {
             a->set_trace(&trace);
             EXPECT_TRUE(a->start().ok());
         }
@@ -85,7 +90,8 @@ struct rig {
     ~rig() { stop(); }
 
     void stop() {
-        for (actors::actor_core* a : std::initializer_list<actors::actor_core*>{&*sched, &net, &gpu}) {
+        for (actors::actor_core* a :
+             std::initializer_list<actors::actor_core*>{&*sched, &net, &http, &gpu}) {
             a->request_stop();
             EXPECT_TRUE(a->join().ok()) << a->name() << " leaked a handle";
         }
@@ -96,9 +102,9 @@ struct rig {
         ASSERT_TRUE(sched->tell(m, "gpu").ok());
     }
 
-    void generate(uint64_t id, uint32_t max_tokens) {
+    void generate(uint64_t id, uint32_t max_tokens, uint64_t conn = 1) {
         sched::generate g;
-        g.conn = 1, g.id = id;
+        g.conn = conn, g.id = id;
         g.params.tokens = {1, 2, 3};
         g.params.max_tokens = max_tokens;
         g.params.sampling.temperature = 0;
@@ -145,6 +151,7 @@ struct rig {
     actors::memory_trace_sink trace;
     gpu::logits_exchange logits;
     net_probe net{"net"};
+    net_probe http{"http"};  // the second front door (front_door::http)
     gpu_probe gpu{"gpu"};
     std::promise<void> drained;
     std::optional<scheduler_actor> sched;
@@ -334,3 +341,39 @@ TEST(scheduler_actor, without_a_plan_stats_has_no_fault_plan_and_no_fault_is_sen
 }
 
 }  // namespace
+
+// (7)
+TEST(scheduler_actor, each_front_door_gets_the_events_of_its_connections) {
+    rig r;
+    r.device_ready();
+    const uint64_t http_conn = conn_id(front_door::http, 1);
+    r.generate(1, 3, http_conn);
+    r.generate(1, 3, 1);  // the same (local conn, id) on the net front door: another request
+    std::vector<std::string> http_events, net_events;
+    int terminals = 0;
+    for (int guard = 0; guard < 200 && terminals < 2; guard++) {
+        if (auto s = r.gpu.next<gpu::step>(std::chrono::milliseconds(20))) r.answer(*s);
+        for (auto* p : {&r.http, &r.net}) {
+            while (auto m = p->next_any(std::chrono::milliseconds(1))) {
+                std::visit(
+                    [&](const auto& e) {
+                        using T = std::decay_t<decltype(e)>;
+                        if constexpr (requires { e.conn + e.id; }) {
+                            EXPECT_EQ(e.conn, p == &r.http ? http_conn : 1u) << T::msg_name;
+                            (p == &r.http ? http_events : net_events).push_back(T::msg_name);
+                            if (!std::is_same_v<T, net::token_event>) terminals++;
+                        }
+                    },
+                    *m);
+            }
+        }
+    }
+    const std::vector<std::string> expected{"token_event", "token_event", "token_event",
+                                            "generate_done"};
+    EXPECT_EQ(http_events, expected);
+    EXPECT_EQ(net_events, expected);
+    r.stop();
+    trace_script t(r.trace.snapshot());
+    t.expect<net::set_health>("scheduler", "http");
+    t.expect<net::generate_done>("scheduler", "http");
+}

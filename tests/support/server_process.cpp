@@ -66,9 +66,15 @@ bool server_process::start(const std::string& binary, const std::vector<std::str
     if (out < 0) return false;
     unlink(path.c_str());
     std::vector<std::string> full{binary};
-    bool has_listen = false;
-    for (const auto& a : args) has_listen = has_listen || a == "--listen";
+    bool has_listen = false, has_http_listen = false;
+    for (const auto& a : args) {
+        has_listen = has_listen || a == "--listen";
+        has_http_listen = has_http_listen || a == "--http-listen";
+    }
     if (!has_listen) full.insert(full.end(), {"--listen", "127.0.0.1:0"});
+    // The HTTP front door on an ephemeral port too, so that servers started in parallel never
+    // meet on its default port.
+    if (!has_http_listen) full.insert(full.end(), {"--http-listen", "127.0.0.1:0"});
     full.insert(full.end(), args.begin(), args.end());
     _pid = fork();
     if (_pid == 0) {
@@ -83,12 +89,18 @@ bool server_process::start(const std::string& binary, const std::vector<std::str
     }
     _out_fd = out;
     static const std::regex listening(R"(ordo-server listening on \S+:(\d+))");
+    static const std::regex http_listening(R"(ordo-server http listening on \S+:(\d+))");
     auto end = clock::now() + io_deadline;
     while (clock::now() < end) {
         drain(100);
         std::smatch m;
         if (std::regex_search(_output, m, listening)) {
             _port = static_cast<uint16_t>(std::stoi(m[1]));
+            // Printed before the protocol's line, so it is here when the server has HTTP on.
+            std::smatch h;
+            if (std::regex_search(_output, h, http_listening)) {
+                _http_port = static_cast<uint16_t>(std::stoi(h[1]));
+            }
             return true;
         }
         int status = 0;

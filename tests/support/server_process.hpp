@@ -1,7 +1,8 @@
 // server_process.hpp: test support — run the real ordo-server binary and talk to it over TCP.
 //
 // server_process forks/execs ordo-server with the given arguments (always on an ephemeral port
-// unless the caller passes --listen), waits for its "listening on" line, and on destruction
+// unless the caller passes --listen; the HTTP front door too unless --http-listen is passed),
+// waits for its "listening on" line, and on destruction
 // sends SIGTERM and reaps it (SIGKILL after a bounded wait). tcp_client is a blocking msgpack
 // client with a receive deadline on every read, so no test can hang forever.
 #pragma once
@@ -39,6 +40,8 @@ public:
     int wait_exit();
 
     uint16_t port() const { return _port; }
+    // The HTTP front door's port (0 when it is off: --http-listen "").
+    uint16_t http_port() const { return _http_port; }
     // Exit status of a process that ended during start() or wait_exit(); -1 while running.
     int exit_status() const { return _exit_status; }
     int pid() const { return _pid; }
@@ -51,6 +54,7 @@ private:
     int _pid = -1;
     int _out_fd = -1;
     uint16_t _port = 0;
+    uint16_t _http_port = 0;
     int _exit_status = -1;
     std::string _output;
 };

@@ -24,13 +24,16 @@ constexpr int exit_usage = 2;  // bad flags or bad config
 constexpr int exit_bad_model = exit_usage;
 
 constexpr const char* usage_text =
-    "usage: ordo-server [--config FILE] [--listen HOST:PORT] [--model PATH] [--log-level LEVEL]\n"
-    "                   [--kv-dir DIR] [--chat-template FILE] [--print-config]\n"
+    "usage: ordo-server [--config FILE] [--listen HOST:PORT] [--http-listen HOST:PORT]\n"
+    "                   [--model PATH] [--log-level LEVEL] [--kv-dir DIR] [--chat-template FILE]\n"
+    "                   [--print-config]\n"
     "       ordo-server --check-config FILE\n"
     "\n"
     "  --config FILE        TOML configuration (default: built-in defaults, see etc/ordo.toml)\n"
     "  --check-config FILE  validate FILE and exit (0 valid, 2 invalid)\n"
     "  --listen HOST:PORT   override server.listen (port 0 = ephemeral)\n"
+    "  --http-listen HOST:PORT  override http.listen, the OpenAI-compatible HTTP API\n"
+    "                       (\"\" = no HTTP; port 0 = ephemeral)\n"
     "  --model PATH         override model.path\n"
     "  --log-level LEVEL    override log.level (trace|debug|info|warn|error|critical|off)\n"
     "  --kv-dir DIR         persist KV in DIR (sets kv.dir and kv.enabled = true)\n"
@@ -68,10 +71,11 @@ bool parse_args(int argc, char** argv, options& o) {
         } else if (a == "--config" || a == "--check-config") {
             if (!(v = value(a.data()))) return false;
             (a == "--config" ? o.config_path : o.check_path) = v;
-        } else if (a == "--listen" || a == "--model" || a == "--log-level" ||
-                   a == "--chat-template") {
+        } else if (a == "--listen" || a == "--http-listen" || a == "--model" ||
+                   a == "--log-level" || a == "--chat-template") {
             if (!(v = value(a.data()))) return false;
-            const char* key = a == "--listen"  ? "server.listen"
+            const char* key = a == "--listen"        ? "server.listen"
+                              : a == "--http-listen" ? "http.listen"
                               : a == "--model" ? "model.path"
                               : a == "--chat-template" ? "model.chat_template_path"
                                                        : "log.level";
@@ -148,12 +152,19 @@ int main(int argc, char** argv) {
     }
 
     ordo::server_hooks hooks;
-    hooks.on_listening = [&](const std::string& host, uint16_t port) {
-        // One machine-readable line on stdout: scripts and tests wait for it.
+    // One machine-readable line on stdout per front door: scripts and tests wait for them. The
+    // HTTP one comes first, so a reader that waits for the protocol's line has both.
+    auto print_listening = [](const char* what, const std::string& host, uint16_t port) {
         bool v6 = host.find(':') != std::string::npos;
-        std::printf("ordo-server listening on %s%s%s:%u\n", v6 ? "[" : "", host.c_str(),
+        std::printf("ordo-server %s on %s%s%s:%u\n", what, v6 ? "[" : "", host.c_str(),
                     v6 ? "]" : "", port);
         std::fflush(stdout);
+    };
+    hooks.on_http_listening = [&](const std::string& host, uint16_t port) {
+        print_listening("http listening", host, port);
+    };
+    hooks.on_listening = [&](const std::string& host, uint16_t port) {
+        print_listening("listening", host, port);
     };
     auto st = ordo::run_server(*cfg, *model, hooks);
     if (!st.ok()) {

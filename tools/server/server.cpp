@@ -5,6 +5,8 @@
 
 #include <chrono>
 #include <csignal>
+#include <ctime>
+#include <filesystem>
 #include <future>
 #include <optional>
 
@@ -14,6 +16,7 @@
 #include "actors/scheduler/scheduler_actor.hpp"
 #include "gpu/actor/gpu_actor.hpp"
 #include "kv/kv_actor.hpp"
+#include "http/http_actor.hpp"
 #include "net/net_actor.hpp"
 
 namespace ordo {
@@ -77,6 +80,26 @@ net::net_options net_options_from(const config::config& cfg, const config::liste
     o.limits.vocab_size = static_cast<uint32_t>(m.tokenizer->vocab().size());
     o.limits.kv_enabled = cfg.kv.enabled;
     o.limits.chat = m.chat;
+    return o;
+}
+
+http::http_options http_options_from(const config::config& cfg, const config::listen_address& a,
+                                     const loaded_model& m, const net::request_limits& limits) {
+    http::http_options o;
+    o.host = a.host;
+    o.port = a.port;
+    o.connections_max = cfg.http.max_connections;
+    o.header_bytes_max = cfg.http.max_header_bytes;
+    o.body_bytes_max = cfg.http.max_body_bytes;
+    o.header_timeout_ms = cfg.http.header_timeout_ms;
+    o.keep_alive_timeout_ms = cfg.http.keep_alive_timeout_ms;
+    o.pipelined_max = cfg.http.max_pipelined_requests;
+    o.write_buffer_bytes_max = cfg.server.write_buffer_bytes_max;
+    o.shutdown_grace_ms = cfg.server.shutdown_grace_ms;
+    o.limits = limits;
+    // The name clients give as `model`: the file's name without its extension.
+    o.model.id = std::filesystem::path(m.path).stem().string();
+    o.model.created = uint64_t(std::time(nullptr));
     return o;
 }
 
@@ -152,6 +175,13 @@ status run_server(const config::config& cfg, const loaded_model& model, const se
     auto log = logger("main");
     auto address = config::parse_listen_address(cfg.server.listen);
     if (!address.ok()) return address.err();
+    // The HTTP front door: off when http.listen is empty.
+    std::optional<config::listen_address> http_address;
+    if (!cfg.http.listen.empty()) {
+        auto a = config::parse_listen_address(cfg.http.listen);
+        if (!a.ok()) return a.err();
+        http_address = *a;
+    }
 
     // Signal watchers first: a SIGTERM that arrives while the actors start must take the
     // orderly path, not the default action.
@@ -221,10 +251,21 @@ status run_server(const config::config& cfg, const loaded_model& model, const se
         so.kv_report = [&kv] { return kv->report(); };
     }
     sched::scheduler_actor scheduler(std::move(*core), &logits, so);
-    net::net_actor net(net_options_from(cfg, *address, model), cfg.server.mailbox_capacity);
+    const net::net_options net_opts = net_options_from(cfg, *address, model);
+    net::net_actor net(net_opts, cfg.server.mailbox_capacity);
     gpu::gpu_actor gpu(gpu_options_from(cfg, model), logits, gpu::gpu_replies(scheduler, "gpu"));
     scheduler.connect(net, gpu);
     net.connect_scheduler(scheduler);
+    // The second front door: the scheduler routes the events of its connections to it by the
+    // front door written in their conn ids (scheduler_msgs.hpp "Front doors").
+    std::optional<http::http_actor> http;
+    if (http_address) {
+        http::http_options ho = http_options_from(cfg, *http_address, model, net_opts.limits);
+        ho.net_counters = [&net] { return net.counters(); };
+        http.emplace(std::move(ho), cfg.server.mailbox_capacity);
+        scheduler.connect_front_door(sched::front_door::http, *http);
+        http->connect_scheduler(scheduler);
+    }
     if (kv) {
         gpu.connect_kv(*staging, gpu::kv_copy_replies(*kv, "gpu"));
         kv->connect(scheduler, gpu);
@@ -235,6 +276,8 @@ status run_server(const config::config& cfg, const loaded_model& model, const se
     // actor), the gpu last (its device_ready reaches a running scheduler).
     status started = scheduler.start();
     if (started.ok() && kv) started = kv->start();
+    if (started.ok() && http) started = http->start();
+    if (started.ok() && http && !http->listen_status().ok()) started = http->listen_status();
     if (started.ok()) started = net.start();
     if (started.ok() && !net.listen_status().ok()) started = net.listen_status();
     if (started.ok()) started = gpu.start();
@@ -243,6 +286,7 @@ status run_server(const config::config& cfg, const loaded_model& model, const se
     auto drain_all = [&] {
         uint64_t grace_ms = cfg.server.shutdown_grace_ms;
         status a = net.tell(net::begin_drain{}, "main");
+        if (a.ok() && http) a = http->tell(net::begin_drain{}, "main");
         status b = scheduler.tell(sched::drain{grace_ms}, "main");
         if (!a.ok() || !b.ok()) {
             log->warn("drain not delivered ({}); stopping at once",
@@ -276,6 +320,7 @@ status run_server(const config::config& cfg, const loaded_model& model, const se
             stop(*kv);
         }
         stop(net);
+        if (http) stop(*http);
         stop(gpu);
     };
     if (!started.ok()) {
@@ -283,6 +328,9 @@ status run_server(const config::config& cfg, const loaded_model& model, const se
         stop_all(ignored);
         abandon(m);
         return started;
+    }
+    if (http && hooks.on_http_listening) {
+        hooks.on_http_listening(http_address->host, http->bound_port());
     }
     if (hooks.on_listening) hooks.on_listening(address->host, net.bound_port());
 

@@ -19,6 +19,8 @@ namespace ordo {
 struct server_hooks {
     // Called once listening succeeded, with the host and the bound port (tests use port 0).
     std::function<void(const std::string& host, uint16_t port)> on_listening;
+    // Called before on_listening when the HTTP front door listens (http.listen not empty).
+    std::function<void(const std::string& host, uint16_t port)> on_http_listening;
 };
 
 // Serves `model` (already loaded and checked by load_model; it must outlive the call) until

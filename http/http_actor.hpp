@@ -1,0 +1,186 @@
+// http_actor.hpp: the HTTP front door. Owns its listening socket and every HTTP connection.
+//
+// Runs on its own libuv loop; nothing else touches its sockets or per-connection state. It reads
+// HTTP/1.1 requests with llhttp under limits (request_reader: header and body bytes), turns the
+// OpenAI endpoints' bodies into the same typed sched::generate the msgpack front door sends
+// (openai.hpp, through the one validator net/ops.hpp), and encodes the scheduler's typed events
+// (net/net_msgs.hpp) as OpenAI JSON or server-sent events. The scheduler answers it like the net
+// actor: its conn ids carry front_door::http (scheduler_msgs.hpp "Front doors"), so the
+// scheduler routes them here through a delivery of their own.
+//
+// One request of a connection runs at a time; answers are written in request order (HTTP/1.1
+// pipelining), and at most max_pipelined_requests wait behind it: then the socket is not read
+// (TCP back-pressure) until one is answered. Limits (all from [http], plus the write buffer and
+// shutdown grace of [server]): connections, header bytes (431), body bytes (413), the time a
+// request may take to arrive (408), the idle time of a kept-alive connection, read-ahead, and
+// queued write bytes per connection (a client that stops reading a stream is disconnected).
+// A connection that ends while its request runs becomes one client_gone to the scheduler, the
+// message the net actor sends, through a delivery that never loses it.
+#pragma once
+
+#include <uv.h>
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "actors/runtime/actor.hpp"
+#include "actors/runtime/delivery.hpp"
+#include "actors/runtime/outbox.hpp"
+#include "actors/scheduler/scheduler_msgs.hpp"
+#include "http/openai.hpp"
+#include "http/request_reader.hpp"
+#include "net/net_msgs.hpp"
+#include "net/ops.hpp"
+
+namespace ordo::http {
+
+struct http_options {
+    std::string host = "127.0.0.1";
+    uint16_t port = 8080;  // 0 = ephemeral (tests)
+    size_t connections_max = 256;
+    size_t header_bytes_max = 16384;
+    size_t body_bytes_max = 4 << 20;
+    uint64_t header_timeout_ms = 30000;
+    uint64_t keep_alive_timeout_ms = 5000;
+    size_t pipelined_max = 8;
+    size_t write_buffer_bytes_max = 8 << 20;  // server.write_buffer_bytes_max
+    uint64_t shutdown_grace_ms = 5000;        // server.shutdown_grace_ms
+    net::request_limits limits;               // what the validator needs of model and config
+    served_model model;
+    // Any thread: the msgpack front door's counters (the stats op's `net` map), for /metrics;
+    // unset: /metrics has no ordo_net_ metrics.
+    std::function<std::map<std::string, uint64_t>()> net_counters;
+};
+
+struct http_counters {
+    uint64_t connections_total = 0;
+    uint64_t connections_refused = 0;
+    uint64_t requests = 0;
+    uint64_t responses_2xx = 0, responses_4xx = 0, responses_5xx = 0;
+    uint64_t streams = 0;          // answers sent as server-sent events
+    uint64_t header_timeouts = 0;  // 408
+    uint64_t too_large = 0;        // 413 and 431
+    uint64_t malformed = 0;        // 400 from the HTTP parser
+    uint64_t slow_readers = 0;
+    uint64_t disconnects = 0;  // connections that ended while their request ran
+    uint64_t bytes_in = 0, bytes_out = 0;
+};
+
+class http_actor final
+    : public actors::actor<http_actor, net::token_event, net::generate_done, net::tokenize_done,
+                           net::detokenize_done, net::cancel_done, net::model_done, net::stats_done,
+                           net::fault_done, net::session_delete_done, net::request_error,
+                           net::set_health, net::drop_connection, net::net_fault,
+                           net::begin_drain> {
+public:
+    http_actor(http_options options, size_t mailbox_capacity);
+    ~http_actor() override;
+
+    using scheduler_outbox = actors::outbox<sched::generate, sched::stats_query>;
+
+    // Before start(): where requests go.
+    template <typename Scheduler>
+    void connect_scheduler(Scheduler& s) {
+        _to_scheduler = scheduler_outbox(s, "http");
+        _gone_out = actors::outbox<sched::client_gone>(s, "http");
+        _health_status = "loading";  // until the scheduler reports the device ready
+        _health_reason = "starting";
+    }
+
+    // Valid after start(): whether bind/listen succeeded, and the port bound.
+    const status& listen_status() const { return _listen_status; }
+    uint16_t bound_port() const { return _bound_port; }
+
+    void on(const net::token_event& m);
+    void on(const net::generate_done& m);
+    void on(const net::request_error& m);
+    // Answers to ops this front door never sends: a bug if one names a live request.
+    void on(const net::tokenize_done& m) { unexpected(m.conn, m.id, m.msg_name); }
+    void on(const net::detokenize_done& m) { unexpected(m.conn, m.id, m.msg_name); }
+    void on(const net::cancel_done& m) { unexpected(m.conn, m.id, m.msg_name); }
+    void on(const net::model_done& m) { unexpected(m.conn, m.id, m.msg_name); }
+    void on(const net::stats_done& m);
+    void on(const net::fault_done& m) { unexpected(m.conn, m.id, m.msg_name); }
+    void on(const net::session_delete_done& m) { unexpected(m.conn, m.id, m.msg_name); }
+    void on(const net::set_health& m);
+    void on(const net::drop_connection& m);
+    void on(const net::net_fault& m);
+    void on(const net::begin_drain& m);
+
+protected:
+    void on_start() override;
+    void on_stop() override;
+
+private:
+    struct connection;
+    struct live_request;
+    struct write_req;
+    using clock = std::chrono::steady_clock;
+    using gone_delivery = actors::delivery<sched::client_gone>;
+
+    static void connection_cb(uv_stream_t* server, int status);
+    static void alloc_cb(uv_handle_t* handle, size_t suggested, uv_buf_t* buf);
+    static void read_cb(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf);
+    static void write_cb(uv_write_t* req, int status);
+    static void shutdown_cb(uv_shutdown_t* req, int status);
+    static void close_cb(uv_handle_t* handle);
+    static void sweep_cb(uv_timer_t* t);
+    static void grace_cb(uv_timer_t* t);
+
+    status bind_and_listen();
+    void close_listener();
+    void accept_one();
+    void parse_more(connection& c);
+    void update_reading(connection& c);
+    void process_next(connection& c);
+    void route(connection& c, http_request& r);
+    void start_generate(connection& c, http_request& r, api_kind kind);
+    void get_health(connection& c, const http_request& r);
+    void get_metrics(connection& c, const http_request& r);
+    connection* live_for(uint64_t conn, uint64_t id);
+    void unexpected(uint64_t conn, uint64_t id, const char* what);
+
+    // Writing. respond: a whole answer with Content-Length; the stream_* ones an SSE answer in
+    // chunked transfer encoding. Each ends the request (finish) when the answer is complete.
+    void respond(connection& c, int status, std::string_view content_type, std::string body,
+                 bool keep_alive, std::string_view extra_headers = {});
+    void respond_error(connection& c, const api_error& e, bool keep_alive);
+    bool stream_begin(connection& c);  // false: the connection was closed
+    void stream_chunk(connection& c, std::string_view data);
+    void stream_end(connection& c);
+    void finish(connection& c, bool keep_alive);
+    bool send_bytes(connection& c, std::string bytes);  // false: the connection was closed
+
+    void stop_reading(connection& c, const std::string& reason);
+    void close_connection(connection& c, const char* reason);
+    void close_after_writes(connection& c, const char* reason);
+    std::map<std::string, uint64_t> counters_map() const;
+
+    http_options _options;
+    scheduler_outbox _to_scheduler;
+    actors::outbox<sched::client_gone> _gone_out;
+    gone_delivery _gone;
+    uv_tcp_t _listener{};
+    bool _listening = false;
+    uv_timer_t _sweep_timer{};
+    uv_timer_t _grace_timer{};
+    status _listen_status;
+    uint16_t _bound_port = 0;
+    uint64_t _next_conn_id = 1;
+    uint64_t _next_answer = 1;  // numbers the answers' ids
+    std::unordered_map<uint64_t, std::unique_ptr<connection>> _connections;  // by local id
+    size_t _open = 0;
+    http_counters _counters;
+    std::string _health_status = "ok";
+    std::string _health_reason;
+    bool _draining = false;
+};
+
+}  // namespace ordo::http

@@ -1,0 +1,23 @@
+// metrics.hpp: the stats op's report as Prometheus text (GET /metrics; docs/http.md "Metrics").
+// Pure: the HTTP actor asks the scheduler for the report and hands it here with its own
+// counters.
+//
+// Names: ordo_<map>_<key> for the stats op's maps (net, scheduler, kv, kv_disk, gpu, fault_plan)
+// and for the HTTP front door's counters (http), ordo_<key> for its top-level gauges. Counters
+// end in _total; milliseconds summed by the stats op are shown in seconds (Prometheus' base
+// unit); the scheduler's histograms keep their names (ordo_time_to_first_token_seconds, ...) with
+// cumulative buckets. `promtool check metrics` accepts the output (tests/http).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "net/net_msgs.hpp"
+
+namespace ordo::http {
+
+std::string prometheus_text(const net::stats_report& stats,
+                            const std::map<std::string, uint64_t>& http_counters);
+
+}  // namespace ordo::http

@@ -1,0 +1,538 @@
+// openai.cpp: see openai.hpp.
+#include "http/openai.hpp"
+
+#include <algorithm>
+#include <array>
+#include <nlohmann/json.hpp>
+#include <span>
+
+#include "net/chat.hpp"
+#include "template/template.hpp"
+
+namespace ordo::http {
+namespace {
+
+using json = nlohmann::json;
+
+// Every field of a request body ordo reads, per API (docs/http.md "Parameters"). Any other
+// field is refused with 400 naming it: a client that asks for something ordo would not do
+// (response_format, tools, logit_bias, ...) learns so instead of getting an answer that
+// silently ignored it.
+constexpr std::array<std::string_view, 17> k_common_fields{"model",
+                                                           "stream",
+                                                           "stream_options",
+                                                           "n",
+                                                           "max_tokens",
+                                                           "temperature",
+                                                           "top_p",
+                                                           "seed",
+                                                           "stop",
+                                                           "presence_penalty",
+                                                           "frequency_penalty",
+                                                           "user",
+                                                           "top_k",
+                                                           "min_p",
+                                                           "repeat_penalty",
+                                                           "session",
+                                                           "logprobs"};
+constexpr std::array<std::string_view, 3> k_chat_fields{"messages", "max_completion_tokens",
+                                                        "top_logprobs"};
+constexpr std::array<std::string_view, 1> k_completion_fields{"prompt"};
+// Fields copied to ordo's validator under the same name (it checks their types and ranges).
+constexpr std::array<std::string_view, 8> k_passed_fields{
+    "temperature", "top_p", "seed", "stop", "top_k", "min_p", "repeat_penalty", "session"};
+
+bool contains(std::span<const std::string_view> set, std::string_view s) {
+    return std::find(set.begin(), set.end(), s) != set.end();
+}
+
+api_error bad(std::string message, std::string param = "", std::string code = "bad_request") {
+    return {400, std::move(code), std::move(message), std::move(param)};
+}
+
+std::string dump(const json& j) {
+    return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+// A JSON value in words, for error messages.
+std::string kind_of(const json& v) {
+    switch (v.type()) {
+        case json::value_t::null:
+            return "null";
+        case json::value_t::boolean:
+            return "a boolean";
+        case json::value_t::number_integer:
+        case json::value_t::number_unsigned:
+            return "an integer";
+        case json::value_t::number_float:
+            return "a float";
+        case json::value_t::string:
+            return "a string";
+        case json::value_t::array:
+            return "an array";
+        case json::value_t::object:
+            return "an object";
+        default:
+            return "a value";
+    }
+}
+
+// The body as a JSON object, nesting bounded while it is parsed.
+std::variant<json, api_error> parse_body(std::string_view body) {
+    auto depth_bound = [](int depth, json::parse_event_t, json&) {
+        if (depth > int(json_depth_max)) {
+            throw std::length_error("JSON nested deeper than " + std::to_string(json_depth_max) +
+                                    " levels");
+        }
+        return true;
+    };
+    try {
+        json j = json::parse(body, depth_bound);
+        if (!j.is_object())
+            return bad("the body must be a JSON object, got " + kind_of(j), "", "invalid_json");
+        return j;
+    } catch (const json::parse_error& e) {
+        return bad(std::string("malformed JSON: ") + e.what(), "", "invalid_json");
+    } catch (const std::length_error& e) {
+        return bad(e.what(), "", "invalid_json");
+    }
+}
+
+// messages[i].content given as parts: the text parts joined (ordo's templates take a string).
+std::optional<api_error> flatten_content(json& messages) {
+    if (!messages.is_array()) return std::nullopt;  // the validator names the type
+    for (size_t i = 0; i < messages.size(); i++) {
+        json& m = messages[i];
+        if (!m.is_object() || !m.contains("content") || !m["content"].is_array()) continue;
+        std::string text;
+        const json& parts = m["content"];
+        for (size_t k = 0; k < parts.size(); k++) {
+            const std::string at =
+                "messages[" + std::to_string(i) + "].content[" + std::to_string(k) + "]";
+            const json& p = parts[k];
+            if (!p.is_object() || !p.contains("type") || p["type"] != "text" ||
+                !p.contains("text") || !p["text"].is_string() || p.size() != 2) {
+                return bad(at + ": only text parts {\"type\": \"text\", \"text\": ...} are "
+                                "supported (ordo serves text models)",
+                           at);
+            }
+            text += p["text"].get<std::string>();
+        }
+        m["content"] = std::move(text);
+    }
+    return std::nullopt;
+}
+
+// /v1/completions' prompt: one string, or one array of token ids (n = 1: one prompt).
+std::optional<api_error> map_prompt(const json& prompt, json& ordo) {
+    auto is_ids = [](const json& a) {
+        return a.is_array() && !a.empty() &&
+               std::all_of(a.begin(), a.end(), [](const json& x) { return x.is_number_integer(); });
+    };
+    if (prompt.is_string()) {
+        ordo["prompt"] = prompt;
+    } else if (is_ids(prompt)) {
+        ordo["tokens"] = prompt;
+    } else if (prompt.is_array() && prompt.size() == 1 &&
+               (prompt[0].is_string() || is_ids(prompt[0]))) {
+        return map_prompt(prompt[0], ordo);
+    } else if (prompt.is_array() && prompt.size() > 1) {
+        return bad("prompt: one prompt per request (ordo answers n = 1), got " +
+                       std::to_string(prompt.size()),
+                   "prompt");
+    } else {
+        return bad("prompt: a string or an array of token ids, got " + kind_of(prompt), "prompt");
+    }
+    return std::nullopt;
+}
+
+// A field of `body`, nullptr when absent or null (OpenAI takes null as "not given").
+const json* field(const json& body, const char* k) {
+    auto it = body.find(k);
+    return it == body.end() || it->is_null() ? nullptr : &*it;
+}
+
+// n, the penalties and user: what ordo accepts of them only in the values that change nothing.
+std::optional<api_error> check_inert_fields(const json& body) {
+    if (const json* n = field(body, "n"); n != nullptr && !(n->is_number_integer() && *n == 1)) {
+        return bad("n = " + dump(*n) + ": ordo answers one choice per request (n = 1)", "n");
+    }
+    for (const char* k : {"presence_penalty", "frequency_penalty"}) {
+        const json* v = field(body, k);
+        if (v == nullptr) continue;
+        if (!v->is_number()) return bad(std::string(k) + ": a number, got " + kind_of(*v), k);
+        if (v->get<double>() != 0) {
+            return bad(std::string(k) + " = " + dump(*v) +
+                           ": not supported (only 0); ordo's sampler offers repeat_penalty",
+                       k);
+        }
+    }
+    if (const json* u = field(body, "user"); u != nullptr && !u->is_string()) {
+        return bad("user: a string, got " + kind_of(*u), "user");
+    }
+    return std::nullopt;
+}
+
+// stream and stream_options.include_usage.
+std::optional<api_error> map_stream(const json& body, api_request& out) {
+    if (const json* s = field(body, "stream")) {
+        if (!s->is_boolean()) return bad("stream: a boolean, got " + kind_of(*s), "stream");
+        out.stream = s->get<bool>();
+    }
+    const json* so = field(body, "stream_options");
+    if (so == nullptr) return std::nullopt;
+    if (!out.stream) return bad("stream_options needs stream = true", "stream_options");
+    if (!so->is_object()) {
+        return bad("stream_options: an object, got " + kind_of(*so), "stream_options");
+    }
+    for (const auto& [k, v] : so->items()) {
+        if (k != "include_usage") {
+            return bad("stream_options." + k + ": unsupported field (ordo knows include_usage)",
+                       "stream_options." + k);
+        }
+        if (!v.is_boolean()) {
+            return bad("stream_options.include_usage: a boolean, got " + kind_of(v),
+                       "stream_options.include_usage");
+        }
+        out.include_usage = v.get<bool>();
+    }
+    return std::nullopt;
+}
+
+// An integer 0..logprobs_max, or 400 naming `name`.
+std::optional<api_error> check_alternatives(const json& v, const char* name) {
+    if (!v.is_number_integer() || v < 0 || v > int(sched::logprobs_max)) {
+        return bad(std::string(name) + " = " + dump(v) + ": an integer 0.." +
+                       std::to_string(sched::logprobs_max),
+                   name);
+    }
+    return std::nullopt;
+}
+
+// logprobs: chat takes a boolean and top_logprobs; completions an integer (alternatives).
+std::optional<api_error> map_logprobs(api_kind kind, const json& body, api_request& out) {
+    const json* lp = field(body, "logprobs");
+    if (kind == api_kind::completion) {
+        if (lp == nullptr) return std::nullopt;
+        if (auto e = check_alternatives(*lp, "logprobs")) return e;
+        out.logprobs = true;
+        out.top_logprobs = lp->get<uint32_t>();
+        return std::nullopt;
+    }
+    if (lp != nullptr && !lp->is_boolean()) {
+        return bad("logprobs: a boolean, got " + kind_of(*lp), "logprobs");
+    }
+    out.logprobs = lp != nullptr && lp->get<bool>();
+    if (const json* top = field(body, "top_logprobs")) {
+        if (auto e = check_alternatives(*top, "top_logprobs")) return e;
+        if (!out.logprobs) return bad("top_logprobs needs logprobs = true", "top_logprobs");
+        out.top_logprobs = top->get<uint32_t>();
+    }
+    return std::nullopt;
+}
+
+// The OpenAI-only fields: checked here, and what they ask written into `ordo` / `out`.
+std::optional<api_error> map_openai_fields(api_kind kind, const json& body, json& ordo,
+                                           api_request& out) {
+    if (auto e = check_inert_fields(body)) return e;
+    if (auto e = map_stream(body, out)) return e;
+    // max_tokens, or chat's newer name for it.
+    const json* mt = field(body, "max_tokens");
+    if (const json* mct = kind == api_kind::chat ? field(body, "max_completion_tokens") : nullptr) {
+        if (mt != nullptr) {
+            return bad("max_tokens and max_completion_tokens: give one of them",
+                       "max_completion_tokens");
+        }
+        mt = mct;
+    }
+    if (mt != nullptr) ordo["max_tokens"] = *mt;
+    if (auto e = map_logprobs(kind, body, out)) return e;
+    // ordo reports logprobs with at least one alternative; the answer shows top_logprobs of them.
+    if (out.logprobs) ordo["logprobs"] = std::max<uint32_t>(1, out.top_logprobs);
+    ordo["stream"] = out.stream;
+    for (std::string_view k : k_passed_fields) {
+        if (const json* v = field(body, std::string(k).c_str())) ordo[std::string(k)] = *v;
+    }
+    return std::nullopt;
+}
+
+std::string type_of_status(int status) {
+    switch (status) {
+        case 404:
+            return "not_found_error";
+        case 429:
+            return "rate_limit_error";
+        case 501:
+            return "not_supported_error";
+        case 503:
+            return "unavailable_error";
+        default:
+            return status >= 500 ? "server_error" : "invalid_request_error";
+    }
+}
+
+const char* finish_reason(const std::string& reason) {
+    if (reason == "length") return "length";
+    if (reason == "stop") return "stop";
+    return "stop";  // cancelled: only a gone client's requests are, and nobody reads those
+}
+
+json usage_json(const net::generate_usage& u) {
+    return {{"prompt_tokens", u.prompt_tokens},
+            {"completion_tokens", u.completion_tokens},
+            {"total_tokens", u.prompt_tokens + u.completion_tokens},
+            {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+}
+
+json bytes_of(const std::string& s) {
+    json a = json::array();
+    for (unsigned char c : s) a.push_back(int(c));
+    return a;
+}
+
+// One token as chat's logprobs.content[] entry.
+json chat_logprob(const api_request& r, const net::token_info& t) {
+    json top = json::array();
+    if (t.top_logprobs) {
+        for (size_t i = 0; i < t.top_logprobs->size() && i < r.top_logprobs; i++) {
+            const auto& a = (*t.top_logprobs)[i];
+            top.push_back({{"token", a.text}, {"logprob", a.logprob}, {"bytes", bytes_of(a.text)}});
+        }
+    }
+    return {{"token", t.text},
+            {"logprob", t.logprob},
+            {"bytes", bytes_of(t.text)},
+            {"top_logprobs", std::move(top)}};
+}
+
+// Tokens as /v1/completions' logprobs object.
+json completion_logprobs(const api_request& r, std::span<const net::token_info> tokens,
+                         size_t offset) {
+    json toks = json::array(), lps = json::array(), tops = json::array(), offs = json::array();
+    for (const auto& t : tokens) {
+        toks.push_back(t.text);
+        lps.push_back(t.logprob);
+        json top = json::object();
+        if (t.top_logprobs) {
+            for (size_t i = 0; i < t.top_logprobs->size() && i < r.top_logprobs; i++) {
+                top[(*t.top_logprobs)[i].text] = (*t.top_logprobs)[i].logprob;
+            }
+        }
+        tops.push_back(std::move(top));
+        offs.push_back(offset);
+        offset += t.text.size();
+    }
+    return {{"tokens", std::move(toks)},
+            {"token_logprobs", std::move(lps)},
+            {"top_logprobs", std::move(tops)},
+            {"text_offset", std::move(offs)}};
+}
+
+json chunk_head(const answer_meta& m) {
+    return {{"id", m.id},
+            {"object", m.kind == api_kind::chat ? "chat.completion.chunk" : "text_completion"},
+            {"created", m.created},
+            {"model", m.model}};
+}
+
+std::string sse(const json& j) {
+    return "data: " + dump(j) + "\n\n";
+}
+
+}  // namespace
+
+std::variant<api_request, api_error> parse_api_request(api_kind kind, std::string_view body,
+                                                       const net::request_limits& limits,
+                                                       const served_model& model) {
+    auto parsed = parse_body(body);
+    if (auto* e = std::get_if<api_error>(&parsed)) return *e;
+    json& j = std::get<json>(parsed);
+    for (const auto& [k, v] : j.items()) {
+        bool known = contains(k_common_fields, k) ||
+                     contains(kind == api_kind::chat
+                                  ? std::span<const std::string_view>(k_chat_fields)
+                                  : std::span<const std::string_view>(k_completion_fields),
+                              k);
+        if (!known) {
+            return bad(net::fields::quote(k) +
+                           ": unsupported field (docs/http.md lists what "
+                           "ordo reads)",
+                       k);
+        }
+    }
+    auto m = j.find("model");
+    if (m == j.end() || !m->is_string()) {
+        return bad("model: required, a string naming the served model (GET /v1/models)", "model");
+    }
+    if (m->get<std::string>() != model.id) {
+        return api_error{404, "model_not_found",
+                         "the model " + net::fields::quote(m->get<std::string>()) +
+                             " is not served here; this server serves \"" + model.id + "\"",
+                         "model"};
+    }
+    api_request out;
+    out.kind = kind;
+    json ordo = json::object();
+    if (auto e = map_openai_fields(kind, j, ordo, out)) return *e;
+    if (kind == api_kind::chat) {
+        auto msgs = j.find("messages");
+        if (msgs == j.end() || msgs->is_null()) return bad("messages: required", "messages");
+        if (auto e = flatten_content(*msgs)) return *e;
+        ordo["messages"] = *msgs;
+    } else {
+        auto p = j.find("prompt");
+        if (p == j.end() || p->is_null()) return bad("prompt: required", "prompt");
+        if (auto e = map_prompt(*p, ordo)) return *e;
+    }
+    // The one validator: ordo's parameter rules (and the chat template's render).
+    std::vector<uint8_t> packed = json::to_msgpack(ordo);
+    msgpack::object_handle oh =
+        msgpack::unpack(reinterpret_cast<const char*>(packed.data()), packed.size());
+    auto g = kind == api_kind::chat ? net::parse_chat(oh.get(), limits)
+                                    : net::parse_generate(oh.get(), limits);
+    if (!g) {
+        const std::string& code = g.err().code;
+        return bad(
+            g.err().message, "",
+            code == "bad_request" ? "bad_request" : code);  // no_chat_template, template_error
+    }
+    out.params = std::move(*g);
+    return out;
+}
+
+int status_of(net::errc code) {
+    using net::errc;
+    switch (code) {
+        case errc::bad_frame:
+        case errc::bad_request:
+        case errc::unknown_op:
+        case errc::context_exceeded:
+        case errc::fault_disabled:
+        case errc::no_chat_template:
+        case errc::template_error:
+            return 400;
+        case errc::read_timeout:
+            return 408;
+        case errc::duplicate_id:
+        case errc::session_busy:
+            return 409;
+        case errc::too_many_inflight:
+        case errc::overloaded:
+            return 429;
+        case errc::tokenizer_unsupported:
+            return 501;
+        case errc::gpu_unavailable:
+        case errc::shutting_down:
+            return 503;
+        case errc::gpu_failed:
+        case errc::response_too_large:
+        case errc::kv_io:
+        case errc::internal:
+            return 500;
+    }
+    return 500;
+}
+
+api_error error_of(const net::request_error& e) {
+    return {status_of(e.code), std::string(net::wire_name(e.code)), e.message, ""};
+}
+
+std::string error_json(const api_error& e) {
+    json j = {{"error",
+               {{"message", e.message},
+                {"type", type_of_status(e.status)},
+                {"param", e.param.empty() ? json(nullptr) : json(e.param)},
+                {"code", e.code}}}};
+    return dump(j);
+}
+
+std::string completion_json(const answer_meta& m, const api_request& r,
+                            const net::generate_done& done) {
+    json choice = {{"index", 0}, {"finish_reason", finish_reason(done.reason)}};
+    json logprobs = nullptr;
+    if (r.logprobs && done.logprobs) {
+        if (m.kind == api_kind::chat) {
+            json content = json::array();
+            for (const auto& t : *done.logprobs) content.push_back(chat_logprob(r, t));
+            logprobs = {{"content", std::move(content)}};
+        } else {
+            logprobs = completion_logprobs(r, *done.logprobs, 0);
+        }
+    }
+    if (m.kind == api_kind::chat) {
+        choice["message"] = {{"role", "assistant"}, {"content", done.text}};
+    } else {
+        choice["text"] = done.text;
+    }
+    choice["logprobs"] = std::move(logprobs);
+    json j = {{"id", m.id},
+              {"object", m.kind == api_kind::chat ? "chat.completion" : "text_completion"},
+              {"created", m.created},
+              {"model", m.model},
+              {"choices", json::array({std::move(choice)})},
+              {"usage", usage_json(done.usage)}};
+    return dump(j);
+}
+
+std::string sse_role_chunk(const answer_meta& m) {
+    json j = chunk_head(m);
+    j["choices"] = json::array({{{"index", 0},
+                                 {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                 {"logprobs", nullptr},
+                                 {"finish_reason", nullptr}}});
+    return sse(j);
+}
+
+std::string sse_token_chunk(const answer_meta& m, const api_request& r, const net::token_info& t) {
+    json j = chunk_head(m);
+    json choice = {{"index", 0}, {"finish_reason", nullptr}};
+    json logprobs = nullptr;
+    if (m.kind == api_kind::chat) {
+        choice["delta"] = {{"content", t.text}};
+        if (r.logprobs) logprobs = {{"content", json::array({chat_logprob(r, t)})}};
+    } else {
+        choice["text"] = t.text;
+        if (r.logprobs) logprobs = completion_logprobs(r, std::span(&t, 1), 0);
+    }
+    choice["logprobs"] = std::move(logprobs);
+    j["choices"] = json::array({std::move(choice)});
+    if (r.include_usage) j["usage"] = nullptr;
+    return sse(j);
+}
+
+std::string sse_final_chunk(const answer_meta& m, const api_request& r,
+                            const net::generate_done& done) {
+    json j = chunk_head(m);
+    json choice = {
+        {"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason(done.reason)}};
+    if (m.kind == api_kind::chat) {
+        choice["delta"] = json::object();
+    } else {
+        choice["text"] = "";
+    }
+    j["choices"] = json::array({std::move(choice)});
+    if (r.include_usage) j["usage"] = nullptr;
+    return sse(j);
+}
+
+std::string sse_usage_chunk(const answer_meta& m, const net::generate_done& done) {
+    json j = chunk_head(m);
+    j["choices"] = json::array();
+    j["usage"] = usage_json(done.usage);
+    return sse(j);
+}
+
+std::string sse_error(const api_error& e) {
+    return "data: " + error_json(e) + "\n\n";
+}
+
+std::string model_json(const served_model& m) {
+    return dump({{"id", m.id}, {"object", "model"}, {"created", m.created}, {"owned_by", "ordo"}});
+}
+
+std::string models_json(const served_model& m) {
+    json one = json::parse(model_json(m));
+    return dump({{"object", "list"}, {"data", json::array({std::move(one)})}});
+}
+
+}  // namespace ordo::http

@@ -1,0 +1,96 @@
+// openai.hpp: the OpenAI API's JSON, both ways (docs/http.md). Pure: no sockets, no actor; the
+// HTTP actor calls it, tests call it directly.
+//
+// In: a /v1/chat/completions or /v1/completions body becomes the same validated
+// sched::generate_request the msgpack front door makes. The OpenAI fields are checked here
+// (model, n, stream_options, the penalties ordo refuses, fields it does not know), then the body
+// is rewritten with ordo's parameter names and handed to the one validator (net/ops.hpp
+// parse_chat / parse_generate), which renders the chat template too. So a bound or rule of the
+// protocol holds over HTTP without being written twice.
+//
+// Out: the scheduler's typed events (net/net_msgs.hpp) as OpenAI's response objects, stream
+// chunks and error objects.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include "actors/scheduler/scheduler_msgs.hpp"
+#include "net/error_code.hpp"
+#include "net/net_msgs.hpp"
+#include "net/ops.hpp"
+
+namespace ordo::http {
+
+// JSON nested deeper than this is refused before anything walks it (the parser itself is
+// iterative; what reads the value afterwards is not).
+inline constexpr uint32_t json_depth_max = 64;
+
+enum class api_kind { chat, completion };
+
+// What the server serves, as /v1/models and every response name it.
+struct served_model {
+    std::string id;        // the GGUF file's name without ".gguf"
+    uint64_t created = 0;  // unix seconds: when the server started
+};
+
+// One OpenAI error: the HTTP status and the body's fields.
+struct api_error {
+    int status = 400;
+    std::string code;  // ordo's code (net/error_code.hpp wire names) or an HTTP one
+    std::string message;
+    std::string param;  // the field concerned, "" when none
+};
+
+// A validated request and how its answer must be shaped.
+struct api_request {
+    api_kind kind = api_kind::chat;
+    sched::generate_request params;
+    bool stream = false;
+    bool include_usage = false;  // stream_options.include_usage
+    bool logprobs = false;       // report logprobs in the answer
+    uint32_t top_logprobs = 0;   // alternatives per token in the answer (0..20)
+};
+
+// Parses and validates a request body. Errors: 400 (malformed JSON, a wrong field, a refused
+// one; the message and `param` name it), 404 (`model` is not the served model), and the
+// template's no_chat_template / template_error as 400.
+std::variant<api_request, api_error> parse_api_request(api_kind kind, std::string_view body,
+                                                       const net::request_limits& limits,
+                                                       const served_model& model);
+
+// The HTTP status of an ordo error code (docs/http.md "Errors").
+int status_of(net::errc code);
+// OpenAI's error body: {"error": {"message", "type", "param", "code"}}.
+std::string error_json(const api_error& e);
+api_error error_of(const net::request_error& e);
+
+// Identity of one answer: the id (chatcmpl-... / cmpl-...), its creation time and the model.
+struct answer_meta {
+    api_kind kind = api_kind::chat;
+    std::string id;
+    uint64_t created = 0;
+    std::string model;
+};
+
+// The whole non-streamed answer of `done`.
+std::string completion_json(const answer_meta& m, const api_request& r,
+                            const net::generate_done& done);
+
+// Server-sent events of a streamed answer. Each returns one `data: ...\n\n` event.
+std::string sse_role_chunk(const answer_meta& m);  // chat only: the first chunk
+std::string sse_token_chunk(const answer_meta& m, const api_request& r, const net::token_info& t);
+std::string sse_final_chunk(const answer_meta& m, const api_request& r,
+                            const net::generate_done& done);  // finish_reason (+ usage)
+std::string sse_usage_chunk(const answer_meta& m, const net::generate_done& done);
+std::string sse_error(const api_error& e);
+inline constexpr std::string_view sse_done = "data: [DONE]\n\n";
+
+// /v1/models and /v1/models/{id}.
+std::string models_json(const served_model& m);
+std::string model_json(const served_model& m);
+
+}  // namespace ordo::http

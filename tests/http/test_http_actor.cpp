@@ -1,0 +1,276 @@
+// test_http_actor.cpp: the HTTP actor on its real loop with real TCP clients, wired to a probe
+// actor in place of the scheduler (tests/support/actor_probe.hpp); the test plays the scheduler.
+// Small enough to run under ASan in seconds (tools/dev.sh ORDO_SANITIZE=1).
+//
+// Checks: (1) a streamed completion reaches the scheduler as a typed generate whose conn names
+// the HTTP front door, and the scheduler's token events and generate_done come back as SSE
+// chunks ending with [DONE]; (2) a second request of the connection is not sent to the
+// scheduler before the first is answered, and is answered after it; (3) an error before any
+// token is an HTTP error with its status (gpu_unavailable: 503); an error after tokens ends the
+// stream with an error event and no [DONE]; (4) a client that closes mid-stream is exactly one
+// client_gone for its connection; (5) drop_connection closes the connection; (6) /health says
+// what set_health said (200 ok; 503 with the reason when degraded) and 503 shutting_down once
+// draining; (7) /metrics asks the scheduler for its stats and answers them as Prometheus text;
+// (8) the refusals that close a connection: a body over the bound (413, before the body), a
+// malformed request behind a good one (answered after it), a request not finished within the
+// header timeout (408); every loop closes cleanly.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "http/http_actor.hpp"
+#include "tests/http/http_client.hpp"
+#include "tests/support/actor_probe.hpp"
+
+namespace {
+
+using namespace ordo;
+using json = nlohmann::json;
+using test::http_conn;
+using test::http_request_text;
+using test::probe;
+
+using sched_probe = probe<sched::generate, sched::stats_query, sched::client_gone>;
+
+struct rig {
+    explicit rig(http::http_options o = options()) : http(std::move(o), 1024) {
+        http.connect_scheduler(sched);
+        EXPECT_TRUE(sched.start().ok());
+        EXPECT_TRUE(http.start().ok());
+        EXPECT_TRUE(http.listen_status().ok());
+        // The scheduler says the device is ready.
+        EXPECT_TRUE(http.tell(net::set_health{"ok", ""}, "scheduler").ok());
+    }
+    ~rig() {
+        for (actors::actor_core* a : std::initializer_list<actors::actor_core*>{&http, &sched}) {
+            a->request_stop();
+            EXPECT_TRUE(a->join().ok()) << a->name() << " leaked a handle";
+        }
+    }
+    static http::http_options options() {
+        http::http_options o;
+        o.port = 0;
+        o.limits = {16, 300, false};
+        o.model = {"tiny", 1};
+        return o;
+    }
+    bool connect(http_conn& c) { return c.connect(http.bound_port()); }
+    template <typename T>
+    void tell(const T& m) {
+        EXPECT_TRUE(http.tell(m, "scheduler").ok());
+    }
+
+    sched_probe sched{"scheduler"};
+    http::http_actor http;
+};
+
+std::string completion(bool stream) {
+    return http_request_text(
+        "POST", "/v1/completions",
+        json({{"model", "tiny"}, {"prompt", "hi"}, {"stream", stream}}).dump());
+}
+
+net::token_event token(uint64_t conn, uint64_t id, const std::string& text) {
+    return {conn, id, {65, text, -0.5f, std::nullopt}};
+}
+
+net::generate_done done(uint64_t conn, uint64_t id, const std::string& text) {
+    net::generate_done d;
+    d.conn = conn, d.id = id, d.reason = "length", d.text = text;
+    d.usage.prompt_tokens = 2, d.usage.completion_tokens = 2;
+    return d;
+}
+
+}  // namespace
+
+// (1)
+TEST(http_actor, a_stream_in_typed_messages_out_as_sse) {
+    rig r;
+    http_conn c;
+    ASSERT_TRUE(r.connect(c));
+    ASSERT_TRUE(c.send(completion(true)));
+    auto g = r.sched.next<sched::generate>();
+    ASSERT_TRUE(g);
+    EXPECT_EQ(sched::front_door_of(g->conn), sched::front_door::http);
+    EXPECT_EQ(g->params.prompt.value_or(""), "hi");
+    EXPECT_TRUE(g->params.stream);
+    r.tell(token(g->conn, g->id, "a"));
+    r.tell(token(g->conn, g->id, "b"));
+    r.tell(done(g->conn, g->id, "ab"));
+    auto resp = c.read();
+    ASSERT_TRUE(resp);
+    EXPECT_EQ(resp->status, 200);
+    auto events = test::sse_data(resp->body);
+    ASSERT_EQ(events.size(), 4u) << resp->body;
+    EXPECT_EQ(json::parse(events[0])["choices"][0]["text"], "a");
+    EXPECT_EQ(json::parse(events[1])["choices"][0]["text"], "b");
+    EXPECT_EQ(json::parse(events[2])["choices"][0]["finish_reason"], "length");
+    EXPECT_EQ(events[3], "[DONE]");
+}
+
+// (2)
+TEST(http_actor, one_request_of_a_connection_runs_at_a_time) {
+    rig r;
+    http_conn c;
+    ASSERT_TRUE(r.connect(c));
+    ASSERT_TRUE(c.send(completion(false) + completion(false)));
+    auto first = r.sched.next<sched::generate>();
+    ASSERT_TRUE(first);
+    EXPECT_FALSE(r.sched.next<sched::generate>(std::chrono::milliseconds(200)))
+        << "the second request went to the scheduler before the first was answered";
+    r.tell(done(first->conn, first->id, "one"));
+    auto a = c.read();
+    ASSERT_TRUE(a);
+    EXPECT_EQ(json::parse(a->body)["choices"][0]["text"], "one");
+    auto second = r.sched.next<sched::generate>();
+    ASSERT_TRUE(second);
+    EXPECT_EQ(second->conn, first->conn);
+    EXPECT_NE(second->id, first->id);
+    r.tell(done(second->conn, second->id, "two"));
+    auto b = c.read();
+    ASSERT_TRUE(b);
+    EXPECT_EQ(json::parse(b->body)["choices"][0]["text"], "two");
+}
+
+// (3)
+TEST(http_actor, errors_before_and_after_the_first_token) {
+    rig r;
+    http_conn c;
+    ASSERT_TRUE(r.connect(c));
+    ASSERT_TRUE(c.send(completion(true)));
+    auto g = r.sched.next<sched::generate>();
+    ASSERT_TRUE(g);
+    r.tell(net::request_error{g->conn, g->id, net::errc::gpu_unavailable, "no device"});
+    auto early = c.read();
+    ASSERT_TRUE(early);
+    EXPECT_EQ(early->status, 503);
+    EXPECT_EQ(json::parse(early->body)["error"]["code"], "gpu_unavailable");
+
+    ASSERT_TRUE(c.send(completion(true)));
+    auto h = r.sched.next<sched::generate>();
+    ASSERT_TRUE(h);
+    r.tell(token(h->conn, h->id, "a"));
+    r.tell(net::request_error{h->conn, h->id, net::errc::gpu_failed, "retries spent"});
+    auto late = c.read();
+    ASSERT_TRUE(late);
+    EXPECT_EQ(late->status, 200);
+    auto events = test::sse_data(late->body);
+    ASSERT_EQ(events.size(), 2u) << late->body;
+    EXPECT_EQ(json::parse(events[1])["error"]["code"], "gpu_failed");
+}
+
+// (4)
+TEST(http_actor, a_client_closing_mid_stream_is_one_client_gone) {
+    rig r;
+    http_conn c;
+    ASSERT_TRUE(r.connect(c));
+    ASSERT_TRUE(c.send(completion(true)));
+    auto g = r.sched.next<sched::generate>();
+    ASSERT_TRUE(g);
+    r.tell(token(g->conn, g->id, "a"));
+    ASSERT_TRUE(c.read_head());
+    c.close();
+    auto gone = r.sched.next<sched::client_gone>();
+    ASSERT_TRUE(gone);
+    EXPECT_EQ(gone->conn, g->conn);
+    EXPECT_FALSE(r.sched.next<sched::client_gone>(std::chrono::milliseconds(200)));
+    // Events still in flight for the gone connection are dropped quietly.
+    r.tell(done(g->conn, g->id, "a"));
+}
+
+// (5)
+TEST(http_actor, drop_connection_closes_it) {
+    rig r;
+    http_conn c;
+    ASSERT_TRUE(r.connect(c));
+    ASSERT_TRUE(c.send(completion(false)));
+    auto g = r.sched.next<sched::generate>();
+    ASSERT_TRUE(g);
+    r.tell(net::drop_connection{g->conn, "events undeliverable"});
+    EXPECT_TRUE(c.wait_closed());
+    EXPECT_TRUE(r.sched.next<sched::client_gone>());
+}
+
+// (6)
+TEST(http_actor, health_follows_set_health_and_drain) {
+    rig r;
+    auto ok = test::http_call(r.http.bound_port(), "GET", "/health");
+    ASSERT_TRUE(ok);
+    EXPECT_EQ(ok->status, 200);
+    r.tell(net::set_health{"degraded", "the device could not be rebuilt"});
+    auto bad = test::http_call(r.http.bound_port(), "GET", "/health");
+    ASSERT_TRUE(bad);
+    EXPECT_EQ(bad->status, 503);
+    EXPECT_EQ(json::parse(bad->body)["status"], "degraded");
+    EXPECT_EQ(json::parse(bad->body)["reason"], "the device could not be rebuilt");
+    // Draining: the listener closes, a connection already open is told shutting_down.
+    http_conn c;
+    ASSERT_TRUE(r.connect(c));
+    r.tell(net::begin_drain{});
+    ASSERT_TRUE(c.send(http_request_text("GET", "/health")));
+    auto draining = c.read();
+    ASSERT_TRUE(draining);
+    EXPECT_EQ(draining->status, 503);
+    EXPECT_EQ(json::parse(draining->body)["status"], "shutting_down");
+}
+
+// (7)
+TEST(http_actor, metrics_come_from_the_scheduler_stats) {
+    rig r;
+    http_conn c;
+    ASSERT_TRUE(r.connect(c));
+    ASSERT_TRUE(c.send(http_request_text("GET", "/metrics")));
+    auto q = r.sched.next<sched::stats_query>();
+    ASSERT_TRUE(q);
+    EXPECT_EQ(sched::front_door_of(q->conn), sched::front_door::http);
+    net::stats_done d{q->conn, q->id, {}};
+    d.stats.active_sequences = 3;
+    d.stats.scheduler = {{"requests", 9}};
+    d.stats.histograms = {{"prompt_tokens", net::histogram({1, 10})}};
+    d.stats.histograms["prompt_tokens"].observe(5);
+    r.tell(d);
+    auto m = c.read();
+    ASSERT_TRUE(m);
+    EXPECT_EQ(m->status, 200);
+    for (const char* line :
+         {"ordo_active_sequences 3\n", "ordo_scheduler_requests_total 9\n",
+          "ordo_prompt_tokens_bucket{le=\"1\"} 0\n", "ordo_prompt_tokens_bucket{le=\"10\"} 1\n",
+          "ordo_prompt_tokens_bucket{le=\"+Inf\"} 1\n", "ordo_prompt_tokens_sum 5\n",
+          "ordo_http_requests_total 1\n"}) {
+        EXPECT_NE(m->body.find(line), std::string::npos) << line << " not in\n" << m->body;
+    }
+}
+
+// (8)
+TEST(http_actor, refusals_that_close_the_connection) {
+    http::http_options o = rig::options();
+    o.body_bytes_max = 1024;
+    o.header_timeout_ms = 200;
+    rig r(o);
+    http_conn big;
+    ASSERT_TRUE(r.connect(big));
+    ASSERT_TRUE(big.send("POST /v1/completions HTTP/1.1\r\nContent-Length: 5000\r\n\r\n"));
+    auto a = big.read();
+    ASSERT_TRUE(a);
+    EXPECT_EQ(a->status, 413);
+    EXPECT_TRUE(big.wait_closed());
+
+    http_conn bad;
+    ASSERT_TRUE(r.connect(bad));
+    ASSERT_TRUE(bad.send(http_request_text("GET", "/v1/models") + "GET / HTTP/9.9.9\r\n\r\n"));
+    auto models = bad.read();
+    ASSERT_TRUE(models);
+    EXPECT_EQ(models->status, 200);
+    auto refused = bad.read();
+    ASSERT_TRUE(refused);
+    EXPECT_GE(refused->status, 400);
+    EXPECT_TRUE(bad.wait_closed());
+
+    http_conn slow;
+    ASSERT_TRUE(r.connect(slow));
+    ASSERT_TRUE(slow.send("POST /v1/completions HTTP/1.1\r\nContent-Length: 10\r\n\r\n{\"a\""));
+    auto late = slow.read();
+    ASSERT_TRUE(late);
+    EXPECT_EQ(late->status, 408);
+    EXPECT_TRUE(slow.wait_closed());
+}

@@ -1,0 +1,311 @@
+// test_openai.cpp: http/openai (OpenAI JSON <-> ordo's typed messages), without a server.
+//
+// Checks: a chat body becomes the generate the `chat` op would make (template rendered, chat
+// set, parameters mapped: max_completion_tokens, logprobs/top_logprobs, stop, seed); a
+// completions body maps prompt strings and token-id arrays; every refusal is 400 (404 for the
+// model) naming the field: unknown and unsupported fields, n != 1, non-zero penalties,
+// stream_options without stream, image content parts, several prompts, malformed and too deeply
+// nested JSON, and ordo's own range checks; nulls count as absent. Out: the answer, chunk and
+// error objects have OpenAI's shapes, and each ordo error code has its HTTP status.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "http/openai.hpp"
+
+namespace {
+
+using namespace ordo::http;
+using json = nlohmann::json;
+
+const served_model k_model{"tiny", 1700000000};
+
+ordo::net::request_limits limits() {
+    ordo::net::request_limits l;
+    l.max_tokens_default = 16;
+    l.vocab_size = 260;
+    l.chat = std::make_shared<ordo::net::chat_setup>(ordo::net::make_chat_setup(
+        "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
+        "{% if add_generation_prompt %}<assistant>{% endif %}",
+        "file:test", "<s>", "</s>"));
+    return l;
+}
+
+std::variant<api_request, api_error> parse(api_kind k, const json& body) {
+    return parse_api_request(k, body.dump(), limits(), k_model);
+}
+
+api_request ok(api_kind k, const json& body) {
+    auto r = parse(k, body);
+    if (auto* e = std::get_if<api_error>(&r)) {
+        ADD_FAILURE() << body.dump() << " -> " << e->status << " " << e->message;
+        return {};
+    }
+    return std::get<api_request>(r);
+}
+
+api_error refused(api_kind k, const json& body) {
+    auto r = parse(k, body);
+    if (auto* e = std::get_if<api_error>(&r)) return *e;
+    ADD_FAILURE() << body.dump() << " was accepted";
+    return {};
+}
+
+json chat(json extra = json::object()) {
+    json j = {{"model", "tiny"},
+              {"messages", json::array({{{"role", "user"}, {"content", "Hi"}}})}};
+    for (auto& [k, v] : extra.items()) j[k] = v;
+    return j;
+}
+
+}  // namespace
+
+TEST(openai_in, chat_renders_the_template_and_maps_parameters) {
+    api_request r = ok(api_kind::chat, chat({{"max_completion_tokens", 5},
+                                             {"temperature", 0},
+                                             {"seed", 7},
+                                             {"stop", "x"},
+                                             {"logprobs", true},
+                                             {"top_logprobs", 3},
+                                             {"user", "someone"},
+                                             {"n", 1},
+                                             {"presence_penalty", 0}}));
+    EXPECT_EQ(r.params.prompt.value_or(""), "<user>Hi<assistant>");
+    EXPECT_TRUE(r.params.chat);
+    EXPECT_EQ(r.params.max_tokens, 5u);
+    EXPECT_EQ(r.params.sampling.temperature, 0.0f);
+    EXPECT_EQ(r.params.sampling.seed, 7u);
+    EXPECT_TRUE(r.params.seed_given);
+    EXPECT_EQ(r.params.stop, std::vector<std::string>{"x"});
+    EXPECT_TRUE(r.logprobs);
+    EXPECT_EQ(r.top_logprobs, 3u);
+    EXPECT_EQ(r.params.sampling.logprobs, 3u);
+    EXPECT_FALSE(r.stream);
+}
+
+TEST(openai_in, logprobs_without_alternatives_still_asks_ordo_for_one) {
+    api_request r = ok(api_kind::chat, chat({{"logprobs", true}}));
+    EXPECT_TRUE(r.logprobs);
+    EXPECT_EQ(r.top_logprobs, 0u);
+    EXPECT_EQ(r.params.sampling.logprobs, 1u);
+    api_request none = ok(api_kind::chat, chat());
+    EXPECT_EQ(none.params.sampling.logprobs, 0u);
+    EXPECT_EQ(none.params.max_tokens, 16u);  // the server's default
+}
+
+TEST(openai_in, stream_and_include_usage) {
+    api_request r =
+        ok(api_kind::chat, chat({{"stream", true}, {"stream_options", {{"include_usage", true}}}}));
+    EXPECT_TRUE(r.stream);
+    EXPECT_TRUE(r.params.stream);
+    EXPECT_TRUE(r.include_usage);
+    api_error e = refused(api_kind::chat, chat({{"stream_options", {{"include_usage", true}}}}));
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.param, "stream_options");
+}
+
+TEST(openai_in, nulls_are_absent) {
+    api_request r = ok(
+        api_kind::chat,
+        chat({{"stop", nullptr}, {"n", nullptr}, {"seed", nullptr}, {"stream_options", nullptr}}));
+    EXPECT_TRUE(r.params.stop.empty());
+    EXPECT_FALSE(r.params.seed_given);
+}
+
+TEST(openai_in, text_content_parts_are_joined) {
+    json body = chat();
+    body["messages"][0]["content"] =
+        json::array({{{"type", "text"}, {"text", "a"}}, {{"type", "text"}, {"text", "b"}}});
+    EXPECT_EQ(ok(api_kind::chat, body).params.prompt.value_or(""), "<user>ab<assistant>");
+    body["messages"][0]["content"][1] = {{"type", "image_url"}, {"image_url", {{"url", "x"}}}};
+    api_error e = refused(api_kind::chat, body);
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.param, "messages[0].content[1]");
+}
+
+TEST(openai_in, completions_take_a_string_or_token_ids) {
+    json body = {{"model", "tiny"}, {"prompt", "Once"}, {"max_tokens", 3}, {"logprobs", 2}};
+    api_request r = ok(api_kind::completion, body);
+    EXPECT_EQ(r.params.prompt.value_or(""), "Once");
+    EXPECT_FALSE(r.params.chat);
+    EXPECT_EQ(r.top_logprobs, 2u);
+    EXPECT_EQ(r.params.sampling.logprobs, 2u);
+    body["prompt"] = json::array({1, 2, 3});
+    EXPECT_EQ(ok(api_kind::completion, body).params.tokens, (std::vector<int32_t>{1, 2, 3}));
+    body["prompt"] = json::array({"one"});
+    EXPECT_EQ(ok(api_kind::completion, body).params.prompt.value_or(""), "one");
+    body["prompt"] = json::array({"one", "two"});
+    EXPECT_EQ(refused(api_kind::completion, body).param, "prompt");
+    body["prompt"] = json::array({999999});  // beyond the vocabulary: ordo's validator
+    EXPECT_EQ(refused(api_kind::completion, body).status, 400);
+}
+
+TEST(openai_in, refusals_name_the_field) {
+    struct refusal {
+        json extra;
+        std::string param;
+    };
+    for (const refusal& c : std::vector<refusal>{
+             {{{"response_format", {{"type", "json_object"}}}}, "response_format"},
+             {{{"tools", json::array()}}, "tools"},
+             {{{"logit_bias", json::object()}}, "logit_bias"},
+             {{{"n", 2}}, "n"},
+             {{{"presence_penalty", 0.5}}, "presence_penalty"},
+             {{{"frequency_penalty", -1}}, "frequency_penalty"},
+             {{{"top_logprobs", 2}}, "top_logprobs"},  // without logprobs
+             {{{"logprobs", 3}}, "logprobs"},          // chat's is a boolean
+             {{{"max_tokens", 3}, {"max_completion_tokens", 3}}, "max_completion_tokens"},
+             {{{"stream", "yes"}}, "stream"},
+             {{{"prompt", "x"}}, "prompt"},  // a completions field
+         }) {
+        api_error e = refused(api_kind::chat, chat(c.extra));
+        EXPECT_EQ(e.status, 400) << c.extra.dump();
+        EXPECT_EQ(e.param, c.param) << c.extra.dump() << ": " << e.message;
+        EXPECT_NE(e.message.find(c.param.substr(0, c.param.find('['))), std::string::npos)
+            << e.message;
+    }
+}
+
+TEST(openai_in, ordo_range_checks_apply) {
+    api_error e = refused(api_kind::chat, chat({{"temperature", -1}}));
+    EXPECT_EQ(e.status, 400);
+    EXPECT_NE(e.message.find("temperature"), std::string::npos) << e.message;
+    e = refused(api_kind::chat, chat({{"max_tokens", 0}}));
+    EXPECT_NE(e.message.find("max_tokens"), std::string::npos) << e.message;
+    e = refused(api_kind::chat,
+                chat({{"messages", json::array({{{"role", "robot"}, {"content", "x"}}})}}));
+    EXPECT_NE(e.message.find("messages[0].role"), std::string::npos) << e.message;
+}
+
+TEST(openai_in, the_model_must_be_the_served_one) {
+    api_error e = refused(api_kind::chat, chat({{"model", "gpt-4o"}}));
+    EXPECT_EQ(e.status, 404);
+    EXPECT_EQ(e.code, "model_not_found");
+    EXPECT_NE(e.message.find("tiny"), std::string::npos);
+    json body = chat();
+    body.erase("model");
+    EXPECT_EQ(refused(api_kind::chat, body).param, "model");
+}
+
+TEST(openai_in, malformed_and_deep_json_are_400) {
+    for (std::string body : {std::string("{\"model\": "), std::string("[1, 2]"), std::string(""),
+                             std::string(100, '[') + std::string(100, ']')}) {
+        auto r = parse_api_request(api_kind::chat, body, limits(), k_model);
+        ASSERT_TRUE(std::holds_alternative<api_error>(r)) << body;
+        EXPECT_EQ(std::get<api_error>(r).status, 400);
+        EXPECT_EQ(std::get<api_error>(r).code, "invalid_json") << std::get<api_error>(r).message;
+    }
+}
+
+TEST(openai_out, error_shape_and_statuses) {
+    json e = json::parse(error_json({429, "overloaded", "busy", ""}));
+    EXPECT_EQ(e["error"]["message"], "busy");
+    EXPECT_EQ(e["error"]["code"], "overloaded");
+    EXPECT_EQ(e["error"]["type"], "rate_limit_error");
+    EXPECT_TRUE(e["error"]["param"].is_null());
+    using ordo::net::errc;
+    EXPECT_EQ(status_of(errc::bad_request), 400);
+    EXPECT_EQ(status_of(errc::context_exceeded), 400);
+    EXPECT_EQ(status_of(errc::overloaded), 429);
+    EXPECT_EQ(status_of(errc::internal), 500);
+    EXPECT_EQ(status_of(errc::gpu_failed), 500);
+    EXPECT_EQ(status_of(errc::gpu_unavailable), 503);
+    EXPECT_EQ(status_of(errc::shutting_down), 503);
+}
+
+TEST(openai_out, answer_and_chunks_have_openai_shapes) {
+    answer_meta m{api_kind::chat, "chatcmpl-1", 5, "tiny"};
+    api_request r;
+    r.logprobs = true;
+    r.top_logprobs = 1;
+    r.include_usage = true;
+    ordo::net::token_info t{65, "A", -0.5f,
+                            std::vector<ordo::net::top_logprob>{{65, "A", -0.5f}, {66, "B", -1.f}}};
+    ordo::net::generate_done d;
+    d.reason = "length";
+    d.text = "A";
+    d.logprobs = std::vector<ordo::net::token_info>{t};
+    d.usage.prompt_tokens = 3;
+    d.usage.completion_tokens = 1;
+    json a = json::parse(completion_json(m, r, d));
+    EXPECT_EQ(a["object"], "chat.completion");
+    EXPECT_EQ(a["choices"][0]["message"]["content"], "A");
+    EXPECT_EQ(a["choices"][0]["finish_reason"], "length");
+    EXPECT_EQ(a["choices"][0]["logprobs"]["content"][0]["top_logprobs"].size(), 1u);
+    EXPECT_EQ(a["usage"]["total_tokens"], 4);
+    std::string chunk = sse_token_chunk(m, r, t);
+    ASSERT_EQ(chunk.rfind("data: ", 0), 0u);
+    ASSERT_EQ(chunk.substr(chunk.size() - 2), "\n\n");
+    json c = json::parse(chunk.substr(6));
+    EXPECT_EQ(c["object"], "chat.completion.chunk");
+    EXPECT_EQ(c["choices"][0]["delta"]["content"], "A");
+    EXPECT_TRUE(c["usage"].is_null());
+    json u = json::parse(sse_usage_chunk(m, d).substr(6));
+    EXPECT_TRUE(u["choices"].empty());
+    EXPECT_EQ(u["usage"]["completion_tokens"], 1);
+    answer_meta cm{api_kind::completion, "cmpl-1", 5, "tiny"};
+    json ca = json::parse(completion_json(cm, r, d));
+    EXPECT_EQ(ca["object"], "text_completion");
+    EXPECT_EQ(ca["choices"][0]["text"], "A");
+    EXPECT_EQ(ca["choices"][0]["logprobs"]["token_logprobs"][0], -0.5);
+}
+
+// Seeded mutations of valid bodies (bytes flipped, fields dropped or retyped): every body is
+// either accepted as a request whose parameters hold ordo's bounds, or refused with 400/404 and a
+// message; nothing throws. (Run under ASan by ORDO_SANITIZE=1.)
+TEST(openai_in, mutated_bodies_are_accepted_or_refused_never_crash) {
+    std::mt19937_64 rng(7);
+    const std::vector<json> seeds = {chat({{"stream", true},
+                                           {"stream_options", {{"include_usage", true}}},
+                                           {"logprobs", true},
+                                           {"top_logprobs", 2},
+                                           {"stop", json::array({"a", "b"})},
+                                           {"seed", 3}}),
+                                     json({{"model", "tiny"},
+                                           {"prompt", json::array({1, 2, 3})},
+                                           {"max_tokens", 4},
+                                           {"logprobs", 1}})};
+    const std::vector<json> values = {nullptr,
+                                      true,
+                                      -1,
+                                      0,
+                                      1,
+                                      2.5,
+                                      1e300,
+                                      "x",
+                                      json::array(),
+                                      json::object(),
+                                      json::array({1, "a", nullptr})};
+    for (int round = 0; round < 4000; round++) {
+        const bool is_chat = round % 2 == 0;
+        json body = seeds[is_chat ? 0 : 1];
+        std::string text;
+        if (round % 3 == 0) {
+            text = body.dump();
+            for (int flips = 1 + int(rng() % 4); flips > 0; flips--) {
+                text[rng() % text.size()] = char(rng());
+            }
+        } else {
+            auto it = body.begin();
+            std::advance(it, rng() % body.size());
+            if (rng() % 3 == 0) {
+                body.erase(it.key());
+            } else {
+                *it = values[rng() % values.size()];
+            }
+            text = body.dump();
+        }
+        auto r = parse_api_request(is_chat ? api_kind::chat : api_kind::completion, text, limits(),
+                                   k_model);
+        if (auto* e = std::get_if<api_error>(&r)) {
+            EXPECT_TRUE(e->status == 400 || e->status == 404) << e->status;
+            EXPECT_FALSE(e->message.empty());
+        } else {
+            const api_request& a = std::get<api_request>(r);
+            EXPECT_GE(a.params.max_tokens, 1u);
+            EXPECT_LE(a.params.sampling.logprobs, 20u);
+            EXPECT_TRUE(a.params.prompt.has_value() != !a.params.tokens.empty());
+        }
+    }
+}

@@ -1,0 +1,73 @@
+// test_openai_client.cpp: OpenAI's official Node client (npm `openai`, the version tools/dev.sh
+// pins, installed into build/node) drives the real ordo-server's HTTP front door.
+//
+// The checks are in openai_client.mjs: models.list; chat and completions, non-streamed and
+// streamed (the stream adds up to the non-streamed answer; the usage chunk); a stop string;
+// the same seed giving the same text; logprobs with top_logprobs; and the client's own error
+// classes and fields (status, param) for a wrong model (404), n = 2, response_format and tools
+// (400). Without node or the package the test skips with a visible message; with
+// ORDO_HTTP_CLIENT_REQUIRED=1 (CI) it fails instead.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string_view>
+
+#include "tests/support/server_process.hpp"
+
+namespace {
+
+using namespace ordo::test;
+namespace fs = std::filesystem;
+
+bool client_required() {
+    const char* v = std::getenv("ORDO_HTTP_CLIENT_REQUIRED");
+    return v != nullptr && std::string_view(v) == "1";
+}
+
+std::string temp_path(const std::string& name) {
+    fs::path dir = fs::temp_directory_path() / ("ordo_openai_" + std::to_string(getpid()));
+    fs::create_directories(dir);
+    return (dir / name).string();
+}
+
+}  // namespace
+
+TEST(openai_node_client, drives_the_http_api) {
+    const std::string modules = ORDO_NODE_MODULES;
+    std::string missing;
+    if (run_command("command -v node > /dev/null 2>&1").exit_code != 0) {
+        missing = "node is not installed";
+    } else if (!fs::exists(modules + "/openai/package.json")) {
+        missing =
+            "the openai package is not in " + modules + " (bash tools/dev.sh setup installs it)";
+    }
+    if (!missing.empty()) {
+        if (client_required()) GTEST_FAIL() << "ORDO_HTTP_CLIENT_REQUIRED=1 but " << missing;
+        std::fprintf(stderr, "\n*** SKIPPING: %s ***\n\n", missing.c_str());
+        GTEST_SKIP() << missing;
+    }
+    const std::string model = temp_path("tiny.gguf");
+    std::string mk = std::string(ORDO_MODEL_BIN) + " mk --out " + model +
+                     " --n-embd 32 --n-layer 1 --n-head 2 --n-head-kv 2 --n-ff 64"
+                     " --n-vocab 260 --type f32 --seed 1 --ctx 512 > /dev/null";
+    ASSERT_EQ(std::system(mk.c_str()), 0) << mk;
+    const std::string tmpl = temp_path("chatml.jinja");
+    std::ofstream(tmpl) << "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+                           "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}"
+                           "<|im_start|>assistant\n{% endif %}";
+    server_process s;
+    ASSERT_TRUE(s.start(ORDO_SERVER_BIN, {"--model", model, "--chat-template", tmpl}))
+        << s.output();
+    ASSERT_NE(s.http_port(), 0) << s.output();
+    ASSERT_EQ(wait_healthy(s.port()), "") << s.output();
+    const std::string cmd = "ORDO_NODE_MODULES='" + modules + "' timeout 300 node '" +
+                            ORDO_OPENAI_SCRIPT +
+                            "' http://127.0.0.1:" + std::to_string(s.http_port()) + "/v1 tiny 2>&1";
+    command_result r = run_command(cmd);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("all checks passed"), std::string::npos) << r.output;
+    std::printf("%s", r.output.c_str());
+}
