@@ -17,7 +17,6 @@ namespace {
 // As the net actor: one 64 KiB read buffer reused by every read (reads are handled before the
 // next alloc).
 constexpr size_t read_buffer_bytes = 64 * 1024;
-constexpr int listen_backlog = 128;
 // The timeout sweep runs this many times per shortest timeout, so a late request is cut off
 // between 1x and 1.25x its timeout.
 constexpr uint64_t timeout_sweeps = 4;
@@ -147,44 +146,17 @@ void http_actor::on_start() {
 }
 
 status http_actor::bind_and_listen() {
-    sockaddr_storage addr{};
-    bool v6 = _options.host.find(':') != std::string::npos;
-    int rc = v6 ? uv_ip6_addr(_options.host.c_str(), _options.port,
-                              reinterpret_cast<sockaddr_in6*>(&addr))
-                : uv_ip4_addr(_options.host.c_str(), _options.port,
-                              reinterpret_cast<sockaddr_in*>(&addr));
-    if (rc != 0) {
-        return make_error("listen_failed",
-                          "bad http listen host '" + _options.host + "': " + uv_strerror(rc));
+    if (auto st = _listener.open(loop(), _options.host, _options.port, this, &http_actor::connection_cb,
+                                 "http");
+        !st) {
+        return st;
     }
-    uv_tcp_init(loop(), &_listener);
-    _listener.data = this;
-    _listening = true;
-    std::string where = _options.host + ":" + std::to_string(_options.port);
-    if ((rc = uv_tcp_bind(&_listener, reinterpret_cast<sockaddr*>(&addr), 0)) != 0 ||
-        (rc = uv_listen(reinterpret_cast<uv_stream_t*>(&_listener), listen_backlog,
-                        &http_actor::connection_cb)) != 0) {
-        return make_error("listen_failed",
-                          "cannot listen for http on " + where + ": " + uv_strerror(rc));
-    }
-    sockaddr_storage bound{};
-    int len = sizeof(bound);
-    uv_tcp_getsockname(&_listener, reinterpret_cast<sockaddr*>(&bound), &len);
-    _bound_port =
-        ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
-                                          : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-    log().info("http listening on {}:{}", _options.host, _bound_port);
+    log().info("http listening on {}:{}", _options.host, _listener.port());
     return {};
 }
 
-void http_actor::close_listener() {
-    if (!_listening) return;
-    uv_close(reinterpret_cast<uv_handle_t*>(&_listener), nullptr);
-    _listening = false;
-}
-
 void http_actor::on_stop() {
-    close_listener();
+    _listener.close();
     uv_close(reinterpret_cast<uv_handle_t*>(&_sweep_timer), nullptr);
     // The scheduler stopped first: the answers of requests it ended are queued here. They are
     // written, then each connection is shut down; the grace timer bounds a client not reading.
@@ -234,7 +206,7 @@ void http_actor::accept_one() {
     uv_tcp_init(loop(), &c.tcp);
     c.tcp.data = &c;
     _connections.emplace(id, std::move(owned));
-    if (uv_accept(reinterpret_cast<uv_stream_t*>(&_listener),
+    if (uv_accept(_listener.stream(),
                   reinterpret_cast<uv_stream_t*>(&c.tcp)) != 0) {
         close_connection(c, "accept failed");
         return;
@@ -571,7 +543,7 @@ void http_actor::on(const net::net_fault& m) {
 }
 
 void http_actor::on(const net::begin_drain&) {
-    close_listener();
+    _listener.close();
     _draining = true;
     log().info("draining: no new connections");
 }

@@ -36,6 +36,7 @@
 #include "actors/scheduler/scheduler_msgs.hpp"
 #include "http/openai.hpp"
 #include "http/request_reader.hpp"
+#include "net/tcp_listener.hpp"
 #include "net/net_msgs.hpp"
 #include "net/ops.hpp"
 
@@ -96,7 +97,7 @@ public:
 
     // Valid after start(): whether bind/listen succeeded, and the port bound.
     const status& listen_status() const { return _listen_status; }
-    uint16_t bound_port() const { return _bound_port; }
+    uint16_t bound_port() const { return _listener.port(); }
 
     void on(const net::token_event& m);
     void on(const net::generate_done& m);
@@ -135,7 +136,6 @@ private:
     static void grace_cb(uv_timer_t* t);
 
     status bind_and_listen();
-    void close_listener();
     void accept_one();
     void parse_more(connection& c);
     void update_reading(connection& c);
@@ -167,12 +167,10 @@ private:
     scheduler_outbox _to_scheduler;
     actors::outbox<sched::client_gone> _gone_out;
     gone_delivery _gone;
-    uv_tcp_t _listener{};
-    bool _listening = false;
+    net::tcp_listener _listener;
     uv_timer_t _sweep_timer{};
     uv_timer_t _grace_timer{};
     status _listen_status;
-    uint16_t _bound_port = 0;
     uint64_t _next_conn_id = 1;
     uint64_t _next_answer = 1;  // numbers the answers' ids
     std::unordered_map<uint64_t, std::unique_ptr<connection>> _connections;  // by local id

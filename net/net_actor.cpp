@@ -19,7 +19,6 @@ namespace {
 // libuv hands every read the same buffer: reads are processed before the next alloc, and one
 // 64 KiB read is enough to keep a connection moving without per-read allocations.
 constexpr size_t read_buffer_bytes = 64 * 1024;
-constexpr int listen_backlog = 128;
 // The read-timeout sweep runs this many times per read_timeout_ms, so a stalled frame is cut
 // off between 1x and 1.25x the timeout.
 constexpr uint64_t read_timeout_sweeps = 4;
@@ -91,43 +90,17 @@ void net_actor::on_start() {
 }
 
 status net_actor::bind_and_listen() {
-    sockaddr_storage addr{};
-    bool v6 = _options.host.find(':') != std::string::npos;
-    int rc = v6 ? uv_ip6_addr(_options.host.c_str(), _options.port,
-                              reinterpret_cast<sockaddr_in6*>(&addr))
-                : uv_ip4_addr(_options.host.c_str(), _options.port,
-                              reinterpret_cast<sockaddr_in*>(&addr));
-    if (rc != 0) {
-        return make_error("listen_failed", "bad listen host '" + _options.host + "': " +
-                                               uv_strerror(rc));
+    if (auto st = _listener.open(loop(), _options.host, _options.port, this, &net_actor::connection_cb,
+                                 "");
+        !st) {
+        return st;
     }
-    uv_tcp_init(loop(), &_listener);
-    _listener.data = this;
-    _listening = true;  // initialised: must be closed in on_stop whatever happens next
-    std::string where = _options.host + ":" + std::to_string(_options.port);
-    if ((rc = uv_tcp_bind(&_listener, reinterpret_cast<sockaddr*>(&addr), 0)) != 0 ||
-        (rc = uv_listen(reinterpret_cast<uv_stream_t*>(&_listener), listen_backlog,
-                        &net_actor::connection_cb)) != 0) {
-        return make_error("listen_failed", "cannot listen on " + where + ": " + uv_strerror(rc));
-    }
-    sockaddr_storage bound{};
-    int len = sizeof(bound);
-    uv_tcp_getsockname(&_listener, reinterpret_cast<sockaddr*>(&bound), &len);
-    _bound_port = ntohs(bound.ss_family == AF_INET6
-                            ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
-                            : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-    log().info("listening on {}:{}", _options.host, _bound_port);
+    log().info("listening on {}:{}", _options.host, _listener.port());
     return {};
 }
 
-void net_actor::close_listener() {
-    if (!_listening) return;
-    uv_close(reinterpret_cast<uv_handle_t*>(&_listener), nullptr);
-    _listening = false;
-}
-
 void net_actor::on_stop() {
-    close_listener();
+    _listener.close();
     uv_close(reinterpret_cast<uv_handle_t*>(&_sweep_timer), nullptr);
     uv_close(reinterpret_cast<uv_handle_t*>(&_resume_timer), nullptr);
     // Connections with queued events are shut down after those are written (the terminal
@@ -184,7 +157,7 @@ void net_actor::accept_one() {
     uv_tcp_init(loop(), &c.tcp);
     c.tcp.data = &c;
     _connections.emplace(id, std::move(owned));
-    if (uv_accept(reinterpret_cast<uv_stream_t*>(&_listener),
+    if (uv_accept(_listener.stream(),
                   reinterpret_cast<uv_stream_t*>(&c.tcp)) != 0) {
         close_connection(c, "accept failed");
         return;
@@ -521,7 +494,7 @@ void net_actor::resume_reading() {
 void net_actor::on(const begin_drain&) {
     // Stop accepting; open connections go on (their new generate requests are refused by the
     // scheduler with shutting_down, their running ones finish).
-    close_listener();
+    _listener.close();
     log().info("draining: no new connections");
 }
 

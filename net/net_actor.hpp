@@ -33,6 +33,7 @@
 #include "net/net_msgs.hpp"
 #include "net/ops.hpp"
 #include "net/protocol.hpp"
+#include "net/tcp_listener.hpp"
 
 namespace ordo::net {
 
@@ -92,7 +93,7 @@ public:
 
     // Valid after start(): whether bind/listen succeeded, and the port actually bound.
     const status& listen_status() const { return _listen_status; }
-    uint16_t bound_port() const { return _bound_port; }
+    uint16_t bound_port() const { return _listener.port(); }
     // Any thread: the stats op's `net` map (counters and connections_open), as they are now.
     std::map<std::string, uint64_t> counters() const { return counters_map(); }
 
@@ -132,7 +133,6 @@ private:
     static void resume_cb(uv_timer_t* t);
 
     status bind_and_listen();
-    void close_listener();
     void accept_one();
     void admit(connection& c);
     void close_peer_closed();
@@ -164,10 +164,8 @@ private:
     uv_timer_t _grace_timer{};  // bounds the flush of queued events at stop
     uv_timer_t _sweep_timer{};  // read timeouts
     uv_timer_t _resume_timer{};  // ends net_stop_reading pauses
-    uv_tcp_t _listener{};
-    bool _listening = false;
+    tcp_listener _listener;
     status _listen_status;
-    uint16_t _bound_port = 0;
     uint64_t _next_conn_id = 1;
     std::unordered_map<uint64_t, std::unique_ptr<connection>> _connections;
     std::atomic<size_t> _open = 0;  // admitted and not closing: what max_connections bounds
