@@ -527,7 +527,11 @@ std::string sse_error(const api_error& e) {
 }
 
 std::string model_json(const served_model& m) {
-    return dump({{"id", m.id}, {"object", "model"}, {"created", m.created}, {"owned_by", "ordo"}});
+    return dump({{"id", m.id},
+                 {"object", "model"},
+                 {"created", m.created},
+                 {"owned_by", "ordo"},
+                 {"meta", {{"n_vocab", m.n_vocab}, {"n_ctx_train", m.n_ctx_train}}}});
 }
 
 std::string models_json(const served_model& m) {

@@ -35,6 +35,10 @@ enum class api_kind { chat, completion };
 struct served_model {
     std::string id;        // the GGUF file's name without ".gguf"
     uint64_t created = 0;  // unix seconds: when the server started
+    // Reported in /v1/models' "meta" (llama-server reports the same keys): load generators
+    // draw token-id prompts below n_vocab.
+    uint32_t n_vocab = 0;
+    uint32_t n_ctx_train = 0;  // the context the model was trained for (GGUF)
 };
 
 // One OpenAI error: the HTTP status and the body's fields.

@@ -3,26 +3,39 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 
 namespace ordo::load {
 
 const char* const usage_text =
-    "usage: ordo-load [--host H] [--port P]\n"
+    "usage: ordo-load [--protocol msgpack|http] [--host H] [--port P]\n"
     "                 | --spawn-server BIN --model FILE [--config FILE]\n"
     "                 [--streams 1,8,16] [--requests R] [--prompt-tokens P | --prompt TEXT]\n"
-    "                 [--max-tokens M] [--temperature T] [--seed S] [--label NAME]\n"
+    "                 [--max-tokens M] [--temperature T] [--top-k K] [--top-p P] [--min-p P]\n"
+    "                 [--seed S] [--vocab-size V] [--ramp-s S] [--label NAME]\n"
     "                 [--duration-max-s S] [--event-timeout-s S] [--startup-timeout-s S]\n"
-    "Runs N concurrent streams (one connection each) of R streamed generate requests against\n"
-    "ordo-server and prints one JSON line per --streams entry. Defaults: --host 127.0.0.1\n"
-    "--port 7070 --streams 1 --requests 1 --prompt-tokens 32 --max-tokens 64\n"
-    "--temperature 1 --seed 1 --duration-max-s 300 --event-timeout-s 120\n"
-    "--startup-timeout-s 300. Exit 0: every request ended with done; 1: some failed;\n"
-    "2: usage; 3: the server could not be reached or started.\n";
+    "Runs N concurrent streams (one connection each) of R streamed requests one after another\n"
+    "and prints one JSON line per --streams entry. msgpack: generate over ordo's TCP protocol;\n"
+    "http: POST /v1/completions with stream and include_usage (ordo-server's HTTP front door,\n"
+    "or any OpenAI-compatible server such as llama.cpp's llama-server; the model id and\n"
+    "vocabulary come from GET /v1/models, else give --vocab-size). --ramp-s spreads the\n"
+    "streams' first requests over S seconds. Sampler options are sent only when given.\n"
+    "Defaults: --protocol msgpack --host 127.0.0.1 --port 7070 (http: 8080) --streams 1\n"
+    "--requests 1 --prompt-tokens 32 --max-tokens 64 --temperature 1 --seed 1 --ramp-s 0\n"
+    "--duration-max-s 300 --event-timeout-s 120 --startup-timeout-s 300. Exit 0: every\n"
+    "request ended with done; 1: some failed; 2: usage; 3: the server could not be reached\n"
+    "or started.\n";
 
 namespace {
 
 error usage(const std::string& why) { return make_error("usage", why); }
+
+std::string format_number(double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    return buf;
+}
 
 result<uint64_t> parse_u64(const std::string& flag, const std::string& text, uint64_t lo,
                            uint64_t hi) {
@@ -37,11 +50,13 @@ result<uint64_t> parse_u64(const std::string& flag, const std::string& text, uin
     return static_cast<uint64_t>(v);
 }
 
-result<double> parse_temperature(const std::string& text) {
+result<double> parse_number(const std::string& flag, const std::string& text, double lo,
+                            double hi) {
     char* end = nullptr;
     double v = std::strtod(text.c_str(), &end);
-    if (text.empty() || *end != '\0' || !std::isfinite(v) || v < 0 || v > 100) {
-        return usage("--temperature '" + text + "': must be a number in [0, 100]");
+    if (text.empty() || *end != '\0' || !std::isfinite(v) || v < lo || v > hi) {
+        return usage(flag + " '" + text + "': must be a number in [" + format_number(lo) + ", " +
+                     format_number(hi) + "]");
     }
     return v;
 }
@@ -76,9 +91,28 @@ status apply_flag(options& o, const std::string& flag, const std::string& v, boo
         if (!r) return r.err();
         o.seed = *r;
     } else if (flag == "--temperature") {
-        auto r = parse_temperature(v);
+        auto r = parse_number(flag, v, 0, 100);
         if (!r) return r.err();
         o.temperature = *r;
+    } else if (flag == "--top-p" || flag == "--min-p") {
+        auto r = parse_number(flag, v, 0, 1);
+        if (!r) return r.err();
+        (flag == "--top-p" ? o.sampler.top_p : o.sampler.min_p) = *r;
+    } else if (flag == "--ramp-s") {
+        auto r = parse_number(flag, v, 0, ramp_s_max);
+        if (!r) return r.err();
+        o.ramp_s = *r;
+    } else if (flag == "--top-k") {
+        auto r = parse_u64(flag, v, 0, top_k_max);
+        if (!r) return r.err();
+        o.sampler.top_k = static_cast<int32_t>(*r);
+    } else if (flag == "--vocab-size") {
+        return u32(o.vocab_size, first_ordinary_token + 1, UINT32_MAX);
+    } else if (flag == "--protocol") {
+        if (v != "msgpack" && v != "http") {
+            return usage("--protocol '" + v + "': must be msgpack or http");
+        }
+        o.protocol = v == "http" ? wire::http : wire::msgpack;
     } else if (flag == "--streams") {
         auto r = parse_streams_list(v);
         if (!r) return r.err();
@@ -128,6 +162,7 @@ result<options> parse_options(const std::vector<std::string>& args) {
         return usage("--model and --config are for --spawn-server");
     }
     if (!o.prompt.empty()) o.prompt_tokens = 0;
+    if (o.port == 0) o.port = o.protocol == wire::http ? 8080 : 7070;
     return o;
 }
 

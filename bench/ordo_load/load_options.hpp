@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "actors/runtime/result.hpp"
+#include "bench/ordo_load/load_stream.hpp"
 
 namespace ordo::load {
 
@@ -20,10 +21,16 @@ inline constexpr uint32_t prompt_tokens_max = 1 << 17;   // 5 bytes each fits a 
 inline constexpr uint32_t duration_max_s_max = 86400;
 inline constexpr uint32_t timeout_s_max = 3600;
 
+inline constexpr uint32_t ramp_s_max = 3600;
+inline constexpr int32_t top_k_max = 1 << 20;
+
 struct options {
+    // What the streams speak: "msgpack" (generate over ordo's TCP protocol) or "http" (the
+    // OpenAI completions API, streamed: ordo-server's HTTP front door, llama.cpp's llama-server).
+    wire protocol = wire::msgpack;
     // Where the server is: a running one, or one spawned for the run.
     std::string host = "127.0.0.1";
-    uint16_t port = 7070;
+    uint16_t port = 0;               // 0: 7070 (msgpack) or 8080 (http)
     std::string spawn_server;        // ordo-server binary; empty = connect to host:port
     std::string model;               // --model for the spawned server
     std::string config;              // --config for the spawned server
@@ -34,6 +41,9 @@ struct options {
     std::string prompt;              // text prompt instead of token ids
     uint32_t max_tokens = 64;
     double temperature = 1.0;
+    sampler_options sampler;         // --top-k, --top-p, --min-p; sent only when given
+    uint32_t vocab_size = 0;         // random prompt ids below it; 0: what the server reports
+    double ramp_s = 0;               // stream s starts s/N x ramp_s after the common start
     uint64_t seed = 1;               // base of the prompt and sampler seeds
     // Bounds in time.
     uint32_t duration_max_s = 300;   // whole run, all configurations

@@ -117,6 +117,8 @@ std::string to_json_line(const run_summary& s, const run_labels& labels) {
     j += ", \"prompt_tokens\": " + std::to_string(labels.prompt_tokens);
     j += ", \"max_tokens\": " + std::to_string(labels.max_tokens);
     j += ", \"temperature\": " + number(labels.temperature);
+    j += ", \"protocol\": " + json_quote(labels.protocol);
+    j += ", \"ramp_s\": " + number(labels.ramp_s);
     j += ", \"wall_s\": " + number(s.wall_s);
     return j + "}";
 }

@@ -52,6 +52,8 @@ struct run_labels {
     uint32_t prompt_tokens = 0;      // per request (0 when --prompt text is used)
     uint32_t max_tokens = 0;
     double temperature = 0;
+    std::string protocol = "msgpack";  // "msgpack" or "http"
+    double ramp_s = 0;
 };
 
 // `{"test": "load", "streams": N, ...}` with no trailing newline. Absent values print as null.

@@ -5,6 +5,7 @@
 #include <cassert>
 #include <thread>
 
+#include "bench/ordo_load/http_stream.hpp"
 #include "tools/client/connection.hpp"
 
 namespace ordo::load {
@@ -15,7 +16,6 @@ using client::find;
 using client::get_str;
 using std::chrono::milliseconds;
 
-constexpr milliseconds read_slice{250};          // how often a blocked read checks the stop flag
 constexpr milliseconds connect_timeout{10000};
 constexpr milliseconds health_poll_interval{100};
 constexpr uint32_t health_polls_max = 100000;    // the deadline ends it long before this
@@ -35,7 +35,9 @@ uint64_t splitmix64(uint64_t& state) {
 msgpack::sbuffer generate_frame(const stream_plan& plan, uint32_t r, uint64_t id) {
     msgpack::sbuffer buf;
     msgpack::packer<msgpack::sbuffer> pk(buf);
-    pk.pack_map(7);
+    const sampler_options& so = plan.sampler;
+    pk.pack_map(7 + uint32_t(so.top_k.has_value()) + uint32_t(so.top_p.has_value()) +
+                uint32_t(so.min_p.has_value()));
     pk.pack("id"), pk.pack(id);
     pk.pack("op"), pk.pack("generate");
     if (plan.prompt_tokens == 0) {
@@ -49,6 +51,9 @@ msgpack::sbuffer generate_frame(const stream_plan& plan, uint32_t r, uint64_t id
     pk.pack("temperature"), pk.pack(plan.temperature);
     pk.pack("seed"), pk.pack(plan.seed_first + r);
     pk.pack("stream"), pk.pack(true);
+    if (so.top_k) pk.pack("top_k"), pk.pack(*so.top_k);
+    if (so.top_p) pk.pack("top_p"), pk.pack(*so.top_p);
+    if (so.min_p) pk.pack("min_p"), pk.pack(*so.min_p);
     return buf;
 }
 
@@ -57,28 +62,18 @@ uint64_t event_id(const msgpack::object& ev) {
     return id && id->type == msgpack::type::POSITIVE_INTEGER ? id->via.u64 : 0;
 }
 
-// Reads the next event in read_slice steps. Errors: "duration_exceeded", "aborted" (stop
-// flag), "timeout" (silent for event_timeout), and the connection's "closed" / "bad_frame".
+// Reads the next event in bounded slices (event_wait), and the connection's "closed" /
+// "bad_frame".
 result<msgpack::object_handle> next_event(connection& c, const stream_plan& plan,
                                           run_control& control) {
-    auto silent_until = clock::now() + plan.event_timeout;
-    // The clock ends the loop; the count only backs it up (a slice never returns early
-    // without a reason, except EINTR).
-    const uint64_t slices_max = 4 * (plan.event_timeout / read_slice + 2);
-    for (uint64_t slice = 0; slice < slices_max; slice++) {
-        auto now = clock::now();
-        if (now >= control.deadline) return make_error("duration_exceeded", "run deadline");
-        if (control.stop.load()) return make_error("aborted", "run stopped");
-        if (now >= silent_until) {
-            return make_error("timeout", "no event from the server within event_timeout");
-        }
-        auto r = c.recv(std::min(read_slice, std::chrono::duration_cast<milliseconds>(
-                                                 std::min(silent_until, control.deadline) - now) +
-                                                 milliseconds(1)));
+    event_wait wait(plan, control);
+    while (true) {
+        auto slice = wait.next_slice();
+        if (!slice.ok()) return slice.err();
+        auto r = c.recv(*slice);
         if (r.ok()) return r;
         if (r.err().code != "timeout" && r.err().code != "interrupted") return r;
     }
-    return make_error("timeout", "no event from the server within event_timeout");
 }
 
 request_sample failed_sample(const char* code) {
@@ -147,6 +142,23 @@ outcome run_request(connection& c, const stream_plan& plan, uint32_t r, uint64_t
 
 }  // namespace
 
+event_wait::event_wait(const stream_plan& plan, const run_control& control)
+    : _control(control),
+      _silent_until(clock::now() + plan.event_timeout),
+      _slices_max(4 * (plan.event_timeout / read_slice + 2)) {}
+
+result<milliseconds> event_wait::next_slice() {
+    auto now = clock::now();
+    if (now >= _control.deadline) return make_error("duration_exceeded", "run deadline");
+    if (_control.stop.load()) return make_error("aborted", "run stopped");
+    if (now >= _silent_until || _slices++ >= _slices_max) {
+        return make_error("timeout", "no event from the server within event_timeout");
+    }
+    auto left = std::chrono::duration_cast<milliseconds>(std::min(_silent_until, _control.deadline) -
+                                                         now);
+    return std::min(read_slice, left + milliseconds(1));
+}
+
 std::vector<request_sample> run_stream(const stream_plan& plan, run_control& control,
                                        std::latch& ready) {
     assert(plan.prompt_tokens == 0 || plan.vocab_size > first_ordinary_token);
@@ -158,6 +170,12 @@ std::vector<request_sample> run_stream(const stream_plan& plan, run_control& con
         samples.push_back(failed_sample("unreachable"));
         return samples;
     }
+    // --ramp-s: this stream's first request waits its turn, in slices so a stop is seen.
+    for (auto start = clock::now() + plan.start_delay; clock::now() < start;) {
+        if (control.stop.load() || clock::now() >= control.deadline) break;
+        std::this_thread::sleep_for(std::min<clock::duration>(event_wait::read_slice,
+                                                              start - clock::now()));
+    }
     for (uint32_t r = 0; r < plan.requests; r++) {
         if (control.stop.load() || clock::now() >= control.deadline) {
             // Cut short between two requests: one failed sample says the plan did not finish.
@@ -166,10 +184,12 @@ std::vector<request_sample> run_stream(const stream_plan& plan, run_control& con
             break;
         }
         request_sample s;
-        outcome o = run_request(c, plan, r, r + 1, control, s);
+        bool again = plan.protocol == wire::http
+                         ? run_http_request(c, plan, r, control, s)
+                         : run_request(c, plan, r, r + 1, control, s) == outcome::next_request;
         assert(s.ok != !s.error_code.empty());
         samples.push_back(std::move(s));
-        if (o == outcome::end_stream) break;
+        if (!again) break;
     }
     return samples;
 }

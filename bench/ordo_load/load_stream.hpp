@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <latch>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,15 +28,28 @@ struct run_control {
     clock::time_point deadline;  // --duration-max-s from the start of the run
 };
 
+enum class wire { msgpack, http };
+
+// Sampler options sent only when given (a server's own defaults apply otherwise).
+struct sampler_options {
+    std::optional<int32_t> top_k;
+    std::optional<double> top_p;
+    std::optional<double> min_p;
+};
+
 struct stream_plan {
+    wire protocol = wire::msgpack;
     std::string host;
     uint16_t port = 0;
+    std::string model_id;                       // HTTP: the request's "model"
+    std::chrono::milliseconds start_delay{0};   // after the common start (--ramp-s)
     uint32_t requests = 1;
     uint32_t prompt_tokens = 0;                 // random ids per request; 0 = prompt_text
     uint32_t vocab_size = 0;                    // ids are drawn below it
     std::string prompt_text;
     uint32_t max_tokens = 1;
     double temperature = 1.0;
+    sampler_options sampler;
     uint64_t seed_first = 0;                    // request r: sampler and prompt seed_first + r
     std::chrono::milliseconds event_timeout{120000};
 };
@@ -46,6 +60,21 @@ struct stream_plan {
 // failed one naming why.
 std::vector<request_sample> run_stream(const stream_plan& plan, run_control& control,
                                        std::latch& ready);
+
+// The bounded wait of one read: next_slice() says how long the next read may block (at most
+// read_slice, so the stop flag is seen), or why the wait is over: "duration_exceeded" (run
+// deadline), "aborted" (stop flag), "timeout" (silent for event_timeout).
+class event_wait {
+public:
+    static constexpr std::chrono::milliseconds read_slice{250};
+    event_wait(const stream_plan& plan, const run_control& control);
+    result<std::chrono::milliseconds> next_slice();
+
+private:
+    const run_control& _control;
+    clock::time_point _silent_until;
+    uint64_t _slices = 0, _slices_max = 0;  // backs up the clock (a slice may end early: EINTR)
+};
 
 // `count` token ids in [first_ordinary_token, vocab_size) drawn from a generator seeded with
 // `seed`: the same seed gives the same prompt. Ids below first_ordinary_token are the special

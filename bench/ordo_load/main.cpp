@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "bench/ordo_load/http_stream.hpp"
 #include "bench/ordo_load/load_options.hpp"
 #include "bench/ordo_load/load_stream.hpp"
 #include "bench/ordo_load/server_spawn.hpp"
@@ -42,9 +43,12 @@ run_summary run_configuration(const options& o, uint32_t n, uint32_t config_inde
     std::vector<stream_plan> plans(n);
     for (uint32_t s = 0; s < n; s++) {
         stream_plan& p = plans[s];
+        p.protocol = o.protocol, p.model_id = model.name;
         p.host = host, p.port = port, p.requests = o.requests;
         p.prompt_tokens = o.prompt_tokens, p.vocab_size = model.vocab_size;
         p.prompt_text = o.prompt, p.max_tokens = o.max_tokens, p.temperature = o.temperature;
+        p.sampler = o.sampler;
+        p.start_delay = std::chrono::milliseconds(int64_t(o.ramp_s * 1000.0 * s / n));
         p.event_timeout = std::chrono::seconds(o.event_timeout_s);
         // Distinct seeds for every request of the whole run (configurations included).
         p.seed_first = o.seed + (uint64_t{config_index} * streams_max + s) * requests_max;
@@ -81,20 +85,26 @@ run_summary run_configuration(const options& o, uint32_t n, uint32_t config_inde
 int start_server(const options& o, spawned_server& server, std::string& host, uint16_t& port) {
     auto startup_deadline = std::min(g_control.deadline,
                                      clock::now() + std::chrono::seconds(o.startup_timeout_s));
+    bool http = o.protocol == wire::http;
     if (!o.spawn_server.empty()) {
-        std::vector<std::string> args{"--listen", "127.0.0.1:0", "--http-listen", "", "--model", o.model,
-                                      "--log-level", "warn"};
+        std::vector<std::string> args{"--listen",      "127.0.0.1:0", "--http-listen",
+                                      http ? "127.0.0.1:0" : "", "--model", o.model,
+                                      "--log-level",   "warn"};
         if (!o.config.empty()) args.insert(args.end(), {"--config", o.config});
-        if (auto st = server.start(o.spawn_server, args, left_until(startup_deadline)); !st) {
+        if (auto st = server.start(o.spawn_server, args, left_until(startup_deadline), http);
+            !st) {
             std::fprintf(stderr, "ordo-load: %s: %s\n", st.err().code.c_str(),
                          st.err().message.c_str());
             return exit_unreachable;
         }
-        host = server.endpoint().host, port = server.endpoint().port;
+        const listen_endpoint& ep = http ? server.http_endpoint() : server.endpoint();
+        host = ep.host, port = ep.port;
         std::fprintf(stderr, "ordo-load: spawned ordo-server (pid %d) on %s:%u\n", server.pid(),
                      host.c_str(), port);
     }
-    if (auto st = wait_healthy(host, port, startup_deadline, g_control); !st) {
+    auto healthy = http ? wait_healthy_http(host, port, startup_deadline, g_control)
+                        : wait_healthy(host, port, startup_deadline, g_control);
+    if (auto st = healthy; !st) {
         std::fprintf(stderr, "ordo-load: %s: %s\n", st.err().code.c_str(),
                      st.err().message.c_str());
         return exit_unreachable;
@@ -108,10 +118,17 @@ int run(const options& o) {
     std::string host = o.host;
     uint16_t port = o.port;
     if (int code = start_server(o, server, host, port); code >= 0) return code;
-    auto model = query_model(host, port, model_query_timeout);
+    auto model = o.protocol == wire::http ? query_model_http(host, port, model_query_timeout)
+                                          : query_model(host, port, model_query_timeout);
     if (!model) {
         std::fprintf(stderr, "ordo-load: %s\n", model.err().message.c_str());
         return exit_unreachable;
+    }
+    if (o.vocab_size != 0) model->vocab_size = o.vocab_size;
+    if (o.prompt_tokens > 0 && model->vocab_size <= first_ordinary_token) {
+        std::fprintf(stderr, "ordo-load: the server does not report its vocabulary size: give "
+                     "--vocab-size V (or --prompt TEXT)\n");
+        return exit_usage;
     }
     uint64_t request_tokens = uint64_t{o.prompt_tokens} + o.max_tokens;
     bool known = o.prompt_tokens > 0 && model->context_tokens > 0;
@@ -123,7 +140,7 @@ int run(const options& o) {
         return exit_usage;
     }
     run_labels labels{o.label.empty() ? model->name : o.label, o.prompt_tokens, o.max_tokens,
-                      o.temperature};
+                      o.temperature, o.protocol == wire::http ? "http" : "msgpack", o.ramp_s};
     spawned_server* watched = o.spawn_server.empty() ? nullptr : &server;
     int code = exit_ok;
     for (uint32_t i = 0; i < o.streams.size(); i++) {

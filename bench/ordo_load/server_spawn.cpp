@@ -29,12 +29,14 @@ int exit_code_of(int wstatus) {
 
 }  // namespace
 
-std::optional<listen_endpoint> parse_listening_line(const std::string& text) {
+std::optional<listen_endpoint> parse_listening_line(const std::string& text, bool http) {
     // HOST is "[v6]" or a name/IPv4 without colons; the newline proves the port is complete.
     static const std::regex line(
         R"(ordo-server listening on (\[[^\]\s]+\]|[^\s:\[\]]+):(\d+)[ \t]*\r?\n)");
+    static const std::regex http_line(
+        R"(ordo-server http listening on (\[[^\]\s]+\]|[^\s:\[\]]+):(\d+)[ \t]*\r?\n)");
     std::smatch m;
-    if (!std::regex_search(text, m, line)) return std::nullopt;
+    if (!std::regex_search(text, m, http ? http_line : line)) return std::nullopt;
     std::string host = m[1].str();
     if (host.front() == '[') host = host.substr(1, host.size() - 2);
     std::string port_text = m[2].str();
@@ -47,8 +49,9 @@ std::optional<listen_endpoint> parse_listening_line(const std::string& text) {
 spawned_server::~spawned_server() { stop(); }
 
 status spawned_server::start(const std::string& binary, const std::vector<std::string>& args,
-                             std::chrono::milliseconds deadline) {
+                             std::chrono::milliseconds deadline, bool http) {
     assert(_pid < 0);
+    _want_http = http;
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) {
         return make_error("spawn_failed", std::string("pipe: ") + std::strerror(errno));
@@ -167,8 +170,13 @@ void spawned_server::drain_loop(int fd) {
         }
         _tail.append(buf, static_cast<size_t>(n));
         if (!_found) {
-            // The line is printed right after start-up, well inside the kept tail.
-            if (auto ep = parse_listening_line(_tail)) _endpoint = *ep, _found = true;
+            // The lines are printed right after start-up, well inside the kept tail.
+            auto ep = parse_listening_line(_tail);
+            auto http_ep = _want_http ? parse_listening_line(_tail, true) : std::nullopt;
+            if (ep && (http_ep || !_want_http)) {
+                _endpoint = *ep, _found = true;
+                if (http_ep) _http_endpoint = *http_ep;
+            }
         }
         if (_tail.size() > output_tail_bytes) _tail.erase(0, _tail.size() - output_tail_bytes);
         _changed.notify_all();

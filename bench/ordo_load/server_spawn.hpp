@@ -27,9 +27,10 @@ struct listen_endpoint {
     uint16_t port = 0;
 };
 
-// Finds a whole "ordo-server listening on HOST:PORT\n" line (HOST may be "[v6]") in `text`;
-// a line still missing its newline does not count (the port may be cut short).
-std::optional<listen_endpoint> parse_listening_line(const std::string& text);
+// Finds a whole "ordo-server listening on HOST:PORT\n" line (HOST may be "[v6]") in `text`,
+// or with `http` the HTTP front door's "ordo-server http listening on HOST:PORT\n"; a line
+// still missing its newline does not count (the port may be cut short).
+std::optional<listen_endpoint> parse_listening_line(const std::string& text, bool http = false);
 
 class spawned_server {
 public:
@@ -41,12 +42,13 @@ public:
     spawned_server(const spawned_server&) = delete;
     spawned_server& operator=(const spawned_server&) = delete;
 
-    // Starts `binary args...` and waits (at most `deadline`) for its listening line. Errors:
-    // "spawn_failed" (exec failed or the process exited; message carries its output tail),
-    // "startup_timeout".
+    // Starts `binary args...` and waits (at most `deadline`) for its listening line (with
+    // `http`, the HTTP front door's line too). Errors: "spawn_failed" (exec failed or the
+    // process exited; message carries its output tail), "startup_timeout".
     status start(const std::string& binary, const std::vector<std::string>& args,
-                 std::chrono::milliseconds deadline);
+                 std::chrono::milliseconds deadline, bool http = false);
     const listen_endpoint& endpoint() const { return _endpoint; }
+    const listen_endpoint& http_endpoint() const { return _http_endpoint; }
     pid_t pid() const { return _pid; }
     // False once the child has exited (reaps it).
     bool alive();
@@ -63,6 +65,8 @@ private:
     pid_t _pid = -1;
     int _exit_status = -1;
     listen_endpoint _endpoint;
+    listen_endpoint _http_endpoint;
+    bool _want_http = false;
     std::thread _drainer;
     std::mutex _mutex;                 // guards the fields below
     std::condition_variable _changed;  // output arrived or the pipe closed

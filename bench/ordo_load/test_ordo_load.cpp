@@ -1,8 +1,15 @@
-// test_ordo_load.cpp: checks ordo-load, the TCP load generator.
+// test_ordo_load.cpp: checks ordo-load, the load generator (msgpack and HTTP modes).
 //
 // Unit tests of its pure parts: nearest-rank percentiles, folding request samples into a run
 // summary, the JSON line (validated by Debian's python3 json module), the command line (every
-// bad flag is a usage error naming it), the server's listening line, seeded random prompts.
+// bad flag is a usage error naming it), the server's listening lines, seeded random prompts;
+// the HTTP mode's response reader (chunked bodies split at every byte, keep-alive, garbage) and
+// server-sent event splitter (every split point, CRLF, multi-line data, the size bound), and
+// the completion request body.
+// HTTP end to end: --protocol http against ordo-server's HTTP front door (spawned, with a ramp),
+// and against a scripted HTTP server in this test that closes the connection after every answer
+// (as llama-server does) and sends an error event: the client connects again, counts the error
+// and goes on.
 // End-to-end tests run the real ordo-load binary against a real ordo-server (lavapipe) serving
 // a tiny model generated here with `ordo-model mk`: --spawn-server runs every --streams entry
 // and every request ends with done and its tokens are counted; a plan beyond the context is
@@ -23,6 +30,9 @@
 #include <sstream>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
+#include "bench/ordo_load/http_stream.hpp"
 #include "bench/ordo_load/load_options.hpp"
 #include "bench/ordo_load/load_stats.hpp"
 #include "bench/ordo_load/load_stream.hpp"
@@ -173,10 +183,23 @@ TEST(load_options, defaults_and_a_full_command_line) {
     EXPECT_DOUBLE_EQ(o->temperature, 0.7);
     EXPECT_EQ(o->seed, 9u);
     EXPECT_EQ(o->duration_max_s, 60u);
+    EXPECT_EQ(o->protocol, wire::msgpack);
+    EXPECT_EQ(o->port, 7070);
+    EXPECT_FALSE(o->sampler.top_k || o->sampler.top_p || o->sampler.min_p);
     auto p = parse_options({"--prompt", "Once upon a time", "--port", "7071"});
     ASSERT_TRUE(p.ok());
     EXPECT_EQ(p->prompt_tokens, 0u);
     EXPECT_EQ(p->port, 7071);
+    auto h = parse_options({"--protocol", "http", "--top-k", "40", "--top-p", "0.95", "--min-p",
+                            "0.05", "--ramp-s", "2.5", "--vocab-size", "32000"});
+    ASSERT_TRUE(h.ok()) << h.err().message;
+    EXPECT_EQ(h->protocol, wire::http);
+    EXPECT_EQ(h->port, 8080);  // the HTTP front door's default
+    EXPECT_EQ(h->sampler.top_k, 40);
+    EXPECT_EQ(h->sampler.top_p, 0.95);
+    EXPECT_EQ(h->sampler.min_p, 0.05);
+    EXPECT_DOUBLE_EQ(h->ramp_s, 2.5);
+    EXPECT_EQ(h->vocab_size, 32000u);
 }
 
 TEST(load_options, bad_flags_are_usage_errors_naming_the_flag) {
@@ -198,6 +221,12 @@ TEST(load_options, bad_flags_are_usage_errors_naming_the_flag) {
         {{"--prompt", "hi", "--prompt-tokens", "3"}, "--prompt"},
         {{"--spawn-server", "/bin/srv"}, "--model"},
         {{"--model", "m.gguf"}, "--spawn-server"},
+        {{"--protocol", "grpc"}, "--protocol"},
+        {{"--top-k", "-1"}, "--top-k"},
+        {{"--top-p", "1.5"}, "--top-p"},
+        {{"--min-p", "x"}, "--min-p"},
+        {{"--ramp-s", "-2"}, "--ramp-s"},
+        {{"--vocab-size", "2"}, "--vocab-size"},
     };
     for (const auto& [args, names] : bad) {
         auto r = parse_options(args);
@@ -220,6 +249,12 @@ TEST(server_spawn, listening_line_is_parsed_only_when_whole) {
     EXPECT_FALSE(parse_listening_line("ordo-server listening on 127.0.0.1:0\n").has_value());
     EXPECT_FALSE(parse_listening_line("ordo-server listening on 127.0.0.1:99999\n"));
     EXPECT_FALSE(parse_listening_line("ordo-server starting\n").has_value());
+    // The HTTP front door's line, told apart from the msgpack one.
+    std::string both = "ordo-server listening on 127.0.0.1:7070\n"
+                       "ordo-server http listening on 127.0.0.1:8081\n";
+    EXPECT_EQ(parse_listening_line(both)->port, 7070);
+    EXPECT_EQ(parse_listening_line(both, true)->port, 8081);
+    EXPECT_FALSE(parse_listening_line("ordo-server listening on 127.0.0.1:7070\n", true));
 }
 
 TEST(load_stream, random_prompts_are_seeded_and_in_range) {
@@ -231,6 +266,105 @@ TEST(load_stream, random_prompts_are_seeded_and_in_range) {
         EXPECT_GE(id, static_cast<int32_t>(first_ordinary_token));
         EXPECT_LT(id, 300);
     }
+}
+
+// ---- the HTTP mode's parts ----------------------------------------------------------------
+
+std::string chunked(const std::vector<std::string>& pieces) {
+    std::string out;
+    for (const auto& p : pieces) {
+        char size[16];
+        std::snprintf(size, sizeof size, "%zx\r\n", p.size());
+        out += size + p + "\r\n";
+    }
+    return out + "0\r\n\r\n";
+}
+
+TEST(http_stream, response_reader_reads_chunked_answers_split_anywhere) {
+    const std::string body = "data: {\"a\":1}\n\ndata: [DONE]\n\n";
+    const std::string answer = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                               "Transfer-Encoding: chunked\r\n\r\n" +
+                               chunked({body.substr(0, 7), body.substr(7)});
+    for (size_t cut = 0; cut <= answer.size(); cut++) {
+        response_reader r;
+        ASSERT_TRUE(r.feed(answer.substr(0, cut)).ok()) << cut;
+        std::string got = r.take_body();
+        EXPECT_EQ(r.complete(), cut == answer.size());
+        ASSERT_TRUE(r.feed(answer.substr(cut)).ok()) << cut;
+        got += r.take_body();
+        EXPECT_TRUE(r.complete());
+        EXPECT_EQ(r.status_code(), 200);
+        EXPECT_TRUE(r.keep_alive());
+        EXPECT_EQ(got, body);
+    }
+    response_reader r;
+    ASSERT_TRUE(r.feed("HTTP/1.1 429 Too Many Requests\r\nContent-Length: 2\r\n"
+                       "Connection: close\r\n\r\n{}").ok());
+    EXPECT_TRUE(r.complete());
+    EXPECT_EQ(r.status_code(), 429);
+    EXPECT_FALSE(r.keep_alive());
+    EXPECT_EQ(r.take_body(), "{}");
+    // Bytes after the answer, and bytes that are not HTTP, are errors naming the problem.
+    EXPECT_EQ(r.feed("HTTP/1.1 200 OK\r\n").err().code, "bad_http");
+    r.reset();
+    auto both = r.feed("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\nHTTP/1.1 200 OK\r\n");
+    EXPECT_EQ(both.err().code, "bad_http");
+    r.reset();
+    auto bad = r.feed("SMTP ready\r\n");
+    ASSERT_FALSE(bad.ok());
+    EXPECT_EQ(bad.err().code, "bad_http");
+    EXPECT_NE(bad.err().message.find("malformed HTTP response"), std::string::npos);
+}
+
+TEST(http_stream, sse_splitter_finds_every_event_at_every_split_point) {
+    const std::string stream = ": a comment\n"
+                               "data: {\"x\": 1}\n\n"
+                               "event: message\r\ndata: two\r\ndata:lines\r\n\r\n"
+                               "id: 7\n\n"  // an event without data is no event
+                               "data: [DONE]\n\n";
+    const std::vector<std::string> want{"{\"x\": 1}", "two\nlines", "[DONE]"};
+    for (size_t cut = 0; cut <= stream.size(); cut++) {
+        sse_splitter sse;
+        auto a = sse.feed(stream.substr(0, cut));
+        auto b = sse.feed(stream.substr(cut));
+        ASSERT_TRUE(a.ok() && b.ok());
+        std::vector<std::string> got = *a;
+        got.insert(got.end(), b->begin(), b->end());
+        EXPECT_EQ(got, want) << "split at " << cut;
+    }
+    sse_splitter big;
+    std::string huge = "data: " + std::string(sse_event_bytes_max, 'x');
+    auto r = big.feed(huge);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.err().code, "bad_event");
+}
+
+TEST(http_stream, completion_body_carries_the_plan) {
+    stream_plan plan;
+    plan.model_id = "m";
+    plan.prompt_tokens = 5;
+    plan.vocab_size = 300;
+    plan.max_tokens = 7;
+    plan.temperature = 0.5;
+    plan.seed_first = 100;
+    auto j = nlohmann::json::parse(completion_body(plan, 2));
+    EXPECT_EQ(j["model"], "m");
+    EXPECT_EQ(j["prompt"].get<std::vector<int32_t>>(), random_prompt(102, 5, 300));
+    EXPECT_EQ(j["max_tokens"], 7);
+    EXPECT_EQ(j["temperature"], 0.5);
+    EXPECT_EQ(j["seed"], 102);
+    EXPECT_EQ(j["stream"], true);
+    EXPECT_EQ(j["stream_options"]["include_usage"], true);
+    EXPECT_FALSE(j.contains("top_k") || j.contains("top_p") || j.contains("min_p"));
+    plan.prompt_tokens = 0;
+    plan.prompt_text = "Once";
+    plan.sampler.top_k = 40;
+    plan.sampler.min_p = 0.05;
+    j = nlohmann::json::parse(completion_body(plan, 0));
+    EXPECT_EQ(j["prompt"], "Once");
+    EXPECT_EQ(j["top_k"], 40);
+    EXPECT_EQ(j["min_p"], 0.05);
+    EXPECT_FALSE(j.contains("top_p"));
 }
 
 // ---- end to end: the real binaries ----------------------------------------------------------
@@ -290,6 +424,157 @@ TEST_F(load_e2e, spawned_server_serves_every_configuration) {
         EXPECT_NE(l["model"], "\"\"");
         for (const auto& [k, v] : l) EXPECT_NE(k.rfind("errors.", 0), 0u) << k << " " << v;
     }
+}
+
+TEST_F(load_e2e, http_mode_against_the_http_front_door) {
+    auto r = run_command(load_bin + " --protocol http --spawn-server " ORDO_SERVER_BIN
+                             " --model " + model + " --config " + config +
+                             " --streams 1,3 --requests 2 --max-tokens 6 --prompt-tokens 5"
+                             " --temperature 0.8 --top-k 40 --min-p 0.05 --ramp-s 0.5"
+                             " --duration-max-s 120",
+                         "http_spawn");
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    auto lines = parse_json_lines(r.out);
+    ASSERT_EQ(lines.size(), 2u) << r.out;
+    for (size_t i = 0; i < 2; i++) {
+        auto& l = lines[i];
+        double streams = i == 0 ? 1 : 3;
+        EXPECT_EQ(l["protocol"], "\"http\"");
+        EXPECT_EQ(num(l, "ramp_s"), 0.5);
+        EXPECT_EQ(num(l, "requests_ok"), streams * 2);
+        // Counted from usage.completion_tokens: at least one per request, at most max_tokens.
+        EXPECT_GE(num(l, "tokens"), streams * 2);
+        EXPECT_LE(num(l, "tokens"), streams * 2 * 6);
+        EXPECT_GT(num(l, "ttft_ms_p50"), 0);
+        // The model id ordo-load sent is the one /v1/models named (else every request is 404).
+        EXPECT_NE(l["model"].find("tiny"), std::string::npos) << l["model"];
+        for (const auto& [k, v] : l) EXPECT_NE(k.rfind("errors.", 0), 0u) << k << " " << v;
+    }
+}
+
+// A scripted HTTP/1.1 server on an ephemeral port, one connection at a time: /health and
+// /v1/models answer; every POST gets a streamed answer of `tokens` chunks (the `error_on`-th
+// POST an error event instead of its final chunk), written with keep-alive headers, and then
+// the connection is closed, as llama-server does after a streamed answer.
+class scripted_http_server {
+public:
+    scripted_http_server(uint32_t tokens, uint32_t error_on) : _tokens(tokens), _error_on(error_on) {
+        _fd = socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        EXPECT_EQ(bind(_fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+        socklen_t len = sizeof a;
+        getsockname(_fd, reinterpret_cast<sockaddr*>(&a), &len);
+        _port = ntohs(a.sin_port);
+        EXPECT_EQ(listen(_fd, 16), 0);
+        _thread = std::thread([this] { serve(); });
+    }
+    ~scripted_http_server() {
+        _stop = true;
+        shutdown(_fd, SHUT_RDWR);
+        close(_fd);
+        _thread.join();
+    }
+    uint16_t port() const { return _port; }
+    uint32_t posts() const { return _posts; }
+    uint32_t connections() const { return _connections; }
+
+private:
+    // Reads one request (headers and Content-Length body); false at EOF.
+    static bool read_request(int c, std::string& head) {
+        std::string buf;
+        char tmp[4096];
+        while (buf.find("\r\n\r\n") == std::string::npos) {
+            ssize_t n = recv(c, tmp, sizeof tmp, 0);
+            if (n <= 0) return false;
+            buf.append(tmp, size_t(n));
+        }
+        size_t end = buf.find("\r\n\r\n") + 4;
+        head = buf.substr(0, end);
+        size_t cl = head.find("Content-Length: ");
+        size_t want = cl == std::string::npos ? 0 : std::stoul(head.substr(cl + 16));
+        while (buf.size() - end < want) {
+            ssize_t n = recv(c, tmp, sizeof tmp, 0);
+            if (n <= 0) return false;
+            buf.append(tmp, size_t(n));
+        }
+        return true;
+    }
+    static void write_all(int c, const std::string& s) {
+        for (size_t off = 0; off < s.size();) {
+            ssize_t n = send(c, s.data() + off, s.size() - off, MSG_NOSIGNAL);
+            if (n <= 0) return;
+            off += size_t(n);
+        }
+    }
+    void serve() {
+        while (!_stop) {
+            int c = accept(_fd, nullptr, nullptr);
+            if (c < 0) return;
+            _connections++;
+            std::string head;
+            while (read_request(c, head)) {
+                if (head.rfind("GET /health", 0) == 0) {
+                    write_all(c, "HTTP/1.1 200 OK\r\nContent-Length: 15\r\n\r\n{\"status\":\"ok\"}");
+                    continue;
+                }
+                if (head.rfind("GET /v1/models", 0) == 0) {
+                    std::string b = R"({"data":[{"id":"scripted","meta":{"n_vocab":300,"n_ctx":512}}]})";
+                    write_all(c, "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(b.size()) +
+                                     "\r\n\r\n" + b);
+                    continue;
+                }
+                uint32_t post = ++_posts;
+                std::vector<std::string> events;
+                for (uint32_t t = 0; t < _tokens; t++) {
+                    events.push_back(R"(data: {"choices":[{"text":"t","index":0,"finish_reason":null}]})"
+                                     "\n\n");
+                }
+                if (post == _error_on) {
+                    events.push_back(R"(data: {"error":{"code":"gpu_failed","message":"x"}})" "\n\n");
+                } else {
+                    events.push_back(R"(data: {"choices":[{"text":"","index":0,"finish_reason":"length"}]})"
+                                     "\n\n");
+                    events.push_back("data: {\"choices\":[],\"usage\":{\"completion_tokens\":" +
+                                     std::to_string(_tokens) + "}}\n\n");
+                    events.push_back("data: [DONE]\n\n");
+                }
+                write_all(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                             "Transfer-Encoding: chunked\r\nKeep-Alive: timeout=5, max=100\r\n\r\n" +
+                             chunked(events));
+                break;  // and close, keep-alive headers notwithstanding
+            }
+            close(c);
+        }
+    }
+
+    uint32_t _tokens, _error_on;
+    int _fd = -1;
+    uint16_t _port = 0;
+    std::atomic<bool> _stop{false};
+    std::atomic<uint32_t> _posts{0}, _connections{0};
+    std::thread _thread;
+};
+
+TEST(load_http, a_server_that_closes_after_each_answer_gets_new_connections) {
+    scripted_http_server server(/*tokens=*/3, /*error_on=*/2);
+    auto r = run_command(load_bin + " --protocol http --port " + std::to_string(server.port()) +
+                             " --streams 1 --requests 4 --max-tokens 3 --prompt-tokens 4"
+                             " --duration-max-s 60 --event-timeout-s 10",
+                         "scripted");
+    // One request got an error event: exit 1, and the stream went on to its last request.
+    EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+    auto lines = parse_json_lines(r.out);
+    ASSERT_EQ(lines.size(), 1u) << r.out << r.err;
+    EXPECT_EQ(num(lines[0], "requests"), 4);
+    EXPECT_EQ(num(lines[0], "requests_ok"), 3);
+    EXPECT_EQ(num(lines[0], "errors.gpu_failed"), 1);
+    EXPECT_EQ(num(lines[0], "tokens"), 3 * 3 + 3);  // usage of the three; events of the failed
+    EXPECT_EQ(lines[0]["model"], "\"scripted\"");
+    EXPECT_EQ(server.posts(), 4u);
+    // health, models, then one connection per request (every answer closed its connection).
+    EXPECT_EQ(server.connections(), 2u + 4u);
 }
 
 TEST_F(load_e2e, text_prompt_and_a_running_server) {

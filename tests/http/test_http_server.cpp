@@ -165,6 +165,9 @@ TEST(http_server, endpoints_and_error_shapes) {
     ASSERT_TRUE(m);
     EXPECT_EQ(body_json(*m)["object"], "list");
     EXPECT_EQ(body_json(*m)["data"][0]["id"], "tiny");
+    // The extension load generators read (llama-server's key names).
+    EXPECT_EQ(body_json(*m)["data"][0]["meta"]["n_vocab"], 260);
+    EXPECT_EQ(body_json(*m)["data"][0]["meta"]["n_ctx_train"], 512);
     EXPECT_EQ(body_json(*http_call(srv->http(), "GET", "/v1/models/tiny"))["id"], "tiny");
     expect_error(http_call(srv->http(), "GET", "/v1/models/gpt-4"), 404, "model_not_found",
                  "model");

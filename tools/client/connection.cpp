@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
@@ -47,6 +48,8 @@ connection::~connection() {
 
 status connection::open(const std::string& host, uint16_t port,
                         std::chrono::milliseconds timeout) {
+    if (_fd >= 0) ::close(_fd), _fd = -1;
+    _unpacker = msgpack::unpacker();
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
@@ -77,12 +80,29 @@ status connection::open(const std::string& host, uint16_t port,
 }
 
 status connection::send(const msgpack::sbuffer& frame) {
+    return send_bytes(std::string_view(frame.data(), frame.size()));
+}
+
+status connection::send_bytes(std::string_view bytes) {
     size_t off = 0;
-    while (off < frame.size()) {
-        ssize_t n = ::send(_fd, frame.data() + off, frame.size() - off, MSG_NOSIGNAL);
+    while (off < bytes.size()) {
+        ssize_t n = ::send(_fd, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
         if (n <= 0) return make_error("closed", std::string("send failed: ") + std::strerror(errno));
         off += static_cast<size_t>(n);
     }
+    return {};
+}
+
+status connection::recv_bytes(std::string& out, std::chrono::milliseconds deadline) {
+    pollfd p{_fd, POLLIN, 0};
+    int ready = poll(&p, 1, static_cast<int>(deadline.count()));
+    if (ready < 0 && errno == EINTR) return make_error("interrupted", "interrupted");
+    if (ready <= 0) return make_error("timeout", "no answer from the server in time");
+    size_t old = out.size();
+    out.resize(old + read_chunk_bytes);
+    ssize_t n = ::recv(_fd, out.data() + old, read_chunk_bytes, 0);
+    out.resize(old + static_cast<size_t>(std::max<ssize_t>(n, 0)));
+    if (n <= 0) return make_error("closed", "the server closed the connection");
     return {};
 }
 
@@ -104,6 +124,14 @@ result<msgpack::object_handle> connection::recv(std::chrono::milliseconds deadli
         return make_error("bad_frame", std::string("malformed reply: ") + e.what());
     }
     return oh;
+}
+
+bool connection::peer_closed() const {
+    if (_fd < 0) return true;
+    pollfd p{_fd, POLLIN, 0};
+    if (poll(&p, 1, 0) <= 0) return false;
+    char byte = 0;
+    return ::recv(_fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
 const msgpack::object* find(const msgpack::object& map, std::string_view key) {

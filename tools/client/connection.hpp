@@ -9,6 +9,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "actors/runtime/result.hpp"
 
@@ -21,9 +22,19 @@ public:
     connection(const connection&) = delete;
     connection& operator=(const connection&) = delete;
 
-    // Resolves host (name or numeric, IPv4/IPv6) and connects within `timeout`.
+    // Resolves host (name or numeric, IPv4/IPv6) and connects within `timeout` (closing the
+    // connection it had, if any).
     status open(const std::string& host, uint16_t port, std::chrono::milliseconds timeout);
     status send(const msgpack::sbuffer& frame);
+    // Raw bytes, for clients of other protocols on the same connection code (ordo-load's HTTP
+    // mode): send_bytes writes them all; recv_bytes appends what one read returns to `out`
+    // (errors as recv's: "timeout", "interrupted", "closed").
+    status send_bytes(std::string_view bytes);
+    status recv_bytes(std::string& out, std::chrono::milliseconds deadline);
+    // True when the peer has closed its side and nothing is left to read (checked without
+    // waiting): an HTTP server that closes idle connections, as llama-server does after a
+    // streamed answer.
+    bool peer_closed() const;
     // The next event; error "timeout" after `deadline`, "closed" on EOF.
     result<msgpack::object_handle> recv(std::chrono::milliseconds deadline);
 

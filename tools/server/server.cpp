@@ -100,6 +100,8 @@ http::http_options http_options_from(const config::config& cfg, const config::li
     // The name clients give as `model`: the file's name without its extension.
     o.model.id = std::filesystem::path(m.path).stem().string();
     o.model.created = uint64_t(std::time(nullptr));
+    o.model.n_vocab = m.hp.n_vocab;
+    o.model.n_ctx_train = m.hp.n_ctx;
     return o;
 }
 
