@@ -15,15 +15,7 @@ using client::connection;
 using nlohmann::json;
 using std::chrono::milliseconds;
 
-constexpr milliseconds connect_timeout{10000};
-constexpr milliseconds health_poll_interval{100};
-constexpr uint32_t health_polls_max = 100000;  // the deadline ends it long before this
-constexpr uint32_t stray_events_max = 64;      // events beyond max_tokens + 2 of one request
 constexpr uint32_t reads_per_event_max = 1 << 16;  // reads that complete no event, at most
-
-double ms_between(clock::time_point a, clock::time_point b) {
-    return std::chrono::duration<double, std::milli>(b - a).count();
-}
 
 response_reader& self_of(llhttp_t* p) { return *static_cast<response_reader*>(p->data); }
 

@@ -16,15 +16,6 @@ using client::find;
 using client::get_str;
 using std::chrono::milliseconds;
 
-constexpr milliseconds connect_timeout{10000};
-constexpr milliseconds health_poll_interval{100};
-constexpr uint32_t health_polls_max = 100000;    // the deadline ends it long before this
-constexpr uint32_t stray_events_max = 64;        // events beyond max_tokens + 1 of one request
-
-double ms_between(clock::time_point a, clock::time_point b) {
-    return std::chrono::duration<double, std::milli>(b - a).count();
-}
-
 uint64_t splitmix64(uint64_t& state) {
     uint64_t z = (state += 0x9E3779B97F4A7C15ull);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;

@@ -22,6 +22,16 @@ namespace ordo::load {
 
 using clock = std::chrono::steady_clock;
 
+// Bounds both protocols' streams share.
+inline constexpr std::chrono::milliseconds connect_timeout{10000};
+inline constexpr std::chrono::milliseconds health_poll_interval{100};
+inline constexpr uint32_t health_polls_max = 100000;  // the deadline ends it long before this
+inline constexpr uint32_t stray_events_max = 64;      // events beyond a request's expected ones
+
+inline double ms_between(clock::time_point a, clock::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
 // Shared by every stream of a run: main sets `stop` on SIGINT or when the spawned server dies.
 struct run_control {
     std::atomic<bool> stop{false};
