@@ -39,11 +39,23 @@ constexpr std::array<std::string_view, 3> k_chat_fields{"messages", "max_complet
                                                         "top_logprobs"};
 constexpr std::array<std::string_view, 1> k_completion_fields{"prompt"};
 // Fields copied to ordo's validator under the same name (it checks their types and ranges).
-constexpr std::array<std::string_view, 8> k_passed_fields{
-    "temperature", "top_p", "seed", "stop", "top_k", "min_p", "repeat_penalty", "session"};
+constexpr std::array<std::string_view, 10> k_passed_fields{
+    "temperature", "top_p",          "seed",           "stop",
+    "top_k",       "min_p",          "repeat_penalty", "presence_penalty",
+    "frequency_penalty", "session"};
 
 bool contains(std::span<const std::string_view> set, std::string_view s) {
     return std::find(set.begin(), set.end(), s) != set.end();
+}
+
+// The validator's messages begin by naming the key in quotes ("\"top_p\" must be ..."): the
+// OpenAI error's `param` when it is a field passed on under its own name.
+std::string param_named_in(const std::string& message) {
+    if (message.empty() || message[0] != '"') return "";
+    size_t end = message.find('"', 1);
+    if (end == std::string::npos) return "";
+    std::string key = message.substr(1, end - 1);
+    return contains(k_passed_fields, key) ? key : "";
 }
 
 api_error bad(std::string message, std::string param = "", std::string code = "bad_request") {
@@ -152,20 +164,10 @@ const json* field(const json& body, const char* k) {
     return it == body.end() || it->is_null() ? nullptr : &*it;
 }
 
-// n, the penalties and user: what ordo accepts of them only in the values that change nothing.
+// n and user: what ordo accepts of them only in the values that change nothing.
 std::optional<api_error> check_inert_fields(const json& body) {
     if (const json* n = field(body, "n"); n != nullptr && !(n->is_number_integer() && *n == 1)) {
         return bad("n = " + dump(*n) + ": ordo answers one choice per request (n = 1)", "n");
-    }
-    for (const char* k : {"presence_penalty", "frequency_penalty"}) {
-        const json* v = field(body, k);
-        if (v == nullptr) continue;
-        if (!v->is_number()) return bad(std::string(k) + ": a number, got " + kind_of(*v), k);
-        if (v->get<double>() != 0) {
-            return bad(std::string(k) + " = " + dump(*v) +
-                           ": not supported (only 0); ordo's sampler offers repeat_penalty",
-                       k);
-        }
     }
     if (const json* u = field(body, "user"); u != nullptr && !u->is_string()) {
         return bad("user: a string, got " + kind_of(*u), "user");
@@ -393,7 +395,7 @@ std::variant<api_request, api_error> parse_api_request(api_kind kind, std::strin
     if (!g) {
         const std::string& code = g.err().code;
         return bad(
-            g.err().message, "",
+            g.err().message, param_named_in(g.err().message),
             code == "bad_request" ? "bad_request" : code);  // no_chat_template, template_error
     }
     out.params = std::move(*g);

@@ -72,7 +72,9 @@ status parse_sampling(const param_map& pm, generate_request& out) {
     for (auto [key, dst] : {std::pair<std::string_view, float*>{"temperature", &p.temperature},
                             {"top_p", &p.top_p},
                             {"min_p", &p.min_p},
-                            {"repeat_penalty", &p.repeat_penalty}}) {
+                            {"repeat_penalty", &p.repeat_penalty},
+                            {"presence_penalty", &p.presence_penalty},
+                            {"frequency_penalty", &p.frequency_penalty}}) {
         if (auto s = read_float(pm, key, *dst); !s) return s;
     }
     if (const auto* o = pm.get("top_k")) {
@@ -160,8 +162,8 @@ status parse_generation(const param_map& pm, const request_limits& limits, gener
 
 // generate's keys but the prompt's, then chat's own.
 #define ORDO_GENERATION_KEYS                                                                   \
-    "max_tokens", "temperature", "top_k", "top_p", "min_p", "repeat_penalty", "seed", "stop", \
-        "logprobs", "stream", "session", "special"
+    "max_tokens", "temperature", "top_k", "top_p", "min_p", "repeat_penalty", "presence_penalty", \
+        "frequency_penalty", "seed", "stop", "logprobs", "stream", "session", "special"
 #define ORDO_CHAT_KEYS "messages", "tools", "add_generation_prompt", "chat_template_kwargs"
 
 // The rendered conversation of a chat or apply_template request.

@@ -42,6 +42,14 @@ status validate(const sampling_params& p) {
     if (!(p.repeat_penalty > 0.0f && p.repeat_penalty <= repeat_penalty_max)) {
         return bad_param("repeat_penalty", "in (0, 10] (1 = off)", p.repeat_penalty);
     }
+    if (!(p.presence_penalty >= -additive_penalty_max &&
+          p.presence_penalty <= additive_penalty_max)) {
+        return bad_param("presence_penalty", "in [-2, 2] (0 = off)", p.presence_penalty);
+    }
+    if (!(p.frequency_penalty >= -additive_penalty_max &&
+          p.frequency_penalty <= additive_penalty_max)) {
+        return bad_param("frequency_penalty", "in [-2, 2] (0 = off)", p.frequency_penalty);
+    }
     if (p.repeat_last_n > repeat_last_n_max) {
         return bad_param("repeat_last_n", "at most " + std::to_string(repeat_last_n_max),
                          p.repeat_last_n);
@@ -120,17 +128,21 @@ result<sampled> sampler::sample(std::span<const float> logits,
 
 // Returns whether any logit changed.
 bool sampler::apply_penalty(std::span<const int32_t> recent) {
-    if (_params.repeat_penalty == 1.0f || _params.repeat_last_n == 0 || recent.empty()) {
-        return false;
-    }
+    const bool repeat = _params.repeat_penalty != 1.0f;
+    const bool additive = _params.presence_penalty != 0.0f || _params.frequency_penalty != 0.0f;
+    if ((!repeat && !additive) || _params.repeat_last_n == 0 || recent.empty()) return false;
     const size_t n = std::min<size_t>(recent.size(), _params.repeat_last_n);
-    // Each distinct id is penalised once, however often it repeats (llama.cpp's semantics).
     _recent.assign(recent.end() - n, recent.end());
     std::sort(_recent.begin(), _recent.end());
-    _recent.erase(std::unique(_recent.begin(), _recent.end()), _recent.end());
-    for (int32_t t : _recent) {
+    // One pass over each run of equal ids: the repeat penalty once per distinct id (llama.cpp's
+    // semantics), the additive ones by the run's length.
+    for (size_t i = 0; i < _recent.size();) {
+        const int32_t t = _recent[i];
+        size_t count = 0;
+        while (i < _recent.size() && _recent[i] == t) i++, count++;
         float& l = _work[t];
-        l = l > 0.0f ? l / _params.repeat_penalty : l * _params.repeat_penalty;
+        if (repeat) l = l > 0.0f ? l / _params.repeat_penalty : l * _params.repeat_penalty;
+        l -= static_cast<float>(count) * _params.frequency_penalty + _params.presence_penalty;
     }
     return true;
 }

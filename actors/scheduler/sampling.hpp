@@ -6,9 +6,10 @@
 // which other requests share its batch (docs/protocol.md "Sampling is deterministic").
 //
 // The pipeline of one `sample` call (docs/protocol.md, generate):
-//   1. repeat penalty over the distinct ids among the last `repeat_last_n` tokens given
-//      (llama.cpp semantics: a positive logit is divided by the penalty, a negative one
-//      multiplied, so a penalised token always becomes less likely);
+//   1. penalties over the last `repeat_last_n` tokens given (prompt and output), llama.cpp's
+//      semantics: for each distinct id t there, occurring c times, first the repeat penalty (a
+//      positive logit is divided by it, a negative one multiplied, so t always becomes less
+//      likely), then OpenAI's additive ones: logit -= c x frequency_penalty + presence_penalty;
 //   2. temperature 0: greedy argmax of the penalised logits, ties to the lowest id; done;
 //   3. otherwise top_k, then top_p (nucleus, on the softmax of the penalised logits over the
 //      top_k set), then min_p (relative to the most likely token), then temperature, then one
@@ -37,6 +38,7 @@ namespace ordo::sched {
 // Limits of the sampling parameters; the protocol documents the same ranges.
 inline constexpr float temperature_max = 100.0f;     // beyond it sampling is uniform noise anyway
 inline constexpr float repeat_penalty_max = 10.0f;   // larger values only destroy the logits
+inline constexpr float additive_penalty_max = 2.0f;  // presence/frequency: OpenAI's [-2, 2]
 inline constexpr uint32_t logprobs_max = 20;         // top-n alternatives reported per token
 inline constexpr uint32_t repeat_last_n_max = 4096;  // bounds the per-call penalty work
 inline constexpr uint64_t seed_default = 0;          // fixed, so an unseeded request repeats
@@ -49,11 +51,13 @@ struct sampling_params {
     float top_p = 1.0f;            // (0, 1]: keep the smallest set with this much mass
     float min_p = 0.0f;            // [0, 1): drop tokens below min_p x the most likely
     float repeat_penalty = 1.0f;   // (0, 10]; 1 = off
+    float presence_penalty = 0.0f;   // [-2, 2]; 0 = off; subtracted once per id present
+    float frequency_penalty = 0.0f;  // [-2, 2]; 0 = off; subtracted once per occurrence
     uint32_t repeat_last_n = 64;   // how many of the most recent tokens are penalised
     uint64_t seed = seed_default;  // seeds this request's generator
     uint32_t logprobs = 0;         // 0..20: top alternatives to report per token
-    MSGPACK_DEFINE_MAP(temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed,
-                       logprobs);
+    MSGPACK_DEFINE_MAP(temperature, top_k, top_p, min_p, repeat_penalty, presence_penalty,
+                       frequency_penalty, repeat_last_n, seed, logprobs);
 };
 
 // bad_request naming the offending parameter (by its protocol name) and its allowed range.
@@ -106,7 +110,7 @@ private:
     std::vector<float> _weights;       // (vocab) tempered weights of the kept candidates
     std::vector<int32_t> _candidates;  // (vocab) ids still in the running; a prefix is live
     std::vector<int32_t> _spill;       // (vocab) top_p's crossing bucket
-    std::vector<int32_t> _recent;      // (repeat_last_n) distinct penalised ids
+    std::vector<int32_t> _recent;      // (repeat_last_n) the penalty window, sorted
     std::vector<float> _heap;          // (top_k) the top_k largest logits, a min-heap
 };
 

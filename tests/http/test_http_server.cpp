@@ -187,7 +187,7 @@ TEST(http_server, endpoints_and_error_shapes) {
     expect_error(ask(chat_body({{"tools", json::array()}}).dump()), 400, "bad_request", "tools");
     expect_error(ask(chat_body({{"n", 2}}).dump()), 400, "bad_request", "n");
     expect_error(ask(chat_body({{"model", "gpt-4o"}}).dump()), 404, "model_not_found", "model");
-    expect_error(ask(chat_body({{"temperature", -1}}).dump()), 400, "bad_request");
+    expect_error(ask(chat_body({{"temperature", -1}}).dump()), 400, "bad_request", "temperature");
     auto fine = ask(chat_body().dump());
     ASSERT_TRUE(fine);
     EXPECT_EQ(fine->status, 200) << fine->body;

@@ -70,7 +70,8 @@ TEST(openai_in, chat_renders_the_template_and_maps_parameters) {
                                              {"top_logprobs", 3},
                                              {"user", "someone"},
                                              {"n", 1},
-                                             {"presence_penalty", 0}}));
+                                             {"presence_penalty", 0.5},
+                                             {"frequency_penalty", -0.25}}));
     EXPECT_EQ(r.params.prompt.value_or(""), "<user>Hi<assistant>");
     EXPECT_TRUE(r.params.chat);
     EXPECT_EQ(r.params.max_tokens, 5u);
@@ -81,6 +82,8 @@ TEST(openai_in, chat_renders_the_template_and_maps_parameters) {
     EXPECT_TRUE(r.logprobs);
     EXPECT_EQ(r.top_logprobs, 3u);
     EXPECT_EQ(r.params.sampling.logprobs, 3u);
+    EXPECT_EQ(r.params.sampling.presence_penalty, 0.5f);
+    EXPECT_EQ(r.params.sampling.frequency_penalty, -0.25f);
     EXPECT_FALSE(r.stream);
 }
 
@@ -151,8 +154,8 @@ TEST(openai_in, refusals_name_the_field) {
              {{{"tools", json::array()}}, "tools"},
              {{{"logit_bias", json::object()}}, "logit_bias"},
              {{{"n", 2}}, "n"},
-             {{{"presence_penalty", 0.5}}, "presence_penalty"},
-             {{{"frequency_penalty", -1}}, "frequency_penalty"},
+             {{{"presence_penalty", 2.5}}, "presence_penalty"},   // OpenAI's range is [-2, 2]
+             {{{"frequency_penalty", "x"}}, "frequency_penalty"},
              {{{"top_logprobs", 2}}, "top_logprobs"},  // without logprobs
              {{{"logprobs", 3}}, "logprobs"},          // chat's is a boolean
              {{{"max_tokens", 3}, {"max_completion_tokens", 3}}, "max_completion_tokens"},

@@ -41,7 +41,7 @@ frame make_frame(const char* op, uint32_t n_params, const std::function<void(pac
 }
 
 TEST(generate_request, full_request_parses) {
-    auto f = make_frame("generate", 13, [](packer& p) {
+    auto f = make_frame("generate", 15, [](packer& p) {
         p.pack("prompt"), p.pack("Once upon a time");
         p.pack("max_tokens"), p.pack(64);
         p.pack("temperature"), p.pack(0.5);
@@ -49,6 +49,8 @@ TEST(generate_request, full_request_parses) {
         p.pack("top_p"), p.pack(0.9f);
         p.pack("min_p"), p.pack(0);  // an int where a float is expected: accepted
         p.pack("repeat_penalty"), p.pack(1.1);
+        p.pack("presence_penalty"), p.pack(0.5);
+        p.pack("frequency_penalty"), p.pack(-1);
         p.pack("seed"), p.pack(uint64_t{0xFFFFFFFFFFFFFFFFull});
         p.pack("stop"), p.pack(std::vector<std::string>{"\n\n", "END"});
         p.pack("logprobs"), p.pack(5);
@@ -56,12 +58,12 @@ TEST(generate_request, full_request_parses) {
         p.pack("session"), p.pack("chat-42_v1.0");
         p.pack("unknown_extra"), p.pack_nil();
     });
-    // 13 params with one unknown: first check the unknown key is refused...
+    // 15 params with one unknown: first check the unknown key is refused...
     auto bad = parse_generate(f.get(), request_limits{256, 0, true});
     ASSERT_FALSE(bad.ok());
     EXPECT_NE(bad.err().message.find("unknown_extra"), std::string::npos);
 
-    auto g = make_frame("generate", 12, [](packer& p) {
+    auto g = make_frame("generate", 14, [](packer& p) {
         p.pack("prompt"), p.pack("Once upon a time");
         p.pack("max_tokens"), p.pack(64);
         p.pack("temperature"), p.pack(0.5);
@@ -69,6 +71,8 @@ TEST(generate_request, full_request_parses) {
         p.pack("top_p"), p.pack(0.9f);
         p.pack("min_p"), p.pack(0);
         p.pack("repeat_penalty"), p.pack(1.1);
+        p.pack("presence_penalty"), p.pack(0.5);
+        p.pack("frequency_penalty"), p.pack(-1);
         p.pack("seed"), p.pack(uint64_t{0xFFFFFFFFFFFFFFFFull});
         p.pack("stop"), p.pack(std::vector<std::string>{"\n\n", "END"});
         p.pack("logprobs"), p.pack(5);
@@ -85,6 +89,8 @@ TEST(generate_request, full_request_parses) {
     EXPECT_FLOAT_EQ(r->sampling.top_p, 0.9f);
     EXPECT_FLOAT_EQ(r->sampling.min_p, 0.0f);
     EXPECT_FLOAT_EQ(r->sampling.repeat_penalty, 1.1f);
+    EXPECT_FLOAT_EQ(r->sampling.presence_penalty, 0.5f);
+    EXPECT_FLOAT_EQ(r->sampling.frequency_penalty, -1.0f);
     EXPECT_EQ(r->sampling.seed, 0xFFFFFFFFFFFFFFFFull);
     EXPECT_TRUE(r->seed_given);
     EXPECT_EQ(r->stop, (std::vector<std::string>{"\n\n", "END"}));
@@ -199,6 +205,16 @@ TEST(generate_request, bad_requests_name_the_key) {
          [&](packer& p) {
              with_prompt(p);
              p.pack("top_p"), p.pack(1.5);
+         }},
+        {"presence_penalty", 2,
+         [&](packer& p) {
+             with_prompt(p);
+             p.pack("presence_penalty"), p.pack(2.5);
+         }},
+        {"frequency_penalty", 2,
+         [&](packer& p) {
+             with_prompt(p);
+             p.pack("frequency_penalty"), p.pack("high");
          }},
         {"top_p", 2,
          [&](packer& p) {

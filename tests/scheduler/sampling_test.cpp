@@ -5,6 +5,8 @@
 // samplers changes nothing); top_k = 1 and a tiny top_p are greedy; min_p and top_k keep
 // exactly the tokens they should on a 32000-token vocabulary (compared with a brute-force
 // full sort); repeat penalty changes the choice (positive and negative logits, window);
+// presence and frequency penalties subtract exactly once per id / once per occurrence in the
+// window, after the repeat penalty, and negative values favour repeats;
 // reported log-probabilities are the raw log-softmax, sorted, and sum to 1 over the whole
 // vocabulary; frequencies follow the softmax (chi-square over 40000 seeded draws, at two
 // temperatures); bad parameters and bad logits are errors naming the problem.
@@ -192,6 +194,47 @@ TEST(sampling, repeat_penalty_changes_the_choice) {
     EXPECT_EQ(draw(off, {2.0f, 1.8f, 0.0f}, recent0), 0);
 }
 
+TEST(sampling, presence_and_frequency_penalties_subtract_per_id_and_per_occurrence) {
+    sampling_params p;
+    p.temperature = 0.0f;
+    p.repeat_last_n = 4;
+    // Token 0 occurs twice in the window, token 1 once; token 2 is fresh.
+    const std::vector<int32_t> recent = {0, 1, 0};
+    p.presence_penalty = 0.5f;
+    sampler presence = make(p);
+    // 3.0 - 0.5 = 2.5 < 2.6: once per id, however often it occurs.
+    EXPECT_EQ(draw(presence, {3.0f, 0.0f, 2.6f}, recent), 2);
+    EXPECT_EQ(draw(presence, {3.0f, 0.0f, 2.4f}, recent), 0);
+    p.presence_penalty = 0.0f;
+    p.frequency_penalty = 0.5f;
+    sampler frequency = make(p);
+    // 3.0 - 2 x 0.5 = 2.0: per occurrence.
+    EXPECT_EQ(draw(frequency, {3.0f, 0.0f, 2.1f}, recent), 2);
+    EXPECT_EQ(draw(frequency, {3.0f, 0.0f, 1.9f}, recent), 0);
+    // Both, after the repeat penalty: 3.0 / 1.5 = 2.0, - 2 x 0.25 - 0.25 = 1.25.
+    p.repeat_penalty = 1.5f;
+    p.frequency_penalty = 0.25f;
+    p.presence_penalty = 0.25f;
+    sampler all = make(p);
+    EXPECT_EQ(draw(all, {3.0f, 0.0f, 1.3f}, recent), 2);
+    EXPECT_EQ(draw(all, {3.0f, 0.0f, 1.2f}, recent), 0);
+    // Only the window counts: the last token alone (3.0 - 1.0 = 2.0 > 1.5), then all four
+    // (3.0 - 2.0 = 1.0 < 1.5).
+    p = sampling_params{};
+    p.temperature = 0.0f;
+    p.repeat_last_n = 1;
+    p.frequency_penalty = 1.0f;
+    sampler last_one = make(p);
+    EXPECT_EQ(draw(last_one, {3.0f, 0.0f, 1.5f}, recent), 0);
+    p.repeat_last_n = 4;
+    sampler last_four = make(p);
+    EXPECT_EQ(draw(last_four, {3.0f, 0.0f, 1.5f}, recent), 2);
+    // Negative penalties favour what is already there.
+    p.frequency_penalty = -1.0f;
+    sampler favour = make(p);
+    EXPECT_EQ(draw(favour, {2.0f, 2.5f, 3.5f}, recent), 0);  // 2.0 + 2 = 4.0 > 3.5
+}
+
 TEST(sampling, logprobs_are_raw_log_softmax_sorted) {
     const auto logits = random_logits(50, 5, 3.0f);
     const auto prob = softmax(logits, 1.0);
@@ -268,6 +311,10 @@ TEST(sampling, bad_parameters_name_the_key) {
         {"min_p", [](sampling_params& p) { p.min_p = 1.0f; }},
         {"repeat_penalty", [](sampling_params& p) { p.repeat_penalty = 0.0f; }},
         {"repeat_penalty", [](sampling_params& p) { p.repeat_penalty = nan; }},
+        {"presence_penalty", [](sampling_params& p) { p.presence_penalty = 2.01f; }},
+        {"presence_penalty", [](sampling_params& p) { p.presence_penalty = nan; }},
+        {"frequency_penalty", [](sampling_params& p) { p.frequency_penalty = -2.5f; }},
+        {"frequency_penalty", [](sampling_params& p) { p.frequency_penalty = nan; }},
         {"repeat_last_n", [](sampling_params& p) { p.repeat_last_n = repeat_last_n_max + 1; }},
         {"logprobs", [](sampling_params& p) { p.logprobs = 21; }},
     };
