@@ -387,13 +387,15 @@ void http_actor::get_health(connection& c, const http_request& r) {
 }
 
 // The scheduler's stats (every counter, gauge and histogram of the stats op) with the net
-// actor's and this actor's counters, as Prometheus text once the scheduler answers.
+// actor's and this actor's counters, as Prometheus text once the scheduler answers. Both front
+// doors' counters travel in the query, as the net actor's stats op sends them, so /metrics and
+// the stats op show the same maps.
 void http_actor::get_metrics(connection& c, const http_request& r) {
     live_request l;
     l.id = c.next_request_id++;
     l.keep_alive = r.keep_alive;
     l.metrics = true;
-    sched::stats_query q{c.conn(), l.id, {}};
+    sched::stats_query q{c.conn(), l.id, {}, counters_map()};
     if (_options.net_counters) q.net = _options.net_counters();
     if (auto st = _to_scheduler.tell(q); !st.ok()) {
         bool stopped = st.err().code == "actor_stopped";
@@ -410,8 +412,8 @@ void http_actor::on(const net::stats_done& m) {
     connection* c = live_for(m.conn, m.id);
     if (c == nullptr) return;
     if (!c->live->metrics) return unexpected(m.conn, m.id, m.msg_name);
-    respond(*c, 200, "text/plain; version=0.0.4; charset=utf-8",
-            prometheus_text(m.stats, counters_map()), c->live->keep_alive);
+    respond(*c, 200, "text/plain; version=0.0.4; charset=utf-8", prometheus_text(m.stats),
+            c->live->keep_alive);
 }
 
 void http_actor::start_generate(connection& c, http_request& r, api_kind kind) {
@@ -698,7 +700,7 @@ void http_actor::close_cb(uv_handle_t* handle) {
 
 std::map<std::string, uint64_t> http_actor::counters_map() const {
     const auto& k = _counters;
-    return {{"connections_open", _open},
+    return {{"connections_open", _open.load()},
             {"connections_total", k.connections_total},
             {"connections_refused", k.connections_refused},
             {"requests", k.requests},

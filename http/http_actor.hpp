@@ -20,6 +20,7 @@
 
 #include <uv.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -36,9 +37,9 @@
 #include "actors/scheduler/scheduler_msgs.hpp"
 #include "http/openai.hpp"
 #include "http/request_reader.hpp"
-#include "net/tcp_listener.hpp"
 #include "net/net_msgs.hpp"
 #include "net/ops.hpp"
+#include "net/tcp_listener.hpp"
 
 namespace ordo::http {
 
@@ -55,23 +56,25 @@ struct http_options {
     uint64_t shutdown_grace_ms = 5000;        // server.shutdown_grace_ms
     net::request_limits limits;               // what the validator needs of model and config
     served_model model;
-    // Any thread: the msgpack front door's counters (the stats op's `net` map), for /metrics;
-    // unset: /metrics has no ordo_net_ metrics.
+    // Any thread: the msgpack front door's counters (the stats op's `net` map), sent with the
+    // stats query /metrics makes; unset: /metrics has no ordo_net_ metrics.
     std::function<std::map<std::string, uint64_t>()> net_counters;
 };
 
+// Counted on the HTTP actor's loop; atomic so that another thread (the net actor, filling the
+// stats op's `http` map through http_actor::counters) may read them while they move.
 struct http_counters {
-    uint64_t connections_total = 0;
-    uint64_t connections_refused = 0;
-    uint64_t requests = 0;
-    uint64_t responses_2xx = 0, responses_4xx = 0, responses_5xx = 0;
-    uint64_t streams = 0;          // answers sent as server-sent events
-    uint64_t header_timeouts = 0;  // 408
-    uint64_t too_large = 0;        // 413 and 431
-    uint64_t malformed = 0;        // 400 from the HTTP parser
-    uint64_t slow_readers = 0;
-    uint64_t disconnects = 0;  // connections that ended while their request ran
-    uint64_t bytes_in = 0, bytes_out = 0;
+    std::atomic<uint64_t> connections_total = 0;
+    std::atomic<uint64_t> connections_refused = 0;
+    std::atomic<uint64_t> requests = 0;
+    std::atomic<uint64_t> responses_2xx = 0, responses_4xx = 0, responses_5xx = 0;
+    std::atomic<uint64_t> streams = 0;          // answers sent as server-sent events
+    std::atomic<uint64_t> header_timeouts = 0;  // 408
+    std::atomic<uint64_t> too_large = 0;        // 413 and 431
+    std::atomic<uint64_t> malformed = 0;        // 400 from the HTTP parser
+    std::atomic<uint64_t> slow_readers = 0;
+    std::atomic<uint64_t> disconnects = 0;  // connections that ended while their request ran
+    std::atomic<uint64_t> bytes_in = 0, bytes_out = 0;
 };
 
 class http_actor final
@@ -98,6 +101,8 @@ public:
     // Valid after start(): whether bind/listen succeeded, and the port bound.
     const status& listen_status() const { return _listen_status; }
     uint16_t bound_port() const { return _listener.port(); }
+    // Any thread: the stats op's `http` map (counters and connections_open), as they are now.
+    std::map<std::string, uint64_t> counters() const { return counters_map(); }
 
     void on(const net::token_event& m);
     void on(const net::generate_done& m);
@@ -174,7 +179,7 @@ private:
     uint64_t _next_conn_id = 1;
     uint64_t _next_answer = 1;  // numbers the answers' ids
     std::unordered_map<uint64_t, std::unique_ptr<connection>> _connections;  // by local id
-    size_t _open = 0;
+    std::atomic<size_t> _open = 0;  // admitted and not closing: what max_connections bounds
     http_counters _counters;
     std::string _health_status = "ok";
     std::string _health_reason;

@@ -328,7 +328,10 @@ void net_actor::handle_request(connection& c, const request& r) {
                                "unknown op " + fields::quote(r.op) + " (no scheduler)");
                 }
             } else {
-                if constexpr (std::is_same_v<T, sched::stats_query>) m.net = counters_map();
+                if constexpr (std::is_same_v<T, sched::stats_query>) {
+                    m.net = counters_map();
+                    if (_options.http_counters) m.http = _options.http_counters();
+                }
                 forward(c, std::move(m));
             }
         },
@@ -380,6 +383,7 @@ void net_actor::op_stats_local(connection& c, uint64_t id) {
     event_writer w(id, "done");
     w.field("connections_open", uint64_t(_open.load()));
     w.field("net", counters_map());
+    if (_options.http_counters) w.field("http", _options.http_counters());
     send_frame(c, w.finish());
 }
 

@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -47,6 +48,9 @@ struct net_options {
     uint64_t shutdown_grace_ms = 5000;  // at stop: how long queued events may take to flush
     uint64_t read_timeout_ms = 30000;   // a frame begun (or a silent new connection), at most
     request_limits limits;              // what the op parser needs of the model and config
+    // Any thread: the HTTP front door's counters (the stats op's `http` map), sent with each
+    // stats query; unset (HTTP off): the stats op has no `http` map.
+    std::function<std::map<std::string, uint64_t>()> http_counters;
 };
 
 // Counted on the net actor's loop; atomic so that another thread (the HTTP actor's /metrics,

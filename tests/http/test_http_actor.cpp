@@ -10,7 +10,8 @@
 // stream with an error event and no [DONE]; (4) a client that closes mid-stream is exactly one
 // client_gone for its connection; (5) drop_connection closes the connection; (6) /health says
 // what set_health said (200 ok; 503 with the reason when degraded) and 503 shutting_down once
-// draining; (7) /metrics asks the scheduler for its stats and answers them as Prometheus text;
+// draining; (7) /metrics asks the scheduler for its stats (the query carrying this front door's
+// counters, which the scheduler echoes) and answers them as Prometheus text;
 // (8) the refusals that close a connection: a body over the bound (413, before the body), a
 // malformed request behind a good one (answered after it), a request not finished within the
 // header timeout (408); every loop closes cleanly.
@@ -223,7 +224,11 @@ TEST(http_actor, metrics_come_from_the_scheduler_stats) {
     auto q = r.sched.next<sched::stats_query>();
     ASSERT_TRUE(q);
     EXPECT_EQ(sched::front_door_of(q->conn), sched::front_door::http);
+    // The query carries this front door's counters; the scheduler echoes them in its report.
+    EXPECT_EQ(q->http.at("requests"), 1u);
+    EXPECT_EQ(q->http.at("connections_open"), 1u);
     net::stats_done d{q->conn, q->id, {}};
+    d.stats.http = q->http;
     d.stats.active_sequences = 3;
     d.stats.scheduler = {{"requests", 9}};
     d.stats.histograms = {{"prompt_tokens", net::histogram({1, 10})}};

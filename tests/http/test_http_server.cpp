@@ -32,6 +32,11 @@
 //     (net, http, scheduler, kv, gpu), the histograms (time to first token, ...) counting the
 //     requests served, and `promtool check metrics` (Debian's prometheus package) accepting it;
 //     without promtool that part skips visibly (fails under ORDO_HTTP_CLIENT_REQUIRED=1, CI).
+// (14) The protocol's `stats` op reports this front door's counters as its `http` map: after a
+//     known set of HTTP requests (200s, a 404, a stream, a 413), `stats` over msgpack shows their
+//     exact counts (requests, responses by class, streams, too_large, connections, bytes_in to
+//     the byte) once every connection has closed, and GET /metrics shows the same numbers (its
+//     own request, connection and bytes added). With HTTP off (12) the map is absent.
 // (9) With ../shared/models (skipped visibly without it): llama3-tiny-Q4_K_M.gguf and the chat
 //     template in its metadata: /v1/models names it, and chat and completions over HTTP, streamed
 //     and not, answer the text the protocol's ops answer.
@@ -516,6 +521,12 @@ TEST(http_server, an_empty_http_listen_turns_http_off) {
     EXPECT_EQ(s.http_port(), 0);
     EXPECT_EQ(s.output().find("http listening"), std::string::npos) << s.output();
     EXPECT_EQ(wait_healthy(s.port()), "") << s.output();
+    tcp_client c;
+    ASSERT_TRUE(c.connect(s.port()));
+    event st = op(c, 1, "stats", json::object());
+    ASSERT_EQ(st.str("event"), "done") << st.outcome();
+    EXPECT_NE(field(st.o(), "net"), nullptr);
+    EXPECT_EQ(field(st.o(), "http"), nullptr) << "an http map with HTTP off";
 }
 
 // (13)
@@ -550,4 +561,93 @@ TEST(http_server, shutdown_past_the_grace_ends_a_stream_with_an_error) {
     ASSERT_TRUE(last.contains("error")) << body;
     EXPECT_EQ(last["error"]["code"], "shutting_down");
     EXPECT_EQ(srv->proc.wait_exit(), 0) << srv->proc.output();
+}
+
+namespace {
+
+// The protocol's stats once every HTTP connection has closed (bounded: 200 polls); its `http`
+// map as JSON, or null when absent or never settled.
+json settled_http_stats(uint16_t port) {
+    tcp_client c;
+    EXPECT_TRUE(c.connect(port));
+    for (int i = 0; i < 200; i++) {
+        event e = op(c, 1000 + uint64_t(i), "stats", json::object());
+        const msgpack::object* h = field(e.o(), "http");
+        if (h == nullptr) return nullptr;
+        if (uint_field(*h, "connections_open") == 0) {
+            json j = json::object();
+            for (const auto& kv : h->via.map) {
+                j[kv.key.as<std::string>()] = kv.val.as<uint64_t>();
+            }
+            return j;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return nullptr;
+}
+
+// The value of an unlabelled Prometheus sample `name` in `text`; -1 when absent.
+int64_t sample(const std::string& text, const std::string& name) {
+    size_t at = text.find("\n" + name + " ");
+    if (at == std::string::npos) return -1;
+    return std::stoll(text.substr(at + name.size() + 2));
+}
+
+}  // namespace
+
+// (14)
+TEST(http_server, stats_reports_the_http_counters) {
+    START();
+    uint64_t sent = 0;  // request bytes, as the server's bytes_in counts them
+    auto exchange = [&](const std::string& text) {
+        http_conn c;
+        EXPECT_TRUE(c.connect(srv->http()));
+        EXPECT_TRUE(c.send(text));
+        sent += text.size();
+        return c.read();
+    };
+    const std::string close = "Connection: close\r\n";
+    auto health = exchange(http_request_text("GET", "/health", "", close));
+    ASSERT_TRUE(health);
+    EXPECT_EQ(health->status, 200);
+    expect_error(exchange(http_request_text("GET", "/v2/nothing", "", close)), 404, "not_found");
+    auto chat = exchange(http_request_text("POST", "/v1/chat/completions",
+                                           chat_body({{"max_tokens", 3}}).dump(), close));
+    ASSERT_TRUE(chat);
+    EXPECT_EQ(chat->status, 200);
+    auto stream =
+        exchange(http_request_text("POST", "/v1/chat/completions",
+                                   chat_body({{"max_tokens", 3}, {"stream", true}}).dump(), close));
+    ASSERT_TRUE(stream);
+    EXPECT_EQ(sse_data(stream->body).back(), "[DONE]");
+    // Only the headers: answered 413 before any body byte, not a request.
+    expect_error(exchange("POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Length: " +
+                          std::to_string(k_body_max + 1) + "\r\n\r\n"),
+                 413, "too_large");
+
+    json h = settled_http_stats(srv->proc.port());
+    ASSERT_TRUE(h.is_object()) << "no http map, or connections never closed";
+    const json want = {
+        {"connections_open", 0}, {"connections_total", 5}, {"connections_refused", 0},
+        {"requests", 4},         {"responses_2xx", 3},     {"responses_4xx", 2},
+        {"responses_5xx", 0},    {"streams", 1},           {"too_large", 1},
+        {"malformed", 0},        {"header_timeouts", 0},   {"slow_readers", 0},
+        {"disconnects", 0},      {"bytes_in", sent}};
+    for (const auto& [key, value] : want.items()) EXPECT_EQ(h[key], value) << key;
+    EXPECT_GT(h["bytes_out"], 0);
+
+    // /metrics: the same counters, read when its own request was taken (connection open, request
+    // counted, its answer not yet written).
+    const std::string metrics_req = http_request_text("GET", "/metrics", "", close);
+    auto m = exchange(metrics_req);
+    ASSERT_TRUE(m);
+    ASSERT_EQ(m->status, 200);
+    const std::string& t = m->body;
+    const std::map<std::string, int64_t> shown = {
+        {"ordo_http_connections_open", 1},    {"ordo_http_connections_total", 6},
+        {"ordo_http_requests_total", 5},      {"ordo_http_responses_2xx_total", 3},
+        {"ordo_http_responses_4xx_total", 2}, {"ordo_http_streams_total", 1},
+        {"ordo_http_too_large_total", 1},     {"ordo_http_bytes_in_total", int64_t(sent)}};
+    for (const auto& [name, value] : shown) EXPECT_EQ(sample(t, name), value) << name << "\n" << t;
+    EXPECT_EQ(sample(t, "ordo_http_bytes_out_total"), int64_t(h["bytes_out"].get<uint64_t>())) << t;
 }
