@@ -106,6 +106,8 @@ struct http_actor::connection {
     // was accepted); unset between whole requests.
     std::optional<clock::time_point> waiting_since;
     // What http.keep_alive_timeout_ms bounds: since the last answer, while nothing is pending.
+    // Neither timeout runs while a net_stop_reading fault pauses the connection (_pauses): it
+    // is the server that is not reading.
     std::optional<clock::time_point> idle_since;
 
     connection(http_actor* o, uint64_t i, const http_options& opt)
@@ -130,6 +132,7 @@ void http_actor::on_start() {
     uv_timer_init(loop(), &_sweep_timer);
     uv_timer_init(loop(), &_grace_timer);
     _sweep_timer.data = _grace_timer.data = this;
+    _pauses.init(loop(), [this](uint64_t id, clock::time_point now) { resume_reading(id, now); });
     must(_gone.init(loop(), _gone_out, gone_delivery_limits,
                     [this](const gone_delivery::message& m, const error& why) {
                         if (why.code != "actor_stopped" && why.code != "not_connected") {
@@ -158,6 +161,7 @@ status http_actor::bind_and_listen() {
 void http_actor::on_stop() {
     _listener.close();
     uv_close(reinterpret_cast<uv_handle_t*>(&_sweep_timer), nullptr);
+    _pauses.close();
     // The scheduler stopped first: the answers of requests it ended are queued here. They are
     // written, then each connection is shut down; the grace timer bounds a client not reading.
     size_t flushing = 0;
@@ -282,10 +286,11 @@ void http_actor::parse_more(connection& c) {
     process_next(c);
 }
 
-// Reads while fewer than max_pipelined_requests wait; otherwise TCP holds the rest.
+// Reads while fewer than max_pipelined_requests wait, unless a net_stop_reading fault paused
+// the connection; otherwise TCP holds the rest.
 void http_actor::update_reading(connection& c) {
     if (c.closing) return;
-    bool want = c.queued.size() < _options.pipelined_max && !c.failed;
+    bool want = c.queued.size() < _options.pipelined_max && !c.failed && !_pauses.paused(c.id);
     if (want && !c.reading) {
         uv_read_start(reinterpret_cast<uv_stream_t*>(&c.tcp), &http_actor::alloc_cb,
                       &http_actor::read_cb);
@@ -299,7 +304,10 @@ void http_actor::sweep_cb(uv_timer_t* t) {
     auto& self = *static_cast<http_actor*>(t->data);
     std::vector<connection*> late, idle;
     for (auto& [id, c] : self._connections) {
-        if (!c->admitted || c->closing || c->live || !c->queued.empty()) continue;
+        if (!c->admitted || c->closing || c->live || !c->queued.empty() ||
+            self._pauses.paused(c->id)) {
+            continue;
+        }
         if (c->waiting_since && ms_since(*c->waiting_since) >= self._options.header_timeout_ms) {
             late.push_back(c.get());
         } else if (!c->waiting_since && c->idle_since &&
@@ -526,22 +534,43 @@ void http_actor::on(const net::drop_connection& m) {
     close_connection(*it->second, "dropped");
 }
 
-// A net fault point fired for a request of this front door (docs/protocol.md "fault"): the
-// path a dropped connection takes. net_stop_reading has no HTTP meaning beyond a slow server
-// and is logged, not applied.
+// A net fault point fired for a request of this front door (docs/protocol.md "fault"): from
+// here on it is the path a dropped connection takes (net_fin, net_rst), or the one a server
+// that stops reading takes (net_stop_reading: what the client sends meanwhile waits in the
+// socket, pipelined requests included; answers are still written, under the same write bound).
 void http_actor::on(const net::net_fault& m) {
     auto it = _connections.find(m.conn & ((uint64_t(1) << sched::front_door_shift) - 1));
     if (it == _connections.end() || it->second->closing) return;
     connection& c = *it->second;
-    log().warn("http connection {}: fault {}", c.id, m.kind);
+    log().warn("http connection {}: fault {}{}", c.id, m.kind,
+               m.kind == "net_stop_reading" ? " for " + std::to_string(m.ms) + " ms" : "");
     if (m.kind == "net_rst") {
+        _counters.fault_drops++;
         stop_reading(c, "fault: net_rst");
         if (uv_tcp_close_reset(&c.tcp, &http_actor::close_cb) != 0) {
             uv_close(reinterpret_cast<uv_handle_t*>(&c.tcp), &http_actor::close_cb);
         }
     } else if (m.kind == "net_fin") {
+        _counters.fault_drops++;
         close_after_writes(c, "fault: net_fin");
+    } else if (m.kind == "net_stop_reading") {
+        _counters.fault_pauses++;
+        _pauses.pause(c.id, clock::now() + std::chrono::milliseconds(m.ms));
+        update_reading(c);
+    } else {
+        log().error("unknown net fault kind '{}' ignored", m.kind);
     }
+}
+
+// A net_stop_reading pause of connection `id` ended.
+void http_actor::resume_reading(uint64_t id, clock::time_point now) {
+    auto it = _connections.find(id);
+    if (it == _connections.end() || it->second->closing) return;
+    connection& c = *it->second;
+    // A request begun before the pause, or an idle spell, gets a fresh timeout.
+    if (c.waiting_since) c.waiting_since = now;
+    if (c.idle_since) c.idle_since = now;
+    update_reading(c);
 }
 
 void http_actor::on(const net::begin_drain&) {
@@ -691,6 +720,7 @@ void http_actor::close_connection(connection& c, const char* reason) {
 void http_actor::close_cb(uv_handle_t* handle) {
     auto& c = *static_cast<connection*>(handle->data);
     http_actor& self = *c.owner;
+    self._pauses.forget(c.id);
     self._connections.erase(c.id);  // frees c
     auto* grace = reinterpret_cast<uv_handle_t*>(&self._grace_timer);
     if (self.stopping() && self._connections.empty() && !uv_is_closing(grace)) {
@@ -713,6 +743,8 @@ std::map<std::string, uint64_t> http_actor::counters_map() const {
             {"malformed", k.malformed},
             {"slow_readers", k.slow_readers},
             {"disconnects", k.disconnects},
+            {"fault_drops", k.fault_drops},
+            {"fault_pauses", k.fault_pauses},
             {"bytes_in", k.bytes_in},
             {"bytes_out", k.bytes_out}};
 }

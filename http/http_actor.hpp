@@ -39,6 +39,7 @@
 #include "http/request_reader.hpp"
 #include "net/net_msgs.hpp"
 #include "net/ops.hpp"
+#include "net/read_pauses.hpp"
 #include "net/tcp_listener.hpp"
 
 namespace ordo::http {
@@ -74,6 +75,8 @@ struct http_counters {
     std::atomic<uint64_t> malformed = 0;        // 400 from the HTTP parser
     std::atomic<uint64_t> slow_readers = 0;
     std::atomic<uint64_t> disconnects = 0;  // connections that ended while their request ran
+    std::atomic<uint64_t> fault_drops = 0;  // connections closed by a net_fin / net_rst fault
+    std::atomic<uint64_t> fault_pauses = 0;  // reading paused by a net_stop_reading fault
     std::atomic<uint64_t> bytes_in = 0, bytes_out = 0;
 };
 
@@ -166,6 +169,8 @@ private:
     void stop_reading(connection& c, const std::string& reason);
     void close_connection(connection& c, const char* reason);
     void close_after_writes(connection& c, const char* reason);
+    // The net_stop_reading pause of connection `id` ended: reading restarts.
+    void resume_reading(uint64_t id, clock::time_point now);
     std::map<std::string, uint64_t> counters_map() const;
 
     http_options _options;
@@ -175,6 +180,7 @@ private:
     net::tcp_listener _listener;
     uv_timer_t _sweep_timer{};
     uv_timer_t _grace_timer{};
+    net::read_pauses _pauses;  // net_stop_reading faults
     status _listen_status;
     uint64_t _next_conn_id = 1;
     uint64_t _next_answer = 1;  // numbers the answers' ids

@@ -37,6 +37,7 @@ public:
         return _buf.empty() && _tcp.wait_closed(deadline);
     }
     void close() { _tcp.close(); }
+    int fd() const { return _tcp.fd(); }
 
 private:
     bool fill(std::chrono::steady_clock::time_point end);  // more bytes into _buf

@@ -37,6 +37,14 @@
 //     exact counts (requests, responses by class, streams, too_large, connections, bytes_in to
 //     the byte) once every connection has closed, and GET /metrics shows the same numbers (its
 //     own request, connection and bytes added). With HTTP off (12) the map is absent.
+// (15) A net_stop_reading fault on an HTTP stream: the server stops reading the connection for
+//     `ms` but goes on writing. The stream ends complete ([DONE]) during the pause; a next
+//     request begun before the pause (its headers unfinished) is neither lost nor cut off by
+//     http.header_timeout_ms (300 ms here) while the server is the one not reading: its last
+//     bytes, sent after the stream, are read when the pause ends and it is answered 200 no
+//     earlier than `ms` after the stream began. stats count the pause (http.fault_pauses,
+//     scheduler.net_faults) and no 408, and once the client leaves every connection, sequence
+//     and KV block is free again.
 // (9) With ../shared/models (skipped visibly without it): llama3-tiny-Q4_K_M.gguf and the chat
 //     template in its metadata: /v1/models names it, and chat and completions over HTTP, streamed
 //     and not, answer the text the protocol's ops answer.
@@ -650,4 +658,53 @@ TEST(http_server, stats_reports_the_http_counters) {
         {"ordo_http_too_large_total", 1},     {"ordo_http_bytes_in_total", int64_t(sent)}};
     for (const auto& [name, value] : shown) EXPECT_EQ(sample(t, name), value) << name << "\n" << t;
     EXPECT_EQ(sample(t, "ordo_http_bytes_out_total"), int64_t(h["bytes_out"].get<uint64_t>())) << t;
+}
+
+// (15)
+TEST(http_server, net_stop_reading_holds_what_the_client_sends_until_the_pause_ends) {
+    START();
+    constexpr int pause_ms = 3000;
+    tcp_client p;
+    ASSERT_TRUE(p.connect(srv->proc.port()));
+    event armed =
+        op(p, 1, "fault", {{"kind", "net_stop_reading"}, {"phase", "decode"}, {"ms", pause_ms}});
+    ASSERT_EQ(armed.str("event"), "done") << armed.outcome();
+    http_conn c;
+    ASSERT_TRUE(c.connect(srv->http()));
+    const auto began = std::chrono::steady_clock::now();
+    // The stream, and behind it the start of the next request (no blank line yet).
+    ASSERT_TRUE(c.send(http_request_text("POST", "/v1/chat/completions",
+                                         chat_body({{"max_tokens", 6}, {"stream", true}}).dump()) +
+                       "GET /health HTTP/1.1\r\nHost: t\r\n"));
+    auto head = c.read_head();
+    ASSERT_TRUE(head);
+    ASSERT_EQ(head->status, 200);
+    std::string body;
+    while (auto chunk = c.read_chunk()) {
+        if (chunk->empty()) break;
+        body += *chunk;
+    }
+    ASSERT_FALSE(sse_data(body).empty());
+    EXPECT_EQ(sse_data(body).back(), "[DONE]") << body;
+    const auto streamed = std::chrono::steady_clock::now() - began;
+    // What makes the rest a test of the pause: the stream ended well inside it.
+    ASSERT_LT(streamed, std::chrono::milliseconds(pause_ms - 1000)) << "the stream was too slow";
+    ASSERT_TRUE(c.send("\r\n"));
+    auto health = c.read();
+    ASSERT_TRUE(health) << "the request sent during the pause was lost";
+    EXPECT_EQ(health->status, 200) << health->body;
+    EXPECT_GE(std::chrono::steady_clock::now() - began, std::chrono::milliseconds(pause_ms))
+        << "the request sent during the pause was read before the pause ended";
+
+    event st = op(p, 2, "stats", json::object());
+    ASSERT_NE(field(st.o(), "http"), nullptr);
+    EXPECT_EQ(uint_field(*field(st.o(), "http"), "fault_pauses"), 1u);
+    EXPECT_EQ(uint_field(*field(st.o(), "http"), "header_timeouts"), 0u);
+    EXPECT_EQ(uint_field(*field(st.o(), "scheduler"), "net_faults"), 1u);
+    c.close();
+    EXPECT_TRUE(settled_stats(srv->proc.port())["settled"]);
+    json h = settled_http_stats(srv->proc.port());
+    ASSERT_TRUE(h.is_object()) << "the connection never closed";
+    EXPECT_EQ(h["connections_open"], 0);
+    EXPECT_EQ(h["disconnects"], 0);
 }
