@@ -109,6 +109,11 @@ struct http_actor::connection {
     // Neither timeout runs while a net_stop_reading fault pauses the connection (_pauses): it
     // is the server that is not reading.
     std::optional<clock::time_point> idle_since;
+    // Lingering close (close_after_writes): since when; what http.linger_ms bounds.
+    std::optional<clock::time_point> lingering_since;
+    uint64_t linger_bytes = 0;  // discarded while lingering: what http.max_linger_bytes bounds
+    bool write_shut = false;    // the shutdown completed: every answer is written, FIN sent
+    bool peer_shut = false;     // the client's EOF was read while lingering
 
     connection(http_actor* o, uint64_t i, const http_options& opt)
         : owner(o), id(i), reader(opt.header_bytes_max, opt.body_bytes_max) {}
@@ -142,6 +147,7 @@ void http_actor::on_start() {
                     }),
          "delivery init");
     uint64_t shortest = std::min(_options.header_timeout_ms, _options.keep_alive_timeout_ms);
+    if (_options.linger_ms > 0) shortest = std::min(shortest, _options.linger_ms);
     uint64_t sweep_ms = std::max<uint64_t>(1, shortest / timeout_sweeps);
     uv_timer_start(&_sweep_timer, &http_actor::sweep_cb, sweep_ms, sweep_ms);
     _listen_status = bind_and_listen();
@@ -166,7 +172,12 @@ void http_actor::on_stop() {
     // written, then each connection is shut down; the grace timer bounds a client not reading.
     size_t flushing = 0;
     for (auto& [id, c] : _connections) {
-        if (c->write_pending_bytes > 0 && !c->closing) {
+        if (c->lingering_since && !c->write_shut) {
+            // Its answer is still being written: no more lingering; the shutdown closes it.
+            if (c->reading) uv_read_stop(reinterpret_cast<uv_stream_t*>(&c->tcp));
+            c->reading = false;
+            flushing++;
+        } else if (c->write_pending_bytes > 0 && !c->closing) {
             close_after_writes(*c, "server stopping");
             flushing++;
         } else {
@@ -241,7 +252,9 @@ void http_actor::alloc_cb(uv_handle_t*, size_t, uv_buf_t* buf) {
 void http_actor::read_cb(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf) {
     auto& c = *static_cast<connection*>(stream->data);
     http_actor& self = *c.owner;
-    if (nread == UV_EOF) {
+    if (c.lingering_since) {
+        self.linger_read(c, nread);
+    } else if (nread == UV_EOF) {
         self.close_connection(c, "client closed");
     } else if (nread < 0) {
         self.close_connection(c, uv_strerror(static_cast<int>(nread)));
@@ -302,8 +315,12 @@ void http_actor::update_reading(connection& c) {
 
 void http_actor::sweep_cb(uv_timer_t* t) {
     auto& self = *static_cast<http_actor*>(t->data);
-    std::vector<connection*> late, idle;
+    std::vector<connection*> late, idle, lingered;
     for (auto& [id, c] : self._connections) {
+        if (c->lingering_since && !uv_is_closing(reinterpret_cast<uv_handle_t*>(&c->tcp)) &&
+            ms_since(*c->lingering_since) >= self._options.linger_ms) {
+            lingered.push_back(c.get());
+        }
         if (!c->admitted || c->closing || c->live || !c->queued.empty() ||
             self._pauses.paused(c->id)) {
             continue;
@@ -325,6 +342,10 @@ void http_actor::sweep_cb(uv_timer_t* t) {
                            false);
     }
     for (connection* c : idle) self.close_connection(*c, "keep-alive timeout");
+    for (connection* c : lingered) {
+        self._counters.linger_cutoffs++;
+        self.close_connection(*c, "lingered http.linger_ms");
+    }
 }
 
 // ---- requests ------------------------------------------------------------------------------
@@ -633,7 +654,7 @@ void http_actor::stream_end(connection& c) {
 void http_actor::finish(connection& c, bool keep_alive) {
     c.live.reset();
     if (!keep_alive) {
-        close_after_writes(c, "Connection: close");
+        close_after_writes(c, "Connection: close", true);
         return;
     }
     if (c.queued.empty()) c.idle_since = clock::now();
@@ -692,10 +713,31 @@ void http_actor::stop_reading(connection& c, const std::string& reason) {
     c.reading = false;
 }
 
-void http_actor::close_after_writes(connection& c, const char* reason) {
+// The lingering close. The server closes a connection after an answer while the client may
+// still be sending: an early 413 (Content-Length over the limit, answered before the body) or
+// 431, a 408 or parser 400 mid-request, a 429 at max_connections, or simply more bytes behind a
+// Connection: close request. Closing a socket that holds unread bytes makes the kernel send a
+// reset, and a reset can reach the client before it has read the answer (its send fails with
+// ECONNRESET, or its unread input is discarded): it sees "connection reset", not our 413. So,
+// as RFC 9112 9.6 asks: the answer is queued, the socket is shut down for writing once it is
+// written (FIN), and reading goes on, every byte discarded, until the client's EOF, then the
+// handle is closed. A client that never stops sending is cut off (closed, a reset if bytes are
+// unread; counted in linger_cutoffs) at http.max_linger_bytes discarded or http.linger_ms after
+// the close began (the sweep, between 1x and 1.25x). At most max_connections connections linger at
+// once; beyond, and with linger_ms 0, the connection closes right after its writes as before.
+// Faults (net_fin) and the stop do not linger.
+void http_actor::close_after_writes(connection& c, const char* reason, bool linger) {
     if (c.closing) return;
     stop_reading(c, reason);
-    // shutdown completes after the queued writes; then the handle is closed.
+    linger = linger && _options.linger_ms > 0 && _lingering < _options.connections_max;
+    if (linger) {
+        c.lingering_since = clock::now();
+        _lingering++;
+        _counters.lingering_closes++;
+        c.reading = uv_read_start(reinterpret_cast<uv_stream_t*>(&c.tcp), &http_actor::alloc_cb,
+                                  &http_actor::read_cb) == 0;
+    }
+    // shutdown completes after the queued writes; then the handle is closed, or lingers.
     c.shutdown_req.data = &c;
     if (uv_shutdown(&c.shutdown_req, reinterpret_cast<uv_stream_t*>(&c.tcp),
                     &http_actor::shutdown_cb) != 0) {
@@ -703,10 +745,36 @@ void http_actor::close_after_writes(connection& c, const char* reason) {
     }
 }
 
-void http_actor::shutdown_cb(uv_shutdown_t* req, int) {
+void http_actor::shutdown_cb(uv_shutdown_t* req, int status) {
     auto& c = *static_cast<connection*>(req->data);
+    c.write_shut = true;
+    // Lingering: the answer is out; reads go on until the client's EOF or a bound.
+    if (c.lingering_since && c.reading && !c.peer_shut && status == 0 && !c.owner->stopping()) {
+        return;
+    }
     if (!uv_is_closing(reinterpret_cast<uv_handle_t*>(&c.tcp))) {
         uv_close(reinterpret_cast<uv_handle_t*>(&c.tcp), &http_actor::close_cb);
+    }
+}
+
+// A read while lingering: bytes are discarded (up to the bound); EOF ends the lingering once the
+// answer is written (else the shutdown's callback closes); an error closes at once.
+void http_actor::linger_read(connection& c, ssize_t nread) {
+    if (nread > 0) {
+        _counters.bytes_in += uint64_t(nread);
+        c.linger_bytes += uint64_t(nread);
+        if (c.linger_bytes > _options.linger_bytes_max) {
+            _counters.linger_cutoffs++;
+            close_connection(c, "lingered http.max_linger_bytes");
+        }
+        return;
+    }
+    if (nread == 0) return;  // nothing this time (EAGAIN)
+    uv_read_stop(reinterpret_cast<uv_stream_t*>(&c.tcp));
+    c.reading = false;
+    c.peer_shut = true;
+    if (nread != UV_EOF || c.write_shut) {
+        close_connection(c, nread == UV_EOF ? "client closed" : uv_strerror(int(nread)));
     }
 }
 
@@ -721,6 +789,7 @@ void http_actor::close_cb(uv_handle_t* handle) {
     auto& c = *static_cast<connection*>(handle->data);
     http_actor& self = *c.owner;
     self._pauses.forget(c.id);
+    if (c.lingering_since) self._lingering--;
     self._connections.erase(c.id);  // frees c
     auto* grace = reinterpret_cast<uv_handle_t*>(&self._grace_timer);
     if (self.stopping() && self._connections.empty() && !uv_is_closing(grace)) {
@@ -731,6 +800,7 @@ void http_actor::close_cb(uv_handle_t* handle) {
 std::map<std::string, uint64_t> http_actor::counters_map() const {
     const auto& k = _counters;
     return {{"connections_open", _open.load()},
+            {"connections_lingering", _lingering.load()},
             {"connections_total", k.connections_total},
             {"connections_refused", k.connections_refused},
             {"requests", k.requests},
@@ -745,6 +815,8 @@ std::map<std::string, uint64_t> http_actor::counters_map() const {
             {"disconnects", k.disconnects},
             {"fault_drops", k.fault_drops},
             {"fault_pauses", k.fault_pauses},
+            {"lingering_closes", k.lingering_closes},
+            {"linger_cutoffs", k.linger_cutoffs},
             {"bytes_in", k.bytes_in},
             {"bytes_out", k.bytes_out}};
 }

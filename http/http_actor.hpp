@@ -15,7 +15,10 @@
 // request may take to arrive (408), the idle time of a kept-alive connection, read-ahead, and
 // queued write bytes per connection (a client that stops reading a stream is disconnected).
 // A connection that ends while its request runs becomes one client_gone to the scheduler, the
-// message the net actor sends, through a delivery that never loses it.
+// message the net actor sends, through a delivery that never loses it. A connection the server
+// closes after an answer (an early 413 while the body is still coming, ...) closes lingering:
+// FIN after the answer, and what the client still sends is discarded for a bounded time and
+// bytes, so the client reads the answer and not a reset.
 #pragma once
 
 #include <uv.h>
@@ -53,6 +56,8 @@ struct http_options {
     uint64_t header_timeout_ms = 30000;
     uint64_t keep_alive_timeout_ms = 5000;
     size_t pipelined_max = 8;
+    uint64_t linger_ms = 5000;                // http.linger_ms; 0: no lingering close
+    size_t linger_bytes_max = 64 << 20;       // http.max_linger_bytes
     size_t write_buffer_bytes_max = 8 << 20;  // server.write_buffer_bytes_max
     uint64_t shutdown_grace_ms = 5000;        // server.shutdown_grace_ms
     net::request_limits limits;               // what the validator needs of model and config
@@ -77,6 +82,8 @@ struct http_counters {
     std::atomic<uint64_t> disconnects = 0;  // connections that ended while their request ran
     std::atomic<uint64_t> fault_drops = 0;  // connections closed by a net_fin / net_rst fault
     std::atomic<uint64_t> fault_pauses = 0;  // reading paused by a net_stop_reading fault
+    std::atomic<uint64_t> lingering_closes = 0;  // connections closed with a lingering close
+    std::atomic<uint64_t> linger_cutoffs = 0;    // ... cut off at linger_ms or linger_bytes_max
     std::atomic<uint64_t> bytes_in = 0, bytes_out = 0;
 };
 
@@ -168,7 +175,10 @@ private:
 
     void stop_reading(connection& c, const std::string& reason);
     void close_connection(connection& c, const char* reason);
-    void close_after_writes(connection& c, const char* reason);
+    // Shuts the connection down once its queued answers are written, then closes it; with
+    // `linger`, reads go on meanwhile and after, discarded (the lingering close; see the .cpp).
+    void close_after_writes(connection& c, const char* reason, bool linger = false);
+    void linger_read(connection& c, ssize_t nread);
     // The net_stop_reading pause of connection `id` ended: reading restarts.
     void resume_reading(uint64_t id, clock::time_point now);
     std::map<std::string, uint64_t> counters_map() const;
@@ -186,6 +196,7 @@ private:
     uint64_t _next_answer = 1;  // numbers the answers' ids
     std::unordered_map<uint64_t, std::unique_ptr<connection>> _connections;  // by local id
     std::atomic<size_t> _open = 0;  // admitted and not closing: what max_connections bounds
+    std::atomic<size_t> _lingering = 0;  // lingering closes under way (at most max_connections)
     http_counters _counters;
     std::string _health_status = "ok";
     std::string _health_reason;

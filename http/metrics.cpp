@@ -9,10 +9,21 @@ namespace ordo::http {
 namespace {
 
 // Keys of the stats op's maps that are gauges (they go down); every other key is a counter.
-const std::set<std::string> k_gauges = {
-    "connections_open", "blocks_total", "blocks_used", "blocks_free", "blocks_cached", "pins",
-    "enabled",          "ready",        "persisting",  "files",       "sessions",      "bytes",
-    "bytes_budget",     "spent"};
+const std::set<std::string> k_gauges = {"connections_open",
+                                        "connections_lingering",
+                                        "blocks_total",
+                                        "blocks_used",
+                                        "blocks_free",
+                                        "blocks_cached",
+                                        "pins",
+                                        "enabled",
+                                        "ready",
+                                        "persisting",
+                                        "files",
+                                        "sessions",
+                                        "bytes",
+                                        "bytes_budget",
+                                        "spent"};
 
 std::string number(double v) {
     if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";

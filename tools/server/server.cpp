@@ -94,6 +94,8 @@ http::http_options http_options_from(const config::config& cfg, const config::li
     o.header_timeout_ms = cfg.http.header_timeout_ms;
     o.keep_alive_timeout_ms = cfg.http.keep_alive_timeout_ms;
     o.pipelined_max = cfg.http.max_pipelined_requests;
+    o.linger_ms = cfg.http.linger_ms;
+    o.linger_bytes_max = cfg.http.max_linger_bytes;
     o.write_buffer_bytes_max = cfg.server.write_buffer_bytes_max;
     o.shutdown_grace_ms = cfg.server.shutdown_grace_ms;
     o.limits = limits;
