@@ -106,7 +106,14 @@ struct http_actor::connection {
     // was accepted); unset between whole requests.
     std::optional<clock::time_point> waiting_since;
     // What http.keep_alive_timeout_ms bounds: since the last answer, while nothing is pending.
+    // Neither timeout runs while a net_stop_reading fault pauses the connection (_pauses): it
+    // is the server that is not reading.
     std::optional<clock::time_point> idle_since;
+    // Lingering close (close_after_writes): since when; what http.linger_ms bounds.
+    std::optional<clock::time_point> lingering_since;
+    uint64_t linger_bytes = 0;  // discarded while lingering: what http.max_linger_bytes bounds
+    bool write_shut = false;    // the shutdown completed: every answer is written, FIN sent
+    bool peer_shut = false;     // the client's EOF was read while lingering
 
     connection(http_actor* o, uint64_t i, const http_options& opt)
         : owner(o), id(i), reader(opt.header_bytes_max, opt.body_bytes_max) {}
@@ -130,6 +137,7 @@ void http_actor::on_start() {
     uv_timer_init(loop(), &_sweep_timer);
     uv_timer_init(loop(), &_grace_timer);
     _sweep_timer.data = _grace_timer.data = this;
+    _pauses.init(loop(), [this](uint64_t id, clock::time_point now) { resume_reading(id, now); });
     must(_gone.init(loop(), _gone_out, gone_delivery_limits,
                     [this](const gone_delivery::message& m, const error& why) {
                         if (why.code != "actor_stopped" && why.code != "not_connected") {
@@ -139,6 +147,7 @@ void http_actor::on_start() {
                     }),
          "delivery init");
     uint64_t shortest = std::min(_options.header_timeout_ms, _options.keep_alive_timeout_ms);
+    if (_options.linger_ms > 0) shortest = std::min(shortest, _options.linger_ms);
     uint64_t sweep_ms = std::max<uint64_t>(1, shortest / timeout_sweeps);
     uv_timer_start(&_sweep_timer, &http_actor::sweep_cb, sweep_ms, sweep_ms);
     _listen_status = bind_and_listen();
@@ -158,11 +167,17 @@ status http_actor::bind_and_listen() {
 void http_actor::on_stop() {
     _listener.close();
     uv_close(reinterpret_cast<uv_handle_t*>(&_sweep_timer), nullptr);
+    _pauses.close();
     // The scheduler stopped first: the answers of requests it ended are queued here. They are
     // written, then each connection is shut down; the grace timer bounds a client not reading.
     size_t flushing = 0;
     for (auto& [id, c] : _connections) {
-        if (c->write_pending_bytes > 0 && !c->closing) {
+        if (c->lingering_since && !c->write_shut) {
+            // Its answer is still being written: no more lingering; the shutdown closes it.
+            if (c->reading) uv_read_stop(reinterpret_cast<uv_stream_t*>(&c->tcp));
+            c->reading = false;
+            flushing++;
+        } else if (c->write_pending_bytes > 0 && !c->closing) {
             close_after_writes(*c, "server stopping");
             flushing++;
         } else {
@@ -237,7 +252,9 @@ void http_actor::alloc_cb(uv_handle_t*, size_t, uv_buf_t* buf) {
 void http_actor::read_cb(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf) {
     auto& c = *static_cast<connection*>(stream->data);
     http_actor& self = *c.owner;
-    if (nread == UV_EOF) {
+    if (c.lingering_since) {
+        self.linger_read(c, nread);
+    } else if (nread == UV_EOF) {
         self.close_connection(c, "client closed");
     } else if (nread < 0) {
         self.close_connection(c, uv_strerror(static_cast<int>(nread)));
@@ -282,10 +299,11 @@ void http_actor::parse_more(connection& c) {
     process_next(c);
 }
 
-// Reads while fewer than max_pipelined_requests wait; otherwise TCP holds the rest.
+// Reads while fewer than max_pipelined_requests wait, unless a net_stop_reading fault paused
+// the connection; otherwise TCP holds the rest.
 void http_actor::update_reading(connection& c) {
     if (c.closing) return;
-    bool want = c.queued.size() < _options.pipelined_max && !c.failed;
+    bool want = c.queued.size() < _options.pipelined_max && !c.failed && !_pauses.paused(c.id);
     if (want && !c.reading) {
         uv_read_start(reinterpret_cast<uv_stream_t*>(&c.tcp), &http_actor::alloc_cb,
                       &http_actor::read_cb);
@@ -297,9 +315,16 @@ void http_actor::update_reading(connection& c) {
 
 void http_actor::sweep_cb(uv_timer_t* t) {
     auto& self = *static_cast<http_actor*>(t->data);
-    std::vector<connection*> late, idle;
+    std::vector<connection*> late, idle, lingered;
     for (auto& [id, c] : self._connections) {
-        if (!c->admitted || c->closing || c->live || !c->queued.empty()) continue;
+        if (c->lingering_since && !uv_is_closing(reinterpret_cast<uv_handle_t*>(&c->tcp)) &&
+            ms_since(*c->lingering_since) >= self._options.linger_ms) {
+            lingered.push_back(c.get());
+        }
+        if (!c->admitted || c->closing || c->live || !c->queued.empty() ||
+            self._pauses.paused(c->id)) {
+            continue;
+        }
         if (c->waiting_since && ms_since(*c->waiting_since) >= self._options.header_timeout_ms) {
             late.push_back(c.get());
         } else if (!c->waiting_since && c->idle_since &&
@@ -317,6 +342,10 @@ void http_actor::sweep_cb(uv_timer_t* t) {
                            false);
     }
     for (connection* c : idle) self.close_connection(*c, "keep-alive timeout");
+    for (connection* c : lingered) {
+        self._counters.linger_cutoffs++;
+        self.close_connection(*c, "lingered http.linger_ms");
+    }
 }
 
 // ---- requests ------------------------------------------------------------------------------
@@ -387,13 +416,15 @@ void http_actor::get_health(connection& c, const http_request& r) {
 }
 
 // The scheduler's stats (every counter, gauge and histogram of the stats op) with the net
-// actor's and this actor's counters, as Prometheus text once the scheduler answers.
+// actor's and this actor's counters, as Prometheus text once the scheduler answers. Both front
+// doors' counters travel in the query, as the net actor's stats op sends them, so /metrics and
+// the stats op show the same maps.
 void http_actor::get_metrics(connection& c, const http_request& r) {
     live_request l;
     l.id = c.next_request_id++;
     l.keep_alive = r.keep_alive;
     l.metrics = true;
-    sched::stats_query q{c.conn(), l.id, {}};
+    sched::stats_query q{c.conn(), l.id, {}, counters_map()};
     if (_options.net_counters) q.net = _options.net_counters();
     if (auto st = _to_scheduler.tell(q); !st.ok()) {
         bool stopped = st.err().code == "actor_stopped";
@@ -410,8 +441,8 @@ void http_actor::on(const net::stats_done& m) {
     connection* c = live_for(m.conn, m.id);
     if (c == nullptr) return;
     if (!c->live->metrics) return unexpected(m.conn, m.id, m.msg_name);
-    respond(*c, 200, "text/plain; version=0.0.4; charset=utf-8",
-            prometheus_text(m.stats, counters_map()), c->live->keep_alive);
+    respond(*c, 200, "text/plain; version=0.0.4; charset=utf-8", prometheus_text(m.stats),
+            c->live->keep_alive);
 }
 
 void http_actor::start_generate(connection& c, http_request& r, api_kind kind) {
@@ -524,22 +555,43 @@ void http_actor::on(const net::drop_connection& m) {
     close_connection(*it->second, "dropped");
 }
 
-// A net fault point fired for a request of this front door (docs/protocol.md "fault"): the
-// path a dropped connection takes. net_stop_reading has no HTTP meaning beyond a slow server
-// and is logged, not applied.
+// A net fault point fired for a request of this front door (docs/protocol.md "fault"): from
+// here on it is the path a dropped connection takes (net_fin, net_rst), or the one a server
+// that stops reading takes (net_stop_reading: what the client sends meanwhile waits in the
+// socket, pipelined requests included; answers are still written, under the same write bound).
 void http_actor::on(const net::net_fault& m) {
     auto it = _connections.find(m.conn & ((uint64_t(1) << sched::front_door_shift) - 1));
     if (it == _connections.end() || it->second->closing) return;
     connection& c = *it->second;
-    log().warn("http connection {}: fault {}", c.id, m.kind);
+    log().warn("http connection {}: fault {}{}", c.id, m.kind,
+               m.kind == "net_stop_reading" ? " for " + std::to_string(m.ms) + " ms" : "");
     if (m.kind == "net_rst") {
+        _counters.fault_drops++;
         stop_reading(c, "fault: net_rst");
         if (uv_tcp_close_reset(&c.tcp, &http_actor::close_cb) != 0) {
             uv_close(reinterpret_cast<uv_handle_t*>(&c.tcp), &http_actor::close_cb);
         }
     } else if (m.kind == "net_fin") {
+        _counters.fault_drops++;
         close_after_writes(c, "fault: net_fin");
+    } else if (m.kind == "net_stop_reading") {
+        _counters.fault_pauses++;
+        _pauses.pause(c.id, clock::now() + std::chrono::milliseconds(m.ms));
+        update_reading(c);
+    } else {
+        log().error("unknown net fault kind '{}' ignored", m.kind);
     }
+}
+
+// A net_stop_reading pause of connection `id` ended.
+void http_actor::resume_reading(uint64_t id, clock::time_point now) {
+    auto it = _connections.find(id);
+    if (it == _connections.end() || it->second->closing) return;
+    connection& c = *it->second;
+    // A request begun before the pause, or an idle spell, gets a fresh timeout.
+    if (c.waiting_since) c.waiting_since = now;
+    if (c.idle_since) c.idle_since = now;
+    update_reading(c);
 }
 
 void http_actor::on(const net::begin_drain&) {
@@ -602,7 +654,7 @@ void http_actor::stream_end(connection& c) {
 void http_actor::finish(connection& c, bool keep_alive) {
     c.live.reset();
     if (!keep_alive) {
-        close_after_writes(c, "Connection: close");
+        close_after_writes(c, "Connection: close", true);
         return;
     }
     if (c.queued.empty()) c.idle_since = clock::now();
@@ -661,10 +713,31 @@ void http_actor::stop_reading(connection& c, const std::string& reason) {
     c.reading = false;
 }
 
-void http_actor::close_after_writes(connection& c, const char* reason) {
+// The lingering close. The server closes a connection after an answer while the client may
+// still be sending: an early 413 (Content-Length over the limit, answered before the body) or
+// 431, a 408 or parser 400 mid-request, a 429 at max_connections, or simply more bytes behind a
+// Connection: close request. Closing a socket that holds unread bytes makes the kernel send a
+// reset, and a reset can reach the client before it has read the answer (its send fails with
+// ECONNRESET, or its unread input is discarded): it sees "connection reset", not our 413. So,
+// as RFC 9112 9.6 asks: the answer is queued, the socket is shut down for writing once it is
+// written (FIN), and reading goes on, every byte discarded, until the client's EOF, then the
+// handle is closed. A client that never stops sending is cut off (closed, a reset if bytes are
+// unread; counted in linger_cutoffs) at http.max_linger_bytes discarded or http.linger_ms after
+// the close began (the sweep, between 1x and 1.25x). At most max_connections connections linger at
+// once; beyond, and with linger_ms 0, the connection closes right after its writes as before.
+// Faults (net_fin) and the stop do not linger.
+void http_actor::close_after_writes(connection& c, const char* reason, bool linger) {
     if (c.closing) return;
     stop_reading(c, reason);
-    // shutdown completes after the queued writes; then the handle is closed.
+    linger = linger && _options.linger_ms > 0 && _lingering < _options.connections_max;
+    if (linger) {
+        c.lingering_since = clock::now();
+        _lingering++;
+        _counters.lingering_closes++;
+        c.reading = uv_read_start(reinterpret_cast<uv_stream_t*>(&c.tcp), &http_actor::alloc_cb,
+                                  &http_actor::read_cb) == 0;
+    }
+    // shutdown completes after the queued writes; then the handle is closed, or lingers.
     c.shutdown_req.data = &c;
     if (uv_shutdown(&c.shutdown_req, reinterpret_cast<uv_stream_t*>(&c.tcp),
                     &http_actor::shutdown_cb) != 0) {
@@ -672,10 +745,36 @@ void http_actor::close_after_writes(connection& c, const char* reason) {
     }
 }
 
-void http_actor::shutdown_cb(uv_shutdown_t* req, int) {
+void http_actor::shutdown_cb(uv_shutdown_t* req, int status) {
     auto& c = *static_cast<connection*>(req->data);
+    c.write_shut = true;
+    // Lingering: the answer is out; reads go on until the client's EOF or a bound.
+    if (c.lingering_since && c.reading && !c.peer_shut && status == 0 && !c.owner->stopping()) {
+        return;
+    }
     if (!uv_is_closing(reinterpret_cast<uv_handle_t*>(&c.tcp))) {
         uv_close(reinterpret_cast<uv_handle_t*>(&c.tcp), &http_actor::close_cb);
+    }
+}
+
+// A read while lingering: bytes are discarded (up to the bound); EOF ends the lingering once the
+// answer is written (else the shutdown's callback closes); an error closes at once.
+void http_actor::linger_read(connection& c, ssize_t nread) {
+    if (nread > 0) {
+        _counters.bytes_in += uint64_t(nread);
+        c.linger_bytes += uint64_t(nread);
+        if (c.linger_bytes > _options.linger_bytes_max) {
+            _counters.linger_cutoffs++;
+            close_connection(c, "lingered http.max_linger_bytes");
+        }
+        return;
+    }
+    if (nread == 0) return;  // nothing this time (EAGAIN)
+    uv_read_stop(reinterpret_cast<uv_stream_t*>(&c.tcp));
+    c.reading = false;
+    c.peer_shut = true;
+    if (nread != UV_EOF || c.write_shut) {
+        close_connection(c, nread == UV_EOF ? "client closed" : uv_strerror(int(nread)));
     }
 }
 
@@ -689,6 +788,8 @@ void http_actor::close_connection(connection& c, const char* reason) {
 void http_actor::close_cb(uv_handle_t* handle) {
     auto& c = *static_cast<connection*>(handle->data);
     http_actor& self = *c.owner;
+    self._pauses.forget(c.id);
+    if (c.lingering_since) self._lingering--;
     self._connections.erase(c.id);  // frees c
     auto* grace = reinterpret_cast<uv_handle_t*>(&self._grace_timer);
     if (self.stopping() && self._connections.empty() && !uv_is_closing(grace)) {
@@ -698,7 +799,8 @@ void http_actor::close_cb(uv_handle_t* handle) {
 
 std::map<std::string, uint64_t> http_actor::counters_map() const {
     const auto& k = _counters;
-    return {{"connections_open", _open},
+    return {{"connections_open", _open.load()},
+            {"connections_lingering", _lingering.load()},
             {"connections_total", k.connections_total},
             {"connections_refused", k.connections_refused},
             {"requests", k.requests},
@@ -711,6 +813,10 @@ std::map<std::string, uint64_t> http_actor::counters_map() const {
             {"malformed", k.malformed},
             {"slow_readers", k.slow_readers},
             {"disconnects", k.disconnects},
+            {"fault_drops", k.fault_drops},
+            {"fault_pauses", k.fault_pauses},
+            {"lingering_closes", k.lingering_closes},
+            {"linger_cutoffs", k.linger_cutoffs},
             {"bytes_in", k.bytes_in},
             {"bytes_out", k.bytes_out}};
 }

@@ -15,11 +15,15 @@
 // request may take to arrive (408), the idle time of a kept-alive connection, read-ahead, and
 // queued write bytes per connection (a client that stops reading a stream is disconnected).
 // A connection that ends while its request runs becomes one client_gone to the scheduler, the
-// message the net actor sends, through a delivery that never loses it.
+// message the net actor sends, through a delivery that never loses it. A connection the server
+// closes after an answer (an early 413 while the body is still coming, ...) closes lingering:
+// FIN after the answer, and what the client still sends is discarded for a bounded time and
+// bytes, so the client reads the answer and not a reset.
 #pragma once
 
 #include <uv.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -36,9 +40,10 @@
 #include "actors/scheduler/scheduler_msgs.hpp"
 #include "http/openai.hpp"
 #include "http/request_reader.hpp"
-#include "net/tcp_listener.hpp"
 #include "net/net_msgs.hpp"
 #include "net/ops.hpp"
+#include "net/read_pauses.hpp"
+#include "net/tcp_listener.hpp"
 
 namespace ordo::http {
 
@@ -51,27 +56,35 @@ struct http_options {
     uint64_t header_timeout_ms = 30000;
     uint64_t keep_alive_timeout_ms = 5000;
     size_t pipelined_max = 8;
+    uint64_t linger_ms = 5000;                // http.linger_ms; 0: no lingering close
+    size_t linger_bytes_max = 64 << 20;       // http.max_linger_bytes
     size_t write_buffer_bytes_max = 8 << 20;  // server.write_buffer_bytes_max
     uint64_t shutdown_grace_ms = 5000;        // server.shutdown_grace_ms
     net::request_limits limits;               // what the validator needs of model and config
     served_model model;
-    // Any thread: the msgpack front door's counters (the stats op's `net` map), for /metrics;
-    // unset: /metrics has no ordo_net_ metrics.
+    // Any thread: the msgpack front door's counters (the stats op's `net` map), sent with the
+    // stats query /metrics makes; unset: /metrics has no ordo_net_ metrics.
     std::function<std::map<std::string, uint64_t>()> net_counters;
 };
 
+// Counted on the HTTP actor's loop; atomic so that another thread (the net actor, filling the
+// stats op's `http` map through http_actor::counters) may read them while they move.
 struct http_counters {
-    uint64_t connections_total = 0;
-    uint64_t connections_refused = 0;
-    uint64_t requests = 0;
-    uint64_t responses_2xx = 0, responses_4xx = 0, responses_5xx = 0;
-    uint64_t streams = 0;          // answers sent as server-sent events
-    uint64_t header_timeouts = 0;  // 408
-    uint64_t too_large = 0;        // 413 and 431
-    uint64_t malformed = 0;        // 400 from the HTTP parser
-    uint64_t slow_readers = 0;
-    uint64_t disconnects = 0;  // connections that ended while their request ran
-    uint64_t bytes_in = 0, bytes_out = 0;
+    std::atomic<uint64_t> connections_total = 0;
+    std::atomic<uint64_t> connections_refused = 0;
+    std::atomic<uint64_t> requests = 0;
+    std::atomic<uint64_t> responses_2xx = 0, responses_4xx = 0, responses_5xx = 0;
+    std::atomic<uint64_t> streams = 0;          // answers sent as server-sent events
+    std::atomic<uint64_t> header_timeouts = 0;  // 408
+    std::atomic<uint64_t> too_large = 0;        // 413 and 431
+    std::atomic<uint64_t> malformed = 0;        // 400 from the HTTP parser
+    std::atomic<uint64_t> slow_readers = 0;
+    std::atomic<uint64_t> disconnects = 0;  // connections that ended while their request ran
+    std::atomic<uint64_t> fault_drops = 0;  // connections closed by a net_fin / net_rst fault
+    std::atomic<uint64_t> fault_pauses = 0;  // reading paused by a net_stop_reading fault
+    std::atomic<uint64_t> lingering_closes = 0;  // connections closed with a lingering close
+    std::atomic<uint64_t> linger_cutoffs = 0;    // ... cut off at linger_ms or linger_bytes_max
+    std::atomic<uint64_t> bytes_in = 0, bytes_out = 0;
 };
 
 class http_actor final
@@ -98,6 +111,8 @@ public:
     // Valid after start(): whether bind/listen succeeded, and the port bound.
     const status& listen_status() const { return _listen_status; }
     uint16_t bound_port() const { return _listener.port(); }
+    // Any thread: the stats op's `http` map (counters and connections_open), as they are now.
+    std::map<std::string, uint64_t> counters() const { return counters_map(); }
 
     void on(const net::token_event& m);
     void on(const net::generate_done& m);
@@ -160,7 +175,12 @@ private:
 
     void stop_reading(connection& c, const std::string& reason);
     void close_connection(connection& c, const char* reason);
-    void close_after_writes(connection& c, const char* reason);
+    // Shuts the connection down once its queued answers are written, then closes it; with
+    // `linger`, reads go on meanwhile and after, discarded (the lingering close; see the .cpp).
+    void close_after_writes(connection& c, const char* reason, bool linger = false);
+    void linger_read(connection& c, ssize_t nread);
+    // The net_stop_reading pause of connection `id` ended: reading restarts.
+    void resume_reading(uint64_t id, clock::time_point now);
     std::map<std::string, uint64_t> counters_map() const;
 
     http_options _options;
@@ -170,11 +190,13 @@ private:
     net::tcp_listener _listener;
     uv_timer_t _sweep_timer{};
     uv_timer_t _grace_timer{};
+    net::read_pauses _pauses;  // net_stop_reading faults
     status _listen_status;
     uint64_t _next_conn_id = 1;
     uint64_t _next_answer = 1;  // numbers the answers' ids
     std::unordered_map<uint64_t, std::unique_ptr<connection>> _connections;  // by local id
-    size_t _open = 0;
+    std::atomic<size_t> _open = 0;  // admitted and not closing: what max_connections bounds
+    std::atomic<size_t> _lingering = 0;  // lingering closes under way (at most max_connections)
     http_counters _counters;
     std::string _health_status = "ok";
     std::string _health_reason;

@@ -9,10 +9,21 @@ namespace ordo::http {
 namespace {
 
 // Keys of the stats op's maps that are gauges (they go down); every other key is a counter.
-const std::set<std::string> k_gauges = {
-    "connections_open", "blocks_total", "blocks_used", "blocks_free", "blocks_cached", "pins",
-    "enabled",          "ready",        "persisting",  "files",       "sessions",      "bytes",
-    "bytes_budget",     "spent"};
+const std::set<std::string> k_gauges = {"connections_open",
+                                        "connections_lingering",
+                                        "blocks_total",
+                                        "blocks_used",
+                                        "blocks_free",
+                                        "blocks_cached",
+                                        "pins",
+                                        "enabled",
+                                        "ready",
+                                        "persisting",
+                                        "files",
+                                        "sessions",
+                                        "bytes",
+                                        "bytes_budget",
+                                        "spent"};
 
 std::string number(double v) {
     if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
@@ -92,8 +103,7 @@ private:
 
 }  // namespace
 
-std::string prometheus_text(const net::stats_report& s,
-                            const std::map<std::string, uint64_t>& http_counters) {
+std::string prometheus_text(const net::stats_report& s) {
     writer w;
     w.gauge("ordo_active_sequences", "sequences admitted to prefill or decode",
             double(s.active_sequences));
@@ -107,7 +117,7 @@ std::string prometheus_text(const net::stats_report& s,
     w.gauge("ordo_resident_memory_bytes", "the server process's resident memory",
             double(s.rss_bytes));
     w.map("ordo_net_", "net", s.net);
-    w.map("ordo_http_", "http", http_counters);
+    w.map("ordo_http_", "http", s.http);
     w.map("ordo_scheduler_", "scheduler", s.scheduler);
     w.map("ordo_kv_pool_", "kv", s.kv);
 

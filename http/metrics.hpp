@@ -1,6 +1,6 @@
 // metrics.hpp: the stats op's report as Prometheus text (GET /metrics; docs/http.md "Metrics").
-// Pure: the HTTP actor asks the scheduler for the report and hands it here with its own
-// counters.
+// Pure: the HTTP actor asks the scheduler for the report (its query carries both front doors'
+// counters, which the report echoes as its `net` and `http` maps) and hands it here.
 //
 // Names: ordo_<map>_<key> for the stats op's maps (net, scheduler, kv, kv_disk, gpu, fault_plan)
 // and for the HTTP front door's counters (http), ordo_<key> for its top-level gauges. Counters
@@ -17,7 +17,6 @@
 
 namespace ordo::http {
 
-std::string prometheus_text(const net::stats_report& stats,
-                            const std::map<std::string, uint64_t>& http_counters);
+std::string prometheus_text(const net::stats_report& stats);
 
 }  // namespace ordo::http

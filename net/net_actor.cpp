@@ -47,10 +47,8 @@ struct net_actor::connection {
     bool closing = false;   // no further reads are handled nor writes queued
     // Since when the connection has waited for the rest of a frame (or, before its first
     // frame, for anything): what server.read_timeout_ms bounds. Unset while idle between frames.
+    // It does not run while a net_stop_reading fault pauses the connection (_pauses).
     std::optional<clock::time_point> waiting_since;
-    // net_stop_reading: reading is paused until then (the read timeout does not run meanwhile:
-    // it is the server that is not reading).
-    std::optional<clock::time_point> paused_until;
 
     connection(net_actor* o, uint64_t i, size_t frame_bytes_max)
         : owner(o), id(i), decoder(frame_bytes_max), waiting_since(clock::now()) {}
@@ -73,8 +71,8 @@ void net_actor::on_start() {
     _started_at = clock::now();
     uv_timer_init(loop(), &_grace_timer);
     uv_timer_init(loop(), &_sweep_timer);
-    uv_timer_init(loop(), &_resume_timer);
-    _grace_timer.data = _sweep_timer.data = _resume_timer.data = this;
+    _grace_timer.data = _sweep_timer.data = this;
+    _pauses.init(loop(), [this](uint64_t id, clock::time_point now) { resume_reading(id, now); });
     must(_gone.init(loop(), _gone_out, gone_delivery_limits,
                [this](const gone_delivery::message& m, const error& why) {
                    if (why.code != "actor_stopped" && why.code != "not_connected") {
@@ -102,7 +100,7 @@ status net_actor::bind_and_listen() {
 void net_actor::on_stop() {
     _listener.close();
     uv_close(reinterpret_cast<uv_handle_t*>(&_sweep_timer), nullptr);
-    uv_close(reinterpret_cast<uv_handle_t*>(&_resume_timer), nullptr);
+    _pauses.close();
     // Connections with queued events are shut down after those are written (the terminal
     // events of requests ended by the stop); the grace timer bounds a client that never reads.
     size_t flushing = 0;
@@ -216,7 +214,7 @@ void net_actor::sweep_cb(uv_timer_t* t) {
     auto& self = *static_cast<net_actor*>(t->data);
     std::vector<connection*> late;
     for (auto& [id, c] : self._connections) {
-        if (c->admitted && !c->closing && c->waiting_since && !c->paused_until &&
+        if (c->admitted && !c->closing && c->waiting_since && !self._pauses.paused(c->id) &&
             ms_since(*c->waiting_since) >= self._options.read_timeout_ms) {
             late.push_back(c.get());
         }
@@ -328,7 +326,10 @@ void net_actor::handle_request(connection& c, const request& r) {
                                "unknown op " + fields::quote(r.op) + " (no scheduler)");
                 }
             } else {
-                if constexpr (std::is_same_v<T, sched::stats_query>) m.net = counters_map();
+                if constexpr (std::is_same_v<T, sched::stats_query>) {
+                    m.net = counters_map();
+                    if (_options.http_counters) m.http = _options.http_counters();
+                }
                 forward(c, std::move(m));
             }
         },
@@ -380,6 +381,7 @@ void net_actor::op_stats_local(connection& c, uint64_t id) {
     event_writer w(id, "done");
     w.field("connections_open", uint64_t(_open.load()));
     w.field("net", counters_map());
+    if (_options.http_counters) w.field("http", _options.http_counters());
     send_frame(c, w.finish());
 }
 
@@ -450,45 +452,22 @@ void net_actor::on(const net_fault& m) {
         }
     } else if (m.kind == "net_stop_reading") {
         _counters.fault_pauses++;
-        pause_reading(c, clock::now() + std::chrono::milliseconds(m.ms));
+        uv_read_stop(reinterpret_cast<uv_stream_t*>(&c.tcp));
+        _pauses.pause(c.id, clock::now() + std::chrono::milliseconds(m.ms));
     } else {
         log().error("unknown net fault kind '{}' ignored", m.kind);
     }
 }
 
-void net_actor::pause_reading(connection& c, clock::time_point until) {
-    // A second pause extends the first; never shortens it.
-    if (!c.paused_until || *c.paused_until < until) c.paused_until = until;
-    uv_read_stop(reinterpret_cast<uv_stream_t*>(&c.tcp));
-    arm_resume_timer();
-}
-
-void net_actor::arm_resume_timer() {
-    std::optional<clock::time_point> first;
-    for (const auto& [id, c] : _connections) {
-        if (c->paused_until && (!first || *c->paused_until < *first)) first = c->paused_until;
-    }
-    if (!first) return;
-    auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(*first - clock::now());
-    uv_timer_start(&_resume_timer, &net_actor::resume_cb, uint64_t(std::max<int64_t>(0, wait.count())), 0);
-}
-
-void net_actor::resume_cb(uv_timer_t* t) {
-    static_cast<net_actor*>(t->data)->resume_reading();
-}
-
-void net_actor::resume_reading() {
-    const auto now = clock::now();
-    for (auto& [id, c] : _connections) {
-        if (!c->paused_until || *c->paused_until > now) continue;
-        c->paused_until.reset();
-        if (c->closing) continue;
-        // A frame begun before the pause gets a fresh read timeout.
-        if (c->waiting_since) c->waiting_since = now;
-        uv_read_start(reinterpret_cast<uv_stream_t*>(&c->tcp), &net_actor::alloc_cb,
-                      &net_actor::read_cb);
-    }
-    arm_resume_timer();
+// A net_stop_reading pause of connection `id` ended.
+void net_actor::resume_reading(uint64_t id, clock::time_point now) {
+    auto it = _connections.find(id);
+    if (it == _connections.end() || it->second->closing) return;
+    connection& c = *it->second;
+    // A frame begun before the pause gets a fresh read timeout.
+    if (c.waiting_since) c.waiting_since = now;
+    uv_read_start(reinterpret_cast<uv_stream_t*>(&c.tcp), &net_actor::alloc_cb,
+                  &net_actor::read_cb);
 }
 
 void net_actor::on(const begin_drain&) {
@@ -581,6 +560,7 @@ void net_actor::close_connection(connection& c, const char* reason) {
 void net_actor::close_cb(uv_handle_t* handle) {
     auto& c = *static_cast<connection*>(handle->data);
     net_actor& self = *c.owner;
+    self._pauses.forget(c.id);
     self._connections.erase(c.id);  // frees c
     auto* grace = reinterpret_cast<uv_handle_t*>(&self._grace_timer);
     if (self.stopping() && self._connections.empty() && !uv_is_closing(grace)) {

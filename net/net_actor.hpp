@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -33,6 +34,7 @@
 #include "net/net_msgs.hpp"
 #include "net/ops.hpp"
 #include "net/protocol.hpp"
+#include "net/read_pauses.hpp"
 #include "net/tcp_listener.hpp"
 
 namespace ordo::net {
@@ -47,6 +49,9 @@ struct net_options {
     uint64_t shutdown_grace_ms = 5000;  // at stop: how long queued events may take to flush
     uint64_t read_timeout_ms = 30000;   // a frame begun (or a silent new connection), at most
     request_limits limits;              // what the op parser needs of the model and config
+    // Any thread: the HTTP front door's counters (the stats op's `http` map), sent with each
+    // stats query; unset (HTTP off): the stats op has no `http` map.
+    std::function<std::map<std::string, uint64_t>()> http_counters;
 };
 
 // Counted on the net actor's loop; atomic so that another thread (the HTTP actor's /metrics,
@@ -130,7 +135,6 @@ private:
     static void close_cb(uv_handle_t* handle);
     static void grace_cb(uv_timer_t* t);
     static void sweep_cb(uv_timer_t* t);
-    static void resume_cb(uv_timer_t* t);
 
     status bind_and_listen();
     void accept_one();
@@ -152,10 +156,8 @@ private:
     // No more reads or writes; live requests become one client_gone; _open is kept.
     void stop_reading(connection& c, const std::string& reason);
     void close_connection(connection& c, const char* reason);
-    // net_stop_reading: reading of `c` paused until `until`; resume_reading restarts it.
-    void pause_reading(connection& c, clock::time_point until);
-    void resume_reading();
-    void arm_resume_timer();
+    // The net_stop_reading pause of connection `id` ended: reading restarts.
+    void resume_reading(uint64_t id, clock::time_point now);
 
     net_options _options;
     scheduler_outbox _to_scheduler;
@@ -163,7 +165,7 @@ private:
     gone_delivery _gone;
     uv_timer_t _grace_timer{};  // bounds the flush of queued events at stop
     uv_timer_t _sweep_timer{};  // read timeouts
-    uv_timer_t _resume_timer{};  // ends net_stop_reading pauses
+    read_pauses _pauses;        // net_stop_reading faults
     tcp_listener _listener;
     status _listen_status;
     uint64_t _next_conn_id = 1;

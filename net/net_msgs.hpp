@@ -130,13 +130,15 @@ struct histogram {
     MSGPACK_DEFINE_MAP(bounds, counts, sum, count);
 };
 
-// The scheduler's half of the `stats` op; the net counters come with the request.
+// The scheduler's half of the `stats` op; the front doors' counters (net, http) come with the
+// request and are echoed here.
 struct stats_report {
     uint64_t active_sequences = 0;
     uint64_t queued_requests = 0;
     uint64_t kv_blocks_used = 0;
     uint64_t kv_blocks_free = 0;
     std::map<std::string, uint64_t> net;
+    std::map<std::string, uint64_t> http;  // empty: the HTTP front door is off
     std::map<std::string, uint64_t> scheduler;
     std::map<std::string, uint64_t> kv;
     // The stats op's `gpu` map: the device as last announced and what its steps did.
@@ -152,7 +154,7 @@ struct stats_report {
     // time_to_first_token_seconds, inter_token_seconds (between two tokens of one request),
     // request_duration_seconds (arrival to end), prompt_tokens, completion_tokens.
     std::map<std::string, histogram> histograms;
-    MSGPACK_DEFINE_MAP(active_sequences, queued_requests, kv_blocks_used, kv_blocks_free, net,
+    MSGPACK_DEFINE_MAP(active_sequences, queued_requests, kv_blocks_used, kv_blocks_free, net, http,
                        scheduler, kv, device, epoch, steps, timeouts, device_lost, nan_logits,
                        other_failures, busy_ms, kv_disk, logits_slots_held, rss_bytes, fault_plan,
                        histograms);

@@ -172,7 +172,9 @@ std::string encode(const stats_done& e) {
     w.field("rss_bytes", s.rss_bytes);
     auto open = s.net.find("connections_open");
     w.field("connections_open", open == s.net.end() ? 0 : open->second);
-    w.field("net", s.net).field("scheduler", s.scheduler).field("kv", s.kv);
+    w.field("net", s.net);
+    if (!s.http.empty()) w.field("http", s.http);  // absent: the HTTP front door is off
+    w.field("scheduler", s.scheduler).field("kv", s.kv);
     auto& g = w.nested("gpu");
     g.pack_map(8);
     g.pack("device"), g.pack(s.device);

@@ -112,6 +112,10 @@ struct http_config {
     std::uint32_t header_timeout_ms = 30000;   // a request begun must arrive whole within
     std::uint32_t keep_alive_timeout_ms = 5000;  // an idle kept-alive connection is closed after
     std::uint32_t max_pipelined_requests = 8;  // requests read ahead of the one being answered
+    // Lingering close: after an answer that closes the connection, what the client still sends
+    // is read and discarded for at most this long and this many bytes (0 ms: no lingering).
+    std::uint32_t linger_ms = 5000;
+    std::uint32_t max_linger_bytes = 67108864;
     bool operator==(const http_config&) const = default;
 };
 

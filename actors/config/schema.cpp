@@ -255,6 +255,14 @@ constexpr auto table = std::to_array<key_spec>({
         "http", "max_pipelined_requests", 1, 1024,
         "requests of one connection read ahead of the one being answered; beyond, the "
         "connection is not read until answers are written"),
+    integer<&C::http, &http_config::linger_ms>(
+        "http", "linger_ms", 0, 600000,
+        "milliseconds a connection closed by the server after its answer (413, 431, 408, 400, "
+        "429, Connection: close) goes on reading and discarding what the client still sends, "
+        "so that the client reads the answer rather than a reset; 0 = close at once"),
+    integer<&C::http, &http_config::max_linger_bytes>(
+        "http", "max_linger_bytes", 0, 1 * gib,
+        "bytes a lingering connection discards at most; past them it is closed (a reset)"),
     // [model]
     string<&C::model, &model_config::path>(
         "model", "path", "GGUF file to serve; empty = the generated default model"),

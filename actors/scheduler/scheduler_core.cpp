@@ -254,6 +254,7 @@ void scheduler_core::on_stats(const stats_query& m, std::vector<outgoing_event>&
     r.kv_blocks_used = kv.blocks_used;
     r.kv_blocks_free = kv.blocks_free + kv.blocks_cached;
     r.net = m.net;
+    r.http = m.http;
     r.scheduler = {{"requests", k.requests},
                    {"tokens_generated", k.tokens_generated},
                    {"prompt_tokens", k.prompt_tokens},

@@ -120,13 +120,16 @@ struct model_info_query {
     MSGPACK_DEFINE_MAP(conn, id);
 };
 
-// front door → scheduler: gauges and counters; `net` carries the front door's counters.
+// front door → scheduler: gauges and counters. `net` and `http` carry the two front doors'
+// counters as the sender read them (each front door reads the other's atomics through the
+// other's counters(); an empty `http`: the HTTP front door is off), and come back in the report.
 // Reply: stats_done.
 struct stats_query {
     static constexpr const char* msg_name = "stats";
     uint64_t conn = 0, id = 0;
     std::map<std::string, uint64_t> net;
-    MSGPACK_DEFINE_MAP(conn, id, net);
+    std::map<std::string, uint64_t> http;
+    MSGPACK_DEFINE_MAP(conn, id, net, http);
 };
 
 // front door → scheduler: remove a persisted session (needs [kv] enabled). Reply:

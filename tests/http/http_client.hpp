@@ -37,6 +37,9 @@ public:
         return _buf.empty() && _tcp.wait_closed(deadline);
     }
     void close() { _tcp.close(); }
+    int fd() const { return _tcp.fd(); }
+    // How the server ended the connection, as the last read saw it: "", "eof" or "reset".
+    const std::string& peer_closed() const { return _tcp.peer_closed(); }
 
 private:
     bool fill(std::chrono::steady_clock::time_point end);  // more bytes into _buf

@@ -10,11 +10,16 @@
 // stream with an error event and no [DONE]; (4) a client that closes mid-stream is exactly one
 // client_gone for its connection; (5) drop_connection closes the connection; (6) /health says
 // what set_health said (200 ok; 503 with the reason when degraded) and 503 shutting_down once
-// draining; (7) /metrics asks the scheduler for its stats and answers them as Prometheus text;
+// draining; (7) /metrics asks the scheduler for its stats (the query carrying this front door's
+// counters, which the scheduler echoes) and answers them as Prometheus text;
 // (8) the refusals that close a connection: a body over the bound (413, before the body), a
 // malformed request behind a good one (answered after it), a request not finished within the
-// header timeout (408); every loop closes cleanly.
+// header timeout (408); (9) a net_stop_reading fault pauses the reading of a connection, not its
+// writing: a client that stops reading the stream meanwhile is still cut off at
+// write_buffer_bytes_max (slow_readers, one client_gone), the pause counted (fault_pauses), and
+// the connection count back to 0; every loop closes cleanly.
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 
 #include <nlohmann/json.hpp>
 
@@ -223,7 +228,11 @@ TEST(http_actor, metrics_come_from_the_scheduler_stats) {
     auto q = r.sched.next<sched::stats_query>();
     ASSERT_TRUE(q);
     EXPECT_EQ(sched::front_door_of(q->conn), sched::front_door::http);
+    // The query carries this front door's counters; the scheduler echoes them in its report.
+    EXPECT_EQ(q->http.at("requests"), 1u);
+    EXPECT_EQ(q->http.at("connections_open"), 1u);
     net::stats_done d{q->conn, q->id, {}};
+    d.stats.http = q->http;
     d.stats.active_sequences = 3;
     d.stats.scheduler = {{"requests", 9}};
     d.stats.histograms = {{"prompt_tokens", net::histogram({1, 10})}};
@@ -273,4 +282,33 @@ TEST(http_actor, refusals_that_close_the_connection) {
     ASSERT_TRUE(late);
     EXPECT_EQ(late->status, 408);
     EXPECT_TRUE(slow.wait_closed());
+}
+
+// (9)
+TEST(http_actor, a_paused_connection_is_still_cut_off_at_the_write_bound) {
+    http::http_options o = rig::options();
+    o.write_buffer_bytes_max = 64 * 1024;
+    rig r(o);
+    http_conn c;
+    ASSERT_TRUE(r.connect(c));
+    int small = 4096;
+    setsockopt(c.fd(), SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    ASSERT_TRUE(c.send(completion(true)));
+    auto g = r.sched.next<sched::generate>();
+    ASSERT_TRUE(g);
+    // Reading stops for far longer than the test; writing goes on, and the client reads nothing:
+    // 800 tokens of 16 KiB (12.5 MiB) pass the kernel's buffers and the 64 KiB bound.
+    r.tell(net::net_fault{g->conn, "net_stop_reading", 60'000});
+    const std::string text(16 * 1024, 'x');
+    for (int i = 0; i < 800; i++) r.tell(token(g->conn, g->id, text));
+    auto gone = r.sched.next<sched::client_gone>();
+    ASSERT_TRUE(gone) << "the paused connection that stopped reading was never cut off";
+    EXPECT_EQ(gone->conn, g->conn);
+    EXPECT_EQ(gone->reason, "slow_reader");
+    EXPECT_TRUE(c.wait_closed());
+    auto k = r.http.counters();
+    EXPECT_EQ(k["fault_pauses"], 1u);
+    EXPECT_EQ(k["slow_readers"], 1u);
+    EXPECT_EQ(k["disconnects"], 1u);
+    EXPECT_EQ(k["connections_open"], 0u);
 }

@@ -32,11 +32,32 @@
 //     (net, http, scheduler, kv, gpu), the histograms (time to first token, ...) counting the
 //     requests served, and `promtool check metrics` (Debian's prometheus package) accepting it;
 //     without promtool that part skips visibly (fails under ORDO_HTTP_CLIENT_REQUIRED=1, CI).
+// (14) The protocol's `stats` op reports this front door's counters as its `http` map: after a
+//     known set of HTTP requests (200s, a 404, a stream, a 413), `stats` over msgpack shows their
+//     exact counts (requests, responses by class, streams, too_large, connections, bytes_in to
+//     the byte) once every connection has closed, and GET /metrics shows the same numbers (its
+//     own request, connection and bytes added). With HTTP off (12) the map is absent.
+// (15) A net_stop_reading fault on an HTTP stream: the server stops reading the connection for
+//     `ms` but goes on writing. The stream ends complete ([DONE]) during the pause; a next
+//     request begun before the pause (its headers unfinished) is neither lost nor cut off by
+//     http.header_timeout_ms (300 ms here) while the server is the one not reading: its last
+//     bytes, sent after the stream, are read when the pause ends and it is answered 200 no
+//     earlier than `ms` after the stream began. stats count the pause (http.fault_pauses,
+//     scheduler.net_faults) and no 408, and once the client leaves every connection, sequence
+//     and KV block is free again.
+// (16) The lingering close (http.linger_ms 1500, http.max_linger_bytes 16 MiB here): a client
+//     uploading 8 MiB in 64 KiB pieces against the 4 KiB body limit sends every piece without a
+//     reset and then reads the whole 413 JSON answer and an EOF; a client that never stops
+//     sending is cut off once about max_linger_bytes were discarded (never 256 MiB); a client
+//     trickling 1 KiB every 50 ms after its 413 is closed linger_ms after it, not at once and
+//     not never. Then no connection is open or lingering, and stats count 3 lingering closes,
+//     2 of them cut off.
 // (9) With ../shared/models (skipped visibly without it): llama3-tiny-Q4_K_M.gguf and the chat
 //     template in its metadata: /v1/models names it, and chat and completions over HTTP, streamed
 //     and not, answer the text the protocol's ops answer.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -70,8 +91,9 @@ struct server {
     uint16_t http() const { return proc.http_port(); }
 };
 
-// A server on a made model named "tiny", with the ChatML template.
-std::unique_ptr<server> start_server() {
+// A server on a made model named "tiny", with the ChatML template; `http_extra`: more [http]
+// keys, one per line.
+std::unique_ptr<server> start_server(const std::string& http_extra = "") {
     const std::string model = temp_path("tiny.gguf");
     std::string mk = std::string(ORDO_MODEL_BIN) + " mk --out " + model +
                      " --n-embd 32 --n-layer 1 --n-head 2 --n-head-kv 2 --n-ff 64"
@@ -85,6 +107,7 @@ std::unique_ptr<server> start_server() {
     std::ofstream(cfg) << "[http]\nmax_body_bytes = " << k_body_max
                        << "\nmax_header_bytes = " << k_header_max
                        << "\nheader_timeout_ms = 300\nkeep_alive_timeout_ms = 60000\n"
+                       << http_extra
                        << "[scheduler]\nmax_tokens_default = 8\nbatch_failure_policy = \"fail\"\n"
                        << "[fault]\nenabled = true\n";
     auto s = std::make_unique<server>();
@@ -519,6 +542,12 @@ TEST(http_server, an_empty_http_listen_turns_http_off) {
     EXPECT_EQ(s.http_port(), 0);
     EXPECT_EQ(s.output().find("http listening"), std::string::npos) << s.output();
     EXPECT_EQ(wait_healthy(s.port()), "") << s.output();
+    tcp_client c;
+    ASSERT_TRUE(c.connect(s.port()));
+    event st = op(c, 1, "stats", json::object());
+    ASSERT_EQ(st.str("event"), "done") << st.outcome();
+    EXPECT_NE(field(st.o(), "net"), nullptr);
+    EXPECT_EQ(field(st.o(), "http"), nullptr) << "an http map with HTTP off";
 }
 
 // (13)
@@ -553,4 +582,220 @@ TEST(http_server, shutdown_past_the_grace_ends_a_stream_with_an_error) {
     ASSERT_TRUE(last.contains("error")) << body;
     EXPECT_EQ(last["error"]["code"], "shutting_down");
     EXPECT_EQ(srv->proc.wait_exit(), 0) << srv->proc.output();
+}
+
+namespace {
+
+// The protocol's stats once every HTTP connection has closed, lingering ones included
+// (bounded: 200 polls); its `http`
+// map as JSON, or null when absent or never settled.
+json settled_http_stats(uint16_t port) {
+    tcp_client c;
+    EXPECT_TRUE(c.connect(port));
+    for (int i = 0; i < 200; i++) {
+        event e = op(c, 1000 + uint64_t(i), "stats", json::object());
+        const msgpack::object* h = field(e.o(), "http");
+        if (h == nullptr) return nullptr;
+        if (uint_field(*h, "connections_open") == 0 &&
+            uint_field(*h, "connections_lingering") == 0) {
+            json j = json::object();
+            for (const auto& kv : h->via.map) {
+                j[kv.key.as<std::string>()] = kv.val.as<uint64_t>();
+            }
+            return j;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return nullptr;
+}
+
+// The value of an unlabelled Prometheus sample `name` in `text`; -1 when absent.
+int64_t sample(const std::string& text, const std::string& name) {
+    size_t at = text.find("\n" + name + " ");
+    if (at == std::string::npos) return -1;
+    return std::stoll(text.substr(at + name.size() + 2));
+}
+
+}  // namespace
+
+// (14)
+TEST(http_server, stats_reports_the_http_counters) {
+    START();
+    uint64_t sent = 0;  // request bytes, as the server's bytes_in counts them
+    auto exchange = [&](const std::string& text) {
+        http_conn c;
+        EXPECT_TRUE(c.connect(srv->http()));
+        EXPECT_TRUE(c.send(text));
+        sent += text.size();
+        return c.read();
+    };
+    const std::string close = "Connection: close\r\n";
+    auto health = exchange(http_request_text("GET", "/health", "", close));
+    ASSERT_TRUE(health);
+    EXPECT_EQ(health->status, 200);
+    expect_error(exchange(http_request_text("GET", "/v2/nothing", "", close)), 404, "not_found");
+    auto chat = exchange(http_request_text("POST", "/v1/chat/completions",
+                                           chat_body({{"max_tokens", 3}}).dump(), close));
+    ASSERT_TRUE(chat);
+    EXPECT_EQ(chat->status, 200);
+    auto stream =
+        exchange(http_request_text("POST", "/v1/chat/completions",
+                                   chat_body({{"max_tokens", 3}, {"stream", true}}).dump(), close));
+    ASSERT_TRUE(stream);
+    EXPECT_EQ(sse_data(stream->body).back(), "[DONE]");
+    // Only the headers: answered 413 before any body byte, not a request.
+    expect_error(exchange("POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Length: " +
+                          std::to_string(k_body_max + 1) + "\r\n\r\n"),
+                 413, "too_large");
+
+    json h = settled_http_stats(srv->proc.port());
+    ASSERT_TRUE(h.is_object()) << "no http map, or connections never closed";
+    const json want = {
+        {"connections_open", 0}, {"connections_total", 5}, {"connections_refused", 0},
+        {"requests", 4},         {"responses_2xx", 3},     {"responses_4xx", 2},
+        {"responses_5xx", 0},    {"streams", 1},           {"too_large", 1},
+        {"malformed", 0},        {"header_timeouts", 0},   {"slow_readers", 0},
+        {"disconnects", 0},      {"bytes_in", sent}};
+    for (const auto& [key, value] : want.items()) EXPECT_EQ(h[key], value) << key;
+    EXPECT_GT(h["bytes_out"], 0);
+
+    // /metrics: the same counters, read when its own request was taken (connection open, request
+    // counted, its answer not yet written).
+    const std::string metrics_req = http_request_text("GET", "/metrics", "", close);
+    auto m = exchange(metrics_req);
+    ASSERT_TRUE(m);
+    ASSERT_EQ(m->status, 200);
+    const std::string& t = m->body;
+    const std::map<std::string, int64_t> shown = {
+        {"ordo_http_connections_open", 1},    {"ordo_http_connections_total", 6},
+        {"ordo_http_requests_total", 5},      {"ordo_http_responses_2xx_total", 3},
+        {"ordo_http_responses_4xx_total", 2}, {"ordo_http_streams_total", 1},
+        {"ordo_http_too_large_total", 1},     {"ordo_http_bytes_in_total", int64_t(sent)}};
+    for (const auto& [name, value] : shown) EXPECT_EQ(sample(t, name), value) << name << "\n" << t;
+    EXPECT_EQ(sample(t, "ordo_http_bytes_out_total"), int64_t(h["bytes_out"].get<uint64_t>())) << t;
+}
+
+// (15)
+TEST(http_server, net_stop_reading_holds_what_the_client_sends_until_the_pause_ends) {
+    START();
+    constexpr int pause_ms = 3000;
+    tcp_client p;
+    ASSERT_TRUE(p.connect(srv->proc.port()));
+    event armed =
+        op(p, 1, "fault", {{"kind", "net_stop_reading"}, {"phase", "decode"}, {"ms", pause_ms}});
+    ASSERT_EQ(armed.str("event"), "done") << armed.outcome();
+    http_conn c;
+    ASSERT_TRUE(c.connect(srv->http()));
+    const auto began = std::chrono::steady_clock::now();
+    // The stream, and behind it the start of the next request (no blank line yet).
+    ASSERT_TRUE(c.send(http_request_text("POST", "/v1/chat/completions",
+                                         chat_body({{"max_tokens", 6}, {"stream", true}}).dump()) +
+                       "GET /health HTTP/1.1\r\nHost: t\r\n"));
+    auto head = c.read_head();
+    ASSERT_TRUE(head);
+    ASSERT_EQ(head->status, 200);
+    std::string body;
+    while (auto chunk = c.read_chunk()) {
+        if (chunk->empty()) break;
+        body += *chunk;
+    }
+    ASSERT_FALSE(sse_data(body).empty());
+    EXPECT_EQ(sse_data(body).back(), "[DONE]") << body;
+    const auto streamed = std::chrono::steady_clock::now() - began;
+    // What makes the rest a test of the pause: the stream ended well inside it.
+    ASSERT_LT(streamed, std::chrono::milliseconds(pause_ms - 1000)) << "the stream was too slow";
+    ASSERT_TRUE(c.send("\r\n"));
+    auto health = c.read();
+    ASSERT_TRUE(health) << "the request sent during the pause was lost";
+    EXPECT_EQ(health->status, 200) << health->body;
+    EXPECT_GE(std::chrono::steady_clock::now() - began, std::chrono::milliseconds(pause_ms))
+        << "the request sent during the pause was read before the pause ended";
+
+    event st = op(p, 2, "stats", json::object());
+    ASSERT_NE(field(st.o(), "http"), nullptr);
+    EXPECT_EQ(uint_field(*field(st.o(), "http"), "fault_pauses"), 1u);
+    EXPECT_EQ(uint_field(*field(st.o(), "http"), "header_timeouts"), 0u);
+    EXPECT_EQ(uint_field(*field(st.o(), "scheduler"), "net_faults"), 1u);
+    c.close();
+    EXPECT_TRUE(settled_stats(srv->proc.port())["settled"]);
+    json h = settled_http_stats(srv->proc.port());
+    ASSERT_TRUE(h.is_object()) << "the connection never closed";
+    EXPECT_EQ(h["connections_open"], 0);
+    EXPECT_EQ(h["disconnects"], 0);
+}
+
+namespace {
+
+// Sends on `c` fail after 10 s blocked rather than hang the test.
+void bound_sends(http_conn& c) {
+    timeval tv{10, 0};
+    setsockopt(c.fd(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+}
+
+std::string upload_head(size_t content_length) {
+    return "POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+           "Content-Length: " +
+           std::to_string(content_length) + "\r\n\r\n";
+}
+
+}  // namespace
+
+// (16)
+TEST(http_server, an_early_413_is_read_whole_while_the_upload_goes_on) {
+    constexpr int linger_ms = 1500;
+    constexpr uint64_t linger_bytes = 16 << 20;
+    auto srv = start_server("linger_ms = " + std::to_string(linger_ms) +
+                            "\nmax_linger_bytes = " + std::to_string(linger_bytes) + "\n");
+    ASSERT_EQ(srv->error, "") << srv->proc.output();
+    const std::string piece(64 * 1024, 'x');
+
+    // The whole body, then the answer: the 413 was queued after the first piece.
+    constexpr size_t body = 8 << 20;
+    http_conn up;
+    ASSERT_TRUE(up.connect(srv->http()));
+    bound_sends(up);
+    ASSERT_TRUE(up.send(upload_head(body)));
+    size_t sent = 0;
+    while (sent < body && up.send(piece)) sent += piece.size();
+    EXPECT_EQ(sent, body) << "the upload was cut after " << sent << " bytes";
+    auto r = up.read();
+    expect_error(r, 413, "too_large");
+    EXPECT_TRUE(up.wait_closed());
+    EXPECT_EQ(up.peer_closed(), "eof");
+    up.close();
+
+    // A client that never stops: cut off near the byte bound (kernel buffers add a few MiB).
+    http_conn flood;
+    ASSERT_TRUE(flood.connect(srv->http()));
+    bound_sends(flood);
+    ASSERT_TRUE(flood.send(upload_head(size_t(1) << 30)));
+    constexpr uint64_t flood_max = 256 << 20;
+    uint64_t flooded = 0;
+    while (flooded < flood_max && flood.send(piece)) flooded += piece.size();
+    EXPECT_LT(flooded, flood_max) << "never cut off";
+    EXPECT_GE(flooded, linger_bytes - piece.size());
+    EXPECT_LT(flooded, linger_bytes + (16 << 20));
+
+    // A client that trickles on after reading its 413: closed linger_ms after it.
+    http_conn slow;
+    ASSERT_TRUE(slow.connect(srv->http()));
+    ASSERT_TRUE(slow.send(upload_head(1 << 20) + std::string(1024, 'x')));
+    expect_error(slow.read(), 413, "too_large");
+    const auto answered = std::chrono::steady_clock::now();
+    const std::string drop(1024, 'x');
+    // The server's FIN came with the answer; its close shows as a failed send (the first send
+    // after it draws a reset, the next fails).
+    while (std::chrono::steady_clock::now() - answered < std::chrono::seconds(10)) {
+        if (::send(slow.fd(), drop.data(), drop.size(), MSG_NOSIGNAL) <= 0) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    const auto lingered = std::chrono::steady_clock::now() - answered;
+    EXPECT_GE(lingered, std::chrono::milliseconds(linger_ms - 100));
+    EXPECT_LT(lingered, std::chrono::milliseconds(2 * linger_ms)) << "never cut off";
+
+    json h = settled_http_stats(srv->proc.port());
+    ASSERT_TRUE(h.is_object()) << "a connection stayed open or lingering";
+    EXPECT_EQ(h["too_large"], 3);
+    EXPECT_EQ(h["lingering_closes"], 3);
+    EXPECT_EQ(h["linger_cutoffs"], 2);
 }

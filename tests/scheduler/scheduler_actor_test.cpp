@@ -307,7 +307,7 @@ TEST(scheduler_actor, a_planned_fault_reaches_the_gpu_right_before_its_step) {
     ASSERT_TRUE(r.sched->tell(gpu::fault_refused{3, "nan_logits", "8 faults already armed"},
                               "gpu")
                     .ok());
-    ASSERT_TRUE(r.sched->tell(stats_query{1, 9, {}}, "net").ok());
+    ASSERT_TRUE(r.sched->tell(stats_query{1, 9, {}, {}}, "net").ok());
     auto st = r.net.next<net::stats_done>();
     ASSERT_TRUE(st);
     const net::fault_plan_report& p = st->stats.fault_plan;
@@ -333,7 +333,7 @@ TEST(scheduler_actor, without_a_plan_stats_has_no_fault_plan_and_no_fault_is_sen
         r.answer(*s);
     }
     ASSERT_TRUE(r.net.next<net::generate_done>());
-    ASSERT_TRUE(r.sched->tell(stats_query{1, 9, {}}, "net").ok());
+    ASSERT_TRUE(r.sched->tell(stats_query{1, 9, {}, {}}, "net").ok());
     auto st = r.net.next<net::stats_done>();
     ASSERT_TRUE(st);
     EXPECT_FALSE(st->stats.fault_plan.active);

@@ -94,6 +94,8 @@ http::http_options http_options_from(const config::config& cfg, const config::li
     o.header_timeout_ms = cfg.http.header_timeout_ms;
     o.keep_alive_timeout_ms = cfg.http.keep_alive_timeout_ms;
     o.pipelined_max = cfg.http.max_pipelined_requests;
+    o.linger_ms = cfg.http.linger_ms;
+    o.linger_bytes_max = cfg.http.max_linger_bytes;
     o.write_buffer_bytes_max = cfg.server.write_buffer_bytes_max;
     o.shutdown_grace_ms = cfg.server.shutdown_grace_ms;
     o.limits = limits;
@@ -253,14 +255,17 @@ status run_server(const config::config& cfg, const loaded_model& model, const se
         so.kv_report = [&kv] { return kv->report(); };
     }
     sched::scheduler_actor scheduler(std::move(*core), &logits, so);
-    const net::net_options net_opts = net_options_from(cfg, *address, model);
+    // Declared before the net actor, which reads its counters (the stats op's `http` map) and
+    // is destroyed first.
+    std::optional<http::http_actor> http;
+    net::net_options net_opts = net_options_from(cfg, *address, model);
+    if (http_address) net_opts.http_counters = [&http] { return http->counters(); };
     net::net_actor net(net_opts, cfg.server.mailbox_capacity);
     gpu::gpu_actor gpu(gpu_options_from(cfg, model), logits, gpu::gpu_replies(scheduler, "gpu"));
     scheduler.connect(net, gpu);
     net.connect_scheduler(scheduler);
     // The second front door: the scheduler routes the events of its connections to it by the
     // front door written in their conn ids (scheduler_msgs.hpp "Front doors").
-    std::optional<http::http_actor> http;
     if (http_address) {
         http::http_options ho = http_options_from(cfg, *http_address, model, net_opts.limits);
         ho.net_counters = [&net] { return net.counters(); };
