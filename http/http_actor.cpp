@@ -4,7 +4,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <array>
 #include <cassert>
 #include <ctime>
 #include <nlohmann/json.hpp>
@@ -14,9 +13,6 @@
 namespace ordo::http {
 namespace {
 
-// As the net actor: one 64 KiB read buffer reused by every read (reads are handled before the
-// next alloc).
-constexpr size_t read_buffer_bytes = 64 * 1024;
 // The timeout sweep runs this many times per shortest timeout, so a late request is cut off
 // between 1x and 1.25x its timeout.
 constexpr uint64_t timeout_sweeps = 4;
@@ -87,21 +83,16 @@ struct http_actor::live_request {
     bool metrics = false;       // GET /metrics: waits for the scheduler's stats_done
 };
 
-struct http_actor::connection {
-    uv_tcp_t tcp{};  // tcp.data points back here
-    uv_shutdown_t shutdown_req{};
-    http_actor* owner = nullptr;
-    uint64_t id = 0;  // local id; the scheduler knows conn_id(front_door::http, id)
+// A connection: the TCP layer's part (tcp_conn: socket, write queue, closing, lingering; its id
+// is local, the scheduler knows conn_id(front_door::http, id); admitted means counted in _open)
+// and HTTP's.
+struct http_actor::connection final : net::tcp_conn {
     request_reader reader;
     std::string unread;                // bytes read but not parsed yet (read-ahead bound)
     std::deque<http_request> queued;   // parsed, waiting for the live one to be answered
     std::optional<live_request> live;  // sent to the scheduler, not answered yet
     std::optional<read_error> failed;  // the stream broke after `queued`: answered last
     uint64_t next_request_id = 1;
-    size_t write_pending_bytes = 0;
-    bool admitted = false;
-    bool reading = false;
-    bool closing = false;  // no further reads handled nor writes queued
     // What http.header_timeout_ms bounds: since a request began arriving (or the connection
     // was accepted); unset between whole requests.
     std::optional<clock::time_point> waiting_since;
@@ -109,21 +100,12 @@ struct http_actor::connection {
     // Neither timeout runs while a net_stop_reading fault pauses the connection (_pauses): it
     // is the server that is not reading.
     std::optional<clock::time_point> idle_since;
-    // Lingering close (close_after_writes): since when; what http.linger_ms bounds.
-    std::optional<clock::time_point> lingering_since;
-    uint64_t linger_bytes = 0;  // discarded while lingering: what http.max_linger_bytes bounds
-    bool write_shut = false;    // the shutdown completed: every answer is written, FIN sent
-    bool peer_shut = false;     // the client's EOF was read while lingering
 
-    connection(http_actor* o, uint64_t i, const http_options& opt)
-        : owner(o), id(i), reader(opt.header_bytes_max, opt.body_bytes_max) {}
+    connection(uint64_t i, const http_options& opt)
+        : reader(opt.header_bytes_max, opt.body_bytes_max) {
+        id = i;
+    }
     uint64_t conn() const { return sched::conn_id(sched::front_door::http, id); }
-};
-
-struct http_actor::write_req {
-    uv_write_t req{};
-    std::string data;
-    connection* conn = nullptr;
 };
 
 http_actor::http_actor(http_options options, size_t mailbox_capacity)
@@ -134,9 +116,18 @@ http_actor::~http_actor() = default;
 // ---- lifecycle ---------------------------------------------------------------------------
 
 void http_actor::on_start() {
+    // A connection the server closes after its answer closes lingering (net/tcp_conn.cpp): at
+    // most max_connections at once, so lingering ones cannot grow without bound either.
+    _conns.init(loop(), *this,
+                {.write_buffer_bytes_max = _options.write_buffer_bytes_max,
+                 .shutdown_grace_ms = _options.shutdown_grace_ms,
+                 .linger_ms = _options.linger_ms,
+                 .linger_bytes_max = _options.linger_bytes_max,
+                 .lingering_max = _options.connections_max,
+                 .door = "http "},
+                log());
     uv_timer_init(loop(), &_sweep_timer);
-    uv_timer_init(loop(), &_grace_timer);
-    _sweep_timer.data = _grace_timer.data = this;
+    _sweep_timer.data = this;
     _pauses.init(loop(), [this](uint64_t id, clock::time_point now) { resume_reading(id, now); });
     must(_gone.init(loop(), _gone_out, gone_delivery_limits,
                     [this](const gone_delivery::message& m, const error& why) {
@@ -170,37 +161,9 @@ void http_actor::on_stop() {
     _pauses.close();
     // The scheduler stopped first: the answers of requests it ended are queued here. They are
     // written, then each connection is shut down; the grace timer bounds a client not reading.
-    size_t flushing = 0;
-    for (auto& [id, c] : _connections) {
-        if (c->lingering_since && !c->write_shut) {
-            // Its answer is still being written: no more lingering; the shutdown closes it.
-            if (c->reading) uv_read_stop(reinterpret_cast<uv_stream_t*>(&c->tcp));
-            c->reading = false;
-            flushing++;
-        } else if (c->write_pending_bytes > 0 && !c->closing) {
-            close_after_writes(*c, "server stopping");
-            flushing++;
-        } else {
-            close_connection(*c, "server stopping");
-        }
-    }
+    size_t flushing = _conns.stop();
     _gone.close();
-    if (flushing > 0) {
-        uv_timer_start(&_grace_timer, &http_actor::grace_cb, _options.shutdown_grace_ms, 0);
-    } else {
-        uv_close(reinterpret_cast<uv_handle_t*>(&_grace_timer), nullptr);
-    }
-    log().info("stopping: {} connections ({} flushing)", _connections.size(), flushing);
-}
-
-void http_actor::grace_cb(uv_timer_t* t) {
-    auto& self = *static_cast<http_actor*>(t->data);
-    for (auto& [id, c] : self._connections) {
-        if (!uv_is_closing(reinterpret_cast<uv_handle_t*>(&c->tcp))) {
-            uv_close(reinterpret_cast<uv_handle_t*>(&c->tcp), &http_actor::close_cb);
-        }
-    }
-    uv_close(reinterpret_cast<uv_handle_t*>(t), nullptr);
+    log().info("stopping: {} connections ({} flushing)", _conns.size(), flushing);
 }
 
 // ---- accepting and reading -----------------------------------------------------------------
@@ -215,18 +178,10 @@ void http_actor::connection_cb(uv_stream_t* server, int status) {
 }
 
 void http_actor::accept_one() {
-    uint64_t id = _next_conn_id++;
-    auto owned = std::make_unique<connection>(this, id, _options);
-    connection& c = *owned;
-    uv_tcp_init(loop(), &c.tcp);
-    c.tcp.data = &c;
-    _connections.emplace(id, std::move(owned));
-    if (uv_accept(_listener.stream(),
-                  reinterpret_cast<uv_stream_t*>(&c.tcp)) != 0) {
-        close_connection(c, "accept failed");
-        return;
-    }
-    uv_tcp_nodelay(&c.tcp, 1);
+    net::tcp_conn* accepted =
+        _conns.accept(_listener.stream(), std::make_unique<connection>(_next_conn_id++, _options));
+    if (accepted == nullptr) return;
+    auto& c = static_cast<connection&>(*accepted);
     if (_open >= _options.connections_max) {
         _counters.connections_refused++;
         respond_error(c,
@@ -244,25 +199,32 @@ void http_actor::accept_one() {
     update_reading(c);
 }
 
-void http_actor::alloc_cb(uv_handle_t*, size_t, uv_buf_t* buf) {
-    static thread_local std::array<char, read_buffer_bytes> buffer;
-    *buf = uv_buf_init(buffer.data(), buffer.size());
+// ---- the TCP layer's calls (tcp_conn_owner) ----------------------------------------------------
+
+void http_actor::conn_read(net::tcp_conn& t, const char* data, size_t size) {
+    auto& c = static_cast<connection&>(t);
+    c.unread.append(data, size);
+    parse_more(c);
 }
 
-void http_actor::read_cb(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf) {
-    auto& c = *static_cast<connection*>(stream->data);
-    http_actor& self = *c.owner;
-    if (c.lingering_since) {
-        self.linger_read(c, nread);
-    } else if (nread == UV_EOF) {
-        self.close_connection(c, "client closed");
-    } else if (nread < 0) {
-        self.close_connection(c, uv_strerror(static_cast<int>(nread)));
-    } else if (nread > 0) {
-        self._counters.bytes_in += uint64_t(nread);
-        c.unread.append(buf->base, size_t(nread));
-        self.parse_more(c);
+// Its request can no longer be answered: the scheduler cancels it (no events).
+void http_actor::conn_stopping(net::tcp_conn& t, const std::string& reason) {
+    auto& c = static_cast<connection&>(t);
+    if (c.live) {
+        _counters.disconnects++;
+        _gone.send(sched::client_gone{c.conn(), reason});
+        c.live.reset();
     }
+    c.queued.clear();
+    if (c.admitted) _open--;
+}
+
+void http_actor::conn_closed(net::tcp_conn& c) {
+    _pauses.forget(c.id);
+}
+
+http_actor::connection* http_actor::find(uint64_t id) {
+    return static_cast<connection*>(_conns.find(id));
 }
 
 // Parses what was read, up to max_pipelined_requests waiting requests, then answers the next.
@@ -284,7 +246,7 @@ void http_actor::parse_more(connection& c) {
             c.queued.push_back(std::move(*c.reader.take()));
         } else if (fed.what == request_reader::outcome::expect_continue) {
             // Only when nothing is owed before it: answers go out in request order.
-            if (!c.live && c.queued.empty()) send_bytes(c, "HTTP/1.1 100 Continue\r\n\r\n");
+            if (!c.live && c.queued.empty()) _conns.send(c, "HTTP/1.1 100 Continue\r\n\r\n");
         } else {
             break;  // need_more: everything consumed
         }
@@ -304,34 +266,29 @@ void http_actor::parse_more(connection& c) {
 void http_actor::update_reading(connection& c) {
     if (c.closing) return;
     bool want = c.queued.size() < _options.pipelined_max && !c.failed && !_pauses.paused(c.id);
-    if (want && !c.reading) {
-        uv_read_start(reinterpret_cast<uv_stream_t*>(&c.tcp), &http_actor::alloc_cb,
-                      &http_actor::read_cb);
-    } else if (!want && c.reading) {
-        uv_read_stop(reinterpret_cast<uv_stream_t*>(&c.tcp));
+    if (want) {
+        _conns.read_start(c);
+    } else {
+        _conns.read_stop(c);
     }
-    c.reading = want;
 }
 
 void http_actor::sweep_cb(uv_timer_t* t) {
     auto& self = *static_cast<http_actor*>(t->data);
-    std::vector<connection*> late, idle, lingered;
-    for (auto& [id, c] : self._connections) {
-        if (c->lingering_since && !uv_is_closing(reinterpret_cast<uv_handle_t*>(&c->tcp)) &&
-            ms_since(*c->lingering_since) >= self._options.linger_ms) {
-            lingered.push_back(c.get());
+    self._conns.sweep_lingering();
+    std::vector<connection*> late, idle;
+    self._conns.for_each([&](net::tcp_conn& t) {
+        auto& c = static_cast<connection&>(t);
+        if (!c.admitted || c.closing || c.live || !c.queued.empty() || self._pauses.paused(c.id)) {
+            return;
         }
-        if (!c->admitted || c->closing || c->live || !c->queued.empty() ||
-            self._pauses.paused(c->id)) {
-            continue;
+        if (c.waiting_since && ms_since(*c.waiting_since) >= self._options.header_timeout_ms) {
+            late.push_back(&c);
+        } else if (!c.waiting_since && c.idle_since &&
+                   ms_since(*c.idle_since) >= self._options.keep_alive_timeout_ms) {
+            idle.push_back(&c);
         }
-        if (c->waiting_since && ms_since(*c->waiting_since) >= self._options.header_timeout_ms) {
-            late.push_back(c.get());
-        } else if (!c->waiting_since && c->idle_since &&
-                   ms_since(*c->idle_since) >= self._options.keep_alive_timeout_ms) {
-            idle.push_back(c.get());
-        }
-    }
+    });
     for (connection* c : late) {
         self._counters.header_timeouts++;
         self.respond_error(*c,
@@ -341,11 +298,7 @@ void http_actor::sweep_cb(uv_timer_t* t) {
                             ""},
                            false);
     }
-    for (connection* c : idle) self.close_connection(*c, "keep-alive timeout");
-    for (connection* c : lingered) {
-        self._counters.linger_cutoffs++;
-        self.close_connection(*c, "lingered http.linger_ms");
-    }
+    for (connection* c : idle) self._conns.close(*c, "keep-alive timeout");
 }
 
 // ---- requests ------------------------------------------------------------------------------
@@ -480,9 +433,9 @@ void http_actor::start_generate(connection& c, http_request& r, api_kind kind) {
 
 http_actor::connection* http_actor::live_for(uint64_t conn, uint64_t id) {
     if (sched::front_door_of(conn) != sched::front_door::http) return nullptr;
-    auto it = _connections.find(conn & ((uint64_t(1) << sched::front_door_shift) - 1));
-    if (it == _connections.end()) return nullptr;  // gone: the scheduler heard client_gone
-    connection& c = *it->second;
+    connection* found = find(conn & ((uint64_t(1) << sched::front_door_shift) - 1));
+    if (found == nullptr) return nullptr;  // gone: the scheduler heard client_gone
+    connection& c = *found;
     if (c.closing || !c.live || c.live->id != id) return nullptr;
     return &c;
 }
@@ -549,10 +502,10 @@ void http_actor::on(const net::set_health& m) {
 }
 
 void http_actor::on(const net::drop_connection& m) {
-    auto it = _connections.find(m.conn & ((uint64_t(1) << sched::front_door_shift) - 1));
-    if (it == _connections.end()) return;
-    log().warn("http connection {} dropped: {}", it->first, m.reason);
-    close_connection(*it->second, "dropped");
+    connection* c = find(m.conn & ((uint64_t(1) << sched::front_door_shift) - 1));
+    if (c == nullptr) return;
+    log().warn("http connection {} dropped: {}", c->id, m.reason);
+    _conns.close(*c, "dropped");
 }
 
 // A net fault point fired for a request of this front door (docs/protocol.md "fault"): from
@@ -560,20 +513,17 @@ void http_actor::on(const net::drop_connection& m) {
 // that stops reading takes (net_stop_reading: what the client sends meanwhile waits in the
 // socket, pipelined requests included; answers are still written, under the same write bound).
 void http_actor::on(const net::net_fault& m) {
-    auto it = _connections.find(m.conn & ((uint64_t(1) << sched::front_door_shift) - 1));
-    if (it == _connections.end() || it->second->closing) return;
-    connection& c = *it->second;
+    connection* found = find(m.conn & ((uint64_t(1) << sched::front_door_shift) - 1));
+    if (found == nullptr || found->closing) return;
+    connection& c = *found;
     log().warn("http connection {}: fault {}{}", c.id, m.kind,
                m.kind == "net_stop_reading" ? " for " + std::to_string(m.ms) + " ms" : "");
     if (m.kind == "net_rst") {
         _counters.fault_drops++;
-        stop_reading(c, "fault: net_rst");
-        if (uv_tcp_close_reset(&c.tcp, &http_actor::close_cb) != 0) {
-            uv_close(reinterpret_cast<uv_handle_t*>(&c.tcp), &http_actor::close_cb);
-        }
+        _conns.reset(c, "fault: net_rst");
     } else if (m.kind == "net_fin") {
         _counters.fault_drops++;
-        close_after_writes(c, "fault: net_fin");
+        _conns.close_after_writes(c, "fault: net_fin");
     } else if (m.kind == "net_stop_reading") {
         _counters.fault_pauses++;
         _pauses.pause(c.id, clock::now() + std::chrono::milliseconds(m.ms));
@@ -585,13 +535,12 @@ void http_actor::on(const net::net_fault& m) {
 
 // A net_stop_reading pause of connection `id` ended.
 void http_actor::resume_reading(uint64_t id, clock::time_point now) {
-    auto it = _connections.find(id);
-    if (it == _connections.end() || it->second->closing) return;
-    connection& c = *it->second;
+    connection* c = find(id);
+    if (c == nullptr || c->closing) return;
     // A request begun before the pause, or an idle spell, gets a fresh timeout.
-    if (c.waiting_since) c.waiting_since = now;
-    if (c.idle_since) c.idle_since = now;
-    update_reading(c);
+    if (c->waiting_since) c->waiting_since = now;
+    if (c->idle_since) c->idle_since = now;
+    update_reading(*c);
 }
 
 void http_actor::on(const net::begin_drain&) {
@@ -614,7 +563,7 @@ void http_actor::respond(connection& c, int status, std::string_view content_typ
     out += extra_headers;
     out += "\r\n";
     out += body;
-    if (!send_bytes(c, std::move(out))) return;
+    if (!_conns.send(c, std::move(out))) return;
     finish(c, keep_alive);
 }
 
@@ -632,7 +581,7 @@ bool http_actor::stream_begin(connection& c) {
         "Transfer-Encoding: chunked\r\n";
     if (!l.keep_alive) head += "Connection: close\r\n";
     head += "\r\n";
-    if (!send_bytes(c, std::move(head))) return false;
+    if (!_conns.send(c, std::move(head))) return false;
     if (l.meta.kind == api_kind::chat) stream_chunk(c, sse_role_chunk(l.meta));
     return c.live.has_value();
 }
@@ -642,11 +591,11 @@ void http_actor::stream_chunk(connection& c, std::string_view data) {
     std::string out = hex(data.size()) + "\r\n";
     out += data;
     out += "\r\n";
-    send_bytes(c, std::move(out));
+    _conns.send(c, std::move(out));
 }
 
 void http_actor::stream_end(connection& c) {
-    if (!send_bytes(c, "0\r\n\r\n")) return;
+    if (!_conns.send(c, "0\r\n\r\n")) return;
     finish(c, c.live->keep_alive);
 }
 
@@ -654,153 +603,18 @@ void http_actor::stream_end(connection& c) {
 void http_actor::finish(connection& c, bool keep_alive) {
     c.live.reset();
     if (!keep_alive) {
-        close_after_writes(c, "Connection: close", true);
+        // Lingering: the client may still be sending (a refused body, pipelined requests).
+        _conns.close_after_writes(c, "Connection: close", true);
         return;
     }
     if (c.queued.empty()) c.idle_since = clock::now();
     parse_more(c);
 }
 
-bool http_actor::send_bytes(connection& c, std::string bytes) {
-    if (c.closing) return false;
-    if (c.write_pending_bytes + bytes.size() > _options.write_buffer_bytes_max) {
-        // The client stopped reading: buffering more would grow memory without bound.
-        _counters.slow_readers++;
-        log().warn("http connection {}: {} bytes unread (limit {}), closing", c.id,
-                   c.write_pending_bytes, _options.write_buffer_bytes_max);
-        close_connection(c, "slow_reader");
-        return false;
-    }
-    auto* w = new write_req;
-    w->data = std::move(bytes);
-    w->conn = &c;
-    w->req.data = w;
-    c.write_pending_bytes += w->data.size();
-    _counters.bytes_out += w->data.size();
-    uv_buf_t buf = uv_buf_init(w->data.data(), static_cast<unsigned>(w->data.size()));
-    int rc =
-        uv_write(&w->req, reinterpret_cast<uv_stream_t*>(&c.tcp), &buf, 1, &http_actor::write_cb);
-    if (rc != 0) {
-        c.write_pending_bytes -= w->data.size();
-        delete w;
-        close_connection(c, uv_strerror(rc));
-        return false;
-    }
-    return true;
-}
-
-void http_actor::write_cb(uv_write_t* req, int status) {
-    auto* w = static_cast<write_req*>(req->data);
-    connection& c = *w->conn;
-    c.write_pending_bytes -= w->data.size();
-    delete w;
-    if (status < 0 && status != UV_ECANCELED) c.owner->close_connection(c, uv_strerror(status));
-}
-
-// ---- closing -------------------------------------------------------------------------------
-
-void http_actor::stop_reading(connection& c, const std::string& reason) {
-    if (c.live) {
-        // Its request can no longer be answered: the scheduler cancels it (no events).
-        _counters.disconnects++;
-        _gone.send(sched::client_gone{c.conn(), reason});
-        c.live.reset();
-    }
-    c.queued.clear();
-    if (!c.closing && c.admitted) _open--;
-    c.closing = true;
-    if (c.reading) uv_read_stop(reinterpret_cast<uv_stream_t*>(&c.tcp));
-    c.reading = false;
-}
-
-// The lingering close. The server closes a connection after an answer while the client may
-// still be sending: an early 413 (Content-Length over the limit, answered before the body) or
-// 431, a 408 or parser 400 mid-request, a 429 at max_connections, or simply more bytes behind a
-// Connection: close request. Closing a socket that holds unread bytes makes the kernel send a
-// reset, and a reset can reach the client before it has read the answer (its send fails with
-// ECONNRESET, or its unread input is discarded): it sees "connection reset", not our 413. So,
-// as RFC 9112 9.6 asks: the answer is queued, the socket is shut down for writing once it is
-// written (FIN), and reading goes on, every byte discarded, until the client's EOF, then the
-// handle is closed. A client that never stops sending is cut off (closed, a reset if bytes are
-// unread; counted in linger_cutoffs) at http.max_linger_bytes discarded or http.linger_ms after
-// the close began (the sweep, between 1x and 1.25x). At most max_connections connections linger at
-// once; beyond, and with linger_ms 0, the connection closes right after its writes as before.
-// Faults (net_fin) and the stop do not linger.
-void http_actor::close_after_writes(connection& c, const char* reason, bool linger) {
-    if (c.closing) return;
-    stop_reading(c, reason);
-    linger = linger && _options.linger_ms > 0 && _lingering < _options.connections_max;
-    if (linger) {
-        c.lingering_since = clock::now();
-        _lingering++;
-        _counters.lingering_closes++;
-        c.reading = uv_read_start(reinterpret_cast<uv_stream_t*>(&c.tcp), &http_actor::alloc_cb,
-                                  &http_actor::read_cb) == 0;
-    }
-    // shutdown completes after the queued writes; then the handle is closed, or lingers.
-    c.shutdown_req.data = &c;
-    if (uv_shutdown(&c.shutdown_req, reinterpret_cast<uv_stream_t*>(&c.tcp),
-                    &http_actor::shutdown_cb) != 0) {
-        uv_close(reinterpret_cast<uv_handle_t*>(&c.tcp), &http_actor::close_cb);
-    }
-}
-
-void http_actor::shutdown_cb(uv_shutdown_t* req, int status) {
-    auto& c = *static_cast<connection*>(req->data);
-    c.write_shut = true;
-    // Lingering: the answer is out; reads go on until the client's EOF or a bound.
-    if (c.lingering_since && c.reading && !c.peer_shut && status == 0 && !c.owner->stopping()) {
-        return;
-    }
-    if (!uv_is_closing(reinterpret_cast<uv_handle_t*>(&c.tcp))) {
-        uv_close(reinterpret_cast<uv_handle_t*>(&c.tcp), &http_actor::close_cb);
-    }
-}
-
-// A read while lingering: bytes are discarded (up to the bound); EOF ends the lingering once the
-// answer is written (else the shutdown's callback closes); an error closes at once.
-void http_actor::linger_read(connection& c, ssize_t nread) {
-    if (nread > 0) {
-        _counters.bytes_in += uint64_t(nread);
-        c.linger_bytes += uint64_t(nread);
-        if (c.linger_bytes > _options.linger_bytes_max) {
-            _counters.linger_cutoffs++;
-            close_connection(c, "lingered http.max_linger_bytes");
-        }
-        return;
-    }
-    if (nread == 0) return;  // nothing this time (EAGAIN)
-    uv_read_stop(reinterpret_cast<uv_stream_t*>(&c.tcp));
-    c.reading = false;
-    c.peer_shut = true;
-    if (nread != UV_EOF || c.write_shut) {
-        close_connection(c, nread == UV_EOF ? "client closed" : uv_strerror(int(nread)));
-    }
-}
-
-void http_actor::close_connection(connection& c, const char* reason) {
-    if (uv_is_closing(reinterpret_cast<uv_handle_t*>(&c.tcp))) return;
-    log().debug("http connection {} closing: {}", c.id, reason);
-    stop_reading(c, reason);
-    uv_close(reinterpret_cast<uv_handle_t*>(&c.tcp), &http_actor::close_cb);
-}
-
-void http_actor::close_cb(uv_handle_t* handle) {
-    auto& c = *static_cast<connection*>(handle->data);
-    http_actor& self = *c.owner;
-    self._pauses.forget(c.id);
-    if (c.lingering_since) self._lingering--;
-    self._connections.erase(c.id);  // frees c
-    auto* grace = reinterpret_cast<uv_handle_t*>(&self._grace_timer);
-    if (self.stopping() && self._connections.empty() && !uv_is_closing(grace)) {
-        uv_close(grace, nullptr);
-    }
-}
-
 std::map<std::string, uint64_t> http_actor::counters_map() const {
     const auto& k = _counters;
     return {{"connections_open", _open.load()},
-            {"connections_lingering", _lingering.load()},
+            {"connections_lingering", _conns.lingering()},
             {"connections_total", k.connections_total},
             {"connections_refused", k.connections_refused},
             {"requests", k.requests},
@@ -811,14 +625,14 @@ std::map<std::string, uint64_t> http_actor::counters_map() const {
             {"header_timeouts", k.header_timeouts},
             {"too_large", k.too_large},
             {"malformed", k.malformed},
-            {"slow_readers", k.slow_readers},
+            {"slow_readers", _conns.slow_readers()},
             {"disconnects", k.disconnects},
             {"fault_drops", k.fault_drops},
             {"fault_pauses", k.fault_pauses},
-            {"lingering_closes", k.lingering_closes},
-            {"linger_cutoffs", k.linger_cutoffs},
-            {"bytes_in", k.bytes_in},
-            {"bytes_out", k.bytes_out}};
+            {"lingering_closes", _conns.lingering_closes()},
+            {"linger_cutoffs", _conns.linger_cutoffs()},
+            {"bytes_in", _conns.bytes_in()},
+            {"bytes_out", _conns.bytes_out()}};
 }
 
 }  // namespace ordo::http

@@ -43,6 +43,7 @@
 #include "net/net_msgs.hpp"
 #include "net/ops.hpp"
 #include "net/read_pauses.hpp"
+#include "net/tcp_conn.hpp"
 #include "net/tcp_listener.hpp"
 
 namespace ordo::http {
@@ -78,21 +79,19 @@ struct http_counters {
     std::atomic<uint64_t> header_timeouts = 0;  // 408
     std::atomic<uint64_t> too_large = 0;        // 413 and 431
     std::atomic<uint64_t> malformed = 0;        // 400 from the HTTP parser
-    std::atomic<uint64_t> slow_readers = 0;
     std::atomic<uint64_t> disconnects = 0;  // connections that ended while their request ran
     std::atomic<uint64_t> fault_drops = 0;  // connections closed by a net_fin / net_rst fault
     std::atomic<uint64_t> fault_pauses = 0;  // reading paused by a net_stop_reading fault
-    std::atomic<uint64_t> lingering_closes = 0;  // connections closed with a lingering close
-    std::atomic<uint64_t> linger_cutoffs = 0;    // ... cut off at linger_ms or linger_bytes_max
-    std::atomic<uint64_t> bytes_in = 0, bytes_out = 0;
+    // slow_readers, bytes_in, bytes_out and the lingering closes are the TCP layer's
+    // (net::tcp_conns).
 };
 
 class http_actor final
     : public actors::actor<http_actor, net::token_event, net::generate_done, net::tokenize_done,
                            net::detokenize_done, net::cancel_done, net::model_done, net::stats_done,
                            net::fault_done, net::session_delete_done, net::request_error,
-                           net::set_health, net::drop_connection, net::net_fault,
-                           net::begin_drain> {
+                           net::set_health, net::drop_connection, net::net_fault, net::begin_drain>,
+      private net::tcp_conn_owner {
 public:
     http_actor(http_options options, size_t mailbox_capacity);
     ~http_actor() override;
@@ -137,18 +136,18 @@ protected:
 private:
     struct connection;
     struct live_request;
-    struct write_req;
     using clock = std::chrono::steady_clock;
     using gone_delivery = actors::delivery<sched::client_gone>;
 
     static void connection_cb(uv_stream_t* server, int status);
-    static void alloc_cb(uv_handle_t* handle, size_t suggested, uv_buf_t* buf);
-    static void read_cb(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf);
-    static void write_cb(uv_write_t* req, int status);
-    static void shutdown_cb(uv_shutdown_t* req, int status);
-    static void close_cb(uv_handle_t* handle);
     static void sweep_cb(uv_timer_t* t);
-    static void grace_cb(uv_timer_t* t);
+
+    // tcp_conn_owner: bytes read, a connection stopping (its live request becomes one
+    // client_gone), a connection closed.
+    void conn_read(net::tcp_conn& c, const char* data, size_t size) override;
+    void conn_stopping(net::tcp_conn& c, const std::string& reason) override;
+    void conn_closed(net::tcp_conn& c) override;
+    connection* find(uint64_t id);
 
     status bind_and_listen();
     void accept_one();
@@ -171,14 +170,7 @@ private:
     void stream_chunk(connection& c, std::string_view data);
     void stream_end(connection& c);
     void finish(connection& c, bool keep_alive);
-    bool send_bytes(connection& c, std::string bytes);  // false: the connection was closed
 
-    void stop_reading(connection& c, const std::string& reason);
-    void close_connection(connection& c, const char* reason);
-    // Shuts the connection down once its queued answers are written, then closes it; with
-    // `linger`, reads go on meanwhile and after, discarded (the lingering close; see the .cpp).
-    void close_after_writes(connection& c, const char* reason, bool linger = false);
-    void linger_read(connection& c, ssize_t nread);
     // The net_stop_reading pause of connection `id` ended: reading restarts.
     void resume_reading(uint64_t id, clock::time_point now);
     std::map<std::string, uint64_t> counters_map() const;
@@ -188,15 +180,13 @@ private:
     actors::outbox<sched::client_gone> _gone_out;
     gone_delivery _gone;
     net::tcp_listener _listener;
+    net::tcp_conns _conns;  // every connection, by local id
     uv_timer_t _sweep_timer{};
-    uv_timer_t _grace_timer{};
     net::read_pauses _pauses;  // net_stop_reading faults
     status _listen_status;
     uint64_t _next_conn_id = 1;
-    uint64_t _next_answer = 1;  // numbers the answers' ids
-    std::unordered_map<uint64_t, std::unique_ptr<connection>> _connections;  // by local id
+    uint64_t _next_answer = 1;      // numbers the answers' ids
     std::atomic<size_t> _open = 0;  // admitted and not closing: what max_connections bounds
-    std::atomic<size_t> _lingering = 0;  // lingering closes under way (at most max_connections)
     http_counters _counters;
     std::string _health_status = "ok";
     std::string _health_reason;

@@ -35,6 +35,7 @@
 #include "net/ops.hpp"
 #include "net/protocol.hpp"
 #include "net/read_pauses.hpp"
+#include "net/tcp_conn.hpp"
 #include "net/tcp_listener.hpp"
 
 namespace ordo::net {
@@ -63,20 +64,18 @@ struct net_counters {
     std::atomic<uint64_t> bad_frames = 0;
     std::atomic<uint64_t> bad_requests = 0;
     std::atomic<uint64_t> unknown_ops = 0;
-    std::atomic<uint64_t> slow_readers = 0;
     std::atomic<uint64_t> read_timeouts = 0;
     std::atomic<uint64_t> responses_too_large = 0;
     std::atomic<uint64_t> fault_drops = 0;   // connections closed by a net_fin / net_rst fault
     std::atomic<uint64_t> fault_pauses = 0;  // reading paused by a net_stop_reading fault
-    std::atomic<uint64_t> bytes_in = 0;
-    std::atomic<uint64_t> bytes_out = 0;
+    // slow_readers, bytes_in and bytes_out are the TCP layer's (tcp_conns).
 };
 
 class net_actor final
-    : public actors::actor<net_actor, token_event, generate_done, tokenize_done,
-                           detokenize_done, cancel_done, model_done, stats_done, fault_done,
-                           session_delete_done, request_error, set_health, drop_connection,
-                           net_fault, begin_drain> {
+    : public actors::actor<net_actor, token_event, generate_done, tokenize_done, detokenize_done,
+                           cancel_done, model_done, stats_done, fault_done, session_delete_done,
+                           request_error, set_health, drop_connection, net_fault, begin_drain>,
+      private tcp_conn_owner {
 public:
     net_actor(net_options options, size_t mailbox_capacity);
     ~net_actor() override;
@@ -123,18 +122,18 @@ protected:
 
 private:
     struct connection;
-    struct write_req;
     using clock = std::chrono::steady_clock;
     using gone_delivery = actors::delivery<sched::client_gone>;
 
     static void connection_cb(uv_stream_t* server, int status);
-    static void alloc_cb(uv_handle_t* handle, size_t suggested, uv_buf_t* buf);
-    static void read_cb(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf);
-    static void write_cb(uv_write_t* req, int status);
-    static void shutdown_cb(uv_shutdown_t* req, int status);
-    static void close_cb(uv_handle_t* handle);
-    static void grace_cb(uv_timer_t* t);
     static void sweep_cb(uv_timer_t* t);
+
+    // tcp_conn_owner: bytes read, a connection stopping (its requests become one client_gone),
+    // a connection closed.
+    void conn_read(tcp_conn& c, const char* data, size_t size) override;
+    void conn_stopping(tcp_conn& c, const std::string& reason) override;
+    void conn_closed(tcp_conn& c) override;
+    connection* find(uint64_t id);
 
     status bind_and_listen();
     void accept_one();
@@ -150,12 +149,9 @@ private:
     std::map<std::string, uint64_t> counters_map() const;
     template <typename T>
     void write_event(const T& e);
-    bool send_frame(connection& c, std::string frame);  // false: the connection was closed
     void send_error(connection& c, uint64_t id, errc code, std::string_view message);
+    // One error frame (id 0), then the connection is shut down once it is written.
     void fail_connection(connection& c, errc code, const std::string& message);
-    // No more reads or writes; live requests become one client_gone; _open is kept.
-    void stop_reading(connection& c, const std::string& reason);
-    void close_connection(connection& c, const char* reason);
     // The net_stop_reading pause of connection `id` ended: reading restarts.
     void resume_reading(uint64_t id, clock::time_point now);
 
@@ -163,13 +159,12 @@ private:
     scheduler_outbox _to_scheduler;
     actors::outbox<sched::client_gone> _gone_out;
     gone_delivery _gone;
-    uv_timer_t _grace_timer{};  // bounds the flush of queued events at stop
+    tcp_conns _conns;           // every client connection, by id
     uv_timer_t _sweep_timer{};  // read timeouts
     read_pauses _pauses;        // net_stop_reading faults
     tcp_listener _listener;
     status _listen_status;
     uint64_t _next_conn_id = 1;
-    std::unordered_map<uint64_t, std::unique_ptr<connection>> _connections;
     std::atomic<size_t> _open = 0;  // admitted and not closing: what max_connections bounds
     net_counters _counters;
     std::string _health_status = "ok";
