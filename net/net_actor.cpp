@@ -19,6 +19,13 @@ namespace {
 // The read-timeout sweep runs this many times per read_timeout_ms, so a stalled frame is cut
 // off between 1x and 1.25x the timeout.
 constexpr uint64_t read_timeout_sweeps = 4;
+// After an error that closes the connection (bad_frame, read_timeout, too many connections)
+// the error frame is written, then the close lingers (net/tcp_conn.cpp): what the client still
+// sends is read and discarded until its EOF, so its kernel does not reset the connection before
+// it has read the error. Bounded: this long and this many bytes, at most max_connections
+// connections at once (they count against it meanwhile).
+constexpr uint64_t error_linger_ms = 2000;
+constexpr size_t error_linger_bytes_max = 16 << 20;
 // client_gone to the scheduler: its mailbox drains in microseconds; past this bound the
 // scheduler is stuck or stopped and the message is given up (logged, counted).
 constexpr actors::delivery_limits gone_delivery_limits{
@@ -57,9 +64,12 @@ net_actor::~net_actor() = default;
 
 void net_actor::on_start() {
     _started_at = clock::now();
-    tcp_conn_options conns;  // without the lingering close, as this door always closed
+    tcp_conn_options conns;
     conns.write_buffer_bytes_max = _options.write_buffer_bytes_max;
     conns.shutdown_grace_ms = _options.shutdown_grace_ms;
+    conns.linger_ms = error_linger_ms;
+    conns.linger_bytes_max = error_linger_bytes_max;
+    conns.lingering_max = _options.connections_max;
     _conns.init(loop(), *this, std::move(conns), log());
     uv_timer_init(loop(), &_sweep_timer);
     _sweep_timer.data = this;
@@ -72,7 +82,8 @@ void net_actor::on_start() {
                    }
                }),
          "delivery init");
-    uint64_t sweep_ms = std::max<uint64_t>(1, _options.read_timeout_ms / read_timeout_sweeps);
+    uint64_t sweep_ms = std::max<uint64_t>(
+        1, std::min(_options.read_timeout_ms, error_linger_ms) / read_timeout_sweeps);
     uv_timer_start(&_sweep_timer, &net_actor::sweep_cb, sweep_ms, sweep_ms);
     _listen_status = bind_and_listen();
     if (!_listen_status.ok()) log().error("{}", _listen_status.err().message);
@@ -166,6 +177,7 @@ void net_actor::admit(connection& c) {
 
 void net_actor::sweep_cb(uv_timer_t* t) {
     auto& self = *static_cast<net_actor*>(t->data);
+    self._conns.sweep_lingering();
     std::vector<connection*> late;
     self._conns.for_each([&](tcp_conn& t) {
         auto& c = static_cast<connection&>(t);
@@ -434,8 +446,8 @@ void net_actor::fail_connection(connection& c, errc code, const std::string& mes
     if (c.closing) return;
     log().info("connection {}: {}: {}", c.id, wire_name(code), message);
     if (!_conns.send(c, encode_error(0, code, message))) return;  // closed: it did not fit
-    // Shut down after the error frame is written; then the handle is closed.
-    _conns.close_after_writes(c, std::string(wire_name(code)).c_str());
+    // Shut down after the error frame is written, lingering (error_linger_ms); then closed.
+    _conns.close_after_writes(c, std::string(wire_name(code)).c_str(), true);
 }
 
 net_actor::connection* net_actor::find(uint64_t id) {

@@ -10,6 +10,8 @@
 // - stats, model and health refuse unknown keys;
 // - invalid UTF-8 from the client is quoted as valid UTF-8 in error messages;
 // - str32/bin32/ext32 headers declaring ~4 GiB are refused at the header (bad_frame, closed);
+// - a client that goes on sending after its bad frame (8 MiB) still reads the bad_frame error
+//   and then EOF, not a reset (the lingering close);
 // - one answer larger than server.write_buffer_bytes_max is error{response_too_large} and the
 //   connection stays usable;
 // - half-sent frames and silent connections time out (read_timeout) and free their slots;
@@ -591,6 +593,28 @@ TEST_F(hardening_requests, huge_declared_sizes_are_refused_at_the_header) {
     auto e = next(c);
     ASSERT_TRUE(e.has_value());
     EXPECT_EQ(e->str("event"), "done");
+}
+
+// A client that goes on sending after a bad frame (here 8 MiB in 64 KiB pieces, not reading)
+// must still get the bad_frame error: the server writes it, shuts its side and reads on,
+// discarding, until the client's EOF (net/tcp_conn.cpp's lingering close). Closing with unread
+// bytes instead makes the kernel reset the connection, and the reset fails the client's sends
+// and discards the error it had not read yet.
+TEST_F(hardening_requests, a_client_sending_on_after_a_bad_frame_still_reads_the_error) {
+    tcp_client h;
+    ASSERT_TRUE(h.connect(server->port()));
+    ASSERT_TRUE(h.send_raw(bytes({0x82, 0xa2, 'i', 'd', 0x01, 0xa2, 'o', 'p',  //
+                                  0xdb, 0xff, 0xff, 0xff, 0xf0, 'a', 'b', 'c'})));
+    const std::string piece(64 * 1024, 'x');
+    for (int i = 0; i < 128; i++) {
+        ASSERT_TRUE(h.send_raw(piece)) << "send failed after " << i * 64 << " KiB: reset";
+    }
+    ASSERT_EQ(::shutdown(h.fd(), SHUT_WR), 0);
+    auto e = next(h, 5000ms);
+    ASSERT_TRUE(e.has_value()) << "the error was lost (" << h.peer_closed() << ")";
+    EXPECT_EQ(e->str("code"), "bad_frame") << e->outcome();
+    EXPECT_TRUE(h.wait_closed(5000ms));
+    EXPECT_EQ(h.peer_closed(), "eof");
 }
 
 // One answer larger than server.write_buffer_bytes_max (64 KiB here) is the request's error
