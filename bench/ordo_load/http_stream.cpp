@@ -31,8 +31,7 @@ std::string request_text(const std::string& method, const std::string& host, uin
 }
 
 // The code an error answer names: ordo's "code" string, else OpenAI's "type", else the status.
-std::string error_code_of(const std::string& body, int status) {
-    json j = json::parse(body, nullptr, false);
+std::string error_code_of(const json& j, int status) {
     if (j.is_object() && j.contains("error") && j["error"].is_object()) {
         const json& e = j["error"];
         if (e.contains("code") && e["code"].is_string()) return e["code"].get<std::string>();
@@ -211,7 +210,6 @@ attempt send_and_read(connection& c, const stream_plan& plan, uint32_t r, run_co
         s.error_code = "closed";
         return attempt::closed_unanswered;
     }
-    bool answered = false;  // any byte of the answer arrived
     response_reader reader;
     sse_splitter events;
     std::string error_body;
@@ -232,7 +230,7 @@ attempt send_and_read(connection& c, const stream_plan& plan, uint32_t r, run_co
         if (!j.is_object()) return "bad_event";
         if (j.contains("error")) {
             // The server ends the answer after it (no [DONE]): read on to its end.
-            if (stream_error.empty()) stream_error = error_code_of(data, 200);
+            if (stream_error.empty()) stream_error = error_code_of(j, 200);
             return "";
         }
         auto now = clock::now();
@@ -259,7 +257,6 @@ attempt send_and_read(connection& c, const stream_plan& plan, uint32_t r, run_co
         return "";
     };
     std::string e = read_response(c, reader, plan, control, [&](const std::string& body) {
-        answered = true;
         if (reader.status_code() != 200) {
             error_body += body;
             return error_body.size() > http_answer_bytes_max ? std::string("answer_too_large")
@@ -276,11 +273,12 @@ attempt send_and_read(connection& c, const stream_plan& plan, uint32_t r, run_co
     s.tokens = usage_tokens ? static_cast<uint32_t>(*usage_tokens) : token_events;
     if (!e.empty()) {
         s.error_code = e;
-        return e == "closed" && !answered && reader.status_code() == 0 ? attempt::closed_unanswered
-                                                                        : attempt::end_stream;
+        // No status line yet: the server closed before answering (nor any body, which follows it).
+        return e == "closed" && reader.status_code() == 0 ? attempt::closed_unanswered
+                                                          : attempt::end_stream;
     }
     if (reader.status_code() != 200) {
-        s.error_code = error_code_of(error_body, reader.status_code());
+        s.error_code = error_code_of(json::parse(error_body, nullptr, false), reader.status_code());
     } else if (!stream_error.empty()) {
         s.error_code = stream_error;
     } else if (finish != "stop" && finish != "length") {

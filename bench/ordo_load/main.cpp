@@ -102,9 +102,9 @@ int start_server(const options& o, spawned_server& server, std::string& host, ui
         std::fprintf(stderr, "ordo-load: spawned ordo-server (pid %d) on %s:%u\n", server.pid(),
                      host.c_str(), port);
     }
-    auto healthy = http ? wait_healthy_http(host, port, startup_deadline, g_control)
-                        : wait_healthy(host, port, startup_deadline, g_control);
-    if (auto st = healthy; !st) {
+    ordo::status st = http ? wait_healthy_http(host, port, startup_deadline, g_control)
+                     : wait_healthy(host, port, startup_deadline, g_control);
+    if (!st) {
         std::fprintf(stderr, "ordo-load: %s: %s\n", st.err().code.c_str(),
                      st.err().message.c_str());
         return exit_unreachable;

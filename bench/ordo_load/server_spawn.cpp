@@ -31,10 +31,8 @@ int exit_code_of(int wstatus) {
 
 std::optional<listen_endpoint> parse_listening_line(const std::string& text, bool http) {
     // HOST is "[v6]" or a name/IPv4 without colons; the newline proves the port is complete.
-    static const std::regex line(
-        R"(ordo-server listening on (\[[^\]\s]+\]|[^\s:\[\]]+):(\d+)[ \t]*\r?\n)");
-    static const std::regex http_line(
-        R"(ordo-server http listening on (\[[^\]\s]+\]|[^\s:\[\]]+):(\d+)[ \t]*\r?\n)");
+    static const std::string where = R"(listening on (\[[^\]\s]+\]|[^\s:\[\]]+):(\d+)[ \t]*\r?\n)";
+    static const std::regex line("ordo-server " + where), http_line("ordo-server http " + where);
     std::smatch m;
     if (!std::regex_search(text, m, http ? http_line : line)) return std::nullopt;
     std::string host = m[1].str();
