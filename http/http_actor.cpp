@@ -34,6 +34,8 @@ const char* reason_phrase(int status) {
             return "OK";
         case 400:
             return "Bad Request";
+        case 401:
+            return "Unauthorized";
         case 404:
             return "Not Found";
         case 405:
@@ -182,6 +184,12 @@ void http_actor::accept_one() {
         _conns.accept(_listener.stream(), std::make_unique<connection>(_next_conn_id++, _options));
     if (accepted == nullptr) return;
     auto& c = static_cast<connection&>(*accepted);
+    // A client address in its cool-down after repeated auth failures is turned away first.
+    if (uint64_t left_ms = _options.auth ? _options.auth->cooldown_left_ms(c.peer_address) : 0;
+        left_ms > 0) {
+        refuse_cut_off(c, left_ms);
+        return;
+    }
     if (_open >= _options.connections_max) {
         _counters.connections_refused++;
         respond_error(c,
@@ -323,6 +331,9 @@ void http_actor::process_next(connection& c) {
 
 void http_actor::route(connection& c, http_request& r) {
     const bool ka = r.keep_alive;
+    const bool keyed = r.path == "/v1" || r.path.rfind("/v1/", 0) == 0 ||
+                       (r.path == "/metrics" && _options.metrics_require_key);
+    if (keyed && !authorized(c, r)) return;
     auto only = [&](const char* method) {
         if (r.method == method) return true;
         respond_error(
@@ -357,6 +368,43 @@ void http_actor::route(connection& c, http_request& r) {
              "no endpoint " + net::fields::quote(r.path) + " (docs/http.md lists them)", ""},
             ka);
     }
+}
+
+bool http_actor::authorized(connection& c, const http_request& r) {
+    if (!_options.auth || !_options.auth->required()) return true;
+    const std::string* header = r.header("authorization");
+    std::optional<std::string_view> key = header ? net::bearer_key(*header) : std::nullopt;
+    switch (_options.auth->check(c.peer_address, key)) {
+        case net::auth_verdict::ok:
+            return true;
+        case net::auth_verdict::cut_off:
+            refuse_cut_off(c, 0);
+            return false;
+        case net::auth_verdict::missing:
+        case net::auth_verdict::wrong:
+            break;
+    }
+    _counters.auth_failures++;
+    log().info("http connection {} from {}: {} {}: 401 ({})", c.id, c.peer_address, r.method,
+               net::fields::quote(r.path), key ? "a wrong key" : "no key");
+    api_error e{401, std::string(invalid_api_key_code),
+                key ? "Incorrect API key provided."
+                    : "No API key provided: send the header Authorization: Bearer KEY.",
+                ""};
+    respond(c, e.status, "application/json", error_json(e), r.keep_alive,
+            "WWW-Authenticate: Bearer\r\n");
+    return false;
+}
+
+// 429 and the connection closes (lingering): the address failed auth too often lately.
+void http_actor::refuse_cut_off(connection& c, uint64_t left_ms) {
+    _counters.auth_refused++;
+    std::string retry = left_ms > 0 ? "Retry-After: " + std::to_string((left_ms + 999) / 1000) +
+                                          "\r\n"
+                                    : "";
+    api_error e{429, std::string(net::wire_name(net::errc::unauthorized)),
+                "too many failed authentications from this address: refused for now", ""};
+    respond(c, e.status, "application/json", error_json(e), false, retry);
 }
 
 void http_actor::get_health(connection& c, const http_request& r) {
@@ -629,6 +677,8 @@ std::map<std::string, uint64_t> http_actor::counters_map() const {
             {"disconnects", k.disconnects},
             {"fault_drops", k.fault_drops},
             {"fault_pauses", k.fault_pauses},
+            {"auth_failures", k.auth_failures},
+            {"auth_refused", k.auth_refused},
             {"lingering_closes", _conns.lingering_closes()},
             {"linger_cutoffs", _conns.linger_cutoffs()},
             {"bytes_in", _conns.bytes_in()},

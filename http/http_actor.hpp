@@ -18,7 +18,10 @@
 // message the net actor sends, through a delivery that never loses it. A connection the server
 // closes after an answer (an early 413 while the body is still coming, ...) closes lingering:
 // FIN after the answer, and what the client still sends is discarded for a bounded time and
-// bytes, so the client reads the answer and not a reset.
+// bytes, so the client reads the answer and not a reset. With API keys configured
+// (net/api_keys.hpp) /v1/* (and /metrics when http.metrics_require_key) need
+// `Authorization: Bearer KEY` (401 otherwise), and a client address that keeps failing is
+// refused at accept (429) for a cool-down; /health stays open.
 #pragma once
 
 #include <uv.h>
@@ -40,6 +43,7 @@
 #include "actors/scheduler/scheduler_msgs.hpp"
 #include "http/openai.hpp"
 #include "http/request_reader.hpp"
+#include "net/api_keys.hpp"
 #include "net/net_msgs.hpp"
 #include "net/ops.hpp"
 #include "net/read_pauses.hpp"
@@ -66,6 +70,10 @@ struct http_options {
     // Any thread: the msgpack front door's counters (the stats op's `net` map), sent with the
     // stats query /metrics makes; unset: /metrics has no ordo_net_ metrics.
     std::function<std::map<std::string, uint64_t>()> net_counters;
+    // The API keys and the failure table both doors share (net/api_keys.hpp); null or no key
+    // configured: nothing needs a key.
+    std::shared_ptr<net::auth_gate> auth;
+    bool metrics_require_key = false;  // http.metrics_require_key
 };
 
 // Counted on the HTTP actor's loop; atomic so that another thread (the net actor, filling the
@@ -82,6 +90,8 @@ struct http_counters {
     std::atomic<uint64_t> disconnects = 0;  // connections that ended while their request ran
     std::atomic<uint64_t> fault_drops = 0;  // connections closed by a net_fin / net_rst fault
     std::atomic<uint64_t> fault_pauses = 0;  // reading paused by a net_stop_reading fault
+    std::atomic<uint64_t> auth_failures = 0;  // 401: a keyed request without a right key
+    std::atomic<uint64_t> auth_refused = 0;   // 429: the client address is cut off
     // slow_readers, bytes_in, bytes_out and the lingering closes are the TCP layer's
     // (net::tcp_conns).
 };
@@ -158,6 +168,10 @@ private:
     void start_generate(connection& c, http_request& r, api_kind kind);
     void get_health(connection& c, const http_request& r);
     void get_metrics(connection& c, const http_request& r);
+    // Whether `r` may go on: true when no key is needed or it carries a right one; otherwise
+    // it has been answered (401, or 429 and the connection closes for a cut-off address).
+    bool authorized(connection& c, const http_request& r);
+    void refuse_cut_off(connection& c, uint64_t left_ms);
     connection* live_for(uint64_t conn, uint64_t id);
     void unexpected(uint64_t conn, uint64_t id, const char* what);
 

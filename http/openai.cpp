@@ -413,6 +413,8 @@ int status_of(net::errc code) {
         case errc::no_chat_template:
         case errc::template_error:
             return 400;
+        case errc::unauthorized:
+            return 401;
         case errc::read_timeout:
             return 408;
         case errc::duplicate_id:

@@ -66,6 +66,9 @@ std::variant<api_request, api_error> parse_api_request(api_kind kind, std::strin
                                                        const net::request_limits& limits,
                                                        const served_model& model);
 
+// The `code` of a 401 (missing or wrong API key), as OpenAI's API names it.
+inline constexpr std::string_view invalid_api_key_code = "invalid_api_key";
+
 // The HTTP status of an ordo error code (docs/http.md "Errors").
 int status_of(net::errc code);
 // OpenAI's error body: {"error": {"message", "type", "param", "code"}}.

@@ -33,9 +33,10 @@ enum class errc : uint8_t {
     no_chat_template,    // chat / apply_template and the model has no chat template
     template_error,      // the chat template failed to parse or render
     internal,            // a bug: an invariant did not hold
+    unauthorized,        // API keys are configured and the connection has not authenticated
 };
 
-inline constexpr errc errc_last = errc::internal;
+inline constexpr errc errc_last = errc::unauthorized;
 
 constexpr std::string_view wire_name(errc c) {
     switch (c) {
@@ -58,6 +59,7 @@ constexpr std::string_view wire_name(errc c) {
         case errc::no_chat_template: return "no_chat_template";
         case errc::template_error: return "template_error";
         case errc::internal: return "internal";
+        case errc::unauthorized: return "unauthorized";
     }
     return "internal";
 }

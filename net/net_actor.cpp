@@ -48,6 +48,7 @@ struct net_actor::connection final : tcp_conn {
     // frame, for anything): what server.read_timeout_ms bounds. Unset while idle between frames.
     // It does not run while a net_stop_reading fault pauses the connection (_pauses).
     std::optional<clock::time_point> waiting_since;
+    bool authenticated = false;  // an `auth` with a right key was answered (keys configured)
 
     connection(uint64_t i, size_t frame_bytes_max)
         : decoder(frame_bytes_max), waiting_since(clock::now()) {
@@ -127,6 +128,15 @@ void net_actor::accept_one() {
                       std::make_unique<connection>(_next_conn_id++, _options.frame_bytes_max));
     if (accepted == nullptr) return;
     auto& c = static_cast<connection&>(*accepted);
+    // A client address in its cool-down after repeated auth failures is turned away first.
+    if (uint64_t left_ms = _options.auth ? _options.auth->cooldown_left_ms(c.peer_address) : 0;
+        left_ms > 0) {
+        _counters.auth_refused++;
+        fail_connection(c, errc::unauthorized,
+                        "too many failed authentications from this address: refused for " +
+                            std::to_string((left_ms + 999) / 1000) + " s more");
+        return;
+    }
     // At the limit, connections whose client already closed them (their EOF not read yet: a
     // client that closes one connection and opens the next) must not count against this one.
     if (_open >= _options.connections_max) close_peer_closed();
@@ -269,6 +279,13 @@ void net_actor::handle_request(connection& c, const request& r) {
         return;
     }
     auto parsed = parse_op(r, _options.limits);
+    if (!c.authenticated && _options.auth && _options.auth->required()) {
+        // The first frame of a connection that must authenticate: `auth`, or it is refused
+        // (whatever it was, also a malformed request) and the connection closes.
+        const auth_op* a = parsed.ok() ? std::get_if<auth_op>(&*parsed) : nullptr;
+        op_auth(c, r.id, a ? std::optional<std::string_view>(a->key) : std::nullopt);
+        return;
+    }
     if (!parsed.ok()) {
         const std::string& code = parsed.err().code;
         bool unknown = code == "unknown_op";
@@ -286,6 +303,8 @@ void net_actor::handle_request(connection& c, const request& r) {
             using T = std::decay_t<decltype(m)>;
             if constexpr (std::is_same_v<T, health_op>) {
                 op_health(c, r.id);
+            } else if constexpr (std::is_same_v<T, auth_op>) {
+                op_auth(c, r.id, m.key);
             } else if (!_to_scheduler.bound()) {
                 if constexpr (std::is_same_v<T, sched::stats_query>) {
                     op_stats_local(c, r.id);
@@ -331,6 +350,8 @@ std::map<std::string, uint64_t> net_actor::counters_map() const {
             {"responses_too_large", k.responses_too_large},
             {"fault_drops", k.fault_drops},
             {"fault_pauses", k.fault_pauses},
+            {"auth_failures", k.auth_failures},
+            {"auth_refused", k.auth_refused},
             {"bytes_in", _conns.bytes_in()},
             {"bytes_out", _conns.bytes_out()}};
 }
@@ -344,6 +365,37 @@ void net_actor::op_health(connection& c, uint64_t id) {
     w.field("protocol", protocol_version);
     w.field("uptime_ms", ms_since(_started_at));
     _conns.send(c, w.finish());
+}
+
+// With keys configured: a right key authenticates the connection (done), anything else (no key:
+// a first frame that is not `auth`) is unauthorized and closes it. Without keys: done, so a
+// client may always send `auth`.
+void net_actor::op_auth(connection& c, uint64_t id, std::optional<std::string_view> key) {
+    auth_verdict v = _options.auth ? _options.auth->check(c.peer_address, key) : auth_verdict::ok;
+    switch (v) {
+        case auth_verdict::ok:
+            c.authenticated = true;
+            _conns.send(c, event_writer(id, "done").finish());
+            return;
+        case auth_verdict::missing:
+            _counters.auth_failures++;
+            fail_connection(c, errc::unauthorized,
+                            "API keys are configured: the first request on a connection must be "
+                            "{\"op\": \"auth\", \"key\": KEY}",
+                            id);
+            return;
+        case auth_verdict::wrong:
+            _counters.auth_failures++;
+            fail_connection(c, errc::unauthorized, "the key is not one of this server's API keys",
+                            id);
+            return;
+        case auth_verdict::cut_off:
+            _counters.auth_refused++;
+            fail_connection(c, errc::unauthorized,
+                            "too many failed authentications from this address: refused for now",
+                            id);
+            return;
+    }
 }
 
 void net_actor::op_stats_local(connection& c, uint64_t id) {
@@ -442,10 +494,11 @@ void net_actor::send_error(connection& c, uint64_t id, errc code, std::string_vi
     _conns.send(c, encode_error(id, code, message));
 }
 
-void net_actor::fail_connection(connection& c, errc code, const std::string& message) {
+void net_actor::fail_connection(connection& c, errc code, const std::string& message,
+                                uint64_t id) {
     if (c.closing) return;
-    log().info("connection {}: {}: {}", c.id, wire_name(code), message);
-    if (!_conns.send(c, encode_error(0, code, message))) return;  // closed: it did not fit
+    log().info("connection {} from {}: {}: {}", c.id, c.peer_address, wire_name(code), message);
+    if (!_conns.send(c, encode_error(id, code, message))) return;  // closed: it did not fit
     // Shut down after the error frame is written, lingering (error_linger_ms); then closed.
     _conns.close_after_writes(c, std::string(wire_name(code)).c_str(), true);
 }

@@ -9,6 +9,9 @@
 // take to arrive. A bad frame gets one bad_frame error and the connection is shut down after
 // that error is flushed; other connections never notice. Every socket error, EOF, timeout or
 // slow reader becomes one client_gone to the scheduler, through a delivery that never loses it.
+// With API keys configured (net/api_keys.hpp) a connection's first frame must be `auth` with a
+// right key; anything else gets unauthorized and the connection closes, and a client address
+// that keeps failing is refused at accept for a cool-down.
 // Writes cannot raise SIGPIPE: the process ignores it (run_server), so a peer's reset is an
 // ordinary write error.
 #pragma once
@@ -22,7 +25,9 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -30,6 +35,7 @@
 #include "actors/runtime/delivery.hpp"
 #include "actors/runtime/outbox.hpp"
 #include "actors/scheduler/scheduler_msgs.hpp"
+#include "net/api_keys.hpp"
 #include "net/frame_decoder.hpp"
 #include "net/net_msgs.hpp"
 #include "net/ops.hpp"
@@ -53,6 +59,9 @@ struct net_options {
     // Any thread: the HTTP front door's counters (the stats op's `http` map), sent with each
     // stats query; unset (HTTP off): the stats op has no `http` map.
     std::function<std::map<std::string, uint64_t>()> http_counters;
+    // The API keys and the failure table both doors share (net/api_keys.hpp); null or no key
+    // configured: no connection needs to authenticate.
+    std::shared_ptr<auth_gate> auth;
 };
 
 // Counted on the net actor's loop; atomic so that another thread (the HTTP actor's /metrics,
@@ -68,6 +77,8 @@ struct net_counters {
     std::atomic<uint64_t> responses_too_large = 0;
     std::atomic<uint64_t> fault_drops = 0;   // connections closed by a net_fin / net_rst fault
     std::atomic<uint64_t> fault_pauses = 0;  // reading paused by a net_stop_reading fault
+    std::atomic<uint64_t> auth_failures = 0;  // a first frame without a right key (closed)
+    std::atomic<uint64_t> auth_refused = 0;   // connections refused: their address cut off
     // slow_readers, bytes_in and bytes_out are the TCP layer's (tcp_conns).
 };
 
@@ -143,6 +154,8 @@ private:
     void handle_frame(connection& c, const msgpack::object& frame);
     void handle_request(connection& c, const request& r);
     void op_health(connection& c, uint64_t id);
+    // `auth`, and a first frame on a connection that must authenticate.
+    void op_auth(connection& c, uint64_t id, std::optional<std::string_view> key);
     void op_stats_local(connection& c, uint64_t id);
     template <typename T>
     void forward(connection& c, T m);
@@ -150,8 +163,9 @@ private:
     template <typename T>
     void write_event(const T& e);
     void send_error(connection& c, uint64_t id, errc code, std::string_view message);
-    // One error frame (id 0), then the connection is shut down once it is written.
-    void fail_connection(connection& c, errc code, const std::string& message);
+    // One error frame (answering `id`; 0: the connection's), then the connection is shut down
+    // once it is written, lingering.
+    void fail_connection(connection& c, errc code, const std::string& message, uint64_t id = 0);
     // The net_stop_reading pause of connection `id` ended: reading restarts.
     void resume_reading(uint64_t id, clock::time_point now);
 

@@ -7,6 +7,7 @@
 
 #include "actors/config/config.hpp"
 #include "actors/scheduler/stop_matcher.hpp"
+#include "net/api_keys.hpp"
 #include "net/request_fields.hpp"
 
 namespace ordo::net {
@@ -369,6 +370,18 @@ result<sched::session_delete> parse_session_delete(const msgpack::object& frame,
     return out;
 }
 
+// `auth` {key}: a string of at most api_key_bytes_max bytes; whether it is a key is the net
+// actor's question (an empty or malformed one simply matches none).
+result<auth_op> parse_auth(const msgpack::object& frame) {
+    auto pm = param_map::open(frame, {"key"});
+    if (!pm.ok()) return pm.err();
+    const msgpack::object* o = pm->get("key");
+    if (o == nullptr) return make_error("bad_request", "\"key\" is required");
+    auto key = fields::read_string("key", *o, api_key_bytes_max);
+    if (!key.ok()) return key.err();
+    return auth_op{std::move(*key)};
+}
+
 namespace {
 
 // An op whose only parameters are the envelope's.
@@ -407,6 +420,11 @@ result<op> parse_op(const request& r, const request_limits& limits) {
         auto pm = param_map::open(frame, {});
         if (!pm) return pm.err();
         return op(health_op{});
+    }
+    if (r.op == "auth") {
+        auto a = parse_auth(frame);
+        if (!a.ok()) return a.err();
+        return op(std::move(*a));
     }
     if (r.op == "stats") return no_params<sched::stats_query>(r);
     if (r.op == "model") return no_params<sched::model_info_query>(r);

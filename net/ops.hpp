@@ -34,7 +34,12 @@ struct request_limits {
 // `health`, answered by the net actor itself.
 struct health_op {};
 
-using op = std::variant<health_op, sched::stats_query, sched::model_info_query, sched::generate,
+// `auth` {key}: the connection's API key (net/api_keys.hpp), checked by the net actor itself.
+struct auth_op {
+    std::string key;
+};
+
+using op = std::variant<health_op, auth_op, sched::stats_query, sched::model_info_query, sched::generate,
                         sched::cancel, sched::tokenize, sched::detokenize, sched::fault,
                         sched::session_delete>;
 
@@ -58,5 +63,6 @@ result<sched::cancel> parse_cancel(const msgpack::object& frame);
 result<sched::fault> parse_fault(const msgpack::object& frame);
 result<sched::session_delete> parse_session_delete(const msgpack::object& frame,
                                                    const request_limits& limits);
+result<auth_op> parse_auth(const msgpack::object& frame);
 
 }  // namespace ordo::net

@@ -32,6 +32,17 @@ uint64_t ms_since(std::chrono::steady_clock::time_point t) {
             .count());
 }
 
+std::string peer_address_of(const uv_tcp_t& tcp) {
+    sockaddr_storage addr{};
+    int len = sizeof addr;
+    if (uv_tcp_getpeername(&tcp, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "";
+    char text[INET6_ADDRSTRLEN] = {};
+    int rc = addr.ss_family == AF_INET6
+                 ? uv_ip6_name(reinterpret_cast<const sockaddr_in6*>(&addr), text, sizeof text)
+                 : uv_ip4_name(reinterpret_cast<const sockaddr_in*>(&addr), text, sizeof text);
+    return rc == 0 ? text : "";
+}
+
 }  // namespace
 
 void tcp_conns::init(uv_loop_t* loop, tcp_conn_owner& owner, tcp_conn_options options,
@@ -58,6 +69,7 @@ tcp_conn* tcp_conns::accept(uv_stream_t* listener, std::unique_ptr<tcp_conn> own
         return nullptr;
     }
     uv_tcp_nodelay(&c.tcp, 1);
+    c.peer_address = peer_address_of(c.tcp);
     return &c;
 }
 

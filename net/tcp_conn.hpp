@@ -36,6 +36,9 @@ struct tcp_conn {
     uv_shutdown_t shutdown_req{};
     tcp_conns* set = nullptr;
     uint64_t id = 0;  // the owner's, set before accept()
+    // The client's IP address, numeric ("127.0.0.1", "::1"), set by accept(); "" if unknown.
+    // What the API-key failure table (net/api_keys.hpp) counts by.
+    std::string peer_address;
     size_t write_pending_bytes = 0;
     bool admitted = false;  // the owner counts it against its connection limit
     bool reading = false;

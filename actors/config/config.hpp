@@ -100,6 +100,9 @@ struct server_config {
     std::uint32_t mailbox_capacity = 65536;  // messages, per actor mailbox
     std::uint32_t shutdown_grace_ms = 5000;
     std::uint32_t read_timeout_ms = 30000;  // a frame begun, or a new silent connection
+    // API keys, one per line (net/api_keys.hpp); empty: none from a file. Keys configured (here
+    // or with --api-key) = both front doors require one. Holds the path, never a key.
+    std::string api_keys_file;
     bool operator==(const server_config&) const = default;
 };
 
@@ -116,6 +119,7 @@ struct http_config {
     // is read and discarded for at most this long and this many bytes (0 ms: no lingering).
     std::uint32_t linger_ms = 5000;
     std::uint32_t max_linger_bytes = 67108864;
+    bool metrics_require_key = false;  // with API keys configured, GET /metrics needs one too
     bool operator==(const http_config&) const = default;
 };
 

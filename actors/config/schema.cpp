@@ -230,6 +230,10 @@ constexpr auto table = std::to_array<key_spec>({
         "server", "read_timeout_ms", 100, 3600000,
         "milliseconds a connection may hold a partly sent frame (or send nothing after "
         "connecting); then error read_timeout and the connection is closed"),
+    string<&C::server, &server_config::api_keys_file>(
+        "server", "api_keys_file",
+        "file of API keys, one per line ('#' comments); with keys (here or --api-key) both "
+        "front doors require one; refused if group or others may read it; empty = no file"),
     // [http]
     string<&C::http, &http_config::listen>(
         "http", "listen",
@@ -263,6 +267,9 @@ constexpr auto table = std::to_array<key_spec>({
     integer<&C::http, &http_config::max_linger_bytes>(
         "http", "max_linger_bytes", 0, 1 * gib,
         "bytes a lingering connection discards at most; past them it is closed (a reset)"),
+    boolean<&C::http, &http_config::metrics_require_key>(
+        "http", "metrics_require_key",
+        "with API keys configured, GET /metrics needs one too (Bearer); /health never does"),
     // [model]
     string<&C::model, &model_config::path>(
         "model", "path", "GGUF file to serve; empty = the generated default model"),

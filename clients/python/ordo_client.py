@@ -13,9 +13,13 @@ with every turn:
     history.append({"role": "user", "content": "Hi!"})
     reply = client.chat(history, max_tokens=64)["text"]
     history.append({"role": "assistant", "content": reply})
+
+A server with API keys needs one: Client(api_key="...") (or ORDO_API_KEY in the environment)
+sends the `auth` request first.
 """
 
 import itertools
+import os
 import socket
 
 import msgpack
@@ -31,11 +35,22 @@ class OrdoError(Exception):
 
 
 class Client:
-    def __init__(self, host="127.0.0.1", port=7070, timeout=600.0):
+    def __init__(self, host="127.0.0.1", port=7070, timeout=600.0, api_key=None):
+        """api_key: the server's API key (docs/protocol.md "auth"); None reads the
+        ORDO_API_KEY environment variable, and with neither no auth is sent. A refused key
+        raises OrdoError unauthorized here (the server then closes the connection)."""
         self._sock = socket.create_connection((host, port), timeout=timeout)
         self._unpacker = msgpack.Unpacker(raw=False)
         self._ids = itertools.count(1)
         self._pending = {}  # id -> list of events received early
+        if api_key is None:
+            api_key = os.environ.get("ORDO_API_KEY") or None
+        if api_key is not None:
+            try:
+                self.call("auth", key=api_key)
+            except BaseException:
+                self._sock.close()
+                raise
 
     def close(self):
         self._sock.close()

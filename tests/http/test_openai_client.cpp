@@ -5,8 +5,9 @@
 // streamed (the stream adds up to the non-streamed answer; the usage chunk); a stop string;
 // the same seed giving the same text; logprobs with top_logprobs; and the client's own error
 // classes and fields (status, param) for a wrong model (404), n = 2, response_format and tools
-// (400). Without node or the package the test skips with a visible message; with
-// ORDO_HTTP_CLIENT_REQUIRED=1 (CI) it fails instead.
+// (400); and, with a server that requires an API key, the client's apiKey (openai_auth.mjs:
+// the right key served, a wrong one AuthenticationError 401). Without node or the package the
+// tests skip with a visible message; with ORDO_HTTP_CLIENT_REQUIRED=1 (CI) they fail instead.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -33,22 +34,31 @@ std::string temp_path(const std::string& name) {
     return (dir / name).string();
 }
 
+// Why the Node client cannot run here ("" when it can).
+std::string node_client_missing() {
+    const std::string modules = ORDO_NODE_MODULES;
+    if (run_command("command -v node > /dev/null 2>&1").exit_code != 0) {
+        return "node is not installed";
+    }
+    if (!fs::exists(modules + "/openai/package.json")) {
+        return "the openai package is not in " + modules +
+               " (bash tools/dev.sh setup installs it)";
+    }
+    return "";
+}
+
 }  // namespace
+
+#define SKIP_WITHOUT_NODE_CLIENT()                                                               \
+    if (std::string missing = node_client_missing(); !missing.empty()) {                        \
+        if (client_required()) GTEST_FAIL() << "ORDO_HTTP_CLIENT_REQUIRED=1 but " << missing;   \
+        std::fprintf(stderr, "\n*** SKIPPING: %s ***\n\n", missing.c_str());                   \
+        GTEST_SKIP() << missing;                                                                \
+    }
 
 TEST(openai_node_client, drives_the_http_api) {
     const std::string modules = ORDO_NODE_MODULES;
-    std::string missing;
-    if (run_command("command -v node > /dev/null 2>&1").exit_code != 0) {
-        missing = "node is not installed";
-    } else if (!fs::exists(modules + "/openai/package.json")) {
-        missing =
-            "the openai package is not in " + modules + " (bash tools/dev.sh setup installs it)";
-    }
-    if (!missing.empty()) {
-        if (client_required()) GTEST_FAIL() << "ORDO_HTTP_CLIENT_REQUIRED=1 but " << missing;
-        std::fprintf(stderr, "\n*** SKIPPING: %s ***\n\n", missing.c_str());
-        GTEST_SKIP() << missing;
-    }
+    SKIP_WITHOUT_NODE_CLIENT();
     const std::string model = temp_path("tiny.gguf");
     std::string mk = std::string(ORDO_MODEL_BIN) + " mk --out " + model +
                      " --n-embd 32 --n-layer 1 --n-head 2 --n-head-kv 2 --n-ff 64"
@@ -66,6 +76,35 @@ TEST(openai_node_client, drives_the_http_api) {
     const std::string cmd = "ORDO_NODE_MODULES='" + modules + "' timeout 300 node '" +
                             ORDO_OPENAI_SCRIPT +
                             "' http://127.0.0.1:" + std::to_string(s.http_port()) + "/v1 tiny 2>&1";
+    command_result r = run_command(cmd);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("all checks passed"), std::string::npos) << r.output;
+    std::printf("%s", r.output.c_str());
+}
+
+// The client's `apiKey` against a server that requires one (issue 26): openai_auth.mjs.
+TEST(openai_node_client, api_key) {
+    const std::string modules = ORDO_NODE_MODULES;
+    SKIP_WITHOUT_NODE_CLIENT();
+    const std::string model = temp_path("tiny-auth.gguf");
+    std::string mk = std::string(ORDO_MODEL_BIN) + " mk --out " + model +
+                     " --n-embd 32 --n-layer 1 --n-head 2 --n-head-kv 2 --n-ff 64"
+                     " --n-vocab 260 --type f32 --seed 1 --ctx 512 > /dev/null";
+    ASSERT_EQ(std::system(mk.c_str()), 0) << mk;
+    const std::string tmpl = temp_path("chatml-auth.jinja");
+    std::ofstream(tmpl) << "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+                           "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}"
+                           "<|im_start|>assistant\n{% endif %}";
+    const std::string key = "sk-node-0123456789";
+    server_process s;
+    ASSERT_TRUE(
+        s.start(ORDO_SERVER_BIN, {"--model", model, "--chat-template", tmpl, "--api-key", key}))
+        << s.output();
+    ASSERT_NE(s.http_port(), 0) << s.output();
+    ASSERT_EQ(wait_healthy(s.port(), key), "") << s.output();
+    const std::string cmd = "ORDO_NODE_MODULES='" + modules + "' timeout 300 node '" +
+                            ORDO_SOURCE_DIR "/tests/http/openai_auth.mjs' http://127.0.0.1:" +
+                            std::to_string(s.http_port()) + "/v1 tiny-auth " + key + " 2>&1";
     command_result r = run_command(cmd);
     EXPECT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("all checks passed"), std::string::npos) << r.output;

@@ -264,9 +264,16 @@ std::vector<event> until_terminal(tcp_client& c, uint64_t id) {
     return evs;
 }
 
-std::string wait_healthy(uint16_t port) {
+std::string wait_healthy(uint16_t port, const std::string& api_key) {
     tcp_client c;
     if (!c.connect(port)) return "cannot connect to port " + std::to_string(port);
+    if (!api_key.empty()) {
+        if (!c.send(frame("id", uint64_t(1), "op", "auth", "key", api_key))) {
+            return "cannot send auth";
+        }
+        auto e = next(c);
+        if (!e || e->str("event") != "done") return "auth refused: " + (e ? e->outcome() : "");
+    }
     const auto end = clock::now() + device_ready_deadline;
     for (uint64_t id = 1; clock::now() < end; id++) {
         if (!c.send(frame("id", id, "op", "health"))) return "cannot send health";

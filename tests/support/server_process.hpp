@@ -146,7 +146,7 @@ std::vector<event> until_terminal(tcp_client& c, uint64_t id);
 
 // Asks health on a new connection until it says "ok": "" then, else why not (the status and
 // reason it gave instead of ok or loading, no answer, or still loading after
-// device_ready_deadline).
-std::string wait_healthy(uint16_t port);
+// device_ready_deadline). With `api_key`, the connection authenticates first.
+std::string wait_healthy(uint16_t port, const std::string& api_key = "");
 
 }  // namespace ordo::test

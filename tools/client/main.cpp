@@ -16,7 +16,7 @@
 namespace ordo::client {
 
 constexpr const char* usage_text =
-    "usage: ordo [--host H] [--port P] [--timeout-ms N] COMMAND ...\n"
+    "usage: ordo [--host H] [--port P] [--timeout-ms N] [--api-key KEY] COMMAND ...\n"
     "  health | stats | model           print the server's answer\n"
     "  tokenize TEXT [--no-bos]         token ids of TEXT\n"
     "  detokenize ID...                 text of token ids\n"
@@ -31,7 +31,9 @@ constexpr const char* usage_text =
     "                                   a conversation, one message per line of stdin;\n"
     "                                   /reset, /exit or Ctrl-D, /help; Ctrl-C stops a\n"
     "                                   reply; --usage prints done.usage after each\n"
-    "defaults: --host 127.0.0.1 --port 7070 --timeout-ms 600000 (per event)\n";
+    "defaults: --host 127.0.0.1 --port 7070 --timeout-ms 600000 (per event)\n"
+    "--api-key KEY (else the environment's ORDO_API_KEY): sent first, as the `auth` request,\n"
+    "to a server that requires API keys\n";
 
 void usage_error(const std::string& why) {
     std::fprintf(stderr, "ordo: %s\n%s", why.c_str(), usage_text);
@@ -60,11 +62,16 @@ options parse_global(int argc, char** argv) {
             o.port = static_cast<uint16_t>(p);
         } else if (a == "--timeout-ms" && has_value) {
             o.timeout = std::chrono::milliseconds(std::strtol(argv[++i], nullptr, 10));
+        } else if (a == "--api-key" && has_value) {
+            o.api_key = argv[++i];
         } else {
             o.args.emplace_back(a);
         }
     }
     if (o.args.empty()) usage_error("no command");
+    if (o.api_key.empty()) {
+        if (const char* env = std::getenv("ORDO_API_KEY")) o.api_key = env;
+    }
     return o;
 }
 
@@ -144,6 +151,15 @@ int main(int argc, char** argv) {
     if (auto st = c.open(o.host, o.port, std::chrono::milliseconds(5000)); !st.ok()) {
         std::fprintf(stderr, "ordo: %s\n", st.err().message.c_str());
         return exit_unreachable;
+    }
+    if (!o.api_key.empty()) {
+        // The first request on the connection; a refused key is unauthorized (exit 1) and the
+        // server closes the connection.
+        request_builder auth;
+        auth.add("key", o.api_key);
+        auto ev = exchange(c, auth.pack(1, "auth"), o.timeout);
+        if (!ev) return exit_unreachable;
+        if (get_str(ev->get(), "event") == "error") return report_error(ev->get());
     }
     const std::string& cmd = o.args[0];
     request_builder b;

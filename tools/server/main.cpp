@@ -11,6 +11,7 @@
 
 #include "actors/config/config.hpp"
 #include "actors/runtime/log.hpp"
+#include "net/api_keys.hpp"
 #include "tools/server/model_load.hpp"
 #include "tools/server/server.hpp"
 
@@ -26,7 +27,7 @@ constexpr int exit_bad_model = exit_usage;
 constexpr const char* usage_text =
     "usage: ordo-server [--config FILE] [--listen HOST:PORT] [--http-listen HOST:PORT]\n"
     "                   [--model PATH] [--log-level LEVEL] [--kv-dir DIR] [--chat-template FILE]\n"
-    "                   [--print-config]\n"
+    "                   [--api-key KEY]... [--print-config]\n"
     "       ordo-server --check-config FILE\n"
     "\n"
     "  --config FILE        TOML configuration (default: built-in defaults, see etc/ordo.toml)\n"
@@ -39,7 +40,9 @@ constexpr const char* usage_text =
     "  --kv-dir DIR         persist KV in DIR (sets kv.dir and kv.enabled = true)\n"
     "  --chat-template FILE the Jinja chat template `chat` renders, instead of the model\n"
     "                       file's (overrides model.chat_template_path)\n"
-    "  --print-config       print the effective configuration and exit\n"
+    "  --api-key KEY        require this API key on both front doors (repeatable; with\n"
+    "                       server.api_keys_file's keys, any of them is accepted)\n"
+    "  --print-config       print the effective configuration and exit (keys not shown)\n"
     "\n"
     "exit status: 0 stopped cleanly; 1 a runtime failure (a busy port, ...); 2 bad flags, a bad\n"
     "config, or a model that can never run (missing, malformed, a tensor missing or mis-shaped)\n";
@@ -48,6 +51,7 @@ struct options {
     std::string config_path;
     std::string check_path;
     std::vector<std::pair<std::string, std::string>> overrides;  // key, value
+    std::vector<std::string> api_keys;  // --api-key: secrets, never printed
     bool print_config = false;
 };
 
@@ -80,6 +84,18 @@ bool parse_args(int argc, char** argv, options& o) {
                               : a == "--chat-template" ? "model.chat_template_path"
                                                        : "log.level";
             o.overrides.emplace_back(key, v);
+        } else if (a == "--api-key") {
+            if (!(v = value(a.data()))) return false;
+            if (std::string why = ordo::net::check_api_key(v); !why.empty()) {
+                std::fprintf(stderr, "ordo-server: --api-key: %s\n", why.c_str());
+                return false;
+            }
+            if (o.api_keys.size() == ordo::net::api_keys_max) {
+                std::fprintf(stderr, "ordo-server: --api-key: %zu keys at most\n",
+                             ordo::net::api_keys_max);
+                return false;
+            }
+            o.api_keys.emplace_back(v);
         } else if (a == "--kv-dir") {
             if (!(v = value(a.data()))) return false;
             o.overrides.emplace_back("kv.dir", v);
@@ -92,10 +108,32 @@ bool parse_args(int argc, char** argv, options& o) {
     return true;
 }
 
+// The keys of server.api_keys_file (none when it is empty) with those of --api-key. Error: the
+// file cannot be used (its message names the file, never a key).
+ordo::result<ordo::net::api_keys> load_keys(const ordo::config::config& cfg,
+                                            const std::vector<std::string>& given) {
+    std::vector<std::string> keys = given;
+    if (!cfg.server.api_keys_file.empty()) {
+        auto from_file = ordo::net::load_api_keys_file(cfg.server.api_keys_file);
+        if (!from_file.ok()) return from_file.err();
+        keys.insert(keys.end(), from_file->begin(), from_file->end());
+    }
+    if (keys.size() > ordo::net::api_keys_max) {
+        return ordo::make_error("config_invalid", "more than " +
+                                                      std::to_string(ordo::net::api_keys_max) +
+                                                      " API keys (file and --api-key together)");
+    }
+    return ordo::net::api_keys(keys);
+}
+
 int check_config(const std::string& path) {
     auto cfg = ordo::config::load_file(path);
     if (!cfg.ok()) {
         std::fprintf(stderr, "%s\n", cfg.err().message.c_str());
+        return exit_usage;
+    }
+    if (auto keys = load_keys(*cfg, {}); !keys.ok()) {
+        std::fprintf(stderr, "%s\n", keys.err().message.c_str());
         return exit_usage;
     }
     std::printf("%s: ok\n", path.c_str());
@@ -132,7 +170,17 @@ int main(int argc, char** argv) {
     }
     if (o.print_config) {
         std::fputs(ordo::config::to_toml(*cfg).c_str(), stdout);
+        if (!o.api_keys.empty()) {
+            std::printf("# and %zu API key(s) given with --api-key (not shown)\n",
+                        o.api_keys.size());
+        }
         return exit_ok;
+    }
+    // Before logging starts: a key file that cannot be used is a bad config (exit 2).
+    auto keys = load_keys(*cfg, o.api_keys);
+    if (!keys.ok()) {
+        std::fprintf(stderr, "%s\n", keys.err().message.c_str());
+        return exit_usage;
     }
     std::string level(ordo::config::to_string(cfg->log.level));
     if (auto st = ordo::init_logging(level, cfg->log.file); !st.ok()) {
@@ -166,7 +214,7 @@ int main(int argc, char** argv) {
     hooks.on_listening = [&](const std::string& host, uint16_t port) {
         print_listening("listening", host, port);
     };
-    auto st = ordo::run_server(*cfg, *model, hooks);
+    auto st = ordo::run_server(*cfg, *model, hooks, *keys);
     if (!st.ok()) {
         log->error("{}: {}", st.err().code, st.err().message);
         return exit_failure;

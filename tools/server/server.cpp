@@ -173,9 +173,20 @@ uint64_t step_backstop_ms(const config::config& cfg, const loaded_model& m) {
     return cfg.gpu.watchdog_ms * (segments + 2) + 60000;
 }
 
+// With no API key anyone who can reach a non-loopback address can use the server: said once
+// per front door at start.
+void warn_if_open(const net::api_keys& keys, const config::listen_address& a, const char* key) {
+    if (keys.required() || net::is_loopback_host(a.host)) return;
+    logger("main")->warn("{} = {}:{} is not a loopback address and no API key is configured: "
+                         "anyone who can reach it can use this server (server.api_keys_file, "
+                         "--api-key)",
+                         key, a.ipv6 ? "[" + a.host + "]" : a.host, a.port);
+}
+
 }  // namespace
 
-status run_server(const config::config& cfg, const loaded_model& model, const server_hooks& hooks) {
+status run_server(const config::config& cfg, const loaded_model& model, const server_hooks& hooks,
+                  const net::api_keys& keys) {
     auto log = logger("main");
     auto address = config::parse_listen_address(cfg.server.listen);
     if (!address.ok()) return address.err();
@@ -186,6 +197,11 @@ status run_server(const config::config& cfg, const loaded_model& model, const se
         if (!a.ok()) return a.err();
         http_address = *a;
     }
+    warn_if_open(keys, *address, "server.listen");
+    if (http_address) warn_if_open(keys, *http_address, "http.listen");
+    // One gate for both doors: a client that fails on one is cut off on the other too.
+    auto auth = std::make_shared<net::auth_gate>(keys);
+    if (keys.required()) log->info("API keys: {} configured; both front doors require one", keys.size());
 
     // Signal watchers first: a SIGTERM that arrives while the actors start must take the
     // orderly path, not the default action.
@@ -259,6 +275,7 @@ status run_server(const config::config& cfg, const loaded_model& model, const se
     // is destroyed first.
     std::optional<http::http_actor> http;
     net::net_options net_opts = net_options_from(cfg, *address, model);
+    net_opts.auth = auth;
     if (http_address) net_opts.http_counters = [&http] { return http->counters(); };
     net::net_actor net(net_opts, cfg.server.mailbox_capacity);
     gpu::gpu_actor gpu(gpu_options_from(cfg, model), logits, gpu::gpu_replies(scheduler, "gpu"));
@@ -269,6 +286,8 @@ status run_server(const config::config& cfg, const loaded_model& model, const se
     if (http_address) {
         http::http_options ho = http_options_from(cfg, *http_address, model, net_opts.limits);
         ho.net_counters = [&net] { return net.counters(); };
+        ho.auth = auth;
+        ho.metrics_require_key = cfg.http.metrics_require_key;
         http.emplace(std::move(ho), cfg.server.mailbox_capacity);
         scheduler.connect_front_door(sched::front_door::http, *http);
         http->connect_scheduler(scheduler);

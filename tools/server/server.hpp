@@ -12,6 +12,7 @@
 
 #include "actors/config/config.hpp"
 #include "actors/runtime/result.hpp"
+#include "net/api_keys.hpp"
 #include "tools/server/model_load.hpp"
 
 namespace ordo {
@@ -27,6 +28,9 @@ struct server_hooks {
 // SIGINT/SIGTERM. Returns the first failure: an actor that could not start, or a loop that did
 // not close cleanly. Everything that can never run (bad config, unusable model) was refused
 // before this is called, so a failure here is a runtime one (main exits 1 on it, not 2).
-status run_server(const config::config& cfg, const loaded_model& model, const server_hooks& hooks);
+// `keys`: the API keys both front doors require (none: both are open, and a non-loopback
+// listen address is warned about).
+status run_server(const config::config& cfg, const loaded_model& model, const server_hooks& hooks,
+                  const net::api_keys& keys);
 
 }  // namespace ordo
