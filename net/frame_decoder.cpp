@@ -100,8 +100,12 @@ msgpack::unpack_limit limits_for(size_t frame_bytes_max) {
 
 }  // namespace
 
-frame_decoder::frame_decoder(size_t frame_bytes_max)
-    : _frame_bytes_max(frame_bytes_max), _unpack_limit(limits_for(frame_bytes_max)) {}
+frame_decoder::frame_decoder(size_t frame_bytes_max, size_t frame_values_max)
+    : _frame_bytes_max(frame_bytes_max),
+      _frame_values_max(frame_values_max),
+      _unpack_limit(limits_for(frame_bytes_max)) {
+    assert(frame_values_max >= 1);
+}
 
 void frame_decoder::feed(const char* data, size_t size) {
     if (_failed || size == 0) return;
@@ -192,6 +196,14 @@ frame_decoder::scan_state frame_decoder::scan_header() {
     if (needed > max) {
         return too_big(needed, where() + " declaring " + std::to_string(declared) + unit);
     }
+    // Values, counted the same way: those accepted, this one, the elements it declares and
+    // those still to come (each of them is at least one value).
+    const uint64_t values = _values + 1 + (container ? declared : 0) + elements_after;
+    if (values > _frame_values_max) {
+        return refuse("frame exceeds max_frame_values " + std::to_string(_frame_values_max) +
+                      ": " + where() + " needs it to hold at least " + std::to_string(values) +
+                      " msgpack values");
+    }
 
     // Accept the header: it starts one element of the innermost open container.
     if (_depth > 0) {
@@ -199,6 +211,7 @@ frame_decoder::scan_state frame_decoder::scan_header() {
         _elements_pending--;
     }
     _value_started = true;
+    _values++;
     _scan += shape.header_bytes;
     if (container && declared > 0) {
         _elements_left[_depth++] = declared;
@@ -237,6 +250,7 @@ result<std::optional<msgpack::object_handle>> frame_decoder::take_frame() {
     }
     _frame_begin = _scan;
     _value_started = false;
+    _values = 0;
     // The scanner accepted exactly these bytes as one value within every limit, so msgpack-c
     // must agree (the fuzzer checks it, built with assertions on). Should it ever not, the
     // stream is refused rather than guessed at.

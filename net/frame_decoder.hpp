@@ -13,6 +13,12 @@
 //    payload of a str/bin/ext, and one byte for every array/map element still to come, since
 //    no element is shorter than that: a frame is refused exactly when no completion of the
 //    bytes seen so far could fit.
+//  - a frame of more than `frame_values_max` msgpack values (every scalar, str, bin, ext, array
+//    and map counts one; a map's keys and values count separately), as soon as a header
+//    declares elements that would take it past the bound. Bytes alone do not bound memory:
+//    msgpack::unpack makes one ~24-byte object per value, so a 1 MiB frame of one-byte
+//    integers would cost ~24 MiB of objects; with this bound a frame costs at most
+//    frame_values_max objects whatever its bytes;
 //  - the reserved byte 0xc1, at once;
 //  - a container nested inside `frame_depth_max` others, at once.
 // Hence the bytes pending for an incomplete frame never exceed `frame_bytes_max`. After an error
@@ -40,10 +46,15 @@ namespace ordo::net {
 // A container may sit inside at most this many others (msgpack-c's unpack_limit depth counts
 // the same way).
 inline constexpr size_t frame_depth_max = 32;
+// Values one frame may hold (server.max_frame_values): the longest prompt sent as token ids
+// (a 128k-token context) plus the rest of a request fits in 262144, and the objects msgpack
+// makes of them take ~6 MiB.
+inline constexpr size_t frame_values_max_default = 262'144;
 
 class frame_decoder {
 public:
-    explicit frame_decoder(size_t frame_bytes_max);
+    explicit frame_decoder(size_t frame_bytes_max,
+                           size_t frame_values_max = frame_values_max_default);
 
     // Appends received bytes. Never fails by itself; errors surface from next().
     void feed(const char* data, size_t size);
@@ -54,6 +65,7 @@ public:
     result<std::optional<msgpack::object_handle>> next();
 
     size_t frame_bytes_max() const { return _frame_bytes_max; }
+    size_t frame_values_max() const { return _frame_values_max; }
     uint64_t frames() const { return _frames; }
     // Bytes received of a frame not yet complete (0 between whole frames): the net actor's
     // read timeout runs while this is not 0.
@@ -84,6 +96,7 @@ private:
     void drop_consumed();
 
     size_t _frame_bytes_max;
+    size_t _frame_values_max;
     msgpack::unpack_limit _unpack_limit;
 
     std::vector<char> _buffer;      // received bytes from the start of the pending frame on
@@ -95,6 +108,7 @@ private:
     std::array<uint64_t, frame_depth_max> _elements_left{};  // per open container, outermost first
     size_t _depth = 0;              // open containers in _elements_left
     uint64_t _elements_pending = 0; // sum of _elements_left[0.._depth)
+    uint64_t _values = 0;           // headers accepted in the pending frame
 
     uint64_t _frames = 0;
     std::optional<error> _failed;   // sticky: a broken stream stays broken

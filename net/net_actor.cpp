@@ -50,8 +50,8 @@ struct net_actor::connection final : tcp_conn {
     std::optional<clock::time_point> waiting_since;
     bool authenticated = false;  // an `auth` with a right key was answered (keys configured)
 
-    connection(uint64_t i, size_t frame_bytes_max)
-        : decoder(frame_bytes_max), waiting_since(clock::now()) {
+    connection(uint64_t i, size_t frame_bytes_max, size_t frame_values_max)
+        : decoder(frame_bytes_max, frame_values_max), waiting_since(clock::now()) {
         id = i;
     }
 };
@@ -125,7 +125,8 @@ void net_actor::connection_cb(uv_stream_t* server, int status) {
 void net_actor::accept_one() {
     tcp_conn* accepted =
         _conns.accept(_listener.stream(),
-                      std::make_unique<connection>(_next_conn_id++, _options.frame_bytes_max));
+                      std::make_unique<connection>(_next_conn_id++, _options.frame_bytes_max,
+                                                   _options.frame_values_max));
     if (accepted == nullptr) return;
     auto& c = static_cast<connection&>(*accepted);
     // A client address in its cool-down after repeated auth failures is turned away first.

@@ -51,6 +51,7 @@ struct net_options {
     uint16_t port = 7070;  // 0 = ephemeral (tests)
     size_t connections_max = 256;
     size_t frame_bytes_max = 1 << 20;
+    size_t frame_values_max = frame_values_max_default;  // msgpack values in one frame
     size_t inflight_per_connection_max = 64;
     size_t write_buffer_bytes_max = 8 << 20;
     uint64_t shutdown_grace_ms = 5000;  // at stop: how long queued events may take to flush

@@ -149,6 +149,7 @@ struct stats_report {
     kv_disk_report kv_disk;
     uint64_t logits_slots_held = 0;  // logits_exchange slots not yet released (0 when idle)
     uint64_t rss_bytes = 0;          // the process's resident memory (0 where unknown)
+    uint64_t log_lines_dropped = 0;  // log lines dropped by a full log queue (runtime/log.hpp)
     fault_plan_report fault_plan;
     // Per finished generate request (stop, length or cancelled; every front door):
     // time_to_first_token_seconds, inter_token_seconds (between two tokens of one request),
@@ -157,7 +158,7 @@ struct stats_report {
     MSGPACK_DEFINE_MAP(active_sequences, queued_requests, kv_blocks_used, kv_blocks_free, net, http,
                        scheduler, kv, device, epoch, steps, timeouts, device_lost, nan_logits,
                        other_failures, busy_ms, kv_disk, logits_slots_held, rss_bytes, fault_plan,
-                       histograms);
+                       histograms, log_lines_dropped);
 };
 
 // ---- events (scheduler → net); none is answered ----------------------------------------------

@@ -170,6 +170,7 @@ std::string encode(const stats_done& e) {
     w.field("kv_blocks_free", s.kv_blocks_free);
     w.field("logits_slots_held", s.logits_slots_held);
     w.field("rss_bytes", s.rss_bytes);
+    w.field("log_lines_dropped", s.log_lines_dropped);
     auto open = s.net.find("connections_open");
     w.field("connections_open", open == s.net.end() ? 0 : open->second);
     w.field("net", s.net);

@@ -78,6 +78,9 @@ inline constexpr std::uint32_t kv_blocks_max = 1048576;
 // gpu.kv_blocks x gpu.kv_block_tokens at most (a cross rule): the scheduler's block table keeps
 // every token id of the pool in host memory, 4 B each, 64 MiB at this bound.
 inline constexpr std::uint64_t kv_pool_tokens_max = std::uint64_t{1} << 24;
+// log.queue_lines: the log writer's queue (actors/runtime/log.hpp holds the same bounds).
+inline constexpr std::uint32_t log_queue_lines_min = 16;
+inline constexpr std::uint32_t log_queue_lines_max = 1048576;
 inline constexpr std::uint32_t fault_delay_ms_max = 10000;  // gpu: a step_delay's delay
 // Entries of fault.plan at most: a kind may be listed more than once to be drawn more often,
 // and a few dozen entries give any weighting a soak needs.
@@ -95,6 +98,7 @@ struct server_config {
     std::string listen = "127.0.0.1:7070";  // IPv4:port or [IPv6]:port; port 0 = ephemeral
     std::uint32_t max_connections = 256;
     std::uint32_t max_frame_bytes = 1048576;
+    std::uint32_t max_frame_values = 262144;  // msgpack values in one frame (frame_decoder.hpp)
     std::uint32_t max_inflight_per_connection = 64;
     std::uint64_t write_buffer_bytes_max = 8388608;
     std::uint32_t mailbox_capacity = 65536;  // messages, per actor mailbox
@@ -135,6 +139,8 @@ struct gpu_config {
     std::string device;  // "" or "auto": prefer a discrete GPU; digits: index; else name substring
     std::uint32_t flush_every_layers = 4;
     std::uint32_t watchdog_ms = 10000;
+    std::uint32_t warmup_ms_max = 600000;  // one warm-up submission, at most (not the watchdog)
+    std::string pipeline_cache_dir = "var/pipeline-cache";  // "": no cache on disk
     std::uint32_t kv_block_tokens = 16;  // power of two
     std::uint32_t kv_blocks = 0;         // 0: as many as fit in kv_memory_bytes
     std::uint64_t kv_memory_bytes = 268435456;
@@ -167,6 +173,7 @@ struct kv_config {
 struct log_config {
     log_level level = log_level::info;
     std::string file;  // empty: stderr only
+    std::uint32_t queue_lines = 8192;  // lines waiting for the log writer at most (log.hpp)
     bool operator==(const log_config&) const = default;
 };
 

@@ -214,6 +214,10 @@ constexpr auto table = std::to_array<key_spec>({
         "server", "max_frame_bytes", 64, 64 * mib,
         "bytes of one request frame at most; a bigger frame is bad_frame and closes the "
         "connection"),
+    integer<&C::server, &server_config::max_frame_values>(
+        "server", "max_frame_values", 16, 16 * mib,
+        "msgpack values (scalars, strings, arrays, maps, each key and element) in one frame at "
+        "most; more is bad_frame and closes the connection"),
     integer<&C::server, &server_config::max_inflight_per_connection>(
         "server", "max_inflight_per_connection", 1, 4096,
         "requests without a terminal event per connection at most (too_many_inflight beyond)"),
@@ -292,6 +296,13 @@ constexpr auto table = std::to_array<key_spec>({
     integer<&C::gpu, &gpu_config::watchdog_ms>(
         "gpu", "watchdog_ms", 100, 600000,
         "milliseconds one submission may run before it is a timeout and the device is rebuilt"),
+    integer<&C::gpu, &gpu_config::warmup_ms_max>(
+        "gpu", "warmup_ms_max", 1000, 3600000,
+        "milliseconds one warm-up submission may run while the device is built (first "
+        "dispatches compile kernels: not judged by watchdog_ms)"),
+    string<&C::gpu, &gpu_config::pipeline_cache_dir>(
+        "gpu", "pipeline_cache_dir",
+        "folder of the Vulkan pipeline cache kept between starts; empty = none on disk"),
     integer<&C::gpu, &gpu_config::kv_block_tokens>("gpu", "kv_block_tokens", 8, kv_block_tokens_max,
                                                    "tokens per paged KV block; a power of two",
                                                    &power_of_two),
@@ -345,6 +356,10 @@ constexpr auto table = std::to_array<key_spec>({
                                         "least severe level written"),
     string<&C::log, &log_config::file>("log", "file",
                                        "log file, written besides stderr; empty = stderr only"),
+    integer<&C::log, &log_config::queue_lines>(
+        "log", "queue_lines", log_queue_lines_min, log_queue_lines_max,
+        "lines waiting for the log writer at most; when full the oldest is dropped and counted "
+        "(stats log_lines_dropped)"),
     // [fault]
     boolean<&C::fault, &fault_config::enabled>(
         "fault", "enabled", "accept the fault-injection op (testing only; never in production)"),

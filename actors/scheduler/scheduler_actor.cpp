@@ -115,6 +115,7 @@ void scheduler_actor::on(const stats_query& m) {
         if (_opt.kv_report) d->stats.kv_disk = _opt.kv_report();
         d->stats.logits_slots_held = _logits != nullptr ? _logits->held() : 0;
         d->stats.rss_bytes = resident_bytes();
+        d->stats.log_lines_dropped = ordo::log_lines_dropped();
         d->stats.fault_plan = plan_report();
     }
     after(out);
@@ -155,6 +156,12 @@ void scheduler_actor::on(const gpu::device_unavailable& m) {
     std::vector<outgoing_event> out;
     _core.on_device_unavailable(m, out);
     after(out);
+}
+
+void scheduler_actor::on(const gpu::device_progress& m) {
+    _core.on_device_progress(m);
+    std::vector<outgoing_event> none;
+    after(none);  // health's reason changes
 }
 
 // `fault`: arms the fault the op names (arm_fault) and answers what was armed.

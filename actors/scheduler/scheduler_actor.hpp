@@ -28,6 +28,7 @@
 
 #include "actors/runtime/actor.hpp"
 #include "actors/runtime/delivery.hpp"
+#include "actors/runtime/log.hpp"
 #include "actors/runtime/outbox.hpp"
 #include "actors/scheduler/fault_plan.hpp"
 #include "actors/scheduler/scheduler_core.hpp"
@@ -42,7 +43,8 @@ class scheduler_actor final
     : public actors::actor<scheduler_actor, generate, cancel, tokenize, detokenize,
                            model_info_query, stats_query, fault, session_delete, client_gone,
                            drain, gpu::step_done, gpu::step_failed, gpu::device_ready,
-                           gpu::device_unavailable, gpu::fault_refused, kv::kv_lookup_done,
+                           gpu::device_unavailable, gpu::fault_refused, gpu::device_progress,
+                           kv::kv_lookup_done,
                            kv::kv_restore_done, kv::kv_save_done, kv::kv_evicted, kv::kv_status,
                            kv::kv_session_deleted> {
 public:
@@ -106,6 +108,7 @@ public:
     void on(const gpu::step_failed& m);
     void on(const gpu::device_ready& m);
     void on(const gpu::device_unavailable& m);
+    void on(const gpu::device_progress& m);
     void on(const gpu::fault_refused& m);
     void on(const kv::kv_lookup_done& m);
     void on(const kv::kv_restore_done& m);

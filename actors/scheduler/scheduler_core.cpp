@@ -52,8 +52,9 @@ std::string scheduler_core::pool_message(uint64_t tokens) const {
 std::pair<std::string, std::string> scheduler_core::health() const {
     if (_device_unavailable) return {"degraded", _unavailable_reason};
     if (!_device_ready) {
-        return {"loading", _counters.device_epochs == 0 ? "starting the gpu device"
-                                                          : "rebuilding the gpu device"};
+        std::string what = _counters.device_epochs == 0 ? "starting the gpu device"
+                                                        : "rebuilding the gpu device";
+        return {"loading", _build_progress.empty() ? what : what + ": " + _build_progress};
     }
     // Persistence off after a disk fault: still ok (serving goes on); the reason says why.
     return {"ok", _kv_reason};

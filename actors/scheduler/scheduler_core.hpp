@@ -153,6 +153,8 @@ public:
     void on_client_gone(const client_gone& m, std::vector<outgoing_event>& out);
     void on_device_ready(const gpu::device_ready& m, std::vector<outgoing_event>& out);
     void on_device_unavailable(const gpu::device_unavailable& m, std::vector<outgoing_event>& out);
+    // How far the device build under way is: health's "loading" reason says it.
+    void on_device_progress(const gpu::device_progress& m);
     // `row(i)` returns the logits of step_done.rows[i].
     void on_step_done(const gpu::step_done& m,
                       const std::function<std::span<const float>(uint32_t)>& row,
@@ -330,6 +332,7 @@ private:
                                                                 : _info.context_bound;
     }
     std::string _unavailable_reason;
+    std::string _build_progress;  // the last device_progress, as health's reason says it
     uint32_t _rows_max = 0;
     scheduler_counters _counters;
     // Latency and size histograms of the stats op (net_msgs.hpp stats_report::histograms).

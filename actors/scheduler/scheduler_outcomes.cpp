@@ -57,6 +57,7 @@ void scheduler_core::on_device_ready(const gpu::device_ready& m, std::vector<out
         for (auto& [seq, r] : _requests) r.in_kv = false, r.n_past = 0;
     }
     _device_ready = true;
+    _build_progress.clear();
     // Requests queued before the pool size was known that could never fit it end now.
     // So do those past the device's context (it may be shorter than the configured one).
     std::vector<std::pair<seq_id, uint64_t>> too_big;  // and what each needs
@@ -71,6 +72,18 @@ void scheduler_core::on_device_ready(const gpu::device_ready& m, std::vector<out
                                   std::to_string(n_ctx()) + " tokens"
                             : pool_message(need),
              out);
+    }
+}
+
+void scheduler_core::on_device_progress(const gpu::device_progress& m) {
+    // "warm-up 2/5 (attempt 1 of 4)"; a stage without steps says only its name.
+    _build_progress = m.stage;
+    if (m.total != 0) {
+        _build_progress += " " + std::to_string(m.done) + "/" + std::to_string(m.total);
+    }
+    if (m.attempts_max > 1) {
+        _build_progress += " (attempt " + std::to_string(m.attempt) + " of " +
+                           std::to_string(m.attempts_max) + ")";
     }
 }
 

@@ -26,6 +26,17 @@ bool device_fault(const std::string& code) {
     return code != "gpu_bad_step" && code != "gpu_busy" && code != "gpu_bad_request";
 }
 
+// A build that failed on one of these would fail the same way again: the model or the config
+// does not fit the device, or there is no such device. Anything else (a warm-up past its bound,
+// a lost device, no memory, another Vulkan error) is worth another try.
+bool build_retryable(const std::string& code) {
+    for (const char* permanent : {"gpu_bad_config", "gpu_bad_shape", "gpu_unsupported",
+                                  "gpu_unsupported_type", "gpu_device_not_found"}) {
+        if (code == permanent) return false;
+    }
+    return code.starts_with("gpu_") || code == "vulkan_error";
+}
+
 std::uint64_t copy_job_id(const std::variant<kv_copy_out, kv_copy_in>& c) {
     return std::visit([](const auto& m) { return m.job_id; }, c);
 }
@@ -54,6 +65,14 @@ void gpu_actor::start_job(job_kind kind) {
     _job.nan = false;
     _job.res = {};
     _job.segment.clear();
+    if (kind == job_kind::build || kind == job_kind::rebuild) {
+        // The first build and its retries make epoch 0; a rebuild makes the next epoch.
+        // begin_recovery counts a rebuild before it starts; a first build's retries count here.
+        _job.epoch = kind == job_kind::build ? 0 : _epoch + 1;
+        _job.attempt = kind == job_kind::build ? _rebuilds_in_row + 1 : _rebuilds_in_row;
+        _job.attempts_max = kind == job_kind::build ? _options.recovery_max + 1
+                                                    : _options.recovery_max;
+    }
     _work.data = this;
     int rc = uv_queue_work(loop(), &_work, &gpu_actor::work_cb, &gpu_actor::after_work_cb);
     if (rc != 0) {
@@ -120,7 +139,9 @@ void gpu_actor::run_job() {
         }
         _file = std::make_unique<model::gguf_file>(std::move(*f));
     }
-    auto r = runner::create(*_file, _options.runner);
+    runner_options ro = _options.runner;
+    ro.on_progress = [this](const build_progress& p) { report_progress(p); };
+    auto r = runner::create(*_file, ro);
     if (!r) {
         _job.err = r.err();
         return;
@@ -131,6 +152,12 @@ void gpu_actor::run_job() {
         return;
     }
     _job.built = std::move(*r);
+}
+
+void gpu_actor::report_progress(const build_progress& p) {
+    device_progress m{_job.epoch, _job.attempt, _job.attempts_max,
+                      std::string(build_stage_name(p.stage)), p.done, p.total};
+    if (!_reply_out.tell(m)) _progress_refused++;  // only the loading reason is late
 }
 
 void gpu_actor::run_step_job() {
@@ -271,6 +298,14 @@ void gpu_actor::finish_build() {
         if (_job.kind == job_kind::rebuild && ++_rebuilds_in_row < _options.recovery_max &&
             !stopping()) {
             start_job(job_kind::rebuild);  // bounded by recovery_max
+            return;
+        }
+        if (_job.kind == job_kind::build && build_retryable(_job.err->code) &&
+            _rebuilds_in_row < _options.recovery_max && !stopping()) {
+            _rebuilds_in_row++;
+            log().warn("retrying the device build (attempt {} of {})", _rebuilds_in_row + 1,
+                       _options.recovery_max + 1);
+            start_job(job_kind::build);  // bounded by recovery_max
             return;
         }
         _state = state::unavailable;

@@ -17,6 +17,14 @@
 // device_unavailable, and every later step fails with gpu_unavailable. After stop, steps are
 // refused by the runtime (actor_stopped) and queued ones fail with gpu_stopped.
 //
+// The first build is retried the same way: one that fails on a device fault (a warm-up that
+// outlived gpu.warmup_ms_max, a lost device, no memory) is tried again, up to recovery_max more
+// times, before device_unavailable; one that fails on the model or the config (gpu_bad_config,
+// gpu_unsupported*, ...) would fail the same way again and is not. While any build runs, the
+// worker tells the scheduler how far it is (device_progress, straight to its mailbox: progress
+// is not owed, so it skips the delivery; it always precedes that build's device_ready, which is
+// sent only after the worker returns).
+//
 // KV copies (kv_copy_out / kv_copy_in, gpu_msgs.hpp) are jobs on the same FIFO as steps, under
 // the same queue bound and failure rules: a device fault while copying rebuilds the device, and
 // every queued step and copy then fails with gpu_device_lost. Their bytes move through the
@@ -32,6 +40,7 @@
 
 #include <uv.h>
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -51,8 +60,8 @@
 
 namespace ordo::gpu {
 
-using gpu_replies =
-    actors::outbox<step_done, step_failed, device_ready, device_unavailable, fault_refused>;
+using gpu_replies = actors::outbox<step_done, step_failed, device_ready, device_unavailable,
+                                   fault_refused, device_progress>;
 using kv_copy_replies = actors::outbox<kv_copy_done, kv_copy_failed>;
 
 struct gpu_actor_options {
@@ -88,6 +97,7 @@ public:
 
     // Replies given up by the delivery (for tests, after join()).
     std::uint64_t replies_undelivered() const { return _replies_undelivered; }
+    std::uint64_t progress_refused() const { return _progress_refused.load(); }
 
 protected:
     void on_start() override;
@@ -111,6 +121,9 @@ private:
         bool nan = false;
         std::string segment;
         std::unique_ptr<runner> built;
+        // Builds: the epoch the device will have and which try this is (device_progress).
+        std::uint64_t epoch = 0;
+        std::uint32_t attempt = 1, attempts_max = 1;
     };
 
     static void work_cb(uv_work_t* req);
@@ -127,7 +140,9 @@ private:
     void pump();
     void begin_recovery();
     using reply_delivery = actors::delivery<step_done, step_failed, device_ready,
-                                            device_unavailable, fault_refused>;
+                                            device_unavailable, fault_refused, device_progress>;
+    // Worker thread: the runner's build_progress as a device_progress to the scheduler.
+    void report_progress(const build_progress& p);
     void reply_gave_up(const reply_delivery::message& m, const error& why);
     void fail(const step& m, const std::string& code, const std::string& message,
               const std::string& segment, bool device_lost);
@@ -156,6 +171,8 @@ private:
     std::uint32_t _rebuilds_in_row = 0;
     std::string _device_name;
     std::uint64_t _steps = 0, _failures = 0, _recoveries = 0, _tokens = 0;
+    // device_progress the receiver's mailbox refused (worker thread; read by tests).
+    std::atomic<std::uint64_t> _progress_refused{0};
     double _busy_ms = 0.0;
 
     // Worker while _busy, loop thread otherwise.

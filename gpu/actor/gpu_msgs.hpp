@@ -199,6 +199,20 @@ struct device_ready {
                        n_ctx_bound, weight_bytes, kv_bytes);
 };
 
+// A device build (the first, or a rebuild) advanced: health says "loading" with this progress
+// until device_ready or device_unavailable. Sent as each stage starts and as it advances, at
+// most one per layer uploaded and per warm-up step; none is owed (a lost one changes only the
+// reason health gives).
+struct device_progress {
+    static constexpr const char* msg_name = "device_progress";
+    uint64_t epoch = 0;          // the epoch the build will have when it is ready
+    uint32_t attempt = 1;        // 1 for a build's first try; retries after a failed build count up
+    uint32_t attempts_max = 1;   // 1 + gpu.recovery_max
+    std::string stage;           // build_stage_name: "device", "weights", "warm-up"
+    uint32_t done = 0, total = 0;
+    MSGPACK_DEFINE_MAP(epoch, attempt, attempts_max, stage, done, total);
+};
+
 // Rebuilding failed for good (recovery_max exceeded): the server reports health degraded.
 struct device_unavailable {
     static constexpr const char* msg_name = "device_unavailable";

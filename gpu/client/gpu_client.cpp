@@ -19,6 +19,22 @@ void reply_collector::push(gpu_reply r) {
     _cv.notify_all();
 }
 
+void reply_collector::on(const device_progress& m) {
+    std::lock_guard lock(_mutex);
+    _last_progress = m;
+    _progress_count++;
+}
+
+std::optional<device_progress> reply_collector::last_progress() {
+    std::lock_guard lock(_mutex);
+    return _last_progress;
+}
+
+std::uint64_t reply_collector::progress_count() {
+    std::lock_guard lock(_mutex);
+    return _progress_count;
+}
+
 std::optional<gpu_reply> reply_collector::next(std::uint64_t timeout_ms) {
     std::unique_lock lock(_mutex);
     if (!_cv.wait_for(lock, std::chrono::milliseconds(timeout_ms),

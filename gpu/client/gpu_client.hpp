@@ -30,7 +30,8 @@ std::string reply_name(const gpu_reply& r);
 
 class reply_collector final
     : public actors::actor<reply_collector, step_done, step_failed, device_ready,
-                           device_unavailable, fault_refused, kv_copy_done, kv_copy_failed> {
+                           device_unavailable, fault_refused, kv_copy_done, kv_copy_failed,
+                           device_progress> {
 public:
     reply_collector() : actor("gpu_client", 1024) {}
 
@@ -41,6 +42,11 @@ public:
     void on(const fault_refused& m) { push(m); }
     void on(const kv_copy_done& m) { push(m); }
     void on(const kv_copy_failed& m) { push(m); }
+    // Progress is not a reply: it is kept aside (the last one and a count), so next() still
+    // sees only the replies.
+    void on(const device_progress& m);
+    std::optional<device_progress> last_progress();
+    std::uint64_t progress_count();
 
     // The next reply in arrival order, waiting at most timeout_ms; nullopt on timeout.
     std::optional<gpu_reply> next(std::uint64_t timeout_ms);
@@ -58,6 +64,8 @@ private:
     std::mutex _mutex;
     std::condition_variable _cv;
     std::deque<gpu_reply> _replies;
+    std::optional<device_progress> _last_progress;
+    std::uint64_t _progress_count = 0;
 };
 
 // Blocking use of one gpu actor from one thread.

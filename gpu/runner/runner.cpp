@@ -32,6 +32,7 @@ status check_options(const runner_options& o) {
                           std::to_string(runner_flush_every_layers_max));
     }
     if (o.watchdog_ms == 0) return bad_config("watchdog_ms must be > 0");
+    if (o.warmup_ms_max == 0) return bad_config("warmup_ms_max must be > 0");
     if (o.kv_block_tokens == 0) return bad_config("kv_block_tokens must be > 0");
     if (o.max_batch_tokens == 0 || o.max_batch_tokens > runner_max_batch_tokens_max) {
         return bad_config("max_batch_tokens must be 1.." +
@@ -54,6 +55,15 @@ status check_options(const runner_options& o) {
 }
 
 }  // namespace
+
+std::string_view build_stage_name(build_stage s) {
+    switch (s) {
+        case build_stage::device: return "device";
+        case build_stage::weights: return "weights";
+        case build_stage::warm_up: return "warm-up";
+    }
+    return "device";
+}
 
 std::string_view context_bound_name(context_bound b) {
     switch (b) {
@@ -103,6 +113,7 @@ result<std::unique_ptr<runner>> runner::create(const model::gguf_file& file,
     status ok = check_options(options);
     if (!ok) return ok.err();
     std::unique_ptr<runner> r(new runner(options));
+    r->_segment_wait_ms = options.watchdog_ms;
     status s = r->init(file);
     if (!s) return s.err();
     return r;
@@ -129,6 +140,7 @@ status runner::init(const model::gguf_file& file) {
     _qkv_stride = round_up(_hp.n_embd + 2 * _hp.kv_dim(), 8);
     _ff_stride = round_up(_hp.n_ff, 8);
     _gu_stride = round_up(2 * _hp.n_ff, 8);
+    report(build_stage::device, 0, 1);
     status s = init_device();
     if (!s) return s;
     auto blocks = kv_pool_blocks();
@@ -140,7 +152,18 @@ status runner::init(const model::gguf_file& file) {
     if (!s) return s;
     s = init_stream();
     if (!s) return s;
-    return warm_up();
+    s = warm_up();
+    if (!s) return s;
+    // Every pipeline the steps use exists now (created at load, compiled by the warm-up): keep
+    // them for the next start. A cache that cannot be written costs the next start time only.
+    if (status saved = _pcache->save(); !saved) {
+        logger()->warn("runner: pipeline cache not saved: {}", saved.err().message);
+    }
+    return {};
+}
+
+void runner::report(build_stage stage, std::uint32_t done, std::uint32_t total) const {
+    if (_options.on_progress) _options.on_progress(build_progress{stage, done, total});
 }
 
 status runner::warm_up() {
@@ -178,15 +201,24 @@ status runner::warm_up() {
         return {};
     };
     // Decode steps of 1, 2, 4 and 8 sequences (tx1, tx1t2, tx1t4, tx4), then a prefill chunk
-    // (txm, grouped attention).
-    for (auto [seqs, tokens] : {std::pair<std::uint32_t, std::uint32_t>{1, 1}, {2, 1}, {4, 1},
-                                {8, 1}, {1, 32}}) {
-        status s = run(seqs, tokens);
-        if (!s) return s;
+    // (txm, grouped attention). Their submissions wait up to warmup_ms_max, not the watchdog:
+    // a first dispatch that compiles its kernel on a busy machine is slow, not hung.
+    constexpr std::pair<std::uint32_t, std::uint32_t> shapes[] = {
+        {1, 1}, {2, 1}, {4, 1}, {8, 1}, {1, 32}};
+    constexpr auto n_shapes = static_cast<std::uint32_t>(std::size(shapes));
+    _segment_wait_ms = _options.warmup_ms_max;
+    status s;
+    for (std::uint32_t i = 0; s && i < n_shapes; ++i) {
+        report(build_stage::warm_up, i, n_shapes);
+        s = run(shapes[i].first, shapes[i].second);
     }
-    logger()->info("runner: warm-up steps ran in {:.0f} ms (kernels compiled)",
+    _segment_wait_ms = _options.watchdog_ms;
+    if (!s) return s;
+    report(build_stage::warm_up, n_shapes, n_shapes);
+    logger()->info("runner: warm-up steps ran in {:.0f} ms (kernels compiled; pipeline cache {})",
                    std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                       .count());
+                       .count(),
+                   _pcache->load_note());
     return {};
 }
 
@@ -215,9 +247,15 @@ status runner::init_device() {
     if (!d) return d.err();
     _dev = std::move(*d);
     logger()->info("runner: device {}", _dev->info().name);
+    auto cache = pipeline_cache::open(*_dev, _options.pipeline_cache_dir, shader_build_id());
+    if (!cache) return cache.err();
+    _pcache = std::move(*cache);
+    if (!_options.pipeline_cache_dir.empty()) {
+        logger()->info("runner: pipeline cache {}: {}", _pcache->path(), _pcache->load_note());
+    }
     pipeline_tuning tuning = tuning_for(_dev->info());
     if (_options.texel_kernels) tuning.prefer_texel_kernels = *_options.texel_kernels;
-    auto p = pipelines::create(*_dev, tuning);
+    auto p = pipelines::create(*_dev, tuning, _pcache->handle());
     if (!p) return p.err();
     _pipes = std::move(*p);
     std::uint64_t page = std::min(_dev->info().max_storage_buffer_range, arena_page_bytes_max);
@@ -305,7 +343,9 @@ status runner::upload_model(const model::llama_weights& w) {
     auto rope = upload_floats(rope_turns_table(w.rope_freq));
     if (!rope) return rope.err();
     _rope_freq = std::move(*rope);
+    const auto n_layers = static_cast<std::uint32_t>(w.layers.size());
     for (const model::llama_layer& l : w.layers) {
+        report(build_stage::weights, static_cast<std::uint32_t>(_layers.size()), n_layers);
         layer_weights lw;
         auto qkv = upload_concat({&l.attn_q, &l.attn_k, &l.attn_v});
         if (!qkv) return qkv.err();

@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -39,6 +40,7 @@
 #include "gpu/vk/device.hpp"
 #include "gpu/actor/gpu_msgs.hpp"
 #include "gpu/vk/kv_pool.hpp"
+#include "gpu/vk/pipeline_cache.hpp"
 #include "gpu/vk/pipelines.hpp"
 #include "gpu/runner/step_plan.hpp"
 #include "gpu/vk/stream.hpp"
@@ -63,10 +65,33 @@ inline constexpr std::uint64_t runner_kv_pool_tokens_max = std::uint64_t{1} << 2
 // staging buffer holds this many blocks, allocated once.
 inline constexpr std::uint32_t runner_kv_copy_blocks_max_max = 4096;
 
+// What a runner build (runner::create) is doing, reported as each stage starts and advances:
+// the gpu actor turns it into health "loading" with progress.
+enum class build_stage : std::uint8_t {
+    device,   // the Vulkan device, the pipeline cache and the pipelines
+    weights,  // uploading the weights (done / total = layers)
+    warm_up,  // the warm-up steps (done / total = steps): first dispatches compile kernels
+};
+std::string_view build_stage_name(build_stage s);  // "device", "weights", "warm-up"
+struct build_progress {
+    build_stage stage = build_stage::device;
+    std::uint32_t done = 0;
+    std::uint32_t total = 0;
+};
+
 struct runner_options {
     std::string device;                              // gpu.device selector ("" = auto)
     std::uint32_t flush_every_layers = 4;            // gpu.flush_every_layers
     std::uint64_t watchdog_ms = 10'000;              // gpu.watchdog_ms
+    // gpu.warmup_ms_max: how long one warm-up submission may run. The first dispatch of a
+    // pipeline compiles it (llvmpipe's JIT, a GPU driver's shader compiler), which is not a hang:
+    // warm-up runs under this bound, never under watchdog_ms.
+    std::uint64_t warmup_ms_max = 600'000;
+    // gpu.pipeline_cache_dir: where the Vulkan pipeline cache is kept between starts
+    // (gpu/vk/pipeline_cache.hpp); empty = in memory only.
+    std::string pipeline_cache_dir;
+    // Called on the building thread as the build advances; may be empty.
+    std::function<void(const build_progress&)> on_progress;
     std::uint32_t kv_block_tokens = 16;              // gpu.kv_block_tokens
     std::uint32_t kv_blocks = 0;                     // gpu.kv_blocks; 0: from kv_memory_bytes
     std::uint64_t kv_memory_bytes = 256ull << 20;    // gpu.kv_memory_bytes
@@ -159,6 +184,8 @@ public:
     void arm_fault(const step_fault& f) { _fault = f; }
     // Waits (at most timeout_ms) for a segment still in flight after a timeout.
     status drain(std::uint64_t timeout_ms);
+    // What the pipeline cache did at build: "loaded N B", "none yet", "ignored: ...", "off".
+    const std::string& pipeline_cache_note() const { return _pcache->load_note(); }
     // Label of the segment that ran (or failed) last.
     const std::string& last_segment() const { return _last_segment; }
     // Per-pipeline GPU times of the last successful step (empty unless options.timestamps).
@@ -223,6 +250,7 @@ private:
     status init_buffers(std::uint32_t blocks);
     status init_stream();
     status warm_up();
+    void report(build_stage stage, std::uint32_t done, std::uint32_t total) const;
     status ensure_kv_host();  // makes _kv_host on the first copy job
     // Records and runs one copy job; `out`: pool -> _kv_host, else _kv_host -> pool.
     status run_kv_copy(std::span<const std::uint32_t> ids, bool out);
@@ -255,6 +283,7 @@ private:
 
     // Declaration order is destruction order in reverse: the device goes last.
     std::unique_ptr<device> _dev;
+    std::unique_ptr<pipeline_cache> _pcache;
     std::unique_ptr<pipelines> _pipes;
     std::unique_ptr<stream> _stream;
     std::unique_ptr<arena> _arena;
@@ -285,6 +314,9 @@ private:
 
     step_plan _plan;
     step_fault _fault;
+    // How long run_segment waits for a submission: watchdog_ms, or warmup_ms_max while
+    // warm_up() runs.
+    std::uint64_t _segment_wait_ms = 0;
     std::string _last_segment;
     std::vector<kernel_time> _timings;
 };

@@ -133,8 +133,8 @@ status runner::run_segment(const step& s, std::uint32_t l0, std::uint32_t l1,
         _stream->inject_wait_result(VK_ERROR_DEVICE_LOST);
     }
     bool hang = targeted && f.kind == fault_kind::hang;
-    status waited = _stream->wait(hang ? std::min(hang_wait_ms, _options.watchdog_ms)
-                                       : _options.watchdog_ms);
+    status waited = _stream->wait(hang ? std::min(hang_wait_ms, _segment_wait_ms)
+                                       : _segment_wait_ms);
     r.gpu_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
                     .count();
     r.segments++;

@@ -257,6 +257,9 @@ status device::pick_physical(const device_options& options) {
     _info.device_id = props.properties.deviceID;
     _info.driver_name = driver.driverName;
     _info.driver_info = driver.driverInfo;
+    _info.driver_version = props.properties.driverVersion;
+    std::copy(std::begin(props.properties.pipelineCacheUUID),
+              std::end(props.properties.pipelineCacheUUID), _info.pipeline_cache_uuid.begin());
     _info.loop_iterations_max = driver.driverID == VK_DRIVER_ID_MESA_LLVMPIPE ? 65535 : 0;
     _info.api_version = version_string(props.properties.apiVersion);
     _info.max_storage_buffer_range = lim.maxStorageBufferRange;

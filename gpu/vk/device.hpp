@@ -31,6 +31,10 @@ struct device_info {
     std::uint32_t device_id = 0;
     std::string driver_name;
     std::string driver_info;
+    std::uint32_t driver_version = 0;  // VkPhysicalDeviceProperties::driverVersion (vendor's encoding)
+    // The driver's identity of its pipeline-cache format: a cache written under another UUID is
+    // not this driver's (gpu/vk/pipeline_cache.hpp).
+    std::array<std::uint8_t, 16> pipeline_cache_uuid{};
     std::string api_version;  // "1.3.230"
     std::uint32_t index = 0;  // physical device index chosen
     // limits

@@ -1,6 +1,8 @@
 // pipelines.cpp: see pipelines.hpp.
 #include "gpu/vk/pipelines.hpp"
 
+#include <xxhash.h>
+
 #include <algorithm>
 #include <string>
 
@@ -44,6 +46,19 @@ const pipeline_source& source_of(pipeline_id id) {
 }
 
 }  // namespace
+
+std::uint64_t shader_build_id() {
+    XXH3_state_t* st = XXH3_createState();
+    ORDO_GPU_CHECK(st != nullptr, "XXH3_createState");
+    XXH3_64bits_reset(st);
+    for (std::size_t i = 0; i < pipeline_count; ++i) {
+        const pipeline_source& src = source_of(static_cast<pipeline_id>(i));
+        XXH3_64bits_update(st, src.code, src.words * sizeof(std::uint32_t));
+    }
+    std::uint64_t id = XXH3_64bits_digest(st);
+    XXH3_freeState(st);
+    return id;
+}
 
 std::string_view pipeline_name(pipeline_id id) {
     static constexpr std::string_view names[] = {
@@ -104,9 +119,11 @@ std::uint32_t wg_for(pipeline_id id, const pipeline_tuning& t) {
 }  // namespace
 
 result<std::unique_ptr<pipelines>> pipelines::create(const device& dev,
-                                                     const pipeline_tuning& tuning) {
+                                                     const pipeline_tuning& tuning,
+                                                     VkPipelineCache cache) {
     std::unique_ptr<pipelines> p(new pipelines(dev));
     p->_tuning = tuning;
+    p->_cache = cache;
     bool pow2 = tuning.norm_wg != 0 && (tuning.norm_wg & (tuning.norm_wg - 1)) == 0;
     if (!pow2 || tuning.elementwise_wg == 0 || tuning.mat_vec_wg == 0 ||
         tuning.mat_vec_rows == 0 || tuning.attention_wg == 0 || tuning.mat_rows_wg == 0 ||
@@ -264,7 +281,7 @@ status pipelines::build(pipeline& pl, pipeline_id id, std::uint32_t k,
     ci.stage.pName = "main";
     ci.stage.pSpecializationInfo = &spec;
     ci.layout = pl.layout;
-    r = vkCreateComputePipelines(d, VK_NULL_HANDLE, 1, &ci, nullptr, &pl.handle);
+    r = vkCreateComputePipelines(d, _cache, 1, &ci, nullptr, &pl.handle);
     vkDestroyShaderModule(d, module, nullptr);
     if (r != VK_SUCCESS) return vk_error(r, what + " create");
     return {};

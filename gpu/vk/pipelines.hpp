@@ -85,10 +85,17 @@ struct pipeline_tuning {
 
 pipeline_tuning tuning_for(const device_info& info);
 
+// XXH3-64 of every embedded SPIR-V module, in table order: what this build compiles. The
+// pipeline cache file (pipeline_cache.hpp) is valid only for the build that wrote it.
+std::uint64_t shader_build_id();
+
 class pipelines {
 public:
+    // `cache`: the VkPipelineCache every pipeline is created through (pipeline_cache.hpp), or
+    // none; it must outlive this object.
     static result<std::unique_ptr<pipelines>> create(const device& dev,
-                                                     const pipeline_tuning& tuning);
+                                                     const pipeline_tuning& tuning,
+                                                     VkPipelineCache cache = VK_NULL_HANDLE);
     ~pipelines();
     pipelines(const pipelines&) = delete;
     pipelines& operator=(const pipelines&) = delete;
@@ -130,6 +137,7 @@ private:
 
     const device& _device;
     pipeline_tuning _tuning;
+    VkPipelineCache _cache = VK_NULL_HANDLE;
     std::array<pipeline, pipeline_count> _all{};  // create()'s; weight-typed entries stay empty
     // Pipelines built on request (find, for_k, for_tile), keyed by (id, K, tile rows).
     mutable std::mutex _variants_mutex;

@@ -13,6 +13,11 @@
 // byte more is refused; 0xc1 and a 33rd nesting level are refused at once; a frame split at
 // every byte boundary decodes to the same object as msgpack::unpack of the whole; thousands of
 // frames fed in random chunks come out in order.
+//
+// The value bound (max_frame_values): a frame of exactly the bound passes and one value more is
+// refused; an array header declaring more elements than the bound is refused at its header,
+// before any element arrives; nested containers and map keys and values all count; the count
+// starts again with each frame.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -212,6 +217,61 @@ TEST(frame_decoder, elements_still_to_come_count_a_byte_each) {
     EXPECT_EQ(fits.frames(), 1u);
     frame_decoder over(10);
     EXPECT_EQ(bytes_until_refused(over, std::string("\x94\xa6xxxxxx\x01\x02\x03", 11)), 2u);
+}
+
+// An array of n one-byte integers: 1 + n values.
+std::string int_array(uint32_t n) {
+    msgpack::sbuffer b;
+    msgpack::packer<msgpack::sbuffer> pk(b);
+    pk.pack_array(n);
+    for (uint32_t i = 0; i < n; i++) pk.pack(1);
+    return {b.data(), b.size()};
+}
+
+TEST(frame_decoder, values_bound_is_exact_and_counts_every_value) {
+    for (uint32_t n : {1u, 14u, 15u, 16u, 1000u, 70000u}) {
+        SCOPED_TRACE(n);
+        frame_decoder exact(1 << 20, n + 1);
+        EXPECT_EQ(bytes_until_refused(exact, int_array(n)), 0u);
+        EXPECT_EQ(exact.frames(), 1u);
+        frame_decoder short_by_one(1 << 20, n);
+        // The array's header declares n elements: refused at its last header byte.
+        const std::string bytes = int_array(n);
+        const size_t header = n < 16 ? 1 : n < 65536 ? 3 : 5;
+        EXPECT_EQ(bytes_until_refused(short_by_one, bytes), header);
+        auto r = short_by_one.next();
+        ASSERT_FALSE(r.ok());
+        EXPECT_EQ(r.err().code, "bad_frame");
+        EXPECT_NE(r.err().message.find("max_frame_values"), std::string::npos) << r.err().message;
+    }
+    // {"a": [1, 2], "b": {}}: the map, 2 keys, the array, 2 ints, the empty map = 7 values.
+    const std::string nested("\x82\xa1" "a" "\x92\x01\x02\xa1" "b" "\x80", 9);
+    frame_decoder seven(1024, 7);
+    EXPECT_EQ(bytes_until_refused(seven, nested), 0u);
+    EXPECT_EQ(seven.frames(), 1u);
+    frame_decoder six(1024, 6);
+    EXPECT_NE(bytes_until_refused(six, nested), 0u);
+}
+
+TEST(frame_decoder, values_count_starts_again_with_each_frame) {
+    // Many frames each within the bound, in one feed: all pass although together they exceed it.
+    frame_decoder d(1 << 20, 101);
+    std::string bytes;
+    for (int i = 0; i < 50; i++) bytes += int_array(100);
+    d.feed(bytes.data(), bytes.size());
+    for (int i = 0; i < 50; i++) {
+        auto r = d.next();
+        ASSERT_TRUE(r.ok()) << r.err().message;
+        ASSERT_TRUE(r->has_value());
+    }
+}
+
+TEST(frame_decoder, huge_declared_array_is_refused_by_values_before_bytes_arrive) {
+    // array32 of 1,000,000 elements under a 64 MiB byte limit (where bytes alone would let the
+    // whole frame in): refused after its 5 header bytes by the default value bound.
+    frame_decoder d(64 << 20);
+    const std::string header("\xdd\x00\x0f\x42\x40", 5);
+    EXPECT_EQ(bytes_until_refused(d, header), 5u);
 }
 
 TEST(frame_decoder, frame_of_exactly_the_limit_passes_one_byte_more_is_refused) {

@@ -18,7 +18,8 @@
 // a fault_refused from the gpu takes one back, and stats carries the fault_plan map;
 // (7) two front doors: the events of a connection whose id names the HTTP front door reach the
 // probe connected as that front door and never the net one, each request's events in order,
-// and set_health reaches both.
+// and set_health reaches both; (8) device_progress while the device is built: health stays
+// loading with a reason naming the stage, the step and the attempt, and says ok at device_ready.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -199,6 +200,25 @@ TEST(scheduler_actor, a_refused_step_replans_by_itself_until_retries_end_it) {
     // retry_max 2: three failed attempts alone, then the error.
     EXPECT_EQ(r.sched->core().counters().failures, 3u);
     EXPECT_EQ(r.sched->core().live_requests(), 0u);
+}
+
+TEST(scheduler_actor, device_progress_is_the_loading_reason_until_the_device_is_ready) {
+    rig r;
+    auto starting = r.net.next<net::set_health>();
+    ASSERT_TRUE(starting);
+    EXPECT_EQ(starting->status, "loading");
+    gpu::device_progress p{0, 2, 4, "warm-up", 3, 5};
+    ASSERT_TRUE(r.sched->tell(p, "gpu").ok());
+    auto loading = r.net.next<net::set_health>();
+    ASSERT_TRUE(loading) << "device_progress changed nothing health says";
+    EXPECT_EQ(loading->status, "loading");
+    EXPECT_EQ(loading->reason, "starting the gpu device: warm-up 3/5 (attempt 2 of 4)");
+    r.device_ready();
+    auto ok = r.net.next<net::set_health>();
+    ASSERT_TRUE(ok);
+    EXPECT_EQ(ok->status, "ok");
+    EXPECT_EQ(ok->reason, "");
+    r.stop();
 }
 
 TEST(scheduler_actor, an_unanswered_step_rebuilds_the_device_and_the_request_completes) {

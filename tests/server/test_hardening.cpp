@@ -10,6 +10,9 @@
 // - stats, model and health refuse unknown keys;
 // - invalid UTF-8 from the client is quoted as valid UTF-8 in error messages;
 // - str32/bin32/ext32 headers declaring ~4 GiB are refused at the header (bad_frame, closed);
+// - frames of many one-byte values are bounded by server.max_frame_values, not only by bytes:
+//   over it, bad_frame at the array's header; within it, answered; resident memory stays flat
+//   under a stream of both;
 // - a client that goes on sending after its bad frame (8 MiB) still reads the bad_frame error
 //   and then EOF, not a reset (the lingering close);
 // - one answer larger than server.write_buffer_bytes_max is error{response_too_large} and the
@@ -593,6 +596,66 @@ TEST_F(hardening_requests, huge_declared_sizes_are_refused_at_the_header) {
     auto e = next(c);
     ASSERT_TRUE(e.has_value());
     EXPECT_EQ(e->str("event"), "done");
+}
+
+// A frame's bytes do not bound what unpacking it costs: msgpack::unpack makes a ~24-byte object
+// per value, so a 1 MiB frame of one-byte integers was ~24 MiB of objects. How: 32 connections
+// each send {"id", "op": "health", "pad": [1 x 1,048,000]}, within max_frame_bytes (1 MiB) but
+// over max_frame_values (262144): each gets bad_frame naming max_frame_values and is closed.
+// Then one connection sends 40 frames holding exactly max_frame_values values (a 262,137-element
+// pad): each is unpacked whole and answered (bad_request: health takes no pad). The server's
+// resident memory (stats rss_bytes) after the first 8 of those and after all of them and the
+// refused ones differs by less than 16 MiB (one over-limit frame unpacked would be 24 MiB, each
+// accepted one is ~6 MiB while it lives).
+TEST_F(hardening_requests, frames_of_many_small_values_keep_resident_memory_flat) {
+    auto pad_frame = [](uint64_t id, uint32_t n) {
+        std::string f = bytes({0x83, 0xa2, 'i', 'd', 0xcf, 0, 0, 0, 0, 0, 0, 0, 0, 0xa2, 'o', 'p',
+                               0xa6, 'h', 'e', 'a', 'l', 't', 'h', 0xa3, 'p', 'a', 'd', 0xdd});
+        for (int i = 0; i < 8; i++) f[5 + i] = char(id >> (8 * (7 - i)));
+        for (int i = 0; i < 4; i++) f.push_back(char(n >> (8 * (3 - i))));
+        f.append(n, '\x01');
+        return f;
+    };
+    auto rss = [&](uint64_t id) {
+        EXPECT_TRUE(c.send(frame("id", id, "op", "stats")));
+        auto e = next(c);
+        EXPECT_TRUE(e.has_value());
+        return e ? e->u("rss_bytes") : 0;
+    };
+    const uint32_t values_max = 262144;  // the default server.max_frame_values
+    const uint32_t within = values_max - 7;  // the map, its 3 keys, id, "health", the pad array
+    tcp_client big;
+    ASSERT_TRUE(big.connect(server->port()));
+    for (uint64_t i = 1; i <= 8; i++) {
+        ASSERT_TRUE(big.send_raw(pad_frame(i, within)));
+        auto e = next(big, 30000ms);
+        ASSERT_TRUE(e.has_value()) << "frame " << i << " of exactly max_frame_values unanswered";
+        EXPECT_EQ(e->str("code"), "bad_request") << e->outcome();
+    }
+    const uint64_t before = rss(900);
+    ASSERT_GT(before, 0u) << "rss_bytes is not reported here";
+    for (int round = 0; round < 32; round++) {
+        tcp_client h;
+        ASSERT_TRUE(h.connect(server->port()));
+        ASSERT_TRUE(h.send_raw(pad_frame(1, 1'048'000)));
+        ASSERT_EQ(::shutdown(h.fd(), SHUT_WR), 0);
+        auto e = next(h, 30000ms);
+        ASSERT_TRUE(e.has_value()) << "round " << round << ": no bad_frame";
+        EXPECT_EQ(e->str("code"), "bad_frame") << e->outcome();
+        EXPECT_NE(e->str("message").find("max_frame_values"), std::string::npos)
+            << e->str("message");
+        EXPECT_TRUE(h.wait_closed(10000ms));
+    }
+    for (uint64_t i = 9; i <= 40; i++) {
+        ASSERT_TRUE(big.send_raw(pad_frame(i, within)));
+        auto e = next(big, 30000ms);
+        ASSERT_TRUE(e.has_value()) << "frame " << i << " unanswered";
+        EXPECT_EQ(e->str("code"), "bad_request") << e->outcome();
+    }
+    const uint64_t after = rss(901);
+    const uint64_t growth = after > before ? after - before : 0;
+    EXPECT_LT(growth, uint64_t{16} << 20)
+        << "resident memory grew from " << before << " to " << after << " bytes";
 }
 
 // A client that goes on sending after a bad frame (here 8 MiB in 64 KiB pieces, not reading)

@@ -29,6 +29,8 @@ static_assert(config::max_sequences_max <= gpu::runner_seqs_max_max);  // seqs_m
 static_assert(config::flush_every_layers_max <= gpu::runner_flush_every_layers_max);
 static_assert(config::kv_block_tokens_max <= sched::kv_block_tokens_max);
 static_assert(config::kv_blocks_max <= sched::kv_blocks_max);
+static_assert(config::log_queue_lines_min >= log_queue_lines_min &&
+              config::log_queue_lines_max <= log_queue_lines_max);
 static_assert(config::kv_pool_tokens_max <= sched::kv_pool_tokens_max);
 static_assert(config::max_tokens_default_max <= sched::max_tokens_max);
 static_assert(config::fault_delay_ms_max <= gpu::fault_plan::delay_ms_max);  // plan_delay_ms
@@ -72,6 +74,7 @@ net::net_options net_options_from(const config::config& cfg, const config::liste
     o.port = a.port;
     o.connections_max = cfg.server.max_connections;
     o.frame_bytes_max = cfg.server.max_frame_bytes;
+    o.frame_values_max = cfg.server.max_frame_values;
     o.inflight_per_connection_max = cfg.server.max_inflight_per_connection;
     o.write_buffer_bytes_max = cfg.server.write_buffer_bytes_max;
     o.shutdown_grace_ms = cfg.server.shutdown_grace_ms;
@@ -116,6 +119,8 @@ gpu::gpu_actor_options gpu_options_from(const config::config& cfg, const loaded_
     r.device = cfg.gpu.device;
     r.flush_every_layers = cfg.gpu.flush_every_layers;
     r.watchdog_ms = cfg.gpu.watchdog_ms;
+    r.warmup_ms_max = cfg.gpu.warmup_ms_max;
+    r.pipeline_cache_dir = cfg.gpu.pipeline_cache_dir;
     r.kv_block_tokens = cfg.gpu.kv_block_tokens;
     r.kv_blocks = cfg.gpu.kv_blocks;
     r.kv_memory_bytes = cfg.gpu.kv_memory_bytes;

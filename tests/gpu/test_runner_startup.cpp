@@ -1,0 +1,239 @@
+// test_runner_startup.cpp: a device build that a busy machine cannot fail (issue 26), on the
+// real device (lavapipe here) and generated models.
+//
+// Checks:
+// (1) the pipeline cache file format (no device): a file round-trips for its identity; every
+//     other device, driver, build, format, magic, size or checksum is refused with a reason
+//     naming it, and so is a file cut short at any length;
+// (2) a runner with gpu.pipeline_cache_dir writes a cache file valid for its device and build;
+//     the next runner loads it ("loaded N B"); a damaged file is ignored with its reason, the
+//     runner still builds, and the file is replaced by a valid one;
+// (3) warm-up is judged by warmup_ms_max, not the watchdog: with a 1 ms watchdog (far less than
+//     a warm-up step takes on lavapipe) the runner builds, and the watchdog still applies to
+//     the steps after it (a 32-token prefill then times out: gpu_timeout);
+// (4) the gpu actor retries a first build that fails on a device fault (every warm-up past a
+//     1 ms warmup_ms_max: gpu_timeout) recovery_max more times, telling its progress
+//     (device_progress: stage, step, attempt of attempts), then device_unavailable; a build
+//     that fails on the config (gpu_bad_config: a KV pool too large) is not retried.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "gpu/client/gpu_client.hpp"
+#include "gpu/vk/pipeline_cache.hpp"
+#include "gpu_fixture.hpp"
+#include "test_runner_support.hpp"
+
+namespace ordo::gpu::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+pipeline_cache_identity some_identity() {
+    pipeline_cache_identity id;
+    id.vendor_id = 0x10de;
+    id.device_id = 0x2330;
+    id.driver_version = 580;
+    for (std::size_t i = 0; i < id.cache_uuid.size(); ++i) id.cache_uuid[i] = std::uint8_t(i * 7);
+    id.build_id = 0x0123456789abcdefull;
+    return id;
+}
+
+std::string refusal(std::span<const std::uint8_t> file, const pipeline_cache_identity& id) {
+    auto r = decode_pipeline_cache(file, id);
+    if (r) return "";
+    EXPECT_EQ(r.err().code, "gpu_cache_invalid");
+    return r.err().message;
+}
+
+TEST(PipelineCacheFile, RoundTripsAndRefusesWhatIsNotItsOwn) {
+    const pipeline_cache_identity id = some_identity();
+    const std::vector<std::uint8_t> data = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    const std::vector<std::uint8_t> file = encode_pipeline_cache(id, data);
+    ASSERT_EQ(file.size(), pipeline_cache_header_bytes + data.size());
+    auto back = decode_pipeline_cache(file, id);
+    ASSERT_TRUE(back.ok()) << back.err().message;
+    EXPECT_EQ(std::vector<std::uint8_t>(back->begin(), back->end()), data);
+
+    auto other = [&](auto change) {
+        pipeline_cache_identity o = id;
+        change(o);
+        return refusal(file, o);
+    };
+    EXPECT_NE(other([](auto& o) { o.vendor_id++; }).find("another device"), std::string::npos);
+    EXPECT_NE(other([](auto& o) { o.device_id++; }).find("another device"), std::string::npos);
+    EXPECT_NE(other([](auto& o) { o.driver_version++; }).find("driver"), std::string::npos);
+    EXPECT_NE(other([](auto& o) { o.cache_uuid[3] ^= 1; }).find("driver"), std::string::npos);
+    EXPECT_NE(other([](auto& o) { o.build_id++; }).find("ordo build"), std::string::npos);
+
+    auto flipped = [&](std::size_t at) {
+        std::vector<std::uint8_t> f = file;
+        f[at] ^= 0x40;
+        return refusal(f, id);
+    };
+    EXPECT_NE(flipped(0).find("not an ordo pipeline cache"), std::string::npos);
+    EXPECT_NE(flipped(8).find("header checksum"), std::string::npos);   // format field
+    EXPECT_NE(flipped(48).find("header checksum"), std::string::npos);  // data size field
+    EXPECT_NE(flipped(pipeline_cache_header_bytes + 2).find("data checksum"), std::string::npos);
+    std::vector<std::uint8_t> longer = file;
+    longer.push_back(0);
+    EXPECT_NE(refusal(longer, id).find("data"), std::string::npos);
+    for (std::size_t n = 0; n < file.size(); ++n) {
+        EXPECT_NE(refusal(std::span(file).first(n), id), "") << "cut at " << n << " bytes";
+    }
+    EXPECT_EQ(pipeline_cache_file_name(id), "pipelines-10de-2330.bin");
+}
+
+std::string fresh_dir(const std::string& name) {
+    fs::path d = fs::path(temp_dir()) / name;
+    fs::remove_all(d);
+    return d.string();
+}
+
+std::vector<std::uint8_t> read_bytes(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+TEST(RunnerStartup, PipelineCacheIsKeptIgnoredWhenDamagedAndReplaced) {
+    ORDO_REQUIRE_GPU();
+    auto file = open_model(synth_model(model::ggml_type::f16));
+    ASSERT_TRUE(file);
+    runner_options o = test_options();
+    o.pipeline_cache_dir = fresh_dir("pipeline_cache_test");
+    std::string path;
+    pipeline_cache_identity id;
+    {
+        auto r = make_runner(*file, o);
+        ASSERT_TRUE(r);
+        EXPECT_EQ(r->pipeline_cache_note(), "none yet");
+        const device_info& info = r->info();
+        id = {info.vendor_id, info.device_id, info.driver_version, info.pipeline_cache_uuid,
+              shader_build_id()};
+        path = (fs::path(o.pipeline_cache_dir) / pipeline_cache_file_name(id)).string();
+    }
+    ASSERT_TRUE(fs::exists(path)) << "no cache file written at " << path;
+    EXPECT_TRUE(decode_pipeline_cache(read_bytes(path), id).ok());
+    {
+        auto r = make_runner(*file, o);
+        ASSERT_TRUE(r);
+        EXPECT_EQ(r->pipeline_cache_note().rfind("loaded ", 0), 0u) << r->pipeline_cache_note();
+    }
+    // Damaged: the data's last byte flipped (or, for a driver that keeps no data, the size).
+    std::vector<std::uint8_t> bytes = read_bytes(path);
+    bytes.back() ^= 0xff;
+    std::ofstream(path, std::ios::binary | std::ios::trunc)
+        .write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+    ASSERT_FALSE(decode_pipeline_cache(read_bytes(path), id).ok());
+    {
+        auto r = make_runner(*file, o);
+        ASSERT_TRUE(r) << "a damaged cache file must not stop the build";
+        EXPECT_EQ(r->pipeline_cache_note().rfind("ignored: ", 0), 0u) << r->pipeline_cache_note();
+        std::vector<float> logits(300);
+        auto d = r->run_step(make_step(1, "decode", {make_seq(1, {5}, 0, {0})}), logits.data());
+        EXPECT_TRUE(d.ok()) << d.err().message;
+    }
+    auto replaced = decode_pipeline_cache(read_bytes(path), id);
+    EXPECT_TRUE(replaced.ok()) << "the damaged file was not replaced: " << replaced.err().message;
+    // Garbage that is not a cache file at all: ignored the same way.
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << "not a cache";
+    auto r = make_runner(*file, o);
+    ASSERT_TRUE(r);
+    EXPECT_NE(r->pipeline_cache_note().find("shorter than a header"), std::string::npos)
+        << r->pipeline_cache_note();
+}
+
+TEST(RunnerStartup, WarmUpIsJudgedByItsOwnBoundNotTheWatchdog) {
+    ORDO_REQUIRE_GPU();
+    auto file = open_model(synth_model(model::ggml_type::f16, 4, true));
+    ASSERT_TRUE(file);
+    runner_options o = test_options(false, 4);
+    o.watchdog_ms = 1;  // no warm-up step on lavapipe is this quick
+    o.warmup_ms_max = 600'000;
+    auto r = runner::create(*file, o);
+    ASSERT_TRUE(r.ok()) << "warm-up was judged by the 1 ms watchdog: " << r.err().code << ": "
+                        << r.err().message;
+    // After warm-up the watchdog applies again: a 32-token prefill of 4 layers is over 1 ms.
+    std::vector<float> logits(300);
+    auto d = (*r)->run_step(make_step(1, "prefill", {make_seq(1, test_tokens(32, 300, 9), 0,
+                                                              {0, 1, 2, 3})}),
+                            logits.data());
+    ASSERT_FALSE(d.ok()) << "a 32-token prefill finished within 1 ms: the check says nothing";
+    EXPECT_EQ(d.err().code, "gpu_timeout") << d.err().message;
+    EXPECT_TRUE((*r)->drain(120'000).ok());
+}
+
+// A gpu actor and the collector of its replies, without gpu_session (which gives up on a
+// device_unavailable at start).
+struct actor_rig {
+    reply_collector collector;
+    std::unique_ptr<logits_exchange> exchange;
+    std::unique_ptr<gpu_actor> actor;
+
+    explicit actor_rig(gpu_actor_options o) {
+        exchange = std::make_unique<logits_exchange>(o.runner.rows_max, 300);
+        EXPECT_TRUE(collector.start().ok());
+        actor = std::make_unique<gpu_actor>(std::move(o), *exchange,
+                                            gpu_replies(collector, "gpu"));
+        EXPECT_TRUE(actor->start().ok());
+    }
+    ~actor_rig() {
+        actor->request_stop();
+        EXPECT_TRUE(actor->join().ok());
+        collector.request_stop();
+        EXPECT_TRUE(collector.join().ok());
+    }
+};
+
+constexpr std::uint64_t reply_ms = 300'000;  // four device builds on a loaded 2-core machine
+
+TEST(GpuActorStartup, AFirstBuildThatTimesOutIsRetriedThenUnavailable) {
+    ORDO_REQUIRE_GPU();
+    gpu_actor_options o;
+    o.model_path = synth_model(model::ggml_type::f16, 4, true);
+    o.runner = test_options(false, 4);
+    o.runner.warmup_ms_max = 1;  // every build's warm-up times out: a device fault, retried
+    o.recovery_max = 2;
+    actor_rig rig(o);
+    auto r = rig.collector.next(reply_ms);
+    ASSERT_TRUE(r.has_value()) << "no reply to the build";
+    ASSERT_TRUE(std::holds_alternative<device_unavailable>(*r)) << reply_name(*r);
+    EXPECT_NE(std::get<device_unavailable>(*r).message.find("gpu_timeout"), std::string::npos)
+        << std::get<device_unavailable>(*r).message;
+    auto p = rig.collector.last_progress();
+    ASSERT_TRUE(p.has_value()) << "no device_progress was sent";
+    EXPECT_EQ(p->attempt, 3u) << "a first build and recovery_max (2) retries";
+    EXPECT_EQ(p->attempts_max, 3u);
+    EXPECT_EQ(p->stage, "warm-up");
+    EXPECT_EQ(p->epoch, 0u);
+    // device, a layer at a time, the warm-up's first step: per attempt, at least 6 reports.
+    EXPECT_GE(rig.collector.progress_count(), 3u * 6u);
+    EXPECT_EQ(rig.actor->progress_refused(), 0u);
+}
+
+TEST(GpuActorStartup, AFirstBuildThatFailsOnTheConfigIsNotRetried) {
+    ORDO_REQUIRE_GPU();
+    gpu_actor_options o;
+    o.model_path = synth_model(model::ggml_type::f16);
+    o.runner = test_options();
+    // A pool of more tokens than the scheduler takes: gpu_bad_config, found after the device
+    // stage (one device_progress per attempt).
+    o.runner.kv_blocks = std::uint32_t(runner_kv_pool_tokens_max / o.runner.kv_block_tokens + 1);
+    o.recovery_max = 3;
+    actor_rig rig(o);
+    auto r = rig.collector.next(reply_ms);
+    ASSERT_TRUE(r.has_value());
+    ASSERT_TRUE(std::holds_alternative<device_unavailable>(*r)) << reply_name(*r);
+    EXPECT_NE(std::get<device_unavailable>(*r).message.find("gpu_bad_config"), std::string::npos)
+        << std::get<device_unavailable>(*r).message;
+    EXPECT_EQ(rig.collector.progress_count(), 1u) << "the build was tried again";
+    auto p = rig.collector.last_progress();
+    ASSERT_TRUE(p.has_value());
+    EXPECT_EQ(p->stage, "device");
+    EXPECT_EQ(p->attempt, 1u);
+    EXPECT_EQ(p->attempts_max, 4u);
+}
+
+}  // namespace
+}  // namespace ordo::gpu::testing
