@@ -2,6 +2,7 @@
 #include "tests/support/server_process.hpp"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -39,6 +40,7 @@ int remaining_ms(clock::time_point end) {
 
 server_process::~server_process() {
     if (_pid > 0) stop();
+    if (_unread_pipe_fd >= 0) ::close(_unread_pipe_fd);
     // A failed test shows what the server said: its log is the only record of a timeout or a
     // rebuild that went wrong, and the process (and its pipe) is gone after this.
 #ifdef ORDO_WITH_GTEST
@@ -76,10 +78,17 @@ bool server_process::start(const std::string& binary, const std::vector<std::str
     // meet on its default port.
     if (!has_http_listen) full.insert(full.end(), {"--http-listen", "127.0.0.1:0"});
     full.insert(full.end(), args.begin(), args.end());
+    int err_fds[2] = {-1, -1};
+    if (_unread_pipe_bytes != 0) {
+        if (_unread_pipe_fd >= 0) ::close(_unread_pipe_fd);
+        if (::pipe2(err_fds, O_CLOEXEC) != 0) return false;
+        ::fcntl(err_fds[1], F_SETPIPE_SZ, int(_unread_pipe_bytes));  // rounded up to a page
+        _unread_pipe_fd = err_fds[0];
+    }
     _pid = fork();
     if (_pid == 0) {
         dup2(out, 1);
-        dup2(out, 2);
+        dup2(err_fds[1] >= 0 ? err_fds[1] : out, 2);
         close(out);
         std::vector<char*> argv;
         for (auto& a : full) argv.push_back(a.data());
@@ -88,6 +97,7 @@ bool server_process::start(const std::string& binary, const std::vector<std::str
         _exit(127);
     }
     _out_fd = out;
+    if (err_fds[1] >= 0) ::close(err_fds[1]);  // the child holds the write end
     static const std::regex listening(R"(ordo-server listening on \S+:(\d+))");
     static const std::regex http_listening(R"(ordo-server http listening on \S+:(\d+))");
     auto end = clock::now() + io_deadline;

@@ -31,6 +31,10 @@ public:
     server_process(const server_process&) = delete;
     server_process& operator=(const server_process&) = delete;
 
+    // Before start(): the server's stderr goes to a pipe of `pipe_bytes` (at least a page) that
+    // nobody reads, held open until this object is destroyed, as under a supervisor whose log
+    // reader has stopped. stdout still goes to output().
+    void stderr_to_unread_pipe(std::size_t pipe_bytes) { _unread_pipe_bytes = pipe_bytes; }
     // Starts `binary args...`; returns false (with stderr captured in output()) if it exited
     // before listening or did not listen within the deadline.
     bool start(const std::string& binary, const std::vector<std::string>& args);
@@ -53,6 +57,8 @@ private:
 
     int _pid = -1;
     int _out_fd = -1;
+    std::size_t _unread_pipe_bytes = 0;  // stderr_to_unread_pipe
+    int _unread_pipe_fd = -1;            // its read end, never read
     uint16_t _port = 0;
     uint16_t _http_port = 0;
     int _exit_status = -1;

@@ -4,6 +4,7 @@
 // then runs the server (exit 1 when that fails: a runtime failure such as a busy port).
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <string_view>
@@ -183,7 +184,7 @@ int main(int argc, char** argv) {
         return exit_usage;
     }
     std::string level(ordo::config::to_string(cfg->log.level));
-    if (auto st = ordo::init_logging(level, cfg->log.file); !st.ok()) {
+    if (auto st = ordo::init_logging(level, cfg->log.file, cfg->log.queue_lines); !st.ok()) {
         std::fprintf(stderr, "ordo-server: %s\n", st.err().message.c_str());
         return exit_usage;
     }
@@ -215,9 +216,13 @@ int main(int argc, char** argv) {
         print_listening("listening", host, port);
     };
     auto st = ordo::run_server(*cfg, *model, hooks, *keys);
-    if (!st.ok()) {
-        log->error("{}: {}", st.err().code, st.err().message);
-        return exit_failure;
-    }
-    return exit_ok;
+    if (!st.ok()) log->error("{}: {}", st.err().code, st.err().message);
+    // Every line logged so far reaches stderr (and the file) before exit, unless the reader has
+    // stopped reading: then shutdown waits log_flush_ms_max, not forever, and the process ends
+    // with _Exit. A normal exit would flush std::cerr, which waits for stderr's lock, and the
+    // log writer holds that lock, blocked in write(2) for good. Everything else is already shut
+    // down and stdout was flushed after each line.
+    const int code = st.ok() ? exit_ok : exit_failure;
+    if (!ordo::shutdown_logging()) std::_Exit(code);
+    return code;
 }
