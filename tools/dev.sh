@@ -9,6 +9,8 @@
 #   bash tools/dev.sh run     build + start ordo-server on etc/ordo.toml (extra args passed on)
 #   bash tools/dev.sh soak [N] build + a fault soak: ordo-fault's random mode, N requests
 #                             (default 10000; not part of `test`), on ../shared's stories260K
+#   bash tools/dev.sh loaded-test  `test` with Debian's stress-ng loading every core alongside
+#                             (a busy machine must not fail a test; not part of CI)
 #
 # Environment: ORDO_BUILD_DIR (default build), ORDO_SANITIZE=1 (ASan+UBSan build in
 # build-asan), ORDO_JOBS (default: nproc), ORDO_SOAK_SEED (default 1), ORDO_SOAK_MODEL.
@@ -133,11 +135,35 @@ run_soak() {
     --requests "${1:-10000}" --json
 }
 
+# The whole suite on a machine whose every core is busy with something else (stress-ng's CPU
+# workers at full load): start-up, timeouts and the watchdog must tell slow from hung.
+run_loaded_tests() {
+  if ! command -v stress-ng >/dev/null; then
+    local sudo=()
+    if [[ $(id -u) -ne 0 ]]; then sudo=(sudo); fi
+    log "installing stress-ng"
+    "${sudo[@]}" apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
+      stress-ng >/dev/null
+  fi
+  build
+  log "stress-ng --cpu $(nproc) alongside the tests"
+  stress-ng --cpu "$(nproc)" --timeout 0 --quiet &
+  stress_pid=$!
+  trap 'kill "$stress_pid" 2>/dev/null || true' EXIT
+  local rc=0
+  run_tests || rc=$?
+  kill "$stress_pid" 2>/dev/null || true
+  wait "$stress_pid" 2>/dev/null || true
+  return "$rc"
+}
+
 case "${1:-}" in
   setup) setup ;;
   build) build ;;
   test) run_tests ;;
   run) shift; run_server "$@" ;;
   soak) shift; run_soak "$@" ;;
-  *) sed -n '2,16p' "$0"; exit 2 ;;
+  loaded-test) run_loaded_tests ;;
+  *) sed -n '2,18p' "$0"; exit 2 ;;
 esac

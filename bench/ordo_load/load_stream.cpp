@@ -145,8 +145,10 @@ result<milliseconds> event_wait::next_slice() {
     if (now >= _silent_until || _slices++ >= _slices_max) {
         return make_error("timeout", "no event from the server within event_timeout");
     }
-    auto left = std::chrono::duration_cast<milliseconds>(std::min(_silent_until, _control.deadline) -
-                                                         now);
+    // Rounded up: a slice truncated to 0 ms returns at once, and the last millisecond before
+    // the deadline became a spin that used up _slices_max and ended the request as "timeout"
+    // instead of "duration_exceeded" (seen on a loaded machine).
+    auto left = std::chrono::ceil<milliseconds>(std::min(_silent_until, _control.deadline) - now);
     return std::min(read_slice, left + milliseconds(1));
 }
 

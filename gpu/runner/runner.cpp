@@ -197,7 +197,12 @@ status runner::warm_up() {
         }
         logits.resize(std::size_t(n_seqs) * _hp.n_vocab);
         auto r = run_step(st, logits.data());
-        if (!r) return make_error(r.err().code, "warm-up: " + r.err().message);
+        if (!r) {
+            // The stream names the bound it waited (here warmup_ms_max) as "(watchdog)".
+            return make_error(r.err().code, "warm-up: " + r.err().message +
+                                                " [gpu.warmup_ms_max " +
+                                                std::to_string(_options.warmup_ms_max) + " ms]");
+        }
         return {};
     };
     // Decode steps of 1, 2, 4 and 8 sequences (tx1, tx1t2, tx1t4, tx4), then a prefill chunk

@@ -17,8 +17,10 @@ namespace {
 constexpr size_t read_chunk_bytes = 64 * 1024;
 
 int remaining_ms(std::chrono::steady_clock::time_point end) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        end - std::chrono::steady_clock::now());
+    // Rounded up: a wait of "0 ms" while time is left would return at once, and a caller that
+    // loops until `end` would spin through its last millisecond.
+    auto left =
+        std::chrono::ceil<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
     return left.count() > 0 ? static_cast<int>(left.count()) : 0;
 }
 
