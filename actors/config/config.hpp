@@ -139,7 +139,7 @@ struct gpu_config {
     std::string device;  // "" or "auto": prefer a discrete GPU; digits: index; else name substring
     std::uint32_t flush_every_layers = 4;
     std::uint32_t watchdog_ms = 10000;
-    std::uint32_t warmup_ms_max = 600000;  // one warm-up submission, at most (not the watchdog)
+    std::uint32_t warmup_ms_max = 180000;  // one warm-up submission, at most (not the watchdog)
     std::string pipeline_cache_dir = "var/pipeline-cache";  // "": no cache on disk
     std::uint32_t kv_block_tokens = 16;  // power of two
     std::uint32_t kv_blocks = 0;         // 0: as many as fit in kv_memory_bytes

@@ -37,6 +37,10 @@ constexpr auto rules = std::to_array<cross_rule>({
      },
      "kv_blocks x kv_block_tokens must be at most 16777216 tokens (the scheduler's block table "
      "refuses a bigger pool)"},
+    {"gpu", "warmup_ms_max", "gpu", "watchdog_ms",
+     [](const config& c) { return c.gpu.warmup_ms_max >= c.gpu.watchdog_ms; },
+     "warmup_ms_max must be at least watchdog_ms (a warm-up step also compiles kernels: it is "
+     "never held to less than a step)"},
     {"fault", "plan", "fault", "enabled",
      [](const config& c) { return c.fault.plan.empty() || c.fault.enabled; },
      "a fault plan needs enabled = true (faults are injected only where fault injection is on)"},

@@ -86,7 +86,7 @@ struct runner_options {
     // gpu.warmup_ms_max: how long one warm-up submission may run. The first dispatch of a
     // pipeline compiles it (llvmpipe's JIT, a GPU driver's shader compiler), which is not a hang:
     // warm-up runs under this bound, never under watchdog_ms.
-    std::uint64_t warmup_ms_max = 600'000;
+    std::uint64_t warmup_ms_max = 180'000;
     // gpu.pipeline_cache_dir: where the Vulkan pipeline cache is kept between starts
     // (gpu/vk/pipeline_cache.hpp); empty = in memory only.
     std::string pipeline_cache_dir;

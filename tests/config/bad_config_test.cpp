@@ -143,6 +143,11 @@ const std::vector<bad_case>& bad_cases() {
          "[gpu]\nkv_blocks = 1048576\nkv_block_tokens = 32\n",
          {"t.toml:3: gpu.kv_blocks = 1048576, gpu.kv_block_tokens = 32: kv_blocks x "
           "kv_block_tokens must be at most 16777216 tokens"}},
+        // Warm-up is judged by warmup_ms_max instead of the watchdog, never by less (issue 26).
+        {"cross_warmup_below_watchdog",
+         "[gpu]\nwatchdog_ms = 20000\nwarmup_ms_max = 15000\n",
+         {"t.toml:3: gpu.warmup_ms_max = 15000, gpu.watchdog_ms = 20000: warmup_ms_max must be "
+          "at least watchdog_ms"}},
         // [fault] plan (issue 15): an array of fault kind names, checked name by name.
         {"plan_unknown_kind",
          "[fault]\nenabled = true\nplan = [\"nan_logits\", \"bogus\", \"hang\"]\n",
