@@ -279,6 +279,8 @@ TEST(auth_open, without_keys_auth_is_accepted_and_a_public_address_is_warned_abo
     auto r = get(s.http_port(), "/v1/models");
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 200);
+    // Logging is asynchronous: stopping the server flushes every line it logged.
+    EXPECT_EQ(s.stop(), 0);
     std::string out = s.output();
     EXPECT_NE(out.find("server.listen = 0.0.0.0:0 is not a loopback address and no API key"),
               std::string::npos)
