@@ -38,6 +38,7 @@
 #include <sys/socket.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -653,9 +654,17 @@ TEST_F(hardening_requests, frames_of_many_small_values_keep_resident_memory_flat
         EXPECT_EQ(e->str("code"), "bad_request") << e->outcome();
     }
     const uint64_t after = rss(901);
+#if defined(__SANITIZE_ADDRESS__)
+    // AddressSanitizer keeps freed memory in its quarantine (256 MiB by default) to catch uses
+    // after free, so resident memory says nothing about leaks in that build; every other
+    // check above still runs there.
+    std::printf("ASan build: resident memory %llu -> %llu bytes, not compared\n",
+                static_cast<unsigned long long>(before), static_cast<unsigned long long>(after));
+#else
     const uint64_t growth = after > before ? after - before : 0;
     EXPECT_LT(growth, uint64_t{16} << 20)
         << "resident memory grew from " << before << " to " << after << " bytes";
+#endif
 }
 
 // A client that goes on sending after a bad frame (here 8 MiB in 64 KiB pieces, not reading)
