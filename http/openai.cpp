@@ -164,10 +164,62 @@ const json* field(const json& body, const char* k) {
     return it == body.end() || it->is_null() ? nullptr : &*it;
 }
 
-// n and user: what ordo accepts of them only in the values that change nothing.
-std::optional<api_error> check_inert_fields(const json& body) {
+// OpenAI's fields that ask for something ordo does not do, accepted only in the values that
+// ask for exactly what ordo does anyway (docs/http.md "Accepted as no-ops"): a client library
+// that always sends its defaults works, and one that asks for more gets a 400 naming the field.
+struct inert_field {
+    std::string_view name;
+    bool completions_only;
+    bool (*accepts)(const json& v);
+    std::string_view accepted;  // the values accepted, for the error message
+    std::string_view why;       // what ordo does not do
+};
+constexpr std::array<inert_field, 9> k_inert_fields{{
+    {"tools", false, [](const json& v) { return v.is_array() && v.empty(); }, "[]",
+     "ordo does not call tools"},
+    {"tool_choice", false, [](const json& v) { return v == "none"; }, "\"none\"",
+     "ordo does not call tools"},
+    // Without tools (the only tools accepted are none) it changes nothing either way.
+    {"parallel_tool_calls", false, [](const json& v) { return v.is_boolean(); }, "a boolean",
+     "ordo does not call tools"},
+    {"functions", false, [](const json& v) { return v.is_array() && v.empty(); }, "[]",
+     "ordo does not call functions"},
+    {"function_call", false, [](const json& v) { return v == "none"; }, "\"none\"",
+     "ordo does not call functions"},
+    {"response_format", false,
+     [](const json& v) { return v.is_object() && v.size() == 1 && v.value("type", "") == "text"; },
+     "{\"type\": \"text\"}", "ordo answers in plain text (no JSON mode or schema)"},
+    {"logit_bias", false, [](const json& v) { return v.is_object() && v.empty(); }, "{}",
+     "ordo applies no logit bias"},
+    {"echo", true, [](const json& v) { return v == false; }, "false",
+     "ordo does not echo the prompt"},
+    {"suffix", true, [](const json& v) { return v == ""; }, "\"\"",
+     "ordo does not insert text (no fill-in-the-middle)"},
+}};
+
+bool is_inert_field(std::string_view k, api_kind kind) {
+    return std::any_of(k_inert_fields.begin(), k_inert_fields.end(), [&](const inert_field& f) {
+        return f.name == k && (!f.completions_only || kind == api_kind::completion);
+    });
+}
+
+// n, best_of, user and the inert fields: accepted only in the values that change nothing.
+std::optional<api_error> check_inert_fields(api_kind kind, const json& body) {
     if (const json* n = field(body, "n"); n != nullptr && !(n->is_number_integer() && *n == 1)) {
         return bad("n = " + dump(*n) + ": ordo answers one choice per request (n = 1)", "n");
+    }
+    if (const json* b = kind == api_kind::completion ? field(body, "best_of") : nullptr;
+        b != nullptr && !(b->is_number_integer() && *b == 1)) {
+        return bad("best_of = " + dump(*b) + ": ordo samples one completion per request "
+                   "(best_of = 1)", "best_of");
+    }
+    for (const inert_field& f : k_inert_fields) {
+        if (f.completions_only && kind != api_kind::completion) continue;
+        const json* v = field(body, std::string(f.name).c_str());
+        if (v == nullptr || f.accepts(*v)) continue;
+        return bad(std::string(f.name) + " = " + dump(*v) + ": " + std::string(f.why) +
+                       "; accepted: " + std::string(f.accepted) + " or null",
+                   std::string(f.name));
     }
     if (const json* u = field(body, "user"); u != nullptr && !u->is_string()) {
         return bad("user: a string, got " + kind_of(*u), "user");
@@ -236,7 +288,7 @@ std::optional<api_error> map_logprobs(api_kind kind, const json& body, api_reque
 // The OpenAI-only fields: checked here, and what they ask written into `ordo` / `out`.
 std::optional<api_error> map_openai_fields(api_kind kind, const json& body, json& ordo,
                                            api_request& out) {
-    if (auto e = check_inert_fields(body)) return e;
+    if (auto e = check_inert_fields(kind, body)) return e;
     if (auto e = map_stream(body, out)) return e;
     // max_tokens, or chat's newer name for it.
     const json* mt = field(body, "max_tokens");
@@ -254,6 +306,10 @@ std::optional<api_error> map_openai_fields(api_kind kind, const json& body, json
     ordo["stream"] = out.stream;
     for (std::string_view k : k_passed_fields) {
         if (const json* v = field(body, std::string(k).c_str())) ordo[std::string(k)] = *v;
+    }
+    // seed -1 is llama.cpp's "random": as if none were given (the scheduler draws one).
+    if (const json* s = field(body, "seed"); s != nullptr && s->is_number_integer() && *s == -1) {
+        ordo.erase("seed");
     }
     return std::nullopt;
 }
@@ -350,7 +406,9 @@ std::variant<api_request, api_error> parse_api_request(api_kind kind, std::strin
     if (auto* e = std::get_if<api_error>(&parsed)) return *e;
     json& j = std::get<json>(parsed);
     for (const auto& [k, v] : j.items()) {
-        bool known = contains(k_common_fields, k) ||
+        if (v.is_null()) continue;  // a JSON null counts as an absent field, whatever its name
+        bool known = contains(k_common_fields, k) || is_inert_field(k, kind) ||
+                     (k == "best_of" && kind == api_kind::completion) ||
                      contains(kind == api_kind::chat
                                   ? std::span<const std::string_view>(k_chat_fields)
                                   : std::span<const std::string_view>(k_completion_fields),
@@ -474,7 +532,10 @@ std::string completion_json(const answer_meta& m, const api_request& r,
               {"created", m.created},
               {"model", m.model},
               {"choices", json::array({std::move(choice)})},
-              {"usage", usage_json(done.usage)}};
+              {"usage", usage_json(done.usage)},
+              // ordo's extension: the seed the answer was sampled with (drawn by the server when
+              // the request gave none); sending it back reproduces the answer.
+              {"seed", done.seed}};
     return dump(j);
 }
 
@@ -516,6 +577,7 @@ std::string sse_final_chunk(const answer_meta& m, const api_request& r,
     }
     j["choices"] = json::array({std::move(choice)});
     if (r.include_usage) j["usage"] = nullptr;
+    j["seed"] = done.seed;  // as in the non-streamed answer: known once the request is done
     return sse(j);
 }
 
@@ -523,6 +585,7 @@ std::string sse_usage_chunk(const answer_meta& m, const net::generate_done& done
     json j = chunk_head(m);
     j["choices"] = json::array();
     j["usage"] = usage_json(done.usage);
+    j["seed"] = done.seed;
     return sse(j);
 }
 

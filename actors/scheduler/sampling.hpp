@@ -41,7 +41,8 @@ inline constexpr float repeat_penalty_max = 10.0f;   // larger values only destr
 inline constexpr float additive_penalty_max = 2.0f;  // presence/frequency: OpenAI's [-2, 2]
 inline constexpr uint32_t logprobs_max = 20;         // top-n alternatives reported per token
 inline constexpr uint32_t repeat_last_n_max = 4096;  // bounds the per-call penalty work
-inline constexpr uint64_t seed_default = 0;          // fixed, so an unseeded request repeats
+// A params default only: the scheduler draws a fresh seed for a request that gives none.
+inline constexpr uint64_t seed_default = 0;
 // A vocabulary larger than this is refused: token ids are int32 and the scratch is per sampler.
 inline constexpr uint32_t vocab_size_max = 1u << 22;
 

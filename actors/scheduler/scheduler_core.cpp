@@ -4,6 +4,7 @@
 #include "actors/scheduler/scheduler_core.hpp"
 
 #include <cassert>
+#include <random>
 
 namespace ordo::sched {
 
@@ -25,7 +26,18 @@ result<scheduler_core> scheduler_core::create(const core_options& options,
 }
 
 scheduler_core::scheduler_core(const core_options& o, const model::tokenizer* t, model_info info)
-    : _opt(o), _tok(t), _info(std::move(info)) {}
+    : _opt(o), _tok(t), _info(std::move(info)) {
+    _seed_state = o.unseeded_source;
+    if (_seed_state == 0) {
+        // std::random_device reads the OS's entropy (getrandom on Linux); the clock is mixed in
+        // so that even a device that returned a constant would not repeat across starts.
+        std::random_device rd;
+        _seed_state = (uint64_t(rd()) << 32 | rd()) ^
+                      uint64_t(std::chrono::system_clock::now().time_since_epoch().count());
+    }
+}
+
+uint64_t scheduler_core::fresh_seed() { return splitmix64_next(_seed_state); }
 
 scheduler_core::request_state* scheduler_core::find(seq_id seq) {
     auto it = _requests.find(seq);
@@ -140,7 +152,11 @@ void scheduler_core::on_generate(const generate& m, std::vector<outgoing_event>&
                                          "the queue is full (scheduler.max_queue = " +
                                              std::to_string(_opt.max_queue) + ")"));
     }
-    auto smp = sampler::create(g.sampling);
+    // A request without a seed samples afresh; the seed drawn is reported (done.seed) so the
+    // answer can be reproduced by sending it.
+    sampling_params sampling = g.sampling;
+    if (!g.seed_given) sampling.seed = fresh_seed();
+    auto smp = sampler::create(sampling);
     auto stops = stop_matcher::create(g.stop);
     if (!smp.ok() || !stops.ok()) {
         const error& e = !smp.ok() ? smp.err() : stops.err();
@@ -152,6 +168,7 @@ void scheduler_core::on_generate(const generate& m, std::vector<outgoing_event>&
     r.id = m.id;
     r.seq = seq;
     r.params = g;
+    r.params.sampling.seed = sampling.seed;
     r.smp.emplace(std::move(*smp));
     r.stops.emplace(std::move(*stops));
     if (_tok->support()) r.decoder.emplace(*_tok, g.special);  // else the text fields stay empty

@@ -70,6 +70,10 @@ struct core_options {
     // after one) a request may follow with another disk lookup.
     bool kv_disk = false;
     uint32_t restore_retry_max = 1;
+    // Where the seeds of requests that give none come from (fresh_seed): 0 = the OS's entropy
+    // mixed with the clock, so every server draws differently (OpenAI's, llama.cpp's and vLLM's
+    // behaviour: regenerating samples afresh); tests set a value to replay the draws.
+    uint64_t unseeded_source = 0;
 };
 
 // A request to the kv actor, as the scheduler hands it over (kv/kv_msgs.hpp).
@@ -314,6 +318,10 @@ private:
     std::deque<std::vector<seq_id>> _isolation;                  // groups to run alone (F4)
     std::optional<in_flight_step> _in_flight;
     seq_id _next_seq = 1;
+    // splitmix64 state of the seeds drawn for requests without one (core_options::
+    // unseeded_source); each seed drawn is reported in the request's done event.
+    uint64_t _seed_state = 0;
+    uint64_t fresh_seed();
     uint64_t _next_step = 1;
     bool _device_ready = false;
     bool _device_unavailable = false;

@@ -58,7 +58,7 @@ struct generate_request {
     std::optional<std::string> prompt;  // exactly one of prompt and tokens is given
     std::vector<int32_t> tokens;        // when prompt is not given: the prompt ids, verbatim
     uint32_t max_tokens = 0;
-    sampling_params sampling;  // seed = seed_default when not given
+    sampling_params sampling;  // seed: the scheduler draws one when not given (seed_given)
     bool seed_given = false;
     std::vector<std::string> stop;  // validated: count, length, UTF-8
     bool stream = false;

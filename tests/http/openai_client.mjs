@@ -101,4 +101,41 @@ await refused('response_format', { model, messages, response_format: { type: 'js
               400, 'response_format', OpenAI.BadRequestError);
 await refused('tools', { model, messages, tools: [{ type: 'function',
               function: { name: 'f', parameters: {} } }] }, 400, 'tools', OpenAI.BadRequestError);
+// Regenerate samples afresh: without a seed the server draws one and reports it (ordo's `seed`
+// extension); sending that seed back reproduces the answer (issue 27).
+const unseeded = { model, messages, max_tokens: 24, temperature: 1 };
+const first = await client.chat.completions.create(unseeded);
+const second = await client.chat.completions.create(unseeded);
+check(first.choices[0].message.content !== second.choices[0].message.content,
+      'two unseeded answers at temperature 1 differ',
+      [first.choices[0].message.content, second.choices[0].message.content]);
+check(typeof first.seed === 'number' && first.seed !== second.seed, 'each answer reports its seed',
+      [first.seed, second.seed]);
+// The seed is a 64-bit integer; JSON numbers past 2^53 lose digits in JavaScript, so the
+// reproduction sends the seed through the raw body.
+const firstRaw = await (await fetch(`${baseURL}/chat/completions`, {
+  method: 'POST', headers: { 'content-type': 'application/json' },
+  body: JSON.stringify({ ...unseeded, seed: 12345 }) })).json();
+const again = await client.chat.completions.create({ ...unseeded, seed: firstRaw.seed });
+check(firstRaw.seed === 12345 && again.choices[0].message.content ===
+      firstRaw.choices[0].message.content, 'a reported seed reproduces its answer',
+      [firstRaw.seed, again.choices[0].message.content, firstRaw.choices[0].message.content]);
+
+// What client libraries send by default is accepted: each of these asks for exactly what ordo
+// does anyway.
+for (const [what, extra] of [
+  ['tools: []', { tools: [] }], ['tools: null', { tools: null }],
+  ['parallel_tool_calls: null', { parallel_tool_calls: null }],
+  ['tool_choice: none', { tool_choice: 'none' }],
+  ['response_format: text', { response_format: { type: 'text' } }],
+  ['seed: -1', { seed: -1 }]]) {
+  const r = await client.chat.completions.create({ model, messages, max_tokens: 2, ...extra });
+  check(r.choices[0].finish_reason === 'length', `no-op accepted: ${what}`, r);
+}
+for (const [what, extra] of [
+  ['echo: false', { echo: false }], ['suffix: null', { suffix: null }],
+  ['best_of: 1', { best_of: 1 }]]) {
+  const r = await client.completions.create({ model, prompt: 'Once', max_tokens: 2, ...extra });
+  check(r.choices[0].finish_reason === 'length', `no-op accepted: ${what}`, r);
+}
 console.log('all checks passed');

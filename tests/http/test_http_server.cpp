@@ -207,7 +207,8 @@ TEST(http_server, endpoints_and_error_shapes) {
     expect_error(ask("{\"model\": \"tiny\", \"messages\": ["), 400, "invalid_json");
     expect_error(ask(chat_body({{"response_format", {{"type", "json_object"}}}}).dump()), 400,
                  "bad_request", "response_format");
-    expect_error(ask(chat_body({{"tools", json::array()}}).dump()), 400, "bad_request", "tools");
+    expect_error(ask(chat_body({{"tools", json::array({{{"type", "function"}}})}}).dump()), 400,
+                 "bad_request", "tools");
     expect_error(ask(chat_body({{"n", 2}}).dump()), 400, "bad_request", "n");
     expect_error(ask(chat_body({{"model", "gpt-4o"}}).dump()), 404, "model_not_found", "model");
     expect_error(ask(chat_body({{"temperature", -1}}).dump()), 400, "bad_request", "temperature");

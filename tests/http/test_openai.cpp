@@ -151,8 +151,14 @@ TEST(openai_in, refusals_name_the_field) {
     };
     for (const refusal& c : std::vector<refusal>{
              {{{"response_format", {{"type", "json_object"}}}}, "response_format"},
-             {{{"tools", json::array()}}, "tools"},
-             {{{"logit_bias", json::object()}}, "logit_bias"},
+             {{{"tools", json::array({{{"type", "function"}, {"function", {{"name", "f"}}}}})}},
+              "tools"},
+             {{{"tool_choice", "auto"}}, "tool_choice"},
+             {{{"parallel_tool_calls", 1}}, "parallel_tool_calls"},
+             {{{"logit_bias", {{"42", -100}}}}, "logit_bias"},
+             {{{"response_format", {{"type", "text"}, {"extra", 1}}}}, "response_format"},
+             {{{"unknown_field", 0}}, "unknown_field"},
+             {{{"seed", -2}}, "seed"},
              {{{"n", 2}}, "n"},
              {{{"presence_penalty", 2.5}}, "presence_penalty"},   // OpenAI's range is [-2, 2]
              {{{"frequency_penalty", "x"}}, "frequency_penalty"},
@@ -168,6 +174,49 @@ TEST(openai_in, refusals_name_the_field) {
         EXPECT_NE(e.message.find(c.param.substr(0, c.param.find('['))), std::string::npos)
             << e.message;
     }
+}
+
+// A value that asks for exactly what ordo does anyway is accepted (issue 27): what client
+// libraries send by default. A null of any field counts as absent; seed -1 is llama.cpp's
+// "random" (no seed passed on: the scheduler draws one).
+TEST(openai_in, no_op_values_are_accepted) {
+    const std::vector<json> chat_noops = {
+        {{"tools", json::array()}},          {{"tools", nullptr}},
+        {{"parallel_tool_calls", nullptr}},  {{"parallel_tool_calls", true}},
+        {{"tool_choice", "none"}},           {{"response_format", {{"type", "text"}}}},
+        {{"logit_bias", json::object()}},    {{"functions", json::array()}},
+        {{"function_call", "none"}},         {{"seed", -1}},
+        {{"some_future_field", nullptr}},
+    };
+    for (const json& extra : chat_noops) {
+        api_request r = ok(api_kind::chat, chat(extra));
+        if (extra.contains("seed")) EXPECT_FALSE(r.params.seed_given) << extra.dump();
+    }
+    json body = {{"model", "tiny"}, {"prompt", "x"}};
+    for (const json& extra : std::vector<json>{{{"echo", false}},
+                                               {{"suffix", nullptr}},
+                                               {{"suffix", ""}},
+                                               {{"best_of", 1}},
+                                               {{"seed", -1}}}) {
+        json b = body;
+        b.update(extra);
+        ok(api_kind::completion, b);
+    }
+    for (const auto& [extra, param] : std::vector<std::pair<json, std::string>>{
+             {{{"echo", true}}, "echo"},
+             {{{"suffix", "tail"}}, "suffix"},
+             {{{"best_of", 2}}, "best_of"}}) {
+        json b = body;
+        b.update(extra);
+        api_error e = refused(api_kind::completion, b);
+        EXPECT_EQ(e.param, param) << e.message;
+    }
+    // echo is a completions field: chat refuses it as unknown.
+    EXPECT_EQ(refused(api_kind::chat, chat({{"echo", false}})).param, "echo");
+    // An explicit seed is passed on as given.
+    api_request seeded = ok(api_kind::chat, chat({{"seed", 7}}));
+    EXPECT_TRUE(seeded.params.seed_given);
+    EXPECT_EQ(seeded.params.sampling.seed, 7u);
 }
 
 TEST(openai_in, ordo_range_checks_apply) {

@@ -10,7 +10,8 @@
 // reports cached tokens and gives output identical to a cold-cache server; overload, context
 // exceeded and bad parameters get their error codes; tokenize/detokenize/model answer; the
 // gpu map of model and stats describes the device and counts steps and an injected hang;
-// gpu.kernels = "storage" and "texel" each serve the golden text.
+// gpu.kernels = "storage" and "texel" each serve the golden text; requests without a seed sample
+// afresh (two at temperature 1 differ) and the seed their done event reports reproduces them.
 #include <gtest/gtest.h>
 
 #include "tests/support/shared_models.hpp"
@@ -20,6 +21,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -394,6 +396,31 @@ TEST_F(generated_server, bad_parameters_get_clear_codes) {
         EXPECT_EQ(e->str("code"), b.code) << e->str("message");
         EXPECT_NE(e->str("message").find(b.key), std::string::npos) << e->str("message");
     }
+}
+
+// Without a seed the server draws one (issue 27): two identical unseeded requests at
+// temperature 1 give different tokens, each done event reports its seed, and sending a
+// reported seed back gives that answer's tokens exactly.
+TEST_F(generated_server, unseeded_requests_sample_afresh_and_report_a_reproducing_seed) {
+    auto run = [&](uint64_t id, std::optional<uint64_t> seed) {
+        msgpack::sbuffer f =
+            seed ? frame("id", id, "op", "generate", "prompt", "hello", "max_tokens", 24,
+                         "temperature", 1, "seed", *seed)
+                 : frame("id", id, "op", "generate", "prompt", "hello", "max_tokens", 24,
+                         "temperature", 1);
+        EXPECT_TRUE(c.send(f));
+        auto evs = until_terminal(c, id);
+        EXPECT_FALSE(evs.empty());
+        EXPECT_EQ(evs.back().str("event"), "done") << evs.back().outcome();
+        return std::make_pair(evs.back().ints("tokens"), evs.back().u("seed"));
+    };
+    auto [a, seed_a] = run(1, std::nullopt);
+    auto [b, seed_b] = run(2, std::nullopt);
+    EXPECT_NE(seed_a, seed_b) << "two unseeded requests got the same seed";
+    EXPECT_NE(a, b) << "two unseeded requests at temperature 1 gave the same 24 tokens";
+    auto [again, seed_again] = run(3, seed_a);
+    EXPECT_EQ(seed_again, seed_a);
+    EXPECT_EQ(again, a) << "the reported seed did not reproduce its answer";
 }
 
 TEST_F(generated_server, full_queue_is_overloaded_at_once) {
