@@ -83,6 +83,7 @@ struct http_actor::live_request {
     bool keep_alive = true;
     bool headers_sent = false;  // a stream has begun: errors now go in the stream
     bool metrics = false;       // GET /metrics: waits for the scheduler's stats_done
+    size_t text_offset = 0;     // bytes of text streamed so far (completions' text_offset)
 };
 
 // A connection: the TCP layer's part (tcp_conn: socket, write queue, closing, lingering; its id
@@ -331,6 +332,9 @@ void http_actor::process_next(connection& c) {
 
 void http_actor::route(connection& c, http_request& r) {
     const bool ka = r.keep_alive;
+    // "/v1/chat/completions/" is "/v1/chat/completions": clients that join a base URL and a path
+    // leave a trailing slash.
+    if (r.path.size() > 1 && r.path.back() == '/') r.path.pop_back();
     const bool keyed = r.path == "/v1" || r.path.rfind("/v1/", 0) == 0 ||
                        (r.path == "/metrics" && _options.metrics_require_key);
     if (keyed && !authorized(c, r)) return;
@@ -491,10 +495,11 @@ http_actor::connection* http_actor::live_for(uint64_t conn, uint64_t id) {
 void http_actor::on(const net::token_event& m) {
     connection* c = live_for(m.conn, m.id);
     if (c == nullptr || c->live->metrics || !c->live->req.stream || !stream_begin(*c)) return;
-    const live_request& l = *c->live;
+    live_request& l = *c->live;
     // Text held back (a split character, a possible stop string) comes with a later token.
     if (!m.token.text.empty() || l.req.logprobs) {
-        stream_chunk(*c, sse_token_chunk(l.meta, l.req, m.token));
+        stream_chunk(*c, sse_token_chunk(l.meta, l.req, m.token, l.text_offset));
+        l.text_offset += m.token.text.size();
     }
 }
 

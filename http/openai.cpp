@@ -452,9 +452,18 @@ std::variant<api_request, api_error> parse_api_request(api_kind kind, std::strin
                                     : net::parse_generate(oh.get(), limits);
     if (!g) {
         const std::string& code = g.err().code;
-        return bad(
-            g.err().message, param_named_in(g.err().message),
-            code == "bad_request" ? "bad_request" : code);  // no_chat_template, template_error
+        std::string message = g.err().message;
+        std::string param = param_named_in(message);
+        // max_tokens is passed on under ordo's name: its errors name the field the client sent.
+        const std::string mt = "\"max_tokens\"";
+        if (message.rfind(mt, 0) == 0) {
+            param = kind == api_kind::chat && field(j, "max_completion_tokens") != nullptr
+                        ? "max_completion_tokens"
+                        : "max_tokens";
+            message.replace(0, mt.size(), "\"" + param + "\"");
+        }
+        return bad(message, param,
+                   code == "bad_request" ? "bad_request" : code);  // no_chat_template, ...
     }
     out.params = std::move(*g);
     return out;
@@ -548,7 +557,8 @@ std::string sse_role_chunk(const answer_meta& m) {
     return sse(j);
 }
 
-std::string sse_token_chunk(const answer_meta& m, const api_request& r, const net::token_info& t) {
+std::string sse_token_chunk(const answer_meta& m, const api_request& r, const net::token_info& t,
+                            size_t text_offset) {
     json j = chunk_head(m);
     json choice = {{"index", 0}, {"finish_reason", nullptr}};
     json logprobs = nullptr;
@@ -557,7 +567,7 @@ std::string sse_token_chunk(const answer_meta& m, const api_request& r, const ne
         if (r.logprobs) logprobs = {{"content", json::array({chat_logprob(r, t)})}};
     } else {
         choice["text"] = t.text;
-        if (r.logprobs) logprobs = completion_logprobs(r, std::span(&t, 1), 0);
+        if (r.logprobs) logprobs = completion_logprobs(r, std::span(&t, 1), text_offset);
     }
     choice["logprobs"] = std::move(logprobs);
     j["choices"] = json::array({std::move(choice)});

@@ -89,7 +89,10 @@ std::string completion_json(const answer_meta& m, const api_request& r,
 
 // Server-sent events of a streamed answer. Each returns one `data: ...\n\n` event.
 std::string sse_role_chunk(const answer_meta& m);  // chat only: the first chunk
-std::string sse_token_chunk(const answer_meta& m, const api_request& r, const net::token_info& t);
+// text_offset: bytes of text the stream carried before this token (completions' logprobs
+// text_offset counts from the start of the answer, as in the non-streamed one).
+std::string sse_token_chunk(const answer_meta& m, const api_request& r, const net::token_info& t,
+                            size_t text_offset);
 std::string sse_final_chunk(const answer_meta& m, const api_request& r,
                             const net::generate_done& done);  // finish_reason (+ usage)
 std::string sse_usage_chunk(const answer_meta& m, const net::generate_done& done);

@@ -192,6 +192,11 @@ TEST(http_server, endpoints_and_error_shapes) {
     EXPECT_EQ(body_json(*m)["data"][0]["meta"]["n_vocab"], 260);
     EXPECT_EQ(body_json(*m)["data"][0]["meta"]["n_ctx_train"], 512);
     EXPECT_EQ(body_json(*http_call(srv->http(), "GET", "/v1/models/tiny"))["id"], "tiny");
+    // A trailing slash names the same endpoint (clients joining a base URL and a path).
+    EXPECT_EQ(body_json(*http_call(srv->http(), "GET", "/v1/models/"))["object"], "list");
+    auto slashed = http_call(srv->http(), "POST", "/v1/chat/completions/", chat_body().dump());
+    ASSERT_TRUE(slashed);
+    EXPECT_EQ(slashed->status, 200) << slashed->body;
     expect_error(http_call(srv->http(), "GET", "/v1/models/gpt-4"), 404, "model_not_found",
                  "model");
     expect_error(http_call(srv->http(), "GET", "/v2/nothing"), 404, "not_found");

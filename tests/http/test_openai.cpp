@@ -286,7 +286,7 @@ TEST(openai_out, answer_and_chunks_have_openai_shapes) {
     EXPECT_EQ(a["choices"][0]["finish_reason"], "length");
     EXPECT_EQ(a["choices"][0]["logprobs"]["content"][0]["top_logprobs"].size(), 1u);
     EXPECT_EQ(a["usage"]["total_tokens"], 4);
-    std::string chunk = sse_token_chunk(m, r, t);
+    std::string chunk = sse_token_chunk(m, r, t, 0);
     ASSERT_EQ(chunk.rfind("data: ", 0), 0u);
     ASSERT_EQ(chunk.substr(chunk.size() - 2), "\n\n");
     json c = json::parse(chunk.substr(6));
@@ -301,6 +301,20 @@ TEST(openai_out, answer_and_chunks_have_openai_shapes) {
     EXPECT_EQ(ca["object"], "text_completion");
     EXPECT_EQ(ca["choices"][0]["text"], "A");
     EXPECT_EQ(ca["choices"][0]["logprobs"]["token_logprobs"][0], -0.5);
+    // A streamed completion's text_offset counts from the start of the answer, as the
+    // non-streamed one does, not from the start of each chunk.
+    json sc = json::parse(sse_token_chunk(cm, r, t, 17).substr(6));
+    EXPECT_EQ(sc["choices"][0]["logprobs"]["text_offset"][0], 17);
+}
+
+// max_tokens' range errors name the field the client sent, in the message and in param.
+TEST(openai_in, max_tokens_errors_name_the_field_sent) {
+    api_error e = refused(api_kind::chat, chat({{"max_completion_tokens", 0}}));
+    EXPECT_EQ(e.param, "max_completion_tokens");
+    EXPECT_NE(e.message.find("max_completion_tokens"), std::string::npos) << e.message;
+    e = refused(api_kind::chat, chat({{"max_tokens", 0}}));
+    EXPECT_EQ(e.param, "max_tokens");
+    EXPECT_EQ(e.message.find("max_completion_tokens"), std::string::npos) << e.message;
 }
 
 // Seeded mutations of valid bodies (bytes flipped, fields dropped or retyped): every body is
