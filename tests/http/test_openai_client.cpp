@@ -36,7 +36,6 @@ std::string temp_path(const std::string& name) {
 
 // Why the Node client cannot run here ("" when it can).
 std::string node_client_missing() {
-    const std::string modules = ORDO_NODE_MODULES;
     if (run_command("command -v node > /dev/null 2>&1").exit_code != 0) {
         return "node is not installed";
     }
@@ -56,45 +55,46 @@ std::string node_client_missing() {
         GTEST_SKIP() << missing;                                                                \
     }
 
-TEST(openai_node_client, drives_the_http_api) {
-    const std::string modules = ORDO_NODE_MODULES;
-    SKIP_WITHOUT_NODE_CLIENT();
-    const std::string model = temp_path("tiny.gguf");
+// A tiny generated model with a ChatML template, named `name` (the model id clients send).
+std::pair<std::string, std::string> tiny_model_and_template(const std::string& name) {
+    const std::string model = temp_path(name + ".gguf");
     std::string mk = std::string(ORDO_MODEL_BIN) + " mk --out " + model +
                      " --n-embd 32 --n-layer 1 --n-head 2 --n-head-kv 2 --n-ff 64"
                      " --n-vocab 260 --type f32 --seed 1 --ctx 512 > /dev/null";
-    ASSERT_EQ(std::system(mk.c_str()), 0) << mk;
-    const std::string tmpl = temp_path("chatml.jinja");
+    EXPECT_EQ(std::system(mk.c_str()), 0) << mk;
+    const std::string tmpl = temp_path(name + ".jinja");
     std::ofstream(tmpl) << "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
                            "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}"
                            "<|im_start|>assistant\n{% endif %}";
-    server_process s;
-    ASSERT_TRUE(s.start(ORDO_SERVER_BIN, {"--model", model, "--chat-template", tmpl}))
-        << s.output();
-    ASSERT_NE(s.http_port(), 0) << s.output();
-    ASSERT_EQ(wait_healthy(s.port()), "") << s.output();
-    const std::string cmd = "ORDO_NODE_MODULES='" + modules + "' timeout 300 node '" +
-                            ORDO_OPENAI_SCRIPT +
-                            "' http://127.0.0.1:" + std::to_string(s.http_port()) + "/v1 tiny 2>&1";
+    return {model, tmpl};
+}
+
+// Runs `script` (BASE_URL MODEL ARGS...) with the Node client; it must print "all checks passed".
+void run_node_script(const std::string& script, uint16_t http_port, const std::string& args) {
+    const std::string cmd = "ORDO_NODE_MODULES='" + std::string(ORDO_NODE_MODULES) +
+                            "' timeout 300 node '" + script + "' http://127.0.0.1:" +
+                            std::to_string(http_port) + "/v1 " + args + " 2>&1";
     command_result r = run_command(cmd);
     EXPECT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("all checks passed"), std::string::npos) << r.output;
     std::printf("%s", r.output.c_str());
 }
 
+TEST(openai_node_client, drives_the_http_api) {
+    SKIP_WITHOUT_NODE_CLIENT();
+    const auto [model, tmpl] = tiny_model_and_template("tiny");
+    server_process s;
+    ASSERT_TRUE(s.start(ORDO_SERVER_BIN, {"--model", model, "--chat-template", tmpl}))
+        << s.output();
+    ASSERT_NE(s.http_port(), 0) << s.output();
+    ASSERT_EQ(wait_healthy(s.port()), "") << s.output();
+    run_node_script(ORDO_OPENAI_SCRIPT, s.http_port(), "tiny");
+}
+
 // The client's `apiKey` against a server that requires one (issue 26): openai_auth.mjs.
 TEST(openai_node_client, api_key) {
-    const std::string modules = ORDO_NODE_MODULES;
     SKIP_WITHOUT_NODE_CLIENT();
-    const std::string model = temp_path("tiny-auth.gguf");
-    std::string mk = std::string(ORDO_MODEL_BIN) + " mk --out " + model +
-                     " --n-embd 32 --n-layer 1 --n-head 2 --n-head-kv 2 --n-ff 64"
-                     " --n-vocab 260 --type f32 --seed 1 --ctx 512 > /dev/null";
-    ASSERT_EQ(std::system(mk.c_str()), 0) << mk;
-    const std::string tmpl = temp_path("chatml-auth.jinja");
-    std::ofstream(tmpl) << "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
-                           "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}"
-                           "<|im_start|>assistant\n{% endif %}";
+    const auto [model, tmpl] = tiny_model_and_template("tiny-auth");
     const std::string key = "sk-node-0123456789";
     server_process s;
     ASSERT_TRUE(
@@ -102,11 +102,6 @@ TEST(openai_node_client, api_key) {
         << s.output();
     ASSERT_NE(s.http_port(), 0) << s.output();
     ASSERT_EQ(wait_healthy(s.port(), key), "") << s.output();
-    const std::string cmd = "ORDO_NODE_MODULES='" + modules + "' timeout 300 node '" +
-                            ORDO_SOURCE_DIR "/tests/http/openai_auth.mjs' http://127.0.0.1:" +
-                            std::to_string(s.http_port()) + "/v1 tiny-auth " + key + " 2>&1";
-    command_result r = run_command(cmd);
-    EXPECT_EQ(r.exit_code, 0) << r.output;
-    EXPECT_NE(r.output.find("all checks passed"), std::string::npos) << r.output;
-    std::printf("%s", r.output.c_str());
+    run_node_script(ORDO_SOURCE_DIR "/tests/http/openai_auth.mjs", s.http_port(),
+                    "tiny-auth " + key);
 }
