@@ -36,6 +36,7 @@ std::string temp_path(const std::string& name) {
 
 // Why the Node client cannot run here ("" when it can).
 std::string node_client_missing() {
+    const std::string modules = ORDO_NODE_MODULES;
     if (run_command("command -v node > /dev/null 2>&1").exit_code != 0) {
         return "node is not installed";
     }
