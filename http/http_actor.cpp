@@ -82,7 +82,9 @@ struct http_actor::live_request {
     answer_meta meta;
     bool keep_alive = true;
     bool headers_sent = false;  // a stream has begun: errors now go in the stream
-    bool metrics = false;       // GET /metrics: waits for the scheduler's stats_done
+    // What the scheduler's answer will be: generate's events, stats_done (GET /metrics),
+    // tokenize_done (POST /tokenize) or detokenize_done (POST /detokenize).
+    enum class kind { generate, metrics, tokenize, detokenize } waits = kind::generate;
     size_t text_offset = 0;     // bytes of text streamed so far (completions' text_offset)
 };
 
@@ -336,6 +338,7 @@ void http_actor::route(connection& c, http_request& r) {
     // leave a trailing slash.
     if (r.path.size() > 1 && r.path.back() == '/') r.path.pop_back();
     const bool keyed = r.path == "/v1" || r.path.rfind("/v1/", 0) == 0 ||
+                       r.path == "/tokenize" || r.path == "/detokenize" ||
                        (r.path == "/metrics" && _options.metrics_require_key);
     if (keyed && !authorized(c, r)) return;
     auto only = [&](const char* method) {
@@ -348,6 +351,8 @@ void http_actor::route(connection& c, http_request& r) {
         if (only("GET")) get_health(c, r);
     } else if (r.path == "/metrics") {
         if (only("GET")) get_metrics(c, r);
+    } else if (r.path == "/tokenize" || r.path == "/detokenize") {
+        if (only("POST")) start_tokens(c, r);
     } else if (r.path == "/v1/models") {
         if (only("GET")) respond(c, 200, "application/json", models_json(_options.model), ka);
     } else if (r.path.rfind("/v1/models/", 0) == 0) {
@@ -428,7 +433,7 @@ void http_actor::get_metrics(connection& c, const http_request& r) {
     live_request l;
     l.id = c.next_request_id++;
     l.keep_alive = r.keep_alive;
-    l.metrics = true;
+    l.waits = live_request::kind::metrics;
     sched::stats_query q{c.conn(), l.id, {}, counters_map()};
     if (_options.net_counters) q.net = _options.net_counters();
     if (auto st = _to_scheduler.tell(q); !st.ok()) {
@@ -442,10 +447,62 @@ void http_actor::get_metrics(connection& c, const http_request& r) {
     c.live = std::move(l);
 }
 
+// llama.cpp server's /tokenize and /detokenize: the scheduler's tokenize and detokenize ops.
+void http_actor::start_tokens(connection& c, const http_request& r) {
+    live_request l;
+    l.id = c.next_request_id++;
+    l.keep_alive = r.keep_alive;
+    status sent;
+    if (r.path == "/tokenize") {
+        auto t = parse_tokenize_request(r.body);
+        if (auto* e = std::get_if<api_error>(&t)) return respond_error(c, *e, r.keep_alive);
+        auto& m = std::get<sched::tokenize>(t);
+        m.conn = c.conn(), m.id = l.id;
+        l.waits = live_request::kind::tokenize;
+        sent = _to_scheduler.tell(m);
+    } else {
+        auto d = parse_detokenize_request(r.body, _options.limits);
+        if (auto* e = std::get_if<api_error>(&d)) return respond_error(c, *e, r.keep_alive);
+        auto& m = std::get<sched::detokenize>(d);
+        m.conn = c.conn(), m.id = l.id;
+        l.waits = live_request::kind::detokenize;
+        sent = _to_scheduler.tell(m);
+    }
+    if (!sent.ok()) {
+        bool stopped = sent.err().code == "actor_stopped";
+        respond_error(c,
+                      {stopped ? 503 : 429, stopped ? "shutting_down" : "overloaded",
+                       sent.err().message, ""},
+                      r.keep_alive);
+        return;
+    }
+    c.live = std::move(l);
+}
+
+void http_actor::on(const net::tokenize_done& m) {
+    connection* c = live_for(m.conn, m.id);
+    if (c == nullptr) return;
+    if (c->live->waits != live_request::kind::tokenize) {
+        return unexpected(m.conn, m.id, m.msg_name);
+    }
+    respond(*c, 200, "application/json", tokenize_json(m), c->live->keep_alive);
+}
+
+void http_actor::on(const net::detokenize_done& m) {
+    connection* c = live_for(m.conn, m.id);
+    if (c == nullptr) return;
+    if (c->live->waits != live_request::kind::detokenize) {
+        return unexpected(m.conn, m.id, m.msg_name);
+    }
+    respond(*c, 200, "application/json", detokenize_json(m), c->live->keep_alive);
+}
+
 void http_actor::on(const net::stats_done& m) {
     connection* c = live_for(m.conn, m.id);
     if (c == nullptr) return;
-    if (!c->live->metrics) return unexpected(m.conn, m.id, m.msg_name);
+    if (c->live->waits != live_request::kind::metrics) {
+        return unexpected(m.conn, m.id, m.msg_name);
+    }
     respond(*c, 200, "text/plain; version=0.0.4; charset=utf-8", prometheus_text(m.stats),
             c->live->keep_alive);
 }
@@ -494,7 +551,10 @@ http_actor::connection* http_actor::live_for(uint64_t conn, uint64_t id) {
 
 void http_actor::on(const net::token_event& m) {
     connection* c = live_for(m.conn, m.id);
-    if (c == nullptr || c->live->metrics || !c->live->req.stream || !stream_begin(*c)) return;
+    if (c == nullptr || c->live->waits != live_request::kind::generate || !c->live->req.stream ||
+        !stream_begin(*c)) {
+        return;
+    }
     live_request& l = *c->live;
     // Text held back (a split character, a possible stop string) comes with a later token.
     if (!m.token.text.empty() || l.req.logprobs) {
@@ -506,7 +566,9 @@ void http_actor::on(const net::token_event& m) {
 void http_actor::on(const net::generate_done& m) {
     connection* c = live_for(m.conn, m.id);
     if (c == nullptr) return;
-    if (c->live->metrics) return unexpected(m.conn, m.id, m.msg_name);
+    if (c->live->waits != live_request::kind::generate) {
+        return unexpected(m.conn, m.id, m.msg_name);
+    }
     const live_request& l = *c->live;
     if (!l.req.stream) {
         respond(*c, 200, "application/json", completion_json(l.meta, l.req, m), l.keep_alive);

@@ -106,7 +106,8 @@ public:
     http_actor(http_options options, size_t mailbox_capacity);
     ~http_actor() override;
 
-    using scheduler_outbox = actors::outbox<sched::generate, sched::stats_query>;
+    using scheduler_outbox = actors::outbox<sched::generate, sched::stats_query, sched::tokenize,
+                                            sched::detokenize>;
 
     // Before start(): where requests go.
     template <typename Scheduler>
@@ -127,8 +128,8 @@ public:
     void on(const net::generate_done& m);
     void on(const net::request_error& m);
     // Answers to ops this front door never sends: a bug if one names a live request.
-    void on(const net::tokenize_done& m) { unexpected(m.conn, m.id, m.msg_name); }
-    void on(const net::detokenize_done& m) { unexpected(m.conn, m.id, m.msg_name); }
+    void on(const net::tokenize_done& m);    // POST /tokenize
+    void on(const net::detokenize_done& m);  // POST /detokenize
     void on(const net::cancel_done& m) { unexpected(m.conn, m.id, m.msg_name); }
     void on(const net::model_done& m) { unexpected(m.conn, m.id, m.msg_name); }
     void on(const net::stats_done& m);
@@ -168,6 +169,7 @@ private:
     void start_generate(connection& c, http_request& r, api_kind kind);
     void get_health(connection& c, const http_request& r);
     void get_metrics(connection& c, const http_request& r);
+    void start_tokens(connection& c, const http_request& r);  // /tokenize, /detokenize
     // Whether `r` may go on: true when no key is needed or it carries a right one; otherwise
     // it has been answered (401, or 429 and the connection closes for a cut-off address).
     bool authorized(connection& c, const http_request& r);

@@ -469,6 +469,87 @@ std::variant<api_request, api_error> parse_api_request(api_kind kind, std::strin
     return out;
 }
 
+namespace {
+
+// Refuses any field but `known` (a null counts as absent), naming it.
+std::optional<api_error> only_fields(const json& j, std::initializer_list<std::string_view> known) {
+    for (const auto& [k, v] : j.items()) {
+        if (v.is_null()) continue;
+        if (std::find(known.begin(), known.end(), k) == known.end()) {
+            return bad(net::fields::quote(k) + ": unsupported field", k);
+        }
+    }
+    return std::nullopt;
+}
+
+// An optional boolean field: `fallback` when absent.
+std::variant<bool, api_error> bool_field(const json& j, const char* k, bool fallback) {
+    const json* v = field(j, k);
+    if (v == nullptr) return fallback;
+    if (!v->is_boolean()) return bad(std::string(k) + ": a boolean, got " + kind_of(*v), k);
+    return v->get<bool>();
+}
+
+}  // namespace
+
+std::variant<sched::tokenize, api_error> parse_tokenize_request(std::string_view body) {
+    auto parsed = parse_body(body);
+    if (auto* e = std::get_if<api_error>(&parsed)) return *e;
+    const json& j = std::get<json>(parsed);
+    if (auto e = only_fields(j, {"content", "add_special", "parse_special", "with_pieces"})) {
+        return *e;
+    }
+    const json* content = field(j, "content");
+    if (content == nullptr || !content->is_string()) {
+        return bad("content: required, a string", "content");
+    }
+    sched::tokenize t;
+    t.text = content->get<std::string>();
+    auto add = bool_field(j, "add_special", false);
+    if (auto* e = std::get_if<api_error>(&add)) return *e;
+    auto special = bool_field(j, "parse_special", true);
+    if (auto* e = std::get_if<api_error>(&special)) return *e;
+    auto pieces = bool_field(j, "with_pieces", false);
+    if (auto* e = std::get_if<api_error>(&pieces)) return *e;
+    if (std::get<bool>(pieces)) {
+        return bad("with_pieces: only false (ask /detokenize for a token's text)", "with_pieces");
+    }
+    t.add_bos = std::get<bool>(add);
+    t.special = std::get<bool>(special);
+    return t;
+}
+
+std::variant<sched::detokenize, api_error> parse_detokenize_request(
+    std::string_view body, const net::request_limits& limits) {
+    auto parsed = parse_body(body);
+    if (auto* e = std::get_if<api_error>(&parsed)) return *e;
+    const json& j = std::get<json>(parsed);
+    if (auto e = only_fields(j, {"tokens"})) return *e;
+    const json* tokens = field(j, "tokens");
+    if (tokens == nullptr || !tokens->is_array()) {
+        return bad("tokens: required, an array of token ids", "tokens");
+    }
+    sched::detokenize d;
+    d.special = true;  // as llama.cpp's server: a control token shows its text
+    for (size_t i = 0; i < tokens->size(); i++) {
+        const json& t = (*tokens)[i];
+        if (!t.is_number_integer() || t < 0 ||
+            (limits.vocab_size != 0 && t >= int64_t(limits.vocab_size))) {
+            return bad("tokens[" + std::to_string(i) + "] = " + dump(t) +
+                           ": a token id 0.." + std::to_string(limits.vocab_size) + " (exclusive)",
+                       "tokens");
+        }
+        d.tokens.push_back(t.get<int32_t>());
+    }
+    return d;
+}
+
+std::string tokenize_json(const net::tokenize_done& d) { return dump({{"tokens", d.tokens}}); }
+
+std::string detokenize_json(const net::detokenize_done& d) {
+    return dump({{"content", d.text}});
+}
+
 int status_of(net::errc code) {
     using net::errc;
     switch (code) {

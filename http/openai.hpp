@@ -66,6 +66,18 @@ std::variant<api_request, api_error> parse_api_request(api_kind kind, std::strin
                                                        const net::request_limits& limits,
                                                        const served_model& model);
 
+// llama.cpp server's /tokenize and /detokenize (docs/http.md "Tokens"), parsed into the
+// scheduler's ops (conn and id left for the caller). /tokenize: {"content": string,
+// "add_special": bool = false (BOS/EOS as the model adds them), "parse_special": bool = true
+// (control-token text becomes those tokens), "with_pieces": false only}. /detokenize:
+// {"tokens": [ids < the vocabulary]}; control tokens show their text. Errors: 400 naming the
+// field.
+std::variant<sched::tokenize, api_error> parse_tokenize_request(std::string_view body);
+std::variant<sched::detokenize, api_error> parse_detokenize_request(
+    std::string_view body, const net::request_limits& limits);
+std::string tokenize_json(const net::tokenize_done& d);      // {"tokens": [...]}
+std::string detokenize_json(const net::detokenize_done& d);  // {"content": "..."}
+
 // The `code` of a 401 (missing or wrong API key), as OpenAI's API names it.
 inline constexpr std::string_view invalid_api_key_code = "invalid_api_key";
 

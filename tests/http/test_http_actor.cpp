@@ -35,7 +35,8 @@ using test::http_conn;
 using test::http_request_text;
 using test::probe;
 
-using sched_probe = probe<sched::generate, sched::stats_query, sched::client_gone>;
+using sched_probe = probe<sched::generate, sched::stats_query, sched::tokenize, sched::detokenize,
+                          sched::client_gone>;
 
 struct rig {
     explicit rig(http::http_options o = options()) : http(std::move(o), 1024) {

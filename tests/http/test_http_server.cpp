@@ -28,6 +28,9 @@
 // (12) --http-listen "" turns the HTTP front door off: no HTTP listening line, the protocol serves.
 // (13) SIGTERM while a slowed stream runs longer than server.shutdown_grace_ms: the stream ends
 //     with a shutting_down error event (no [DONE]) and the server exits 0.
+// (17) llama.cpp's /tokenize and /detokenize: the ids equal the protocol's tokenize op's
+//     (add_special and parse_special as its add_bos and special), detokenize gives the text
+//     back, and bad bodies are 400 naming the field.
 // (10) GET /metrics after some traffic: Prometheus text with the stats op's counters and gauges
 //     (net, http, scheduler, kv, gpu), the histograms (time to first token, ...) counting the
 //     requests served, and `promtool check metrics` (Debian's prometheus package) accepting it;
@@ -222,6 +225,48 @@ TEST(http_server, endpoints_and_error_shapes) {
     EXPECT_EQ(fine->status, 200) << fine->body;
     // A context overflow is the scheduler's refusal, as 400 in the same shape.
     expect_error(ask(chat_body({{"max_tokens", 100000}}).dump()), 400, "context_exceeded");
+}
+
+// (17)
+TEST(http_server, tokenize_and_detokenize_as_llama_cpp_names_them) {
+    START();
+    tcp_client c;
+    ASSERT_TRUE(c.connect(srv->proc.port()));
+    const std::string text = "Hello there, <|im_start|> world";
+    for (bool add_special : {false, true}) {
+        for (bool parse_special : {false, true}) {
+            SCOPED_TRACE(std::to_string(add_special) + std::to_string(parse_special));
+            json t = json::parse(post(srv->http(), "/tokenize",
+                                      {{"content", text},
+                                       {"add_special", add_special},
+                                       {"parse_special", parse_special}}));
+            event e = op(c, 1 + 2 * add_special + parse_special, "tokenize",
+                         {{"text", text}, {"add_bos", add_special}, {"special", parse_special}});
+            ASSERT_EQ(e.str("event"), "done") << e.outcome();
+            EXPECT_EQ(t["tokens"].get<std::vector<int32_t>>(), e.ints("tokens"));
+        }
+    }
+    // Defaults: add_special false, parse_special true (llama.cpp's).
+    json plain = json::parse(post(srv->http(), "/tokenize", {{"content", text}}));
+    event want = op(c, 9, "tokenize", {{"text", text}, {"add_bos", false}, {"special", true}});
+    EXPECT_EQ(plain["tokens"].get<std::vector<int32_t>>(), want.ints("tokens"));
+    json back = json::parse(post(srv->http(), "/detokenize", {{"tokens", plain["tokens"]}}));
+    EXPECT_EQ(back["content"], text);
+    // A trailing slash and keep-alive work as for the other endpoints.
+    json again = json::parse(post(srv->http(), "/tokenize/", {{"content", "x"}}));
+    EXPECT_FALSE(again["tokens"].empty());
+
+    expect_error(http_call(srv->http(), "POST", "/tokenize", json{{"text", "x"}}.dump()), 400,
+                 "bad_request", "text");
+    expect_error(http_call(srv->http(), "POST", "/tokenize", json::object().dump()), 400,
+                 "bad_request", "content");
+    expect_error(http_call(srv->http(), "POST", "/tokenize",
+                           json{{"content", "x"}, {"with_pieces", true}}.dump()),
+                 400, "bad_request", "with_pieces");
+    expect_error(http_call(srv->http(), "POST", "/detokenize",
+                           json{{"tokens", json::array({1, 999999})}}.dump()),
+                 400, "bad_request", "tokens");
+    expect_error(http_call(srv->http(), "GET", "/tokenize"), 405, "method_not_allowed");
 }
 
 // (2)

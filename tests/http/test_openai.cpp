@@ -190,7 +190,9 @@ TEST(openai_in, no_op_values_are_accepted) {
     };
     for (const json& extra : chat_noops) {
         api_request r = ok(api_kind::chat, chat(extra));
-        if (extra.contains("seed")) EXPECT_FALSE(r.params.seed_given) << extra.dump();
+        if (extra.contains("seed")) {
+            EXPECT_FALSE(r.params.seed_given) << extra.dump();
+        }
     }
     json body = {{"model", "tiny"}, {"prompt", "x"}};
     for (const json& extra : std::vector<json>{{{"echo", false}},

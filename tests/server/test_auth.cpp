@@ -194,6 +194,9 @@ TEST(auth_http, v1_needs_a_bearer_key_health_and_metrics_stay_open) {
         ASSERT_TRUE(c.connect(s.http_port()));
         ASSERT_TRUE(c.send(http_request_text("POST", "/v1/chat/completions", "{}")));
         expect_401(c.read(), "POST without a key");
+        // llama.cpp's token endpoints are keyed like /v1/*.
+        ASSERT_TRUE(c.send(http_request_text("POST", "/tokenize", "{\"content\": \"x\"}")));
+        expect_401(c.read(), "/tokenize without a key");
         ASSERT_TRUE(c.send(http_request_text("GET", "/v1/models", "", bearer(file_key))));
         auto r = c.read();
         ASSERT_TRUE(r);
@@ -208,11 +211,11 @@ TEST(auth_http, v1_needs_a_bearer_key_health_and_metrics_stay_open) {
     auto metrics = get(s.http_port(), "/metrics");
     ASSERT_TRUE(metrics);
     EXPECT_EQ(metrics->status, 200) << metrics->body;
-    EXPECT_NE(metrics->body.find("ordo_http_auth_failures_total 4"), std::string::npos)
+    EXPECT_NE(metrics->body.find("ordo_http_auth_failures_total 5"), std::string::npos)
         << metrics->body;
     EXPECT_NE(metrics->body.find("ordo_net_auth_failures_total 0"), std::string::npos);
     json m = stats_maps(s.port(), file_key);
-    EXPECT_EQ(m["http"]["auth_failures"], 4) << m.dump();
+    EXPECT_EQ(m["http"]["auth_failures"], 5) << m.dump();
 }
 
 TEST(auth_http, metrics_require_key_keys_metrics) {
