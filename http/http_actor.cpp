@@ -82,9 +82,7 @@ struct http_actor::live_request {
     answer_meta meta;
     bool keep_alive = true;
     bool headers_sent = false;  // a stream has begun: errors now go in the stream
-    // What the scheduler's answer will be: generate's events, stats_done (GET /metrics),
-    // tokenize_done (POST /tokenize) or detokenize_done (POST /detokenize).
-    enum class kind { generate, metrics, tokenize, detokenize } waits = kind::generate;
+    awaited waits = awaited::generate;
     size_t text_offset = 0;     // bytes of text streamed so far (completions' text_offset)
 };
 
@@ -412,7 +410,7 @@ void http_actor::refuse_cut_off(connection& c, uint64_t left_ms) {
                                           "\r\n"
                                     : "";
     api_error e{429, std::string(net::wire_name(net::errc::unauthorized)),
-                "too many failed authentications from this address: refused for now", ""};
+                net::cut_off_message(left_ms), ""};
     respond(c, e.status, "application/json", error_json(e), false, retry);
 }
 
@@ -433,18 +431,10 @@ void http_actor::get_metrics(connection& c, const http_request& r) {
     live_request l;
     l.id = c.next_request_id++;
     l.keep_alive = r.keep_alive;
-    l.waits = live_request::kind::metrics;
+    l.waits = awaited::metrics;
     sched::stats_query q{c.conn(), l.id, {}, counters_map()};
     if (_options.net_counters) q.net = _options.net_counters();
-    if (auto st = _to_scheduler.tell(q); !st.ok()) {
-        bool stopped = st.err().code == "actor_stopped";
-        respond_error(
-            c,
-            {stopped ? 503 : 429, stopped ? "shutting_down" : "overloaded", st.err().message, ""},
-            r.keep_alive);
-        return;
-    }
-    c.live = std::move(l);
+    if (scheduler_took(c, _to_scheduler.tell(q), r.keep_alive)) c.live = std::move(l);
 }
 
 // llama.cpp server's /tokenize and /detokenize: the scheduler's tokenize and detokenize ops.
@@ -458,53 +448,55 @@ void http_actor::start_tokens(connection& c, const http_request& r) {
         if (auto* e = std::get_if<api_error>(&t)) return respond_error(c, *e, r.keep_alive);
         auto& m = std::get<sched::tokenize>(t);
         m.conn = c.conn(), m.id = l.id;
-        l.waits = live_request::kind::tokenize;
+        l.waits = awaited::tokenize;
         sent = _to_scheduler.tell(m);
     } else {
         auto d = parse_detokenize_request(r.body, _options.limits);
         if (auto* e = std::get_if<api_error>(&d)) return respond_error(c, *e, r.keep_alive);
         auto& m = std::get<sched::detokenize>(d);
         m.conn = c.conn(), m.id = l.id;
-        l.waits = live_request::kind::detokenize;
+        l.waits = awaited::detokenize;
         sent = _to_scheduler.tell(m);
     }
-    if (!sent.ok()) {
-        bool stopped = sent.err().code == "actor_stopped";
-        respond_error(c,
-                      {stopped ? 503 : 429, stopped ? "shutting_down" : "overloaded",
-                       sent.err().message, ""},
-                      r.keep_alive);
-        return;
-    }
-    c.live = std::move(l);
+    if (scheduler_took(c, sent, r.keep_alive)) c.live = std::move(l);
+}
+
+bool http_actor::scheduler_took(connection& c, const status& sent, bool keep_alive) {
+    if (sent.ok()) return true;
+    // The scheduler's mailbox is full (or it is stopping): refuse now rather than queue.
+    bool stopped = sent.err().code == "actor_stopped";
+    respond_error(c,
+                  {stopped ? 503 : 429, stopped ? "shutting_down" : "overloaded",
+                   sent.err().message, ""},
+                  keep_alive);
+    return false;
+}
+
+http_actor::connection* http_actor::live_awaiting(uint64_t conn, uint64_t id, awaited a,
+                                                  const char* what) {
+    connection* c = live_for(conn, id);
+    if (c == nullptr || c->live->waits == a) return c;
+    unexpected(conn, id, what);
+    return nullptr;
 }
 
 void http_actor::on(const net::tokenize_done& m) {
-    connection* c = live_for(m.conn, m.id);
-    if (c == nullptr) return;
-    if (c->live->waits != live_request::kind::tokenize) {
-        return unexpected(m.conn, m.id, m.msg_name);
+    if (connection* c = live_awaiting(m.conn, m.id, awaited::tokenize, m.msg_name)) {
+        respond(*c, 200, "application/json", tokenize_json(m), c->live->keep_alive);
     }
-    respond(*c, 200, "application/json", tokenize_json(m), c->live->keep_alive);
 }
 
 void http_actor::on(const net::detokenize_done& m) {
-    connection* c = live_for(m.conn, m.id);
-    if (c == nullptr) return;
-    if (c->live->waits != live_request::kind::detokenize) {
-        return unexpected(m.conn, m.id, m.msg_name);
+    if (connection* c = live_awaiting(m.conn, m.id, awaited::detokenize, m.msg_name)) {
+        respond(*c, 200, "application/json", detokenize_json(m), c->live->keep_alive);
     }
-    respond(*c, 200, "application/json", detokenize_json(m), c->live->keep_alive);
 }
 
 void http_actor::on(const net::stats_done& m) {
-    connection* c = live_for(m.conn, m.id);
-    if (c == nullptr) return;
-    if (c->live->waits != live_request::kind::metrics) {
-        return unexpected(m.conn, m.id, m.msg_name);
+    if (connection* c = live_awaiting(m.conn, m.id, awaited::metrics, m.msg_name)) {
+        respond(*c, 200, "text/plain; version=0.0.4; charset=utf-8", prometheus_text(m.stats),
+                c->live->keep_alive);
     }
-    respond(*c, 200, "text/plain; version=0.0.4; charset=utf-8", prometheus_text(m.stats),
-            c->live->keep_alive);
 }
 
 void http_actor::start_generate(connection& c, http_request& r, api_kind kind) {
@@ -525,15 +517,7 @@ void http_actor::start_generate(connection& c, http_request& r, api_kind kind) {
     l.meta.created = unix_seconds();
     l.meta.model = _options.model.id;
     sched::generate g{c.conn(), l.id, l.req.params};
-    if (auto st = _to_scheduler.tell(g); !st.ok()) {
-        // The scheduler's mailbox is full (or it is stopping): refuse now rather than queue.
-        bool stopped = st.err().code == "actor_stopped";
-        respond_error(
-            c,
-            {stopped ? 503 : 429, stopped ? "shutting_down" : "overloaded", st.err().message, ""},
-            r.keep_alive);
-        return;
-    }
+    if (!scheduler_took(c, _to_scheduler.tell(g), r.keep_alive)) return;
     if (l.req.stream) _counters.streams++;
     c.live = std::move(l);
 }
@@ -551,7 +535,7 @@ http_actor::connection* http_actor::live_for(uint64_t conn, uint64_t id) {
 
 void http_actor::on(const net::token_event& m) {
     connection* c = live_for(m.conn, m.id);
-    if (c == nullptr || c->live->waits != live_request::kind::generate || !c->live->req.stream ||
+    if (c == nullptr || c->live->waits != awaited::generate || !c->live->req.stream ||
         !stream_begin(*c)) {
         return;
     }
@@ -564,11 +548,8 @@ void http_actor::on(const net::token_event& m) {
 }
 
 void http_actor::on(const net::generate_done& m) {
-    connection* c = live_for(m.conn, m.id);
+    connection* c = live_awaiting(m.conn, m.id, awaited::generate, m.msg_name);
     if (c == nullptr) return;
-    if (c->live->waits != live_request::kind::generate) {
-        return unexpected(m.conn, m.id, m.msg_name);
-    }
     const live_request& l = *c->live;
     if (!l.req.stream) {
         respond(*c, 200, "application/json", completion_json(l.meta, l.req, m), l.keep_alive);

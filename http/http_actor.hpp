@@ -176,6 +176,14 @@ private:
     void refuse_cut_off(connection& c, uint64_t left_ms);
     connection* live_for(uint64_t conn, uint64_t id);
     void unexpected(uint64_t conn, uint64_t id, const char* what);
+    // What a live request waits for from the scheduler: generate's events, stats_done
+    // (GET /metrics), tokenize_done (POST /tokenize) or detokenize_done (POST /detokenize).
+    enum class awaited : std::uint8_t { generate, metrics, tokenize, detokenize };
+    // live_for, when that request awaits `a`; an answer it does not await is unexpected().
+    connection* live_awaiting(uint64_t conn, uint64_t id, awaited a, const char* what);
+    // Whether the scheduler took a request (`sent`: its tell); when it refused (a full mailbox,
+    // or stopping) the request is answered at once, 429 overloaded or 503 shutting_down.
+    bool scheduler_took(connection& c, const status& sent, bool keep_alive);
 
     // Writing. respond: a whole answer with Content-Length; the stream_* ones an SSE answer in
     // chunked transfer encoding. Each ends the request (finish) when the answer is complete.

@@ -174,7 +174,7 @@ struct inert_field {
     std::string_view accepted;  // the values accepted, for the error message
     std::string_view why;       // what ordo does not do
 };
-constexpr std::array<inert_field, 9> k_inert_fields{{
+constexpr std::array<inert_field, 10> k_inert_fields{{
     {"tools", false, [](const json& v) { return v.is_array() && v.empty(); }, "[]",
      "ordo does not call tools"},
     {"tool_choice", false, [](const json& v) { return v == "none"; }, "\"none\"",
@@ -195,6 +195,8 @@ constexpr std::array<inert_field, 9> k_inert_fields{{
      "ordo does not echo the prompt"},
     {"suffix", true, [](const json& v) { return v == ""; }, "\"\"",
      "ordo does not insert text (no fill-in-the-middle)"},
+    {"best_of", true, [](const json& v) { return v.is_number_integer() && v == 1; }, "1",
+     "ordo samples one completion per request"},
 }};
 
 bool is_inert_field(std::string_view k, api_kind kind) {
@@ -203,15 +205,10 @@ bool is_inert_field(std::string_view k, api_kind kind) {
     });
 }
 
-// n, best_of, user and the inert fields: accepted only in the values that change nothing.
+// n, user and the inert fields: accepted only in the values that change nothing.
 std::optional<api_error> check_inert_fields(api_kind kind, const json& body) {
     if (const json* n = field(body, "n"); n != nullptr && !(n->is_number_integer() && *n == 1)) {
         return bad("n = " + dump(*n) + ": ordo answers one choice per request (n = 1)", "n");
-    }
-    if (const json* b = kind == api_kind::completion ? field(body, "best_of") : nullptr;
-        b != nullptr && !(b->is_number_integer() && *b == 1)) {
-        return bad("best_of = " + dump(*b) + ": ordo samples one completion per request "
-                   "(best_of = 1)", "best_of");
     }
     for (const inert_field& f : k_inert_fields) {
         if (f.completions_only && kind != api_kind::completion) continue;
@@ -408,7 +405,6 @@ std::variant<api_request, api_error> parse_api_request(api_kind kind, std::strin
     for (const auto& [k, v] : j.items()) {
         if (v.is_null()) continue;  // a JSON null counts as an absent field, whatever its name
         bool known = contains(k_common_fields, k) || is_inert_field(k, kind) ||
-                     (k == "best_of" && kind == api_kind::completion) ||
                      contains(kind == api_kind::chat
                                   ? std::span<const std::string_view>(k_chat_fields)
                                   : std::span<const std::string_view>(k_completion_fields),

@@ -2,13 +2,11 @@
 // file write; no state shared with anything else.
 #include "model/gguf_writer.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <cassert>
-#include <cerrno>
 #include <cstring>
 #include <set>
+
+#include "actors/runtime/atomic_file.hpp"
 
 namespace ordo::model {
 
@@ -204,36 +202,7 @@ std::vector<uint8_t> gguf_writer::to_bytes(gguf_layout* layout) const {
 
 status gguf_writer::write_file(const std::string& path) const {
     std::vector<uint8_t> bytes = to_bytes();
-    std::string tmp = path + ".tmp." + std::to_string(::getpid());
-    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return make_error("gguf_io", "cannot create " + tmp + ": " + std::strerror(errno));
-    size_t done = 0;
-    while (done < bytes.size()) {
-        ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) {
-            int e = errno;
-            ::close(fd);
-            ::unlink(tmp.c_str());
-            return make_error("gguf_io", "cannot write " + tmp + ": " + std::strerror(e));
-        }
-        done += static_cast<size_t>(n);
-    }
-    int sync_rc = ::fsync(fd);
-    int sync_errno = errno;
-    int close_rc = ::close(fd);
-    if (sync_rc != 0 || close_rc != 0) {
-        int e = sync_rc != 0 ? sync_errno : errno;
-        ::unlink(tmp.c_str());
-        return make_error("gguf_io", "cannot flush " + tmp + ": " + std::strerror(e));
-    }
-    if (::rename(tmp.c_str(), path.c_str()) != 0) {
-        int e = errno;
-        ::unlink(tmp.c_str());
-        return make_error("gguf_io", "cannot rename " + tmp + " to " + path + ": " +
-                                         std::strerror(e));
-    }
-    return {};
+    return write_file_atomically(path, bytes, "gguf_io");
 }
 
 }  // namespace ordo::model

@@ -99,7 +99,8 @@ public:
     gguf_header_overrides overrides;  // applied by to_bytes / write_file
 
     std::vector<uint8_t> to_bytes(gguf_layout* layout = nullptr) const;
-    // Writes to `path` atomically: a temporary file beside it, fsync, rename. Error: gguf_io.
+    // Writes to `path` atomically (write_file_atomically: a temporary file beside it, fsync,
+    // rename). Error: gguf_io.
     status write_file(const std::string& path) const;
 
     size_t kv_count() const { return _kv.size(); }

@@ -107,11 +107,13 @@ result<std::vector<std::string>> load_api_keys_file(const std::string& path) {
                                                " lets group or others use it; it holds secrets: "
                                                "chmod 600 it"));
     }
-    if (uint64_t(st.st_size) > api_keys_file_bytes_max) {
+    // Checked by size first, then by what is read (the file may grow meanwhile).
+    auto too_large = [&] {
         return make_error("config_invalid",
                           file_error(path, "larger than " +
                                                std::to_string(api_keys_file_bytes_max) + " bytes"));
-    }
+    };
+    if (uint64_t(st.st_size) > api_keys_file_bytes_max) return too_large();
     std::string text;
     char buf[4096];
     while (text.size() <= api_keys_file_bytes_max) {
@@ -124,11 +126,7 @@ result<std::vector<std::string>> load_api_keys_file(const std::string& path) {
         if (n == 0) break;
         text.append(buf, size_t(n));
     }
-    if (text.size() > api_keys_file_bytes_max) {
-        return make_error("config_invalid",
-                          file_error(path, "larger than " +
-                                               std::to_string(api_keys_file_bytes_max) + " bytes"));
-    }
+    if (text.size() > api_keys_file_bytes_max) return too_large();
     auto keys = parse_api_keys(text, "server.api_keys_file " + path);
     if (!keys.ok()) return keys.err();
     if (keys->empty()) {
@@ -248,6 +246,11 @@ auth_verdict auth_gate::check(std::string_view address, std::optional<std::strin
 }
 
 // ---- helpers for the doors ------------------------------------------------------------------
+
+std::string cut_off_message(uint64_t left_ms) {
+    return "too many failed authentications from this address: refused for " +
+           (left_ms > 0 ? std::to_string((left_ms + 999) / 1000) + " s more" : "now");
+}
 
 std::optional<std::string_view> bearer_key(std::string_view authorization) {
     std::string_view v = trim(authorization);

@@ -151,6 +151,10 @@ private:
     auth_failures _table;
 };
 
+// What a cut-off client is told, on either door: left_ms the cool-down still to run (0: not
+// said, as when the cut-off is found at a request rather than at accept).
+std::string cut_off_message(uint64_t left_ms);
+
 // The key of an HTTP Authorization header's value "Bearer KEY" (the scheme in any case, spaces
 // around the key ignored); nullopt for another scheme or no key.
 std::optional<std::string_view> bearer_key(std::string_view authorization);

@@ -133,9 +133,7 @@ void net_actor::accept_one() {
     if (uint64_t left_ms = _options.auth ? _options.auth->cooldown_left_ms(c.peer_address) : 0;
         left_ms > 0) {
         _counters.auth_refused++;
-        fail_connection(c, errc::unauthorized,
-                        "too many failed authentications from this address: refused for " +
-                            std::to_string((left_ms + 999) / 1000) + " s more");
+        fail_connection(c, errc::unauthorized, cut_off_message(left_ms));
         return;
     }
     // At the limit, connections whose client already closed them (their EOF not read yet: a
@@ -392,9 +390,7 @@ void net_actor::op_auth(connection& c, uint64_t id, std::optional<std::string_vi
             return;
         case auth_verdict::cut_off:
             _counters.auth_refused++;
-            fail_connection(c, errc::unauthorized,
-                            "too many failed authentications from this address: refused for now",
-                            id);
+            fail_connection(c, errc::unauthorized, cut_off_message(0), id);
             return;
     }
 }

@@ -39,9 +39,9 @@ struct auth_op {
     std::string key;
 };
 
-using op = std::variant<health_op, auth_op, sched::stats_query, sched::model_info_query, sched::generate,
-                        sched::cancel, sched::tokenize, sched::detokenize, sched::fault,
-                        sched::session_delete>;
+using op = std::variant<health_op, auth_op, sched::stats_query, sched::model_info_query,
+                        sched::generate, sched::cancel, sched::tokenize, sched::detokenize,
+                        sched::fault, sched::session_delete>;
 
 // The typed op of request `r` with its id set (conn 0: the caller fills it in). Errors:
 // bad_request naming the key, or unknown_op; `chat` and `apply_template` also no_chat_template

@@ -125,7 +125,6 @@ std::shared_ptr<spdlog::logger> logger(const std::string& name) {
     auto& s = state();
     std::lock_guard lock(s.mutex);
     if (auto existing = spdlog::get(name)) return existing;
-    ensure_sinks_locked(s);
     ensure_pool_locked(s, log_queue_lines_default);
     std::shared_ptr<spdlog::logger> l;
     if (s.pool) {

@@ -65,13 +65,16 @@ void gpu_actor::start_job(job_kind kind) {
     _job.nan = false;
     _job.res = {};
     _job.segment.clear();
-    if (kind == job_kind::build || kind == job_kind::rebuild) {
-        // The first build and its retries make epoch 0; a rebuild makes the next epoch.
-        // begin_recovery counts a rebuild before it starts; a first build's retries count here.
-        _job.epoch = kind == job_kind::build ? 0 : _epoch + 1;
-        _job.attempt = kind == job_kind::build ? _rebuilds_in_row + 1 : _rebuilds_in_row;
-        _job.attempts_max = kind == job_kind::build ? _options.recovery_max + 1
-                                                    : _options.recovery_max;
+    if (kind == job_kind::build) {
+        // The first build and its retries make epoch 0; finish_build counts each retry.
+        _job.epoch = 0;
+        _job.attempt = _rebuilds_in_row + 1;
+        _job.attempts_max = _options.recovery_max + 1;
+    } else if (kind == job_kind::rebuild) {
+        // A rebuild makes the next epoch; begin_recovery counted it before it started.
+        _job.epoch = _epoch + 1;
+        _job.attempt = _rebuilds_in_row;
+        _job.attempts_max = _options.recovery_max;
     }
     _work.data = this;
     int rc = uv_queue_work(loop(), &_work, &gpu_actor::work_cb, &gpu_actor::after_work_cb);

@@ -1,17 +1,14 @@
 // pipeline_cache.cpp: see pipeline_cache.hpp.
 #include "gpu/vk/pipeline_cache.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
 #include <xxhash.h>
 
-#include <atomic>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 
+#include "actors/runtime/atomic_file.hpp"
 #include "gpu/vk/device.hpp"
 #include "gpu/vk/vk_util.hpp"
 
@@ -39,51 +36,6 @@ std::uint64_t get64(const std::uint8_t* p) {
 }
 
 error invalid(const std::string& why) { return make_error("gpu_cache_invalid", why); }
-error io_error(const std::string& what, int err) {
-    return make_error("gpu_cache_io", what + ": " + std::strerror(err));
-}
-
-// Whole-file write: temporary file beside the target, fsync, rename, fsync the folder.
-status write_atomically(const std::string& dir, const std::string& path,
-                        std::span<const std::uint8_t> bytes) {
-    static std::atomic<std::uint64_t> counter{0};
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    if (ec) return make_error("gpu_cache_io", "cannot create " + dir + ": " + ec.message());
-    std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." +
-                      std::to_string(counter.fetch_add(1));
-    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return io_error("cannot create " + tmp, errno);
-    std::size_t done = 0;
-    while (done < bytes.size()) {
-        ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) {
-            int e = n < 0 ? errno : EIO;
-            ::close(fd);
-            ::unlink(tmp.c_str());
-            return io_error("cannot write " + tmp, e);
-        }
-        done += static_cast<std::size_t>(n);
-    }
-    if (::fsync(fd) != 0 || ::close(fd) != 0) {
-        int e = errno;
-        ::unlink(tmp.c_str());
-        return io_error("cannot sync " + tmp, e);
-    }
-    if (::rename(tmp.c_str(), path.c_str()) != 0) {
-        int e = errno;
-        ::unlink(tmp.c_str());
-        return io_error("cannot rename " + tmp + " to " + path, e);
-    }
-    int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        (void)::fsync(dfd);  // the rename is durable once the folder is; best effort
-        ::close(dfd);
-    }
-    return {};
-}
-
 // The file's bytes, or an empty vector with `note` saying why there are none.
 std::vector<std::uint8_t> read_file(const std::string& path, std::string& note) {
     std::error_code ec;
@@ -237,7 +189,10 @@ status pipeline_cache::save() {
     if (r != VK_SUCCESS && r != VK_INCOMPLETE) return vk_error(r, "vkGetPipelineCacheData");
     data.resize(size);
     if (_loaded && data == _loaded_data) return {};  // nothing new since the file was read
-    status w = write_atomically(_dir, path(), encode_pipeline_cache(_id, data));
+    std::error_code ec;
+    std::filesystem::create_directories(_dir, ec);
+    if (ec) return make_error("gpu_cache_io", "cannot create " + _dir + ": " + ec.message());
+    status w = write_file_atomically(path(), encode_pipeline_cache(_id, data), "gpu_cache_io");
     if (!w) return w;
     _loaded_data = std::move(data);
     _loaded = true;

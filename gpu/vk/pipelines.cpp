@@ -48,15 +48,19 @@ const pipeline_source& source_of(pipeline_id id) {
 }  // namespace
 
 std::uint64_t shader_build_id() {
-    XXH3_state_t* st = XXH3_createState();
-    ORDO_GPU_CHECK(st != nullptr, "XXH3_createState");
-    XXH3_64bits_reset(st);
-    for (std::size_t i = 0; i < pipeline_count; ++i) {
-        const pipeline_source& src = source_of(static_cast<pipeline_id>(i));
-        XXH3_64bits_update(st, src.code, src.words * sizeof(std::uint32_t));
-    }
-    std::uint64_t id = XXH3_64bits_digest(st);
-    XXH3_freeState(st);
+    // The embedded modules never change while the process runs: hashed once, not per build.
+    static const std::uint64_t id = [] {
+        XXH3_state_t* st = XXH3_createState();
+        ORDO_GPU_CHECK(st != nullptr, "XXH3_createState");
+        XXH3_64bits_reset(st);
+        for (std::size_t i = 0; i < pipeline_count; ++i) {
+            const pipeline_source& src = source_of(static_cast<pipeline_id>(i));
+            XXH3_64bits_update(st, src.code, src.words * sizeof(std::uint32_t));
+        }
+        const std::uint64_t digest = XXH3_64bits_digest(st);
+        XXH3_freeState(st);
+        return digest;
+    }();
     return id;
 }
 

@@ -206,7 +206,9 @@ status run_server(const config::config& cfg, const loaded_model& model, const se
     if (http_address) warn_if_open(keys, *http_address, "http.listen");
     // One gate for both doors: a client that fails on one is cut off on the other too.
     auto auth = std::make_shared<net::auth_gate>(keys);
-    if (keys.required()) log->info("API keys: {} configured; both front doors require one", keys.size());
+    if (keys.required()) {
+        log->info("API keys: {} configured; both front doors require one", keys.size());
+    }
 
     // Signal watchers first: a SIGTERM that arrives while the actors start must take the
     // orderly path, not the default action.
