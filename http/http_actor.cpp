@@ -32,10 +32,14 @@ const char* reason_phrase(int status) {
             return "Continue";
         case 200:
             return "OK";
+        case 204:
+            return "No Content";
         case 400:
             return "Bad Request";
         case 401:
             return "Unauthorized";
+        case 403:
+            return "Forbidden";
         case 404:
             return "Not Found";
         case 405:
@@ -73,6 +77,20 @@ uint64_t unix_seconds() {
     return uint64_t(std::time(nullptr));
 }
 
+// The one method an endpoint answers (besides OPTIONS), or null: no such endpoint. A trailing
+// slash has been stripped already.
+const char* endpoint_method(std::string_view path) {
+    for (std::string_view p : {"/health", "/metrics", "/v1/models"}) {
+        if (path == p) return "GET";
+    }
+    if (path.starts_with("/v1/models/")) return "GET";
+    for (std::string_view p : {"/tokenize", "/detokenize", "/v1/chat/completions",
+                               "/v1/completions"}) {
+        if (path == p) return "POST";
+    }
+    return nullptr;
+}
+
 }  // namespace
 
 // The request a connection is answering: what the answer must look like and how far it got.
@@ -103,6 +121,9 @@ struct http_actor::connection final : net::tcp_conn {
     // Neither timeout runs while a net_stop_reading fault pauses the connection (_pauses): it
     // is the server that is not reading.
     std::optional<clock::time_point> idle_since;
+    // The Access-Control-Allow-Origin of the request being answered (cors.hpp), set by route
+    // and reset by finish; nullopt: its answer gets no CORS headers.
+    std::optional<std::string> cors_origin;
 
     connection(uint64_t i, const http_options& opt)
         : reader(opt.header_bytes_max, opt.body_bytes_max) {
@@ -112,7 +133,9 @@ struct http_actor::connection final : net::tcp_conn {
 };
 
 http_actor::http_actor(http_options options, size_t mailbox_capacity)
-    : actor("http", mailbox_capacity), _options(std::move(options)) {}
+    : actor("http", mailbox_capacity),
+      _options(std::move(options)),
+      _cors(_options.cors_allow_origins) {}
 
 http_actor::~http_actor() = default;
 
@@ -331,30 +354,41 @@ void http_actor::process_next(connection& c) {
 }
 
 void http_actor::route(connection& c, http_request& r) {
+    assert(!c.live && !c.cors_origin);
     const bool ka = r.keep_alive;
     // "/v1/chat/completions/" is "/v1/chat/completions": clients that join a base URL and a path
     // leave a trailing slash.
     if (r.path.size() > 1 && r.path.back() == '/') r.path.pop_back();
+    c.cors_origin = _cors.allowed(r.header("origin"));
+    const char* method = endpoint_method(r.path);
+    // Before the key check: a browser sends its preflight without credentials.
+    if (r.method == "OPTIONS") return answer_options(c, r, method);
     const bool keyed = r.path == "/v1" || r.path.rfind("/v1/", 0) == 0 ||
                        r.path == "/tokenize" || r.path == "/detokenize" ||
                        (r.path == "/metrics" && _options.metrics_require_key);
     if (keyed && !authorized(c, r)) return;
-    auto only = [&](const char* method) {
-        if (r.method == method) return true;
+    if (method == nullptr) {
+        respond_error(
+            c,
+            {404, "not_found",
+             "no endpoint " + net::fields::quote(r.path) + " (docs/http.md lists them)", ""},
+            ka);
+        return;
+    }
+    if (r.method != method) {
         respond_error(
             c, {405, "method_not_allowed", r.method + " " + r.path + ": use " + method, ""}, ka);
-        return false;
-    };
+        return;
+    }
     if (r.path == "/health") {
-        if (only("GET")) get_health(c, r);
+        get_health(c, r);
     } else if (r.path == "/metrics") {
-        if (only("GET")) get_metrics(c, r);
+        get_metrics(c, r);
     } else if (r.path == "/tokenize" || r.path == "/detokenize") {
-        if (only("POST")) start_tokens(c, r);
+        start_tokens(c, r);
     } else if (r.path == "/v1/models") {
-        if (only("GET")) respond(c, 200, "application/json", models_json(_options.model), ka);
+        respond(c, 200, "application/json", models_json(_options.model), ka);
     } else if (r.path.rfind("/v1/models/", 0) == 0) {
-        if (!only("GET")) return;
         if (r.path.substr(std::string_view("/v1/models/").size()) == _options.model.id) {
             respond(c, 200, "application/json", model_json(_options.model), ka);
         } else {
@@ -365,16 +399,44 @@ void http_actor::route(connection& c, http_request& r) {
                 ka);
         }
     } else if (r.path == "/v1/chat/completions") {
-        if (only("POST")) start_generate(c, r, api_kind::chat);
-    } else if (r.path == "/v1/completions") {
-        if (only("POST")) start_generate(c, r, api_kind::completion);
+        start_generate(c, r, api_kind::chat);
     } else {
-        respond_error(
-            c,
-            {404, "not_found",
-             "no endpoint " + net::fields::quote(r.path) + " (docs/http.md lists them)", ""},
-            ka);
+        assert(r.path == "/v1/completions");
+        start_generate(c, r, api_kind::completion);
     }
+}
+
+// cors.hpp has the rules. A preflight's answer has no body; a refused one is 403 without CORS
+// headers, so the browser stops there, while curl and the log see why.
+void http_actor::answer_options(connection& c, const http_request& r, const char* method) {
+    const bool ka = r.keep_alive;
+    if (method == nullptr) {
+        respond_error(c,
+                      {404, "not_found",
+                       "no endpoint " + net::fields::quote(r.path) + " (docs/http.md lists them)",
+                       ""},
+                      ka);
+        return;
+    }
+    const std::string methods = std::string(method) + ", OPTIONS";
+    if (!is_preflight(r)) {
+        respond(c, 204, "", "", ka, "Allow: " + methods + "\r\n");
+        return;
+    }
+    if (!c.cors_origin) {
+        const std::string* origin = r.header("origin");
+        log().info("http connection {}: preflight from origin {} refused", c.id,
+                   net::fields::quote(*origin));
+        respond_error(c,
+                      {403, "origin_not_allowed",
+                       "origin " + net::fields::quote(*origin) +
+                           " may not call this server (http.cors_allow_origins)",
+                       ""},
+                      ka);
+        return;
+    }
+    respond(c, 204, "", "", ka,
+            cors_policy::preflight_headers(methods, r.header("access-control-request-headers")));
 }
 
 bool http_actor::authorized(connection& c, const http_request& r) {
@@ -652,10 +714,15 @@ void http_actor::respond(connection& c, int status, std::string_view content_typ
     (status >= 500   ? _counters.responses_5xx
      : status >= 400 ? _counters.responses_4xx
                      : _counters.responses_2xx)++;
-    std::string out = "HTTP/1.1 " + std::to_string(status) + " " + reason_phrase(status) +
-                      "\r\nContent-Type: " + std::string(content_type) +
-                      "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+    std::string out = "HTTP/1.1 " + std::to_string(status) + " " + reason_phrase(status) + "\r\n";
+    // RFC 9110: a 204 has no body and no Content-Length.
+    assert(status != 204 || body.empty());
+    if (status != 204) {
+        out += "Content-Type: " + std::string(content_type) +
+               "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+    }
     if (!keep_alive) out += "Connection: close\r\n";
+    out += _cors.answer_headers(c.cors_origin);
     out += extra_headers;
     out += "\r\n";
     out += body;
@@ -676,6 +743,7 @@ bool http_actor::stream_begin(connection& c) {
         "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
         "Transfer-Encoding: chunked\r\n";
     if (!l.keep_alive) head += "Connection: close\r\n";
+    head += _cors.answer_headers(c.cors_origin);
     head += "\r\n";
     if (!_conns.send(c, std::move(head))) return false;
     if (l.meta.kind == api_kind::chat) stream_chunk(c, sse_role_chunk(l.meta));
@@ -698,6 +766,7 @@ void http_actor::stream_end(connection& c) {
 // The answer of the live (or refused) request is written: the next may run.
 void http_actor::finish(connection& c, bool keep_alive) {
     c.live.reset();
+    c.cors_origin.reset();
     if (!keep_alive) {
         // Lingering: the client may still be sending (a refused body, pipelined requests).
         _conns.close_after_writes(c, "Connection: close", true);

@@ -21,7 +21,9 @@
 // bytes, so the client reads the answer and not a reset. With API keys configured
 // (net/api_keys.hpp) /v1/* (and /metrics when http.metrics_require_key) need
 // `Authorization: Bearer KEY` (401 otherwise), and a client address that keeps failing is
-// refused at accept (429) for a cool-down; /health stays open.
+// refused at accept (429) for a cool-down; /health stays open. Browser pages of the origins in
+// http.cors_allow_origins may call it (cors.hpp: preflights answered without a key, and
+// Access-Control-Allow-Origin on their answers).
 #pragma once
 
 #include <uv.h>
@@ -41,6 +43,7 @@
 #include "actors/runtime/delivery.hpp"
 #include "actors/runtime/outbox.hpp"
 #include "actors/scheduler/scheduler_msgs.hpp"
+#include "http/cors.hpp"
 #include "http/openai.hpp"
 #include "http/request_reader.hpp"
 #include "net/api_keys.hpp"
@@ -74,6 +77,7 @@ struct http_options {
     // configured: nothing needs a key.
     std::shared_ptr<net::auth_gate> auth;
     bool metrics_require_key = false;  // http.metrics_require_key
+    std::vector<std::string> cors_allow_origins;  // http.cors_allow_origins (validated)
 };
 
 // Counted on the HTTP actor's loop; atomic so that another thread (the net actor, filling the
@@ -166,6 +170,8 @@ private:
     void update_reading(connection& c);
     void process_next(connection& c);
     void route(connection& c, http_request& r);
+    // OPTIONS: a CORS preflight (cors.hpp) or a plain one (204 with Allow); never keyed.
+    void answer_options(connection& c, const http_request& r, const char* method);
     void start_generate(connection& c, http_request& r, api_kind kind);
     void get_health(connection& c, const http_request& r);
     void get_metrics(connection& c, const http_request& r);
@@ -185,8 +191,9 @@ private:
     // or stopping) the request is answered at once, 429 overloaded or 503 shutting_down.
     bool scheduler_took(connection& c, const status& sent, bool keep_alive);
 
-    // Writing. respond: a whole answer with Content-Length; the stream_* ones an SSE answer in
-    // chunked transfer encoding. Each ends the request (finish) when the answer is complete.
+    // Writing. respond: a whole answer with Content-Length (none for a 204, which has no body);
+    // the stream_* ones an SSE answer in chunked transfer encoding. Each ends the request
+    // (finish) when the answer is complete. Both add the CORS headers of the request answered.
     void respond(connection& c, int status, std::string_view content_type, std::string body,
                  bool keep_alive, std::string_view extra_headers = {});
     void respond_error(connection& c, const api_error& e, bool keep_alive);
@@ -200,6 +207,7 @@ private:
     std::map<std::string, uint64_t> counters_map() const;
 
     http_options _options;
+    cors_policy _cors;
     scheduler_outbox _to_scheduler;
     actors::outbox<sched::client_gone> _gone_out;
     gone_delivery _gone;

@@ -313,6 +313,8 @@ std::optional<api_error> map_openai_fields(api_kind kind, const json& body, json
 
 std::string type_of_status(int status) {
     switch (status) {
+        case 403:
+            return "permission_error";  // OpenAI's PermissionDeniedError
         case 404:
             return "not_found_error";
         case 429:

@@ -71,7 +71,8 @@ std::string array_text(const toml::array& a) {
     return out + "]";
 }
 
-// A choice_list from a TOML array: "" and the names in `names`, or what is wrong with it.
+// A choice_list's names or a string_list's strings from a TOML array: "" and the strings in
+// `names`, or what is wrong with it.
 std::string names_of(const key_spec& spec, const toml::array& a, std::vector<std::string>& names) {
     for (const toml::node& n : a) {
         if (!n.is_string()) {
@@ -90,7 +91,9 @@ std::uint32_t line_of(const toml::key& k) {
 // Applies one TOML value to cfg after checking its type and domain; false when refused.
 bool apply_node(const key_spec& spec, const toml::node& node, std::uint32_t line, config& cfg,
                 report& r) {
-    const bool list = spec.kind == value_kind::choice_list && node.is_array();
+    const bool list =
+        (spec.kind == value_kind::choice_list || spec.kind == value_kind::string_list) &&
+        node.is_array();
     const std::string value = list ? array_text(*node.as_array()) : node_text(node);
     auto wrong_type = [&] {
         r.add(line, spec, value,
@@ -129,6 +132,14 @@ bool apply_node(const key_spec& spec, const toml::node& node, std::uint32_t line
             why = names_of(spec, *node.as_array(), names);
             if (why.empty()) why = choice_list_from_names(spec, names, indices);
             if (why.empty()) spec.set_list(cfg, indices);
+            break;
+        }
+        case value_kind::string_list: {
+            if (!list) return wrong_type();
+            std::vector<std::string> strings;
+            why = names_of(spec, *node.as_array(), strings);
+            if (why.empty()) why = check_strs_value(spec, strings);
+            if (why.empty()) spec.set_strs(cfg, strings);
             break;
         }
     }
@@ -210,12 +221,13 @@ bool int_from_text(const key_spec& spec, std::string_view text, std::int64_t& ou
             return true;
         case value_kind::string:
         case value_kind::choice_list:
+        case value_kind::string_list:
             break;
     }
     return false;
 }
 
-// "a,b" as the names a choice_list override gives; "" is the empty list.
+// "a,b" as the names a choice_list or string_list override gives; "" is the empty list.
 std::vector<std::string> split_names(std::string_view text) {
     std::vector<std::string> names;
     while (!text.empty()) {
@@ -291,6 +303,15 @@ status apply_override(config& cfg, std::string_view key, std::string_view value)
         }
         return r.finish();
     }
+    if (spec->kind == value_kind::string_list) {
+        const std::vector<std::string> strings = split_names(value);
+        if (auto why = check_strs_value(*spec, strings); !why.empty()) {
+            r.add(0, *spec, shown, why);
+        } else {
+            spec->set_strs(cfg, strings);
+        }
+        return r.finish();
+    }
     if (spec->kind == value_kind::string) {
         if (auto why = check_str_value(*spec, value); !why.empty()) {
             r.add(0, *spec, shown, why);
@@ -320,6 +341,10 @@ status validate(const config& cfg, std::string_view source_name) {
             }
         } else if (spec.kind == value_kind::choice_list) {
             if (auto why = check_list_value(spec, spec.get_list(cfg)); !why.empty()) {
+                r.add(0, spec, value_toml(spec, cfg), why);
+            }
+        } else if (spec.kind == value_kind::string_list) {
+            if (auto why = check_strs_value(spec, spec.get_strs(cfg)); !why.empty()) {
                 r.add(0, spec, value_toml(spec, cfg), why);
             }
         } else {

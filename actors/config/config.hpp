@@ -85,6 +85,9 @@ inline constexpr std::uint32_t fault_delay_ms_max = 10000;  // gpu: a step_delay
 // Entries of fault.plan at most: a kind may be listed more than once to be drawn more often,
 // and a few dozen entries give any weighting a soak needs.
 inline constexpr std::size_t fault_plan_entries_max = 64;
+// Entries of http.cors_allow_origins at most: a browser app has a handful of origins; a longer
+// list is a mistake, and every preflight scans it.
+inline constexpr std::size_t cors_allow_origins_max = 64;
 
 std::string_view to_string(batch_failure_policy v);
 std::string_view to_string(kv_dtype v);
@@ -124,6 +127,10 @@ struct http_config {
     std::uint32_t linger_ms = 5000;
     std::uint32_t max_linger_bytes = 67108864;
     bool metrics_require_key = false;  // with API keys configured, GET /metrics needs one too
+    // Origins ("https://app.example.com", or "*" for any) whose browser pages may call the API:
+    // preflights answered, Access-Control-Allow-Origin sent (docs/http.md "Browsers (CORS)").
+    // Empty: no CORS headers at all, the same-origin policy holds.
+    std::vector<std::string> cors_allow_origins;
     bool operator==(const http_config&) const = default;
 };
 
@@ -221,9 +228,10 @@ result<config> parse(std::string_view toml_text, std::string_view source_name);
 
 // Sets one key ("server.listen", "log.level", ...) from its command-line text, checked with the
 // same rules as the file; errors name the key with source "command line". Strings are taken
-// verbatim, integers in decimal, booleans as true/false, enums by name, arrays of enum names as
-// the names separated by commas ("nan_logits,hang"; "" = empty). Cross-key rules are not
-// checked here (a later override may fix an earlier one): call validate() after the last one.
+// verbatim, integers in decimal, booleans as true/false, enums by name, arrays of enum names or
+// of strings as the entries separated by commas ("nan_logits,hang"; "" = empty). Cross-key
+// rules are not checked here (a later override may fix an earlier one): call validate() after
+// the last one.
 status apply_override(config& cfg, std::string_view key, std::string_view value);
 
 // Checks every value range and every cross-key rule of an in-memory config (parse runs the same

@@ -179,6 +179,13 @@ std::string value_toml(const key_spec& spec, const config& cfg) {
             }
             return out + "]";
         }
+        case value_kind::string_list: {
+            std::string out = "[";
+            for (const std::string& entry : spec.get_strs(cfg)) {
+                out += (out.size() > 1 ? ", " : "") + quote_toml(entry);
+            }
+            return out + "]";
+        }
     }
     return "?";
 }

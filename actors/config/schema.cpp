@@ -9,6 +9,8 @@
 #include <limits>
 #include <type_traits>
 
+#include "actors/config/internal.hpp"
+
 namespace ordo::config {
 namespace {
 
@@ -73,6 +75,14 @@ struct list_field {
         member.clear();
         for (std::int64_t i : v) member.push_back(static_cast<entry>(i));
     }
+};
+
+// Accessors for a std::vector<std::string> member M of section S.
+template <auto S, auto M>
+struct strings_field {
+    using type = std::remove_cvref_t<decltype(std::declval<config&>().*S.*M)>;
+    static const std::vector<std::string>& get_strs(const config& c) { return (c.*S).*M; }
+    static void set_strs(config& c, const std::vector<std::string>& v) { (c.*S).*M = v; }
 };
 
 template <auto S, auto M>
@@ -148,6 +158,21 @@ constexpr key_spec choice_list(std::string_view section, std::string_view name,
     return s;
 }
 
+template <auto S, auto M>
+constexpr key_spec string_list(std::string_view section, std::string_view name,
+                               std::size_t entries_max, std::string_view doc,
+                               std::string (*check)(std::string_view) = nullptr) {
+    using f = strings_field<S, M>;
+    static_assert(std::is_same_v<typename f::type, std::vector<std::string>>,
+                  "string_list key on a member that is not a vector of strings");
+    key_spec s = row(section, name, value_kind::string_list, doc);
+    s.entries_max = entries_max;
+    s.get_strs = &f::get_strs;
+    s.set_strs = &f::set_strs;
+    s.check_str = check;
+    return s;
+}
+
 std::string power_of_two(std::int64_t v) {
     return (v & (v - 1)) == 0 ? "" : "must be a power of two";
 }
@@ -192,6 +217,33 @@ bool valid_utf8(std::string_view v) {
         i += extra + 1;
     }
     return true;
+}
+
+// http.cors_allow_origins entries: "*", or an origin as a browser sends it in its Origin header
+// (RFC 6454: scheme "://" host [":" port], lower case, nothing after), compared byte for byte.
+// A path, a trailing slash or upper case would never match, so they are refused here rather
+// than silently ignored; "null" (sandboxed pages, file:// URLs) is refused because any page can
+// make itself send it.
+std::string cors_origin_rule(std::string_view v) {
+    if (v == "*") return "";
+    const std::string_view shape = "must be \"*\" or scheme://host[:port] with no path";
+    std::string_view rest;
+    if (v.starts_with("http://")) {
+        rest = v.substr(7);
+    } else if (v.starts_with("https://")) {
+        rest = v.substr(8);
+    } else {
+        return std::string(shape) + " (http or https)";
+    }
+    if (rest.empty()) return std::string(shape);
+    for (const char c : rest) {
+        if (c == '/' || c == '?' || c == '#') return std::string(shape);
+        if (c >= 'A' && c <= 'Z') return "must be lower case (browsers send origins so)";
+        if (static_cast<unsigned char>(c) <= ' ' || c == ',') {
+            return "must not contain spaces, commas or control characters";
+        }
+    }
+    return "";
 }
 
 std::string not_empty(std::string_view v) {
@@ -274,6 +326,11 @@ constexpr auto table = std::to_array<key_spec>({
     boolean<&C::http, &http_config::metrics_require_key>(
         "http", "metrics_require_key",
         "with API keys configured, GET /metrics needs one too (Bearer); /health never does"),
+    string_list<&C::http, &http_config::cors_allow_origins>(
+        "http", "cors_allow_origins", cors_allow_origins_max,
+        "origins whose browser pages may call the API (CORS), e.g. \"https://app.example.com\"; "
+        "\"*\" = any page; empty = none",
+        &cors_origin_rule),
     // [model]
     string<&C::model, &model_config::path>(
         "model", "path", "GGUF file to serve; empty = the generated default model"),
@@ -394,6 +451,7 @@ std::string_view to_string(value_kind k) {
         case value_kind::choice:
             return "string";
         case value_kind::choice_list:
+        case value_kind::string_list:
             return "array";
     }
     return "?";
@@ -455,6 +513,18 @@ std::string check_list_value(const key_spec& spec, const std::vector<std::int64_
     return "";
 }
 
+std::string check_strs_value(const key_spec& spec, const std::vector<std::string>& v) {
+    if (v.size() > spec.entries_max) {
+        return "must have at most " + std::to_string(spec.entries_max) + " entries";
+    }
+    for (std::size_t i = 0; i < v.size(); ++i) {
+        if (auto why = check_str_value(spec, v[i]); !why.empty()) {
+            return "entry " + std::to_string(i + 1) + " (" + quote_toml(v[i]) + "): " + why;
+        }
+    }
+    return "";
+}
+
 std::string check_str_value(const key_spec& spec, std::string_view v) {
     if (v.size() > string_bytes_max) {
         return "must be at most " + std::to_string(string_bytes_max) + " bytes";
@@ -477,6 +547,8 @@ std::string describe_domain(const key_spec& spec) {
         case value_kind::choice_list:
             return "array of at most " + std::to_string(spec.entries_max) + " entries, each " +
                    choices_text(spec);
+        case value_kind::string_list:
+            return "array of at most " + std::to_string(spec.entries_max) + " strings";
     }
     return "?";
 }

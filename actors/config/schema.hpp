@@ -18,8 +18,9 @@
 namespace ordo::config {
 
 // choice_list: a TOML array of names, each one of `choices` (an array of strings on the command
-// line: the names separated by commas).
-enum class value_kind : std::uint8_t { integer, boolean, string, choice, choice_list };
+// line: the names separated by commas). string_list: a TOML array of strings, each checked as a
+// string key's value is (on the command line: the strings separated by commas).
+enum class value_kind : std::uint8_t { integer, boolean, string, choice, choice_list, string_list };
 
 std::string_view to_string(value_kind k);
 
@@ -34,7 +35,7 @@ struct key_spec {
     std::int64_t min = 0;
     std::int64_t max = 0;
     std::span<const std::string_view> choices;  // choice, choice_list: names in enum order
-    std::size_t entries_max = 0;                // choice_list: entries at most
+    std::size_t entries_max = 0;                // choice_list, string_list: entries at most
 
     // Used by integer, boolean and choice keys.
     std::int64_t (*get_int)(const config&) = nullptr;
@@ -45,10 +46,14 @@ struct key_spec {
     // Used by choice_list keys: the entries as choice indices, in order.
     std::vector<std::int64_t> (*get_list)(const config&) = nullptr;
     void (*set_list)(config&, const std::vector<std::int64_t>&) = nullptr;
+    // Used by string_list keys: the entries, in order.
+    const std::vector<std::string>& (*get_strs)(const config&) = nullptr;
+    void (*set_strs)(config&, const std::vector<std::string>&) = nullptr;
 
     // Extra rule beyond the bounds; returns "" when the value is fine, else what is wrong
     // ("must be a power of two"). Null when there is none.
     std::string (*check_int)(std::int64_t) = nullptr;
+    // string and each entry of a string_list.
     std::string (*check_str)(std::string_view) = nullptr;
 };
 
@@ -68,9 +73,12 @@ std::string check_str_value(const key_spec& spec, std::string_view v);
 // The same for a choice_list's entries (indices; -1 is a name that is not a choice, and the
 // caller says which name that was).
 std::string check_list_value(const key_spec& spec, const std::vector<std::int64_t>& v);
+// The same for a string_list: the entry count, then each entry as check_str_value checks a
+// string ("entry 2 (\"ftp://x\"): must be ...", naming the first bad one).
+std::string check_strs_value(const key_spec& spec, const std::vector<std::string>& v);
 
 // "integer 1..1024", "one of \"f16\", \"f32\"", "true or false", "string", "array of at most
-// 64 of \"a\", \"b\"": for docs and error hints.
+// 64 of \"a\", \"b\"", "array of at most 64 strings": for docs and error hints.
 std::string describe_domain(const key_spec& spec);
 // "one of \"f16\", \"f32\"": the names of a choice or choice_list key.
 std::string choices_text(const key_spec& spec);

@@ -207,6 +207,36 @@ const std::vector<bad_case>& bad_cases() {
          "[fault]\nplan_every_steps = \"often\"\n",
          {"t.toml:2: fault.plan_every_steps = \"often\": wrong type: expected integer "
           "1..1000000, got string"}},
+        // [http] cors_allow_origins (issue 27): an array of strings, each "*" or an origin as
+        // a browser sends it; the message names the key, the line and the bad entry.
+        {"cors_origins_not_an_array",
+         "[http]\ncors_allow_origins = \"https://a.example\"\n",
+         {"t.toml:2: http.cors_allow_origins = \"https://a.example\": wrong type: expected "
+          "array of at most 64 strings, got string"}},
+        {"cors_origin_not_a_string",
+         "[http]\n\ncors_allow_origins = [\"https://a.example\", 8080]\n",
+         {"t.toml:3: http.cors_allow_origins = [\"https://a.example\", 8080]: wrong type",
+          "got an entry of type integer"}},
+        {"cors_origin_with_path",
+         "[http]\ncors_allow_origins = [\"https://a.example\", \"https://b.example/app\"]\n",
+         {"t.toml:2: http.cors_allow_origins = [\"https://a.example\", "
+          "\"https://b.example/app\"]: entry 2 (\"https://b.example/app\"): must be \"*\" or "
+          "scheme://host[:port] with no path"}},
+        {"cors_origin_trailing_slash",
+         "[http]\ncors_allow_origins = [\"http://localhost:3000/\"]\n",
+         {"t.toml:2: http.cors_allow_origins", "entry 1 (\"http://localhost:3000/\"): must be"}},
+        {"cors_origin_no_scheme",
+         "[http]\ncors_allow_origins = [\"app.example.com\"]\n",
+         {"t.toml:2: http.cors_allow_origins", "(http or https)"}},
+        {"cors_origin_upper_case",
+         "[http]\ncors_allow_origins = [\"https://App.example.com\"]\n",
+         {"t.toml:2: http.cors_allow_origins", "must be lower case"}},
+        {"cors_origin_null",
+         "[http]\ncors_allow_origins = [\"null\"]\n",
+         {"t.toml:2: http.cors_allow_origins = [\"null\"]: entry 1 (\"null\"): must be"}},
+        {"cors_origin_empty",
+         "[http]\ncors_allow_origins = [\"\"]\n",
+         {"t.toml:2: http.cors_allow_origins = [\"\"]: entry 1 (\"\"): must be"}},
         {"many_errors_in_file_order",
          "[server]\nmax_connections = 0\nbogus = 1\n[gpu]\nkv_dtype = \"f8\"\n"
          "[scheduler]\nprefix_cache = \"yes\"\n[nope]\n",

@@ -90,6 +90,8 @@ TEST(parse, reads_every_kind_of_value) {
         "[scheduler]\nprefix_cache = false\nbatch_failure_policy = \"fail\"\n"
         "[log]\nlevel = \"off\"\nfile = \"/tmp/ordo.log\"\n"
         "[kv]\nenabled = true\n"
+        "[http]\ncors_allow_origins = [\"https://app.example.com\", \"http://127.0.0.1:3000\", "
+        "\"*\"]\n"
         "[fault]\nseed = 9223372036854775807\nenabled = true\n"
         "plan = [\"nan_logits\", \"kv_eio\", \"nan_logits\", \"net_rst\"]\nplan_every_steps = 1\n"
         "plan_faults_max = 0\nplan_delay_ms = 10000\n",
@@ -109,6 +111,8 @@ TEST(parse, reads_every_kind_of_value) {
     EXPECT_EQ(cfg->fault.plan_every_steps, 1u);
     EXPECT_EQ(cfg->fault.plan_faults_max, 0u);
     EXPECT_EQ(cfg->fault.plan_delay_ms, 10000u);
+    EXPECT_EQ(cfg->http.cors_allow_origins,
+              (std::vector<std::string>{"https://app.example.com", "http://127.0.0.1:3000", "*"}));
 }
 
 // A valid value different from the default, for any key.
@@ -116,6 +120,12 @@ void set_non_default(const cfgns::key_spec& spec, config& c) {
     if (spec.kind == cfgns::value_kind::choice_list) {
         spec.set_list(c, spec.get_list(c).empty() ? std::vector<std::int64_t>{spec.max, spec.min}
                                                   : std::vector<std::int64_t>{});
+        return;
+    }
+    if (spec.kind == cfgns::value_kind::string_list) {
+        spec.set_strs(c, spec.get_strs(c).empty()
+                             ? std::vector<std::string>{"https://a.example:8443", "*"}
+                             : std::vector<std::string>{});
         return;
     }
     if (spec.kind == cfgns::value_kind::string) {
@@ -133,6 +143,7 @@ TEST(schema, each_row_writes_only_its_own_member) {
         ASSERT_FALSE(c == config{}) << spec.name;
         const config d;
         EXPECT_EQ(c.server == d.server, spec.section != "server") << spec.name;
+        EXPECT_EQ(c.http == d.http, spec.section != "http") << spec.name;
         EXPECT_EQ(c.model == d.model, spec.section != "model") << spec.name;
         EXPECT_EQ(c.gpu == d.gpu, spec.section != "gpu") << spec.name;
         EXPECT_EQ(c.scheduler == d.scheduler, spec.section != "scheduler") << spec.name;
@@ -146,6 +157,8 @@ TEST(schema, each_row_writes_only_its_own_member) {
                                      ? other.get_str(c) != other.get_str(d)
                                  : other.kind == cfgns::value_kind::choice_list
                                      ? other.get_list(c) != other.get_list(d)
+                                 : other.kind == cfgns::value_kind::string_list
+                                     ? other.get_strs(c) != other.get_strs(d)
                                      : other.get_int(c) != other.get_int(d);
             changed += differs ? 1 : 0;
         }
@@ -180,6 +193,7 @@ TEST(validate, refuses_a_config_built_wrongly_in_code) {
     c.gpu.kv_block_tokens = 12;
     c.log.level = static_cast<cfgns::log_level>(42);
     c.fault.plan = {cfgns::fault_kind::hang, static_cast<cfgns::fault_kind>(42)};
+    c.http.cors_allow_origins = {"*", "https://x.example/"};
     auto st = cfgns::validate(c, "code");
     ASSERT_FALSE(st.ok());
     EXPECT_NE(st.err().message.find("code: gpu.kv_block_tokens = 12: must be a power of two"),
@@ -189,6 +203,10 @@ TEST(validate, refuses_a_config_built_wrongly_in_code) {
         << st.err().message;
     EXPECT_NE(st.err().message.find("code: fault.plan = [\"hang\", 42]: every entry must be one "
                                     "of \"device_lost\""),
+              std::string::npos)
+        << st.err().message;
+    EXPECT_NE(st.err().message.find("code: http.cors_allow_origins = [\"*\", "
+                                    "\"https://x.example/\"]: entry 2 (\"https://x.example/\")"),
               std::string::npos)
         << st.err().message;
 }
@@ -234,6 +252,13 @@ TEST(override, applies_values_with_the_file_rules) {
     EXPECT_TRUE(cfgns::validate(c, "command line").ok());
     ASSERT_TRUE(cfgns::apply_override(c, "fault.plan", "").ok());  // "" = no plan
     EXPECT_TRUE(c.fault.plan.empty());
+    ASSERT_TRUE(
+        cfgns::apply_override(c, "http.cors_allow_origins", "https://a.example,http://[::1]:3000")
+            .ok());
+    EXPECT_EQ(c.http.cors_allow_origins,
+              (std::vector<std::string>{"https://a.example", "http://[::1]:3000"}));
+    ASSERT_TRUE(cfgns::apply_override(c, "http.cors_allow_origins", "").ok());  // "" = none
+    EXPECT_TRUE(c.http.cors_allow_origins.empty());
 }
 
 struct bad_override {
@@ -271,6 +296,11 @@ TEST(override, refuses_bad_values_naming_the_key_and_changes_nothing) {
         {"fault.plan", "hang,", "fault.plan = \"hang,\": \"\" is not one of \"device_lost\""},
         {"fault.plan_every_steps", "0",
          "command line: fault.plan_every_steps = \"0\": must be between 1 and 1000000"},
+        {"http.cors_allow_origins", "https://a.example,ftp://b",
+         "command line: http.cors_allow_origins = \"https://a.example,ftp://b\": entry 2 "
+         "(\"ftp://b\"): must be \"*\" or scheme://host[:port] with no path (http or https)"},
+        {"http.cors_allow_origins", "https://a.example,",
+         "http.cors_allow_origins = \"https://a.example,\": entry 2 (\"\"): must be"},
     };
     for (const bad_override& b : cases) {
         config c;

@@ -78,6 +78,7 @@ std::optional<http_response> http_conn::read(std::chrono::milliseconds deadline)
     auto end = clock::now() + deadline;
     auto r = read_head(deadline);
     if (!r) return std::nullopt;
+    if (r->status == 204 || r->status == 304) return r;  // never a body (RFC 9110)
     if (r->header("transfer-encoding") == "chunked") {
         while (true) {
             auto c = read_chunk(std::chrono::milliseconds(ms_left(end)));

@@ -295,6 +295,7 @@ status run_server(const config::config& cfg, const loaded_model& model, const se
         ho.net_counters = [&net] { return net.counters(); };
         ho.auth = auth;
         ho.metrics_require_key = cfg.http.metrics_require_key;
+        ho.cors_allow_origins = cfg.http.cors_allow_origins;
         http.emplace(std::move(ho), cfg.server.mailbox_capacity);
         scheduler.connect_front_door(sched::front_door::http, *http);
         http->connect_scheduler(scheduler);
