@@ -18,6 +18,13 @@
 //   a GPU picks it for one token only),
 //   --steps measures only the F16 medium-model shapes at decode-step token counts 1..32 and
 //   prefill 128/512 (the multi-sequence decode cost of issue 5, gpu/PERF.md).
+//   --decode measures the mat-muls of one decode step of the Llama-3.2-1B shape (fused q|k|v,
+//   o, fused gate|up, down: 16 copies each, one per layer, so the weights stream from device
+//   memory rather than L2; the 128256-row head) at 1, 2, 4 and 8 tokens for each of --types
+//   (default f16,q4_k), with a "step" line per type and token count: the whole step's mat-muls
+//   and their GB/s (issue 28).
+//   --mmv-wg LANES / --mmv-rows N / --mmv-unroll N override mul_mat_vec's workgroup lanes (a
+//   multiple of 8), rows per 8-lane team and units loaded per lane before summing.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -61,8 +68,9 @@ buffer filled(bench_env& e, std::size_t n_floats, std::uint32_t seed) {
     return std::move(*b);
 }
 
-weight_tensor make_weight(bench_env& e, arena& mem, model::ggml_type type, std::uint32_t n_in,
-                          std::uint32_t n_out) {
+// A random weight's GGUF bytes (rows quantized from uniform [-1, 1) floats).
+std::vector<std::uint8_t> weight_bytes(model::ggml_type type, std::uint32_t n_in,
+                                       std::uint32_t n_out) {
     std::mt19937 rng(n_in + n_out);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     std::size_t rb = model::row_bytes(type, n_in);
@@ -72,12 +80,22 @@ weight_tensor make_weight(bench_env& e, arena& mem, model::ggml_type type, std::
         for (float& x : row) x = u(rng);
         (void)model::quantize_row(type, row.data(), bytes.data() + r * rb, n_in);
     }
+    return bytes;
+}
+
+weight_tensor upload(bench_env& e, arena& mem, model::ggml_type type, std::uint32_t n_in,
+                     std::uint32_t n_out, const std::vector<std::uint8_t>& bytes) {
     auto w = upload_weight(*e.dev, mem, type, n_in, n_out, bytes);
     if (!w) {
         std::fprintf(stderr, "upload failed: %s\n", w.err().message.c_str());
         std::exit(1);
     }
     return std::move(*w);
+}
+
+weight_tensor make_weight(bench_env& e, arena& mem, model::ggml_type type, std::uint32_t n_in,
+                          std::uint32_t n_out) {
+    return upload(e, mem, type, n_in, n_out, weight_bytes(type, n_in, n_out));
 }
 
 // Runs `record` reps times, each as one timed segment; returns the best GPU time (ms) of the
@@ -103,12 +121,10 @@ std::pair<double, double> time_best(bench_env& e, const char* label, F&& record)
     return {gpu_best, wall_best};
 }
 
-void bench_mul_mat(bench_env& e, model::ggml_type type, std::uint32_t n_in, std::uint32_t n_out,
-                   std::uint32_t n_tokens, const char* shape) {
-    if (n_in % row_multiple(type) != 0) return;  // not whole blocks of this type
-    arena mem(*e.dev, std::min<std::uint64_t>(e.dev->info().max_storage_buffer_range,
-                                              packed_bytes(type, n_in, n_out) + 4096));
-    weight_tensor w = make_weight(e, mem, type, n_in, n_out);
+// Times `w` at n_tokens and prints its line; returns the best GPU ms.
+double time_mul_mat(bench_env& e, const weight_tensor& w, std::uint32_t n_tokens,
+                    const char* shape) {
+    const std::uint32_t n_in = w.n_in, n_out = w.n_out;
     buffer x = filled(e, std::size_t(n_in) * n_tokens, 1);
     buffer y = filled(e, std::size_t(n_out) * n_tokens, 2);
     std::string kernel;
@@ -118,14 +134,82 @@ void bench_mul_mat(bench_env& e, model::ggml_type type, std::uint32_t n_in, std:
         if (!s) std::exit(1);
     });
     if (!e.str->timings().empty()) kernel = pipeline_name(e.str->timings()[0].id);
-    double bytes = static_cast<double>(packed_bytes(type, n_in, n_out));
+    double bytes = static_cast<double>(packed_bytes(w.type, n_in, n_out));
     double flops = 2.0 * n_in * n_out * n_tokens;
     std::printf("{\"kernel\":\"%s\",\"type\":\"%s\",\"shape\":\"%s\",\"n_in\":%u,\"n_out\":%u,"
                 "\"tokens\":%u,\"gpu_ms\":%.4f,\"wall_ms\":%.4f,\"weight_GBps\":%.2f,"
                 "\"GFLOPs\":%.2f}\n",
-                kernel.c_str(), std::string(model::type_name(type)).c_str(), shape, n_in, n_out, n_tokens, gpu_ms,
-                wall_ms, bytes / gpu_ms * 1e-6, flops / gpu_ms * 1e-6);
+                kernel.c_str(), std::string(model::type_name(w.type)).c_str(), shape, n_in, n_out,
+                n_tokens, gpu_ms, wall_ms, bytes / gpu_ms * 1e-6, flops / gpu_ms * 1e-6);
     std::fflush(stdout);
+    return gpu_ms;
+}
+
+arena weight_arena(bench_env& e, model::ggml_type type, std::uint32_t n_in, std::uint32_t n_out) {
+    return arena(*e.dev, std::min<std::uint64_t>(e.dev->info().max_storage_buffer_range,
+                                                 packed_bytes(type, n_in, n_out) + 4096));
+}
+
+void bench_mul_mat(bench_env& e, model::ggml_type type, std::uint32_t n_in, std::uint32_t n_out,
+                   std::uint32_t n_tokens, const char* shape) {
+    if (n_in % row_multiple(type) != 0) return;  // not whole blocks of this type
+    arena mem = weight_arena(e, type, n_in, n_out);
+    weight_tensor w = make_weight(e, mem, type, n_in, n_out);
+    time_mul_mat(e, w, n_tokens, shape);
+}
+
+// One decode step's mat-muls of the Llama-3.2-1B shape (2048 wide, 16 layers, 8 KV heads of
+// 64, ffn 8192, vocab 128256), fused as the runner fuses them. Each layer shape is uploaded 16
+// times (one copy per layer) and timed as one segment of 16 dispatches, so the weights stream
+// from device memory as in a real step instead of staying in a 50 MB L2 cache.
+void bench_decode(bench_env& e, const std::vector<model::ggml_type>& types) {
+    struct shape { std::uint32_t n_in, n_out, copies; const char* name; };
+    const shape shapes[] = {{2048, 3072, 16, "1b qkv x16"}, {2048, 2048, 16, "1b o x16"},
+                            {2048, 16384, 16, "1b gate_up x16"}, {8192, 2048, 16, "1b down x16"},
+                            {2048, 128256, 1, "1b output"}};
+    constexpr std::uint32_t token_counts[] = {1, 2, 4, 8};
+    for (model::ggml_type t : types) {
+        double ms[4] = {}, bytes = 0.0;
+        for (const shape& s : shapes) {
+            auto host = weight_bytes(t, s.n_in, s.n_out);
+            std::deque<arena> mems;
+            std::vector<weight_tensor> ws;
+            for (std::uint32_t c = 0; c < s.copies; ++c) {
+                mems.push_back(weight_arena(e, t, s.n_in, s.n_out));
+                ws.push_back(upload(e, mems.back(), t, s.n_in, s.n_out, host));
+            }
+            for (std::size_t i = 0; i < 4; ++i) {
+                const std::uint32_t n = token_counts[i];
+                buffer x = filled(e, std::size_t(s.n_in) * n, 1);
+                buffer y = filled(e, std::size_t(s.n_out) * n, 2);
+                auto [gpu_ms, wall_ms] = time_best(e, "mul_mat", [&] {
+                    for (const weight_tensor& w : ws) {
+                        if (!encode_mul_mat(*e.str, w, {whole(x), 0, s.n_in},
+                                            {whole(y), 0, s.n_out}, n, false)) {
+                            std::exit(1);
+                        }
+                    }
+                });
+                std::string kernel = e.str->timings().empty()
+                                         ? "?"
+                                         : std::string(pipeline_name(e.str->timings()[0].id));
+                double b = static_cast<double>(packed_bytes(t, s.n_in, s.n_out)) * s.copies;
+                std::printf("{\"kernel\":\"%s\",\"type\":\"%s\",\"shape\":\"%s\",\"tokens\":%u,"
+                            "\"gpu_ms\":%.4f,\"wall_ms\":%.4f,\"weight_GBps\":%.2f}\n",
+                            kernel.c_str(), std::string(model::type_name(t)).c_str(), s.name, n,
+                            gpu_ms, wall_ms, b / gpu_ms * 1e-6);
+                ms[i] += gpu_ms;
+            }
+            bytes += static_cast<double>(packed_bytes(t, s.n_in, s.n_out)) * s.copies;
+        }
+        for (std::size_t i = 0; i < 4; ++i) {
+            std::printf("{\"step\":\"1b decode mat-muls\",\"type\":\"%s\",\"tokens\":%u,"
+                        "\"gpu_ms\":%.4f,\"weight_GBps\":%.2f}\n",
+                        std::string(model::type_name(t)).c_str(), token_counts[i], ms[i],
+                        bytes / ms[i] * 1e-6);
+        }
+        std::fflush(stdout);
+    }
 }
 
 void bench_attention(bench_env& e, std::uint32_t n_head, std::uint32_t head_dim,
@@ -241,6 +325,9 @@ int main(int argc, char** argv) {
     bool dispatch_cost = false;
     bool prefill_only = false;
     bool type_compare = false;
+    bool decode_only = false;
+    bool types_given = false;
+    std::uint32_t mmv_wg = 0, mmv_rows = 0, mmv_unroll = 0;
     using model::ggml_type;
     std::vector<ggml_type> types = {ggml_type::f32, ggml_type::f16, ggml_type::q8_0,
                                     ggml_type::q4_0};
@@ -255,6 +342,14 @@ int main(int argc, char** argv) {
             dispatch_cost = true;
         } else if (std::strcmp(argv[i], "--prefill") == 0) {
             prefill_only = true;
+        } else if (std::strcmp(argv[i], "--decode") == 0) {
+            decode_only = true;
+        } else if (std::strcmp(argv[i], "--mmv-wg") == 0 && i + 1 < argc) {
+            mmv_wg = std::clamp<std::uint32_t>(std::stoul(argv[++i]), 8, 1024);
+        } else if (std::strcmp(argv[i], "--mmv-unroll") == 0 && i + 1 < argc) {
+            mmv_unroll = std::clamp<std::uint32_t>(std::stoul(argv[++i]), 1, 8);
+        } else if (std::strcmp(argv[i], "--mmv-rows") == 0 && i + 1 < argc) {
+            mmv_rows = std::clamp<std::uint32_t>(std::stoul(argv[++i]), 1, 16);
         } else if (std::strcmp(argv[i], "--steps") == 0) {
             steps_only = true;
         } else if (std::strcmp(argv[i], "--no-texel") == 0) {
@@ -268,6 +363,7 @@ int main(int argc, char** argv) {
             type_compare = true;
         } else if (std::strcmp(argv[i], "--types") == 0 && i + 1 < argc) {
             types.clear();
+            types_given = true;
             std::string list = argv[++i];
             for (std::size_t at = 0; at <= list.size();) {
                 std::size_t comma = std::min(list.find(',', at), list.size());
@@ -285,7 +381,8 @@ int main(int argc, char** argv) {
             std::fprintf(stderr, "usage: ordo-bench-kernels [--device SELECTOR] [--reps N] "
                                  "[--tx-wg LANES] [--no-texel | --texel] [--rows] [--steps] "
                                  "[--prefill] [--dispatch-cost] [--types LIST] "
-                                 "[--type-compare]\n");
+                                 "[--type-compare] [--decode] [--mmv-wg LANES] "
+                                 "[--mmv-rows N] [--mmv-unroll N]\n");
             return 2;
         }
     }
@@ -300,6 +397,9 @@ int main(int argc, char** argv) {
     if (!texel) tuning.prefer_texel_kernels = false;
     if (force_texel) tuning.prefer_texel_kernels = true;
     if (force_rows) tuning.rows_tokens_max = mat_vec_tokens_max;
+    if (mmv_wg != 0) tuning.mat_vec_wg = mmv_wg;
+    if (mmv_rows != 0) tuning.mat_vec_rows = mmv_rows;
+    if (mmv_unroll != 0) tuning.mat_vec_unroll = mmv_unroll;
     auto t_pipes = std::chrono::steady_clock::now();
     auto p = pipelines::create(*e.dev, tuning);
     if (!p) return 1;
@@ -317,6 +417,11 @@ int main(int argc, char** argv) {
     }
     e.str = std::move(*s);
     std::printf("{\"device\":\"%s\"}\n", e.dev->info().name.c_str());
+    if (decode_only) {
+        bench_decode(e, types_given ? types : std::vector<ggml_type>{ggml_type::f16,
+                                                                      ggml_type::q4_k});
+        return 0;
+    }
     if (steps_only) {
         bench_steps(e);
         return 0;

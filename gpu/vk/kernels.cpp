@@ -166,11 +166,15 @@ status prepare_mul_mat(const pipelines& pipes, const weight_tensor& w) {
     const pipeline_tuning& tu = pipes.tuning();
     if (!tu.prefer_texel_kernels) {
         // The storage kernels encode_mul_mat's automatic path picks by token count.
-        for (pipeline_id id : {pipeline_id::mul_mat_f32, pipeline_id::mul_mat_rows_f32,
-                               pipeline_id::mul_mat_vec_f32}) {
-            if (id == pipeline_id::mul_mat_rows_f32 && tu.rows_tokens_max == 0) continue;
-            if (id == pipeline_id::mul_mat_vec_f32 && tu.batch_invariant) continue;
+        bool rows = tu.rows_tokens_max != 0;
+        for (pipeline_id id : {pipeline_id::mul_mat_f32, pipeline_id::mul_mat_rows_f32}) {
+            if (id == pipeline_id::mul_mat_rows_f32 && !rows) continue;
             auto pl = pipes.find(pick(id, w.type));
+            if (!pl) return pl.err();
+        }
+        // mul_mat_vec: one variant per token count it serves.
+        for (std::uint32_t cols = 1; !rows && cols <= mat_vec_tokens_max; ++cols) {
+            auto pl = pipes.for_cols(pick(pipeline_id::mul_mat_vec_f32, w.type), cols);
             if (!pl) return pl.err();
         }
         return {};
@@ -261,10 +265,10 @@ status encode_mul_mat(stream& s, const weight_tensor& w, rows_view x, rows_view 
     if (path == mat_path::automatic) {
         bool few = n_tokens <= mat_vec_tokens_max;
         const pipeline_tuning& tu = s.pipes().tuning();
-        // rows and tiled share one summation order (mat_order.glsl); vec does not.
-        path = few && n_tokens <= tu.rows_tokens_max ? mat_path::rows
-               : few && !tu.batch_invariant          ? mat_path::vec
-                                                     : mat_path::tiled;
+        // Every kernel sums in mat_order.glsl's order: the choice never changes a bit.
+        path = !few                           ? mat_path::tiled
+               : n_tokens <= tu.rows_tokens_max ? mat_path::rows
+                                                : mat_path::vec;
     }
     bool vec = path == mat_path::vec;
     bool rows = path == mat_path::rows;
@@ -272,7 +276,9 @@ status encode_mul_mat(stream& s, const weight_tensor& w, rows_view x, rows_view 
                           : vec ? pipeline_id::mul_mat_vec_f32
                                 : pipeline_id::mul_mat_f32,
                           w.type);
-    auto found = s.pipes().find(id);
+    // mul_mat_vec: the variant for this many tokens per pass (ORDO_MMV_COLS at most).
+    auto found = vec ? s.pipes().for_cols(id, std::min(n_tokens, abi::ORDO_MMV_COLS))
+                     : s.pipes().find(id);
     if (!found) return found.err();
     const pipeline& pl = **found;
     const device_info& info = s.dev().info();
@@ -282,7 +288,7 @@ status encode_mul_mat(stream& s, const weight_tensor& w, rows_view x, rows_view 
     for (std::size_t c = 0; c < w.chunks.size(); ++c) {
         const weight_chunk& ch = w.chunks[c];
         std::uint32_t gx = rows ? ceil_div(ch.row_count, pl.workgroup_size)
-                           : vec ? ceil_div(ch.row_count, pl.rows_per_workgroup)
+                           : vec ? ceil_div(ch.row_count, mat_vec_workgroup_rows(pl))
                                  : ceil_div(ch.row_count, abi::ORDO_MM_TM);
         std::uint32_t gy = (vec || rows) ? 1 : ceil_div(n_tokens, abi::ORDO_MM_TN);
         if (gx > info.max_workgroup_count[0]) return bad("mul_mat", "too many rows per chunk");

@@ -36,15 +36,13 @@ status encode_get_rows(stream& s, const weight_tensor& table, ints_view ids, std
 // automatic: on devices with tuning.prefer_texel_kernels (CPU devices: lavapipe) the
 // texel-fetch mul_mat_tx kernels whenever the weight and x buffers have texel views covering
 // the operands (variant by token count: 1, <= mat_vec_tokens_max, more); otherwise, up to
-// tuning.rows_tokens_max tokens (mat_vec_tokens_max on CPU devices, 1 on GPUs) mul_mat_rows,
-// then up to mat_vec_tokens_max the tiled mul_mat (mul_mat_vec when tuning.batch_invariant is
-// off); above that, the tiled mul_mat. The others force one kernel (tests); `texel` is an
-// error (gpu_bad_shape) when an operand has no usable texel view.
-// Batch invariance: tx1/tx4/txm sum every output in one order and rows/tiled in another
-// (gpu/vk/shaders/mat_order.glsl), so a token's outputs are bit-identical whichever kernel of the
-// family its step's token count picks; which family serves a weight depends only on its and
-// x's buffers (texel views, alignment), which the runner never changes; each kernel alone (vec
-// too) never depends on the other tokens.
+// mat_vec_tokens_max tokens mul_mat_rows where tuning.rows_tokens_max allows it (CPU devices)
+// and mul_mat_vec elsewhere (GPUs), then the tiled mul_mat. The others force one kernel
+// (tests); `texel` is an error (gpu_bad_shape) when an operand has no usable texel view.
+// Batch invariance: every mat-mul kernel sums every output in one order
+// (gpu/vk/shaders/mat_order.glsl's grouped order, fixed by K alone), so a token's outputs are
+// bit-identical whichever kernel its step's token count or its buffers pick, and no kernel
+// depends on the other tokens.
 enum class mat_path { automatic, vec, tiled, rows, texel };
 // Token counts up to this use mul_mat_vec (decode, small batches); above, the tiled mat-mat.
 constexpr std::uint32_t mat_vec_tokens_max = 8;

@@ -74,6 +74,14 @@ std::string_view pipeline_name(pipeline_id id) {
     return i < pipeline_count ? names[i] : "unknown";
 }
 
+std::uint64_t mat_vec_shared_bytes(const pipeline_tuning& t) {
+    // mul_mat_vec.comp at its widest (ORDO_MMV_COLS tokens, a 32-element unit padded to 9
+    // vec4s): xs[] and partial[].
+    std::uint64_t xs = 16ull * abi::ORDO_MMV_COLS * abi::ORDO_MAT_GROUPS * t.mat_vec_unroll *
+                       (abi::ORDO_QK / 4 + 1);
+    return xs + 4ull * t.mat_vec_wg * t.mat_vec_rows * abi::ORDO_MMV_COLS;
+}
+
 pipeline_tuning tuning_for(const device_info& info) {
     // Lanes are cheap to add until a workgroup no longer fits the device; a multiple of the
     // subgroup keeps every SIMD lane busy (lavapipe: 8 wide; NVIDIA: 32).
@@ -82,15 +90,18 @@ pipeline_tuning tuning_for(const device_info& info) {
     pipeline_tuning t;
     t.elementwise_wg = std::min<std::uint32_t>(cap, std::max<std::uint32_t>(64, sg * 4));
     t.norm_wg = std::min<std::uint32_t>(cap, std::max<std::uint32_t>(64, sg * 4));
+    // mul_mat_vec: 8-lane teams (mat_order.glsl's groups), four subgroups per workgroup and
+    // one row per team by default (NVIDIA: 128 lanes, 16 rows per workgroup).
     t.mat_vec_wg = std::min<std::uint32_t>(cap, std::max<std::uint32_t>(32, sg * 4));
-    t.mat_vec_rows = 2;
+    t.mat_vec_rows = 1;
+    // Two units in flight per lane, one where the device's shared memory cannot stage two
+    // steps of x (Vulkan guarantees 16 KiB).
+    t.mat_vec_unroll = 2;
+    if (mat_vec_shared_bytes(t) > info.max_shared_memory_bytes) t.mat_vec_unroll = 1;
     t.mat_rows_wg = std::min<std::uint32_t>(cap, 64);
     // A CPU device (lavapipe) runs the barrier-free row-per-lane kernel for every few-token
-    // count. On a GPU only for one token: on an NVIDIA H100 the tiled kernel costs ~0.19 ms per
-    // 768x2048 F16 mat-mul whatever the token count, mul_mat_rows 0.034 ms at one token, and the
-    // whole medium model decoded one sequence 16% faster with it, but 4 and 8 sequences
-    // 1.5-2x slower (gpu/PERF.md, session 4). Both sum in one order: batch invariance holds.
-    t.rows_tokens_max = info.kind == device_kind::cpu ? mat_vec_tokens_max : 1;
+    // count in the storage family; a GPU the 8-lanes-per-row mul_mat_vec (gpu/PERF.md).
+    t.rows_tokens_max = info.kind == device_kind::cpu ? mat_vec_tokens_max : 0;
     // One subgroup: a 16-row tile per lane gives 128 rows per workgroup (measured: 32 lanes
     // left 768-row outputs at 3 workgroups per token group, 1.2-1.5x slower on 2 threads).
     t.mat_tx_tile_wg = std::min<std::uint32_t>(cap, std::max<std::uint32_t>(8, sg));
@@ -129,14 +140,20 @@ result<std::unique_ptr<pipelines>> pipelines::create(const device& dev,
     p->_tuning = tuning;
     p->_cache = cache;
     bool pow2 = tuning.norm_wg != 0 && (tuning.norm_wg & (tuning.norm_wg - 1)) == 0;
+    std::uint64_t mat_vec_shared = mat_vec_shared_bytes(tuning);
     if (!pow2 || tuning.elementwise_wg == 0 || tuning.mat_vec_wg == 0 ||
-        tuning.mat_vec_rows == 0 || tuning.attention_wg == 0 || tuning.mat_rows_wg == 0 ||
+        tuning.mat_vec_wg % abi::ORDO_MAT_GROUPS != 0 ||
+        mat_vec_shared > dev.info().max_shared_memory_bytes ||
+        tuning.mat_vec_rows == 0 || tuning.mat_vec_unroll == 0 || tuning.mat_vec_unroll > 8 ||
+        tuning.attention_wg == 0 || tuning.mat_rows_wg == 0 ||
         tuning.mat_tx_tile_wg == 0 || tuning.mat_tx1_wg == 0 || tuning.attention_tx_wg == 0 ||
         std::max({tuning.elementwise_wg, tuning.norm_wg, tuning.mat_vec_wg, tuning.attention_wg,
                   tuning.mat_rows_wg, tuning.mat_tx_tile_wg, 128u}) >
             dev.info().max_workgroup_invocations) {
-        return make_error("gpu_bad_config", "pipeline tuning: workgroup sizes must be nonzero, "
-                                            "fit the device, and norm_wg a power of two");
+        return make_error("gpu_bad_config",
+                          "pipeline tuning: workgroup sizes must be nonzero, fit the device "
+                          "(mul_mat_vec's shared memory too), norm_wg a power of two and "
+                          "mat_vec_wg a multiple of 8");
     }
     for (std::size_t i = 0; i < pipeline_count; ++i) {
         auto id = static_cast<pipeline_id>(i);
@@ -169,6 +186,7 @@ result<const pipeline*> pipelines::find(pipeline_id id) const {
                           std::string(pipeline_name(id)) + " is specialized on K: use for_k");
     }
     if (!weight_typed(id)) return &get(id);
+    if (pipeline_name(id).starts_with("mul_mat_vec")) return for_cols(id, abi::ORDO_MMV_COLS);
     return variant(id, 0, abi::ORDO_TX_TILE_ROWS);
 }
 
@@ -179,6 +197,15 @@ result<const pipeline*> pipelines::for_k(pipeline_id id, std::uint32_t k) const 
                                                  " needs subgroup ballot operations");
     }
     return variant(id, k, abi::ORDO_TX_TILE_ROWS);
+}
+
+result<const pipeline*> pipelines::for_cols(pipeline_id id, std::uint32_t cols) const {
+    if (!pipeline_name(id).starts_with("mul_mat_vec") || cols == 0 ||
+        cols > abi::ORDO_MMV_COLS) {
+        return make_error("gpu_bad_config", std::string(pipeline_name(id)) + ": no " +
+                                                std::to_string(cols) + "-token variant");
+    }
+    return variant(id, cols, abi::ORDO_TX_TILE_ROWS);
 }
 
 result<const pipeline*> pipelines::for_tile(pipeline_id id, std::uint32_t wg_rows) const {
@@ -222,8 +249,8 @@ status pipelines::build(pipeline& pl, pipeline_id id, std::uint32_t k,
     pl.push_bytes = src.push_bytes;
     pl.k = k;
     pl.workgroup_size = wg_for(id, _tuning);
-    pl.rows_per_workgroup = pipeline_name(id).starts_with("mul_mat_vec") ? _tuning.mat_vec_rows
-                                                                        : 1;
+    const bool mat_vec = pipeline_name(id).starts_with("mul_mat_vec");
+    pl.rows_per_workgroup = mat_vec ? _tuning.mat_vec_rows : 1;
     // mul_mat_tx reads weights (binding 0) and activations (binding 1) as texel buffers.
     // attention_tx: q, K, V and the block tables (bindings 0, 1, 2, 4).
     // rms_norm_tx: x and the weight; swiglu_tx: gate and up; rope_kv_tx: the q|k|v rows.
@@ -235,7 +262,7 @@ status pipelines::build(pipeline& pl, pipeline_id id, std::uint32_t k,
                         : name.starts_with("rope_kv_tx")   ? 0b1u
                                                            : 0u;
     std::string what = "pipeline " + std::string(pipeline_name(id));
-    if (k != 0) what += " (K " + std::to_string(k) + ")";
+    if (k != 0) what += (mat_vec ? " (tokens " : " (K ") + std::to_string(k) + ")";
     if (wg_rows != abi::ORDO_TX_TILE_ROWS) what += " (" + std::to_string(wg_rows) + "-row tile)";
 
     VkDescriptorSetLayoutBinding b[8]{};
@@ -274,7 +301,8 @@ status pipelines::build(pipeline& pl, pipeline_id id, std::uint32_t k,
     // Constant 2 (K) only matters to the shaders specialized on it (0 elsewhere); Vulkan
     // ignores map entries whose constant a module does not declare.
     // Constant 3: mul_mat_tx tx4/txm rows per lane (wg_rows rows per workgroup).
-    pl.tile_rows = tx_rows_per_lane(pl.workgroup_size, wg_rows);
+    // mul_mat_vec: constant 3 is its unroll.
+    pl.tile_rows = mat_vec ? _tuning.mat_vec_unroll : tx_rows_per_lane(pl.workgroup_size, wg_rows);
     std::uint32_t spec_values[4] = {pl.workgroup_size, pl.rows_per_workgroup, k, pl.tile_rows};
     VkSpecializationMapEntry entries[4] = {{0, 0, 4}, {1, 4, 4}, {2, 8, 4}, {3, 12, 4}};
     VkSpecializationInfo spec{4, entries, sizeof(spec_values), spec_values};

@@ -16,6 +16,7 @@
 
 #include "actors/runtime/result.hpp"
 #include "gpu/vk/device.hpp"
+#include "gpu/vk/shaders/abi.h"
 #include "gpu/vk/pipeline_table.hpp"
 
 namespace ordo::gpu {
@@ -37,9 +38,12 @@ struct pipeline {
     std::uint32_t bindings = 0;
     std::uint32_t push_bytes = 0;
     std::uint32_t workgroup_size = 0;  // specialization constant 0 (lanes per workgroup)
-    std::uint32_t rows_per_workgroup = 1;  // specialization constant 1 where used
+    std::uint32_t rows_per_workgroup = 1;  // specialization constant 1 where used (mul_mat_vec:
+                                           // rows per 8-lane team)
     std::uint32_t k = 0;                   // specialization constant 2 (K) where used, else 0
+                                           // (mul_mat_vec: tokens per pass)
     std::uint32_t tile_rows = 0;           // constant 3: mul_mat_tx tx4/txm rows per lane
+                                           // (mul_mat_vec: its unroll)
     // Bit i set: binding i is a uniform texel buffer (the buffer's R32G32B32A32_UINT
     // texel_view()), not a storage buffer. Its shader addresses texels from the buffer start.
     std::uint32_t texel_bindings = 0;
@@ -47,6 +51,11 @@ struct pipeline {
     // tx4/txm: weight rows one workgroup covers.
     std::uint32_t workgroup_rows() const { return workgroup_size * tile_rows; }
 };
+
+// mul_mat_vec: weight rows one workgroup covers (its 8-lane teams times rows per team).
+inline std::uint32_t mat_vec_workgroup_rows(const pipeline& pl) {
+    return pl.workgroup_size / abi::ORDO_MAT_GROUPS * pl.rows_per_workgroup;
+}
 
 // tx4/txm rows per lane (specialization constant 3) of a `lanes`-wide workgroup asked to cover
 // about `wg_rows` weight rows: the one formula pipelines::build and the tile choice share.
@@ -59,12 +68,13 @@ inline std::uint32_t tx_rows_per_lane(std::uint32_t lanes, std::uint32_t wg_rows
 struct pipeline_tuning {
     std::uint32_t elementwise_wg = 0;   // get_rows, rope, swiglu, add, kv_write
     std::uint32_t norm_wg = 0;          // rms_norm (power of two)
-    std::uint32_t mat_vec_wg = 0;       // mul_mat_vec lanes
-    std::uint32_t mat_vec_rows = 0;     // mul_mat_vec rows per workgroup
+    std::uint32_t mat_vec_wg = 0;       // mul_mat_vec lanes (a multiple of 8: its teams)
+    std::uint32_t mat_vec_rows = 0;     // mul_mat_vec weight rows per 8-lane team
+    std::uint32_t mat_vec_unroll = 0;   // mul_mat_vec units each lane loads before summing
     std::uint32_t attention_wg = 0;     // attention lanes (head_dim <= wg * ORDO_ATTN_ACC)
     std::uint32_t mat_rows_wg = 0;      // mul_mat_rows lanes (= weight rows per workgroup)
-    // mat_path::automatic picks mul_mat_rows up to this many tokens (0: never); above it the
-    // tiled mul_mat (or mul_mat_vec, see batch_invariant). At most mat_vec_tokens_max.
+    // mat_path::automatic picks mul_mat_rows up to this many tokens (0: never, mul_mat_vec
+    // instead); above it the tiled mul_mat. At most mat_vec_tokens_max.
     std::uint32_t rows_tokens_max = 0;
     // mul_mat_tx tx4/txm lanes: each owns 128 / lanes rows (16 at 8 lanes), so a small group
     // keeps enough workgroups for every thread on 768-row outputs (gpu/PERF.md).
@@ -73,17 +83,15 @@ struct pipeline_tuning {
     // mat_path::automatic picks the texel-fetch mul_mat_tx kernels (when the operands' buffers
     // have texel views); measured 5-17x faster than the others on lavapipe (gpu/PERF.md).
     bool prefer_texel_kernels = false;
-    // mat_path::automatic never switches to a kernel with another summation order by token
-    // count: mul_mat_vec (lanes split K) is then never picked and the tiled mul_mat serves
-    // every token count where the texel kernels are not used. All automatic kernels then sum
-    // in gpu/vk/shaders/mat_order.glsl's order: a token's outputs are bit-identical whatever its
-    // batch (gpu/PERF.md "Batch invariance"). False restores mul_mat_vec for <= 8 tokens on GPUs.
-    bool batch_invariant = true;
     // attention_tx lanes: must equal the subgroup size (its lanes merge through subgroup ops).
     std::uint32_t attention_tx_wg = 0;
 };
 
 pipeline_tuning tuning_for(const device_info& info);
+
+// The shared memory mul_mat_vec's widest variant takes under `t` (pipelines::create refuses a
+// tuning whose variant would not fit the device).
+std::uint64_t mat_vec_shared_bytes(const pipeline_tuning& t);
 
 // XXH3-64 of every embedded SPIR-V module, in table order: what this build compiles. The
 // pipeline cache file (pipeline_cache.hpp) is valid only for the build that wrote it.
@@ -122,6 +130,12 @@ public:
     // Any id but the K-specialized ones: get()'s pipeline, or a weight-typed one, built on its
     // first request. Errors: the build's, gpu_bad_config for a K-specialized id.
     result<const pipeline*> find(pipeline_id id) const;
+
+    // The mul_mat_vec_* pipeline specialized on `cols` tokens per pass over the weights
+    // (specialization constant 2, 1..ORDO_MMV_COLS): its accumulators and loops are sized by
+    // it, so a one-token decode carries no unused token slots. Built on first request and kept,
+    // like for_k (the runner asks at load). Other ids or counts: an error.
+    result<const pipeline*> for_cols(pipeline_id id, std::uint32_t cols) const;
 
     // The tx4/txm (mul_mat_tx4_*, mul_mat_txm_*) pipeline whose workgroups cover about
     // `wg_rows` weight rows (ORDO_TX_TILE_ROWS or ORDO_TX_TILE_ROWS_NARROW), built on first

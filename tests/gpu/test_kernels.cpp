@@ -123,6 +123,11 @@ TEST(GpuKernels, MulMatVecAllTypesOddSizes) {
         check_mul_mat(t, {96, 37, 1, mat_path::vec, 1u << 20}, false);
         check_mul_mat(t, {256, 131, 5, mat_path::vec, 1u << 20}, true);
         check_mul_mat(t, {160, 67, 8, mat_path::vec, 2048}, false);
+        // Many unit steps per lane with a tail past K (F16: 129 units, 16 per lane and one);
+        // 2 and 7 tokens; 11 tokens take two passes over the weights.
+        check_mul_mat(t, {1032, 45, 2, mat_path::vec, 1u << 20}, true);
+        check_mul_mat(t, {768, 19, 7, mat_path::vec, 4096}, false);
+        check_mul_mat(t, {288, 23, 11, mat_path::vec, 1u << 20}, false);
     }
 }
 

@@ -40,8 +40,9 @@ using uint = std::uint32_t;
 ORDO_ABI_CONST ORDO_QK = 32;
 ORDO_ABI_CONST ORDO_QK_K = 256;  // elements per K-type super-block (Q2_K .. Q6_K)
 
-// mul_mat_vec: columns (tokens) accumulated together per pass over the weights.
-ORDO_ABI_CONST ORDO_MMV_COLS = 4;
+// mul_mat_vec: the most columns (tokens) accumulated together per pass over the weights (every
+// token count it serves: kernels.hpp mat_vec_tokens_max); each count has its own variant.
+ORDO_ABI_CONST ORDO_MMV_COLS = 8;
 // mul_mat_rows: tokens accumulated together per pass over a weight row.
 ORDO_ABI_CONST ORDO_ROWS_COLS = 8;
 // mul_mat tile: TM weight rows x TN tokens per workgroup, K stepped one quant block at a time.

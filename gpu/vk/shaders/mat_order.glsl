@@ -2,21 +2,25 @@
 // bit-identical whichever kernel variant computed it, whatever the number of tokens in the
 // dispatch and the token's place in it (batch invariance, gpu/PERF.md "Batch invariance").
 //
-// Two kernel families, each with one order; encode_mul_mat's automatic path picks one family
-// per weight for good (texel kernels where the runner's buffers have texel views, else the
-// others), so a weight's outputs never mix them:
-// * mul_mat_tx.comp (tx1, tx4, txm): the grouped order. K's units (weight_units.glsl: F32 4
-//   elements, F16 and BF16 8, every block type 32: a Q8_0/Q4_0/Q4_1/Q5_0/Q5_1 block, a
-//   Q4_K/Q5_K sub-block, a pair of 16-element Q2_K/Q3_K/Q6_K sub-blocks, so a 256-element
-//   K-type super-block is 8 units and tx1's 8 lanes split K evenly for every n_embd that is a
-//   multiple of 256) are dealt round-robin to ORDO_MAT_GROUPS = 8 groups (unit u ->
-//   group u % 8). Group g's sum starts at 0 and takes its units in increasing order, each
-//   unit's 4-element parts in order, through mat_acc; then total = group 0, and
-//   total = mat_fold(total, group g) for g = 1..7. tx1 runs one group per lane and folds
-//   through subgroup broadcasts; tx4/txm loop over the groups per lane.
-// * mul_mat_rows.comp and mul_mat.comp: the sequential order, acc = 0 then mat_acc over K's
-//   4-element parts in increasing order (every type alike: no unit enters it). (mul_mat_vec.comp splits K over lanes its own way and
-//   is never picked automatically.)
+// One order for every mat-mul kernel (since issue 28; before it the storage kernels summed K
+// sequentially, which left a decode mat-vec one lane per row): the grouped order. K's units
+// (weight_units.glsl: F32 4 elements, F16 and BF16 8, every block type 32: a Q8_0/Q4_0/Q4_1/
+// Q5_0/Q5_1 block, a Q4_K/Q5_K sub-block, a pair of 16-element Q2_K/Q3_K/Q6_K sub-blocks, so a
+// 256-element K-type super-block is 8 units) are dealt round-robin to ORDO_MAT_GROUPS = 8
+// groups (unit u -> group u % 8). Group g's sum starts at 0 and takes its units in increasing
+// order, each unit's 4-element parts in order, through mat_acc; then total = group 0, and
+// total = mat_fold(total, group g) for g = 1..7. The shape depends on K alone, so any kernel
+// may serve any token count and encode_mul_mat picks freely by token count and device:
+// * mul_mat_vec.comp (storage, GPUs, 1..8 tokens): a team of 8 adjacent lanes per weight row,
+//   lane g running group g, so a team's loads of one unit step are 8 consecutive texels (a
+//   128-byte line for F16); the teams' group sums fold through shared memory.
+// * mul_mat.comp (storage, more tokens): a workgroup tile walks the groups in turn, K-stepping
+//   through one group's units, and folds each group's tile into the running total.
+// * mul_mat_rows.comp (storage, CPU devices): one lane per row walks the groups in turn.
+// * mul_mat_tx.comp (texel; tx1, tx1t2, tx1t4, tx4, txm): tx1 runs one group per lane and
+//   folds through subgroup broadcasts; tx4/txm walk the groups in turn per lane.
+// A unit past the end of K is never accumulated (not even as 0 * 0, which would turn a -0.0 sum
+// into +0.0), so padding never changes a bit.
 //
 // mat_acc: acc = acc + fma(w3, x3, fma(w2, x2, fma(w1, x1, w0 * x0))). `precise` (SPIR-V
 // NoContraction) forbids the compiler from fusing, splitting or reordering these operations

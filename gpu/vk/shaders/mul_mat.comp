@@ -21,63 +21,75 @@ const uint TK = 32u;
 shared vec4 ws[TK * TM / 4u];  // [kk][row / 4]
 shared vec4 xs[TK * TN / 4u];  // [kk][token / 4]
 
+const uint G = ORDO_MAT_GROUPS;
+const uint SLOTS = TK / UNIT;  // units of one group per K step
+const uint UNIT4 = UNIT / 4u;
+
 void main() {
     uint lane = gl_LocalInvocationID.x;
     uint row0 = gl_WorkGroupID.x * TM;
     uint tok0 = gl_WorkGroupID.y * TN;
     uint tr = lane / 8u;   // rows tr*4 .. +3
     uint tc = lane % 8u;   // tokens tc*4 .. +3
-    uint units = p.k / 8u;
-    vec4 acc[4];
-    for (uint i = 0; i < 4u; ++i) {
-        acc[i] = vec4(0.0);
-    }
-    for (uint k0 = 0; k0 < units; k0 += TK / 8u) {
-        // Stage weights: 64 rows x 4 units = 256 units, two per lane; element (kk, row).
-        for (uint s = lane; s < TM * 4u; s += 128u) {
-            uint r = s / 4u;
-            uint uu = s % 4u;
-            vec4 lo = vec4(0.0), hi = vec4(0.0);
-            if (row0 + r < p.n_rows && k0 + uu < units) {
-                load_unit(row0 + r, k0 + uu, p.k, lo, hi);
-            }
-            float v[8] = float[8](lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w);
-            for (uint e = 0; e < 8u; ++e) {
-                uint kk = uu * 8u + e;
-                ws[kk * (TM / 4u) + r / 4u][r % 4u] = v[e];
-            }
+    uint units = p.k / UNIT;
+    vec4 total[4];
+    for (uint g = 0; g < G; ++g) {
+        uint ng = units > g ? (units - g + G - 1u) / G : 0u;  // units of group g
+        vec4 acc[4];
+        for (uint i = 0; i < 4u; ++i) {
+            acc[i] = vec4(0.0);
         }
-        // Stage activations: 32 tokens x 4 units.
-        for (uint s = lane; s < TN * 4u; s += 128u) {
-            uint t = s / 4u;
-            uint uu = s % 4u;
-            vec4 lo = vec4(0.0), hi = vec4(0.0);
-            if (tok0 + t < p.n_cols && k0 + uu < units) {
-                uint xv = (p.x_offset + (tok0 + t) * p.x_stride) / 4u + (k0 + uu) * 2u;
-                lo = x4[xv];
-                hi = x4[xv + 1u];
-            }
-            float v[8] = float[8](lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w);
-            for (uint e = 0; e < 8u; ++e) {
-                uint kk = uu * 8u + e;
-                xs[kk * (TN / 4u) + t / 4u][t % 4u] = v[e];
-            }
-        }
-        barrier();
-        for (uint kk = 0; kk < TK; kk += 4u) {
-            vec4 a[4], b[4];  // a[e]: rows tr*4.. at k kk+e; b[e]: tokens tc*4.. at k kk+e
-            for (uint e = 0; e < 4u; ++e) {
-                a[e] = ws[(kk + e) * (TM / 4u) + tr];
-                b[e] = xs[(kk + e) * (TN / 4u) + tc];
-            }
-            for (uint i = 0; i < 4u; ++i) {
-                vec4 w = vec4(a[0][i], a[1][i], a[2][i], a[3][i]);
-                for (uint j = 0; j < 4u; ++j) {
-                    acc[i][j] = mat_acc(acc[i][j], w, vec4(b[0][j], b[1][j], b[2][j], b[3][j]));
+        for (uint i0 = 0; i0 < ng; i0 += SLOTS) {
+            // Stage weights: 64 rows x 8 parts of 4 elements, four per lane; element (kk, row).
+            for (uint s = lane; s < TM * 8u; s += 128u) {
+                uint r = s / 8u;
+                uint q = s % 8u;  // part of the step: slot q / PARTS, part q % PARTS of its unit
+                vec4 v = vec4(0.0);
+                if (row0 + r < p.n_rows && i0 + q / PARTS < ng) {
+                    uint u = g + G * (i0 + q / PARTS);
+                    v = part(load_raw((row0 + r) * units + u), q % PARTS);
+                }
+                for (uint e = 0; e < 4u; ++e) {
+                    ws[(q * 4u + e) * (TM / 4u) + r / 4u][r % 4u] = v[e];
                 }
             }
+            // Stage activations: 32 tokens x 8 parts.
+            for (uint s = lane; s < TN * 8u; s += 128u) {
+                uint t = s / 8u;
+                uint q = s % 8u;
+                vec4 v = vec4(0.0);
+                if (tok0 + t < p.n_cols && i0 + q / PARTS < ng) {
+                    uint u = g + G * (i0 + q / PARTS);
+                    v = x4[(p.x_offset + (tok0 + t) * p.x_stride) / 4u + u * UNIT4 + q % PARTS];
+                }
+                for (uint e = 0; e < 4u; ++e) {
+                    xs[(q * 4u + e) * (TN / 4u) + t / 4u][t % 4u] = v[e];
+                }
+            }
+            barrier();
+            for (uint kk = 0; kk < TK; kk += 4u) {
+                if (i0 + (kk / 4u) / PARTS >= ng) {
+                    break;  // past the group's last unit (uniform): never summed
+                }
+                vec4 a[4], b[4];  // a[e]: rows tr*4.. at k kk+e; b[e]: tokens tc*4.. at k kk+e
+                for (uint e = 0; e < 4u; ++e) {
+                    a[e] = ws[(kk + e) * (TM / 4u) + tr];
+                    b[e] = xs[(kk + e) * (TN / 4u) + tc];
+                }
+                for (uint i = 0; i < 4u; ++i) {
+                    vec4 w = vec4(a[0][i], a[1][i], a[2][i], a[3][i]);
+                    for (uint j = 0; j < 4u; ++j) {
+                        acc[i][j] = mat_acc(acc[i][j], w, vec4(b[0][j], b[1][j], b[2][j], b[3][j]));
+                    }
+                }
+            }
+            barrier();
         }
-        barrier();
+        for (uint i = 0; i < 4u; ++i) {
+            for (uint j = 0; j < 4u; ++j) {
+                total[i][j] = g == 0u ? acc[i][j] : mat_fold(total[i][j], acc[i][j]);
+            }
+        }
     }
     for (uint i = 0; i < 4u; ++i) {
         uint r = row0 + tr * 4u + i;
@@ -88,7 +100,7 @@ void main() {
             uint t = tok0 + tc * 4u + j;
             if (t < p.n_cols) {
                 uint o = p.y_offset + t * p.y_stride + p.row_begin + r;
-                y[o] = p.accumulate != 0u ? y[o] + acc[i][j] : acc[i][j];
+                y[o] = p.accumulate != 0u ? y[o] + total[i][j] : total[i][j];
             }
         }
     }

@@ -1,62 +1,116 @@
-// mul_mat_vec.comp: decode mat-vec (and the skinny mat-mat of a few sequences) for every weight
-// type (weight_units.glsl), dequantized here. Call site: gpu/vk/kernels.cpp encode_mul_mat()
-// when the token count is small. Each workgroup owns ROWS weight rows; its lanes stride over
-// the row in 8-element units (adjacent lanes read adjacent memory), accumulate ORDO_MMV_COLS
-// tokens per pass over the weights, and reduce through shared memory once per pass.
+// mul_mat_vec.comp: the decode mat-vec (and the skinny mat-mat of up to ORDO_MMV_COLS
+// sequences) of GPUs, for every weight type (weight_units.glsl), dequantized in registers. Call
+// site: gpu/vk/kernels.cpp encode_mul_mat() for few tokens on a GPU. Specialized per device
+// (lanes WG, rows per team RT, unroll: pipelines.cpp tuning_for) and per token count (COLS).
+//
+// A workgroup of WG lanes is WG / 8 teams of 8 adjacent lanes; each team owns RT weight rows
+// (rows row0 + r * TEAMS + team) and lane g of a team runs mat_order.glsl's group g of every
+// row it owns: units g, g + 8, ... in order. The workgroup walks K in steps of 8 x UNROLL
+// units: each lane loads its UNROLL weight units of the step per row (a team's loads are 8
+// consecutive units: whole cache lines, 128 bytes for F16), the workgroup stages the step's
+// activations of every token in shared memory with whole-line loads, and each weight unit
+// feeds all COLS tokens from there. The 8 group sums of each output meet in shared memory and
+// fold in group order (no subgroup operation needed, so every device runs it). Same order as
+// every other mat-mul kernel: a token's outputs are bit-identical to the tiled kernel's and to
+// the texel kernels'. (Measured on an H100, gpu/PERF.md: reading x straight from the storage
+// buffer, the block types' lanes touched 8 lines per load and Q4_K decoded at 80 GB/s.)
 #version 450
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
 #include "abi.h"
-layout(constant_id = 0) const uint WG = 32;
-layout(constant_id = 1) const uint ROWS = 2;
+layout(constant_id = 0) const uint WG = 128;  // lanes: a multiple of 8 (pipelines.cpp)
+layout(constant_id = 1) const uint RT = 1;    // weight rows per team
+layout(constant_id = 2) const uint COLS = ORDO_MMV_COLS;  // tokens per pass (pipelines::for_cols)
+layout(constant_id = 3) const uint UNROLL = 2;  // units loaded before summing
 layout(local_size_x_id = 0) in;
 layout(push_constant) uniform push_block { mul_mat_push p; };
 #include "weights.glsl"
+#include "mat_order.glsl"
 layout(std430, binding = ORDO_B_MM_X) readonly buffer x_buf { vec4 x4[]; };
 layout(std430, binding = ORDO_B_MM_Y) buffer y_buf { float y[]; };
 
-const uint COLS = ORDO_MMV_COLS;
-shared float partial[ROWS * COLS * WG];
+const uint G = ORDO_MAT_GROUPS;
+const uint TEAMS = WG / G;
+const uint UNIT4 = UNIT / 4u;  // vec4s of x per unit
+const uint STEP = G * UNROLL;  // units per step: every lane of a team takes UNROLL of them
+// x of one step's units in shared memory, UNIT4 vec4s per unit padded by one where a unit is
+// wider than one vec4, so lane g's reads (unit g of the step) fall in distinct banks.
+const uint USTRIDE = UNIT4 == 1u ? 1u : UNIT4 + 1u;
+shared vec4 xs[COLS * STEP * USTRIDE];
+shared float partial[RT * COLS * WG];
 
 void main() {
     uint lane = gl_LocalInvocationID.x;
-    uint row0 = gl_WorkGroupID.x * ROWS;
-    uint units = p.k / 8u;
+    uint g = lane % G;
+    uint team = lane / G;
+    uint row0 = gl_WorkGroupID.x * TEAMS * RT;
+    uint units = p.k / UNIT;
+    uint xstep = p.x_stride / 4u;
     for (uint c0 = 0; c0 < p.n_cols; c0 += COLS) {
-        float acc[ROWS * COLS];
-        for (uint i = 0; i < ROWS * COLS; ++i) {
+        uint n = min(COLS, p.n_cols - c0);
+        uint xbase = (p.x_offset + c0 * p.x_stride) / 4u;
+        float acc[RT * COLS];
+        [[unroll]] for (uint i = 0; i < RT * COLS; ++i) {
             acc[i] = 0.0;
         }
-        for (uint u = lane; u < units; u += WG) {
-            vec4 wlo[ROWS], whi[ROWS];
-            for (uint r = 0; r < ROWS; ++r) {
-                uint row = min(row0 + r, p.n_rows - 1u);  // clamped; discarded at the store
-                load_unit(row, u, p.k, wlo[r], whi[r]);
+        for (uint step0 = 0; step0 < units; step0 += STEP) {  // uniform: barriers inside
+            // This lane's weight units of the step first (their loads fly during the staging).
+            unit_raw w[RT * UNROLL];
+            [[unroll]] for (uint r = 0; r < RT; ++r) {
+                // Clamped: a row past the chunk computes a copy that the store discards.
+                uint ui0 = min(row0 + r * TEAMS + team, p.n_rows - 1u) * units;
+                [[unroll]] for (uint s = 0; s < UNROLL; ++s) {
+                    uint u = min(step0 + s * G + g, units - 1u);  // clamped; never summed past K
+                    w[r * UNROLL + s] = load_raw(ui0 + u);
+                }
             }
-            for (uint c = 0; c < COLS; ++c) {
-                if (c0 + c < p.n_cols) {
-                    uint xv = (p.x_offset + (c0 + c) * p.x_stride) / 4u + u * 2u;
-                    vec4 xlo = x4[xv];
-                    vec4 xhi = x4[xv + 1u];
-                    for (uint r = 0; r < ROWS; ++r) {
-                        acc[r * COLS + c] += dot(wlo[r], xlo) + dot(whi[r], xhi);
+            // Stage the step's x (every token) with whole-line loads: the lanes of a team read
+            // units 32 elements apart for the block types, which direct loads would scatter.
+            for (uint i = lane; i < COLS * STEP * UNIT4; i += WG) {
+                uint c = i / (STEP * UNIT4);
+                uint us = (i / UNIT4) % STEP;
+                uint q = i % UNIT4;
+                if (c < n && step0 + us < units) {
+                    xs[(c * STEP + us) * USTRIDE + q] =
+                        x4[xbase + c * xstep + (step0 + us) * UNIT4 + q];
+                }
+            }
+            barrier();
+            [[unroll]] for (uint r = 0; r < RT; ++r) {
+                [[unroll]] for (uint s = 0; s < UNROLL; ++s) {
+                    if (step0 + s * G + g < units) {
+                        [[unroll]] for (uint j = 0; j < PARTS; ++j) {
+                            vec4 wv = part(w[r * UNROLL + s], j);
+                            [[unroll]] for (uint c = 0; c < COLS; ++c) {
+                                if (c < n) {
+                                    acc[r * COLS + c] = mat_acc(
+                                        acc[r * COLS + c], wv,
+                                        xs[(c * STEP + s * G + g) * USTRIDE + j]);
+                                }
+                            }
+                        }
                     }
                 }
             }
+            barrier();
         }
-        for (uint i = 0; i < ROWS * COLS; ++i) {
+        [[unroll]] for (uint i = 0; i < RT * COLS; ++i) {
             partial[i * WG + lane] = acc[i];
         }
         barrier();
-        if (lane < ROWS * COLS) {
-            uint r = lane / COLS;
-            uint c = lane % COLS;
-            float sum = 0.0;
-            for (uint j = 0; j < WG; ++j) {
-                sum += partial[lane * WG + j];
-            }
-            if (row0 + r < p.n_rows && c0 + c < p.n_cols) {
-                uint o = p.y_offset + (c0 + c) * p.y_stride + p.row_begin + row0 + r;
-                y[o] = p.accumulate != 0u ? y[o] + sum : sum;
+        for (uint i = lane; i < TEAMS * RT * COLS; i += WG) {
+            uint t = i % TEAMS;
+            uint rc = i / TEAMS;  // r * COLS + c
+            uint row = row0 + (rc / COLS) * TEAMS + t;
+            uint c = rc % COLS;
+            if (c < n && row < p.n_rows) {
+                uint b = rc * WG + t * G;
+                float total = partial[b];
+                [[unroll]] for (uint l = 1; l < G; ++l) {
+                    total = mat_fold(total, partial[b + l]);
+                }
+                uint o = p.y_offset + (c0 + c) * p.y_stride + p.row_begin + row;
+                y[o] = p.accumulate != 0u ? y[o] + total : total;
             }
         }
         barrier();
