@@ -260,6 +260,7 @@ status runner::init_device() {
     }
     pipeline_tuning tuning = tuning_for(_dev->info());
     if (_options.texel_kernels) tuning.prefer_texel_kernels = *_options.texel_kernels;
+    tuning.fault_create_fails = _options.fault_pipeline_create;
     auto p = pipelines::create(*_dev, tuning, _pcache->handle());
     if (!p) return p.err();
     _pipes = std::move(*p);
@@ -274,8 +275,32 @@ result<weight_tensor> runner::upload(const model::matrix_view& m) {
     if (!t) return t;
     // The K-specialized mat-mul pipelines are compiled now, never on the step path.
     status s = prepare_mul_mat(*_pipes, *t);
+    if (!s && s.err().code == "gpu_unsupported" && _pipes->tuning().prefer_texel_kernels) {
+        s = fall_back_to_storage_kernels(s.err());
+        if (s) s = prepare_mul_mat(*_pipes, *t);
+    }
     if (!s) return s.err();
     return t;
+}
+
+status runner::fall_back_to_storage_kernels(const error& why) {
+    // The families share the mat-mul order (mat_order.glsl); their norm and attention kernels
+    // may differ in the last bits, as between two servers set to the two families. Only
+    // weights were prepared so far (upload_model runs before the stream and buffers exist); the
+    // storage pipelines of the weights already uploaded are built at their first dispatch, in
+    // the warm-up.
+    logger()->warn("runner: the texel kernels cannot be built on {} ({}: {}); serving with the "
+                   "storage kernels, as gpu.kernels = \"storage\" would",
+                   _dev->info().name, why.code, why.message);
+    pipeline_tuning tuning = _pipes->tuning();
+    tuning.prefer_texel_kernels = false;
+    auto p = pipelines::create(*_dev, tuning, _pcache->handle());
+    if (!p) return p.err();
+    _pipes = std::move(*p);
+    // Attention's reach on a loop-capped device depends on the family: choose the context
+    // again (nothing has used it yet: it is announced after the build).
+    init_context(_limits.n_blocks);
+    return {};
 }
 
 result<weight_tensor> runner::upload_padded(const model::matrix_view& m) {

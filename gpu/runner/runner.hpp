@@ -109,6 +109,9 @@ struct runner_options {
     // gpu.kernels: true = the texel-fetch family, false = the storage-buffer family; unset =
     // the device's default (tuning_for: texel on CPU devices, storage on GPUs).
     std::optional<bool> texel_kernels;
+    // Fault injection (tests): pipelines whose name starts with this fail creation as a
+    // driver's would (pipeline_tuning::fault_create_fails). Empty: none.
+    std::string fault_pipeline_create;
 };
 
 // The context (positions per sequence) a runner serves is the smallest of four bounds; the one
@@ -241,6 +244,9 @@ private:
     explicit runner(const runner_options& options) : _options(options) {}
     status init(const model::gguf_file& file);
     status init_device();
+    // The texel family cannot be built on this device (`why`: the pipeline and the driver's
+    // error): logs it and serves with the storage family from now on.
+    status fall_back_to_storage_kernels(const error& why);
     // KV pool blocks: gpu.kv_blocks, or as many as kv_memory_bytes, one storage binding per
     // layer and runner_kv_pool_tokens_max allow. Error: gpu_bad_config (none, or too many).
     result<std::uint32_t> kv_pool_blocks() const;

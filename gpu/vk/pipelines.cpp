@@ -314,8 +314,21 @@ status pipelines::build(pipeline& pl, pipeline_id id, std::uint32_t k,
     ci.stage.pSpecializationInfo = &spec;
     ci.layout = pl.layout;
     r = vkCreateComputePipelines(d, _cache, 1, &ci, nullptr, &pl.handle);
+    if (r == VK_SUCCESS && !_tuning.fault_create_fails.empty() &&
+        name.starts_with(_tuning.fault_create_fails)) {
+        vkDestroyPipeline(d, pl.handle, nullptr);
+        pl.handle = VK_NULL_HANDLE;
+        r = VK_ERROR_UNKNOWN;
+    }
     vkDestroyShaderModule(d, module, nullptr);
-    if (r != VK_SUCCESS) return vk_error(r, what + " create");
+    if (r != VK_SUCCESS) {
+        error e = vk_error(r, what + " create");
+        // A driver that cannot build a kernel fails the same way on every try: the device
+        // cannot run it (gpu_unsupported: not retried, and the runner may fall back to the
+        // other kernel family). Out of memory and a lost device stay device faults.
+        if (e.code == "vulkan_error") e.code = "gpu_unsupported";
+        return e;
+    }
     return {};
 }
 

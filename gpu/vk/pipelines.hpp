@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <string_view>
 #include <tuple>
 
@@ -85,6 +86,10 @@ struct pipeline_tuning {
     bool prefer_texel_kernels = false;
     // attention_tx lanes: must equal the subgroup size (its lanes merge through subgroup ops).
     std::uint32_t attention_tx_wg = 0;
+    // Fault injection (tests): the creation of every pipeline whose name starts with this
+    // fails as a driver's would (VK_ERROR_UNKNOWN; the NVIDIA H100's driver fails
+    // mul_mat_tx1t4_q4_k at K 8192 that way). Empty: none.
+    std::string fault_create_fails;
 };
 
 pipeline_tuning tuning_for(const device_info& info);

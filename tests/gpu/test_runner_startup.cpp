@@ -14,9 +14,18 @@
 // (4) the gpu actor retries a first build that fails on a device fault (every warm-up past a
 //     1 ms warmup_ms_max: gpu_timeout) recovery_max more times, telling its progress
 //     (device_progress: stage, step, attempt of attempts), then device_unavailable; a build
-//     that fails on the config (gpu_bad_config: a KV pool too large) is not retried.
+//     that fails on the config (gpu_bad_config: a KV pool too large) is not retried;
+// (5) a kernel family the driver cannot build never leaves a degraded server (issue 28; the
+//     H100's driver fails mul_mat_tx1t4_q4_k at K 8192): with the texel family asked for and
+//     every mul_mat_tx pipeline's creation failing (fault_pipeline_create, the driver's own
+//     error path), the runner builds on the storage family: its logits equal a storage
+//     runner's bit for bit and a texel runner's within rounding; a storage pipeline that
+//     cannot be built refuses the build with gpu_unsupported naming it, and the gpu actor
+//     does not retry it.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -164,6 +173,60 @@ TEST(RunnerStartup, WarmUpIsJudgedByItsOwnBoundNotTheWatchdog) {
     EXPECT_TRUE((*r)->drain(120'000).ok());
 }
 
+std::vector<float> first_decode_logits(runner& r) {
+    std::vector<float> logits(300);
+    auto p = r.run_step(make_step(1, "prefill", {make_seq(1, test_tokens(9, 300, 4), 0, {0, 1})}),
+                        logits.data());
+    EXPECT_TRUE(p.ok()) << p.err().message;
+    auto d = r.run_step(make_step(2, "decode", {make_seq(1, {7}, 9, {0, 1})}), logits.data());
+    EXPECT_TRUE(d.ok()) << d.err().message;
+    return logits;
+}
+
+TEST(RunnerStartup, ATexelFamilyTheDriverCannotBuildFallsBackToStorage) {
+    ORDO_REQUIRE_GPU();
+    auto file = open_model(synth_model(model::ggml_type::q8_0));
+    ASSERT_TRUE(file);
+    auto run_with = [&](bool texel, std::string fault) -> std::vector<float> {
+        runner_options o = test_options();
+        o.texel_kernels = texel;
+        o.fault_pipeline_create = std::move(fault);
+        auto r = runner::create(*file, o);
+        EXPECT_TRUE(r.ok()) << r.err().code << ": " << r.err().message;
+        if (!r) return {};
+        EXPECT_EQ((*r)->texel_kernels(), texel && o.fault_pipeline_create.empty());
+        return first_decode_logits(**r);
+    };
+    auto fell_back = run_with(true, "mul_mat_tx");
+    auto texel = run_with(true, "");
+    auto storage = run_with(false, "");
+    ASSERT_EQ(fell_back.size(), 300u);
+    ASSERT_EQ(texel.size(), 300u);
+    ASSERT_EQ(storage.size(), 300u);
+    EXPECT_EQ(std::memcmp(fell_back.data(), storage.data(), 300 * sizeof(float)), 0)
+        << "the fallback does not run the storage family";
+    // The families share the mat-mul order; their norms and attention kernels may differ in
+    // the last bits.
+    for (std::size_t i = 0; i < 300; ++i) {
+        EXPECT_NEAR(fell_back[i], texel[i], 1e-3f * (1.0f + std::fabs(texel[i]))) << i;
+    }
+}
+
+TEST(RunnerStartup, AStoragePipelineTheDriverCannotBuildRefusesTheBuild) {
+    ORDO_REQUIRE_GPU();
+    auto file = open_model(synth_model(model::ggml_type::q8_0));
+    ASSERT_TRUE(file);
+    runner_options o = test_options();
+    o.texel_kernels = false;
+    o.fault_pipeline_create = "mul_mat_q8_0";
+    auto r = runner::create(*file, o);
+    ASSERT_FALSE(r.ok()) << "a pipeline that cannot be created was not noticed";
+    EXPECT_EQ(r.err().code, "gpu_unsupported") << r.err().message;
+    EXPECT_NE(r.err().message.find("pipeline mul_mat_q8_0 create: VK_ERROR_UNKNOWN"),
+              std::string::npos)
+        << r.err().message;
+}
+
 // A gpu actor and the collector of its replies, without gpu_session (which gives up on a
 // device_unavailable at start).
 struct actor_rig {
@@ -233,6 +296,26 @@ TEST(GpuActorStartup, AFirstBuildThatFailsOnTheConfigIsNotRetried) {
     EXPECT_EQ(p->stage, "device");
     EXPECT_EQ(p->attempt, 1u);
     EXPECT_EQ(p->attempts_max, 4u);
+}
+
+TEST(GpuActorStartup, AKernelTheDriverCannotBuildIsNotRetried) {
+    ORDO_REQUIRE_GPU();
+    gpu_actor_options o;
+    o.model_path = synth_model(model::ggml_type::q8_0);
+    o.runner = test_options();
+    o.runner.texel_kernels = false;
+    o.runner.fault_pipeline_create = "mul_mat_q8_0";
+    o.recovery_max = 3;
+    actor_rig rig(o);
+    auto r = rig.collector.next(reply_ms);
+    ASSERT_TRUE(r.has_value());
+    ASSERT_TRUE(std::holds_alternative<device_unavailable>(*r)) << reply_name(*r);
+    const std::string& why = std::get<device_unavailable>(*r).message;
+    EXPECT_NE(why.find("gpu_unsupported"), std::string::npos) << why;
+    EXPECT_NE(why.find("mul_mat_q8_0"), std::string::npos) << why;
+    auto p = rig.collector.last_progress();
+    ASSERT_TRUE(p.has_value());
+    EXPECT_EQ(p->attempt, 1u) << "a build that fails the same way every time was tried again";
 }
 
 }  // namespace
