@@ -19,6 +19,11 @@ constexpr uint64_t timeout_sweeps = 4;
 // client_gone to the scheduler, bounded as the net actor's.
 constexpr actors::delivery_limits gone_delivery_limits{
     .pending_max = 1u << 16, .retry_ms = 5, .deadline_ms = 30'000};
+// Inputs of one POST /v1/embeddings given to the scheduler at once (each is one embed request
+// there): enough to fill a step (scheduler.max_sequences is 16 by default), few enough that a
+// request of 2,048 inputs neither fills the scheduler's queue (max_queue) nor starves the
+// other clients' requests behind it.
+constexpr size_t embed_inputs_inflight_max = 16;
 
 uint64_t ms_since(std::chrono::steady_clock::time_point t) {
     return uint64_t(
@@ -85,7 +90,7 @@ const char* endpoint_method(std::string_view path) {
     }
     if (path.starts_with("/v1/models/")) return "GET";
     for (std::string_view p : {"/tokenize", "/detokenize", "/v1/chat/completions",
-                               "/v1/completions"}) {
+                               "/v1/completions", "/v1/embeddings"}) {
         if (path == p) return "POST";
     }
     return nullptr;
@@ -102,6 +107,19 @@ struct http_actor::live_request {
     bool headers_sent = false;  // a stream has begun: errors now go in the stream
     awaited waits = awaited::generate;
     size_t text_offset = 0;     // bytes of text streamed so far (completions' text_offset)
+    // POST /v1/embeddings: input i is the scheduler's request id + i; at most
+    // embed_inputs_inflight_max of them are unanswered at once.
+    struct embeddings_state {
+        std::vector<sched::embed> inputs;
+        std::vector<net::embed_done> done;  // by input
+        size_t sent = 0, answered = 0;
+        bool base64 = false;
+    };
+    std::optional<embeddings_state> embeddings;
+    // Whether the scheduler request `i` is this request's.
+    bool owns(uint64_t i) const {
+        return i == id || (embeddings && i > id && i - id < embeddings->inputs.size());
+    }
 };
 
 // A connection: the TCP layer's part (tcp_conn: socket, write queue, closing, lingering; its id
@@ -398,6 +416,8 @@ void http_actor::route(connection& c, http_request& r) {
                  "no such model; this server serves \"" + _options.model.id + "\"", "model"},
                 ka);
         }
+    } else if (r.path == "/v1/embeddings") {
+        start_embeddings(c, r);
     } else if (r.path == "/v1/chat/completions") {
         start_generate(c, r, api_kind::chat);
     } else {
@@ -523,6 +543,63 @@ void http_actor::start_tokens(connection& c, const http_request& r) {
     if (scheduler_took(c, sent, r.keep_alive)) c.live = std::move(l);
 }
 
+// OpenAI's embeddings: one scheduler embed request per input, at most
+// embed_inputs_inflight_max at a time, answered together once every input has its vector. The
+// first error answers the whole request at once; inputs still running then finish unread (their
+// answers name ids no live request owns) and the rest are never sent.
+void http_actor::start_embeddings(connection& c, const http_request& r) {
+    auto parsed = parse_embeddings_request(r.body, _options.limits, _options.model);
+    if (auto* e = std::get_if<api_error>(&parsed)) return respond_error(c, *e, r.keep_alive);
+    auto& req = std::get<embeddings_request>(parsed);
+    assert(!req.inputs.empty() && req.inputs.size() <= embedding_inputs_max);
+    live_request l;
+    l.id = c.next_request_id;
+    c.next_request_id += req.inputs.size();
+    l.keep_alive = r.keep_alive;
+    l.waits = awaited::embeddings;
+    auto& e = l.embeddings.emplace();
+    e.inputs = std::move(req.inputs);
+    e.done.resize(e.inputs.size());
+    e.base64 = req.base64;
+    c.live = std::move(l);
+    send_embed_inputs(c);
+}
+
+bool http_actor::send_embed_inputs(connection& c) {
+    live_request& l = *c.live;
+    auto& e = *l.embeddings;
+    while (e.sent < e.inputs.size() && e.sent - e.answered < embed_inputs_inflight_max) {
+        sched::embed m = std::move(e.inputs[e.sent]);
+        m.conn = c.conn();
+        m.id = l.id + e.sent;
+        e.sent++;
+        if (!scheduler_took(c, _to_scheduler.tell(m), l.keep_alive)) return false;
+    }
+    return true;
+}
+
+void http_actor::on(const net::embed_done& m) {
+    connection* c = live_awaiting(m.conn, m.id, awaited::embeddings, m.msg_name);
+    if (c == nullptr) return;
+    live_request& l = *c->live;
+    auto& e = *l.embeddings;
+    const uint64_t i = m.id - l.id;
+    assert(i < e.sent && e.answered < e.sent);
+    if (m.cancelled) {
+        // Nothing here cancels an input: the scheduler must not either.
+        api_error err{500, "internal", "input " + std::to_string(i) + " was cancelled", ""};
+        return respond_error(*c, err, l.keep_alive);
+    }
+    e.done[i] = m;
+    e.answered++;
+    if (e.answered < e.inputs.size()) {
+        send_embed_inputs(*c);
+        return;
+    }
+    respond(*c, 200, "application/json", embeddings_json(_options.model.id, e.done, e.base64),
+            l.keep_alive);
+}
+
 bool http_actor::scheduler_took(connection& c, const status& sent, bool keep_alive) {
     if (sent.ok()) return true;
     // The scheduler's mailbox is full (or it is stopping): refuse now rather than queue.
@@ -591,7 +668,7 @@ http_actor::connection* http_actor::live_for(uint64_t conn, uint64_t id) {
     connection* found = find(conn & ((uint64_t(1) << sched::front_door_shift) - 1));
     if (found == nullptr) return nullptr;  // gone: the scheduler heard client_gone
     connection& c = *found;
-    if (c.closing || !c.live || c.live->id != id) return nullptr;
+    if (c.closing || !c.live || !c.live->owns(id)) return nullptr;
     return &c;
 }
 

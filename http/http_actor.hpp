@@ -3,7 +3,9 @@
 // Runs on its own libuv loop; nothing else touches its sockets or per-connection state. It reads
 // HTTP/1.1 requests with llhttp under limits (request_reader: header and body bytes), turns the
 // OpenAI endpoints' bodies into the same typed sched::generate the msgpack front door sends
-// (openai.hpp, through the one validator net/ops.hpp), and encodes the scheduler's typed events
+// (openai.hpp, through the one validator net/ops.hpp), /v1/embeddings' inputs into the
+// scheduler's embed requests (at most embed_inputs_inflight_max at a time, answered together),
+// and encodes the scheduler's typed events
 // (net/net_msgs.hpp) as OpenAI JSON or server-sent events. The scheduler answers it like the net
 // actor: its conn ids carry front_door::http (scheduler_msgs.hpp "Front doors"), so the
 // scheduler routes them here through a delivery of their own.
@@ -104,14 +106,15 @@ class http_actor final
     : public actors::actor<http_actor, net::token_event, net::generate_done, net::tokenize_done,
                            net::detokenize_done, net::cancel_done, net::model_done, net::stats_done,
                            net::fault_done, net::session_delete_done, net::request_error,
-                           net::set_health, net::drop_connection, net::net_fault, net::begin_drain>,
+                           net::embed_done, net::set_health, net::drop_connection, net::net_fault,
+                           net::begin_drain>,
       private net::tcp_conn_owner {
 public:
     http_actor(http_options options, size_t mailbox_capacity);
     ~http_actor() override;
 
     using scheduler_outbox = actors::outbox<sched::generate, sched::stats_query, sched::tokenize,
-                                            sched::detokenize>;
+                                            sched::detokenize, sched::embed>;
 
     // Before start(): where requests go.
     template <typename Scheduler>
@@ -134,6 +137,7 @@ public:
     // Answers to ops this front door never sends: a bug if one names a live request.
     void on(const net::tokenize_done& m);    // POST /tokenize
     void on(const net::detokenize_done& m);  // POST /detokenize
+    void on(const net::embed_done& m);       // POST /v1/embeddings
     void on(const net::cancel_done& m) { unexpected(m.conn, m.id, m.msg_name); }
     void on(const net::model_done& m) { unexpected(m.conn, m.id, m.msg_name); }
     void on(const net::stats_done& m);
@@ -176,6 +180,10 @@ private:
     void get_health(connection& c, const http_request& r);
     void get_metrics(connection& c, const http_request& r);
     void start_tokens(connection& c, const http_request& r);  // /tokenize, /detokenize
+    void start_embeddings(connection& c, const http_request& r);
+    // Sends the live embeddings request's next inputs, up to embed_inputs_inflight_max
+    // unanswered; false when the scheduler refused one (the request is answered then).
+    bool send_embed_inputs(connection& c);
     // Whether `r` may go on: true when no key is needed or it carries a right one; otherwise
     // it has been answered (401, or 429 and the connection closes for a cut-off address).
     bool authorized(connection& c, const http_request& r);
@@ -183,8 +191,9 @@ private:
     connection* live_for(uint64_t conn, uint64_t id);
     void unexpected(uint64_t conn, uint64_t id, const char* what);
     // What a live request waits for from the scheduler: generate's events, stats_done
-    // (GET /metrics), tokenize_done (POST /tokenize) or detokenize_done (POST /detokenize).
-    enum class awaited : std::uint8_t { generate, metrics, tokenize, detokenize };
+    // (GET /metrics), tokenize_done (POST /tokenize), detokenize_done (POST /detokenize) or one
+    // embed_done per input (POST /v1/embeddings).
+    enum class awaited : std::uint8_t { generate, metrics, tokenize, detokenize, embeddings };
     // live_for, when that request awaits `a`; an answer it does not await is unexpected().
     connection* live_awaiting(uint64_t conn, uint64_t id, awaited a, const char* what);
     // Whether the scheduler took a request (`sent`: its tell); when it refused (a full mailbox,

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <span>
 
@@ -396,6 +398,21 @@ std::string sse(const json& j) {
     return "data: " + dump(j) + "\n\n";
 }
 
+// `model`: required, the served model's id (404 otherwise).
+std::optional<api_error> check_model(const json& j, const served_model& model) {
+    auto m = j.find("model");
+    if (m == j.end() || !m->is_string()) {
+        return bad("model: required, a string naming the served model (GET /v1/models)", "model");
+    }
+    if (m->get<std::string>() != model.id) {
+        return api_error{404, "model_not_found",
+                         "the model " + net::fields::quote(m->get<std::string>()) +
+                             " is not served here; this server serves \"" + model.id + "\"",
+                         "model"};
+    }
+    return std::nullopt;
+}
+
 }  // namespace
 
 std::variant<api_request, api_error> parse_api_request(api_kind kind, std::string_view body,
@@ -418,16 +435,7 @@ std::variant<api_request, api_error> parse_api_request(api_kind kind, std::strin
                        k);
         }
     }
-    auto m = j.find("model");
-    if (m == j.end() || !m->is_string()) {
-        return bad("model: required, a string naming the served model (GET /v1/models)", "model");
-    }
-    if (m->get<std::string>() != model.id) {
-        return api_error{404, "model_not_found",
-                         "the model " + net::fields::quote(m->get<std::string>()) +
-                             " is not served here; this server serves \"" + model.id + "\"",
-                         "model"};
-    }
+    if (auto e = check_model(j, model)) return *e;
     api_request out;
     out.kind = kind;
     json ordo = json::object();
@@ -540,6 +548,156 @@ std::variant<sched::detokenize, api_error> parse_detokenize_request(
         d.tokens.push_back(t.get<int32_t>());
     }
     return d;
+}
+
+namespace {
+
+// One /v1/embeddings input that is an array: token ids, each within the vocabulary.
+std::variant<std::vector<int32_t>, api_error> token_input(const json& a, const std::string& where,
+                                                          const net::request_limits& limits) {
+    if (a.empty()) return bad(where + ": an empty array of token ids", "input");
+    if (a.size() > sched::prompt_tokens_max) {
+        return bad(where + ": more than " + std::to_string(sched::prompt_tokens_max) + " tokens",
+                   "input");
+    }
+    std::vector<int32_t> ids;
+    ids.reserve(a.size());
+    for (size_t i = 0; i < a.size(); i++) {
+        const json& t = a[i];
+        if (!t.is_number_integer() || t < 0 ||
+            (limits.vocab_size != 0 && t >= int64_t(limits.vocab_size)) ||
+            t > int64_t(std::numeric_limits<int32_t>::max())) {
+            return bad(where + "[" + std::to_string(i) + "] = " + dump(t) +
+                           ": a token id 0.." + std::to_string(limits.vocab_size) + " (exclusive)",
+                       "input");
+        }
+        ids.push_back(t.get<int32_t>());
+    }
+    return ids;
+}
+
+// One input: a non-empty string, or an array of token ids.
+std::optional<api_error> add_input(const json& v, const std::string& where,
+                                   const net::request_limits& limits, embeddings_request& out) {
+    sched::embed e;
+    if (v.is_string()) {
+        if (v.get_ref<const std::string&>().empty()) {
+            return bad(where + ": an empty string (nothing to embed)", "input");
+        }
+        e.text = v.get<std::string>();
+    } else if (v.is_array()) {
+        auto ids = token_input(v, where, limits);
+        if (auto* err = std::get_if<api_error>(&ids)) return *err;
+        e.tokens = std::move(std::get<std::vector<int32_t>>(ids));
+    } else {
+        return bad(where + ": a string or an array of token ids, got " + kind_of(v), "input");
+    }
+    out.inputs.push_back(std::move(e));
+    return std::nullopt;
+}
+
+// `input`: a string, token ids, or an array of strings or of token-id arrays.
+std::optional<api_error> read_inputs(const json& input, const net::request_limits& limits,
+                                     embeddings_request& out) {
+    if (input.is_string()) return add_input(input, "input", limits, out);
+    if (!input.is_array()) {
+        return bad("input: a string or an array (of strings or of token ids), got " +
+                       kind_of(input),
+                   "input");
+    }
+    if (input.empty()) return bad("input: an empty array (nothing to embed)", "input");
+    // An array of numbers is one input of token ids; otherwise each element is an input.
+    if (input[0].is_number()) return add_input(input, "input", limits, out);
+    if (input.size() > embedding_inputs_max) {
+        return bad("input: " + std::to_string(input.size()) + " inputs; at most " +
+                       std::to_string(embedding_inputs_max) + " per request",
+                   "input");
+    }
+    for (size_t i = 0; i < input.size(); i++) {
+        if (auto e = add_input(input[i], "input[" + std::to_string(i) + "]", limits, out)) {
+            return e;
+        }
+    }
+    return std::nullopt;
+}
+
+// The little-endian bytes of the floats, in base64 (RFC 4648, padded): what OpenAI's clients
+// decode into a Float32Array.
+std::string base64_floats(const std::vector<float>& v) {
+    static constexpr char alphabet[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    std::string bytes(v.size() * 4, '\0');
+    for (size_t i = 0; i < v.size(); i++) {
+        uint32_t bits;
+        std::memcpy(&bits, &v[i], 4);
+        for (int b = 0; b < 4; b++) bytes[i * 4 + b] = char((bits >> (8 * b)) & 0xff);
+    }
+    std::string out;
+    out.reserve((bytes.size() + 2) / 3 * 4);
+    for (size_t i = 0; i < bytes.size(); i += 3) {
+        uint32_t n = uint32_t(uint8_t(bytes[i])) << 16;
+        if (i + 1 < bytes.size()) n |= uint32_t(uint8_t(bytes[i + 1])) << 8;
+        if (i + 2 < bytes.size()) n |= uint32_t(uint8_t(bytes[i + 2]));
+        out += alphabet[(n >> 18) & 63];
+        out += alphabet[(n >> 12) & 63];
+        out += i + 1 < bytes.size() ? alphabet[(n >> 6) & 63] : '=';
+        out += i + 2 < bytes.size() ? alphabet[n & 63] : '=';
+    }
+    return out;
+}
+
+}  // namespace
+
+std::variant<embeddings_request, api_error> parse_embeddings_request(
+    std::string_view body, const net::request_limits& limits, const served_model& model) {
+    auto parsed = parse_body(body);
+    if (auto* e = std::get_if<api_error>(&parsed)) return *e;
+    const json& j = std::get<json>(parsed);
+    if (auto e = only_fields(j, {"model", "input", "encoding_format", "dimensions", "user"})) {
+        return *e;
+    }
+    if (auto e = check_model(j, model)) return *e;
+    embeddings_request out;
+    if (const json* f = field(j, "encoding_format")) {
+        if (*f != "float" && *f != "base64") {
+            return bad("encoding_format = " + dump(*f) + ": \"float\" or \"base64\"",
+                       "encoding_format");
+        }
+        out.base64 = *f == "base64";
+    }
+    if (const json* d = field(j, "dimensions");
+        d != nullptr && !(d->is_number_integer() && *d == int64_t(model.n_embd))) {
+        return bad("dimensions = " + dump(*d) + ": ordo returns the model's whole width; " +
+                       "accepted: " + std::to_string(model.n_embd) + " or null",
+                   "dimensions");
+    }
+    if (const json* u = field(j, "user"); u != nullptr && !u->is_string()) {
+        return bad("user: a string, got " + kind_of(*u), "user");
+    }
+    const json* input = field(j, "input");
+    if (input == nullptr) return bad("input: required", "input");
+    if (auto e = read_inputs(*input, limits, out)) return *e;
+    return out;
+}
+
+std::string embeddings_json(const std::string& model, const std::vector<net::embed_done>& done,
+                            bool base64) {
+    json data = json::array();
+    uint64_t tokens = 0;
+    for (size_t i = 0; i < done.size(); i++) {
+        json e = {{"object", "embedding"}, {"index", i}};
+        if (base64) {
+            e["embedding"] = base64_floats(done[i].embedding);
+        } else {
+            e["embedding"] = done[i].embedding;
+        }
+        data.push_back(std::move(e));
+        tokens += done[i].prompt_tokens;
+    }
+    return dump({{"object", "list"},
+                 {"data", std::move(data)},
+                 {"model", model},
+                 {"usage", {{"prompt_tokens", tokens}, {"total_tokens", tokens}}}});
 }
 
 std::string tokenize_json(const net::tokenize_done& d) { return dump({{"tokens", d.tokens}}); }
@@ -687,7 +845,8 @@ std::string model_json(const served_model& m) {
                  {"object", "model"},
                  {"created", m.created},
                  {"owned_by", "ordo"},
-                 {"meta", {{"n_vocab", m.n_vocab}, {"n_ctx_train", m.n_ctx_train}}}});
+                 {"meta",
+                  {{"n_vocab", m.n_vocab}, {"n_ctx_train", m.n_ctx_train}, {"n_embd", m.n_embd}}}});
 }
 
 std::string models_json(const served_model& m) {

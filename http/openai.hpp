@@ -6,7 +6,8 @@
 // (model, n, stream_options, the penalties ordo refuses, fields it does not know), then the body
 // is rewritten with ordo's parameter names and handed to the one validator (net/ops.hpp
 // parse_chat / parse_generate), which renders the chat template too. So a bound or rule of the
-// protocol holds over HTTP without being written twice.
+// protocol holds over HTTP without being written twice. A /v1/embeddings body becomes one
+// sched::embed per input.
 //
 // Out: the scheduler's typed events (net/net_msgs.hpp) as OpenAI's response objects, stream
 // chunks and error objects.
@@ -36,9 +37,10 @@ struct served_model {
     std::string id;        // the GGUF file's name without ".gguf"
     uint64_t created = 0;  // unix seconds: when the server started
     // Reported in /v1/models' "meta" (llama-server reports the same keys): load generators
-    // draw token-id prompts below n_vocab.
+    // draw token-id prompts below n_vocab; n_embd is the embeddings' width.
     uint32_t n_vocab = 0;
     uint32_t n_ctx_train = 0;  // the context the model was trained for (GGUF)
+    uint32_t n_embd = 0;       // the width of its embeddings (/v1/embeddings `dimensions`)
 };
 
 // One OpenAI error: the HTTP status and the body's fields.
@@ -77,6 +79,23 @@ std::variant<sched::detokenize, api_error> parse_detokenize_request(
     std::string_view body, const net::request_limits& limits);
 std::string tokenize_json(const net::tokenize_done& d);      // {"tokens": [...]}
 std::string detokenize_json(const net::detokenize_done& d);  // {"content": "..."}
+
+// POST /v1/embeddings (docs/http.md "Embeddings"): `input` a string, an array of strings, an
+// array of token ids or an array of such arrays, each one input (the scheduler's embed op;
+// conn and id left for the caller); `encoding_format` float or base64; `dimensions` only the
+// model's n_embd; `user` any string. Errors: 400 naming the field, 404 for another model.
+// OpenAI's own bound on the inputs of one request.
+inline constexpr size_t embedding_inputs_max = 2048;
+struct embeddings_request {
+    std::vector<sched::embed> inputs;  // in order
+    bool base64 = false;               // encoding_format "base64": little-endian float32 bytes
+};
+std::variant<embeddings_request, api_error> parse_embeddings_request(
+    std::string_view body, const net::request_limits& limits, const served_model& model);
+// The answer: {"object": "list", "data": [{"object": "embedding", "index", "embedding"}],
+// "model", "usage": {"prompt_tokens", "total_tokens"}}; `done[i]` answers input i.
+std::string embeddings_json(const std::string& model, const std::vector<net::embed_done>& done,
+                            bool base64);
 
 // The `code` of a 401 (missing or wrong API key), as OpenAI's API names it.
 inline constexpr std::string_view invalid_api_key_code = "invalid_api_key";

@@ -162,6 +162,9 @@ result<llama_hparams> read_llama_hparams(const gguf_file& file) {
     if (!eps) return eps.err();
     auto n_vocab = read_n_vocab(file);
     if (!n_vocab) return n_vocab.err();
+    auto pooling_type = file.get_u32_or(key(hp, "pooling_type"), 0);
+    if (!pooling_type) return pooling_type.err();
+    hp.embedding_pooling = pooling_from_gguf(*pooling_type);
     auto scale = read_rope_scaling(file, hp);
     if (!scale) return scale.err();
     hp.rope_scale_linear = *scale;

@@ -20,10 +20,13 @@
 //   {arch}.rope.scaling.factor              linear scale (positions divided by it); older
 //                                           files: {arch}.rope.scale_linear; default 1
 //   {arch}.attention.layer_norm_rms_epsilon rms eps     default 1e-5
+//   {arch}.pooling_type                     pooling     of embeddings: 1 mean, 2 cls, 3 last;
+//                                           absent or another value: unset (config default)
 //   tokenizer.ggml.tokens (array length)    n_vocab     else token_embd's ne1
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -31,6 +34,7 @@
 #include "actors/runtime/result.hpp"
 #include "model/cpu_ops.hpp"
 #include "model/gguf.hpp"
+#include "model/pooling.hpp"
 
 namespace ordo::model {
 
@@ -59,6 +63,8 @@ struct llama_hparams {
     float rope_freq_base = k_llama_default_rope_freq_base;
     float rope_scale_linear = 1.0f;  // rope.scaling.factor of linear scaling; 1: none
     float rms_eps = k_llama_default_rms_eps;
+    // How the file says embeddings pool (model/pooling.hpp); unset: model.embedding_pooling.
+    std::optional<pooling> embedding_pooling;
 
     uint32_t head_dim() const { return n_embd / n_head; }
     uint32_t kv_dim() const { return n_head_kv * head_dim(); }  // width of one K or V row

@@ -127,6 +127,38 @@ result<std::span<const float>> reference_model::forward(uint32_t token, uint32_t
     return std::span<const float>(_logits);
 }
 
+result<std::vector<float>> embed(reference_model& model, std::span<const uint32_t> tokens,
+                                 pooling p) {
+    if (tokens.empty()) return make_error("reference_empty_prompt", "no tokens to embed");
+    if (tokens.size() > model.n_ctx()) {
+        return make_error("reference_ctx_full", std::to_string(tokens.size()) +
+                                                    " tokens exceed the context of " +
+                                                    std::to_string(model.n_ctx()));
+    }
+    const uint32_t n_embd = model.hparams().n_embd;
+    model.reset();
+    std::vector<double> pooled(n_embd, 0.0);
+    for (uint32_t pos = 0; pos < tokens.size(); ++pos) {
+        auto r = model.forward(tokens[pos], pos);
+        if (!r) return r.err();
+        const bool take = p == pooling::mean || (p == pooling::cls && pos == 0) ||
+                          (p == pooling::last && pos + 1 == tokens.size());
+        if (!take) continue;
+        std::span<const float> h = model.final_hidden();
+        for (uint32_t i = 0; i < n_embd; ++i) pooled[i] += h[i];
+    }
+    // The mean's division is folded into the normalization: a scale does not change the
+    // direction.
+    double norm = 0.0;
+    for (double v : pooled) norm += v * v;
+    norm = std::sqrt(norm);
+    std::vector<float> out(n_embd, 0.0f);
+    if (norm > 0.0) {
+        for (uint32_t i = 0; i < n_embd; ++i) out[i] = static_cast<float>(pooled[i] / norm);
+    }
+    return out;
+}
+
 // ---- sampling ------------------------------------------------------------------------------
 
 float sampler::next_uniform() {

@@ -41,6 +41,9 @@ public:
     // history after pos is dropped) and < n_ctx. Errors: reference_bad_token,
     // reference_bad_pos.
     result<std::span<const float>> forward(uint32_t token, uint32_t pos);
+    // The final hidden state of the last forward(): the residual stream after the output norm,
+    // the vector the classifier multiplies (n_embd floats, valid until the next call).
+    std::span<const float> final_hidden() const { return _x; }
 
     void reset() { _n_past = 0; }
 
@@ -86,6 +89,13 @@ private:
     uint64_t _state;
     std::vector<float> _probs;  // scratch, sized on first use
 };
+
+// The embedding of `tokens` (run from position 0, after reset): their final hidden states
+// pooled by `p` (model/pooling.hpp), then L2-normalized; what /v1/embeddings and the `embed`
+// op answer, computed the reference way. Accumulates in double. Errors:
+// reference_empty_prompt, reference_ctx_full (more tokens than n_ctx), plus forward()'s.
+result<std::vector<float>> embed(reference_model& model, std::span<const uint32_t> tokens,
+                                 pooling p);
 
 struct generate_options {
     uint32_t n_predict = 0;             // new tokens to produce at most

@@ -86,7 +86,8 @@ struct net_counters {
 class net_actor final
     : public actors::actor<net_actor, token_event, generate_done, tokenize_done, detokenize_done,
                            cancel_done, model_done, stats_done, fault_done, session_delete_done,
-                           request_error, set_health, drop_connection, net_fault, begin_drain>,
+                           request_error, embed_done, set_health, drop_connection, net_fault,
+                           begin_drain>,
       private tcp_conn_owner {
 public:
     net_actor(net_options options, size_t mailbox_capacity);
@@ -95,7 +96,7 @@ public:
     using scheduler_outbox =
         actors::outbox<sched::generate, sched::cancel, sched::tokenize, sched::detokenize,
                        sched::model_info_query, sched::stats_query, sched::fault,
-                       sched::session_delete>;
+                       sched::session_delete, sched::embed>;
 
     // Before start(): where ops other than `health` go. Without a scheduler, `stats` is
     // answered here (net counters only) and every other op is unknown.
@@ -123,6 +124,7 @@ public:
     void on(const fault_done& m) { write_event(m); }
     void on(const session_delete_done& m) { write_event(m); }
     void on(const request_error& m) { write_event(m); }
+    void on(const embed_done& m) { write_event(m); }
     void on(const set_health& m);
     void on(const drop_connection& m);
     void on(const net_fault& m);

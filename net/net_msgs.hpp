@@ -185,6 +185,18 @@ struct generate_done {
     MSGPACK_DEFINE_MAP(conn, id, reason, stop, tokens, text, seed, logprobs, usage);
 };
 
+// embed ended: the input's pooled, L2-normalized final hidden state (n_embd floats), or, when
+// the `cancel` op ended it first, cancelled and no embedding. Terminal.
+struct embed_done {
+    static constexpr const char* msg_name = "embed_done";
+    uint64_t conn = 0, id = 0;
+    std::vector<float> embedding;
+    uint32_t prompt_tokens = 0;
+    std::string pooling;  // mean | last | cls (config.hpp's names)
+    bool cancelled = false;
+    MSGPACK_DEFINE_MAP(conn, id, embedding, prompt_tokens, pooling, cancelled);
+};
+
 struct tokenize_done {
     static constexpr const char* msg_name = "tokenize_done";
     uint64_t conn = 0, id = 0;

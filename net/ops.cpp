@@ -243,6 +243,34 @@ result<sched::detokenize> parse_detokenize(const msgpack::object& frame,
     return out;
 }
 
+result<sched::embed> parse_embed(const msgpack::object& frame, const request_limits& limits) {
+    auto pm = param_map::open(frame, {"input", "tokens"});
+    if (!pm) return pm.err();
+    const msgpack::object* input = pm->get("input");
+    const msgpack::object* tokens = pm->get("tokens");
+    if ((input == nullptr) == (tokens == nullptr)) {
+        return make_error("bad_request", input == nullptr
+                                             ? "exactly one of \"input\" and \"tokens\" is "
+                                               "required, got neither"
+                                             : "exactly one of \"input\" and \"tokens\" is "
+                                               "allowed, got both");
+    }
+    sched::embed out;
+    if (input != nullptr) {
+        auto s = fields::read_string("input", *input, sched::prompt_bytes_max);
+        if (!s) return s.err();
+        if (s->empty()) return fields::bad("input", "a non-empty string", "an empty string");
+        out.text = std::move(*s);
+        return out;
+    }
+    auto ids =
+        fields::read_token_ids("tokens", *tokens, sched::prompt_tokens_max, limits.vocab_size);
+    if (!ids) return ids.err();
+    if (ids->empty()) return fields::bad("tokens", "a non-empty array", "an empty array");
+    out.tokens = std::move(*ids);
+    return out;
+}
+
 result<sched::cancel> parse_cancel(const msgpack::object& frame) {
     auto pm = param_map::open(frame, {"target"});
     if (!pm) return pm.err();
@@ -434,6 +462,7 @@ result<op> parse_op(const request& r, const request_limits& limits) {
     if (r.op == "cancel") return with_id(parse_cancel(frame), r.id);
     if (r.op == "tokenize") return with_id(parse_tokenize(frame), r.id);
     if (r.op == "detokenize") return with_id(parse_detokenize(frame, limits), r.id);
+    if (r.op == "embed") return with_id(parse_embed(frame, limits), r.id);
     if (r.op == "session_delete") return with_id(parse_session_delete(frame, limits), r.id);
     if (r.op == "fault") {
         return with_id(parse_fault(frame), r.id);

@@ -41,7 +41,7 @@ struct auth_op {
 
 using op = std::variant<health_op, auth_op, sched::stats_query, sched::model_info_query,
                         sched::generate, sched::cancel, sched::tokenize, sched::detokenize,
-                        sched::fault, sched::session_delete>;
+                        sched::fault, sched::session_delete, sched::embed>;
 
 // The typed op of request `r` with its id set (conn 0: the caller fills it in). Errors:
 // bad_request naming the key, or unknown_op; `chat` and `apply_template` also no_chat_template
@@ -60,6 +60,8 @@ result<sched::tokenize> parse_tokenize(const msgpack::object& frame);
 result<sched::detokenize> parse_detokenize(const msgpack::object& frame,
                                            const request_limits& limits);
 result<sched::cancel> parse_cancel(const msgpack::object& frame);
+// `embed` {input | tokens}: one input, a string or token ids (docs/protocol.md "embed").
+result<sched::embed> parse_embed(const msgpack::object& frame, const request_limits& limits);
 result<sched::fault> parse_fault(const msgpack::object& frame);
 result<sched::session_delete> parse_session_delete(const msgpack::object& frame,
                                                    const request_limits& limits);

@@ -130,6 +130,13 @@ std::string encode(const tokenize_done& e) {
     return w.field("tokens", e.tokens).finish();
 }
 
+std::string encode(const embed_done& e) {
+    event_writer w(e.id, "done");
+    if (e.cancelled) return w.field("reason", std::string_view("cancelled")).finish();
+    w.field("embedding", e.embedding).field("prompt_tokens", e.prompt_tokens);
+    return w.field("pooling", e.pooling).finish();
+}
+
 std::string encode(const detokenize_done& e) {
     return event_writer(e.id, "done").field("text", e.text).finish();
 }

@@ -88,6 +88,7 @@ std::string encode(const model_done& e);
 std::string encode(const stats_done& e);
 std::string encode(const fault_done& e);
 std::string encode(const request_error& e);
+std::string encode(const embed_done& e);
 
 // Whether an event ends its request.
 template <typename T>

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "actors/runtime/result.hpp"
+#include "model/pooling.hpp"
 
 namespace ordo::config {
 
@@ -37,6 +38,10 @@ enum class kv_dtype : std::uint8_t { f16, f32 };
 // attention_tx, ...) or the storage-buffer ones; automatic = the device's own default
 // (gpu::tuning_for).
 enum class gpu_kernels : std::uint8_t { automatic, texel, storage };
+
+// How /v1/embeddings and the `embed` op pool an input's final hidden states into one vector
+// when the GGUF names no `<arch>.pooling_type` (model/pooling.hpp; docs/http.md "Embeddings").
+using embedding_pooling = model::pooling;
 
 // Same order and values as spdlog::level::level_enum, so main can static_cast.
 enum class log_level : std::uint8_t { trace, debug, info, warn, error, critical, off };
@@ -92,6 +97,7 @@ inline constexpr std::size_t cors_allow_origins_max = 64;
 std::string_view to_string(batch_failure_policy v);
 std::string_view to_string(kv_dtype v);
 std::string_view to_string(gpu_kernels v);
+std::string_view to_string(embedding_pooling v);
 std::string_view to_string(log_level v);
 std::string_view to_string(fault_kind v);
 // The kind named `name` ("nan_logits"), or nullopt.
@@ -139,6 +145,8 @@ struct model_config {
     std::string generated_path = "var/models/ordo-default.gguf";
     std::uint32_t context_tokens = 0;  // 0: the model's own context length
     std::string chat_template_path;    // empty: the GGUF's tokenizer.chat_template
+    // Pooling of embeddings when the GGUF names none (its <arch>.pooling_type wins).
+    model::pooling embedding_pooling = model::pooling::mean;
     bool operator==(const model_config&) const = default;
 };
 

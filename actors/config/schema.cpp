@@ -27,6 +27,10 @@ constexpr std::array<std::string_view, 3> batch_failure_policy_names = {"bisect"
                                                                         "fail"};
 constexpr std::array<std::string_view, 2> kv_dtype_names = {"f16", "f32"};
 constexpr std::array<std::string_view, 3> gpu_kernels_names = {"auto", "texel", "storage"};
+// In model::pooling's order.
+constexpr std::array<std::string_view, 3> embedding_pooling_names = {"mean", "last", "cls"};
+static_assert(static_cast<std::size_t>(embedding_pooling::cls) + 1 == 3,
+              "embedding_pooling_names lists every model::pooling, in order");
 constexpr std::array<std::string_view, 7> log_level_names = {"trace", "debug",    "info", "warn",
                                                              "error", "critical", "off"};
 // In fault_kind's order (config.hpp).
@@ -344,6 +348,10 @@ constexpr auto table = std::to_array<key_spec>({
         "model", "chat_template_path",
         "Jinja chat template file used instead of the GGUF's tokenizer.chat_template; empty = "
         "the file's"),
+    choice<&C::model, &model_config::embedding_pooling>(
+        "model", "embedding_pooling", embedding_pooling_names,
+        "how embeddings pool the prompt's hidden states when the GGUF names no pooling_type: "
+        "mean, last token or first (cls) token"),
     // [gpu]
     string<&C::gpu, &gpu_config::device>(
         "gpu", "device", "Vulkan device: \"\"/\"auto\", an index, or a name substring"),
@@ -465,6 +473,9 @@ std::string_view to_string(kv_dtype v) {
 }
 std::string_view to_string(gpu_kernels v) {
     return gpu_kernels_names.at(static_cast<std::size_t>(v));
+}
+std::string_view to_string(embedding_pooling v) {
+    return embedding_pooling_names.at(static_cast<std::size_t>(v));
 }
 std::string_view to_string(log_level v) {
     return log_level_names.at(static_cast<std::size_t>(v));

@@ -95,6 +95,7 @@ void scheduler_actor::on_stop() {
         after(out);                               \
     }
 ORDO_SCHEDULER_OP(generate, on_generate)
+ORDO_SCHEDULER_OP(embed, on_embed)
 ORDO_SCHEDULER_OP(cancel, on_cancel)
 ORDO_SCHEDULER_OP(tokenize, on_tokenize)
 ORDO_SCHEDULER_OP(detokenize, on_detokenize)
@@ -365,7 +366,8 @@ void scheduler_actor::on(const gpu::step_done& m) {
     uv_timer_stop(&_backstop);
     std::vector<outgoing_event> out;
     _core.on_step_done(
-        m, [&](uint32_t r) { return _logits->read_row(m.slot, r); }, out);
+        m, [&](uint32_t r) { return _logits->read_row(m.slot, r); },
+        [&](uint32_t r) { return _logits->read_hidden_row(m.slot, r); }, out);
     if (m.slot != gpu::logits_exchange::no_slot) _logits->release(m.slot);
     after(out);
 }

@@ -40,7 +40,7 @@
 namespace ordo::sched {
 
 class scheduler_actor final
-    : public actors::actor<scheduler_actor, generate, cancel, tokenize, detokenize,
+    : public actors::actor<scheduler_actor, generate, embed, cancel, tokenize, detokenize,
                            model_info_query, stats_query, fault, session_delete, client_gone,
                            drain, gpu::step_done, gpu::step_failed, gpu::device_ready,
                            gpu::device_unavailable, gpu::fault_refused, gpu::device_progress,
@@ -52,7 +52,7 @@ public:
         actors::outbox<net::token_event, net::generate_done, net::tokenize_done,
                        net::detokenize_done, net::cancel_done, net::model_done, net::stats_done,
                        net::fault_done, net::session_delete_done, net::request_error,
-                       net::set_health, net::drop_connection, net::net_fault>;
+                       net::embed_done, net::set_health, net::drop_connection, net::net_fault>;
     using gpu_outbox = actors::outbox<gpu::step, gpu::inject_fault>;
     using kv_outbox = actors::outbox<kv::kv_lookup, kv::kv_restore, kv::kv_release, kv::kv_save,
                                      kv::kv_invalidate, kv::kv_session_delete, kv::kv_fault>;
@@ -95,6 +95,7 @@ public:
     }
 
     void on(const generate& m);
+    void on(const embed& m);
     void on(const cancel& m);
     void on(const tokenize& m);
     void on(const detokenize& m);
@@ -141,8 +142,8 @@ private:
     using net_delivery = actors::delivery<
         net::token_event, net::generate_done, net::tokenize_done, net::detokenize_done,
         net::cancel_done, net::model_done, net::stats_done, net::fault_done,
-        net::session_delete_done, net::request_error, net::set_health, net::drop_connection,
-        net::net_fault>;
+        net::session_delete_done, net::request_error, net::embed_done, net::set_health,
+        net::drop_connection, net::net_fault>;
     using gpu_delivery = actors::delivery<gpu::reset_device>;
     using kv_delivery = actors::delivery<kv::kv_lookup, kv::kv_restore, kv::kv_release, kv::kv_save,
                                          kv::kv_invalidate, kv::kv_session_delete, kv::kv_fault>;

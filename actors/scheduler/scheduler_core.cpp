@@ -296,7 +296,9 @@ void scheduler_core::on_stats(const stats_query& m, std::vector<outgoing_event>&
                    {"disk_saves", k.disk_saves},
                    {"disk_evicted", k.disk_evicted},
                    {"session_busy", k.session_busy},
-                   {"net_faults", k.net_faults}};
+                   {"net_faults", k.net_faults},
+                   {"embeddings", k.embeddings},
+                   {"embedding_tokens", k.embedding_tokens}};
     r.kv = {{"blocks_total", kv.blocks_total},   {"blocks_used", kv.blocks_used},
             {"blocks_free", kv.blocks_free},     {"blocks_cached", kv.blocks_cached},
             {"prefix_hits", kv.hits},            {"prefix_misses", kv.misses},

@@ -74,6 +74,9 @@ struct core_options {
     // mixed with the clock, so every server draws differently (OpenAI's, llama.cpp's and vLLM's
     // behaviour: regenerating samples afresh); tests set a value to replay the draws.
     uint64_t unseeded_source = 0;
+    // How embed requests pool their final hidden states: the GGUF's pooling_type, else
+    // model.embedding_pooling (the bootstrap decides; model/pooling.hpp).
+    model::pooling pooling = model::pooling::mean;
 };
 
 // A request to the kv actor, as the scheduler hands it over (kv/kv_msgs.hpp).
@@ -84,7 +87,7 @@ using kv_request = std::variant<kv::kv_lookup, kv::kv_restore, kv::kv_release, k
 using client_event =
     std::variant<net::token_event, net::generate_done, net::tokenize_done, net::detokenize_done,
                  net::cancel_done, net::model_done, net::stats_done, net::fault_done,
-                 net::session_delete_done, net::request_error>;
+                 net::session_delete_done, net::request_error, net::embed_done>;
 using outgoing_event = client_event;
 
 // The request an event belongs to.
@@ -120,6 +123,8 @@ struct scheduler_counters {
     uint64_t disk_evicted = 0;          // kv_evicted received
     uint64_t session_busy = 0;
     uint64_t net_faults = 0;  // net fault points fired (the `fault` op's net kinds)
+    uint64_t embeddings = 0;        // embed requests accepted into the queue
+    uint64_t embedding_tokens = 0;  // their input tokens
 };
 
 // Net fault points armed at most at once (the `fault` op's net kinds; more is bad_request).
@@ -149,6 +154,7 @@ public:
 
     // ---- inputs, applied in arrival order ----
     void on_generate(const generate& m, std::vector<outgoing_event>& out);
+    void on_embed(const embed& m, std::vector<outgoing_event>& out);
     void on_cancel(const cancel& m, std::vector<outgoing_event>& out);
     void on_tokenize(const tokenize& m, std::vector<outgoing_event>& out);
     void on_detokenize(const detokenize& m, std::vector<outgoing_event>& out);
@@ -159,10 +165,11 @@ public:
     void on_device_unavailable(const gpu::device_unavailable& m, std::vector<outgoing_event>& out);
     // How far the device build under way is: health's "loading" reason says it.
     void on_device_progress(const gpu::device_progress& m);
-    // `row(i)` returns the logits of step_done.rows[i].
-    void on_step_done(const gpu::step_done& m,
-                      const std::function<std::span<const float>(uint32_t)>& row,
-                      std::vector<outgoing_event>& out);
+    // `row(i)` returns the logits of step_done.rows[i], `hidden_row(i)` the hidden row of
+    // step_done.hidden_rows[i].
+    using row_reader = std::function<std::span<const float>(uint32_t)>;
+    void on_step_done(const gpu::step_done& m, const row_reader& row,
+                      const row_reader& hidden_row, std::vector<outgoing_event>& out);
     void on_step_failed(const gpu::step_failed& m, std::vector<outgoing_event>& out);
     void on_session_delete(const session_delete& m, std::vector<outgoing_event>& out);
     // The kv actor's answers (kv_msgs.hpp).
@@ -240,12 +247,18 @@ private:
         clock::time_point submitted, first_step, first_token, last_token;
         bool started = false, has_first_token = false;
         uint8_t phases_reached = 0;  // net fault points: queued, prefill, decode bits
+        // An embed request: how its hidden states pool. It generates nothing (max_tokens 0),
+        // never takes cached or restored KV (every token's hidden state is computed), and
+        // ends with embed_done once its whole input has run.
+        std::optional<model::pooling> embed;
+        std::vector<double> pooled;  // (n_embd) embed: its hidden rows added up so far
     };
 
     struct planned {
         seq_id seq = 0;
         uint32_t n_tokens = 0;
         bool want_logits = false;
+        gpu::hidden_output hidden = gpu::hidden_output::none;
     };
     struct in_flight_step {
         uint64_t step_id = 0;
@@ -274,6 +287,17 @@ private:
     std::optional<gpu::step> launch(gpu::step s, in_flight_step f);
     std::optional<gpu::step> plan_isolated();
     std::optional<gpu::step> plan_batch();
+
+    // embeddings (scheduler_embed.cpp)
+    gpu::hidden_output hidden_for(const request_state& r, uint32_t n_tokens) const;
+    // A step's outcome for an embed request: its hidden row (when it asked for one) added to
+    // the accumulator (`start`: where the chunk began; 0 clears it first: a recompute), and
+    // embed_done once the whole input has run. A missing or wrong-width row: error internal.
+    void apply_embed_step(request_state& r, const planned& p, uint32_t start,
+                          const gpu::step_done& m, const row_reader& hidden_row,
+                          std::vector<outgoing_event>& out);
+    // Its whole input has run: embed_done with the normalized vector.
+    void finish_embed(request_state& r, std::vector<outgoing_event>& out);
 
     // outcomes (scheduler_outcomes.cpp)
     void apply_token(request_state& r, std::span<const float> logits,

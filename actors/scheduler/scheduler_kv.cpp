@@ -24,7 +24,8 @@ namespace ordo::sched {
 using net::errc;
 
 bool scheduler_core::wants_disk(const request_state& r) const {
-    if (!_opt.kv_disk || r.disk_checked || !r.in_kv) return false;
+    // An embedding computes every token (scheduler_embed.cpp): nothing to restore.
+    if (!_opt.kv_disk || r.disk_checked || !r.in_kv || r.embed) return false;
     if (r.restore_failures > _opt.restore_retry_max) return false;
     const uint32_t bt = _kv->config().block_tokens;
     // Full blocks before the last token: the last one is always computed (it gives logits).

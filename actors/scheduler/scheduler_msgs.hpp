@@ -113,6 +113,18 @@ struct detokenize {
     MSGPACK_DEFINE_MAP(conn, id, tokens, special);
 };
 
+// front door → scheduler: the embedding of one input: its tokens run as a prefill (batched with
+// generation, under the same queue, context and KV limits), their final hidden states pooled
+// as core_options::pooling says and L2-normalized (docs/protocol.md "embed"). Reply:
+// embed_done or request_error.
+struct embed {
+    static constexpr const char* msg_name = "embed";
+    uint64_t conn = 0, id = 0;
+    std::optional<std::string> text;  // tokenized with BOS per the model; else `tokens`
+    std::vector<int32_t> tokens;      // when text is not given: the ids, verbatim
+    MSGPACK_DEFINE_MAP(conn, id, text, tokens);
+};
+
 // front door → scheduler: what is being served. Reply: model_done.
 struct model_info_query {
     static constexpr const char* msg_name = "model";

@@ -100,8 +100,8 @@ void scheduler_core::on_device_unavailable(const gpu::device_unavailable& m,
 
 // ---- step done ---------------------------------------------------------------------------------
 
-void scheduler_core::on_step_done(const gpu::step_done& m,
-                                  const std::function<std::span<const float>(uint32_t)>& row,
+void scheduler_core::on_step_done(const gpu::step_done& m, const row_reader& row,
+                                  const row_reader& hidden_row,
                                   std::vector<outgoing_event>& out) {
     if (!_in_flight || _in_flight->step_id != m.step_id) return;  // not ours (stale): ignore
     in_flight_step f = std::move(*_in_flight);
@@ -112,12 +112,17 @@ void scheduler_core::on_step_done(const gpu::step_done& m,
     for (const planned& p : f.seqs) {
         request_state* r = find(p.seq);
         if (r == nullptr) continue;
+        const uint32_t start = r->n_past;
         r->n_past += p.n_tokens;
         (void)_kv->commit_full_blocks(r->seq, std::span(r->tokens).first(r->n_past));
         r->restored_from.clear();  // a step succeeded with the restored blocks
         if (f.isolated) r->batch_failures = 0;
         if (r->cancel_requested) {
             finish(*r, "cancelled", out);
+            continue;
+        }
+        if (r->embed) {
+            apply_embed_step(*r, p, start, m, hidden_row, out);
             continue;
         }
         if (!p.want_logits) continue;
@@ -269,6 +274,13 @@ void scheduler_core::reset_for_recompute(request_state& r) {
 
 void scheduler_core::finish(request_state& r, std::string_view reason,
                             std::vector<outgoing_event>& out, const std::string& stop_string) {
+    if (r.embed) {
+        // Only a cancel ends an embedding here; a complete one ends in finish_embed.
+        assert(reason == "cancelled");
+        if (!r.client_gone) out.push_back(net::embed_done{r.conn, r.id, {}, r.n_prompt, "", true});
+        remove(r);
+        return;
+    }
     if (reason == "stop" || reason == "length") save_to_disk(r);
     const auto now = clock::now();
     _histograms.duration.observe(ms_between(r.submitted, now) / 1000.0);

@@ -33,7 +33,8 @@ bool scheduler_core::admit(request_state& r) {
     if (!_kv->add_sequence(r.seq).ok()) return false;
     r.in_kv = true;
     r.n_past = 0;
-    if (_opt.prefix_cache) {
+    // An embedding needs every token's hidden state: it never starts from cached KV.
+    if (_opt.prefix_cache && !r.embed) {
         auto cached = _kv->lookup_prefix(r.seq, r.tokens);
         if (cached.ok()) r.n_past = *cached;
     }
@@ -86,9 +87,10 @@ void scheduler_core::add_to_step(request_state& r, uint32_t n_tokens, gpu::step&
     q.pos0 = r.n_past;
     auto table = _kv->block_table(r.seq);
     q.block_table.assign(table.begin(), table.end());
-    q.want_logits = r.n_past + n_tokens == r.tokens.size();
+    q.want_logits = r.n_past + n_tokens == r.tokens.size() && !r.embed;
+    q.hidden = hidden_for(r, n_tokens);
     s.seqs.push_back(std::move(q));
-    f.seqs.push_back({r.seq, n_tokens, s.seqs.back().want_logits});
+    f.seqs.push_back({r.seq, n_tokens, s.seqs.back().want_logits, s.seqs.back().hidden});
     if (!r.started) {
         r.started = true;
         r.first_step = clock::now();

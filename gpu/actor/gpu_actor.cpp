@@ -150,6 +150,7 @@ void gpu_actor::run_job() {
         return;
     }
     if ((*r)->hparams().n_vocab != _exchange.n_vocab() ||
+        (_exchange.n_embd() != 0 && (*r)->hparams().n_embd != _exchange.n_embd()) ||
         _options.runner.rows_max > _exchange.rows_max()) {
         _job.err = make_error("gpu_bad_config", "the logits exchange does not fit the model");
         return;
@@ -172,22 +173,21 @@ void gpu_actor::run_step_job() {
     }
     if (_options.on_step_begin) _options.on_step_begin(_job.msg);
     _runner->arm_fault(_job.fault);
-    // A step that wants no rows writes nothing; the pointer is never dereferenced then.
-    float* out = _job.slot == logits_exchange::no_slot ? nullptr : _exchange.row(_job.slot, 0);
-    auto res = _runner->run_step(_job.msg, out);
+    // A step that wants no rows writes nothing; the pointers are never dereferenced then.
+    const bool held = _job.slot != logits_exchange::no_slot;
+    float* out = held ? _exchange.row(_job.slot, 0) : nullptr;
+    float* hidden = held && _exchange.n_embd() > 0 ? _exchange.hidden_row(_job.slot, 0) : nullptr;
+    auto res = _runner->run_step(_job.msg, out, hidden);
     _job.segment = _runner->last_segment();
     if (!res) {
         _job.err = res.err();
         return;
     }
     _job.res = std::move(*res);
-    std::size_t n = _job.res.rows.size() * std::size_t(_exchange.n_vocab());
-    for (std::size_t i = 0; i < n; ++i) {
-        if (!std::isfinite(out[i])) {
-            _job.nan = true;
-            break;
-        }
-    }
+    const std::size_t n = _job.res.rows.size() * std::size_t(_exchange.n_vocab());
+    const std::size_t n_hidden = _job.res.hidden_rows.size() * std::size_t(_exchange.n_embd());
+    _job.nan = !std::all_of(out, out + n, [](float v) { return std::isfinite(v); }) ||
+               !std::all_of(hidden, hidden + n_hidden, [](float v) { return std::isfinite(v); });
 }
 
 void gpu_actor::run_kv_copy_job() {
@@ -344,13 +344,14 @@ void gpu_actor::finish_step() {
         _steps++;
         _tokens += _job.res.n_tokens;
         _rebuilds_in_row = 0;
-        step_done d{m.step_id, _job.slot, _job.res.rows, _exchange.n_vocab(), _job.res.gpu_ms};
+        step_done d{m.step_id,         _job.slot,         _job.res.rows,
+                    _exchange.n_vocab(), _job.res.gpu_ms, _job.res.hidden_rows};
         _replies.send(d);
         return;
     }
     _exchange.release(_job.slot);
     if (_job.nan) {
-        fail(m, "gpu_nan", "non-finite logits", _job.segment, false);
+        fail(m, "gpu_nan", "non-finite logits or hidden states", _job.segment, false);
         return;
     }
     bool lost = device_fault(_job.err->code);
@@ -429,7 +430,9 @@ void gpu_actor::pump() {
         }
         _job.msg = std::move(std::get<step>(head));
         bool rows = false;
-        for (const step_seq& q : _job.msg.seqs) rows = rows || q.want_logits;
+        for (const step_seq& q : _job.msg.seqs) {
+            rows = rows || q.want_logits || q.hidden != hidden_output::none;
+        }
         _job.slot = logits_exchange::no_slot;
         if (rows) {
             auto slot = _exchange.acquire();

@@ -7,9 +7,9 @@
 // Replies (gpu_msgs.hpp) go to the scheduler through one delivery (ordered, bounded: a reply
 // refused by a full mailbox is offered again, and one that cannot be delivered within the bound
 // is given up with its logits slot released, so no slot leaks): device_ready after start-up;
-// exactly one step_done or step_failed per step. A step's logits rows are written into a
-// logits_exchange slot acquired before the step runs (none free: gpu_busy); rows are checked
-// for NaN/Inf (gpu_nan). On gpu_timeout, gpu_device_lost or any other device error the step
+// exactly one step_done or step_failed per step. A step's logits rows (and hidden rows, for
+// embeddings) are written into a logits_exchange slot acquired before the step runs (none free:
+// gpu_busy); rows are checked for NaN/Inf (gpu_nan). On gpu_timeout, gpu_device_lost or any other device error the step
 // fails with device_lost = true, every queued step fails the same way (their KV is gone), the
 // runner is torn down (after waiting out a still-running segment, bounded by drain_ms) and
 // rebuilt, then device_ready{epoch + 1}. reset_device (the scheduler's backstop) starts the same

@@ -18,6 +18,18 @@
 
 namespace ordo::gpu {
 
+// What a sequence of a step returns of its final hidden states (the residual stream after the
+// output norm, before the classifier: what embeddings pool), as one hidden row of n_embd floats
+// in the step's exchange slot. The scheduler pools over a whole input across prefill chunks:
+// the sum of each chunk (mean), the last chunk's last token (last), the first chunk's first
+// token (cls).
+enum class hidden_output : uint8_t {
+    none,
+    sum,    // the sum over every token of `tokens`
+    last,   // the last token's
+    first,  // the first token's
+};
+
 // One sequence's part of a step.
 struct step_seq {
     uint64_t seq_id = 0;               // scheduler's sequence id (echoed in replies)
@@ -25,7 +37,8 @@ struct step_seq {
     uint32_t pos0 = 0;                 // position of tokens[0]; KV for [0, pos0) is in the pool
     std::vector<uint32_t> block_table; // pool blocks covering positions [0, pos0 + tokens.size())
     bool want_logits = false;          // return the logits row of the last token
-    MSGPACK_DEFINE_MAP(seq_id, tokens, pos0, block_table, want_logits);
+    hidden_output hidden = hidden_output::none;  // return a hidden row (embeddings)
+    MSGPACK_DEFINE_MAP(seq_id, tokens, pos0, block_table, want_logits, hidden);
 };
 
 // scheduler → gpu: run one forward step over a batch. Reply: step_done or step_failed, exactly
@@ -108,7 +121,8 @@ struct fault_refused {
     MSGPACK_DEFINE_MAP(plan_step, kind, message);
 };
 
-// The step ran. Row i of `slot` holds the logits of `rows[i]` (the sequences that asked).
+// The step ran. Row i of `slot` holds the logits of `rows[i]` (the sequences that asked), hidden
+// row i the hidden output of `hidden_rows[i]` (logits_exchange::read_hidden_row).
 struct step_done {
     static constexpr const char* msg_name = "step_done";
     uint64_t step_id = 0;
@@ -116,7 +130,8 @@ struct step_done {
     std::vector<uint64_t> rows;  // seq ids, in row order
     uint32_t n_vocab = 0;
     double gpu_ms = 0;           // submit → last fence, summed over segments
-    MSGPACK_DEFINE_MAP(step_id, slot, rows, n_vocab, gpu_ms);
+    std::vector<uint64_t> hidden_rows;  // seq ids, in hidden row order
+    MSGPACK_DEFINE_MAP(step_id, slot, rows, n_vocab, gpu_ms, hidden_rows);
 };
 
 // The step failed. code: gpu_timeout | gpu_device_lost | gpu_nan | gpu_bad_step | gpu_busy.
@@ -221,3 +236,5 @@ struct device_unavailable {
 };
 
 }  // namespace ordo::gpu
+
+MSGPACK_ADD_ENUM(ordo::gpu::hidden_output);

@@ -55,7 +55,8 @@ result<std::unique_ptr<gpu_session>> gpu_session::start(gpu_actor_options option
         if (!f) return f.err();
         auto hp = model::read_llama_hparams(*f);
         if (!hp) return hp.err();
-        s->_exchange = std::make_unique<logits_exchange>(options.runner.rows_max, hp->n_vocab);
+        s->_exchange =
+            std::make_unique<logits_exchange>(options.runner.rows_max, hp->n_vocab, hp->n_embd);
     }
     status st = s->_collector.start();
     if (!st) return st.err();
@@ -79,7 +80,7 @@ result<std::unique_ptr<gpu_session>> gpu_session::start(gpu_actor_options option
 gpu_session::~gpu_session() { (void)stop(); }
 
 result<step_done> gpu_session::run(const step& s, std::vector<float>& logits,
-                                   std::uint64_t timeout_ms) {
+                                   std::uint64_t timeout_ms, std::vector<float>* hidden) {
     status sent = _actor->tell(s, "gpu_session");
     if (!sent) return sent.err();
     auto r = _collector.next(timeout_ms);
@@ -96,6 +97,14 @@ result<step_done> gpu_session::run(const step& s, std::vector<float>& logits,
     for (std::size_t i = 0; i < d->rows.size(); ++i) {
         auto row = _exchange->read_row(d->slot, static_cast<std::uint32_t>(i));
         std::memcpy(logits.data() + i * d->n_vocab, row.data(), row.size() * sizeof(float));
+    }
+    if (hidden != nullptr) {
+        const std::size_t n_embd = _exchange->n_embd();
+        hidden->resize(d->hidden_rows.size() * n_embd);
+        for (std::size_t i = 0; i < d->hidden_rows.size(); ++i) {
+            auto row = _exchange->read_hidden_row(d->slot, static_cast<std::uint32_t>(i));
+            std::memcpy(hidden->data() + i * n_embd, row.data(), row.size() * sizeof(float));
+        }
     }
     _exchange->release(d->slot);
     return *d;

@@ -81,9 +81,11 @@ public:
     ~gpu_session();
 
     // Sends the step and waits for its reply (at most timeout_ms); copies the logits rows into
-    // `logits` (rows x n_vocab) and releases the slot. A step_failed becomes an error whose
-    // code is the reply's and whose message names the segment.
-    result<step_done> run(const step& s, std::vector<float>& logits, std::uint64_t timeout_ms);
+    // `logits` (rows x n_vocab), the hidden rows into `*hidden` when given (hidden rows x
+    // n_embd), and releases the slot. A step_failed becomes an error whose code is the reply's
+    // and whose message names the segment.
+    result<step_done> run(const step& s, std::vector<float>& logits, std::uint64_t timeout_ms,
+                          std::vector<float>* hidden = nullptr);
 
     const device_ready& ready() const { return _ready; }
     std::uint32_t n_vocab() const { return _exchange->n_vocab(); }

@@ -18,11 +18,14 @@ void require(bool ok, const char* why) {
 
 }  // namespace
 
-logits_exchange::logits_exchange(std::uint32_t rows_max, std::uint32_t n_vocab)
+logits_exchange::logits_exchange(std::uint32_t rows_max, std::uint32_t n_vocab,
+                                 std::uint32_t n_embd)
     : _rows_max(rows_max),
       _n_vocab(n_vocab),
+      _n_embd(n_embd),
       _owners(slots_max),
-      _data(std::size_t(slots_max) * rows_max * n_vocab, 0.0f) {
+      _data(std::size_t(slots_max) * rows_max * n_vocab, 0.0f),
+      _hidden(std::size_t(slots_max) * rows_max * n_embd, 0.0f) {
     require(rows_max > 0 && n_vocab > 0, "rows_max and n_vocab must be > 0");
 }
 
@@ -42,6 +45,21 @@ std::size_t logits_exchange::row_index(std::uint32_t slot, std::uint32_t r) cons
     require(slot < slots_max && r < _rows_max, "logits row out of range");
     require(_owners.is_held(slot), "logits row of a free slot");
     return (std::size_t(slot) * _rows_max + r) * _n_vocab;
+}
+
+std::size_t logits_exchange::hidden_index(std::uint32_t slot, std::uint32_t r) const {
+    require(_n_embd > 0, "hidden row of an exchange without hidden rows");
+    require(slot < slots_max && r < _rows_max, "hidden row out of range");
+    require(_owners.is_held(slot), "hidden row of a free slot");
+    return (std::size_t(slot) * _rows_max + r) * _n_embd;
+}
+
+float* logits_exchange::hidden_row(std::uint32_t slot, std::uint32_t r) {
+    return _hidden.data() + hidden_index(slot, r);
+}
+
+std::span<const float> logits_exchange::read_hidden_row(std::uint32_t slot, std::uint32_t r) const {
+    return {_hidden.data() + hidden_index(slot, r), _n_embd};
 }
 
 float* logits_exchange::row(std::uint32_t slot, std::uint32_t r) {

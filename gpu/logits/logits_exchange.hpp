@@ -1,7 +1,9 @@
 // logits_exchange.hpp: host memory shared by the gpu actor (writer) and the scheduler (reader)
-// for the logits rows of finished steps, so that logits never travel inside messages.
+// for the logits rows of finished steps, and their hidden rows (embeddings: gpu_msgs.hpp
+// hidden_output), so that neither travels inside messages.
 //
-// `slots_max` slots of `rows_max x n_vocab` floats are allocated once. The gpu actor acquires a
+// `slots_max` slots of `rows_max x n_vocab` floats, and of `rows_max x n_embd` for hidden rows,
+// are allocated once (n_embd 0: no hidden rows; a step that asks for some fails). The gpu actor acquires a
 // free slot for a step (none free: the step fails with gpu_busy at once; acquire never blocks),
 // the runner writes the rows, step_done names the slot, the scheduler reads the rows and
 // releases the slot (directly, or with a release_logits message to the gpu actor). Ownership
@@ -30,7 +32,7 @@ public:
     // step_done.slot when the step asked for no logits rows (nothing to read or release).
     static constexpr std::uint32_t no_slot = 0xFFFFFFFFu;
 
-    logits_exchange(std::uint32_t rows_max, std::uint32_t n_vocab);
+    logits_exchange(std::uint32_t rows_max, std::uint32_t n_vocab, std::uint32_t n_embd = 0);
     logits_exchange(const logits_exchange&) = delete;
     logits_exchange& operator=(const logits_exchange&) = delete;
 
@@ -42,19 +44,26 @@ public:
     // Row r of a held slot (n_vocab floats). The writer fills it; the reader reads it.
     float* row(std::uint32_t slot, std::uint32_t r);
     std::span<const float> read_row(std::uint32_t slot, std::uint32_t r) const;
+    // Hidden row r of a held slot (n_embd floats), the same way.
+    float* hidden_row(std::uint32_t slot, std::uint32_t r);
+    std::span<const float> read_hidden_row(std::uint32_t slot, std::uint32_t r) const;
 
     std::uint32_t rows_max() const { return _rows_max; }
     std::uint32_t n_vocab() const { return _n_vocab; }
+    std::uint32_t n_embd() const { return _n_embd; }
     std::uint32_t held() const;  // slots currently held (stats, tests)
     bool is_held(std::uint32_t slot) const;  // false for no_slot and out-of-range slots
 
 private:
     std::size_t row_index(std::uint32_t slot, std::uint32_t r) const;
+    std::size_t hidden_index(std::uint32_t slot, std::uint32_t r) const;
 
     std::uint32_t _rows_max;
     std::uint32_t _n_vocab;
+    std::uint32_t _n_embd;
     slot_owners _owners;
-    std::vector<float> _data;  // (slots_max, rows_max, n_vocab)
+    std::vector<float> _data;    // (slots_max, rows_max, n_vocab)
+    std::vector<float> _hidden;  // (slots_max, rows_max, n_embd)
 };
 
 }  // namespace ordo::gpu

@@ -486,12 +486,14 @@ status runner::init_buffers(std::uint32_t blocks) {
         {&_tables, std::uint64_t(_options.seqs_max) * _blocks_per_seq_max,
          memory_use::host_readback, "block tables", seqs_ctx},
         {&_logits, rows * _hp.n_vocab, memory_use::host_readback, "logits", seqs},
+        {&_hidden, t * _embd_stride, memory_use::host_readback, "final hidden", batch},
         {&_spin, 1024, memory_use::device, "spin", batch},
     };
     // The KV copy staging (_kv_host) is made by the first copy job: a server that never
     // persists KV does not pay kv_copy_blocks_max blocks of host memory (512 MiB for a 7B
     // model without GQA at the default 64).
     _kv_regions.resize(_options.kv_copy_blocks_max);
+    _hidden_sum.assign(_hp.n_embd, 0.0);
     _kv_seen.assign(g.n_blocks, 0);
     for (const spec& sp : specs) {
         if (sp.floats * 4 > _dev->info().max_storage_buffer_range) {
@@ -520,9 +522,10 @@ status runner::init_stream() {
                                             chunks(l.gate) + chunks(l.up) + chunks(l.down));
     }
     std::uint32_t layers = std::min(_options.flush_every_layers, _hp.n_layer);
-    // Embedding + layers + final-norm runs + classifier + the fault's spin dispatch.
+    // Embedding + layers + final-norm runs + classifier + hidden-row norm runs + the fault's
+    // spin dispatch.
     std::uint64_t budget = chunks(_token_embd) + std::uint64_t(layers) * per_layer +
-                           _options.rows_max + chunks(_output) + 1;
+                           _options.rows_max + chunks(_output) + _options.rows_max + 1;
     if (budget > segment_dispatches_max) {
         return bad_config("flush_every_layers " + std::to_string(_options.flush_every_layers) +
                           " makes segments of " + std::to_string(budget) +

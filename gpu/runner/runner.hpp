@@ -19,6 +19,8 @@
 //       hid = silu(w_gate xn) * (w_up xn)
 //       x += w_down hid
 //   logits[rows] = w_out (rmsnorm(x[rows]) * output_norm)   // only the rows that ask
+//   hidden[i] = sum over its tokens t of rmsnorm(x[t]) * output_norm  // embeddings: the sum
+//               (all of a sequence's tokens), the last or the first, added up on the host
 //
 // The layers are recorded as command-buffer segments of at most flush_every_layers layers
 // (label "decode#812 seqs=4 layers 8-15"); each is submitted and waited on with watchdog_ms.
@@ -147,6 +149,7 @@ struct step_fault {
 
 struct step_result {
     std::vector<std::uint64_t> rows;  // seq id of each logits row written
+    std::vector<std::uint64_t> hidden_rows;  // seq id of each hidden row written
     std::uint32_t n_tokens = 0;
     std::uint32_t segments = 0;
     double gpu_ms = 0.0;  // submit -> fence, summed over segments
@@ -181,8 +184,10 @@ public:
     runner& operator=(const runner&) = delete;
 
     // Runs one step and writes rows() x n_vocab floats to logits_out (row i = the i-th sequence
-    // that wants logits). Validation failures (gpu_bad_step) record nothing.
-    result<step_result> run_step(const step& s, float* logits_out);
+    // that wants logits) and hidden rows x n_embd floats to hidden_out (row i = the i-th
+    // sequence with a hidden output: step_seq::hidden); either may be null when no sequence
+    // asks for it. Validation failures (gpu_bad_step) record nothing.
+    result<step_result> run_step(const step& s, float* logits_out, float* hidden_out = nullptr);
     // Arms a fault for the next run_step only.
     void arm_fault(const step_fault& f) { _fault = f; }
     // Waits (at most timeout_ms) for a segment still in flight after a timeout.
@@ -272,6 +277,8 @@ private:
     status record_embedding();
     status record_layer(std::uint32_t l);
     status record_logits();
+    status record_hidden();
+    void pool_hidden(float* hidden_out);  // _hidden rows -> the step's hidden rows
     status run_segment(const step& s, std::uint32_t l0, std::uint32_t l1, const step_fault& f,
                        step_result& r);
     void write_inputs();
@@ -312,6 +319,11 @@ private:
     buffer _ints;    // host-visible (5T) ids | positions | slots | attention {seq, pos}
     buffer _tables;  // host-visible (seqs_max, blocks_per_seq_max) block tables
     buffer _logits;  // host-visible (R, n_vocab)
+    // host-visible (T, embd_stride) final-normed rows of the tokens whose hidden states a step
+    // returns (embeddings: every token of an input when it is mean-pooled, so up to T rows),
+    // pooled on the host into the hidden rows. As large as one activation buffer.
+    buffer _hidden;
+    std::vector<double> _hidden_sum;  // (n_embd) pool_hidden's accumulator
     buffer _spin;    // scratch of the hang fault's spin dispatch
     buffer _kv_host; // host-visible (kv_copy_blocks_max, n_layer, K|V) KV blocks of a copy job
     std::vector<VkBufferCopy> _kv_regions;  // (kv_copy_blocks_max) one layer buffer's regions

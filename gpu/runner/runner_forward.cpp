@@ -2,6 +2,7 @@
 // out in runner.hpp). One function per stage, each a list of kernel encoders; buffers and
 // strides were fixed in runner.cpp, so nothing here allocates device memory.
 #include <algorithm>
+#include <cassert>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -114,6 +115,35 @@ status runner::record_logits() {
                           {whole(_logits), 0, _hp.n_vocab}, _plan.rows(), false);
 }
 
+status runner::record_hidden() {
+    // hidden rows: the same final norm into the host-visible buffer, for every token a hidden
+    // row pools (all of a sequence's, its last or its first); pool_hidden adds them up.
+    for (const row_run& run : _plan.hidden_runs) {
+        ORDO_TRY(encode_rms_norm(*_stream, {whole(_x), run.token0 * _embd_stride, _embd_stride},
+                                 whole(_output_norm),
+                                 {whole(_hidden), run.row0 * _embd_stride, _embd_stride},
+                                 _hp.n_embd, run.n, _hp.rms_eps));
+    }
+    return {};
+}
+
+void runner::pool_hidden(float* hidden_out) {
+    const auto* rows = static_cast<const float*>(_hidden.mapped());
+    const std::uint32_t n_embd = _hp.n_embd;
+    std::vector<double>& sum = _hidden_sum;
+    assert(sum.size() == n_embd);
+    for (std::size_t i = 0; i < _plan.hidden_runs.size(); ++i) {
+        const row_run& run = _plan.hidden_runs[i];
+        std::fill(sum.begin(), sum.end(), 0.0);
+        for (std::uint32_t r = run.row0; r < run.row0 + run.n; ++r) {
+            const float* row = rows + std::size_t(r) * _embd_stride;
+            for (std::uint32_t e = 0; e < n_embd; ++e) sum[e] += row[e];
+        }
+        float* out = hidden_out + i * n_embd;
+        for (std::uint32_t e = 0; e < n_embd; ++e) out[e] = static_cast<float>(sum[e]);
+    }
+}
+
 status runner::run_segment(const step& s, std::uint32_t l0, std::uint32_t l1,
                            const step_fault& f, step_result& r) {
     _last_segment = segment_label(s, l0, l1);
@@ -124,6 +154,7 @@ status runner::run_segment(const step& s, std::uint32_t l0, std::uint32_t l1,
     status rec = l0 == 0 ? record_embedding() : status{};
     for (std::uint32_t l = l0; rec && l <= l1; ++l) rec = record_layer(l);
     if (rec && l1 + 1 == _hp.n_layer && _plan.rows() > 0) rec = record_logits();
+    if (rec && l1 + 1 == _hp.n_layer && _plan.hidden_rows() > 0) rec = record_hidden();
     if (rec && targeted && f.kind == fault_kind::hang) {
         rec = encode_spin(*_stream, whole(_spin), hang_spin_iterations, hang_spin_workgroups);
     }
@@ -160,13 +191,18 @@ void runner::add_timings() {
     }
 }
 
-result<step_result> runner::run_step(const step& s, float* logits_out) {
+result<step_result> runner::run_step(const step& s, float* logits_out, float* hidden_out) {
     step_fault fault = std::exchange(_fault, step_fault{});
     if (_stream->state() != stream_state::idle) {
         return make_error("gpu_busy", "segment '" + _stream->label() + "' is still in flight");
     }
     status ok = plan_step(s, _limits, _plan);
     if (!ok) return ok.err();
+    if ((_plan.rows() > 0 && logits_out == nullptr) ||
+        (_plan.hidden_rows() > 0 && hidden_out == nullptr)) {
+        return make_error("gpu_bad_step", "step " + std::to_string(s.step_id) +
+                                              ": rows are asked for but no output was given");
+    }
     write_inputs();
     _timings.clear();
     step_result r;
@@ -184,7 +220,9 @@ result<step_result> runner::run_step(const step& s, float* logits_out) {
                   std::numeric_limits<float>::quiet_NaN());
     }
     if (n > 0) std::memcpy(logits_out, logits, n * sizeof(float));
+    if (_plan.hidden_rows() > 0) pool_hidden(hidden_out);
     r.rows = _plan.row_seq_ids;
+    r.hidden_rows = _plan.hidden_seq_ids;
     return r;
 }
 

@@ -59,10 +59,15 @@ status check_shape(const step& s, const step_limits& lim) {
         return bad_step(s, std::to_string(s.seqs.size()) + " sequences; 1.." +
                                std::to_string(lim.seqs_max) + " allowed");
     }
-    std::uint64_t tokens = 0, rows = 0;
+    std::uint64_t tokens = 0, rows = 0, hidden = 0;
     for (const step_seq& q : s.seqs) {
         tokens += q.tokens.size();
         rows += q.want_logits ? 1 : 0;
+        hidden += q.hidden != hidden_output::none ? 1 : 0;
+        if (q.hidden > hidden_output::first) {
+            return bad_step(s, "hidden output " + std::to_string(int(q.hidden)) +
+                                   " is not none, sum, last or first");
+        }
     }
     if (tokens > lim.max_batch_tokens) {
         return bad_step(s, std::to_string(tokens) + " tokens; at most " +
@@ -70,6 +75,10 @@ status check_shape(const step& s, const step_limits& lim) {
     }
     if (rows > lim.rows_max) {
         return bad_step(s, std::to_string(rows) + " logits rows; at most " +
+                               std::to_string(lim.rows_max) + " per step");
+    }
+    if (hidden > lim.rows_max) {
+        return bad_step(s, std::to_string(hidden) + " hidden rows; at most " +
                                std::to_string(lim.rows_max) + " per step");
     }
     return {};
@@ -85,6 +94,19 @@ status check_unique_slots(const step& s, const step_plan& p, std::vector<std::in
                                " (a block being written is shared between sequences)");
     }
     return {};
+}
+
+// The hidden row of sequence q, whose tokens are the last q.tokens.size() of out.ids.
+void plan_hidden(const step_seq& q, step_plan& out) {
+    if (q.hidden == hidden_output::none) return;
+    const auto n = static_cast<std::uint32_t>(q.tokens.size());
+    const auto first = static_cast<std::uint32_t>(out.ids.size()) - n;
+    row_run run{first, out.hidden_tokens, n};
+    if (q.hidden == hidden_output::last) run.token0 = first + n - 1, run.n = 1;
+    if (q.hidden == hidden_output::first) run.n = 1;
+    out.hidden_runs.push_back(run);
+    out.hidden_seq_ids.push_back(q.seq_id);
+    out.hidden_tokens += run.n;
 }
 
 }  // namespace
@@ -108,6 +130,9 @@ status plan_step(const step& s, const step_limits& lim, step_plan& out) {
     out.attn.clear();
     out.runs.clear();
     out.row_seq_ids.clear();
+    out.hidden_runs.clear();
+    out.hidden_seq_ids.clear();
+    out.hidden_tokens = 0;
     out.tables.assign(std::size_t(out.n_seqs) * width, 0);
     for (std::size_t i = 0; i < s.seqs.size(); ++i) {
         const step_seq& q = s.seqs[i];
@@ -126,6 +151,7 @@ status plan_step(const step& s, const step_limits& lim, step_plan& out) {
         for (std::size_t b = 0; b < used; ++b) {
             out.tables[i * width + b] = static_cast<std::int32_t>(q.block_table[b]);
         }
+        plan_hidden(q, out);
         if (!q.want_logits) continue;
         auto token = static_cast<std::uint32_t>(out.ids.size() - 1);
         if (!out.runs.empty() && out.runs.back().token0 + out.runs.back().n == token) {

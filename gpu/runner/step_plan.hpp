@@ -5,7 +5,8 @@
 //
 // Token order: the step's sequences in order, each sequence's new tokens in order; token t of
 // sequence i sits at position pos0_i + t. A sequence with want_logits gets one logits row (its
-// last token), rows in sequence order.
+// last token), rows in sequence order; one with a hidden output gets one hidden row, pooled on
+// the host from the final-normed rows of the tokens it names (all, the last or the first).
 #pragma once
 
 #include <cstdint>
@@ -47,13 +48,23 @@ struct step_plan {
     std::vector<std::int32_t> tables;    // (n_seqs, blocks_per_seq) block ids, 0-padded
     std::vector<row_run> runs;           // logits rows, in row order
     std::vector<std::uint64_t> row_seq_ids;  // (rows) seq id of each logits row
+    // Hidden rows (embeddings), in row order: run i's tokens are final-normed into rows
+    // [row0, row0 + n) of the runner's hidden buffer and summed into hidden row i (n is 1 for
+    // last and first). The runs' n add up to hidden_tokens.
+    std::vector<row_run> hidden_runs;
+    std::vector<std::uint64_t> hidden_seq_ids;  // (hidden rows) seq id of each hidden row
+    std::uint32_t hidden_tokens = 0;
     std::vector<std::int32_t> sort_scratch;  // (n_tokens) slot uniqueness check
     std::uint32_t rows() const { return static_cast<std::uint32_t>(row_seq_ids.size()); }
+    std::uint32_t hidden_rows() const {
+        return static_cast<std::uint32_t>(hidden_seq_ids.size());
+    }
 };
 
 // Validates `s` and fills `out` (its vectors are reused: no allocation once warm). Errors, all
 // code gpu_bad_step with a message naming the sequence and the value: no sequences or too many,
-// a sequence without tokens, too many tokens or logits rows, a token id outside the vocab,
+// a sequence without tokens, too many tokens, logits rows or hidden rows (each at most rows_max),
+// an unknown hidden output, a token id outside the vocab,
 // positions past n_ctx, a block table too short or too long or naming a block outside the
 // pool, two tokens writing the same KV slot (a block shared between sequences being written),
 // an unknown phase. Nothing is recorded for a step that fails here.

@@ -237,6 +237,10 @@ const std::vector<bad_case>& bad_cases() {
         {"cors_origin_empty",
          "[http]\ncors_allow_origins = [\"\"]\n",
          {"t.toml:2: http.cors_allow_origins = [\"\"]: entry 1 (\"\"): must be"}},
+        {"embedding_pooling_unknown",
+         "[model]\nembedding_pooling = \"max\"\n",
+         {"t.toml:2: model.embedding_pooling = \"max\": must be one of \"mean\", \"last\", "
+          "\"cls\""}},
         {"many_errors_in_file_order",
          "[server]\nmax_connections = 0\nbogus = 1\n[gpu]\nkv_dtype = \"f8\"\n"
          "[scheduler]\nprefix_cache = \"yes\"\n[nope]\n",

@@ -92,6 +92,7 @@ TEST(parse, reads_every_kind_of_value) {
         "[kv]\nenabled = true\n"
         "[http]\ncors_allow_origins = [\"https://app.example.com\", \"http://127.0.0.1:3000\", "
         "\"*\"]\n"
+        "[model]\nembedding_pooling = \"last\"\n"
         "[fault]\nseed = 9223372036854775807\nenabled = true\n"
         "plan = [\"nan_logits\", \"kv_eio\", \"nan_logits\", \"net_rst\"]\nplan_every_steps = 1\n"
         "plan_faults_max = 0\nplan_delay_ms = 10000\n",
@@ -113,6 +114,7 @@ TEST(parse, reads_every_kind_of_value) {
     EXPECT_EQ(cfg->fault.plan_delay_ms, 10000u);
     EXPECT_EQ(cfg->http.cors_allow_origins,
               (std::vector<std::string>{"https://app.example.com", "http://127.0.0.1:3000", "*"}));
+    EXPECT_EQ(cfg->model.embedding_pooling, cfgns::embedding_pooling::last);
 }
 
 // A valid value different from the default, for any key.

@@ -36,7 +36,7 @@ using test::http_request_text;
 using test::probe;
 
 using sched_probe = probe<sched::generate, sched::stats_query, sched::tokenize, sched::detokenize,
-                          sched::client_gone>;
+                          sched::client_gone, sched::embed>;
 
 struct rig {
     explicit rig(http::http_options o = options()) : http(std::move(o), 1024) {

@@ -194,6 +194,7 @@ TEST(http_server, endpoints_and_error_shapes) {
     // The extension load generators read (llama-server's key names).
     EXPECT_EQ(body_json(*m)["data"][0]["meta"]["n_vocab"], 260);
     EXPECT_EQ(body_json(*m)["data"][0]["meta"]["n_ctx_train"], 512);
+    EXPECT_EQ(body_json(*m)["data"][0]["meta"]["n_embd"], 32);
     EXPECT_EQ(body_json(*http_call(srv->http(), "GET", "/v1/models/tiny"))["id"], "tiny");
     // A trailing slash names the same endpoint (clients joining a base URL and a path).
     EXPECT_EQ(body_json(*http_call(srv->http(), "GET", "/v1/models/"))["object"], "list");

@@ -377,3 +377,89 @@ TEST(openai_in, mutated_bodies_are_accepted_or_refused_never_crash) {
         }
     }
 }
+
+// POST /v1/embeddings (issue 27): each input form becomes its embed requests, in order; bad
+// bodies are 400 naming the field; the answer lists the vectors as floats or base64 of their
+// little-endian float32 bytes, with usage counting every input's tokens.
+TEST(openai_embeddings, inputs_become_embed_requests) {
+    served_model m = k_model;
+    m.n_embd = 4;
+    auto parse = [&](const json& body) {
+        return parse_embeddings_request(body.dump(), limits(), m);
+    };
+    auto ok = [&](const json& body) {
+        auto r = parse(body);
+        EXPECT_TRUE(std::holds_alternative<embeddings_request>(r))
+            << body.dump() << ": " << std::get<api_error>(r).message;
+        return std::holds_alternative<embeddings_request>(r) ? std::get<embeddings_request>(r)
+                                                             : embeddings_request{};
+    };
+    auto one = ok({{"model", "tiny"}, {"input", "hello"}});
+    ASSERT_EQ(one.inputs.size(), 1u);
+    EXPECT_EQ(one.inputs[0].text, std::optional<std::string>("hello"));
+    EXPECT_FALSE(one.base64);
+    auto texts = ok({{"model", "tiny"}, {"input", {"a", "b", "c"}}, {"encoding_format", "base64"}});
+    ASSERT_EQ(texts.inputs.size(), 3u);
+    EXPECT_EQ(texts.inputs[2].text, std::optional<std::string>("c"));
+    EXPECT_TRUE(texts.base64);
+    auto ids = ok({{"model", "tiny"}, {"input", {1, 2, 3}}, {"dimensions", 4}, {"user", "u"}});
+    ASSERT_EQ(ids.inputs.size(), 1u);
+    EXPECT_EQ(ids.inputs[0].tokens, (std::vector<int32_t>{1, 2, 3}));
+    auto nested = ok({{"model", "tiny"},
+                      {"input", json::array({json::array({1, 2}), json::array({3})})},
+                      {"encoding_format", nullptr}});
+    ASSERT_EQ(nested.inputs.size(), 2u);
+    EXPECT_EQ(nested.inputs[1].tokens, (std::vector<int32_t>{3}));
+
+    struct bad_case {
+        json body;
+        const char* param;
+    };
+    const bad_case bad[] = {
+        {{{"model", "tiny"}}, "input"},
+        {{{"model", "tiny"}, {"input", ""}}, "input"},
+        {{{"model", "tiny"}, {"input", json::array()}}, "input"},
+        {{{"model", "tiny"}, {"input", {"a", 5}}}, "input"},
+        {{{"model", "tiny"}, {"input", {1, 260}}}, "input"},  // the vocabulary is 260
+        {{{"model", "tiny"}, {"input", {1, -1}}}, "input"},
+        {{{"model", "tiny"}, {"input", json::array({json::array({1}), json::array()})}}, "input"},
+        {{{"model", "tiny"}, {"input", 7}}, "input"},
+        {{{"model", "tiny"}, {"input", json(std::vector<std::string>(2049, "x"))}}, "input"},
+        {{{"model", "tiny"}, {"input", "x"}, {"encoding_format", "int8"}}, "encoding_format"},
+        {{{"model", "tiny"}, {"input", "x"}, {"dimensions", 3}}, "dimensions"},
+        {{{"model", "tiny"}, {"input", "x"}, {"user", 1}}, "user"},
+        {{{"model", "tiny"}, {"input", "x"}, {"stream", true}}, "stream"},
+    };
+    for (const bad_case& b : bad) {
+        auto r = parse(b.body);
+        ASSERT_TRUE(std::holds_alternative<api_error>(r)) << b.body.dump().substr(0, 80);
+        const api_error& e = std::get<api_error>(r);
+        EXPECT_EQ(e.status, 400) << b.body.dump().substr(0, 80);
+        EXPECT_EQ(e.param, b.param) << e.message;
+    }
+    auto other = parse({{"model", "gpt"}, {"input", "x"}});
+    ASSERT_TRUE(std::holds_alternative<api_error>(other));
+    EXPECT_EQ(std::get<api_error>(other).status, 404);
+}
+
+TEST(openai_embeddings, answer_as_floats_or_base64) {
+    std::vector<ordo::net::embed_done> done(2);
+    done[0].embedding = {1.0f, -0.5f};
+    done[0].prompt_tokens = 3;
+    done[1].embedding = {0.25f, 0.0f};
+    done[1].prompt_tokens = 4;
+    json f = json::parse(embeddings_json("tiny", done, false));
+    EXPECT_EQ(f["object"], "list");
+    EXPECT_EQ(f["model"], "tiny");
+    ASSERT_EQ(f["data"].size(), 2u);
+    EXPECT_EQ(f["data"][1]["object"], "embedding");
+    EXPECT_EQ(f["data"][1]["index"], 1);
+    EXPECT_EQ(f["data"][0]["embedding"], json({1.0, -0.5}));
+    EXPECT_EQ(f["usage"]["prompt_tokens"], 7);
+    EXPECT_EQ(f["usage"]["total_tokens"], 7);
+    json b = json::parse(embeddings_json("tiny", done, true));
+    // 1.0f = 00 00 80 3f, -0.5f = 00 00 00 bf (little-endian): "AACAPwAAAL8="
+    EXPECT_EQ(b["data"][0]["embedding"], "AACAPwAAAL8=");
+    // 0.25f = 00 00 80 3e, 0.0f = 00 00 00 00
+    EXPECT_EQ(b["data"][1]["embedding"], "AACAPgAAAAA=");
+}

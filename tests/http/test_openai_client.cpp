@@ -6,8 +6,13 @@
 // the same seed giving the same text; logprobs with top_logprobs; and the client's own error
 // classes and fields (status, param) for a wrong model (404), n = 2, response_format and tools
 // (400); and, with a server that requires an API key, the client's apiKey (openai_auth.mjs:
-// the right key served, a wrong one AuthenticationError 401). Without node or the package the
-// tests skip with a visible message; with ORDO_HTTP_CLIENT_REQUIRED=1 (CI) they fail instead.
+// the right key served, a wrong one AuthenticationError 401). embeddings.create
+// (openai_embeddings.mjs): strings (the client's default base64 and float), token ids and token
+// arrays give the CPU reference's embedding (model::embed with the server's pooling, computed
+// here) within 1e-4 per component with f32 KV, usage counts every input's tokens, dimensions = n_embd is a
+// no-op and bad inputs are 400 naming the field; on the generated model and on stories260K
+// (skipped visibly without ../shared). Without node or the package the tests skip with a
+// visible message; with ORDO_HTTP_CLIENT_REQUIRED=1 (CI) they fail instead.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -16,7 +21,13 @@
 #include <fstream>
 #include <string_view>
 
+#include <nlohmann/json.hpp>
+
+#include "model/gguf.hpp"
+#include "model/reference.hpp"
+#include "model/tokenizer.hpp"
 #include "tests/support/server_process.hpp"
+#include "tests/support/shared_models.hpp"
 
 namespace {
 
@@ -105,4 +116,76 @@ TEST(openai_node_client, api_key) {
     ASSERT_EQ(wait_healthy(s.port(), key), "") << s.output();
     run_node_script(ORDO_SOURCE_DIR "/tests/http/openai_auth.mjs", s.http_port(),
                     "tiny-auth " + key);
+}
+
+// The expectations openai_embeddings.mjs checks, computed by the CPU reference on `model_path`
+// with mean pooling (the default: neither model names a pooling_type), written as JSON.
+std::string embedding_expectations(const std::string& model_path, const std::string& name) {
+    auto f = ordo::model::gguf_file::open(model_path);
+    EXPECT_TRUE(f.ok());
+    auto tok = ordo::model::tokenizer::from_gguf(*f);
+    EXPECT_TRUE(tok.ok());
+    auto ref = ordo::model::reference_model::create(*f, 256);
+    EXPECT_TRUE(ref.ok());
+    if (!f || !tok || !ref) return "";
+    auto embed = [&](const std::vector<int32_t>& ids) {
+        std::vector<uint32_t> u(ids.begin(), ids.end());
+        auto e = ordo::model::embed(*ref, u, ordo::model::pooling::mean);
+        EXPECT_TRUE(e.ok());
+        return e.ok() ? *e : std::vector<float>{};
+    };
+    const std::vector<std::string> texts = {
+        "Once upon a time", "the cat sat on the mat, and then it slept for a while"};
+    nlohmann::json j;
+    j["texts"] = texts;
+    j["text_vectors"] = nlohmann::json::array();
+    uint64_t text_tokens = 0;
+    for (const std::string& t : texts) {
+        auto ids = tok->encode(t, true);
+        text_tokens += ids.size();
+        j["text_vectors"].push_back(embed(ids));
+    }
+    const std::vector<int32_t> ids = {1, 5, 9, 17, 33, 65, 129, 200, 7};
+    j["ids"] = ids;
+    j["ids_vector"] = embed(ids);
+    j["text_tokens"] = text_tokens;
+    j["n_embd"] = ref->hparams().n_embd;
+    j["tolerance"] = 1e-4;
+    const std::string path = temp_path(name + ".expect.json");
+    std::ofstream(path) << j.dump();
+    return path;
+}
+
+void check_embeddings(const std::string& model_path, const std::string& name) {
+    const std::string expect = embedding_expectations(model_path, name);
+    ASSERT_FALSE(expect.empty());
+    // f32 KV: the 1e-4 tolerance is the reference's float math against the kernels', without
+    // f16 rounding of K and V on top.
+    const std::string cfg = temp_path(name + ".toml");
+    std::ofstream(cfg) << "[gpu]\nkv_dtype = \"f32\"\n";
+    server_process s;
+    ASSERT_TRUE(s.start(ORDO_SERVER_BIN, {"--config", cfg, "--model", model_path})) << s.output();
+    ASSERT_NE(s.http_port(), 0) << s.output();
+    ASSERT_EQ(wait_healthy(s.port()), "") << s.output();
+    run_node_script(ORDO_SOURCE_DIR "/tests/http/openai_embeddings.mjs", s.http_port(),
+                    name + " '" + expect + "'");
+    EXPECT_EQ(s.stop(), 0);
+    EXPECT_NE(s.output().find("embeddings pool by mean (model.embedding_pooling)"),
+              std::string::npos)
+        << s.output();
+}
+
+// embeddings.create on the generated model (issue 27): openai_embeddings.mjs.
+TEST(openai_node_client, embeddings) {
+    SKIP_WITHOUT_NODE_CLIENT();
+    const auto [model, tmpl] = tiny_model_and_template("tiny-embed");
+    check_embeddings(model, "tiny-embed");
+}
+
+// The same on the trained stories260K (../shared/models).
+TEST(openai_node_client, embeddings_stories260K) {
+    SKIP_WITHOUT_NODE_CLIENT();
+    const std::string stories = std::string(ORDO_SHARED_MODELS_DIR) + "/stories260K.gguf";
+    ORDO_REQUIRE_SHARED(stories);
+    check_embeddings(stories, "stories260K");
 }

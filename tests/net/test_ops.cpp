@@ -5,7 +5,7 @@
 // floats are expected; a table of bad generate requests (unknown and duplicate keys, wrong
 // types, floats for ints, out-of-range values, prompt XOR tokens, bad stop lists, bad sessions,
 // session without kv, ids beyond the vocabulary) each give bad_request with a message naming
-// the key; tokenize, detokenize and cancel parse and refuse their own bad inputs.
+// the key; tokenize, detokenize, cancel and embed parse and refuse their own bad inputs.
 #include "net/ops.hpp"
 
 #include <gtest/gtest.h>
@@ -406,6 +406,54 @@ TEST(generate_request, tokenize_detokenize_cancel) {
     EXPECT_FALSE(parse_cancel(make_frame("cancel", 0, [](packer&) {}).get()).ok());
     auto not_map = msgpack::unpack("\x93\x01\x02\x03", 4);
     EXPECT_FALSE(parse_cancel(not_map.get()).ok());
+}
+
+TEST(ops, embed_takes_one_input_or_token_ids) {
+    const request_limits vocab{256, 100, false};
+    auto text = parse_embed(
+        make_frame("embed", 1, [](packer& p) { p.pack("input"), p.pack("hello"); }).get(), vocab);
+    ASSERT_TRUE(text.ok()) << text.err().message;
+    EXPECT_EQ(text->text, std::optional<std::string>("hello"));
+    EXPECT_TRUE(text->tokens.empty());
+    auto ids = parse_embed(make_frame("embed", 1,
+                                      [](packer& p) {
+                                          p.pack("tokens"), p.pack(std::vector<int>{1, 99});
+                                      })
+                               .get(),
+                           vocab);
+    ASSERT_TRUE(ids.ok()) << ids.err().message;
+    EXPECT_FALSE(ids->text.has_value());
+    EXPECT_EQ(ids->tokens, (std::vector<int32_t>{1, 99}));
+    struct bad_case {
+        uint32_t n;
+        std::function<void(packer&)> fill;
+        const char* names;
+    };
+    const bad_case bad[] = {
+        {0, [](packer&) {}, "\"input\" and \"tokens\" is required"},
+        {2,
+         [](packer& p) {
+             p.pack("input"), p.pack("x");
+             p.pack("tokens"), p.pack(std::vector<int>{1});
+         },
+         "got both"},
+        {1, [](packer& p) { p.pack("input"), p.pack(""); }, "\"input\""},
+        {1, [](packer& p) { p.pack("input"), p.pack(7); }, "\"input\""},
+        {1, [](packer& p) { p.pack("tokens"), p.pack(std::vector<int>{}); }, "\"tokens\""},
+        {1, [](packer& p) { p.pack("tokens"), p.pack(std::vector<int>{5, 100}); }, "\"tokens[1]\""},
+        {2,
+         [](packer& p) {
+             p.pack("input"), p.pack("x");
+             p.pack("pooling"), p.pack("mean");
+         },
+         "\"pooling\""},
+    };
+    for (const bad_case& b : bad) {
+        auto r = parse_embed(make_frame("embed", b.n, b.fill).get(), vocab);
+        ASSERT_FALSE(r.ok()) << b.names;
+        EXPECT_EQ(r.err().code, "bad_request");
+        EXPECT_NE(r.err().message.find(b.names), std::string::npos) << r.err().message;
+    }
 }
 
 }  // namespace

@@ -40,7 +40,7 @@ using ordo::test::trace_script;
 using net_probe = probe<net::token_event, net::generate_done, net::tokenize_done,
                         net::detokenize_done, net::cancel_done, net::model_done, net::stats_done,
                         net::fault_done, net::session_delete_done, net::request_error, net::set_health,
-                        net::drop_connection, net::net_fault>;
+                        net::drop_connection, net::net_fault, net::embed_done>;
 using gpu_probe = probe<gpu::step, gpu::inject_fault, gpu::reset_device>;
 
 constexpr int32_t k_token = 100;  // what the fake gpu's logits make greedy sampling pick

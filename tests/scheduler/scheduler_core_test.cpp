@@ -22,6 +22,13 @@
 // right after a restore quarantines that entry (kv_invalidate) and the request recomputes; a
 // request cancelled while its restore is in flight frees everything once the restore answers;
 // sessions: session_busy for a second live request, session_delete refused while busy.
+//
+// Embeddings (scheduler_embed.cpp), the harness returning each sequence's hidden row as the
+// reference's final hidden states: for mean, last and cls pooling an input chunked across
+// steps, alone and batched with generation (whose outputs stay those of running alone), equals
+// model::embed (1e-5); a failed step and a device loss recompute it from token 0 with the same
+// vector (the accumulator is not counted twice); a shared prefix is never taken from the
+// cache; cancel ends it done{reason cancelled}; an empty or too long input is refused.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -53,6 +60,8 @@ struct event {
     std::vector<int32_t> tokens() const { return fields.at("tokens").as<std::vector<int32_t>>(); }
 };
 
+constexpr uint32_t k_model_n_embd = 64;
+
 class model_fixture {
 public:
     model_fixture() {
@@ -60,7 +69,7 @@ public:
                 ("ordo_sched_core_" + std::to_string(getpid()) + ".gguf"))
                    .string();
         model::synth_options o;
-        o.n_embd = 64, o.n_layer = 2, o.n_head = 4, o.n_head_kv = 2, o.n_ff = 96;
+        o.n_embd = k_model_n_embd, o.n_layer = 2, o.n_head = 4, o.n_head_kv = 2, o.n_ff = 96;
         o.n_vocab = 300, o.n_ctx = 256, o.seed = 7;
         EXPECT_TRUE(model::write_synth_model(o, path).ok());
         auto f = model::gguf_file::open(path);
@@ -100,7 +109,9 @@ public:
     explicit harness(core_options o = {}, uint32_t kv_blocks = 256, uint32_t block_tokens = 8,
                      uint32_t device_n_ctx = 0, const model::tokenizer* tok = nullptr) {
         o.n_ctx = o.n_ctx ? o.n_ctx : 256;
-        auto c = scheduler_core::create(o, tok ? tok : &*shared_model().tok, model_info{});
+        model_info info;
+        info.n_embd = k_model_n_embd;
+        auto c = scheduler_core::create(o, tok ? tok : &*shared_model().tok, info);
         EXPECT_TRUE(c.ok());
         core.emplace(std::move(*c));
         std::vector<outgoing_event> out;
@@ -131,6 +142,7 @@ public:
                 using T = std::decay_t<decltype(m)>;
                 if constexpr (requires { m.conn; }) m.conn = conn;
                 if constexpr (std::is_same_v<T, sched::generate>) core->on_generate(m, out);
+                if constexpr (std::is_same_v<T, sched::embed>) core->on_embed(m, out);
                 if constexpr (std::is_same_v<T, sched::cancel>) core->on_cancel(m, out);
                 if constexpr (std::is_same_v<T, sched::tokenize>) core->on_tokenize(m, out);
                 if constexpr (std::is_same_v<T, sched::detokenize>) core->on_detokenize(m, out);
@@ -194,6 +206,21 @@ public:
         serve_kv();
     }
 
+    // The `embed` op: `input` text, or `ids` when text is empty.
+    void embed(uint64_t conn, uint64_t id, const std::string& input,
+               const std::vector<int32_t>& ids = {}) {
+        msgpack::sbuffer b;
+        msgpack::packer<msgpack::sbuffer> pk(b);
+        pk.pack_map(3);
+        pk.pack("id"), pk.pack(id), pk.pack("op"), pk.pack("embed");
+        if (input.empty()) {
+            pk.pack("tokens"), pk.pack(ids);
+        } else {
+            pk.pack("input"), pk.pack(input);
+        }
+        request(conn, id, "embed", std::move(b));
+    }
+
     void cancel(uint64_t conn, uint64_t id, uint64_t target) {
         msgpack::sbuffer b;
         msgpack::packer<msgpack::sbuffer> pk(b);
@@ -229,8 +256,9 @@ public:
                 }
             } else {
                 gpu::step_done d = execute(*s);
-                core->on_step_done(d, [&](uint32_t r) { return std::span<const float>(rows[r]); },
-                                   out);
+                core->on_step_done(
+                    d, [&](uint32_t r) { return std::span<const float>(rows[r]); },
+                    [&](uint32_t r) { return std::span<const float>(hidden[r]); }, out);
             }
             collect(out);
         }
@@ -360,6 +388,7 @@ private:
         d.step_id = s.step_id;
         d.n_vocab = uint32_t(shared_model().tok->vocab().size());
         rows.clear();
+        hidden.clear();
         for (const auto& q : s.seqs) {
             std::vector<int32_t> prefix;
             for (uint32_t p = 0; p < q.pos0; p++) {
@@ -383,6 +412,7 @@ private:
             }
             st.fed.resize(q.pos0);
             std::span<const float> logits;
+            std::vector<float> sum(k_model_n_embd, 0.0f);  // the hidden row it asked for
             for (size_t i = 0; i < q.tokens.size(); i++) {
                 uint32_t pos = q.pos0 + uint32_t(i);
                 auto& blk = pool[q.block_table.at(pos / B)];
@@ -392,10 +422,21 @@ private:
                 EXPECT_TRUE(l.ok());
                 logits = *l;
                 st.fed.push_back(q.tokens[i]);
+                const bool take = q.hidden == gpu::hidden_output::sum ||
+                                  (q.hidden == gpu::hidden_output::first && i == 0) ||
+                                  (q.hidden == gpu::hidden_output::last &&
+                                   i + 1 == q.tokens.size());
+                for (uint32_t e = 0; take && e < k_model_n_embd; e++) {
+                    sum[e] += st.model->final_hidden()[e];
+                }
             }
             if (q.want_logits) {
                 d.rows.push_back(q.seq_id);
                 rows.emplace_back(logits.begin(), logits.end());
+            }
+            if (q.hidden != gpu::hidden_output::none) {
+                d.hidden_rows.push_back(q.seq_id);
+                hidden.push_back(std::move(sum));
             }
         }
         return d;
@@ -425,6 +466,7 @@ private:
     std::map<uint64_t, seq_state> states;
     std::map<uint32_t, std::vector<int32_t>> pool;  // block id -> token per slot
     std::vector<std::vector<float>> rows;
+    std::vector<std::vector<float>> hidden;  // the last step's hidden rows
 };
 
 // What the reference generator gives for a prompt alone (greedy).
@@ -756,6 +798,107 @@ uint32_t cached_tokens(const event& e) {
 }
 
 }  // namespace
+
+// ---- embeddings ------------------------------------------------------------------------------
+
+// The reference's embedding of `prompt` (tokenized with BOS, as the scheduler does).
+std::vector<float> reference_embedding(const std::string& prompt, model::pooling p) {
+    auto& m = shared_model();
+    auto r = model::reference_model::create(*m.file, 256);
+    EXPECT_TRUE(r.ok());
+    std::vector<int32_t> ids = m.tok->encode(prompt, true);
+    std::vector<uint32_t> u(ids.begin(), ids.end());
+    auto e = model::embed(*r, u, p);
+    EXPECT_TRUE(e.ok());
+    return e.ok() ? *e : std::vector<float>{};
+}
+
+void expect_embedding(const event* t, const std::vector<float>& want, const std::string& what) {
+    ASSERT_NE(t, nullptr) << what;
+    ASSERT_EQ(t->str("event"), "done") << what << ": " << t->str("message");
+    auto got = t->fields.at("embedding").as<std::vector<float>>();
+    ASSERT_EQ(got.size(), want.size()) << what;
+    for (size_t i = 0; i < want.size(); i++) EXPECT_NEAR(got[i], want[i], 1e-5) << what << " " << i;
+}
+
+TEST(scheduler_embed, every_pooling_chunked_and_batched_equals_the_reference) {
+    auto alone = alone_outputs(8);
+    for (model::pooling p : {model::pooling::mean, model::pooling::last, model::pooling::cls}) {
+        core_options o;
+        o.pooling = p;
+        o.max_batch_tokens = 16;  // prompts[3] (~20 tokens) takes two chunks
+        harness h(o);
+        h.generate(1, 1, prompts[0], 8, 0.8, 0);
+        h.embed(1, 2, prompts[3]);
+        h.generate(1, 3, prompts[2], 8, 0.8, 2);
+        h.embed(1, 4, prompts[1]);
+        h.run();
+        const std::string what = "pooling " + std::string(config::to_string(p));
+        expect_embedding(h.terminal(1, 2), reference_embedding(prompts[3], p), what);
+        expect_embedding(h.terminal(1, 4), reference_embedding(prompts[1], p), what);
+        EXPECT_EQ(h.terminal(1, 2)->str("pooling"), config::to_string(p));
+        EXPECT_EQ(h.terminal(1, 2)->fields.at("prompt_tokens").as<uint32_t>(),
+                  shared_model().tok->encode(prompts[3], true).size());
+        EXPECT_EQ(h.terminal(1, 1)->tokens(), alone[0]) << what;
+        EXPECT_EQ(h.terminal(1, 3)->tokens(), alone[2]) << what;
+        EXPECT_EQ(h.core->counters().embeddings, 2u);
+        h.expect_idle();
+    }
+}
+
+TEST(scheduler_embed, failed_steps_recompute_without_counting_twice) {
+    const auto want = reference_embedding(prompts[3], model::pooling::mean);
+    core_options o;
+    o.max_batch_tokens = 8;  // three chunks
+    harness h(o);
+    h.embed(1, 1, prompts[3]);
+    h.embed(1, 2, prompts[7]);
+    int steps = 0;
+    h.run({}, [&](const gpu::step&) -> std::optional<gpu::step_failed> {
+        ++steps;
+        if (steps == 2) return gpu::step_failed{0, "gpu_nan", "injected", "prefill#2", false};
+        if (steps == 5) return gpu::step_failed{0, "gpu_timeout", "injected", "prefill#5", true};
+        return std::nullopt;
+    });
+    expect_embedding(h.terminal(1, 1), want, "after failures");
+    expect_embedding(h.terminal(1, 2), reference_embedding(prompts[7], model::pooling::mean),
+                     "the other input");
+    EXPECT_EQ(h.core->counters().failures, 2u);
+    h.expect_idle();
+}
+
+TEST(scheduler_embed, a_cached_prefix_is_not_taken_and_ids_work_too) {
+    harness h;
+    h.generate(1, 1, prompts[3], 4);  // publishes the prompt's full blocks
+    h.run();
+    h.embed(1, 2, prompts[3]);
+    h.run();
+    expect_embedding(h.terminal(1, 2), reference_embedding(prompts[3], model::pooling::mean),
+                     "after a cached prompt");
+    std::vector<int32_t> ids = shared_model().tok->encode(prompts[0], true);
+    h.embed(1, 3, "", ids);
+    h.run();
+    expect_embedding(h.terminal(1, 3), reference_embedding(prompts[0], model::pooling::mean),
+                     "token ids");
+    h.expect_idle();
+}
+
+TEST(scheduler_embed, cancel_and_refusals) {
+    harness h;
+    h.embed(1, 1, prompts[3]);
+    h.cancel(1, 2, 1);
+    const event* t = h.terminal(1, 1);
+    ASSERT_NE(t, nullptr);
+    EXPECT_EQ(t->str("event"), "done");
+    EXPECT_EQ(t->str("reason"), "cancelled");
+    EXPECT_EQ(t->fields.count("embedding"), 0u);
+    h.embed(1, 3, "", {});  // an empty token array: the validator refuses it
+    EXPECT_EQ(h.terminal(1, 3)->str("event"), "error");
+    h.embed(1, 4, "", std::vector<int32_t>(300, 5));  // past the context of 256
+    EXPECT_EQ(h.terminal(1, 4)->str("code"), "context_exceeded");
+    h.run();
+    h.expect_idle();
+}
 
 TEST(scheduler_kv, a_saved_prefix_is_restored_with_identical_output) {
     auto want = reference_greedy(long_prompt, 12);

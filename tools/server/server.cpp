@@ -107,6 +107,7 @@ http::http_options http_options_from(const config::config& cfg, const config::li
     o.model.created = uint64_t(std::time(nullptr));
     o.model.n_vocab = m.hp.n_vocab;
     o.model.n_ctx_train = m.hp.n_ctx;
+    o.model.n_embd = m.hp.n_embd;
     return o;
 }
 
@@ -147,6 +148,8 @@ sched::core_options core_options_from(const config::config& cfg, const loaded_mo
     o.n_ctx = m.n_ctx;
     o.kv_disk = cfg.kv.enabled;
     o.restore_retry_max = cfg.kv.restore_retry_max;
+    // The file's own pooling_type wins: it names how the model was trained to embed.
+    o.pooling = m.hp.embedding_pooling.value_or(cfg.model.embedding_pooling);
     return o;
 }
 
@@ -225,6 +228,9 @@ status run_server(const config::config& cfg, const loaded_model& model, const se
               model.path, model.generated ? " (generated, random weights)" : "", model.hp.n_layer,
               model.hp.n_embd, model.hp.n_vocab, model.hp.n_ctx, model.info.fingerprint);
     if (model.generated) log->warn("{}", model.info.hint);
+    log->info("embeddings pool by {} ({})",
+              config::to_string(model.hp.embedding_pooling.value_or(cfg.model.embedding_pooling)),
+              model.hp.embedding_pooling ? "the GGUF's pooling_type" : "model.embedding_pooling");
     if (const status& tok = model.tokenizer->support(); !tok.ok()) {
         log->warn("{}: serving token ids only (generate with `tokens`); text ops answer "
                   "tokenizer_unsupported",
@@ -239,7 +245,7 @@ status run_server(const config::config& cfg, const loaded_model& model, const se
         log->info("chat template: {}", model.chat->source);
     }
 
-    gpu::logits_exchange logits(cfg.scheduler.max_sequences, model.hp.n_vocab);
+    gpu::logits_exchange logits(cfg.scheduler.max_sequences, model.hp.n_vocab, model.hp.n_embd);
     auto core =
         sched::scheduler_core::create(core_options_from(cfg, model), &*model.tokenizer, model.info);
     if (!core.ok()) {
