@@ -36,21 +36,12 @@ bool fits(const ints_view& v, std::uint64_t n) {
 
 // abi.h's ORDO_WTYPE_* of a type the kernels run (kernels_run; upload_weight refuses the others).
 std::uint32_t wtype(model::ggml_type t) {
-    using model::ggml_type;
     switch (t) {
-    case ggml_type::f16: return ORDO_WTYPE_F16;
-    case ggml_type::q8_0: return ORDO_WTYPE_Q8_0;
-    case ggml_type::q4_0: return ORDO_WTYPE_Q4_0;
-    case ggml_type::bf16: return ORDO_WTYPE_BF16;
-    case ggml_type::q4_1: return ORDO_WTYPE_Q4_1;
-    case ggml_type::q5_0: return ORDO_WTYPE_Q5_0;
-    case ggml_type::q5_1: return ORDO_WTYPE_Q5_1;
-    case ggml_type::q2_k: return ORDO_WTYPE_Q2_K;
-    case ggml_type::q3_k: return ORDO_WTYPE_Q3_K;
-    case ggml_type::q4_k: return ORDO_WTYPE_Q4_K;
-    case ggml_type::q5_k: return ORDO_WTYPE_Q5_K;
-    case ggml_type::q6_k: return ORDO_WTYPE_Q6_K;
-    default: return ORDO_WTYPE_F32;
+#define ORDO_WTYPE_CASE(NAME, name, ...) \
+    case model::ggml_type::name: return abi::ORDO_WTYPE_##NAME;
+        ORDO_WEIGHT_TYPE_LIST(ORDO_WTYPE_CASE)
+#undef ORDO_WTYPE_CASE
+    default: return abi::ORDO_WTYPE_F32;
     }
 }
 

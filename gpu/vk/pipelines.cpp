@@ -13,14 +13,14 @@
 namespace ordo::gpu {
 
 namespace spirv {
-#define ORDO_X(name, bindings, push) \
+#define ORDO_X(name, bindings, push, ...) \
     extern const std::uint32_t name[]; \
     extern const std::size_t name##_words;
 ORDO_GPU_PIPELINES(ORDO_X)
 #undef ORDO_X
 }  // namespace spirv
 
-#define ORDO_X(name, bindings, push) \
+#define ORDO_X(name, bindings, push, ...) \
     static_assert(sizeof(abi::push) % 4 == 0 && sizeof(abi::push) <= 128, #push " size");
 ORDO_GPU_PIPELINES(ORDO_X)
 #undef ORDO_X
@@ -37,7 +37,7 @@ struct pipeline_source {
 
 const pipeline_source& source_of(pipeline_id id) {
     static const pipeline_source sources[] = {
-#define ORDO_X(name, bindings, push) \
+#define ORDO_X(name, bindings, push, ...) \
     {spirv::name, spirv::name##_words, bindings, static_cast<std::uint32_t>(sizeof(abi::push))},
         ORDO_GPU_PIPELINES(ORDO_X)
 #undef ORDO_X
@@ -46,6 +46,16 @@ const pipeline_source& source_of(pipeline_id id) {
 }
 
 }  // namespace
+
+const pipeline_props& props_of(pipeline_id id) {
+    static const pipeline_props props[] = {
+#define ORDO_X(name, bindings, push, wg, texel, needs, made) \
+    {wg_class::wg, texel, pipeline_need::needs, made_when::made},
+        ORDO_GPU_PIPELINES(ORDO_X)
+#undef ORDO_X
+    };
+    return props[static_cast<std::size_t>(id)];
+}
 
 std::uint64_t shader_build_id() {
     // The embedded modules never change while the process runs: hashed once, not per build.
@@ -66,7 +76,7 @@ std::uint64_t shader_build_id() {
 
 std::string_view pipeline_name(pipeline_id id) {
     static constexpr std::string_view names[] = {
-#define ORDO_X(name, bindings, push) #name,
+#define ORDO_X(name, ...) #name,
         ORDO_GPU_PIPELINES(ORDO_X)
 #undef ORDO_X
     };
@@ -117,17 +127,18 @@ pipeline_tuning tuning_for(const device_info& info) {
 namespace {
 
 std::uint32_t wg_for(pipeline_id id, const pipeline_tuning& t) {
-    std::string_view n = pipeline_name(id);
-    if (n.starts_with("mul_mat_vec")) return t.mat_vec_wg;
-    if (n.starts_with("mul_mat_rows")) return t.mat_rows_wg;
-    if (n.starts_with("mul_mat_tx1")) return t.mat_tx1_wg;
-    if (n.starts_with("mul_mat_tx")) return t.mat_tx_tile_wg;
-    if (n.starts_with("mul_mat")) return 128;  // fixed by the tile mapping in mul_mat.comp
-    if (n == "rms_norm") return t.norm_wg;
-    if (n == "rms_norm_tx" || n.starts_with("rope_kv_tx")) return t.attention_tx_wg;  // one subgroup
-    if (n.starts_with("attention_tx")) return t.attention_tx_wg;
-    if (n.starts_with("attention")) return t.attention_wg;
-    if (n == "spin" || n == "spin_until") return 1;
+    switch (props_of(id).wg) {
+    case wg_class::elementwise: return t.elementwise_wg;
+    case wg_class::norm: return t.norm_wg;
+    case wg_class::mat_vec: return t.mat_vec_wg;
+    case wg_class::mat_rows: return t.mat_rows_wg;
+    case wg_class::mat_tiled: return 128;  // fixed by the tile mapping in mul_mat.comp
+    case wg_class::mat_tx1: return t.mat_tx1_wg;
+    case wg_class::mat_tx_tile: return t.mat_tx_tile_wg;
+    case wg_class::attention: return t.attention_wg;
+    case wg_class::subgroup: return t.attention_tx_wg;
+    case wg_class::single: return 1;
+    }
     return t.elementwise_wg;
 }
 
@@ -157,7 +168,7 @@ result<std::unique_ptr<pipelines>> pipelines::create(const device& dev,
     }
     for (std::size_t i = 0; i < pipeline_count; ++i) {
         auto id = static_cast<pipeline_id>(i);
-        if (specialized_on_k(id) || weight_typed(id)) continue;  // built on request
+        if (props_of(id).made != made_when::create) continue;  // built on request
         status s = p->build(p->_all[i], id, 0, abi::ORDO_TX_TILE_ROWS);
         if (!s) return s.err();
     }
@@ -165,43 +176,31 @@ result<std::unique_ptr<pipelines>> pipelines::create(const device& dev,
 }
 
 const pipeline& pipelines::get(pipeline_id id) const {
-    ORDO_GPU_CHECK(!weight_typed(id) && !specialized_on_k(id),
-                   "a weight-typed or K-specialized pipeline is built on request: use find, "
-                   "for_k or for_tile");
+    ORDO_GPU_CHECK(!built_on_request(id),
+                   "a pipeline built on request: use find, for_k, for_tile or for_cols");
     return _all[static_cast<std::size_t>(id)];
 }
 
-bool pipelines::specialized_on_k(pipeline_id id) {
-    return pipeline_name(id).starts_with("mul_mat_tx1") ||
-           pipeline_name(id).starts_with("attention_tx");
-}
-
-bool pipelines::weight_typed(pipeline_id id) {
-    return pipeline_name(id).starts_with("get_rows") || pipeline_name(id).starts_with("mul_mat");
-}
-
 result<const pipeline*> pipelines::find(pipeline_id id) const {
-    if (specialized_on_k(id)) {
+    switch (props_of(id).made) {
+    case made_when::create: return &get(id);
+    case made_when::k:
         return make_error("gpu_bad_config",
                           std::string(pipeline_name(id)) + " is specialized on K: use for_k");
+    case made_when::cols: return for_cols(id, abi::ORDO_MMV_COLS);
+    case made_when::type:
+    case made_when::tile: break;
     }
-    if (!weight_typed(id)) return &get(id);
-    if (pipeline_name(id).starts_with("mul_mat_vec")) return for_cols(id, abi::ORDO_MMV_COLS);
     return variant(id, 0, abi::ORDO_TX_TILE_ROWS);
 }
 
 result<const pipeline*> pipelines::for_k(pipeline_id id, std::uint32_t k) const {
     if (!specialized_on_k(id)) return find(id);
-    if (pipeline_name(id).starts_with("mul_mat_tx1") && !_device.info().subgroup_ballot) {
-        return make_error("gpu_unsupported", std::string(pipeline_name(id)) +
-                                                 " needs subgroup ballot operations");
-    }
     return variant(id, k, abi::ORDO_TX_TILE_ROWS);
 }
 
 result<const pipeline*> pipelines::for_cols(pipeline_id id, std::uint32_t cols) const {
-    if (!pipeline_name(id).starts_with("mul_mat_vec") || cols == 0 ||
-        cols > abi::ORDO_MMV_COLS) {
+    if (props_of(id).made != made_when::cols || cols == 0 || cols > abi::ORDO_MMV_COLS) {
         return make_error("gpu_bad_config", std::string(pipeline_name(id)) + ": no " +
                                                 std::to_string(cols) + "-token variant");
     }
@@ -209,9 +208,7 @@ result<const pipeline*> pipelines::for_cols(pipeline_id id, std::uint32_t cols) 
 }
 
 result<const pipeline*> pipelines::for_tile(pipeline_id id, std::uint32_t wg_rows) const {
-    bool tiled = pipeline_name(id).starts_with("mul_mat_tx4") ||
-                 pipeline_name(id).starts_with("mul_mat_txm");
-    if (!tiled ||
+    if (props_of(id).made != made_when::tile ||
         (wg_rows != abi::ORDO_TX_TILE_ROWS && wg_rows != abi::ORDO_TX_TILE_ROWS_NARROW)) {
         return make_error("gpu_bad_config", std::string(pipeline_name(id)) + ": no " +
                                                 std::to_string(wg_rows) + "-row tile variant");
@@ -239,28 +236,27 @@ status pipelines::build(pipeline& pl, pipeline_id id, std::uint32_t k,
     VkDevice d = _device.handle();
     const pipeline_source& src = source_of(id);
     const std::uint32_t bindings = src.bindings;
-    // attention_tx needs subgroup arithmetic, which Vulkan does not require: without it the
-    // pipeline stays null and encode_attention never picks it (it checks the same flag).
-    if ((pipeline_name(id).starts_with("attention_tx") || pipeline_name(id) == "rms_norm_tx") &&
+    const pipeline_props& props = props_of(id);
+    // A pipeline whose shader needs subgroup arithmetic (attention_tx, rms_norm_tx), which
+    // Vulkan does not require: without it the pipeline stays null and its encoder never picks
+    // it (it checks the same flag). Without subgroup ballot (mul_mat_tx1), asking for one is
+    // an error: its encoder checks the flag first (tx1_usable).
+    if (props.needs == pipeline_need::subgroup_arithmetic &&
         !_device.info().subgroup_arithmetic) {
         return {};
+    }
+    if (props.needs == pipeline_need::subgroup_ballot && !_device.info().subgroup_ballot) {
+        return make_error("gpu_unsupported", std::string(pipeline_name(id)) +
+                                                 " needs subgroup ballot operations");
     }
     pl.bindings = bindings;
     pl.push_bytes = src.push_bytes;
     pl.k = k;
     pl.workgroup_size = wg_for(id, _tuning);
-    const bool mat_vec = pipeline_name(id).starts_with("mul_mat_vec");
+    const bool mat_vec = props.made == made_when::cols;
     pl.rows_per_workgroup = mat_vec ? _tuning.mat_vec_rows : 1;
-    // mul_mat_tx reads weights (binding 0) and activations (binding 1) as texel buffers.
-    // attention_tx: q, K, V and the block tables (bindings 0, 1, 2, 4).
-    // rms_norm_tx: x and the weight; swiglu_tx: gate and up; rope_kv_tx: the q|k|v rows.
+    pl.texel_bindings = props.texel_bindings;
     std::string_view name = pipeline_name(id);
-    pl.texel_bindings = name.starts_with("mul_mat_tx") || name == "rms_norm_tx" ||
-                                name == "swiglu_tx"
-                            ? 0b011u
-                        : name.starts_with("attention_tx") ? 0b10111u
-                        : name.starts_with("rope_kv_tx")   ? 0b1u
-                                                           : 0u;
     std::string what = "pipeline " + std::string(pipeline_name(id));
     if (k != 0) what += (mat_vec ? " (tokens " : " (K ") + std::to_string(k) + ")";
     if (wg_rows != abi::ORDO_TX_TILE_ROWS) what += " (" + std::to_string(wg_rows) + "-row tile)";

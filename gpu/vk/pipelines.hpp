@@ -23,12 +23,40 @@
 namespace ordo::gpu {
 
 enum class pipeline_id : std::uint32_t {
-#define ORDO_X(name, bindings, push) name,
+#define ORDO_X(name, ...) name,
     ORDO_GPU_PIPELINES(ORDO_X)
 #undef ORDO_X
         count
 };
 constexpr std::size_t pipeline_count = static_cast<std::size_t>(pipeline_id::count);
+
+// The pipeline table's property columns (pipeline_table.hpp).
+// Workgroup-size class: which pipeline_tuning field sets specialization constant 0.
+enum class wg_class {
+    elementwise,  // elementwise_wg
+    norm,         // norm_wg
+    mat_vec,      // mat_vec_wg
+    mat_rows,     // mat_rows_wg
+    mat_tiled,    // 128: fixed by mul_mat.comp's tile mapping
+    mat_tx1,      // mat_tx1_wg
+    mat_tx_tile,  // mat_tx_tile_wg
+    attention,    // attention_wg
+    subgroup,     // attention_tx_wg: one subgroup
+    single,       // 1
+};
+// A device feature a pipeline cannot run without.
+enum class pipeline_need { none, subgroup_arithmetic, subgroup_ballot };
+// When a pipeline is built: by pipelines::create, or on request (find per weight type, for_k
+// per K, for_tile per row tile, for_cols per token count).
+enum class made_when { create, type, k, tile, cols };
+
+struct pipeline_props {
+    wg_class wg;
+    std::uint32_t texel_bindings;
+    pipeline_need needs;
+    made_when made;
+};
+const pipeline_props& props_of(pipeline_id id);
 
 std::string_view pipeline_name(pipeline_id id);
 
@@ -113,8 +141,8 @@ public:
     pipelines(const pipelines&) = delete;
     pipelines& operator=(const pipelines&) = delete;
 
-    // A pipeline built by create(): every id but the weight-typed ones (weight_typed()), which
-    // are built on request (find, for_k, for_tile); asking get() for one is a programming error.
+    // A pipeline built by create(): every id but those built on request (built_on_request():
+    // find, for_k, for_tile, for_cols); asking get() for one is a programming error.
     const pipeline& get(pipeline_id id) const;
     const pipeline_tuning& tuning() const { return _tuning; }
     const device& dev() const { return _device; }
@@ -124,14 +152,16 @@ public:
     // Built on first request and kept (llvmpipe compiles one in ~10-100 ms, so the runner asks
     // for them at load, not on the step path).
     // Thread-safe; the returned pipeline lives as long as this object.
-    static bool specialized_on_k(pipeline_id id);
+    static bool specialized_on_k(pipeline_id id) { return props_of(id).made == made_when::k; }
     result<const pipeline*> for_k(pipeline_id id, std::uint32_t k) const;
 
     // The weight-typed pipelines (get_rows_* and mul_mat_*: 13 types x 9 kernels) are not built
     // by create(): llvmpipe compiles each in 10-100 ms and a model uses a few types, so each is
     // built on its first request and kept (thread-safe, like for_k). The runner asks for a
     // weight's pipelines when it uploads it (prepare_mul_mat), never on the step path.
-    static bool weight_typed(pipeline_id id);
+    static bool built_on_request(pipeline_id id) {
+        return props_of(id).made != made_when::create;
+    }
     // Any id but the K-specialized ones: get()'s pipeline, or a weight-typed one, built on its
     // first request. Errors: the build's, gpu_bad_config for a K-specialized id.
     result<const pipeline*> find(pipeline_id id) const;

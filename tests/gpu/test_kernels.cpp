@@ -237,7 +237,7 @@ TEST(GpuKernels, WeightTypedPipelinesAreBuiltOnRequest) {
     for (pipeline_id id : {pipeline_id::mul_mat_q4_k, pipeline_id::get_rows_q6_k,
                            pipeline_id::mul_mat_tx4_bf16}) {
         SCOPED_TRACE(std::string(pipeline_name(id)));
-        EXPECT_TRUE(pipelines::weight_typed(id));
+        EXPECT_TRUE(pipelines::built_on_request(id));
         auto a = pipes.find(id);
         ASSERT_TRUE(a.ok()) << a.err().message;
         EXPECT_NE((*a)->handle, VK_NULL_HANDLE);
@@ -246,7 +246,7 @@ TEST(GpuKernels, WeightTypedPipelinesAreBuiltOnRequest) {
         EXPECT_EQ(*a, *b);
     }
     EXPECT_FALSE(pipes.find(pipeline_id::mul_mat_tx1_q4_k).ok());
-    EXPECT_FALSE(pipelines::weight_typed(pipeline_id::rms_norm_tx));
+    EXPECT_FALSE(pipelines::built_on_request(pipeline_id::rms_norm_tx));
     EXPECT_NE(pipes.get(pipeline_id::rms_norm).handle, VK_NULL_HANDLE);
 }
 

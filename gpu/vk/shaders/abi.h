@@ -18,23 +18,19 @@ using uint = std::uint32_t;
 #define ORDO_ABI_CONST const uint
 #endif
 
-// Weight element types (WTYPE define of the get_rows / mul_mat_* variants; the order of
-// ORDO_WEIGHT_TYPES in gpu/vk/pipeline_table.hpp and of the type list in gpu/vk/CMakeLists.txt).
-// Macros, so that shaders can select code with #if on them. Device layouts:
-// gpu/vk/shaders/weight_units.glsl.
-#define ORDO_WTYPE_F32 0
-#define ORDO_WTYPE_F16 1
-#define ORDO_WTYPE_Q8_0 2
-#define ORDO_WTYPE_Q4_0 3
-#define ORDO_WTYPE_BF16 4
-#define ORDO_WTYPE_Q4_1 5
-#define ORDO_WTYPE_Q5_0 6
-#define ORDO_WTYPE_Q5_1 7
-#define ORDO_WTYPE_Q2_K 8
-#define ORDO_WTYPE_Q3_K 9
-#define ORDO_WTYPE_Q4_K 10
-#define ORDO_WTYPE_Q5_K 11
-#define ORDO_WTYPE_Q6_K 12
+// Weight element types (WTYPE define of the get_rows / mul_mat_* variants): ORDO_WTYPE_<NAME>
+// is the type's index in gpu/vk/shaders/weight_types.h, the one list. The shaders get them as
+// -D defines from gpu/vk/CMakeLists.txt (so they can select code with #if on them); C++ gets
+// these constants. Device layouts: gpu/vk/shaders/weight_units.glsl.
+#ifdef __cplusplus
+#include "weight_types.h"
+enum wtype_index : uint {
+#define ORDO_WTYPE_INDEX(NAME, name, ...) ORDO_WTYPE_##NAME,
+    ORDO_WEIGHT_TYPE_LIST(ORDO_WTYPE_INDEX)
+#undef ORDO_WTYPE_INDEX
+    ORDO_WTYPE_COUNT
+};
+#endif
 // Elements per quant block (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1), and the unit of every block type
 // in the kernels (a K-type super-block is ORDO_QK_K / ORDO_QK units).
 ORDO_ABI_CONST ORDO_QK = 32;
