@@ -9,11 +9,11 @@
 // is given up with its logits slot released, so no slot leaks): device_ready after start-up;
 // exactly one step_done or step_failed per step. A step's logits rows (and hidden rows, for
 // embeddings) are written into a logits_exchange slot acquired before the step runs (none free:
-// gpu_busy); rows are checked for NaN/Inf (gpu_nan). On gpu_timeout, gpu_device_lost or any other device error the step
-// fails with device_lost = true, every queued step fails the same way (their KV is gone), the
-// runner is torn down (after waiting out a still-running segment, bounded by drain_ms) and
-// rebuilt, then device_ready{epoch + 1}. reset_device (the scheduler's backstop) starts the same
-// rebuild. More than recovery_max rebuilds without a successful step in between:
+// gpu_busy); rows are checked for NaN/Inf (gpu_nan). On gpu_timeout, gpu_device_lost or any other
+// device error the step fails with device_lost = true, every queued step fails the same way (their
+// KV is gone), the runner is torn down (after waiting out a still-running segment, bounded by
+// drain_ms) and rebuilt, then device_ready{epoch + 1}. reset_device (the scheduler's backstop)
+// starts the same rebuild. More than recovery_max rebuilds without a successful step in between:
 // device_unavailable, and every later step fails with gpu_unavailable. After stop, steps are
 // refused by the runtime (actor_stopped) and queued ones fail with gpu_stopped.
 //

@@ -2,10 +2,10 @@
 // for the logits rows of finished steps, and their hidden rows (embeddings: gpu_msgs.hpp
 // hidden_output), so that neither travels inside messages.
 //
-// `slots_max` slots of `rows_max x n_vocab` floats, and of `rows_max x n_embd` for hidden rows,
-// are allocated once (n_embd 0: no hidden rows; a step that asks for some fails). The gpu actor acquires a
-// free slot for a step (none free: the step fails with gpu_busy at once; acquire never blocks),
-// the runner writes the rows, step_done names the slot, the scheduler reads the rows and
+// `slots_max` slots of `rows_max x n_vocab` floats, and of `rows_max x n_embd` for hidden rows, are
+// allocated once (n_embd 0: no hidden rows; a step that asks for some fails). The gpu actor
+// acquires a free slot for a step (none free: the step fails with gpu_busy at once; acquire never
+// blocks), the runner writes the rows, step_done names the slot, the scheduler reads the rows and
 // releases the slot (directly, or with a release_logits message to the gpu actor). Ownership
 // hand-over is one atomic per slot: free -> held (acquire, compare-exchange) -> free (release).
 // The rows of a held slot are touched by one thread at a time: the writer until it sends

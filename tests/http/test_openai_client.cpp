@@ -8,11 +8,11 @@
 // (400); and, with a server that requires an API key, the client's apiKey (openai_auth.mjs:
 // the right key served, a wrong one AuthenticationError 401). embeddings.create
 // (openai_embeddings.mjs): strings (the client's default base64 and float), token ids and token
-// arrays give the CPU reference's embedding (model::embed with the server's pooling, computed
-// here) within 1e-4 per component with f32 KV, usage counts every input's tokens, dimensions = n_embd is a
-// no-op and bad inputs are 400 naming the field; on the generated model and on stories260K
-// (skipped visibly without ../shared). Without node or the package the tests skip with a
-// visible message; with ORDO_HTTP_CLIENT_REQUIRED=1 (CI) they fail instead.
+// arrays give the CPU reference's embedding (model::embed with the server's pooling, computed here)
+// within 1e-4 per component with f32 KV, usage counts every input's tokens, dimensions = n_embd is
+// a no-op and bad inputs are 400 naming the field; on the generated model and on stories260K
+// (skipped visibly without ../shared). Without node or the package the tests skip with a visible
+// message; with ORDO_HTTP_CLIENT_REQUIRED=1 (CI) they fail instead.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
