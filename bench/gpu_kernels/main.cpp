@@ -24,7 +24,8 @@
 //   (default f16,q4_k), with a "step" line per type and token count: the whole step's mat-muls
 //   and their GB/s (issue 28).
 //   --mmv-wg LANES / --mmv-rows N / --mmv-unroll N override mul_mat_vec's workgroup lanes (a
-//   multiple of 8), rows per 8-lane team and units loaded per lane before summing.
+//   multiple of 8), rows per team and units loaded per lane before summing; --mmv-split N /
+//   --mmv-split-cols N its lanes per group (helpers) and the token counts that use them.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -327,7 +328,7 @@ int main(int argc, char** argv) {
     bool type_compare = false;
     bool decode_only = false;
     bool types_given = false;
-    std::uint32_t mmv_wg = 0, mmv_rows = 0, mmv_unroll = 0;
+    std::uint32_t mmv_wg = 0, mmv_rows = 0, mmv_unroll = 0, mmv_split = 0, mmv_split_cols = 0;
     using model::ggml_type;
     std::vector<ggml_type> types = {ggml_type::f32, ggml_type::f16, ggml_type::q8_0,
                                     ggml_type::q4_0};
@@ -348,6 +349,10 @@ int main(int argc, char** argv) {
             mmv_wg = std::clamp<std::uint32_t>(std::stoul(argv[++i]), 8, 1024);
         } else if (std::strcmp(argv[i], "--mmv-unroll") == 0 && i + 1 < argc) {
             mmv_unroll = std::clamp<std::uint32_t>(std::stoul(argv[++i]), 1, 8);
+        } else if (std::strcmp(argv[i], "--mmv-split") == 0 && i + 1 < argc) {
+            mmv_split = std::clamp<std::uint32_t>(std::stoul(argv[++i]), 1, 8);
+        } else if (std::strcmp(argv[i], "--mmv-split-cols") == 0 && i + 1 < argc) {
+            mmv_split_cols = std::clamp<std::uint32_t>(std::stoul(argv[++i]), 1, 8);
         } else if (std::strcmp(argv[i], "--mmv-rows") == 0 && i + 1 < argc) {
             mmv_rows = std::clamp<std::uint32_t>(std::stoul(argv[++i]), 1, 16);
         } else if (std::strcmp(argv[i], "--steps") == 0) {
@@ -382,7 +387,8 @@ int main(int argc, char** argv) {
                                  "[--tx-wg LANES] [--no-texel | --texel] [--rows] [--steps] "
                                  "[--prefill] [--dispatch-cost] [--types LIST] "
                                  "[--type-compare] [--decode] [--mmv-wg LANES] "
-                                 "[--mmv-rows N] [--mmv-unroll N]\n");
+                                 "[--mmv-rows N] [--mmv-unroll N] [--mmv-split N] "
+                                 "[--mmv-split-cols N]\n");
             return 2;
         }
     }
@@ -400,6 +406,8 @@ int main(int argc, char** argv) {
     if (mmv_wg != 0) tuning.mat_vec_wg = mmv_wg;
     if (mmv_rows != 0) tuning.mat_vec_rows = mmv_rows;
     if (mmv_unroll != 0) tuning.mat_vec_unroll = mmv_unroll;
+    if (mmv_split != 0) tuning.mat_vec_split = mmv_split;
+    if (mmv_split_cols != 0) tuning.mat_vec_split_cols = mmv_split_cols;
     auto t_pipes = std::chrono::steady_clock::now();
     auto p = pipelines::create(*e.dev, tuning);
     if (!p) return 1;

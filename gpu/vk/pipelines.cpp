@@ -84,12 +84,25 @@ std::string_view pipeline_name(pipeline_id id) {
     return i < pipeline_count ? names[i] : "unknown";
 }
 
+std::uint32_t mat_vec_helpers(const pipeline_tuning& t, std::uint32_t cols) {
+    return cols <= t.mat_vec_split_cols ? t.mat_vec_split : 1;
+}
+
 std::uint64_t mat_vec_shared_bytes(const pipeline_tuning& t) {
-    // mul_mat_vec.comp at its widest (ORDO_MMV_COLS tokens, a 32-element unit padded to 9
-    // vec4s): xs[] and partial[].
-    std::uint64_t xs = 16ull * abi::ORDO_MMV_COLS * abi::ORDO_MAT_GROUPS * t.mat_vec_unroll *
-                       (abi::ORDO_QK / 4 + 1);
-    return xs + 4ull * t.mat_vec_wg * t.mat_vec_rows * abi::ORDO_MMV_COLS;
+    // mul_mat_vec.comp's xs[], partial[] and dsh[] for its widest unit (32 elements, padded to
+    // 9 vec4s, 8 parts), at the token count that needs the most.
+    std::uint64_t most = 0;
+    for (std::uint64_t cols = 1; cols <= abi::ORDO_MMV_COLS; ++cols) {
+        std::uint64_t h = mat_vec_helpers(t, static_cast<std::uint32_t>(cols));
+        std::uint64_t xs = 16ull * cols * abi::ORDO_MAT_GROUPS * t.mat_vec_unroll *
+                           (abi::ORDO_QK / 4 + 1);
+        std::uint64_t partial = 4ull * t.mat_vec_wg * t.mat_vec_rows * cols;
+        std::uint64_t teams = t.mat_vec_wg / (abi::ORDO_MAT_GROUPS * h);
+        std::uint64_t dsh = h == 1 ? 4 : 4ull * teams * t.mat_vec_rows * abi::ORDO_MAT_GROUPS *
+                                             t.mat_vec_unroll * (abi::ORDO_QK / 4) * cols;
+        most = std::max(most, xs + partial + dsh);
+    }
+    return most;
 }
 
 pipeline_tuning tuning_for(const device_info& info) {
@@ -154,6 +167,10 @@ result<std::unique_ptr<pipelines>> pipelines::create(const device& dev,
     std::uint64_t mat_vec_shared = mat_vec_shared_bytes(tuning);
     if (!pow2 || tuning.elementwise_wg == 0 || tuning.mat_vec_wg == 0 ||
         tuning.mat_vec_wg % abi::ORDO_MAT_GROUPS != 0 ||
+        (tuning.mat_vec_split != 1 && tuning.mat_vec_split != 2 && tuning.mat_vec_split != 4 &&
+         tuning.mat_vec_split != 8) ||
+        tuning.mat_vec_unroll % tuning.mat_vec_split != 0 ||
+        tuning.mat_vec_wg % (abi::ORDO_MAT_GROUPS * tuning.mat_vec_split) != 0 ||
         mat_vec_shared > dev.info().max_shared_memory_bytes ||
         tuning.mat_vec_rows == 0 || tuning.mat_vec_unroll == 0 || tuning.mat_vec_unroll > 8 ||
         tuning.attention_wg == 0 || tuning.mat_rows_wg == 0 ||
@@ -163,8 +180,9 @@ result<std::unique_ptr<pipelines>> pipelines::create(const device& dev,
             dev.info().max_workgroup_invocations) {
         return make_error("gpu_bad_config",
                           "pipeline tuning: workgroup sizes must be nonzero, fit the device "
-                          "(mul_mat_vec's shared memory too), norm_wg a power of two and "
-                          "mat_vec_wg a multiple of 8");
+                          "(mul_mat_vec's shared memory too), norm_wg a power of two, "
+                          "mat_vec_wg a multiple of 8 x mat_vec_split, and mat_vec_split 1, 2, "
+                          "4 or 8 dividing mat_vec_unroll");
     }
     for (std::size_t i = 0; i < pipeline_count; ++i) {
         auto id = static_cast<pipeline_id>(i);
@@ -299,9 +317,13 @@ status pipelines::build(pipeline& pl, pipeline_id id, std::uint32_t k,
     // Constant 3: mul_mat_tx tx4/txm rows per lane (wg_rows rows per workgroup).
     // mul_mat_vec: constant 3 is its unroll.
     pl.tile_rows = mat_vec ? _tuning.mat_vec_unroll : tx_rows_per_lane(pl.workgroup_size, wg_rows);
-    std::uint32_t spec_values[4] = {pl.workgroup_size, pl.rows_per_workgroup, k, pl.tile_rows};
-    VkSpecializationMapEntry entries[4] = {{0, 0, 4}, {1, 4, 4}, {2, 8, 4}, {3, 12, 4}};
-    VkSpecializationInfo spec{4, entries, sizeof(spec_values), spec_values};
+    // Constant 4: mul_mat_vec's lanes per group for this token count (k).
+    pl.helpers = mat_vec ? mat_vec_helpers(_tuning, k) : 1;
+    std::uint32_t spec_values[5] = {pl.workgroup_size, pl.rows_per_workgroup, k, pl.tile_rows,
+                                    pl.helpers};
+    VkSpecializationMapEntry entries[5] = {{0, 0, 4}, {1, 4, 4}, {2, 8, 4}, {3, 12, 4},
+                                           {4, 16, 4}};
+    VkSpecializationInfo spec{5, entries, sizeof(spec_values), spec_values};
     VkComputePipelineCreateInfo ci{VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
     ci.stage.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO;
     ci.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;

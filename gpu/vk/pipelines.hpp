@@ -77,13 +77,15 @@ struct pipeline {
     // texel_view()), not a storage buffer. Its shader addresses texels from the buffer start.
     std::uint32_t texel_bindings = 0;
 
+    std::uint32_t helpers = 1;             // constant 4: mul_mat_vec lanes per group
+
     // tx4/txm: weight rows one workgroup covers.
     std::uint32_t workgroup_rows() const { return workgroup_size * tile_rows; }
 };
 
 // mul_mat_vec: weight rows one workgroup covers (its 8-lane teams times rows per team).
 inline std::uint32_t mat_vec_workgroup_rows(const pipeline& pl) {
-    return pl.workgroup_size / abi::ORDO_MAT_GROUPS * pl.rows_per_workgroup;
+    return pl.workgroup_size / (abi::ORDO_MAT_GROUPS * pl.helpers) * pl.rows_per_workgroup;
 }
 
 // tx4/txm rows per lane (specialization constant 3) of a `lanes`-wide workgroup asked to cover
@@ -100,6 +102,11 @@ struct pipeline_tuning {
     std::uint32_t mat_vec_wg = 0;       // mul_mat_vec lanes (a multiple of 8: its teams)
     std::uint32_t mat_vec_rows = 0;     // mul_mat_vec weight rows per 8-lane team
     std::uint32_t mat_vec_unroll = 0;   // mul_mat_vec units each lane loads before summing
+    // mul_mat_vec lanes per group (1, 2, 4 or 8; a divisor of mat_vec_unroll) for up to
+    // mat_vec_split_cols tokens: helpers compute products, the group's owner adds them in
+    // order (mul_mat_vec.comp H). Default 1: unmeasured on a GPU (gpu/PERF.md, session 13).
+    std::uint32_t mat_vec_split = 1;
+    std::uint32_t mat_vec_split_cols = 2;
     std::uint32_t attention_wg = 0;     // attention lanes (head_dim <= wg * ORDO_ATTN_ACC)
     std::uint32_t mat_rows_wg = 0;      // mul_mat_rows lanes (= weight rows per workgroup)
     // mat_path::automatic picks mul_mat_rows up to this many tokens (0: never, mul_mat_vec
@@ -125,6 +132,8 @@ pipeline_tuning tuning_for(const device_info& info);
 // The shared memory mul_mat_vec's widest variant takes under `t` (pipelines::create refuses a
 // tuning whose variant would not fit the device).
 std::uint64_t mat_vec_shared_bytes(const pipeline_tuning& t);
+// mul_mat_vec's lanes per group at `cols` tokens under `t`.
+std::uint32_t mat_vec_helpers(const pipeline_tuning& t, std::uint32_t cols);
 
 // XXH3-64 of every embedded SPIR-V module, in table order: what this build compiles. The
 // pipeline cache file (pipeline_cache.hpp) is valid only for the build that wrote it.

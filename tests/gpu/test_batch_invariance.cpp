@@ -169,7 +169,7 @@ TEST(GpuBatchInvariance, MulMatRowAloneEqualsRowInBatchesEveryTypeAndPath) {
     }
 }
 
-// mul_mat_vec's shape (lanes per workgroup, rows per 8-lane team) is a per-device choice
+// mul_mat_vec's shape (lanes per workgroup, rows per team, lanes per group) is a per-device choice
 // (pipelines.cpp tuning_for): every shape must give the bits the tiled kernel gives, at every
 // token count it serves (the K types at 2048 so a lane walks many unrolled unit steps, with
 // a tail step half past K).
@@ -201,14 +201,28 @@ TEST(GpuBatchInvariance, MulMatVecEveryShapeSumsLikeTiled) {
         };
         std::map<std::uint32_t, std::vector<float>> tiled;
         for (std::uint32_t n : {1u, 3u, tokens}) tiled[n] = run(*env().str, mat_path::tiled, n);
-        struct vec_shape { std::uint32_t wg, rows_per_team; };
-        for (vec_shape vs : {vec_shape{8, 1}, vec_shape{32, 3}, vec_shape{128, 2}}) {
-            if (vs.wg > env().dev->info().max_workgroup_invocations) continue;
-            SCOPED_TRACE("mat_vec_wg " + std::to_string(vs.wg) + " rows per team " +
-                         std::to_string(vs.rows_per_team));
+        // Lanes, rows per team, lanes per group (helpers) and the token counts they serve,
+        // unroll; a shape whose shared memory the device lacks is left out (lavapipe: 32 KiB
+        // holds no unroll-4 variant).
+        struct vec_shape { std::uint32_t wg, rows_per_team, split, split_cols, unroll; };
+        for (vec_shape vs : {vec_shape{8, 1, 1, 2, 2}, vec_shape{32, 3, 1, 2, 2},
+                             vec_shape{128, 2, 1, 2, 2}, vec_shape{16, 1, 2, 8, 2},
+                             vec_shape{32, 2, 2, 2, 2}, vec_shape{64, 1, 4, 3, 4},
+                             vec_shape{64, 1, 8, 1, 8}}) {
             pipeline_tuning tuning = tuning_for(env().dev->info());
             tuning.mat_vec_wg = vs.wg;
             tuning.mat_vec_rows = vs.rows_per_team;
+            tuning.mat_vec_split = vs.split;
+            tuning.mat_vec_split_cols = vs.split_cols;
+            tuning.mat_vec_unroll = vs.unroll;
+            if (vs.wg > env().dev->info().max_workgroup_invocations ||
+                mat_vec_shared_bytes(tuning) > env().dev->info().max_shared_memory_bytes) {
+                continue;
+            }
+            SCOPED_TRACE("mat_vec_wg " + std::to_string(vs.wg) + " rows per team " +
+                         std::to_string(vs.rows_per_team) + " lanes per group " +
+                         std::to_string(vs.split) + " up to " + std::to_string(vs.split_cols) +
+                         " tokens, unroll " + std::to_string(vs.unroll));
             auto pipes = pipelines::create(*env().dev, tuning);
             ASSERT_TRUE(pipes.ok()) << pipes.err().message;
             auto str = stream::create(*env().dev, **pipes, {8, false});

@@ -33,6 +33,19 @@ float mat_acc(float acc, vec4 w, vec4 x) {
     return s;
 }
 
+// mat_acc in two halves for kernels whose lanes share a group's work (mul_mat_vec's helpers):
+// mat_add(acc, mat_part(w, x)) is mat_acc(acc, w, x), operation for operation, as the product
+// does not depend on the accumulator (a float stored and read back is the same float).
+float mat_part(vec4 w, vec4 x) {
+    precise float d = fma(w.w, x.w, fma(w.z, x.z, fma(w.y, x.y, w.x * x.x)));
+    return d;
+}
+
+float mat_add(float acc, float d) {
+    precise float s = acc + d;
+    return s;
+}
+
 float mat_fold(float total, float group_sum) {
     precise float s = total + group_sum;
     return s;

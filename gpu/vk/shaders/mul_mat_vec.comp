@@ -22,6 +22,12 @@ layout(constant_id = 0) const uint WG = 128;  // lanes: a multiple of 8 (pipelin
 layout(constant_id = 1) const uint RT = 1;    // weight rows per team
 layout(constant_id = 2) const uint COLS = ORDO_MMV_COLS;  // tokens per pass (pipelines::for_cols)
 layout(constant_id = 3) const uint UNROLL = 2;  // units loaded before summing
+// Lanes per group: with H > 1, H lanes share a group's units of a step (helper h takes step
+// slots s with s % H == h; UNROLL is a multiple of H) and compute their parts' products
+// (mat_part), and the group's owner (h = 0) adds them in order (mat_add): the same operations
+// as mat_acc, so the same bits, on H times the lanes per row (pipelines.cpp: 1 unless
+// pipeline_tuning::mat_vec_split asks, and only for up to mat_vec_split_cols tokens).
+layout(constant_id = 4) const uint H = 1;
 layout(local_size_x_id = 0) in;
 layout(push_constant) uniform push_block { mul_mat_push p; };
 #include "weights.glsl"
@@ -30,7 +36,7 @@ layout(std430, binding = ORDO_B_MM_X) readonly buffer x_buf { vec4 x4[]; };
 layout(std430, binding = ORDO_B_MM_Y) buffer y_buf { float y[]; };
 
 const uint G = ORDO_MAT_GROUPS;
-const uint TEAMS = WG / G;
+const uint TEAMS = WG / (G * H);
 const uint UNIT4 = UNIT / 4u;  // vec4s of x per unit
 const uint STEP = G * UNROLL;  // units per step: every lane of a team takes UNROLL of them
 // x of one step's units in shared memory, UNIT4 vec4s per unit padded by one where a unit is
@@ -38,11 +44,15 @@ const uint STEP = G * UNROLL;  // units per step: every lane of a team takes UNR
 const uint USTRIDE = UNIT4 == 1u ? 1u : UNIT4 + 1u;
 shared vec4 xs[COLS * STEP * USTRIDE];
 shared float partial[RT * COLS * WG];
+// H > 1: each helper's products, [team][r][g][s][j][c] (1 element when H == 1).
+const uint DSH = H == 1u ? 1u : TEAMS * RT * G * UNROLL * PARTS * COLS;
+shared float dsh[DSH];
 
 void main() {
     uint lane = gl_LocalInvocationID.x;
     uint g = lane % G;
-    uint team = lane / G;
+    uint h = (lane / G) % H;
+    uint team = lane / (G * H);
     uint row0 = gl_WorkGroupID.x * TEAMS * RT;
     uint units = p.k / UNIT;
     uint xstep = p.x_stride / 4u;
@@ -54,14 +64,17 @@ void main() {
             acc[i] = 0.0;
         }
         for (uint step0 = 0; step0 < units; step0 += STEP) {  // uniform: barriers inside
-            // This lane's weight units of the step first (their loads fly during the staging).
-            unit_raw w[RT * UNROLL];
+            // This lane's weight units of the step first (their loads fly during the staging):
+            // slots h, h + H, ... of its group (all UNROLL slots when H == 1).
+            const uint MINE = UNROLL / H;
+            unit_raw w[RT * MINE];
             [[unroll]] for (uint r = 0; r < RT; ++r) {
                 // Clamped: a row past the chunk computes a copy that the store discards.
                 uint ui0 = min(row0 + r * TEAMS + team, p.n_rows - 1u) * units;
-                [[unroll]] for (uint s = 0; s < UNROLL; ++s) {
+                [[unroll]] for (uint m = 0; m < MINE; ++m) {
+                    uint s = m * H + h;
                     uint u = min(step0 + s * G + g, units - 1u);  // clamped; never summed past K
-                    w[r * UNROLL + s] = load_raw(ui0 + u);
+                    w[r * MINE + m] = load_raw(ui0 + u);
                 }
             }
             // Stage the step's x (every token) with whole-line loads: the lanes of a team read
@@ -76,16 +89,51 @@ void main() {
                 }
             }
             barrier();
-            [[unroll]] for (uint r = 0; r < RT; ++r) {
-                [[unroll]] for (uint s = 0; s < UNROLL; ++s) {
-                    if (step0 + s * G + g < units) {
+            if (H == 1u) {
+                [[unroll]] for (uint r = 0; r < RT; ++r) {
+                    [[unroll]] for (uint s = 0; s < UNROLL; ++s) {
+                        if (step0 + s * G + g < units) {
+                            [[unroll]] for (uint j = 0; j < PARTS; ++j) {
+                                vec4 wv = part(w[r * UNROLL + s], j);
+                                [[unroll]] for (uint c = 0; c < COLS; ++c) {
+                                    if (c < n) {
+                                        acc[r * COLS + c] = mat_acc(
+                                            acc[r * COLS + c], wv,
+                                            xs[(c * STEP + s * G + g) * USTRIDE + j]);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            } else {
+                // Products of this helper's slots, then the owner's adds in slot, part order.
+                [[unroll]] for (uint r = 0; r < RT; ++r) {
+                    [[unroll]] for (uint m = 0; m < MINE; ++m) {
+                        uint s = m * H + h;
                         [[unroll]] for (uint j = 0; j < PARTS; ++j) {
-                            vec4 wv = part(w[r * UNROLL + s], j);
+                            vec4 wv = part(w[r * MINE + m], j);
                             [[unroll]] for (uint c = 0; c < COLS; ++c) {
-                                if (c < n) {
-                                    acc[r * COLS + c] = mat_acc(
-                                        acc[r * COLS + c], wv,
-                                        xs[(c * STEP + s * G + g) * USTRIDE + j]);
+                                uint d = ((((team * RT + r) * G + g) * UNROLL + s) * PARTS + j) *
+                                             COLS + c;
+                                dsh[d] = mat_part(wv, xs[(c * STEP + s * G + g) * USTRIDE + j]);
+                            }
+                        }
+                    }
+                }
+                barrier();
+                if (h == 0u) {
+                    [[unroll]] for (uint r = 0; r < RT; ++r) {
+                        for (uint s = 0; s < UNROLL; ++s) {
+                            if (step0 + s * G + g < units) {
+                                [[unroll]] for (uint j = 0; j < PARTS; ++j) {
+                                    [[unroll]] for (uint c = 0; c < COLS; ++c) {
+                                        if (c < n) {
+                                            uint d = ((((team * RT + r) * G + g) * UNROLL + s) *
+                                                          PARTS + j) * COLS + c;
+                                            acc[r * COLS + c] = mat_add(acc[r * COLS + c], dsh[d]);
+                                        }
+                                    }
                                 }
                             }
                         }
@@ -94,8 +142,11 @@ void main() {
             }
             barrier();
         }
-        [[unroll]] for (uint i = 0; i < RT * COLS; ++i) {
-            partial[i * WG + lane] = acc[i];
+        // The owners' group sums (h == 0: lanes team * G * H + g).
+        if (h == 0u) {
+            [[unroll]] for (uint i = 0; i < RT * COLS; ++i) {
+                partial[i * WG + team * G + g] = acc[i];
+            }
         }
         barrier();
         for (uint i = lane; i < TEAMS * RT * COLS; i += WG) {
