@@ -104,21 +104,26 @@ std::vector<int32_t> scheduler_core::chat_tokens(const std::string& text) const 
     return ids;
 }
 
-void scheduler_core::on_generate(const generate& m, std::vector<outgoing_event>& out) {
-    const generate_request& g = m.params;
+std::optional<net::request_error> scheduler_core::refusal_at_admission(uint64_t conn,
+                                                                     uint64_t id) {
     if (_draining) {
-        return out.push_back(error_event(m.conn, m.id, errc::shutting_down,
-                                         "the server is stopping (draining in-flight requests)"));
+        return error_event(conn, id, errc::shutting_down,
+                           "the server is stopping (draining in-flight requests)");
     }
-    if (find(m.conn, m.id) != nullptr) {
+    if (find(conn, id) != nullptr) {
         // The front door refuses live ids; a second request under one would break the index.
-        return out.push_back(error_event(m.conn, m.id, errc::internal,
-                                         "request id " + std::to_string(m.id) + " is live"));
+        return error_event(conn, id, errc::internal,
+                           "request id " + std::to_string(id) + " is live");
     }
     if (_device_unavailable) {
-        return out.push_back(error_event(m.conn, m.id, errc::gpu_unavailable,
-                                         _unavailable_reason));
+        return error_event(conn, id, errc::gpu_unavailable, _unavailable_reason);
     }
+    return std::nullopt;
+}
+
+void scheduler_core::on_generate(const generate& m, std::vector<outgoing_event>& out) {
+    const generate_request& g = m.params;
+    if (auto refused = refusal_at_admission(m.conn, m.id)) return out.push_back(*refused);
     // Text in (a prompt) or text matched (stop strings) needs the tokenizer; ids do not.
     const char* needs_text = g.prompt ? "a text prompt" : !g.stop.empty() ? "stop strings" : "";
     if (!_tok->support() && *needs_text != '\0') {

@@ -155,6 +155,9 @@ public:
     // ---- inputs, applied in arrival order ----
     void on_generate(const generate& m, std::vector<outgoing_event>& out);
     void on_embed(const embed& m, std::vector<outgoing_event>& out);
+    // What every new request (generate, embed) is refused for before its own checks: a
+    // draining server, an id already live on its connection, an unavailable device.
+    std::optional<net::request_error> refusal_at_admission(uint64_t conn, uint64_t id);
     void on_cancel(const cancel& m, std::vector<outgoing_event>& out);
     void on_tokenize(const tokenize& m, std::vector<outgoing_event>& out);
     void on_detokenize(const detokenize& m, std::vector<outgoing_event>& out);

@@ -27,17 +27,7 @@ namespace ordo::sched {
 using net::errc;
 
 void scheduler_core::on_embed(const embed& m, std::vector<outgoing_event>& out) {
-    if (_draining) {
-        return out.push_back(error_event(m.conn, m.id, errc::shutting_down,
-                                         "the server is stopping (draining in-flight requests)"));
-    }
-    if (find(m.conn, m.id) != nullptr) {
-        return out.push_back(error_event(m.conn, m.id, errc::internal,
-                                         "request id " + std::to_string(m.id) + " is live"));
-    }
-    if (_device_unavailable) {
-        return out.push_back(error_event(m.conn, m.id, errc::gpu_unavailable, _unavailable_reason));
-    }
+    if (auto refused = refusal_at_admission(m.conn, m.id)) return out.push_back(*refused);
     if (m.text && !_tok->support()) {
         return out.push_back(tokenizer_error(m.conn, m.id, "a text input"));
     }

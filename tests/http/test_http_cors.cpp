@@ -37,21 +37,10 @@ using json = nlohmann::json;
 const std::string key = "sk-cors-0123456789abcdef";
 const std::string app = "http://app.example:3000";
 
-std::string temp_path(const std::string& name) {
-    fs::path dir = fs::temp_directory_path() / ("ordo_cors_test_" + std::to_string(getpid()));
-    fs::create_directories(dir);
-    return (dir / name).string();
-}
+std::string temp_path(const std::string& name) { return scratch_path("cors", name); }
 
 std::string tiny_model() {
-    std::string p = temp_path("tiny.gguf");
-    if (!fs::exists(p)) {
-        std::string mk = std::string(ORDO_MODEL_BIN) + " mk --out " + p +
-                         " --n-embd 32 --n-layer 1 --n-head 2 --n-head-kv 2 --n-ff 64"
-                         " --n-vocab 260 --type f32 --seed 1 --ctx 128 > /dev/null";
-        EXPECT_EQ(std::system(mk.c_str()), 0) << mk;
-    }
-    return p;
+    return generated_model(ORDO_MODEL_BIN, temp_path("tiny.gguf"), tiny_model_flags);
 }
 
 // A server with `http_section` in its [http] and, when `keyed`, the API key.

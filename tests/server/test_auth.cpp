@@ -42,11 +42,7 @@ const std::string cli_key = "sk-cli-fedcba9876543210";
 // The wall-clock bound `timeout` puts on one CLI or python3 run.
 constexpr int command_timeout_s = 120;
 
-std::string temp_path(const std::string& name) {
-    fs::path dir = fs::temp_directory_path() / ("ordo_auth_test_" + std::to_string(getpid()));
-    fs::create_directories(dir);
-    return (dir / name).string();
-}
+std::string temp_path(const std::string& name) { return scratch_path("auth", name); }
 
 std::string write_file(const std::string& name, const std::string& text, mode_t mode) {
     std::string p = temp_path(name);
@@ -57,14 +53,7 @@ std::string write_file(const std::string& name, const std::string& text, mode_t 
 }
 
 std::string tiny_model() {
-    std::string p = temp_path("tiny.gguf");
-    if (!fs::exists(p)) {
-        std::string mk = std::string(ORDO_MODEL_BIN) + " mk --out " + p +
-                         " --n-embd 32 --n-layer 1 --n-head 2 --n-head-kv 2 --n-ff 64"
-                         " --n-vocab 260 --type f32 --seed 1 --ctx 128 > /dev/null";
-        EXPECT_EQ(std::system(mk.c_str()), 0) << mk;
-    }
-    return p;
+    return generated_model(ORDO_MODEL_BIN, temp_path("tiny.gguf"), tiny_model_flags);
 }
 
 // A config whose [server] api_keys_file is `keys` (and `extra` lines appended).

@@ -33,21 +33,12 @@ namespace fs = std::filesystem;
 constexpr double k_tolerance = 1e-4;      // f32 KV
 constexpr double k_tolerance_f16 = 1e-3;  // the default f16 KV
 
-std::string temp_path(const std::string& name) {
-    fs::path dir = fs::temp_directory_path() / ("ordo_embed_test_" + std::to_string(getpid()));
-    fs::create_directories(dir);
-    return (dir / name).string();
-}
+std::string temp_path(const std::string& name) { return scratch_path("embed", name); }
 
 std::string tiny_model() {
-    std::string p = temp_path("tiny.gguf");
-    if (!fs::exists(p)) {
-        std::string mk = std::string(ORDO_MODEL_BIN) + " mk --out " + p +
-                         " --n-embd 32 --n-layer 2 --n-head 2 --n-head-kv 2 --n-ff 64"
-                         " --n-vocab 260 --type f32 --seed 3 --ctx 256 > /dev/null";
-        EXPECT_EQ(std::system(mk.c_str()), 0) << mk;
-    }
-    return p;
+    return generated_model(ORDO_MODEL_BIN, temp_path("tiny.gguf"),
+                           "--n-embd 32 --n-layer 2 --n-head 2 --n-head-kv 2 --n-ff 64 "
+                           "--n-vocab 260 --type f32 --seed 3 --ctx 256");
 }
 
 // The CPU reference of one model: token ids of a text, and embeddings.

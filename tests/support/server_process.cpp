@@ -297,6 +297,28 @@ std::string wait_healthy(uint16_t port, const std::string& api_key) {
     return "the server never became healthy";
 }
 
+std::string scratch_path(const std::string& suite, const std::string& name) {
+    std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                ("ordo_" + suite + "_test_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    return (dir / name).string();
+}
+
+std::string generated_model(const std::string& model_bin, const std::string& path,
+                            const std::string& mk_flags) {
+    if (!std::filesystem::exists(path)) {
+        std::string mk = model_bin + " mk --out " + path + " " + mk_flags + " > /dev/null";
+        if (std::system(mk.c_str()) != 0) {
+#ifdef ORDO_WITH_GTEST
+            ADD_FAILURE() << "failed: " << mk;
+#else
+            std::fprintf(stderr, "failed: %s\n", mk.c_str());
+#endif
+        }
+    }
+    return path;
+}
+
 command_result run_command(const std::string& cmd) {
     command_result r;
     FILE* pipe = ::popen(cmd.c_str(), "r");

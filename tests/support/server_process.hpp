@@ -138,6 +138,20 @@ struct command_result {
 };
 command_result run_command(const std::string& cmd);
 
+// <tmp>/ordo_<suite>_test_<pid>/<name>, the directory made: one scratch place per test process.
+std::string scratch_path(const std::string& suite, const std::string& name);
+
+// The GGUF file at `path`, made by `<model_bin> mk --out path <mk_flags>` (random weights of the
+// shape the flags give) unless it exists; a failed make is a test failure (reported on stderr
+// where gtest is not linked).
+std::string generated_model(const std::string& model_bin, const std::string& path,
+                            const std::string& mk_flags);
+
+// The small f32 model the server tests serve (32 wide, 1 layer, 260-token vocabulary).
+inline constexpr const char* tiny_model_flags =
+    "--n-embd 32 --n-layer 1 --n-head 2 --n-head-kv 2 --n-ff 64 --n-vocab 260 --type f32 "
+    "--seed 1 --ctx 128";
+
 // The next event on `c`, or nullopt on EOF, error or deadline.
 inline std::optional<event> next(tcp_client& c,
                                  std::chrono::milliseconds deadline = io_deadline) {
