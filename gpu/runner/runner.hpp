@@ -276,6 +276,8 @@ private:
     // runner_forward.cpp
     status record_embedding();
     status record_layer(std::uint32_t l);
+    // The output norm of the runs' tokens into `out`'s rows (logits' and hidden rows' input).
+    status record_final_norm(std::span<const row_run> runs, const buffer& out);
     status record_logits();
     status record_hidden();
     void pool_hidden(float* hidden_out);  // _hidden rows -> the step's hidden rows

@@ -103,14 +103,20 @@ status runner::record_layer(std::uint32_t l) {
     return encode_mul_mat(s, w.down, hid, x, n, true);
 }
 
-status runner::record_logits() {
-    // final[row] = norm(x[token of row]); logits = w_out final. Only the rows that ask.
-    for (const row_run& run : _plan.runs) {
+status runner::record_final_norm(std::span<const row_run> runs, const buffer& out) {
+    // out[row] = norm(x[token of row]) * output_norm, for the rows of every run.
+    for (const row_run& run : runs) {
         ORDO_TRY(encode_rms_norm(*_stream, {whole(_x), run.token0 * _embd_stride, _embd_stride},
                                  whole(_output_norm),
-                                 {whole(_final), run.row0 * _embd_stride, _embd_stride},
-                                 _hp.n_embd, run.n, _hp.rms_eps));
+                                 {whole(out), run.row0 * _embd_stride, _embd_stride}, _hp.n_embd,
+                                 run.n, _hp.rms_eps));
     }
+    return {};
+}
+
+status runner::record_logits() {
+    // final[row] = norm(x[token of row]); logits = w_out final. Only the rows that ask.
+    ORDO_TRY(record_final_norm(_plan.runs, _final));
     return encode_mul_mat(*_stream, _output, {whole(_final), 0, _embd_stride},
                           {whole(_logits), 0, _hp.n_vocab}, _plan.rows(), false);
 }
@@ -118,13 +124,7 @@ status runner::record_logits() {
 status runner::record_hidden() {
     // hidden rows: the same final norm into the host-visible buffer, for every token a hidden
     // row pools (all of a sequence's, its last or its first); pool_hidden adds them up.
-    for (const row_run& run : _plan.hidden_runs) {
-        ORDO_TRY(encode_rms_norm(*_stream, {whole(_x), run.token0 * _embd_stride, _embd_stride},
-                                 whole(_output_norm),
-                                 {whole(_hidden), run.row0 * _embd_stride, _embd_stride},
-                                 _hp.n_embd, run.n, _hp.rms_eps));
-    }
-    return {};
+    return record_final_norm(_plan.hidden_runs, _hidden);
 }
 
 void runner::pool_hidden(float* hidden_out) {
