@@ -63,3 +63,11 @@ private:
 using status = result<void>;
 
 }  // namespace ordo
+
+// Returns the status of `expr` from the enclosing function (returning status or result<T>) when
+// it failed; a sequence of encoders reads as the list of steps it is.
+#define ORDO_TRY(expr)                               \
+    do {                                             \
+        ::ordo::status ordo_try_s_ = (expr);         \
+        if (!ordo_try_s_) return ordo_try_s_.err();  \
+    } while (0)

@@ -22,7 +22,9 @@
 //   o, fused gate|up, down: 16 copies each, one per layer, so the weights stream from device
 //   memory rather than L2; the 128256-row head) at 1, 2, 4 and 8 tokens for each of --types
 //   (default f16,q4_k), with a "step" line per type and token count: the whole step's mat-muls
-//   and their GB/s (issue 28).
+//   and their GB/s (issue 28). With --fused, q|k|v and gate|up run as the runner's decode runs
+//   them on a GPU: mul_mat_vec_norm (the attention norm folded in) and mul_mat_vec_glu (the FFN
+//   norm and SwiGLU folded in), so their lines include the fused work.
 //   --mmv-wg LANES / --mmv-rows N / --mmv-unroll N override mul_mat_vec's workgroup lanes (a
 //   multiple of 8), rows per team and units loaded per lane before summing; --mmv-split N /
 //   --mmv-split-cols N its lanes per group (helpers) and the token counts that use them.
@@ -163,11 +165,13 @@ void bench_mul_mat(bench_env& e, model::ggml_type type, std::uint32_t n_in, std:
 // 64, ffn 8192, vocab 128256), fused as the runner fuses them. Each layer shape is uploaded 16
 // times (one copy per layer) and timed as one segment of 16 dispatches, so the weights stream
 // from device memory as in a real step instead of staying in a 50 MB L2 cache.
-void bench_decode(bench_env& e, const std::vector<model::ggml_type>& types) {
-    struct shape { std::uint32_t n_in, n_out, copies; const char* name; };
-    const shape shapes[] = {{2048, 3072, 16, "1b qkv x16"}, {2048, 2048, 16, "1b o x16"},
-                            {2048, 16384, 16, "1b gate_up x16"}, {8192, 2048, 16, "1b down x16"},
-                            {2048, 128256, 1, "1b output"}};
+void bench_decode(bench_env& e, const std::vector<model::ggml_type>& types, bool fused) {
+    struct shape { std::uint32_t n_in, n_out, copies; const char* name; mat_fusion f; };
+    const shape shapes[] = {{2048, 3072, 16, "1b qkv x16", mat_fusion::norm},
+                            {2048, 2048, 16, "1b o x16", mat_fusion::none},
+                            {2048, 16384, 16, "1b gate_up x16", mat_fusion::glu},
+                            {8192, 2048, 16, "1b down x16", mat_fusion::none},
+                            {2048, 128256, 1, "1b output", mat_fusion::none}};
     constexpr std::uint32_t token_counts[] = {1, 2, 4, 8};
     for (model::ggml_type t : types) {
         double ms[4] = {}, bytes = 0.0;
@@ -183,12 +187,24 @@ void bench_decode(bench_env& e, const std::vector<model::ggml_type>& types) {
                 const std::uint32_t n = token_counts[i];
                 buffer x = filled(e, std::size_t(s.n_in) * n, 1);
                 buffer y = filled(e, std::size_t(s.n_out) * n, 2);
+                buffer nw = filled(e, s.n_in, 3), xn = filled(e, std::size_t(s.n_in) * n, 4);
+                buffer hid = filled(e, std::size_t(s.n_out / 2) * n, 5);
+                const norm_input in{{whole(x), 0, s.n_in}, whole(nw), s.n_in, 1e-5f,
+                                    {whole(xn), 0, s.n_in}};
+                const mat_fusion f = fused ? s.f : mat_fusion::none;
                 auto [gpu_ms, wall_ms] = time_best(e, "mul_mat", [&] {
                     for (const weight_tensor& w : ws) {
-                        if (!encode_mul_mat(*e.str, w, {whole(x), 0, s.n_in},
-                                            {whole(y), 0, s.n_out}, n, false)) {
-                            std::exit(1);
+                        rows_view yv{whole(y), 0, s.n_out};
+                        status st;
+                        if (f == mat_fusion::norm) {
+                            st = encode_norm_mul_mat(*e.str, w, in, yv, n);
+                        } else if (f == mat_fusion::glu) {
+                            st = encode_norm_glu(*e.str, w, in, yv, {whole(hid), 0, s.n_out / 2},
+                                                 s.n_out / 2, n);
+                        } else {
+                            st = encode_mul_mat(*e.str, w, {whole(x), 0, s.n_in}, yv, n, false);
                         }
+                        if (!st) std::exit(1);
                     }
                 });
                 std::string kernel = e.str->timings().empty()
@@ -326,7 +342,7 @@ int main(int argc, char** argv) {
     bool dispatch_cost = false;
     bool prefill_only = false;
     bool type_compare = false;
-    bool decode_only = false;
+    bool decode_only = false, fused = false;
     bool types_given = false;
     std::uint32_t mmv_wg = 0, mmv_rows = 0, mmv_unroll = 0, mmv_split = 0, mmv_split_cols = 0;
     using model::ggml_type;
@@ -345,6 +361,8 @@ int main(int argc, char** argv) {
             prefill_only = true;
         } else if (std::strcmp(argv[i], "--decode") == 0) {
             decode_only = true;
+        } else if (std::strcmp(argv[i], "--fused") == 0) {
+            fused = true;
         } else if (std::strcmp(argv[i], "--mmv-wg") == 0 && i + 1 < argc) {
             mmv_wg = std::clamp<std::uint32_t>(std::stoul(argv[++i]), 8, 1024);
         } else if (std::strcmp(argv[i], "--mmv-unroll") == 0 && i + 1 < argc) {
@@ -386,7 +404,7 @@ int main(int argc, char** argv) {
             std::fprintf(stderr, "usage: ordo-bench-kernels [--device SELECTOR] [--reps N] "
                                  "[--tx-wg LANES] [--no-texel | --texel] [--rows] [--steps] "
                                  "[--prefill] [--dispatch-cost] [--types LIST] "
-                                 "[--type-compare] [--decode] [--mmv-wg LANES] "
+                                 "[--type-compare] [--decode [--fused]] [--mmv-wg LANES] "
                                  "[--mmv-rows N] [--mmv-unroll N] [--mmv-split N] "
                                  "[--mmv-split-cols N]\n");
             return 2;
@@ -426,8 +444,9 @@ int main(int argc, char** argv) {
     e.str = std::move(*s);
     std::printf("{\"device\":\"%s\"}\n", e.dev->info().name.c_str());
     if (decode_only) {
-        bench_decode(e, types_given ? types : std::vector<ggml_type>{ggml_type::f16,
-                                                                      ggml_type::q4_k});
+        bench_decode(e,
+                     types_given ? types : std::vector<ggml_type>{ggml_type::f16, ggml_type::q4_k},
+                     fused);
         return 0;
     }
     if (steps_only) {

@@ -260,6 +260,9 @@ status runner::init_device() {
     }
     pipeline_tuning tuning = tuning_for(_dev->info());
     if (_options.texel_kernels) tuning.prefer_texel_kernels = *_options.texel_kernels;
+    if (_options.mat_vec_kernels) {
+        tuning.rows_tokens_max = *_options.mat_vec_kernels ? 0 : mat_vec_tokens_max;
+    }
     tuning.fault_create_fails = _options.fault_pipeline_create;
     auto p = pipelines::create(*_dev, tuning, _pcache->handle());
     if (!p) return p.err();
@@ -270,14 +273,14 @@ status runner::init_device() {
     return {};
 }
 
-result<weight_tensor> runner::upload(const model::matrix_view& m) {
+result<weight_tensor> runner::upload(const model::matrix_view& m, mat_fusion fusion) {
     auto t = upload_padded(m);
     if (!t) return t;
     // The K-specialized mat-mul pipelines are compiled now, never on the step path.
-    status s = prepare_mul_mat(*_pipes, *t);
+    status s = prepare_mul_mat(*_pipes, *t, fusion);
     if (!s && s.err().code == "gpu_unsupported" && _pipes->tuning().prefer_texel_kernels) {
         s = fall_back_to_storage_kernels(s.err());
-        if (s) s = prepare_mul_mat(*_pipes, *t);
+        if (s) s = prepare_mul_mat(*_pipes, *t, fusion);
     }
     if (!s) return s.err();
     return t;
@@ -322,7 +325,7 @@ result<weight_tensor> runner::upload_padded(const model::matrix_view& m) {
 }
 
 result<weight_tensor> runner::upload_concat(
-    std::initializer_list<const model::matrix_view*> parts) {
+    std::initializer_list<const model::matrix_view*> parts, mat_fusion fusion) {
     const model::matrix_view& first = **parts.begin();
     model::matrix_view all{first.type, {}, first.n_in, 0};
     std::size_t bytes = 0;
@@ -337,7 +340,7 @@ result<weight_tensor> runner::upload_concat(
         joined.insert(joined.end(), m->data.begin(), m->data.end());
     }
     all.data = joined;
-    return upload(all);
+    return upload(all, fusion);
 }
 
 result<buffer> runner::upload_norm(const model::matrix_view& m) {
@@ -377,10 +380,10 @@ status runner::upload_model(const model::llama_weights& w) {
     for (const model::llama_layer& l : w.layers) {
         report(build_stage::weights, static_cast<std::uint32_t>(_layers.size()), n_layers);
         layer_weights lw;
-        auto qkv = upload_concat({&l.attn_q, &l.attn_k, &l.attn_v});
+        auto qkv = upload_concat({&l.attn_q, &l.attn_k, &l.attn_v}, mat_fusion::norm);
         if (!qkv) return qkv.err();
         lw.qkv = std::move(*qkv);
-        auto gu = upload_concat({&l.ffn_gate, &l.ffn_up});
+        auto gu = upload_concat({&l.ffn_gate, &l.ffn_up}, mat_fusion::glu);
         if (!gu) return gu.err();
         lw.gate_up = std::move(*gu);
         std::vector<std::pair<weight_tensor*, const model::matrix_view*>> mats = {

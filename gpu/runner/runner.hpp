@@ -40,6 +40,7 @@
 
 #include "actors/runtime/result.hpp"
 #include "gpu/vk/device.hpp"
+#include "gpu/vk/kernels.hpp"
 #include "gpu/actor/gpu_msgs.hpp"
 #include "gpu/vk/kv_pool.hpp"
 #include "gpu/vk/pipeline_cache.hpp"
@@ -111,6 +112,10 @@ struct runner_options {
     // gpu.kernels: true = the texel-fetch family, false = the storage-buffer family; unset =
     // the device's default (tuning_for: texel on CPU devices, storage on GPUs).
     std::optional<bool> texel_kernels;
+    // The storage family's few-token mat-mul: unset = the device's default (tuning_for:
+    // mul_mat_rows on CPU devices; mul_mat_vec, with the decode fusions, on GPUs); true =
+    // mul_mat_vec anywhere (tests run the GPUs' decode path on lavapipe), false = mul_mat_rows.
+    std::optional<bool> mat_vec_kernels;
     // Fault injection (tests): pipelines whose name starts with this fail creation as a
     // driver's would (pipeline_tuning::fault_create_fails). Empty: none.
     std::string fault_pipeline_create;
@@ -265,11 +270,13 @@ private:
     status ensure_kv_host();  // makes _kv_host on the first copy job
     // Records and runs one copy job; `out`: pool -> _kv_host, else _kv_host -> pool.
     status run_kv_copy(std::span<const std::uint32_t> ids, bool out);
-    result<weight_tensor> upload(const model::matrix_view& m);
+    result<weight_tensor> upload(const model::matrix_view& m,
+                                 mat_fusion fusion = mat_fusion::none);
     result<weight_tensor> upload_padded(const model::matrix_view& m);
     // The matrices' rows concatenated into one tensor; an empty tensor when their types or
     // n_in differ.
-    result<weight_tensor> upload_concat(std::initializer_list<const model::matrix_view*> parts);
+    result<weight_tensor> upload_concat(std::initializer_list<const model::matrix_view*> parts,
+                                        mat_fusion fusion);
     result<buffer> upload_norm(const model::matrix_view& m);
     result<buffer> upload_floats(std::span<const float> values);
 

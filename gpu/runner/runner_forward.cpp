@@ -16,12 +16,6 @@ namespace ordo::gpu {
 
 namespace {
 
-#define ORDO_TRY(expr)               \
-    do {                             \
-        status try_s_ = (expr);      \
-        if (!try_s_) return try_s_;  \
-    } while (0)
-
 // The hang fault: the segment gets hang_spin_workgroups invocations spinning this many
 // iterations each (about a second on a fast GPU, where they run side by side) and its fence is
 // polled once (timeout 0) instead of waited on for watchdog_ms: the segment is still running
@@ -66,11 +60,14 @@ status runner::record_layer(std::uint32_t l) {
     const rows_view hid{whole(_hid), 0, _ff_stride};
     const ints_view positions{whole(_ints), t_max}, slots{whole(_ints), 2 * t_max};
 
-    // Attention block: xn = norm(x); q, k, v = W xn; rope q and k (adjacent heads in qkv).
-    ORDO_TRY(encode_rms_norm(s, x, whole(w.attn_norm), xn, embd, n, _hp.rms_eps));
+    // Attention block: q, k, v = W norm(x) (a decode mat-vec norms x itself; elsewhere
+    // xn = norm(x) first: encode_norm_mul_mat); rope q and k (adjacent heads in qkv).
     if (w.qkv.n_out != 0) {
-        ORDO_TRY(encode_mul_mat(s, w.qkv, xn, q, n, false));  // rows q | k | v = columns of qkv
+        // rows q | k | v = columns of qkv
+        const norm_input in{x, whole(w.attn_norm), embd, _hp.rms_eps, xn};
+        ORDO_TRY(encode_norm_mul_mat(s, w.qkv, in, q, n));
     } else {
+        ORDO_TRY(encode_rms_norm(s, x, whole(w.attn_norm), xn, embd, n, _hp.rms_eps));
         ORDO_TRY(encode_mul_mat(s, w.wq, xn, q, n, false));
         ORDO_TRY(encode_mul_mat(s, w.wk, xn, k, n, false));
         ORDO_TRY(encode_mul_mat(s, w.wv, xn, v, n, false));
@@ -91,15 +88,18 @@ status runner::record_layer(std::uint32_t l) {
     // x += wo att (the residual add fused into the mat-mul)
     ORDO_TRY(encode_mul_mat(s, w.wo, att, x, n, true));
 
-    // FFN block: x += w_down (silu(w_gate xn) * w_up xn), xn = norm(x).
-    ORDO_TRY(encode_rms_norm(s, x, whole(w.ffn_norm), xn, embd, n, _hp.rms_eps));
+    // FFN block: x += w_down (silu(w_gate xn) * w_up xn), xn = norm(x). With the fused gate|up
+    // matrix, a decode mat-vec runs the norm, both mat-vecs and SwiGLU as one dispatch
+    // (encode_norm_glu); elsewhere they run in turn.
     if (w.gate_up.n_out != 0) {
-        ORDO_TRY(encode_mul_mat(s, w.gate_up, xn, gate, n, false));  // rows gate | up
+        const norm_input in{x, whole(w.ffn_norm), embd, _hp.rms_eps, xn};
+        ORDO_TRY(encode_norm_glu(s, w.gate_up, in, gate, hid, _hp.n_ff, n));
     } else {
+        ORDO_TRY(encode_rms_norm(s, x, whole(w.ffn_norm), xn, embd, n, _hp.rms_eps));
         ORDO_TRY(encode_mul_mat(s, w.gate, xn, gate, n, false));
         ORDO_TRY(encode_mul_mat(s, w.up, xn, up, n, false));
+        ORDO_TRY(encode_swiglu(s, gate, up, hid, _hp.n_ff, n));
     }
-    ORDO_TRY(encode_swiglu(s, gate, up, hid, _hp.n_ff, n));
     return encode_mul_mat(s, w.down, hid, x, n, true);
 }
 

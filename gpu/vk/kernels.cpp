@@ -153,7 +153,7 @@ status prepare_get_rows(const pipelines& pipes, const weight_tensor& table) {
     return pl ? status{} : status{pl.err()};
 }
 
-status prepare_mul_mat(const pipelines& pipes, const weight_tensor& w) {
+status prepare_mul_mat(const pipelines& pipes, const weight_tensor& w, mat_fusion fusion) {
     const pipeline_tuning& tu = pipes.tuning();
     if (!tu.prefer_texel_kernels) {
         // The storage kernels encode_mul_mat's automatic path picks by token count.
@@ -163,9 +163,15 @@ status prepare_mul_mat(const pipelines& pipes, const weight_tensor& w) {
             auto pl = pipes.find(pick(id, w.type));
             if (!pl) return pl.err();
         }
-        // mul_mat_vec: one variant per token count it serves.
+        // mul_mat_vec: one variant per token count it serves, and its fused variant's.
+        pipeline_id fused = fusion == mat_fusion::norm  ? pipeline_id::mul_mat_vec_norm_f32
+                            : fusion == mat_fusion::glu ? pipeline_id::mul_mat_vec_glu_f32
+                                                        : pipeline_id::count;
         for (std::uint32_t cols = 1; !rows && cols <= mat_vec_tokens_max; ++cols) {
             auto pl = pipes.for_cols(pick(pipeline_id::mul_mat_vec_f32, w.type), cols);
+            if (!pl) return pl.err();
+            if (fused == pipeline_id::count) continue;
+            pl = pipes.for_cols(pick(fused, w.type), cols);
             if (!pl) return pl.err();
         }
         return {};
@@ -240,32 +246,53 @@ status encode_mul_mat_tx(stream& s, const weight_tensor& w, const rows_view& x,
 
 }  // namespace
 
-status encode_mul_mat(stream& s, const weight_tensor& w, rows_view x, rows_view y,
-                      std::uint32_t n_tokens, bool accumulate, mat_path path) {
+namespace {
+
+// The storage-family kernel encode_mul_mat's `path` resolves to for these operands: texel where
+// the device prefers it and the views allow, else by token count (every kernel sums in
+// mat_order.glsl's order: the choice never changes a bit).
+mat_path resolve_path(stream& s, const weight_tensor& w, const rows_view& x,
+                      std::uint32_t n_tokens, mat_path path) {
+    const pipeline_tuning& tu = s.pipes().tuning();
+    if (path != mat_path::automatic) return path;
+    if (tu.prefer_texel_kernels && texel_path_usable(w, x, n_tokens)) return mat_path::texel;
+    if (n_tokens > mat_vec_tokens_max) return mat_path::tiled;
+    return n_tokens <= tu.rows_tokens_max ? mat_path::rows : mat_path::vec;
+}
+
+// The checks every storage mat-mul's operands pass.
+status check_mul_mat(const weight_tensor& w, const rows_view& x, const rows_view& y,
+                     std::uint32_t n_tokens, std::uint64_t y_cols) {
     if (n_tokens == 0) return bad("mul_mat", "no tokens");
     if (x.offset % 4 != 0 || x.stride % 4 != 0) {
         return bad("mul_mat", "x offset and stride must be multiples of 4 floats");
     }
     if (!fits(x, n_tokens, w.n_in)) return bad("mul_mat", "x outside its binding");
-    if (!fits(y, n_tokens, w.n_out)) return bad("mul_mat", "y outside its binding");
-    if (path == mat_path::automatic && s.pipes().tuning().prefer_texel_kernels &&
-        texel_path_usable(w, x, n_tokens)) {
-        path = mat_path::texel;
-    }
-    if (path == mat_path::texel) return encode_mul_mat_tx(s, w, x, y, n_tokens, accumulate);
-    if (path == mat_path::automatic) {
-        bool few = n_tokens <= mat_vec_tokens_max;
-        const pipeline_tuning& tu = s.pipes().tuning();
-        // Every kernel sums in mat_order.glsl's order: the choice never changes a bit.
-        path = !few                           ? mat_path::tiled
-               : n_tokens <= tu.rows_tokens_max ? mat_path::rows
-                                                : mat_path::vec;
-    }
+    if (!fits(y, n_tokens, y_cols)) return bad("mul_mat", "y outside its binding");
+    return {};
+}
+
+// What a storage mat-mul dispatch carries beyond W, x and y: the fused variants' norm weight,
+// eps and up rows (mul_mat_vec.comp NORM / GLU).
+struct mat_extra {
+    pipeline_id kernel = pipeline_id::count;  // the f32 id of a fused variant; count: none
+    buffer_view norm_weight;
+    float eps = 0.0f;
+    std::uint32_t out_rows = 0;  // GLU: output rows (n_ff), the chunk's up rows follow them
+};
+
+// One dispatch per weight chunk of the resolved storage kernel.
+status dispatch_storage(stream& s, const weight_tensor& w, const rows_view& x, const rows_view& y,
+                        std::uint32_t n_tokens, bool accumulate, mat_path path,
+                        const mat_extra& extra = {}) {
     bool vec = path == mat_path::vec;
     bool rows = path == mat_path::rows;
-    pipeline_id id = pick(rows  ? pipeline_id::mul_mat_rows_f32
-                          : vec ? pipeline_id::mul_mat_vec_f32
-                                : pipeline_id::mul_mat_f32,
+    bool fused = extra.kernel != pipeline_id::count;
+    ORDO_GPU_CHECK(!fused || vec, "fused mat-mul off the mul_mat_vec path");
+    pipeline_id id = pick(fused ? extra.kernel
+                          : rows ? pipeline_id::mul_mat_rows_f32
+                          : vec  ? pipeline_id::mul_mat_vec_f32
+                                 : pipeline_id::mul_mat_f32,
                           w.type);
     // mul_mat_vec: the variant for this many tokens per pass (ORDO_MMV_COLS at most).
     auto found = vec ? s.pipes().for_cols(id, std::min(n_tokens, abi::ORDO_MMV_COLS))
@@ -278,18 +305,71 @@ status encode_mul_mat(stream& s, const weight_tensor& w, rows_view x, rows_view 
     }
     for (std::size_t c = 0; c < w.chunks.size(); ++c) {
         const weight_chunk& ch = w.chunks[c];
-        std::uint32_t gx = rows ? ceil_div(ch.row_count, pl.workgroup_size)
-                           : vec ? ceil_div(ch.row_count, mat_vec_workgroup_rows(pl))
-                                 : ceil_div(ch.row_count, abi::ORDO_MM_TM);
+        // GLU: the chunk (the whole matrix) holds out_rows gate rows, then their up rows.
+        std::uint32_t out_rows = extra.out_rows != 0 ? extra.out_rows : ch.row_count;
+        std::uint32_t gx = rows ? ceil_div(out_rows, pl.workgroup_size)
+                           : vec ? ceil_div(out_rows, mat_vec_workgroup_rows(pl))
+                                 : ceil_div(out_rows, abi::ORDO_MM_TM);
         std::uint32_t gy = (vec || rows) ? 1 : ceil_div(n_tokens, abi::ORDO_MM_TN);
         if (gx > info.max_workgroup_count[0]) return bad("mul_mat", "too many rows per chunk");
-        abi::mul_mat_push p{w.n_in,   ch.row_count, n_tokens, ch.row_begin,
+        abi::mul_mat_push p{w.n_in,   out_rows, n_tokens, ch.row_begin,
                             ch.scale_offset, x.offset, x.stride, y.offset,
                             y.stride, accumulate ? 1u : 0u};
+        p.norm_eps = extra.eps;
+        p.glu_up_row = extra.out_rows;
         // Chunks write disjoint rows of y: only the last needs the barrier.
-        s.dispatch(pl, id, {ch.view, x.view, y.view}, p, {gx, gy, 1}, c + 1 == w.chunks.size());
+        bool last = c + 1 == w.chunks.size();
+        if (fused) {
+            s.dispatch(pl, id, {ch.view, x.view, y.view, extra.norm_weight}, p, {gx, gy, 1}, last);
+        } else {
+            s.dispatch(pl, id, {ch.view, x.view, y.view}, p, {gx, gy, 1}, last);
+        }
     }
     return {};
+}
+
+// Whether the fused norm can stand in for rms_norm: the weight's rows are exactly the norm's n
+// elements (not padded: upload_padded) and the norm weight covers them.
+bool norm_fusable(const weight_tensor& w, const norm_input& in) {
+    return w.n_in == in.n && in.weight.range >= 4ull * in.n;
+}
+
+}  // namespace
+
+status encode_mul_mat(stream& s, const weight_tensor& w, rows_view x, rows_view y,
+                      std::uint32_t n_tokens, bool accumulate, mat_path path) {
+    if (status c = check_mul_mat(w, x, y, n_tokens, w.n_out); !c) return c;
+    path = resolve_path(s, w, x, n_tokens, path);
+    if (path == mat_path::texel) return encode_mul_mat_tx(s, w, x, y, n_tokens, accumulate);
+    return dispatch_storage(s, w, x, y, n_tokens, accumulate, path);
+}
+
+status encode_norm_mul_mat(stream& s, const weight_tensor& w, const norm_input& in, rows_view y,
+                           std::uint32_t n_tokens, mat_path path) {
+    mat_path resolved = resolve_path(s, w, in.x, n_tokens, path);
+    if (resolved == mat_path::vec && norm_fusable(w, in)) {
+        if (status c = check_mul_mat(w, in.x, y, n_tokens, w.n_out); !c) return c;
+        mat_extra e{pipeline_id::mul_mat_vec_norm_f32, in.weight, in.eps, 0};
+        return dispatch_storage(s, w, in.x, y, n_tokens, false, resolved, e);
+    }
+    ORDO_TRY(encode_rms_norm(s, in.x, in.weight, in.scratch, in.n, n_tokens, in.eps));
+    return encode_mul_mat(s, w, in.scratch, y, n_tokens, false, path);
+}
+
+status encode_norm_glu(stream& s, const weight_tensor& w, const norm_input& in,
+                       rows_view gate_up, rows_view out, std::uint32_t n_ff,
+                       std::uint32_t n_tokens, mat_path path) {
+    if (n_ff == 0 || w.n_out != 2ull * n_ff) return bad("glu", "W must be n_ff gate + n_ff up rows");
+    mat_path resolved = resolve_path(s, w, in.x, n_tokens, path);
+    if (resolved == mat_path::vec && w.chunks.size() == 1 && norm_fusable(w, in)) {
+        if (status c = check_mul_mat(w, in.x, out, n_tokens, n_ff); !c) return c;
+        mat_extra e{pipeline_id::mul_mat_vec_glu_f32, in.weight, in.eps, n_ff};
+        return dispatch_storage(s, w, in.x, out, n_tokens, false, resolved, e);
+    }
+    ORDO_TRY(encode_rms_norm(s, in.x, in.weight, in.scratch, in.n, n_tokens, in.eps));
+    ORDO_TRY(encode_mul_mat(s, w, in.scratch, gate_up, n_tokens, false, path));
+    rows_view up{gate_up.view, gate_up.offset + n_ff, gate_up.stride};
+    return encode_swiglu(s, gate_up, up, out, n_ff, n_tokens);
 }
 
 status encode_rms_norm(stream& s, rows_view x, buffer_view weight, rows_view out,

@@ -52,6 +52,37 @@ status encode_mul_mat(stream& s, const weight_tensor& w, rows_view x, rows_view 
                       std::uint32_t n_tokens, bool accumulate,
                       mat_path path = mat_path::automatic);
 
+// What a decode mat-vec may fold into its dispatch (mul_mat_vec.comp NORM / GLU).
+enum class mat_fusion {
+    none,
+    norm,  // y = W rms_norm(x): encode_norm_mul_mat
+    glu,   // out = silu(gate) * up with [gate; up] = W rms_norm(x): encode_norm_glu
+};
+
+// The RMSNorm a mat-mul's input takes first (a layer's attention or FFN norm).
+struct norm_input {
+    rows_view x;           // the residual stream
+    buffer_view weight;    // n floats
+    std::uint32_t n = 0;   // elements normed per token (the model's n_embd)
+    float eps = 0.0f;
+    rows_view scratch;     // where the unfused path writes rms_norm(x) (n floats per token)
+};
+
+// y = W rms_norm(x). Where encode_mul_mat would run mul_mat_vec (a GPU's decode), one
+// mul_mat_vec_norm dispatch; elsewhere rms_norm into in.scratch, then encode_mul_mat. The same
+// bits either way (gpu/vk/shaders/norm_order.glsl), so a token's result never depends on which
+// ran. `path` forces encode_mul_mat's choice (tests).
+status encode_norm_mul_mat(stream& s, const weight_tensor& w, const norm_input& in, rows_view y,
+                           std::uint32_t n_tokens, mat_path path = mat_path::automatic);
+
+// out = silu(gate) * up, where gate (rows 0..n_ff - 1) and up (rows n_ff..) = W rms_norm(x)
+// for the fused gate|up matrix W. Where encode_mul_mat would run mul_mat_vec and W is one
+// chunk, one mul_mat_vec_glu dispatch; elsewhere rms_norm into in.scratch, encode_mul_mat into
+// `gate_up` (n_ff gate then n_ff up columns per token), encode_swiglu. The same bits either way.
+status encode_norm_glu(stream& s, const weight_tensor& w, const norm_input& in,
+                       rows_view gate_up, rows_view out, std::uint32_t n_ff,
+                       std::uint32_t n_tokens, mat_path path = mat_path::automatic);
+
 // Whether encode_mul_mat can read these operands through texel views (mat_path::texel).
 bool texel_path_usable(const weight_tensor& w, const rows_view& x, std::uint32_t n_tokens);
 
@@ -69,7 +100,9 @@ result<const pipeline*> mul_mat_tx_tile(const pipelines& pipes, pipeline_id id, 
 // first request: pipelines::find): its type's texel kernels, specialized on its K (tx1) and its
 // chunks' row tiles (tx4/txm), where the texel kernels are preferred, else its type's storage
 // kernels; so that the step path never compiles one.
-status prepare_mul_mat(const pipelines& pipes, const weight_tensor& w);
+// `fusion`: also the fused mul_mat_vec variants encode_norm_mul_mat / encode_norm_glu run.
+status prepare_mul_mat(const pipelines& pipes, const weight_tensor& w,
+                       mat_fusion fusion = mat_fusion::none);
 
 // The same for encode_get_rows on `table` (the token embedding).
 status prepare_get_rows(const pipelines& pipes, const weight_tensor& table);

@@ -21,6 +21,8 @@
     /* name, bindings, push, wg, texel, needs, made */                                        \
     ORDO_WEIGHT_TYPES(X, get_rows, 3, get_rows_push, elementwise, 0, none, type)               \
     ORDO_WEIGHT_TYPES(X, mul_mat_vec, 3, mul_mat_push, mat_vec, 0, none, cols)                 \
+    ORDO_WEIGHT_TYPES(X, mul_mat_vec_norm, 4, mul_mat_push, mat_vec, 0, none, cols)            \
+    ORDO_WEIGHT_TYPES(X, mul_mat_vec_glu, 4, mul_mat_push, mat_vec, 0, none, cols)             \
     ORDO_WEIGHT_TYPES(X, mul_mat, 3, mul_mat_push, mat_tiled, 0, none, type)                   \
     ORDO_WEIGHT_TYPES(X, mul_mat_rows, 3, mul_mat_push, mat_rows, 0, none, type)               \
     ORDO_WEIGHT_TYPES(X, mul_mat_tx1, 3, mul_mat_tx_push, mat_tx1, 0b11, subgroup_ballot, k)   \

@@ -90,17 +90,20 @@ std::uint32_t mat_vec_helpers(const pipeline_tuning& t, std::uint32_t cols) {
 
 std::uint64_t mat_vec_shared_bytes(const pipeline_tuning& t) {
     // mul_mat_vec.comp's xs[], partial[] and dsh[] for its widest unit (32 elements, padded to
-    // 9 vec4s, 8 parts), at the token count that needs the most.
+    // 9 vec4s, 8 parts), at the token count that needs the most, in its widest variant: the GLU
+    // one (twice the rows per team, and the fused norm's nsum[] and ninv[]).
     std::uint64_t most = 0;
+    const std::uint64_t rows = 2ull * t.mat_vec_rows;
     for (std::uint64_t cols = 1; cols <= abi::ORDO_MMV_COLS; ++cols) {
         std::uint64_t h = mat_vec_helpers(t, static_cast<std::uint32_t>(cols));
         std::uint64_t xs = 16ull * cols * abi::ORDO_MAT_GROUPS * t.mat_vec_unroll *
                            (abi::ORDO_QK / 4 + 1);
-        std::uint64_t partial = 4ull * t.mat_vec_wg * t.mat_vec_rows * cols;
+        std::uint64_t partial = 4ull * t.mat_vec_wg * rows * cols;
         std::uint64_t teams = t.mat_vec_wg / (abi::ORDO_MAT_GROUPS * h);
-        std::uint64_t dsh = h == 1 ? 4 : 4ull * teams * t.mat_vec_rows * abi::ORDO_MAT_GROUPS *
+        std::uint64_t dsh = h == 1 ? 4 : 4ull * teams * rows * abi::ORDO_MAT_GROUPS *
                                              t.mat_vec_unroll * (abi::ORDO_QK / 4) * cols;
-        most = std::max(most, xs + partial + dsh);
+        std::uint64_t norm = 4ull * cols * (abi::ORDO_NORM_PARTS + 1);
+        most = std::max(most, xs + partial + dsh + norm);
     }
     return most;
 }

@@ -20,6 +20,9 @@
 //     F32, F16 and Q8_0, and its 256-wide sibling in Q4_K (K-type rows), F16 KV pool.
 // (b) runner: a 23-token prompt prefilled in one step, in chunks of 7 and token by token gives
 //     the same final logits and the same KV bytes (read_kv_blocks).
+// (a) and (b) run again on the GPUs' decode path (runner_options::mat_vec_kernels: mul_mat_vec
+//     with the fused norm and SwiGLU for up to 8 tokens), and that path gives a sequence the
+//     same logits as this device's default one (mul_mat_rows, separate norm and SwiGLU).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -206,7 +209,7 @@ TEST(GpuBatchInvariance, MulMatVecEveryShapeSumsLikeTiled) {
         // holds no unroll-4 variant).
         struct vec_shape { std::uint32_t wg, rows_per_team, split, split_cols, unroll; };
         for (vec_shape vs : {vec_shape{8, 1, 1, 2, 2}, vec_shape{32, 3, 1, 2, 2},
-                             vec_shape{128, 2, 1, 2, 2}, vec_shape{16, 1, 2, 8, 2},
+                             vec_shape{64, 2, 1, 2, 2}, vec_shape{16, 1, 2, 8, 2},
                              vec_shape{32, 2, 2, 2, 2}, vec_shape{64, 1, 4, 3, 4},
                              vec_shape{64, 1, 8, 1, 8}}) {
             pipeline_tuning tuning = tuning_for(env().dev->info());
@@ -256,11 +259,24 @@ struct runner_env {
     std::unique_ptr<runner> run;
 };
 
-runner_env open_runner(ggml_type type) {
+// Which kernels a runner runs: the device's default family, or the storage family with the
+// device's few-token kernel (mul_mat_rows on a CPU device), or the storage family with the GPUs'
+// (mul_mat_vec and the decode fusions: gpu.kernels = "storage" on a GPU).
+enum class kernels { device_default, storage, gpu_decode };
+
+runner_options kernel_options(kernels k) {
+    runner_options o = wide_options();
+    if (k != kernels::device_default) o.texel_kernels = false;
+    if (k == kernels::gpu_decode) o.mat_vec_kernels = true;
+    return o;
+}
+
+runner_env open_runner(ggml_type type, kernels k = kernels::device_default) {
     runner_env e;
     e.file = open_model(synth_model(type));
     if (!e.file) return e;
-    auto r = runner::create(*e.file, wide_options());
+    runner_options o = kernel_options(k);
+    auto r = runner::create(*e.file, o);
     EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.err().message);
     if (r) e.run = std::move(*r);
     return e;
@@ -359,9 +375,9 @@ std::vector<std::vector<float>> run_target(runner& run, std::uint32_t n_others,
     return out;
 }
 
-void check_alone_vs_batched(ggml_type type) {
-    SCOPED_TRACE(model::type_name(type));
-    runner_env e = open_runner(type);
+void check_alone_vs_batched(ggml_type type, kernels k = kernels::device_default) {
+    SCOPED_TRACE(std::string(model::type_name(type)) + (k == kernels::gpu_decode ? " gpu" : ""));
+    runner_env e = open_runner(type, k);
     ASSERT_TRUE(e.run);
     auto alone = run_target(*e.run, 0, 0);
     ASSERT_EQ(alone.size(), target_decodes + 1);
@@ -398,6 +414,80 @@ TEST(GpuBatchInvariance, RunnerSequenceAloneEqualsBatchedQ4_K) {
     check_alone_vs_batched(ggml_type::q4_k);
 }
 
+// The GPUs' decode path (mul_mat_vec with the fused norm and SwiGLU for 1..8 tokens, the tiled
+// kernel above) run on this device: decodes alone and in batches of 2..8 tokens take the fused
+// kernels, batches past 8 tokens the unfused ones.
+TEST(GpuBatchInvariance, RunnerSequenceAloneEqualsBatchedGpuDecodePathF16) {
+    ORDO_REQUIRE_GPU();
+    check_alone_vs_batched(ggml_type::f16, kernels::gpu_decode);
+}
+
+TEST(GpuBatchInvariance, RunnerSequenceAloneEqualsBatchedGpuDecodePathQ4_K) {
+    ORDO_REQUIRE_GPU();
+    check_alone_vs_batched(ggml_type::q4_k, kernels::gpu_decode);
+}
+
+// What the GPUs' decode path runs, read from the runner's per-kernel timings: a 1-token step
+// runs each layer's norm + qkv as one mul_mat_vec_norm and its norm + gate|up + SwiGLU as one
+// mul_mat_vec_glu (rms_norm only for the final norm, no swiglu); an 11-token step the unfused
+// kernels.
+TEST(GpuBatchInvariance, RunnerGpuDecodePathRunsTheFusedKernels) {
+    ORDO_REQUIRE_GPU();
+    auto file = open_model(synth_model(ggml_type::f32));
+    ASSERT_TRUE(file);
+    runner_options o = kernel_options(kernels::gpu_decode);
+    o.timestamps = true;
+    auto r = runner::create(*file, o);
+    ASSERT_TRUE(r.ok()) << r.err().message;
+    runner& run = **r;
+    auto dispatches = [&](std::string_view name) {
+        std::uint32_t n = 0;
+        for (const kernel_time& k : run.last_timings()) {
+            if (k.name == name) n += k.dispatches;
+        }
+        return n;
+    };
+    const std::uint32_t layers = run.hparams().n_layer;
+    auto tokens = test_tokens(12, n_vocab, 9);
+    std::vector<std::int32_t> prompt(tokens.begin(), tokens.begin() + 11);
+    step_logits(run,
+                make_step(1, "prefill", {make_seq(1, prompt, 0, blocks_from(0, 11, block_tokens))}),
+                1);
+    EXPECT_EQ(dispatches("mul_mat_vec_norm_f32"), 0u);
+    EXPECT_EQ(dispatches("swiglu"), layers);
+    EXPECT_EQ(dispatches("rms_norm"), 2 * layers + 1);
+    step_logits(run,
+                make_step(2, "decode",
+                          {make_seq(1, {tokens[11]}, 11, blocks_from(0, 12, block_tokens))}),
+                1);
+    EXPECT_EQ(dispatches("mul_mat_vec_norm_f32"), layers);
+    EXPECT_EQ(dispatches("mul_mat_vec_glu_f32"), layers);
+    EXPECT_EQ(dispatches("swiglu"), 0u);
+    EXPECT_EQ(dispatches("rms_norm"), 1u) << "the final norm only";
+}
+
+// The storage family's few-token kernel on this device (mul_mat_rows and separate norm and
+// SwiGLU dispatches on a CPU device) and the GPUs' fused mul_mat_vec give a sequence the same
+// logits at every step.
+TEST(GpuBatchInvariance, RunnerGpuDecodePathEqualsDefaultPath) {
+    ORDO_REQUIRE_GPU();
+    for (ggml_type type : {ggml_type::f32, ggml_type::q8_0}) {
+        SCOPED_TRACE(model::type_name(type));
+        runner_env plain = open_runner(type, kernels::storage);
+        runner_env fused = open_runner(type, kernels::gpu_decode);
+        ASSERT_TRUE(plain.run && fused.run);
+        auto a = run_target(*plain.run, 0, 0);
+        auto b = run_target(*fused.run, 0, 0);
+        ASSERT_EQ(a.size(), b.size());
+        for (std::size_t i = 0; i < a.size(); ++i) {
+            ASSERT_EQ(a[i].size(), n_vocab);
+            ASSERT_EQ(b[i].size(), n_vocab);
+            EXPECT_TRUE(same_bits(a[i].data(), b[i].data(), n_vocab))
+                << "step " << i << ": max |diff| " << max_abs_diff(a[i].data(), b[i]);
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // (b) prefill chunking: one step, chunks of 7, token by token.
 
@@ -432,9 +522,9 @@ prefill_out prefill_in_chunks(runner& run, std::uint32_t chunk) {
     return out;
 }
 
-void check_chunking(ggml_type type) {
-    SCOPED_TRACE(model::type_name(type));
-    runner_env e = open_runner(type);
+void check_chunking(ggml_type type, kernels k = kernels::device_default) {
+    SCOPED_TRACE(std::string(model::type_name(type)) + (k == kernels::gpu_decode ? " gpu" : ""));
+    runner_env e = open_runner(type, k);
     ASSERT_TRUE(e.run);
     prefill_out whole_prompt = prefill_in_chunks(*e.run, chunk_prompt);
     ASSERT_EQ(whole_prompt.logits.size(), n_vocab);
@@ -457,6 +547,13 @@ TEST(GpuBatchInvariance, PrefillChunkingGivesSameLogitsAndKvF32) {
 TEST(GpuBatchInvariance, PrefillChunkingGivesSameLogitsAndKvQ8_0) {
     ORDO_REQUIRE_GPU();
     check_chunking(ggml_type::q8_0);
+}
+
+// Chunks of 7 and token by token on the GPUs' decode path run the fused mul_mat_vec_norm and
+// mul_mat_vec_glu; the whole prompt runs rms_norm, the tiled kernel and swiglu.
+TEST(GpuBatchInvariance, PrefillChunkingGivesSameLogitsAndKvGpuDecodePathQ8_0) {
+    ORDO_REQUIRE_GPU();
+    check_chunking(ggml_type::q8_0, kernels::gpu_decode);
 }
 
 }  // namespace

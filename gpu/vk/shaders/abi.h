@@ -75,10 +75,16 @@ ORDO_ABI_CONST ORDO_TXM_R = 16, ORDO_TXM_T = 16;
 // attention: per-lane accumulator slots; head_dim <= workgroup size * this.
 ORDO_ABI_CONST ORDO_ATTN_ACC = 4;
 ORDO_ABI_CONST ORDO_ATTN_HEAD_DIM_MAX = 256;
+// rms_norm's sum of squares (norm_order.glsl): this many partial sums, partial j taking the
+// elements j, j + 64, ... in order, folded by a fixed pairwise tree, whatever the workgroup
+// size, so rms_norm.comp and mul_mat_vec's fused norm give the same bits.
+ORDO_ABI_CONST ORDO_NORM_PARTS = 64;
 
 // Binding indices, per kernel.
 ORDO_ABI_CONST ORDO_B_GET_ROWS_TABLE = 0, ORDO_B_GET_ROWS_IDS = 1, ORDO_B_GET_ROWS_OUT = 2;
 ORDO_ABI_CONST ORDO_B_MM_W = 0, ORDO_B_MM_X = 1, ORDO_B_MM_Y = 2;
+// mul_mat_vec_norm / _glu: the RMSNorm weight of the fused input norm.
+ORDO_ABI_CONST ORDO_B_MM_NORM_W = 3;
 ORDO_ABI_CONST ORDO_B_NORM_X = 0, ORDO_B_NORM_W = 1, ORDO_B_NORM_OUT = 2;
 ORDO_ABI_CONST ORDO_B_ROPE_X = 0, ORDO_B_ROPE_POS = 1, ORDO_B_ROPE_FREQ = 2;
 ORDO_ABI_CONST ORDO_B_SWIGLU_GATE = 0, ORDO_B_SWIGLU_UP = 1, ORDO_B_SWIGLU_OUT = 2;
@@ -114,6 +120,12 @@ struct mul_mat_push {
     uint y_offset;      // floats
     uint y_stride;      // floats between tokens
     uint accumulate;    // 1: y += W x (fused residual add), 0: y = W x
+    // mul_mat_vec_norm / _glu only (0 elsewhere): x is the residual stream, normed on the way
+    // in (rms_norm.comp's operations: x * inv * norm_w, inv from norm_eps).
+    float norm_eps;
+    // mul_mat_vec_glu only: the chunk's first up row (the gate rows are 0..n_rows - 1); y gets
+    // silu(gate) * up (swiglu.comp's operations) instead of the gate rows.
+    uint glu_up_row;
 };
 
 // mul_mat_tx.comp: as mul_mat_push, but weights and activations are read through R32G32B32A32_UINT

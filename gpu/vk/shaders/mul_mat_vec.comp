@@ -14,6 +14,16 @@
 // every other mat-mul kernel: a token's outputs are bit-identical to the tiled kernel's and to
 // the texel kernels'. (Measured on an H100, gpu/PERF.md: reading x straight from the storage
 // buffer, the block types' lanes touched 8 lines per load and Q4_K decoded at 80 GB/s.)
+//
+// Fused variants (decode's dispatches that ran back to back, issue 28):
+// * NORM (mul_mat_vec_norm_*): x is the residual stream and the kernel applies the RMSNorm the
+//   mat-mul's input needs on the way into shared memory: every workgroup sums its tokens'
+//   squares in norm_order.glsl's shape (64 partials, the fixed tree) and stages
+//   norm_apply(x, inv, norm_w), the operations rms_norm.comp runs, so the same bits as
+//   rms_norm then mul_mat_vec, one dispatch and one barrier fewer.
+// * GLU (mul_mat_vec_glu_*, with NORM): the weight is the fused gate|up matrix; a team owns RT
+//   gate rows and their up rows (glu_up_row further on) and the store writes
+//   silu_mul(gate, up) (swiglu.comp's operations): the FFN's norm, gate|up and SwiGLU in one.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
@@ -28,14 +38,30 @@ layout(constant_id = 3) const uint UNROLL = 2;  // units loaded before summing
 // as mat_acc, so the same bits, on H times the lanes per row (pipelines.cpp: 1 unless
 // pipeline_tuning::mat_vec_split asks, and only for up to mat_vec_split_cols tokens).
 layout(constant_id = 4) const uint H = 1;
+#ifndef NORM
+#define NORM 0
+#endif
+#ifndef GLU
+#define GLU 0
+#endif
 layout(local_size_x_id = 0) in;
 layout(push_constant) uniform push_block { mul_mat_push p; };
 #include "weights.glsl"
 #include "mat_order.glsl"
 layout(std430, binding = ORDO_B_MM_X) readonly buffer x_buf { vec4 x4[]; };
 layout(std430, binding = ORDO_B_MM_Y) buffer y_buf { float y[]; };
+#if NORM || GLU
+#include "norm_order.glsl"
+#endif
+#if NORM
+layout(std430, binding = ORDO_B_MM_NORM_W) readonly buffer nw_buf { vec4 nw4[]; };
+const uint NP = ORDO_NORM_PARTS;
+shared float nsum[COLS * NP];  // each token's partial sums of squares
+shared float ninv[COLS];       // each token's 1 / rms
+#endif
 
 const uint G = ORDO_MAT_GROUPS;
+const uint RR = GLU != 0 ? 2u * RT : RT;  // weight rows a team sums: RT (gate rows, then up rows)
 const uint TEAMS = WG / (G * H);
 const uint UNIT4 = UNIT / 4u;  // vec4s of x per unit
 const uint STEP = G * UNROLL;  // units per step: every lane of a team takes UNROLL of them
@@ -43,9 +69,9 @@ const uint STEP = G * UNROLL;  // units per step: every lane of a team takes UNR
 // wider than one vec4, so lane g's reads (unit g of the step) fall in distinct banks.
 const uint USTRIDE = UNIT4 == 1u ? 1u : UNIT4 + 1u;
 shared vec4 xs[COLS * STEP * USTRIDE];
-shared float partial[RT * COLS * WG];
+shared float partial[RR * COLS * WG];
 // H > 1: each helper's products, [team][r][g][s][j][c] (1 element when H == 1).
-const uint DSH = H == 1u ? 1u : TEAMS * RT * G * UNROLL * PARTS * COLS;
+const uint DSH = H == 1u ? 1u : TEAMS * RR * G * UNROLL * PARTS * COLS;
 shared float dsh[DSH];
 
 void main() {
@@ -59,18 +85,42 @@ void main() {
     for (uint c0 = 0; c0 < p.n_cols; c0 += COLS) {
         uint n = min(COLS, p.n_cols - c0);
         uint xbase = (p.x_offset + c0 * p.x_stride) / 4u;
-        float acc[RT * COLS];
-        [[unroll]] for (uint i = 0; i < RT * COLS; ++i) {
+        float acc[RR * COLS];
+        [[unroll]] for (uint i = 0; i < RR * COLS; ++i) {
             acc[i] = 0.0;
         }
+#if NORM
+        // Each token's 1 / rms, in norm_order.glsl's shape: partial j of token c sums x[j],
+        // x[j + NP], ... squared; the tree folds the NP partials pairwise.
+        for (uint i = lane; i < n * NP; i += WG) {
+            uint xo = xbase * 4u + (i / NP) * p.x_stride;
+            float sum = 0.0;
+            for (uint e = i % NP; e < p.k; e += NP) {
+                sum = norm_sq_add(sum, x4[(xo + e) / 4u][(xo + e) % 4u]);
+            }
+            nsum[i] = sum;
+        }
+        barrier();
+        for (uint s = NP / 2u; s > 0u; s >>= 1) {
+            for (uint i = lane; i < n * s; i += WG) {
+                uint j = (i / s) * NP + i % s;
+                nsum[j] = norm_fold(nsum[j], nsum[j + s]);
+            }
+            barrier();
+        }
+        if (lane < n) ninv[lane] = norm_inv(nsum[lane * NP], p.k, p.norm_eps);
+        barrier();
+#endif
         for (uint step0 = 0; step0 < units; step0 += STEP) {  // uniform: barriers inside
             // This lane's weight units of the step first (their loads fly during the staging):
             // slots h, h + H, ... of its group (all UNROLL slots when H == 1).
             const uint MINE = UNROLL / H;
-            unit_raw w[RT * MINE];
-            [[unroll]] for (uint r = 0; r < RT; ++r) {
-                // Clamped: a row past the chunk computes a copy that the store discards.
-                uint ui0 = min(row0 + r * TEAMS + team, p.n_rows - 1u) * units;
+            unit_raw w[RR * MINE];
+            [[unroll]] for (uint r = 0; r < RR; ++r) {
+                // Clamped: a row past the chunk computes a copy that the store discards. GLU:
+                // rows RT.. are the up rows of rows 0..RT - 1.
+                uint row = min(row0 + (r % RT) * TEAMS + team, p.n_rows - 1u);
+                uint ui0 = (row + (r >= RT ? p.glu_up_row : 0u)) * units;
                 [[unroll]] for (uint m = 0; m < MINE; ++m) {
                     uint s = m * H + h;
                     uint u = min(step0 + s * G + g, units - 1u);  // clamped; never summed past K
@@ -84,13 +134,19 @@ void main() {
                 uint us = (i / UNIT4) % STEP;
                 uint q = i % UNIT4;
                 if (c < n && step0 + us < units) {
+#if NORM
+                    xs[(c * STEP + us) * USTRIDE + q] =
+                        norm_apply(x4[xbase + c * xstep + (step0 + us) * UNIT4 + q], ninv[c],
+                                   nw4[(step0 + us) * UNIT4 + q]);
+#else
                     xs[(c * STEP + us) * USTRIDE + q] =
                         x4[xbase + c * xstep + (step0 + us) * UNIT4 + q];
+#endif
                 }
             }
             barrier();
             if (H == 1u) {
-                [[unroll]] for (uint r = 0; r < RT; ++r) {
+                [[unroll]] for (uint r = 0; r < RR; ++r) {
                     [[unroll]] for (uint s = 0; s < UNROLL; ++s) {
                         if (step0 + s * G + g < units) {
                             [[unroll]] for (uint j = 0; j < PARTS; ++j) {
@@ -108,13 +164,13 @@ void main() {
                 }
             } else {
                 // Products of this helper's slots, then the owner's adds in slot, part order.
-                [[unroll]] for (uint r = 0; r < RT; ++r) {
+                [[unroll]] for (uint r = 0; r < RR; ++r) {
                     [[unroll]] for (uint m = 0; m < MINE; ++m) {
                         uint s = m * H + h;
                         [[unroll]] for (uint j = 0; j < PARTS; ++j) {
                             vec4 wv = part(w[r * MINE + m], j);
                             [[unroll]] for (uint c = 0; c < COLS; ++c) {
-                                uint d = ((((team * RT + r) * G + g) * UNROLL + s) * PARTS + j) *
+                                uint d = ((((team * RR + r) * G + g) * UNROLL + s) * PARTS + j) *
                                              COLS + c;
                                 dsh[d] = mat_part(wv, xs[(c * STEP + s * G + g) * USTRIDE + j]);
                             }
@@ -123,13 +179,13 @@ void main() {
                 }
                 barrier();
                 if (h == 0u) {
-                    [[unroll]] for (uint r = 0; r < RT; ++r) {
+                    [[unroll]] for (uint r = 0; r < RR; ++r) {
                         for (uint s = 0; s < UNROLL; ++s) {
                             if (step0 + s * G + g < units) {
                                 [[unroll]] for (uint j = 0; j < PARTS; ++j) {
                                     [[unroll]] for (uint c = 0; c < COLS; ++c) {
                                         if (c < n) {
-                                            uint d = ((((team * RT + r) * G + g) * UNROLL + s) *
+                                            uint d = ((((team * RR + r) * G + g) * UNROLL + s) *
                                                           PARTS + j) * COLS + c;
                                             acc[r * COLS + c] = mat_add(acc[r * COLS + c], dsh[d]);
                                         }
@@ -144,7 +200,7 @@ void main() {
         }
         // The owners' group sums (h == 0: lanes team * G * H + g).
         if (h == 0u) {
-            [[unroll]] for (uint i = 0; i < RT * COLS; ++i) {
+            [[unroll]] for (uint i = 0; i < RR * COLS; ++i) {
                 partial[i * WG + team * G + g] = acc[i];
             }
         }
@@ -160,6 +216,14 @@ void main() {
                 [[unroll]] for (uint l = 1; l < G; ++l) {
                     total = mat_fold(total, partial[b + l]);
                 }
+#if GLU
+                uint bu = b + RT * COLS * WG;  // the up row's groups: r + RT
+                float up = partial[bu];
+                [[unroll]] for (uint l = 1; l < G; ++l) {
+                    up = mat_fold(up, partial[bu + l]);
+                }
+                total = silu_mul(total, up);
+#endif
                 uint o = p.y_offset + (c0 + c) * p.y_stride + p.row_begin + row;
                 y[o] = p.accumulate != 0u ? y[o] + total : total;
             }

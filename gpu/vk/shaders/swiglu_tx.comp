@@ -9,6 +9,7 @@ layout(push_constant) uniform push_block { swiglu_push p; };
 layout(binding = ORDO_B_SWIGLU_GATE) uniform usamplerBuffer g_tex;
 layout(binding = ORDO_B_SWIGLU_UP) uniform usamplerBuffer u_tex;
 layout(std430, binding = ORDO_B_SWIGLU_OUT) writeonly buffer out_buf { vec4 dst[]; };
+#include "norm_order.glsl"
 
 void main() {
     uint r = gl_WorkGroupID.y;
@@ -19,6 +20,7 @@ void main() {
     for (uint i = gl_GlobalInvocationID.x; i < p.n / 4u; i += step) {
         vec4 gv = uintBitsToFloat(texelFetch(g_tex, int(g4 + i)));
         vec4 uv = uintBitsToFloat(texelFetch(u_tex, int(u4 + i)));
-        dst[o4 + i] = gv / (1.0 + exp(-gv)) * uv;
+        dst[o4 + i] = vec4(silu_mul(gv.x, uv.x), silu_mul(gv.y, uv.y), silu_mul(gv.z, uv.z),
+                          silu_mul(gv.w, uv.w));
     }
 }

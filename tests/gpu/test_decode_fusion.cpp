@@ -1,0 +1,260 @@
+// test_decode_fusion.cpp: the decode fusions of issue 28 on the real device (lavapipe here).
+// encode_norm_mul_mat and encode_norm_glu run, on the mul_mat_vec path (a GPU's decode), one
+// dispatch each: mul_mat_vec_norm (the input's RMSNorm staged into the mat-vec) and
+// mul_mat_vec_glu (the same, over the fused gate|up matrix, with SwiGLU at the store). Checked:
+// * BIT-IDENTICAL to the unfused kernels they replace (rms_norm, then the tiled mat-mul, then
+//   swiglu: what prefill runs), for every weight type at 1, 3 and 8 tokens (each token count
+//   its own pipeline variant), so a token's logits do not depend on whether its step was a
+//   decode or a prefill (batch invariance, gpu/vk/shaders/norm_order.glsl);
+// * at several mul_mat_vec shapes (lanes, rows per team, lanes per group), and with rows of
+//   different magnitudes per token (the norm scale is per token);
+// * close to the CPU reference (model::rmsnorm, the dequantized rows, model::swiglu);
+// * the fallbacks: a gate|up matrix split in several chunks, and a norm over fewer elements than
+//   the weight's (padded) rows, take the unfused path with the same results, and a GLU weight
+//   whose rows are not 2 x n_ff is refused.
+#include <cstring>
+#include <map>
+
+#include "gpu_fixture.hpp"
+
+#include "gpu/vk/weights.hpp"
+#include "model/cpu_ops.hpp"
+#include "model/quant.hpp"
+
+namespace ordo::gpu::testing {
+namespace {
+
+using model::ggml_type;
+
+constexpr std::uint32_t n_ff = 75;  // output rows: not a multiple of any workgroup
+constexpr std::uint32_t tokens_max = 8;
+constexpr float eps = 1e-5f;
+
+std::uint32_t k_of(ggml_type type) { return row_multiple(type) > 32 ? 512 : 160; }
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+}
+
+struct fusion_case {
+    ggml_type type;
+    std::uint32_t k;
+    std::vector<std::uint8_t> bytes;  // 2 n_ff rows: gate then up (GGUF layout)
+    std::vector<float> x, norm_w;     // tokens_max rows of k; k
+};
+
+fusion_case make_case(ggml_type type) {
+    fusion_case c{type, k_of(type), {}, {}, {}};
+    std::size_t rb = model::row_bytes(type, c.k);
+    c.bytes.resize(rb * 2 * n_ff);
+    auto f = random_floats(std::size_t(c.k) * 2 * n_ff, 7 + static_cast<std::uint32_t>(type));
+    for (std::size_t r = 0; r < 2 * n_ff; ++r) {
+        EXPECT_TRUE(
+            model::quantize_row(type, f.data() + r * c.k, c.bytes.data() + r * rb, c.k).ok());
+    }
+    c.x = random_floats(std::size_t(c.k) * tokens_max, 3);
+    // Tokens of different magnitudes: each has its own norm scale.
+    for (std::uint32_t t = 0; t < tokens_max; ++t) {
+        for (std::uint32_t i = 0; i < c.k; ++i) c.x[t * c.k + i] *= float(1 + 3 * t);
+    }
+    c.norm_w = random_floats(c.k, 4);
+    return c;
+}
+
+struct outputs {
+    std::vector<float> y;    // n x 2 n_ff: W norm(x)
+    std::vector<float> hid;  // n x n_ff: silu(gate) * up
+};
+
+// Both fused encoders over the case on `str`, forced to `path` (vec: fused; tiled: unfused).
+outputs run_case(stream& str, const fusion_case& c, const weight_tensor& w, std::uint32_t n,
+                 mat_path path) {
+    const std::uint32_t k = c.k;
+    buffer xb = make_buffer(c.x), nb = make_buffer(c.norm_w);
+    buffer scratch = make_buffer(std::vector<float>(std::size_t(k) * n, 0.0f));
+    buffer gu = make_buffer(std::vector<float>(std::size_t(2) * n_ff * n, 0.0f));
+    buffer yb = make_buffer(std::vector<float>(std::size_t(2) * n_ff * n, 0.0f));
+    buffer hb = make_buffer(std::vector<float>(std::size_t(n_ff) * n, 0.0f));
+    const norm_input in{{whole(xb), 0, k}, whole(nb), k, eps, {whole(scratch), 0, k}};
+    EXPECT_TRUE(str.begin("decode_fusion").ok());
+    status a = encode_norm_mul_mat(str, w, in, {whole(yb), 0, 2 * n_ff}, n, path);
+    status b = encode_norm_glu(str, w, in, {whole(gu), 0, 2 * n_ff}, {whole(hb), 0, n_ff}, n_ff,
+                               n, path);
+    EXPECT_TRUE(a.ok()) << (a.ok() ? "" : a.err().message);
+    EXPECT_TRUE(b.ok()) << (b.ok() ? "" : b.err().message);
+    status r = str.run(test_watchdog_ms);
+    EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.err().message);
+    return {read_buffer<float>(yb, std::size_t(2) * n_ff * n),
+            read_buffer<float>(hb, std::size_t(n_ff) * n)};
+}
+
+// The CPU reference of both outputs for n tokens.
+outputs reference(const fusion_case& c, std::uint32_t n) {
+    const std::uint32_t k = c.k;
+    model::matrix_view mv{c.type, c.bytes, k, 2 * n_ff, "fused gate|up"};
+    outputs o{std::vector<float>(std::size_t(2) * n_ff * n), std::vector<float>(n_ff * n)};
+    std::vector<float> xn(k);
+    for (std::uint32_t t = 0; t < n; ++t) {
+        model::rmsnorm(xn.data(), c.x.data() + std::size_t(t) * k, c.norm_w.data(), k, eps);
+        float* y = o.y.data() + std::size_t(t) * 2 * n_ff;
+        model::matvec(y, mv, xn.data());
+        model::swiglu(o.hid.data() + std::size_t(t) * n_ff, y, y + n_ff, n_ff);
+    }
+    return o;
+}
+
+std::unique_ptr<stream> stream_with(const pipelines& pipes) {
+    auto s = stream::create(*env().dev, pipes, {64, false});
+    EXPECT_TRUE(s.ok()) << (s.ok() ? "" : s.err().message);
+    return s ? std::move(*s) : nullptr;
+}
+
+TEST(GpuDecodeFusion, FusedEqualsUnfusedBitForBitEveryType) {
+    ORDO_REQUIRE_GPU();
+    // The GPUs' few-token path (mul_mat_vec and its fused variants) on this device.
+    pipeline_tuning tuning = tuning_for(env().dev->info());
+    tuning.prefer_texel_kernels = false;
+    tuning.rows_tokens_max = 0;
+    auto pipes = pipelines::create(*env().dev, tuning);
+    ASSERT_TRUE(pipes.ok()) << pipes.err().message;
+    auto str = stream_with(**pipes);
+    ASSERT_TRUE(str);
+    for (ggml_type type : {ggml_type::f32, ggml_type::f16, ggml_type::bf16, ggml_type::q8_0,
+                           ggml_type::q4_0, ggml_type::q4_1, ggml_type::q5_0, ggml_type::q5_1,
+                           ggml_type::q2_k, ggml_type::q3_k, ggml_type::q4_k, ggml_type::q5_k,
+                           ggml_type::q6_k}) {
+        SCOPED_TRACE(model::type_name(type));
+        fusion_case c = make_case(type);
+        arena mem(*env().dev, 1u << 22);
+        auto w = upload_weight(*env().dev, mem, type, c.k, 2 * n_ff, c.bytes);
+        ASSERT_TRUE(w.ok()) << w.err().message;
+        ASSERT_EQ(w->chunks.size(), 1u);
+        ASSERT_TRUE(prepare_mul_mat(**pipes, *w, mat_fusion::glu).ok());
+        ASSERT_TRUE(prepare_mul_mat(**pipes, *w, mat_fusion::norm).ok());
+        for (std::uint32_t n : {1u, 3u, tokens_max}) {
+            SCOPED_TRACE(std::to_string(n) + " tokens");
+            outputs fused = run_case(*str, c, *w, n, mat_path::vec);
+            outputs unfused = run_case(*str, c, *w, n, mat_path::tiled);
+            EXPECT_TRUE(same_bits(fused.y, unfused.y)) << "mul_mat_vec_norm != rms_norm + tiled";
+            EXPECT_TRUE(same_bits(fused.hid, unfused.hid))
+                << "mul_mat_vec_glu != rms_norm + tiled + swiglu";
+            outputs want = reference(c, n);
+            // Dot products of 160-512 normed values (|x| ~ 1) against weights in [-1, 1].
+            expect_close(fused.y, want.y, 2e-3f, 1e-3f, "W norm(x) vs reference");
+            expect_close(fused.hid, want.hid, 2e-3f, 2e-3f, "swiglu vs reference");
+        }
+    }
+}
+
+// The fused kernels' shape is a per-device choice too: every shape the device holds gives the
+// unfused bits (F16 and Q4_K: one plain and one super-block type; 1 and 3 tokens, one pass with
+// and without helpers).
+TEST(GpuDecodeFusion, EveryMatVecShapeGivesTheUnfusedBits) {
+    ORDO_REQUIRE_GPU();
+    struct shape { std::uint32_t wg, rows_per_team, split, split_cols, unroll; };
+    for (ggml_type type : {ggml_type::f16, ggml_type::q4_k}) {
+        SCOPED_TRACE(model::type_name(type));
+        fusion_case c = make_case(type);
+        arena mem(*env().dev, 1u << 22);
+        auto w = upload_weight(*env().dev, mem, type, c.k, 2 * n_ff, c.bytes);
+        ASSERT_TRUE(w.ok()) << w.err().message;
+        // The unfused reference runs the storage family's rms_norm (env()'s stream may prefer
+        // the texel family's rms_norm_tx, which sums in a subgroup's order).
+        pipeline_tuning storage = tuning_for(env().dev->info());
+        storage.prefer_texel_kernels = false;
+        auto storage_pipes = pipelines::create(*env().dev, storage);
+        ASSERT_TRUE(storage_pipes.ok()) << storage_pipes.err().message;
+        auto storage_str = stream_with(**storage_pipes);
+        ASSERT_TRUE(storage_str);
+        std::map<std::uint32_t, outputs> unfused;
+        for (std::uint32_t n : {1u, 3u}) {
+            unfused[n] = run_case(*storage_str, c, *w, n, mat_path::tiled);
+        }
+        std::uint32_t ran = 0;
+        for (shape sh : {shape{8, 1, 1, 2, 2}, shape{32, 3, 1, 2, 2}, shape{64, 2, 1, 2, 1},
+                         shape{16, 1, 2, 8, 2}, shape{32, 2, 2, 2, 2}}) {
+            pipeline_tuning tuning = tuning_for(env().dev->info());
+            tuning.prefer_texel_kernels = false;
+            tuning.rows_tokens_max = 0;
+            tuning.mat_vec_wg = sh.wg;
+            tuning.mat_vec_rows = sh.rows_per_team;
+            tuning.mat_vec_split = sh.split;
+            tuning.mat_vec_split_cols = sh.split_cols;
+            tuning.mat_vec_unroll = sh.unroll;
+            if (sh.wg > env().dev->info().max_workgroup_invocations ||
+                mat_vec_shared_bytes(tuning) > env().dev->info().max_shared_memory_bytes) {
+                continue;
+            }
+            SCOPED_TRACE("mat_vec_wg " + std::to_string(sh.wg) + " rows per team " +
+                         std::to_string(sh.rows_per_team) + " lanes per group " +
+                         std::to_string(sh.split));
+            auto pipes = pipelines::create(*env().dev, tuning);
+            ASSERT_TRUE(pipes.ok()) << pipes.err().message;
+            auto str = stream_with(**pipes);
+            ASSERT_TRUE(str);
+            ++ran;
+            for (std::uint32_t n : {1u, 3u}) {
+                outputs fused = run_case(*str, c, *w, n, mat_path::vec);
+                EXPECT_TRUE(same_bits(fused.y, unfused[n].y)) << n << " tokens: norm";
+                EXPECT_TRUE(same_bits(fused.hid, unfused[n].hid)) << n << " tokens: glu";
+            }
+        }
+        EXPECT_GE(ran, 4u) << "lavapipe holds all but the widest shapes";
+    }
+}
+
+TEST(GpuDecodeFusion, FallbacksTakeTheUnfusedPathWithTheSameResults) {
+    ORDO_REQUIRE_GPU();
+    pipeline_tuning tuning = tuning_for(env().dev->info());
+    tuning.prefer_texel_kernels = false;
+    tuning.rows_tokens_max = 0;
+    auto pipes = pipelines::create(*env().dev, tuning);
+    ASSERT_TRUE(pipes.ok()) << pipes.err().message;
+    auto str = stream_with(**pipes);
+    ASSERT_TRUE(str);
+    fusion_case c = make_case(ggml_type::q8_0);
+    arena one(*env().dev, 1u << 22);
+    auto whole_w = upload_weight(*env().dev, one, c.type, c.k, 2 * n_ff, c.bytes);
+    ASSERT_TRUE(whole_w.ok());
+    // Pages of a few rows: the gate|up matrix in several chunks (GLU needs one).
+    arena small(*env().dev, 4096);
+    auto chunked = upload_weight(*env().dev, small, c.type, c.k, 2 * n_ff, c.bytes);
+    ASSERT_TRUE(chunked.ok());
+    ASSERT_GT(chunked->chunks.size(), 1u);
+    const std::uint32_t n = 3;
+    outputs a = run_case(*str, c, *whole_w, n, mat_path::vec);
+    outputs b = run_case(*str, c, *chunked, n, mat_path::vec);
+    EXPECT_TRUE(same_bits(a.y, b.y));
+    EXPECT_TRUE(same_bits(a.hid, b.hid));
+
+    // A norm over fewer elements than the weight's rows (a padded row) is never fused: the
+    // unfused rms_norm normalizes over n, the mat-mul reads the zero pad.
+    buffer xb = make_buffer(c.x), nb = make_buffer(c.norm_w);
+    buffer scratch = make_buffer(std::vector<float>(std::size_t(c.k) * n, 0.0f));
+    buffer yb = make_buffer(std::vector<float>(std::size_t(2) * n_ff * n, 0.0f));
+    const std::uint32_t short_n = c.k - 32;
+    const norm_input in{{whole(xb), 0, c.k}, whole(nb), short_n, eps, {whole(scratch), 0, c.k}};
+    ASSERT_TRUE(str->begin("short_norm").ok());
+    ASSERT_TRUE(encode_norm_mul_mat(*str, *whole_w, in, {whole(yb), 0, 2 * n_ff}, n,
+                                    mat_path::vec)
+                    .ok());
+    ASSERT_TRUE(str->run(test_watchdog_ms).ok());
+    EXPECT_EQ(str->dispatches(), 2u) << "rms_norm then the mat-vec";
+    auto xn = read_buffer<float>(scratch, std::size_t(c.k) * n);
+    std::vector<float> want(short_n);
+    model::rmsnorm(want.data(), c.x.data(), c.norm_w.data(), short_n, eps);
+    expect_close(std::vector<float>(xn.begin(), xn.begin() + short_n), want, 1e-6f, 1e-5f,
+                 "the unfused norm over n elements");
+
+    // GLU over a matrix that is not n_ff gate + n_ff up rows.
+    buffer hb = make_buffer(std::vector<float>(std::size_t(n_ff) * n, 0.0f));
+    ASSERT_TRUE(str->begin("bad_glu").ok());
+    const norm_input full{{whole(xb), 0, c.k}, whole(nb), c.k, eps, {whole(scratch), 0, c.k}};
+    status bad = encode_norm_glu(*str, *whole_w, full, {whole(yb), 0, 2 * n_ff},
+                                 {whole(hb), 0, n_ff}, n_ff + 1, n, mat_path::vec);
+    EXPECT_FALSE(bad.ok());
+    EXPECT_TRUE(str->run(test_watchdog_ms).ok());
+}
+
+}  // namespace
+}  // namespace ordo::gpu::testing
