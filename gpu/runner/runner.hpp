@@ -29,6 +29,7 @@
 // the runner is destroyed or reused.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -288,8 +289,13 @@ private:
     status record_logits();
     status record_hidden();
     void pool_hidden(float* hidden_out);  // _hidden rows -> the step's hidden rows
-    status run_segment(const step& s, std::uint32_t l0, std::uint32_t l1, const step_fault& f,
-                       step_result& r);
+    // One segment of a step (layers l0..l1): recorded (begin, or begin_ahead while the one
+    // before it runs), submitted once that one was waited for, waited on under the watchdog.
+    status record_segment(const step& s, std::uint32_t l0, std::uint32_t l1, const step_fault& f);
+    status submit_segment(std::uint32_t l0, std::uint32_t l1, const step_fault& f);
+    status wait_segment(std::uint32_t l0, std::uint32_t l1, const step_fault& f, step_result& r);
+    // Whether the step's armed fault falls in layers l0..l1.
+    bool fault_targets(const step_fault& f, std::uint32_t l0, std::uint32_t l1) const;
     void write_inputs();
     void add_timings();
 
@@ -341,10 +347,11 @@ private:
 
     step_plan _plan;
     step_fault _fault;
-    // How long run_segment waits for a submission: watchdog_ms, or warmup_ms_max while
+    // How long wait_segment waits for a submission: watchdog_ms, or warmup_ms_max while
     // warm_up() runs.
     std::uint64_t _segment_wait_ms = 0;
     std::string _last_segment;
+    std::chrono::steady_clock::time_point _segment_submitted;  // the segment in flight's submit
     std::vector<kernel_time> _timings;
 };
 

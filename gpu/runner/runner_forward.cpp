@@ -144,34 +144,54 @@ void runner::pool_hidden(float* hidden_out) {
     }
 }
 
-status runner::run_segment(const step& s, std::uint32_t l0, std::uint32_t l1,
-                           const step_fault& f, step_result& r) {
-    _last_segment = segment_label(s, l0, l1);
-    ORDO_TRY(_stream->begin(_last_segment));
+bool runner::fault_targets(const step_fault& f, std::uint32_t l0, std::uint32_t l1) const {
     auto target = static_cast<std::uint32_t>(
         f.layer < 0 ? 0 : std::min<std::int64_t>(f.layer, _hp.n_layer - 1));
-    bool targeted = f.kind != fault_kind::none && l0 <= target && target <= l1;
+    return f.kind != fault_kind::none && l0 <= target && target <= l1;
+}
+
+status runner::record_segment(const step& s, std::uint32_t l0, std::uint32_t l1,
+                              const step_fault& f) {
+    std::string label = segment_label(s, l0, l1);
+    // begin_ahead while the segment before this one runs (stream.hpp "record ahead").
+    ORDO_TRY(_stream->state() == stream_state::idle ? _stream->begin(label)
+                                                    : _stream->begin_ahead(label));
     status rec = l0 == 0 ? record_embedding() : status{};
     for (std::uint32_t l = l0; rec && l <= l1; ++l) rec = record_layer(l);
     if (rec && l1 + 1 == _hp.n_layer && _plan.rows() > 0) rec = record_logits();
     if (rec && l1 + 1 == _hp.n_layer && _plan.hidden_rows() > 0) rec = record_hidden();
-    if (rec && targeted && f.kind == fault_kind::hang) {
+    if (rec && fault_targets(f, l0, l1) && f.kind == fault_kind::hang) {
         rec = encode_spin(*_stream, whole(_spin), hang_spin_iterations, hang_spin_workgroups);
     }
-    auto t0 = std::chrono::steady_clock::now();
+    if (!rec) {
+        // An encoder refusal is a bug in this file (shapes were validated): the segment is
+        // dropped unsubmitted, and the error names it.
+        _stream->discard();
+        _last_segment = label;
+        return make_error(rec.err().code, label + ": " + rec.err().message);
+    }
+    return {};
+}
+
+status runner::submit_segment(std::uint32_t l0, std::uint32_t l1, const step_fault& f) {
     ORDO_TRY(_stream->submit());
-    if (targeted && f.kind == fault_kind::device_lost) {
+    _segment_submitted = std::chrono::steady_clock::now();
+    if (fault_targets(f, l0, l1) && f.kind == fault_kind::device_lost) {
         _stream->inject_wait_result(VK_ERROR_DEVICE_LOST);
     }
-    bool hang = targeted && f.kind == fault_kind::hang;
+    return {};
+}
+
+status runner::wait_segment(std::uint32_t l0, std::uint32_t l1, const step_fault& f,
+                            step_result& r) {
+    _last_segment = _stream->label();
+    bool hang = fault_targets(f, l0, l1) && f.kind == fault_kind::hang;
     status waited = _stream->wait(hang ? std::min(hang_wait_ms, _segment_wait_ms)
                                        : _segment_wait_ms);
-    r.gpu_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+    r.gpu_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                          _segment_submitted)
                     .count();
     r.segments++;
-    // An encoder refusal is a bug in this file (shapes were validated): the partial segment ran
-    // harmlessly so the stream is idle again, and the error names the segment.
-    if (!rec) return make_error(rec.err().code, _last_segment + ": " + rec.err().message);
     if (!waited) return waited;
     add_timings();
     return {};
@@ -207,10 +227,24 @@ result<step_result> runner::run_step(const step& s, float* logits_out, float* hi
     _timings.clear();
     step_result r;
     r.n_tokens = _plan.n_tokens;
-    for (std::uint32_t l0 = 0; l0 < _hp.n_layer; l0 += _options.flush_every_layers) {
-        std::uint32_t l1 = std::min(_hp.n_layer, l0 + _options.flush_every_layers) - 1;
-        status seg = run_segment(s, l0, l1, fault, r);
-        if (!seg) return seg.err();
+    // Segments of flush_every_layers layers, one in flight at a time and each waited on under
+    // the watchdog; the next one is recorded while the one before it runs, so the host's
+    // encoding overlaps the GPU's work instead of leaving the GPU idle.
+    const std::uint32_t per = _options.flush_every_layers;
+    auto last_of = [&](std::uint32_t l0) { return std::min(_hp.n_layer, l0 + per) - 1; };
+    ORDO_TRY(record_segment(s, 0, last_of(0), fault));
+    ORDO_TRY(submit_segment(0, last_of(0), fault));
+    for (std::uint32_t l0 = 0; l0 < _hp.n_layer; l0 += per) {
+        const std::uint32_t next = l0 + per;
+        const bool more = next < _hp.n_layer;
+        status ahead = more ? record_segment(s, next, last_of(next), fault) : status{};
+        status waited = wait_segment(l0, last_of(l0), fault, r);
+        if (!waited) {
+            _stream->discard();  // the segment recorded ahead never runs
+            return waited.err();
+        }
+        if (!ahead) return ahead.err();
+        if (more) ORDO_TRY(submit_segment(next, last_of(next), fault));
     }
     auto* logits = static_cast<float*>(_logits.mapped());
     std::size_t n = std::size_t(_plan.rows()) * _hp.n_vocab;

@@ -3,6 +3,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cassert>
+
 #include "gpu/vk/vk_util.hpp"
 
 namespace ordo::gpu {
@@ -32,22 +34,24 @@ status stream::init() {
     pci.queueFamilyIndex = _device.queue_family();
     VkResult r = vkCreateCommandPool(d, &pci, nullptr, &_pool);
     if (r != VK_SUCCESS) return vk_error(r, "stream command pool");
-    VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
-    ai.commandPool = _pool;
-    ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
-    ai.commandBufferCount = 1;
-    r = vkAllocateCommandBuffers(d, &ai, &_cmd);
-    if (r != VK_SUCCESS) return vk_error(r, "stream command buffer");
-    VkFenceCreateInfo fci{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
-    r = vkCreateFence(d, &fci, nullptr, &_fence);
-    if (r != VK_SUCCESS) return vk_error(r, "stream fence");
+    for (slot& sl : _slot) {
+        VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+        ai.commandPool = _pool;
+        ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+        ai.commandBufferCount = 1;
+        r = vkAllocateCommandBuffers(d, &ai, &sl.cmd);
+        if (r != VK_SUCCESS) return vk_error(r, "stream command buffer");
+        VkFenceCreateInfo fci{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+        r = vkCreateFence(d, &fci, nullptr, &sl.fence);
+        if (r != VK_SUCCESS) return vk_error(r, "stream fence");
+    }
     if (_options.timestamps) {
         if (!_device.info().timestamps) {
             return make_error("gpu_unsupported", "device has no compute timestamps");
         }
         VkQueryPoolCreateInfo qi{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
         qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
-        qi.queryCount = _options.dispatches_per_segment_max + 1;
+        qi.queryCount = query_base(slots);
         r = vkCreateQueryPool(d, &qi, nullptr, &_queries);
         if (r != VK_SUCCESS) return vk_error(r, "stream query pool");
     }
@@ -56,36 +60,74 @@ status stream::init() {
 
 stream::~stream() {
     VkDevice d = _device.handle();
-    if (_state == stream_state::in_flight) {
+    if (_flight >= 0) {
         // Never free a command buffer the device may still execute.
-        vkWaitForFences(d, 1, &_fence, VK_TRUE, UINT64_MAX);
+        vkWaitForFences(d, 1, &_slot[_flight].fence, VK_TRUE, UINT64_MAX);
     }
     if (_queries != VK_NULL_HANDLE) vkDestroyQueryPool(d, _queries, nullptr);
-    if (_fence != VK_NULL_HANDLE) vkDestroyFence(d, _fence, nullptr);
+    for (slot& sl : _slot) {
+        if (sl.fence != VK_NULL_HANDLE) vkDestroyFence(d, sl.fence, nullptr);
+    }
     if (_pool != VK_NULL_HANDLE) vkDestroyCommandPool(d, _pool, nullptr);
 }
 
+stream_state stream::state() const {
+    return _flight >= 0 ? stream_state::in_flight
+           : _rec >= 0  ? stream_state::recording
+                        : stream_state::idle;
+}
+
+const std::string& stream::label() const {
+    return _slot[_flight >= 0 ? _flight : _rec >= 0 ? _rec : _last].label;
+}
+
 status stream::begin(std::string label) {
-    if (_state != stream_state::idle) {
-        return make_error("gpu_busy", "begin(" + label + "): segment '" + _label + "' is " +
-                                          (_state == stream_state::recording ? "recording"
-                                                                             : "in flight"));
+    if (state() != stream_state::idle) {
+        return make_error("gpu_busy", "begin(" + label + "): segment '" + this->label() +
+                                          "' is " +
+                                          (_flight >= 0 ? "in flight" : "recording"));
     }
-    _label = std::move(label);
+    return start(std::move(label));
+}
+
+status stream::begin_ahead(std::string label) {
+    if (_rec >= 0) {
+        return make_error("gpu_busy", "begin_ahead(" + label + "): segment '" +
+                                          _slot[_rec].label + "' is recording");
+    }
+    return start(std::move(label));
+}
+
+status stream::start(std::string label) {
+    // The slot not in flight (at most one is).
+    int next = _flight == 0 ? 1 : 0;
+    assert(next != _flight && _rec < 0);
+    slot& sl = _slot[next];
+    sl.label = std::move(label);
+    sl.recorded.clear();
     _dispatches = 0;
-    _recorded.clear();
-    _timings.clear();
-    vkResetCommandBuffer(_cmd, 0);
+    _last = next;
+    vkResetCommandBuffer(sl.cmd, 0);
     VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
     bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
-    VkResult r = vkBeginCommandBuffer(_cmd, &bi);
-    if (r != VK_SUCCESS) return vk_error(r, "segment '" + _label + "' begin");
+    VkResult r = vkBeginCommandBuffer(sl.cmd, &bi);
+    if (r != VK_SUCCESS) return vk_error(r, "segment '" + sl.label + "' begin");
     if (_queries != VK_NULL_HANDLE) {
-        vkCmdResetQueryPool(_cmd, _queries, 0, _options.dispatches_per_segment_max + 1);
-        vkCmdWriteTimestamp(_cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, _queries, 0);
+        vkCmdResetQueryPool(sl.cmd, _queries, query_base(next),
+                            _options.dispatches_per_segment_max + 1);
+        vkCmdWriteTimestamp(sl.cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, _queries, query_base(next));
     }
-    _state = stream_state::recording;
+    _rec = next;
     return {};
+}
+
+void stream::discard() {
+    if (_rec < 0) return;
+    slot& sl = _slot[_rec];
+    // A recording command buffer may be reset directly (the pool allows resets); it was never
+    // submitted, so nothing of it runs.
+    vkResetCommandBuffer(sl.cmd, 0);
+    _rec = -1;
 }
 
 void stream::dispatch(pipeline_id id, std::initializer_list<buffer_view> bindings,
@@ -100,7 +142,7 @@ void stream::dispatch(const pipeline& pl, pipeline_id id,
                       bool barrier_after) {
     const device_info& info = _device.info();
     ORDO_GPU_CHECK(pl.handle != VK_NULL_HANDLE, "dispatch of a pipeline that was not built");
-    ORDO_GPU_CHECK(_state == stream_state::recording, "dispatch outside a segment");
+    ORDO_GPU_CHECK(_rec >= 0, "dispatch outside a segment");
     ORDO_GPU_CHECK(_dispatches < _options.dispatches_per_segment_max,
                    "segment dispatch budget exceeded; split the step into more segments");
     ORDO_GPU_CHECK(bindings.size() == pl.bindings && pl.bindings <= bindings_max,
@@ -139,27 +181,30 @@ void stream::dispatch(const pipeline& pl, pipeline_id id,
         }
         ++i;
     }
-    vkCmdBindPipeline(_cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pl.handle);
-    _device.push_descriptor_fn()(_cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pl.layout, 0, i, writes);
-    vkCmdPushConstants(_cmd, pl.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, pl.push_bytes, push);
-    vkCmdDispatch(_cmd, groups[0], groups[1], groups[2]);
+    VkCommandBuffer c = cmd();
+    vkCmdBindPipeline(c, VK_PIPELINE_BIND_POINT_COMPUTE, pl.handle);
+    _device.push_descriptor_fn()(c, VK_PIPELINE_BIND_POINT_COMPUTE, pl.layout, 0, i, writes);
+    vkCmdPushConstants(c, pl.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, pl.push_bytes, push);
+    vkCmdDispatch(c, groups[0], groups[1], groups[2]);
     if (barrier_after) {
         VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
         mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
         mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
-        vkCmdPipelineBarrier(_cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+        vkCmdPipelineBarrier(c, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
                              VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0, nullptr, 0,
                              nullptr);
     }
     ++_dispatches;
-    _recorded.push_back(id);
+    _slot[_rec].recorded.push_back(id);
     if (_queries != VK_NULL_HANDLE) {
-        vkCmdWriteTimestamp(_cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, _queries, _dispatches);
+        vkCmdWriteTimestamp(c, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, _queries,
+                            query_base(_rec) + _dispatches);
     }
 }
 
 void stream::copy(const buffer& src, const buffer& dst, std::span<const VkBufferCopy> regions) {
-    ORDO_GPU_CHECK(_state == stream_state::recording, "copy outside a segment");
+    ORDO_GPU_CHECK(_rec >= 0, "copy outside a segment");
+    VkCommandBuffer cb = cmd();
     ORDO_GPU_CHECK(_dispatches < _options.dispatches_per_segment_max,
                    "segment dispatch budget exceeded; split the copy into more segments");
     ORDO_GPU_CHECK(!regions.empty(), "copy of no regions");
@@ -171,78 +216,82 @@ void stream::copy(const buffer& src, const buffer& dst, std::span<const VkBuffer
     VkMemoryBarrier before{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
     before.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
     before.dstAccessMask = VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
-    vkCmdPipelineBarrier(_cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+    vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
                          VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &before, 0, nullptr, 0, nullptr);
-    vkCmdCopyBuffer(_cmd, src.handle(), dst.handle(), static_cast<std::uint32_t>(regions.size()),
+    vkCmdCopyBuffer(cb, src.handle(), dst.handle(), static_cast<std::uint32_t>(regions.size()),
                     regions.data());
     VkMemoryBarrier after{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
     after.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
     after.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
                           VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_HOST_READ_BIT;
-    vkCmdPipelineBarrier(_cmd, VK_PIPELINE_STAGE_TRANSFER_BIT,
+    vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_TRANSFER_BIT,
                          VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT |
                              VK_PIPELINE_STAGE_HOST_BIT,
                          0, 1, &after, 0, nullptr, 0, nullptr);
     ++_dispatches;
-    _recorded.push_back(pipeline_id::count);  // no pipeline: a copy
+    _slot[_rec].recorded.push_back(pipeline_id::count);  // no pipeline: a copy
     if (_queries != VK_NULL_HANDLE) {
-        vkCmdWriteTimestamp(_cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, _queries, _dispatches);
+        vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, _queries,
+                            query_base(_rec) + _dispatches);
     }
 }
 
 status stream::submit() {
-    if (_state != stream_state::recording) {
+    if (_rec < 0) {
         return make_error("gpu_busy", "submit: no segment is recording");
     }
-    VkResult r = vkEndCommandBuffer(_cmd);
-    if (r != VK_SUCCESS) {
-        _state = stream_state::idle;
-        return vk_error(r, "segment '" + _label + "' end");
+    if (_flight >= 0) {
+        return make_error("gpu_busy", "submit of '" + _slot[_rec].label + "': segment '" +
+                                          _slot[_flight].label + "' is still in flight");
     }
-    vkResetFences(_device.handle(), 1, &_fence);
+    slot& sl = _slot[_rec];
+    _rec = -1;
+    VkResult r = vkEndCommandBuffer(sl.cmd);
+    if (r != VK_SUCCESS) return vk_error(r, "segment '" + sl.label + "' end");
+    vkResetFences(_device.handle(), 1, &sl.fence);
     VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
     si.commandBufferCount = 1;
-    si.pCommandBuffers = &_cmd;
-    r = vkQueueSubmit(_device.queue(), 1, &si, _fence);
-    if (r != VK_SUCCESS) {
-        _state = stream_state::idle;
-        return vk_error(r, "segment '" + _label + "' submit");
-    }
-    _state = stream_state::in_flight;
+    si.pCommandBuffers = &sl.cmd;
+    r = vkQueueSubmit(_device.queue(), 1, &si, sl.fence);
+    if (r != VK_SUCCESS) return vk_error(r, "segment '" + sl.label + "' submit");
+    _flight = static_cast<int>(&sl - _slot);
     return {};
 }
 
 status stream::wait(std::uint64_t timeout_ms) {
-    if (_state != stream_state::in_flight) {
+    if (_flight < 0) {
         return make_error("gpu_busy", "wait: no segment in flight");
     }
+    const int f = _flight;
+    const std::string& label = _slot[f].label;
+    VkFence fence = _slot[f].fence;
     VkResult r = VK_SUCCESS;
     if (_injected) {
         r = *_injected;
         _injected.reset();
         if (r == VK_ERROR_DEVICE_LOST) {
             // The real segment still runs: let it finish so the command buffer can be reused.
-            vkWaitForFences(_device.handle(), 1, &_fence, VK_TRUE, injected_drain_ns);
+            vkWaitForFences(_device.handle(), 1, &fence, VK_TRUE, injected_drain_ns);
         }
     } else {
-        r = vkWaitForFences(_device.handle(), 1, &_fence, VK_TRUE, timeout_ms * ns_per_ms);
+        r = vkWaitForFences(_device.handle(), 1, &fence, VK_TRUE, timeout_ms * ns_per_ms);
     }
     if (r == VK_TIMEOUT) {
-        logger()->error("segment '{}' exceeded the {} ms watchdog", _label, timeout_ms);
-        return make_error("gpu_timeout", "segment '" + _label + "' did not finish within " +
+        logger()->error("segment '{}' exceeded the {} ms watchdog", label, timeout_ms);
+        return make_error("gpu_timeout", "segment '" + label + "' did not finish within " +
                                              std::to_string(timeout_ms) + " ms (watchdog)");
     }
     if (r != VK_SUCCESS) {
-        logger()->error("segment '{}' failed: {}", _label, vk_result_name(r));
+        logger()->error("segment '{}' failed: {}", label, vk_result_name(r));
         if (r != VK_ERROR_DEVICE_LOST) {
             // Not a lost device: the segment may still be running; it stays in flight.
-            return vk_error(r, "segment '" + _label + "' fence wait");
+            return vk_error(r, "segment '" + label + "' fence wait");
         }
-        _state = stream_state::idle;  // nothing of a lost device runs any more
-        return vk_error(r, "segment '" + _label + "'");
+        _flight = -1;  // nothing of a lost device runs any more
+        return vk_error(r, "segment '" + label + "'");
     }
-    _state = stream_state::idle;
-    read_timestamps();
+    _flight = -1;
+    read_timestamps(f);
     return {};
 }
 
@@ -252,21 +301,24 @@ status stream::run(std::uint64_t timeout_ms) {
     return wait(timeout_ms);
 }
 
-void stream::read_timestamps() {
-    if (_queries == VK_NULL_HANDLE || _dispatches == 0) {
+void stream::read_timestamps(int s) {
+    _timings.clear();
+    const std::vector<pipeline_id>& recorded = _slot[s].recorded;
+    const auto n = static_cast<std::uint32_t>(recorded.size());
+    if (_queries == VK_NULL_HANDLE || n == 0) {
         return;
     }
-    std::vector<std::uint64_t> ticks(_dispatches + 1);
-    VkResult r = vkGetQueryPoolResults(_device.handle(), _queries, 0, _dispatches + 1,
+    std::vector<std::uint64_t> ticks(n + 1);
+    VkResult r = vkGetQueryPoolResults(_device.handle(), _queries, query_base(s), n + 1,
                                        ticks.size() * sizeof(std::uint64_t), ticks.data(),
                                        sizeof(std::uint64_t), VK_QUERY_RESULT_64_BIT);
     if (r != VK_SUCCESS) {
         return;
     }
     double ns = _device.info().timestamp_period_ns;
-    _timings.resize(_dispatches);
-    for (std::uint32_t i = 0; i < _dispatches; ++i) {
-        _timings[i] = {_recorded[i], static_cast<double>(ticks[i + 1] - ticks[i]) * ns * 1e-6};
+    _timings.resize(n);
+    for (std::uint32_t i = 0; i < n; ++i) {
+        _timings[i] = {recorded[i], static_cast<double>(ticks[i + 1] - ticks[i]) * ns * 1e-6};
     }
 }
 

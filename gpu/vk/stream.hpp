@@ -10,6 +10,12 @@
 // called again (e.g. once more with a long bound before rebuilding the device), and begin()
 // refuses until it has finished.
 //
+// Recording ahead: while a segment is in flight, begin_ahead() starts recording the next one
+// (the runner records layers 4-7 while layers 0-3 run, so the host's encoding hides behind the
+// GPU's work). At most one segment is ever in flight: submit() refuses until the previous one
+// was waited for, so every wait still bounds exactly one segment. After a failed wait the
+// segment recorded ahead is thrown away with discard().
+//
 // Threading: begin/dispatch/submit on the owner thread; wait() may run on a waiter thread while
 // the owner does not touch this stream (the actor's loop never blocks on a fence).
 #pragma once
@@ -55,6 +61,11 @@ public:
 
     // Starts recording a segment. Error if one is recording or still in flight.
     status begin(std::string label);
+    // Starts recording the next segment while one may still be in flight (record ahead; see the
+    // top). Error if one is recording.
+    status begin_ahead(std::string label);
+    // Drops the segment being recorded (never submitted). No-op when none is.
+    void discard();
 
     // The choke point. Records one dispatch of `id` with exactly pipeline.bindings views and a
     // push struct of exactly pipeline.push_bytes, followed by a compute->compute barrier unless
@@ -86,7 +97,8 @@ public:
     // buffers' sizes.
     void copy(const buffer& src, const buffer& dst, std::span<const VkBufferCopy> regions);
 
-    // Ends recording and submits the segment with its fence.
+    // Ends recording and submits the segment with its fence. Error (gpu_busy, the recording
+    // kept) while another segment is in flight.
     status submit();
     // Waits for the submitted segment for at most timeout_ms. VK_TIMEOUT -> gpu_timeout,
     // VK_ERROR_DEVICE_LOST -> gpu_device_lost; both name the segment label.
@@ -99,8 +111,12 @@ public:
     // the stream stays consistent).
     void inject_wait_result(VkResult r) { _injected = r; }
 
-    const std::string& label() const { return _label; }
-    stream_state state() const { return _state; }
+    // The segment in flight's label, else the one recording's, else the last one's.
+    const std::string& label() const;
+    // in_flight while a segment is in flight (whether or not the next one is recording).
+    stream_state state() const;
+    bool recording() const { return _rec >= 0; }
+    // Dispatches recorded in the segment begun last.
     std::uint32_t dispatches() const { return _dispatches; }
     // Per-dispatch GPU times of the last finished segment (empty unless options.timestamps).
     const std::vector<dispatch_timing>& timings() const { return _timings; }
@@ -110,20 +126,33 @@ public:
 private:
     stream(const device& dev, const pipelines& pipes, const stream_options& options)
         : _device(dev), _pipes(pipes), _options(options) {}
+    // One recordable segment: two, so the next records while the other runs.
+    struct slot {
+        VkCommandBuffer cmd = VK_NULL_HANDLE;
+        VkFence fence = VK_NULL_HANDLE;
+        std::string label;
+        std::vector<pipeline_id> recorded;  // per dispatch (count: a copy)
+    };
+    static constexpr int slots = 2;
+
     status init();
-    void read_timestamps();
+    status start(std::string label);
+    void read_timestamps(int slot);
+    std::uint32_t query_base(int slot) const {
+        return static_cast<std::uint32_t>(slot) * (_options.dispatches_per_segment_max + 1);
+    }
+    VkCommandBuffer cmd() const { return _slot[_rec].cmd; }
 
     const device& _device;
     const pipelines& _pipes;
     stream_options _options;
     VkCommandPool _pool = VK_NULL_HANDLE;
-    VkCommandBuffer _cmd = VK_NULL_HANDLE;
-    VkFence _fence = VK_NULL_HANDLE;
-    VkQueryPool _queries = VK_NULL_HANDLE;
-    stream_state _state = stream_state::idle;
-    std::string _label;
+    VkQueryPool _queries = VK_NULL_HANDLE;  // slots x (dispatches_per_segment_max + 1)
+    slot _slot[slots];
+    int _rec = -1;     // the slot recording, or -1
+    int _flight = -1;  // the slot in flight, or -1
+    int _last = 0;     // the slot begun last
     std::uint32_t _dispatches = 0;
-    std::vector<pipeline_id> _recorded;
     std::vector<dispatch_timing> _timings;
     std::optional<VkResult> _injected;
 };

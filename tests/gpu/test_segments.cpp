@@ -4,7 +4,10 @@
 // dispatch with a 1 ms timeout, through the same wait path) into a gpu_timeout error naming the
 // segment, after which the stream recovers; an injected device loss becomes gpu_device_lost
 // naming the segment; a segment cannot begin while another is in flight; timestamps give one
-// timing per dispatch.
+// timing per dispatch. Recording ahead (begin_ahead while a segment runs, as the runner records
+// its next layers): the same bits as recording in turn; submit refuses while the previous
+// segment is in flight and keeps the recording; discard() drops a segment recorded ahead
+// (nothing of it runs) and the stream is usable again; each segment's timestamps are its own.
 #include "gpu_fixture.hpp"
 
 #include <deque>
@@ -17,7 +20,9 @@ namespace {
 
 constexpr std::uint32_t n_layer = 4, dim = 64;
 
-std::vector<float> run_toy(std::uint32_t flush_every) {
+// ahead: each next segment is recorded while the one before it runs (begin_ahead), submitted
+// once that one was waited for.
+std::vector<float> run_toy(std::uint32_t flush_every, bool ahead = false) {
     std::deque<buffer> keep;
     arena mem(*env().dev, 1u << 20);
     std::vector<weight_tensor> w;
@@ -32,19 +37,33 @@ std::vector<float> run_toy(std::uint32_t flush_every) {
     const buffer& norm_w = keep.emplace_back(make_buffer(random_floats(dim, 3)));
     const buffer& x = keep.emplace_back(make_buffer(random_floats(dim * 2, 4)));
     const buffer& tmp = keep.emplace_back(make_buffer(std::vector<float>(dim * 2)));
+    stream& str = *env().str;
     for (std::uint32_t l0 = 0; l0 < n_layer; l0 += flush_every) {
         std::uint32_t l1 = std::min(n_layer, l0 + flush_every);
-        EXPECT_TRUE(env().str->begin("toy layers " + std::to_string(l0) + "-" +
-                                     std::to_string(l1 - 1)).ok());
+        std::string label = "toy layers " + std::to_string(l0) + "-" + std::to_string(l1 - 1);
+        bool in_flight = str.state() == stream_state::in_flight;
+        EXPECT_TRUE((in_flight ? str.begin_ahead(label) : str.begin(label)).ok());
         for (std::uint32_t l = l0; l < l1; ++l) {
-            EXPECT_TRUE(encode_rms_norm(*env().str, {whole(x), 0, dim}, whole(norm_w),
+            EXPECT_TRUE(encode_rms_norm(str, {whole(x), 0, dim}, whole(norm_w),
                                         {whole(tmp), 0, dim}, dim, 2, 1e-5f).ok());
-            EXPECT_TRUE(encode_mul_mat(*env().str, w[l], {whole(tmp), 0, dim}, {whole(x), 0, dim},
-                                       2, true).ok());
+            EXPECT_TRUE(encode_mul_mat(str, w[l], {whole(tmp), 0, dim}, {whole(x), 0, dim}, 2,
+                                       true).ok());
         }
-        status s = env().str->run(test_watchdog_ms);
-        EXPECT_TRUE(s.ok()) << s.err().message;
+        if (in_flight) {
+            status early = str.submit();
+            EXPECT_FALSE(early.ok()) << "submitted while the previous segment was in flight";
+            EXPECT_TRUE(str.recording());
+            status s = str.wait(test_watchdog_ms);
+            EXPECT_TRUE(s.ok()) << s.err().message;
+        }
+        if (ahead && l1 < n_layer) {
+            EXPECT_TRUE(str.submit().ok());  // the next segment records while this one runs
+        } else {
+            status s = str.run(test_watchdog_ms);
+            EXPECT_TRUE(s.ok()) << s.err().message;
+        }
     }
+    EXPECT_EQ(str.state(), stream_state::idle);
     return read_buffer<float>(x, dim * 2);
 }
 
@@ -55,6 +74,8 @@ TEST(GpuSegments, SplittingEveryOneTwoAllLayersIsIdentical) {
     auto two = run_toy(2);
     EXPECT_EQ(one, all);
     EXPECT_EQ(two, all);
+    EXPECT_EQ(run_toy(1, true), all) << "recording ahead changed the result";
+    EXPECT_EQ(run_toy(2, true), all) << "recording ahead changed the result";
     auto start = random_floats(dim * 2, 4);
     EXPECT_NE(all, start) << "the toy pipeline must change x";
 }
@@ -129,6 +150,67 @@ TEST(GpuSegments, TimestampsGiveOneTimingPerDispatch) {
     EXPECT_EQ(t[0].id, pipeline_id::spin);
     EXPECT_GT(t[0].ms, 0.0);
     EXPECT_GE(t[1].ms, 0.0);
+}
+
+TEST(GpuSegments, DiscardDropsTheSegmentRecordedAhead) {
+    ORDO_REQUIRE_GPU();
+    stream& str = *env().str;
+    const std::vector<float> start = random_floats(dim, 8);
+    buffer a = make_buffer(start), b = make_buffer(start), out = make_buffer(start);
+    ASSERT_TRUE(str.begin("first").ok());
+    ASSERT_TRUE(encode_add(str, {whole(a), 0, dim}, {whole(b), 0, dim}, {whole(a), 0, dim}, dim, 1)
+                    .ok());
+    ASSERT_TRUE(str.submit().ok());
+    ASSERT_TRUE(str.begin_ahead("ahead").ok());
+    EXPECT_FALSE(str.begin_ahead("twice").ok()) << "one segment records at a time";
+    ASSERT_TRUE(encode_add(str, {whole(a), 0, dim}, {whole(b), 0, dim}, {whole(out), 0, dim}, dim,
+                           1)
+                    .ok());
+    EXPECT_EQ(str.state(), stream_state::in_flight);
+    EXPECT_EQ(str.label(), "first");
+    ASSERT_TRUE(str.wait(test_watchdog_ms).ok());
+    EXPECT_EQ(str.state(), stream_state::recording);
+    str.discard();
+    EXPECT_EQ(str.state(), stream_state::idle);
+    EXPECT_FALSE(str.submit().ok()) << "nothing left to submit";
+    // The first segment ran (a = 2 start); the discarded one never wrote `out`.
+    auto got_a = read_buffer<float>(a, dim);
+    for (std::uint32_t i = 0; i < dim; ++i) EXPECT_EQ(got_a[i], start[i] + start[i]);
+    EXPECT_EQ(read_buffer<float>(out, dim), start);
+    ASSERT_TRUE(str.begin("after").ok());
+    ASSERT_TRUE(encode_add(str, {whole(a), 0, dim}, {whole(b), 0, dim}, {whole(out), 0, dim}, dim,
+                           1)
+                    .ok());
+    run_segment("after");
+    auto got = read_buffer<float>(out, dim);
+    for (std::uint32_t i = 0; i < dim; ++i) EXPECT_EQ(got[i], got_a[i] + start[i]);
+}
+
+TEST(GpuSegments, TimestampsOfSegmentsRecordedAheadAreTheirOwn) {
+    ORDO_REQUIRE_GPU();
+    if (!env().dev->info().timestamps) GTEST_SKIP() << "device has no compute timestamps";
+    auto s = stream::create(*env().dev, *env().pipes, {16, true});
+    ASSERT_TRUE(s.ok()) << s.err().message;
+    stream& str = **s;
+    buffer a = make_buffer(random_floats(dim, 1)), b = make_buffer(random_floats(dim, 2));
+    auto add = [&] {
+        EXPECT_TRUE(encode_add(str, {whole(a), 0, dim}, {whole(b), 0, dim}, {whole(a), 0, dim},
+                               dim, 1)
+                        .ok());
+    };
+    ASSERT_TRUE(str.begin("three").ok());
+    add();
+    add();
+    add();
+    ASSERT_TRUE(str.submit().ok());
+    ASSERT_TRUE(str.begin_ahead("one").ok());
+    add();
+    ASSERT_TRUE(str.wait(test_watchdog_ms).ok());
+    EXPECT_EQ(str.timings().size(), 3u);
+    ASSERT_TRUE(str.submit().ok());
+    ASSERT_TRUE(str.wait(test_watchdog_ms).ok());
+    EXPECT_EQ(str.timings().size(), 1u);
+    for (const dispatch_timing& t : str.timings()) EXPECT_EQ(t.id, pipeline_id::add);
 }
 
 }  // namespace
