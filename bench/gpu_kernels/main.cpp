@@ -22,7 +22,8 @@
 //   o, fused gate|up, down: 16 copies each, one per layer, so the weights stream from device
 //   memory rather than L2; the 128256-row head) at 1, 2, 4 and 8 tokens for each of --types
 //   (default f16,q4_k), with a "step" line per type and token count: the whole step's mat-muls
-//   and their GB/s (issue 28). With --fused, q|k|v and gate|up run as the runner's decode runs
+//   and their GB/s (issue 28), then decode attention of the 1B shape at contexts 512 and 4096
+//   with and without flash decoding ("split"). With --fused, q|k|v and gate|up run as the runner's decode runs
 //   them on a GPU: mul_mat_vec_norm (the attention norm folded in) and mul_mat_vec_glu (the FFN
 //   norm and SwiGLU folded in), so their lines include the fused work.
 //   --mmv-wg LANES / --mmv-rows N / --mmv-unroll N override mul_mat_vec's workgroup lanes (a
@@ -161,6 +162,10 @@ void bench_mul_mat(bench_env& e, model::ggml_type type, std::uint32_t n_in, std:
     time_mul_mat(e, w, n_tokens, shape);
 }
 
+void bench_attention(bench_env& e, std::uint32_t n_head, std::uint32_t head_dim,
+                     std::uint32_t ctx, std::uint32_t n_seqs, std::uint32_t tokens_per_seq,
+                     bool split = false);
+
 // One decode step's mat-muls of the Llama-3.2-1B shape (2048 wide, 16 layers, 8 KV heads of
 // 64, ffn 8192, vocab 128256), fused as the runner fuses them. Each layer shape is uploaded 16
 // times (one copy per layer) and timed as one segment of 16 dispatches, so the weights stream
@@ -227,10 +232,18 @@ void bench_decode(bench_env& e, const std::vector<model::ggml_type>& types, bool
         }
         std::fflush(stdout);
     }
+    // Decode attention of the 1B shape (32 heads of 64; the bench's pool has as many KV heads)
+    // at long contexts, one workgroup per head and token against flash decoding.
+    for (std::uint32_t ctx : {512u, 4096u}) {
+        for (bool split : {false, true}) bench_attention(e, 32, 64, ctx, 1, 1, split);
+    }
 }
 
+// split: flash decoding (attention_batch::split_keys from the context, the partials bound), as
+// the runner runs it; otherwise one workgroup per (head, token).
 void bench_attention(bench_env& e, std::uint32_t n_head, std::uint32_t head_dim,
-                     std::uint32_t ctx, std::uint32_t n_seqs, std::uint32_t tokens_per_seq) {
+                     std::uint32_t ctx, std::uint32_t n_seqs, std::uint32_t tokens_per_seq,
+                     bool split) {
     const std::uint32_t block_tokens = 16;
     std::uint32_t blocks_per_seq = (ctx + block_tokens - 1) / block_tokens;
     auto pool = kv_pool::create(*e.dev, {1, n_head, head_dim, block_tokens,
@@ -252,16 +265,27 @@ void bench_attention(bench_env& e, std::uint32_t n_head, std::uint32_t head_dim,
     buffer tb = ints(tables), kb = ints(tokens);
     std::uint32_t n_tok = n_seqs * tokens_per_seq, width = n_head * head_dim;
     buffer q = filled(e, std::size_t(n_tok) * width, 3), out = filled(e, std::size_t(n_tok) * width, 4);
+    const std::uint32_t wg = e.pipes->get(pipeline_id::attention_f16).workgroup_size;
+    const std::uint32_t keys =
+        attention_split_keys(std::uint64_t(blocks_per_seq) * block_tokens, wg);
+    const std::uint32_t max_splits = (blocks_per_seq * block_tokens + keys - 1) / keys;
+    buffer partials = filled(e, attention_partials_floats(n_head, head_dim, max_splits), 5);
     auto [gpu_ms, wall_ms] = time_best(e, "attention", [&] {
         attention_batch b{{whole(q), 0, width}, {whole(out), 0, width}, {whole(kb), 0},
                           {whole(tb), 0}, n_tok, n_seqs, blocks_per_seq, n_head};
+        if (split) {
+            b.split_keys = keys;
+            b.partials = whole(partials);
+            b.max_splits = max_splits;
+        }
         if (!encode_attention(*e.str, **pool, 0, b, e.attention)) std::exit(1);
     });
     std::string kernel = e.str->timings().empty() ? "?" : std::string(pipeline_name(
                                                               e.str->timings()[0].id));
     std::printf("{\"kernel\":\"%s\",\"heads\":%u,\"head_dim\":%u,\"ctx\":%u,\"seqs\":%u,"
-                "\"tokens\":%u,\"gpu_ms\":%.4f,\"wall_ms\":%.4f}\n",
-                kernel.c_str(), n_head, head_dim, ctx, n_seqs, n_tok, gpu_ms, wall_ms);
+                "\"tokens\":%u,\"split\":%s,\"gpu_ms\":%.4f,\"wall_ms\":%.4f}\n",
+                kernel.c_str(), n_head, head_dim, ctx, n_seqs, n_tok, split ? "true" : "false",
+                gpu_ms, wall_ms);
     std::fflush(stdout);
 }
 

@@ -465,6 +465,22 @@ status runner::init_buffers(std::uint32_t blocks) {
     if (status s = prepare_attention(*_pipes, g); !s) return s;
 
     std::uint64_t t = _options.max_batch_tokens, rows = _options.rows_max;
+    // Flash decoding's splits (kernels.hpp attention_split_keys): fixed for the runner's
+    // longest context, so every step cuts a token's keys the same way.
+    const std::uint32_t attn_wg =
+        _pipes->get(g.f16 ? pipeline_id::attention_f16 : pipeline_id::attention_f32)
+            .workgroup_size;
+    const std::uint64_t positions = std::uint64_t(_blocks_per_seq_max) * g.block_tokens;
+    _attn_split_keys = _options.attention_split_keys != 0
+                           ? _options.attention_split_keys
+                           : attention_split_keys(positions, attn_wg);
+    if (_attn_split_keys % attn_wg != 0) {
+        return bad_config("attention_split_keys " + std::to_string(_attn_split_keys) +
+                          " is not a multiple of the attention workgroup (" +
+                          std::to_string(attn_wg) + ")");
+    }
+    _attn_max_splits = static_cast<std::uint32_t>((positions + _attn_split_keys - 1) /
+                                                  _attn_split_keys);
     // What sizes each buffer, for the message when one would exceed a storage binding (the
     // logits rows of a 128k vocabulary: 513 KB each).
     const char* batch = "scheduler.max_batch_tokens";
@@ -491,6 +507,8 @@ status runner::init_buffers(std::uint32_t blocks) {
         {&_logits, rows * _hp.n_vocab, memory_use::host_readback, "logits", seqs},
         {&_hidden, t * _embd_stride, memory_use::host_readback, "final hidden", batch},
         {&_spin, 1024, memory_use::device, "spin", batch},
+        {&_attn_partials, attention_partials_floats(_hp.n_head, g.head_dim, _attn_max_splits),
+         memory_use::device, "attention partials", "model.context_tokens"},
     };
     // The KV copy staging (_kv_host) is made by the first copy job: a server that never
     // persists KV does not pay kv_copy_blocks_max blocks of host memory (512 MiB for a 7B

@@ -117,6 +117,10 @@ struct runner_options {
     // mul_mat_rows on CPU devices; mul_mat_vec, with the decode fusions, on GPUs); true =
     // mul_mat_vec anywhere (tests run the GPUs' decode path on lavapipe), false = mul_mat_rows.
     std::optional<bool> mat_vec_kernels;
+    // Keys per attention split (flash decoding, kernels.hpp attention_split_keys): 0 = from the
+    // context; tests set one workgroup's worth so short contexts span many splits. A multiple
+    // of the attention workgroup.
+    std::uint32_t attention_split_keys = 0;
     // Fault injection (tests): pipelines whose name starts with this fail creation as a
     // driver's would (pipeline_tuning::fault_create_fails). Empty: none.
     std::string fault_pipeline_create;
@@ -350,6 +354,11 @@ private:
     // How long wait_segment waits for a submission: watchdog_ms, or warmup_ms_max while
     // warm_up() runs.
     std::uint64_t _segment_wait_ms = 0;
+    // Flash decoding (encode_attention's split grid): keys per split, splits per context, and
+    // the partials buffer (attention_partials_floats).
+    std::uint32_t _attn_split_keys = 0;
+    std::uint32_t _attn_max_splits = 0;
+    buffer _attn_partials;
     std::string _last_segment;
     std::chrono::steady_clock::time_point _segment_submitted;  // the segment in flight's submit
     std::vector<kernel_time> _timings;

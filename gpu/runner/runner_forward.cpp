@@ -84,6 +84,9 @@ status runner::record_layer(std::uint32_t l) {
     b.n_seqs = _plan.n_seqs;
     b.max_blocks_per_seq = _plan.blocks_per_seq;
     b.n_head = _hp.n_head;
+    b.split_keys = _attn_split_keys;
+    b.partials = whole(_attn_partials);
+    b.max_splits = _attn_max_splits;
     ORDO_TRY(encode_attention(s, *_kv, l, b));
     // x += wo att (the residual add fused into the mat-mul)
     ORDO_TRY(encode_mul_mat(s, w.wo, att, x, n, true));

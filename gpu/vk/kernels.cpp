@@ -714,14 +714,53 @@ status encode_attention(stream& s, const kv_pool& pool, std::uint32_t layer,
                                     " (llvmpipe): use a shorter context (model.context_tokens)");
     }
     if (tx) return encode_attention_tx(s, pool, layer, b);
+    if (b.split_keys % wg != 0) {
+        return bad("attention", "split_keys must be a multiple of the attention workgroup");
+    }
     auto p = attention_push_common<abi::attention_push>(g, b);
     p.q_offset = b.q.offset;
     p.q_stride = b.q.stride;
+    // One split (split_keys 0): every key in the first.
+    p.split_keys = b.split_keys != 0 ? b.split_keys : 0x7fffffffu;
+    const std::uint64_t n_splits = (positions + p.split_keys - 1) / p.split_keys;
+    const bool grid = b.split_keys != 0 && b.partials.buf != nullptr && n_splits > 1 &&
+                      b.n_tokens <= attention_split_tokens_max;
+    if (!grid) {
+        // The partials binding is unused: the output stands in for it.
+        s.dispatch(id,
+                   {b.q.view, pool.k(layer), pool.v(layer), b.tokens.view, b.tables.view,
+                    b.out.view, b.out.view},
+                   p, {b.n_head, b.n_tokens, 1});
+        return {};
+    }
+    // Flash decoding: one workgroup per (head, token, split), then the merge.
+    if (n_splits > b.max_splits || n_splits > s.dev().info().max_workgroup_count[2] ||
+        b.partials.range < 4 * attention_partials_floats(b.n_head, g.head_dim, b.max_splits)) {
+        return bad("attention", "the partials binding holds fewer splits than the context");
+    }
+    p.split_grid = 1;
+    p.max_splits = b.max_splits;
     s.dispatch(id,
                {b.q.view, pool.k(layer), pool.v(layer), b.tokens.view, b.tables.view,
-                b.out.view},
-               p, {b.n_head, b.n_tokens, 1});
+                b.out.view, b.partials},
+               p, {b.n_head, b.n_tokens, static_cast<std::uint32_t>(n_splits)});
+    abi::attention_merge_push m{b.n_tokens, b.n_head,     g.head_dim,  b.max_splits,
+                                static_cast<std::uint32_t>(n_splits), b.out.offset, b.out.stride};
+    s.dispatch(pipeline_id::attention_merge, {b.partials, b.out.view}, m,
+               {b.n_head, b.n_tokens, 1});
     return {};
+}
+
+std::uint32_t attention_split_keys(std::uint64_t positions, std::uint32_t wg) {
+    std::uint64_t keys = std::max<std::uint64_t>(
+        attention_split_keys_min, (positions + attention_splits_max - 1) / attention_splits_max);
+    keys = (keys + wg - 1) / wg * wg;
+    return static_cast<std::uint32_t>(keys);
+}
+
+std::uint64_t attention_partials_floats(std::uint32_t n_head, std::uint32_t head_dim,
+                                        std::uint32_t max_splits) {
+    return std::uint64_t(attention_split_tokens_max) * n_head * max_splits * (head_dim + 2);
 }
 
 status encode_spin_until(stream& s, buffer_view flag, std::uint32_t rounds) {

@@ -169,7 +169,27 @@ struct attention_batch {
     std::uint32_t n_seqs = 0;
     std::uint32_t max_blocks_per_seq = 0;
     std::uint32_t n_head = 0;
+    // Keys per split of a long context (attention_split.glsl; a multiple of the attention
+    // workgroup, the same for every step of a runner: attention_split_keys), 0 = one split. With
+    // `partials` bound, a step of at most attention_split_tokens_max tokens whose contexts span
+    // several splits runs the split grid (one workgroup per head, token and split) and the merge
+    // kernel: flash decoding.
+    std::uint32_t split_keys = 0;
+    buffer_view partials;         // attention_partials_floats(...) floats
+    std::uint32_t max_splits = 0;  // partials slots per (token, head)
 };
+// The most tokens a split-grid step serves (decode and small batches: with more, the tokens
+// alone fill the device).
+constexpr std::uint32_t attention_split_tokens_max = 8;
+// Splits: at least this many keys each, at most this many per context.
+constexpr std::uint32_t attention_split_keys_min = 256;
+constexpr std::uint32_t attention_splits_max = 64;
+// The split size for contexts of up to `positions` on attention workgroups of `wg` lanes.
+std::uint32_t attention_split_keys(std::uint64_t positions, std::uint32_t wg);
+// The partials a split grid needs: attention_split_tokens_max tokens x n_head x max_splits
+// slots of head_dim + 2 floats.
+std::uint64_t attention_partials_floats(std::uint32_t n_head, std::uint32_t head_dim,
+                                        std::uint32_t max_splits);
 // Causal attention of every token over its sequence's positions 0..pos in the pool.
 status encode_attention(stream& s, const kv_pool& pool, std::uint32_t layer,
                         const attention_batch& b);

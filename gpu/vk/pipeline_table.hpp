@@ -40,8 +40,9 @@
     X(kv_write_f16, 4, kv_write_push, elementwise, 0, none, create)                            \
     X(rope_kv_tx_f32, 6, rope_kv_push, subgroup, 0b1, none, create)                            \
     X(rope_kv_tx_f16, 6, rope_kv_push, subgroup, 0b1, none, create)                            \
-    X(attention_f32, 6, attention_push, attention, 0, none, create)                            \
-    X(attention_f16, 6, attention_push, attention, 0, none, create)                            \
+    X(attention_f32, 7, attention_push, attention, 0, none, create)                            \
+    X(attention_f16, 7, attention_push, attention, 0, none, create)                            \
+    X(attention_merge, 2, attention_merge_push, attention, 0, none, create)                    \
     X(attention_tx64_f32, 6, attention_tx_push, subgroup, 0b10111, subgroup_arithmetic, k)     \
     X(attention_tx64_f16, 6, attention_tx_push, subgroup, 0b10111, subgroup_arithmetic, k)     \
     X(attention_tx128_f32, 6, attention_tx_push, subgroup, 0b10111, subgroup_arithmetic, k)    \

@@ -7,6 +7,13 @@
 // grouped prefill variant (several query tokens per workgroup) gives every query the bits it
 // gets alone, also when a group mixes sequences or holds an invalid token.
 //
+// Flash decoding (attention.comp's key splits, attention_split.glsl): for contexts of 1 to 150
+// positions cut into splits of one workgroup of keys, the split grid plus attention_merge gives
+// the bits of one workgroup walking the splits itself, a context of one split the bits of the
+// unsplit kernel, a prefill chunk (too many tokens for the grid) the bits of its tokens decoded
+// one by one through the grid, and every output matches the reference; too few partials slots
+// are refused.
+//
 // Buffers live in a std::deque so references stay valid as more are added.
 //
 // Tolerances: the reference is fed the same K/V values the pool holds (rounded to f16 for an
@@ -14,6 +21,7 @@
 #include "gpu_fixture.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <deque>
 #include <numeric>
 
@@ -228,6 +236,166 @@ TEST(GpuAttention, InvalidTokenReadsNothing) {
     for (std::uint32_t i = 0; i < 2 * q_dim; ++i) ASSERT_EQ(got[i], 0.0f) << i;
     auto want = fx.reference(0, 4, q.data() + 2 * q_dim);
     expect_close({got.begin() + 2 * q_dim, got.end()}, want, 2e-5f, 1e-4f, "valid token");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Flash decoding: the split grid against one workgroup per token.
+
+constexpr std::uint32_t split_blocks = 40;  // 160 positions per sequence, 4 sequences
+
+struct split_env {
+    std::unique_ptr<kv_pool> pool;
+    std::deque<buffer> keep;
+    std::vector<std::vector<float>> k, v;  // per sequence, as stored (f16-rounded)
+    buffer tables;
+    std::uint32_t wg = 0;
+};
+
+// Four sequences of `lengths` positions written to an F16 pool (blocks in order per sequence).
+split_env make_split_env(const std::vector<std::uint32_t>& lengths) {
+    split_env e;
+    auto p = kv_pool::create(*env().dev, {2, n_head_kv, head_dim, block_tokens,
+                                          split_blocks * 4, true});
+    EXPECT_TRUE(p.ok());
+    e.pool = std::move(*p);
+    e.wg = env().pipes->get(pipeline_id::attention_f16).workgroup_size;
+    std::vector<std::int32_t> table;
+    EXPECT_TRUE(env().str->begin("split history").ok());
+    for (std::size_t s = 0; s < lengths.size(); ++s) {
+        for (std::uint32_t b = 0; b < split_blocks; ++b) {
+            table.push_back(static_cast<std::int32_t>(s * split_blocks + b));
+        }
+        auto k = random_floats(std::size_t(lengths[s]) * kv_dim, 300 + s);
+        auto v = random_floats(std::size_t(lengths[s]) * kv_dim, 400 + s);
+        for (auto* a : {&k, &v}) {
+            for (float& x : *a) x = model::f16_to_f32(model::f32_to_f16(x));
+        }
+        std::vector<float> src;
+        std::vector<std::int32_t> slots;
+        for (std::uint32_t pos = 0; pos < lengths[s]; ++pos) {
+            src.insert(src.end(), k.begin() + pos * kv_dim, k.begin() + (pos + 1) * kv_dim);
+            src.insert(src.end(), v.begin() + pos * kv_dim, v.begin() + (pos + 1) * kv_dim);
+            slots.push_back(static_cast<std::int32_t>((s * split_blocks) * block_tokens + pos));
+        }
+        const buffer& sb = e.keep.emplace_back(make_buffer(src));
+        const buffer& slb = e.keep.emplace_back(make_buffer(slots));
+        EXPECT_TRUE(encode_kv_write(*env().str, *e.pool, layer, {whole(sb), 0, 2 * kv_dim},
+                                    {whole(sb), kv_dim, 2 * kv_dim}, {whole(slb), 0},
+                                    lengths[s])
+                        .ok());
+        e.k.push_back(std::move(k));
+        e.v.push_back(std::move(v));
+    }
+    run_segment("split history");
+    e.tables = make_buffer(table);
+    return e;
+}
+
+// Attention (attention.comp) for tokens {seq, pos}; split_keys 0: unsplit; partials: the grid.
+std::vector<float> run_split(split_env& e, const std::vector<std::int32_t>& tokens,
+                             const std::vector<float>& q, std::uint32_t split_keys,
+                             bool partials) {
+    const auto n = static_cast<std::uint32_t>(tokens.size() / 2);
+    const buffer& qb = e.keep.emplace_back(make_buffer(q));
+    const buffer& tb = e.keep.emplace_back(make_buffer(tokens));
+    const buffer& ob = e.keep.emplace_back(make_buffer(std::vector<float>(n * q_dim, 9.0f)));
+    const std::uint32_t max_splits = split_blocks * block_tokens / std::max(split_keys, 1u);
+    const buffer& pb = e.keep.emplace_back(make_buffer(std::vector<float>(
+        attention_partials_floats(n_head, head_dim, std::max(max_splits, 1u)), 7.0f)));
+    attention_batch b{{whole(qb), 0, q_dim}, {whole(ob), 0, q_dim}, {whole(tb), 0},
+                      {whole(e.tables), 0}, n, 4, split_blocks, n_head};
+    b.split_keys = split_keys;
+    if (partials) {
+        b.partials = whole(pb);
+        b.max_splits = max_splits;
+    }
+    EXPECT_TRUE(env().str->begin("split attention").ok());
+    status st = encode_attention(*env().str, *e.pool, layer, b, attention_path::classic);
+    EXPECT_TRUE(st.ok()) << st.err().message;
+    const bool grid = partials && split_keys != 0 && n <= attention_split_tokens_max;
+    EXPECT_EQ(env().str->dispatches(), grid ? 2u : 1u)
+        << "the split grid is attention then attention_merge";
+    run_segment("split attention");
+    return read_buffer<float>(ob, n * q_dim);
+}
+
+bool same_bits(const float* a, const float* b, std::size_t n) {
+    return std::memcmp(a, b, n * sizeof(float)) == 0;
+}
+
+TEST(GpuAttention, SplitGridEqualsOneWorkgroupWalkingTheSplits) {
+    ORDO_REQUIRE_GPU();
+    // Lengths around the split edges: 1, one split exactly, one key past it, 150 (5 splits).
+    const std::vector<std::uint32_t> lengths = {1, 32, 33, 150};
+    split_env e = make_split_env(lengths);
+    const std::uint32_t keys = e.wg;  // the smallest split: many splits on short histories
+    ASSERT_LE(keys, 32u);
+    std::vector<std::int32_t> tokens;
+    for (std::size_t s = 0; s < lengths.size(); ++s) {
+        tokens.push_back(static_cast<std::int32_t>(s));
+        tokens.push_back(static_cast<std::int32_t>(lengths[s] - 1));
+    }
+    auto q = random_floats(lengths.size() * q_dim, 91);
+    auto grid = run_split(e, tokens, q, keys, true);
+    auto walk = run_split(e, tokens, q, keys, false);
+    auto unsplit = run_split(e, tokens, q, 0, true);
+    for (std::size_t s = 0; s < lengths.size(); ++s) {
+        SCOPED_TRACE("context " + std::to_string(lengths[s]));
+        const float* g = grid.data() + s * q_dim;
+        EXPECT_TRUE(same_bits(g, walk.data() + s * q_dim, q_dim))
+            << "the split grid and one workgroup walking the splits differ";
+        if (lengths[s] <= keys) {
+            EXPECT_TRUE(same_bits(g, unsplit.data() + s * q_dim, q_dim))
+                << "a context of one split changed bits";
+        }
+        std::vector<float> want(q_dim), scratch(lengths[s]);
+        model::attention(want.data(), q.data() + s * q_dim, e.k[s].data(), e.v[s].data(),
+                         lengths[s], {n_head, n_head_kv, head_dim}, scratch.data());
+        expect_close({g, g + q_dim}, want, 2e-5f, 1e-4f, "split attention vs reference");
+    }
+}
+
+TEST(GpuAttention, PrefillChunkEqualsItsTokensThroughTheSplitGrid) {
+    ORDO_REQUIRE_GPU();
+    split_env e = make_split_env({150, 1, 1, 1});
+    const std::uint32_t keys = e.wg;
+    // A chunk of 12 queries (more than the grid serves: one workgroup per token walks the
+    // splits) at positions 120..131, then each alone (the grid).
+    std::vector<std::int32_t> chunk;
+    for (std::int32_t pos = 120; pos < 132; ++pos) chunk.insert(chunk.end(), {0, pos});
+    ASSERT_GT(chunk.size() / 2, attention_split_tokens_max);
+    auto q = random_floats(12 * q_dim, 5);
+    auto whole_chunk = run_split(e, chunk, q, keys, true);
+    for (std::uint32_t i = 0; i < 12; ++i) {
+        std::vector<float> qi(q.begin() + i * q_dim, q.begin() + (i + 1) * q_dim);
+        auto alone = run_split(e, {0, chunk[2 * i + 1]}, qi, keys, true);
+        EXPECT_TRUE(same_bits(alone.data(), whole_chunk.data() + i * q_dim, q_dim))
+            << "position " << chunk[2 * i + 1];
+    }
+}
+
+TEST(GpuAttention, SplitGridRefusesTooFewPartialsSlots) {
+    ORDO_REQUIRE_GPU();
+    split_env e = make_split_env({150, 1, 1, 1});
+    const buffer& qb = e.keep.emplace_back(make_buffer(random_floats(q_dim, 1)));
+    const buffer& tb = e.keep.emplace_back(make_buffer(std::vector<std::int32_t>{0, 149}));
+    const buffer& ob = e.keep.emplace_back(make_buffer(std::vector<float>(q_dim)));
+    const buffer& pb = e.keep.emplace_back(
+        make_buffer(std::vector<float>(attention_partials_floats(n_head, head_dim, 2))));
+    attention_batch b{{whole(qb), 0, q_dim}, {whole(ob), 0, q_dim}, {whole(tb), 0},
+                      {whole(e.tables), 0}, 1, 4, split_blocks, n_head};
+    b.split_keys = e.wg;
+    b.partials = whole(pb);
+    b.max_splits = 2;  // the table spans 160 positions: 5 or more splits
+    ASSERT_TRUE(env().str->begin("refused").ok());
+    status st = encode_attention(*env().str, *e.pool, layer, b, attention_path::classic);
+    EXPECT_FALSE(st.ok());
+    b.max_splits = 40;  // more slots than the buffer holds
+    EXPECT_FALSE(encode_attention(*env().str, *e.pool, layer, b, attention_path::classic).ok());
+    b.split_keys = e.wg + 1;  // not a multiple of the workgroup
+    EXPECT_FALSE(encode_attention(*env().str, *e.pool, layer, b, attention_path::classic).ok());
+    EXPECT_EQ(env().str->dispatches(), 0u);
+    ASSERT_TRUE(env().str->run(test_watchdog_ms).ok());
 }
 
 }  // namespace

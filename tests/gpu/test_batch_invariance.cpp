@@ -549,6 +549,57 @@ TEST(GpuBatchInvariance, PrefillChunkingGivesSameLogitsAndKvQ8_0) {
     check_chunking(ggml_type::q8_0);
 }
 
+// Flash decoding at the runner: with splits of one attention workgroup of keys, a 100-token
+// prompt prefilled in one step (one workgroup per token walks the splits) and the same prompt
+// prefilled to 90 then decoded token by token (each decode runs the split grid and the merge)
+// give the same final logits and KV bytes; so does the F16 model on the GPUs' decode path.
+TEST(GpuBatchInvariance, SplitAttentionPrefillEqualsTokenByTokenDecode) {
+    ORDO_REQUIRE_GPU();
+    for (kernels k : {kernels::storage, kernels::gpu_decode}) {
+        ggml_type type = k == kernels::storage ? ggml_type::f32 : ggml_type::f16;
+        SCOPED_TRACE(model::type_name(type));
+        auto file = open_model(synth_model(type));
+        ASSERT_TRUE(file);
+        runner_options o = kernel_options(k);
+        o.attention_split_keys = tuning_for(env().dev->info()).attention_wg;
+        auto r = runner::create(*file, o);
+        ASSERT_TRUE(r.ok()) << r.err().message;
+        runner& run = **r;
+        const std::uint32_t prompt = 100, prefix = 90;
+        auto tokens = test_tokens(prompt, n_vocab, 21);
+        auto table = blocks_from(3, prompt, block_tokens);
+        auto final_logits = [&](std::uint32_t first_chunk) {
+            EXPECT_TRUE(run.clear_kv().ok());
+            std::vector<float> logits;
+            std::uint64_t id = 1;
+            for (std::uint32_t done = 0; done < prompt;) {
+                std::uint32_t n = done == 0 ? first_chunk : 1;
+                std::vector<std::int32_t> t(tokens.begin() + done, tokens.begin() + done + n);
+                bool last = done + n == prompt;
+                step st = make_step(id++, n > 1 ? "prefill" : "decode",
+                                    {make_seq(5, t, done, table, last)});
+                if (last) {
+                    logits = step_logits(run, st, 5);
+                } else {
+                    std::vector<float> none(std::size_t(16) * n_vocab);
+                    EXPECT_TRUE(run.run_step(st, none.data()).ok());
+                }
+                done += n;
+            }
+            std::vector<std::uint8_t> kv(table.size() * run.kv_block_bytes());
+            EXPECT_TRUE(run.read_kv_blocks(table, kv).ok());
+            return std::make_pair(logits, kv);
+        };
+        auto whole_prompt = final_logits(prompt);
+        auto decoded = final_logits(prefix);
+        ASSERT_EQ(whole_prompt.first.size(), n_vocab);
+        ASSERT_EQ(decoded.first.size(), n_vocab);
+        EXPECT_TRUE(same_bits(whole_prompt.first.data(), decoded.first.data(), n_vocab))
+            << "max |diff| " << max_abs_diff(whole_prompt.first.data(), decoded.first);
+        EXPECT_TRUE(whole_prompt.second == decoded.second) << "KV bytes differ";
+    }
+}
+
 // Chunks of 7 and token by token on the GPUs' decode path run the fused mul_mat_vec_norm and
 // mul_mat_vec_glu; the whole prompt runs rms_norm, the tiled kernel and swiglu.
 TEST(GpuBatchInvariance, PrefillChunkingGivesSameLogitsAndKvGpuDecodePathQ8_0) {

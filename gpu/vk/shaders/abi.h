@@ -93,7 +93,8 @@ ORDO_ABI_CONST ORDO_B_ROPE_KV_SRC = 0, ORDO_B_ROPE_KV_Q = 1, ORDO_B_ROPE_KV_INTS
                ORDO_B_ROPE_KV_K = 3, ORDO_B_ROPE_KV_V = 4, ORDO_B_ROPE_KV_FREQ = 5;
 ORDO_ABI_CONST ORDO_B_KVW_SRC = 0, ORDO_B_KVW_SLOTS = 1, ORDO_B_KVW_K = 2, ORDO_B_KVW_V = 3;
 ORDO_ABI_CONST ORDO_B_ATTN_Q = 0, ORDO_B_ATTN_K = 1, ORDO_B_ATTN_V = 2, ORDO_B_ATTN_TOKENS = 3,
-               ORDO_B_ATTN_TABLES = 4, ORDO_B_ATTN_OUT = 5;
+               ORDO_B_ATTN_TABLES = 4, ORDO_B_ATTN_OUT = 5, ORDO_B_ATTN_PARTIALS = 6;
+ORDO_ABI_CONST ORDO_B_ATTN_MERGE_PARTIALS = 0, ORDO_B_ATTN_MERGE_OUT = 1;
 ORDO_ABI_CONST ORDO_B_SPIN_DATA = 0;
 
 // get_rows_*.comp: out[i] = dequant(table[ids[i]]) for the ids that fall in this chunk.
@@ -253,6 +254,20 @@ struct attention_push {
     uint out_stride;
     uint tokens_offset; // ints
     float scale;        // 1 / sqrt(head_dim)
+    uint split_keys;    // keys per split (a multiple of the workgroup; attention_split.glsl)
+    uint split_grid;    // 1: one workgroup per (head, token, split) writing partials
+    uint max_splits;    // partials slots per (token, head)
+};
+
+// attention_merge.comp: out[t][h] = the merge of the split grid's partials (attention_split.glsl).
+struct attention_merge_push {
+    uint n_tokens;
+    uint n_head;
+    uint head_dim;
+    uint max_splits;    // partials slots per (token, head)
+    uint n_splits;      // slots the split grid wrote (splits of the step's longest context)
+    uint out_offset;
+    uint out_stride;
 };
 
 // attention_tx.comp: attention_push's job, reading q, K, V and the block tables through

@@ -4,6 +4,12 @@
 // batch of sequences of different lengths (decode) and a chunk of new tokens over a history
 // (chunked prefill) are the same dispatch. Keys are scored WG at a time (one per lane) with an
 // online softmax; each lane accumulates head dims lane, lane + WG, ... of the output.
+//
+// Long contexts are cut into splits of p.split_keys keys (attention_split.glsl). With
+// p.split_grid = 0 the workgroup walks a token's splits in turn and merges them itself; with 1
+// (flash decoding: few tokens over long contexts, which would leave most of a GPU idle) the grid
+// has one workgroup per (head, token, split), each writes its split's (m, l, acc) to the
+// partials binding, and attention_merge.comp merges them in the same order: the same bits.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "abi.h"
@@ -14,6 +20,9 @@ layout(std430, binding = ORDO_B_ATTN_Q) readonly buffer q_buf { float q[]; };
 layout(std430, binding = ORDO_B_ATTN_TOKENS) readonly buffer tokens_buf { int tokens[]; };
 layout(std430, binding = ORDO_B_ATTN_TABLES) readonly buffer tables_buf { int tables[]; };
 layout(std430, binding = ORDO_B_ATTN_OUT) writeonly buffer out_buf { float dst[]; };
+// The split grid's partials: per (token, head, split) head_dim accumulators, then m and l.
+layout(std430, binding = ORDO_B_ATTN_PARTIALS) writeonly buffer partials_buf { float part[]; };
+#include "attention_split.glsl"
 #define KV_BINDING_K ORDO_B_ATTN_K
 #define KV_BINDING_V ORDO_B_ATTN_V
 #include "kv_pool.glsl"
@@ -40,17 +49,30 @@ void main() {
         qs[d] = q[qo + d] * p.scale;
     }
     barrier();
+    // Splits: all of the token's in turn, or (the split grid) split z alone.
+    uint n_splits = (n_keys + p.split_keys - 1u) / p.split_keys;
+    uint c0 = p.split_grid != 0u ? gl_WorkGroupID.z : 0u;
+    uint c1 = p.split_grid != 0u ? min(c0 + 1u, n_splits) : n_splits;
+    split_state st = split_state(-1.0 / 0.0, 0.0);
+    float out_acc[ORDO_ATTN_ACC];
+    for (uint a = 0; a < ORDO_ATTN_ACC; ++a) {
+        out_acc[a] = 0.0;
+    }
     float m = -1.0 / 0.0;
     float l = 0.0;
     float acc[ORDO_ATTN_ACC];
+    for (uint c = c0; c < c1; ++c) {  // uniform: barriers inside
+    m = -1.0 / 0.0;
+    l = 0.0;
     for (uint a = 0; a < ORDO_ATTN_ACC; ++a) {
         acc[a] = 0.0;
     }
-    for (uint k0 = 0; k0 < n_keys; k0 += WG) {
+    uint split_end = min(n_keys, (c + 1u) * p.split_keys);
+    for (uint k0 = c * p.split_keys; k0 < split_end; k0 += WG) {
         uint key = k0 + lane;
         float s = -1.0 / 0.0;
         uint base = 0;
-        if (key < n_keys) {
+        if (key < split_end) {
             uint block = uint(tables[seq * p.max_blocks_per_seq + key / p.block_tokens]);
             if (block < p.n_blocks) {
                 base = ((block * p.n_head_kv + kvh) * p.block_tokens + key % p.block_tokens)
@@ -65,7 +87,7 @@ void main() {
         scores[lane] = s;
         key_base[lane] = base;
         barrier();
-        uint n_tile = min(WG, n_keys - k0);
+        uint n_tile = min(WG, split_end - k0);
         float m_new = m;
         for (uint j = 0; j < n_tile; ++j) {
             m_new = max(m_new, scores[j]);
@@ -90,11 +112,31 @@ void main() {
         }
         barrier();
     }
+    vec2 f = split_merge(st, m, l);
+    for (uint a = 0; a < ORDO_ATTN_ACC; ++a) {
+        out_acc[a] = split_apply(out_acc[a], acc[a], f);
+    }
+    }
+    if (p.split_grid != 0u) {
+        // This split's state, raw (a split past the token's keys writes m = -inf: skipped).
+        uint po = ((t * p.n_head + h) * p.max_splits + c0) * (p.head_dim + 2u);
+        for (uint a = 0; a < ORDO_ATTN_ACC; ++a) {
+            uint d = lane + a * WG;
+            if (d < p.head_dim) {
+                part[po + d] = c0 < c1 ? acc[a] : 0.0;
+            }
+        }
+        if (lane == 0u) {
+            part[po + p.head_dim] = c0 < c1 ? m : -1.0 / 0.0;
+            part[po + p.head_dim + 1u] = c0 < c1 ? l : 0.0;
+        }
+        return;
+    }
     uint oo = p.out_offset + t * p.out_stride + h * p.head_dim;
     for (uint a = 0; a < ORDO_ATTN_ACC; ++a) {
         uint d = lane + a * WG;
         if (d < p.head_dim) {
-            dst[oo + d] = l > 0.0 ? acc[a] / l : 0.0;
+            dst[oo + d] = st.l > 0.0 ? out_acc[a] / st.l : 0.0;
         }
     }
 }
