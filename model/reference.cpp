@@ -6,6 +6,7 @@
 #include <cassert>
 #include <cmath>
 
+#include "actors/runtime/splitmix64.hpp"
 #include "model/cpu_ops.hpp"
 
 namespace ordo::model {
@@ -163,11 +164,7 @@ result<std::vector<float>> embed(reference_model& model, std::span<const uint32_
 
 float sampler::next_uniform() {
     // splitmix64: a fixed, portable generator (std:: distributions differ across libraries).
-    _state += 0x9e3779b97f4a7c15ull;
-    uint64_t z = _state;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
+    uint64_t z = splitmix64_next(_state);
     return static_cast<float>(z >> 40) * (1.0f / 16777216.0f);  // top 24 bits -> [0, 1)
 }
 

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <unordered_set>
 
+#include "actors/runtime/splitmix64.hpp"
 #include "model/fingerprint.hpp"
 #include "model/gguf.hpp"
 #include "model/gguf_writer.hpp"
@@ -194,10 +195,8 @@ void synth_values(uint64_t seed, const std::string& name, float scale, uint64_t 
     // Irwin-Hall: four uniforms sum to mean 2, variance 1/3; rescale to std `scale`.
     const float k = scale * std::sqrt(3.0f);
     for (size_t i = 0; i < n; ++i) {
-        uint64_t z = key + (first + i + 1) * 0x9e3779b97f4a7c15ull;  // splitmix64 at a counter
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        z ^= z >> 31;
+        // splitmix64 at a counter
+        const uint64_t z = splitmix64_mix(key + (first + i + 1) * splitmix64_gamma);
         float sum = 0.0f;
         for (int j = 0; j < 4; ++j) {
             sum += (static_cast<float>((z >> (16 * j)) & 0xffffu) + 0.5f) * (1.0f / 65536.0f);

@@ -9,16 +9,11 @@
 
 #include <cstdint>
 
+#include "actors/runtime/splitmix64.hpp"
+
 namespace ordo::sched {
 
-// splitmix64: one step of Steele, Lea & Flood's generator; also a good 64-bit mixer.
-inline uint64_t splitmix64_next(uint64_t& state) {
-    state += 0x9e3779b97f4a7c15ull;
-    uint64_t z = state;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+using ordo::splitmix64_next;
 
 class xoshiro256ss {
 public:

@@ -5,6 +5,7 @@
 #include <cassert>
 #include <thread>
 
+#include "actors/runtime/splitmix64.hpp"
 #include "bench/ordo_load/http_stream.hpp"
 #include "tools/client/connection.hpp"
 
@@ -15,13 +16,6 @@ using client::connection;
 using client::find;
 using client::get_str;
 using std::chrono::milliseconds;
-
-uint64_t splitmix64(uint64_t& state) {
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
 
 msgpack::sbuffer generate_frame(const stream_plan& plan, uint32_t r, uint64_t id) {
     msgpack::sbuffer buf;
@@ -193,7 +187,7 @@ std::vector<int32_t> random_prompt(uint64_t seed, uint32_t count, uint32_t vocab
     std::vector<int32_t> ids(count);
     for (auto& id : ids) {
         id = static_cast<int32_t>(first_ordinary_token +
-                                  splitmix64(state) % (vocab_size - first_ordinary_token));
+                                  splitmix64_next(state) % (vocab_size - first_ordinary_token));
     }
     return ids;
 }

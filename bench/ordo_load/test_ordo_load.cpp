@@ -37,6 +37,7 @@
 #include "bench/ordo_load/load_stats.hpp"
 #include "bench/ordo_load/load_stream.hpp"
 #include "bench/ordo_load/server_spawn.hpp"
+#include "tools/client/connection.hpp"
 
 namespace {
 
@@ -619,6 +620,26 @@ TEST_F(load_e2e, unreachable_server_and_unstartable_binary_exit_3) {
     EXPECT_NE(m.err.find("ordo-load:"), std::string::npos) << m.err;
 }
 
+// The scheduler's request count (the `stats` op's scheduler.requests: requests queued since
+// start), or 0 when the server does not answer.
+uint64_t requests_queued(uint16_t port) {
+    ordo::client::connection c;
+    if (!c.open("127.0.0.1", port, std::chrono::milliseconds(2000))) return 0;
+    msgpack::sbuffer frame;
+    msgpack::packer<msgpack::sbuffer> pk(frame);
+    pk.pack_map(2);
+    pk.pack("id");
+    pk.pack(1);
+    pk.pack("op");
+    pk.pack("stats");
+    if (!c.send(frame)) return 0;
+    auto e = c.recv(std::chrono::milliseconds(5000));
+    if (!e) return 0;
+    const msgpack::object* sched = ordo::client::find(e->get(), "scheduler");
+    const msgpack::object* n = sched ? ordo::client::find(*sched, "requests") : nullptr;
+    return n && n->type == msgpack::type::POSITIVE_INTEGER ? n->via.u64 : 0;
+}
+
 TEST_F(load_e2e, server_killed_under_load_ends_the_run_with_errors) {
     spawned_server server;
     start_server(server);
@@ -636,9 +657,17 @@ TEST_F(load_e2e, server_killed_under_load_ends_the_run_with_errors) {
                             " --duration-max-s 300",
                         "killed");
     });
-    // Short requests, and time for several to finish even on a loaded 2-core CI machine.
-    std::this_thread::sleep_for(std::chrono::seconds(5));
+    // Kill once several requests finished: the warm one, then 3 streams that each queue their
+    // next request when the last one ended, so 7 queued means at least 3 of the run's done.
+    // Bounded (load_wait_polls_max x 100 ms) so a stuck run fails instead of hanging.
+    constexpr int load_wait_polls_max = 1200;
+    bool served = false;
+    for (int i = 0; i < load_wait_polls_max && !served; ++i) {
+        served = requests_queued(server.endpoint().port) >= 7;
+        if (!served) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
     ASSERT_EQ(kill(server.pid(), SIGKILL), 0);
+    EXPECT_TRUE(served) << "the run never got 3 requests done";
     load.join();
     EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
     auto lines = parse_json_lines(r.out);

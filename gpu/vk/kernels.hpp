@@ -175,7 +175,7 @@ struct attention_batch {
     // several splits runs the split grid (one workgroup per head, token and split) and the merge
     // kernel: flash decoding.
     std::uint32_t split_keys = 0;
-    buffer_view partials;         // attention_partials_floats(...) floats
+    buffer_view partials{};       // attention_partials_floats(...) floats
     std::uint32_t max_splits = 0;  // partials slots per (token, head)
 };
 // The most tokens a split-grid step serves (decode and small batches: with more, the tokens

@@ -91,6 +91,15 @@ bool wait_idle(uint16_t port) {
     return false;
 }
 
+// Polls stats until the scheduler has received at least `n` requests in all.
+bool wait_requests(uint16_t port, uint64_t n) {
+    for (int i = 0; i < 400; i++) {
+        if (stats(port)["requests"] >= n) return true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    return false;
+}
+
 struct golden_case {
     std::vector<int32_t> prompt_ids;
     std::vector<int32_t> generated;
@@ -303,7 +312,9 @@ TEST_F(stories_server, disconnects_in_queue_prefill_and_decode_free_everything) 
             ASSERT_TRUE(clients.back()->send(frame("id", 1, "op", "generate", "tokens",
                                                    long_prompt(1200), "max_tokens", 50)));
         }
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        // The scheduler holds all three before they leave (none has finished: 1200-token
+        // prompts with 50 tokens each).
+        ASSERT_TRUE(wait_requests(server.port(), before["requests"] + (rst ? 4 : 0) + 3));
         for (auto& c : clients) rst ? c->reset() : c->close();
         tcp_client decoding;
         ASSERT_TRUE(decoding.connect(server.port()));

@@ -1,7 +1,7 @@
 // abi.h: the one declaration of every push-constant struct, binding index and shared constant
 // used by the compute shaders (gpu/vk/shaders/*.comp include it as GLSL) and by their encoders
 // (gpu/vk/kernels.cpp includes it as C++). Members are 32-bit scalars only, so GLSL's std430
-// push-constant layout and the C++ layout are identical; gpu/vk/kernels.cpp static_asserts sizes.
+// push-constant layout and the C++ layout are identical; gpu/vk/pipelines.cpp static_asserts sizes.
 //
 // Conventions: element offsets and strides are in elements of the binding (floats for
 // activations), so sub-views never need descriptor-offset alignment. Specialization constant 0
