@@ -23,6 +23,8 @@
 #include <cstring>
 #include <regex>
 
+#include "tools/client/connection.hpp"
+
 namespace ordo::test {
 namespace {
 
@@ -240,15 +242,7 @@ void tcp_client::reset() {
 }
 
 const msgpack::object* field(const msgpack::object& map, const std::string& key) {
-    if (map.type != msgpack::type::MAP) return nullptr;
-    for (uint32_t i = 0; i < map.via.map.size; i++) {
-        const auto& kv = map.via.map.ptr[i];
-        if (kv.key.type == msgpack::type::STR &&
-            std::string(kv.key.via.str.ptr, kv.key.via.str.size) == key) {
-            return &kv.val;
-        }
-    }
-    return nullptr;
+    return client::find(map, key);  // the CLI's lookup (tools/client/connection.hpp)
 }
 
 std::string str_field(const msgpack::object& map, const std::string& key) {
