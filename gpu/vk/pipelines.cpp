@@ -124,6 +124,11 @@ pipeline_tuning tuning_for(const device_info& info) {
     // steps of x (Vulkan guarantees 16 KiB).
     t.mat_vec_unroll = 2;
     if (mat_vec_shared_bytes(t) > info.max_shared_memory_bytes) t.mat_vec_unroll = 1;
+    // Still too much (the GLU variant's partials on a 16 KiB device): fewer teams per workgroup.
+    while (mat_vec_shared_bytes(t) > info.max_shared_memory_bytes &&
+           t.mat_vec_wg > abi::ORDO_MAT_GROUPS) {
+        t.mat_vec_wg /= 2;
+    }
     t.mat_rows_wg = std::min<std::uint32_t>(cap, 64);
     // A CPU device (lavapipe) runs the barrier-free row-per-lane kernel for every few-token
     // count in the storage family; a GPU the 8-lanes-per-row mul_mat_vec (gpu/PERF.md).

@@ -11,7 +11,9 @@
 // * close to the CPU reference (model::rmsnorm, the dequantized rows, model::swiglu);
 // * the fallbacks: a gate|up matrix split in several chunks, and a norm over fewer elements than
 //   the weight's (padded) rows, take the unfused path with the same results, and a GLU weight
-//   whose rows are not 2 x n_ff is refused.
+//   whose rows are not 2 x n_ff is refused;
+// * tuning_for fits the widest (GLU) variant into every shared-memory size from Vulkan's
+//   minimum (16 KiB) up, for subgroups of 8 to 64 lanes.
 #include <cstring>
 #include <map>
 
@@ -254,6 +256,24 @@ TEST(GpuDecodeFusion, FallbacksTakeTheUnfusedPathWithTheSameResults) {
                                  {whole(hb), 0, n_ff}, n_ff + 1, n, mat_path::vec);
     EXPECT_FALSE(bad.ok());
     EXPECT_TRUE(str->run(test_watchdog_ms).ok());
+}
+
+TEST(GpuDecodeFusion, TuningFitsTheGluVariantInEveryDevicesSharedMemory) {
+    // Pure arithmetic over device limits: no device needed.
+    for (std::uint32_t shared : {16384u, 32768u, 49152u, 65536u}) {
+        for (std::uint32_t sg : {8u, 16u, 32u, 64u}) {
+            device_info info;
+            info.kind = device_kind::discrete;
+            info.subgroup_size = sg;
+            info.max_workgroup_invocations = 1024;
+            info.max_shared_memory_bytes = shared;
+            pipeline_tuning t = tuning_for(info);
+            SCOPED_TRACE(std::to_string(shared) + " B, subgroup " + std::to_string(sg));
+            EXPECT_LE(mat_vec_shared_bytes(t), shared);
+            EXPECT_EQ(t.mat_vec_wg % abi::ORDO_MAT_GROUPS, 0u);
+            EXPECT_GE(t.mat_vec_wg, abi::ORDO_MAT_GROUPS);
+        }
+    }
 }
 
 }  // namespace
