@@ -13,12 +13,6 @@
 namespace ordo::http {
 namespace {
 
-// The timeout sweep runs this many times per shortest timeout, so a late request is cut off
-// between 1x and 1.25x its timeout.
-constexpr uint64_t timeout_sweeps = 4;
-// client_gone to the scheduler, bounded as the net actor's.
-constexpr actors::delivery_limits gone_delivery_limits{
-    .pending_max = 1u << 16, .retry_ms = 5, .deadline_ms = 30'000};
 // Inputs of one POST /v1/embeddings given to the scheduler at once (each is one embed request
 // there): enough to fill a step (scheduler.max_sequences is 16 by default), few enough that a
 // request of 2,048 inputs neither fills the scheduler's queue (max_queue) nor starves the
@@ -96,6 +90,25 @@ const char* endpoint_method(std::string_view path) {
     return nullptr;
 }
 
+// A connection the server closes after its answer closes lingering (door/tcp_conn.cpp): at
+// most max_connections at once, so lingering ones cannot grow without bound either.
+door::front_door_options door_options(const http_options& o) {
+    door::front_door_options d;
+    d.door = sched::front_door::http;
+    d.host = o.host;
+    d.port = o.port;
+    d.connections_max = o.connections_max;
+    d.connections_max_key = "http.max_connections";
+    d.conns.write_buffer_bytes_max = o.write_buffer_bytes_max;
+    d.conns.shutdown_grace_ms = o.shutdown_grace_ms;
+    d.conns.linger_ms = o.linger_ms;
+    d.conns.linger_bytes_max = o.linger_bytes_max;
+    d.timeout_ms_min = std::min(o.header_timeout_ms, o.keep_alive_timeout_ms);
+    if (o.linger_ms > 0) d.timeout_ms_min = std::min(d.timeout_ms_min, o.linger_ms);
+    d.auth = o.auth;
+    return d;
+}
+
 }  // namespace
 
 // The request a connection is answering: what the answer must look like and how far it got.
@@ -111,7 +124,7 @@ struct http_actor::live_request {
     // embed_inputs_inflight_max of them are unanswered at once.
     struct embeddings_state {
         std::vector<sched::embed> inputs;
-        std::vector<net::embed_done> done;  // by input
+        std::vector<door::embed_done> done;  // by input
         size_t sent = 0, answered = 0;
         bool base64 = false;
     };
@@ -123,9 +136,9 @@ struct http_actor::live_request {
 };
 
 // A connection: the TCP layer's part (tcp_conn: socket, write queue, closing, lingering; its id
-// is local, the scheduler knows conn_id(front_door::http, id); admitted means counted in _open)
-// and HTTP's.
-struct http_actor::connection final : net::tcp_conn {
+// is local, the scheduler knows conn_id(front_door::http, id); admitted means counted against
+// the connection limit) and HTTP's.
+struct http_actor::connection final : door::tcp_conn {
     request_reader reader;
     std::string unread;                // bytes read but not parsed yet (read-ahead bound)
     std::deque<http_request> queued;   // parsed, waiting for the live one to be answered
@@ -136,8 +149,8 @@ struct http_actor::connection final : net::tcp_conn {
     // was accepted); unset between whole requests.
     std::optional<clock::time_point> waiting_since;
     // What http.keep_alive_timeout_ms bounds: since the last answer, while nothing is pending.
-    // Neither timeout runs while a net_stop_reading fault pauses the connection (_pauses): it
-    // is the server that is not reading.
+    // Neither timeout runs while a net_stop_reading fault pauses the connection: it is the
+    // server that is not reading.
     std::optional<clock::time_point> idle_since;
     // The Access-Control-Allow-Origin of the request being answered (cors.hpp), set by route
     // and reset by finish; nullopt: its answer gets no CORS headers.
@@ -153,129 +166,88 @@ struct http_actor::connection final : net::tcp_conn {
 http_actor::http_actor(http_options options, size_t mailbox_capacity)
     : actor("http", mailbox_capacity),
       _options(std::move(options)),
-      _cors(_options.cors_allow_origins) {}
+      _cors(_options.cors_allow_origins),
+      _door(door_options(_options), *this) {}
 
 http_actor::~http_actor() = default;
 
-// ---- lifecycle ---------------------------------------------------------------------------
+void http_actor::on_start() { must(_door.start(loop(), log()), "delivery init"); }
 
-void http_actor::on_start() {
-    // A connection the server closes after its answer closes lingering (net/tcp_conn.cpp): at
-    // most max_connections at once, so lingering ones cannot grow without bound either.
-    _conns.init(loop(), *this,
-                {.write_buffer_bytes_max = _options.write_buffer_bytes_max,
-                 .shutdown_grace_ms = _options.shutdown_grace_ms,
-                 .linger_ms = _options.linger_ms,
-                 .linger_bytes_max = _options.linger_bytes_max,
-                 .lingering_max = _options.connections_max,
-                 .door = "http "},
-                log());
-    uv_timer_init(loop(), &_sweep_timer);
-    _sweep_timer.data = this;
-    _pauses.init(loop(), [this](uint64_t id, clock::time_point now) { resume_reading(id, now); });
-    must(_gone.init(loop(), _gone_out, gone_delivery_limits,
-                    [this](const gone_delivery::message& m, const error& why) {
-                        if (why.code != "actor_stopped" && why.code != "not_connected") {
-                            log().error("client_gone for connection {} undeliverable: {}",
-                                        std::get<sched::client_gone>(m).conn, why.message);
-                        }
-                    }),
-         "delivery init");
-    uint64_t shortest = std::min(_options.header_timeout_ms, _options.keep_alive_timeout_ms);
-    if (_options.linger_ms > 0) shortest = std::min(shortest, _options.linger_ms);
-    uint64_t sweep_ms = std::max<uint64_t>(1, shortest / timeout_sweeps);
-    uv_timer_start(&_sweep_timer, &http_actor::sweep_cb, sweep_ms, sweep_ms);
-    _listen_status = bind_and_listen();
-    if (!_listen_status.ok()) log().error("{}", _listen_status.err().message);
+// The scheduler stopped first: the answers of requests it ended are queued here. They are
+// written, then each connection is shut down; the grace timer bounds a client not reading.
+void http_actor::on_stop() { _door.stop(); }
+
+// ---- the front door's calls (front_door_owner) --------------------------------------------------
+
+std::unique_ptr<door::tcp_conn> http_actor::door_conn(uint64_t id) {
+    return std::make_unique<connection>(id, _options);
 }
 
-status http_actor::bind_and_listen() {
-    if (auto st = _listener.open(loop(), _options.host, _options.port, this, &http_actor::connection_cb,
-                                 "http");
-        !st) {
-        return st;
-    }
-    log().info("http listening on {}:{}", _options.host, _listener.port());
-    return {};
+// A cut-off address (429 with Retry-After) or one connection too many (429); then the
+// connection closes, lingering.
+void http_actor::door_refuse(door::tcp_conn& t, door::errc code, const std::string& message,
+                             uint64_t retry_after_ms) {
+    auto& c = static_cast<connection&>(t);
+    if (code == door::errc::unauthorized) return refuse_cut_off(c, retry_after_ms);
+    assert(code == door::errc::overloaded);
+    respond_error(c, {429, "overloaded", message, ""}, false);
 }
 
-void http_actor::on_stop() {
-    _listener.close();
-    uv_close(reinterpret_cast<uv_handle_t*>(&_sweep_timer), nullptr);
-    _pauses.close();
-    // The scheduler stopped first: the answers of requests it ended are queued here. They are
-    // written, then each connection is shut down; the grace timer bounds a client not reading.
-    size_t flushing = _conns.stop();
-    _gone.close();
-    log().info("stopping: {} connections ({} flushing)", _conns.size(), flushing);
-}
-
-// ---- accepting and reading -----------------------------------------------------------------
-
-void http_actor::connection_cb(uv_stream_t* server, int status) {
-    auto* self = static_cast<http_actor*>(server->data);
-    if (status < 0) {
-        self->log().warn("accept failed: {}", uv_strerror(status));
-        return;
-    }
-    self->accept_one();
-}
-
-void http_actor::accept_one() {
-    net::tcp_conn* accepted =
-        _conns.accept(_listener.stream(), std::make_unique<connection>(_next_conn_id++, _options));
-    if (accepted == nullptr) return;
-    auto& c = static_cast<connection&>(*accepted);
-    // A client address in its cool-down after repeated auth failures is turned away first.
-    if (uint64_t left_ms = _options.auth ? _options.auth->cooldown_left_ms(c.peer_address) : 0;
-        left_ms > 0) {
-        refuse_cut_off(c, left_ms);
-        return;
-    }
-    if (_open >= _options.connections_max) {
-        _counters.connections_refused++;
-        respond_error(c,
-                      {429, "overloaded",
-                       "too many connections (http.max_connections = " +
-                           std::to_string(_options.connections_max) + ")",
-                       ""},
-                      false);
-        return;
-    }
-    c.admitted = true;
-    _open++;
-    _counters.connections_total++;
+void http_actor::door_admitted(door::tcp_conn& t) {
+    auto& c = static_cast<connection&>(t);
     c.waiting_since = clock::now();
     update_reading(c);
 }
 
-// ---- the TCP layer's calls (tcp_conn_owner) ----------------------------------------------------
-
-void http_actor::conn_read(net::tcp_conn& t, const char* data, size_t size) {
+void http_actor::door_read(door::tcp_conn& t, const char* data, size_t size) {
     auto& c = static_cast<connection&>(t);
     c.unread.append(data, size);
     parse_more(c);
 }
 
 // Its request can no longer be answered: the scheduler cancels it (no events).
-void http_actor::conn_stopping(net::tcp_conn& t, const std::string& reason) {
+bool http_actor::door_abandon(door::tcp_conn& t) {
     auto& c = static_cast<connection&>(t);
-    if (c.live) {
-        _counters.disconnects++;
-        _gone.send(sched::client_gone{c.conn(), reason});
-        c.live.reset();
-    }
+    bool live = c.live.has_value();
+    if (live) _counters.disconnects++;
+    c.live.reset();
     c.queued.clear();
-    if (c.admitted) _open--;
+    return live;
 }
 
-void http_actor::conn_closed(net::tcp_conn& c) {
-    _pauses.forget(c.id);
+// A request that does not arrive whole within http.header_timeout_ms (408), or a kept-alive
+// connection idle for http.keep_alive_timeout_ms (closed). Neither runs while a request is
+// live or waiting.
+void http_actor::door_sweep(door::tcp_conn& t) {
+    auto& c = static_cast<connection&>(t);
+    if (c.live || !c.queued.empty()) return;
+    if (c.waiting_since && ms_since(*c.waiting_since) >= _options.header_timeout_ms) {
+        _counters.header_timeouts++;
+        respond_error(c,
+                      {408, "read_timeout",
+                       "the request did not arrive whole within http.header_timeout_ms = " +
+                           std::to_string(_options.header_timeout_ms),
+                       ""},
+                      false);
+    } else if (!c.waiting_since && c.idle_since &&
+               ms_since(*c.idle_since) >= _options.keep_alive_timeout_ms) {
+        _door.conns().close(c, "keep-alive timeout");
+    }
 }
 
-http_actor::connection* http_actor::find(uint64_t id) {
-    return static_cast<connection*>(_conns.find(id));
+void http_actor::door_resumed(door::tcp_conn& t, clock::time_point now) {
+    auto& c = static_cast<connection&>(t);
+    // A request begun before the pause, or an idle spell, gets a fresh timeout.
+    if (c.waiting_since) c.waiting_since = now;
+    if (c.idle_since) c.idle_since = now;
+    update_reading(c);
 }
+
+http_actor::connection* http_actor::find(uint64_t conn) {
+    return static_cast<connection*>(_door.find(conn));
+}
+
+// ---- reading -----------------------------------------------------------------------------------
 
 // Parses what was read, up to max_pipelined_requests waiting requests, then answers the next.
 void http_actor::parse_more(connection& c) {
@@ -296,7 +268,9 @@ void http_actor::parse_more(connection& c) {
             c.queued.push_back(std::move(*c.reader.take()));
         } else if (fed.what == request_reader::outcome::expect_continue) {
             // Only when nothing is owed before it: answers go out in request order.
-            if (!c.live && c.queued.empty()) _conns.send(c, "HTTP/1.1 100 Continue\r\n\r\n");
+            if (!c.live && c.queued.empty()) {
+                _door.conns().send(c, "HTTP/1.1 100 Continue\r\n\r\n");
+            }
         } else {
             break;  // need_more: everything consumed
         }
@@ -315,40 +289,12 @@ void http_actor::parse_more(connection& c) {
 // the connection; otherwise TCP holds the rest.
 void http_actor::update_reading(connection& c) {
     if (c.closing) return;
-    bool want = c.queued.size() < _options.pipelined_max && !c.failed && !_pauses.paused(c.id);
+    bool want = c.queued.size() < _options.pipelined_max && !c.failed && !_door.paused(c.id);
     if (want) {
-        _conns.read_start(c);
+        _door.conns().read_start(c);
     } else {
-        _conns.read_stop(c);
+        _door.conns().read_stop(c);
     }
-}
-
-void http_actor::sweep_cb(uv_timer_t* t) {
-    auto& self = *static_cast<http_actor*>(t->data);
-    self._conns.sweep_lingering();
-    std::vector<connection*> late, idle;
-    self._conns.for_each([&](net::tcp_conn& t) {
-        auto& c = static_cast<connection&>(t);
-        if (!c.admitted || c.closing || c.live || !c.queued.empty() || self._pauses.paused(c.id)) {
-            return;
-        }
-        if (c.waiting_since && ms_since(*c.waiting_since) >= self._options.header_timeout_ms) {
-            late.push_back(&c);
-        } else if (!c.waiting_since && c.idle_since &&
-                   ms_since(*c.idle_since) >= self._options.keep_alive_timeout_ms) {
-            idle.push_back(&c);
-        }
-    });
-    for (connection* c : late) {
-        self._counters.header_timeouts++;
-        self.respond_error(*c,
-                           {408, "read_timeout",
-                            "the request did not arrive whole within http.header_timeout_ms = " +
-                                std::to_string(self._options.header_timeout_ms),
-                            ""},
-                           false);
-    }
-    for (connection* c : idle) self._conns.close(*c, "keep-alive timeout");
 }
 
 // ---- requests ------------------------------------------------------------------------------
@@ -462,18 +408,19 @@ void http_actor::answer_options(connection& c, const http_request& r, const char
 bool http_actor::authorized(connection& c, const http_request& r) {
     if (!_options.auth || !_options.auth->required()) return true;
     const std::string* header = r.header("authorization");
-    std::optional<std::string_view> key = header ? net::bearer_key(*header) : std::nullopt;
+    std::optional<std::string_view> key = header ? door::bearer_key(*header) : std::nullopt;
     switch (_options.auth->check(c.peer_address, key)) {
-        case net::auth_verdict::ok:
+        case door::auth_verdict::ok:
             return true;
-        case net::auth_verdict::cut_off:
+        case door::auth_verdict::cut_off:
+            _door.counters().auth_refused++;
             refuse_cut_off(c, 0);
             return false;
-        case net::auth_verdict::missing:
-        case net::auth_verdict::wrong:
+        case door::auth_verdict::missing:
+        case door::auth_verdict::wrong:
             break;
     }
-    _counters.auth_failures++;
+    _door.counters().auth_failures++;
     log().info("http connection {} from {}: {} {}: 401 ({})", c.id, c.peer_address, r.method,
                net::fields::quote(r.path), key ? "a wrong key" : "no key");
     api_error e{401, std::string(invalid_api_key_code),
@@ -487,18 +434,17 @@ bool http_actor::authorized(connection& c, const http_request& r) {
 
 // 429 and the connection closes (lingering): the address failed auth too often lately.
 void http_actor::refuse_cut_off(connection& c, uint64_t left_ms) {
-    _counters.auth_refused++;
     std::string retry = left_ms > 0 ? "Retry-After: " + std::to_string((left_ms + 999) / 1000) +
                                           "\r\n"
                                     : "";
-    api_error e{429, std::string(net::wire_name(net::errc::unauthorized)),
-                net::cut_off_message(left_ms), ""};
+    api_error e{429, std::string(door::wire_name(door::errc::unauthorized)),
+                door::cut_off_message(left_ms), ""};
     respond(c, e.status, "application/json", error_json(e), false, retry);
 }
 
 void http_actor::get_health(connection& c, const http_request& r) {
-    std::string status = _draining ? "shutting_down" : _health_status;
-    std::string reason = _draining ? "the server is stopping" : _health_reason;
+    std::string status = _door.draining() ? "shutting_down" : _door.health_status();
+    std::string reason = _door.draining() ? "the server is stopping" : _door.health_reason();
     nlohmann::json j = {{"status", status}};
     if (!reason.empty()) j["reason"] = reason;
     respond(c, status == "ok" ? 200 : 503, "application/json",
@@ -578,7 +524,7 @@ bool http_actor::send_embed_inputs(connection& c) {
     return true;
 }
 
-void http_actor::on(const net::embed_done& m) {
+void http_actor::on(const door::embed_done& m) {
     connection* c = live_awaiting(m.conn, m.id, awaited::embeddings, m.msg_name);
     if (c == nullptr) return;
     live_request& l = *c->live;
@@ -619,19 +565,19 @@ http_actor::connection* http_actor::live_awaiting(uint64_t conn, uint64_t id, aw
     return nullptr;
 }
 
-void http_actor::on(const net::tokenize_done& m) {
+void http_actor::on(const door::tokenize_done& m) {
     if (connection* c = live_awaiting(m.conn, m.id, awaited::tokenize, m.msg_name)) {
         respond(*c, 200, "application/json", tokenize_json(m), c->live->keep_alive);
     }
 }
 
-void http_actor::on(const net::detokenize_done& m) {
+void http_actor::on(const door::detokenize_done& m) {
     if (connection* c = live_awaiting(m.conn, m.id, awaited::detokenize, m.msg_name)) {
         respond(*c, 200, "application/json", detokenize_json(m), c->live->keep_alive);
     }
 }
 
-void http_actor::on(const net::stats_done& m) {
+void http_actor::on(const door::stats_done& m) {
     if (connection* c = live_awaiting(m.conn, m.id, awaited::metrics, m.msg_name)) {
         respond(*c, 200, "text/plain; version=0.0.4; charset=utf-8", prometheus_text(m.stats),
                 c->live->keep_alive);
@@ -664,15 +610,14 @@ void http_actor::start_generate(connection& c, http_request& r, api_kind kind) {
 // ---- events from the scheduler --------------------------------------------------------------
 
 http_actor::connection* http_actor::live_for(uint64_t conn, uint64_t id) {
-    if (sched::front_door_of(conn) != sched::front_door::http) return nullptr;
-    connection* found = find(conn & ((uint64_t(1) << sched::front_door_shift) - 1));
+    connection* found = find(conn);
     if (found == nullptr) return nullptr;  // gone: the scheduler heard client_gone
     connection& c = *found;
     if (c.closing || !c.live || !c.live->owns(id)) return nullptr;
     return &c;
 }
 
-void http_actor::on(const net::token_event& m) {
+void http_actor::on(const door::token_event& m) {
     connection* c = live_for(m.conn, m.id);
     if (c == nullptr || c->live->waits != awaited::generate || !c->live->req.stream ||
         !stream_begin(*c)) {
@@ -686,7 +631,7 @@ void http_actor::on(const net::token_event& m) {
     }
 }
 
-void http_actor::on(const net::generate_done& m) {
+void http_actor::on(const door::generate_done& m) {
     connection* c = live_awaiting(m.conn, m.id, awaited::generate, m.msg_name);
     if (c == nullptr) return;
     const live_request& l = *c->live;
@@ -702,7 +647,7 @@ void http_actor::on(const net::generate_done& m) {
     stream_end(*c);
 }
 
-void http_actor::on(const net::request_error& m) {
+void http_actor::on(const door::request_error& m) {
     connection* c = live_for(m.conn, m.id);
     if (c == nullptr) return;
     api_error e = error_of(m);
@@ -731,59 +676,6 @@ void http_actor::unexpected(uint64_t conn, uint64_t id, const char* what) {
     }
 }
 
-void http_actor::on(const net::set_health& m) {
-    _health_status = m.status;
-    _health_reason = m.reason;
-}
-
-void http_actor::on(const net::drop_connection& m) {
-    connection* c = find(m.conn & ((uint64_t(1) << sched::front_door_shift) - 1));
-    if (c == nullptr) return;
-    log().warn("http connection {} dropped: {}", c->id, m.reason);
-    _conns.close(*c, "dropped");
-}
-
-// A net fault point fired for a request of this front door (docs/protocol.md "fault"): from
-// here on it is the path a dropped connection takes (net_fin, net_rst), or the one a server
-// that stops reading takes (net_stop_reading: what the client sends meanwhile waits in the
-// socket, pipelined requests included; answers are still written, under the same write bound).
-void http_actor::on(const net::net_fault& m) {
-    connection* found = find(m.conn & ((uint64_t(1) << sched::front_door_shift) - 1));
-    if (found == nullptr || found->closing) return;
-    connection& c = *found;
-    log().warn("http connection {}: fault {}{}", c.id, m.kind,
-               m.kind == "net_stop_reading" ? " for " + std::to_string(m.ms) + " ms" : "");
-    if (m.kind == "net_rst") {
-        _counters.fault_drops++;
-        _conns.reset(c, "fault: net_rst");
-    } else if (m.kind == "net_fin") {
-        _counters.fault_drops++;
-        _conns.close_after_writes(c, "fault: net_fin");
-    } else if (m.kind == "net_stop_reading") {
-        _counters.fault_pauses++;
-        _pauses.pause(c.id, clock::now() + std::chrono::milliseconds(m.ms));
-        update_reading(c);
-    } else {
-        log().error("unknown net fault kind '{}' ignored", m.kind);
-    }
-}
-
-// A net_stop_reading pause of connection `id` ended.
-void http_actor::resume_reading(uint64_t id, clock::time_point now) {
-    connection* c = find(id);
-    if (c == nullptr || c->closing) return;
-    // A request begun before the pause, or an idle spell, gets a fresh timeout.
-    if (c->waiting_since) c->waiting_since = now;
-    if (c->idle_since) c->idle_since = now;
-    update_reading(*c);
-}
-
-void http_actor::on(const net::begin_drain&) {
-    _listener.close();
-    _draining = true;
-    log().info("draining: no new connections");
-}
-
 // ---- writing -------------------------------------------------------------------------------
 
 void http_actor::respond(connection& c, int status, std::string_view content_type, std::string body,
@@ -803,7 +695,7 @@ void http_actor::respond(connection& c, int status, std::string_view content_typ
     out += extra_headers;
     out += "\r\n";
     out += body;
-    if (!_conns.send(c, std::move(out))) return;
+    if (!_door.conns().send(c, std::move(out))) return;
     finish(c, keep_alive);
 }
 
@@ -822,7 +714,7 @@ bool http_actor::stream_begin(connection& c) {
     if (!l.keep_alive) head += "Connection: close\r\n";
     head += _cors.answer_headers(c.cors_origin);
     head += "\r\n";
-    if (!_conns.send(c, std::move(head))) return false;
+    if (!_door.conns().send(c, std::move(head))) return false;
     if (l.meta.kind == api_kind::chat) stream_chunk(c, sse_role_chunk(l.meta));
     return c.live.has_value();
 }
@@ -832,11 +724,11 @@ void http_actor::stream_chunk(connection& c, std::string_view data) {
     std::string out = hex(data.size()) + "\r\n";
     out += data;
     out += "\r\n";
-    _conns.send(c, std::move(out));
+    _door.conns().send(c, std::move(out));
 }
 
 void http_actor::stream_end(connection& c) {
-    if (!_conns.send(c, "0\r\n\r\n")) return;
+    if (!_door.conns().send(c, "0\r\n\r\n")) return;
     finish(c, c.live->keep_alive);
 }
 
@@ -846,7 +738,7 @@ void http_actor::finish(connection& c, bool keep_alive) {
     c.cors_origin.reset();
     if (!keep_alive) {
         // Lingering: the client may still be sending (a refused body, pipelined requests).
-        _conns.close_after_writes(c, "Connection: close", true);
+        _door.conns().close_after_writes(c, "Connection: close", true);
         return;
     }
     if (c.queued.empty()) c.idle_since = clock::now();
@@ -855,28 +747,21 @@ void http_actor::finish(connection& c, bool keep_alive) {
 
 std::map<std::string, uint64_t> http_actor::counters_map() const {
     const auto& k = _counters;
-    return {{"connections_open", _open.load()},
-            {"connections_lingering", _conns.lingering()},
-            {"connections_total", k.connections_total},
-            {"connections_refused", k.connections_refused},
-            {"requests", k.requests},
-            {"responses_2xx", k.responses_2xx},
-            {"responses_4xx", k.responses_4xx},
-            {"responses_5xx", k.responses_5xx},
-            {"streams", k.streams},
-            {"header_timeouts", k.header_timeouts},
-            {"too_large", k.too_large},
-            {"malformed", k.malformed},
-            {"slow_readers", _conns.slow_readers()},
-            {"disconnects", k.disconnects},
-            {"fault_drops", k.fault_drops},
-            {"fault_pauses", k.fault_pauses},
-            {"auth_failures", k.auth_failures},
-            {"auth_refused", k.auth_refused},
-            {"lingering_closes", _conns.lingering_closes()},
-            {"linger_cutoffs", _conns.linger_cutoffs()},
-            {"bytes_in", _conns.bytes_in()},
-            {"bytes_out", _conns.bytes_out()}};
+    const door::tcp_conns& conns = _door.conns();
+    std::map<std::string, uint64_t> m = _door.counters_map();
+    m.insert({{"connections_lingering", conns.lingering()},
+              {"requests", k.requests},
+              {"responses_2xx", k.responses_2xx},
+              {"responses_4xx", k.responses_4xx},
+              {"responses_5xx", k.responses_5xx},
+              {"streams", k.streams},
+              {"header_timeouts", k.header_timeouts},
+              {"too_large", k.too_large},
+              {"malformed", k.malformed},
+              {"disconnects", k.disconnects},
+              {"lingering_closes", conns.lingering_closes()},
+              {"linger_cutoffs", conns.linger_cutoffs()}});
+    return m;
 }
 
 }  // namespace ordo::http

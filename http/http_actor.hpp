@@ -1,14 +1,16 @@
-// http_actor.hpp: the HTTP front door. Owns its listening socket and every HTTP connection.
+// http_actor.hpp: the HTTP front door. Owns its listening socket and every HTTP connection,
+// through its front door (door/front_door.hpp: accept and admit, the timeout sweep, net faults,
+// drain, health, client_gone), and what is HTTP about them.
 //
 // Runs on its own libuv loop; nothing else touches its sockets or per-connection state. It reads
 // HTTP/1.1 requests with llhttp under limits (request_reader: header and body bytes), turns the
 // OpenAI endpoints' bodies into the same typed sched::generate the msgpack front door sends
 // (openai.hpp, through the one validator net/ops.hpp), /v1/embeddings' inputs into the
 // scheduler's embed requests (at most embed_inputs_inflight_max at a time, answered together),
-// and encodes the scheduler's typed events
-// (net/net_msgs.hpp) as OpenAI JSON or server-sent events. The scheduler answers it like the net
-// actor: its conn ids carry front_door::http (scheduler_msgs.hpp "Front doors"), so the
-// scheduler routes them here through a delivery of their own.
+// and encodes the scheduler's typed events (door/door_msgs.hpp) as OpenAI JSON or server-sent
+// events. The scheduler answers it like the net actor: its conn ids carry front_door::http
+// (scheduler_msgs.hpp "Front doors"), so the scheduler routes them here through a delivery of
+// their own.
 //
 // One request of a connection runs at a time; answers are written in request order (HTTP/1.1
 // pipelining), and at most max_pipelined_requests wait behind it: then the socket is not read
@@ -21,7 +23,7 @@
 // closes after an answer (an early 413 while the body is still coming, ...) closes lingering:
 // FIN after the answer, and what the client still sends is discarded for a bounded time and
 // bytes, so the client reads the answer and not a reset. With API keys configured
-// (net/api_keys.hpp) /v1/* (and /metrics when http.metrics_require_key) need
+// (door/api_keys.hpp) /v1/* (and /metrics when http.metrics_require_key) need
 // `Authorization: Bearer KEY` (401 otherwise), and a client address that keeps failing is
 // refused at accept (429) for a cool-down; /health stays open. Browser pages of the origins in
 // http.cors_allow_origins may call it (cors.hpp: preflights answered without a key, and
@@ -42,18 +44,15 @@
 #include <unordered_map>
 
 #include "actors/runtime/actor.hpp"
-#include "actors/runtime/delivery.hpp"
 #include "actors/runtime/outbox.hpp"
 #include "actors/scheduler/scheduler_msgs.hpp"
+#include "door/api_keys.hpp"
+#include "door/door_msgs.hpp"
+#include "door/front_door.hpp"
 #include "http/cors.hpp"
 #include "http/openai.hpp"
 #include "http/request_reader.hpp"
-#include "net/api_keys.hpp"
-#include "net/net_msgs.hpp"
 #include "net/ops.hpp"
-#include "net/read_pauses.hpp"
-#include "net/tcp_conn.hpp"
-#include "net/tcp_listener.hpp"
 
 namespace ordo::http {
 
@@ -75,18 +74,18 @@ struct http_options {
     // Any thread: the msgpack front door's counters (the stats op's `net` map), sent with the
     // stats query /metrics makes; unset: /metrics has no ordo_net_ metrics.
     std::function<std::map<std::string, uint64_t>()> net_counters;
-    // The API keys and the failure table both doors share (net/api_keys.hpp); null or no key
+    // The API keys and the failure table both doors share (door/api_keys.hpp); null or no key
     // configured: nothing needs a key.
-    std::shared_ptr<net::auth_gate> auth;
+    std::shared_ptr<door::auth_gate> auth;
     bool metrics_require_key = false;  // http.metrics_require_key
     std::vector<std::string> cors_allow_origins;  // http.cors_allow_origins (validated)
 };
 
 // Counted on the HTTP actor's loop; atomic so that another thread (the net actor, filling the
-// stats op's `http` map through http_actor::counters) may read them while they move.
+// stats op's `http` map through http_actor::counters) may read them while they move. Those both
+// doors count (connections, faults, auth) are the front door's (door/front_door.hpp);
+// slow_readers, bytes_in, bytes_out and the lingering closes the TCP layer's (door::tcp_conns).
 struct http_counters {
-    std::atomic<uint64_t> connections_total = 0;
-    std::atomic<uint64_t> connections_refused = 0;
     std::atomic<uint64_t> requests = 0;
     std::atomic<uint64_t> responses_2xx = 0, responses_4xx = 0, responses_5xx = 0;
     std::atomic<uint64_t> streams = 0;          // answers sent as server-sent events
@@ -94,21 +93,10 @@ struct http_counters {
     std::atomic<uint64_t> too_large = 0;        // 413 and 431
     std::atomic<uint64_t> malformed = 0;        // 400 from the HTTP parser
     std::atomic<uint64_t> disconnects = 0;  // connections that ended while their request ran
-    std::atomic<uint64_t> fault_drops = 0;  // connections closed by a net_fin / net_rst fault
-    std::atomic<uint64_t> fault_pauses = 0;  // reading paused by a net_stop_reading fault
-    std::atomic<uint64_t> auth_failures = 0;  // 401: a keyed request without a right key
-    std::atomic<uint64_t> auth_refused = 0;   // 429: the client address is cut off
-    // slow_readers, bytes_in, bytes_out and the lingering closes are the TCP layer's
-    // (net::tcp_conns).
 };
 
-class http_actor final
-    : public actors::actor<http_actor, net::token_event, net::generate_done, net::tokenize_done,
-                           net::detokenize_done, net::cancel_done, net::model_done, net::stats_done,
-                           net::fault_done, net::session_delete_done, net::request_error,
-                           net::embed_done, net::set_health, net::drop_connection, net::net_fault,
-                           net::begin_drain>,
-      private net::tcp_conn_owner {
+class http_actor final : public actors::actor_for<http_actor, door::door_messages>,
+                         private door::front_door_owner {
 public:
     http_actor(http_options options, size_t mailbox_capacity);
     ~http_actor() override;
@@ -120,33 +108,32 @@ public:
     template <typename Scheduler>
     void connect_scheduler(Scheduler& s) {
         _to_scheduler = scheduler_outbox(s, "http");
-        _gone_out = actors::outbox<sched::client_gone>(s, "http");
-        _health_status = "loading";  // until the scheduler reports the device ready
-        _health_reason = "starting";
+        _door.connect_scheduler(s, "http");
     }
 
     // Valid after start(): whether bind/listen succeeded, and the port bound.
-    const status& listen_status() const { return _listen_status; }
-    uint16_t bound_port() const { return _listener.port(); }
+    const status& listen_status() const { return _door.listen_status(); }
+    uint16_t bound_port() const { return _door.bound_port(); }
     // Any thread: the stats op's `http` map (counters and connections_open), as they are now.
     std::map<std::string, uint64_t> counters() const { return counters_map(); }
 
-    void on(const net::token_event& m);
-    void on(const net::generate_done& m);
-    void on(const net::request_error& m);
-    // Answers to ops this front door never sends: a bug if one names a live request.
-    void on(const net::tokenize_done& m);    // POST /tokenize
-    void on(const net::detokenize_done& m);  // POST /detokenize
-    void on(const net::embed_done& m);       // POST /v1/embeddings
-    void on(const net::cancel_done& m) { unexpected(m.conn, m.id, m.msg_name); }
-    void on(const net::model_done& m) { unexpected(m.conn, m.id, m.msg_name); }
-    void on(const net::stats_done& m);
-    void on(const net::fault_done& m) { unexpected(m.conn, m.id, m.msg_name); }
-    void on(const net::session_delete_done& m) { unexpected(m.conn, m.id, m.msg_name); }
-    void on(const net::set_health& m);
-    void on(const net::drop_connection& m);
-    void on(const net::net_fault& m);
-    void on(const net::begin_drain& m);
+    void on(const door::token_event& m);
+    void on(const door::generate_done& m);
+    void on(const door::request_error& m);
+    void on(const door::tokenize_done& m);    // POST /tokenize
+    void on(const door::detokenize_done& m);  // POST /detokenize
+    void on(const door::embed_done& m);       // POST /v1/embeddings
+    void on(const door::stats_done& m);       // GET /metrics
+    // The events of ops this front door never sends (cancel, model, fault, session_delete):
+    // a bug if one names a live request.
+    template <door::request_event E>
+    void on(const E& m) {
+        unexpected(m.conn, m.id, E::msg_name);
+    }
+    void on(const door::set_health& m) { _door.on(m); }
+    void on(const door::drop_connection& m) { _door.on(m); }
+    void on(const door::net_fault& m) { _door.on(m); }
+    void on(const door::begin_drain& m) { _door.on(m); }
 
 protected:
     void on_start() override;
@@ -156,20 +143,20 @@ private:
     struct connection;
     struct live_request;
     using clock = std::chrono::steady_clock;
-    using gone_delivery = actors::delivery<sched::client_gone>;
 
-    static void connection_cb(uv_stream_t* server, int status);
-    static void sweep_cb(uv_timer_t* t);
+    // front_door_owner: a new connection, a refusal at accept, admitted, bytes read, a stopping
+    // connection's live request, the header and keep-alive timeouts, the end of a
+    // net_stop_reading pause.
+    std::unique_ptr<door::tcp_conn> door_conn(uint64_t id) override;
+    void door_refuse(door::tcp_conn& c, door::errc code, const std::string& message,
+                     uint64_t retry_after_ms) override;
+    void door_admitted(door::tcp_conn& c) override;
+    void door_read(door::tcp_conn& c, const char* data, size_t size) override;
+    bool door_abandon(door::tcp_conn& c) override;
+    void door_sweep(door::tcp_conn& c) override;
+    void door_resumed(door::tcp_conn& c, clock::time_point now) override;
+    connection* find(uint64_t conn);
 
-    // tcp_conn_owner: bytes read, a connection stopping (its live request becomes one
-    // client_gone), a connection closed.
-    void conn_read(net::tcp_conn& c, const char* data, size_t size) override;
-    void conn_stopping(net::tcp_conn& c, const std::string& reason) override;
-    void conn_closed(net::tcp_conn& c) override;
-    connection* find(uint64_t id);
-
-    status bind_and_listen();
-    void accept_one();
     void parse_more(connection& c);
     void update_reading(connection& c);
     void process_next(connection& c);
@@ -211,27 +198,14 @@ private:
     void stream_end(connection& c);
     void finish(connection& c, bool keep_alive);
 
-    // The net_stop_reading pause of connection `id` ended: reading restarts.
-    void resume_reading(uint64_t id, clock::time_point now);
     std::map<std::string, uint64_t> counters_map() const;
 
     http_options _options;
     cors_policy _cors;
     scheduler_outbox _to_scheduler;
-    actors::outbox<sched::client_gone> _gone_out;
-    gone_delivery _gone;
-    net::tcp_listener _listener;
-    net::tcp_conns _conns;  // every connection, by local id
-    uv_timer_t _sweep_timer{};
-    net::read_pauses _pauses;  // net_stop_reading faults
-    status _listen_status;
-    uint64_t _next_conn_id = 1;
-    uint64_t _next_answer = 1;      // numbers the answers' ids
-    std::atomic<size_t> _open = 0;  // admitted and not closing: what max_connections bounds
+    door::front_door _door;  // listener, connections, sweep, faults, drain, health, client_gone
+    uint64_t _next_answer = 1;  // numbers the answers' ids
     http_counters _counters;
-    std::string _health_status = "ok";
-    std::string _health_reason;
-    bool _draining = false;
 };
 
 }  // namespace ordo::http

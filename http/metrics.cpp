@@ -76,7 +76,7 @@ public:
             }
         }
     }
-    void histogram(const std::string& name, const net::histogram& h) {
+    void histogram(const std::string& name, const door::histogram& h) {
         head(name, "histogram", "stats histograms." + name.substr(5));
         uint64_t below = 0;
         for (size_t i = 0; i < h.bounds.size(); i++) {
@@ -103,7 +103,7 @@ private:
 
 }  // namespace
 
-std::string prometheus_text(const net::stats_report& s) {
+std::string prometheus_text(const door::stats_report& s) {
     writer w;
     w.gauge("ordo_active_sequences", "sequences admitted to prefill or decode",
             double(s.active_sequences));
@@ -135,7 +135,7 @@ std::string prometheus_text(const net::stats_report& s) {
     w.line("ordo_gpu_info{name=\"" + label(s.device.name) + "\",kernels=\"" +
            label(s.device.kernels) + "\"} 1");
 
-    const net::kv_disk_report& k = s.kv_disk;
+    const kv::kv_disk_report& k = s.kv_disk;
     w.map("ordo_kv_disk_", "kv_disk",
           {{"enabled", k.enabled},
            {"ready", k.ready},

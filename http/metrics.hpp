@@ -13,10 +13,10 @@
 #include <map>
 #include <string>
 
-#include "net/net_msgs.hpp"
+#include "door/door_msgs.hpp"
 
 namespace ordo::http {
 
-std::string prometheus_text(const net::stats_report& stats);
+std::string prometheus_text(const door::stats_report& stats);
 
 }  // namespace ordo::http

@@ -336,7 +336,7 @@ const char* finish_reason(const std::string& reason) {
     return "stop";  // cancelled: only a gone client's requests are, and nobody reads those
 }
 
-json usage_json(const net::generate_usage& u) {
+json usage_json(const door::generate_usage& u) {
     return {{"prompt_tokens", u.prompt_tokens},
             {"completion_tokens", u.completion_tokens},
             {"total_tokens", u.prompt_tokens + u.completion_tokens},
@@ -350,7 +350,7 @@ json bytes_of(const std::string& s) {
 }
 
 // One token as chat's logprobs.content[] entry.
-json chat_logprob(const api_request& r, const net::token_info& t) {
+json chat_logprob(const api_request& r, const door::token_info& t) {
     json top = json::array();
     if (t.top_logprobs) {
         for (size_t i = 0; i < t.top_logprobs->size() && i < r.top_logprobs; i++) {
@@ -365,7 +365,7 @@ json chat_logprob(const api_request& r, const net::token_info& t) {
 }
 
 // Tokens as /v1/completions' logprobs object.
-json completion_logprobs(const api_request& r, std::span<const net::token_info> tokens,
+json completion_logprobs(const api_request& r, std::span<const door::token_info> tokens,
                          size_t offset) {
     json toks = json::array(), lps = json::array(), tops = json::array(), offs = json::array();
     for (const auto& t : tokens) {
@@ -680,7 +680,7 @@ std::variant<embeddings_request, api_error> parse_embeddings_request(
     return out;
 }
 
-std::string embeddings_json(const std::string& model, const std::vector<net::embed_done>& done,
+std::string embeddings_json(const std::string& model, const std::vector<door::embed_done>& done,
                             bool base64) {
     json data = json::array();
     uint64_t tokens = 0;
@@ -700,14 +700,14 @@ std::string embeddings_json(const std::string& model, const std::vector<net::emb
                  {"usage", {{"prompt_tokens", tokens}, {"total_tokens", tokens}}}});
 }
 
-std::string tokenize_json(const net::tokenize_done& d) { return dump({{"tokens", d.tokens}}); }
+std::string tokenize_json(const door::tokenize_done& d) { return dump({{"tokens", d.tokens}}); }
 
-std::string detokenize_json(const net::detokenize_done& d) {
+std::string detokenize_json(const door::detokenize_done& d) {
     return dump({{"content", d.text}});
 }
 
-int status_of(net::errc code) {
-    using net::errc;
+int status_of(door::errc code) {
+    using door::errc;
     switch (code) {
         case errc::bad_frame:
         case errc::bad_request:
@@ -741,8 +741,8 @@ int status_of(net::errc code) {
     return 500;
 }
 
-api_error error_of(const net::request_error& e) {
-    return {status_of(e.code), std::string(net::wire_name(e.code)), e.message, ""};
+api_error error_of(const door::request_error& e) {
+    return {status_of(e.code), std::string(door::wire_name(e.code)), e.message, ""};
 }
 
 std::string error_json(const api_error& e) {
@@ -755,7 +755,7 @@ std::string error_json(const api_error& e) {
 }
 
 std::string completion_json(const answer_meta& m, const api_request& r,
-                            const net::generate_done& done) {
+                            const door::generate_done& done) {
     json choice = {{"index", 0}, {"finish_reason", finish_reason(done.reason)}};
     json logprobs = nullptr;
     if (r.logprobs && done.logprobs) {
@@ -794,7 +794,7 @@ std::string sse_role_chunk(const answer_meta& m) {
     return sse(j);
 }
 
-std::string sse_token_chunk(const answer_meta& m, const api_request& r, const net::token_info& t,
+std::string sse_token_chunk(const answer_meta& m, const api_request& r, const door::token_info& t,
                             size_t text_offset) {
     json j = chunk_head(m);
     json choice = {{"index", 0}, {"finish_reason", nullptr}};
@@ -813,7 +813,7 @@ std::string sse_token_chunk(const answer_meta& m, const api_request& r, const ne
 }
 
 std::string sse_final_chunk(const answer_meta& m, const api_request& r,
-                            const net::generate_done& done) {
+                            const door::generate_done& done) {
     json j = chunk_head(m);
     json choice = {
         {"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason(done.reason)}};
@@ -828,7 +828,7 @@ std::string sse_final_chunk(const answer_meta& m, const api_request& r,
     return sse(j);
 }
 
-std::string sse_usage_chunk(const answer_meta& m, const net::generate_done& done) {
+std::string sse_usage_chunk(const answer_meta& m, const door::generate_done& done) {
     json j = chunk_head(m);
     j["choices"] = json::array();
     j["usage"] = usage_json(done.usage);

@@ -9,7 +9,7 @@
 // protocol holds over HTTP without being written twice. A /v1/embeddings body becomes one
 // sched::embed per input.
 //
-// Out: the scheduler's typed events (net/net_msgs.hpp) as OpenAI's response objects, stream
+// Out: the scheduler's typed events (door/door_msgs.hpp) as OpenAI's response objects, stream
 // chunks and error objects.
 #pragma once
 
@@ -20,8 +20,8 @@
 #include <variant>
 
 #include "actors/scheduler/scheduler_msgs.hpp"
-#include "net/error_code.hpp"
-#include "net/net_msgs.hpp"
+#include "door/door_msgs.hpp"
+#include "door/error_code.hpp"
 #include "net/ops.hpp"
 
 namespace ordo::http {
@@ -46,7 +46,7 @@ struct served_model {
 // One OpenAI error: the HTTP status and the body's fields.
 struct api_error {
     int status = 400;
-    std::string code;  // ordo's code (net/error_code.hpp wire names) or an HTTP one
+    std::string code;  // ordo's code (door/error_code.hpp wire names) or an HTTP one
     std::string message;
     std::string param;  // the field concerned, "" when none
 };
@@ -77,8 +77,8 @@ std::variant<api_request, api_error> parse_api_request(api_kind kind, std::strin
 std::variant<sched::tokenize, api_error> parse_tokenize_request(std::string_view body);
 std::variant<sched::detokenize, api_error> parse_detokenize_request(
     std::string_view body, const net::request_limits& limits);
-std::string tokenize_json(const net::tokenize_done& d);      // {"tokens": [...]}
-std::string detokenize_json(const net::detokenize_done& d);  // {"content": "..."}
+std::string tokenize_json(const door::tokenize_done& d);      // {"tokens": [...]}
+std::string detokenize_json(const door::detokenize_done& d);  // {"content": "..."}
 
 // POST /v1/embeddings (docs/http.md "Embeddings"): `input` a string, an array of strings, an
 // array of token ids or an array of such arrays, each one input (the scheduler's embed op;
@@ -94,17 +94,17 @@ std::variant<embeddings_request, api_error> parse_embeddings_request(
     std::string_view body, const net::request_limits& limits, const served_model& model);
 // The answer: {"object": "list", "data": [{"object": "embedding", "index", "embedding"}],
 // "model", "usage": {"prompt_tokens", "total_tokens"}}; `done[i]` answers input i.
-std::string embeddings_json(const std::string& model, const std::vector<net::embed_done>& done,
+std::string embeddings_json(const std::string& model, const std::vector<door::embed_done>& done,
                             bool base64);
 
 // The `code` of a 401 (missing or wrong API key), as OpenAI's API names it.
 inline constexpr std::string_view invalid_api_key_code = "invalid_api_key";
 
 // The HTTP status of an ordo error code (docs/http.md "Errors").
-int status_of(net::errc code);
+int status_of(door::errc code);
 // OpenAI's error body: {"error": {"message", "type", "param", "code"}}.
 std::string error_json(const api_error& e);
-api_error error_of(const net::request_error& e);
+api_error error_of(const door::request_error& e);
 
 // Identity of one answer: the id (chatcmpl-... / cmpl-...), its creation time and the model.
 struct answer_meta {
@@ -116,17 +116,17 @@ struct answer_meta {
 
 // The whole non-streamed answer of `done`.
 std::string completion_json(const answer_meta& m, const api_request& r,
-                            const net::generate_done& done);
+                            const door::generate_done& done);
 
 // Server-sent events of a streamed answer. Each returns one `data: ...\n\n` event.
 std::string sse_role_chunk(const answer_meta& m);  // chat only: the first chunk
 // text_offset: bytes of text the stream carried before this token (completions' logprobs
 // text_offset counts from the start of the answer, as in the non-streamed one).
-std::string sse_token_chunk(const answer_meta& m, const api_request& r, const net::token_info& t,
+std::string sse_token_chunk(const answer_meta& m, const api_request& r, const door::token_info& t,
                             size_t text_offset);
 std::string sse_final_chunk(const answer_meta& m, const api_request& r,
-                            const net::generate_done& done);  // finish_reason (+ usage)
-std::string sse_usage_chunk(const answer_meta& m, const net::generate_done& done);
+                            const door::generate_done& done);  // finish_reason (+ usage)
+std::string sse_usage_chunk(const answer_meta& m, const door::generate_done& done);
 std::string sse_error(const api_error& e);
 inline constexpr std::string_view sse_done = "data: [DONE]\n\n";
 

@@ -852,7 +852,7 @@ void kv_actor::publish() {
     _scan_done_shared = _scan_done;
 }
 
-net::kv_disk_report kv_actor::report() const {
+kv_disk_report kv_actor::report() const {
     std::lock_guard lock(_mutex);
     return _snapshot;
 }

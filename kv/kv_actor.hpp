@@ -66,7 +66,6 @@
 #include "kv/kv_file.hpp"
 #include "kv/kv_index.hpp"
 #include "kv/kv_msgs.hpp"
-#include "net/net_msgs.hpp"
 
 namespace ordo::kv {
 
@@ -154,7 +153,7 @@ public:
     void on(const kv_flush& m);
 
     // Any thread: a snapshot of the stats op's kv_disk map.
-    net::kv_disk_report report() const;
+    kv_disk_report report() const;
     // Any thread: refuses new saves, then waits until no save is in flight or `timeout_ms`
     // passed. True when everything was written.
     bool flush(uint64_t timeout_ms);
@@ -232,9 +231,9 @@ private:
     uint32_t _works = 0;                                 // thread-pool requests in flight
     std::vector<uint8_t> _spare;    // a finished job's buffer (spare_buffer_bytes_max), or empty
 
-    net::kv_disk_report _counters;  // loop thread
+    kv_disk_report _counters;  // loop thread
     mutable std::mutex _mutex;      // guards _snapshot, _idle
-    net::kv_disk_report _snapshot;
+    kv_disk_report _snapshot;
     bool _idle = true;  // no save in flight
     bool _scan_done_shared = false;
     std::condition_variable _idle_cv;

@@ -15,17 +15,45 @@
 //                 refused; the file is written after, off the loop)
 //   kv_session_delete -> kv_session_deleted
 // kv_release, kv_invalidate and kv_fault have no answer. kv_evicted and kv_status come unasked, in
-// order.
+// order. The kv actor's report (kv_disk_report, the stats op's kv_disk map) is declared here too.
 #pragma once
 
 #include <msgpack.hpp>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace ordo::kv {
+
+// ---- the kv actor's report ---------------------------------------------------------------
+
+// The stats op's `kv_disk` map: KV persistence as the kv actor reports it (kv_actor::report, a
+// snapshot any thread may take; docs/protocol.md). Not a message: it travels inside the
+// front doors' stats_done (door/door_msgs.hpp).
+struct kv_disk_report {
+    bool enabled = false;     // [kv] enabled
+    bool ready = false;       // the startup scan is done (before it, lookups find nothing)
+    bool persisting = false;  // saves are written (false after a disk fault, until a probe)
+    std::string reason;       // why not persisting
+    uint64_t files = 0, sessions = 0, bytes = 0, bytes_budget = 0;
+    uint64_t saves = 0;             // files written
+    uint64_t saves_skipped = 0;     // already on disk, too large, persistence off, busy
+    uint64_t save_failures = 0;     // copy or write failed
+    uint64_t restores = 0;          // restores that verified and copied in
+    uint64_t restore_failures = 0;  // restores that did not
+    uint64_t quarantined = 0;       // files moved to <dir>/quarantine
+    uint64_t evictions = 0;         // files removed for the byte budget
+    uint64_t ignored = 0;           // directory entries that are not ordo's files
+    uint64_t probes = 0;            // write probes after a disk fault
+    double save_ms = 0, restore_ms = 0;      // summed
+    std::map<std::string, uint64_t> errors;  // by code
+    MSGPACK_DEFINE_MAP(enabled, ready, persisting, reason, files, sessions, bytes, bytes_budget,
+                       saves, saves_skipped, save_failures, restores, restore_failures,
+                       quarantined, evictions, ignored, probes, save_ms, restore_ms, errors);
+};
 
 // ---- scheduler → kv ----------------------------------------------------------------------
 

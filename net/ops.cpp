@@ -7,7 +7,7 @@
 
 #include "actors/config/config.hpp"
 #include "actors/scheduler/stop_matcher.hpp"
-#include "net/api_keys.hpp"
+#include "door/api_keys.hpp"
 #include "net/request_fields.hpp"
 
 namespace ordo::net {
@@ -405,7 +405,7 @@ result<auth_op> parse_auth(const msgpack::object& frame) {
     if (!pm.ok()) return pm.err();
     const msgpack::object* o = pm->get("key");
     if (o == nullptr) return make_error("bad_request", "\"key\" is required");
-    auto key = fields::read_string("key", *o, api_key_bytes_max);
+    auto key = fields::read_string("key", *o, door::api_key_bytes_max);
     if (!key.ok()) return key.err();
     return auth_op{std::move(*key)};
 }

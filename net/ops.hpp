@@ -34,7 +34,7 @@ struct request_limits {
 // `health`, answered by the net actor itself.
 struct health_op {};
 
-// `auth` {key}: the connection's API key (net/api_keys.hpp), checked by the net actor itself.
+// `auth` {key}: the connection's API key (door/api_keys.hpp), checked by the net actor itself.
 struct auth_op {
     std::string key;
 };

@@ -15,7 +15,7 @@ bool key_is(const msgpack::object_kv& kv, std::string_view name) {
 
 using fields::type_name;
 
-void pack_token(msgpack::packer<msgpack::sbuffer>& pk, const token_info& t, uint64_t id) {
+void pack_token(msgpack::packer<msgpack::sbuffer>& pk, const door::token_info& t, uint64_t id) {
     bool top = t.top_logprobs.has_value();
     pk.pack_map(top ? 6 : 5);
     pk.pack("id"), pk.pack(id);
@@ -88,23 +88,23 @@ std::string event_writer::finish() const {
     return out;
 }
 
-std::string encode_error(uint64_t id, errc code, std::string_view message) {
+std::string encode_error(uint64_t id, door::errc code, std::string_view message) {
     return event_writer(id, "error")
-        .field("code", wire_name(code))
+        .field("code", door::wire_name(code))
         .field("message", message)
         .finish();
 }
 
-std::string encode(const request_error& e) { return encode_error(e.id, e.code, e.message); }
+std::string encode(const door::request_error& e) { return encode_error(e.id, e.code, e.message); }
 
-std::string encode(const token_event& e) {
+std::string encode(const door::token_event& e) {
     msgpack::sbuffer buf;
     msgpack::packer<msgpack::sbuffer> pk(buf);
     pack_token(pk, e.token, e.id);
     return std::string(buf.data(), buf.size());
 }
 
-std::string encode(const generate_done& e) {
+std::string encode(const door::generate_done& e) {
     event_writer w(e.id, "done");
     w.field("reason", e.reason);
     if (!e.stop.empty()) w.field("stop", e.stop);
@@ -124,29 +124,29 @@ std::string encode(const generate_done& e) {
     return w.finish();
 }
 
-std::string encode(const tokenize_done& e) {
+std::string encode(const door::tokenize_done& e) {
     event_writer w(e.id, "done");
     if (e.text) w.field("text", *e.text);
     return w.field("tokens", e.tokens).finish();
 }
 
-std::string encode(const embed_done& e) {
+std::string encode(const door::embed_done& e) {
     event_writer w(e.id, "done");
     if (e.cancelled) return w.field("reason", std::string_view("cancelled")).finish();
     w.field("embedding", e.embedding).field("prompt_tokens", e.prompt_tokens);
     return w.field("pooling", e.pooling).finish();
 }
 
-std::string encode(const detokenize_done& e) {
+std::string encode(const door::detokenize_done& e) {
     return event_writer(e.id, "done").field("text", e.text).finish();
 }
 
-std::string encode(const cancel_done& e) {
+std::string encode(const door::cancel_done& e) {
     return event_writer(e.id, "done").field("cancelled", e.cancelled).finish();
 }
 
-std::string encode(const model_done& e) {
-    const model_report& m = e.model;
+std::string encode(const door::model_done& e) {
+    const door::model_report& m = e.model;
     event_writer w(e.id, "done");
     w.field("architecture", m.architecture).field("path", m.path);
     w.field("fingerprint", m.fingerprint).field("weight_type", m.weight_type);
@@ -168,8 +168,8 @@ std::string encode(const model_done& e) {
     return w.finish();
 }
 
-std::string encode(const stats_done& e) {
-    const stats_report& s = e.stats;
+std::string encode(const door::stats_done& e) {
+    const door::stats_report& s = e.stats;
     event_writer w(e.id, "done");
     w.field("active_sequences", s.active_sequences);
     w.field("queued_requests", s.queued_requests);
@@ -193,7 +193,7 @@ std::string encode(const stats_done& e) {
     g.pack("device_lost"), g.pack(s.device_lost);
     g.pack("nan_logits"), g.pack(s.nan_logits);
     g.pack("other_failures"), g.pack(s.other_failures);
-    const kv_disk_report& k = s.kv_disk;
+    const kv::kv_disk_report& k = s.kv_disk;
     auto& d = w.nested("kv_disk");
     d.pack_map(20);
     d.pack("enabled"), d.pack(k.enabled);
@@ -216,7 +216,7 @@ std::string encode(const stats_done& e) {
     d.pack("save_ms"), d.pack(wire_f64{k.save_ms});
     d.pack("restore_ms"), d.pack(wire_f64{k.restore_ms});
     d.pack("errors"), d.pack(k.errors);
-    if (const fault_plan_report& p = s.fault_plan; p.active) {
+    if (const door::fault_plan_report& p = s.fault_plan; p.active) {
         auto& f = w.nested("fault_plan");
         f.pack_map(5);
         f.pack("seed"), f.pack(p.seed);
@@ -240,11 +240,11 @@ std::string encode(const stats_done& e) {
     return w.finish();
 }
 
-std::string encode(const session_delete_done& e) {
+std::string encode(const door::session_delete_done& e) {
     return event_writer(e.id, "done").field("deleted", e.deleted).finish();
 }
 
-std::string encode(const fault_done& e) {
+std::string encode(const door::fault_done& e) {
     event_writer w(e.id, "done");
     w.field("armed", e.armed);
     if (!e.detail.empty()) w.field("detail", e.detail);

@@ -4,7 +4,7 @@
 // exactly one terminal event, {"id", "event": "done", ...} or {"id", "event": "error", "code",
 // "message"}, possibly preceded by streamed {"id", "event": "token", ...} events. This file
 // parses the envelope of one frame (the parameters are net/ops.hpp's) and encodes the typed
-// events of net/net_msgs.hpp as wire frames — the only place that does; it knows nothing about
+// events of door/door_msgs.hpp as wire frames — the only place that does; it knows nothing about
 // sockets or actors, so it is unit-tested directly.
 #pragma once
 
@@ -19,8 +19,8 @@
 #include <variant>
 
 #include "actors/runtime/result.hpp"
-#include "net/error_code.hpp"
-#include "net/net_msgs.hpp"
+#include "door/door_msgs.hpp"
+#include "door/error_code.hpp"
 
 namespace ordo::net {
 
@@ -75,25 +75,25 @@ private:
     uint32_t _fields = 0;
 };
 
-std::string encode_error(uint64_t id, errc code, std::string_view message);
+std::string encode_error(uint64_t id, door::errc code, std::string_view message);
 
 // The wire frame of each event (docs/protocol.md §3). `conn` is not part of the frame.
-std::string encode(const token_event& e);
-std::string encode(const generate_done& e);
-std::string encode(const tokenize_done& e);
-std::string encode(const detokenize_done& e);
-std::string encode(const cancel_done& e);
-std::string encode(const session_delete_done& e);
-std::string encode(const model_done& e);
-std::string encode(const stats_done& e);
-std::string encode(const fault_done& e);
-std::string encode(const request_error& e);
-std::string encode(const embed_done& e);
+std::string encode(const door::token_event& e);
+std::string encode(const door::generate_done& e);
+std::string encode(const door::tokenize_done& e);
+std::string encode(const door::detokenize_done& e);
+std::string encode(const door::cancel_done& e);
+std::string encode(const door::session_delete_done& e);
+std::string encode(const door::model_done& e);
+std::string encode(const door::stats_done& e);
+std::string encode(const door::fault_done& e);
+std::string encode(const door::request_error& e);
+std::string encode(const door::embed_done& e);
 
 // Whether an event ends its request.
 template <typename T>
 constexpr bool is_terminal() {
-    return !std::is_same_v<T, token_event>;
+    return !std::is_same_v<T, door::token_event>;
 }
 
 }  // namespace ordo::net

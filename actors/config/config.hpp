@@ -113,7 +113,7 @@ struct server_config {
     std::uint32_t mailbox_capacity = 65536;  // messages, per actor mailbox
     std::uint32_t shutdown_grace_ms = 5000;
     std::uint32_t read_timeout_ms = 30000;  // a frame begun, or a new silent connection
-    // API keys, one per line (net/api_keys.hpp); empty: none from a file. Keys configured (here
+    // API keys, one per line (door/api_keys.hpp); empty: none from a file. Keys configured (here
     // or with --api-key) = both front doors require one. Holds the path, never a key.
     std::string api_keys_file;
     bool operator==(const server_config&) const = default;

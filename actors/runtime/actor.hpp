@@ -50,6 +50,7 @@
 #include "actors/runtime/mailbox.hpp"
 #include "actors/runtime/result.hpp"
 #include "actors/runtime/trace.hpp"
+#include "actors/runtime/type_list.hpp"
 
 namespace spdlog {
 class logger;
@@ -241,5 +242,15 @@ private:
         }
     }
 };
+
+// actor_for<Derived, type_list<Msgs...>>: actor<Derived, Msgs...>, for a message table written
+// once as a list (type_list.hpp) and shared by several actors.
+template <typename Derived>
+struct actor_fn {
+    template <message_type... Msgs>
+    using fn = actor<Derived, Msgs...>;
+};
+template <typename Derived, typename List>
+using actor_for = list_apply_t<actor_fn<Derived>, List>;
 
 }  // namespace ordo::actors

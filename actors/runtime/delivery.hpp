@@ -249,4 +249,12 @@ private:
     uint64_t _given_up = 0;
 };
 
+// delivery_for<type_list<Msgs...>>: delivery<Msgs...> (type_list.hpp).
+struct delivery_fn {
+    template <message_type... Msgs>
+    using fn = delivery<Msgs...>;
+};
+template <typename List>
+using delivery_for = list_apply_t<delivery_fn, List>;
+
 }  // namespace ordo::actors

@@ -63,4 +63,12 @@ private:
     std::array<forward_fn, sizeof...(Msgs)> _fns{};
 };
 
+// outbox_for<type_list<Msgs...>>: outbox<Msgs...> (type_list.hpp).
+struct outbox_fn {
+    template <message_type... Msgs>
+    using fn = outbox<Msgs...>;
+};
+template <typename List>
+using outbox_for = list_apply_t<outbox_fn, List>;
+
 }  // namespace ordo::actors

@@ -111,7 +111,7 @@ void scheduler_actor::on(const stats_query& m) {
     std::vector<outgoing_event> out;
     _core.on_stats(m, out);
     for (auto& e : out) {
-        auto* d = std::get_if<net::stats_done>(&e);
+        auto* d = std::get_if<door::stats_done>(&e);
         if (d == nullptr) continue;
         if (_opt.kv_report) d->stats.kv_disk = _opt.kv_report();
         d->stats.logits_slots_held = _logits != nullptr ? _logits->held() : 0;
@@ -170,18 +170,18 @@ void scheduler_actor::on(const fault& m) {
     std::vector<outgoing_event> out;
     const auto kind = config::fault_kind_from_name(m.spec.kind);
     if (!_opt.faults_enabled) {
-        out.push_back(error_event(m.conn, m.id, net::errc::fault_disabled,
+        out.push_back(error_event(m.conn, m.id, door::errc::fault_disabled,
                                   "fault injection is off ([fault] enabled = false)"));
     } else if (!kind) {
         // parse_fault let through a kind that config::fault_kind does not name.
-        out.push_back(error_event(m.conn, m.id, net::errc::bad_request,
+        out.push_back(error_event(m.conn, m.id, door::errc::bad_request,
                                   "fault kind \"" + m.spec.kind + "\" has no action here"));
     } else if (fault_arming a = arm_fault(*kind, m.spec, m.actor); !a.armed) {
         out.push_back(error_event(m.conn, m.id, a.code, std::move(a.text)));
     } else {
         log().warn("fault armed by conn {} id {}: {} x{}{}{}", m.conn, m.id, m.spec.kind,
                    m.spec.count, a.text.empty() ? "" : ": ", a.text);
-        out.push_back(net::fault_done{m.conn, m.id, m.spec.kind, std::move(a.text)});
+        out.push_back(door::fault_done{m.conn, m.id, m.spec.kind, std::move(a.text)});
     }
     after(out);
 }
@@ -202,7 +202,7 @@ scheduler_actor::fault_arming scheduler_actor::arm_fault(config::fault_kind kind
         case fk::nan_logits:
         case fk::step_delay: {
             if (auto st = _to_gpu.tell(spec); !st.ok()) {
-                return {false, net::errc::overloaded,
+                return {false, door::errc::overloaded,
                         "the gpu actor refused the fault: " + st.err().message};
             }
             if (kind != fk::step_delay) return {true, {}, ""};
@@ -218,7 +218,7 @@ scheduler_actor::fault_arming scheduler_actor::arm_fault(config::fault_kind kind
                                          : actor == "kv"      ? _kv_actor
                                                               : nullptr;
             if (target == nullptr) {
-                return {false, net::errc::bad_request,
+                return {false, door::errc::bad_request,
                         "actor \"" + actor + "\" is not running here" +
                             (actor == "kv" ? " ([kv] enabled = false)" : "")};
             }
@@ -233,7 +233,7 @@ scheduler_actor::fault_arming scheduler_actor::arm_fault(config::fault_kind kind
         case fk::kv_flip_read:
         case fk::kv_fingerprint:
             if (!_kv_out.bound()) {
-                return {false, net::errc::bad_request, "kv faults need [kv] enabled"};
+                return {false, door::errc::bad_request, "kv faults need [kv] enabled"};
             }
             _to_kv.send(kv::kv_fault{spec.kind, spec.count});
             return {true, {}, ""};
@@ -242,7 +242,7 @@ scheduler_actor::fault_arming scheduler_actor::arm_fault(config::fault_kind kind
         case fk::net_stop_reading: {
             // Armed in the core; fired when a request reaches spec.phase (send_net_faults).
             if (auto st = _core.arm_net_fault(spec); !st.ok()) {
-                return {false, net::errc::bad_request, st.err().message};
+                return {false, door::errc::bad_request, st.err().message};
             }
             return {true, {},
                     fmt::format("the connections of the next {} request(s) to reach {} {}",
@@ -253,7 +253,7 @@ scheduler_actor::fault_arming scheduler_actor::arm_fault(config::fault_kind kind
                                                                     spec.delay_ms))};
         }
     }
-    return {false, net::errc::internal, "fault kind out of range"};
+    return {false, door::errc::internal, "fault kind out of range"};
 }
 
 // ---- the config's fault plan ---------------------------------------------------------------
@@ -319,8 +319,8 @@ void scheduler_actor::on(const gpu::fault_refused& m) {
                m.kind, m.message);
 }
 
-net::fault_plan_report scheduler_actor::plan_report() const {
-    net::fault_plan_report r;
+door::fault_plan_report scheduler_actor::plan_report() const {
+    door::fault_plan_report r;
     if (!_plan.active()) return r;
     r.active = true;
     r.seed = _plan.opts().seed;
@@ -447,13 +447,15 @@ void scheduler_actor::after(std::vector<outgoing_event>& out) {
         _lost_conns.erase(_lost_conns.begin());
         std::vector<outgoing_event> none;
         _core.on_client_gone({conn, "events undeliverable"}, none);  // sends nothing
-        send_to_conn(conn, net::drop_connection{conn, "its events could not be delivered"});
+        send_to_conn(conn, door::drop_connection{conn, "its events could not be delivered"});
     }
     auto health = _core.health();
     if (health != _health) {
         _health = health;
         for (size_t d = 0; d < front_doors; d++) {
-            if (_front_out[d].bound()) _to_front[d].send(net::set_health{health.first, health.second});
+            if (_front_out[d].bound()) {
+                _to_front[d].send(door::set_health{health.first, health.second});
+            }
         }
     }
     send_net_faults();

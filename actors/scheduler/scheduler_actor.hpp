@@ -2,8 +2,8 @@
 // and is the only sender of gpu steps.
 //
 // Runs on its own libuv loop. Messages are applied strictly in arrival order: typed ops and
-// disconnects from the front door, step outcomes and device events from the gpu actor. After
-// each one it hands the resulting events to its delivery to the net actor (ordered, bounded,
+// disconnects from the front doors, step outcomes and device events from the gpu actor. After
+// each one it hands the resulting events to its delivery to their front door (ordered, bounded,
 // never silently lost: an event that cannot be delivered within the bound closes that client's
 // connection) and, when no step is in flight, sends the next one. A step the gpu actor refuses
 // fails like any other and the next one is planned after pump_retry_ms. A backstop timer bounds
@@ -33,9 +33,9 @@
 #include "actors/scheduler/fault_plan.hpp"
 #include "actors/scheduler/scheduler_core.hpp"
 #include "actors/scheduler/scheduler_msgs.hpp"
+#include "door/door_msgs.hpp"
 #include "gpu/actor/gpu_msgs.hpp"
 #include "gpu/logits/logits_exchange.hpp"
-#include "net/net_msgs.hpp"
 
 namespace ordo::sched {
 
@@ -48,11 +48,8 @@ class scheduler_actor final
                            kv::kv_restore_done, kv::kv_save_done, kv::kv_evicted, kv::kv_status,
                            kv::kv_session_deleted> {
 public:
-    using net_outbox =
-        actors::outbox<net::token_event, net::generate_done, net::tokenize_done,
-                       net::detokenize_done, net::cancel_done, net::model_done, net::stats_done,
-                       net::fault_done, net::session_delete_done, net::request_error,
-                       net::embed_done, net::set_health, net::drop_connection, net::net_fault>;
+    // What the scheduler sends each front door (door/door_msgs.hpp scheduler_events).
+    using net_outbox = actors::outbox_for<door::scheduler_events>;
     using gpu_outbox = actors::outbox<gpu::step, gpu::inject_fault>;
     using kv_outbox = actors::outbox<kv::kv_lookup, kv::kv_restore, kv::kv_release, kv::kv_save,
                                      kv::kv_invalidate, kv::kv_session_delete, kv::kv_fault>;
@@ -66,7 +63,7 @@ public:
         // Called on the scheduler's thread once, when a drain finds no live request.
         std::function<void()> on_drained;
         // The stats op's kv_disk map (the kv actor's report); unset: persistence is off.
-        std::function<net::kv_disk_report()> kv_report;
+        std::function<kv::kv_disk_report()> kv_report;
     };
 
     scheduler_actor(scheduler_core core, gpu::logits_exchange* logits, options o);
@@ -139,11 +136,7 @@ protected:
     void on_stop() override;
 
 private:
-    using net_delivery = actors::delivery<
-        net::token_event, net::generate_done, net::tokenize_done, net::detokenize_done,
-        net::cancel_done, net::model_done, net::stats_done, net::fault_done,
-        net::session_delete_done, net::request_error, net::embed_done, net::set_health,
-        net::drop_connection, net::net_fault>;
+    using net_delivery = actors::delivery_for<door::scheduler_events>;
     using gpu_delivery = actors::delivery<gpu::reset_device>;
     using kv_delivery = actors::delivery<kv::kv_lookup, kv::kv_restore, kv::kv_release, kv::kv_save,
                                          kv::kv_invalidate, kv::kv_session_delete, kv::kv_fault>;
@@ -171,7 +164,7 @@ private:
     // refused, with the error the `fault` op answers (`code`, and why in `text`).
     struct fault_arming {
         bool armed = false;
-        net::errc code = net::errc::internal;
+        door::errc code = door::errc::internal;
         std::string text;
     };
     // Arms one fault through the real path: the gpu kinds in the gpu actor's fault plan (told
@@ -181,7 +174,7 @@ private:
                            const std::string& actor);
     // The config's plan for the step about to be sent: arms what it draws, logs and counts.
     void arm_planned_fault(uint64_t step_id);
-    net::fault_plan_report plan_report() const;
+    door::fault_plan_report plan_report() const;
 
     scheduler_core _core;
     gpu::logits_exchange* _logits;

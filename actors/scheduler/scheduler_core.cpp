@@ -8,10 +8,10 @@
 
 namespace ordo::sched {
 
-using net::errc;
+using door::errc;
 
-net::request_error error_event(uint64_t conn, uint64_t id, errc code, std::string message) {
-    return net::request_error{conn, id, code, std::move(message)};
+door::request_error error_event(uint64_t conn, uint64_t id, errc code, std::string message) {
+    return door::request_error{conn, id, code, std::move(message)};
 }
 
 result<scheduler_core> scheduler_core::create(const core_options& options,
@@ -104,7 +104,7 @@ std::vector<int32_t> scheduler_core::chat_tokens(const std::string& text) const 
     return ids;
 }
 
-std::optional<net::request_error> scheduler_core::refusal_at_admission(uint64_t conn,
+std::optional<door::request_error> scheduler_core::refusal_at_admission(uint64_t conn,
                                                                      uint64_t id) {
     if (_draining) {
         return error_event(conn, id, errc::shutting_down,
@@ -204,7 +204,7 @@ void scheduler_core::reach_phase(request_state& r, uint8_t phase_bit) {
     const char* phase = phase_bit == 1 ? "queued" : phase_bit == 2 ? "prefill" : "decode";
     for (auto it = _net_armed.begin(); it != _net_armed.end(); ++it) {
         if (it->phase != phase) continue;
-        _net_fired.push_back(net::net_fault{r.conn, it->kind, it->delay_ms});
+        _net_fired.push_back(door::net_fault{r.conn, it->kind, it->delay_ms});
         _counters.net_faults++;
         if (--it->count == 0) _net_armed.erase(it);
         return;  // one fault per request and phase
@@ -223,7 +223,7 @@ void scheduler_core::on_cancel(const cancel& m, std::vector<outgoing_event>& out
             finish(*r, "cancelled", out);
         }
     }
-    out.push_back(net::cancel_done{m.conn, m.id, live});
+    out.push_back(door::cancel_done{m.conn, m.id, live});
 }
 
 void scheduler_core::on_client_gone(const client_gone& m, std::vector<outgoing_event>& out) {
@@ -243,7 +243,7 @@ void scheduler_core::on_client_gone(const client_gone& m, std::vector<outgoing_e
     }
 }
 
-net::request_error scheduler_core::tokenizer_error(uint64_t conn, uint64_t id,
+door::request_error scheduler_core::tokenizer_error(uint64_t conn, uint64_t id,
                                                    const std::string& what) const {
     return error_event(conn, id, errc::tokenizer_unsupported,
                        what + " needs the tokenizer: " + _tok->support().err().message);
@@ -251,12 +251,14 @@ net::request_error scheduler_core::tokenizer_error(uint64_t conn, uint64_t id,
 
 void scheduler_core::on_tokenize(const tokenize& m, std::vector<outgoing_event>& out) {
     if (!_tok->support()) return out.push_back(tokenizer_error(m.conn, m.id, "tokenize"));
-    if (m.chat) return out.push_back(net::tokenize_done{m.conn, m.id, chat_tokens(m.text), m.text});
+    if (m.chat) {
+        return out.push_back(door::tokenize_done{m.conn, m.id, chat_tokens(m.text), m.text});
+    }
     const auto& v = _tok->vocab();
     bool add_bos = m.add_bos.value_or(v.add_bos());
     std::vector<int32_t> ids = _tok->encode(m.text, false, m.special);
     if (add_bos && v.bos() != model::k_no_token) ids.insert(ids.begin(), v.bos());
-    out.push_back(net::tokenize_done{m.conn, m.id, std::move(ids), std::nullopt});
+    out.push_back(door::tokenize_done{m.conn, m.id, std::move(ids), std::nullopt});
 }
 
 void scheduler_core::on_detokenize(const detokenize& m, std::vector<outgoing_event>& out) {
@@ -264,14 +266,14 @@ void scheduler_core::on_detokenize(const detokenize& m, std::vector<outgoing_eve
     auto text = _tok->decode(m.tokens, m.special);
     if (!text.ok()) return out.push_back(error_event(m.conn, m.id, errc::bad_request,
                                                      text.err().message));
-    out.push_back(net::detokenize_done{m.conn, m.id, std::move(text.value())});
+    out.push_back(door::detokenize_done{m.conn, m.id, std::move(text.value())});
 }
 
 void scheduler_core::on_stats(const stats_query& m, std::vector<outgoing_event>& out) {
     const auto& k = _counters;
     kv_blocks_stats kv = kv_stats();
-    net::stats_done d{m.conn, m.id, {}};
-    net::stats_report& r = d.stats;
+    door::stats_done d{m.conn, m.id, {}};
+    door::stats_report& r = d.stats;
     r.active_sequences = _running.size();
     r.queued_requests = _queue.size();
     r.kv_blocks_used = kv.blocks_used;
@@ -327,8 +329,8 @@ void scheduler_core::on_stats(const stats_query& m, std::vector<outgoing_event>&
 void scheduler_core::on_model(const model_info_query& m, std::vector<outgoing_event>& out) {
     const auto& i = _info;
     const auto& v = _tok->vocab();
-    net::model_done d{m.conn, m.id, {}};
-    net::model_report& r = d.model;
+    door::model_done d{m.conn, m.id, {}};
+    door::model_report& r = d.model;
     r.architecture = i.architecture;
     r.path = i.path;
     r.fingerprint = i.fingerprint;

@@ -35,10 +35,10 @@
 #include "actors/scheduler/sampling.hpp"
 #include "actors/scheduler/scheduler_msgs.hpp"
 #include "actors/scheduler/stop_matcher.hpp"
+#include "door/door_msgs.hpp"
 #include "gpu/actor/gpu_msgs.hpp"
 #include "kv/kv_msgs.hpp"
 #include "model/tokenizer.hpp"
-#include "net/net_msgs.hpp"
 
 namespace ordo::sched {
 
@@ -84,10 +84,7 @@ using kv_request = std::variant<kv::kv_lookup, kv::kv_restore, kv::kv_release, k
                                 kv::kv_invalidate, kv::kv_session_delete>;
 
 // An event for a client, as the scheduler hands it to the front door.
-using client_event =
-    std::variant<net::token_event, net::generate_done, net::tokenize_done, net::detokenize_done,
-                 net::cancel_done, net::model_done, net::stats_done, net::fault_done,
-                 net::session_delete_done, net::request_error, net::embed_done>;
+using client_event = actors::variant_for<door::request_events>;
 using outgoing_event = client_event;
 
 // The request an event belongs to.
@@ -95,7 +92,7 @@ inline std::pair<uint64_t, uint64_t> request_of(const client_event& e) {
     return std::visit([](const auto& m) { return std::pair{m.conn, m.id}; }, e);
 }
 
-net::request_error error_event(uint64_t conn, uint64_t id, net::errc code, std::string message);
+door::request_error error_event(uint64_t conn, uint64_t id, door::errc code, std::string message);
 
 struct scheduler_counters {
     uint64_t requests = 0;  // generate requests accepted into the queue
@@ -157,7 +154,7 @@ public:
     void on_embed(const embed& m, std::vector<outgoing_event>& out);
     // What every new request (generate, embed) is refused for before its own checks: a
     // draining server, an id already live on its connection, an unavailable device.
-    std::optional<net::request_error> refusal_at_admission(uint64_t conn, uint64_t id);
+    std::optional<door::request_error> refusal_at_admission(uint64_t conn, uint64_t id);
     void on_cancel(const cancel& m, std::vector<outgoing_event>& out);
     void on_tokenize(const tokenize& m, std::vector<outgoing_event>& out);
     void on_detokenize(const detokenize& m, std::vector<outgoing_event>& out);
@@ -190,7 +187,7 @@ public:
     // taken after every input and every planned step, and sent to the net actor after the
     // events made before it. Error: net_faults_armed_max are armed already.
     status arm_net_fault(const gpu::inject_fault& spec);
-    std::vector<net::net_fault> take_net_faults() { return std::exchange(_net_fired, {}); }
+    std::vector<door::net_fault> take_net_faults() { return std::exchange(_net_fired, {}); }
     // Ends every live request (server stopping): error{shutting_down}.
     void shutdown(std::vector<outgoing_event>& out);
     // The server is draining: new generate requests are refused with shutting_down; live ones
@@ -235,7 +232,7 @@ private:
         uint32_t cached_tokens = 0;
         std::vector<int32_t> generated;
         std::string text;                         // emitted text (what token events carried)
-        std::vector<net::token_info> logprobs;    // non-stream logprobs, per token
+        std::vector<door::token_info> logprobs;    // non-stream logprobs, per token
         phase ph = phase::queued;
         bool in_kv = false;  // registered in _kv
         bool cancel_requested = false;
@@ -277,7 +274,7 @@ private:
     std::vector<int32_t> chat_tokens(const std::string& text) const;
     // error{tokenizer_unsupported}: `what` (an op, "a text prompt", "stop strings") needs the
     // tokenizer, which ordo cannot run for this model (tokenizer::support()).
-    net::request_error tokenizer_error(uint64_t conn, uint64_t id, const std::string& what) const;
+    door::request_error tokenizer_error(uint64_t conn, uint64_t id, const std::string& what) const;
     // Whether a sequence of `tokens` positions can ever fit the whole KV pool.
     bool fits_pool(uint64_t tokens) const;
     std::string pool_message(uint64_t tokens) const;
@@ -307,7 +304,7 @@ private:
                      std::vector<outgoing_event>& out);
     void finish(request_state& r, std::string_view reason, std::vector<outgoing_event>& out,
                 const std::string& stop_string = "");
-    void fail(request_state& r, net::errc code, const std::string& message,
+    void fail(request_state& r, door::errc code, const std::string& message,
               std::vector<outgoing_event>& out);
     void reset_for_recompute(request_state& r);
     void remove(request_state& r);
@@ -339,7 +336,7 @@ private:
     std::map<std::string, seq_id> _sessions;                     // live session -> request
     std::vector<kv_request> _kv_out;
     std::vector<gpu::inject_fault> _net_armed;  // net fault points armed, in arming order
-    std::vector<net::net_fault> _net_fired;     // fired, not yet taken
+    std::vector<door::net_fault> _net_fired;     // fired, not yet taken
     std::string _kv_reason;                                      // persistence off: why
     std::vector<seq_id> _running;                                // admission order, oldest first
     std::deque<std::vector<seq_id>> _isolation;                  // groups to run alone (F4)
@@ -370,18 +367,18 @@ private:
     std::string _build_progress;  // the last device_progress, as health's reason says it
     uint32_t _rows_max = 0;
     scheduler_counters _counters;
-    // Latency and size histograms of the stats op (net_msgs.hpp stats_report::histograms).
+    // Latency and size histograms of the stats op (door_msgs.hpp stats_report::histograms).
     // Bounds: seconds from 1 ms to 60 s (CPU devices are slow, GPUs fast), tokens from 1 to
     // 128 Ki, each about 2.5x the last.
     struct latency_histograms {
-        net::histogram ttft{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
+        door::histogram ttft{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
                              10, 30, 60}};
-        net::histogram inter_token{{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+        door::histogram inter_token{{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
                                     0.5, 1, 2.5, 5}};
-        net::histogram duration{{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120,
+        door::histogram duration{{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120,
                                  300, 600}};
-        net::histogram prompt_tokens{{1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 131072}};
-        net::histogram completion_tokens{{1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 131072}};
+        door::histogram prompt_tokens{{1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 131072}};
+        door::histogram completion_tokens{{1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 131072}};
     } _histograms;
 };
 

@@ -24,7 +24,7 @@
 
 namespace ordo::sched {
 
-using net::errc;
+using door::errc;
 
 void scheduler_core::on_embed(const embed& m, std::vector<outgoing_event>& out) {
     if (auto refused = refusal_at_admission(m.conn, m.id)) return out.push_back(*refused);
@@ -115,7 +115,7 @@ void scheduler_core::finish_embed(request_state& r, std::vector<outgoing_event>&
     double norm = 0.0;
     for (double v : r.pooled) norm += v * v;
     norm = std::sqrt(norm);
-    net::embed_done d{r.conn, r.id, {}, r.n_prompt, std::string(config::to_string(*r.embed)),
+    door::embed_done d{r.conn, r.id, {}, r.n_prompt, std::string(config::to_string(*r.embed)),
                       false};
     d.embedding.resize(r.pooled.size(), 0.0f);
     if (norm > 0.0) {

@@ -21,7 +21,7 @@
 
 namespace ordo::sched {
 
-using net::errc;
+using door::errc;
 
 bool scheduler_core::wants_disk(const request_state& r) const {
     // An embedding computes every token (scheduler_embed.cpp): nothing to restore.
@@ -181,7 +181,7 @@ void scheduler_core::on_kv_session_deleted(const kv::kv_session_deleted& m,
     if (!m.error.empty()) {
         return out.push_back(error_event(m.conn, m.id, errc::kv_io, m.error));
     }
-    out.push_back(net::session_delete_done{m.conn, m.id, m.deleted});
+    out.push_back(door::session_delete_done{m.conn, m.id, m.deleted});
 }
 
 }  // namespace ordo::sched

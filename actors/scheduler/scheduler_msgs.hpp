@@ -1,9 +1,10 @@
-// scheduler_msgs.hpp: the messages the scheduler actor accepts from the front door (the net
-// actor), first; it also accepts the gpu actor's replies, declared in gpu/actor/gpu_msgs.hpp.
+// scheduler_msgs.hpp: the messages the scheduler actor accepts from the front doors (the net and
+// HTTP actors), first; it also accepts the gpu actor's replies, declared in
+// gpu/actor/gpu_msgs.hpp.
 //
 // Every op is a typed message, parsed and validated once at the edge (net/ops.hpp) and named by
 // (conn, id): the connection the front door assigned and the id the client chose. Reply: the
-// request's events (net/net_msgs.hpp) through the scheduler's delivery to the net actor,
+// request's events (door/door_msgs.hpp) through the scheduler's delivery to its front door,
 // ending with exactly one terminal event. What needs the scheduler's state (the context, the KV
 // pool, the queue, the vocabulary for text) is checked by the scheduler.
 #pragma once

@@ -66,7 +66,7 @@ void scheduler_core::on_device_ready(const gpu::device_ready& m, std::vector<out
         if (!fits_pool(need) || need > n_ctx()) too_big.emplace_back(seq, need);
     }
     for (auto [seq, need] : too_big) {
-        fail(*find(seq), net::errc::context_exceeded,
+        fail(*find(seq), door::errc::context_exceeded,
              need > n_ctx() ? "prompt + max_tokens (" + std::to_string(need) +
                                   ") exceeds this device's context of " +
                                   std::to_string(n_ctx()) + " tokens"
@@ -95,7 +95,7 @@ void scheduler_core::on_device_unavailable(const gpu::device_unavailable& m,
     _in_flight.reset();
     std::vector<seq_id> all;
     for (auto& [seq, r] : _requests) all.push_back(seq);
-    for (seq_id seq : all) fail(*find(seq), net::errc::gpu_unavailable, m.message, out);
+    for (seq_id seq : all) fail(*find(seq), door::errc::gpu_unavailable, m.message, out);
 }
 
 // ---- step done ---------------------------------------------------------------------------------
@@ -128,7 +128,7 @@ void scheduler_core::on_step_done(const gpu::step_done& m, const row_reader& row
         if (!p.want_logits) continue;
         auto it = std::find(m.rows.begin(), m.rows.end(), p.seq);
         if (it == m.rows.end() || m.n_vocab == 0) {
-            fail(*r, net::errc::internal, "the gpu returned no logits row for this sequence", out);
+            fail(*r, door::errc::internal, "the gpu returned no logits row for this sequence", out);
             continue;
         }
         // A model may pad its output head past the tokenizer's vocabulary: those ids cannot
@@ -141,7 +141,7 @@ void scheduler_core::on_step_done(const gpu::step_done& m, const row_reader& row
 void scheduler_core::apply_token(request_state& r, std::span<const float> logits,
                                  std::vector<outgoing_event>& out) {
     auto s = r.smp->sample(logits, r.tokens);
-    if (!s.ok()) return fail(r, net::errc::internal, "sampling failed: " + s.err().message, out);
+    if (!s.ok()) return fail(r, door::errc::internal, "sampling failed: " + s.err().message, out);
     int32_t token = s->token;
     const auto now = clock::now();
     if (!r.has_first_token) {
@@ -182,7 +182,7 @@ void scheduler_core::apply_token(request_state& r, std::span<const float> logits
     }
     r.text += emit;
     if (r.params.stream || r.params.sampling.logprobs > 0) {
-        net::token_info t{token, std::move(emit), s->logprob, std::nullopt};
+        door::token_info t{token, std::move(emit), s->logprob, std::nullopt};
         if (r.params.sampling.logprobs > 0) {
             auto& top = t.top_logprobs.emplace();
             for (const auto& e : s->top_logprobs()) {
@@ -194,7 +194,7 @@ void scheduler_core::apply_token(request_state& r, std::span<const float> logits
         if (!r.params.stream) {
             r.logprobs.push_back(std::move(t));
         } else if (!r.client_gone) {
-            out.push_back(net::token_event{r.conn, r.id, std::move(t)});
+            out.push_back(door::token_event{r.conn, r.id, std::move(t)});
         }
     }
     if (!reason.empty()) finish(r, reason, out, stop_string);
@@ -245,11 +245,11 @@ void scheduler_core::on_step_failed(const gpu::step_failed& m, std::vector<outgo
             // while the step ran does not mask the failure (invariant: a compute failure is
             // never reported as cancelled).
             _counters.gpu_failed++;
-            fail(r, net::errc::gpu_failed, why + " (a cancel was pending)", out);
+            fail(r, door::errc::gpu_failed, why + " (a cancel was pending)", out);
         } else if (_opt.policy == config::batch_failure_policy::fail ||
                    r.retries > _opt.retry_max || r.batch_failures > batch_failures_max) {
             _counters.gpu_failed++;
-            fail(r, net::errc::gpu_failed, why, out);
+            fail(r, door::errc::gpu_failed, why, out);
         } else {
             retry.push_back(seq);
         }
@@ -277,7 +277,7 @@ void scheduler_core::finish(request_state& r, std::string_view reason,
     if (r.embed) {
         // Only a cancel ends an embedding here; a complete one ends in finish_embed.
         assert(reason == "cancelled");
-        if (!r.client_gone) out.push_back(net::embed_done{r.conn, r.id, {}, r.n_prompt, "", true});
+        if (!r.client_gone) out.push_back(door::embed_done{r.conn, r.id, {}, r.n_prompt, "", true});
         remove(r);
         return;
     }
@@ -287,7 +287,7 @@ void scheduler_core::finish(request_state& r, std::string_view reason,
     _histograms.prompt_tokens.observe(r.n_prompt);
     _histograms.completion_tokens.observe(double(r.generated.size()));
     if (!r.client_gone) {
-        net::generate_done d;
+        door::generate_done d;
         d.conn = r.conn, d.id = r.id;
         d.reason = std::string(reason);
         d.stop = stop_string;
@@ -307,7 +307,7 @@ void scheduler_core::finish(request_state& r, std::string_view reason,
     remove(r);
 }
 
-void scheduler_core::fail(request_state& r, net::errc code, const std::string& message,
+void scheduler_core::fail(request_state& r, door::errc code, const std::string& message,
                           std::vector<outgoing_event>& out) {
     if (!r.client_gone) out.push_back(error_event(r.conn, r.id, code, message));
     remove(r);
@@ -334,7 +334,9 @@ void scheduler_core::shutdown(std::vector<outgoing_event>& out) {
     _in_flight.reset();  // its outcome will never be read: the process is ending
     std::vector<seq_id> all;
     for (auto& [seq, r] : _requests) all.push_back(seq);
-    for (seq_id seq : all) fail(*find(seq), net::errc::shutting_down, "the server is stopping", out);
+    for (seq_id seq : all) {
+        fail(*find(seq), door::errc::shutting_down, "the server is stopping", out);
+    }
 }
 
 status scheduler_core::check_invariants() const {

@@ -86,7 +86,7 @@ void check_frame(const msgpack::object& frame) {
                   op.err().code == "template_error",
               "parse_op refuses with bad_request, unknown_op or template_error");
         check(ordo::sched::is_valid_utf8(op.err().message), "op error messages are valid UTF-8");
-        (void)net::encode_error(r.id, net::errc::bad_request, op.err().message);
+        (void)net::encode_error(r.id, door::errc::bad_request, op.err().message);
     }
 }
 

@@ -45,7 +45,7 @@ struct rig {
         EXPECT_TRUE(http.start().ok());
         EXPECT_TRUE(http.listen_status().ok());
         // The scheduler says the device is ready.
-        EXPECT_TRUE(http.tell(net::set_health{"ok", ""}, "scheduler").ok());
+        EXPECT_TRUE(http.tell(door::set_health{"ok", ""}, "scheduler").ok());
     }
     ~rig() {
         for (actors::actor_core* a : std::initializer_list<actors::actor_core*>{&http, &sched}) {
@@ -76,12 +76,12 @@ std::string completion(bool stream) {
         json({{"model", "tiny"}, {"prompt", "hi"}, {"stream", stream}}).dump());
 }
 
-net::token_event token(uint64_t conn, uint64_t id, const std::string& text) {
+door::token_event token(uint64_t conn, uint64_t id, const std::string& text) {
     return {conn, id, {65, text, -0.5f, std::nullopt}};
 }
 
-net::generate_done done(uint64_t conn, uint64_t id, const std::string& text) {
-    net::generate_done d;
+door::generate_done done(uint64_t conn, uint64_t id, const std::string& text) {
+    door::generate_done d;
     d.conn = conn, d.id = id, d.reason = "length", d.text = text;
     d.usage.prompt_tokens = 2, d.usage.completion_tokens = 2;
     return d;
@@ -146,7 +146,7 @@ TEST(http_actor, errors_before_and_after_the_first_token) {
     ASSERT_TRUE(c.send(completion(true)));
     auto g = r.sched.next<sched::generate>();
     ASSERT_TRUE(g);
-    r.tell(net::request_error{g->conn, g->id, net::errc::gpu_unavailable, "no device"});
+    r.tell(door::request_error{g->conn, g->id, door::errc::gpu_unavailable, "no device"});
     auto early = c.read();
     ASSERT_TRUE(early);
     EXPECT_EQ(early->status, 503);
@@ -156,7 +156,7 @@ TEST(http_actor, errors_before_and_after_the_first_token) {
     auto h = r.sched.next<sched::generate>();
     ASSERT_TRUE(h);
     r.tell(token(h->conn, h->id, "a"));
-    r.tell(net::request_error{h->conn, h->id, net::errc::gpu_failed, "retries spent"});
+    r.tell(door::request_error{h->conn, h->id, door::errc::gpu_failed, "retries spent"});
     auto late = c.read();
     ASSERT_TRUE(late);
     EXPECT_EQ(late->status, 200);
@@ -192,7 +192,7 @@ TEST(http_actor, drop_connection_closes_it) {
     ASSERT_TRUE(c.send(completion(false)));
     auto g = r.sched.next<sched::generate>();
     ASSERT_TRUE(g);
-    r.tell(net::drop_connection{g->conn, "events undeliverable"});
+    r.tell(door::drop_connection{g->conn, "events undeliverable"});
     EXPECT_TRUE(c.wait_closed());
     EXPECT_TRUE(r.sched.next<sched::client_gone>());
 }
@@ -203,7 +203,7 @@ TEST(http_actor, health_follows_set_health_and_drain) {
     auto ok = test::http_call(r.http.bound_port(), "GET", "/health");
     ASSERT_TRUE(ok);
     EXPECT_EQ(ok->status, 200);
-    r.tell(net::set_health{"degraded", "the device could not be rebuilt"});
+    r.tell(door::set_health{"degraded", "the device could not be rebuilt"});
     auto bad = test::http_call(r.http.bound_port(), "GET", "/health");
     ASSERT_TRUE(bad);
     EXPECT_EQ(bad->status, 503);
@@ -212,7 +212,7 @@ TEST(http_actor, health_follows_set_health_and_drain) {
     // Draining: the listener closes, a connection already open is told shutting_down.
     http_conn c;
     ASSERT_TRUE(r.connect(c));
-    r.tell(net::begin_drain{});
+    r.tell(door::begin_drain{});
     ASSERT_TRUE(c.send(http_request_text("GET", "/health")));
     auto draining = c.read();
     ASSERT_TRUE(draining);
@@ -232,11 +232,11 @@ TEST(http_actor, metrics_come_from_the_scheduler_stats) {
     // The query carries this front door's counters; the scheduler echoes them in its report.
     EXPECT_EQ(q->http.at("requests"), 1u);
     EXPECT_EQ(q->http.at("connections_open"), 1u);
-    net::stats_done d{q->conn, q->id, {}};
+    door::stats_done d{q->conn, q->id, {}};
     d.stats.http = q->http;
     d.stats.active_sequences = 3;
     d.stats.scheduler = {{"requests", 9}};
-    d.stats.histograms = {{"prompt_tokens", net::histogram({1, 10})}};
+    d.stats.histograms = {{"prompt_tokens", door::histogram({1, 10})}};
     d.stats.histograms["prompt_tokens"].observe(5);
     r.tell(d);
     auto m = c.read();
@@ -299,7 +299,7 @@ TEST(http_actor, a_paused_connection_is_still_cut_off_at_the_write_bound) {
     ASSERT_TRUE(g);
     // Reading stops for far longer than the test; writing goes on, and the client reads nothing:
     // 800 tokens of 16 KiB (12.5 MiB) pass the kernel's buffers and the 64 KiB bound.
-    r.tell(net::net_fault{g->conn, "net_stop_reading", 60'000});
+    r.tell(door::net_fault{g->conn, "net_stop_reading", 60'000});
     const std::string text(16 * 1024, 'x');
     for (int i = 0; i < 800; i++) r.tell(token(g->conn, g->id, text));
     auto gone = r.sched.next<sched::client_gone>();

@@ -258,7 +258,7 @@ TEST(openai_out, error_shape_and_statuses) {
     EXPECT_EQ(e["error"]["code"], "overloaded");
     EXPECT_EQ(e["error"]["type"], "rate_limit_error");
     EXPECT_TRUE(e["error"]["param"].is_null());
-    using ordo::net::errc;
+    using ordo::door::errc;
     EXPECT_EQ(status_of(errc::bad_request), 400);
     EXPECT_EQ(status_of(errc::context_exceeded), 400);
     EXPECT_EQ(status_of(errc::overloaded), 429);
@@ -274,12 +274,12 @@ TEST(openai_out, answer_and_chunks_have_openai_shapes) {
     r.logprobs = true;
     r.top_logprobs = 1;
     r.include_usage = true;
-    ordo::net::token_info t{65, "A", -0.5f,
-                            std::vector<ordo::net::top_logprob>{{65, "A", -0.5f}, {66, "B", -1.f}}};
-    ordo::net::generate_done d;
+    ordo::door::token_info t{
+        65, "A", -0.5f, std::vector<ordo::door::top_logprob>{{65, "A", -0.5f}, {66, "B", -1.f}}};
+    ordo::door::generate_done d;
     d.reason = "length";
     d.text = "A";
-    d.logprobs = std::vector<ordo::net::token_info>{t};
+    d.logprobs = std::vector<ordo::door::token_info>{t};
     d.usage.prompt_tokens = 3;
     d.usage.completion_tokens = 1;
     json a = json::parse(completion_json(m, r, d));
@@ -443,7 +443,7 @@ TEST(openai_embeddings, inputs_become_embed_requests) {
 }
 
 TEST(openai_embeddings, answer_as_floats_or_base64) {
-    std::vector<ordo::net::embed_done> done(2);
+    std::vector<ordo::door::embed_done> done(2);
     done[0].embedding = {1.0f, -0.5f};
     done[0].prompt_tokens = 3;
     done[1].embedding = {0.25f, 0.0f};

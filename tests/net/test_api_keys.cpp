@@ -1,4 +1,4 @@
-// test_api_keys.cpp: the pure parts of API-key authentication (net/api_keys.hpp) and the `auth`
+// test_api_keys.cpp: the pure parts of API-key authentication (door/api_keys.hpp) and the `auth`
 // op's parser.
 //
 // Checks: the key file's text (comments, blank lines, trimming; a malformed key refused naming
@@ -19,13 +19,14 @@
 #include <filesystem>
 #include <fstream>
 
-#include "net/api_keys.hpp"
+#include "door/api_keys.hpp"
 #include "net/ops.hpp"
 #include "net/protocol.hpp"
 
 namespace {
 
 using namespace ordo::net;
+using namespace ordo::door;
 namespace fs = std::filesystem;
 using clock_type = std::chrono::steady_clock;
 using std::chrono::milliseconds;

@@ -76,7 +76,7 @@ TEST(net_actor, typed_op_in_typed_event_out_and_ids_are_freed_by_the_terminal_ev
     auto dup = c.recv();
     ASSERT_TRUE(dup);
     EXPECT_EQ(str_field(dup->get(), "code"), "duplicate_id");
-    ASSERT_TRUE(r.net.tell(net::tokenize_done{t->conn, 4, {7, 8}}, "scheduler").ok());
+    ASSERT_TRUE(r.net.tell(door::tokenize_done{t->conn, 4, {7, 8}}, "scheduler").ok());
     auto done = c.recv();
     ASSERT_TRUE(done);
     EXPECT_EQ(str_field(done->get(), "event"), "done");
@@ -116,7 +116,7 @@ TEST(net_actor, drop_connection_closes_the_client) {
     ASSERT_TRUE(c.send(frame("id", 1, "op", "generate", "prompt", "x")));
     auto g = r.sched.next<sched::generate>();
     ASSERT_TRUE(g);
-    ASSERT_TRUE(r.net.tell(net::drop_connection{g->conn, "test"}, "scheduler").ok());
+    ASSERT_TRUE(r.net.tell(door::drop_connection{g->conn, "test"}, "scheduler").ok());
     EXPECT_TRUE(c.wait_closed());
     auto gone = r.sched.next<sched::client_gone>();
     ASSERT_TRUE(gone);
@@ -133,7 +133,7 @@ TEST(net_actor, an_answer_larger_than_the_write_buffer_is_a_clear_error) {
     auto t = r.sched.next<sched::tokenize>();
     ASSERT_TRUE(t);
     std::vector<int32_t> many(5000, 1000);  // 3 bytes each on the wire: over 4096
-    ASSERT_TRUE(r.net.tell(net::tokenize_done{t->conn, 2, many}, "scheduler").ok());
+    ASSERT_TRUE(r.net.tell(door::tokenize_done{t->conn, 2, many}, "scheduler").ok());
     auto e = c.recv();
     ASSERT_TRUE(e) << "the reading client got nothing";
     EXPECT_EQ(uint_field(e->get(), "id"), 2u);
@@ -176,7 +176,7 @@ TEST(net_actor, drain_stops_accepting_and_serves_open_connections) {
     // One round trip first: the connection is accepted, not still in the listen backlog.
     ASSERT_TRUE(open.send(frame("id", 9, "op", "health")));
     ASSERT_TRUE(open.recv());
-    ASSERT_TRUE(r.net.tell(net::begin_drain{}, "main").ok());
+    ASSERT_TRUE(r.net.tell(door::begin_drain{}, "main").ok());
     ASSERT_TRUE(open.send(frame("id", 1, "op", "health")));
     auto h = open.recv();
     ASSERT_TRUE(h);

@@ -19,6 +19,7 @@
 namespace {
 
 using namespace ordo::net;
+using namespace ordo::door;
 
 msgpack::object_handle decode(const msgpack::sbuffer& b) {
     return msgpack::unpack(b.data(), b.size());

@@ -37,10 +37,8 @@ using namespace ordo::sched;
 using ordo::test::probe;
 using ordo::test::trace_script;
 
-using net_probe = probe<net::token_event, net::generate_done, net::tokenize_done,
-                        net::detokenize_done, net::cancel_done, net::model_done, net::stats_done,
-                        net::fault_done, net::session_delete_done, net::request_error, net::set_health,
-                        net::drop_connection, net::net_fault, net::embed_done>;
+// A front door: what the scheduler sends one (door/door_msgs.hpp).
+using net_probe = test::probe_for<door::scheduler_events>;
 using gpu_probe = probe<gpu::step, gpu::inject_fault, gpu::reset_device>;
 
 constexpr int32_t k_token = 100;  // what the fake gpu's logits make greedy sampling pick
@@ -136,11 +134,11 @@ struct rig {
     }
 
     // Answers every step until the request ends; its terminal event.
-    net::generate_done run_to_done() {
+    door::generate_done run_to_done() {
         for (int guard = 0; guard < 64; guard++) {
             auto m = net.next_any(std::chrono::milliseconds(50));
             if (m) {
-                if (auto* d = std::get_if<net::generate_done>(&*m)) return *d;
+                if (auto* d = std::get_if<door::generate_done>(&*m)) return *d;
                 continue;
             }
             if (auto s = gpu.next<gpu::step>(std::chrono::milliseconds(50))) answer(*s);
@@ -165,11 +163,11 @@ TEST(scheduler_actor, cancel_during_a_running_step_applies_the_step_first) {
     auto s = r.gpu.next<gpu::step>();
     ASSERT_TRUE(s);
     ASSERT_TRUE(r.sched->tell(sched::cancel{1, 8, 7}, "net").ok());
-    auto c = r.net.next<net::cancel_done>();
+    auto c = r.net.next<door::cancel_done>();
     ASSERT_TRUE(c);
     EXPECT_TRUE(c->cancelled);
     r.answer(*s);
-    auto d = r.net.next<net::generate_done>();
+    auto d = r.net.next<door::generate_done>();
     ASSERT_TRUE(d);
     EXPECT_EQ(d->reason, "cancelled");
     EXPECT_TRUE(r.net.stays_empty(std::chrono::milliseconds(100)));
@@ -180,7 +178,7 @@ TEST(scheduler_actor, cancel_during_a_running_step_applies_the_step_first) {
     t.expect<gpu::step>("scheduler", "gpu");
     t.expect<sched::cancel>("net", "scheduler");
     t.expect<gpu::step_done>("gpu", "scheduler");
-    auto done = t.expect<net::generate_done>("scheduler", "net");
+    auto done = t.expect<door::generate_done>("scheduler", "net");
     ASSERT_TRUE(done);
     EXPECT_EQ(done->id, 7u);
 }
@@ -192,9 +190,9 @@ TEST(scheduler_actor, a_refused_step_replans_by_itself_until_retries_end_it) {
     r.device_ready();
     r.generate(3, 4);
     // Nothing else is sent: the scheduler must plan again by itself after each refusal.
-    auto e = r.net.next<net::request_error>();
+    auto e = r.net.next<door::request_error>();
     ASSERT_TRUE(e) << "the request never ended";
-    EXPECT_EQ(e->code, net::errc::gpu_failed);
+    EXPECT_EQ(e->code, door::errc::gpu_failed);
     EXPECT_EQ(e->id, 3u);
     r.stop();
     // retry_max 2: three failed attempts alone, then the error.
@@ -204,17 +202,17 @@ TEST(scheduler_actor, a_refused_step_replans_by_itself_until_retries_end_it) {
 
 TEST(scheduler_actor, device_progress_is_the_loading_reason_until_the_device_is_ready) {
     rig r;
-    auto starting = r.net.next<net::set_health>();
+    auto starting = r.net.next<door::set_health>();
     ASSERT_TRUE(starting);
     EXPECT_EQ(starting->status, "loading");
     gpu::device_progress p{0, 2, 4, "warm-up", 3, 5};
     ASSERT_TRUE(r.sched->tell(p, "gpu").ok());
-    auto loading = r.net.next<net::set_health>();
+    auto loading = r.net.next<door::set_health>();
     ASSERT_TRUE(loading) << "device_progress changed nothing health says";
     EXPECT_EQ(loading->status, "loading");
     EXPECT_EQ(loading->reason, "starting the gpu device: warm-up 3/5 (attempt 2 of 4)");
     r.device_ready();
-    auto ok = r.net.next<net::set_health>();
+    auto ok = r.net.next<door::set_health>();
     ASSERT_TRUE(ok);
     EXPECT_EQ(ok->status, "ok");
     EXPECT_EQ(ok->reason, "");
@@ -225,11 +223,11 @@ TEST(scheduler_actor, an_unanswered_step_rebuilds_the_device_and_the_request_com
     scheduler_actor::options o;
     o.step_backstop_ms = 100;
     rig r(o);
-    auto starting = r.net.next<net::set_health>();
+    auto starting = r.net.next<door::set_health>();
     ASSERT_TRUE(starting);
     EXPECT_EQ(starting->status, "loading");
     r.device_ready();
-    auto ok = r.net.next<net::set_health>();
+    auto ok = r.net.next<door::set_health>();
     ASSERT_TRUE(ok);
     EXPECT_EQ(ok->status, "ok");
     r.generate(5, 2);
@@ -238,7 +236,7 @@ TEST(scheduler_actor, an_unanswered_step_rebuilds_the_device_and_the_request_com
     // No answer: the backstop fires and asks for a rebuild.
     auto reset = r.gpu.next<gpu::reset_device>();
     ASSERT_TRUE(reset) << "no reset_device after the backstop";
-    auto loading = r.net.next<net::set_health>();
+    auto loading = r.net.next<door::set_health>();
     ASSERT_TRUE(loading);
     EXPECT_EQ(loading->status, "loading");
     r.device_ready(1);
@@ -264,10 +262,10 @@ TEST(scheduler_actor, drain_refuses_new_work_and_lets_running_requests_finish) {
     ASSERT_TRUE(s);
     ASSERT_TRUE(r.sched->tell(sched::drain{60000}, "main").ok());
     r.generate(2, 3);
-    auto refused = r.net.next<net::request_error>();
+    auto refused = r.net.next<door::request_error>();
     ASSERT_TRUE(refused);
     EXPECT_EQ(refused->id, 2u);
-    EXPECT_EQ(refused->code, net::errc::shutting_down);
+    EXPECT_EQ(refused->code, door::errc::shutting_down);
     r.answer(*s);
     auto d = r.run_to_done();
     EXPECT_EQ(d.id, 1u);
@@ -283,10 +281,10 @@ TEST(scheduler_actor, stop_ends_live_requests_with_shutting_down) {
     ASSERT_TRUE(r.gpu.next<gpu::step>());
     r.sched->request_stop();
     ASSERT_TRUE(r.sched->join().ok());
-    auto e = r.net.next<net::request_error>();
+    auto e = r.net.next<door::request_error>();
     ASSERT_TRUE(e);
     EXPECT_EQ(e->id, 9u);
-    EXPECT_EQ(e->code, net::errc::shutting_down);
+    EXPECT_EQ(e->code, door::errc::shutting_down);
     // A message after the stop is refused to its sender, not dropped.
     auto st = r.sched->tell(sched::cancel{1, 10, 9}, "net");
     ASSERT_FALSE(st.ok());
@@ -320,7 +318,7 @@ TEST(scheduler_actor, a_planned_fault_reaches_the_gpu_right_before_its_step) {
         EXPECT_EQ(s->step_id, id);
         r.answer(*s);
     }
-    auto d = r.net.next<net::generate_done>();
+    auto d = r.net.next<door::generate_done>();
     ASSERT_TRUE(d);
     EXPECT_EQ(d->id, 5u);
     // The gpu actor could not arm step 3's fault: it no longer counts as fired.
@@ -328,9 +326,9 @@ TEST(scheduler_actor, a_planned_fault_reaches_the_gpu_right_before_its_step) {
                               "gpu")
                     .ok());
     ASSERT_TRUE(r.sched->tell(stats_query{1, 9, {}, {}}, "net").ok());
-    auto st = r.net.next<net::stats_done>();
+    auto st = r.net.next<door::stats_done>();
     ASSERT_TRUE(st);
-    const net::fault_plan_report& p = st->stats.fault_plan;
+    const door::fault_plan_report& p = st->stats.fault_plan;
     EXPECT_TRUE(p.active);
     EXPECT_EQ(p.seed, 1234u);
     EXPECT_EQ(p.fired, 2u);
@@ -352,9 +350,9 @@ TEST(scheduler_actor, without_a_plan_stats_has_no_fault_plan_and_no_fault_is_sen
         ASSERT_NE(s, nullptr) << "only steps reach the gpu";
         r.answer(*s);
     }
-    ASSERT_TRUE(r.net.next<net::generate_done>());
+    ASSERT_TRUE(r.net.next<door::generate_done>());
     ASSERT_TRUE(r.sched->tell(stats_query{1, 9, {}, {}}, "net").ok());
-    auto st = r.net.next<net::stats_done>();
+    auto st = r.net.next<door::stats_done>();
     ASSERT_TRUE(st);
     EXPECT_FALSE(st->stats.fault_plan.active);
     r.stop();
@@ -381,7 +379,7 @@ TEST(scheduler_actor, each_front_door_gets_the_events_of_its_connections) {
                         if constexpr (requires { e.conn + e.id; }) {
                             EXPECT_EQ(e.conn, p == &r.http ? http_conn : 1u) << T::msg_name;
                             (p == &r.http ? http_events : net_events).push_back(T::msg_name);
-                            if (!std::is_same_v<T, net::token_event>) terminals++;
+                            if (!std::is_same_v<T, door::token_event>) terminals++;
                         }
                     },
                     *m);
@@ -394,6 +392,6 @@ TEST(scheduler_actor, each_front_door_gets_the_events_of_its_connections) {
     EXPECT_EQ(net_events, expected);
     r.stop();
     trace_script t(r.trace.snapshot());
-    t.expect<net::set_health>("scheduler", "http");
-    t.expect<net::generate_done>("scheduler", "http");
+    t.expect<door::set_health>("scheduler", "http");
+    t.expect<door::generate_done>("scheduler", "http");
 }

@@ -133,7 +133,7 @@ public:
         auto parsed = net::parse_op(std::get<net::request>(env), limits);
         std::vector<outgoing_event> out;
         if (!parsed.ok()) {
-            out.push_back(error_event(conn, id, net::errc::bad_request, parsed.err().message));
+            out.push_back(error_event(conn, id, door::errc::bad_request, parsed.err().message));
             collect(out);
             return;
         }
@@ -447,7 +447,7 @@ private:
         for (auto& o : out) {
             event e;
             std::tie(e.conn, e.id) = request_of(o);
-            e.terminal = !std::holds_alternative<net::token_event>(o);
+            e.terminal = !std::holds_alternative<door::token_event>(o);
             std::string frame = std::visit([](const auto& m) { return net::encode(m); }, o);
             e.holder = std::make_shared<msgpack::object_handle>(
                 msgpack::unpack(frame.data(), frame.size()));

@@ -27,7 +27,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "net/api_keys.hpp"
+#include "door/api_keys.hpp"
 #include "tests/http/http_client.hpp"
 #include "tests/support/server_process.hpp"
 
@@ -223,7 +223,7 @@ TEST(auth_cut_off, repeated_failures_refuse_the_address_on_both_doors) {
     server_process s;
     ASSERT_TRUE(start_keyed(s)) << s.output();
     // Half the failures on each door: the table is shared.
-    for (uint32_t i = 0; i < ordo::net::auth_failures_max; i++) {
+    for (uint32_t i = 0; i < ordo::door::auth_failures_max; i++) {
         if (i % 2 == 0) {
             expect_refused(s.port(), auth(1, "sk-guess-" + std::to_string(i)), 1, "a guess");
         } else {

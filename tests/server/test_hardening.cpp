@@ -670,7 +670,7 @@ TEST_F(hardening_requests, frames_of_many_small_values_keep_resident_memory_flat
 
 // A client that goes on sending after a bad frame (here 8 MiB in 64 KiB pieces, not reading)
 // must still get the bad_frame error: the server writes it, shuts its side and reads on,
-// discarding, until the client's EOF (net/tcp_conn.cpp's lingering close). Closing with unread
+// discarding, until the client's EOF (door/tcp_conn.cpp's lingering close). Closing with unread
 // bytes instead makes the kernel reset the connection, and the reset fails the client's sends
 // and discards the error it had not read yet.
 TEST_F(hardening_requests, a_client_sending_on_after_a_bad_frame_still_reads_the_error) {

@@ -117,4 +117,12 @@ private:
     size_t _cursor = 0;
 };
 
+// probe_for<type_list<Msgs...>>: probe<Msgs...>, for a list written once (door/door_msgs.hpp).
+struct probe_fn {
+    template <actors::message_type... Msgs>
+    using fn = probe<Msgs...>;
+};
+template <typename List>
+using probe_for = actors::list_apply_t<probe_fn, List>;
+
 }  // namespace ordo::test

@@ -12,7 +12,7 @@
 
 #include "actors/config/config.hpp"
 #include "actors/runtime/log.hpp"
-#include "net/api_keys.hpp"
+#include "door/api_keys.hpp"
 #include "tools/server/model_load.hpp"
 #include "tools/server/server.hpp"
 
@@ -87,13 +87,13 @@ bool parse_args(int argc, char** argv, options& o) {
             o.overrides.emplace_back(key, v);
         } else if (a == "--api-key") {
             if (!(v = value(a.data()))) return false;
-            if (std::string why = ordo::net::check_api_key(v); !why.empty()) {
+            if (std::string why = ordo::door::check_api_key(v); !why.empty()) {
                 std::fprintf(stderr, "ordo-server: --api-key: %s\n", why.c_str());
                 return false;
             }
-            if (o.api_keys.size() == ordo::net::api_keys_max) {
+            if (o.api_keys.size() == ordo::door::api_keys_max) {
                 std::fprintf(stderr, "ordo-server: --api-key: %zu keys at most\n",
-                             ordo::net::api_keys_max);
+                             ordo::door::api_keys_max);
                 return false;
             }
             o.api_keys.emplace_back(v);
@@ -111,20 +111,20 @@ bool parse_args(int argc, char** argv, options& o) {
 
 // The keys of server.api_keys_file (none when it is empty) with those of --api-key. Error: the
 // file cannot be used (its message names the file, never a key).
-ordo::result<ordo::net::api_keys> load_keys(const ordo::config::config& cfg,
+ordo::result<ordo::door::api_keys> load_keys(const ordo::config::config& cfg,
                                             const std::vector<std::string>& given) {
     std::vector<std::string> keys = given;
     if (!cfg.server.api_keys_file.empty()) {
-        auto from_file = ordo::net::load_api_keys_file(cfg.server.api_keys_file);
+        auto from_file = ordo::door::load_api_keys_file(cfg.server.api_keys_file);
         if (!from_file.ok()) return from_file.err();
         keys.insert(keys.end(), from_file->begin(), from_file->end());
     }
-    if (keys.size() > ordo::net::api_keys_max) {
+    if (keys.size() > ordo::door::api_keys_max) {
         return ordo::make_error("config_invalid", "more than " +
-                                                      std::to_string(ordo::net::api_keys_max) +
+                                                      std::to_string(ordo::door::api_keys_max) +
                                                       " API keys (file and --api-key together)");
     }
-    return ordo::net::api_keys(keys);
+    return ordo::door::api_keys(keys);
 }
 
 int check_config(const std::string& path) {

@@ -183,8 +183,8 @@ uint64_t step_backstop_ms(const config::config& cfg, const loaded_model& m) {
 
 // With no API key anyone who can reach a non-loopback address can use the server: said once
 // per front door at start.
-void warn_if_open(const net::api_keys& keys, const config::listen_address& a, const char* key) {
-    if (keys.required() || net::is_loopback_host(a.host)) return;
+void warn_if_open(const door::api_keys& keys, const config::listen_address& a, const char* key) {
+    if (keys.required() || door::is_loopback_host(a.host)) return;
     logger("main")->warn("{} = {}:{} is not a loopback address and no API key is configured: "
                          "anyone who can reach it can use this server (server.api_keys_file, "
                          "--api-key)",
@@ -194,7 +194,7 @@ void warn_if_open(const net::api_keys& keys, const config::listen_address& a, co
 }  // namespace
 
 status run_server(const config::config& cfg, const loaded_model& model, const server_hooks& hooks,
-                  const net::api_keys& keys) {
+                  const door::api_keys& keys) {
     auto log = logger("main");
     auto address = config::parse_listen_address(cfg.server.listen);
     if (!address.ok()) return address.err();
@@ -208,7 +208,7 @@ status run_server(const config::config& cfg, const loaded_model& model, const se
     warn_if_open(keys, *address, "server.listen");
     if (http_address) warn_if_open(keys, *http_address, "http.listen");
     // One gate for both doors: a client that fails on one is cut off on the other too.
-    auto auth = std::make_shared<net::auth_gate>(keys);
+    auto auth = std::make_shared<door::auth_gate>(keys);
     if (keys.required()) {
         log->info("API keys: {} configured; both front doors require one", keys.size());
     }
@@ -325,8 +325,8 @@ status run_server(const config::config& cfg, const loaded_model& model, const se
     // scheduler ends what is left with shutting_down when the grace is over), then stop.
     auto drain_all = [&] {
         uint64_t grace_ms = cfg.server.shutdown_grace_ms;
-        status a = net.tell(net::begin_drain{}, "main");
-        if (a.ok() && http) a = http->tell(net::begin_drain{}, "main");
+        status a = net.tell(door::begin_drain{}, "main");
+        if (a.ok() && http) a = http->tell(door::begin_drain{}, "main");
         status b = scheduler.tell(sched::drain{grace_ms}, "main");
         if (!a.ok() || !b.ok()) {
             log->warn("drain not delivered ({}); stopping at once",

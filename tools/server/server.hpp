@@ -12,7 +12,7 @@
 
 #include "actors/config/config.hpp"
 #include "actors/runtime/result.hpp"
-#include "net/api_keys.hpp"
+#include "door/api_keys.hpp"
 #include "tools/server/model_load.hpp"
 
 namespace ordo {
@@ -31,6 +31,6 @@ struct server_hooks {
 // `keys`: the API keys both front doors require (none: both are open, and a non-loopback
 // listen address is warned about).
 status run_server(const config::config& cfg, const loaded_model& model, const server_hooks& hooks,
-                  const net::api_keys& keys);
+                  const door::api_keys& keys);
 
 }  // namespace ordo

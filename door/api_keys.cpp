@@ -1,5 +1,5 @@
 // api_keys.cpp: see api_keys.hpp.
-#include "net/api_keys.hpp"
+#include "door/api_keys.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -11,7 +11,7 @@
 #include <cerrno>
 #include <cstring>
 
-namespace ordo::net {
+namespace ordo::door {
 namespace {
 
 bool is_blank(char c) {
@@ -276,4 +276,4 @@ bool is_loopback_host(std::string_view host) {
     return IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127;
 }
 
-}  // namespace ordo::net
+}  // namespace ordo::door

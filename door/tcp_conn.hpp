@@ -4,7 +4,7 @@
 // after the queued writes (optionally a lingering close), reset, close, and at stop the flush
 // of queued writes bounded by a grace timer. One place for what both doors did alike; what the
 // bytes mean (frames, HTTP requests), what is live on a connection and the connection limit
-// stay the owner's.
+// stay the owner's (the front door, door/front_door.hpp, owns the limit; its door the rest).
 //
 // Runs on the owner's loop; nothing here is touched from another thread but the counters
 // (atomics). The owner's connection type derives from tcp_conn and adds its protocol state;
@@ -23,7 +23,7 @@
 #include <string>
 #include <unordered_map>
 
-namespace ordo::net {
+namespace ordo::door {
 
 class tcp_conns;
 
@@ -37,7 +37,7 @@ struct tcp_conn {
     tcp_conns* set = nullptr;
     uint64_t id = 0;  // the owner's, set before accept()
     // The client's IP address, numeric ("127.0.0.1", "::1"), set by accept(); "" if unknown.
-    // What the API-key failure table (net/api_keys.hpp) counts by.
+    // What the API-key failure table (door/api_keys.hpp) counts by.
     std::string peer_address;
     size_t write_pending_bytes = 0;
     bool admitted = false;  // the owner counts it against its connection limit
@@ -139,4 +139,4 @@ private:
     std::atomic<uint64_t> _lingering_closes = 0, _linger_cutoffs = 0;
 };
 
-}  // namespace ordo::net
+}  // namespace ordo::door

@@ -1,11 +1,11 @@
 // read_pauses.cpp: see read_pauses.hpp.
-#include "net/read_pauses.hpp"
+#include "door/read_pauses.hpp"
 
 #include <algorithm>
 #include <optional>
 #include <vector>
 
-namespace ordo::net {
+namespace ordo::door {
 
 void read_pauses::init(uv_loop_t* loop, resume_fn on_resume) {
     uv_timer_init(loop, &_timer);
@@ -54,4 +54,4 @@ void read_pauses::resume_due() {
     arm();
 }
 
-}  // namespace ordo::net
+}  // namespace ordo::door

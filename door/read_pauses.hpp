@@ -12,7 +12,7 @@
 #include <functional>
 #include <unordered_map>
 
-namespace ordo::net {
+namespace ordo::door {
 
 class read_pauses {
 public:
@@ -42,4 +42,4 @@ private:
     std::unordered_map<uint64_t, clock::time_point> _until;
 };
 
-}  // namespace ordo::net
+}  // namespace ordo::door

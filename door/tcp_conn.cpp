@@ -1,11 +1,11 @@
 // tcp_conn.cpp: see tcp_conn.hpp. Everything here runs on the owner's loop thread.
-#include "net/tcp_conn.hpp"
+#include "door/tcp_conn.hpp"
 
 #include <algorithm>
 #include <array>
 #include <vector>
 
-namespace ordo::net {
+namespace ordo::door {
 namespace {
 
 // libuv hands every read the same buffer: reads are handled before the next alloc, and one
@@ -282,4 +282,4 @@ void tcp_conns::close_cb(uv_handle_t* handle) {
     if (self._stopping && self._conns.empty() && !uv_is_closing(grace)) uv_close(grace, nullptr);
 }
 
-}  // namespace ordo::net
+}  // namespace ordo::door

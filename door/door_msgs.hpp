@@ -1,11 +1,14 @@
-// net_msgs.hpp: the messages the net actor accepts (its message table is net_actor::message).
+// door_msgs.hpp: the messages every front door accepts (the msgpack door, net/net_actor.hpp;
+// the HTTP door, http/http_actor.hpp): one list, door_messages, is both doors' message table.
 //
-// The events of a request travel typed, from the scheduler (sender of every event but health's)
-// to the net actor, which alone encodes them as wire frames (net/protocol.hpp). Every request
-// gets exactly one terminal event: one of the *_done messages or request_error; token_event is
-// the only non-terminal one. A second front door (HTTP) can encode the same messages its own
-// way. Each event names its request by (conn, id): the connection the net actor assigned, and
-// the id the client chose.
+// The events of a request travel typed, from the scheduler (sender of every event) to the front
+// door the request came through (the conn id's top byte, scheduler_msgs.hpp "Front doors"),
+// which alone encodes them for its wire (net/protocol.hpp: msgpack frames; http/openai.hpp:
+// OpenAI JSON and server-sent events). Every request gets exactly one terminal event: one of the
+// *_done messages or request_error; token_event is the only non-terminal one. Each event names
+// its request by (conn, id): the connection the front door assigned, and the id of the request
+// on it. The lists at the end are written once and expanded wherever a list of these messages
+// is wanted: the doors' tables, the scheduler's outbox and delivery, its client_event.
 #pragma once
 
 #include <msgpack.hpp>
@@ -17,10 +20,12 @@
 #include <vector>
 
 #include "actors/runtime/actor.hpp"
+#include "actors/runtime/type_list.hpp"
+#include "door/error_code.hpp"
 #include "gpu/actor/gpu_msgs.hpp"
-#include "net/error_code.hpp"
+#include "kv/kv_msgs.hpp"
 
-namespace ordo::net {
+namespace ordo::door {
 
 // ---- event payloads -------------------------------------------------------------------------
 
@@ -75,29 +80,6 @@ struct model_report {
                        weights_device_bytes, kv_device_bytes, generated, hint, gpu);
 };
 
-// The stats op's `kv_disk` map: KV persistence as the kv actor reports it (docs/protocol.md).
-struct kv_disk_report {
-    bool enabled = false;     // [kv] enabled
-    bool ready = false;       // the startup scan is done (before it, lookups find nothing)
-    bool persisting = false;  // saves are written (false after a disk fault, until a probe)
-    std::string reason;       // why not persisting
-    uint64_t files = 0, sessions = 0, bytes = 0, bytes_budget = 0;
-    uint64_t saves = 0;             // files written
-    uint64_t saves_skipped = 0;     // already on disk, too large, persistence off, busy
-    uint64_t save_failures = 0;     // copy or write failed
-    uint64_t restores = 0;          // restores that verified and copied in
-    uint64_t restore_failures = 0;  // restores that did not
-    uint64_t quarantined = 0;       // files moved to <dir>/quarantine
-    uint64_t evictions = 0;         // files removed for the byte budget
-    uint64_t ignored = 0;           // directory entries that are not ordo's files
-    uint64_t probes = 0;            // write probes after a disk fault
-    double save_ms = 0, restore_ms = 0;      // summed
-    std::map<std::string, uint64_t> errors;  // by code
-    MSGPACK_DEFINE_MAP(enabled, ready, persisting, reason, files, sessions, bytes, bytes_budget,
-                       saves, saves_skipped, save_failures, restores, restore_failures,
-                       quarantined, evictions, ignored, probes, save_ms, restore_ms, errors);
-};
-
 // The stats op's `fault_plan` map: the config's fault plan ([fault] plan) as the scheduler
 // fired it (docs/protocol.md). Left out of the answer when there is no plan (active false).
 struct fault_plan_report {
@@ -146,7 +128,7 @@ struct stats_report {
     uint64_t epoch = 0, steps = 0, timeouts = 0, device_lost = 0, nan_logits = 0;
     uint64_t other_failures = 0;
     double busy_ms = 0;
-    kv_disk_report kv_disk;
+    kv::kv_disk_report kv_disk;
     uint64_t logits_slots_held = 0;  // logits_exchange slots not yet released (0 when idle)
     uint64_t rss_bytes = 0;          // the process's resident memory (0 where unknown)
     uint64_t log_lines_dropped = 0;  // log lines dropped by a full log queue (runtime/log.hpp)
@@ -161,7 +143,7 @@ struct stats_report {
                        histograms, log_lines_dropped);
 };
 
-// ---- events (scheduler → net); none is answered ----------------------------------------------
+// ---- events (scheduler → front door); none is answered ----------------------------------------------
 
 // A streamed token of a generate request. Not terminal.
 struct token_event {
@@ -260,7 +242,7 @@ struct request_error {
 
 // ---- control ----------------------------------------------------------------------------------
 
-// scheduler → net: what `health` reports ("ok", "loading" or "degraded", with a reason when
+// scheduler → front door: what `health` reports ("ok", "loading" or "degraded", with a reason when
 // not ok). No reply.
 struct set_health {
     static constexpr const char* msg_name = "set_health";
@@ -269,7 +251,7 @@ struct set_health {
     MSGPACK_DEFINE_MAP(status, reason);
 };
 
-// scheduler → net: events for this connection could not be delivered within the delivery
+// scheduler → front door: events for this connection could not be delivered within the delivery
 // bound, so its requests can no longer be answered: the connection is closed (the client sees
 // it end rather than wait forever). No reply.
 struct drop_connection {
@@ -279,7 +261,7 @@ struct drop_connection {
     MSGPACK_DEFINE_MAP(conn, reason);
 };
 
-// scheduler → net: a net fault point fired (the `fault` op's net kinds, docs/protocol.md): a
+// scheduler → front door: a net fault point fired (the `fault` op's net kinds, docs/protocol.md): a
 // request of connection `conn` reached the phase the fault was armed for. `kind`: "net_fin"
 // (the connection is closed: queued events are flushed, then FIN), "net_rst" (closed with RST:
 // queued events are dropped), "net_stop_reading" (the connection is not read for `ms`; what the
@@ -293,11 +275,30 @@ struct net_fault {
     MSGPACK_DEFINE_MAP(conn, kind, ms);
 };
 
-// bootstrap → net: the server is draining (SIGTERM): stop accepting connections and answer new
+// bootstrap → front door: the server is draining (SIGTERM): stop accepting connections and answer new
 // requests with shutting_down; requests in flight go on. No reply.
 struct begin_drain {
     static constexpr const char* msg_name = "begin_drain";
     ORDO_EMPTY_MESSAGE()
 };
 
-}  // namespace ordo::net
+// ---- the lists -------------------------------------------------------------------------------
+
+// A request's events, as the scheduler hands them to a front door (sched::client_event).
+using request_events =
+    actors::type_list<token_event, generate_done, tokenize_done, detokenize_done, cancel_done,
+                      model_done, stats_done, fault_done, session_delete_done, request_error,
+                      embed_done>;
+// Everything the scheduler sends a front door, in one ordered delivery per door: the events and
+// the control messages about the door's connections and health.
+using scheduler_events =
+    actors::type_list_cat_t<request_events,
+                            actors::type_list<set_health, drop_connection, net_fault>>;
+// A front door's message table: the scheduler's messages and the bootstrap's begin_drain.
+using door_messages = actors::type_list_cat_t<scheduler_events, actors::type_list<begin_drain>>;
+
+// Whether E is one of a request's events (request_events).
+template <typename E>
+concept request_event = actors::in_type_list_v<E, request_events>;
+
+}  // namespace ordo::door

@@ -33,7 +33,7 @@
 
 #include "actors/runtime/result.hpp"
 
-namespace ordo::net {
+namespace ordo::door {
 
 // A key is 1..api_key_bytes_max printable ASCII bytes without spaces (what fits a Bearer
 // token): generated keys are 32..64 characters; the bound is what every comparison pads to.
@@ -162,4 +162,4 @@ std::optional<std::string_view> bearer_key(std::string_view authorization);
 // Whether a numeric listen host is a loopback address (127.0.0.0/8, ::1, ::ffff:127.x.y.z).
 bool is_loopback_host(std::string_view host);
 
-}  // namespace ordo::net
+}  // namespace ordo::door

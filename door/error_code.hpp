@@ -1,8 +1,9 @@
 // error_code.hpp: the protocol's error codes (docs/protocol.md §6), one enum and the one place
 // that names them on the wire.
 //
-// Every actor that ends a request with an error uses a value of this enum; only the net actor
-// turns it into the `code` string a client reads. A new code is added here, in wire_name and in
+// Every actor that ends a request with an error uses a value of this enum; only the front doors
+// turn it into what a client reads (the msgpack door's `code` string, the HTTP door's status
+// and error type). A new code is added here, in wire_name and in
 // docs/protocol.md, nowhere else.
 #pragma once
 
@@ -11,7 +12,7 @@
 #include <cstdint>
 #include <string_view>
 
-namespace ordo::net {
+namespace ordo::door {
 
 enum class errc : uint8_t {
     bad_frame,           // the byte stream is unusable (id 0, the connection closes)
@@ -64,6 +65,6 @@ constexpr std::string_view wire_name(errc c) {
     return "internal";
 }
 
-}  // namespace ordo::net
+}  // namespace ordo::door
 
-MSGPACK_ADD_ENUM(ordo::net::errc);
+MSGPACK_ADD_ENUM(ordo::door::errc);

@@ -1,6 +1,6 @@
 // tcp_listener.hpp: the listening socket of a front door (the net actor's msgpack port, the
 // HTTP actor's port): bind, listen, the port actually bound (port 0 = ephemeral), close. One
-// place for what both doors did alike; accepting and the connections stay each door's own.
+// place for what both doors did alike; accepting is the front door's (door/front_door.hpp).
 #pragma once
 
 #include <uv.h>
@@ -11,7 +11,7 @@
 
 #include "actors/runtime/result.hpp"
 
-namespace ordo::net {
+namespace ordo::door {
 
 class tcp_listener {
 public:
@@ -31,4 +31,4 @@ private:
     uint16_t _port = 0;
 };
 
-}  // namespace ordo::net
+}  // namespace ordo::door

@@ -1,7 +1,7 @@
 // tcp_listener.cpp: see tcp_listener.hpp.
-#include "net/tcp_listener.hpp"
+#include "door/tcp_listener.hpp"
 
-namespace ordo::net {
+namespace ordo::door {
 namespace {
 
 constexpr int listen_backlog = 128;
@@ -43,4 +43,4 @@ void tcp_listener::close() {
     _initialised = false;
 }
 
-}  // namespace ordo::net
+}  // namespace ordo::door
