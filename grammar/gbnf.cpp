@@ -627,4 +627,26 @@ bool matcher::allows(char32_t c) const {
            });
 }
 
+bool matcher::allows_byte(unsigned char b) const {
+    if (!_partial.empty()) return (b & 0xC0) == 0x80;
+    if (b < 0x80) return allows(b);
+    return (b >> 5) == 0x6 || (b >> 4) == 0xE || (b >> 3) == 0x1E;
+}
+
+std::string matcher::state_key() const {
+    std::string key;
+    auto put = [&](std::uint32_t v) { key.append(reinterpret_cast<const char*>(&v), sizeof v); };
+    put(static_cast<std::uint32_t>(_partial.size()));
+    key += _partial;
+    for (const stack& s : _stacks) {
+        put(static_cast<std::uint32_t>(s.size()));
+        for (const entry& e : s) {
+            put(e.rule);
+            put(e.alt);
+            put(e.pos);
+        }
+    }
+    return key;
+}
+
 }  // namespace ordo::grammar

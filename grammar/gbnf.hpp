@@ -91,6 +91,12 @@ public:
     bool done() const;
     // Whether `c` could come next (without consuming it).
     bool allows(char32_t c) const;
+    // Whether a byte could come next: an ASCII byte the grammar allows, or a byte that starts
+    // or continues a UTF-8 sequence (the code point is checked once it is complete).
+    bool allows_byte(unsigned char b) const;
+    // The matcher's whole state as bytes: two matchers with equal keys allow the same futures
+    // (token_masks caches masks by it).
+    std::string state_key() const;
 
 private:
     struct entry {
