@@ -152,25 +152,25 @@ TEST(gbnf, utf8_split_across_calls_and_invalid_utf8) {
 }
 
 TEST(gbnf, bad_grammars_name_line_and_column) {
-    EXPECT_EQ(error_of("root ::= a\n"), "line 1 column 10: rule 'a' is not defined");
-    EXPECT_EQ(error_of("root ::= \"x\"\nroot ::= \"y\"\n"),
-              "line 2 column 1: rule 'root' is defined twice");
-    EXPECT_EQ(error_of("start ::= \"x\"\n"), "the grammar has no 'root' rule");
-    EXPECT_EQ(error_of("root ::= \"x\n"), "line 1 column 12: newline inside a literal");
-    EXPECT_EQ(error_of("root ::= \"x"), "line 1 column 12: unterminated literal");
-    EXPECT_EQ(error_of("root ::= [a-"), "line 1 column 13: unterminated character class");
-    EXPECT_EQ(error_of("root ::= [z-a]\n"), "line 1 column 14: character range out of order");
-    EXPECT_EQ(error_of("root ::= \"\\q\"\n"), "line 1 column 13: unknown escape \\q");
-    EXPECT_EQ(error_of("root ::= \"\\xZ1\"\n"),
-              "line 1 column 13: bad hex digit in \\x escape");
-    EXPECT_EQ(error_of("root ::= \"a\" )\n"), "line 1 column 14: unexpected ')' (a rule ends at "
-                                                "the end of its line outside parentheses)");
-    EXPECT_EQ(error_of("root := \"a\"\n"), "line 1 column 6: expected ::= after 'root'");
-    EXPECT_EQ(error_of("root ::= (\"a\"\n"), "line 2 column 1: expected ')'");
-    EXPECT_EQ(error_of("root ::= \"a\"{3,1}\n"), "line 1 column 17: repetition {m,n} with n < m");
-    EXPECT_EQ(error_of("root ::= \"a\" @\n"), "line 1 column 14: unexpected '@'");
-    EXPECT_EQ(error_of("root ::= \"a\"\n  | \"b\"\n"),
-              "line 2 column 3: expected a rule name");
+    const std::pair<const char*, const char*> cases[] = {
+        {"root ::= a\n", "line 1 column 10: rule 'a' is not defined"},
+        {"root ::= \"x\"\nroot ::= \"y\"\n", "line 2 column 1: rule 'root' is defined twice"},
+        {"start ::= \"x\"\n", "the grammar has no 'root' rule"},
+        {"root ::= \"x\n", "line 1 column 12: newline inside a literal"},
+        {"root ::= \"x", "line 1 column 12: unterminated literal"},
+        {"root ::= [a-", "line 1 column 13: unterminated character class"},
+        {"root ::= [z-a]\n", "line 1 column 14: character range out of order"},
+        {"root ::= \"\\q\"\n", "line 1 column 13: unknown escape \\q"},
+        {"root ::= \"\\xZ1\"\n", "line 1 column 13: bad hex digit in \\x escape"},
+        {"root ::= \"a\" )\n", "line 1 column 14: unexpected ')' (a rule ends at the end of "
+                                "its line outside parentheses)"},
+        {"root := \"a\"\n", "line 1 column 6: expected ::= after 'root'"},
+        {"root ::= (\"a\"\n", "line 2 column 1: expected ')'"},
+        {"root ::= \"a\"{3,1}\n", "line 1 column 17: repetition {m,n} with n < m"},
+        {"root ::= \"a\" @\n", "line 1 column 14: unexpected '@'"},
+        {"root ::= \"a\"\n  | \"b\"\n", "line 2 column 3: expected a rule name"},
+    };
+    for (const auto& [grammar, message] : cases) EXPECT_EQ(error_of(grammar), message) << grammar;
 }
 
 TEST(gbnf, left_recursion_is_refused) {
