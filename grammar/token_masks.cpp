@@ -1,0 +1,82 @@
+// token_masks.cpp: see token_masks.hpp.
+#include "grammar/token_masks.hpp"
+
+#include <algorithm>
+
+namespace ordo::grammar {
+
+vocab_trie::vocab_trie(std::span<const std::string> pieces) : _n_tokens(pieces.size()) {
+    _nodes.emplace_back();
+    for (std::size_t t = 0; t < pieces.size(); ++t) {
+        if (pieces[t].empty()) continue;
+        std::uint32_t at = 0;
+        for (char ch : pieces[t]) {
+            auto b = static_cast<unsigned char>(ch);
+            auto& next = _nodes[at].next;
+            auto it = std::lower_bound(next.begin(), next.end(), b,
+                                       [](const auto& e, unsigned char v) { return e.first < v; });
+            if (it != next.end() && it->first == b) {
+                at = it->second;
+            } else {
+                auto id = static_cast<std::uint32_t>(_nodes.size());
+                next.insert(it, {b, id});
+                _nodes.emplace_back();  // invalidates `next`; not used again this step
+                at = id;
+            }
+        }
+        _nodes[at].ends.push_back(static_cast<std::int32_t>(t));
+    }
+}
+
+status token_masks::compute(const matcher& m, std::vector<std::uint8_t>& mask) const {
+    mask.assign(_trie->_n_tokens, 0);
+    // Depth-first over the trie: one matcher per level (the prefix's state), so a subtree
+    // refused at its first byte costs one check. Depth is bounded by the longest piece.
+    struct frame {
+        std::uint32_t node;
+        std::size_t child;
+        matcher state;
+    };
+    std::vector<frame> path;
+    path.push_back({0, 0, m});
+    while (!path.empty()) {
+        frame& f = path.back();
+        const vocab_trie::node& n = _trie->_nodes[f.node];
+        if (f.child == n.next.size()) {
+            path.pop_back();
+            continue;
+        }
+        auto [byte, child] = n.next[f.child++];
+        if (!f.state.allows_byte(byte)) continue;
+        matcher next = f.state;
+        char c = static_cast<char>(byte);
+        auto ok = next.advance_utf8(std::string_view(&c, 1));
+        if (!ok) return ok.err();
+        if (!*ok) continue;
+        for (std::int32_t t : _trie->_nodes[child].ends) mask[static_cast<std::size_t>(t)] = 1;
+        path.push_back({child, 0, std::move(next)});
+    }
+    return {};
+}
+
+result<const std::vector<std::uint8_t>*> token_masks::allowed(const matcher& m) {
+    std::string key = m.state_key();
+    auto it = _index.find(key);
+    if (it != _index.end()) {
+        ++_hits;
+        _lru.splice(_lru.begin(), _lru, it->second);
+        return &_lru.front().second;
+    }
+    ++_misses;
+    std::vector<std::uint8_t> mask;
+    ORDO_TRY(compute(m, mask));
+    if (_lru.size() >= cache_entries_max) {
+        _index.erase(_lru.back().first);
+        _lru.pop_back();
+    }
+    _lru.emplace_front(key, std::move(mask));
+    _index[std::move(key)] = _lru.begin();
+    return &_lru.front().second;
+}
+
+}  // namespace ordo::grammar
