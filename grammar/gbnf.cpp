@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <optional>
 
 namespace ordo::grammar {
 
@@ -24,6 +25,28 @@ bool element::matches(char32_t c) const {
 namespace {
 
 constexpr char32_t code_point_max = 0x10FFFF;
+
+// The bytes of the UTF-8 sequence `lead` starts, or 0 when it cannot start one.
+std::size_t utf8_length(unsigned char lead) {
+    return lead < 0x80 ? 1 : (lead >> 5) == 0x6 ? 2 : (lead >> 4) == 0xE ? 3
+                         : (lead >> 3) == 0x1E ? 4 : 0;
+}
+
+// The code point of a whole sequence (utf8_length(seq[0]) bytes), or nothing when it is not
+// UTF-8: a byte that does not continue it, an overlong form, a surrogate, past U+10FFFF.
+std::optional<char32_t> utf8_value(std::string_view seq) {
+    static constexpr char32_t lead_mask[] = {0, 0x7F, 0x1F, 0x0F, 0x07};
+    static constexpr char32_t min_of[] = {0, 0, 0x80, 0x800, 0x10000};
+    const std::size_t n = seq.size();
+    char32_t v = static_cast<unsigned char>(seq[0]) & lead_mask[n];
+    for (std::size_t i = 1; i < n; ++i) {
+        auto b = static_cast<unsigned char>(seq[i]);
+        if ((b & 0xC0) != 0x80) return std::nullopt;
+        v = (v << 6) | (b & 0x3F);
+    }
+    if (v < min_of[n] || v > code_point_max || (v >= 0xD800 && v <= 0xDFFF)) return std::nullopt;
+    return v;
+}
 
 bool is_name_char(char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
@@ -221,17 +244,12 @@ private:
             ++_pos;
             return parse_escape();
         }
-        std::size_t need = b < 0x80 ? 1 : (b >> 5) == 0x6 ? 2 : (b >> 4) == 0xE ? 3
-                                          : (b >> 3) == 0x1E ? 4 : 0;
+        std::size_t need = utf8_length(b);
         if (need == 0 || _pos + need > _src.size()) return fail("invalid UTF-8");
-        char32_t v = need == 1 ? b : need == 2 ? (b & 0x1F) : need == 3 ? (b & 0x0F) : (b & 0x07);
-        for (std::size_t i = 1; i < need; ++i) {
-            unsigned char cb = static_cast<unsigned char>(_src[_pos + i]);
-            if ((cb & 0xC0) != 0x80) return fail("invalid UTF-8");
-            v = (v << 6) | (cb & 0x3F);
-        }
+        auto v = utf8_value(_src.substr(_pos, need));
+        if (!v) return fail("invalid UTF-8");
         _pos += need;
-        return v;
+        return *v;
     }
 
     status parse_atom(std::vector<element>& atom, std::size_t depth, const std::string& rule_name) {
@@ -580,30 +598,17 @@ result<bool> matcher::advance_utf8(std::string_view bytes) {
     for (char ch : bytes) {
         auto b = static_cast<unsigned char>(ch);
         if (m._partial.empty()) {
-            std::size_t need = b < 0x80 ? 1 : (b >> 5) == 0x6 ? 2 : (b >> 4) == 0xE ? 3
-                                              : (b >> 3) == 0x1E ? 4 : 0;
-            if (need == 0) return false;
-            m._partial_need = need;
+            m._partial_need = utf8_length(b);
+            if (m._partial_need == 0) return false;
         } else if ((b & 0xC0) != 0x80) {
             return false;
         }
         m._partial.push_back(ch);
         if (m._partial.size() < m._partial_need) continue;
-        auto lead = static_cast<unsigned char>(m._partial[0]);
-        char32_t v = m._partial_need == 1   ? lead
-                     : m._partial_need == 2 ? (lead & 0x1F)
-                     : m._partial_need == 3 ? (lead & 0x0F)
-                                            : (lead & 0x07);
-        for (std::size_t i = 1; i < m._partial_need; ++i) {
-            v = (v << 6) | (static_cast<unsigned char>(m._partial[i]) & 0x3F);
-        }
-        // Overlong forms, surrogates and values past U+10FFFF are not UTF-8.
-        static constexpr char32_t min_of[] = {0, 0, 0x80, 0x800, 0x10000};
-        if (v < min_of[m._partial_need] || v > code_point_max || (v >= 0xD800 && v <= 0xDFFF)) {
-            return false;
-        }
+        auto v = utf8_value(m._partial);
+        if (!v) return false;
         m._partial.clear();
-        auto ok = m.advance(v);
+        auto ok = m.advance(*v);
         if (!ok) return ok.err();
         if (!*ok) return false;
     }
@@ -630,7 +635,7 @@ bool matcher::allows(char32_t c) const {
 bool matcher::allows_byte(unsigned char b) const {
     if (!_partial.empty()) return (b & 0xC0) == 0x80;
     if (b < 0x80) return allows(b);
-    return (b >> 5) == 0x6 || (b >> 4) == 0xE || (b >> 3) == 0x1E;
+    return utf8_length(b) != 0;
 }
 
 std::string matcher::state_key() const {

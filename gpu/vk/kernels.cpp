@@ -720,8 +720,10 @@ status encode_attention(stream& s, const kv_pool& pool, std::uint32_t layer,
     auto p = attention_push_common<abi::attention_push>(g, b);
     p.q_offset = b.q.offset;
     p.q_stride = b.q.stride;
-    // One split (split_keys 0): every key in the first.
-    p.split_keys = b.split_keys != 0 ? b.split_keys : 0x7fffffffu;
+    // One split (split_keys 0): a split longer than any context (the shader adds it to a key
+    // count, so half the range keeps that sum from wrapping).
+    constexpr std::uint32_t one_split_keys = 0x7fffffffu;
+    p.split_keys = b.split_keys != 0 ? b.split_keys : one_split_keys;
     const std::uint64_t n_splits = (positions + p.split_keys - 1) / p.split_keys;
     const bool grid = b.split_keys != 0 && b.partials.buf != nullptr && n_splits > 1 &&
                       b.n_tokens <= attention_split_tokens_max;

@@ -105,7 +105,6 @@ status stream::start(std::string label) {
     slot& sl = _slot[next];
     sl.label = std::move(label);
     sl.recorded.clear();
-    _dispatches = 0;
     _last = next;
     vkResetCommandBuffer(sl.cmd, 0);
     VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
@@ -143,7 +142,7 @@ void stream::dispatch(const pipeline& pl, pipeline_id id,
     const device_info& info = _device.info();
     ORDO_GPU_CHECK(pl.handle != VK_NULL_HANDLE, "dispatch of a pipeline that was not built");
     ORDO_GPU_CHECK(_rec >= 0, "dispatch outside a segment");
-    ORDO_GPU_CHECK(_dispatches < _options.dispatches_per_segment_max,
+    ORDO_GPU_CHECK(_slot[_rec].recorded.size() < _options.dispatches_per_segment_max,
                    "segment dispatch budget exceeded; split the step into more segments");
     ORDO_GPU_CHECK(bindings.size() == pl.bindings && pl.bindings <= bindings_max,
                    "binding count does not match the pipeline table");
@@ -194,18 +193,17 @@ void stream::dispatch(const pipeline& pl, pipeline_id id,
                              VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0, nullptr, 0,
                              nullptr);
     }
-    ++_dispatches;
     _slot[_rec].recorded.push_back(id);
     if (_queries != VK_NULL_HANDLE) {
         vkCmdWriteTimestamp(c, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, _queries,
-                            query_base(_rec) + _dispatches);
+                            query_base(_rec) + dispatches());
     }
 }
 
 void stream::copy(const buffer& src, const buffer& dst, std::span<const VkBufferCopy> regions) {
     ORDO_GPU_CHECK(_rec >= 0, "copy outside a segment");
     VkCommandBuffer cb = cmd();
-    ORDO_GPU_CHECK(_dispatches < _options.dispatches_per_segment_max,
+    ORDO_GPU_CHECK(_slot[_rec].recorded.size() < _options.dispatches_per_segment_max,
                    "segment dispatch budget exceeded; split the copy into more segments");
     ORDO_GPU_CHECK(!regions.empty(), "copy of no regions");
     for (const VkBufferCopy& c : regions) {
@@ -228,11 +226,10 @@ void stream::copy(const buffer& src, const buffer& dst, std::span<const VkBuffer
                          VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT |
                              VK_PIPELINE_STAGE_HOST_BIT,
                          0, 1, &after, 0, nullptr, 0, nullptr);
-    ++_dispatches;
     _slot[_rec].recorded.push_back(pipeline_id::count);  // no pipeline: a copy
     if (_queries != VK_NULL_HANDLE) {
         vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, _queries,
-                            query_base(_rec) + _dispatches);
+                            query_base(_rec) + dispatches());
     }
 }
 

@@ -117,7 +117,9 @@ public:
     stream_state state() const;
     bool recording() const { return _rec >= 0; }
     // Dispatches recorded in the segment begun last.
-    std::uint32_t dispatches() const { return _dispatches; }
+    std::uint32_t dispatches() const {
+        return static_cast<std::uint32_t>(_slot[_last].recorded.size());
+    }
     // Per-dispatch GPU times of the last finished segment (empty unless options.timestamps).
     const std::vector<dispatch_timing>& timings() const { return _timings; }
     const device& dev() const { return _device; }
@@ -152,7 +154,6 @@ private:
     int _rec = -1;     // the slot recording, or -1
     int _flight = -1;  // the slot in flight, or -1
     int _last = 0;     // the slot begun last
-    std::uint32_t _dispatches = 0;
     std::vector<dispatch_timing> _timings;
     std::optional<VkResult> _injected;
 };

@@ -79,25 +79,26 @@ std::map<std::string, uint64_t> stats(uint16_t port) {
     return r;
 }
 
-// Polls stats until the server has no active or queued sequence and no used KV block.
-bool wait_idle(uint16_t port) {
+// Polls stats (every 25 ms, 400 times at most) until `done` holds for them.
+template <typename Pred>
+bool wait_stats(uint16_t port, Pred done) {
     for (int i = 0; i < 400; i++) {
-        auto s = stats(port);
-        if (s["active_sequences"] == 0 && s["queued_requests"] == 0 && s["kv_blocks_used"] == 0) {
-            return true;
-        }
+        if (done(stats(port))) return true;
         std::this_thread::sleep_for(std::chrono::milliseconds(25));
     }
     return false;
 }
 
+// Polls stats until the server has no active or queued sequence and no used KV block.
+bool wait_idle(uint16_t port) {
+    return wait_stats(port, [](auto s) {
+        return s["active_sequences"] == 0 && s["queued_requests"] == 0 && s["kv_blocks_used"] == 0;
+    });
+}
+
 // Polls stats until the scheduler has received at least `n` requests in all.
 bool wait_requests(uint16_t port, uint64_t n) {
-    for (int i = 0; i < 400; i++) {
-        if (stats(port)["requests"] >= n) return true;
-        std::this_thread::sleep_for(std::chrono::milliseconds(25));
-    }
-    return false;
+    return wait_stats(port, [n](auto s) { return s["requests"] >= n; });
 }
 
 struct golden_case {

@@ -58,77 +58,82 @@ void main() {
     for (uint a = 0; a < ORDO_ATTN_ACC; ++a) {
         out_acc[a] = 0.0;
     }
+    // One split's online-softmax state; a grid workgroup past the token's keys keeps it
+    // empty (m = -inf: the merge skips it).
     float m = -1.0 / 0.0;
     float l = 0.0;
     float acc[ORDO_ATTN_ACC];
-    for (uint c = c0; c < c1; ++c) {  // uniform: barriers inside
-    m = -1.0 / 0.0;
-    l = 0.0;
     for (uint a = 0; a < ORDO_ATTN_ACC; ++a) {
         acc[a] = 0.0;
     }
-    uint split_end = min(n_keys, (c + 1u) * p.split_keys);
-    for (uint k0 = c * p.split_keys; k0 < split_end; k0 += WG) {
-        uint key = k0 + lane;
-        float s = -1.0 / 0.0;
-        uint base = 0;
-        if (key < split_end) {
-            uint block = uint(tables[seq * p.max_blocks_per_seq + key / p.block_tokens]);
-            if (block < p.n_blocks) {
-                base = ((block * p.n_head_kv + kvh) * p.block_tokens + key % p.block_tokens)
-                       * p.head_dim;
-                s = 0.0;
-                for (uint d = 0; d < p.head_dim; d += 2u) {
-                    vec2 kv = k_pair(base + d);
-                    s += qs[d] * kv.x + qs[d + 1u] * kv.y;
-                }
-            }
+    for (uint c = c0; c < c1; ++c) {  // uniform: barriers inside
+        m = -1.0 / 0.0;
+        l = 0.0;
+        for (uint a = 0; a < ORDO_ATTN_ACC; ++a) {
+            acc[a] = 0.0;
         }
-        scores[lane] = s;
-        key_base[lane] = base;
-        barrier();
-        uint n_tile = min(WG, split_end - k0);
-        float m_new = m;
-        for (uint j = 0; j < n_tile; ++j) {
-            m_new = max(m_new, scores[j]);
-        }
-        if (m_new > -1.0 / 0.0) {
-            float corr = exp(m - m_new);
-            l *= corr;
-            for (uint a = 0; a < ORDO_ATTN_ACC; ++a) {
-                acc[a] *= corr;
-            }
-            for (uint j = 0; j < n_tile; ++j) {
-                float pj = exp(scores[j] - m_new);
-                l += pj;
-                for (uint a = 0; a < ORDO_ATTN_ACC; ++a) {
-                    uint d = lane + a * WG;
-                    if (d < p.head_dim) {
-                        acc[a] += pj * v_at(key_base[j] + d);
+        uint split_end = min(n_keys, (c + 1u) * p.split_keys);
+        for (uint k0 = c * p.split_keys; k0 < split_end; k0 += WG) {
+            uint key = k0 + lane;
+            float s = -1.0 / 0.0;
+            uint base = 0;
+            if (key < split_end) {
+                uint block = uint(tables[seq * p.max_blocks_per_seq + key / p.block_tokens]);
+                if (block < p.n_blocks) {
+                    base = ((block * p.n_head_kv + kvh) * p.block_tokens + key % p.block_tokens)
+                           * p.head_dim;
+                    s = 0.0;
+                    for (uint d = 0; d < p.head_dim; d += 2u) {
+                        vec2 kv = k_pair(base + d);
+                        s += qs[d] * kv.x + qs[d + 1u] * kv.y;
                     }
                 }
             }
-            m = m_new;
+            scores[lane] = s;
+            key_base[lane] = base;
+            barrier();
+            uint n_tile = min(WG, split_end - k0);
+            float m_new = m;
+            for (uint j = 0; j < n_tile; ++j) {
+                m_new = max(m_new, scores[j]);
+            }
+            if (m_new > -1.0 / 0.0) {
+                float corr = exp(m - m_new);
+                l *= corr;
+                for (uint a = 0; a < ORDO_ATTN_ACC; ++a) {
+                    acc[a] *= corr;
+                }
+                for (uint j = 0; j < n_tile; ++j) {
+                    float pj = exp(scores[j] - m_new);
+                    l += pj;
+                    for (uint a = 0; a < ORDO_ATTN_ACC; ++a) {
+                        uint d = lane + a * WG;
+                        if (d < p.head_dim) {
+                            acc[a] += pj * v_at(key_base[j] + d);
+                        }
+                    }
+                }
+                m = m_new;
+            }
+            barrier();
         }
-        barrier();
-    }
-    vec2 f = split_merge(st, m, l);
-    for (uint a = 0; a < ORDO_ATTN_ACC; ++a) {
-        out_acc[a] = split_apply(out_acc[a], acc[a], f);
-    }
+        vec2 f = split_merge(st, m, l);
+        for (uint a = 0; a < ORDO_ATTN_ACC; ++a) {
+            out_acc[a] = split_apply(out_acc[a], acc[a], f);
+        }
     }
     if (p.split_grid != 0u) {
-        // This split's state, raw (a split past the token's keys writes m = -inf: skipped).
+        // This split's state, raw.
         uint po = ((t * p.n_head + h) * p.max_splits + c0) * (p.head_dim + 2u);
         for (uint a = 0; a < ORDO_ATTN_ACC; ++a) {
             uint d = lane + a * WG;
             if (d < p.head_dim) {
-                part[po + d] = c0 < c1 ? acc[a] : 0.0;
+                part[po + d] = acc[a];
             }
         }
         if (lane == 0u) {
-            part[po + p.head_dim] = c0 < c1 ? m : -1.0 / 0.0;
-            part[po + p.head_dim + 1u] = c0 < c1 ? l : 0.0;
+            part[po + p.head_dim] = m;
+            part[po + p.head_dim + 1u] = l;
         }
         return;
     }
