@@ -452,7 +452,10 @@ int main(int argc, char** argv) {
     if (mmv_split_cols != 0) tuning.mat_vec_split_cols = mmv_split_cols;
     auto t_pipes = std::chrono::steady_clock::now();
     auto p = pipelines::create(*e.dev, tuning);
-    if (!p) return 1;
+    if (!p) {
+        std::fprintf(stderr, "pipelines: %s\n", p.err().message.c_str());
+        return 1;
+    }
     // The start-up cost every runner and test pays (the weight-typed pipelines come later, per
     // type, on first use).
     std::printf("{\"pipelines_create_ms\":%.1f}\n",

@@ -7,7 +7,7 @@
 // grouped prefill variant (several query tokens per workgroup) gives every query the bits it
 // gets alone, also when a group mixes sequences or holds an invalid token.
 //
-// Flash decoding (attention.comp's key splits, attention_split.glsl): for contexts of 1 to 150
+// Flash decoding (attention.comp's key splits, attention_split.glsl): for contexts of 1 to 300
 // positions cut into splits of one workgroup of keys, the split grid plus attention_merge gives
 // the bits of one workgroup walking the splits itself, a context of one split the bits of the
 // unsplit kernel, a prefill chunk (too many tokens for the grid) the bits of its tokens decoded
@@ -241,7 +241,7 @@ TEST(GpuAttention, InvalidTokenReadsNothing) {
 // ---------------------------------------------------------------------------------------------
 // Flash decoding: the split grid against one workgroup per token.
 
-constexpr std::uint32_t split_blocks = 40;  // 160 positions per sequence, 4 sequences
+constexpr std::uint32_t split_blocks = 80;  // 320 positions per sequence, 4 sequences
 
 struct split_env {
     std::unique_ptr<kv_pool> pool;
@@ -299,7 +299,8 @@ std::vector<float> run_split(split_env& e, const std::vector<std::int32_t>& toke
     const buffer& qb = e.keep.emplace_back(make_buffer(q));
     const buffer& tb = e.keep.emplace_back(make_buffer(tokens));
     const buffer& ob = e.keep.emplace_back(make_buffer(std::vector<float>(n * q_dim, 9.0f)));
-    const std::uint32_t max_splits = split_blocks * block_tokens / std::max(split_keys, 1u);
+    const std::uint32_t max_splits =
+        (split_blocks * block_tokens + std::max(split_keys, 1u) - 1) / std::max(split_keys, 1u);
     const buffer& pb = e.keep.emplace_back(make_buffer(std::vector<float>(
         attention_partials_floats(n_head, head_dim, std::max(max_splits, 1u)), 7.0f)));
     attention_batch b{{whole(qb), 0, q_dim}, {whole(ob), 0, q_dim}, {whole(tb), 0},
@@ -325,11 +326,13 @@ bool same_bits(const float* a, const float* b, std::size_t n) {
 
 TEST(GpuAttention, SplitGridEqualsOneWorkgroupWalkingTheSplits) {
     ORDO_REQUIRE_GPU();
-    // Lengths around the split edges: 1, one split exactly, one key past it, 150 (5 splits).
-    const std::vector<std::uint32_t> lengths = {1, 32, 33, 150};
+    // Lengths around the split edges: 1, one split exactly, one key past it, 300 (several
+    // splits). The smallest split is the device's attention workgroup (8 on lavapipe, 64 on
+    // NVIDIA): many splits on short histories.
+    const std::uint32_t keys = env().pipes->get(pipeline_id::attention_f16).workgroup_size;
+    ASSERT_LE(2 * keys, 300u) << "the history holds too few splits of this device's workgroup";
+    const std::vector<std::uint32_t> lengths = {1, keys, keys + 1, 300};
     split_env e = make_split_env(lengths);
-    const std::uint32_t keys = e.wg;  // the smallest split: many splits on short histories
-    ASSERT_LE(keys, 32u);
     std::vector<std::int32_t> tokens;
     for (std::size_t s = 0; s < lengths.size(); ++s) {
         tokens.push_back(static_cast<std::int32_t>(s));
@@ -386,7 +389,7 @@ TEST(GpuAttention, SplitGridRefusesTooFewPartialsSlots) {
                       {whole(e.tables), 0}, 1, 4, split_blocks, n_head};
     b.split_keys = e.wg;
     b.partials = whole(pb);
-    b.max_splits = 2;  // the table spans 160 positions: 5 or more splits
+    b.max_splits = 2;  // the table spans 320 positions: more than 2 splits
     ASSERT_TRUE(env().str->begin("refused").ok());
     status st = encode_attention(*env().str, *e.pool, layer, b, attention_path::classic);
     EXPECT_FALSE(st.ok());
