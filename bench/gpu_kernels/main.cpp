@@ -26,8 +26,9 @@
 //   with and without flash decoding ("split"). With --fused, q|k|v and gate|up run as the runner's decode runs
 //   them on a GPU: mul_mat_vec_norm (the attention norm folded in) and mul_mat_vec_glu (the FFN
 //   norm and SwiGLU folded in), so their lines include the fused work.
-//   --mmv-wg LANES / --mmv-rows N / --mmv-unroll N override mul_mat_vec's workgroup lanes (a
-//   multiple of 8), rows per team and units loaded per lane before summing; --mmv-split N /
+//   --mmv-wg LANES / --mmv-rows N / --mmv-unroll N / --mmv-block-unroll N override
+//   mul_mat_vec's workgroup lanes (a multiple of 8), rows per team and units loaded per lane
+//   before summing (F32/F16/BF16; the block types); --mmv-split N /
 //   --mmv-split-cols N its lanes per group (helpers) and the token counts that use them.
 #include <algorithm>
 #include <chrono>
@@ -368,7 +369,8 @@ int main(int argc, char** argv) {
     bool type_compare = false;
     bool decode_only = false, fused = false;
     bool types_given = false;
-    std::uint32_t mmv_wg = 0, mmv_rows = 0, mmv_unroll = 0, mmv_split = 0, mmv_split_cols = 0;
+    std::uint32_t mmv_wg = 0, mmv_rows = 0, mmv_unroll = 0, mmv_block_unroll = 0, mmv_split = 0,
+                  mmv_split_cols = 0;
     using model::ggml_type;
     std::vector<ggml_type> types = {ggml_type::f32, ggml_type::f16, ggml_type::q8_0,
                                     ggml_type::q4_0};
@@ -391,6 +393,8 @@ int main(int argc, char** argv) {
             mmv_wg = std::clamp<std::uint32_t>(std::stoul(argv[++i]), 8, 1024);
         } else if (std::strcmp(argv[i], "--mmv-unroll") == 0 && i + 1 < argc) {
             mmv_unroll = std::clamp<std::uint32_t>(std::stoul(argv[++i]), 1, 8);
+        } else if (std::strcmp(argv[i], "--mmv-block-unroll") == 0 && i + 1 < argc) {
+            mmv_block_unroll = std::clamp<std::uint32_t>(std::stoul(argv[++i]), 1, 8);
         } else if (std::strcmp(argv[i], "--mmv-split") == 0 && i + 1 < argc) {
             mmv_split = std::clamp<std::uint32_t>(std::stoul(argv[++i]), 1, 8);
         } else if (std::strcmp(argv[i], "--mmv-split-cols") == 0 && i + 1 < argc) {
@@ -429,7 +433,7 @@ int main(int argc, char** argv) {
                                  "[--tx-wg LANES] [--no-texel | --texel] [--rows] [--steps] "
                                  "[--prefill] [--dispatch-cost] [--types LIST] "
                                  "[--type-compare] [--decode [--fused]] [--mmv-wg LANES] "
-                                 "[--mmv-rows N] [--mmv-unroll N] [--mmv-split N] "
+                                 "[--mmv-rows N] [--mmv-unroll N] [--mmv-block-unroll N] [--mmv-split N] "
                                  "[--mmv-split-cols N]\n");
             return 2;
         }
@@ -448,6 +452,7 @@ int main(int argc, char** argv) {
     if (mmv_wg != 0) tuning.mat_vec_wg = mmv_wg;
     if (mmv_rows != 0) tuning.mat_vec_rows = mmv_rows;
     if (mmv_unroll != 0) tuning.mat_vec_unroll = mmv_unroll;
+    if (mmv_block_unroll != 0) tuning.mat_vec_block_unroll = mmv_block_unroll;
     if (mmv_split != 0) tuning.mat_vec_split = mmv_split;
     if (mmv_split_cols != 0) tuning.mat_vec_split_cols = mmv_split_cols;
     auto t_pipes = std::chrono::steady_clock::now();

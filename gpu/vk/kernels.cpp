@@ -436,7 +436,8 @@ status encode_rope(stream& s, rows_view x, ints_view positions, const rope_table
         return bad("rope", "operand outside its binding");
     }
     std::uint32_t wg = s.pipes().get(pipeline_id::rope).workgroup_size;
-    std::uint32_t gx = std::min(ceil_div(rope.n_rot / 2, wg), elementwise_groups_max);
+    std::uint32_t gx =
+        std::min(ceil_div((rope.n_rot / 2) * n_heads, wg), elementwise_groups_max);
     abi::rope_push p{n_tokens, n_heads, head_dim, rope.n_rot, x.offset, x.stride,
                      positions.offset};
     s.dispatch(pipeline_id::rope, {x.view, positions.view, rope.view}, p, {gx, n_tokens, 1});

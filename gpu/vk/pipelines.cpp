@@ -4,6 +4,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <array>
 #include <string>
 
 #include "gpu/vk/kernels.hpp"
@@ -88,24 +89,48 @@ std::uint32_t mat_vec_helpers(const pipeline_tuning& t, std::uint32_t cols) {
     return cols <= t.mat_vec_split_cols ? t.mat_vec_split : 1;
 }
 
-std::uint64_t mat_vec_shared_bytes(const pipeline_tuning& t) {
-    // mul_mat_vec.comp's xs[], partial[] and dsh[] for its widest unit (32 elements, padded to
-    // 9 vec4s, 8 parts), at the token count that needs the most, in its widest variant: the GLU
-    // one (twice the rows per team, and the fused norm's nsum[] and ninv[]).
+bool mat_vec_block_units(pipeline_id id) {
+    // The three mul_mat_vec kernels' rows are in weight_types.h's order from their f32 row.
+    for (pipeline_id base : {pipeline_id::mul_mat_vec_f32, pipeline_id::mul_mat_vec_norm_f32,
+                             pipeline_id::mul_mat_vec_glu_f32}) {
+        auto w = static_cast<std::uint32_t>(id) - static_cast<std::uint32_t>(base);
+        if (id >= base && w < abi::ORDO_WTYPE_COUNT) {
+            return w != abi::ORDO_WTYPE_F32 && w != abi::ORDO_WTYPE_F16 &&
+                   w != abi::ORDO_WTYPE_BF16;
+        }
+    }
+    return false;
+}
+
+std::uint64_t mat_vec_shared_bytes(const pipeline_tuning& t, std::uint32_t cols_max) {
+    // mul_mat_vec.comp's xs[], partial[] and dsh[] at the token count that needs the most, in
+    // its widest variant: the GLU one (twice the rows per team, and the fused norm's nsum[]
+    // and ninv[]), for the block types' units (32 elements: 9 vec4s with the padding, 8 parts,
+    // mat_vec_block_unroll) and for F16's (8 elements: 3 vec4s, 2 parts, mat_vec_unroll).
     std::uint64_t most = 0;
     const std::uint64_t rows = 2ull * t.mat_vec_rows;
-    for (std::uint64_t cols = 1; cols <= abi::ORDO_MMV_COLS; ++cols) {
+    for (std::uint64_t cols = 1; cols <= cols_max; ++cols) {
         std::uint64_t h = mat_vec_helpers(t, static_cast<std::uint32_t>(cols));
-        std::uint64_t xs = 16ull * cols * abi::ORDO_MAT_GROUPS * t.mat_vec_unroll *
-                           (abi::ORDO_QK / 4 + 1);
-        std::uint64_t partial = 4ull * t.mat_vec_wg * rows * cols;
         std::uint64_t teams = t.mat_vec_wg / (abi::ORDO_MAT_GROUPS * h);
-        std::uint64_t dsh = h == 1 ? 4 : 4ull * teams * rows * abi::ORDO_MAT_GROUPS *
-                                             t.mat_vec_unroll * (abi::ORDO_QK / 4) * cols;
+        std::uint64_t partial = 4ull * t.mat_vec_wg * rows * cols;
         std::uint64_t norm = 4ull * cols * (abi::ORDO_NORM_PARTS + 1);
-        most = std::max(most, xs + partial + dsh + norm);
+        for (auto [unroll, vec4s, parts] :
+             {std::array<std::uint64_t, 3>{t.mat_vec_block_unroll, abi::ORDO_QK / 4 + 1,
+                                           abi::ORDO_QK / 4},
+              std::array<std::uint64_t, 3>{t.mat_vec_unroll, 3, 2}}) {
+            std::uint64_t xs = 16ull * cols * abi::ORDO_MAT_GROUPS * unroll * vec4s;
+            std::uint64_t dsh = h == 1 ? 4 : 4ull * teams * rows * abi::ORDO_MAT_GROUPS *
+                                                 unroll * parts * cols;
+            most = std::max(most, xs + partial + dsh + norm);
+        }
     }
     return most;
+}
+
+std::uint32_t mat_vec_cols_max(const pipeline_tuning& t, std::uint64_t shared) {
+    std::uint32_t cols = abi::ORDO_MMV_COLS;
+    while (cols > 0 && mat_vec_shared_bytes(t, cols) > shared) --cols;
+    return cols;
 }
 
 pipeline_tuning tuning_for(const device_info& info) {
@@ -120,10 +145,18 @@ pipeline_tuning tuning_for(const device_info& info) {
     // one row per team by default (NVIDIA: 128 lanes, 16 rows per workgroup).
     t.mat_vec_wg = std::min<std::uint32_t>(cap, std::max<std::uint32_t>(32, sg * 4));
     t.mat_vec_rows = 1;
-    // Two units in flight per lane, one where the device's shared memory cannot stage two
-    // steps of x (Vulkan guarantees 16 KiB).
+    // Units in flight per lane: 2 (F32/F16/BF16) and 4 (the block types: measured on an
+    // H200, gpu/PERF.md session 15), fewer where the device's shared memory cannot stage the
+    // steps of x (Vulkan guarantees 16 KiB; lavapipe has 32 KiB, NVIDIA 48 KiB).
     t.mat_vec_unroll = 2;
-    if (mat_vec_shared_bytes(t) > info.max_shared_memory_bytes) t.mat_vec_unroll = 1;
+    t.mat_vec_block_unroll = 4;
+    while (mat_vec_shared_bytes(t) > info.max_shared_memory_bytes && t.mat_vec_block_unroll > 2) {
+        t.mat_vec_block_unroll /= 2;
+    }
+    if (mat_vec_shared_bytes(t) > info.max_shared_memory_bytes) {
+        t.mat_vec_unroll = 1;
+        t.mat_vec_block_unroll = 1;
+    }
     // Still too much (the GLU variant's partials on a 16 KiB device): fewer teams per workgroup.
     while (mat_vec_shared_bytes(t) > info.max_shared_memory_bytes &&
            t.mat_vec_wg > abi::ORDO_MAT_GROUPS) {
@@ -170,17 +203,20 @@ result<std::unique_ptr<pipelines>> pipelines::create(const device& dev,
                                                      VkPipelineCache cache) {
     std::unique_ptr<pipelines> p(new pipelines(dev));
     p->_tuning = tuning;
+    p->_mat_vec_cols = mat_vec_cols_max(tuning, dev.info().max_shared_memory_bytes);
     p->_cache = cache;
     bool pow2 = tuning.norm_wg != 0 && (tuning.norm_wg & (tuning.norm_wg - 1)) == 0;
-    std::uint64_t mat_vec_shared = mat_vec_shared_bytes(tuning);
+    std::uint64_t mat_vec_shared = mat_vec_shared_bytes(tuning, 1);
     if (!pow2 || tuning.elementwise_wg == 0 || tuning.mat_vec_wg == 0 ||
         tuning.mat_vec_wg % abi::ORDO_MAT_GROUPS != 0 ||
         (tuning.mat_vec_split != 1 && tuning.mat_vec_split != 2 && tuning.mat_vec_split != 4 &&
          tuning.mat_vec_split != 8) ||
         tuning.mat_vec_unroll % tuning.mat_vec_split != 0 ||
+        tuning.mat_vec_block_unroll % tuning.mat_vec_split != 0 ||
         tuning.mat_vec_wg % (abi::ORDO_MAT_GROUPS * tuning.mat_vec_split) != 0 ||
         mat_vec_shared > dev.info().max_shared_memory_bytes ||
         tuning.mat_vec_rows == 0 || tuning.mat_vec_unroll == 0 || tuning.mat_vec_unroll > 8 ||
+        tuning.mat_vec_block_unroll == 0 || tuning.mat_vec_block_unroll > 8 ||
         tuning.attention_wg == 0 || tuning.mat_rows_wg == 0 ||
         tuning.mat_tx_tile_wg == 0 || tuning.mat_tx1_wg == 0 || tuning.attention_tx_wg == 0 ||
         std::max({tuning.elementwise_wg, tuning.norm_wg, tuning.mat_vec_wg, tuning.attention_wg,
@@ -190,7 +226,7 @@ result<std::unique_ptr<pipelines>> pipelines::create(const device& dev,
                           "pipeline tuning: workgroup sizes must be nonzero, fit the device "
                           "(mul_mat_vec's shared memory too), norm_wg a power of two, "
                           "mat_vec_wg a multiple of 8 x mat_vec_split, and mat_vec_split 1, 2, "
-                          "4 or 8 dividing mat_vec_unroll");
+                          "4 or 8 dividing both mat_vec unrolls");
     }
     for (std::size_t i = 0; i < pipeline_count; ++i) {
         auto id = static_cast<pipeline_id>(i);
@@ -230,7 +266,8 @@ result<const pipeline*> pipelines::for_cols(pipeline_id id, std::uint32_t cols) 
         return make_error("gpu_bad_config", std::string(pipeline_name(id)) + ": no " +
                                                 std::to_string(cols) + "-token variant");
     }
-    return variant(id, cols, abi::ORDO_TX_TILE_ROWS);
+    // Past what the device's shared memory stages: the widest variant that fits, in passes.
+    return variant(id, std::min(cols, _mat_vec_cols), abi::ORDO_TX_TILE_ROWS);
 }
 
 result<const pipeline*> pipelines::for_tile(pipeline_id id, std::uint32_t wg_rows) const {
@@ -323,8 +360,10 @@ status pipelines::build(pipeline& pl, pipeline_id id, std::uint32_t k,
     // Constant 2 (K) only matters to the shaders specialized on it (0 elsewhere); Vulkan
     // ignores map entries whose constant a module does not declare.
     // Constant 3: mul_mat_tx tx4/txm rows per lane (wg_rows rows per workgroup).
-    // mul_mat_vec: constant 3 is its unroll.
-    pl.tile_rows = mat_vec ? _tuning.mat_vec_unroll : tx_rows_per_lane(pl.workgroup_size, wg_rows);
+    // mul_mat_vec: constant 3 is its unroll (the block types': mat_vec_block_unroll).
+    pl.tile_rows = !mat_vec                 ? tx_rows_per_lane(pl.workgroup_size, wg_rows)
+                   : mat_vec_block_units(id) ? _tuning.mat_vec_block_unroll
+                                             : _tuning.mat_vec_unroll;
     // Constant 4: mul_mat_vec's lanes per group for this token count (k).
     pl.helpers = mat_vec ? mat_vec_helpers(_tuning, k) : 1;
     std::uint32_t spec_values[5] = {pl.workgroup_size, pl.rows_per_workgroup, k, pl.tile_rows,

@@ -102,7 +102,11 @@ struct pipeline_tuning {
     std::uint32_t mat_vec_wg = 0;       // mul_mat_vec lanes (a multiple of 8: its teams)
     std::uint32_t mat_vec_rows = 0;     // mul_mat_vec weight rows per 8-lane team
     std::uint32_t mat_vec_unroll = 0;   // mul_mat_vec units each lane loads before summing
-    // mul_mat_vec lanes per group (1, 2, 4 or 8; a divisor of mat_vec_unroll) for up to
+    // ... for the 32-element units of the block types (Q8_0 .. Q6_K); mat_vec_unroll is for
+    // F32, F16 and BF16 (4- and 8-element units). H200, session 15: Q4_K's q|k|v mat-vec 0.61
+    // -> 0.14 ms at 4 instead of 2, while F16's was no faster (gpu/PERF.md).
+    std::uint32_t mat_vec_block_unroll = 0;
+    // mul_mat_vec lanes per group (1, 2, 4 or 8; a divisor of both unrolls) for up to
     // mat_vec_split_cols tokens: helpers compute products, the group's owner adds them in
     // order (mul_mat_vec.comp H). Default 1: unmeasured on a GPU (gpu/PERF.md, session 13).
     std::uint32_t mat_vec_split = 1;
@@ -129,9 +133,14 @@ struct pipeline_tuning {
 
 pipeline_tuning tuning_for(const device_info& info);
 
-// The shared memory mul_mat_vec's widest variant takes under `t` (pipelines::create refuses a
-// tuning whose variant would not fit the device).
-std::uint64_t mat_vec_shared_bytes(const pipeline_tuning& t);
+// The shared memory mul_mat_vec's widest variant for up to `cols` tokens per pass takes under
+// `t` (pipelines::create refuses a tuning whose 1-token variant would not fit the device).
+std::uint64_t mat_vec_shared_bytes(const pipeline_tuning& t,
+                                   std::uint32_t cols = abi::ORDO_MMV_COLS);
+// The most tokens per pass whose mul_mat_vec variants fit `shared` bytes under `t` (0: none).
+// A step of more tokens runs that variant in passes (mul_mat_vec.comp's c0 loop): the same
+// bits, each pass reading the weights again.
+std::uint32_t mat_vec_cols_max(const pipeline_tuning& t, std::uint64_t shared);
 // mul_mat_vec's lanes per group at `cols` tokens under `t`.
 std::uint32_t mat_vec_helpers(const pipeline_tuning& t, std::uint32_t cols);
 
@@ -195,6 +204,7 @@ private:
 
     const device& _device;
     pipeline_tuning _tuning;
+    std::uint32_t _mat_vec_cols = 0;  // mat_vec_cols_max on this device
     VkPipelineCache _cache = VK_NULL_HANDLE;
     std::array<pipeline, pipeline_count> _all{};  // create()'s; weight-typed entries stay empty
     // Pipelines built on request (find, for_k, for_tile), keyed by (id, K, tile rows).

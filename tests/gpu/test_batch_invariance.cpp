@@ -205,21 +205,23 @@ TEST(GpuBatchInvariance, MulMatVecEveryShapeSumsLikeTiled) {
         std::map<std::uint32_t, std::vector<float>> tiled;
         for (std::uint32_t n : {1u, 3u, tokens}) tiled[n] = run(*env().str, mat_path::tiled, n);
         // Lanes, rows per team, lanes per group (helpers) and the token counts they serve,
-        // unroll; a shape whose shared memory the device lacks is left out (lavapipe: 32 KiB
-        // holds no unroll-4 variant).
+        // unroll (both: F16's and the block types'); a shape whose 1-token variant the
+        // device's shared memory lacks is left out, and one whose 8-token variant it lacks
+        // runs the widest that fits in passes (lavapipe's 32 KiB: 1..6 tokens at unroll 4).
         struct vec_shape { std::uint32_t wg, rows_per_team, split, split_cols, unroll; };
         for (vec_shape vs : {vec_shape{8, 1, 1, 2, 2}, vec_shape{32, 3, 1, 2, 2},
                              vec_shape{64, 2, 1, 2, 2}, vec_shape{16, 1, 2, 8, 2},
                              vec_shape{32, 2, 2, 2, 2}, vec_shape{64, 1, 4, 3, 4},
-                             vec_shape{64, 1, 8, 1, 8}}) {
+                             vec_shape{64, 1, 8, 1, 8}, vec_shape{32, 1, 1, 2, 4}}) {
             pipeline_tuning tuning = tuning_for(env().dev->info());
             tuning.mat_vec_wg = vs.wg;
             tuning.mat_vec_rows = vs.rows_per_team;
             tuning.mat_vec_split = vs.split;
             tuning.mat_vec_split_cols = vs.split_cols;
             tuning.mat_vec_unroll = vs.unroll;
+            tuning.mat_vec_block_unroll = vs.unroll;
             if (vs.wg > env().dev->info().max_workgroup_invocations ||
-                mat_vec_shared_bytes(tuning) > env().dev->info().max_shared_memory_bytes) {
+                mat_vec_shared_bytes(tuning, 1) > env().dev->info().max_shared_memory_bytes) {
                 continue;
             }
             SCOPED_TRACE("mat_vec_wg " + std::to_string(vs.wg) + " rows per team " +

@@ -180,7 +180,7 @@ TEST(GpuDecodeFusion, EveryMatVecShapeGivesTheUnfusedBits) {
         }
         std::uint32_t ran = 0;
         for (shape sh : {shape{8, 1, 1, 2, 2}, shape{32, 3, 1, 2, 2}, shape{64, 2, 1, 2, 1},
-                         shape{16, 1, 2, 8, 2}, shape{32, 2, 2, 2, 2}}) {
+                         shape{32, 1, 1, 2, 4}, shape{16, 1, 2, 8, 2}, shape{32, 2, 2, 2, 2}}) {
             pipeline_tuning tuning = tuning_for(env().dev->info());
             tuning.prefer_texel_kernels = false;
             tuning.rows_tokens_max = 0;
@@ -189,8 +189,9 @@ TEST(GpuDecodeFusion, EveryMatVecShapeGivesTheUnfusedBits) {
             tuning.mat_vec_split = sh.split;
             tuning.mat_vec_split_cols = sh.split_cols;
             tuning.mat_vec_unroll = sh.unroll;
+            tuning.mat_vec_block_unroll = sh.unroll;
             if (sh.wg > env().dev->info().max_workgroup_invocations ||
-                mat_vec_shared_bytes(tuning) > env().dev->info().max_shared_memory_bytes) {
+                mat_vec_shared_bytes(tuning, 1) > env().dev->info().max_shared_memory_bytes) {
                 continue;
             }
             SCOPED_TRACE("mat_vec_wg " + std::to_string(sh.wg) + " rows per team " +
@@ -277,6 +278,33 @@ TEST(GpuDecodeFusion, TuningFitsTheGluVariantInEveryDevicesSharedMemory) {
             EXPECT_GE(t.mat_vec_wg, abi::ORDO_MAT_GROUPS);
         }
     }
+}
+
+TEST(GpuDecodeFusion, TokensPastTheSharedMemoryRunTheWidestVariantThatFits) {
+    // Pure arithmetic over device limits, and the pipeline a 32 KiB device gets: unroll 4 at 8
+    // tokens needs 36 KiB of x staging for a block type, so such a step runs a narrower variant
+    // in passes instead of being refused.
+    pipeline_tuning t;
+    t.mat_vec_wg = 32;
+    t.mat_vec_rows = 1;
+    t.mat_vec_unroll = 4;
+    t.mat_vec_block_unroll = 4;
+    const std::uint32_t fit = mat_vec_cols_max(t, 32768);
+    EXPECT_GE(fit, 1u);
+    EXPECT_LT(fit, abi::ORDO_MMV_COLS);
+    EXPECT_LE(mat_vec_shared_bytes(t, fit), 32768u);
+    EXPECT_GT(mat_vec_shared_bytes(t, fit + 1), 32768u);
+    EXPECT_EQ(mat_vec_cols_max(t, 1024), 0u);
+    // An NVIDIA GPU's defaults (48 KiB): the block types' unroll 4 at every token count.
+    device_info nvidia;
+    nvidia.kind = device_kind::discrete;
+    nvidia.subgroup_size = 32;
+    nvidia.max_workgroup_invocations = 1024;
+    nvidia.max_shared_memory_bytes = 49152;
+    pipeline_tuning d = tuning_for(nvidia);
+    EXPECT_EQ(d.mat_vec_block_unroll, 4u);
+    EXPECT_EQ(d.mat_vec_unroll, 2u);
+    EXPECT_EQ(mat_vec_cols_max(d, 49152), abi::ORDO_MMV_COLS);
 }
 
 }  // namespace
