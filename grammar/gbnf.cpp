@@ -22,6 +22,24 @@ bool element::matches(char32_t c) const {
     return in != negated;
 }
 
+bool element::matches_any(char32_t lo, char32_t hi) const {
+    if (!negated) {
+        return std::any_of(ranges.begin(), ranges.end(),
+                           [&](const auto& r) { return r.first <= hi && lo <= r.second; });
+    }
+    // Negated: some point of [lo, hi] is outside every range.
+    std::vector<std::pair<char32_t, char32_t>> sorted(ranges.begin(), ranges.end());
+    std::sort(sorted.begin(), sorted.end());
+    char32_t next = lo;  // the first point not yet known to be covered
+    for (const auto& [a, b] : sorted) {
+        if (b < next) continue;
+        if (a > next) return true;
+        if (b >= hi) return false;
+        next = b + 1;
+    }
+    return true;
+}
+
 namespace {
 
 constexpr char32_t code_point_max = 0x10FFFF;
@@ -34,9 +52,14 @@ std::size_t utf8_length(unsigned char lead) {
 
 // The code point of a whole sequence (utf8_length(seq[0]) bytes), or nothing when it is not
 // UTF-8: a byte that does not continue it, an overlong form, a surrogate, past U+10FFFF.
+// Per sequence length: the lead byte's value bits, and the smallest code point (shorter
+// would be an overlong form).
+constexpr char32_t utf8_lead_mask[] = {0, 0x7F, 0x1F, 0x0F, 0x07};
+constexpr char32_t utf8_min_of[] = {0, 0, 0x80, 0x800, 0x10000};
+
 std::optional<char32_t> utf8_value(std::string_view seq) {
-    static constexpr char32_t lead_mask[] = {0, 0x7F, 0x1F, 0x0F, 0x07};
-    static constexpr char32_t min_of[] = {0, 0, 0x80, 0x800, 0x10000};
+    constexpr const auto& lead_mask = utf8_lead_mask;
+    constexpr const auto& min_of = utf8_min_of;
     const std::size_t n = seq.size();
     char32_t v = static_cast<unsigned char>(seq[0]) & lead_mask[n];
     for (std::size_t i = 1; i < n; ++i) {
@@ -604,7 +627,13 @@ result<bool> matcher::advance_utf8(std::string_view bytes) {
             return false;
         }
         m._partial.push_back(ch);
-        if (m._partial.size() < m._partial_need) continue;
+        if (m._partial.size() < m._partial_need) {
+            // Inside a code point: go on only if some code point it may still become is
+            // allowed (a token that ends on a lead byte the grammar can never complete would
+            // otherwise be sampled into a dead end).
+            if (!m.allows_partial()) return false;
+            continue;
+        }
         auto v = utf8_value(m._partial);
         if (!v) return false;
         m._partial.clear();
@@ -629,6 +658,20 @@ bool matcher::done() const {
 bool matcher::allows(char32_t c) const {
     return _init.ok() && std::any_of(_stacks.begin(), _stacks.end(), [&](const stack& s) {
                return !s.empty() && top_element(s).matches(c);
+           });
+}
+
+bool matcher::allows_partial() const {
+    char32_t v = static_cast<unsigned char>(_partial[0]) & utf8_lead_mask[_partial_need];
+    for (std::size_t i = 1; i < _partial.size(); ++i) {
+        v = (v << 6) | (static_cast<unsigned char>(_partial[i]) & 0x3F);
+    }
+    const auto rest = static_cast<unsigned>(6 * (_partial_need - _partial.size()));
+    const char32_t lo = std::max<char32_t>(v << rest, utf8_min_of[_partial_need]);
+    const char32_t hi =
+        std::min<char32_t>((v << rest) | ((char32_t{1} << rest) - 1), code_point_max);
+    return lo <= hi && _init.ok() && std::any_of(_stacks.begin(), _stacks.end(), [&](const stack& s) {
+               return !s.empty() && top_element(s).matches_any(lo, hi);
            });
 }
 

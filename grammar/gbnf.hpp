@@ -52,6 +52,8 @@ struct element {
     std::uint32_t rule = 0;                             // ref only
 
     bool matches(char32_t c) const;
+    // Whether some code point of [lo, hi] matches.
+    bool matches_any(char32_t lo, char32_t hi) const;
 };
 
 using alternative = std::vector<element>;  // empty: matches the empty string
@@ -82,7 +84,8 @@ public:
     result<bool> advance(char32_t c);
     // Consumes UTF-8 bytes, which may end inside a code point (a token that splits one): the
     // partial sequence is kept for the next call. False (unchanged) on a byte the grammar or
-    // UTF-8 does not allow.
+    // UTF-8 does not allow, or that starts or continues a code point no allowed one begins
+    // with.
     result<bool> advance_utf8(std::string_view bytes);
 
     // The prefix so far is a complete match of root (no partial UTF-8 pending).
@@ -109,6 +112,8 @@ private:
     // resulting stack to `out`.
     status expand(stack s, std::vector<stack>& out) const;
     const element& top_element(const stack& s) const;
+    // The pending partial UTF-8 sequence can still become a code point some stack allows.
+    bool allows_partial() const;
     status normalize(std::vector<stack>& stacks) const;
 
     const gbnf* _g;

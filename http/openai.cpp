@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <span>
 
+#include "grammar/json.hpp"
 #include "net/chat.hpp"
 #include "template/template.hpp"
 
@@ -18,9 +19,8 @@ using json = nlohmann::json;
 
 // Every field of a request body ordo reads, per API (docs/http.md "Parameters"). Any other
 // field is refused with 400 naming it: a client that asks for something ordo would not do
-// (response_format, tools, logit_bias, ...) learns so instead of getting an answer that
-// silently ignored it.
-constexpr std::array<std::string_view, 17> k_common_fields{"model",
+// (tools, logit_bias, ...) learns so instead of getting an answer that silently ignored it.
+constexpr std::array<std::string_view, 19> k_common_fields{"model",
                                                            "stream",
                                                            "stream_options",
                                                            "n",
@@ -36,15 +36,17 @@ constexpr std::array<std::string_view, 17> k_common_fields{"model",
                                                            "min_p",
                                                            "repeat_penalty",
                                                            "session",
-                                                           "logprobs"};
+                                                           "logprobs",
+                                                           "grammar",
+                                                           "response_format"};
 constexpr std::array<std::string_view, 3> k_chat_fields{"messages", "max_completion_tokens",
                                                         "top_logprobs"};
 constexpr std::array<std::string_view, 1> k_completion_fields{"prompt"};
 // Fields copied to ordo's validator under the same name (it checks their types and ranges).
-constexpr std::array<std::string_view, 10> k_passed_fields{
+constexpr std::array<std::string_view, 11> k_passed_fields{
     "temperature", "top_p",          "seed",           "stop",
     "top_k",       "min_p",          "repeat_penalty", "presence_penalty",
-    "frequency_penalty", "session"};
+    "frequency_penalty", "session",  "grammar"};
 
 bool contains(std::span<const std::string_view> set, std::string_view s) {
     return std::find(set.begin(), set.end(), s) != set.end();
@@ -176,7 +178,7 @@ struct inert_field {
     std::string_view accepted;  // the values accepted, for the error message
     std::string_view why;       // what ordo does not do
 };
-constexpr std::array<inert_field, 10> k_inert_fields{{
+constexpr std::array<inert_field, 9> k_inert_fields{{
     {"tools", false, [](const json& v) { return v.is_array() && v.empty(); }, "[]",
      "ordo does not call tools"},
     {"tool_choice", false, [](const json& v) { return v == "none"; }, "\"none\"",
@@ -188,9 +190,6 @@ constexpr std::array<inert_field, 10> k_inert_fields{{
      "ordo does not call functions"},
     {"function_call", false, [](const json& v) { return v == "none"; }, "\"none\"",
      "ordo does not call functions"},
-    {"response_format", false,
-     [](const json& v) { return v.is_object() && v.size() == 1 && v.value("type", "") == "text"; },
-     "{\"type\": \"text\"}", "ordo answers in plain text (no JSON mode or schema)"},
     {"logit_bias", false, [](const json& v) { return v.is_object() && v.empty(); }, "{}",
      "ordo applies no logit bias"},
     {"echo", true, [](const json& v) { return v == false; }, "false",
@@ -224,6 +223,27 @@ std::optional<api_error> check_inert_fields(api_kind kind, const json& body) {
         return bad("user: a string, got " + kind_of(*u), "user");
     }
     return std::nullopt;
+}
+
+// response_format: {"type": "text"} changes nothing; {"type": "json_object"} is JSON mode: the
+// output is one JSON object (grammar/json.hpp's grammar, given to the scheduler as the request's
+// grammar). json_schema is not done yet: 400 naming it.
+std::optional<api_error> map_response_format(const json& body, json& ordo) {
+    const json* rf = field(body, "response_format");
+    if (rf == nullptr) return std::nullopt;
+    const std::string type = rf->is_object() ? rf->value("type", "") : "";
+    if (type == "text" && rf->size() == 1) return std::nullopt;
+    if (type == "json_object" && rf->size() == 1) {
+        if (field(body, "grammar") != nullptr) {
+            return bad("response_format json_object and grammar: give one of them", "grammar");
+        }
+        ordo["grammar"] = std::string(grammar::json_object_gbnf);
+        return std::nullopt;
+    }
+    return bad("response_format = " + dump(*rf) +
+                   ": ordo takes {\"type\": \"text\"} or {\"type\": \"json_object\"} "
+                   "(json_schema is not supported yet; a GBNF \"grammar\" is)",
+               "response_format");
 }
 
 // stream and stream_options.include_usage.
@@ -288,6 +308,7 @@ std::optional<api_error> map_logprobs(api_kind kind, const json& body, api_reque
 std::optional<api_error> map_openai_fields(api_kind kind, const json& body, json& ordo,
                                            api_request& out) {
     if (auto e = check_inert_fields(kind, body)) return e;
+    if (auto e = map_response_format(body, ordo)) return e;
     if (auto e = map_stream(body, out)) return e;
     // max_tokens, or chat's newer name for it.
     const json* mt = field(body, "max_tokens");

@@ -8,6 +8,7 @@
 #include "actors/config/config.hpp"
 #include "actors/scheduler/stop_matcher.hpp"
 #include "door/api_keys.hpp"
+#include "grammar/gbnf.hpp"
 #include "net/request_fields.hpp"
 
 namespace ordo::net {
@@ -151,6 +152,12 @@ status parse_output_options(const param_map& pm, const request_limits& limits,
         out.stop = std::move(*v);
     }
     if (auto s = read_optional_bool(pm, "stream", out.stream); !s) return s;
+    if (const auto* o = pm.get("grammar")) {
+        // Its syntax is the scheduler's to check (one parser for both doors); here its size.
+        auto v = fields::read_string("grammar", *o, grammar::gbnf_limits{}.source_bytes_max);
+        if (!v) return v.err();
+        out.grammar = std::move(*v);
+    }
     return read_optional_bool(pm, "special", out.special);
 }
 
@@ -164,7 +171,8 @@ status parse_generation(const param_map& pm, const request_limits& limits, gener
 // generate's keys but the prompt's, then chat's own.
 #define ORDO_GENERATION_KEYS                                                                   \
     "max_tokens", "temperature", "top_k", "top_p", "min_p", "repeat_penalty", "presence_penalty", \
-        "frequency_penalty", "seed", "stop", "logprobs", "stream", "session", "special"
+        "frequency_penalty", "seed", "stop", "logprobs", "stream", "session", "special",         \
+        "grammar"
 #define ORDO_CHAT_KEYS "messages", "tools", "add_generation_prompt", "chat_template_kwargs"
 
 // The rendered conversation of a chat or apply_template request.

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <limits>
 #include <numeric>
 #include <string>
 
@@ -86,9 +87,16 @@ status sampler::check_inputs(std::span<const float> logits, std::span<const int3
 }
 
 result<sampled> sampler::sample(std::span<const float> logits,
-                                std::span<const int32_t> recent_tokens) {
+                                std::span<const int32_t> recent_tokens,
+                                std::span<const uint8_t> allowed) {
     if (auto s = check_inputs(logits, recent_tokens); !s) return s.err();
     const size_t n_vocab = logits.size();
+    if (!allowed.empty() &&
+        (allowed.size() != n_vocab ||
+         std::none_of(allowed.begin(), allowed.end(), [](uint8_t a) { return a != 0; }))) {
+        return make_error("bad_mask", "the allowed-token mask must have one entry per logit (" +
+                                          std::to_string(n_vocab) + ") and allow a token");
+    }
     if (_work.size() != n_vocab) {
         // First call (or a new vocabulary): the only allocations this sampler makes.
         _work.resize(n_vocab);
@@ -106,7 +114,16 @@ result<sampled> sampler::sample(std::span<const float> logits,
     const double log_z = max_raw + std::log(raw_mass);
 
     std::copy(logits.begin(), logits.end(), _work.begin());
-    const bool penalised = apply_penalty(recent_tokens);
+    bool penalised = apply_penalty(recent_tokens);
+    // A refused token's logit becomes -inf: greedy never picks it and drop_masked() takes it
+    // out of the candidates (its weight would otherwise be exp's floor, not 0).
+    _masked = !allowed.empty();
+    if (_masked) {
+        for (size_t i = 0; i < n_vocab; i++) {
+            if (allowed[i] == 0) _work[i] = -std::numeric_limits<float>::infinity();
+        }
+        penalised = true;
+    }
     sampled out;
     if (_params.temperature == 0.0f) {
         out.token = pick_greedy();
@@ -162,7 +179,7 @@ int32_t sampler::pick_greedy() const {
 // provided top_p measures mass over the top_k set (it does: `mass` is taken before min_p).
 int32_t sampler::pick_random(float max_work, double mass) {
     const uint32_t n_vocab = static_cast<uint32_t>(_work.size());
-    uint32_t n = keep_top_k(n_vocab);
+    uint32_t n = drop_masked(keep_top_k(n_vocab));
     if (n < n_vocab) {
         mass = 0.0;
         for (uint32_t i = 0; i < n; i++) mass += _exp[_candidates[i]];
@@ -230,6 +247,19 @@ uint32_t sampler::keep_top_k(uint32_t n_vocab) {
     }
     assert(n == k);
     return k;
+}
+
+// Drops the candidates a mask refused (top_k keeps them when fewer than k are allowed),
+// keeping the survivors' order. The best allowed token survives.
+uint32_t sampler::drop_masked(uint32_t n) {
+    if (!_masked) return n;
+    uint32_t kept = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (_work[_candidates[i]] != -std::numeric_limits<float>::infinity()) {
+            _candidates[kept++] = _candidates[i];
+        }
+    }
+    return kept;
 }
 
 // Drops candidates less likely than min_p x the most likely (p_i / p_max = exp(l_i - l_max),

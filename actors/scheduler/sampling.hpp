@@ -14,6 +14,10 @@
 //   3. otherwise top_k, then top_p (nucleus, on the softmax of the penalised logits over the
 //      top_k set), then min_p (relative to the most likely token), then temperature, then one
 //      draw from the seeded generator over the surviving tokens.
+// With an `allowed` mask (a grammar's, issue 31) the tokens it refuses are gone before step 2:
+// greedy takes the best allowed token, and top_k, top_p and min_p see only allowed tokens, so
+// the draw is from the model's distribution restricted to the grammar, renormalised. Masking
+// comes after the logits, so the constraint changes neither them nor batch invariance.
 // The filters are applied before temperature, as docs/protocol.md specifies (and llama.cpp's
 // default chain does): temperature then only reshapes the kept tokens' probabilities.
 //
@@ -87,7 +91,10 @@ public:
     // first); only its last `repeat_last_n` entries are used. Errors, which leave the generator
     // untouched: empty or oversized logits, a NaN or infinite logit (code "bad_logits": the
     // step that produced them failed), a recent token outside the vocabulary ("bad_token").
-    result<sampled> sample(std::span<const float> logits, std::span<const int32_t> recent_tokens);
+    // `allowed` (empty: every token): allowed[t] != 0 where token t may be drawn; it has one
+    // entry per logit and allows at least one (else "bad_mask", generator untouched).
+    result<sampled> sample(std::span<const float> logits, std::span<const int32_t> recent_tokens,
+                           std::span<const uint8_t> allowed = {});
 
     const sampling_params& params() const { return _params; }
 
@@ -99,12 +106,14 @@ private:
     int32_t pick_greedy() const;
     int32_t pick_random(float max_work, double mass);
     uint32_t keep_top_k(uint32_t n_vocab);
+    uint32_t drop_masked(uint32_t n);
     uint32_t keep_min_p(uint32_t n, float max_work);
     uint32_t keep_top_p(uint32_t n, float max_work, double mass);
     void fill_top_logprobs(std::span<const float> logits, double log_z, sampled& out) const;
 
     sampling_params _params;
     xoshiro256ss _rng;
+    bool _masked = false;  // this call's _work has refused tokens at -inf
     // Scratch reused across calls (sized once per vocabulary size): no allocation per token.
     std::vector<float> _work;          // (vocab) penalised logits
     std::vector<float> _exp;           // (vocab) exp(logit - max logit), raw then penalised

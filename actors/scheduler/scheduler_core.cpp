@@ -167,6 +167,12 @@ void scheduler_core::on_generate(const generate& m, std::vector<outgoing_event>&
         const error& e = !smp.ok() ? smp.err() : stops.err();
         return out.push_back(error_event(m.conn, m.id, errc::bad_request, e.message));
     }
+    std::optional<grammar_constraint> constraint;
+    if (g.grammar) {
+        auto c = make_grammar(*g.grammar);
+        if (!c) return out.push_back(error_event(m.conn, m.id, errc::bad_request, c.err().message));
+        constraint.emplace(std::move(*c));
+    }
     seq_id seq = _next_seq++;
     request_state& r = _requests[seq];
     r.conn = m.conn;
@@ -175,6 +181,7 @@ void scheduler_core::on_generate(const generate& m, std::vector<outgoing_event>&
     r.params = g;
     r.params.sampling.seed = sampling.seed;
     r.smp.emplace(std::move(*smp));
+    r.grammar = std::move(constraint);
     r.stops.emplace(std::move(*stops));
     if (_tok->support()) r.decoder.emplace(*_tok, g.special);  // else the text fields stay empty
     r.tokens = std::move(*ids);
@@ -186,6 +193,27 @@ void scheduler_core::on_generate(const generate& m, std::vector<outgoing_event>&
     _counters.requests++;
     _counters.prompt_tokens += r.n_prompt;
     reach_phase(r, 1);
+}
+
+result<grammar_constraint> scheduler_core::make_grammar(const std::string& source) {
+    if (!_tok->support()) {
+        return make_error("bad_request", "\"grammar\" needs the model's tokenizer, which ordo "
+                                         "does not support for this model");
+    }
+    if (!_grammar_vocab) {
+        const model::vocab& v = _tok->vocab();
+        std::vector<std::string> pieces(v.size());
+        std::vector<int32_t> eog;
+        for (size_t t = 0; t < v.size(); ++t) {
+            const auto id = static_cast<model::token_id>(t);
+            if (v.is_eog(id)) eog.push_back(id);
+            pieces[t] = _tok->token_bytes(id, false);
+        }
+        _grammar_vocab = std::make_unique<grammar_vocab>(pieces, std::move(eog));
+    }
+    auto c = grammar_constraint::create(source, *_grammar_vocab);
+    if (!c) return make_error("bad_request", "\"grammar\": " + c.err().message);
+    return c;
 }
 
 status scheduler_core::arm_net_fault(const gpu::inject_fault& spec) {

@@ -22,6 +22,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -31,6 +32,7 @@
 
 #include "actors/config/config.hpp"
 #include "actors/runtime/result.hpp"
+#include "actors/scheduler/grammar_constraint.hpp"
 #include "actors/scheduler/kv_blocks.hpp"
 #include "actors/scheduler/sampling.hpp"
 #include "actors/scheduler/scheduler_msgs.hpp"
@@ -224,6 +226,7 @@ private:
         seq_id seq = 0;
         generate_request params;
         std::optional<sampler> smp;
+        std::optional<grammar_constraint> grammar;  // the request's grammar, if it gave one
         std::optional<stop_matcher> stops;
         std::optional<model::stream_decoder> decoder;  // none: the tokenizer is unsupported
         std::vector<int32_t> tokens;  // prompt, then every generated token
@@ -321,12 +324,19 @@ private:
     // net fault point for it.
     void reach_phase(request_state& r, uint8_t phase_bit);
 
+    // The request's grammar constraint, or a bad_request message (also when the model has no
+    // usable tokenizer: a grammar constrains text).
+    result<grammar_constraint> make_grammar(const std::string& source);
+
     request_state* find(seq_id seq);
     request_state* find(uint64_t conn, uint64_t id);
 
     core_options _opt;
     const model::tokenizer* _tok;
     model_info _info;
+    // The vocabulary's side of grammars: built on the first request with one (a trie of every
+    // token's bytes: once per model, then shared by every grammar request).
+    std::unique_ptr<grammar_vocab> _grammar_vocab;
     std::optional<kv_blocks> _kv;  // created at the first device_ready (pool size from gpu)
     std::map<seq_id, request_state> _requests;                   // every live generate request
     std::map<std::pair<uint64_t, uint64_t>, seq_id> _by_client;  // (conn, id) → seq

@@ -71,8 +71,11 @@ struct generate_request {
     // those tokens, and BOS is added only when the model wants one and the text does not
     // already begin with it (`special` then only shows control tokens in the reply).
     bool chat = false;
+    // A GBNF grammar the output must follow (docs/grammar.md): parsed by the scheduler, which
+    // answers bad_request naming the line and column.
+    std::optional<std::string> grammar;
     MSGPACK_DEFINE_MAP(prompt, tokens, max_tokens, sampling, seed_given, stop, stream, session,
-                       special, chat);
+                       special, chat, grammar);
 };
 
 // front door → scheduler: generate text. Reply: token_event* then generate_done or

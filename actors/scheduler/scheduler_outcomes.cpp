@@ -140,9 +140,20 @@ void scheduler_core::on_step_done(const gpu::step_done& m, const row_reader& row
 
 void scheduler_core::apply_token(request_state& r, std::span<const float> logits,
                                  std::vector<outgoing_event>& out) {
-    auto s = r.smp->sample(logits, r.tokens);
+    std::span<const uint8_t> allowed;
+    if (r.grammar) {
+        auto a = r.grammar->allowed();
+        if (!a) return fail(r, door::errc::bad_request, a.err().message, out);
+        allowed = a->first(std::min(a->size(), logits.size()));
+    }
+    auto s = r.smp->sample(logits, r.tokens, allowed);
     if (!s.ok()) return fail(r, door::errc::internal, "sampling failed: " + s.err().message, out);
     int32_t token = s->token;
+    if (r.grammar) {
+        if (auto g = r.grammar->accept(token, _tok->token_bytes(token, false)); !g) {
+            return fail(r, door::errc::internal, g.err().message, out);
+        }
+    }
     const auto now = clock::now();
     if (!r.has_first_token) {
         r.has_first_token = true, r.first_token = now;
@@ -168,7 +179,10 @@ void scheduler_core::apply_token(request_state& r, std::span<const float> logits
         if (o.stopped) {
             reason = "stop";
             stop_string = r.stops->stops()[size_t(o.stop_index)];
-        } else if (r.generated.size() >= r.params.max_tokens || r.tokens.size() >= n_ctx()) {
+        } else if (const bool complete = r.grammar && r.grammar->done();
+                   complete || r.generated.size() >= r.params.max_tokens ||
+                   r.tokens.size() >= n_ctx()) {
+            // A grammar that can take nothing more ends the answer as end of generation would.
             auto tail = r.stops->feed(r.decoder ? r.decoder->flush() : std::string());
             emit += tail.text;
             if (tail.stopped) {
@@ -176,7 +190,7 @@ void scheduler_core::apply_token(request_state& r, std::span<const float> logits
                 stop_string = r.stops->stops()[size_t(tail.stop_index)];
             } else {
                 emit += r.stops->finish();
-                reason = "length";
+                reason = complete ? "stop" : "length";
             }
         }
     }

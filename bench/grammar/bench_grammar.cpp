@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "grammar/gbnf.hpp"
+#include "grammar/json.hpp"
 #include "grammar/token_masks.hpp"
 #include "model/gguf.hpp"
 #include "model/tokenizer.hpp"
@@ -21,15 +22,6 @@
 using namespace ordo;
 
 namespace {
-
-const char* json_grammar = R"(root ::= ws object
-value ::= object | array | string | number | ("true" | "false" | "null") ws
-object ::= "{" ws ( string ":" ws value ("," ws string ":" ws value)* )? "}" ws
-array ::= "[" ws ( value ("," ws value)* )? "]" ws
-string ::= "\"" ( [^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}) )* "\"" ws
-number ::= ("-"? ([0-9] | [1-9] [0-9]{0,15})) ("." [0-9]+)? ([eE] [-+]? [0-9] [1-9]{0,15})? ws
-ws ::= | " " | "\n" [ \t]{0,20}
-)";
 
 const char* document =
     R"({"name": "Ada Lovelace", "born": 1815, "fields": ["mathematics", "computing"],)"
@@ -56,7 +48,7 @@ int run(const std::string& path) {
     for (std::size_t i = 0; i < n; ++i) {
         pieces[i] = tok->token_bytes(static_cast<model::token_id>(i), false);
     }
-    auto g = grammar::parse_gbnf(json_grammar);
+    auto g = grammar::parse_gbnf(grammar::json_object_gbnf);
     if (!g) {
         std::fprintf(stderr, "grammar: %s\n", g.err().message.c_str());
         return 1;

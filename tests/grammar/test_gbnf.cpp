@@ -4,7 +4,8 @@
 //   their definition, a definition starting on the line after ::=;
 // * the matcher accepts exactly the sentences of the grammar: a JSON grammar in llama.cpp's
 //   style against valid and invalid documents, bounded repetitions at their edges, UTF-8 input
-//   split inside a code point (as tokens split it), and `allows` / `accepting` / `done`;
+//   split inside a code point (as tokens split it), a partial code point refused when no
+//   allowed code point begins with it, and `allows` / `accepting` / `done`;
 // * a failed advance leaves the matcher unchanged (a sampler tries tokens on it);
 // * every bad grammar is an error naming line and column (undefined and twice-defined rules,
 //   no root, left recursion direct and through a nullable prefix, unterminated literals and
@@ -149,6 +150,27 @@ TEST(gbnf, utf8_split_across_calls_and_invalid_utf8) {
     // All or nothing: the refused calls consumed nothing.
     EXPECT_TRUE(*bad.advance_utf8("\xE2\x82\xAC" "z"));
     EXPECT_TRUE(bad.accepting());
+}
+
+TEST(gbnf, a_partial_code_point_goes_on_only_if_an_allowed_one_begins_with_it) {
+    // A token may end inside a code point; it is allowed only when some code point the grammar
+    // takes there begins with its bytes (else a sampler would walk into a dead end).
+    gbnf euro = must_parse("root ::= \"\xE2\x82\xAC\"\n");
+    matcher m(euro);
+    EXPECT_TRUE(*m.advance_utf8("\xE2"));
+    EXPECT_FALSE(*m.advance_utf8("\x83")) << "U+20C0.. is not the euro sign";
+    EXPECT_TRUE(*m.advance_utf8("\x82"));
+    EXPECT_FALSE(*matcher(euro).advance_utf8("\xC3")) << "no two-byte code point is allowed";
+    gbnf ascii = must_parse("root ::= [a-z]+\n");
+    EXPECT_FALSE(*matcher(ascii).advance_utf8("\xC3"));
+    gbnf not_quote = must_parse("root ::= [^\"]\n");  // negated: almost everything
+    EXPECT_TRUE(*matcher(not_quote).advance_utf8("\xF0\x9F"));
+    gbnf latin = must_parse("root ::= [\\u00E0-\\u00FF]\n");  // U+00E0..U+00FF: lead C3 only
+    EXPECT_TRUE(*matcher(latin).advance_utf8("\xC3"));
+    EXPECT_FALSE(*matcher(latin).advance_utf8("\xC2"));
+    gbnf most = must_parse("root ::= [^\\u0080-\\u00BF]\n");  // C2's code points all refused
+    EXPECT_FALSE(*matcher(most).advance_utf8("\xC2"));
+    EXPECT_TRUE(*matcher(most).advance_utf8("\xC3"));
 }
 
 TEST(gbnf, bad_grammars_name_line_and_column) {

@@ -97,7 +97,8 @@ check(content.every((t) => typeof t.logprob === 'number' && t.logprob <= 0 &&
 await refused('a model not served', { model: 'gpt-4o', messages }, 404, 'model',
               OpenAI.NotFoundError);
 await refused('n = 2', { model, messages, n: 2 }, 400, 'n', OpenAI.BadRequestError);
-await refused('response_format', { model, messages, response_format: { type: 'json_object' } },
+await refused('response_format', { model, messages, response_format: { type: 'json_schema',
+              json_schema: { name: 'x', schema: { type: 'object' } } } },
               400, 'response_format', OpenAI.BadRequestError);
 await refused('tools', { model, messages, tools: [{ type: 'function',
               function: { name: 'f', parameters: {} } }] }, 400, 'tools', OpenAI.BadRequestError);

@@ -214,7 +214,7 @@ TEST(http_server, endpoints_and_error_shapes) {
         return c.read();
     };
     expect_error(ask("{\"model\": \"tiny\", \"messages\": ["), 400, "invalid_json");
-    expect_error(ask(chat_body({{"response_format", {{"type", "json_object"}}}}).dump()), 400,
+    expect_error(ask(chat_body({{"response_format", {{"type", "json_schema"}}}}).dump()), 400,
                  "bad_request", "response_format");
     expect_error(ask(chat_body({{"tools", json::array({{{"type", "function"}}})}}).dump()), 400,
                  "bad_request", "tools");

@@ -150,7 +150,10 @@ TEST(openai_in, refusals_name_the_field) {
         std::string param;
     };
     for (const refusal& c : std::vector<refusal>{
-             {{{"response_format", {{"type", "json_object"}}}}, "response_format"},
+             {{{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}}}}}},
+              "response_format"},
+             {{{"response_format", {{"type", "json_object"}}}, {"grammar", "root ::= \"a\""}},
+              "grammar"},
              {{{"tools", json::array({{{"type", "function"}, {"function", {{"name", "f"}}}}})}},
               "tools"},
              {{{"tool_choice", "auto"}}, "tool_choice"},

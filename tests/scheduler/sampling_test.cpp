@@ -9,7 +9,10 @@
 // window, after the repeat penalty, and negative values favour repeats;
 // reported log-probabilities are the raw log-softmax, sorted, and sum to 1 over the whole
 // vocabulary; frequencies follow the softmax (chi-square over 40000 seeded draws, at two
-// temperatures); bad parameters and bad logits are errors naming the problem.
+// temperatures); bad parameters and bad logits are errors naming the problem; an allowed-token
+// mask (a grammar's) restricts greedy and every filter to the allowed tokens, draws only them
+// with the model's relative frequencies among them, and a mask of the wrong size or allowing
+// nothing is an error.
 #include "actors/scheduler/sampling.hpp"
 
 #include <gtest/gtest.h>
@@ -351,6 +354,59 @@ TEST(sampling, bad_logits_are_errors_and_leave_the_generator_untouched) {
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.err().code, "bad_token");
     for (int i = 0; i < 10; i++) EXPECT_EQ(draw(s, good), draw(fresh, good));
+}
+
+TEST(sampling, a_mask_restricts_every_path_to_the_allowed_tokens) {
+    std::vector<float> logits(1000);
+    for (size_t i = 0; i < logits.size(); i++) logits[i] = float(i % 97) * 0.05f;
+    std::vector<uint8_t> allowed(logits.size(), 0);
+    const std::set<int32_t> ok = {3, 10, 500, 999};
+    for (int32_t t : ok) allowed[size_t(t)] = 1;
+    // Greedy: the best allowed token (999 % 97 = 29 beats 500 % 97 = 15, 10 and 3).
+    sampler g = make({.temperature = 0.0f});
+    auto r = g.sample(logits, {}, allowed);
+    ASSERT_TRUE(r.ok()) << r.err().message;
+    EXPECT_EQ(r->token, 999);
+    // Every filter, with top_k larger than the allowed set: only allowed tokens, in the
+    // model's proportions among them (exp(l) ratios), over many seeded draws.
+    for (sampling_params p : {sampling_params{.top_k = 40, .seed = 7},
+                              sampling_params{.top_p = 0.999f, .seed = 8},
+                              sampling_params{.min_p = 0.001f, .seed = 9},
+                              sampling_params{.seed = 10}}) {
+        sampler s = make(p);
+        std::map<int32_t, int> seen;
+        const int n = 20000;
+        for (int i = 0; i < n; i++) {
+            auto d = s.sample(logits, {}, allowed);
+            ASSERT_TRUE(d.ok()) << d.err().message;
+            ASSERT_TRUE(ok.count(d->token)) << "drew refused token " << d->token;
+            seen[d->token]++;
+        }
+        double z = 0;
+        for (int32_t t : ok) z += std::exp(double(logits[size_t(t)]));
+        for (int32_t t : ok) {
+            const double want = std::exp(double(logits[size_t(t)])) / z;
+            EXPECT_NEAR(double(seen[t]) / n, want, 0.02) << "token " << t;
+        }
+    }
+    // The raw log-probability is still the model's (unmasked) one.
+    sampler l = make({.temperature = 0.0f, .logprobs = 1});
+    auto lp = l.sample(logits, {}, allowed);
+    ASSERT_TRUE(lp.ok());
+    EXPECT_EQ(lp->top_count, 1u);
+    EXPECT_NE(lp->top[0].token, 999) << "top_logprobs are of the raw logits, not the mask";
+}
+
+TEST(sampling, a_bad_mask_is_an_error) {
+    std::vector<float> logits(10, 0.0f);
+    sampler s = make({.seed = 1});
+    std::vector<uint8_t> short_mask(9, 1), none(10, 0);
+    auto a = s.sample(logits, {}, short_mask);
+    ASSERT_FALSE(a.ok());
+    EXPECT_EQ(a.err().code, "bad_mask");
+    auto b = s.sample(logits, {}, none);
+    ASSERT_FALSE(b.ok());
+    EXPECT_EQ(b.err().code, "bad_mask");
 }
 
 }  // namespace

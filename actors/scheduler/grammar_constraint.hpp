@@ -1,0 +1,61 @@
+// grammar_constraint.hpp: one request's grammar (issue 31, docs/grammar.md), turned into the
+// sampler's allowed-token mask at each step and advanced by each sampled token. Pure,
+// actor-free; owned by the scheduler's request state.
+//
+// The vocabulary side (grammar_vocab) is built once per model, on the first request with a
+// grammar: every token's bytes in a trie (grammar/token_masks.hpp) and the end-of-generation
+// ids. A token is allowed when its bytes keep the grammar alive, end of generation when what
+// was generated is a whole sentence of the grammar; once the grammar can take nothing more
+// (done) the scheduler ends the answer (reason "stop") without sampling again. A state where
+// the grammar wants more but no token of the vocabulary gives it is a dead end: an error
+// naming it, not a token outside the grammar.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "actors/runtime/result.hpp"
+#include "grammar/gbnf.hpp"
+#include "grammar/token_masks.hpp"
+
+namespace ordo::sched {
+
+struct grammar_vocab {
+    // pieces[t]: token t's bytes in generated text ("" for control tokens: never allowed by
+    // the trie); eog: the ids that end generation.
+    grammar_vocab(std::span<const std::string> pieces, std::vector<int32_t> eog);
+
+    grammar::vocab_trie trie;
+    std::vector<int32_t> eog;
+};
+
+class grammar_constraint {
+public:
+    // Parses `source` (GBNF). Errors: "bad_grammar" naming the line and column or the limit.
+    static result<grammar_constraint> create(std::string_view source, const grammar_vocab& vocab);
+
+    // The mask for the next token (one entry per token of the vocabulary). Errors: the
+    // matcher's limits, or "grammar_dead_end".
+    result<std::span<const uint8_t>> allowed();
+    // Advances past a sampled token (`bytes`: its bytes in generated text; an end-of-generation
+    // token advances nothing). Error: the token was not allowed (a bug: the sampler was given
+    // the mask).
+    status accept(int32_t token, std::string_view bytes);
+    // The output is a whole sentence and the grammar can take nothing more: the answer ends.
+    bool done() const { return _m.done(); }
+
+private:
+    grammar_constraint(std::unique_ptr<grammar::gbnf> g, const grammar_vocab& vocab);
+
+    std::unique_ptr<grammar::gbnf> _g;  // the matcher points into it: kept in place
+    const grammar_vocab* _vocab;
+    grammar::matcher _m;
+    grammar::token_masks _masks;
+    std::vector<uint8_t> _mask;  // the cached mask plus end of generation, per call
+};
+
+}  // namespace ordo::sched

@@ -1,0 +1,72 @@
+// grammar_constraint_test.cpp: a request's grammar as the sampler sees it
+// (actors/scheduler/grammar_constraint.hpp), on a crafted vocabulary.
+//
+// Checks: the mask allows exactly the tokens whose bytes keep the grammar alive (single bytes,
+// multi-byte pieces, a piece that runs past what the grammar allows is refused); end of
+// generation is allowed only when the text so far is a whole sentence; done() once nothing can
+// follow; accept() advances and refuses a token the grammar does not allow; a state no token
+// continues is grammar_dead_end; a bad grammar is bad_grammar naming the line.
+#include "actors/scheduler/grammar_constraint.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace ordo::sched;
+
+// 0 "a", 1 "b", 2 "ab", 3 "abc", 4 "" (a control token), 5 end of generation (no bytes), 6 "c"
+grammar_vocab make_vocab() {
+    std::vector<std::string> pieces = {"a", "b", "ab", "abc", "", "", "c"};
+    return grammar_vocab(pieces, {5});
+}
+
+std::vector<int> allowed_ids(grammar_constraint& g) {
+    auto m = g.allowed();
+    EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.err().message);
+    std::vector<int> ids;
+    if (!m.ok()) return ids;
+    for (size_t i = 0; i < m->size(); i++) {
+        if ((*m)[i]) ids.push_back(int(i));
+    }
+    return ids;
+}
+
+TEST(grammar_constraint, masks_follow_the_grammar_and_end_only_on_a_sentence) {
+    grammar_vocab v = make_vocab();
+    auto g = grammar_constraint::create(R"(root ::= "a" "b"? "c"?)", v);
+    ASSERT_TRUE(g.ok()) << g.err().message;
+    EXPECT_EQ(allowed_ids(*g), (std::vector<int>{0, 2, 3}));  // a, ab, abc; not yet the end
+    ASSERT_TRUE(g->accept(0, "a").ok());
+    EXPECT_FALSE(g->done());
+    EXPECT_EQ(allowed_ids(*g), (std::vector<int>{1, 5, 6}));  // b, the end, c
+    EXPECT_FALSE(g->accept(0, "a").ok()) << "a token the grammar refuses";
+    ASSERT_TRUE(g->accept(1, "b").ok());
+    EXPECT_EQ(allowed_ids(*g), (std::vector<int>{5, 6}));
+    ASSERT_TRUE(g->accept(6, "c").ok());
+    EXPECT_TRUE(g->done());
+    EXPECT_EQ(allowed_ids(*g), (std::vector<int>{5}));
+    EXPECT_TRUE(g->accept(5, "").ok()) << "end of generation advances nothing";
+}
+
+TEST(grammar_constraint, a_state_no_token_continues_is_a_dead_end) {
+    grammar_vocab v = make_vocab();
+    auto g = grammar_constraint::create(R"(root ::= "a" "z")", v);  // no token holds "z"
+    ASSERT_TRUE(g.ok());
+    ASSERT_TRUE(g->accept(0, "a").ok());
+    auto m = g->allowed();
+    ASSERT_FALSE(m.ok());
+    EXPECT_EQ(m.err().code, "grammar_dead_end");
+}
+
+TEST(grammar_constraint, a_bad_grammar_names_the_line) {
+    grammar_vocab v = make_vocab();
+    auto g = grammar_constraint::create("root ::= \"a\"\nitem ::= (", v);
+    ASSERT_FALSE(g.ok());
+    EXPECT_EQ(g.err().code, "bad_grammar");
+    EXPECT_NE(g.err().message.find("2"), std::string::npos) << g.err().message;
+}
+
+}  // namespace
