@@ -28,7 +28,64 @@ vocab_trie::vocab_trie(std::span<const std::string> pieces) : _n_tokens(pieces.s
     }
 }
 
-status token_masks::compute(const matcher& m, std::vector<std::uint8_t>& mask) const {
+std::int32_t token_masks::intern(const matcher& m) {
+    std::string key = m.state_key();
+    auto it = _state_ids.find(key);
+    if (it != _state_ids.end()) return it->second;
+    if (_states.size() >= _states_max) return k_full;
+    auto id = static_cast<std::int32_t>(_states.size());
+    _states.push_back({m, {}});
+    _states.back().next.fill(k_unknown);
+    _state_ids.emplace(std::move(key), id);
+    return id;
+}
+
+result<std::int32_t> token_masks::step(std::int32_t s, unsigned char b) {
+    std::int32_t known = _states[static_cast<std::size_t>(s)].next[b];
+    if (known != k_unknown) return known;
+    const matcher& from = _states[static_cast<std::size_t>(s)].m;
+    std::int32_t to = k_dead;
+    if (from.allows_byte(b)) {
+        matcher next = from;
+        char c = static_cast<char>(b);
+        auto ok = next.advance_utf8(std::string_view(&c, 1));
+        if (!ok) return ok.err();
+        if (*ok) to = intern(next);  // may grow _states: `from` is not used past here
+    }
+    if (to != k_full) _states[static_cast<std::size_t>(s)].next[b] = to;
+    return to;
+}
+
+result<bool> token_masks::compute_automaton(const matcher& m, std::vector<std::uint8_t>& mask) {
+    mask.assign(_trie->_n_tokens, 0);
+    std::int32_t root = intern(m);
+    if (root == k_full) return false;
+    struct frame {
+        std::uint32_t node;
+        std::size_t child;
+        std::int32_t state;
+    };
+    std::vector<frame> path;  // depth: the longest piece
+    path.push_back({0, 0, root});
+    while (!path.empty()) {
+        frame& f = path.back();
+        const vocab_trie::node& n = _trie->_nodes[f.node];
+        if (f.child == n.next.size()) {
+            path.pop_back();
+            continue;
+        }
+        auto [byte, child] = n.next[f.child++];
+        auto to = step(f.state, byte);  // (the push_back below invalidates `f`)
+        if (!to) return to.err();
+        if (*to == k_full) return false;
+        if (*to == k_dead) continue;
+        for (std::int32_t t : _trie->_nodes[child].ends) mask[static_cast<std::size_t>(t)] = 1;
+        path.push_back({child, 0, *to});
+    }
+    return true;
+}
+
+status token_masks::compute_direct(const matcher& m, std::vector<std::uint8_t>& mask) const {
     mask.assign(_trie->_n_tokens, 0);
     // Depth-first over the trie: one matcher per level (the prefix's state), so a subtree
     // refused at its first byte costs one check. Depth is bounded by the longest piece.
@@ -69,7 +126,14 @@ result<const std::vector<std::uint8_t>*> token_masks::allowed(const matcher& m) 
     }
     ++_misses;
     std::vector<std::uint8_t> mask;
-    ORDO_TRY(compute(m, mask));
+    auto done = compute_automaton(m, mask);
+    if (!done) return done.err();
+    if (!*done) {
+        // The automaton outgrew its bound: start it afresh next time, walk directly now.
+        _states.clear();
+        _state_ids.clear();
+        ORDO_TRY(compute_direct(m, mask));
+    }
     if (_lru.size() >= cache_entries_max) {
         _index.erase(_lru.back().first);
         _lru.pop_back();

@@ -12,6 +12,7 @@
 // a token_masks cache belongs to one request.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <list>
 #include <span>
@@ -43,12 +44,24 @@ private:
 };
 
 // Per-request: the allowed-token mask of a matcher state, cached.
+//
+// The walk follows the trie through a byte automaton built lazily from the matcher: each
+// distinct matcher state (state_key) it reaches gets an id, and (state, byte) -> state once
+// computed is a table lookup. Inside a JSON string, say, almost every byte leads back to the
+// same state, so a walk of the whole vocabulary costs one lookup per trie edge instead of a
+// matcher copy and advance per edge. The automaton lives as long as the request (its states
+// recur across steps) and is bounded: past automaton_states_max it is dropped and that mask is
+// computed by advancing matcher copies, as without it.
 class token_masks {
 public:
     // Masks kept per request (a state past them evicts the least recently used).
     static constexpr std::size_t cache_entries_max = 256;
+    // Automaton states kept per request (each holds a matcher and a 256-entry row).
+    static constexpr std::size_t automaton_states_max = 4096;
 
-    explicit token_masks(const vocab_trie& trie) : _trie(&trie) {}
+    // `states_max`: the automaton's bound (tests make it small to exercise the fallback).
+    explicit token_masks(const vocab_trie& trie, std::size_t states_max = automaton_states_max)
+        : _trie(&trie), _states_max(states_max) {}
 
     // mask[t] != 0: token t may come next after `m`'s prefix. Errors are the matcher's limits.
     result<const std::vector<std::uint8_t>*> allowed(const matcher& m);
@@ -57,9 +70,26 @@ public:
     std::size_t misses() const { return _misses; }
 
 private:
-    status compute(const matcher& m, std::vector<std::uint8_t>& mask) const;
+    // The automaton's walk; false when it outgrew automaton_states_max (mask incomplete).
+    result<bool> compute_automaton(const matcher& m, std::vector<std::uint8_t>& mask);
+    // The walk without the automaton: a matcher copy advanced per trie edge.
+    status compute_direct(const matcher& m, std::vector<std::uint8_t>& mask) const;
+    // The id of `m`'s state (added when new), or -1 when the automaton is full.
+    std::int32_t intern(const matcher& m);
+    // The state after byte b from state s: an id, dead (-1), or full (-2). Errors: the
+    // matcher's limits.
+    result<std::int32_t> step(std::int32_t s, unsigned char b);
+
+    static constexpr std::int32_t k_unknown = -3, k_full = -2, k_dead = -1;
+    struct automaton_state {
+        matcher m;
+        std::array<std::int32_t, 256> next;  // k_unknown until computed
+    };
 
     const vocab_trie* _trie;
+    std::size_t _states_max;
+    std::vector<automaton_state> _states;
+    std::unordered_map<std::string, std::int32_t> _state_ids;
     std::list<std::pair<std::string, std::vector<std::uint8_t>>> _lru;  // most recent first
     std::unordered_map<std::string, decltype(_lru)::iterator> _index;
     std::size_t _hits = 0, _misses = 0;

@@ -2,8 +2,9 @@
 // matcher state holds exactly the tokens whose bytes keep the grammar alive: against a brute
 // force (every token tried on a copy of the matcher) over a vocabulary with multi-byte pieces,
 // pieces that split a code point, pieces that complete the grammar and empty (control) pieces,
-// at every prefix of a JSON document; that masks are cached per state (a repeated state is a
-// hit and returns the same mask); and that the cache stays within cache_entries_max.
+// at every prefix of a JSON document, through the byte automaton and through its fallback when
+// it outgrows its bound; that masks are cached per state (a repeated state is a hit and returns
+// the same mask); and that the cache stays within cache_entries_max.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -48,20 +49,25 @@ TEST(token_masks, mask_equals_brute_force_at_every_prefix) {
     ASSERT_TRUE(g.ok()) << g.err().message;
     auto vocab = test_vocab();
     vocab_trie trie(vocab);
-    token_masks masks(trie);
-    matcher m(*g);
-    const std::string doc = "{\"a\xE2\x82\xAC\": 12, \"\xC3\xA9\":true}";
-    for (std::size_t i = 0; i <= doc.size(); ++i) {
-        SCOPED_TRACE("after " + std::to_string(i) + " bytes");
-        auto got = masks.allowed(m);
-        ASSERT_TRUE(got.ok()) << got.err().message;
-        EXPECT_EQ(**got, brute_force(m, vocab));
-        EXPECT_EQ((**got)[0], 0) << "an empty piece is never allowed";
-        if (i == doc.size()) break;
-        auto ok = m.advance_utf8(doc.substr(i, 1));
-        ASSERT_TRUE(ok.ok() && *ok) << "byte " << i;
+    // The automaton at its bound, and so small that walks outgrow it and fall back (1: every
+    // walk; 6: some).
+    for (std::size_t states : {token_masks::automaton_states_max, std::size_t{6}, std::size_t{1}}) {
+        SCOPED_TRACE("automaton states " + std::to_string(states));
+        token_masks masks(trie, states);
+        matcher m(*g);
+        const std::string doc = "{\"a\xE2\x82\xAC\": 12, \"\xC3\xA9\":true}";
+        for (std::size_t i = 0; i <= doc.size(); ++i) {
+            SCOPED_TRACE("after " + std::to_string(i) + " bytes");
+            auto got = masks.allowed(m);
+            ASSERT_TRUE(got.ok()) << got.err().message;
+            EXPECT_EQ(**got, brute_force(m, vocab));
+            EXPECT_EQ((**got)[0], 0) << "an empty piece is never allowed";
+            if (i == doc.size()) break;
+            auto ok = m.advance_utf8(doc.substr(i, 1));
+            ASSERT_TRUE(ok.ok() && *ok) << "byte " << i;
+        }
+        EXPECT_TRUE(m.accepting());
     }
-    EXPECT_TRUE(m.accepting());
 }
 
 TEST(token_masks, masks_are_cached_per_state) {
