@@ -54,9 +54,10 @@ private:
 // computed by advancing matcher copies, as without it.
 class token_masks {
 public:
-    // Masks kept per request (a state past them evicts the least recently used).
-    static constexpr std::size_t cache_entries_max = 256;
-    // Automaton states kept per request (each holds a matcher and a 256-entry row).
+    // Masks kept per request (a state past them evicts the least recently used): a byte per
+    // token each, so 8 MiB for a 128k vocabulary at most.
+    static constexpr std::size_t cache_entries_max = 64;
+    // Automaton states kept per request (each a matcher and a 1 KiB row: ~8 MiB at most).
     static constexpr std::size_t automaton_states_max = 4096;
 
     // `states_max`: the automaton's bound (tests make it small to exercise the fallback).
