@@ -2,6 +2,7 @@
 #include "grammar/token_masks.hpp"
 
 #include <algorithm>
+#include <optional>
 
 namespace ordo::grammar {
 
@@ -56,17 +57,18 @@ result<std::int32_t> token_masks::step(std::int32_t s, unsigned char b) {
     return to;
 }
 
-result<bool> token_masks::compute_automaton(const matcher& m, std::vector<std::uint8_t>& mask) {
+template <typename State, typename Step>
+status token_masks::walk(State root, Step&& step, std::vector<std::uint8_t>& mask) const {
     mask.assign(_trie->_n_tokens, 0);
-    std::int32_t root = intern(m);
-    if (root == k_full) return false;
+    // Depth-first over the trie, one state per level (the prefix's), so a subtree refused at
+    // its first byte costs one step. Depth is bounded by the longest piece.
     struct frame {
         std::uint32_t node;
         std::size_t child;
-        std::int32_t state;
+        State state;
     };
-    std::vector<frame> path;  // depth: the longest piece
-    path.push_back({0, 0, root});
+    std::vector<frame> path;
+    path.push_back({0, 0, std::move(root)});
     while (!path.empty()) {
         frame& f = path.back();
         const vocab_trie::node& n = _trie->_nodes[f.node];
@@ -75,45 +77,50 @@ result<bool> token_masks::compute_automaton(const matcher& m, std::vector<std::u
             continue;
         }
         auto [byte, child] = n.next[f.child++];
-        auto to = step(f.state, byte);  // (the push_back below invalidates `f`)
-        if (!to) return to.err();
-        if (*to == k_full) return false;
-        if (*to == k_dead) continue;
+        result<std::optional<State>> next = step(f.state, byte);  // (push_back invalidates f)
+        if (!next) return next.err();
+        if (!*next) continue;
         for (std::int32_t t : _trie->_nodes[child].ends) mask[static_cast<std::size_t>(t)] = 1;
-        path.push_back({child, 0, *to});
+        path.push_back({child, 0, std::move(**next)});
     }
+    return {};
+}
+
+result<bool> token_masks::compute_automaton(const matcher& m, std::vector<std::uint8_t>& mask) {
+    std::int32_t root = intern(m);
+    if (root == k_full) return false;
+    bool full = false;
+    status s = walk(
+        root,
+        [&](std::int32_t from, unsigned char b) -> result<std::optional<std::int32_t>> {
+            auto to = step(from, b);
+            if (!to) return to.err();
+            if (*to == k_full) {
+                full = true;
+                return make_error("automaton_full", "");  // ends the walk; not an error
+            }
+            if (*to == k_dead) return std::optional<std::int32_t>();
+            return std::optional<std::int32_t>(*to);
+        },
+        mask);
+    if (full) return false;
+    if (!s) return s.err();
     return true;
 }
 
 status token_masks::compute_direct(const matcher& m, std::vector<std::uint8_t>& mask) const {
-    mask.assign(_trie->_n_tokens, 0);
-    // Depth-first over the trie: one matcher per level (the prefix's state), so a subtree
-    // refused at its first byte costs one check. Depth is bounded by the longest piece.
-    struct frame {
-        std::uint32_t node;
-        std::size_t child;
-        matcher state;
-    };
-    std::vector<frame> path;
-    path.push_back({0, 0, m});
-    while (!path.empty()) {
-        frame& f = path.back();
-        const vocab_trie::node& n = _trie->_nodes[f.node];
-        if (f.child == n.next.size()) {
-            path.pop_back();
-            continue;
-        }
-        auto [byte, child] = n.next[f.child++];
-        if (!f.state.allows_byte(byte)) continue;
-        matcher next = f.state;
-        char c = static_cast<char>(byte);
-        auto ok = next.advance_utf8(std::string_view(&c, 1));
-        if (!ok) return ok.err();
-        if (!*ok) continue;
-        for (std::int32_t t : _trie->_nodes[child].ends) mask[static_cast<std::size_t>(t)] = 1;
-        path.push_back({child, 0, std::move(next)});
-    }
-    return {};
+    return walk(
+        m,
+        [](const matcher& from, unsigned char b) -> result<std::optional<matcher>> {
+            if (!from.allows_byte(b)) return std::optional<matcher>();
+            matcher next = from;
+            char c = static_cast<char>(b);
+            auto ok = next.advance_utf8(std::string_view(&c, 1));
+            if (!ok) return ok.err();
+            if (!*ok) return std::optional<matcher>();
+            return std::optional<matcher>(std::move(next));
+        },
+        mask);
 }
 
 result<const std::vector<std::uint8_t>*> token_masks::allowed(const matcher& m) {

@@ -71,6 +71,10 @@ public:
     std::size_t misses() const { return _misses; }
 
 private:
+    // The trie walk from `root`: step(state, byte) gives the state after the byte, nothing
+    // when the grammar refuses it (the subtree is skipped), or an error that ends the walk.
+    template <typename State, typename Step>
+    status walk(State root, Step&& step, std::vector<std::uint8_t>& mask) const;
     // The automaton's walk; false when it outgrew automaton_states_max (mask incomplete).
     result<bool> compute_automaton(const matcher& m, std::vector<std::uint8_t>& mask);
     // The walk without the automaton: a matcher copy advanced per trie edge.
