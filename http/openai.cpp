@@ -9,6 +9,7 @@
 #include <span>
 
 #include "grammar/json.hpp"
+#include "grammar/json_schema.hpp"
 #include "net/chat.hpp"
 #include "template/template.hpp"
 
@@ -225,25 +226,50 @@ std::optional<api_error> check_inert_fields(api_kind kind, const json& body) {
     return std::nullopt;
 }
 
-// response_format: {"type": "text"} changes nothing; {"type": "json_object"} is JSON mode: the
-// output is one JSON object (grammar/json.hpp's grammar, given to the scheduler as the request's
-// grammar). json_schema is not done yet: 400 naming it.
-std::optional<api_error> map_response_format(const json& body, json& ordo) {
+// response_format: {"type": "text"} changes nothing; {"type": "json_object"} is JSON mode (the
+// output is one JSON object: grammar/json.hpp); {"type": "json_schema", "json_schema": {"name",
+// "schema", "strict", "description"}} a document valid against the schema (grammar/
+// json_schema.hpp). Both reach the scheduler as the request's grammar.
+std::optional<api_error> map_response_format(const json& body, std::string_view raw,
+                                             json& ordo) {
     const json* rf = field(body, "response_format");
     if (rf == nullptr) return std::nullopt;
     const std::string type = rf->is_object() ? rf->value("type", "") : "";
     if (type == "text" && rf->size() == 1) return std::nullopt;
+    std::string gbnf;
     if (type == "json_object" && rf->size() == 1) {
-        if (field(body, "grammar") != nullptr) {
-            return bad("response_format json_object and grammar: give one of them", "grammar");
+        gbnf = grammar::json_object_gbnf;
+    } else if (type == "json_schema" && rf->size() == 2 && rf->contains("json_schema") &&
+               (*rf)["json_schema"].is_object()) {
+        const json& js = (*rf)["json_schema"];
+        for (const auto& [k, v] : js.items()) {
+            if (k != "name" && k != "schema" && k != "strict" && k != "description") {
+                return bad("response_format.json_schema." + k + ": unsupported field",
+                           "response_format");
+            }
         }
-        ordo["grammar"] = std::string(grammar::json_object_gbnf);
-        return std::nullopt;
+        if (!js.contains("schema")) {
+            gbnf = grammar::json_object_gbnf;  // no schema: any JSON object
+        } else {
+            // The schema again from the raw body, in its own key order (json sorts keys): an
+            // object's properties are written in the order the schema lists them. The body
+            // parsed once already, within the depth bound.
+            const auto ordered = nlohmann::ordered_json::parse(raw);
+            auto g = grammar::json_schema_to_gbnf(ordered["response_format"]["json_schema"]["schema"]);
+            if (!g) return bad("response_format.json_schema." + g.err().message, "response_format");
+            gbnf = std::move(*g);
+        }
+    } else {
+        return bad("response_format = " + dump(*rf) +
+                       ": ordo takes {\"type\": \"text\"}, {\"type\": \"json_object\"} or "
+                       "{\"type\": \"json_schema\", \"json_schema\": {\"name\", \"schema\"}}",
+                   "response_format");
     }
-    return bad("response_format = " + dump(*rf) +
-                   ": ordo takes {\"type\": \"text\"} or {\"type\": \"json_object\"} "
-                   "(json_schema is not supported yet; a GBNF \"grammar\" is)",
-               "response_format");
+    if (field(body, "grammar") != nullptr) {
+        return bad("response_format " + type + " and grammar: give one of them", "grammar");
+    }
+    ordo["grammar"] = std::move(gbnf);
+    return std::nullopt;
 }
 
 // stream and stream_options.include_usage.
@@ -305,10 +331,10 @@ std::optional<api_error> map_logprobs(api_kind kind, const json& body, api_reque
 }
 
 // The OpenAI-only fields: checked here, and what they ask written into `ordo` / `out`.
-std::optional<api_error> map_openai_fields(api_kind kind, const json& body, json& ordo,
-                                           api_request& out) {
+std::optional<api_error> map_openai_fields(api_kind kind, const json& body, std::string_view raw,
+                                           json& ordo, api_request& out) {
     if (auto e = check_inert_fields(kind, body)) return e;
-    if (auto e = map_response_format(body, ordo)) return e;
+    if (auto e = map_response_format(body, raw, ordo)) return e;
     if (auto e = map_stream(body, out)) return e;
     // max_tokens, or chat's newer name for it.
     const json* mt = field(body, "max_tokens");
@@ -460,7 +486,7 @@ std::variant<api_request, api_error> parse_api_request(api_kind kind, std::strin
     api_request out;
     out.kind = kind;
     json ordo = json::object();
-    if (auto e = map_openai_fields(kind, j, ordo, out)) return *e;
+    if (auto e = map_openai_fields(kind, j, body, ordo, out)) return *e;
     if (kind == api_kind::chat) {
         auto msgs = j.find("messages");
         if (msgs == j.end() || msgs->is_null()) return bad("messages: required", "messages");

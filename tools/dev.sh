@@ -24,7 +24,7 @@ packages=(
   libuv1-dev libxxhash-dev libpcre2-dev libvulkan-dev glslang-dev glslang-tools
   libmsgpack-cxx-dev libspdlog-dev libtomlplusplus-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  mesa-vulkan-drivers vulkan-tools python3-msgpack
+  mesa-vulkan-drivers vulkan-tools python3-msgpack python3-jsonschema
   node-llhttp prometheus curl
 )
 

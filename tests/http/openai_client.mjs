@@ -98,7 +98,7 @@ await refused('a model not served', { model: 'gpt-4o', messages }, 404, 'model',
               OpenAI.NotFoundError);
 await refused('n = 2', { model, messages, n: 2 }, 400, 'n', OpenAI.BadRequestError);
 await refused('response_format', { model, messages, response_format: { type: 'json_schema',
-              json_schema: { name: 'x', schema: { type: 'object' } } } },
+              json_schema: { name: 'x', schema: { type: 'string', pattern: '^a' } } } },
               400, 'response_format', OpenAI.BadRequestError);
 await refused('tools', { model, messages, tools: [{ type: 'function',
               function: { name: 'f', parameters: {} } }] }, 400, 'tools', OpenAI.BadRequestError);

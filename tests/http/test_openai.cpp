@@ -150,7 +150,11 @@ TEST(openai_in, refusals_name_the_field) {
         std::string param;
     };
     for (const refusal& c : std::vector<refusal>{
-             {{{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}}}}}},
+             {{{"response_format",
+                {{"type", "json_schema"},
+                 {"json_schema", {{"name", "x"}, {"schema", {{"type", "string"}, {"pattern", "a"}}}}}}}},
+              "response_format"},
+             {{{"response_format", {{"type", "json_schema"}, {"json_schema", {{"nme", "x"}}}}}},
               "response_format"},
              {{{"response_format", {{"type", "json_object"}}}, {"grammar", "root ::= \"a\""}},
               "grammar"},

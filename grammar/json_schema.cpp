@@ -1,0 +1,383 @@
+// json_schema.cpp: see json_schema.hpp.
+#include "grammar/json_schema.hpp"
+
+#include <algorithm>
+#include <array>
+#include <map>
+#include <set>
+#include <string_view>
+#include <vector>
+
+namespace ordo::grammar {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+// The JSON primitives every converted schema shares. Whitespace and numbers are bounded as in
+// grammar/json.hpp, so a model cannot pad forever inside the grammar.
+constexpr std::string_view k_primitives = R"(ws ::= | " " | "\n" [ \t]{0,20}
+char ::= [^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})
+string ::= "\"" char* "\""
+integer ::= "-"? ([0-9] | [1-9] [0-9]{1,15})
+number ::= integer ("." [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})?
+boolean ::= "true" | "false"
+null ::= "null"
+value ::= object-any | array-any | string | number | boolean | null
+object-any ::= "{" ws ( string ws ":" ws value ws ("," ws string ws ":" ws value ws)* )? "}"
+array-any ::= "[" ws ( value ws ("," ws value ws)* )? "]"
+)";
+
+// Keywords that annotate and never constrain: ignored.
+constexpr std::array<std::string_view, 11> k_annotations{
+    "title",    "description", "$schema",  "$id",       "$comment", "default",
+    "examples", "deprecated",  "readOnly", "writeOnly", "$anchor"};
+
+// String formats with a cheap shape (validators treat format as an annotation by default, so
+// these shapes only make the output look as asked).
+const std::map<std::string, std::string, std::less<>>& formats() {
+    static const std::map<std::string, std::string, std::less<>> f = {
+        {"date", R"("\"" [0-9]{4} "-" [0-1] [0-9] "-" [0-3] [0-9] "\"")"},
+        {"time", R"("\"" [0-2] [0-9] ":" [0-5] [0-9] ":" [0-5] [0-9] ("." [0-9]{1,6})? ("Z" | [+-] [0-2] [0-9] ":" [0-5] [0-9]) "\"")"},
+        {"date-time",
+         R"("\"" [0-9]{4} "-" [0-1] [0-9] "-" [0-3] [0-9] "T" [0-2] [0-9] ":" [0-5] [0-9] ":" [0-5] [0-9] ("." [0-9]{1,6})? ("Z" | [+-] [0-2] [0-9] ":" [0-5] [0-9]) "\"")"},
+        {"uuid",
+         R"("\"" [0-9a-fA-F]{8} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{12} "\"")"},
+    };
+    return f;
+}
+
+// A GBNF literal matching exactly `text`.
+std::string literal(std::string_view text) {
+    std::string out = "\"";
+    for (char c : text) {
+        auto u = static_cast<unsigned char>(c);
+        if (c == '"' || c == '\\') {
+            out += '\\';
+            out += c;
+        } else if (c == '\n') {
+            out += "\\n";
+        } else if (c == '\r') {
+            out += "\\r";
+        } else if (c == '\t') {
+            out += "\\t";
+        } else if (u < 0x20 || u == 0x7F) {
+            static constexpr char hex[] = "0123456789ABCDEF";
+            out += "\\x";
+            out += hex[u >> 4];
+            out += hex[u & 15];
+        } else {
+            out += c;
+        }
+    }
+    return out + "\"";
+}
+
+// A JSON pointer's next token (RFC 6901 escapes).
+std::string pointer(const std::string& at, std::string_view token) {
+    std::string out = at + "/";
+    for (char c : token) {
+        if (c == '~') out += "~0";
+        else if (c == '/') out += "~1";
+        else out += c;
+    }
+    return out;
+}
+
+class converter {
+public:
+    converter(const json& root, const json_schema_limits& limits) : _root(root), _limits(limits) {}
+
+    result<std::string> run() {
+        auto top = expr(_root, "", 0);
+        if (!top) return top.err();
+        std::string g = "root ::= ws " + *top + "\n";
+        for (const auto& [name, body] : _rules) g += name + " ::= " + body + "\n";
+        g += k_primitives;
+        return g;
+    }
+
+private:
+    error bad(const std::string& at, const std::string& what) const {
+        return make_error("bad_schema", "schema" + (at.empty() ? std::string() : " at " + at) +
+                                            ": " + what);
+    }
+
+    result<std::string> add_rule(std::string body) {
+        if (_rules.size() >= _limits.rules_max) {
+            return make_error("bad_schema", "the schema needs more than " +
+                                                std::to_string(_limits.rules_max) +
+                                                " grammar rules");
+        }
+        std::string name = "s" + std::to_string(_rules.size());
+        _rules.emplace_back(name, std::move(body));
+        return name;
+    }
+
+    // The expression for the schema at `at`.
+    result<std::string> expr(const json& s, const std::string& at, std::size_t depth) {
+        if (depth > _limits.depth_max) {
+            return bad(at, "nested deeper than " + std::to_string(_limits.depth_max));
+        }
+        if (s.is_boolean()) {
+            if (s.get<bool>()) return std::string("value");
+            return bad(at, "the schema false allows nothing");
+        }
+        if (!s.is_object()) return bad(at, "a schema is an object or a boolean");
+        static constexpr std::array<std::string_view, 20> known{
+            "type",     "enum",      "const",       "anyOf",      "oneOf",
+            "allOf",    "$ref",      "$defs",       "definitions", "properties",
+            "required", "additionalProperties",     "items",      "minItems",
+            "maxItems", "minLength", "maxLength",   "format",     "uniqueItems",
+            "nullable"};
+        for (const auto& [k, v] : s.items()) {
+            if (std::find(k_annotations.begin(), k_annotations.end(), k) != k_annotations.end()) {
+                continue;
+            }
+            if (std::find(known.begin(), known.end(), k) == known.end()) {
+                return bad(at, "\"" + k + "\" is not supported");
+            }
+        }
+        if (s.contains("$defs") && !at.empty()) return bad(at, "$defs only at the top level");
+        if (s.contains("$ref")) {
+            if (s.size() > 1 && !only_annotations_besides(s, "$ref")) {
+                return bad(at, "$ref beside other constraints is not supported");
+            }
+            return ref(s["$ref"], pointer(at, "$ref"), depth);
+        }
+        if (s.contains("const")) return literal(s["const"].dump());
+        if (s.contains("enum")) {
+            const json& e = s["enum"];
+            if (!e.is_array() || e.empty()) return bad(pointer(at, "enum"), "a non-empty array");
+            std::string alt;
+            for (const json& v : e) alt += (alt.empty() ? "" : " | ") + literal(v.dump());
+            return "(" + alt + ")";
+        }
+        for (const char* k : {"anyOf", "oneOf"}) {
+            if (!s.contains(k)) continue;
+            // oneOf as anyOf: a grammar cannot exclude documents valid against two branches.
+            const json& a = s[k];
+            if (!a.is_array() || a.empty()) return bad(pointer(at, k), "a non-empty array");
+            std::string alt;
+            for (std::size_t i = 0; i < a.size(); ++i) {
+                auto e = expr(a[i], pointer(pointer(at, k), std::to_string(i)), depth + 1);
+                if (!e) return e.err();
+                alt += (alt.empty() ? "" : " | ") + *e;
+            }
+            return "(" + alt + ")";
+        }
+        if (s.contains("allOf")) {
+            const json& a = s["allOf"];
+            if (!a.is_array() || a.size() != 1) {
+                return bad(pointer(at, "allOf"), "only an allOf of one schema is supported");
+            }
+            return expr(a[0], pointer(pointer(at, "allOf"), "0"), depth + 1);
+        }
+        std::vector<std::string> types;
+        if (s.contains("type")) {
+            const json& t = s["type"];
+            if (t.is_string()) {
+                types.push_back(t.get<std::string>());
+            } else if (t.is_array() && !t.empty()) {
+                for (const json& x : t) {
+                    if (!x.is_string()) return bad(pointer(at, "type"), "names of types");
+                    types.push_back(x.get<std::string>());
+                }
+            } else {
+                return bad(pointer(at, "type"), "a type name or an array of them");
+            }
+        } else if (s.contains("properties") || s.contains("additionalProperties")) {
+            types.push_back("object");
+        } else if (s.contains("items")) {
+            types.push_back("array");
+        } else {
+            return std::string("value");
+        }
+        if (s.value("nullable", false)) types.push_back("null");
+        std::string alt;
+        for (const std::string& t : types) {
+            auto e = typed(s, t, at, depth);
+            if (!e) return e.err();
+            alt += (alt.empty() ? "" : " | ") + *e;
+        }
+        return types.size() == 1 ? alt : "(" + alt + ")";
+    }
+
+    static bool only_annotations_besides(const json& s, std::string_view key) {
+        for (const auto& [k, v] : s.items()) {
+            if (k != key && k != "$defs" && k != "definitions" &&
+                std::find(k_annotations.begin(), k_annotations.end(), k) == k_annotations.end()) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    result<std::string> ref(const json& r, const std::string& at, std::size_t depth) {
+        if (!r.is_string()) return bad(at, "a string");
+        const std::string target = r.get<std::string>();
+        std::string name;
+        for (std::string_view prefix : {"#/$defs/", "#/definitions/"}) {
+            if (target.rfind(prefix, 0) == 0) {
+                name = target.substr(prefix.size());
+                const json* defs = nullptr;
+                const std::string section(prefix.substr(2, prefix.size() - 3));
+                if (_root.is_object() && _root.contains(section)) defs = &_root[section];
+                if (defs == nullptr || !defs->is_object() || !defs->contains(name)) {
+                    return bad(at, "\"" + target + "\" names nothing");
+                }
+                auto it = _refs.find(target);
+                if (it != _refs.end()) return it->second;  // also a recursive reference
+                // Reserve the rule's name first, so a schema that refers to itself ends.
+                auto rule = add_rule("");
+                if (!rule) return rule.err();
+                _refs[target] = *rule;
+                auto body = expr((*defs)[name], "/" + section + "/" + name, depth + 1);
+                if (!body) return body.err();
+                for (auto& [n, b] : _rules) {
+                    if (n == *rule) b = *body;
+                }
+                return *rule;
+            }
+        }
+        return bad(at, "only \"#/$defs/NAME\" and \"#/definitions/NAME\" references are supported");
+    }
+
+    result<std::uint32_t> count(const json& s, const char* key, const std::string& at,
+                                std::uint32_t otherwise) {
+        if (!s.contains(key)) return otherwise;
+        const json& v = s[key];
+        if (!v.is_number_integer() || v.get<std::int64_t>() < 0 ||
+            v.get<std::int64_t>() > _limits.repeat_max) {
+            return bad(pointer(at, key), "an integer 0.." + std::to_string(_limits.repeat_max));
+        }
+        return v.get<std::uint32_t>();
+    }
+
+    // "x{min,max}" (max ~0u: unbounded).
+    static std::string repeat(const std::string& x, std::uint32_t min, std::uint32_t max) {
+        if (max == ~0u) return min == 0 ? x + "*" : x + "{" + std::to_string(min) + ",}";
+        return x + "{" + std::to_string(min) + "," + std::to_string(max) + "}";
+    }
+
+    result<std::string> typed(const json& s, const std::string& t, const std::string& at,
+                              std::size_t depth) {
+        if (t == "null" || t == "boolean" || t == "number" || t == "integer") return t;
+        if (t == "string") {
+            if (s.contains("format")) {
+                const json& f = s["format"];
+                auto it = f.is_string() ? formats().find(f.get<std::string>()) : formats().end();
+                if (it == formats().end()) {
+                    return bad(pointer(at, "format"),
+                               f.dump() + " is not supported (date, time, date-time, uuid are)");
+                }
+                return "(" + it->second + ")";
+            }
+            auto lo = count(s, "minLength", at, 0);
+            if (!lo) return lo.err();
+            auto hi = count(s, "maxLength", at, ~0u);
+            if (!hi) return hi.err();
+            if (*lo == 0 && *hi == ~0u) return std::string("string");
+            if (*hi < *lo) return bad(at, "maxLength below minLength");
+            return "(\"\\\"\" " + repeat("char", *lo, *hi) + " \"\\\"\")";
+        }
+        if (t == "array") {
+            if (s.value("uniqueItems", false)) {
+                return bad(pointer(at, "uniqueItems"), "uniqueItems true is not supported");
+            }
+            std::string item = "value";
+            if (s.contains("items")) {
+                auto e = expr(s["items"], pointer(at, "items"), depth + 1);
+                if (!e) return e.err();
+                item = *e;
+            }
+            auto lo = count(s, "minItems", at, 0);
+            if (!lo) return lo.err();
+            auto hi = count(s, "maxItems", at, ~0u);
+            if (!hi) return hi.err();
+            if (*hi < *lo) return bad(at, "maxItems below minItems");
+            auto one = add_rule(item + " ws");
+            if (!one) return one.err();
+            std::string body;
+            if (*hi == 0) {
+                body = "\"[\" ws \"]\"";
+            } else {
+                // The first item, then the rest with commas: min and max shifted by the first.
+                const std::uint32_t rest_lo = *lo == 0 ? 0 : *lo - 1;
+                const std::uint32_t rest_hi = *hi == ~0u ? ~0u : *hi - 1;
+                std::string items = *one + " " + repeat("(\",\" ws " + *one + ")", rest_lo, rest_hi);
+                body = "\"[\" ws " + (*lo == 0 ? "(" + items + ")?" : items) + " \"]\"";
+            }
+            return add_rule(body);
+        }
+        if (t == "object") return object(s, at, depth);
+        return bad(pointer(at, "type"), "\"" + t + "\" is not a JSON Schema type");
+    }
+
+    result<std::string> object(const json& s, const std::string& at, std::size_t depth) {
+        if (s.contains("required") && !s["required"].is_array()) {
+            return bad(pointer(at, "required"), "an array of names");
+        }
+        if (!s.contains("properties")) {
+            // A map: any keys, values of additionalProperties' schema (absent or true: any).
+            std::string v = "value";
+            if (s.contains("additionalProperties")) {
+                const json& ap = s["additionalProperties"];
+                if (ap.is_boolean() && !ap.get<bool>()) return add_rule("\"{\" ws \"}\"");
+                auto e = expr(ap, pointer(at, "additionalProperties"), depth + 1);
+                if (!e) return e.err();
+                v = *e;
+            }
+            auto kv = add_rule("string ws \":\" ws " + v + " ws");
+            if (!kv) return kv.err();
+            return add_rule("\"{\" ws (" + *kv + " (\",\" ws " + *kv + ")*)? \"}\"");
+        }
+        const json& props = s["properties"];
+        if (!props.is_object()) return bad(pointer(at, "properties"), "an object");
+        std::set<std::string> required;
+        for (const json& r : s.value("required", json::array())) {
+            if (!r.is_string()) return bad(pointer(at, "required"), "an array of names");
+            if (!props.contains(r.get<std::string>())) {
+                return bad(pointer(at, "required"),
+                           "\"" + r.get<std::string>() + "\" is required but not in properties");
+            }
+            required.insert(r.get<std::string>());
+        }
+        // key: value rules, required ones first in the schema's order, then the optional ones.
+        std::vector<std::string> req, opt;
+        for (const auto& [name, sub] : props.items()) {
+            auto e = expr(sub, pointer(pointer(at, "properties"), name), depth + 1);
+            if (!e) return e.err();
+            auto kv = add_rule(literal(json(name).dump()) + " ws \":\" ws " + *e + " ws");
+            if (!kv) return kv.err();
+            (required.count(name) ? req : opt).push_back(*kv);
+        }
+        std::string body = "\"{\" ws";
+        for (std::size_t i = 0; i < req.size(); ++i) body += (i ? " \",\" ws " : " ") + req[i];
+        if (!req.empty()) {
+            for (const std::string& o : opt) body += " (\",\" ws " + o + ")?";
+        } else if (!opt.empty()) {
+            // No required property: whichever optional one comes first has no comma before it.
+            std::string alt;
+            for (std::size_t i = 0; i < opt.size(); ++i) {
+                std::string from = opt[i];
+                for (std::size_t j = i + 1; j < opt.size(); ++j) from += " (\",\" ws " + opt[j] + ")?";
+                alt += (alt.empty() ? "" : " | ") + from;
+            }
+            body += " (" + alt + ")?";
+        }
+        return add_rule(body + " \"}\"");
+    }
+
+    const json& _root;
+    json_schema_limits _limits;
+    std::vector<std::pair<std::string, std::string>> _rules;
+    std::map<std::string, std::string> _refs;  // "$ref" target -> its rule
+};
+
+}  // namespace
+
+result<std::string> json_schema_to_gbnf(const json& schema, const json_schema_limits& limits) {
+    return converter(schema, limits).run();
+}
+
+}  // namespace ordo::grammar
