@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "actors/runtime/actor.hpp"
+#include "actors/runtime/fault_kind.hpp"
 #include "actors/runtime/type_list.hpp"
 #include "door/error_code.hpp"
 #include "gpu/actor/gpu_msgs.hpp"
@@ -226,7 +227,7 @@ struct session_delete_done {
 struct fault_done {
     static constexpr const char* msg_name = "fault_done";
     uint64_t conn = 0, id = 0;
-    std::string armed;   // the fault kind
+    fault_kind armed = fault_kind::device_lost;
     std::string detail;  // what exactly was armed, in words (empty: the kind says it all)
     MSGPACK_DEFINE_MAP(conn, id, armed, detail);
 };
@@ -262,15 +263,15 @@ struct drop_connection {
 };
 
 // scheduler → front door: a net fault point fired (the `fault` op's net kinds, docs/protocol.md): a
-// request of connection `conn` reached the phase the fault was armed for. `kind`: "net_fin"
-// (the connection is closed: queued events are flushed, then FIN), "net_rst" (closed with RST:
-// queued events are dropped), "net_stop_reading" (the connection is not read for `ms`; what the
-// client sends meanwhile waits in the socket). Ordered after every event sent before it. No
+// request of connection `conn` reached the phase the fault was armed for. `kind` (is_net_fault):
+// net_fin (the connection is closed: queued events are flushed, then FIN), net_rst (closed with
+// RST: queued events are dropped), net_stop_reading (the connection is not read for `ms`; what
+// the client sends meanwhile waits in the socket). Ordered after every event sent before it. No
 // reply.
 struct net_fault {
     static constexpr const char* msg_name = "net_fault";
     uint64_t conn = 0;
-    std::string kind;
+    fault_kind kind = fault_kind::net_fin;
     uint32_t ms = 0;
     MSGPACK_DEFINE_MAP(conn, kind, ms);
 };

@@ -211,22 +211,27 @@ void front_door::on(const net_fault& m) {
     tcp_conn* found = find(m.conn);
     if (found == nullptr || found->closing) return;  // already gone
     tcp_conn& c = *found;
-    _log->warn("{}connection {}: fault {}{}", _prefix, c.id, m.kind,
-               m.kind == "net_stop_reading" ? " for " + std::to_string(m.ms) + " ms" : "");
-    if (m.kind == "net_rst") {
-        _counters.fault_drops++;
-        // RST: what is queued is dropped, the client reads ECONNRESET.
-        _conns.reset(c, "fault: net_rst");
-    } else if (m.kind == "net_fin") {
-        _counters.fault_drops++;
-        // FIN after the queued writes: the client reads them, then EOF.
-        _conns.close_after_writes(c, "fault: net_fin");
-    } else if (m.kind == "net_stop_reading") {
-        _counters.fault_pauses++;
-        _pauses.pause(c.id, clock::now() + std::chrono::milliseconds(m.ms));
-        _conns.read_stop(c);
-    } else {
-        _log->error("unknown net fault kind '{}' ignored", m.kind);
+    const bool pause = m.kind == fault_kind::net_stop_reading;
+    _log->warn("{}connection {}: fault {}{}", _prefix, c.id, enum_name(m.kind),
+               pause ? " for " + std::to_string(m.ms) + " ms" : "");
+    switch (m.kind) {
+        case fault_kind::net_rst:
+            _counters.fault_drops++;
+            // RST: what is queued is dropped, the client reads ECONNRESET.
+            _conns.reset(c, "fault: net_rst");
+            break;
+        case fault_kind::net_fin:
+            _counters.fault_drops++;
+            // FIN after the queued writes: the client reads them, then EOF.
+            _conns.close_after_writes(c, "fault: net_fin");
+            break;
+        case fault_kind::net_stop_reading:
+            _counters.fault_pauses++;
+            _pauses.pause(c.id, clock::now() + std::chrono::milliseconds(m.ms));
+            _conns.read_stop(c);
+            break;
+        default:
+            _log->error("net fault of kind {} ignored: not a net kind", enum_name(m.kind));
     }
 }
 

@@ -702,20 +702,21 @@ void kv_actor::on(const kv_invalidate& m) {
     publish();
 }
 
-// Arms a fault (the scheduler answered the `fault` op already; the front door checked kind).
+// Arms a fault (the scheduler answered the `fault` op already, and sends only the kv kinds).
 void kv_actor::on(const kv_fault& m) {
-    uint32_t* n = m.kind == "kv_enospc"        ? &_faults.enospc
-                  : m.kind == "kv_eio"         ? &_faults.eio
-                  : m.kind == "kv_torn_exit"   ? &_faults.torn_exit
-                  : m.kind == "kv_fingerprint" ? &_faults.fingerprint
-                  : m.kind == "kv_flip_read"   ? &_faults.flip_read
-                                               : nullptr;
-    if (n == nullptr) {
-        log().error("kv: unknown fault kind {} ignored", m.kind);
-        return;
+    uint32_t* n = nullptr;
+    switch (m.kind) {
+        case fault_kind::kv_enospc: n = &_faults.enospc; break;
+        case fault_kind::kv_eio: n = &_faults.eio; break;
+        case fault_kind::kv_torn_exit: n = &_faults.torn_exit; break;
+        case fault_kind::kv_fingerprint: n = &_faults.fingerprint; break;
+        case fault_kind::kv_flip_read: n = &_faults.flip_read; break;
+        default:
+            log().error("kv: fault of kind {} ignored: not a kv kind", enum_name(m.kind));
+            return;
     }
     *n = static_cast<uint32_t>(std::min<uint64_t>(uint64_t{*n} + m.count, kv_fault_count_max));
-    log().warn("kv: fault {} armed for the next {}", m.kind, m.count);
+    log().warn("kv: fault {} armed for the next {}", enum_name(m.kind), m.count);
 }
 
 void kv_actor::on(const kv_session_delete& m) {

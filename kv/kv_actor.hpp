@@ -19,7 +19,7 @@
 //   (kv_evicted{budget} per file). A prefix already covered by a file is not written again.
 // - kv_invalidate: quarantines an entry a failed step was restored from.
 // - kv_session_delete: removes the session's file.
-// - kv_fault: arms faults for the next saves or restores (kv_fault_plan), applied inside the
+// - kv_fault: arms faults for the next saves or restores (kv_armed_faults), applied inside the
 //   real write and read (kv_write_stop, kv_read_fault), so what follows is the real fault path.
 //
 // ## Startup scan
@@ -95,7 +95,7 @@ inline constexpr int kv_torn_exit_code = 86;
 // branch.
 inline constexpr uint32_t kv_fault_count_max = 1000000;  // armed of one kind, at most
 
-struct kv_fault_plan {
+struct kv_armed_faults {
     uint32_t enospc = 0;       // save: half the .tmp, then write fails with ENOSPC
     uint32_t eio = 0;          // save: half the .tmp, then write fails with EIO
     uint32_t torn_exit = 0;    // save: half the .tmp, then _exit(kv_torn_exit_code)
@@ -218,7 +218,7 @@ private:
     uint32_t _probes = 0;
     uv_timer_t _probe_timer{};
     bool _probe_running = false;
-    kv_fault_plan _faults;
+    kv_armed_faults _faults;
 
     std::map<uint64_t, std::unique_ptr<job>> _jobs;  // saves and restores in flight, by id
     uint64_t _next_job = 1;

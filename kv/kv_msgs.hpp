@@ -26,6 +26,8 @@
 #include <string>
 #include <vector>
 
+#include "actors/runtime/fault_kind.hpp"
+
 namespace ordo::kv {
 
 // ---- the kv actor's report ---------------------------------------------------------------
@@ -124,11 +126,11 @@ struct kv_session_delete {
 
 // The `fault` op with a kv kind (docs/protocol.md "fault"), after the scheduler checked that
 // [fault] is enabled: the next `count` saves (kv_enospc, kv_eio, kv_torn_exit, kv_fingerprint)
-// or restores (kv_flip_read) fail that way, through the real write / read path. `kind` was
-// validated by the front door (net/ops.cpp parse_fault). No reply.
+// or restores (kv_flip_read) fail that way, through the real write / read path. `kind` is one of
+// the kv kinds (is_kv_fault). No reply.
 struct kv_fault {
     static constexpr const char* msg_name = "kv_fault";
-    std::string kind;
+    fault_kind kind = fault_kind::kv_enospc;
     uint32_t count = 1;
     MSGPACK_DEFINE_MAP(kind, count);
 };

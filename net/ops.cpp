@@ -5,7 +5,8 @@
 #include <utility>
 #include <vector>
 
-#include "actors/config/config.hpp"
+#include "actors/runtime/enum_names.hpp"
+#include "actors/runtime/fault_kind.hpp"
 #include "actors/scheduler/stop_matcher.hpp"
 #include "door/api_keys.hpp"
 #include "grammar/gbnf.hpp"
@@ -24,7 +25,7 @@ constexpr uint64_t fault_steps_max = 1000000;
 // step_delay: well below the slack of the scheduler's step backstop (watchdog_ms per segment,
 // two more, plus 60 s; tools/server/server.cpp), which counts from the step's send and so
 // covers the delay too: a delayed step must still be answered by the gpu actor, not failed by
-// the backstop. Same bound as gpu::fault_plan::delay_ms_max.
+// the backstop. Same bound as gpu::armed_faults::delay_ms_max.
 constexpr uint64_t fault_delay_ms_max = 10000;
 // mailbox_refuse: enough to outlast a delivery's deadline (10 s at one refused re-offer per
 // 2 ms tick is 5,000 refusals), so the give-up path can be driven too; bounded like the rest.
@@ -292,38 +293,31 @@ result<sched::cancel> parse_cancel(const msgpack::object& frame) {
 }
 
 // `fault` {kind, phase?, layer?, after_steps?, count?, ms?, actor?}: the keys a kind does not
-// take (not_taken below) are refused by name, not ignored. The kv kinds (kv_enospc, kv_eio,
-// kv_torn_exit, kv_flip_read, kv_fingerprint) take only count: the scheduler routes them to
-// the kv actor by their "kv_" prefix. The net kinds (net_fin, net_rst, net_stop_reading) take a
-// request phase (queued, prefill, decode; required) and count (requests), net_stop_reading
-// also ms; the scheduler fires them by their "net_" prefix.
+// take (not_taken below) are refused by name, not ignored. The kv kinds (is_kv_fault:
+// kv_enospc, kv_eio, kv_torn_exit, kv_flip_read, kv_fingerprint) take only count: the scheduler
+// routes them to the kv actor. The net kinds (is_net_fault: net_fin, net_rst, net_stop_reading)
+// take a request phase (queued, prefill, decode; required) and count (requests),
+// net_stop_reading also ms; the scheduler fires them.
 result<sched::fault> parse_fault(const msgpack::object& frame) {
     auto pm = param_map::open(frame,
                               {"kind", "phase", "layer", "after_steps", "count", "ms", "actor"});
     if (!pm.ok()) return pm.err();
     sched::fault out;
-    gpu::inject_fault& f = out.spec;
+    sched::fault_spec& f = out.spec;
     const msgpack::object* kind = pm->get("kind");
     if (kind == nullptr) return make_error("bad_request", "\"kind\" is required");
     auto k = fields::read_string("kind", *kind, 32);
     if (!k.ok()) return k.err();
-    // The kinds are config::fault_kind's (one list, also the [fault] plan's).
-    const auto fk = ordo::config::fault_kind_from_name(*k);
-    if (!fk) {
-        // "a, b, ... or z", from the one list (a new kind needs no edit here).
-        std::string kinds;
-        for (size_t i = 0; i < config::fault_kind_count; i++) {
-            if (i > 0) kinds += i + 1 == config::fault_kind_count ? " or " : ", ";
-            kinds += config::to_string(static_cast<config::fault_kind>(i));
-        }
-        return fields::bad("kind", kinds, fields::quote(*k));
-    }
-    const bool delay = *fk == config::fault_kind::step_delay;
-    const bool refuse = *fk == config::fault_kind::mailbox_refuse;
-    const bool kv_kind = config::is_kv_fault(*fk);
-    const bool net_pause = *fk == config::fault_kind::net_stop_reading;
-    const bool net_kind = config::is_net_fault(*fk);
-    f.kind = *k;
+    // The kinds are ordo::fault_kind's (one list, also the [fault] plan's): a new kind needs no
+    // edit here.
+    const auto fk = enum_from_name<fault_kind>(*k);
+    if (!fk) return fields::bad("kind", enum_names_listed<fault_kind>(), fields::quote(*k));
+    const bool delay = *fk == fault_kind::step_delay;
+    const bool refuse = *fk == fault_kind::mailbox_refuse;
+    const bool kv_kind = is_kv_fault(*fk);
+    const bool net_pause = *fk == fault_kind::net_stop_reading;
+    const bool net_kind = is_net_fault(*fk);
+    f.kind = *fk;
     // The keys a kind does not take are refused by name: a step_delay fails nothing (no layer),
     // a mailbox_refuse counts pushes, not steps.
     std::vector<const char*> not_taken{"ms", "actor"};
@@ -343,13 +337,19 @@ result<sched::fault> parse_fault(const msgpack::object& frame) {
         if (!ph.ok()) return ph.err();
         if (net_kind) {
             // A request's phase, not a step's.
-            if (*ph != "queued" && *ph != "prefill" && *ph != "decode") {
-                return fields::bad("phase", "queued, prefill or decode", fields::quote(*ph));
+            const auto rp = enum_from_name<sched::request_phase>(*ph);
+            if (!rp) {
+                return fields::bad("phase", enum_names_listed<sched::request_phase>(),
+                                   fields::quote(*ph));
             }
-        } else if (*ph != "prefill" && *ph != "decode" && *ph != "mixed") {
-            return fields::bad("phase", "prefill, decode or mixed", fields::quote(*ph));
+            f.net_phase = *rp;
+        } else {
+            f.gpu_phase = enum_from_name<gpu::step_phase>(*ph);
+            if (!f.gpu_phase) {
+                return fields::bad("phase", enum_names_listed<gpu::step_phase>(),
+                                   fields::quote(*ph));
+            }
         }
-        f.phase = *ph;
     } else if (net_kind) {
         return make_error("bad_request", "\"phase\" is required for " + fields::quote(*k));
     }
@@ -384,10 +384,12 @@ result<sched::fault> parse_fault(const msgpack::object& frame) {
         }
         auto name = fields::read_string("actor", *a, 16);
         if (!name.ok()) return name.err();
-        if (*name != "scheduler" && *name != "net" && *name != "gpu" && *name != "kv") {
-            return fields::bad("actor", "scheduler, net, gpu or kv", fields::quote(*name));
+        const auto actor = enum_from_name<sched::fault_actor>(*name);
+        if (!actor) {
+            return fields::bad("actor", enum_names_listed<sched::fault_actor>(),
+                               fields::quote(*name));
         }
-        out.actor = *name;
+        f.actor = *actor;
     }
     return out;
 }

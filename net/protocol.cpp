@@ -246,7 +246,7 @@ std::string encode(const door::session_delete_done& e) {
 
 std::string encode(const door::fault_done& e) {
     event_writer w(e.id, "done");
-    w.field("armed", e.armed);
+    w.field("armed", enum_name(e.armed));
     if (!e.detail.empty()) w.field("detail", e.detail);
     return w.finish();
 }

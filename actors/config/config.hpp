@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "actors/runtime/fault_kind.hpp"
 #include "actors/runtime/result.hpp"
 #include "model/pooling.hpp"
 
@@ -45,31 +46,6 @@ using embedding_pooling = model::pooling;
 
 // Same order and values as spdlog::level::level_enum, so main can static_cast.
 enum class log_level : std::uint8_t { trace, debug, info, warn, error, critical, off };
-
-// The fault kinds of the `fault` op (docs/protocol.md "fault") that a [fault] plan may draw
-// from: the gpu kinds, mailbox_refuse, the kv kinds (is_kv_fault), then the net kinds
-// (is_net_fault). Named in config by
-// to_string; the scheduler maps each to its action in one switch (scheduler_actor::arm_fault).
-enum class fault_kind : std::uint8_t {
-    device_lost,
-    hang,
-    nan_logits,
-    step_delay,
-    mailbox_refuse,
-    kv_enospc,
-    kv_eio,
-    kv_torn_exit,
-    kv_flip_read,
-    kv_fingerprint,
-    net_fin,
-    net_rst,
-    net_stop_reading,
-};
-inline constexpr std::size_t fault_kind_count = 13;
-inline constexpr bool is_kv_fault(fault_kind k) {
-    return k >= fault_kind::kv_enospc && k <= fault_kind::kv_fingerprint;
-}
-inline constexpr bool is_net_fault(fault_kind k) { return k >= fault_kind::net_fin; }
 
 // Upper bounds of the keys that an actor also checks when it starts. tools/server/server.cpp
 // asserts at compile time that each is within what its actor accepts, so a value that passes
@@ -99,9 +75,6 @@ std::string_view to_string(kv_dtype v);
 std::string_view to_string(gpu_kernels v);
 std::string_view to_string(embedding_pooling v);
 std::string_view to_string(log_level v);
-std::string_view to_string(fault_kind v);
-// The kind named `name` ("nan_logits"), or nullopt.
-std::optional<fault_kind> fault_kind_from_name(std::string_view name);
 
 struct server_config {
     std::string listen = "127.0.0.1:7070";  // IPv4:port or [IPv6]:port; port 0 = ephemeral

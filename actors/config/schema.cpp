@@ -33,14 +33,6 @@ static_assert(static_cast<std::size_t>(embedding_pooling::cls) + 1 == 3,
               "embedding_pooling_names lists every model::pooling, in order");
 constexpr std::array<std::string_view, 7> log_level_names = {"trace", "debug",    "info", "warn",
                                                              "error", "critical", "off"};
-// In fault_kind's order (config.hpp).
-constexpr std::array<std::string_view, fault_kind_count> fault_kind_names = {
-    "device_lost", "hang",   "nan_logits",   "step_delay",   "mailbox_refuse",
-    "kv_enospc",   "kv_eio", "kv_torn_exit", "kv_flip_read", "kv_fingerprint",
-    "net_fin",     "net_rst", "net_stop_reading"};
-static_assert(fault_kind_names.back() == "net_stop_reading" &&
-                  static_cast<std::size_t>(fault_kind::net_stop_reading) + 1 == fault_kind_count,
-              "fault_kind_names lists every fault_kind, in order");
 
 constexpr key_spec row(std::string_view section, std::string_view name, value_kind kind,
                        std::string_view doc) {
@@ -480,17 +472,6 @@ std::string_view to_string(embedding_pooling v) {
 std::string_view to_string(log_level v) {
     return log_level_names.at(static_cast<std::size_t>(v));
 }
-std::string_view to_string(fault_kind v) {
-    return fault_kind_names.at(static_cast<std::size_t>(v));
-}
-
-std::optional<fault_kind> fault_kind_from_name(std::string_view name) {
-    for (std::size_t i = 0; i < fault_kind_names.size(); ++i) {
-        if (fault_kind_names[i] == name) return static_cast<fault_kind>(i);
-    }
-    return std::nullopt;
-}
-
 std::span<const key_spec> schema() {
     return table;
 }

@@ -168,19 +168,14 @@ void scheduler_actor::on(const gpu::device_progress& m) {
 // `fault`: arms the fault the op names (arm_fault) and answers what was armed.
 void scheduler_actor::on(const fault& m) {
     std::vector<outgoing_event> out;
-    const auto kind = config::fault_kind_from_name(m.spec.kind);
     if (!_opt.faults_enabled) {
         out.push_back(error_event(m.conn, m.id, door::errc::fault_disabled,
                                   "fault injection is off ([fault] enabled = false)"));
-    } else if (!kind) {
-        // parse_fault let through a kind that config::fault_kind does not name.
-        out.push_back(error_event(m.conn, m.id, door::errc::bad_request,
-                                  "fault kind \"" + m.spec.kind + "\" has no action here"));
-    } else if (fault_arming a = arm_fault(*kind, m.spec, m.actor); !a.armed) {
+    } else if (fault_arming a = arm_fault(m.spec, 0); !a.armed) {
         out.push_back(error_event(m.conn, m.id, a.code, std::move(a.text)));
     } else {
-        log().warn("fault armed by conn {} id {}: {} x{}{}{}", m.conn, m.id, m.spec.kind,
-                   m.spec.count, a.text.empty() ? "" : ": ", a.text);
+        log().warn("fault armed by conn {} id {}: {} x{}{}{}", m.conn, m.id,
+                   enum_name(m.spec.kind), m.spec.count, a.text.empty() ? "" : ": ", a.text);
         out.push_back(door::fault_done{m.conn, m.id, m.spec.kind, std::move(a.text)});
     }
     after(out);
@@ -192,35 +187,40 @@ void scheduler_actor::on(const fault& m) {
 // net mailbox also refuses that fault_done first, and the net delivery retries it like any
 // other event. A kv fault is ordered after every kv request sent before it: "the next save" is
 // the next one the kv actor receives.
-scheduler_actor::fault_arming scheduler_actor::arm_fault(config::fault_kind kind,
-                                                         const gpu::inject_fault& spec,
-                                                         const std::string& actor) {
-    using fk = config::fault_kind;
+scheduler_actor::fault_arming scheduler_actor::arm_fault(const fault_spec& spec,
+                                                         uint64_t plan_step) {
+    using fk = fault_kind;
+    const fk kind = spec.kind;
     switch (kind) {
         case fk::device_lost:
         case fk::hang:
         case fk::nan_logits:
         case fk::step_delay: {
-            if (auto st = _to_gpu.tell(spec); !st.ok()) {
+            const gpu::inject_fault f{kind,       spec.gpu_phase, spec.layer, spec.after_steps,
+                                      spec.count, spec.delay_ms,  plan_step};
+            if (auto st = _to_gpu.tell(f); !st.ok()) {
                 return {false, door::errc::overloaded,
                         "the gpu actor refused the fault: " + st.err().message};
             }
             if (kind != fk::step_delay) return {true, {}, ""};
             return {true, {},
                     fmt::format("{} {} step(s) after {} wait {} ms each before they run",
-                                spec.count, spec.phase.empty() ? "matching" : spec.phase,
+                                spec.count,
+                                spec.gpu_phase ? enum_name(*spec.gpu_phase) : "matching",
                                 spec.after_steps, spec.delay_ms)};
         }
         case fk::mailbox_refuse: {
-            actors::actor_core* target = actor == "scheduler" ? this
-                                         : actor == "net"     ? _net_actor
-                                         : actor == "gpu"     ? _gpu_actor
-                                         : actor == "kv"      ? _kv_actor
-                                                              : nullptr;
+            using fa = fault_actor;
+            actors::actor_core* target = spec.actor == fa::scheduler ? this
+                                         : spec.actor == fa::net     ? _net_actor
+                                         : spec.actor == fa::gpu     ? _gpu_actor
+                                         : spec.actor == fa::kv      ? _kv_actor
+                                                                     : nullptr;
+            const std::string_view actor = enum_name(spec.actor);
             if (target == nullptr) {
                 return {false, door::errc::bad_request,
-                        "actor \"" + actor + "\" is not running here" +
-                            (actor == "kv" ? " ([kv] enabled = false)" : "")};
+                        fmt::format("actor \"{}\" is not running here{}", actor,
+                                    spec.actor == fa::kv ? " ([kv] enabled = false)" : "")};
             }
             target->refuse_next(spec.count);
             return {true, {},
@@ -235,18 +235,19 @@ scheduler_actor::fault_arming scheduler_actor::arm_fault(config::fault_kind kind
             if (!_kv_out.bound()) {
                 return {false, door::errc::bad_request, "kv faults need [kv] enabled"};
             }
-            _to_kv.send(kv::kv_fault{spec.kind, spec.count});
+            _to_kv.send(kv::kv_fault{kind, spec.count});
             return {true, {}, ""};
         case fk::net_fin:
         case fk::net_rst:
         case fk::net_stop_reading: {
-            // Armed in the core; fired when a request reaches spec.phase (send_net_faults).
+            // Armed in the core; fired when a request reaches spec.net_phase
+            // (send_net_faults).
             if (auto st = _core.arm_net_fault(spec); !st.ok()) {
                 return {false, door::errc::bad_request, st.err().message};
             }
             return {true, {},
                     fmt::format("the connections of the next {} request(s) to reach {} {}",
-                                spec.count, spec.phase,
+                                spec.count, enum_name(spec.net_phase),
                                 kind == fk::net_fin   ? "are closed (FIN)"
                                 : kind == fk::net_rst ? "are reset (RST)"
                                                       : fmt::format("are not read for {} ms",
@@ -258,15 +259,15 @@ scheduler_actor::fault_arming scheduler_actor::arm_fault(config::fault_kind kind
 
 // ---- the config's fault plan ---------------------------------------------------------------
 //
-// Each step about to be sent draws from the plan with its step id (fault_plan.hpp: a function
-// of seed and step id only). A drawn fault is armed the way the `fault` op arms one, with the
-// plainest parameters: count 1, any phase, after 0 steps, so a gpu kind fires on this very step
+// Each step about to be sent draws from the plan with its step id (seeded_fault_plan.hpp: a
+// function of seed and step id only). A drawn fault is armed the way the `fault` op arms one, with
+// the plainest parameters: count 1, any phase, after 0 steps, so a gpu kind fires on this very step
 // (told before the step: the gpu actor's mailbox keeps the order). If the step itself is then
-// refused, the gpu fault stays armed and fires on the next step instead. A kv kind applies to
-// the kv actor's next save or restore, whenever that comes. mailbox_refuse picks one of the
-// running actors and 1..plan_refusals_max refusals from the draw's pick word. A fault whose
-// target refuses it (the gpu mailbox now, the gpu actor's full fault plan later, by
-// fault_refused) does not count as fired.
+// refused, the gpu fault stays armed and fires on the next step instead. A kv kind applies to the
+// kv actor's next save or restore, whenever that comes. mailbox_refuse picks one of the running
+// actors and 1..plan_refusals_max refusals from the draw's pick word. A fault whose target refuses
+// it (the gpu mailbox now, the gpu actor's armed faults, full, later, by fault_refused) does not
+// count as fired.
 
 void scheduler_actor::arm_planned_fault(uint64_t step_id) {
     if (!_plan.active()) return;
@@ -279,44 +280,40 @@ void scheduler_actor::arm_planned_fault(uint64_t step_id) {
         }
         return;
     }
-    gpu::inject_fault spec;
-    spec.kind = std::string(config::to_string(d->kind));
-    spec.plan_step = step_id;
-    std::string actor;
-    if (d->kind == config::fault_kind::step_delay) spec.delay_ms = _opt.plan_delay_ms;
-    if (config::is_net_fault(d->kind)) {
+    fault_spec spec;
+    spec.kind = d->kind;
+    if (d->kind == fault_kind::step_delay) spec.delay_ms = _opt.plan_delay_ms;
+    if (is_net_fault(d->kind)) {
         // A request phase from the draw; the pause of net_stop_reading is plan_delay_ms.
-        static constexpr const char* phases[] = {"queued", "prefill", "decode"};
-        spec.phase = phases[d->pick % 3];
-        if (d->kind == config::fault_kind::net_stop_reading) spec.delay_ms = _opt.plan_delay_ms;
+        spec.net_phase = request_phase(d->pick % enum_count<request_phase>);
+        if (d->kind == fault_kind::net_stop_reading) spec.delay_ms = _opt.plan_delay_ms;
     }
-    if (d->kind == config::fault_kind::mailbox_refuse) {
-        std::vector<const char*> running{"scheduler"};
-        if (_net_actor != nullptr) running.push_back("net");
-        if (_gpu_actor != nullptr) running.push_back("gpu");
-        if (_kv_actor != nullptr) running.push_back("kv");
-        actor = running[d->pick % running.size()];
+    if (d->kind == fault_kind::mailbox_refuse) {
+        std::vector<fault_actor> running{fault_actor::scheduler};
+        if (_net_actor != nullptr) running.push_back(fault_actor::net);
+        if (_gpu_actor != nullptr) running.push_back(fault_actor::gpu);
+        if (_kv_actor != nullptr) running.push_back(fault_actor::kv);
+        spec.actor = running[d->pick % running.size()];
         spec.count = 1 + uint32_t((d->pick / running.size()) % plan_refusals_max);
     }
-    fault_arming a = arm_fault(d->kind, spec, actor);
+    fault_arming a = arm_fault(spec, step_id);
+    const std::string_view kind = enum_name(d->kind);
     if (!a.armed) {
         _plan.not_fired(d->kind);
-        log().warn("fault plan: step {}: {} not armed (seed {}): {}", step_id, spec.kind,
+        log().warn("fault plan: step {}: {} not armed (seed {}): {}", step_id, kind,
                    _plan.opts().seed, a.text);
         return;
     }
-    log().warn("fault plan: step {}: {}{}{} (seed {}, fault {} of at most {})", step_id, spec.kind,
+    log().warn("fault plan: step {}: {}{}{} (seed {}, fault {} of at most {})", step_id, kind,
                a.text.empty() ? "" : ": ", a.text, _plan.opts().seed, _plan.fired(),
                _plan.opts().faults_max);
 }
 
 void scheduler_actor::on(const gpu::fault_refused& m) {
     // Only a fault the plan counted is taken back (the gpu actor answers planned ones only).
-    if (auto kind = config::fault_kind_from_name(m.kind); kind && _plan.fired(*kind) != 0) {
-        _plan.not_fired(*kind);
-    }
+    if (enum_valid(m.kind) && _plan.fired(m.kind) != 0) _plan.not_fired(m.kind);
     log().warn("fault plan: step {}: {} refused by the gpu actor, not fired: {}", m.plan_step,
-               m.kind, m.message);
+               enum_name(m.kind), m.message);
 }
 
 door::fault_plan_report scheduler_actor::plan_report() const {
@@ -327,11 +324,9 @@ door::fault_plan_report scheduler_actor::plan_report() const {
     r.fired = _plan.fired();
     r.refused = _plan.refused();
     r.spent = _plan.spent();
-    for (std::size_t i = 0; i < config::fault_kind_count; ++i) {
-        const auto kind = static_cast<config::fault_kind>(i);
-        if (_plan.fired(kind) != 0) {
-            r.by_kind[std::string(config::to_string(kind))] = _plan.fired(kind);
-        }
+    for (std::size_t i = 0; i < enum_count<fault_kind>; ++i) {
+        const auto kind = static_cast<fault_kind>(i);
+        if (_plan.fired(kind) != 0) r.by_kind[std::string(enum_name(kind))] = _plan.fired(kind);
     }
     return r;
 }
@@ -468,7 +463,7 @@ void scheduler_actor::after(std::vector<outgoing_event>& out) {
 // Net fault points that fired, after the events made before them (one ordered delivery).
 void scheduler_actor::send_net_faults() {
     for (auto& f : _core.take_net_faults()) {
-        log().warn("fault fired: {} on connection {}", f.kind, f.conn);
+        log().warn("fault fired: {} on connection {}", enum_name(f.kind), f.conn);
         send_to_conn(f.conn, std::move(f));
     }
 }

@@ -12,9 +12,9 @@
 // server is `loading` only while a rebuild is really under way. A handler that throws ends its
 // request with error{internal}.
 //
-// Faults: the `fault` op and the config's fault plan ([fault] plan, fault_plan.hpp) arm faults
-// through one function, arm_fault, the only place a fault kind maps to its action. Before each
-// step is sent, the plan is consulted with the step's id; a gpu fault it draws is told to the
+// Faults: the `fault` op and the config's fault plan ([fault] plan, seeded_fault_plan.hpp) arm
+// faults through one function, arm_fault, the only place a fault kind maps to its action. Before
+// each step is sent, the plan is consulted with the step's id; a gpu fault it draws is told to the
 // gpu actor ahead of the step (one mailbox, in order: the gpu actor arms it before it takes the
 // step, so it fires on that very step).
 #pragma once
@@ -30,9 +30,9 @@
 #include "actors/runtime/delivery.hpp"
 #include "actors/runtime/log.hpp"
 #include "actors/runtime/outbox.hpp"
-#include "actors/scheduler/fault_plan.hpp"
 #include "actors/scheduler/scheduler_core.hpp"
 #include "actors/scheduler/scheduler_msgs.hpp"
+#include "actors/scheduler/seeded_fault_plan.hpp"
 #include "door/door_msgs.hpp"
 #include "gpu/actor/gpu_msgs.hpp"
 #include "gpu/logits/logits_exchange.hpp"
@@ -58,7 +58,7 @@ public:
         size_t mailbox_capacity = 65536;
         uint64_t step_backstop_ms = 60000;  // a step unanswered this long fails
         bool faults_enabled = false;        // [fault] enabled: the `fault` op is accepted
-        fault_plan::options plan;           // [fault] plan; no kinds: no plan
+        seeded_fault_plan::options plan;    // [fault] plan; no kinds: no plan
         uint32_t plan_delay_ms = 200;       // [fault] plan_delay_ms: a planned step_delay's
         // Called on the scheduler's thread once, when a drain finds no live request.
         std::function<void()> on_drained;
@@ -128,7 +128,7 @@ public:
 
     // For tests, read after join(): the core's final state, what delivery gave up, the plan.
     const scheduler_core& core() const { return _core; }
-    const fault_plan& plan() const { return _plan; }
+    const seeded_fault_plan& plan() const { return _plan; }
     uint64_t events_undelivered() const { return _events_undelivered; }
 
 protected:
@@ -167,11 +167,11 @@ private:
         door::errc code = door::errc::internal;
         std::string text;
     };
-    // Arms one fault through the real path: the gpu kinds in the gpu actor's fault plan (told
-    // now, so ahead of any later step), the kv kinds in the kv actor's (after every kv request
-    // sent before), mailbox_refuse (spec.count refusals) on the mailbox of `actor`.
-    fault_arming arm_fault(config::fault_kind kind, const gpu::inject_fault& spec,
-                           const std::string& actor);
+    // Arms one fault through the real path: the gpu kinds in the gpu actor's armed faults (told
+    // now, so ahead of any later step; plan_step: the planned step it is for, 0 for the op), the
+    // kv kinds in the kv actor's (after every kv request sent before), the net kinds in the
+    // core, mailbox_refuse (spec.count refusals) on the mailbox of spec.actor.
+    fault_arming arm_fault(const fault_spec& spec, uint64_t plan_step);
     // The config's plan for the step about to be sent: arms what it draws, logs and counts.
     void arm_planned_fault(uint64_t step_id);
     door::fault_plan_report plan_report() const;
@@ -206,7 +206,7 @@ private:
     uint64_t _events_undelivered = 0;
     std::vector<outgoing_event> _deferred;  // answers made by kv_gave_up
     bool _in_after = false;
-    fault_plan _plan;
+    seeded_fault_plan _plan;
     bool _plan_spent_logged = false;
 };
 

@@ -192,7 +192,7 @@ void scheduler_core::on_generate(const generate& m, std::vector<outgoing_event>&
     _queue.push_back(seq);
     _counters.requests++;
     _counters.prompt_tokens += r.n_prompt;
-    reach_phase(r, 1);
+    reach_phase(r, request_phase::queued);
 }
 
 result<grammar_constraint> scheduler_core::make_grammar(const std::string& source) {
@@ -216,7 +216,7 @@ result<grammar_constraint> scheduler_core::make_grammar(const std::string& sourc
     return c;
 }
 
-status scheduler_core::arm_net_fault(const gpu::inject_fault& spec) {
+status scheduler_core::arm_net_fault(const fault_spec& spec) {
     if (_net_armed.size() >= net_faults_armed_max) {
         return make_error("bad_request", "net faults armed at most: " +
                                              std::to_string(net_faults_armed_max));
@@ -225,13 +225,13 @@ status scheduler_core::arm_net_fault(const gpu::inject_fault& spec) {
     return {};
 }
 
-void scheduler_core::reach_phase(request_state& r, uint8_t phase_bit) {
-    if ((r.phases_reached & phase_bit) != 0) return;
-    r.phases_reached |= phase_bit;
+void scheduler_core::reach_phase(request_state& r, request_phase phase) {
+    const auto bit = static_cast<std::size_t>(phase);
+    if (r.phases_reached.test(bit)) return;
+    r.phases_reached.set(bit);
     if (_net_armed.empty()) return;
-    const char* phase = phase_bit == 1 ? "queued" : phase_bit == 2 ? "prefill" : "decode";
     for (auto it = _net_armed.begin(); it != _net_armed.end(); ++it) {
-        if (it->phase != phase) continue;
+        if (it->net_phase != phase) continue;
         _net_fired.push_back(door::net_fault{r.conn, it->kind, it->delay_ms});
         _counters.net_faults++;
         if (--it->count == 0) _net_armed.erase(it);

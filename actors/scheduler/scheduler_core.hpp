@@ -17,6 +17,7 @@
 #pragma once
 
 #include <algorithm>
+#include <bitset>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -183,12 +184,12 @@ public:
     void on_kv_session_deleted(const kv::kv_session_deleted& m, std::vector<outgoing_event>& out);
     // What to send the kv actor, in order (taken after every input).
     std::vector<kv_request> take_kv_requests() { return std::exchange(_kv_out, {}); }
-    // Net fault points (kinds net_fin, net_rst, net_stop_reading; spec.phase is a request
-    // phase: queued, prefill or decode; spec.count requests; spec.delay_ms the pause). Fired
-    // when a request reaches the phase (at most once per request and phase): what fired is
-    // taken after every input and every planned step, and sent to the net actor after the
-    // events made before it. Error: net_faults_armed_max are armed already.
-    status arm_net_fault(const gpu::inject_fault& spec);
+    // Net fault points (kinds net_fin, net_rst, net_stop_reading; spec.net_phase the request
+    // phase; spec.count requests; spec.delay_ms the pause). Fired when a request reaches the
+    // phase (at most once per request and phase): what fired is taken after every input and
+    // every planned step, and sent to the net actor after the events made before it. Error:
+    // net_faults_armed_max are armed already.
+    status arm_net_fault(const fault_spec& spec);
     std::vector<door::net_fault> take_net_faults() { return std::exchange(_net_fired, {}); }
     // Ends every live request (server stopping): error{shutting_down}.
     void shutdown(std::vector<outgoing_event>& out);
@@ -249,7 +250,7 @@ private:
         uint32_t batch_failures = 0;   // failures while batched with others
         clock::time_point submitted, first_step, first_token, last_token;
         bool started = false, has_first_token = false;
-        uint8_t phases_reached = 0;  // net fault points: queued, prefill, decode bits
+        std::bitset<enum_count<request_phase>> phases_reached;  // net fault points
         // An embed request: how its hidden states pool. It generates nothing (max_tokens 0),
         // never takes cached or restored KV (every token's hidden state is computed), and
         // ends with embed_done once its whole input has run.
@@ -320,9 +321,8 @@ private:
     void save_to_disk(request_state& r);
     void restore_step_failed(request_state& r, const std::string& why);
 
-    // A request reached a phase (phase_bit: 1 queued, 2 prefill, 4 decode): fires an armed
-    // net fault point for it.
-    void reach_phase(request_state& r, uint8_t phase_bit);
+    // A request reached a phase: fires an armed net fault point for it.
+    void reach_phase(request_state& r, request_phase phase);
 
     // The request's grammar constraint, or a bad_request message (also when the model has no
     // usable tokenizer: a grammar constrains text).
@@ -345,7 +345,7 @@ private:
     std::map<seq_id, pin_id> _restore_pins;                      // restores in flight
     std::map<std::string, seq_id> _sessions;                     // live session -> request
     std::vector<kv_request> _kv_out;
-    std::vector<gpu::inject_fault> _net_armed;  // net fault points armed, in arming order
+    std::vector<fault_spec> _net_armed;  // net fault points armed, in arming order
     std::vector<door::net_fault> _net_fired;     // fired, not yet taken
     std::string _kv_reason;                                      // persistence off: why
     std::vector<seq_id> _running;                                // admission order, oldest first

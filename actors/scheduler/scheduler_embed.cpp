@@ -70,7 +70,7 @@ void scheduler_core::on_embed(const embed& m, std::vector<outgoing_event>& out) 
     _queue.push_back(seq);
     _counters.embeddings++;
     _counters.embedding_tokens += r.n_prompt;
-    reach_phase(r, 1);
+    reach_phase(r, request_phase::queued);
 }
 
 gpu::hidden_output scheduler_core::hidden_for(const request_state& r, uint32_t n_tokens) const {

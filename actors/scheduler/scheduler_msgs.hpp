@@ -11,13 +11,17 @@
 
 #include <msgpack.hpp>
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "actors/runtime/actor.hpp"
+#include "actors/runtime/enum_names.hpp"
+#include "actors/runtime/fault_kind.hpp"
 #include "actors/scheduler/sampling.hpp"
 #include "gpu/actor/gpu_msgs.hpp"
 
@@ -157,16 +161,46 @@ struct session_delete {
     MSGPACK_DEFINE_MAP(conn, id, session);
 };
 
+// A request's phases, in the order it reaches them. A net fault fires when a request reaches
+// the phase it was armed for (docs/protocol.md "fault").
+enum class request_phase : uint8_t { queued, prefill, decode };
+inline constexpr std::array<std::string_view, 3> request_phase_names = {"queued", "prefill",
+                                                                        "decode"};
+constexpr const auto& names_of(request_phase) { return request_phase_names; }
+static_assert(static_cast<std::size_t>(request_phase::decode) + 1 == request_phase_names.size());
+
+// The actors whose mailbox a mailbox_refuse fault refuses.
+enum class fault_actor : uint8_t { scheduler, net, gpu, kv };
+inline constexpr std::array<std::string_view, 4> fault_actor_names = {"scheduler", "net", "gpu",
+                                                                      "kv"};
+constexpr const auto& names_of(fault_actor) { return fault_actor_names; }
+static_assert(static_cast<std::size_t>(fault_actor::kv) + 1 == fault_actor_names.size());
+
+// A fault's parameters, checked once by the front door (net/ops.cpp parse_fault) or made by the
+// config's fault plan. Each kind reads the fields it takes; the scheduler turns them into the
+// message of the kind's target (scheduler_actor::arm_fault).
+struct fault_spec {
+    fault_kind kind = fault_kind::device_lost;
+    std::optional<gpu::step_phase> gpu_phase;       // gpu kinds: the steps it matches; none = any
+    request_phase net_phase = request_phase::queued;  // net kinds: the phase that fires it
+    int32_t layer = -1;        // gpu failure kinds: the layer's segment fails; -1 = any
+    uint32_t after_steps = 0;  // gpu kinds: matching steps let through first
+    uint32_t count = 1;        // steps, saves or restores, requests or refusals it applies to
+    uint32_t delay_ms = 0;     // step_delay: each step's wait; net_stop_reading: the pause
+    fault_actor actor = fault_actor::scheduler;  // mailbox_refuse: whose mailbox refuses
+    MSGPACK_DEFINE_MAP(kind, gpu_phase, net_phase, layer, after_steps, count, delay_ms, actor);
+};
+
 // front door → scheduler: arm a fault (needs [fault] enabled). Reply: fault_done or
-// request_error{fault_disabled}. The gpu kinds (device_lost, hang, nan_logits, step_delay) are
-// forwarded to the gpu actor as `spec`; mailbox_refuse (spec.count refusals) is armed by the
-// scheduler itself on the mailbox of `actor`.
+// request_error{fault_disabled}. The gpu kinds go to the gpu actor as an inject_fault, the kv
+// kinds to the kv actor as a kv_fault; the net kinds are armed in the scheduler and sent to the
+// front door as a net_fault when they fire; mailbox_refuse is armed by the scheduler itself on
+// the mailbox of spec.actor.
 struct fault {
     static constexpr const char* msg_name = "fault";
     uint64_t conn = 0, id = 0;
-    gpu::inject_fault spec;
-    std::string actor;  // mailbox_refuse: "scheduler", "net", "gpu" or "kv"; otherwise empty
-    MSGPACK_DEFINE_MAP(conn, id, spec, actor);
+    fault_spec spec;
+    MSGPACK_DEFINE_MAP(conn, id, spec);
 };
 
 // net → scheduler: the connection is gone (EOF, reset, write error, slow reader, timeout).
@@ -188,3 +222,6 @@ struct drain {
 };
 
 }  // namespace ordo::sched
+
+MSGPACK_ADD_ENUM(ordo::sched::request_phase);
+MSGPACK_ADD_ENUM(ordo::sched::fault_actor);

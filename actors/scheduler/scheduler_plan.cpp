@@ -96,15 +96,18 @@ void scheduler_core::add_to_step(request_state& r, uint32_t n_tokens, gpu::step&
         r.first_step = clock::now();
     }
     // Prompt positions are prefill, the generated ones decode (net fault points).
-    reach_phase(r, r.n_past < r.n_prompt ? 2 : 4);
+    reach_phase(r, r.n_past < r.n_prompt ? request_phase::prefill : request_phase::decode);
 }
 
 namespace {
 
-const char* phase_of(const gpu::step& s) {
+gpu::step_phase phase_of(const gpu::step& s) {
+    using gpu::step_phase;
     bool prefill = false, decode = false;
     for (const auto& q : s.seqs) (q.tokens.size() > 1 ? prefill : decode) = true;
-    return prefill && decode ? "mixed" : prefill ? "prefill" : "decode";
+    return prefill && decode ? step_phase::mixed
+           : prefill         ? step_phase::prefill
+                             : step_phase::decode;
 }
 
 }  // namespace

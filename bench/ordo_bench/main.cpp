@@ -164,7 +164,7 @@ struct bench {
 
     // One step: sequence i runs tokens[i] at pos0 with blocks i * seq_blocks, ...
     void run(const std::vector<std::vector<std::int32_t>>& tokens, std::uint32_t pos0,
-             const char* phase) {
+             step_phase phase) {
         step st;
         st.step_id = ++step_id;
         st.phase = phase;
@@ -190,7 +190,7 @@ struct bench {
 
     double prefill(std::uint32_t n, std::uint32_t seed) {
         auto t0 = std::chrono::steady_clock::now();
-        run({random_tokens(n, n_vocab, seed)}, 0, "prefill");
+        run({random_tokens(n, n_vocab, seed)}, 0, step_phase::prefill);
         return seconds_since(t0);
     }
 
@@ -200,11 +200,11 @@ struct bench {
         for (std::uint32_t i = 0; i < p; ++i) {
             toks.push_back(random_tokens(decode_prompt, n_vocab, seed + i));
         }
-        run(toks, 0, "prefill");
+        run(toks, 0, step_phase::prefill);
         auto t0 = std::chrono::steady_clock::now();
         for (std::uint32_t g = 0; g < o.gen; ++g) {
             for (std::uint32_t i = 0; i < p; ++i) toks[i] = {argmax_row(logits, i, n_vocab)};
-            run(toks, decode_prompt + g, "decode");
+            run(toks, decode_prompt + g, step_phase::decode);
         }
         return seconds_since(t0);
     }
@@ -292,7 +292,7 @@ void breakdown(bench& b, runner& r, const step& st, const std::string& test) {
            human);
 }
 
-step one_seq_step(std::uint64_t id, const char* phase, std::vector<std::int32_t> tokens,
+step one_seq_step(std::uint64_t id, step_phase phase, std::vector<std::int32_t> tokens,
                   std::uint32_t pos0) {
     step st;
     st.step_id = id;
@@ -319,12 +319,12 @@ void where_the_time_goes(bench& b, const model::gguf_file& file, runner_options 
     std::vector<float> sink(std::size_t(ro.rows_max) * b.n_vocab);
     for (std::uint32_t p = 0; p < hist; p += ro.max_batch_tokens) {
         std::uint32_t n = std::min(ro.max_batch_tokens, hist - p);
-        (void)(*r)->run_step(one_seq_step(1, "prefill", random_tokens(n, b.n_vocab, 5), p),
-                             sink.data());
+        (void)(*r)->run_step(
+            one_seq_step(1, step_phase::prefill, random_tokens(n, b.n_vocab, 5), p), sink.data());
     }
-    breakdown(b, **r, one_seq_step(2, "decode", {1}, hist), "kernels_decode");
+    breakdown(b, **r, one_seq_step(2, step_phase::decode, {1}, hist), "kernels_decode");
     std::uint32_t n = b.o.prompts.empty() ? 128 : b.o.prompts[0];
-    breakdown(b, **r, one_seq_step(3, "prefill", random_tokens(n, b.n_vocab, 9), 0),
+    breakdown(b, **r, one_seq_step(3, step_phase::prefill, random_tokens(n, b.n_vocab, 9), 0),
               "kernels_prefill" + std::to_string(n));
 }
 

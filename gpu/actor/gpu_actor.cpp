@@ -524,8 +524,9 @@ void gpu_actor::on(const inject_fault& m) {
         if (m.plan_step != 0) _replies.send(fault_refused{m.plan_step, m.kind, s.err().message});
         return;
     }
-    log().warn("fault armed: {} phase '{}' layer {} after {} count {} delay {} ms", m.kind, m.phase,
-               m.layer, m.after_steps, m.count, m.delay_ms);
+    log().warn("fault armed: {} phase {} layer {} after {} count {} delay {} ms",
+               enum_name(m.kind), m.phase ? enum_name(*m.phase) : "any", m.layer, m.after_steps,
+               m.count, m.delay_ms);
 }
 
 }  // namespace ordo::gpu

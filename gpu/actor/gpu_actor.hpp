@@ -52,7 +52,7 @@
 #include "actors/runtime/actor.hpp"
 #include "actors/runtime/delivery.hpp"
 #include "actors/runtime/outbox.hpp"
-#include "gpu/runner/fault_plan.hpp"
+#include "gpu/runner/armed_faults.hpp"
 #include "gpu/actor/gpu_msgs.hpp"
 #include "gpu/logits/kv_staging.hpp"
 #include "gpu/logits/logits_exchange.hpp"
@@ -166,7 +166,7 @@ private:
     state _state = state::starting;
     bool _busy = false;
     std::deque<queued> _queue;
-    fault_plan _faults;
+    armed_faults _faults;
     std::uint64_t _epoch = 0;
     std::uint32_t _rebuilds_in_row = 0;
     std::string _device_name;

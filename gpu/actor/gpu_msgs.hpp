@@ -10,11 +10,16 @@
 
 #include <msgpack.hpp>
 
+#include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "actors/runtime/actor.hpp"
+#include "actors/runtime/enum_names.hpp"
+#include "actors/runtime/fault_kind.hpp"
 
 namespace ordo::gpu {
 
@@ -29,6 +34,13 @@ enum class hidden_output : uint8_t {
     last,   // the last token's
     first,  // the first token's
 };
+
+// What a step runs: prompt chunks (prefill: a sequence with more than one token), single tokens
+// (decode), or both (mixed). It labels the step's segments and selects armed faults.
+enum class step_phase : uint8_t { prefill, decode, mixed };
+inline constexpr std::array<std::string_view, 3> step_phase_names = {"prefill", "decode", "mixed"};
+constexpr const auto& names_of(step_phase) { return step_phase_names; }
+static_assert(static_cast<std::size_t>(step_phase::mixed) + 1 == step_phase_names.size());
 
 // One sequence's part of a step.
 struct step_seq {
@@ -46,7 +58,7 @@ struct step_seq {
 struct step {
     static constexpr const char* msg_name = "step";
     uint64_t step_id = 0;
-    std::string phase;  // "prefill", "decode" or "mixed": for labels and fault targeting
+    step_phase phase = step_phase::decode;  // for labels and fault targeting
     std::vector<step_seq> seqs;
     MSGPACK_DEFINE_MAP(step_id, phase, seqs);
 };
@@ -62,15 +74,14 @@ struct reset_device {
 };
 
 // fault harness (through the scheduler/net) or the config's fault plan (the scheduler) → gpu:
-// arm a fault that goes through the real failure path. kind: "device_lost" (the submission's
-// wait returns VK_ERROR_DEVICE_LOST), "hang" (the submission outlives the watchdog),
-// "nan_logits", "step_delay". Matches when the step number (counting from 1 after arming),
-// phase ("" = any) and layer (-1 = any) agree. No reply, except fault_refused for a planned
-// fault (plan_step != 0) that cannot be armed.
+// arm a fault that goes through the real failure path. kind: one of the gpu kinds
+// (is_gpu_fault: device_lost, hang, nan_logits, step_delay). Matches when the step number
+// (counting from 1 after arming), phase (none = any) and layer (-1 = any) agree. No reply,
+// except fault_refused for a planned fault (plan_step != 0) that cannot be armed.
 struct inject_fault {
     static constexpr const char* msg_name = "inject_fault";
-    std::string kind;
-    std::string phase;
+    fault_kind kind = fault_kind::device_lost;
+    std::optional<step_phase> phase;
     int32_t layer = -1;
     uint32_t after_steps = 0;  // 0 = the next matching step
     uint32_t count = 1;        // how many matching steps fail (step_delay: are delayed)
@@ -111,12 +122,12 @@ struct kv_copy_in {
 // ---- replies (gpu → scheduler) ----------------------------------------------------------
 
 // A planned inject_fault (plan_step != 0) was not armed: the fault plan already holds
-// fault_plan::armed_max faults, or the fault is malformed. The step it was armed for runs
+// armed_faults::armed_max faults, or the fault is malformed. The step it was armed for runs
 // without it; the scheduler counts it as not fired.
 struct fault_refused {
     static constexpr const char* msg_name = "fault_refused";
     uint64_t plan_step = 0;
-    std::string kind;
+    fault_kind kind = fault_kind::device_lost;
     std::string message;
     MSGPACK_DEFINE_MAP(plan_step, kind, message);
 };
@@ -238,3 +249,4 @@ struct device_unavailable {
 }  // namespace ordo::gpu
 
 MSGPACK_ADD_ENUM(ordo::gpu::hidden_output);
+MSGPACK_ADD_ENUM(ordo::gpu::step_phase);

@@ -60,7 +60,7 @@ result<std::vector<std::uint32_t>> generate_vulkan(const vulkan_generate_options
     std::uint64_t step_id = 0;
     // Runs tokens at pos0 (one step), leaving the last token's logits in `logits`.
     auto run = [&](std::span<const std::uint32_t> tokens, std::uint32_t pos0,
-                   const char* phase) -> status {
+                   step_phase phase) -> status {
         step s;
         s.step_id = ++step_id;
         s.phase = phase;
@@ -78,7 +78,7 @@ result<std::vector<std::uint32_t>> generate_vulkan(const vulkan_generate_options
     };
     for (std::size_t p = 0; p < prompt.size(); p += prefill_chunk_max) {
         std::size_t n = std::min<std::size_t>(prefill_chunk_max, prompt.size() - p);
-        status s = run(prompt.subspan(p, n), static_cast<std::uint32_t>(p), "prefill");
+        status s = run(prompt.subspan(p, n), static_cast<std::uint32_t>(p), step_phase::prefill);
         if (!s) return s.err();
     }
     std::vector<std::uint32_t> out;
@@ -90,7 +90,7 @@ result<std::vector<std::uint32_t>> generate_vulkan(const vulkan_generate_options
                     opt.stop_tokens.end();
         if (stop || i + 1 == opt.n_predict) break;
         std::uint32_t one[1] = {next};
-        status s = run(one, static_cast<std::uint32_t>(prompt.size() + i), "decode");
+        status s = run(one, static_cast<std::uint32_t>(prompt.size() + i), step_phase::decode);
         if (!s) return s.err();
     }
     status st = (*session)->stop();

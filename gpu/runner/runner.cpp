@@ -185,7 +185,7 @@ status runner::warm_up() {
         if (n_seqs == 0 || blocks_each > _blocks_per_seq_max) return {};
         step st;
         st.step_id = ++step_id;
-        st.phase = tokens_per_seq > 1 ? "prefill" : "decode";
+        st.phase = tokens_per_seq > 1 ? step_phase::prefill : step_phase::decode;
         std::uint32_t next_block = 0;
         for (std::uint32_t i = 0; i < n_seqs; ++i) {
             step_seq q;

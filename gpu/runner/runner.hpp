@@ -147,9 +147,9 @@ context_choice choose_context(std::uint32_t trained, std::uint32_t configured,
                               std::uint64_t pool_tokens, std::uint64_t device_max);
 
 // Faults the gpu actor arms through the real failure paths (ARCHITECTURE.md "Faults").
-enum class fault_kind { none, device_lost, hang, nan_logits };
 struct step_fault {
-    fault_kind kind = fault_kind::none;
+    // device_lost, hang or nan_logits (armed_faults::next gives no other); none: no failure.
+    std::optional<fault_kind> kind;
     std::int32_t layer = -1;  // the segment holding this layer; -1: the first segment
     // step_delay: the gpu actor's worker sleeps this long before the step begins (as if the
     // device were slow to take it); the runner never sees it, so its watchdog still times only

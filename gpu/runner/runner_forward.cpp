@@ -150,7 +150,7 @@ void runner::pool_hidden(float* hidden_out) {
 bool runner::fault_targets(const step_fault& f, std::uint32_t l0, std::uint32_t l1) const {
     auto target = static_cast<std::uint32_t>(
         f.layer < 0 ? 0 : std::min<std::int64_t>(f.layer, _hp.n_layer - 1));
-    return f.kind != fault_kind::none && l0 <= target && target <= l1;
+    return f.kind.has_value() && l0 <= target && target <= l1;
 }
 
 status runner::record_segment(const step& s, std::uint32_t l0, std::uint32_t l1,

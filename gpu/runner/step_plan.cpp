@@ -52,8 +52,9 @@ status check_seq(const step& s, const step_seq& q, std::size_t i, const step_lim
 }
 
 status check_shape(const step& s, const step_limits& lim) {
-    if (s.phase != "prefill" && s.phase != "decode" && s.phase != "mixed") {
-        return bad_step(s, "phase '" + s.phase + "' is not prefill, decode or mixed");
+    if (!enum_valid(s.phase)) {
+        return bad_step(s, "phase " + std::to_string(static_cast<int>(s.phase)) + " is not " +
+                               enum_names_listed<step_phase>());
     }
     if (s.seqs.empty() || s.seqs.size() > lim.seqs_max) {
         return bad_step(s, std::to_string(s.seqs.size()) + " sequences; 1.." +
@@ -166,7 +167,8 @@ status plan_step(const step& s, const step_limits& lim, step_plan& out) {
 }
 
 std::string segment_label(const step& s, std::uint32_t layer_first, std::uint32_t layer_last) {
-    return s.phase + "#" + std::to_string(s.step_id) + " seqs=" + std::to_string(s.seqs.size()) +
+    return std::string(enum_name(s.phase)) + "#" + std::to_string(s.step_id) +
+           " seqs=" + std::to_string(s.seqs.size()) +
            " layers " + std::to_string(layer_first) + "-" + std::to_string(layer_last);
 }
 

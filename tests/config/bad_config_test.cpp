@@ -283,7 +283,7 @@ TEST(bad_config_limits, the_edges_the_actors_accept_pass) {
     for (const char* toml : {"[scheduler]\nmax_batch_tokens = 65535\n",
                              "[gpu]\nkv_blocks = 1048576\nkv_block_tokens = 16\n",
                              "[gpu]\nkv_blocks = 65536\nkv_block_tokens = 256\n",
-                             // the gpu actor's fault_plan::delay_ms_max
+                             // the gpu actor's armed_faults::delay_ms_max
                              "[fault]\nenabled = true\nplan = [\"step_delay\"]\n"
                              "plan_delay_ms = 10000\n"}) {
         auto cfg = parse(toml, "t.toml");

@@ -107,7 +107,7 @@ TEST(parse, reads_every_kind_of_value) {
     EXPECT_EQ(cfg->log.level, cfgns::log_level::off);
     EXPECT_EQ(cfg->log.file, "/tmp/ordo.log");
     EXPECT_EQ(cfg->fault.seed, 9223372036854775807ull);
-    using fk = cfgns::fault_kind;
+    using fk = ordo::fault_kind;
     EXPECT_EQ(cfg->fault.plan, (std::vector<fk>{fk::nan_logits, fk::kv_eio, fk::nan_logits, fk::net_rst}));
     EXPECT_EQ(cfg->fault.plan_every_steps, 1u);
     EXPECT_EQ(cfg->fault.plan_faults_max, 0u);
@@ -194,7 +194,7 @@ TEST(validate, refuses_a_config_built_wrongly_in_code) {
     config c;
     c.gpu.kv_block_tokens = 12;
     c.log.level = static_cast<cfgns::log_level>(42);
-    c.fault.plan = {cfgns::fault_kind::hang, static_cast<cfgns::fault_kind>(42)};
+    c.fault.plan = {ordo::fault_kind::hang, static_cast<ordo::fault_kind>(42)};
     c.http.cors_allow_origins = {"*", "https://x.example/"};
     auto st = cfgns::validate(c, "code");
     ASSERT_FALSE(st.ok());
@@ -215,7 +215,7 @@ TEST(validate, refuses_a_config_built_wrongly_in_code) {
 
 TEST(validate, checks_the_fault_plan_cross_rules_in_code) {
     config c;
-    c.fault.plan = {cfgns::fault_kind::kv_flip_read};
+    c.fault.plan = {ordo::fault_kind::kv_flip_read};
     auto st = cfgns::validate(c, "code");
     ASSERT_FALSE(st.ok());
     // Both rules are broken: no [fault] enabled, no [kv] enabled; both are reported.
@@ -242,9 +242,8 @@ TEST(override, applies_values_with_the_file_rules) {
     ASSERT_TRUE(cfgns::apply_override(c, "scheduler.prefix_cache", "false").ok());
     ASSERT_TRUE(cfgns::apply_override(c, "fault.enabled", "true").ok());
     ASSERT_TRUE(cfgns::apply_override(c, "fault.plan", "hang,step_delay").ok());
-    EXPECT_EQ(c.fault.plan,
-              (std::vector<cfgns::fault_kind>{cfgns::fault_kind::hang,
-                                              cfgns::fault_kind::step_delay}));
+    EXPECT_EQ(c.fault.plan, (std::vector<ordo::fault_kind>{ordo::fault_kind::hang,
+                                                           ordo::fault_kind::step_delay}));
     EXPECT_EQ(c.server.listen, "0.0.0.0:0");
     EXPECT_EQ(c.model.path, "models/x.gguf");
     EXPECT_EQ(c.gpu.device, "Radeon \xc3\xa9\xe2\x82\xac");

@@ -370,9 +370,10 @@ std::vector<std::vector<float>> run_target(runner& run, std::uint32_t n_others,
         seqs.insert(seqs.begin() + static_cast<std::ptrdiff_t>(place),
                     make_seq(1, chunk, pos0,
                              blocks_from(target_first_block, n_pos, block_tokens)));
-        out.push_back(step_logits(run, make_step(i + 1, n_others ? "mixed" : "prefill",
-                                                 std::move(seqs)),
-                                  1));
+        out.push_back(step_logits(
+            run,
+            make_step(i + 1, n_others ? step_phase::mixed : step_phase::prefill, std::move(seqs)),
+            1));
     }
     return out;
 }
@@ -453,13 +454,14 @@ TEST(GpuBatchInvariance, RunnerGpuDecodePathRunsTheFusedKernels) {
     auto tokens = test_tokens(12, n_vocab, 9);
     std::vector<std::int32_t> prompt(tokens.begin(), tokens.begin() + 11);
     step_logits(run,
-                make_step(1, "prefill", {make_seq(1, prompt, 0, blocks_from(0, 11, block_tokens))}),
+                make_step(1, step_phase::prefill,
+                          {make_seq(1, prompt, 0, blocks_from(0, 11, block_tokens))}),
                 1);
     EXPECT_EQ(dispatches("mul_mat_vec_norm_f32"), 0u);
     EXPECT_EQ(dispatches("swiglu"), layers);
     EXPECT_EQ(dispatches("rms_norm"), 2 * layers + 1);
     step_logits(run,
-                make_step(2, "decode",
+                make_step(2, step_phase::decode,
                           {make_seq(1, {tokens[11]}, 11, blocks_from(0, 12, block_tokens))}),
                 1);
     EXPECT_EQ(dispatches("mul_mat_vec_norm_f32"), layers);
@@ -510,7 +512,7 @@ prefill_out prefill_in_chunks(runner& run, std::uint32_t chunk) {
         std::uint32_t n = std::min(chunk, chunk_prompt - done);
         bool last = done + n == chunk_prompt;
         std::vector<std::int32_t> t(tokens.begin() + done, tokens.begin() + done + n);
-        step s = make_step(id++, "prefill", {make_seq(7, t, done, chunk_table, last)});
+        step s = make_step(id++, step_phase::prefill, {make_seq(7, t, done, chunk_table, last)});
         if (last) {
             out.logits = step_logits(run, s, 7);
         } else {
@@ -578,7 +580,7 @@ TEST(GpuBatchInvariance, SplitAttentionPrefillEqualsTokenByTokenDecode) {
                 std::uint32_t n = done == 0 ? first_chunk : 1;
                 std::vector<std::int32_t> t(tokens.begin() + done, tokens.begin() + done + n);
                 bool last = done + n == prompt;
-                step st = make_step(id++, n > 1 ? "prefill" : "decode",
+                step st = make_step(id++, n > 1 ? step_phase::prefill : step_phase::decode,
                                     {make_seq(5, t, done, table, last)});
                 if (last) {
                     logits = step_logits(run, st, 5);

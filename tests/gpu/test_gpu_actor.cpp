@@ -1,13 +1,14 @@
 // test_gpu_actor.cpp: the gpu actor on real libuv loops, the real device (lavapipe) and a
-// generated model, driven through its mailbox by a reply_collector actor (gpu/client/gpu_client.hpp).
+// generated model, driven through its mailbox by a reply_collector actor
+// (gpu/client/gpu_client.hpp).
 //
 // Checks: (1) steps through the actor give bit-identical logits to the runner called directly;
 // (2) an injected device loss gives step_failed{gpu_device_lost, device_lost} naming the
 // segment of the chosen layer, then device_ready{epoch 1}, then steps work again; (3) a hang
 // gives step_failed{gpu_timeout} within a bound, then recovery; (4) NaN logits give gpu_nan
 // with no rebuild; (5) the loop answers while a step is running (the step is held inside the
-// worker by a test hook until the gpu_busy refusal of a later step has arrived); (6) the queue bound
-// refuses with gpu_busy and queued steps run in order; (7) recovery_max 0 turns a device loss
+// worker by a test hook until the gpu_busy refusal of a later step has arrived); (6) the queue
+// bound refuses with gpu_busy and queued steps run in order; (7) recovery_max 0 turns a device loss
 // into device_unavailable and later steps into gpu_unavailable; (8) stopping while a step runs
 // still gives that step its one reply, and every loop closes cleanly (join ok); (9) KV copies
 // through kv_staging: a prefill's blocks copied out equal the runner's own bytes, copied into
@@ -17,7 +18,7 @@
 // (11) a device loss in a step fails the copy queued behind it with gpu_device_lost, and a
 // later copy naming the old epoch is refused with gpu_stale_epoch; (12) a planned inject_fault
 // (plan_step set, the config's fault plan) sent just before its step fires on that very step,
-// and one the full fault plan refuses is answered fault_refused{plan_step} while an op's
+// and one the full armed faults refuse is answered fault_refused{plan_step} while an op's
 // refused fault (plan_step 0) is not answered.
 #include <gtest/gtest.h>
 
@@ -43,7 +44,7 @@ gpu_actor_options actor_options(std::uint32_t flush = 1) {
 }
 
 step decode_step(std::uint64_t id, std::int32_t token = 5) {
-    return make_step(id, "decode", {make_seq(1, {token}, 0, {0})});
+    return make_step(id, step_phase::decode, {make_seq(1, {token}, 0, {0})});
 }
 
 std::unique_ptr<gpu_session> start(gpu_actor_options o) {
@@ -56,8 +57,8 @@ TEST(GpuActor, StepsGiveTheRunnersLogits) {
     ORDO_REQUIRE_GPU();
     auto o = actor_options(2);
     auto tokens = test_tokens(11, 300, 4);
-    step pre = make_step(1, "prefill", {make_seq(1, tokens, 0, {2, 3})});
-    step dec = make_step(2, "decode", {make_seq(1, {7}, 11, {2, 3})});
+    step pre = make_step(1, step_phase::prefill, {make_seq(1, tokens, 0, {2, 3})});
+    step dec = make_step(2, step_phase::decode, {make_seq(1, {7}, 11, {2, 3})});
     auto file = open_model(o.model_path);
     ASSERT_TRUE(file);
     auto r = runner::create(*file, o.runner);
@@ -82,20 +83,20 @@ TEST(GpuActor, StepsGiveTheRunnersLogits) {
 }
 
 // Arms `kind`, runs one step, expects the failure, a rebuild and a working step after it.
-void fault_then_recovery(const std::string& kind, const std::string& code,
-                         const std::string& segment) {
+void fault_then_recovery(fault_kind kind, const std::string& code, const std::string& segment) {
     auto s = start(actor_options(1));
     ASSERT_TRUE(s);
     inject_fault f;
     f.kind = kind;
-    f.phase = "prefill";
+    f.phase = step_phase::prefill;
     f.layer = 1;
     ASSERT_TRUE(s->actor().tell(f).ok());
     // A decode step does not match the prefill-only fault.
     std::vector<float> logits;
     ASSERT_TRUE(s->run(decode_step(1), logits, reply_ms).ok());
     auto t0 = std::chrono::steady_clock::now();
-    ASSERT_TRUE(s->actor().tell(make_step(2, "prefill", {make_seq(1, {5, 6}, 0, {0})})).ok());
+    ASSERT_TRUE(
+        s->actor().tell(make_step(2, step_phase::prefill, {make_seq(1, {5, 6}, 0, {0})})).ok());
     auto reply = s->replies().next(reply_ms);
     ASSERT_TRUE(reply);
     auto* failed = std::get_if<step_failed>(&*reply);
@@ -116,12 +117,12 @@ void fault_then_recovery(const std::string& kind, const std::string& code,
 
 TEST(GpuActor, DeviceLossFailsTheStepThenRebuilds) {
     ORDO_REQUIRE_GPU();
-    fault_then_recovery("device_lost", "gpu_device_lost", "prefill#2 seqs=1 layers 1-1");
+    fault_then_recovery(fault_kind::device_lost, "gpu_device_lost", "prefill#2 seqs=1 layers 1-1");
 }
 
 TEST(GpuActor, HangTimesOutThenRebuilds) {
     ORDO_REQUIRE_GPU();
-    fault_then_recovery("hang", "gpu_timeout", "prefill#2 seqs=1 layers 1-1");
+    fault_then_recovery(fault_kind::hang, "gpu_timeout", "prefill#2 seqs=1 layers 1-1");
 }
 
 TEST(GpuActor, NanLogitsAreReportedWithoutRebuild) {
@@ -129,7 +130,7 @@ TEST(GpuActor, NanLogitsAreReportedWithoutRebuild) {
     auto s = start(actor_options());
     ASSERT_TRUE(s);
     inject_fault f;
-    f.kind = "nan_logits";
+    f.kind = fault_kind::nan_logits;
     ASSERT_TRUE(s->actor().tell(f).ok());
     std::vector<float> logits;
     auto bad = s->run(decode_step(1), logits, reply_ms);
@@ -148,18 +149,18 @@ TEST(GpuActor, PlannedFaultsFireOnTheirStepOrAreAnsweredWhenRefused) {
     // Sent right before its step, as the scheduler's plan does: the mailbox is in order, so
     // the fault is armed before the step is taken.
     inject_fault planned;
-    planned.kind = "nan_logits";
+    planned.kind = fault_kind::nan_logits;
     planned.plan_step = 1;
     ASSERT_TRUE(s->actor().tell(planned).ok());
     std::vector<float> logits;
     auto bad = s->run(decode_step(1), logits, reply_ms);
     ASSERT_FALSE(bad.ok());
     EXPECT_EQ(bad.err().code, "gpu_nan");
-    // Fill the fault plan with faults that wait for a prefill step (decode steps pass them).
+    // Fill the armed faults with faults that wait for a prefill step (decode steps pass them).
     inject_fault waiting;
-    waiting.kind = "hang";
-    waiting.phase = "prefill";
-    for (std::size_t i = 0; i < fault_plan::armed_max; ++i) {
+    waiting.kind = fault_kind::hang;
+    waiting.phase = step_phase::prefill;
+    for (std::size_t i = 0; i < armed_faults::armed_max; ++i) {
         ASSERT_TRUE(s->actor().tell(waiting).ok());
     }
     ASSERT_TRUE(s->actor().tell(waiting).ok());  // the op's ninth: refused, no reply
@@ -169,7 +170,7 @@ TEST(GpuActor, PlannedFaultsFireOnTheirStepOrAreAnsweredWhenRefused) {
     auto refused = s->replies().next_as<fault_refused>(reply_ms);
     ASSERT_TRUE(refused) << "a planned fault the full plan refuses is answered";
     EXPECT_EQ(refused->plan_step, 2u);
-    EXPECT_EQ(refused->kind, "nan_logits");
+    EXPECT_EQ(refused->kind, fault_kind::nan_logits);
     EXPECT_NE(refused->message.find("already armed"), std::string::npos) << refused->message;
     // The step runs without it.
     auto done = s->replies().next_as<step_done>(reply_ms);
@@ -238,7 +239,7 @@ TEST(GpuActor, RecoveryMaxZeroMakesTheDeviceUnavailable) {
     auto s = start(o);
     ASSERT_TRUE(s);
     inject_fault f;
-    f.kind = "device_lost";
+    f.kind = fault_kind::device_lost;
     ASSERT_TRUE(s->actor().tell(f).ok());
     std::vector<float> logits;
     auto lost = s->run(decode_step(1), logits, reply_ms);
@@ -338,7 +339,7 @@ TEST(GpuActor, KvCopiesRoundTripBitIdentical) {
     auto o = actor_options(2);
     auto tokens = test_tokens(11, 300, 4);
     const std::vector<std::uint32_t> table = {40, 41}, other = {50, 51};
-    step pre = make_step(1, "prefill", {make_seq(1, tokens, 0, table)});
+    step pre = make_step(1, step_phase::prefill, {make_seq(1, tokens, 0, table)});
     // The runner's own bytes of the same prefill.
     auto file = open_model(o.model_path);
     ASSERT_TRUE(file);
@@ -359,12 +360,14 @@ TEST(GpuActor, KvCopiesRoundTripBitIdentical) {
     auto out = k.copy(kv_copy_out{7, table, *slot});
     ASSERT_TRUE(out.ok()) << out.err().message;
     EXPECT_EQ(*out, want_kv);
-    ASSERT_TRUE(k.s->run(make_step(2, "decode", {make_seq(1, {7}, 11, table)}), want_dec,
-                         reply_ms).ok());
+    ASSERT_TRUE(k.s->run(make_step(2, step_phase::decode, {make_seq(1, {7}, 11, table)}), want_dec,
+                         reply_ms)
+                    .ok());
     // Into other blocks: the decode over them gives the same logits.
     ASSERT_TRUE(k.copy(kv_copy_in{8, other, *slot}).ok());
-    ASSERT_TRUE(k.s->run(make_step(3, "decode", {make_seq(1, {7}, 11, other)}), logits,
-                         reply_ms).ok());
+    ASSERT_TRUE(
+        k.s->run(make_step(3, step_phase::decode, {make_seq(1, {7}, 11, other)}), logits, reply_ms)
+            .ok());
     EXPECT_EQ(logits, want_dec);
     // Clobber the originals, restore them, decode again.
     auto bytes = k.staging.bytes(*slot, want_kv.size());
@@ -375,8 +378,9 @@ TEST(GpuActor, KvCopiesRoundTripBitIdentical) {
     auto back = k.copy(kv_copy_out{11, table, *slot});
     ASSERT_TRUE(back.ok());
     EXPECT_EQ(*back, want_kv);
-    ASSERT_TRUE(k.s->run(make_step(4, "decode", {make_seq(1, {7}, 11, table)}), logits,
-                         reply_ms).ok());
+    ASSERT_TRUE(
+        k.s->run(make_step(4, step_phase::decode, {make_seq(1, {7}, 11, table)}), logits, reply_ms)
+            .ok());
     EXPECT_EQ(logits, want_dec);
     // A slot the sender does not hold is refused, the device untouched.
     k.staging.release(*slot);
@@ -396,9 +400,10 @@ TEST(GpuActor, KvCopyOutQueuedBehindAStepRunsAfterIt) {
     const std::vector<std::uint32_t> table = {40, 41};
     auto slot = k.staging.acquire();
     ASSERT_TRUE(slot.ok());
-    ASSERT_TRUE(k.s->actor().tell(make_step(1, "prefill",
-                                            {make_seq(1, test_tokens(11, 300, 4), 0, table,
-                                                      false)})).ok());
+    ASSERT_TRUE(k.s->actor()
+                    .tell(make_step(1, step_phase::prefill,
+                                    {make_seq(1, test_tokens(11, 300, 4), 0, table, false)}))
+                    .ok());
     ASSERT_TRUE(g->wait_entered(1));
     ASSERT_TRUE(k.s->actor().tell(kv_copy_out{5, table, *slot}).ok());
     g->release();
@@ -424,7 +429,7 @@ TEST(GpuActor, DeviceLossFailsAQueuedKvCopy) {
     kv_fixture k(o);
     ASSERT_TRUE(k.s);
     inject_fault f;
-    f.kind = "device_lost";
+    f.kind = fault_kind::device_lost;
     ASSERT_TRUE(k.s->actor().tell(f).ok());
     auto slot = k.staging.acquire();
     ASSERT_TRUE(slot.ok());

@@ -34,7 +34,8 @@ TEST(Runner, StoriesLogitsAfterBosMatchReferenceAndGolden) {
     auto ref = reference_logits(*f, {1});
     ASSERT_EQ(ref.size(), 1u);
     std::vector<float> got(512);
-    auto res = r->run_step(make_step(1, "prefill", {make_seq(1, {1}, 0, {0})}), got.data());
+    auto res =
+        r->run_step(make_step(1, step_phase::prefill, {make_seq(1, {1}, 0, {0})}), got.data());
     ASSERT_TRUE(res.ok()) << res.err().message;
     EXPECT_LE(max_abs_diff(got.data(), ref[0]), 1e-4);
     std::string golden = read_text(k_models + "/stories260K.golden.json");
@@ -62,7 +63,8 @@ void check_golden_case(runner& r, const std::string& golden, const std::string& 
     std::vector<float> row(r.hparams().n_vocab);
     std::uint32_t pos = 0;
     for (std::size_t i = 0; i < want_d.size(); ++i) {
-        step s = make_step(i + 1, i == 0 ? "prefill" : "decode", {make_seq(5, next, pos, table)});
+        step s = make_step(i + 1, i == 0 ? step_phase::prefill : step_phase::decode,
+                           {make_seq(5, next, pos, table)});
         auto res = r.run_step(s, row.data());
         ASSERT_TRUE(res.ok()) << res.err().message;
         pos += static_cast<std::uint32_t>(next.size());
@@ -153,13 +155,16 @@ TEST(Runner, MixedBatchEqualsEachSequenceAlone) {
     std::vector<float> sink(8 * nv);
     auto ta = blocks_from(0, 20, bt), tb = blocks_from(10, 9, bt), tc = blocks_from(20, 5, bt);
     std::vector<std::int32_t> a_hist(a.begin(), a.begin() + 19), b_hist(b.begin(), b.begin() + 3);
-    ASSERT_TRUE(r->run_step(make_step(1, "prefill", {make_seq(1, a_hist, 0, ta, false),
-                                                     make_seq(2, b_hist, 0, tb, false)}),
-                            sink.data()).ok());
+    ASSERT_TRUE(r->run_step(make_step(1, step_phase::prefill,
+                                      {make_seq(1, a_hist, 0, ta, false),
+                                       make_seq(2, b_hist, 0, tb, false)}),
+                            sink.data())
+                    .ok());
     // The mixed step: a decodes its 20th token, b prefills 6 more, c prefills all 5.
     std::vector<std::int32_t> b_rest(b.begin() + 3, b.end());
-    step mixed = make_step(2, "mixed", {make_seq(1, {a[19]}, 19, ta), make_seq(2, b_rest, 3, tb),
-                                        make_seq(3, c, 0, tc)});
+    step mixed = make_step(
+        2, step_phase::mixed,
+        {make_seq(1, {a[19]}, 19, ta), make_seq(2, b_rest, 3, tb), make_seq(3, c, 0, tc)});
     std::vector<float> batched(3 * nv);
     auto res = r->run_step(mixed, batched.data());
     ASSERT_TRUE(res.ok()) << res.err().message;
@@ -181,8 +186,9 @@ std::vector<float> run_flush(const model::gguf_file& f, std::uint32_t flush) {
     if (!r) return {};
     auto tokens = test_tokens(12, 300, 21);
     std::vector<float> out(2 * 300);
-    step s = make_step(7, "prefill", {make_seq(1, tokens, 0, {0, 1}),
-                                      make_seq(2, {tokens[0], tokens[1]}, 0, {4})});
+    step s =
+        make_step(7, step_phase::prefill,
+                  {make_seq(1, tokens, 0, {0, 1}), make_seq(2, {tokens[0], tokens[1]}, 0, {4})});
     auto res = r->run_step(s, out.data());
     EXPECT_TRUE(res.ok()) << (res.ok() ? "" : res.err().message);
     if (res.ok()) {

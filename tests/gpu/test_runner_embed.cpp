@@ -67,8 +67,9 @@ std::vector<float> runner_embedding(runner& r, const std::vector<std::int32_t>& 
         const std::uint32_t n = std::min(chunk, total - pos);
         const hidden_output h = hidden_for(p, pos, n, total);
         std::vector<std::int32_t> part(tokens.begin() + pos, tokens.begin() + pos + n);
-        auto res = r.run_step(make_step(++step_id, "prefill", {hidden_seq(3, part, pos, table, h)}),
-                              nullptr, hidden.data());
+        auto res = r.run_step(
+            make_step(++step_id, step_phase::prefill, {hidden_seq(3, part, pos, table, h)}),
+            nullptr, hidden.data());
         EXPECT_TRUE(res.ok()) << (res.ok() ? "" : res.err().message);
         if (!res) return {};
         EXPECT_TRUE(res->rows.empty());
@@ -104,7 +105,7 @@ void check_every_pooling(const model::gguf_file& f, std::uint32_t n_vocab) {
 TEST(RunnerEmbed, PlanPlacesHiddenRunsAndBoundsThem) {
     step_limits lim{300, 64, 8, 16, 64, 2, 8, 8};
     step s = make_step(
-        1, "prefill",
+        1, step_phase::prefill,
         {hidden_seq(1, {1, 2, 3}, 0, {0}, hidden_output::sum), make_seq(2, {4, 5}, 0, {1}),
          hidden_seq(3, {6, 7, 8, 9}, 0, {2}, hidden_output::last)});
     step_plan p;
@@ -131,9 +132,9 @@ TEST(RunnerEmbed, AStepAskingForHiddenRowsNeedsAnOutput) {
     ASSERT_TRUE(f);
     auto r = make_runner(*f, test_options());
     ASSERT_TRUE(r);
-    auto res =
-        r->run_step(make_step(1, "prefill", {hidden_seq(1, {1, 2}, 0, {0}, hidden_output::sum)}),
-                    nullptr, nullptr);
+    auto res = r->run_step(
+        make_step(1, step_phase::prefill, {hidden_seq(1, {1, 2}, 0, {0}, hidden_output::sum)}),
+        nullptr, nullptr);
     ASSERT_FALSE(res.ok());
     EXPECT_EQ(res.err().code, "gpu_bad_step");
 }
@@ -165,16 +166,17 @@ TEST(RunnerEmbed, AnEmbeddingBatchedWithADecodeLeavesItsLogitsAlone) {
     auto table = blocks_from(10, 7, r->limits().block_tokens);
     std::vector<float> alone(n_vocab), batched(n_vocab), hidden(n_embd);
     std::vector<std::int32_t> head(prefix.begin(), prefix.begin() + 6);
-    ASSERT_TRUE(
-        r->run_step(make_step(1, "prefill", {make_seq(7, head, 0, table, false)}), nullptr).ok());
-    ASSERT_TRUE(
-        r->run_step(make_step(2, "decode", {make_seq(7, {prefix[6]}, 6, table)}), alone.data())
-            .ok());
+    ASSERT_TRUE(r->run_step(make_step(1, step_phase::prefill, {make_seq(7, head, 0, table, false)}),
+                            nullptr)
+                    .ok());
+    ASSERT_TRUE(r->run_step(make_step(2, step_phase::decode, {make_seq(7, {prefix[6]}, 6, table)}),
+                            alone.data())
+                    .ok());
     // The same decode again (its KV slot is rewritten with the same values), now beside a
     // whole 12-token embedding input.
     const auto input = test_tokens(12, n_vocab, 11);
     auto res =
-        r->run_step(make_step(3, "mixed",
+        r->run_step(make_step(3, step_phase::mixed,
                               {make_seq(7, {prefix[6]}, 6, table),
                                hidden_seq(8, input, 0, blocks_from(0, 12, 8), hidden_output::sum)}),
                     batched.data(), hidden.data());

@@ -37,9 +37,9 @@ test::logits_fn runner_engine(const std::string& path) {
     return [file, run, step_id](const std::vector<std::uint32_t>& tokens, std::uint32_t pos0) {
         const auto n_pos = pos0 + static_cast<std::uint32_t>(tokens.size());
         std::vector<float> logits(run->hparams().n_vocab);
-        step s = make_step(++*step_id, pos0 == 0 ? "prefill" : "decode",
-                           {make_seq(1, std::vector<std::int32_t>(tokens.begin(), tokens.end()), pos0,
-                                     blocks_from(0, n_pos, run->limits().block_tokens))});
+        step s = make_step(++*step_id, pos0 == 0 ? step_phase::prefill : step_phase::decode,
+                           {make_seq(1, std::vector<std::int32_t>(tokens.begin(), tokens.end()),
+                                     pos0, blocks_from(0, n_pos, run->limits().block_tokens))});
         auto res = run->run_step(s, logits.data());
         EXPECT_TRUE(res.ok()) << (res.ok() ? "" : res.err().message);
         return res.ok() ? logits : std::vector<float>{};

@@ -1,15 +1,15 @@
 // test_runner_plan.cpp: the pure host-side pieces under the runner and the gpu actor, without a
 // device: step_plan (token order, KV slots, attention pairs, block tables, logits row runs),
-// fault_plan (phase matching, after_steps, count, refusal of bad faults) and logits_exchange
+// armed_faults (phase matching, after_steps, count, refusal of bad faults) and logits_exchange
 // (acquire until gpu_busy, release, row addressing) and kv_staging (acquire until
 // kv_staging_busy, refused at once with no wait, release, byte ranges, misuse asserts).
 #include <gtest/gtest.h>
 
 #include <chrono>
 
-#include "gpu/runner/fault_plan.hpp"
 #include "gpu/logits/kv_staging.hpp"
 #include "gpu/logits/logits_exchange.hpp"
+#include "gpu/runner/armed_faults.hpp"
 #include "gpu/runner/step_plan.hpp"
 
 namespace ordo::gpu {
@@ -22,8 +22,10 @@ step_seq seq(std::uint64_t id, std::vector<std::int32_t> t, std::uint32_t pos0,
 
 TEST(StepPlan, LaysOutTokensSlotsTablesAndRows) {
     step_limits lim{100, 64, 4, 32, 16, 4, 4, 16};
-    step s{9, "mixed", {seq(5, {1, 2, 3}, 0, {7}, true), seq(6, {4}, 5, {2, 3}, true),
-                        seq(8, {9, 9}, 2, {11}, false), seq(4, {6}, 0, {12}, true)}};
+    step s{9,
+           step_phase::mixed,
+           {seq(5, {1, 2, 3}, 0, {7}, true), seq(6, {4}, 5, {2, 3}, true),
+            seq(8, {9, 9}, 2, {11}, false), seq(4, {6}, 0, {12}, true)}};
     step_plan p;
     ASSERT_TRUE(plan_step(s, lim, p).ok());
     EXPECT_EQ(p.n_tokens, 7u);
@@ -42,46 +44,49 @@ TEST(StepPlan, LaysOutTokensSlotsTablesAndRows) {
 }
 
 TEST(FaultPlan, MatchesPhaseAfterStepsAndCount) {
-    fault_plan f;
-    ASSERT_TRUE(f.arm({"hang", "decode", 3, 1, 2, 0}).ok());
-    EXPECT_EQ(f.next("prefill").kind, fault_kind::none);  // other phase: not counted
-    EXPECT_EQ(f.next("decode").kind, fault_kind::none);   // decode #1: after_steps = 1
-    step_fault hit = f.next("decode");
+    armed_faults f;
+    ASSERT_TRUE(f.arm({fault_kind::hang, step_phase::decode, 3, 1, 2, 0}).ok());
+    EXPECT_FALSE(f.next(step_phase::prefill).kind);  // other phase: not counted
+    EXPECT_FALSE(f.next(step_phase::decode).kind);   // decode #1: after_steps = 1
+    step_fault hit = f.next(step_phase::decode);
     EXPECT_EQ(hit.kind, fault_kind::hang);
     EXPECT_EQ(hit.layer, 3);
-    EXPECT_EQ(f.next("decode").kind, fault_kind::hang);  // count 2
-    EXPECT_EQ(f.next("decode").kind, fault_kind::none);  // spent
+    EXPECT_EQ(f.next(step_phase::decode).kind, fault_kind::hang);  // count 2
+    EXPECT_FALSE(f.next(step_phase::decode).kind);                 // spent
     EXPECT_EQ(f.armed(), 0u);
-    EXPECT_FALSE(f.arm({"melt", "", -1, 0, 1, 0}).ok());
-    EXPECT_FALSE(f.arm({"hang", "sideways", -1, 0, 1, 0}).ok());
-    EXPECT_FALSE(f.arm({"hang", "", -1, 0, 0, 0}).ok());
-    for (std::size_t i = 0; i < fault_plan::armed_max; ++i) {
-        ASSERT_TRUE(f.arm({"nan_logits", "", -1, 0, 1, 0}).ok());
+    EXPECT_FALSE(f.arm({fault_kind::mailbox_refuse, std::nullopt, -1, 0, 1, 0}).ok());
+    EXPECT_FALSE(f.arm({fault_kind::hang, static_cast<step_phase>(7), -1, 0, 1, 0}).ok());
+    EXPECT_FALSE(f.arm({fault_kind::hang, std::nullopt, -1, 0, 0, 0}).ok());
+    for (std::size_t i = 0; i < armed_faults::armed_max; ++i) {
+        ASSERT_TRUE(f.arm({fault_kind::nan_logits, std::nullopt, -1, 0, 1, 0}).ok());
     }
-    EXPECT_EQ(f.arm({"nan_logits", "", -1, 0, 1, 0}).err().code, "gpu_bad_fault");
+    EXPECT_EQ(f.arm({fault_kind::nan_logits, std::nullopt, -1, 0, 1, 0}).err().code,
+              "gpu_bad_fault");
 }
 
 // step_delay: counted like a failure fault but apart from it (a step may be delayed and fail);
 // its delay must be 1..delay_ms_max.
 TEST(FaultPlan, StepDelayIsCountedApartFromFailures) {
-    fault_plan f;
-    ASSERT_TRUE(f.arm({"step_delay", "decode", -1, 1, 2, 250}).ok());
-    ASSERT_TRUE(f.arm({"nan_logits", "decode", -1, 1, 1, 0}).ok());
-    step_fault s = f.next("decode");  // decode #1: after_steps = 1 for both
+    armed_faults f;
+    ASSERT_TRUE(f.arm({fault_kind::step_delay, step_phase::decode, -1, 1, 2, 250}).ok());
+    ASSERT_TRUE(f.arm({fault_kind::nan_logits, step_phase::decode, -1, 1, 1, 0}).ok());
+    step_fault s = f.next(step_phase::decode);  // decode #1: after_steps = 1 for both
     EXPECT_EQ(s.delay_ms, 0u);
-    EXPECT_EQ(s.kind, fault_kind::none);
-    s = f.next("prefill");  // other phase
+    EXPECT_FALSE(s.kind);
+    s = f.next(step_phase::prefill);  // other phase
     EXPECT_EQ(s.delay_ms, 0u);
-    s = f.next("decode");
+    s = f.next(step_phase::decode);
     EXPECT_EQ(s.delay_ms, 250u);
     EXPECT_EQ(s.kind, fault_kind::nan_logits);
-    s = f.next("decode");
+    s = f.next(step_phase::decode);
     EXPECT_EQ(s.delay_ms, 250u);
-    EXPECT_EQ(s.kind, fault_kind::none);
-    EXPECT_EQ(f.next("decode").delay_ms, 0u);  // spent
+    EXPECT_FALSE(s.kind);
+    EXPECT_EQ(f.next(step_phase::decode).delay_ms, 0u);  // spent
     EXPECT_EQ(f.armed(), 0u);
-    EXPECT_FALSE(f.arm({"step_delay", "", -1, 0, 1, 0}).ok());
-    EXPECT_FALSE(f.arm({"step_delay", "", -1, 0, 1, fault_plan::delay_ms_max + 1}).ok());
+    EXPECT_FALSE(f.arm({fault_kind::step_delay, std::nullopt, -1, 0, 1, 0}).ok());
+    EXPECT_FALSE(
+        f.arm({fault_kind::step_delay, std::nullopt, -1, 0, 1, armed_faults::delay_ms_max + 1})
+            .ok());
 }
 
 TEST(LogitsExchange, AcquireUntilBusyThenRelease) {

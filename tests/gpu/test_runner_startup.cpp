@@ -140,7 +140,8 @@ TEST(RunnerStartup, PipelineCacheIsKeptIgnoredWhenDamagedAndReplaced) {
         ASSERT_TRUE(r) << "a damaged cache file must not stop the build";
         EXPECT_EQ(r->pipeline_cache_note().rfind("ignored: ", 0), 0u) << r->pipeline_cache_note();
         std::vector<float> logits(300);
-        auto d = r->run_step(make_step(1, "decode", {make_seq(1, {5}, 0, {0})}), logits.data());
+        auto d = r->run_step(make_step(1, step_phase::decode, {make_seq(1, {5}, 0, {0})}),
+                             logits.data());
         EXPECT_TRUE(d.ok()) << d.err().message;
     }
     auto replaced = decode_pipeline_cache(read_bytes(path), id);
@@ -165,9 +166,9 @@ TEST(RunnerStartup, WarmUpIsJudgedByItsOwnBoundNotTheWatchdog) {
                         << r.err().message;
     // After warm-up the watchdog applies again: a 32-token prefill of 4 layers is over 1 ms.
     std::vector<float> logits(300);
-    auto d = (*r)->run_step(make_step(1, "prefill", {make_seq(1, test_tokens(32, 300, 9), 0,
-                                                              {0, 1, 2, 3})}),
-                            logits.data());
+    auto d = (*r)->run_step(
+        make_step(1, step_phase::prefill, {make_seq(1, test_tokens(32, 300, 9), 0, {0, 1, 2, 3})}),
+        logits.data());
     ASSERT_FALSE(d.ok()) << "a 32-token prefill finished within 1 ms: the check says nothing";
     EXPECT_EQ(d.err().code, "gpu_timeout") << d.err().message;
     EXPECT_TRUE((*r)->drain(120'000).ok());
@@ -175,10 +176,12 @@ TEST(RunnerStartup, WarmUpIsJudgedByItsOwnBoundNotTheWatchdog) {
 
 std::vector<float> first_decode_logits(runner& r) {
     std::vector<float> logits(300);
-    auto p = r.run_step(make_step(1, "prefill", {make_seq(1, test_tokens(9, 300, 4), 0, {0, 1})}),
-                        logits.data());
+    auto p = r.run_step(
+        make_step(1, step_phase::prefill, {make_seq(1, test_tokens(9, 300, 4), 0, {0, 1})}),
+        logits.data());
     EXPECT_TRUE(p.ok()) << p.err().message;
-    auto d = r.run_step(make_step(2, "decode", {make_seq(1, {7}, 9, {0, 1})}), logits.data());
+    auto d =
+        r.run_step(make_step(2, step_phase::decode, {make_seq(1, {7}, 9, {0, 1})}), logits.data());
     EXPECT_TRUE(d.ok()) << d.err().message;
     return logits;
 }

@@ -50,24 +50,25 @@ protected:
 };
 
 TEST_F(RunnerSteps, MalformedStepsAreRefused) {
-    expect_bad(make_step(1, "decode", {make_seq(1, {300}, 0, {0})}), "outside the vocab");
-    expect_bad(make_step(1, "decode", {make_seq(1, {-1}, 0, {0})}), "outside the vocab");
-    expect_bad(make_step(1, "decode", {make_seq(1, {5}, 8, {0})}), "needs 2 KV blocks");
-    expect_bad(make_step(1, "decode", {make_seq(1, {5}, 0, {64})}), "outside the pool");
-    expect_bad(make_step(1, "decode", {make_seq(1, {5}, 256, blocks_from(0, 257, 8))}),
+    expect_bad(make_step(1, step_phase::decode, {make_seq(1, {300}, 0, {0})}), "outside the vocab");
+    expect_bad(make_step(1, step_phase::decode, {make_seq(1, {-1}, 0, {0})}), "outside the vocab");
+    expect_bad(make_step(1, step_phase::decode, {make_seq(1, {5}, 8, {0})}), "needs 2 KV blocks");
+    expect_bad(make_step(1, step_phase::decode, {make_seq(1, {5}, 0, {64})}), "outside the pool");
+    expect_bad(make_step(1, step_phase::decode, {make_seq(1, {5}, 256, blocks_from(0, 257, 8))}),
                "past the context");
-    expect_bad(make_step(1, "prefill", {make_seq(1, test_tokens(65, 300, 1), 0,
-                                                 blocks_from(0, 65, 8))}),
+    expect_bad(make_step(1, step_phase::prefill,
+                         {make_seq(1, test_tokens(65, 300, 1), 0, blocks_from(0, 65, 8))}),
                "tokens; at most 64");
     std::vector<step_seq> many;
     for (std::uint32_t i = 0; i < 9; ++i) many.push_back(make_seq(i, {1}, 0, {i}));
-    expect_bad(make_step(1, "decode", many), "sequences");
-    expect_bad(make_step(1, "decode", {make_seq(1, {1}, 0, {3}), make_seq(2, {2}, 0, {3})}),
-               "write KV slot 24");
-    expect_bad(make_step(1, "warmup", {make_seq(1, {1}, 0, {0})}), "phase");
-    expect_bad(make_step(1, "decode", {make_seq(1, {}, 0, {0})}), "has no tokens");
-    expect_bad(make_step(1, "decode", {}), "0 sequences");
-    auto ok = go(make_step(2, "decode", {make_seq(1, {5}, 0, {0})}));
+    expect_bad(make_step(1, step_phase::decode, many), "sequences");
+    expect_bad(
+        make_step(1, step_phase::decode, {make_seq(1, {1}, 0, {3}), make_seq(2, {2}, 0, {3})}),
+        "write KV slot 24");
+    expect_bad(make_step(1, static_cast<step_phase>(7), {make_seq(1, {1}, 0, {0})}), "phase");
+    expect_bad(make_step(1, step_phase::decode, {make_seq(1, {}, 0, {0})}), "has no tokens");
+    expect_bad(make_step(1, step_phase::decode, {}), "0 sequences");
+    auto ok = go(make_step(2, step_phase::decode, {make_seq(1, {5}, 0, {0})}));
     ASSERT_TRUE(ok.ok()) << ok.err().message;
     EXPECT_TRUE(std::isfinite(logits[0]));
 }
@@ -76,12 +77,12 @@ TEST_F(RunnerSteps, KvBlocksRoundTripThroughHostStaging) {
     auto tokens = test_tokens(20, 300, 5);
     std::vector<std::int32_t> hist(tokens.begin(), tokens.begin() + 19);
     std::vector<std::uint32_t> table = {3, 9, 4};
-    ASSERT_TRUE(go(make_step(1, "prefill", {make_seq(1, hist, 0, table, false)})).ok());
+    ASSERT_TRUE(go(make_step(1, step_phase::prefill, {make_seq(1, hist, 0, table, false)})).ok());
     std::vector<std::uint8_t> bytes(table.size() * run->kv_block_bytes());
     ASSERT_EQ(run->kv_block_bytes(), 2u * 2 * (2 * 8 * 16 * 2));  // K,V x layers x block
     ASSERT_TRUE(run->read_kv_blocks(table, bytes).ok());
     EXPECT_NE(bytes, std::vector<std::uint8_t>(bytes.size(), 0));
-    step next = make_step(2, "decode", {make_seq(1, {tokens[19]}, 19, table)});
+    step next = make_step(2, step_phase::decode, {make_seq(1, {tokens[19]}, 19, table)});
     ASSERT_TRUE(go(next).ok());
     std::vector<float> want(logits.begin(), logits.begin() + 300);
     // Lose the pool, restore the three blocks from staging, decode again.
@@ -105,7 +106,7 @@ TEST_F(RunnerSteps, KvBlocksRoundTripThroughHostStaging) {
 TEST_F(RunnerSteps, KvCopyJobsAreOneSegmentAndRefuseBadRequests) {
     auto tokens = test_tokens(19, 300, 5);
     std::vector<std::uint32_t> table = {3, 9, 4};
-    ASSERT_TRUE(go(make_step(1, "prefill", {make_seq(1, tokens, 0, table, false)})).ok());
+    ASSERT_TRUE(go(make_step(1, step_phase::prefill, {make_seq(1, tokens, 0, table, false)})).ok());
     std::vector<std::uint8_t> bytes(table.size() * run->kv_block_bytes());
     ASSERT_TRUE(run->copy_kv_out(table, bytes).ok());
     EXPECT_EQ(run->last_segment(), "kv_out#1 blocks=3");
@@ -144,7 +145,7 @@ TEST_F(RunnerSteps, FirstKvJobMayBeACopyIn) {
 
 TEST_F(RunnerSteps, InjectedDeviceLossNamesTheSegment) {
     run->arm_fault({fault_kind::device_lost, 1});
-    auto res = go(make_step(812, "decode", {make_seq(1, {5}, 0, {0})}));
+    auto res = go(make_step(812, step_phase::decode, {make_seq(1, {5}, 0, {0})}));
     ASSERT_FALSE(res.ok());
     EXPECT_EQ(res.err().code, "gpu_device_lost");
     EXPECT_NE(res.err().message.find("decode#812 seqs=1 layers 1-1"), std::string::npos)
@@ -154,21 +155,21 @@ TEST_F(RunnerSteps, InjectedDeviceLossNamesTheSegment) {
 
 TEST_F(RunnerSteps, InjectedHangTimesOutThenDrains) {
     run->arm_fault({fault_kind::hang, 1});
-    auto res = go(make_step(3, "prefill", {make_seq(1, {5, 6}, 0, {0})}));
+    auto res = go(make_step(3, step_phase::prefill, {make_seq(1, {5, 6}, 0, {0})}));
     ASSERT_FALSE(res.ok());
     EXPECT_EQ(res.err().code, "gpu_timeout");
     EXPECT_NE(res.err().message.find("prefill#3 seqs=1 layers 1-1"), std::string::npos)
         << res.err().message;
     ASSERT_TRUE(run->drain(test_watchdog_ms).ok());
-    auto again = go(make_step(4, "prefill", {make_seq(1, {5, 6}, 0, {0})}));
+    auto again = go(make_step(4, step_phase::prefill, {make_seq(1, {5, 6}, 0, {0})}));
     ASSERT_TRUE(again.ok()) << again.err().message;
 }
 
 TEST_F(RunnerSteps, NanLogitsFaultReachesTheRow) {
     run->arm_fault({fault_kind::nan_logits, -1});
-    ASSERT_TRUE(go(make_step(1, "decode", {make_seq(1, {5}, 0, {0})})).ok());
+    ASSERT_TRUE(go(make_step(1, step_phase::decode, {make_seq(1, {5}, 0, {0})})).ok());
     EXPECT_TRUE(std::isnan(logits[0]));
-    ASSERT_TRUE(go(make_step(2, "decode", {make_seq(1, {5}, 0, {0})})).ok());
+    ASSERT_TRUE(go(make_step(2, step_phase::decode, {make_seq(1, {5}, 0, {0})})).ok());
     EXPECT_FALSE(std::isnan(logits[0])) << "a fault is armed for one step only";
 }
 

@@ -122,10 +122,10 @@ inline step_seq make_seq(std::uint64_t id, std::vector<std::int32_t> tokens, std
     return q;
 }
 
-inline step make_step(std::uint64_t id, std::string phase, std::vector<step_seq> seqs) {
+inline step make_step(std::uint64_t id, step_phase phase, std::vector<step_seq> seqs) {
     step s;
     s.step_id = id;
-    s.phase = std::move(phase);
+    s.phase = phase;
     s.seqs = std::move(seqs);
     return s;
 }
@@ -200,7 +200,7 @@ inline std::vector<std::vector<float>> run_sequence(runner& r,
     while (pos < tokens.size()) {
         std::uint32_t n = pos == 0 ? chunk : 1;
         std::vector<std::int32_t> part(tokens.begin() + pos, tokens.begin() + pos + n);
-        step s = make_step(id++, pos == 0 ? "prefill" : "decode",
+        step s = make_step(id++, pos == 0 ? step_phase::prefill : step_phase::decode,
                            {make_seq(9, part, pos, table)});
         auto res = r.run_step(s, row.data());
         EXPECT_TRUE(res.ok()) << (res.ok() ? "" : res.err().message);

@@ -299,7 +299,7 @@ TEST(http_actor, a_paused_connection_is_still_cut_off_at_the_write_bound) {
     ASSERT_TRUE(g);
     // Reading stops for far longer than the test; writing goes on, and the client reads nothing:
     // 800 tokens of 16 KiB (12.5 MiB) pass the kernel's buffers and the 64 KiB bound.
-    r.tell(door::net_fault{g->conn, "net_stop_reading", 60'000});
+    r.tell(door::net_fault{g->conn, ordo::fault_kind::net_stop_reading, 60'000});
     const std::string text(16 * 1024, 'x');
     for (int i = 0; i < 800; i++) r.tell(token(g->conn, g->id, text));
     auto gone = r.sched.next<sched::client_gone>();

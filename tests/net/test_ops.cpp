@@ -520,13 +520,12 @@ TEST(ops, fault_parses_and_names_bad_values) {
     });
     auto r = parse_fault(f.get());
     ASSERT_TRUE(r.ok()) << r.err().message;
-    EXPECT_EQ(r->spec.kind, "device_lost");
-    EXPECT_EQ(r->spec.phase, "decode");
+    EXPECT_EQ(r->spec.kind, ordo::fault_kind::device_lost);
+    EXPECT_EQ(r->spec.gpu_phase, ordo::gpu::step_phase::decode);
     EXPECT_EQ(r->spec.layer, 3);
     EXPECT_EQ(r->spec.after_steps, 2u);
     EXPECT_EQ(r->spec.count, 4u);
     EXPECT_EQ(r->spec.delay_ms, 0u);
-    EXPECT_EQ(r->actor, "");
     auto bad = parse_fault(make_frame("fault", 1, [](packer& p) { p.pack("kind"), p.pack("melt"); }).get());
     ASSERT_FALSE(bad.ok());
     EXPECT_NE(bad.err().message.find("kind"), std::string::npos);
@@ -542,7 +541,7 @@ TEST(ops, fault_kv_kinds_parse_and_refuse_step_fields) {
                                  p.pack("count"), p.pack(3);
                              }).get());
         ASSERT_TRUE(r.ok()) << kind << ": " << r.err().message;
-        EXPECT_EQ(r->spec.kind, kind);
+        EXPECT_EQ(ordo::enum_name(r->spec.kind), kind);
         EXPECT_EQ(r->spec.count, 3u);
         auto d = parse_fault(
             make_frame("fault", 1, [&](packer& p) { p.pack("kind"), p.pack(kind); }).get());
@@ -573,9 +572,9 @@ TEST(ops, fault_runtime_points_parse_with_bounds) {
         p.pack("count"), p.pack(2);
     }).get());
     ASSERT_TRUE(delay.ok()) << delay.err().message;
-    EXPECT_EQ(delay->spec.kind, "step_delay");
+    EXPECT_EQ(delay->spec.kind, ordo::fault_kind::step_delay);
     EXPECT_EQ(delay->spec.delay_ms, 250u);
-    EXPECT_EQ(delay->spec.phase, "decode");
+    EXPECT_EQ(delay->spec.gpu_phase, ordo::gpu::step_phase::decode);
     EXPECT_EQ(delay->spec.after_steps, 1u);
     EXPECT_EQ(delay->spec.count, 2u);
 
@@ -585,8 +584,8 @@ TEST(ops, fault_runtime_points_parse_with_bounds) {
         p.pack("count"), p.pack(7);
     }).get());
     ASSERT_TRUE(refuse.ok()) << refuse.err().message;
-    EXPECT_EQ(refuse->spec.kind, "mailbox_refuse");
-    EXPECT_EQ(refuse->actor, "net");
+    EXPECT_EQ(refuse->spec.kind, ordo::fault_kind::mailbox_refuse);
+    EXPECT_EQ(refuse->spec.actor, fault_actor::net);
     EXPECT_EQ(refuse->spec.count, 7u);
 
     // {params in the frame, the params, the key the error must name}
@@ -645,8 +644,8 @@ TEST(ops, fault_net_points_parse_with_bounds) {
             p.pack("count"), p.pack(2);
         }).get());
         ASSERT_TRUE(r.ok()) << r.err().message;
-        EXPECT_EQ(r->spec.kind, kind);
-        EXPECT_EQ(r->spec.phase, "queued");
+        EXPECT_EQ(ordo::enum_name(r->spec.kind), kind);
+        EXPECT_EQ(r->spec.net_phase, request_phase::queued);
         EXPECT_EQ(r->spec.count, 2u);
     }
     auto pause = parse_fault(make_frame("fault", 3, [](packer& p) {

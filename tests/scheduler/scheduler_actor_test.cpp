@@ -295,7 +295,7 @@ TEST(scheduler_actor, a_planned_fault_reaches_the_gpu_right_before_its_step) {
     scheduler_actor::options o;
     o.faults_enabled = true;
     // every_steps 1: every step draws a fault; faults_max 3: steps 1..3 only.
-    o.plan = {1234, {config::fault_kind::nan_logits}, 1, 3};
+    o.plan = {1234, {ordo::fault_kind::nan_logits}, 1, 3};
     rig r(o);
     r.device_ready();
     r.generate(5, 6);  // a prefill step, then 5 decode steps (the fake gpu applies no fault)
@@ -305,11 +305,11 @@ TEST(scheduler_actor, a_planned_fault_reaches_the_gpu_right_before_its_step) {
         if (id <= 3) {
             auto* f = std::get_if<gpu::inject_fault>(&*m);
             ASSERT_NE(f, nullptr) << "step " << id << ": no inject_fault first";
-            EXPECT_EQ(f->kind, "nan_logits");
+            EXPECT_EQ(f->kind, ordo::fault_kind::nan_logits);
             EXPECT_EQ(f->plan_step, id);
             EXPECT_EQ(f->count, 1u);
             EXPECT_EQ(f->after_steps, 0u);
-            EXPECT_TRUE(f->phase.empty());
+            EXPECT_FALSE(f->phase);
             m = r.gpu.next_any();
             ASSERT_TRUE(m);
         }
@@ -322,9 +322,8 @@ TEST(scheduler_actor, a_planned_fault_reaches_the_gpu_right_before_its_step) {
     ASSERT_TRUE(d);
     EXPECT_EQ(d->id, 5u);
     // The gpu actor could not arm step 3's fault: it no longer counts as fired.
-    ASSERT_TRUE(r.sched->tell(gpu::fault_refused{3, "nan_logits", "8 faults already armed"},
-                              "gpu")
-                    .ok());
+    const gpu::fault_refused refused{3, ordo::fault_kind::nan_logits, "8 faults already armed"};
+    ASSERT_TRUE(r.sched->tell(refused, "gpu").ok());
     ASSERT_TRUE(r.sched->tell(stats_query{1, 9, {}, {}}, "net").ok());
     auto st = r.net.next<door::stats_done>();
     ASSERT_TRUE(st);

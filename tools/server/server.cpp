@@ -33,7 +33,7 @@ static_assert(config::log_queue_lines_min >= log_queue_lines_min &&
               config::log_queue_lines_max <= log_queue_lines_max);
 static_assert(config::kv_pool_tokens_max <= sched::kv_pool_tokens_max);
 static_assert(config::max_tokens_default_max <= sched::max_tokens_max);
-static_assert(config::fault_delay_ms_max <= gpu::fault_plan::delay_ms_max);  // plan_delay_ms
+static_assert(config::fault_delay_ms_max <= gpu::armed_faults::delay_ms_max);  // plan_delay_ms
 // A pool the runner sizes from gpu.kv_memory_bytes is one the scheduler's block table takes.
 static_assert(gpu::runner_kv_pool_tokens_max <= sched::kv_pool_tokens_max);
 

@@ -1,12 +1,12 @@
-// fault_plan_test.cpp: checks the [fault] plan's decisions (actors/scheduler/fault_plan.hpp)
-// directly, without an actor: the draw for a step is a function of (seed, step) only — the same
-// seed gives the same decisions for steps 0..10000 whatever order they are asked in, another
-// seed gives others; the rate of faults is close to 1/every_steps over many steps (a loose
-// bound; deterministic for the fixed seeds used); every kind drawn is from the list, each of
-// them is drawn, and a kind listed twice is drawn about twice as often; plan_faults_max bounds
-// what fires (0 = spent at once), after which the plan is spent; a fault taken back
-// (not_fired) frees its budget and counts as refused; no kinds = no plan.
-#include "actors/scheduler/fault_plan.hpp"
+// seeded_fault_plan_test.cpp: checks the [fault] plan's decisions
+// (actors/scheduler/seeded_fault_plan.hpp) directly, without an actor: the draw for a step is a
+// function of (seed, step) only — the same seed gives the same decisions for steps 0..10000
+// whatever order they are asked in, another seed gives others; the rate of faults is close to
+// 1/every_steps over many steps (a loose bound; deterministic for the fixed seeds used); every kind
+// drawn is from the list, each of them is drawn, and a kind listed twice is drawn about twice as
+// often; plan_faults_max bounds what fires (0 = spent at once), after which the plan is spent; a
+// fault taken back (not_fired) frees its budget and counts as refused; no kinds = no plan.
+#include "actors/scheduler/seeded_fault_plan.hpp"
 
 #include <gtest/gtest.h>
 
@@ -17,18 +17,19 @@
 
 namespace {
 
-using ordo::config::fault_kind;
-using ordo::sched::fault_plan;
+using ordo::fault_kind;
+using ordo::sched::seeded_fault_plan;
 
 constexpr std::uint64_t steps_n = 10001;  // step ordinals 0..10000
 
-fault_plan make_plan(std::uint64_t seed, std::vector<fault_kind> kinds, std::uint32_t every,
-                     std::uint32_t max = 1000000) {
-    return fault_plan(fault_plan::options{seed, std::move(kinds), every, max});
+seeded_fault_plan make_plan(std::uint64_t seed, std::vector<fault_kind> kinds, std::uint32_t every,
+                            std::uint32_t max = 1000000) {
+    return seeded_fault_plan(seeded_fault_plan::options{seed, std::move(kinds), every, max});
 }
 
-std::vector<std::optional<fault_plan::decision>> draws(const fault_plan& p, std::uint64_t n) {
-    std::vector<std::optional<fault_plan::decision>> out;
+std::vector<std::optional<seeded_fault_plan::decision>> draws(const seeded_fault_plan& p,
+                                                              std::uint64_t n) {
+    std::vector<std::optional<seeded_fault_plan::decision>> out;
     for (std::uint64_t k = 0; k < n; ++k) out.push_back(p.draw(k));
     return out;
 }
@@ -36,19 +37,19 @@ std::vector<std::optional<fault_plan::decision>> draws(const fault_plan& p, std:
 const std::vector<fault_kind> three = {fault_kind::nan_logits, fault_kind::step_delay,
                                        fault_kind::mailbox_refuse};
 
-TEST(fault_plan, the_same_seed_draws_the_same_faults_in_any_order) {
-    const fault_plan a = make_plan(42, three, 7);
-    const fault_plan b = make_plan(42, three, 7);
+TEST(seeded_fault_plan, the_same_seed_draws_the_same_faults_in_any_order) {
+    const seeded_fault_plan a = make_plan(42, three, 7);
+    const seeded_fault_plan b = make_plan(42, three, 7);
     const auto first = draws(a, steps_n);
     EXPECT_EQ(first, draws(b, steps_n));
     // Backwards, and through next() on a fresh plan: a step's draw does not depend on which
     // steps were asked before it.
     for (std::uint64_t k = steps_n; k-- > 0;) EXPECT_EQ(b.draw(k), first[k]) << "step " << k;
-    fault_plan c = make_plan(42, three, 7);
+    seeded_fault_plan c = make_plan(42, three, 7);
     for (std::uint64_t k = 0; k < steps_n; ++k) EXPECT_EQ(c.next(k), first[k]) << "step " << k;
 }
 
-TEST(fault_plan, another_seed_draws_other_faults) {
+TEST(seeded_fault_plan, another_seed_draws_other_faults) {
     const auto a = draws(make_plan(1, three, 7), steps_n);
     const auto b = draws(make_plan(2, three, 7), steps_n);
     EXPECT_NE(a, b);
@@ -58,10 +59,10 @@ TEST(fault_plan, another_seed_draws_other_faults) {
     EXPECT_GT(differ, 1000u);
 }
 
-TEST(fault_plan, fires_at_a_rate_close_to_one_in_every_steps) {
+TEST(seeded_fault_plan, fires_at_a_rate_close_to_one_in_every_steps) {
     constexpr std::uint64_t n = 200000;
     for (const std::uint32_t every : {1u, 2u, 10u, 50u, 1000u}) {
-        const fault_plan p = make_plan(7, three, every);
+        const seeded_fault_plan p = make_plan(7, three, every);
         std::uint64_t fired = 0;
         for (std::uint64_t k = 0; k < n; ++k) fired += p.draw(k).has_value();
         const double expected = double(n) / every;
@@ -70,9 +71,9 @@ TEST(fault_plan, fires_at_a_rate_close_to_one_in_every_steps) {
     }
 }
 
-TEST(fault_plan, draws_only_listed_kinds_each_of_them_and_weights_repeats) {
+TEST(seeded_fault_plan, draws_only_listed_kinds_each_of_them_and_weights_repeats) {
     const std::vector<fault_kind> kinds = {fault_kind::hang, fault_kind::kv_eio, fault_kind::hang};
-    const fault_plan p = make_plan(99, kinds, 1);
+    const seeded_fault_plan p = make_plan(99, kinds, 1);
     std::map<fault_kind, std::uint64_t> seen;
     for (std::uint64_t k = 0; k < 30000; ++k) {
         auto d = p.draw(k);
@@ -84,16 +85,16 @@ TEST(fault_plan, draws_only_listed_kinds_each_of_them_and_weights_repeats) {
     EXPECT_NEAR(double(seen[fault_kind::hang]) / double(seen[fault_kind::kv_eio]), 2.0, 0.2);
 }
 
-TEST(fault_plan, the_pick_word_varies_between_faults) {
-    const fault_plan p = make_plan(5, {fault_kind::mailbox_refuse}, 1);
+TEST(seeded_fault_plan, the_pick_word_varies_between_faults) {
+    const seeded_fault_plan p = make_plan(5, {fault_kind::mailbox_refuse}, 1);
     std::map<std::uint64_t, int> by_actor;  // pick modulo 4, as the scheduler chooses an actor
     for (std::uint64_t k = 0; k < 4000; ++k) by_actor[p.draw(k)->pick % 4]++;
     ASSERT_EQ(by_actor.size(), 4u);
     for (const auto& [actor, n] : by_actor) EXPECT_NEAR(n, 1000, 150) << "actor " << actor;
 }
 
-TEST(fault_plan, faults_max_bounds_what_fires_then_the_plan_is_spent) {
-    fault_plan p = make_plan(3, three, 2, 25);
+TEST(seeded_fault_plan, faults_max_bounds_what_fires_then_the_plan_is_spent) {
+    seeded_fault_plan p = make_plan(3, three, 2, 25);
     EXPECT_FALSE(p.spent());
     std::uint64_t returned = 0, last_fire = 0;
     for (std::uint64_t k = 0; k < steps_n; ++k) {
@@ -113,14 +114,14 @@ TEST(fault_plan, faults_max_bounds_what_fires_then_the_plan_is_spent) {
     for (std::uint64_t k = 0; k <= last_fire; ++k) drawn += p.draw(k).has_value();
     EXPECT_EQ(drawn, 25u);
 
-    fault_plan none = make_plan(3, three, 1, 0);
+    seeded_fault_plan none = make_plan(3, three, 1, 0);
     EXPECT_TRUE(none.spent());
     EXPECT_FALSE(none.next(0).has_value());
     EXPECT_EQ(none.fired(), 0u);
 }
 
-TEST(fault_plan, a_fault_taken_back_frees_its_budget_and_counts_as_refused) {
-    fault_plan p = make_plan(11, {fault_kind::nan_logits}, 1, 2);
+TEST(seeded_fault_plan, a_fault_taken_back_frees_its_budget_and_counts_as_refused) {
+    seeded_fault_plan p = make_plan(11, {fault_kind::nan_logits}, 1, 2);
     ASSERT_TRUE(p.next(1));
     ASSERT_TRUE(p.next(2));
     EXPECT_TRUE(p.spent());
@@ -134,12 +135,12 @@ TEST(fault_plan, a_fault_taken_back_frees_its_budget_and_counts_as_refused) {
     EXPECT_TRUE(p.spent());
 }
 
-TEST(fault_plan, no_kinds_is_no_plan) {
-    fault_plan p;
+TEST(seeded_fault_plan, no_kinds_is_no_plan) {
+    seeded_fault_plan p;
     EXPECT_FALSE(p.active());
     EXPECT_FALSE(p.spent());
     for (std::uint64_t k = 0; k < 100; ++k) EXPECT_FALSE(p.next(k));
-    fault_plan q = make_plan(1, {}, 1, 10);
+    seeded_fault_plan q = make_plan(1, {}, 1, 10);
     EXPECT_FALSE(q.active());
     EXPECT_FALSE(q.next(0));
 }

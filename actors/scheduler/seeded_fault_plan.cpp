@@ -1,5 +1,5 @@
-// fault_plan.cpp: see fault_plan.hpp.
-#include "actors/scheduler/fault_plan.hpp"
+// seeded_fault_plan.cpp: see seeded_fault_plan.hpp.
+#include "actors/scheduler/seeded_fault_plan.hpp"
 
 #include <cassert>
 
@@ -7,11 +7,11 @@
 
 namespace ordo::sched {
 
-fault_plan::fault_plan(options o) : _opt(std::move(o)) {
+seeded_fault_plan::seeded_fault_plan(options o) : _opt(std::move(o)) {
     assert(_opt.every_steps >= 1);
 }
 
-std::optional<fault_plan::decision> fault_plan::draw(std::uint64_t k) const {
+std::optional<seeded_fault_plan::decision> seeded_fault_plan::draw(std::uint64_t k) const {
     if (!active()) return std::nullopt;
     std::uint64_t at_k = k;
     std::uint64_t stream = _opt.seed ^ splitmix64_next(at_k);
@@ -24,7 +24,7 @@ std::optional<fault_plan::decision> fault_plan::draw(std::uint64_t k) const {
     return d;
 }
 
-std::optional<fault_plan::decision> fault_plan::next(std::uint64_t k) {
+std::optional<seeded_fault_plan::decision> seeded_fault_plan::next(std::uint64_t k) {
     if (spent()) return std::nullopt;
     auto d = draw(k);
     if (!d) return std::nullopt;
@@ -33,7 +33,7 @@ std::optional<fault_plan::decision> fault_plan::next(std::uint64_t k) {
     return d;
 }
 
-void fault_plan::not_fired(config::fault_kind kind) {
+void seeded_fault_plan::not_fired(fault_kind kind) {
     auto& n = _by_kind[static_cast<std::size_t>(kind)];
     assert(n > 0 && _fired > 0);  // only a decision next() returned is taken back
     if (n == 0 || _fired == 0) return;

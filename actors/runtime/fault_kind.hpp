@@ -1,0 +1,54 @@
+// fault_kind.hpp: the kinds of fault the harness and the config's fault plan inject
+// (docs/protocol.md "fault"), one enum for every actor that arms one. The `fault` op reads the
+// name once (net/ops.cpp parse_fault), the config reads it for [fault] plan; from there on the
+// kind travels as this enum: the scheduler maps each kind to its target in one switch
+// (scheduler_actor::arm_fault), and the gpu, kv and front-door actors switch on the kinds they
+// are sent. A new kind is added here, in that switch and in its target, nowhere else.
+#pragma once
+
+#include <msgpack.hpp>
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+
+#include "actors/runtime/enum_names.hpp"
+
+namespace ordo {
+
+// In groups: the gpu kinds (is_gpu_fault), mailbox_refuse, the kv kinds (is_kv_fault), then
+// the net kinds (is_net_fault).
+enum class fault_kind : std::uint8_t {
+    device_lost,       // the submission's wait returns VK_ERROR_DEVICE_LOST
+    hang,              // the submission outlives the watchdog
+    nan_logits,        // the step's logits are NaN
+    step_delay,        // the step waits before it runs (fails nothing)
+    mailbox_refuse,    // an actor's mailbox refuses its next pushes
+    kv_enospc,         // a save's write fails with ENOSPC
+    kv_eio,            // a save's write fails with EIO
+    kv_torn_exit,      // the server exits halfway through a save's write
+    kv_flip_read,      // a restore reads one bit flipped
+    kv_fingerprint,    // a save's file names another model
+    net_fin,           // the request's connection is closed (FIN)
+    net_rst,           // the request's connection is reset (RST)
+    net_stop_reading,  // the request's connection is not read for a while
+};
+
+inline constexpr std::array<std::string_view, 13> fault_kind_names = {
+    "device_lost", "hang",   "nan_logits",   "step_delay",   "mailbox_refuse",
+    "kv_enospc",   "kv_eio", "kv_torn_exit", "kv_flip_read", "kv_fingerprint",
+    "net_fin",     "net_rst", "net_stop_reading"};
+constexpr const auto& names_of(fault_kind) { return fault_kind_names; }
+static_assert(static_cast<std::size_t>(fault_kind::net_stop_reading) + 1 ==
+                  fault_kind_names.size(),
+              "fault_kind_names names every fault_kind, in order");
+
+inline constexpr bool is_gpu_fault(fault_kind k) { return k <= fault_kind::step_delay; }
+inline constexpr bool is_kv_fault(fault_kind k) {
+    return k >= fault_kind::kv_enospc && k <= fault_kind::kv_fingerprint;
+}
+inline constexpr bool is_net_fault(fault_kind k) { return k >= fault_kind::net_fin; }
+
+}  // namespace ordo
+
+MSGPACK_ADD_ENUM(ordo::fault_kind);
