@@ -122,6 +122,30 @@ check(firstRaw.seed === 12345 && again.choices[0].message.content ===
       firstRaw.choices[0].message.content, 'a reported seed reproduces its answer',
       [firstRaw.seed, again.choices[0].message.content, firstRaw.choices[0].message.content]);
 
+// Structured output as the SDK sends it: json_schema (strict) and JSON mode. A whole answer
+// parses and follows the schema; one cut by max_tokens still begins an object.
+const schema = { type: 'object', properties: { answer: { type: 'string', maxLength: 4 } },
+                 required: ['answer'], additionalProperties: false };
+for (const [what, response_format] of [
+  ['json_schema', { type: 'json_schema', json_schema: { name: 'reply', strict: true, schema } }],
+  ['json_object', { type: 'json_object' }]]) {
+  const r = await client.chat.completions.create(
+    { model, messages, max_tokens: 200, seed: 3, response_format });
+  const text = r.choices[0].message.content;
+  if (r.choices[0].finish_reason === 'stop') {
+    let doc = null;
+    try { doc = JSON.parse(text); } catch (e) { check(false, `${what}: the answer parses`, text); }
+    check(doc !== null && typeof doc === 'object' && !Array.isArray(doc),
+          `${what}: the answer is one JSON object`, text);
+    if (what === 'json_schema') {
+      check(Object.keys(doc).length === 1 && typeof doc.answer === 'string' &&
+            doc.answer.length <= 4, 'json_schema: the answer follows the schema', text);
+    }
+  } else {
+    check(/^\s*\{/.test(text), `${what}: a cut answer still begins an object`, text);
+  }
+}
+
 // What client libraries send by default is accepted: each of these asks for exactly what ordo
 // does anyway.
 for (const [what, extra] of [

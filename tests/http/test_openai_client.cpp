@@ -3,9 +3,10 @@
 //
 // The checks are in openai_client.mjs: models.list; chat and completions, non-streamed and
 // streamed (the stream adds up to the non-streamed answer; the usage chunk); a stop string;
-// the same seed giving the same text; logprobs with top_logprobs; and the client's own error
-// classes and fields (status, param) for a wrong model (404), n = 2, response_format and tools
-// (400); and, with a server that requires an API key, the client's apiKey (openai_auth.mjs:
+// the same seed giving the same text; logprobs with top_logprobs; structured output
+// (response_format json_schema and json_object: a whole answer parses and follows the schema);
+// and the client's own error classes and fields (status, param) for a wrong model (404),
+// n = 2, an unsupported schema keyword and tools (400); and, with a server that requires an API key, the client's apiKey (openai_auth.mjs:
 // the right key served, a wrong one AuthenticationError 401). embeddings.create
 // (openai_embeddings.mjs): strings (the client's default base64 and float), token ids and token
 // arrays give the CPU reference's embedding (model::embed with the server's pooling, computed here)
