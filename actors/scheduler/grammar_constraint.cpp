@@ -6,8 +6,9 @@
 
 namespace ordo::sched {
 
-grammar_vocab::grammar_vocab(std::span<const std::string> pieces, std::vector<int32_t> eog_ids)
-    : trie(pieces), eog(std::move(eog_ids)) {}
+grammar_vocab::grammar_vocab(std::span<const std::string> token_pieces,
+                             std::vector<int32_t> eog_ids)
+    : trie(token_pieces), eog(std::move(eog_ids)), pieces(token_pieces.begin(), token_pieces.end()) {}
 
 grammar_constraint::grammar_constraint(std::unique_ptr<grammar::gbnf> g,
                                        const grammar_vocab& vocab)
@@ -36,6 +37,18 @@ result<std::span<const uint8_t>> grammar_constraint::allowed() {
                           "sentence of the grammar)");
     }
     return std::span<const uint8_t>(_mask);
+}
+
+bool grammar_constraint::allows(int32_t token) const {
+    if (token < 0 || static_cast<std::size_t>(token) >= _vocab->pieces.size()) return false;
+    if (std::find(_vocab->eog.begin(), _vocab->eog.end(), token) != _vocab->eog.end()) {
+        return _m.accepting();
+    }
+    const std::string& piece = _vocab->pieces[static_cast<std::size_t>(token)];
+    if (piece.empty()) return false;
+    grammar::matcher copy = _m;
+    auto ok = copy.advance_utf8(piece);
+    return ok.ok() && *ok;
 }
 
 status grammar_constraint::accept(int32_t token, std::string_view bytes) {

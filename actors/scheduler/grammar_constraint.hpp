@@ -24,6 +24,11 @@
 
 namespace ordo::sched {
 
+// Greedy decoding under a grammar checks this many of its best tokens one by one before it
+// computes the mask of the whole vocabulary (a check is one matcher copy; a mask a walk of
+// every token's bytes).
+inline constexpr uint32_t grammar_greedy_checks_max = 32;
+
 struct grammar_vocab {
     // pieces[t]: token t's bytes in generated text ("" for control tokens: never allowed by
     // the trie); eog: the ids that end generation.
@@ -31,6 +36,7 @@ struct grammar_vocab {
 
     grammar::vocab_trie trie;
     std::vector<int32_t> eog;
+    std::vector<std::string> pieces;  // for one token's check (grammar_constraint::allows)
 };
 
 class grammar_constraint {
@@ -41,6 +47,9 @@ public:
     // The mask for the next token (one entry per token of the vocabulary). Errors: the
     // matcher's limits, or "grammar_dead_end".
     result<std::span<const uint8_t>> allowed();
+    // Whether one token may come next, as allowed() would say (a matcher limit: false; the
+    // mask then names it). Cheap: one copy of the matcher, not a walk of the vocabulary.
+    bool allows(int32_t token) const;
     // Advances past a sampled token (`bytes`: its bytes in generated text; an end-of-generation
     // token advances nothing). Error: the token was not allowed (a bug: the sampler was given
     // the mask).

@@ -86,17 +86,9 @@ status sampler::check_inputs(std::span<const float> logits, std::span<const int3
     return {};
 }
 
-result<sampled> sampler::sample(std::span<const float> logits,
-                                std::span<const int32_t> recent_tokens,
-                                std::span<const uint8_t> allowed) {
-    if (auto s = check_inputs(logits, recent_tokens); !s) return s.err();
+status sampler::prepare(std::span<const float> logits, std::span<const int32_t> recent_tokens) {
+    if (auto s = check_inputs(logits, recent_tokens); !s) return s;
     const size_t n_vocab = logits.size();
-    if (!allowed.empty() &&
-        (allowed.size() != n_vocab ||
-         std::none_of(allowed.begin(), allowed.end(), [](uint8_t a) { return a != 0; }))) {
-        return make_error("bad_mask", "the allowed-token mask must have one entry per logit (" +
-                                          std::to_string(n_vocab) + ") and allow a token");
-    }
     if (_work.size() != n_vocab) {
         // First call (or a new vocabulary): the only allocations this sampler makes.
         _work.resize(n_vocab);
@@ -108,39 +100,71 @@ result<sampled> sampler::sample(std::span<const float> logits,
         _heap.reserve(std::min<uint32_t>(_params.top_k, top_k_heap_max));
     }
     // The raw distribution first: it gives the reported log-probabilities.
-    const float max_raw = math::max_value(logits);
-    math::exp_shifted(logits, max_raw, 1.0f, _exp);
-    const double raw_mass = math::sum(_exp);
-    const double log_z = max_raw + std::log(raw_mass);
-
+    _max_raw = math::max_value(logits);
+    math::exp_shifted(logits, _max_raw, 1.0f, _exp);
+    _raw_mass = math::sum(_exp);
+    _log_z = _max_raw + std::log(_raw_mass);
     std::copy(logits.begin(), logits.end(), _work.begin());
-    bool penalised = apply_penalty(recent_tokens);
+    _penalised = apply_penalty(recent_tokens);
+    _masked = false;
+    return {};
+}
+
+sampled sampler::report(std::span<const float> logits, int32_t token) const {
+    assert(token >= 0 && static_cast<size_t>(token) < logits.size());
+    sampled out;
+    out.token = token;
+    out.logprob = static_cast<float>(logits[token] - _log_z);
+    fill_top_logprobs(logits, _log_z, out);
+    return out;
+}
+
+result<sampled> sampler::sample(std::span<const float> logits,
+                                std::span<const int32_t> recent_tokens,
+                                std::span<const uint8_t> allowed) {
+    if (!allowed.empty() &&
+        (allowed.size() != logits.size() ||
+         std::none_of(allowed.begin(), allowed.end(), [](uint8_t a) { return a != 0; }))) {
+        return make_error("bad_mask", "the allowed-token mask must have one entry per logit (" +
+                                          std::to_string(logits.size()) + ") and allow a token");
+    }
+    if (auto s = prepare(logits, recent_tokens); !s) return s.err();
     // A refused token's logit becomes -inf: greedy never picks it and drop_masked() takes it
     // out of the candidates (its weight would otherwise be exp's floor, not 0).
     _masked = !allowed.empty();
     if (_masked) {
-        for (size_t i = 0; i < n_vocab; i++) {
+        for (size_t i = 0; i < logits.size(); i++) {
             if (allowed[i] == 0) _work[i] = -std::numeric_limits<float>::infinity();
         }
-        penalised = true;
+        _penalised = true;
     }
-    sampled out;
-    if (_params.temperature == 0.0f) {
-        out.token = pick_greedy();
-    } else {
-        float max_work = max_raw;
-        double mass = raw_mass;
-        if (penalised) {  // _exp must follow the penalised logits
-            max_work = math::max_value(_work);
-            math::exp_shifted(_work, max_work, 1.0f, _exp);
-            mass = math::sum(_exp);
-        }
-        out.token = pick_random(max_work, mass);
+    if (_params.temperature == 0.0f) return report(logits, pick_greedy());
+    float max_work = _max_raw;
+    double mass = _raw_mass;
+    if (_penalised) {  // _exp must follow the penalised logits
+        max_work = math::max_value(_work);
+        math::exp_shifted(_work, max_work, 1.0f, _exp);
+        mass = math::sum(_exp);
     }
-    assert(out.token >= 0 && static_cast<size_t>(out.token) < n_vocab);
-    out.logprob = static_cast<float>(logits[out.token] - log_z);
-    fill_top_logprobs(logits, log_z, out);
-    return out;
+    return report(logits, pick_random(max_work, mass));
+}
+
+result<std::optional<sampled>> sampler::sample_greedy_checked(
+    std::span<const float> logits, std::span<const int32_t> recent_tokens,
+    const std::function<bool(int32_t)>& allows, uint32_t tries) {
+    if (_params.temperature != 0.0f) {
+        return make_error("bad_request", "a checked greedy draw needs temperature 0");
+    }
+    if (auto s = prepare(logits, recent_tokens); !s) return s.err();
+    // The best tokens in greedy's order (logit descending, the lowest id on ties): the first one
+    // allowed is greedy's pick over the mask.
+    for (uint32_t i = 0; i < tries; i++) {
+        const int32_t t = pick_greedy();
+        if (_work[t] == -std::numeric_limits<float>::infinity()) break;  // all offered
+        if (allows(t)) return std::optional<sampled>(report(logits, t));
+        _work[t] = -std::numeric_limits<float>::infinity();
+    }
+    return std::optional<sampled>();
 }
 
 // Returns whether any logit changed.

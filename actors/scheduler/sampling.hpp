@@ -31,6 +31,8 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -96,12 +98,26 @@ public:
     result<sampled> sample(std::span<const float> logits, std::span<const int32_t> recent_tokens,
                            std::span<const uint8_t> allowed = {});
 
+    // Greedy (temperature 0 only) with a per-token check instead of a mask: the best tokens in
+    // greedy's order are offered to `allows`, at most `tries` of them, and the first it takes
+    // is the token greedy would pick over a mask of everything `allows` takes. Nothing when none
+    // of them is taken (the caller then computes the mask and calls sample). Draws nothing
+    // from the generator: greedy never does.
+    result<std::optional<sampled>> sample_greedy_checked(std::span<const float> logits,
+                                                         std::span<const int32_t> recent_tokens,
+                                                         const std::function<bool(int32_t)>& allows,
+                                                         uint32_t tries);
+
     const sampling_params& params() const { return _params; }
 
 private:
     explicit sampler(const sampling_params& p) : _params(p), _rng(p.seed) {}
 
     status check_inputs(std::span<const float> logits, std::span<const int32_t> recent) const;
+    // The inputs checked, the raw distribution's normaliser, _work the penalised logits.
+    status prepare(std::span<const float> logits, std::span<const int32_t> recent);
+    // `token` with its raw log-probability and the top alternatives.
+    sampled report(std::span<const float> logits, int32_t token) const;
     bool apply_penalty(std::span<const int32_t> recent);
     int32_t pick_greedy() const;
     int32_t pick_random(float max_work, double mass);
@@ -113,7 +129,11 @@ private:
 
     sampling_params _params;
     xoshiro256ss _rng;
-    bool _masked = false;  // this call's _work has refused tokens at -inf
+    bool _masked = false;     // this call's _work has refused tokens at -inf
+    bool _penalised = false;  // this call's _work differs from the logits
+    float _max_raw = 0.0f;    // this call's raw logits: the largest, the mass of
+    double _raw_mass = 0.0;   // exp(logit - _max_raw) (in _exp until penalties change it),
+    double _log_z = 0.0;      // and the log normaliser
     // Scratch reused across calls (sized once per vocabulary size): no allocation per token.
     std::vector<float> _work;          // (vocab) penalised logits
     std::vector<float> _exp;           // (vocab) exp(logit - max logit), raw then penalised

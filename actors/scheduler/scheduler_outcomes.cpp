@@ -140,14 +140,27 @@ void scheduler_core::on_step_done(const gpu::step_done& m, const row_reader& row
 
 void scheduler_core::apply_token(request_state& r, std::span<const float> logits,
                                  std::vector<outgoing_event>& out) {
-    std::span<const uint8_t> allowed;
-    if (r.grammar) {
-        auto a = r.grammar->allowed();
-        if (!a) return fail(r, door::errc::bad_request, a.err().message, out);
-        allowed = a->first(std::min(a->size(), logits.size()));
+    // A grammar: greedy offers its best tokens to the grammar one by one, and only when none of
+    // the first few is allowed (or when sampling) is the whole vocabulary's mask computed.
+    std::optional<sampled> s;
+    if (r.grammar && r.params.sampling.temperature == 0.0f) {
+        auto g = r.smp->sample_greedy_checked(
+            logits, r.tokens, [&](int32_t t) { return r.grammar->allows(t); },
+            grammar_greedy_checks_max);
+        if (!g.ok()) return fail(r, door::errc::internal, "sampling failed: " + g.err().message, out);
+        s = std::move(*g);
     }
-    auto s = r.smp->sample(logits, r.tokens, allowed);
-    if (!s.ok()) return fail(r, door::errc::internal, "sampling failed: " + s.err().message, out);
+    if (!s) {
+        std::span<const uint8_t> allowed;
+        if (r.grammar) {
+            auto a = r.grammar->allowed();
+            if (!a) return fail(r, door::errc::bad_request, a.err().message, out);
+            allowed = a->first(std::min(a->size(), logits.size()));
+        }
+        auto d = r.smp->sample(logits, r.tokens, allowed);
+        if (!d.ok()) return fail(r, door::errc::internal, "sampling failed: " + d.err().message, out);
+        s = std::move(*d);
+    }
     int32_t token = s->token;
     if (r.grammar) {
         if (auto g = r.grammar->accept(token, _tok->token_bytes(token, false)); !g) {

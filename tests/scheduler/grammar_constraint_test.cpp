@@ -5,7 +5,8 @@
 // multi-byte pieces, a piece that runs past what the grammar allows is refused); end of
 // generation is allowed only when the text so far is a whole sentence; done() once nothing can
 // follow; accept() advances and refuses a token the grammar does not allow; a state no token
-// continues is grammar_dead_end; a bad grammar is bad_grammar naming the line.
+// continues is grammar_dead_end; a bad grammar is bad_grammar naming the line; one token's
+// check (allows) agrees with the mask everywhere.
 #include "actors/scheduler/grammar_constraint.hpp"
 
 #include <gtest/gtest.h>
@@ -30,6 +31,7 @@ std::vector<int> allowed_ids(grammar_constraint& g) {
     if (!m.ok()) return ids;
     for (size_t i = 0; i < m->size(); i++) {
         if ((*m)[i]) ids.push_back(int(i));
+        EXPECT_EQ(g.allows(int32_t(i)), (*m)[i] != 0) << "one token's check, token " << i;
     }
     return ids;
 }

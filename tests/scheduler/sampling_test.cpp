@@ -12,7 +12,7 @@
 // temperatures); bad parameters and bad logits are errors naming the problem; an allowed-token
 // mask (a grammar's) restricts greedy and every filter to the allowed tokens, draws only them
 // with the model's relative frequencies among them, and a mask of the wrong size or allowing
-// nothing is an error.
+// nothing is an error; greedy checked token by token picks what greedy over the mask picks.
 #include "actors/scheduler/sampling.hpp"
 
 #include <gtest/gtest.h>
@@ -407,6 +407,37 @@ TEST(sampling, a_bad_mask_is_an_error) {
     auto b = s.sample(logits, {}, none);
     ASSERT_FALSE(b.ok());
     EXPECT_EQ(b.err().code, "bad_mask");
+}
+
+TEST(sampling, greedy_checked_token_by_token_equals_greedy_over_the_mask) {
+    std::vector<float> logits(5000);
+    for (size_t i = 0; i < logits.size(); i++) logits[i] = float((i * 7919) % 1013) * 0.01f;
+    const std::vector<int32_t> recent = {1, 2, 3, 4000};
+    for (int modulo : {1, 3, 40, 700}) {
+        SCOPED_TRACE("allowed: ids divisible by " + std::to_string(modulo));
+        auto allows = [&](int32_t t) { return t % modulo == 0; };
+        std::vector<uint8_t> mask(logits.size());
+        for (size_t i = 0; i < mask.size(); i++) mask[i] = allows(int32_t(i)) ? 1 : 0;
+        sampling_params p;
+        p.temperature = 0.0f;
+        p.repeat_penalty = 1.3f;
+        p.logprobs = 2;
+        sampler full = make(p), checked = make(p);
+        auto want = full.sample(logits, recent, mask);
+        ASSERT_TRUE(want.ok());
+        auto got = checked.sample_greedy_checked(logits, recent, allows, 5000);
+        ASSERT_TRUE(got.ok());
+        ASSERT_TRUE(got->has_value());
+        EXPECT_EQ((*got)->token, want->token);
+        EXPECT_EQ((*got)->logprob, want->logprob);
+        EXPECT_EQ((*got)->top_count, want->top_count);
+        // Too few checks for a sparse mask: nothing, and the caller falls back to the mask.
+        auto few = checked.sample_greedy_checked(logits, recent, allows, 2);
+        ASSERT_TRUE(few.ok());
+        if (modulo == 700) EXPECT_FALSE(few->has_value());
+    }
+    sampler hot = make({.temperature = 1.0f});
+    EXPECT_FALSE(hot.sample_greedy_checked(logits, {}, [](int32_t) { return true; }, 4).ok());
 }
 
 }  // namespace
