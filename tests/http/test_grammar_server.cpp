@@ -9,7 +9,9 @@
 // which the JSON grammar accepts, parsing as one JSON object when it ends with "stop";
 // response_format json_schema gives answers that validate against the schema (python3-
 // jsonschema, draft 2020-12); a bad grammar is bad_request (msgpack) and 400 (HTTP) naming the
-// line and column; a schema keyword ordo does not support is 400 naming response_format. The unconstrained model's text for the same seed is not a
+// line and column; a schema keyword ordo does not support is 400 naming response_format; a
+// cancel mid-generation ends the request once with "cancelled", and after a client leaves
+// mid-generation the server answers the next grammar request. The unconstrained model's text for the same seed is not a
 // sentence of the grammar (so the constraint, not luck, made it one).
 #include <gtest/gtest.h>
 
@@ -89,6 +91,37 @@ void check_model(const std::string& model, const std::string& prompt) {
     event greedy = generate(c, id++, prompt, 0.0, 1, &record);
     ASSERT_EQ(greedy.outcome(), "done:stop");
     EXPECT_TRUE(follows(record, greedy.str("text"), true)) << greedy.str("text");
+
+    // Cancel and disconnect mid-generation behave as in any request: one terminal event, and
+    // the server goes on (a grammar that cannot end before 90 tokens).
+    const std::string long_one = "root ::= \"a\"{90}";
+    const uint64_t cid = id++;
+    ASSERT_TRUE(c.send(frame("id", cid, "op", "generate", "prompt", prompt, "max_tokens", 100,
+                             "temperature", 1.0, "seed", 9, "stream", true, "grammar", long_one)));
+    std::size_t tokens = 0, terminals = 0;
+    std::string reason;
+    while (auto e = next(c)) {
+        if (e->u("id") != cid) continue;
+        if (e->str("event") == "token" && ++tokens == 3) {
+            ASSERT_TRUE(c.send(frame("id", id++, "op", "cancel", "target", cid)));
+        }
+        if (e->terminal()) {
+            terminals++;
+            reason = e->str("reason");
+            break;
+        }
+    }
+    EXPECT_EQ(terminals, 1u);
+    EXPECT_EQ(reason, "cancelled");
+    {
+        tcp_client gone;
+        ASSERT_TRUE(gone.connect(srv->proc.port()));
+        ASSERT_TRUE(gone.send(frame("id", 1, "op", "generate", "prompt", prompt, "max_tokens",
+                                    100, "stream", true, "grammar", long_one)));
+        ASSERT_TRUE(next(gone).has_value());
+    }  // closed mid-generation
+    event after = generate(c, id++, prompt, 0.0, 1, &record);
+    EXPECT_EQ(after.outcome(), "done:stop") << "the server after a cancel and a disconnect";
 
     // A bad grammar: bad_request naming where.
     const std::string bad = "root ::= \"a\" (\n";
