@@ -144,19 +144,53 @@ private:
             }
             return ref(s["$ref"], pointer(at, "$ref"), depth);
         }
-        if (s.contains("const")) return literal(s["const"].dump());
-        if (s.contains("enum")) {
-            const json& e = s["enum"];
-            if (!e.is_array() || e.empty()) return bad(pointer(at, "enum"), "a non-empty array");
+        // A combinator or a value list stands alone (beside a type list at most, for enum and
+        // const): the grammar takes the branches or the values as they are, so any other
+        // constraint beside them would go unchecked.
+        for (const char* k : {"const", "enum", "anyOf", "oneOf", "allOf"}) {
+            if (!s.contains(k)) continue;
+            for (const auto& [other, v] : s.items()) {
+                const bool value_type = (std::string_view(k) == "const" ||
+                                         std::string_view(k) == "enum") &&
+                                        other == "type";
+                if (other != k && other != "$defs" && other != "definitions" && !value_type &&
+                    std::find(k_annotations.begin(), k_annotations.end(), other) ==
+                        k_annotations.end()) {
+                    return bad(at, "\"" + other + "\" beside \"" + k + "\" is not supported");
+                }
+            }
+        }
+        if (s.contains("const") || s.contains("enum")) {
+            // The values the type (when given) also allows, each written as it is.
+            json values = s.contains("const") ? json::array({s["const"]}) : s["enum"];
+            if (!values.is_array() || values.empty()) {
+                return bad(pointer(at, "enum"), "a non-empty array");
+            }
+            auto types = type_list(s, at);
+            if (!types) return types.err();
             std::string alt;
-            for (const json& v : e) alt += (alt.empty() ? "" : " | ") + literal(v.dump());
+            for (const json& v : values) {
+                if (!types->empty() && std::none_of(types->begin(), types->end(),
+                                                    [&](const std::string& t) {
+                                                        return has_type(v, t);
+                                                    })) {
+                    continue;
+                }
+                alt += (alt.empty() ? "" : " | ") + literal(v.dump());
+            }
+            if (alt.empty()) return bad(at, "no value of the enum has the schema's type");
             return "(" + alt + ")";
         }
         for (const char* k : {"anyOf", "oneOf"}) {
             if (!s.contains(k)) continue;
-            // oneOf as anyOf: a grammar cannot exclude documents valid against two branches.
             const json& a = s[k];
             if (!a.is_array() || a.empty()) return bad(pointer(at, k), "a non-empty array");
+            // oneOf: exactly one branch may match, which a grammar cannot count; taken only
+            // when no document can match two branches (their JSON types are disjoint).
+            if (std::string_view(k) == "oneOf" && !disjoint(a)) {
+                return bad(pointer(at, k), "a oneOf whose branches may overlap is not supported "
+                                           "(branches of distinct types are)");
+            }
             std::string alt;
             for (std::size_t i = 0; i < a.size(); ++i) {
                 auto e = expr(a[i], pointer(pointer(at, k), std::to_string(i)), depth + 1);
@@ -172,25 +206,20 @@ private:
             }
             return expr(a[0], pointer(pointer(at, "allOf"), "0"), depth + 1);
         }
-        std::vector<std::string> types;
-        if (s.contains("type")) {
-            const json& t = s["type"];
-            if (t.is_string()) {
-                types.push_back(t.get<std::string>());
-            } else if (t.is_array() && !t.empty()) {
-                for (const json& x : t) {
-                    if (!x.is_string()) return bad(pointer(at, "type"), "names of types");
-                    types.push_back(x.get<std::string>());
-                }
-            } else {
-                return bad(pointer(at, "type"), "a type name or an array of them");
-            }
-        } else if (s.contains("properties") || s.contains("additionalProperties")) {
-            types.push_back("object");
-        } else if (s.contains("items")) {
-            types.push_back("array");
-        } else {
-            return std::string("value");
+        auto listed = type_list(s, at);
+        if (!listed) return listed.err();
+        std::vector<std::string> types = std::move(*listed);
+        if (types.empty()) {
+            // No type: keywords of a type constrain the instances of that type only, and every
+            // other type is allowed as it is.
+            const bool constrained =
+                std::any_of(s.items().begin(), s.items().end(), [](const auto& kv) {
+                    return kv.key() != "nullable" &&
+                           std::find(k_annotations.begin(), k_annotations.end(), kv.key()) ==
+                               k_annotations.end();
+                });
+            if (!constrained) return std::string("value");
+            types = {"object", "array", "string", "number", "boolean", "null"};
         }
         if (s.value("nullable", false)) types.push_back("null");
         std::string alt;
@@ -200,6 +229,71 @@ private:
             alt += (alt.empty() ? "" : " | ") + *e;
         }
         return types.size() == 1 ? alt : "(" + alt + ")";
+    }
+
+    // The names in "type" (none: absent).
+    result<std::vector<std::string>> type_list(const json& s, const std::string& at) const {
+        std::vector<std::string> types;
+        if (!s.contains("type")) return types;
+        const json& t = s["type"];
+        if (t.is_string()) {
+            types.push_back(t.get<std::string>());
+        } else if (t.is_array() && !t.empty()) {
+            for (const json& x : t) {
+                if (!x.is_string()) return bad(pointer(at, "type"), "names of types");
+                types.push_back(x.get<std::string>());
+            }
+        } else {
+            return bad(pointer(at, "type"), "a type name or an array of them");
+        }
+        return types;
+    }
+
+    static bool has_type(const json& v, const std::string& t) {
+        if (t == "integer") {
+            return v.is_number_integer() ||
+                   (v.is_number_float() && v.get<double>() == static_cast<double>(
+                                                                   static_cast<long long>(v.get<double>())));
+        }
+        return (t == "number" && v.is_number()) || (t == "string" && v.is_string()) ||
+               (t == "boolean" && v.is_boolean()) || (t == "null" && v.is_null()) ||
+               (t == "object" && v.is_object()) || (t == "array" && v.is_array());
+    }
+
+    // The JSON types a branch can match, as bits (object, array, string, number, boolean,
+    // null); all of them when it does not say.
+    static unsigned kinds(const json& b) {
+        constexpr unsigned all = 0x3F;
+        if (!b.is_object()) return all;
+        auto bit = [](const std::string& t) -> unsigned {
+            if (t == "object") return 1;
+            if (t == "array") return 2;
+            if (t == "string") return 4;
+            if (t == "number" || t == "integer") return 8;
+            if (t == "boolean") return 16;
+            if (t == "null") return 32;
+            return 0x3F;
+        };
+        unsigned k = 0;
+        if (b.contains("type") && b["type"].is_string()) {
+            k = bit(b["type"].get<std::string>());
+        } else if (b.contains("type") && b["type"].is_array()) {
+            for (const json& t : b["type"]) k |= t.is_string() ? bit(t.get<std::string>()) : all;
+        } else {
+            return all;
+        }
+        if (b.value("nullable", false)) k |= 32;
+        return k;
+    }
+
+    static bool disjoint(const json& branches) {
+        unsigned seen = 0;
+        for (const json& b : branches) {
+            const unsigned k = kinds(b);
+            if ((k & seen) != 0) return false;
+            seen |= k;
+        }
+        return true;
     }
 
     static bool only_annotations_besides(const json& s, std::string_view key) {
@@ -318,6 +412,9 @@ private:
             return bad(pointer(at, "required"), "an array of names");
         }
         if (!s.contains("properties")) {
+            if (!s.value("required", json::array()).empty()) {
+                return bad(pointer(at, "required"), "required names need their properties");
+            }
             // A map: any keys, values of additionalProperties' schema (absent or true: any).
             std::string v = "value";
             if (s.contains("additionalProperties")) {
