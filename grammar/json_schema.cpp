@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <initializer_list>
 #include <map>
 #include <set>
 #include <string_view>
@@ -130,16 +131,13 @@ private:
             "maxItems", "minLength", "maxLength",   "format",     "uniqueItems",
             "nullable"};
         for (const auto& [k, v] : s.items()) {
-            if (std::find(k_annotations.begin(), k_annotations.end(), k) != k_annotations.end()) {
-                continue;
-            }
-            if (std::find(known.begin(), known.end(), k) == known.end()) {
+            if (!is_annotation(k) && std::find(known.begin(), known.end(), k) == known.end()) {
                 return bad(at, "\"" + k + "\" is not supported");
             }
         }
         if (s.contains("$defs") && !at.empty()) return bad(at, "$defs only at the top level");
         if (s.contains("$ref")) {
-            if (s.size() > 1 && !only_annotations_besides(s, "$ref")) {
+            if (!constraint_beside(s, {"$ref"}).empty()) {
                 return bad(at, "$ref beside other constraints is not supported");
             }
             return ref(s["$ref"], pointer(at, "$ref"), depth);
@@ -147,17 +145,13 @@ private:
         // A combinator or a value list stands alone (beside a type list at most, for enum and
         // const): the grammar takes the branches or the values as they are, so any other
         // constraint beside them would go unchecked.
-        for (const char* k : {"const", "enum", "anyOf", "oneOf", "allOf"}) {
+        for (std::string_view k : {"const", "enum", "anyOf", "oneOf", "allOf"}) {
             if (!s.contains(k)) continue;
-            for (const auto& [other, v] : s.items()) {
-                const bool value_type = (std::string_view(k) == "const" ||
-                                         std::string_view(k) == "enum") &&
-                                        other == "type";
-                if (other != k && other != "$defs" && other != "definitions" && !value_type &&
-                    std::find(k_annotations.begin(), k_annotations.end(), other) ==
-                        k_annotations.end()) {
-                    return bad(at, "\"" + other + "\" beside \"" + k + "\" is not supported");
-                }
+            const bool values = k == "const" || k == "enum";
+            const std::string other = constraint_beside(s, {k, values ? "type" : k});
+            if (!other.empty()) {
+                return bad(at, "\"" + other + "\" beside \"" + std::string(k) +
+                                   "\" is not supported");
             }
         }
         if (s.contains("const") || s.contains("enum")) {
@@ -212,13 +206,7 @@ private:
         if (types.empty()) {
             // No type: keywords of a type constrain the instances of that type only, and every
             // other type is allowed as it is.
-            const bool constrained =
-                std::any_of(s.items().begin(), s.items().end(), [](const auto& kv) {
-                    return kv.key() != "nullable" &&
-                           std::find(k_annotations.begin(), k_annotations.end(), kv.key()) ==
-                               k_annotations.end();
-                });
-            if (!constrained) return std::string("value");
+            if (constraint_beside(s, {"nullable"}).empty()) return std::string("value");
             types = {"object", "array", "string", "number", "boolean", "null"};
         }
         if (s.value("nullable", false)) types.push_back("null");
@@ -296,14 +284,21 @@ private:
         return true;
     }
 
-    static bool only_annotations_besides(const json& s, std::string_view key) {
+    static bool is_annotation(std::string_view k) {
+        return std::find(k_annotations.begin(), k_annotations.end(), k) != k_annotations.end();
+    }
+
+    // The first keyword of `s` that constrains, besides `keep`, annotations and the
+    // definitions a $ref reads ("" when there is none).
+    static std::string constraint_beside(const json& s,
+                                         std::initializer_list<std::string_view> keep) {
         for (const auto& [k, v] : s.items()) {
-            if (k != key && k != "$defs" && k != "definitions" &&
-                std::find(k_annotations.begin(), k_annotations.end(), k) == k_annotations.end()) {
-                return false;
+            if (!is_annotation(k) && k != "$defs" && k != "definitions" &&
+                std::find(keep.begin(), keep.end(), k) == keep.end()) {
+                return k;
             }
         }
-        return true;
+        return "";
     }
 
     result<std::string> ref(const json& r, const std::string& at, std::size_t depth) {
@@ -322,14 +317,13 @@ private:
                 auto it = _refs.find(target);
                 if (it != _refs.end()) return it->second;  // also a recursive reference
                 // Reserve the rule's name first, so a schema that refers to itself ends.
+                const std::size_t slot = _rules.size();
                 auto rule = add_rule("");
                 if (!rule) return rule.err();
                 _refs[target] = *rule;
                 auto body = expr((*defs)[name], "/" + section + "/" + name, depth + 1);
                 if (!body) return body.err();
-                for (auto& [n, b] : _rules) {
-                    if (n == *rule) b = *body;
-                }
+                _rules[slot].second = std::move(*body);
                 return *rule;
             }
         }

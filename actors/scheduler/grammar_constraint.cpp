@@ -6,9 +6,8 @@
 
 namespace ordo::sched {
 
-grammar_vocab::grammar_vocab(std::span<const std::string> token_pieces,
-                             std::vector<int32_t> eog_ids)
-    : trie(token_pieces), eog(std::move(eog_ids)), pieces(token_pieces.begin(), token_pieces.end()) {}
+grammar_vocab::grammar_vocab(std::vector<std::string> token_pieces, std::vector<int32_t> eog_ids)
+    : trie(token_pieces), eog(std::move(eog_ids)), pieces(std::move(token_pieces)) {}
 
 grammar_constraint::grammar_constraint(std::unique_ptr<grammar::gbnf> g,
                                        const grammar_vocab& vocab)

@@ -32,7 +32,8 @@ inline constexpr uint32_t grammar_greedy_checks_max = 32;
 struct grammar_vocab {
     // pieces[t]: token t's bytes in generated text ("" for control tokens: never allowed by
     // the trie); eog: the ids that end generation.
-    grammar_vocab(std::span<const std::string> pieces, std::vector<int32_t> eog);
+    // (`pieces` is kept: the trie is built from it first, as the members are declared.)
+    grammar_vocab(std::vector<std::string> pieces, std::vector<int32_t> eog);
 
     grammar::vocab_trie trie;
     std::vector<int32_t> eog;

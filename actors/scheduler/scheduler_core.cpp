@@ -209,7 +209,7 @@ result<grammar_constraint> scheduler_core::make_grammar(const std::string& sourc
             if (v.is_eog(id)) eog.push_back(id);
             pieces[t] = _tok->token_bytes(id, false);
         }
-        _grammar_vocab = std::make_unique<grammar_vocab>(pieces, std::move(eog));
+        _grammar_vocab = std::make_unique<grammar_vocab>(std::move(pieces), std::move(eog));
     }
     auto c = grammar_constraint::create(source, *_grammar_vocab);
     if (!c) return make_error("bad_request", "\"grammar\": " + c.err().message);
