@@ -84,17 +84,25 @@ std::string pointer(const std::string& at, std::string_view token) {
     return out;
 }
 
-class converter {
-public:
-    converter(const json& root, const json_schema_limits& limits) : _root(root), _limits(limits) {}
+}  // namespace
 
-    result<std::string> run() {
-        auto top = expr(_root, "", 0);
-        if (!top) return top.err();
-        std::string g = "root ::= ws " + *top + "\n";
+class json_schema_rules::converter {
+public:
+    explicit converter(const json_schema_limits& limits) : _limits(limits) {}
+
+    // The expression of one schema; its $refs resolve inside it.
+    result<std::string> add(const json& schema) {
+        _root = &schema;
+        _refs.clear();
+        auto top = expr(schema, "", 0);
+        _root = nullptr;
+        return top;
+    }
+
+    std::string rules() const {
+        std::string g;
         for (const auto& [name, body] : _rules) g += name + " ::= " + body + "\n";
-        g += k_primitives;
-        return g;
+        return g + std::string(k_primitives);
     }
 
 private:
@@ -310,7 +318,7 @@ private:
                 name = target.substr(prefix.size());
                 const json* defs = nullptr;
                 const std::string section(prefix.substr(2, prefix.size() - 3));
-                if (_root.is_object() && _root.contains(section)) defs = &_root[section];
+                if (_root->is_object() && _root->contains(section)) defs = &(*_root)[section];
                 if (defs == nullptr || !defs->is_object() || !defs->contains(name)) {
                     return bad(at, "\"" + target + "\" names nothing");
                 }
@@ -459,16 +467,25 @@ private:
         return add_rule(body + " \"}\"");
     }
 
-    const json& _root;
+    const json* _root = nullptr;  // the schema add() converts: its $defs
     json_schema_limits _limits;
     std::vector<std::pair<std::string, std::string>> _rules;
-    std::map<std::string, std::string> _refs;  // "$ref" target -> its rule
+    std::map<std::string, std::string> _refs;  // "$ref" target -> its rule, within one schema
 };
 
-}  // namespace
+json_schema_rules::json_schema_rules(const json_schema_limits& limits)
+    : _c(std::make_unique<converter>(limits)) {}
+json_schema_rules::~json_schema_rules() = default;
+
+result<std::string> json_schema_rules::add(const json& schema) { return _c->add(schema); }
+
+std::string json_schema_rules::rules() const { return _c->rules(); }
 
 result<std::string> json_schema_to_gbnf(const json& schema, const json_schema_limits& limits) {
-    return converter(schema, limits).run();
+    json_schema_rules rules(limits);
+    auto top = rules.add(schema);
+    if (!top) return top.err();
+    return "root ::= ws " + *top + "\n" + rules.rules();
 }
 
 }  // namespace ordo::grammar

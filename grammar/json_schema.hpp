@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <memory>
 #include <string>
 
 #include "actors/runtime/result.hpp"
@@ -26,6 +27,24 @@ struct json_schema_limits {
 // GBNF for documents valid against `schema`. Errors (code "bad_schema"): an unsupported keyword
 // or value, a bad type, a $ref that is not "#/$defs/NAME" (or "#/definitions/NAME") or names
 // nothing, a limit exceeded; each names the JSON pointer of the place.
+// Several schemas in one grammar (tool calls: each function's parameters), sharing the JSON
+// primitives. Each schema's $refs resolve inside that schema; the limits hold over them all.
+class json_schema_rules {
+public:
+    explicit json_schema_rules(const json_schema_limits& limits = {});
+    ~json_schema_rules();
+    // A GBNF expression (a rule name) whose sentences are documents valid against `schema`,
+    // without leading whitespace. Errors as json_schema_to_gbnf's.
+    result<std::string> add(const nlohmann::ordered_json& schema);
+    // The rules add() made, then the primitives (ws, string, value, ...): the rest of a grammar
+    // that uses the expressions.
+    std::string rules() const;
+
+private:
+    class converter;
+    std::unique_ptr<converter> _c;
+};
+
 result<std::string> json_schema_to_gbnf(const nlohmann::ordered_json& schema,
                                         const json_schema_limits& limits = {});
 

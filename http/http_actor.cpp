@@ -120,6 +120,7 @@ struct http_actor::live_request {
     bool headers_sent = false;  // a stream has begun: errors now go in the stream
     awaited waits = awaited::generate;
     size_t text_offset = 0;     // bytes of text streamed so far (completions' text_offset)
+    std::optional<grammar::tool_stream> tool_stream;  // a streamed answer read for tool calls
     // POST /v1/embeddings: input i is the scheduler's request id + i; at most
     // embed_inputs_inflight_max of them are unanswered at once.
     struct embeddings_state {
@@ -601,6 +602,7 @@ void http_actor::start_generate(connection& c, http_request& r, api_kind kind) {
                 std::to_string(_options.model.created) + "-" + std::to_string(_next_answer++);
     l.meta.created = unix_seconds();
     l.meta.model = _options.model.id;
+    if (l.req.stream && l.req.tools) l.tool_stream.emplace(l.req.tools->format, l.req.tools->constrained);
     sched::generate g{c.conn(), l.id, l.req.params};
     if (!scheduler_took(c, _to_scheduler.tell(g), r.keep_alive)) return;
     if (l.req.stream) _counters.streams++;
@@ -624,6 +626,10 @@ void http_actor::on(const door::token_event& m) {
         return;
     }
     live_request& l = *c->live;
+    if (l.tool_stream) {
+        stream_chunk(*c, sse_tool_chunks(l.meta, l.req, l.tool_stream->feed(m.token.text)));
+        return;
+    }
     // Text held back (a split character, a possible stop string) comes with a later token.
     if (!m.token.text.empty() || l.req.logprobs) {
         stream_chunk(*c, sse_token_chunk(l.meta, l.req, m.token, l.text_offset));
@@ -634,13 +640,15 @@ void http_actor::on(const door::token_event& m) {
 void http_actor::on(const door::generate_done& m) {
     connection* c = live_awaiting(m.conn, m.id, awaited::generate, m.msg_name);
     if (c == nullptr) return;
-    const live_request& l = *c->live;
+    live_request& l = *c->live;
     if (!l.req.stream) {
         respond(*c, 200, "application/json", completion_json(l.meta, l.req, m), l.keep_alive);
         return;
     }
     if (!stream_begin(*c)) return;
-    std::string tail = sse_final_chunk(l.meta, l.req, m);
+    std::string tail;
+    if (l.tool_stream) tail = sse_tool_chunks(l.meta, l.req, l.tool_stream->finish());
+    tail += sse_final_chunk(l.meta, l.req, m, l.tool_stream ? l.tool_stream->calls() : 0);
     if (l.req.include_usage) tail += sse_usage_chunk(l.meta, m);
     tail += sse_done;
     stream_chunk(*c, tail);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -17,6 +18,8 @@ namespace ordo::http {
 namespace {
 
 using json = nlohmann::json;
+// The body in its own key order: what a template (tojson) or a grammar writes follows it.
+using ojson = nlohmann::ordered_json;
 
 // Every field of a request body ordo reads, per API (docs/http.md "Parameters"). Any other
 // field is refused with 400 naming it: a client that asks for something ordo would not do
@@ -40,8 +43,9 @@ constexpr std::array<std::string_view, 19> k_common_fields{"model",
                                                            "logprobs",
                                                            "grammar",
                                                            "response_format"};
-constexpr std::array<std::string_view, 3> k_chat_fields{"messages", "max_completion_tokens",
-                                                        "top_logprobs"};
+constexpr std::array<std::string_view, 6> k_chat_fields{
+    "messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
+    "parallel_tool_calls"};
 constexpr std::array<std::string_view, 1> k_completion_fields{"prompt"};
 // Fields copied to ordo's validator under the same name (it checks their types and ranges).
 constexpr std::array<std::string_view, 11> k_passed_fields{
@@ -67,36 +71,39 @@ api_error bad(std::string message, std::string param = "", std::string code = "b
     return {400, std::move(code), std::move(message), std::move(param)};
 }
 
-std::string dump(const json& j) {
-    return j.dump(-1, ' ', false, json::error_handler_t::replace);
+template <typename J = json>
+std::string dump(const J& j) {
+    return j.dump(-1, ' ', false, J::error_handler_t::replace);
 }
 
 // A JSON value in words, for error messages.
-std::string kind_of(const json& v) {
+template <typename J>
+std::string kind_of(const J& v) {
     switch (v.type()) {
-        case json::value_t::null:
+        case nlohmann::detail::value_t::null:
             return "null";
-        case json::value_t::boolean:
+        case nlohmann::detail::value_t::boolean:
             return "a boolean";
-        case json::value_t::number_integer:
-        case json::value_t::number_unsigned:
+        case nlohmann::detail::value_t::number_integer:
+        case nlohmann::detail::value_t::number_unsigned:
             return "an integer";
-        case json::value_t::number_float:
+        case nlohmann::detail::value_t::number_float:
             return "a float";
-        case json::value_t::string:
+        case nlohmann::detail::value_t::string:
             return "a string";
-        case json::value_t::array:
+        case nlohmann::detail::value_t::array:
             return "an array";
-        case json::value_t::object:
+        case nlohmann::detail::value_t::object:
             return "an object";
         default:
             return "a value";
     }
 }
 
-// The body as a JSON object, nesting bounded while it is parsed.
-std::variant<json, api_error> parse_body(std::string_view body) {
-    auto depth_bound = [](int depth, json::parse_event_t, json&) {
+// JSON text parsed with its nesting bounded while it is parsed: the value, or what is wrong.
+template <typename J>
+std::variant<J, std::string> parse_json(std::string_view text) {
+    auto depth_bound = [](int depth, typename J::parse_event_t, J&) {
         if (depth > int(json_depth_max)) {
             throw std::length_error("JSON nested deeper than " + std::to_string(json_depth_max) +
                                     " levels");
@@ -104,29 +111,58 @@ std::variant<json, api_error> parse_body(std::string_view body) {
         return true;
     };
     try {
-        json j = json::parse(body, depth_bound);
-        if (!j.is_object())
-            return bad("the body must be a JSON object, got " + kind_of(j), "", "invalid_json");
-        return j;
-    } catch (const json::parse_error& e) {
-        return bad(std::string("malformed JSON: ") + e.what(), "", "invalid_json");
+        return J::parse(text, depth_bound);
+    } catch (const typename J::parse_error& e) {
+        return std::string("malformed JSON: ") + e.what();
     } catch (const std::length_error& e) {
-        return bad(e.what(), "", "invalid_json");
+        return std::string(e.what());
     }
 }
 
-// messages[i].content given as parts: the text parts joined (ordo's templates take a string).
-std::optional<api_error> flatten_content(json& messages) {
+// The body as a JSON object.
+std::variant<json, api_error> parse_body(std::string_view body) {
+    auto parsed = parse_json<json>(body);
+    if (auto* e = std::get_if<std::string>(&parsed)) return bad(*e, "", "invalid_json");
+    json& j = std::get<json>(parsed);
+    if (!j.is_object()) {
+        return bad("the body must be a JSON object, got " + kind_of(j), "", "invalid_json");
+    }
+    return std::move(j);
+}
+
+// The messages as ordo's chat op takes them (net/chat.hpp): content given as parts becomes the
+// text parts joined (ordo's templates take a string); an assistant turn's tool calls get their
+// arguments as the JSON object their string holds (templates write them with tojson) and a
+// missing content as null; a null field is absent, as everywhere in a body.
+std::optional<api_error> prepare_messages(ojson& messages) {
     if (!messages.is_array()) return std::nullopt;  // the validator names the type
     for (size_t i = 0; i < messages.size(); i++) {
-        json& m = messages[i];
-        if (!m.is_object() || !m.contains("content") || !m["content"].is_array()) continue;
+        ojson& m = messages[i];
+        if (!m.is_object()) continue;
+        for (auto it = m.begin(); it != m.end();) {
+            it = it->is_null() && it.key() != "content" ? m.erase(it) : std::next(it);
+        }
+        if (m.contains("tool_calls") && m["tool_calls"].is_array()) {
+            if (!m.contains("content")) m["content"] = nullptr;
+            for (ojson& call : m["tool_calls"]) {
+                if (!call.is_object() || !call.contains("function")) continue;
+                ojson& fn = call["function"];
+                if (!fn.is_object() || !fn.contains("arguments") || !fn["arguments"].is_string()) {
+                    continue;
+                }
+                auto parsed = parse_json<ojson>(fn["arguments"].get_ref<const std::string&>());
+                if (auto* obj = std::get_if<ojson>(&parsed); obj != nullptr && obj->is_object()) {
+                    fn["arguments"] = std::move(*obj);
+                }
+            }
+        }
+        if (!m.contains("content") || !m["content"].is_array()) continue;
         std::string text;
-        const json& parts = m["content"];
+        const ojson& parts = m["content"];
         for (size_t k = 0; k < parts.size(); k++) {
             const std::string at =
                 "messages[" + std::to_string(i) + "].content[" + std::to_string(k) + "]";
-            const json& p = parts[k];
+            const ojson& p = parts[k];
             if (!p.is_object() || !p.contains("type") || p["type"] != "text" ||
                 !p.contains("text") || !p["text"].is_string() || p.size() != 2) {
                 return bad(at + ": only text parts {\"type\": \"text\", \"text\": ...} are "
@@ -141,7 +177,7 @@ std::optional<api_error> flatten_content(json& messages) {
 }
 
 // /v1/completions' prompt: one string, or one array of token ids (n = 1: one prompt).
-std::optional<api_error> map_prompt(const json& prompt, json& ordo) {
+std::optional<api_error> map_prompt(const json& prompt, ojson& ordo) {
     auto is_ids = [](const json& a) {
         return a.is_array() && !a.empty() &&
                std::all_of(a.begin(), a.end(), [](const json& x) { return x.is_number_integer(); });
@@ -164,7 +200,8 @@ std::optional<api_error> map_prompt(const json& prompt, json& ordo) {
 }
 
 // A field of `body`, nullptr when absent or null (OpenAI takes null as "not given").
-const json* field(const json& body, const char* k) {
+template <typename J>
+const J* field(const J& body, const char* k) {
     auto it = body.find(k);
     return it == body.end() || it->is_null() ? nullptr : &*it;
 }
@@ -179,18 +216,12 @@ struct inert_field {
     std::string_view accepted;  // the values accepted, for the error message
     std::string_view why;       // what ordo does not do
 };
-constexpr std::array<inert_field, 9> k_inert_fields{{
-    {"tools", false, [](const json& v) { return v.is_array() && v.empty(); }, "[]",
-     "ordo does not call tools"},
-    {"tool_choice", false, [](const json& v) { return v == "none"; }, "\"none\"",
-     "ordo does not call tools"},
-    // Without tools (the only tools accepted are none) it changes nothing either way.
-    {"parallel_tool_calls", false, [](const json& v) { return v.is_boolean(); }, "a boolean",
-     "ordo does not call tools"},
+constexpr std::array<inert_field, 6> k_inert_fields{{
+    // OpenAI's deprecated forms of tools and tool_choice.
     {"functions", false, [](const json& v) { return v.is_array() && v.empty(); }, "[]",
-     "ordo does not call functions"},
+     "ordo takes tools instead of the deprecated functions"},
     {"function_call", false, [](const json& v) { return v == "none"; }, "\"none\"",
-     "ordo does not call functions"},
+     "ordo takes tool_choice instead of the deprecated function_call"},
     {"logit_bias", false, [](const json& v) { return v.is_object() && v.empty(); }, "{}",
      "ordo applies no logit bias"},
     {"echo", true, [](const json& v) { return v == false; }, "false",
@@ -230,8 +261,8 @@ std::optional<api_error> check_inert_fields(api_kind kind, const json& body) {
 // output is one JSON object: grammar/json.hpp); {"type": "json_schema", "json_schema": {"name",
 // "schema", "strict", "description"}} a document valid against the schema (grammar/
 // json_schema.hpp). Both reach the scheduler as the request's grammar.
-std::optional<api_error> map_response_format(const json& body, std::string_view raw,
-                                             json& ordo) {
+std::optional<api_error> map_response_format(const json& body, const ojson& ordered,
+                                             ojson& ordo) {
     const json* rf = field(body, "response_format");
     if (rf == nullptr) return std::nullopt;
     const std::string type = rf->is_object() ? rf->value("type", "") : "";
@@ -251,10 +282,8 @@ std::optional<api_error> map_response_format(const json& body, std::string_view 
         if (!js.contains("schema")) {
             gbnf = grammar::json_object_gbnf;  // no schema: any JSON object
         } else {
-            // The schema again from the raw body, in its own key order (json sorts keys): an
-            // object's properties are written in the order the schema lists them. The body
-            // parsed once already, within the depth bound.
-            const auto ordered = nlohmann::ordered_json::parse(raw);
+            // In the schema's own key order: an object's properties are written in the order
+            // the schema lists them.
             auto g = grammar::json_schema_to_gbnf(ordered["response_format"]["json_schema"]["schema"]);
             if (!g) return bad("response_format.json_schema." + g.err().message, "response_format");
             gbnf = std::move(*g);
@@ -269,6 +298,170 @@ std::optional<api_error> map_response_format(const json& body, std::string_view 
         return bad("response_format " + type + " and grammar: give one of them", "grammar");
     }
     ordo["grammar"] = std::move(gbnf);
+    return std::nullopt;
+}
+
+// Refuses any field but `known` (a null counts as absent), naming it (`at` first: where the
+// object is).
+std::optional<api_error> only_fields(const json& j, std::initializer_list<std::string_view> known,
+                                     const std::string& at = "") {
+    for (const auto& [k, v] : j.items()) {
+        if (v.is_null()) continue;
+        if (std::find(known.begin(), known.end(), k) == known.end()) {
+            return bad(net::fields::quote(at + k) + ": unsupported field", at + k);
+        }
+    }
+    return std::nullopt;
+}
+
+// A function's name as OpenAI allows it: 1 to 64 letters, digits, '_' and '-'.
+bool valid_tool_name(const std::string& n) {
+    return !n.empty() && n.size() <= grammar::tool_name_bytes_max &&
+           std::all_of(n.begin(), n.end(), [](char c) {
+               return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+           });
+}
+
+// `tools`: [{"type": "function", "function": {"name", "description"?, "parameters"?,
+// "strict"?}}], names unique. The functions, their parameters in the body's key order.
+std::variant<std::vector<grammar::tool_function>, api_error> read_tools(const json& tools,
+                                                                      const ojson& ordered) {
+    if (!tools.is_array()) return bad("tools: an array of tools, got " + kind_of(tools), "tools");
+    if (tools.size() > net::chat_tools_max) {
+        return bad("tools: " + std::to_string(tools.size()) + " tools; at most " +
+                       std::to_string(net::chat_tools_max),
+                   "tools");
+    }
+    std::vector<grammar::tool_function> out;
+    for (size_t i = 0; i < tools.size(); i++) {
+        const std::string at = "tools[" + std::to_string(i) + "]";
+        const json& t = tools[i];
+        const char* shape = ": {\"type\": \"function\", \"function\": {\"name\", "
+                            "\"description\", \"parameters\", \"strict\"}}";
+        if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") ||
+            !t["function"].is_object()) {
+            return bad(at + shape, "tools");
+        }
+        if (auto e = only_fields(t, {"type", "function"}, at + ".")) return *e;
+        const json& fn = t["function"];
+        if (auto e = only_fields(fn, {"name", "description", "parameters", "strict"},
+                                 at + ".function.")) {
+            return *e;
+        }
+        const json* name = field(fn, "name");
+        if (name == nullptr || !name->is_string() || !valid_tool_name(name->get<std::string>())) {
+            return bad(at + ".function.name: 1 to " +
+                           std::to_string(grammar::tool_name_bytes_max) +
+                           " letters, digits, '_' or '-'",
+                       "tools");
+        }
+        if (const json* d = field(fn, "description"); d != nullptr && !d->is_string()) {
+            return bad(at + ".function.description: a string, got " + kind_of(*d), "tools");
+        }
+        if (const json* st = field(fn, "strict"); st != nullptr && !st->is_boolean()) {
+            return bad(at + ".function.strict: a boolean, got " + kind_of(*st), "tools");
+        }
+        const ojson* params = field(ordered["tools"][i]["function"], "parameters");
+        if (params != nullptr && !params->is_object()) {
+            return bad(at + ".function.parameters: a JSON Schema object, got " + kind_of(*params),
+                       "tools");
+        }
+        for (const auto& f : out) {
+            if (f.name == *name) return bad(at + ".function.name: " + dump(*name) + " twice", "tools");
+        }
+        out.push_back({name->get<std::string>(), params != nullptr ? *params : ojson()});
+    }
+    return out;
+}
+
+enum class tool_choice { none, automatic, required, named };
+
+// `tool_choice`: "none", "auto" (the default), "required" or {"type": "function", "function":
+// {"name"}}; `named` gets the name.
+std::variant<tool_choice, api_error> read_tool_choice(const json& body, std::string& named) {
+    const json* c = field(body, "tool_choice");
+    if (c == nullptr || *c == "auto") return tool_choice::automatic;
+    if (*c == "none") return tool_choice::none;
+    if (*c == "required") return tool_choice::required;
+    if (c->is_object() && c->size() == 2 && c->value("type", "") == "function" &&
+        c->contains("function") && (*c)["function"].is_object() &&
+        (*c)["function"].size() == 1 && (*c)["function"].contains("name") &&
+        (*c)["function"]["name"].is_string()) {
+        named = (*c)["function"]["name"].get<std::string>();
+        return tool_choice::named;
+    }
+    return bad("tool_choice = " + dump(*c) +
+                   ": \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+                   "\"function\": {\"name\": ...}}",
+               "tool_choice");
+}
+
+// tools, tool_choice and parallel_tool_calls (docs/http.md "Tool calls"). The tools go to the
+// template (not with tool_choice none: the model is not offered them). With a template whose
+// call format ordo reads, the answer is read for calls (api_request::tools); "required" or a
+// named function constrain it by the format's grammar, so it is calls and they parse.
+std::optional<api_error> map_tools(const json& body, const ojson& ordered,
+                                   const net::request_limits& limits, ojson& ordo,
+                                   api_request& out) {
+    const json* parallel = field(body, "parallel_tool_calls");
+    if (parallel != nullptr && !parallel->is_boolean()) {
+        return bad("parallel_tool_calls: a boolean, got " + kind_of(*parallel),
+                   "parallel_tool_calls");
+    }
+    std::string named;
+    auto choice_read = read_tool_choice(body, named);
+    if (auto* e = std::get_if<api_error>(&choice_read)) return *e;
+    const tool_choice choice = std::get<tool_choice>(choice_read);
+    const bool constrained = choice == tool_choice::required || choice == tool_choice::named;
+    const json* tools = field(body, "tools");
+    if (tools == nullptr || (tools->is_array() && tools->empty())) {
+        if (constrained) return bad("tool_choice " + dump(body["tool_choice"]) + " needs tools", "tool_choice");
+        return std::nullopt;
+    }
+    auto read = read_tools(*tools, ordered);
+    if (auto* e = std::get_if<api_error>(&read)) return *e;
+    std::vector<grammar::tool_function> fns = std::move(std::get<0>(read));
+    if (choice == tool_choice::named) {
+        auto it = std::find_if(fns.begin(), fns.end(),
+                               [&](const grammar::tool_function& f) { return f.name == named; });
+        if (it == fns.end()) {
+            return bad("tool_choice names the function " + dump(json(named)) +
+                           ", which tools do not list",
+                       "tool_choice");
+        }
+        fns = {*it};
+    }
+    if (choice == tool_choice::none) return std::nullopt;
+    ordo["tools"] = ordered["tools"];
+    const grammar::tool_format format =
+        limits.chat != nullptr ? limits.chat->tools : grammar::tool_format::none;
+    if (format == grammar::tool_format::none) {
+        if (!constrained) return std::nullopt;  // offered through the template; answered as text
+        return bad("tool_choice " + dump(body["tool_choice"]) +
+                       ": the model's chat template shows no tool-call format ordo reads (Llama "
+                       "3.1 JSON, Hermes/Qwen <tool_call>, Mistral [TOOL_CALLS]); with "
+                       "tool_choice \"auto\" the tools are rendered and the answer is text",
+                   "tool_choice");
+    }
+    if (ordo.contains("grammar")) {
+        return bad("tools and " +
+                       std::string(field(body, "grammar") != nullptr ? "grammar" : "response_format") +
+                       ": an answer follows one grammar; give tool_choice \"none\" or leave one out",
+                   "tools");
+    }
+    if (out.logprobs) {
+        return bad("logprobs with tools: ordo reports no logprobs for an answer read for tool "
+                   "calls; give tool_choice \"none\" or leave logprobs out",
+                   "logprobs");
+    }
+    if (constrained) {
+        auto g = grammar::tool_calls_gbnf(format, fns, parallel == nullptr || parallel->get<bool>());
+        if (!g) return bad(g.err().message, "tools");
+        ordo["grammar"] = std::move(*g);
+    }
+    // A format's markers that are control tokens show in the answer, where the calls are read.
+    ordo["special"] = true;
+    out.tools = tool_use{format, constrained};
     return std::nullopt;
 }
 
@@ -331,10 +524,10 @@ std::optional<api_error> map_logprobs(api_kind kind, const json& body, api_reque
 }
 
 // The OpenAI-only fields: checked here, and what they ask written into `ordo` / `out`.
-std::optional<api_error> map_openai_fields(api_kind kind, const json& body, std::string_view raw,
-                                           json& ordo, api_request& out) {
+std::optional<api_error> map_openai_fields(api_kind kind, const json& body, const ojson& ordered,
+                                           ojson& ordo, api_request& out) {
     if (auto e = check_inert_fields(kind, body)) return e;
-    if (auto e = map_response_format(body, raw, ordo)) return e;
+    if (auto e = map_response_format(body, ordered, ordo)) return e;
     if (auto e = map_stream(body, out)) return e;
     // max_tokens, or chat's newer name for it.
     const json* mt = field(body, "max_tokens");
@@ -377,10 +570,19 @@ std::string type_of_status(int status) {
     }
 }
 
-const char* finish_reason(const std::string& reason) {
+// `calls`: the tool calls the answer carries.
+const char* finish_reason(const std::string& reason, size_t calls = 0) {
     if (reason == "length") return "length";
-    if (reason == "stop") return "stop";
-    return "stop";  // cancelled: only a gone client's requests are, and nobody reads those
+    if (calls > 0) return "tool_calls";
+    return "stop";  // stop; cancelled: only a gone client's requests are, and nobody reads those
+}
+
+json tool_call_json(const answer_meta& m, const api_request& r, size_t index,
+                    const std::string& name, const std::string& arguments) {
+    return {{"index", index},
+            {"id", grammar::tool_call_id(r.tools->format, m.id, index)},
+            {"type", "function"},
+            {"function", {{"name", name}, {"arguments", arguments}}}};
 }
 
 json usage_json(const door::generate_usage& u) {
@@ -483,22 +685,28 @@ std::variant<api_request, api_error> parse_api_request(api_kind kind, std::strin
         }
     }
     if (auto e = check_model(j, model)) return *e;
+    // The body again in its own key order (json sorts keys): a schema's properties, a tool's
+    // and a message's keys are written (by the grammar, by the template's tojson) as the client
+    // ordered them. The body parsed once already, within the depth bound.
+    const ojson ordered = ojson::parse(body);
     api_request out;
     out.kind = kind;
-    json ordo = json::object();
-    if (auto e = map_openai_fields(kind, j, body, ordo, out)) return *e;
+    ojson ordo = ojson::object();
+    if (auto e = map_openai_fields(kind, j, ordered, ordo, out)) return *e;
     if (kind == api_kind::chat) {
-        auto msgs = j.find("messages");
-        if (msgs == j.end() || msgs->is_null()) return bad("messages: required", "messages");
-        if (auto e = flatten_content(*msgs)) return *e;
-        ordo["messages"] = *msgs;
+        const ojson* msgs = field(ordered, "messages");
+        if (msgs == nullptr) return bad("messages: required", "messages");
+        ojson messages = *msgs;
+        if (auto e = prepare_messages(messages)) return *e;
+        ordo["messages"] = std::move(messages);
+        if (auto e = map_tools(j, ordered, limits, ordo, out)) return *e;
     } else {
         auto p = j.find("prompt");
         if (p == j.end() || p->is_null()) return bad("prompt: required", "prompt");
         if (auto e = map_prompt(*p, ordo)) return *e;
     }
     // The one validator: ordo's parameter rules (and the chat template's render).
-    std::vector<uint8_t> packed = json::to_msgpack(ordo);
+    std::vector<uint8_t> packed = ojson::to_msgpack(ordo);
     msgpack::object_handle oh =
         msgpack::unpack(reinterpret_cast<const char*>(packed.data()), packed.size());
     auto g = kind == api_kind::chat ? net::parse_chat(oh.get(), limits)
@@ -523,17 +731,6 @@ std::variant<api_request, api_error> parse_api_request(api_kind kind, std::strin
 }
 
 namespace {
-
-// Refuses any field but `known` (a null counts as absent), naming it.
-std::optional<api_error> only_fields(const json& j, std::initializer_list<std::string_view> known) {
-    for (const auto& [k, v] : j.items()) {
-        if (v.is_null()) continue;
-        if (std::find(known.begin(), known.end(), k) == known.end()) {
-            return bad(net::fields::quote(k) + ": unsupported field", k);
-        }
-    }
-    return std::nullopt;
-}
 
 // An optional boolean field: `fallback` when absent.
 std::variant<bool, api_error> bool_field(const json& j, const char* k, bool fallback) {
@@ -803,7 +1000,7 @@ std::string error_json(const api_error& e) {
 
 std::string completion_json(const answer_meta& m, const api_request& r,
                             const door::generate_done& done) {
-    json choice = {{"index", 0}, {"finish_reason", finish_reason(done.reason)}};
+    json choice = {{"index", 0}};
     json logprobs = nullptr;
     if (r.logprobs && done.logprobs) {
         if (m.kind == api_kind::chat) {
@@ -814,10 +1011,28 @@ std::string completion_json(const answer_meta& m, const api_request& r,
             logprobs = completion_logprobs(r, *done.logprobs, 0);
         }
     }
-    if (m.kind == api_kind::chat) {
+    if (m.kind == api_kind::chat && r.tools) {
+        const grammar::tool_output out =
+            grammar::parse_tool_output(r.tools->format, r.tools->constrained, done.text);
+        json message = {{"role", "assistant"}};
+        message["content"] = out.calls.empty() || !out.content.empty() ? json(out.content) : json();
+        if (!out.calls.empty()) {
+            json calls = json::array();
+            for (size_t i = 0; i < out.calls.size(); i++) {
+                json c = tool_call_json(m, r, i, out.calls[i].name, out.calls[i].arguments);
+                c.erase("index");  // a message's calls are a list; index is for stream pieces
+                calls.push_back(std::move(c));
+            }
+            message["tool_calls"] = std::move(calls);
+        }
+        choice["message"] = std::move(message);
+        choice["finish_reason"] = finish_reason(done.reason, out.calls.size());
+    } else if (m.kind == api_kind::chat) {
         choice["message"] = {{"role", "assistant"}, {"content", done.text}};
+        choice["finish_reason"] = finish_reason(done.reason);
     } else {
         choice["text"] = done.text;
+        choice["finish_reason"] = finish_reason(done.reason);
     }
     choice["logprobs"] = std::move(logprobs);
     json j = {{"id", m.id},
@@ -859,11 +1074,37 @@ std::string sse_token_chunk(const answer_meta& m, const api_request& r, const do
     return sse(j);
 }
 
+std::string sse_tool_chunks(const answer_meta& m, const api_request& r,
+                            std::span<const grammar::tool_delta> pieces) {
+    std::string out;
+    for (const grammar::tool_delta& p : pieces) {
+        json delta;
+        if (p.index < 0) {
+            delta = {{"content", p.content}};
+        } else if (!p.name.empty()) {
+            delta = {{"tool_calls", json::array({tool_call_json(m, r, size_t(p.index), p.name,
+                                                                p.arguments)})}};
+        } else {
+            delta = {{"tool_calls", json::array({{{"index", p.index},
+                                                  {"function", {{"arguments", p.arguments}}}}})}};
+        }
+        json j = chunk_head(m);
+        j["choices"] = json::array({{{"index", 0},
+                                     {"delta", std::move(delta)},
+                                     {"logprobs", nullptr},
+                                     {"finish_reason", nullptr}}});
+        if (r.include_usage) j["usage"] = nullptr;
+        out += sse(j);
+    }
+    return out;
+}
+
 std::string sse_final_chunk(const answer_meta& m, const api_request& r,
-                            const door::generate_done& done) {
+                            const door::generate_done& done, size_t tool_calls) {
     json j = chunk_head(m);
-    json choice = {
-        {"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason(done.reason)}};
+    json choice = {{"index", 0},
+                   {"logprobs", nullptr},
+                   {"finish_reason", finish_reason(done.reason, tool_calls)}};
     if (m.kind == api_kind::chat) {
         choice["delta"] = json::object();
     } else {

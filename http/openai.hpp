@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -22,6 +23,7 @@
 #include "actors/scheduler/scheduler_msgs.hpp"
 #include "door/door_msgs.hpp"
 #include "door/error_code.hpp"
+#include "grammar/tool_calls.hpp"
 #include "net/ops.hpp"
 
 namespace ordo::http {
@@ -51,6 +53,14 @@ struct api_error {
     std::string param;  // the field concerned, "" when none
 };
 
+// An answer read for tool calls (docs/http.md "Tool calls"): the format the chat template
+// teaches, and whether the grammar of its calls constrained the answer (tool_choice "required"
+// or a named function).
+struct tool_use {
+    grammar::tool_format format = grammar::tool_format::none;
+    bool constrained = false;
+};
+
 // A validated request and how its answer must be shaped.
 struct api_request {
     api_kind kind = api_kind::chat;
@@ -59,6 +69,7 @@ struct api_request {
     bool include_usage = false;  // stream_options.include_usage
     bool logprobs = false;       // report logprobs in the answer
     uint32_t top_logprobs = 0;   // alternatives per token in the answer (0..20)
+    std::optional<tool_use> tools;  // set: the answer is read for tool calls
 };
 
 // Parses and validates a request body. Errors: 400 (malformed JSON, a wrong field, a refused
@@ -114,7 +125,8 @@ struct answer_meta {
     std::string model;
 };
 
-// The whole non-streamed answer of `done`.
+// The whole non-streamed answer of `done`; read for tool calls when `r.tools` says so (the
+// message's tool_calls, content null without text, finish_reason "tool_calls").
 std::string completion_json(const answer_meta& m, const api_request& r,
                             const door::generate_done& done);
 
@@ -124,8 +136,14 @@ std::string sse_role_chunk(const answer_meta& m);  // chat only: the first chunk
 // text_offset counts from the start of the answer, as in the non-streamed one).
 std::string sse_token_chunk(const answer_meta& m, const api_request& r, const door::token_info& t,
                             size_t text_offset);
+// A tool request's stream (r.tools): the pieces of grammar::tool_stream, one chunk each: text
+// as delta.content, a call's first piece as delta.tool_calls [{index, id, type, function: {name,
+// arguments}}], later pieces as [{index, function: {arguments}}].
+std::string sse_tool_chunks(const answer_meta& m, const api_request& r,
+                            std::span<const grammar::tool_delta> pieces);
+// finish_reason (+ usage); `tool_calls`: the calls the stream carried.
 std::string sse_final_chunk(const answer_meta& m, const api_request& r,
-                            const door::generate_done& done);  // finish_reason (+ usage)
+                            const door::generate_done& done, size_t tool_calls = 0);
 std::string sse_usage_chunk(const answer_meta& m, const door::generate_done& done);
 std::string sse_error(const api_error& e);
 inline constexpr std::string_view sse_done = "data: [DONE]\n\n";

@@ -143,6 +143,7 @@ chat_setup make_chat_setup(std::string_view source_text, std::string source, std
     auto t = jinja::chat_template::parse(source_text, chat_render_limits());
     if (t) {
         s.tmpl = std::move(*t);
+        s.tools = grammar::tool_format_of(source_text);
     } else {
         s.problem = t.err().message;
     }

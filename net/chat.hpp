@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "actors/runtime/result.hpp"
+#include "grammar/tool_calls.hpp"
 #include "net/request_fields.hpp"
 #include "template/template.hpp"
 
@@ -45,6 +46,9 @@ struct chat_setup {
     std::string source = "none";               // "gguf", "file:PATH" or "none"
     std::string problem;                       // the parse error of a template that has one
     std::string bos_token, eos_token;          // the vocabulary's texts of BOS and EOS ("" if none)
+    // The tool-call format the template teaches (grammar/tool_calls.hpp): how the HTTP door
+    // reads calls from an answer; none when the template shows no known one.
+    grammar::tool_format tools = grammar::tool_format::none;
 };
 
 // Parses `source_text` (a template found in the GGUF, or read from an override file), named

@@ -3,8 +3,11 @@
 // terminal events in scheduler_outcomes.cpp.
 #include "actors/scheduler/scheduler_core.hpp"
 
+#include <algorithm>
 #include <cassert>
 #include <random>
+
+#include "grammar/tool_calls.hpp"
 
 namespace ordo::sched {
 
@@ -208,6 +211,13 @@ result<grammar_constraint> scheduler_core::make_grammar(const std::string& sourc
             const auto id = static_cast<model::token_id>(t);
             if (v.is_eog(id)) eog.push_back(id);
             pieces[t] = _tok->token_bytes(id, false);
+            // A tool-call marker that is a control token is how the model writes the marker:
+            // a grammar's literal "<tool_call>" allows it (grammar/tool_calls.hpp).
+            if (v.type(id) == model::token_type::control &&
+                std::find(grammar::tool_call_markers.begin(), grammar::tool_call_markers.end(),
+                          v.piece(id)) != grammar::tool_call_markers.end()) {
+                pieces[t] = v.piece(id);
+            }
         }
         _grammar_vocab = std::make_unique<grammar_vocab>(std::move(pieces), std::move(eog));
     }

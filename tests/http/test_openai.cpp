@@ -6,7 +6,13 @@
 // model) naming the field: unknown and unsupported fields, n != 1, non-zero penalties,
 // stream_options without stream, image content parts, several prompts, malformed and too deeply
 // nested JSON, and ordo's own range checks; nulls count as absent. Out: the answer, chunk and
-// error objects have OpenAI's shapes, and each ordo error code has its HTTP status.
+// error objects have OpenAI's shapes, and each ordo error code has its HTTP status. Tools
+// (issue 31): tools go to the template (not with tool_choice none); with a template whose call
+// format ordo reads, the answer is read for calls, "required" and a named function set the
+// format's grammar (parallel or not), and the refusals (an unknown named function, tools with
+// response_format, logprobs or an unreadable template) name their field; history's tool-call
+// arguments given as a JSON string reach the template as an object; the answer's tool_calls,
+// content null and finish_reason "tool_calls", whole and streamed.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -50,6 +56,18 @@ api_error refused(api_kind k, const json& body) {
     if (auto* e = std::get_if<api_error>(&r)) return *e;
     ADD_FAILURE() << body.dump() << " was accepted";
     return {};
+}
+
+// A template that teaches Hermes' <tool_call> format and renders tools and calls.
+ordo::net::request_limits hermes_limits() {
+    ordo::net::request_limits l = limits();
+    l.chat = std::make_shared<ordo::net::chat_setup>(ordo::net::make_chat_setup(
+        "{% if tools %}<tools>{{ tools | tojson }}</tools>{% endif %}"
+        "{% for m in messages %}<{{ m.role }}>{{ m.content }}"
+        "{% for c in m.tool_calls or [] %}<tool_call>{{ c.function | tojson }}</tool_call>"
+        "{% endfor %}{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}",
+        "file:hermes", "<s>", "</s>"));
+    return l;
 }
 
 json chat(json extra = json::object()) {
@@ -158,9 +176,16 @@ TEST(openai_in, refusals_name_the_field) {
               "response_format"},
              {{{"response_format", {{"type", "json_object"}}}, {"grammar", "root ::= \"a\""}},
               "grammar"},
-             {{{"tools", json::array({{{"type", "function"}, {"function", {{"name", "f"}}}}})}},
+             {{{"tools", json::array({{{"type", "function"}, {"function", {{"name", "f g"}}}}})}},
               "tools"},
-             {{{"tool_choice", "auto"}}, "tool_choice"},
+             {{{"tools", json::array({{{"type", "function"}, {"function", {{"name", "f"}, {"x", 1}}}}})}},
+              "tools[0].function.x"},
+             {{{"tools", json::array({{{"type", "code"}}})}}, "tools"},
+             {{{"tools", json::array({{{"type", "function"}, {"function", {{"name", "f"}}}},
+                                      {{"type", "function"}, {"function", {{"name", "f"}}}}})}},
+              "tools"},
+             {{{"tool_choice", "required"}}, "tool_choice"},  // without tools
+             {{{"tool_choice", "sometimes"}}, "tool_choice"},
              {{{"parallel_tool_calls", 1}}, "parallel_tool_calls"},
              {{{"logit_bias", {{"42", -100}}}}, "logit_bias"},
              {{{"response_format", {{"type", "text"}, {"extra", 1}}}}, "response_format"},
@@ -314,6 +339,129 @@ TEST(openai_out, answer_and_chunks_have_openai_shapes) {
     // non-streamed one does, not from the start of each chunk.
     json sc = json::parse(sse_token_chunk(cm, r, t, 17).substr(6));
     EXPECT_EQ(sc["choices"][0]["logprobs"]["text_offset"][0], 17);
+}
+
+using ojson = nlohmann::ordered_json;  // a body in the client's key order
+
+ojson weather_tools() {
+    return ojson::parse(R"([{"type": "function", "function": {"name": "get_weather",
+        "description": "now", "parameters": {"type": "object", "properties": {"city": {"type":
+        "string"}}, "required": ["city"]}}}, {"type": "function", "function": {"name": "now"}}])");
+}
+
+TEST(openai_in, tools_reach_the_template_and_choose_the_grammar) {
+    auto tool_req = [](json extra) {
+        ojson body = ojson::parse(chat(extra).dump());
+        body["tools"] = weather_tools();
+        return parse_api_request(api_kind::chat, body.dump(), hermes_limits(), k_model);
+    };
+    // auto: rendered, read for calls, not constrained.
+    auto r = tool_req(json::object());
+    ASSERT_TRUE(std::holds_alternative<api_request>(r)) << std::get<api_error>(r).message;
+    api_request a = std::get<api_request>(r);
+    ASSERT_TRUE(a.tools.has_value());
+    EXPECT_EQ(a.tools->format, ordo::grammar::tool_format::hermes);
+    EXPECT_FALSE(a.tools->constrained);
+    EXPECT_FALSE(a.params.grammar.has_value());
+    EXPECT_TRUE(a.params.special);  // markers that are control tokens show
+    EXPECT_NE(a.params.prompt->find("<tools>[{\"type\": \"function\", \"function\": {\"name\": "
+                                    "\"get_weather\", \"description\""),
+              std::string::npos)
+        << "tools in the body's key order: " << *a.params.prompt;
+    // required: the grammar of one or more calls; a named function: that one only.
+    a = std::get<api_request>(tool_req({{"tool_choice", "required"}}));
+    ASSERT_TRUE(a.params.grammar.has_value());
+    EXPECT_TRUE(a.tools->constrained);
+    EXPECT_NE(a.params.grammar->find("get_weather"), std::string::npos);
+    EXPECT_NE(a.params.grammar->find("(\"\\n\" tagged)"), std::string::npos)
+        << "parallel by default: " << *a.params.grammar;
+    a = std::get<api_request>(tool_req({{"tool_choice", {{"type", "function"}, {"function", {{"name", "now"}}}}},
+                                        {"parallel_tool_calls", false}}));
+    ASSERT_TRUE(a.params.grammar.has_value());
+    EXPECT_EQ(a.params.grammar->find("get_weather"), std::string::npos);
+    EXPECT_EQ(a.params.grammar->find("(\"\\n\" tagged)"), std::string::npos);
+    // none: the model is not offered the tools, and nothing is read.
+    a = std::get<api_request>(tool_req({{"tool_choice", "none"}}));
+    EXPECT_FALSE(a.tools.has_value());
+    EXPECT_EQ(a.params.prompt->find("<tools>"), std::string::npos);
+    // Refusals.
+    for (const auto& [extra, param] : std::vector<std::pair<json, std::string>>{
+             {{{"tool_choice", {{"type", "function"}, {"function", {{"name", "other"}}}}}}, "tool_choice"},
+             {{{"tool_choice", "required"}, {"response_format", {{"type", "json_object"}}}}, "tools"},
+             {{{"grammar", "root ::= \"a\""}}, "tools"},
+             {{{"logprobs", true}}, "logprobs"},
+         }) {
+        auto e = tool_req(extra);
+        ASSERT_TRUE(std::holds_alternative<api_error>(e)) << extra.dump();
+        EXPECT_EQ(std::get<api_error>(e).param, param) << std::get<api_error>(e).message;
+    }
+    // A template without a call format: auto answers text; required cannot be kept.
+    json body = chat({{"tools", json::parse(weather_tools().dump())}});
+    a = ok(api_kind::chat, body);
+    EXPECT_FALSE(a.tools.has_value());
+    body["tool_choice"] = "required";
+    api_error e = refused(api_kind::chat, body);
+    EXPECT_EQ(e.param, "tool_choice");
+    EXPECT_NE(e.message.find("no tool-call format"), std::string::npos) << e.message;
+}
+
+TEST(openai_in, history_tool_calls_reach_the_template_as_objects) {
+    ojson body = ojson::parse(chat().dump());
+    body["messages"] = ojson::parse(R"([{"role": "user", "content": "Weather?"},
+        {"role": "assistant", "refusal": null, "tool_calls": [{"id": "call_1", "type": "function",
+         "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}])");
+    auto r = parse_api_request(api_kind::chat, body.dump(), hermes_limits(), k_model);
+    ASSERT_TRUE(std::holds_alternative<api_request>(r)) << std::get<api_error>(r).message;
+    EXPECT_EQ(*std::get<api_request>(r).params.prompt,
+              "<user>Weather?<assistant>None<tool_call>{\"name\": \"get_weather\", \"arguments\": "
+              "{\"city\": \"Paris\"}}</tool_call><tool>sunny<assistant>");
+}
+
+TEST(openai_out, tool_calls_whole_and_streamed) {
+    answer_meta m{api_kind::chat, "chatcmpl-7", 5, "tiny"};
+    api_request r;
+    r.tools = tool_use{ordo::grammar::tool_format::hermes, false};
+    ordo::door::generate_done d;
+    d.reason = "stop";
+    d.text = "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>";
+    json a = json::parse(completion_json(m, r, d));
+    const json& msg = a["choices"][0]["message"];
+    EXPECT_TRUE(msg["content"].is_null());
+    ASSERT_EQ(msg["tool_calls"].size(), 1u);
+    EXPECT_EQ(msg["tool_calls"][0]["type"], "function");
+    EXPECT_EQ(msg["tool_calls"][0]["function"]["name"], "now");
+    EXPECT_EQ(msg["tool_calls"][0]["function"]["arguments"], "{}");
+    EXPECT_EQ(msg["tool_calls"][0]["id"], ordo::grammar::tool_call_id(r.tools->format, m.id, 0));
+    EXPECT_EQ(a["choices"][0]["finish_reason"], "tool_calls");
+    d.reason = "length";  // cut: the calls that parsed, but the answer was cut
+    d.text = "Plain text.";
+    a = json::parse(completion_json(m, r, d));
+    EXPECT_EQ(a["choices"][0]["message"]["content"], "Plain text.");
+    EXPECT_FALSE(a["choices"][0]["message"].contains("tool_calls"));
+    EXPECT_EQ(a["choices"][0]["finish_reason"], "length");
+    // Stream pieces: the first names the call (with its id), later ones carry arguments.
+    std::vector<ordo::grammar::tool_delta> pieces = {
+        {"Hm.", -1, "", ""}, {"", 0, "now", ""}, {"", 0, "", "{}"}};
+    std::string text = sse_tool_chunks(m, r, pieces);
+    std::vector<json> chunks;
+    for (size_t at = 0; (at = text.find("data: ", at)) != std::string::npos;) {
+        const size_t end = text.find("\n\n", at);
+        chunks.push_back(json::parse(text.substr(at + 6, end - at - 6)));
+        at = end;
+    }
+    ASSERT_EQ(chunks.size(), 3u);
+    EXPECT_EQ(chunks[0]["choices"][0]["delta"]["content"], "Hm.");
+    const json& first = chunks[1]["choices"][0]["delta"]["tool_calls"][0];
+    EXPECT_EQ(first["index"], 0);
+    EXPECT_EQ(first["function"]["name"], "now");
+    EXPECT_EQ(first["id"], ordo::grammar::tool_call_id(r.tools->format, m.id, 0));
+    const json& more = chunks[2]["choices"][0]["delta"]["tool_calls"][0];
+    EXPECT_FALSE(more.contains("id"));
+    EXPECT_EQ(more["function"]["arguments"], "{}");
+    d.reason = "stop";
+    json fin = json::parse(sse_final_chunk(m, r, d, 1).substr(6));
+    EXPECT_EQ(fin["choices"][0]["finish_reason"], "tool_calls");
 }
 
 // max_tokens' range errors name the field the client sent, in the message and in param.

@@ -6,7 +6,9 @@
 // the same seed giving the same text; logprobs with top_logprobs; structured output
 // (response_format json_schema and json_object: a whole answer parses and follows the schema);
 // and the client's own error classes and fields (status, param) for a wrong model (404),
-// n = 2, an unsupported schema keyword and tools (400); and, with a server that requires an API key, the client's apiKey (openai_auth.mjs:
+// n = 2, an unsupported schema keyword and tool_choice required on a template without a call
+// format (400); tool calls (openai_tools.mjs: required, named, parallel off, streamed deltas
+// against the whole answer, the next turn with the call and its result); and, with a server that requires an API key, the client's apiKey (openai_auth.mjs:
 // the right key served, a wrong one AuthenticationError 401). embeddings.create
 // (openai_embeddings.mjs): strings (the client's default base64 and float), token ids and token
 // arrays give the CPU reference's embedding (model::embed with the server's pooling, computed here)
@@ -102,6 +104,33 @@ TEST(openai_node_client, drives_the_http_api) {
     ASSERT_NE(s.http_port(), 0) << s.output();
     ASSERT_EQ(wait_healthy(s.port()), "") << s.output();
     run_node_script(ORDO_OPENAI_SCRIPT, s.http_port(), "tiny");
+}
+
+// Tool calls (issue 31): openai_tools.mjs, on a generated model whose template teaches Hermes'
+// <tool_call> format and renders tools and earlier calls (a context long enough for the tools'
+// text in a byte vocabulary).
+TEST(openai_node_client, tool_calls) {
+    SKIP_WITHOUT_NODE_CLIENT();
+    const std::string model = temp_path("tools.gguf");
+    std::string mk = std::string(ORDO_MODEL_BIN) + " mk --out " + model +
+                     " --n-embd 32 --n-layer 1 --n-head 2 --n-head-kv 2 --n-ff 64"
+                     " --n-vocab 260 --type f32 --seed 1 --ctx 4096 > /dev/null";
+    ASSERT_EQ(std::system(mk.c_str()), 0) << mk;
+    const std::string tmpl = temp_path("tools.jinja");
+    std::ofstream(tmpl)
+        << "{% if tools %}<|im_start|>system\nCall a function: <tool_call>\n{\"name\": ..., "
+           "\"arguments\": ...}\n</tool_call>\n<tools>{% for t in tools %}{{ t | tojson }}"
+           "{% endfor %}</tools><|im_end|>\n{% endif %}"
+           "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.content %}{{ m.content }}"
+           "{% endif %}{% for c in m.tool_calls or [] %}<tool_call>\n{{ c.function | tojson }}"
+           "\n</tool_call>{% endfor %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}"
+           "<|im_start|>assistant\n{% endif %}";
+    server_process s;
+    ASSERT_TRUE(s.start(ORDO_SERVER_BIN, {"--model", model, "--chat-template", tmpl}))
+        << s.output();
+    ASSERT_NE(s.http_port(), 0) << s.output();
+    ASSERT_EQ(wait_healthy(s.port()), "") << s.output();
+    run_node_script(ORDO_SOURCE_DIR "/tests/http/openai_tools.mjs", s.http_port(), "tools");
 }
 
 // The client's `apiKey` against a server that requires one (issue 26): openai_auth.mjs.
