@@ -43,6 +43,7 @@ bool element::matches_any(char32_t lo, char32_t hi) const {
 namespace {
 
 constexpr char32_t code_point_max = 0x10FFFF;
+constexpr char32_t surrogate_first = 0xD800, surrogate_last = 0xDFFF;
 
 // The bytes of the UTF-8 sequence `lead` starts, or 0 when it cannot start one.
 std::size_t utf8_length(unsigned char lead) {
@@ -67,7 +68,9 @@ std::optional<char32_t> utf8_value(std::string_view seq) {
         if ((b & 0xC0) != 0x80) return std::nullopt;
         v = (v << 6) | (b & 0x3F);
     }
-    if (v < min_of[n] || v > code_point_max || (v >= 0xD800 && v <= 0xDFFF)) return std::nullopt;
+    if (v < min_of[n] || v > code_point_max || (v >= surrogate_first && v <= surrogate_last)) {
+        return std::nullopt;
+    }
     return v;
 }
 
@@ -670,9 +673,15 @@ bool matcher::allows_partial() const {
     const char32_t lo = std::max<char32_t>(v << rest, utf8_min_of[_partial_need]);
     const char32_t hi =
         std::min<char32_t>((v << rest) | ((char32_t{1} << rest) - 1), code_point_max);
-    return lo <= hi && _init.ok() && std::any_of(_stacks.begin(), _stacks.end(), [&](const stack& s) {
-               return !s.empty() && top_element(s).matches_any(lo, hi);
-           });
+    // The code points it may still become, less the surrogates (no UTF-8 encodes them: a
+    // partial "\xED\xA0" can never complete).
+    auto any_allowed = [&](char32_t a, char32_t b) {
+        return a <= b && std::any_of(_stacks.begin(), _stacks.end(), [&](const stack& s) {
+                   return !s.empty() && top_element(s).matches_any(a, b);
+               });
+    };
+    return _init.ok() && (any_allowed(lo, std::min<char32_t>(hi, surrogate_first - 1)) ||
+                          any_allowed(std::max<char32_t>(lo, surrogate_last + 1), hi));
 }
 
 bool matcher::allows_byte(unsigned char b) const {

@@ -50,9 +50,12 @@ bool grammar_constraint::allows(int32_t token) const {
     return ok.ok() && *ok;
 }
 
-status grammar_constraint::accept(int32_t token, std::string_view bytes) {
+status grammar_constraint::accept(int32_t token) {
     if (std::find(_vocab->eog.begin(), _vocab->eog.end(), token) != _vocab->eog.end()) return {};
-    auto ok = _m.advance_utf8(bytes);
+    const bool known = token >= 0 && static_cast<std::size_t>(token) < _vocab->pieces.size();
+    const std::string_view piece =
+        known ? std::string_view(_vocab->pieces[static_cast<std::size_t>(token)]) : std::string_view();
+    auto ok = piece.empty() ? result<bool>(false) : _m.advance_utf8(piece);
     if (!ok) return ok.err();
     if (!*ok) {
         return make_error("internal", "token " + std::to_string(token) +

@@ -51,10 +51,10 @@ public:
     // Whether one token may come next, as allowed() would say (a matcher limit: false; the
     // mask then names it). Cheap: one copy of the matcher, not a walk of the vocabulary.
     bool allows(int32_t token) const;
-    // Advances past a sampled token (`bytes`: its bytes in generated text; an end-of-generation
-    // token advances nothing). Error: the token was not allowed (a bug: the sampler was given
-    // the mask).
-    status accept(int32_t token, std::string_view bytes);
+    // Advances past a sampled token by its bytes as the vocabulary gives them (pieces; an
+    // end-of-generation token advances nothing). Error: the token was not allowed (a bug: the
+    // sampler was given the mask or the check).
+    status accept(int32_t token);
     // The output is a whole sentence and the grammar can take nothing more: the answer ends.
     bool done() const { return _m.done(); }
 

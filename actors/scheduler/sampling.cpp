@@ -139,23 +139,19 @@ result<sampled> sampler::sample(std::span<const float> logits,
         _penalised = true;
     }
     if (_params.temperature == 0.0f) return report(logits, pick_greedy());
-    float max_work = _max_raw;
-    double mass = _raw_mass;
-    if (_penalised) {  // _exp must follow the penalised logits
-        max_work = math::max_value(_work);
-        math::exp_shifted(_work, max_work, 1.0f, _exp);
-        mass = math::sum(_exp);
-    }
-    return report(logits, pick_random(max_work, mass));
+    return report(logits, draw());
 }
 
-result<std::optional<sampled>> sampler::sample_greedy_checked(
-    std::span<const float> logits, std::span<const int32_t> recent_tokens,
-    const std::function<bool(int32_t)>& allows, uint32_t tries) {
-    if (_params.temperature != 0.0f) {
-        return make_error("bad_request", "a checked greedy draw needs temperature 0");
-    }
+result<std::optional<sampled>> sampler::sample_checked(std::span<const float> logits,
+                                                       std::span<const int32_t> recent_tokens,
+                                                       const std::function<bool(int32_t)>& allows,
+                                                       uint32_t tries) {
     if (auto s = prepare(logits, recent_tokens); !s) return s.err();
+    if (_params.temperature != 0.0f) {
+        const int32_t t = draw();
+        if (allows(t)) return std::optional<sampled>(report(logits, t));
+        return std::optional<sampled>();
+    }
     // The best tokens in greedy's order (logit descending, the lowest id on ties): the first one
     // allowed is greedy's pick over the mask.
     for (uint32_t i = 0; i < tries; i++) {
@@ -165,6 +161,17 @@ result<std::optional<sampled>> sampler::sample_greedy_checked(
         _work[t] = -std::numeric_limits<float>::infinity();
     }
     return std::optional<sampled>();
+}
+
+int32_t sampler::draw() {
+    float max_work = _max_raw;
+    double mass = _raw_mass;
+    if (_penalised) {  // _exp must follow the penalised logits
+        max_work = math::max_value(_work);
+        math::exp_shifted(_work, max_work, 1.0f, _exp);
+        mass = math::sum(_exp);
+    }
+    return pick_random(max_work, mass);
 }
 
 // Returns whether any logit changed.

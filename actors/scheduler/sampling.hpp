@@ -98,15 +98,23 @@ public:
     result<sampled> sample(std::span<const float> logits, std::span<const int32_t> recent_tokens,
                            std::span<const uint8_t> allowed = {});
 
-    // Greedy (temperature 0 only) with a per-token check instead of a mask: the best tokens in
-    // greedy's order are offered to `allows`, at most `tries` of them, and the first it takes
-    // is the token greedy would pick over a mask of everything `allows` takes. Nothing when none
-    // of them is taken (the caller then computes the mask and calls sample). Draws nothing
-    // from the generator: greedy never does.
-    result<std::optional<sampled>> sample_greedy_checked(std::span<const float> logits,
-                                                         std::span<const int32_t> recent_tokens,
-                                                         const std::function<bool(int32_t)>& allows,
-                                                         uint32_t tries);
+    // A draw checked token by token instead of over a mask (a grammar: `allows` is one
+    // matcher check, a mask a walk of the vocabulary). Nothing when no token was taken: the
+    // caller then computes the mask and calls sample.
+    //   - Greedy: the best tokens in greedy's order are offered to `allows`, at most `tries` of
+    //     them; the first it takes is the token greedy would pick over the mask. Draws nothing
+    //     from the generator.
+    //   - Otherwise: one draw of the whole pipeline (penalties, top_k, min_p, top_p, over every
+    //     token), kept when `allows` takes it. With the caller's draw over the mask after a
+    //     refusal, a token t of the allowed set A comes with probability p(t) + (1 - p(A)) *
+    //     p(t) / p(A) = p(t) / p(A): exactly the masked distribution when no filter truncates;
+    //     with top_k/min_p/top_p, the first draw's filters see the whole vocabulary. An allowed
+    //     draw advances the generator as sample() does, so a grammar that allows the model's
+    //     own choice leaves the output as without it.
+    result<std::optional<sampled>> sample_checked(std::span<const float> logits,
+                                                  std::span<const int32_t> recent_tokens,
+                                                  const std::function<bool(int32_t)>& allows,
+                                                  uint32_t tries);
 
     const sampling_params& params() const { return _params; }
 
@@ -121,6 +129,8 @@ private:
     bool apply_penalty(std::span<const int32_t> recent);
     int32_t pick_greedy() const;
     int32_t pick_random(float max_work, double mass);
+    // A random draw over the penalised (and masked) logits: the filters, then the generator.
+    int32_t draw();
     uint32_t keep_top_k(uint32_t n_vocab);
     uint32_t drop_masked(uint32_t n);
     uint32_t keep_min_p(uint32_t n, float max_work);

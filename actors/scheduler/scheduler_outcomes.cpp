@@ -140,11 +140,12 @@ void scheduler_core::on_step_done(const gpu::step_done& m, const row_reader& row
 
 void scheduler_core::apply_token(request_state& r, std::span<const float> logits,
                                  std::vector<outgoing_event>& out) {
-    // A grammar: greedy offers its best tokens to the grammar one by one, and only when none of
-    // the first few is allowed (or when sampling) is the whole vocabulary's mask computed.
+    // A grammar: the draw (greedy's best few tokens, or one random draw) is offered to the
+    // grammar token by token, and only when it refuses is the whole vocabulary's mask computed
+    // (sampler::sample_checked: the distribution is the masked one either way).
     std::optional<sampled> s;
-    if (r.grammar && r.params.sampling.temperature == 0.0f) {
-        auto g = r.smp->sample_greedy_checked(
+    if (r.grammar) {
+        auto g = r.smp->sample_checked(
             logits, r.tokens, [&](int32_t t) { return r.grammar->allows(t); },
             grammar_greedy_checks_max);
         if (!g.ok()) return fail(r, door::errc::internal, "sampling failed: " + g.err().message, out);
@@ -163,7 +164,7 @@ void scheduler_core::apply_token(request_state& r, std::span<const float> logits
     }
     int32_t token = s->token;
     if (r.grammar) {
-        if (auto g = r.grammar->accept(token, _tok->token_bytes(token, false)); !g) {
+        if (auto g = r.grammar->accept(token); !g) {
             return fail(r, door::errc::internal, g.err().message, out);
         }
     }

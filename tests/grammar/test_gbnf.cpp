@@ -171,6 +171,13 @@ TEST(gbnf, a_partial_code_point_goes_on_only_if_an_allowed_one_begins_with_it) {
     gbnf most = must_parse("root ::= [^\\u0080-\\u00BF]\n");  // C2's code points all refused
     EXPECT_FALSE(*matcher(most).advance_utf8("\xC2"));
     EXPECT_TRUE(*matcher(most).advance_utf8("\xC3"));
+    // A surrogate's bytes never complete (no UTF-8 encodes U+D800..U+DFFF), even where the
+    // grammar takes "anything": ED A0..BF is refused, ED 80..9F goes on (U+D000..U+D7FF).
+    EXPECT_FALSE(*matcher(not_quote).advance_utf8("\xED\xAC"));
+    EXPECT_TRUE(*matcher(not_quote).advance_utf8("\xED\x9F"));
+    EXPECT_TRUE(*matcher(not_quote).advance_utf8("\xED"));
+    gbnf surrogates_only = must_parse("root ::= [\\uD800-\\uDFFF]\n");
+    EXPECT_FALSE(*matcher(surrogates_only).advance_utf8("\xED"));
 }
 
 TEST(gbnf, bad_grammars_name_line_and_column) {

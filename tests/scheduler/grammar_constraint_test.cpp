@@ -4,7 +4,8 @@
 // Checks: the mask allows exactly the tokens whose bytes keep the grammar alive (single bytes,
 // multi-byte pieces, a piece that runs past what the grammar allows is refused); end of
 // generation is allowed only when the text so far is a whole sentence; done() once nothing can
-// follow; accept() advances and refuses a token the grammar does not allow; a state no token
+// follow; accept() advances by the token's piece and refuses a token the grammar does not allow
+// (a control token without a piece too); a state no token
 // continues is grammar_dead_end; a bad grammar is bad_grammar naming the line; one token's
 // check (allows) agrees with the mask everywhere.
 #include "actors/scheduler/grammar_constraint.hpp"
@@ -41,23 +42,24 @@ TEST(grammar_constraint, masks_follow_the_grammar_and_end_only_on_a_sentence) {
     auto g = grammar_constraint::create(R"(root ::= "a" "b"? "c"?)", v);
     ASSERT_TRUE(g.ok()) << g.err().message;
     EXPECT_EQ(allowed_ids(*g), (std::vector<int>{0, 2, 3}));  // a, ab, abc; not yet the end
-    ASSERT_TRUE(g->accept(0, "a").ok());
+    ASSERT_TRUE(g->accept(0).ok());
     EXPECT_FALSE(g->done());
     EXPECT_EQ(allowed_ids(*g), (std::vector<int>{1, 5, 6}));  // b, the end, c
-    EXPECT_FALSE(g->accept(0, "a").ok()) << "a token the grammar refuses";
-    ASSERT_TRUE(g->accept(1, "b").ok());
+    EXPECT_FALSE(g->accept(0).ok()) << "a token the grammar refuses";
+    EXPECT_FALSE(g->accept(4).ok()) << "a control token: no bytes the grammar could take";
+    ASSERT_TRUE(g->accept(1).ok());
     EXPECT_EQ(allowed_ids(*g), (std::vector<int>{5, 6}));
-    ASSERT_TRUE(g->accept(6, "c").ok());
+    ASSERT_TRUE(g->accept(6).ok());
     EXPECT_TRUE(g->done());
     EXPECT_EQ(allowed_ids(*g), (std::vector<int>{5}));
-    EXPECT_TRUE(g->accept(5, "").ok()) << "end of generation advances nothing";
+    EXPECT_TRUE(g->accept(5).ok()) << "end of generation advances nothing";
 }
 
 TEST(grammar_constraint, a_state_no_token_continues_is_a_dead_end) {
     grammar_vocab v = make_vocab();
     auto g = grammar_constraint::create(R"(root ::= "a" "z")", v);  // no token holds "z"
     ASSERT_TRUE(g.ok());
-    ASSERT_TRUE(g->accept(0, "a").ok());
+    ASSERT_TRUE(g->accept(0).ok());
     auto m = g->allowed();
     ASSERT_FALSE(m.ok());
     EXPECT_EQ(m.err().code, "grammar_dead_end");

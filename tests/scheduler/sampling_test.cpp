@@ -425,19 +425,71 @@ TEST(sampling, greedy_checked_token_by_token_equals_greedy_over_the_mask) {
         sampler full = make(p), checked = make(p);
         auto want = full.sample(logits, recent, mask);
         ASSERT_TRUE(want.ok());
-        auto got = checked.sample_greedy_checked(logits, recent, allows, 5000);
+        auto got = checked.sample_checked(logits, recent, allows, 5000);
         ASSERT_TRUE(got.ok());
         ASSERT_TRUE(got->has_value());
         EXPECT_EQ((*got)->token, want->token);
         EXPECT_EQ((*got)->logprob, want->logprob);
         EXPECT_EQ((*got)->top_count, want->top_count);
         // Too few checks for a sparse mask: nothing, and the caller falls back to the mask.
-        auto few = checked.sample_greedy_checked(logits, recent, allows, 2);
+        auto few = checked.sample_checked(logits, recent, allows, 2);
         ASSERT_TRUE(few.ok());
         if (modulo == 700) EXPECT_FALSE(few->has_value());
     }
-    sampler hot = make({.temperature = 1.0f});
-    EXPECT_FALSE(hot.sample_greedy_checked(logits, {}, [](int32_t) { return true; }, 4).ok());
+}
+
+// At a temperature, one draw checked, then the mask when refused: the masked distribution
+// (without truncating filters, exactly: p(t) + (1 - p(A)) p(t) / p(A) = p(t) / p(A)), and with
+// every token allowed the same tokens as sample() for the same seed (one draw each).
+TEST(sampling, checked_draw_then_mask_is_the_masked_distribution) {
+    const std::vector<float> logits = {2.0f, 1.0f, 0.5f, 0.0f, -1.0f, 1.5f};
+    auto allows = [](int32_t t) { return t != 0 && t != 5; };  // the two likeliest refused
+    std::vector<uint8_t> mask(logits.size());
+    for (size_t i = 0; i < mask.size(); i++) mask[i] = allows(int32_t(i)) ? 1 : 0;
+    sampling_params p;
+    p.temperature = 1.0f;
+    p.top_k = 0;
+    p.top_p = 1.0f;
+    p.min_p = 0.0f;
+    p.seed = 42;
+    sampler s = make(p);
+    std::vector<double> count(logits.size(), 0);
+    const int draws = 40000;
+    int masked = 0;
+    for (int i = 0; i < draws; i++) {
+        auto c = s.sample_checked(logits, {}, allows, 0);
+        ASSERT_TRUE(c.ok());
+        int32_t t;
+        if (c->has_value()) {
+            t = (*c)->token;
+        } else {
+            auto d = s.sample(logits, {}, mask);
+            ASSERT_TRUE(d.ok());
+            t = d->token;
+            masked++;
+        }
+        ASSERT_TRUE(allows(t)) << t;
+        count[size_t(t)]++;
+    }
+    double z = 0;
+    for (size_t t = 0; t < logits.size(); t++) z += allows(int32_t(t)) ? std::exp(logits[t]) : 0;
+    for (size_t t = 0; t < logits.size(); t++) {
+        if (!allows(int32_t(t))) continue;
+        const double want = std::exp(logits[t]) / z;
+        // 40000 draws: a binomial's standard deviation is under 0.0025; 4 of them.
+        EXPECT_NEAR(count[t] / draws, want, 0.01) << "token " << t;
+    }
+    EXPECT_GT(masked, draws / 4) << "the refused tokens hold most of the mass: masks were needed";
+    EXPECT_LT(masked, draws) << "allowed first draws were kept";
+
+    sampler plain = make(p), checked = make(p);
+    for (int i = 0; i < 200; i++) {
+        auto a = plain.sample(logits, {});
+        auto b = checked.sample_checked(logits, {}, [](int32_t) { return true; }, 0);
+        ASSERT_TRUE(a.ok() && b.ok() && b->has_value());
+        EXPECT_EQ(a->token, (*b)->token) << "draw " << i;
+        EXPECT_EQ(a->logprob, (*b)->logprob);
+    }
 }
 
 }  // namespace
