@@ -428,9 +428,14 @@ std::string tool_call_id(tool_format f, std::string_view answer_id, size_t index
         "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
     const size_t n = f == tool_format::mistral ? 9 : 24;
     std::string out = f == tool_format::mistral ? "" : "call_";
-    uint64_t h = XXH3_64bits_withSeed(answer_id.data(), answer_id.size(), index);
+    // Ten characters per hash (62^10 < 2^64), each hash of the answer's id seeded by the
+    // call's index and the block.
+    uint64_t h = 0;
     for (size_t i = 0; i < n; i++) {
-        if (i % 10 == 0 && i > 0) h = XXH3_64bits_withSeed(&h, sizeof h, index);
+        if (i % 10 == 0) {
+            h = XXH3_64bits_withSeed(answer_id.data(), answer_id.size(),
+                                     (uint64_t(index) << 8) | (i / 10));
+        }
         out += alphabet[h % 62];
         h /= 62;
     }

@@ -63,10 +63,13 @@ configure() {
   cmake -S . -B "$build_dir" "${opts[@]}" >/dev/null
 }
 
-# The HTTP tests (tests/http) drive the server with OpenAI's own Node client, the `openai` package
-# from the npm registry, at a pinned version, installed into $build_dir/node (not the system).
-# Node itself comes from Debian (nodejs, npm) unless a node and npm are already installed.
-openai_node_version=6.49.0
+# The HTTP tests (tests/http) drive the server with OpenAI's own Node client, the `openai` package,
+# and with the agent libraries users reach for (LangChain's `@langchain/openai`, the Vercel AI
+# SDK's `ai` + `@ai-sdk/openai`, with `zod` for their schemas): from the npm registry, at pinned
+# versions, installed into $build_dir/node (not the system). Node itself comes from Debian
+# (nodejs, npm) unless a node and npm are already installed.
+node_packages=(openai@6.49.0 @langchain/openai@1.5.8 @langchain/core@1.4.0 ai@6.0.326
+               @ai-sdk/openai@3.0.141 zod@4.6.7)
 install_node_client() {
   if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
     local sudo=()
@@ -76,14 +79,17 @@ install_node_client() {
     DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
       nodejs npm >/dev/null
   fi
-  local have="$build_dir/node/node_modules/openai/package.json"
-  if [[ -f "$have" ]] && grep -q "\"version\": \"$openai_node_version\"" "$have"; then return; fi
-  log "installing the openai Node client $openai_node_version into $build_dir/node"
+  local stamp="$build_dir/node/installed.txt"
+  if [[ -f "$stamp" && "$(cat "$stamp")" == "${node_packages[*]}" ]]; then return; fi
+  log "installing the Node clients ${node_packages[*]} into $build_dir/node"
   mkdir -p "$build_dir/node"
-  npm install --prefix "$build_dir/node" --no-audit --no-fund --no-save \
-    "openai@$openai_node_version" >/dev/null ||
-    log "WARNING: npm could not install openai@$openai_node_version: the Node client tests of" \
+  if npm install --prefix "$build_dir/node" --no-audit --no-fund --no-save \
+    "${node_packages[@]}" >/dev/null; then
+    echo "${node_packages[*]}" > "$stamp"
+  else
+    log "WARNING: npm could not install ${node_packages[*]}: the Node client tests of" \
         "tests/http skip (and fail where ORDO_HTTP_CLIENT_REQUIRED=1, as in CI)"
+  fi
 }
 
 setup() { install_packages; configure; }

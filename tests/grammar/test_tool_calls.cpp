@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -275,6 +276,12 @@ TEST(tool_calls, ids) {
     const std::string h = tool_call_id(tool_format::hermes, "x", 3);
     EXPECT_EQ(h.rfind("call_", 0), 0u);
     EXPECT_EQ(h.size(), 29u);
+    // Every character position varies between answers (no block of low entropy).
+    std::set<std::string> tails;
+    for (int a = 0; a < 50; a++) {
+        tails.insert(tool_call_id(tool_format::hermes, "chatcmpl-" + std::to_string(a), 0).substr(25));
+    }
+    EXPECT_GT(tails.size(), 45u);
     const std::string m = tool_call_id(tool_format::mistral, "x", 3);
     ASSERT_EQ(m.size(), 9u);
     for (char c : m) EXPECT_TRUE(std::isalnum(static_cast<unsigned char>(c))) << m;

@@ -8,7 +8,8 @@
 // and the client's own error classes and fields (status, param) for a wrong model (404),
 // n = 2, an unsupported schema keyword and tool_choice required on a template without a call
 // format (400); tool calls (openai_tools.mjs: required, named, parallel off, streamed deltas
-// against the whole answer, the next turn with the call and its result); and, with a server that requires an API key, the client's apiKey (openai_auth.mjs:
+// against the whole answer, the next turn with the call and its result); LangChain's and the
+// Vercel AI SDK's tool and structured-output paths (agent_clients.mjs); and, with a server that requires an API key, the client's apiKey (openai_auth.mjs:
 // the right key served, a wrong one AuthenticationError 401). embeddings.create
 // (openai_embeddings.mjs): strings (the client's default base64 and float), token ids and token
 // arrays give the CPU reference's embedding (model::embed with the server's pooling, computed here)
@@ -21,6 +22,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <fstream>
 #include <string_view>
 
@@ -109,13 +111,20 @@ TEST(openai_node_client, drives_the_http_api) {
 // Tool calls (issue 31): openai_tools.mjs, on a generated model whose template teaches Hermes'
 // <tool_call> format and renders tools and earlier calls (a context long enough for the tools'
 // text in a byte vocabulary).
-TEST(openai_node_client, tool_calls) {
-    SKIP_WITHOUT_NODE_CLIENT();
+// The server of the tool-call tests: a generated model whose template teaches Hermes'
+// <tool_call> format and renders tools and earlier calls.
+struct tool_model_server {
+    server_process s;
+    std::string problem;
+};
+
+std::unique_ptr<tool_model_server> serve_tool_model() {
+    auto out = std::make_unique<tool_model_server>();
     const std::string model = temp_path("tools.gguf");
     std::string mk = std::string(ORDO_MODEL_BIN) + " mk --out " + model +
                      " --n-embd 32 --n-layer 1 --n-head 2 --n-head-kv 2 --n-ff 64"
                      " --n-vocab 260 --type f32 --seed 1 --ctx 4096 > /dev/null";
-    ASSERT_EQ(std::system(mk.c_str()), 0) << mk;
+    EXPECT_EQ(std::system(mk.c_str()), 0) << mk;
     const std::string tmpl = temp_path("tools.jinja");
     std::ofstream(tmpl)
         << "{% if tools %}<|im_start|>system\nCall a function: <tool_call>\n{\"name\": ..., "
@@ -125,12 +134,38 @@ TEST(openai_node_client, tool_calls) {
            "{% endif %}{% for c in m.tool_calls or [] %}<tool_call>\n{{ c.function | tojson }}"
            "\n</tool_call>{% endfor %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}"
            "<|im_start|>assistant\n{% endif %}";
-    server_process s;
-    ASSERT_TRUE(s.start(ORDO_SERVER_BIN, {"--model", model, "--chat-template", tmpl}))
-        << s.output();
-    ASSERT_NE(s.http_port(), 0) << s.output();
-    ASSERT_EQ(wait_healthy(s.port()), "") << s.output();
-    run_node_script(ORDO_SOURCE_DIR "/tests/http/openai_tools.mjs", s.http_port(), "tools");
+    if (!out->s.start(ORDO_SERVER_BIN, {"--model", model, "--chat-template", tmpl})) {
+        out->problem = "the server did not start";
+    } else if (out->s.http_port() == 0) {
+        out->problem = "no HTTP port";
+    } else {
+        out->problem = wait_healthy(out->s.port());
+    }
+    return out;
+}
+
+TEST(openai_node_client, tool_calls) {
+    SKIP_WITHOUT_NODE_CLIENT();
+    auto srv = serve_tool_model();
+    ASSERT_EQ(srv->problem, "") << srv->s.output();
+    run_node_script(ORDO_SOURCE_DIR "/tests/http/openai_tools.mjs", srv->s.http_port(), "tools");
+}
+
+// LangChain and the Vercel AI SDK (agent_clients.mjs): their tool and structured-output paths.
+TEST(openai_node_client, agent_libraries) {
+    SKIP_WITHOUT_NODE_CLIENT();
+    const std::string modules = ORDO_NODE_MODULES;
+    for (const char* pkg : {"@langchain/openai", "@langchain/core", "ai", "@ai-sdk/openai", "zod"}) {
+        if (fs::exists(modules + "/" + pkg + "/package.json")) continue;
+        const std::string missing = std::string(pkg) + " is not in " + modules +
+                                    " (bash tools/dev.sh test installs it)";
+        if (client_required()) GTEST_FAIL() << "ORDO_HTTP_CLIENT_REQUIRED=1 but " << missing;
+        std::fprintf(stderr, "\n*** SKIPPING: %s ***\n\n", missing.c_str());
+        GTEST_SKIP() << missing;
+    }
+    auto srv = serve_tool_model();
+    ASSERT_EQ(srv->problem, "") << srv->s.output();
+    run_node_script(ORDO_SOURCE_DIR "/tests/http/agent_clients.mjs", srv->s.http_port(), "tools");
 }
 
 // The client's `apiKey` against a server that requires one (issue 26): openai_auth.mjs.
