@@ -305,7 +305,7 @@ result<std::string> tool_calls_gbnf(tool_format f, std::span<const tool_function
     std::string fn;
     for (size_t i = 0; i < tools.size(); i++) {
         const tool_function& t = tools[i];
-        const std::string at = "tools[" + std::to_string(i) + "].function.parameters";
+        const std::string at = "tools: the parameters of function \"" + t.name + "\"";
         std::string args = "object-any";
         const auto& p = t.parameters;
         if (!p.is_null() && !(p.is_object() && p.empty())) {
@@ -325,7 +325,7 @@ result<std::string> tool_calls_gbnf(tool_format f, std::span<const tool_function
     std::string g = "fn ::= " + fn + "\n" + "call ::= \"{\\\"name\\\": \" fn \"}\"\n";
     switch (f) {
         case tool_format::llama3_json:
-            g = "root ::= call\n" + g;
+            g = "root ::= \"<|python_tag|>\"? call\n" + g;
             break;
         case tool_format::hermes:
             g = "root ::= tagged" + (parallel ? " (\"\\n\" tagged)" + more : std::string()) +
@@ -339,6 +339,17 @@ result<std::string> tool_calls_gbnf(tool_format f, std::span<const tool_function
             break;
     }
     return g + rules.rules();
+}
+
+std::vector<std::string> tool_call_triggers(tool_format f) {
+    switch (f) {
+        case tool_format::none: return {};
+        case tool_format::hermes: return {"<tool_call>"};
+        case tool_format::mistral: return {"[TOOL_CALLS]"};
+        // The answer itself is the call: only where it begins.
+        case tool_format::llama3_json: return {"^{", "^<|python_tag|>"};
+    }
+    return {};
 }
 
 tool_output parse_tool_output(tool_format f, bool constrained, std::string_view text) {

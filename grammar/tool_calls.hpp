@@ -62,9 +62,14 @@ struct tool_function {
 // GBNF for calls in format `f` (not none) of the functions in `tools` (at least one): one call,
 // or with `parallel` (and a format that has it: not llama3_json) up to tool_calls_max of them.
 // Each call's arguments are valid against its function's parameters. Errors: bad_schema naming
-// "tools[i].function.parameters" and the place inside it.
+// the function and the place inside its parameters.
 result<std::string> tool_calls_gbnf(tool_format f, std::span<const tool_function> tools,
                                     bool parallel, const json_schema_limits& limits = {});
+
+// Where format f's calls begin, as a lazy grammar's triggers (generate_request::
+// grammar_triggers): tool_choice "auto" lets the model write text, and once it begins a call
+// the call follows tool_calls_gbnf.
+std::vector<std::string> tool_call_triggers(tool_format f);
 
 struct tool_call {
     std::string name;

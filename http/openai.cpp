@@ -398,8 +398,9 @@ std::variant<tool_choice, api_error> read_tool_choice(const json& body, std::str
 
 // tools, tool_choice and parallel_tool_calls (docs/http.md "Tool calls"). The tools go to the
 // template (not with tool_choice none: the model is not offered them). With a template whose
-// call format ordo reads, the answer is read for calls (api_request::tools); "required" or a
-// named function constrain it by the format's grammar, so it is calls and they parse.
+// call format ordo reads, the answer is read for calls (api_request::tools) and the calls follow
+// the format's grammar: from the first token for "required" or a named function, from where a
+// call begins for "auto".
 std::optional<api_error> map_tools(const json& body, const ojson& ordered,
                                    const net::request_limits& limits, ojson& ordo,
                                    api_request& out) {
@@ -454,10 +455,16 @@ std::optional<api_error> map_tools(const json& body, const ojson& ordered,
                    "calls; give tool_choice \"none\" or leave logprobs out",
                    "logprobs");
     }
-    if (constrained) {
-        auto g = grammar::tool_calls_gbnf(format, fns, parallel == nullptr || parallel->get<bool>());
-        if (!g) return bad(g.err().message, "tools");
+    // "required" or a named function: the answer is calls, from its first token. "auto": the
+    // model writes what it likes, and a call it begins follows the grammar (a lazy grammar,
+    // triggered where the format's calls begin).
+    // A schema the grammar cannot keep is refused where the calls must follow it; under "auto"
+    // the calls are then read as the model writes them.
+    auto g = grammar::tool_calls_gbnf(format, fns, parallel == nullptr || parallel->get<bool>());
+    if (!g && constrained) return bad(g.err().message, "tools");
+    if (g) {
         ordo["grammar"] = std::move(*g);
+        if (!constrained) ordo["grammar_triggers"] = grammar::tool_call_triggers(format);
     }
     // A format's markers that are control tokens show in the answer, where the calls are read.
     ordo["special"] = true;

@@ -9,6 +9,7 @@
 #include "actors/runtime/fault_kind.hpp"
 #include "actors/scheduler/stop_matcher.hpp"
 #include "door/api_keys.hpp"
+#include "actors/scheduler/grammar_constraint.hpp"
 #include "grammar/gbnf.hpp"
 #include "net/request_fields.hpp"
 
@@ -159,6 +160,18 @@ status parse_output_options(const param_map& pm, const request_limits& limits,
         if (!v) return v.err();
         out.grammar = std::move(*v);
     }
+    if (const auto* o = pm.get("grammar_triggers")) {
+        auto v = fields::read_strings("grammar_triggers", *o, sched::grammar_triggers_max,
+                                      sched::grammar_trigger_bytes_max);
+        if (!v) return v.err();
+        if (!out.grammar) return make_error("bad_request", "\"grammar_triggers\" needs a \"grammar\"");
+        for (const std::string& t : *v) {
+            if (t.empty() || t == "^") {
+                return make_error("bad_request", "\"grammar_triggers\": a trigger is a text");
+            }
+        }
+        out.grammar_triggers = std::move(*v);
+    }
     return read_optional_bool(pm, "special", out.special);
 }
 
@@ -173,7 +186,7 @@ status parse_generation(const param_map& pm, const request_limits& limits, gener
 #define ORDO_GENERATION_KEYS                                                                   \
     "max_tokens", "temperature", "top_k", "top_p", "min_p", "repeat_penalty", "presence_penalty", \
         "frequency_penalty", "seed", "stop", "logprobs", "stream", "session", "special",         \
-        "grammar"
+        "grammar", "grammar_triggers"
 #define ORDO_CHAT_KEYS "messages", "tools", "add_generation_prompt", "chat_template_kwargs"
 
 // The rendered conversation of a chat or apply_template request.

@@ -29,6 +29,10 @@ namespace ordo::sched {
 // every token's bytes).
 inline constexpr uint32_t grammar_greedy_checks_max = 32;
 
+// A lazy grammar's triggers (generate_request::grammar_triggers): how many, how long each.
+inline constexpr size_t grammar_triggers_max = 16;
+inline constexpr size_t grammar_trigger_bytes_max = 64;
+
 struct grammar_vocab {
     // pieces[t]: token t's bytes in generated text ("" for control tokens: never allowed by
     // the trie); eog: the ids that end generation.
@@ -43,7 +47,12 @@ struct grammar_vocab {
 class grammar_constraint {
 public:
     // Parses `source` (GBNF). Errors: "bad_grammar" naming the line and column or the limit.
-    static result<grammar_constraint> create(std::string_view source, const grammar_vocab& vocab);
+    // With `triggers` the grammar is lazy: it holds from where one of them first appears in
+    // the output (a trigger beginning with '^' only where the output begins, after
+    // whitespace); before that every token is allowed. Where the text from a trigger on is not
+    // a start of the grammar's sentences, the trigger is passed over and the output stays free.
+    static result<grammar_constraint> create(std::string_view source, const grammar_vocab& vocab,
+                                             std::vector<std::string> triggers = {});
 
     // The mask for the next token (one entry per token of the vocabulary). Errors: the
     // matcher's limits, or "grammar_dead_end".
@@ -56,16 +65,27 @@ public:
     // sampler was given the mask or the check).
     status accept(int32_t token);
     // The output is a whole sentence and the grammar can take nothing more: the answer ends.
-    bool done() const { return _m.done(); }
+    bool done() const { return _active && _m.done(); }
+    // Whether the grammar holds (a lazy one once triggered).
+    bool active() const { return _active; }
 
 private:
-    grammar_constraint(std::unique_ptr<grammar::gbnf> g, const grammar_vocab& vocab);
+    grammar_constraint(std::unique_ptr<grammar::gbnf> g, const grammar_vocab& vocab,
+                       std::vector<std::string> triggers);
+    // A lazy grammar before its trigger: looks for one in the output with `piece` added.
+    void watch(std::string_view piece);
 
     std::unique_ptr<grammar::gbnf> _g;  // the matcher points into it: kept in place
     const grammar_vocab* _vocab;
     grammar::matcher _m;
     grammar::token_masks _masks;
     std::vector<uint8_t> _mask;  // the cached mask plus end of generation, per call
+    // A lazy grammar: its triggers (anywhere; at the start, '^' dropped), the output's last
+    // bytes (as long as a trigger, less one) and its first non-whitespace bytes while a start
+    // trigger may still match.
+    std::vector<std::string> _anywhere, _at_start;
+    std::string _recent, _start;
+    bool _active = true;
 };
 
 }  // namespace ordo::sched

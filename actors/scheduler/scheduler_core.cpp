@@ -172,7 +172,7 @@ void scheduler_core::on_generate(const generate& m, std::vector<outgoing_event>&
     }
     std::optional<grammar_constraint> constraint;
     if (g.grammar) {
-        auto c = make_grammar(*g.grammar);
+        auto c = make_grammar(*g.grammar, g.grammar_triggers);
         if (!c) return out.push_back(error_event(m.conn, m.id, errc::bad_request, c.err().message));
         constraint.emplace(std::move(*c));
     }
@@ -198,7 +198,8 @@ void scheduler_core::on_generate(const generate& m, std::vector<outgoing_event>&
     reach_phase(r, request_phase::queued);
 }
 
-result<grammar_constraint> scheduler_core::make_grammar(const std::string& source) {
+result<grammar_constraint> scheduler_core::make_grammar(const std::string& source,
+                                                        const std::vector<std::string>& triggers) {
     if (!_tok->support()) {
         return make_error("bad_request", "\"grammar\" needs the model's tokenizer, which ordo "
                                          "does not support for this model");
@@ -221,7 +222,7 @@ result<grammar_constraint> scheduler_core::make_grammar(const std::string& sourc
         }
         _grammar_vocab = std::make_unique<grammar_vocab>(std::move(pieces), std::move(eog));
     }
-    auto c = grammar_constraint::create(source, *_grammar_vocab);
+    auto c = grammar_constraint::create(source, *_grammar_vocab, triggers);
     if (!c) return make_error("bad_request", "\"grammar\": " + c.err().message);
     return c;
 }

@@ -326,7 +326,8 @@ private:
 
     // The request's grammar constraint, or a bad_request message (also when the model has no
     // usable tokenizer: a grammar constrains text).
-    result<grammar_constraint> make_grammar(const std::string& source);
+    result<grammar_constraint> make_grammar(const std::string& source,
+                                            const std::vector<std::string>& triggers);
 
     request_state* find(seq_id seq);
     request_state* find(uint64_t conn, uint64_t id);

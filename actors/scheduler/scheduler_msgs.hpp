@@ -78,8 +78,13 @@ struct generate_request {
     // A GBNF grammar the output must follow (docs/grammar.md): parsed by the scheduler, which
     // answers bad_request naming the line and column.
     std::optional<std::string> grammar;
+    // A lazy grammar (docs/grammar.md "Triggers"): the output is free until one of these texts
+    // appears in it, and from there on follows the grammar (the trigger's text is where the
+    // grammar's sentence begins). "^" first: only where the output begins (after whitespace).
+    // Empty: the grammar holds from the first token.
+    std::vector<std::string> grammar_triggers;
     MSGPACK_DEFINE_MAP(prompt, tokens, max_tokens, sampling, seed_given, stop, stream, session,
-                       special, chat, grammar);
+                       special, chat, grammar, grammar_triggers);
 };
 
 // front door → scheduler: generate text. Reply: token_event* then generate_done or

@@ -11,7 +11,8 @@
 // jsonschema, draft 2020-12); a bad grammar is bad_request (msgpack) and 400 (HTTP) naming the
 // line and column; a schema keyword ordo does not support is 400 naming response_format; a
 // cancel mid-generation ends the request once with "cancelled", and after a client leaves
-// mid-generation the server answers the next grammar request. The unconstrained model's text for the same seed is not a
+// mid-generation the server answers the next grammar request; a lazy grammar (grammar_triggers)
+// holds from its trigger on and ends the answer. The unconstrained model's text for the same seed is not a
 // sentence of the grammar (so the constraint, not luck, made it one).
 #include <gtest/gtest.h>
 
@@ -91,6 +92,26 @@ void check_model(const std::string& model, const std::string& prompt) {
     event greedy = generate(c, id++, prompt, 0.0, 1, &record);
     ASSERT_EQ(greedy.outcome(), "done:stop");
     EXPECT_TRUE(follows(record, greedy.str("text"), true)) << greedy.str("text");
+
+    // A lazy grammar (grammar_triggers): free text until one of the letters a..p, then three
+    // digits and "!", and the answer ends there.
+    const std::string lazy = R"(root ::= [a-p] [0-9]{3} "!")";
+    std::vector<std::string> triggers;
+    for (char ch = 'a'; ch <= 'p'; ch++) triggers.emplace_back(1, ch);
+    int triggered = 0;
+    for (uint64_t seed : {1u, 2u, 3u, 4u}) {
+        ASSERT_TRUE(c.send(frame("id", id, "op", "generate", "prompt", prompt, "max_tokens", 100,
+                                 "temperature", 1.0, "seed", seed, "grammar", lazy,
+                                 "grammar_triggers", triggers)));
+        event e = until_terminal(c, id++).back();
+        const std::string text = e.str("text");
+        if (e.outcome() == "done:length") continue;  // not triggered within max_tokens
+        ASSERT_EQ(e.outcome(), "done:stop") << e.str("message");
+        triggered++;
+        ASSERT_GE(text.size(), 5u) << text;
+        EXPECT_TRUE(follows(lazy, text.substr(text.size() - 5), true)) << "seed " << seed << ": " << text;
+    }
+    EXPECT_GE(triggered, 2) << "the triggers hardly ever appeared";
 
     // Cancel and disconnect mid-generation behave as in any request: one terminal event, and
     // the server goes on (a grammar that cannot end before 90 tokens).

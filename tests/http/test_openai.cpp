@@ -355,14 +355,15 @@ TEST(openai_in, tools_reach_the_template_and_choose_the_grammar) {
         body["tools"] = weather_tools();
         return parse_api_request(api_kind::chat, body.dump(), hermes_limits(), k_model);
     };
-    // auto: rendered, read for calls, not constrained.
+    // auto: rendered, read for calls, a call the model begins follows the grammar.
     auto r = tool_req(json::object());
     ASSERT_TRUE(std::holds_alternative<api_request>(r)) << std::get<api_error>(r).message;
     api_request a = std::get<api_request>(r);
     ASSERT_TRUE(a.tools.has_value());
     EXPECT_EQ(a.tools->format, ordo::grammar::tool_format::hermes);
     EXPECT_FALSE(a.tools->constrained);
-    EXPECT_FALSE(a.params.grammar.has_value());
+    ASSERT_TRUE(a.params.grammar.has_value());
+    EXPECT_EQ(a.params.grammar_triggers, std::vector<std::string>{"<tool_call>"});
     EXPECT_TRUE(a.params.special);  // markers that are control tokens show
     EXPECT_NE(a.params.prompt->find("<tools>[{\"type\": \"function\", \"function\": {\"name\": "
                                     "\"get_weather\", \"description\""),
@@ -371,6 +372,7 @@ TEST(openai_in, tools_reach_the_template_and_choose_the_grammar) {
     // required: the grammar of one or more calls; a named function: that one only.
     a = std::get<api_request>(tool_req({{"tool_choice", "required"}}));
     ASSERT_TRUE(a.params.grammar.has_value());
+    EXPECT_TRUE(a.params.grammar_triggers.empty()) << "from the first token";
     EXPECT_TRUE(a.tools->constrained);
     EXPECT_NE(a.params.grammar->find("get_weather"), std::string::npos);
     EXPECT_NE(a.params.grammar->find("(\"\\n\" tagged)"), std::string::npos)
@@ -394,6 +396,23 @@ TEST(openai_in, tools_reach_the_template_and_choose_the_grammar) {
         auto e = tool_req(extra);
         ASSERT_TRUE(std::holds_alternative<api_error>(e)) << extra.dump();
         EXPECT_EQ(std::get<api_error>(e).param, param) << std::get<api_error>(e).message;
+    }
+    // A schema keyword the grammar cannot keep: "auto" reads the calls as written, "required"
+    // is refused naming it.
+    {
+        ojson body = ojson::parse(chat().dump());
+        body["tools"] = ojson::parse(R"([{"type": "function", "function": {"name": "f",
+            "parameters": {"type": "object", "properties": {"n": {"type": "integer",
+            "minimum": 1}}}}}])");
+        auto r2 = parse_api_request(api_kind::chat, body.dump(), hermes_limits(), k_model);
+        ASSERT_TRUE(std::holds_alternative<api_request>(r2)) << std::get<api_error>(r2).message;
+        EXPECT_FALSE(std::get<api_request>(r2).params.grammar.has_value());
+        EXPECT_TRUE(std::get<api_request>(r2).tools.has_value());
+        body["tool_choice"] = "required";
+        auto e2 = parse_api_request(api_kind::chat, body.dump(), hermes_limits(), k_model);
+        ASSERT_TRUE(std::holds_alternative<api_error>(e2));
+        EXPECT_NE(std::get<api_error>(e2).message.find("minimum"), std::string::npos)
+            << std::get<api_error>(e2).message;
     }
     // A template without a call format: auto answers text; required cannot be kept.
     json body = chat({{"tools", json::parse(weather_tools().dump())}});

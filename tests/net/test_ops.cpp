@@ -161,6 +161,23 @@ TEST(generate_request, bad_requests_name_the_key) {
          [](packer& p) {
              p.pack("tokens"), p.pack(std::vector<int>{1, 2, 32000});
          }},
+        {"grammar_triggers", 2,
+         [&](packer& p) {
+             with_prompt(p);
+             p.pack("grammar_triggers"), p.pack(std::vector<std::string>{"<t>"});  // no grammar
+         }},
+        {"grammar_triggers", 3,
+         [&](packer& p) {
+             with_prompt(p);
+             p.pack("grammar"), p.pack("root ::= \"a\"");
+             p.pack("grammar_triggers"), p.pack(std::vector<std::string>{"^"});
+         }},
+        {"grammar_triggers", 3,
+         [&](packer& p) {
+             with_prompt(p);
+             p.pack("grammar"), p.pack("root ::= \"a\"");
+             p.pack("grammar_triggers"), p.pack(std::vector<std::string>(17, "a"));
+         }},
         {"max_tokens", 2,
          [&](packer& p) {
              with_prompt(p);

@@ -7,7 +7,10 @@
 // follow; accept() advances by the token's piece and refuses a token the grammar does not allow
 // (a control token without a piece too); a state no token
 // continues is grammar_dead_end; a bad grammar is bad_grammar naming the line; one token's
-// check (allows) agrees with the mask everywhere.
+// check (allows) agrees with the mask everywhere. A lazy grammar (triggers) allows everything
+// until a trigger appears in the output (across tokens too), then holds from the trigger's first
+// byte; a trigger whose text the grammar refuses is passed over; a '^' trigger holds only where
+// the output begins, after whitespace.
 #include "actors/scheduler/grammar_constraint.hpp"
 
 #include <gtest/gtest.h>
@@ -63,6 +66,63 @@ TEST(grammar_constraint, a_state_no_token_continues_is_a_dead_end) {
     auto m = g->allowed();
     ASSERT_FALSE(m.ok());
     EXPECT_EQ(m.err().code, "grammar_dead_end");
+}
+
+// 0 "x", 1 "<", 2 "t>", 3 "1", 4 "<t", 5 end of generation, 6 " ", 7 ">", 8 "2"
+grammar_vocab make_lazy_vocab() {
+    std::vector<std::string> pieces = {"x", "<", "t>", "1", "<t", "", " ", ">", "2"};
+    return grammar_vocab(pieces, {5});
+}
+
+TEST(grammar_constraint, a_lazy_grammar_holds_from_its_trigger) {
+    grammar_vocab v = make_lazy_vocab();
+    const char* src = R"(root ::= "<t>" [12]+)";
+    auto g = grammar_constraint::create(src, v, {"<t>"});
+    ASSERT_TRUE(g.ok()) << g.err().message;
+    EXPECT_FALSE(g->active());
+    EXPECT_EQ(allowed_ids(*g).size(), 9u) << "free before the trigger";
+    ASSERT_TRUE(g->accept(0).ok());
+    ASSERT_TRUE(g->accept(1).ok());  // "<": the trigger begins
+    EXPECT_FALSE(g->active());
+    ASSERT_TRUE(g->accept(2).ok());  // "t>": across two tokens
+    EXPECT_TRUE(g->active());
+    EXPECT_EQ(allowed_ids(*g), (std::vector<int>{3, 8}));
+    ASSERT_TRUE(g->accept(3).ok());
+    EXPECT_EQ(allowed_ids(*g), (std::vector<int>{3, 5, 8}));
+    EXPECT_FALSE(g->accept(0).ok()) << "held after the trigger";
+
+    // The trigger's text, when the grammar refuses it, is passed over.
+    auto h = grammar_constraint::create(R"(root ::= "<t>x")", v, {"<t"});
+    ASSERT_TRUE(h.ok());
+    ASSERT_TRUE(h->accept(4).ok());  // "<t": the grammar takes it
+    EXPECT_TRUE(h->active());
+    auto k = grammar_constraint::create(R"(root ::= "<t>>")", v, {">"});
+    ASSERT_TRUE(k.ok());
+    ASSERT_TRUE(k->accept(7).ok());  // ">": the grammar begins with "<", not ">"
+    EXPECT_FALSE(k->active());
+    ASSERT_TRUE(k->accept(0).ok());
+    EXPECT_EQ(allowed_ids(*k).size(), 9u);
+}
+
+TEST(grammar_constraint, a_start_trigger_holds_only_where_the_output_begins) {
+    grammar_vocab v = make_lazy_vocab();
+    const char* src = R"(root ::= "<t>" [12]+)";
+    auto g = grammar_constraint::create(src, v, {"^<t>"});
+    ASSERT_TRUE(g.ok());
+    ASSERT_TRUE(g->accept(6).ok());  // leading whitespace
+    ASSERT_TRUE(g->accept(4).ok());  // "<t"
+    EXPECT_FALSE(g->active());
+    ASSERT_TRUE(g->accept(7).ok());  // ">"
+    EXPECT_TRUE(g->active());
+    EXPECT_EQ(allowed_ids(*g), (std::vector<int>{3, 8}));
+
+    auto late = grammar_constraint::create(src, v, {"^<t>"});
+    ASSERT_TRUE(late.ok());
+    ASSERT_TRUE(late->accept(0).ok());  // "x": the output began otherwise
+    ASSERT_TRUE(late->accept(4).ok());
+    ASSERT_TRUE(late->accept(7).ok());
+    EXPECT_FALSE(late->active());
+    EXPECT_EQ(allowed_ids(*late).size(), 9u);
 }
 
 TEST(grammar_constraint, a_bad_grammar_names_the_line) {
