@@ -160,8 +160,10 @@ region_read read_region(tool_format f, std::string_view s, size_t begin) {
         }
         return false;
     };
-    // One call at pos; false: the region ends here (cut or malformed).
+    // One call after whitespace; false: the region ends here (cut, where the text ends too, or
+    // malformed).
     auto call = [&] {
+        pos = skip_ws(s, pos);
         call_read c = read_call(s, pos);
         if (c.st == call_read::state::bad) {
             // Kept for a constrained answer's reading (a call named is a call begun, whatever
@@ -174,40 +176,23 @@ region_read read_region(tool_format f, std::string_view s, size_t begin) {
             out.cut = c.st == call_read::state::cut;
             return false;
         }
-        pos = c.end;
+        pos = skip_ws(s, c.end);
         return true;
     };
     switch (f) {
         case tool_format::none:
             return out;
         case tool_format::hermes:
-            while (true) {
-                pos = skip_ws(s, pos);
-                if (pos == s.size()) break;
-                if (!literal("<tool_call>")) return out;
-                pos = skip_ws(s, pos);
-                if (!call()) return out;
-                pos = skip_ws(s, pos);
-                if (!literal("</tool_call>")) {
-                    if (pos == s.size()) out.cut = true;
-                    return out;
-                }
+            while ((pos = skip_ws(s, pos)) < s.size()) {
+                if (!literal("<tool_call>") || !call() || !literal("</tool_call>")) return out;
             }
             break;
         case tool_format::mistral:
             if (!literal("[TOOL_CALLS]")) return out;
             pos = skip_ws(s, pos);
-            if (!literal("[")) {
-                if (pos == s.size()) out.cut = true;
-                return out;
-            }
+            if (!literal("[")) return out;
             while (true) {
-                pos = skip_ws(s, pos);
-                if (!call()) {
-                    if (pos == s.size()) out.cut = true;
-                    return out;
-                }
-                pos = skip_ws(s, pos);
+                if (!call()) return out;
                 if (pos == s.size()) {
                     out.cut = true;
                     return out;
@@ -216,24 +201,18 @@ region_read read_region(tool_format f, std::string_view s, size_t begin) {
                 if (s[pos] != ',') return out;
                 pos++;
             }
-            pos = skip_ws(s, pos + 1);
-            if (pos != s.size()) return out;
+            if (skip_ws(s, pos + 1) != s.size()) return out;
             break;
         case tool_format::llama3_json:
-            if (starts_with_at(s, pos, "<|python_tag|>")) pos += std::string_view("<|python_tag|>").size();
-            else if (expect(s, pos, "<|python_tag|>") == literal_match::cut) {
-                out.cut = true;
+            if (starts_with_at(s, pos, "<|python_tag|>")) {
+                pos += std::string_view("<|python_tag|>").size();
+            } else if (!literal("<|python_tag|>") && out.cut) {
                 return out;
             }
-            while (true) {
-                pos = skip_ws(s, pos);
-                if (!call()) {
-                    if (pos == s.size()) out.cut = true;
-                    return out;
-                }
+            do {
+                if (!call()) return out;
                 while (pos < s.size() && (is_ws(s[pos]) || s[pos] == ';')) pos++;
-                if (pos == s.size()) break;
-            }
+            } while (pos < s.size());
             break;
     }
     out.ok = !out.calls.empty();

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "tests/http/http_client.hpp"
+#include "tests/http/json_schema_check.hpp"
 #include "tests/support/server_process.hpp"
 #include "tests/support/shared_models.hpp"
 
@@ -37,27 +38,11 @@ const json k_tools = json::parse(R"([
    "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}}
 ])");
 
-// Whether `doc` (JSON text) validates against `schema` with python3-jsonschema; without the
-// module, whether it parses (said once, visibly).
+// `doc` (JSON text) parses and validates against `schema` (python3-jsonschema when installed).
 void expect_valid(const std::string& doc, const json& schema) {
-    static const bool validator =
-        run_command("/usr/bin/python3 -c 'import jsonschema' 2>&1").exit_code == 0;
     json parsed = json::parse(doc, nullptr, false);
     ASSERT_FALSE(parsed.is_discarded()) << doc;
-    if (!validator) {
-        std::fprintf(stderr, "\n*** python3-jsonschema is missing: arguments are only parsed "
-                             "(tools/dev.sh installs it)\n");
-        return;
-    }
-    const std::string doc_path = scratch_path("tools", "doc.json");
-    const std::string schema_path = scratch_path("tools", "schema.json");
-    std::ofstream(doc_path) << doc;
-    std::ofstream(schema_path) << schema.dump();
-    auto v = run_command("/usr/bin/python3 -c 'import json, sys, jsonschema; "
-                         "jsonschema.Draft202012Validator(json.load(open(sys.argv[2])))"
-                         ".validate(json.load(open(sys.argv[1])))' " +
-                         doc_path + " " + schema_path + " 2>&1");
-    EXPECT_EQ(v.exit_code, 0) << doc << "\n" << v.output;
+    if (json_schema_validator()) EXPECT_EQ(json_schema_violation(doc, schema.dump(), "tools"), "") << doc;
 }
 
 const json& schema_of(const std::string& name) {
@@ -121,14 +106,18 @@ void check_tools(const std::vector<std::string>& server_args) {
     tool_server s(server_args);
     ASSERT_EQ(s.problem(), "") << s.proc().output();
     const json base = {{"tools", k_tools}, {"max_tokens", 300}, {"temperature", 1}};
+    // tool_choice "required" at `seed`, with parallel calls or one.
+    auto required = [&](int seed, bool parallel) {
+        json req = base;
+        req["tool_choice"] = "required";
+        if (!parallel) req["parallel_tool_calls"] = false;
+        req["seed"] = seed;
+        return req;
+    };
 
     for (int seed : {1, 2, 3, 4}) {
         SCOPED_TRACE("seed " + std::to_string(seed));
-        json req = base;
-        req["tool_choice"] = "required";
-        req["parallel_tool_calls"] = false;
-        req["seed"] = seed;
-        auto r = s.post(req);
+        auto r = s.post(required(seed, false));
         ASSERT_TRUE(r.has_value());
         ASSERT_EQ(r->status, 200) << r->body;
         const json choice = json::parse(r->body)["choices"][0];
@@ -155,9 +144,7 @@ void check_tools(const std::vector<std::string>& server_args) {
     // far as it came, as the whole answer reports it).
     for (int seed : {5, 6}) {
         SCOPED_TRACE("stream seed " + std::to_string(seed));
-        json req = base;
-        req["tool_choice"] = "required";
-        req["seed"] = seed;
+        json req = required(seed, true);
         req["max_tokens"] = 120;
         auto whole = s.post(req);
         ASSERT_TRUE(whole.has_value());
@@ -209,20 +196,14 @@ void check_tools(const std::vector<std::string>& server_args) {
     {
         http_conn gone;
         ASSERT_TRUE(gone.connect(s.proc().http_port()));
-        json req = base;
-        req["tool_choice"] = "required";
+        json req = required(1, true);
         req["stream"] = true;
-        req["seed"] = 1;
         ASSERT_TRUE(gone.send(http_request_text("POST", "/v1/chat/completions",
                                                 s.body(req).dump())));
         ASSERT_TRUE(gone.read_head().has_value());
         ASSERT_TRUE(gone.read_chunk().has_value());
     }
-    json again = base;
-    again["tool_choice"] = "required";
-    again["parallel_tool_calls"] = false;
-    again["seed"] = 1;
-    auto after = s.post(again);
+    auto after = s.post(required(1, false));
     ASSERT_TRUE(after.has_value());
     EXPECT_EQ(after->status, 200) << after->body;
     EXPECT_EQ(s.proc().stop(), 0) << s.proc().output();

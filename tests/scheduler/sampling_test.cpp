@@ -409,6 +409,14 @@ TEST(sampling, a_bad_mask_is_an_error) {
     EXPECT_EQ(b.err().code, "bad_mask");
 }
 
+// The mask of the ids `allows` takes.
+template <typename Allows>
+std::vector<uint8_t> mask_of(size_t n, Allows allows) {
+    std::vector<uint8_t> mask(n);
+    for (size_t i = 0; i < n; i++) mask[i] = allows(int32_t(i)) ? 1 : 0;
+    return mask;
+}
+
 TEST(sampling, greedy_checked_token_by_token_equals_greedy_over_the_mask) {
     std::vector<float> logits(5000);
     for (size_t i = 0; i < logits.size(); i++) logits[i] = float((i * 7919) % 1013) * 0.01f;
@@ -416,8 +424,7 @@ TEST(sampling, greedy_checked_token_by_token_equals_greedy_over_the_mask) {
     for (int modulo : {1, 3, 40, 700}) {
         SCOPED_TRACE("allowed: ids divisible by " + std::to_string(modulo));
         auto allows = [&](int32_t t) { return t % modulo == 0; };
-        std::vector<uint8_t> mask(logits.size());
-        for (size_t i = 0; i < mask.size(); i++) mask[i] = allows(int32_t(i)) ? 1 : 0;
+        const std::vector<uint8_t> mask = mask_of(logits.size(), allows);
         sampling_params p;
         p.temperature = 0.0f;
         p.repeat_penalty = 1.3f;
@@ -444,14 +451,9 @@ TEST(sampling, greedy_checked_token_by_token_equals_greedy_over_the_mask) {
 TEST(sampling, checked_draw_then_mask_is_the_masked_distribution) {
     const std::vector<float> logits = {2.0f, 1.0f, 0.5f, 0.0f, -1.0f, 1.5f};
     auto allows = [](int32_t t) { return t != 0 && t != 5; };  // the two likeliest refused
-    std::vector<uint8_t> mask(logits.size());
-    for (size_t i = 0; i < mask.size(); i++) mask[i] = allows(int32_t(i)) ? 1 : 0;
-    sampling_params p;
-    p.temperature = 1.0f;
-    p.top_k = 0;
-    p.top_p = 1.0f;
-    p.min_p = 0.0f;
-    p.seed = 42;
+    const std::vector<uint8_t> mask = mask_of(logits.size(), allows);
+    const sampling_params p{.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f,
+                            .seed = 42};
     sampler s = make(p);
     std::vector<double> count(logits.size(), 0);
     const int draws = 40000;
