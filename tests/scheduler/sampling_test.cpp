@@ -441,7 +441,9 @@ TEST(sampling, greedy_checked_token_by_token_equals_greedy_over_the_mask) {
         // Too few checks for a sparse mask: nothing, and the caller falls back to the mask.
         auto few = checked.sample_checked(logits, recent, allows, 2);
         ASSERT_TRUE(few.ok());
-        if (modulo == 700) EXPECT_FALSE(few->has_value());
+        if (modulo == 700) {
+            EXPECT_FALSE(few->has_value());
+        }
     }
 }
 
