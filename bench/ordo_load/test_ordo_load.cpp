@@ -640,6 +640,17 @@ uint64_t requests_queued(uint16_t port) {
     return n && n->type == msgpack::type::POSITIVE_INTEGER ? n->via.u64 : 0;
 }
 
+// Polls the server's stats until it has received at least `n` requests: true then, false after
+// load_wait_polls_max polls 100 ms apart (a stuck run fails instead of hanging).
+bool wait_requests(uint16_t port, uint64_t n) {
+    constexpr int load_wait_polls_max = 1200;
+    for (int i = 0; i < load_wait_polls_max; ++i) {
+        if (requests_queued(port) >= n) return true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return false;
+}
+
 TEST_F(load_e2e, server_killed_under_load_ends_the_run_with_errors) {
     spawned_server server;
     start_server(server);
@@ -659,13 +670,7 @@ TEST_F(load_e2e, server_killed_under_load_ends_the_run_with_errors) {
     });
     // Kill once several requests finished: the warm one, then 3 streams that each queue their
     // next request when the last one ended, so 7 queued means at least 3 of the run's done.
-    // Bounded (load_wait_polls_max x 100 ms) so a stuck run fails instead of hanging.
-    constexpr int load_wait_polls_max = 1200;
-    bool served = false;
-    for (int i = 0; i < load_wait_polls_max && !served; ++i) {
-        served = requests_queued(server.endpoint().port) >= 7;
-        if (!served) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
+    const bool served = wait_requests(server.endpoint().port, 7);
     ASSERT_EQ(kill(server.pid(), SIGKILL), 0);
     EXPECT_TRUE(served) << "the run never got 3 requests done";
     load.join();
@@ -688,8 +693,10 @@ TEST_F(load_e2e, silent_server_is_a_timeout_not_a_hang) {
                             " --duration-max-s 300",
                         "stopped");
     });
-    std::this_thread::sleep_for(std::chrono::seconds(2));
+    // Silent once both streams are sending (each then has a request the server never answers).
+    const bool sending = wait_requests(server.endpoint().port, 2);
     ASSERT_EQ(kill(server.pid(), SIGSTOP), 0);  // alive, connected, silent
+    EXPECT_TRUE(sending) << "the run never sent its requests";
     load.join();
     kill(server.pid(), SIGCONT);
     EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
