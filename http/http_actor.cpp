@@ -470,7 +470,7 @@ void http_actor::start_tokens(connection& c, const http_request& r) {
     live_request l;
     l.id = c.next_request_id++;
     l.keep_alive = r.keep_alive;
-    status sent;
+    actors::tell_status sent;
     if (r.path == "/tokenize") {
         auto t = parse_tokenize_request(r.body);
         if (auto* e = std::get_if<api_error>(&t)) return respond_error(c, *e, r.keep_alive);
@@ -546,10 +546,10 @@ void http_actor::on(const door::embed_done& m) {
             l.keep_alive);
 }
 
-bool http_actor::scheduler_took(connection& c, const status& sent, bool keep_alive) {
+bool http_actor::scheduler_took(connection& c, const actors::tell_status& sent, bool keep_alive) {
     if (sent.ok()) return true;
     // The scheduler's mailbox is full (or it is stopping): refuse now rather than queue.
-    bool stopped = sent.err().code == "actor_stopped";
+    bool stopped = sent.err().outcome == actors::delivery_outcome::actor_stopped;
     respond_error(c,
                   {stopped ? 503 : 429, stopped ? "shutting_down" : "overloaded",
                    sent.err().message, ""},

@@ -233,8 +233,9 @@ std::string kv_actor::path_of(const std::string& name) const {
 void kv_actor::on_start() {
     actors::delivery_limits lim;
     must(_to_sched.init(loop(), _sched_out, lim,
-                        [this](const auto& m, const error& why) {
-                            if (why.code == "actor_stopped") return;  // the scheduler stopped
+                        [this](const auto& m, const actors::refusal& why) {
+                            // The scheduler stopped: nobody waits for the answer.
+                            if (why.outcome == actors::delivery_outcome::actor_stopped) return;
                             count_error("undelivered");
                             log().error("kv: {} to the scheduler given up: {}",
                                         std::visit([](const auto& x) { return std::string(x.msg_name); }, m),
@@ -242,10 +243,11 @@ void kv_actor::on_start() {
                         }),
          "scheduler delivery init");
     must(_to_gpu.init(loop(), _gpu_out, lim,
-                      [this](const auto& m, const error& why) {
+                      [this](const auto& m, const actors::refusal& why) {
                           uint64_t id = std::visit([](const auto& x) { return x.job_id; }, m);
                           if (_copy_job != 0 && id == _gpu_job_id) {
-                              copy_finished(false, why.code, "copy job not delivered: " + why.message);
+                              copy_finished(false, std::string(enum_name(why.outcome)),
+                                            "copy job not delivered: " + why.message);
                           }
                       }),
          "gpu delivery init");

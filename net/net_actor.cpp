@@ -231,7 +231,7 @@ void net_actor::forward(connection& c, T m) {
     m.conn = c.id;
     if (auto st = _to_scheduler.tell(m); !st.ok()) {
         // The scheduler's mailbox is full (or it is stopping): refuse now rather than queue.
-        bool stopped = st.err().code == "actor_stopped";
+        bool stopped = st.err().outcome == actors::delivery_outcome::actor_stopped;
         send_error(c, m.id, stopped ? errc::shutting_down : errc::overloaded, st.err().message);
         return;
     }

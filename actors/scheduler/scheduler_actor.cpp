@@ -57,17 +57,21 @@ void scheduler_actor::on_start() {
         t->data = this;
     }
     for (size_t d = 0; d < front_doors; d++) {
-        must(_to_front[d].init(
-                 loop(), _front_out[d], net_delivery_limits,
-                 [this](const net_delivery::message& m, const error& why) { net_gave_up(m, why); }),
+        must(_to_front[d].init(loop(), _front_out[d], net_delivery_limits,
+                               [this](const net_delivery::message& m, const actors::refusal& why) {
+                                   net_gave_up(m, why);
+                               }),
              "delivery init");
     }
-    must(_gpu_control.init(
-        loop(), _gpu_control_out, gpu_delivery_limits,
-        [this](const gpu_delivery::message& m, const error& why) { gpu_gave_up(m, why); }),
+    must(_gpu_control.init(loop(), _gpu_control_out, gpu_delivery_limits,
+                           [this](const gpu_delivery::message& m, const actors::refusal& why) {
+                               gpu_gave_up(m, why);
+                           }),
          "delivery init");
     must(_to_kv.init(loop(), _kv_out, kv_delivery_limits,
-                     [this](const kv_delivery::message& m, const error& why) { kv_gave_up(m, why); }),
+                     [this](const kv_delivery::message& m, const actors::refusal& why) {
+                         kv_gave_up(m, why);
+                     }),
          "delivery init");
     std::vector<outgoing_event> none;
     after(none);  // publish the initial health ("loading")
@@ -399,8 +403,8 @@ void scheduler_actor::send_kv_requests() {
 }
 
 // A kv request that could not be delivered gets the answer a failure would have had.
-void scheduler_actor::kv_gave_up(const kv_delivery::message& m, const error& why) {
-    if (!(why.code == "actor_stopped" && stopping())) {
+void scheduler_actor::kv_gave_up(const kv_delivery::message& m, const actors::refusal& why) {
+    if (!(why.outcome == actors::delivery_outcome::actor_stopped && stopping())) {
         log().error("kv request undeliverable: {}", why.message);
     }
     std::vector<outgoing_event> out;
@@ -410,9 +414,10 @@ void scheduler_actor::kv_gave_up(const kv_delivery::message& m, const error& why
             if constexpr (std::is_same_v<T, kv::kv_lookup>) {
                 _core.on_kv_lookup_done({r.seq, 0, ""}, out);
             } else if constexpr (std::is_same_v<T, kv::kv_restore>) {
-                _core.on_kv_restore_done({r.seq, false, why.code, why.message, 0}, out);
+                _core.on_kv_restore_done(
+                    {r.seq, false, std::string(enum_name(why.outcome)), why.message, 0}, out);
             } else if constexpr (std::is_same_v<T, kv::kv_save>) {
-                _core.on_kv_save_done({r.save_id, false, why.code});
+                _core.on_kv_save_done({r.save_id, false, std::string(enum_name(why.outcome))});
             } else if constexpr (std::is_same_v<T, kv::kv_session_delete>) {
                 _core.on_kv_session_deleted({r.conn, r.id, false, why.message}, out);
             }
@@ -468,9 +473,12 @@ void scheduler_actor::send_net_faults() {
     }
 }
 
-void scheduler_actor::net_gave_up(const net_delivery::message& m, const error& why) {
+void scheduler_actor::net_gave_up(const net_delivery::message& m, const actors::refusal& why) {
     _events_undelivered++;
-    if (why.code == "actor_stopped" || why.code == "not_connected") return;  // no clients left
+    if (why.outcome == actors::delivery_outcome::actor_stopped ||
+        why.outcome == actors::delivery_outcome::not_connected) {
+        return;  // no clients left
+    }
     std::visit(
         [&](const auto& e) {
             if constexpr (requires { e.conn + e.id; }) {
@@ -484,8 +492,8 @@ void scheduler_actor::net_gave_up(const net_delivery::message& m, const error& w
         m);
 }
 
-void scheduler_actor::gpu_gave_up(const gpu_delivery::message&, const error& why) {
-    if (why.code == "actor_stopped" && stopping()) return;
+void scheduler_actor::gpu_gave_up(const gpu_delivery::message&, const actors::refusal& why) {
+    if (why.outcome == actors::delivery_outcome::actor_stopped && stopping()) return;
     // Nobody can rebuild the device: say so rather than stay `loading`.
     log().error("device reset undeliverable: {}", why.message);
     std::vector<outgoing_event> out;

@@ -154,9 +154,9 @@ private:
     void after(std::vector<outgoing_event>& out);  // deliver events, update health, pump
     void pump();
     void check_drained();
-    void net_gave_up(const net_delivery::message& m, const error& why);
-    void gpu_gave_up(const gpu_delivery::message& m, const error& why);
-    void kv_gave_up(const kv_delivery::message& m, const error& why);
+    void net_gave_up(const net_delivery::message& m, const actors::refusal& why);
+    void gpu_gave_up(const gpu_delivery::message& m, const actors::refusal& why);
+    void kv_gave_up(const kv_delivery::message& m, const actors::refusal& why);
     void send_kv_requests();
     void send_net_faults();
 

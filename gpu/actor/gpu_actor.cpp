@@ -217,12 +217,12 @@ constexpr actors::delivery_limits reply_delivery_limits{
 
 }  // namespace
 
-void gpu_actor::reply_gave_up(const reply_delivery::message& m, const error& why) {
+void gpu_actor::reply_gave_up(const reply_delivery::message& m, const actors::refusal& why) {
     _replies_undelivered++;
     if (const auto* d = std::get_if<step_done>(&m); d && d->slot != logits_exchange::no_slot) {
         _exchange.release(d->slot);
     }
-    if (why.code != "actor_stopped") {
+    if (why.outcome != actors::delivery_outcome::actor_stopped) {
         log().error("reply {} to the scheduler given up: {}",
                     std::visit([](const auto& r) { return std::string(r.msg_name); }, m),
                     why.message);
@@ -231,16 +231,16 @@ void gpu_actor::reply_gave_up(const reply_delivery::message& m, const error& why
 
 void gpu_actor::on_start() {
     must(_replies.init(loop(), _reply_out, reply_delivery_limits,
-                  [this](const reply_delivery::message& m, const error& why) {
-                      reply_gave_up(m, why);
-                  }),
+                       [this](const reply_delivery::message& m, const actors::refusal& why) {
+                           reply_gave_up(m, why);
+                       }),
          "delivery init");
     // KV copy replies: the same bounds. A given-up reply loses nothing but the reply: the
     // staging slot stays with its holder.
     must(_kv_replies.init(loop(), _kv_out, reply_delivery_limits,
-                          [this](const kv_delivery::message& m, const error& why) {
+                          [this](const kv_delivery::message& m, const actors::refusal& why) {
                               _replies_undelivered++;
-                              if (why.code == "actor_stopped") return;
+                              if (why.outcome == actors::delivery_outcome::actor_stopped) return;
                               log().error("reply {} to the kv receiver given up: {}",
                                           std::visit([](const auto& r) {
                                               return std::string(r.msg_name);

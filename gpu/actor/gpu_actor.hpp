@@ -143,7 +143,7 @@ private:
                                             device_unavailable, fault_refused, device_progress>;
     // Worker thread: the runner's build_progress as a device_progress to the scheduler.
     void report_progress(const build_progress& p);
-    void reply_gave_up(const reply_delivery::message& m, const error& why);
+    void reply_gave_up(const reply_delivery::message& m, const actors::refusal& why);
     void fail(const step& m, const std::string& code, const std::string& message,
               const std::string& segment, bool device_lost);
     void fail_job(const queued& q, const std::string& code, const std::string& message,

@@ -81,8 +81,8 @@ gpu_session::~gpu_session() { (void)stop(); }
 
 result<step_done> gpu_session::run(const step& s, std::vector<float>& logits,
                                    std::uint64_t timeout_ms, std::vector<float>* hidden) {
-    status sent = _actor->tell(s, "gpu_session");
-    if (!sent) return sent.err();
+    actors::tell_status sent = _actor->tell(s, "gpu_session");
+    if (!sent) return sent.err().as_error();
     auto r = _collector.next(timeout_ms);
     if (!r) return make_error("gpu_timeout", "no reply to step " + std::to_string(s.step_id));
     if (auto* f = std::get_if<step_failed>(&*r)) {

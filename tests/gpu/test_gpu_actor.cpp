@@ -323,7 +323,7 @@ struct kv_fixture {
     // Sends a copy and waits for its reply; on done, the slot's bytes (copy-out).
     template <typename Msg>
     result<std::vector<std::uint8_t>> copy(const Msg& m) {
-        if (status t = s->actor().tell(m); !t) return t.err();
+        if (auto t = s->actor().tell(m); !t) return t.err().as_error();
         auto r = s->replies().next(reply_ms);
         if (!r) return make_error("timeout", "no reply");
         if (auto* f = std::get_if<kv_copy_failed>(&*r)) return make_error(f->code, f->message);

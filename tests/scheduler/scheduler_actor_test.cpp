@@ -288,7 +288,7 @@ TEST(scheduler_actor, stop_ends_live_requests_with_shutting_down) {
     // A message after the stop is refused to its sender, not dropped.
     auto st = r.sched->tell(sched::cancel{1, 10, 9}, "net");
     ASSERT_FALSE(st.ok());
-    EXPECT_EQ(st.err().code, "actor_stopped");
+    EXPECT_EQ(st.err().outcome, actors::delivery_outcome::actor_stopped);
 }
 
 TEST(scheduler_actor, a_planned_fault_reaches_the_gpu_right_before_its_step) {
