@@ -660,7 +660,7 @@ void kv_actor::on(const gpu::kv_copy_done& m) {
 
 void kv_actor::on(const gpu::kv_copy_failed& m) {
     if (_copy_job == 0 || m.job_id != _gpu_job_id) return;
-    copy_finished(false, m.code, m.message);
+    copy_finished(false, std::string(enum_name(m.code)), m.message);
 }
 
 void kv_actor::copy_finished(bool ok, const std::string& code, const std::string& message) {

@@ -376,13 +376,14 @@ void scheduler_actor::on_failure(const gpu::step_done& m, const error& why) {
         _logits->release(m.slot);
     }
     std::vector<outgoing_event> out;
-    _core.on_step_failed({m.step_id, "internal", why.message, "applying the step", false}, out);
+    _core.on_step_failed(
+        {m.step_id, gpu::gpu_failure::internal, why.message, "applying the step", false}, out);
     after(out);
 }
 
 void scheduler_actor::on(const gpu::step_failed& m) {
     uv_timer_stop(&_backstop);
-    log().warn("step {} failed: {} in {}: {}{}", m.step_id, m.code, m.segment, m.message,
+    log().warn("step {} failed: {} in {}: {}{}", m.step_id, enum_name(m.code), m.segment, m.message,
                m.device_lost ? " (device lost)" : "");
     std::vector<outgoing_event> out;
     _core.on_step_failed(m, out);
@@ -510,8 +511,8 @@ void scheduler_actor::pump() {
         // The gpu actor refused the step: that is a failed step like any other, and the next
         // plan is made shortly (its sequences are isolated or have failed now).
         std::vector<outgoing_event> out;
-        _core.on_step_failed({s->step_id, "gpu_busy", st.err().message, "not submitted", false},
-                             out);
+        _core.on_step_failed(
+            {s->step_id, gpu::gpu_failure::busy, st.err().message, "not submitted", false}, out);
         send_events(out);
         if (!uv_is_active(reinterpret_cast<uv_handle_t*>(&_pump_timer))) {
             uv_timer_start(&_pump_timer, &scheduler_actor::pump_cb, pump_retry_ms, 0);
@@ -536,7 +537,7 @@ void scheduler_actor::backstop_cb(uv_timer_t* t) {
     std::vector<outgoing_event> out;
     // device_lost: the scheduler waits for the device_ready the rebuild will send.
     self._core.on_step_failed(
-        {id, "gpu_unanswered", "no answer from the gpu actor", "step", true}, out);
+        {id, gpu::gpu_failure::unanswered, "no answer from the gpu actor", "step", true}, out);
     self._gpu_control.send(gpu::reset_device{"step " + std::to_string(id) + " unanswered"});
     self.after(out);
 }

@@ -234,11 +234,12 @@ void scheduler_core::on_step_failed(const gpu::step_failed& m, std::vector<outgo
     in_flight_step f = std::move(*_in_flight);
     _in_flight.reset();
     _counters.failures++;
-    uint64_t& by_code = m.code == "gpu_timeout"       ? _gpu.timeouts
-                        : m.code == "gpu_device_lost" ? _gpu.device_lost
-                        : m.code == "gpu_nan"         ? _gpu.nan_logits
-                                                      : _gpu.other_failures;
-    by_code++;
+    switch (m.code) {
+        case gpu::gpu_failure::timeout: _gpu.timeouts++; break;
+        case gpu::gpu_failure::device_lost: _gpu.device_lost++; break;
+        case gpu::gpu_failure::nan: _gpu.nan_logits++; break;
+        default: _gpu.other_failures++; break;
+    }
     std::vector<seq_id> affected;
     for (const planned& p : f.seqs) {
         if (find(p.seq) != nullptr) affected.push_back(p.seq);
@@ -259,7 +260,7 @@ void scheduler_core::on_step_failed(const gpu::step_failed& m, std::vector<outgo
             }
         }
     }
-    std::string why = m.code + " in " + m.segment + ": " + m.message;
+    std::string why = std::string(enum_name(m.code)) + " in " + m.segment + ": " + m.message;
     bool alone = affected.size() == 1;
     std::vector<seq_id> retry;
     for (seq_id seq : affected) {

@@ -47,6 +47,7 @@ namespace {
 
 using namespace ordo;
 using namespace ordo::sched;
+using ordo::gpu::gpu_failure;
 
 struct event {
     uint64_t conn = 0, id = 0;
@@ -659,8 +660,8 @@ TEST(scheduler_core, poison_request_is_isolated_by_bisection) {
     h.run({}, [&](const gpu::step& s) -> std::optional<gpu::step_failed> {
         for (const auto& q : s.seqs) {
             if (q.seq_id == poison_seq) {
-                return gpu::step_failed{0, "gpu_device_lost", "injected", "decode#1 layers 0-1",
-                                        false};
+                return gpu::step_failed{0, gpu_failure::device_lost, "injected",
+                                        "decode#1 layers 0-1", false};
             }
         }
         return std::nullopt;
@@ -685,7 +686,8 @@ TEST(scheduler_core, device_loss_recomputes_with_identical_output) {
     int steps = 0;
     h.run({}, [&](const gpu::step&) -> std::optional<gpu::step_failed> {
         if (++steps == 5 || steps == 9) {
-            return gpu::step_failed{0, "gpu_timeout", "injected", "decode#5 layers 0-1", true};
+            return gpu::step_failed{0, gpu_failure::timeout, "injected", "decode#5 layers 0-1",
+                                    true};
         }
         return std::nullopt;
     });
@@ -856,8 +858,10 @@ TEST(scheduler_embed, failed_steps_recompute_without_counting_twice) {
     int steps = 0;
     h.run({}, [&](const gpu::step&) -> std::optional<gpu::step_failed> {
         ++steps;
-        if (steps == 2) return gpu::step_failed{0, "gpu_nan", "injected", "prefill#2", false};
-        if (steps == 5) return gpu::step_failed{0, "gpu_timeout", "injected", "prefill#5", true};
+        if (steps == 2) return gpu::step_failed{0, gpu_failure::nan, "injected", "prefill#2", false};
+        if (steps == 5) {
+            return gpu::step_failed{0, gpu_failure::timeout, "injected", "prefill#5", true};
+        }
         return std::nullopt;
     });
     expect_embedding(h.terminal(1, 1), want, "after failures");
@@ -974,7 +978,7 @@ TEST(scheduler_kv, a_step_failing_right_after_a_restore_quarantines_the_entry) {
     b.run({}, [&](const gpu::step&) -> std::optional<gpu::step_failed> {
         if (failed) return std::nullopt;
         failed = true;  // the first step after the restore
-        return gpu::step_failed{0, "gpu_nan", "injected", "prefill#1 layers 0-1", false};
+        return gpu::step_failed{0, gpu_failure::nan, "injected", "prefill#1 layers 0-1", false};
     });
     ASSERT_NE(b.terminal(1, 1), nullptr);
     EXPECT_EQ(b.terminal(1, 1)->tokens(), want);
