@@ -416,9 +416,9 @@ void scheduler_actor::kv_gave_up(const kv_delivery::message& m, const actors::re
                 _core.on_kv_lookup_done({r.seq, 0, ""}, out);
             } else if constexpr (std::is_same_v<T, kv::kv_restore>) {
                 _core.on_kv_restore_done(
-                    {r.seq, false, std::string(enum_name(why.outcome)), why.message, 0}, out);
+                    {r.seq, false, kv::kv_failure_of(why.outcome), why.message, 0}, out);
             } else if constexpr (std::is_same_v<T, kv::kv_save>) {
-                _core.on_kv_save_done({r.save_id, false, std::string(enum_name(why.outcome))});
+                _core.on_kv_save_done({r.save_id, false, kv::kv_failure_of(why.outcome)});
             } else if constexpr (std::is_same_v<T, kv::kv_session_delete>) {
                 _core.on_kv_session_deleted({r.conn, r.id, false, why.message}, out);
             }

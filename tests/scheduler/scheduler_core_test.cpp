@@ -337,7 +337,8 @@ private:
         const auto& e = kv->entries[lease->second];
         kv->leases.erase(lease);
         if (kv->fail_restores || e.empty()) {
-            core->on_kv_restore_done({m.seq, false, "kv_block_checksum", "block 0 corrupt", 0},
+            core->on_kv_restore_done({m.seq, false, kv::kv_failure_of(kv::kv_error::block_checksum),
+                                      "block 0 corrupt", 0},
                                      out);
             return;
         }
@@ -346,7 +347,7 @@ private:
             blk.assign(e.begin() + (m.first_block + i) * B, e.begin() + (m.first_block + i + 1) * B);
         }
         kv->restores++;
-        core->on_kv_restore_done({m.seq, true, "", "", 1.0}, out);
+        core->on_kv_restore_done({m.seq, true, kv::kv_failure::none, "", 1.0}, out);
     }
     void answer(const kv::kv_release& m, uint32_t, std::vector<outgoing_event>&) {
         kv->leases.erase(m.seq);
@@ -360,13 +361,13 @@ private:
         }
         EXPECT_EQ(held, m.tokens) << "a save names blocks that do not hold its tokens";
         kv->saves++;
-        if (m.kind == "session") {
+        if (m.kind == kv::kv_file_kind::session) {
             std::erase_if(kv->sessions, [&](const auto& s) { return s.first == *m.session; });
             kv->sessions.emplace_back(*m.session, m.tokens);
         } else {
             kv->entries.push_back(m.tokens);
         }
-        core->on_kv_save_done({m.save_id, true, ""});
+        core->on_kv_save_done({m.save_id, true, kv::kv_failure::none});
     }
     void answer(const kv::kv_invalidate& m, uint32_t, std::vector<outgoing_event>&) {
         kv->invalidated++;
