@@ -443,11 +443,12 @@ void http_actor::refuse_cut_off(connection& c, uint64_t left_ms) {
 }
 
 void http_actor::get_health(connection& c, const http_request& r) {
-    std::string status = _door.draining() ? "shutting_down" : _door.health_status();
+    const door::health_status status =
+        _door.draining() ? door::health_status::shutting_down : _door.health_status();
     std::string reason = _door.draining() ? "the server is stopping" : _door.health_reason();
-    nlohmann::json j = {{"status", status}};
+    nlohmann::json j = {{"status", std::string(enum_name(status))}};
     if (!reason.empty()) j["reason"] = reason;
-    respond(c, status == "ok" ? 200 : 503, "application/json",
+    respond(c, status == door::health_status::ok ? 200 : 503, "application/json",
             j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), r.keep_alive);
 }
 

@@ -252,7 +252,7 @@ std::map<std::string, uint64_t> net_actor::counters_map() const {
 
 void net_actor::op_health(connection& c, uint64_t id) {
     event_writer w(id, "done");
-    w.field("status", _door.health_status());
+    w.field("status", std::string(enum_name(_door.health_status())));
     // A reason goes with ok too: KV persistence off after a disk fault impairs nothing that
     // serving needs, so status stays ok, but the operator must be told why.
     if (!_door.health_reason().empty()) w.field("reason", _door.health_reason());

@@ -152,7 +152,9 @@ void scheduler_actor::on(const gpu::device_ready& m) {
                m.kv_blocks, m.kv_block_tokens);
     std::vector<outgoing_event> out;
     _core.on_device_ready(m, out);
-    if (auto h = _core.health(); h.first == "degraded") log().error("not serving: {}", h.second);
+    if (auto h = _core.health(); h.first == door::health_status::degraded) {
+        log().error("not serving: {}", h.second);
+    }
     after(out);
 }
 

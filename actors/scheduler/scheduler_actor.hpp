@@ -24,6 +24,7 @@
 #include <array>
 #include <atomic>
 #include <functional>
+#include <optional>
 #include <set>
 
 #include "actors/runtime/actor.hpp"
@@ -199,7 +200,8 @@ private:
     uv_timer_t _drain_timer{};
     bool _draining = false;
     bool _drained = false;
-    std::pair<std::string, std::string> _health;
+    // The health last sent to the doors; none before the first, so that one is always sent.
+    std::optional<std::pair<door::health_status, std::string>> _health;
     // Connections whose events delivery gave up on: their requests are cancelled and the net
     // actor is asked to close them (once each), after the current batch of sends.
     std::set<uint64_t> _lost_conns;

@@ -61,15 +61,16 @@ std::string scheduler_core::pool_message(uint64_t tokens) const {
            " tokens; raise gpu.kv_memory_bytes)";
 }
 
-std::pair<std::string, std::string> scheduler_core::health() const {
-    if (_device_unavailable) return {"degraded", _unavailable_reason};
+std::pair<door::health_status, std::string> scheduler_core::health() const {
+    if (_device_unavailable) return {door::health_status::degraded, _unavailable_reason};
     if (!_device_ready) {
         std::string what = _counters.device_epochs == 0 ? "starting the gpu device"
                                                         : "rebuilding the gpu device";
-        return {"loading", _build_progress.empty() ? what : what + ": " + _build_progress};
+        return {door::health_status::loading,
+                _build_progress.empty() ? what : what + ": " + _build_progress};
     }
     // Persistence off after a disk fault: still ok (serving goes on); the reason says why.
-    return {"ok", _kv_reason};
+    return {door::health_status::ok, _kv_reason};
 }
 
 kv_blocks_stats scheduler_core::kv_stats() const { return _kv ? _kv->stats() : kv_blocks_stats{}; }

@@ -207,8 +207,8 @@ public:
     bool step_in_flight() const { return _in_flight.has_value(); }
     uint64_t in_flight_step_id() const { return _in_flight ? _in_flight->step_id : 0; }
 
-    // Health as the scheduler sees it: "loading", "ok" or "degraded" (+ reason).
-    std::pair<std::string, std::string> health() const;
+    // Health as the scheduler sees it: loading, ok or degraded (+ reason).
+    std::pair<door::health_status, std::string> health() const;
     const scheduler_counters& counters() const { return _counters; }
     size_t active_sequences() const { return _running.size(); }
     size_t queued_requests() const { return _queue.size(); }
