@@ -157,7 +157,18 @@ struct token_event {
     MSGPACK_DEFINE_MAP(conn, id, token);
 };
 
-// generate ended: reason stop | length | cancelled. Terminal.
+// Why a generate request ended. generate_done carries the name (enum_name): the HTTP door's
+// OpenAI mapping (http/openai.cpp) reads it as text.
+enum class finish_reason : uint8_t {
+    stop,       // end of generation, a stop string, or a grammar that takes nothing more
+    length,     // max_tokens, or the context is full
+    cancelled,  // the cancel op, or the client left
+};
+inline constexpr std::array<std::string_view, 3> finish_reason_names = {
+    "stop", "length", "cancelled"};
+constexpr const auto& names_of(finish_reason) { return finish_reason_names; }
+
+// generate ended: reason stop | length | cancelled (finish_reason's names). Terminal.
 struct generate_done {
     static constexpr const char* msg_name = "generate_done";
     uint64_t conn = 0, id = 0;

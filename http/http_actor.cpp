@@ -551,9 +551,9 @@ bool http_actor::scheduler_took(connection& c, const actors::tell_status& sent, 
     if (sent.ok()) return true;
     // The scheduler's mailbox is full (or it is stopping): refuse now rather than queue.
     bool stopped = sent.err().outcome == actors::delivery_outcome::actor_stopped;
+    const door::errc code = stopped ? door::errc::shutting_down : door::errc::overloaded;
     respond_error(c,
-                  {stopped ? 503 : 429, stopped ? "shutting_down" : "overloaded",
-                   sent.err().message, ""},
+                  {stopped ? 503 : 429, std::string(door::wire_name(code)), sent.err().message, ""},
                   keep_alive);
     return false;
 }

@@ -189,14 +189,10 @@ void net_actor::handle_request(connection& c, const request& r) {
         return;
     }
     if (!parsed.ok()) {
-        const std::string& code = parsed.err().code;
-        bool unknown = code == "unknown_op";
-        (unknown ? _counters.unknown_ops : _counters.bad_requests)++;
-        // chat / apply_template: the template's own errors keep their codes (net/chat.hpp).
-        errc e = unknown                        ? errc::unknown_op
-                 : code == k_no_chat_template   ? errc::no_chat_template
-                 : code == jinja::k_template_error ? errc::template_error
-                                                 : errc::bad_request;
+        // The parser's codes are the protocol's: bad_request, unknown_op, and for chat /
+        // apply_template the template's own no_chat_template and template_error (net/chat.hpp).
+        const errc e = door::errc_from_wire_name(parsed.err().code).value_or(errc::bad_request);
+        (e == errc::unknown_op ? _counters.unknown_ops : _counters.bad_requests)++;
         send_error(c, r.id, e, parsed.err().message);
         return;
     }

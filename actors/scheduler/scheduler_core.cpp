@@ -249,7 +249,7 @@ void scheduler_core::on_cancel(const cancel& m, std::vector<outgoing_event>& out
         // A request inside the running step ends when that step's outcome is applied (F2).
         if (!_in_flight || std::none_of(_in_flight->seqs.begin(), _in_flight->seqs.end(),
                                         [&](const planned& p) { return p.seq == r->seq; })) {
-            finish(*r, "cancelled", out);
+            finish(*r, door::finish_reason::cancelled, out);
         }
     }
     out.push_back(door::cancel_done{m.conn, m.id, live});
@@ -268,7 +268,7 @@ void scheduler_core::on_client_gone(const client_gone& m, std::vector<outgoing_e
         _counters.disconnects++;
         bool stepping = _in_flight && std::any_of(_in_flight->seqs.begin(), _in_flight->seqs.end(),
                                                   [&](const planned& p) { return p.seq == seq; });
-        if (!stepping) finish(r, "cancelled", out);
+        if (!stepping) finish(r, door::finish_reason::cancelled, out);
     }
 }
 

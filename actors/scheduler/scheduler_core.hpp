@@ -306,7 +306,7 @@ private:
     // outcomes (scheduler_outcomes.cpp)
     void apply_token(request_state& r, std::span<const float> logits,
                      std::vector<outgoing_event>& out);
-    void finish(request_state& r, std::string_view reason, std::vector<outgoing_event>& out,
+    void finish(request_state& r, door::finish_reason reason, std::vector<outgoing_event>& out,
                 const std::string& stop_string = "");
     void fail(request_state& r, door::errc code, const std::string& message,
               std::vector<outgoing_event>& out);
