@@ -13,13 +13,16 @@
 
 #include <msgpack.hpp>
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "actors/runtime/actor.hpp"
+#include "actors/runtime/enum_names.hpp"
 #include "actors/runtime/fault_kind.hpp"
 #include "actors/runtime/type_list.hpp"
 #include "door/error_code.hpp"
@@ -154,7 +157,18 @@ struct token_event {
     MSGPACK_DEFINE_MAP(conn, id, token);
 };
 
-// generate ended: reason stop | length | cancelled. Terminal.
+// Why a generate request ended. generate_done carries the name (enum_name): the HTTP door's
+// OpenAI mapping (http/openai.cpp) reads it as text.
+enum class finish_reason : uint8_t {
+    stop,       // end of generation, a stop string, or a grammar that takes nothing more
+    length,     // max_tokens, or the context is full
+    cancelled,  // the cancel op, or the client left
+};
+inline constexpr std::array<std::string_view, 3> finish_reason_names = {
+    "stop", "length", "cancelled"};
+constexpr const auto& names_of(finish_reason) { return finish_reason_names; }
+
+// generate ended: reason stop | length | cancelled (finish_reason's names). Terminal.
 struct generate_done {
     static constexpr const char* msg_name = "generate_done";
     uint64_t conn = 0, id = 0;
@@ -243,11 +257,26 @@ struct request_error {
 
 // ---- control ----------------------------------------------------------------------------------
 
-// scheduler → front door: what `health` reports ("ok", "loading" or "degraded", with a reason when
-// not ok). No reply.
+// What `health` reports (the msgpack op's and GET /health's "status"): the scheduler says
+// loading, ok or degraded; a draining HTTP door answers shutting_down itself.
+enum class health_status : uint8_t {
+    loading,        // the device is being built (the first start or a rebuild)
+    ok,             // serving (a reason may still say what is impaired: persistence off)
+    degraded,       // the device could not be built: requests fail with gpu_unavailable
+    shutting_down,  // the server is draining
+};
+inline constexpr std::array<std::string_view, 4> health_status_names = {
+    "loading", "ok", "degraded", "shutting_down"};
+constexpr const auto& names_of(health_status) { return health_status_names; }
+static_assert(static_cast<std::size_t>(health_status::shutting_down) + 1 ==
+                  health_status_names.size(),
+              "health_status_names names every health_status, in order");
+
+// scheduler → front door: what `health` reports (loading, ok or degraded, with a reason when not
+// ok, or with ok when something that serving does not need is off). No reply.
 struct set_health {
     static constexpr const char* msg_name = "set_health";
-    std::string status;
+    health_status status = health_status::loading;
     std::string reason;
     MSGPACK_DEFINE_MAP(status, reason);
 };
@@ -303,3 +332,5 @@ template <typename E>
 concept request_event = actors::in_type_list_v<E, request_events>;
 
 }  // namespace ordo::door
+
+MSGPACK_ADD_ENUM(ordo::door::health_status);

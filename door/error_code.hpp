@@ -10,6 +10,7 @@
 #include <msgpack.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string_view>
 
 namespace ordo::door {
@@ -63,6 +64,16 @@ constexpr std::string_view wire_name(errc c) {
         case errc::unauthorized: return "unauthorized";
     }
     return "internal";
+}
+
+// The code whose wire name is `name`, or nullopt: for an error made below a door whose code is
+// already a wire name (the op parser's bad_request and unknown_op, the chat template's
+// no_chat_template and template_error), read once where the door answers it.
+constexpr std::optional<errc> errc_from_wire_name(std::string_view name) {
+    for (auto i = 0; i <= static_cast<int>(errc_last); ++i) {
+        if (wire_name(static_cast<errc>(i)) == name) return static_cast<errc>(i);
+    }
+    return std::nullopt;
 }
 
 }  // namespace ordo::door

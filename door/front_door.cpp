@@ -43,8 +43,10 @@ status front_door::start(uv_loop_t* loop, spdlog::logger& log) {
     _sweep_timer.data = this;
     _pauses.init(loop, [this](uint64_t id, clock::time_point now) { resume(id, now); });
     if (auto st = _gone.init(loop, _gone_out, gone_delivery_limits,
-                             [this](const gone_delivery::message& m, const error& why) {
-                                 if (why.code != "actor_stopped" && why.code != "not_connected") {
+                             [this](const gone_delivery::message& m, const actors::refusal& why) {
+                                 using actors::delivery_outcome;
+                                 if (why.outcome != delivery_outcome::actor_stopped &&
+                                     why.outcome != delivery_outcome::not_connected) {
                                      _log->error("client_gone for connection {} undeliverable: {}",
                                                  std::get<sched::client_gone>(m).conn, why.message);
                                  }

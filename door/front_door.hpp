@@ -103,7 +103,7 @@ public:
     template <typename Scheduler>
     void connect_scheduler(Scheduler& s, const char* sender) {
         _gone_out = actors::outbox<sched::client_gone>(s, sender);
-        _health_status = "loading";
+        _health_status = door::health_status::loading;
         _health_reason = "starting";
     }
 
@@ -131,7 +131,7 @@ public:
     // Valid after start(): whether bind/listen succeeded, and the port actually bound.
     const status& listen_status() const { return _listen_status; }
     uint16_t bound_port() const { return _listener.port(); }
-    const std::string& health_status() const { return _health_status; }
+    door::health_status health_status() const { return _health_status; }
     const std::string& health_reason() const { return _health_reason; }
     bool draining() const { return _draining; }
     uint64_t uptime_ms() const;
@@ -172,7 +172,7 @@ private:
     uint64_t _next_conn_id = 1;
     std::atomic<size_t> _open = 0;
     front_door_counters _counters;
-    std::string _health_status = "ok";
+    door::health_status _health_status = door::health_status::ok;
     std::string _health_reason;
     bool _draining = false;
     clock::time_point _started_at;

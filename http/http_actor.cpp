@@ -444,11 +444,12 @@ void http_actor::refuse_cut_off(connection& c, uint64_t left_ms) {
 }
 
 void http_actor::get_health(connection& c, const http_request& r) {
-    std::string status = _door.draining() ? "shutting_down" : _door.health_status();
+    const door::health_status status =
+        _door.draining() ? door::health_status::shutting_down : _door.health_status();
     std::string reason = _door.draining() ? "the server is stopping" : _door.health_reason();
-    nlohmann::json j = {{"status", status}};
+    nlohmann::json j = {{"status", std::string(enum_name(status))}};
     if (!reason.empty()) j["reason"] = reason;
-    respond(c, status == "ok" ? 200 : 503, "application/json",
+    respond(c, status == door::health_status::ok ? 200 : 503, "application/json",
             j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), r.keep_alive);
 }
 
@@ -471,7 +472,7 @@ void http_actor::start_tokens(connection& c, const http_request& r) {
     live_request l;
     l.id = c.next_request_id++;
     l.keep_alive = r.keep_alive;
-    status sent;
+    actors::tell_status sent;
     if (r.path == "/tokenize") {
         auto t = parse_tokenize_request(r.body);
         if (auto* e = std::get_if<api_error>(&t)) return respond_error(c, *e, r.keep_alive);
@@ -547,13 +548,13 @@ void http_actor::on(const door::embed_done& m) {
             l.keep_alive);
 }
 
-bool http_actor::scheduler_took(connection& c, const status& sent, bool keep_alive) {
+bool http_actor::scheduler_took(connection& c, const actors::tell_status& sent, bool keep_alive) {
     if (sent.ok()) return true;
     // The scheduler's mailbox is full (or it is stopping): refuse now rather than queue.
-    bool stopped = sent.err().code == "actor_stopped";
+    bool stopped = sent.err().outcome == actors::delivery_outcome::actor_stopped;
+    const door::errc code = stopped ? door::errc::shutting_down : door::errc::overloaded;
     respond_error(c,
-                  {stopped ? 503 : 429, stopped ? "shutting_down" : "overloaded",
-                   sent.err().message, ""},
+                  {stopped ? 503 : 429, std::string(door::wire_name(code)), sent.err().message, ""},
                   keep_alive);
     return false;
 }

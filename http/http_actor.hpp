@@ -185,7 +185,7 @@ private:
     connection* live_awaiting(uint64_t conn, uint64_t id, awaited a, const char* what);
     // Whether the scheduler took a request (`sent`: its tell); when it refused (a full mailbox,
     // or stopping) the request is answered at once, 429 overloaded or 503 shutting_down.
-    bool scheduler_took(connection& c, const status& sent, bool keep_alive);
+    bool scheduler_took(connection& c, const actors::tell_status& sent, bool keep_alive);
 
     // Writing. respond: a whole answer with Content-Length (none for a 204, which has no body);
     // the stream_* ones an SSE answer in chunked transfer encoding. Each ends the request

@@ -87,14 +87,14 @@ void trim_quarantine(const std::string& qdir) {
 // Moves <dir>/<stem>.kv into <dir>/quarantine (never overwriting an earlier one), then trims.
 // A file that cannot be moved (read-only disk) stays where it is: the next scan refuses it
 // again, it is never loaded.
-void move_to_quarantine(const std::string& dir, const std::string& stem, const std::string& code) {
+void move_to_quarantine(const std::string& dir, const std::string& stem, kv_failure why) {
     const std::string qdir = dir + "/" + std::string(quarantine_dir_name);
     auto stamp = std::chrono::duration_cast<std::chrono::microseconds>(
                      std::chrono::system_clock::now().time_since_epoch())
                      .count();
     const std::string from = dir + "/" + stem + std::string(kv_file_suffix);
-    const std::string to = qdir + "/" + stem + "." + code + "." + std::to_string(stamp) +
-                           std::string(kv_file_suffix);
+    const std::string to = qdir + "/" + stem + "." + std::string(enum_name(why)) + "." +
+                           std::to_string(stamp) + std::string(kv_file_suffix);
     if (::rename(from.c_str(), to.c_str()) != 0) {
         spdlog::warn("kv: quarantine {}: {}", from, std::strerror(errno));
         return;
@@ -108,7 +108,7 @@ void move_to_quarantine(const std::string& dir, const std::string& stem, const s
 
 struct scan_result {
     std::vector<std::pair<time_t, kv_entry>> entries;
-    std::vector<std::tuple<std::string, std::string, std::string>> bad;  // stem, code, message
+    std::vector<std::tuple<std::string, kv_error, std::string>> bad;  // stem, code, message
     uint64_t ignored = 0;
     uint64_t leftovers = 0;
     std::optional<error> dir_error;  // the directory cannot be created or written
@@ -160,15 +160,16 @@ void scan_dir(const std::string& dir, const kv_expect& expect, scan_result& r) {
         }
         const std::string stem = fname.substr(0, fname.size() - kv_file_suffix.size());
         auto header = read_kv_header(path, expect);
-        if (!header && header.err().code == to_code(kv_error::not_regular)) {
+        if (!header && kv_error_of(header.err()) == kv_error::not_regular) {
             r.ignored++;  // a symlink or directory named like ours: never followed or moved
             continue;
         }
         result<std::vector<int32_t>> tokens =
             header ? read_kv_tokens(path, *header) : result<std::vector<int32_t>>(header.err());
         if (!tokens) {
-            r.bad.emplace_back(stem, tokens.err().code, tokens.err().message);
-            if (!kv_disk_fault(tokens.err().code)) move_to_quarantine(dir, stem, tokens.err().code);
+            const kv_error e = kv_error_of(tokens.err());
+            r.bad.emplace_back(stem, e, tokens.err().message);
+            if (!kv_disk_fault(e)) move_to_quarantine(dir, stem, kv_failure_of(e));
             continue;
         }
         kv_entry entry;
@@ -233,19 +234,21 @@ std::string kv_actor::path_of(const std::string& name) const {
 void kv_actor::on_start() {
     actors::delivery_limits lim;
     must(_to_sched.init(loop(), _sched_out, lim,
-                        [this](const auto& m, const error& why) {
-                            if (why.code == "actor_stopped") return;  // the scheduler stopped
-                            count_error("undelivered");
+                        [this](const auto& m, const actors::refusal& why) {
+                            // The scheduler stopped: nobody waits for the answer.
+                            if (why.outcome == actors::delivery_outcome::actor_stopped) return;
+                            count_error(kv_failure::undelivered);
                             log().error("kv: {} to the scheduler given up: {}",
                                         std::visit([](const auto& x) { return std::string(x.msg_name); }, m),
                                         why.message);
                         }),
          "scheduler delivery init");
     must(_to_gpu.init(loop(), _gpu_out, lim,
-                      [this](const auto& m, const error& why) {
+                      [this](const auto& m, const actors::refusal& why) {
                           uint64_t id = std::visit([](const auto& x) { return x.job_id; }, m);
                           if (_copy_job != 0 && id == _gpu_job_id) {
-                              copy_finished(false, why.code, "copy job not delivered: " + why.message);
+                              copy_finished(false, kv_failure_of(why.outcome),
+                                            "copy job not delivered: " + why.message);
                           }
                       }),
          "gpu delivery init");
@@ -310,19 +313,19 @@ void kv_actor::apply_scan(scan_result& r) {
     _counters.ignored += r.ignored;
     for (const auto& [stem, code, message] : r.bad) {
         if (kv_disk_fault(code)) {
-            log().warn("kv: {} unreadable ({}): {}; left in place", stem, code, message);
+            log().warn("kv: {} unreadable ({}): {}; left in place", stem, enum_name(code), message);
         } else {
             _counters.quarantined++;
-            log().warn("kv: {} quarantined ({}): {}", stem, code, message);
+            log().warn("kv: {} quarantined ({}): {}", stem, enum_name(code), message);
         }
-        count_error(code);
+        count_error(kv_failure_of(code));
     }
     log().info("kv: {} ready: {} files ({} sessions), {} bytes; {} quarantined, {} ignored, {} "
                "leftovers deleted",
                _opt.dir, _index.files(), _index.sessions(), _index.bytes(), r.bad.size(),
                r.ignored, r.leftovers);
     _scan_done = true;
-    if (r.dir_error) disk_fault(r.dir_error->code, r.dir_error->message);
+    if (r.dir_error) disk_fault(kv_error_of(*r.dir_error), r.dir_error->message);
     evict_to_budget();
 }
 
@@ -361,24 +364,25 @@ void kv_actor::on(const kv_release& m) {
 void kv_actor::on(const kv_restore& m) {
     auto lease = _leases.find(m.seq);
     if (lease == _leases.end()) {
-        _to_sched.send(kv_restore_done{m.seq, false, "kv_no_lease", "no entry is leased to it", 0});
+        _to_sched.send(
+            kv_restore_done{m.seq, false, kv_failure::no_lease, "no entry is leased to it", 0});
         return;
     }
     const std::string name = lease->second;
     _leases.erase(lease);
     const kv_entry* e = _index.find(name);
-    auto refuse = [&](const std::string& code, const std::string& message) {
+    auto refuse = [&](kv_failure code, const std::string& message) {
         _index.unlease(name);
         _counters.restore_failures++;
         count_error(code);
         _to_sched.send(kv_restore_done{m.seq, false, code, message, 0});
         publish();
     };
-    if (e == nullptr) return refuse("kv_evicted", name + " left the index");
+    if (e == nullptr) return refuse(kv_failure::evicted, name + " left the index");
     if (m.blocks.empty() || uint64_t(m.first_block) + m.blocks.size() > e->header.n_blocks) {
-        return refuse("kv_bad_request", "blocks out of the entry's range");
+        return refuse(kv_failure_of(kv_error::bad_request), "blocks out of the entry's range");
     }
-    if (_flushing) return refuse("kv_stopping", "the kv actor is stopping");
+    if (_flushing) return refuse(kv_failure::stopping, "the kv actor is stopping");
     auto j = std::make_unique<job>();
     j->k = job::kind::restore;
     j->ref = m.seq;
@@ -412,9 +416,10 @@ void kv_actor::read_restore(uint64_t id) {
         [this, id, j] {
             if (!j->io) {
                 const error why = j->io.err();
+                const kv_failure f = kv_failure_of(kv_error_of(why));
                 // A file that fails verification is never offered again.
-                if (_index.find(j->name) != nullptr) quarantine(j->name, why.code);
-                restore_finished(*j, false, why.code, why.message);
+                if (_index.find(j->name) != nullptr) quarantine(j->name, f);
+                restore_finished(*j, false, f, why.message);
                 return;
             }
             queue_copies(*j);
@@ -422,8 +427,7 @@ void kv_actor::read_restore(uint64_t id) {
         });
 }
 
-void kv_actor::restore_finished(job& j, bool ok, const std::string& code,
-                                const std::string& message) {
+void kv_actor::restore_finished(job& j, bool ok, kv_failure code, const std::string& message) {
     double ms = ms_since(j.start);
     _index.unlease(j.name);
     if (ok) {
@@ -442,43 +446,43 @@ void kv_actor::restore_finished(job& j, bool ok, const std::string& code,
 // ---- saves ----------------------------------------------------------------------------------------
 
 void kv_actor::on(const kv_save& m) {
-    auto refuse = [&](const std::string& code) {
-        if (code != "kv_exists") count_error(code);
+    auto refuse = [&](kv_failure code) {
+        if (code != kv_failure::exists) count_error(code);
         _counters.saves_skipped++;
         _to_sched.send(kv_save_done{m.save_id, false, code});
         publish();
     };
     const uint32_t bt = _opt.expect.geometry.block_tokens;
-    const bool session = m.kind == "session";
-    if ((!session && m.kind != "prefix") || (session && !m.session) || m.blocks.empty() ||
+    const bool session = m.kind == kv_file_kind::session;
+    if (!enum_valid(m.kind) || (session && !m.session) || m.blocks.empty() ||
         m.tokens.size() != m.blocks.size() * size_t{bt}) {
-        return refuse("kv_bad_request");
+        return refuse(kv_failure_of(kv_error::bad_request));
     }
-    if (_flushing) return refuse("kv_stopping");
-    if (!_scan_done) return refuse("kv_not_ready");
-    if (!_persisting) return refuse("kv_persistence_off");
+    if (_flushing) return refuse(kv_failure::stopping);
+    if (!_scan_done) return refuse(kv_failure::not_ready);
+    if (!_persisting) return refuse(kv_failure::persistence_off);
     std::string name;
     if (session) {
         auto n = kv_session_name(_opt.expect.fingerprint, *m.session);
-        if (!n) return refuse(n.err().code);
+        if (!n) return refuse(kv_failure_of(kv_error_of(n.err())));
         name = *n;
         const kv_entry* e = _index.find(name);
-        if (e != nullptr && e->tokens == m.tokens) return refuse("kv_exists");
+        if (e != nullptr && e->tokens == m.tokens) return refuse(kv_failure::exists);
     } else {
-        if (_index.covers(m.tokens)) return refuse("kv_exists");
+        if (_index.covers(m.tokens)) return refuse(kv_failure::exists);
         name = kv_prefix_name(_opt.expect.fingerprint, m.tokens);
     }
     uint32_t in_memory = 0;
     for (const auto& [id, j] : _jobs) {
         if (j->k != job::kind::save) continue;
-        if (j->name == name && !j->dropped) return refuse("kv_exists");
+        if (j->name == name && !j->dropped) return refuse(kv_failure::exists);
         in_memory++;
     }
-    if (in_memory >= saves_pending_max) return refuse("kv_busy");
+    if (in_memory >= saves_pending_max) return refuse(kv_failure::busy);
     const uint64_t n_blocks = m.blocks.size();
     const uint64_t file_bytes =
         kv_header_bytes + 4 * m.tokens.size() + 8 * n_blocks + n_blocks * _block_bytes;
-    if (file_bytes > _opt.bytes_budget) return refuse("kv_too_large");
+    if (file_bytes > _opt.bytes_budget) return refuse(kv_failure::too_large);
 
     auto j = std::make_unique<job>();
     j->k = job::kind::save;
@@ -486,7 +490,7 @@ void kv_actor::on(const kv_save& m) {
     j->name = name;
     j->meta.fingerprint = _opt.expect.fingerprint;
     j->meta.geometry = _opt.expect.geometry;
-    j->meta.kind = session ? kv_file_kind::session : kv_file_kind::prefix;
+    j->meta.kind = m.kind;
     j->meta.session_hash = session ? kv_session_hash(*m.session) : 0;
     j->tokens = m.tokens;
     j->blocks = m.blocks;
@@ -502,7 +506,7 @@ void kv_actor::on(const kv_save& m) {
     queue_copies(ref);
 }
 
-void kv_actor::save_copied(job& j, bool ok, const std::string& code) {
+void kv_actor::save_copied(job& j, bool ok, kv_failure code) {
     _to_sched.send(kv_save_done{j.ref, ok, code});
     const uint64_t id = j.id;
     if (!ok) {
@@ -542,10 +546,11 @@ void kv_actor::write_save(uint64_t id) {
         [this, id, j] {
             if (!j->io) {
                 const error why = j->io.err();
+                const kv_error e = kv_error_of(why);
                 _counters.save_failures++;
-                count_error(why.code);
+                count_error(kv_failure_of(e));
                 log().warn("kv: save {} failed: {}", j->name, why.message);
-                if (kv_disk_fault(why.code)) disk_fault(why.code, why.message);
+                if (kv_disk_fault(e)) disk_fault(e, why.message);
             } else if (j->dropped) {
                 // Its session was deleted while it was written.
                 std::string path = path_of(j->name);
@@ -568,26 +573,26 @@ void kv_actor::write_save(uint64_t id) {
 // One armed save fault, if any, in a fixed order; the loop thread's log says which.
 kv_actor::save_fault kv_actor::take_save_fault() {
     save_fault f;
-    const char* kind = nullptr;
+    std::optional<fault_kind> kind;
     if (_faults.torn_exit > 0) {
         _faults.torn_exit--;
         f.stop = kv_write_stop::mid_tmp;
         f.torn_exit = true;
-        kind = "kv_torn_exit";
+        kind = fault_kind::kv_torn_exit;
     } else if (_faults.enospc > 0) {
         _faults.enospc--;
         f.stop = kv_write_stop::enospc_mid_tmp;
-        kind = "kv_enospc";
+        kind = fault_kind::kv_enospc;
     } else if (_faults.eio > 0) {
         _faults.eio--;
         f.stop = kv_write_stop::eio_mid_tmp;
-        kind = "kv_eio";
+        kind = fault_kind::kv_eio;
     } else if (_faults.fingerprint > 0) {
         _faults.fingerprint--;
         f.fingerprint = true;
-        kind = "kv_fingerprint";
+        kind = fault_kind::kv_fingerprint;
     }
-    if (kind != nullptr) log().warn("kv: fault {} applied to the next save", kind);
+    if (kind) log().warn("kv: fault {} applied to the next save", enum_name(*kind));
     return f;
 }
 
@@ -628,9 +633,9 @@ void kv_actor::start_next_copy() {
         job& j = *it->second;
         if (!_slot) {
             if (j.k == job::kind::save) {
-                save_copied(j, false, "kv_no_staging");
+                save_copied(j, false, kv_failure::no_staging);
             } else {
-                restore_finished(j, false, "kv_no_staging", "no staging slot");
+                restore_finished(j, false, kv_failure::no_staging, "no staging slot");
             }
             continue;
         }
@@ -653,15 +658,15 @@ void kv_actor::start_next_copy() {
 
 void kv_actor::on(const gpu::kv_copy_done& m) {
     if (_copy_job == 0 || m.job_id != _gpu_job_id) return;  // a stale reply
-    copy_finished(true, "", "");
+    copy_finished(true, kv_failure::none, "");
 }
 
 void kv_actor::on(const gpu::kv_copy_failed& m) {
     if (_copy_job == 0 || m.job_id != _gpu_job_id) return;
-    copy_finished(false, m.code, m.message);
+    copy_finished(false, kv_failure_of(m.code), m.message);
 }
 
-void kv_actor::copy_finished(bool ok, const std::string& code, const std::string& message) {
+void kv_actor::copy_finished(bool ok, kv_failure code, const std::string& message) {
     auto it = _jobs.find(_copy_job);
     const uint32_t first = _copy_first, count = _copy_count;
     _copy_job = 0;
@@ -681,9 +686,9 @@ void kv_actor::copy_finished(bool ok, const std::string& code, const std::string
             j.copied += count;
             if (j.copied == j.blocks.size()) {
                 if (j.k == job::kind::save) {
-                    save_copied(j, true, "");
+                    save_copied(j, true, kv_failure::none);
                 } else {
-                    restore_finished(j, true, "", "");
+                    restore_finished(j, true, kv_failure::none, "");
                 }
             }
         }
@@ -697,8 +702,8 @@ void kv_actor::copy_finished(bool ok, const std::string& code, const std::string
 void kv_actor::on(const kv_invalidate& m) {
     if (_index.find(m.name) == nullptr) return;
     log().warn("kv: {} quarantined: {}", m.name, m.reason);
-    count_error("kv_step_failed");
-    quarantine(m.name, "kv_step_failed");
+    count_error(kv_failure::step_failed);
+    quarantine(m.name, kv_failure::step_failed);
     publish();
 }
 
@@ -737,7 +742,7 @@ void kv_actor::on(const kv_session_delete& m) {
         return;
     }
     _index.erase(*name);
-    _to_sched.send(kv_evicted{*name, "deleted"});
+    _to_sched.send(kv_evicted{*name, eviction::deleted});
     auto err = std::make_shared<std::string>();
     offload(
         [path = path_of(*name), err] {
@@ -751,14 +756,14 @@ void kv_actor::on(const kv_session_delete& m) {
 
 // Counts the file, not its error: the caller counts that once (a failed restore is counted by
 // restore_finished, which every restore ends in).
-void kv_actor::quarantine(const std::string& name, const std::string& code) {
+void kv_actor::quarantine(const std::string& name, kv_failure code) {
     _index.erase(name);
     _counters.quarantined++;
-    _to_sched.send(kv_evicted{name, "quarantined"});
+    _to_sched.send(kv_evicted{name, eviction::quarantined});
     offload([dir = _opt.dir, name, code] { move_to_quarantine(dir, name, code); }, [] {});
 }
 
-void kv_actor::remove_file(const std::string& name, const std::string& reason) {
+void kv_actor::remove_file(const std::string& name, eviction reason) {
     _index.erase(name);
     _to_sched.send(kv_evicted{name, reason});
     offload([path = path_of(name)] { ::unlink(path.c_str()); }, [] {});
@@ -767,16 +772,16 @@ void kv_actor::remove_file(const std::string& name, const std::string& reason) {
 void kv_actor::evict_to_budget() {
     for (const std::string& victim : _index.over_budget(_opt.bytes_budget)) {
         _counters.evictions++;
-        remove_file(victim, "budget");
+        remove_file(victim, eviction::budget);
     }
 }
 
 // ---- disk faults ----------------------------------------------------------------------------------
 
-void kv_actor::disk_fault(const std::string& code, const std::string& message) {
+void kv_actor::disk_fault(kv_error code, const std::string& message) {
     if (!_persisting) return;
     _persisting = false;
-    _off_reason = "kv persistence is off (" + code + "): " + message;
+    _off_reason = "kv persistence is off (" + std::string(enum_name(code)) + "): " + message;
     log().warn("kv: {}; serving goes on without saving", _off_reason);
     _to_sched.send(kv_status{false, _off_reason});
     schedule_probe();
@@ -804,7 +809,7 @@ void kv_actor::probe_cb(uv_timer_t* t) {
                           self->_to_sched.send(kv_status{true, ""});
                           return;
                       }
-                      self->count_error(st->err().code);
+                      self->count_error(kv_failure_of(kv_error_of(st->err())));
                       self->schedule_probe();
                   });
 }
@@ -820,7 +825,7 @@ void kv_actor::on(const kv_flush&) {
             uncopied.push_back(j.get());
         }
     }
-    for (job* j : uncopied) save_copied(*j, false, "kv_stopping");
+    for (job* j : uncopied) save_copied(*j, false, kv_failure::stopping);
     maybe_flushed();
     publish();
 }
@@ -839,7 +844,7 @@ bool kv_actor::flush(uint64_t timeout_ms) {
     return _idle_cv.wait_for(lock, std::chrono::milliseconds(timeout_ms), [this] { return _idle; });
 }
 
-void kv_actor::count_error(const std::string& code) { _counters.errors[code]++; }
+void kv_actor::count_error(kv_failure code) { _counters.errors[std::string(enum_name(code))]++; }
 
 void kv_actor::publish() {
     std::lock_guard lock(_mutex);

@@ -177,11 +177,11 @@ private:
     // copies
     void queue_copies(job& j);
     void start_next_copy();
-    void copy_finished(bool ok, const std::string& code, const std::string& message);
+    void copy_finished(bool ok, kv_failure code, const std::string& message);
     std::vector<uint8_t> take_buffer(uint64_t bytes);  // at least `bytes` long; _spare if it fits
     void end_job(uint64_t id);                         // erases it, keeping its buffer as _spare
-    void save_copied(job& j, bool ok, const std::string& code);
-    void restore_finished(job& j, bool ok, const std::string& code, const std::string& message);
+    void save_copied(job& j, bool ok, kv_failure code);
+    void restore_finished(job& j, bool ok, kv_failure code, const std::string& message);
     // thread pool
     void offload(std::function<void()> run, std::function<void()> done);
     void write_save(uint64_t job_id);
@@ -190,12 +190,12 @@ private:
     // index and disk state
     void apply_scan(struct scan_result& r);
     void evict_to_budget();
-    void remove_file(const std::string& name, const std::string& reason);
-    void quarantine(const std::string& name, const std::string& code);
-    void disk_fault(const std::string& code, const std::string& message);
+    void remove_file(const std::string& name, eviction reason);
+    void quarantine(const std::string& name, kv_failure code);
+    void disk_fault(kv_error code, const std::string& message);
     void schedule_probe();
     static void probe_cb(uv_timer_t* t);
-    void count_error(const std::string& code);
+    void count_error(kv_failure code);
     void publish();  // copies the counters into the report snapshot
     void maybe_flushed();
     std::string path_of(const std::string& name) const;

@@ -63,7 +63,7 @@ T get(const header_bytes& b, std::size_t off) {
 }
 
 error fail(kv_error e, const std::string& path, const std::string& what) {
-    return make_error(std::string(to_code(e)), path + ": " + what);
+    return make_error(std::string(enum_name(e)), path + ": " + what);
 }
 kv_error errno_class(int e) {
     switch (e) {
@@ -291,64 +291,9 @@ XXH128_hash_t tagged_hash(std::string_view tag, const model::fingerprint& fp, co
 
 }  // namespace
 
-std::string_view to_code(kv_error e) {
-    switch (e) {
-        case kv_error::io:
-            return "kv_io";
-        case kv_error::no_space:
-            return "kv_no_space";
-        case kv_error::read_only:
-            return "kv_read_only";
-        case kv_error::permission:
-            return "kv_permission";
-        case kv_error::io_error:
-            return "kv_io_error";
-        case kv_error::not_regular:
-            return "kv_not_regular";
-        case kv_error::bad_name:
-            return "kv_bad_name";
-        case kv_error::bad_request:
-            return "kv_bad_request";
-        case kv_error::truncated:
-            return "kv_truncated";
-        case kv_error::oversize:
-            return "kv_oversize";
-        case kv_error::bad_magic:
-            return "kv_bad_magic";
-        case kv_error::version:
-            return "kv_version";
-        case kv_error::header_checksum:
-            return "kv_header_checksum";
-        case kv_error::bad_header:
-            return "kv_bad_header";
-        case kv_error::fingerprint:
-            return "kv_fingerprint";
-        case kv_error::geometry:
-            return "kv_geometry";
-        case kv_error::dtype:
-            return "kv_dtype";
-        case kv_error::block_tokens:
-            return "kv_block_tokens";
-        case kv_error::tokens_checksum:
-            return "kv_tokens_checksum";
-        case kv_error::block_checksum:
-            return "kv_block_checksum";
-        case kv_error::changed:
-            return "kv_changed";
-        case kv_error::bad_session:
-            return "kv_bad_session";
-    }
-    return "kv_unknown";
-}
-
 error kv_errno_error(const std::string& what) {
     const int e = errno;
-    return make_error(std::string(to_code(errno_class(e))), what + ": " + std::strerror(e));
-}
-
-bool kv_disk_fault(std::string_view code) {
-    return code == to_code(kv_error::no_space) || code == to_code(kv_error::read_only) ||
-           code == to_code(kv_error::permission) || code == to_code(kv_error::io_error);
+    return make_error(std::string(enum_name(errno_class(e))), what + ": " + std::strerror(e));
 }
 
 std::uint64_t kv_file_geometry::block_bytes() const {
@@ -364,14 +309,14 @@ std::string kv_prefix_name(const model::fingerprint& fp, std::span<const std::in
 
 status validate_session_name(std::string_view session) {
     if (session.empty() || session.size() > kv_session_bytes_max) {
-        return make_error(std::string(to_code(kv_error::bad_session)),
+        return make_error(std::string(enum_name(kv_error::bad_session)),
                           "session name must be 1..128 bytes");
     }
     for (char c : session) {
         const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
                         (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
         if (!ok) {
-            return make_error(std::string(to_code(kv_error::bad_session)),
+            return make_error(std::string(enum_name(kv_error::bad_session)),
                               "session name must be made of [A-Za-z0-9._-]");
         }
     }

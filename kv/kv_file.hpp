@@ -27,12 +27,14 @@
 // block it returns).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "actors/runtime/enum_names.hpp"
 #include "actors/runtime/result.hpp"
 #include "model/fingerprint.hpp"
 
@@ -71,7 +73,7 @@ inline constexpr std::size_t kv_io_chunk_bytes = std::size_t{8} << 20;
 
 // ---- Errors -----------------------------------------------------------------------------------
 
-// Every way a file is refused. to_code() gives the stable snake_case code of ordo::error.
+// Every way a file is refused. kv_error_names gives the stable snake_case code of ordo::error.
 enum class kv_error : std::uint8_t {
     io,               // a syscall failed (open, read, write, fsync, rename): errno in the message
     // The same, for the errno values that mean the disk, not the file, is at fault: the kv
@@ -98,9 +100,28 @@ enum class kv_error : std::uint8_t {
     changed,          // the file on disk is no longer the one whose header was read
     bad_session,      // a session name outside 1..128 bytes of [A-Za-z0-9._-]
 };
-std::string_view to_code(kv_error e);
-// Whether an error code (ordo::error::code) is one of the disk faults above.
-bool kv_disk_fault(std::string_view code);
+// clang-format off
+inline constexpr std::array<std::string_view, 22> kv_error_names = {
+    "kv_io",              "kv_no_space",       "kv_read_only",   "kv_permission",
+    "kv_io_error",        "kv_not_regular",    "kv_bad_name",    "kv_bad_request",
+    "kv_truncated",       "kv_oversize",       "kv_bad_magic",   "kv_version",
+    "kv_header_checksum", "kv_bad_header",     "kv_fingerprint", "kv_geometry",
+    "kv_dtype",           "kv_block_tokens",   "kv_tokens_checksum", "kv_block_checksum",
+    "kv_changed",         "kv_bad_session"};
+// clang-format on
+constexpr const auto& names_of(kv_error) { return kv_error_names; }
+static_assert(static_cast<std::size_t>(kv_error::bad_session) + 1 == kv_error_names.size(),
+              "kv_error_names names every kv_error, in order");
+// The kv_error an error of this library names. Every error it returns has one of these codes;
+// a code it does not name (none is made) counts as the generic io.
+inline kv_error kv_error_of(const error& e) {
+    return enum_from_name<kv_error>(e.code).value_or(kv_error::io);
+}
+// Whether the disk, not the file, is at fault (the four errno classes above).
+constexpr bool kv_disk_fault(kv_error e) {
+    return e == kv_error::no_space || e == kv_error::read_only || e == kv_error::permission ||
+           e == kv_error::io_error;
+}
 // The error for the current errno after a failed syscall: its class's code (kv_no_space, ...,
 // kv_io) and "what: strerror". Every file operation of the kv library and actor reports this way.
 error kv_errno_error(const std::string& what);
@@ -109,7 +130,10 @@ error kv_errno_error(const std::string& what);
 
 // On-disk values, fixed forever for version 1 (not config's enum: its order may change).
 enum class kv_file_dtype : std::uint8_t { f16 = 0, f32 = 1 };
+// kv_file_kind is also what a kv_save asks for (kv_msgs.hpp): an automatic prefix or a session.
 enum class kv_file_kind : std::uint8_t { prefix = 0, session = 1 };
+inline constexpr std::array<std::string_view, 2> kv_file_kind_names = {"prefix", "session"};
+constexpr const auto& names_of(kv_file_kind) { return kv_file_kind_names; }
 
 struct kv_file_geometry {
     std::uint32_t n_layer = 0;

@@ -20,13 +20,18 @@
 
 #include <msgpack.hpp>
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "actors/runtime/enum_names.hpp"
 #include "actors/runtime/fault_kind.hpp"
+#include "kv/kv_failure.hpp"
+#include "kv/kv_file.hpp"
 
 namespace ordo::kv {
 
@@ -92,13 +97,13 @@ struct kv_release {
 };
 
 // Persist `tokens` (a whole number of blocks, from position 0) whose KV is in the pool blocks
-// `blocks` (one per block of tokens, pinned by the scheduler until kv_save_done). kind
-// "prefix": an automatic prefix, named by its tokens; "session": the named session's file,
-// replacing the previous one. Reply: kv_save_done.
+// `blocks` (one per block of tokens, pinned by the scheduler until kv_save_done). kind prefix:
+// an automatic prefix, named by its tokens; session: the named session's file, replacing the
+// previous one. Reply: kv_save_done.
 struct kv_save {
     static constexpr const char* msg_name = "kv_save";
     uint64_t save_id = 0;
-    std::string kind;  // "prefix" | "session"
+    kv_file_kind kind = kv_file_kind::prefix;
     std::optional<std::string> session;
     std::vector<int32_t> tokens;
     std::vector<uint32_t> blocks;
@@ -148,37 +153,44 @@ struct kv_lookup_done {
     MSGPACK_DEFINE_MAP(seq, n_blocks, name);
 };
 
-// ok: the blocks hold the entry's verified KV. Otherwise nothing may be read from them; code:
-// kv_no_lease (no entry leased to seq), kv_block_checksum / kv_truncated / kv_changed / kv_io
-// ... (the file failed verification: it is quarantined), gpu_* (the copy failed; the device
-// may be rebuilding), kv_stopping.
+// ok: the blocks hold the entry's verified KV (code none). Otherwise nothing may be read from
+// them; code (kv_failure.hpp): no_lease (no entry leased to seq), a kv_error such as
+// block_checksum, truncated, changed or io (the file failed verification: it is quarantined),
+// a gpu_failure (the copy failed; the device may be rebuilding), stopping.
 struct kv_restore_done {
     static constexpr const char* msg_name = "kv_restore_done";
     uint64_t seq = 0;
     bool ok = false;
-    std::string code;
+    kv_failure code = kv_failure::none;
     std::string message;
     double ms = 0;  // read + verify + copy
     MSGPACK_DEFINE_MAP(seq, ok, code, message, ms);
 };
 
 // The blocks of save `save_id` may be unpinned. copied: their bytes were copied out and the
-// file is being written; otherwise `code` says why not (kv_persistence_off, kv_exists,
-// kv_too_large, kv_busy, gpu_*, kv_stopping).
+// file is being written (code none); otherwise `code` says why not (persistence_off, exists,
+// too_large, busy, a gpu_failure, stopping).
 struct kv_save_done {
     static constexpr const char* msg_name = "kv_save_done";
     uint64_t save_id = 0;
     bool copied = false;
-    std::string code;
+    kv_failure code = kv_failure::none;
     MSGPACK_DEFINE_MAP(save_id, copied, code);
 };
 
-// An entry left the index (budget: LRU, or replaced, or quarantined). Ordered after every
-// kv_lookup_done that named it; a lease in flight is never evicted.
+// Why an entry left the index: the byte budget (LRU), a failed verification or step, or the
+// session_delete op.
+enum class eviction : uint8_t { budget, quarantined, deleted };
+inline constexpr std::array<std::string_view, 3> eviction_names = {"budget", "quarantined",
+                                                                   "deleted"};
+constexpr const auto& names_of(eviction) { return eviction_names; }
+
+// An entry left the index. Ordered after every kv_lookup_done that named it; a lease in flight
+// is never evicted.
 struct kv_evicted {
     static constexpr const char* msg_name = "kv_evicted";
     std::string name;
-    std::string reason;  // "budget" | "quarantined" | "deleted"
+    eviction reason = eviction::budget;
     MSGPACK_DEFINE_MAP(name, reason);
 };
 
@@ -200,3 +212,6 @@ struct kv_session_deleted {
 };
 
 }  // namespace ordo::kv
+
+MSGPACK_ADD_ENUM(ordo::kv::kv_file_kind);
+MSGPACK_ADD_ENUM(ordo::kv::eviction);

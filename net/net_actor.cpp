@@ -189,14 +189,10 @@ void net_actor::handle_request(connection& c, const request& r) {
         return;
     }
     if (!parsed.ok()) {
-        const std::string& code = parsed.err().code;
-        bool unknown = code == "unknown_op";
-        (unknown ? _counters.unknown_ops : _counters.bad_requests)++;
-        // chat / apply_template: the template's own errors keep their codes (net/chat.hpp).
-        errc e = unknown                        ? errc::unknown_op
-                 : code == k_no_chat_template   ? errc::no_chat_template
-                 : code == jinja::k_template_error ? errc::template_error
-                                                 : errc::bad_request;
+        // The parser's codes are the protocol's: bad_request, unknown_op, and for chat /
+        // apply_template the template's own no_chat_template and template_error (net/chat.hpp).
+        const errc e = door::errc_from_wire_name(parsed.err().code).value_or(errc::bad_request);
+        (e == errc::unknown_op ? _counters.unknown_ops : _counters.bad_requests)++;
         send_error(c, r.id, e, parsed.err().message);
         return;
     }
@@ -231,7 +227,7 @@ void net_actor::forward(connection& c, T m) {
     m.conn = c.id;
     if (auto st = _to_scheduler.tell(m); !st.ok()) {
         // The scheduler's mailbox is full (or it is stopping): refuse now rather than queue.
-        bool stopped = st.err().code == "actor_stopped";
+        bool stopped = st.err().outcome == actors::delivery_outcome::actor_stopped;
         send_error(c, m.id, stopped ? errc::shutting_down : errc::overloaded, st.err().message);
         return;
     }
@@ -252,7 +248,7 @@ std::map<std::string, uint64_t> net_actor::counters_map() const {
 
 void net_actor::op_health(connection& c, uint64_t id) {
     event_writer w(id, "done");
-    w.field("status", _door.health_status());
+    w.field("status", std::string(enum_name(_door.health_status())));
     // A reason goes with ok too: KV persistence off after a disk fault impairs nothing that
     // serving needs, so status stays ok, but the operator must be told why.
     if (!_door.health_reason().empty()) w.field("reason", _door.health_reason());

@@ -121,7 +121,7 @@ protected:
     virtual void on_stop() {}
     virtual void deliver(const envelope& e) = 0;
 
-    status enqueue(envelope&& e) { return _mailbox.push(std::move(e)); }
+    tell_status enqueue(envelope&& e) { return _mailbox.push(std::move(e)); }
     uv_loop_t* loop() { return &_loop; }
     spdlog::logger& log() { return *_log; }
     bool stopping() const { return _stopping; }
@@ -163,7 +163,7 @@ public:
     // Thread-safe. Encodes `msg` and queues it; mailbox_full / actor_stopped are returned to the
     // sender, never hidden.
     template <typename T>
-    status tell(const T& msg, std::string_view sender = "external") {
+    tell_status tell(const T& msg, std::string_view sender = "external") {
         constexpr size_t index = index_of<T>();
         static_assert(index < sizeof...(Msgs), "this actor does not accept that message type");
         msgpack::sbuffer buf;

@@ -39,6 +39,9 @@
 // delivered, however late. Deadlines are checked on the retry ticks, so a message is given up
 // within deadline_ms + retry_ms of its send() (while the owner's loop is not blocked).
 //
+// The outcome a message is given up with is a delivery_outcome (delivery_outcome.hpp), carried in
+// the refusal give_up_fn receives.
+//
 // give_up_fn is the owner's defined outcome (release a resource, close a connection, count). It
 // is called on the loop thread and MAY BE CALLED SYNCHRONOUSLY FROM send() (and from close()). It
 // must not throw (from the retry timer that would cross libuv's C frames). It may call send()
@@ -61,6 +64,7 @@
 #include <utility>
 #include <variant>
 
+#include "actors/runtime/delivery_outcome.hpp"
 #include "actors/runtime/outbox.hpp"
 #include "actors/runtime/result.hpp"
 
@@ -89,7 +93,7 @@ class delivery {
 public:
     using message = std::variant<Msgs...>;
     using limits = delivery_limits;
-    using give_up_fn = std::function<void(const message& msg, const ordo::error& why)>;
+    using give_up_fn = std::function<void(const message& msg, const refusal& why)>;
 
     delivery() = default;
     // The retry timer's address is registered with the loop: a delivery never moves.
@@ -134,8 +138,8 @@ public:
         while (!_pending.empty()) {
             message msg = std::move(_pending.front().msg);
             _pending.pop_front();
-            give_up(msg, make_error("actor_stopped",
-                                    "delivery closed while its owner is stopping; not delivered"));
+            give_up(msg, refusal{delivery_outcome::actor_stopped,
+                                 "delivery closed while its owner is stopping; not delivered"});
         }
         uv_close(reinterpret_cast<uv_handle_t*>(&_retry), &delivery::close_cb);
     }
@@ -147,28 +151,29 @@ public:
         if (_state != state::open) {
             const bool never_opened = _state == state::idle;
             give_up(message(std::in_place_type<T>, msg),
-                    make_error(never_opened ? "not_connected" : "actor_stopped",
-                               std::string(T::msg_name) +
-                                   (never_opened ? ": delivery not initialised"
-                                                 : ": delivery closed (owner stopping)")));
+                    refusal{never_opened ? delivery_outcome::not_connected
+                                         : delivery_outcome::actor_stopped,
+                            std::string(T::msg_name) +
+                                (never_opened ? ": delivery not initialised"
+                                              : ": delivery closed (owner stopping)")});
             return;
         }
         if (_pending.empty()) {
-            status st = _to.tell(msg);
+            tell_status st = _to.tell(msg);
             if (st.ok()) {
                 _delivered++;
                 return;
             }
-            if (st.err().code != "mailbox_full") {
+            if (st.err().outcome != delivery_outcome::mailbox_full) {
                 give_up(message(std::in_place_type<T>, msg), st.err());
                 return;
             }
         }
         if (_pending.size() >= _limits.pending_max) {
             give_up(message(std::in_place_type<T>, msg),
-                    make_error("delivery_overflow", std::string(T::msg_name) + ": " +
-                                                        std::to_string(_limits.pending_max) +
-                                                        " messages already wait for the receiver"));
+                    refusal{delivery_outcome::delivery_overflow,
+                            std::string(T::msg_name) + ": " + std::to_string(_limits.pending_max) +
+                                " messages already wait for the receiver"});
             return;
         }
         _pending.push_back(pending_message{message(std::in_place_type<T>, msg), uv_now(_loop)});
@@ -207,23 +212,23 @@ private:
     void offer_pending() {
         const uint64_t now_ms = uv_now(_loop);
         while (!_pending.empty()) {
-            status st =
+            tell_status st =
                 std::visit([this](const auto& m) { return _to.tell(m); }, _pending.front().msg);
             if (st.ok()) {
                 _pending.pop_front();
                 _delivered++;
                 continue;
             }
-            const bool full = st.err().code == "mailbox_full";
+            const bool full = st.err().outcome == delivery_outcome::mailbox_full;
             const uint64_t waited_ms = now_ms - _pending.front().sent_ms;
             if (full && waited_ms < _limits.deadline_ms) break;  // again on the next tick
             message msg = std::move(_pending.front().msg);
             _pending.pop_front();
             if (full) {
-                give_up(msg, make_error("delivery_timeout",
-                                        "receiver refused it for " + std::to_string(waited_ms) +
-                                            " ms (deadline " + std::to_string(_limits.deadline_ms) +
-                                            " ms)"));
+                give_up(msg, refusal{delivery_outcome::delivery_timeout,
+                                     "receiver refused it for " + std::to_string(waited_ms) +
+                                         " ms (deadline " + std::to_string(_limits.deadline_ms) +
+                                         " ms)"});
             } else {
                 give_up(msg, st.err());
             }
@@ -231,7 +236,7 @@ private:
         if (_pending.empty() && _state == state::open) uv_timer_stop(&_retry);
     }
 
-    void give_up(const message& msg, const ordo::error& why) {
+    void give_up(const message& msg, const refusal& why) {
         _given_up++;
         // Empty only for a send() before the first init(), an owner bug the counter still shows.
         if (_give_up) _give_up(msg, why);

@@ -12,6 +12,7 @@
 // not a temporary, so a config key may keep a span of it.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <optional>
 #include <string>
@@ -45,6 +46,20 @@ constexpr std::optional<E> enum_from_name(std::string_view name) {
 template <typename E>
 constexpr bool enum_valid(E v) {
     return static_cast<std::size_t>(v) < enum_count<E>;
+}
+
+// The tables of several sets one after another: the table of an enum whose values are a few
+// closed sets in a row, each keeping its own table (kv::kv_failure: the kv actor's own, the
+// file's, the gpu copy's and the delivery's).
+template <std::size_t... N>
+constexpr std::array<std::string_view, (N + ...)> names_joined(
+    const std::array<std::string_view, N>&... tables) {
+    std::array<std::string_view, (N + ...)> out{};
+    std::size_t i = 0;
+    (..., [&] {
+        for (std::string_view name : tables) out[i++] = name;
+    }());
+    return out;
 }
 
 // "a, b or c": every name, in order, for a message that says what is accepted.

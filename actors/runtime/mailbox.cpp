@@ -12,11 +12,11 @@ void mailbox::open(uv_async_t* wakeup) {
     _closed = false;
 }
 
-status mailbox::push(envelope&& e) {
+tell_status mailbox::push(envelope&& e) {
     std::lock_guard lock(_mutex);
     if (_closed || _wakeup == nullptr) {
-        return make_error("actor_stopped", "receiver is not running; message " +
-                                               std::string(e.type_name) + " refused");
+        return refusal{delivery_outcome::actor_stopped,
+                       "receiver is not running; message " + std::string(e.type_name) + " refused"};
     }
     // A refusal armed by refuse_next() leaves through the same return as a full queue.
     // A compare-exchange, not fetch_sub: refuse_next() may store meanwhile (it does not take
@@ -28,9 +28,9 @@ status mailbox::push(envelope&& e) {
     const bool refused = left != 0;
     if (refused || _queue.size() >= _capacity) {
         _rejected_full++;
-        return make_error("mailbox_full", "receiver mailbox is full (" +
-                                              std::to_string(_capacity) + " messages); " +
-                                              std::string(e.type_name) + " refused");
+        return refusal{delivery_outcome::mailbox_full,
+                       "receiver mailbox is full (" + std::to_string(_capacity) + " messages); " +
+                           std::string(e.type_name) + " refused"};
     }
     _queue.push_back(std::move(e));
     // Under the lock so close() cannot release the handle between the push and the send.

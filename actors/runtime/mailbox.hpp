@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/runtime/result.hpp"
+#include "actors/runtime/delivery_outcome.hpp"
 
 namespace ordo::actors {
 
@@ -42,7 +42,7 @@ public:
     // Binds the wakeup handle; called on the loop thread before the mailbox is opened.
     void open(uv_async_t* wakeup);
     // Thread-safe. Enqueues and wakes the loop, or refuses with mailbox_full / actor_stopped.
-    status push(envelope&& e);
+    tell_status push(envelope&& e);
     // Thread-safe: wakes the loop without a message (stop requests); no-op when closed.
     void wake();
     // Loop thread only: moves every queued envelope into `out` (appending).

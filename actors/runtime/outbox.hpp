@@ -28,11 +28,12 @@ public:
           _fns{&forward<Actor, Msgs>...} {}
 
     template <typename T>
-    status tell(const T& msg) const {
+    tell_status tell(const T& msg) const {
         constexpr size_t index = index_of<T>();
         static_assert(index < sizeof...(Msgs), "this outbox does not carry that message type");
         if (_target == nullptr) {
-            return make_error("not_connected", std::string("no receiver for ") + T::msg_name);
+            return refusal{delivery_outcome::not_connected,
+                           std::string("no receiver for ") + T::msg_name};
         }
         return _fns[index](_target, &msg, _sender);
     }
@@ -40,10 +41,10 @@ public:
     bool bound() const { return _target != nullptr; }
 
 private:
-    using forward_fn = status (*)(void*, const void*, const std::string&);
+    using forward_fn = tell_status (*)(void*, const void*, const std::string&);
 
     template <typename Actor, typename T>
-    static status forward(void* target, const void* msg, const std::string& sender) {
+    static tell_status forward(void* target, const void* msg, const std::string& sender) {
         return static_cast<Actor*>(target)->tell(*static_cast<const T*>(msg), sender);
     }
 

@@ -3,7 +3,9 @@
 // ordo does not let exceptions cross module or actor boundaries: a function that can fail
 // returns result<T>, and a failure that must travel between actors becomes a message carrying
 // the same {code, message} pair. `code` is a stable snake_case identifier (it reaches clients
-// as the protocol's error code); `message` is human text naming what went wrong.
+// as the protocol's error code); `message` is human text naming what went wrong. A failure
+// from a closed set the caller decides on carries its own type instead (result<T, E>: the
+// runtime's refusal, delivery_outcome.hpp), so the decision compares an enum, not a string.
 #pragma once
 
 #include <cassert>
@@ -22,11 +24,11 @@ inline error make_error(std::string code, std::string message) {
     return error{std::move(code), std::move(message)};
 }
 
-template <typename T>
+template <typename T, typename E = error>
 class [[nodiscard]] result {
 public:
     result(T value) : _v(std::in_place_index<0>, std::move(value)) {}
-    result(error e) : _v(std::in_place_index<1>, std::move(e)) {}
+    result(E e) : _v(std::in_place_index<1>, std::move(e)) {}
 
     bool ok() const { return _v.index() == 0; }
     explicit operator bool() const { return ok(); }
@@ -39,24 +41,24 @@ public:
     T& operator*() & { return value(); }
     const T& operator*() const& { return value(); }
 
-    const error& err() const { assert(!ok()); return std::get<1>(_v); }
+    const E& err() const { assert(!ok()); return std::get<1>(_v); }
 
 private:
-    std::variant<T, error> _v;
+    std::variant<T, E> _v;
 };
 
-template <>
-class [[nodiscard]] result<void> {
+template <typename E>
+class [[nodiscard]] result<void, E> {
 public:
     result() = default;
-    result(error e) : _err(std::move(e)), _ok(false) {}
+    result(E e) : _err(std::move(e)), _ok(false) {}
 
     bool ok() const { return _ok; }
     explicit operator bool() const { return ok(); }
-    const error& err() const { assert(!ok()); return _err; }
+    const E& err() const { assert(!ok()); return _err; }
 
 private:
-    error _err;
+    E _err{};
     bool _ok = true;
 };
 

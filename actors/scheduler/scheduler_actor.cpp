@@ -57,17 +57,21 @@ void scheduler_actor::on_start() {
         t->data = this;
     }
     for (size_t d = 0; d < front_doors; d++) {
-        must(_to_front[d].init(
-                 loop(), _front_out[d], net_delivery_limits,
-                 [this](const net_delivery::message& m, const error& why) { net_gave_up(m, why); }),
+        must(_to_front[d].init(loop(), _front_out[d], net_delivery_limits,
+                               [this](const net_delivery::message& m, const actors::refusal& why) {
+                                   net_gave_up(m, why);
+                               }),
              "delivery init");
     }
-    must(_gpu_control.init(
-        loop(), _gpu_control_out, gpu_delivery_limits,
-        [this](const gpu_delivery::message& m, const error& why) { gpu_gave_up(m, why); }),
+    must(_gpu_control.init(loop(), _gpu_control_out, gpu_delivery_limits,
+                           [this](const gpu_delivery::message& m, const actors::refusal& why) {
+                               gpu_gave_up(m, why);
+                           }),
          "delivery init");
     must(_to_kv.init(loop(), _kv_out, kv_delivery_limits,
-                     [this](const kv_delivery::message& m, const error& why) { kv_gave_up(m, why); }),
+                     [this](const kv_delivery::message& m, const actors::refusal& why) {
+                         kv_gave_up(m, why);
+                     }),
          "delivery init");
     std::vector<outgoing_event> none;
     after(none);  // publish the initial health ("loading")
@@ -148,7 +152,9 @@ void scheduler_actor::on(const gpu::device_ready& m) {
                m.kv_blocks, m.kv_block_tokens);
     std::vector<outgoing_event> out;
     _core.on_device_ready(m, out);
-    if (auto h = _core.health(); h.first == "degraded") log().error("not serving: {}", h.second);
+    if (auto h = _core.health(); h.first == door::health_status::degraded) {
+        log().error("not serving: {}", h.second);
+    }
     after(out);
 }
 
@@ -372,13 +378,14 @@ void scheduler_actor::on_failure(const gpu::step_done& m, const error& why) {
         _logits->release(m.slot);
     }
     std::vector<outgoing_event> out;
-    _core.on_step_failed({m.step_id, "internal", why.message, "applying the step", false}, out);
+    _core.on_step_failed(
+        {m.step_id, gpu::gpu_failure::internal, why.message, "applying the step", false}, out);
     after(out);
 }
 
 void scheduler_actor::on(const gpu::step_failed& m) {
     uv_timer_stop(&_backstop);
-    log().warn("step {} failed: {} in {}: {}{}", m.step_id, m.code, m.segment, m.message,
+    log().warn("step {} failed: {} in {}: {}{}", m.step_id, enum_name(m.code), m.segment, m.message,
                m.device_lost ? " (device lost)" : "");
     std::vector<outgoing_event> out;
     _core.on_step_failed(m, out);
@@ -399,8 +406,8 @@ void scheduler_actor::send_kv_requests() {
 }
 
 // A kv request that could not be delivered gets the answer a failure would have had.
-void scheduler_actor::kv_gave_up(const kv_delivery::message& m, const error& why) {
-    if (!(why.code == "actor_stopped" && stopping())) {
+void scheduler_actor::kv_gave_up(const kv_delivery::message& m, const actors::refusal& why) {
+    if (!(why.outcome == actors::delivery_outcome::actor_stopped && stopping())) {
         log().error("kv request undeliverable: {}", why.message);
     }
     std::vector<outgoing_event> out;
@@ -410,9 +417,10 @@ void scheduler_actor::kv_gave_up(const kv_delivery::message& m, const error& why
             if constexpr (std::is_same_v<T, kv::kv_lookup>) {
                 _core.on_kv_lookup_done({r.seq, 0, ""}, out);
             } else if constexpr (std::is_same_v<T, kv::kv_restore>) {
-                _core.on_kv_restore_done({r.seq, false, why.code, why.message, 0}, out);
+                _core.on_kv_restore_done(
+                    {r.seq, false, kv::kv_failure_of(why.outcome), why.message, 0}, out);
             } else if constexpr (std::is_same_v<T, kv::kv_save>) {
-                _core.on_kv_save_done({r.save_id, false, why.code});
+                _core.on_kv_save_done({r.save_id, false, kv::kv_failure_of(why.outcome)});
             } else if constexpr (std::is_same_v<T, kv::kv_session_delete>) {
                 _core.on_kv_session_deleted({r.conn, r.id, false, why.message}, out);
             }
@@ -468,9 +476,12 @@ void scheduler_actor::send_net_faults() {
     }
 }
 
-void scheduler_actor::net_gave_up(const net_delivery::message& m, const error& why) {
+void scheduler_actor::net_gave_up(const net_delivery::message& m, const actors::refusal& why) {
     _events_undelivered++;
-    if (why.code == "actor_stopped" || why.code == "not_connected") return;  // no clients left
+    if (why.outcome == actors::delivery_outcome::actor_stopped ||
+        why.outcome == actors::delivery_outcome::not_connected) {
+        return;  // no clients left
+    }
     std::visit(
         [&](const auto& e) {
             if constexpr (requires { e.conn + e.id; }) {
@@ -484,8 +495,8 @@ void scheduler_actor::net_gave_up(const net_delivery::message& m, const error& w
         m);
 }
 
-void scheduler_actor::gpu_gave_up(const gpu_delivery::message&, const error& why) {
-    if (why.code == "actor_stopped" && stopping()) return;
+void scheduler_actor::gpu_gave_up(const gpu_delivery::message&, const actors::refusal& why) {
+    if (why.outcome == actors::delivery_outcome::actor_stopped && stopping()) return;
     // Nobody can rebuild the device: say so rather than stay `loading`.
     log().error("device reset undeliverable: {}", why.message);
     std::vector<outgoing_event> out;
@@ -502,8 +513,8 @@ void scheduler_actor::pump() {
         // The gpu actor refused the step: that is a failed step like any other, and the next
         // plan is made shortly (its sequences are isolated or have failed now).
         std::vector<outgoing_event> out;
-        _core.on_step_failed({s->step_id, "gpu_busy", st.err().message, "not submitted", false},
-                             out);
+        _core.on_step_failed(
+            {s->step_id, gpu::gpu_failure::busy, st.err().message, "not submitted", false}, out);
         send_events(out);
         if (!uv_is_active(reinterpret_cast<uv_handle_t*>(&_pump_timer))) {
             uv_timer_start(&_pump_timer, &scheduler_actor::pump_cb, pump_retry_ms, 0);
@@ -528,7 +539,7 @@ void scheduler_actor::backstop_cb(uv_timer_t* t) {
     std::vector<outgoing_event> out;
     // device_lost: the scheduler waits for the device_ready the rebuild will send.
     self._core.on_step_failed(
-        {id, "gpu_unanswered", "no answer from the gpu actor", "step", true}, out);
+        {id, gpu::gpu_failure::unanswered, "no answer from the gpu actor", "step", true}, out);
     self._gpu_control.send(gpu::reset_device{"step " + std::to_string(id) + " unanswered"});
     self.after(out);
 }

@@ -24,6 +24,7 @@
 #include <array>
 #include <atomic>
 #include <functional>
+#include <optional>
 #include <set>
 
 #include "actors/runtime/actor.hpp"
@@ -154,9 +155,9 @@ private:
     void after(std::vector<outgoing_event>& out);  // deliver events, update health, pump
     void pump();
     void check_drained();
-    void net_gave_up(const net_delivery::message& m, const error& why);
-    void gpu_gave_up(const gpu_delivery::message& m, const error& why);
-    void kv_gave_up(const kv_delivery::message& m, const error& why);
+    void net_gave_up(const net_delivery::message& m, const actors::refusal& why);
+    void gpu_gave_up(const gpu_delivery::message& m, const actors::refusal& why);
+    void kv_gave_up(const kv_delivery::message& m, const actors::refusal& why);
     void send_kv_requests();
     void send_net_faults();
 
@@ -199,7 +200,8 @@ private:
     uv_timer_t _drain_timer{};
     bool _draining = false;
     bool _drained = false;
-    std::pair<std::string, std::string> _health;
+    // The health last sent to the doors; none before the first, so that one is always sent.
+    std::optional<std::pair<door::health_status, std::string>> _health;
     // Connections whose events delivery gave up on: their requests are cancelled and the net
     // actor is asked to close them (once each), after the current batch of sends.
     std::set<uint64_t> _lost_conns;

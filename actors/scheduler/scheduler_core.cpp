@@ -64,15 +64,16 @@ std::string scheduler_core::pool_message(uint64_t tokens) const {
            " tokens; raise gpu.kv_memory_bytes)";
 }
 
-std::pair<std::string, std::string> scheduler_core::health() const {
-    if (_device_unavailable) return {"degraded", _unavailable_reason};
+std::pair<door::health_status, std::string> scheduler_core::health() const {
+    if (_device_unavailable) return {door::health_status::degraded, _unavailable_reason};
     if (!_device_ready) {
         std::string what = _counters.device_epochs == 0 ? "starting the gpu device"
                                                         : "rebuilding the gpu device";
-        return {"loading", _build_progress.empty() ? what : what + ": " + _build_progress};
+        return {door::health_status::loading,
+                _build_progress.empty() ? what : what + ": " + _build_progress};
     }
     // Persistence off after a disk fault: still ok (serving goes on); the reason says why.
-    return {"ok", _kv_reason};
+    return {door::health_status::ok, _kv_reason};
 }
 
 kv_blocks_stats scheduler_core::kv_stats() const { return _kv ? _kv->stats() : kv_blocks_stats{}; }
@@ -259,7 +260,7 @@ void scheduler_core::on_cancel(const cancel& m, std::vector<outgoing_event>& out
         // A request inside the running step ends when that step's outcome is applied (F2).
         if (!_in_flight || std::none_of(_in_flight->seqs.begin(), _in_flight->seqs.end(),
                                         [&](const planned& p) { return p.seq == r->seq; })) {
-            finish(*r, "cancelled", out);
+            finish(*r, door::finish_reason::cancelled, out);
         }
     }
     out.push_back(door::cancel_done{m.conn, m.id, live});
@@ -278,7 +279,7 @@ void scheduler_core::on_client_gone(const client_gone& m, std::vector<outgoing_e
         _counters.disconnects++;
         bool stepping = _in_flight && std::any_of(_in_flight->seqs.begin(), _in_flight->seqs.end(),
                                                   [&](const planned& p) { return p.seq == seq; });
-        if (!stepping) finish(r, "cancelled", out);
+        if (!stepping) finish(r, door::finish_reason::cancelled, out);
     }
 }
 

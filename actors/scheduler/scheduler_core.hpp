@@ -207,8 +207,8 @@ public:
     bool step_in_flight() const { return _in_flight.has_value(); }
     uint64_t in_flight_step_id() const { return _in_flight ? _in_flight->step_id : 0; }
 
-    // Health as the scheduler sees it: "loading", "ok" or "degraded" (+ reason).
-    std::pair<std::string, std::string> health() const;
+    // Health as the scheduler sees it: loading, ok or degraded (+ reason).
+    std::pair<door::health_status, std::string> health() const;
     const scheduler_counters& counters() const { return _counters; }
     size_t active_sequences() const { return _running.size(); }
     size_t queued_requests() const { return _queue.size(); }
@@ -306,7 +306,7 @@ private:
     // outcomes (scheduler_outcomes.cpp)
     void apply_token(request_state& r, std::span<const float> logits,
                      std::vector<outgoing_event>& out);
-    void finish(request_state& r, std::string_view reason, std::vector<outgoing_event>& out,
+    void finish(request_state& r, door::finish_reason reason, std::vector<outgoing_event>& out,
                 const std::string& stop_string = "");
     void fail(request_state& r, door::errc code, const std::string& message,
               std::vector<outgoing_event>& out);

@@ -143,7 +143,7 @@ void scheduler_core::save_to_disk(request_state& r) {
     if (!pin.ok()) return;
     kv::kv_save m;
     m.save_id = *pin;
-    m.kind = session ? "session" : "prefix";
+    m.kind = session ? kv::kv_file_kind::session : kv::kv_file_kind::prefix;
     m.session = r.params.session;
     m.tokens.assign(r.tokens.begin(), r.tokens.begin() + size_t(n_blocks) * bt);
     m.blocks = std::move(blocks);

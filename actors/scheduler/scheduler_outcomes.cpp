@@ -118,7 +118,7 @@ void scheduler_core::on_step_done(const gpu::step_done& m, const row_reader& row
         r->restored_from.clear();  // a step succeeded with the restored blocks
         if (f.isolated) r->batch_failures = 0;
         if (r->cancel_requested) {
-            finish(*r, "cancelled", out);
+            finish(*r, door::finish_reason::cancelled, out);
             continue;
         }
         if (r->embed) {
@@ -181,17 +181,18 @@ void scheduler_core::apply_token(request_state& r, std::span<const float> logits
     _counters.tokens_generated++;
 
     std::string emit;
-    std::string reason, stop_string;
+    std::optional<door::finish_reason> reason;
+    std::string stop_string;
     if (_tok->vocab().is_eog(token)) {  // eos, eot, eom, ...: the vocab's end-of-generation set
         emit = r.stops->finish();
-        reason = "stop";
+        reason = door::finish_reason::stop;
     } else {
         // Without a tokenizer (unsupported) no text is made: token events carry ids only.
         auto piece = r.decoder ? r.decoder->feed(token) : result<std::string>(std::string());
         auto o = r.stops->feed(piece.ok() ? *piece : std::string());
         emit = std::move(o.text);
         if (o.stopped) {
-            reason = "stop";
+            reason = door::finish_reason::stop;
             stop_string = r.stops->stops()[size_t(o.stop_index)];
         } else if (const bool complete = r.grammar && r.grammar->done();
                    complete || r.generated.size() >= r.params.max_tokens ||
@@ -200,11 +201,11 @@ void scheduler_core::apply_token(request_state& r, std::span<const float> logits
             auto tail = r.stops->feed(r.decoder ? r.decoder->flush() : std::string());
             emit += tail.text;
             if (tail.stopped) {
-                reason = "stop";
+                reason = door::finish_reason::stop;
                 stop_string = r.stops->stops()[size_t(tail.stop_index)];
             } else {
                 emit += r.stops->finish();
-                reason = complete ? "stop" : "length";
+                reason = complete ? door::finish_reason::stop : door::finish_reason::length;
             }
         }
     }
@@ -225,7 +226,7 @@ void scheduler_core::apply_token(request_state& r, std::span<const float> logits
             out.push_back(door::token_event{r.conn, r.id, std::move(t)});
         }
     }
-    if (!reason.empty()) finish(r, reason, out, stop_string);
+    if (reason) finish(r, *reason, out, stop_string);
 }
 
 // ---- step failed -------------------------------------------------------------------------------
@@ -235,11 +236,12 @@ void scheduler_core::on_step_failed(const gpu::step_failed& m, std::vector<outgo
     in_flight_step f = std::move(*_in_flight);
     _in_flight.reset();
     _counters.failures++;
-    uint64_t& by_code = m.code == "gpu_timeout"       ? _gpu.timeouts
-                        : m.code == "gpu_device_lost" ? _gpu.device_lost
-                        : m.code == "gpu_nan"         ? _gpu.nan_logits
-                                                      : _gpu.other_failures;
-    by_code++;
+    switch (m.code) {
+        case gpu::gpu_failure::timeout: _gpu.timeouts++; break;
+        case gpu::gpu_failure::device_lost: _gpu.device_lost++; break;
+        case gpu::gpu_failure::nan: _gpu.nan_logits++; break;
+        default: _gpu.other_failures++; break;
+    }
     std::vector<seq_id> affected;
     for (const planned& p : f.seqs) {
         if (find(p.seq) != nullptr) affected.push_back(p.seq);
@@ -260,7 +262,7 @@ void scheduler_core::on_step_failed(const gpu::step_failed& m, std::vector<outgo
             }
         }
     }
-    std::string why = m.code + " in " + m.segment + ": " + m.message;
+    std::string why = std::string(enum_name(m.code)) + " in " + m.segment + ": " + m.message;
     bool alone = affected.size() == 1;
     std::vector<seq_id> retry;
     for (seq_id seq : affected) {
@@ -300,16 +302,17 @@ void scheduler_core::reset_for_recompute(request_state& r) {
 
 // ---- terminal events ---------------------------------------------------------------------------
 
-void scheduler_core::finish(request_state& r, std::string_view reason,
+void scheduler_core::finish(request_state& r, door::finish_reason reason,
                             std::vector<outgoing_event>& out, const std::string& stop_string) {
     if (r.embed) {
         // Only a cancel ends an embedding here; a complete one ends in finish_embed.
-        assert(reason == "cancelled");
+        assert(reason == door::finish_reason::cancelled);
         if (!r.client_gone) out.push_back(door::embed_done{r.conn, r.id, {}, r.n_prompt, "", true});
         remove(r);
         return;
     }
-    if (reason == "stop" || reason == "length") save_to_disk(r);
+    // A cancelled answer's KV is not saved: it may stop anywhere, and nobody asked to keep it.
+    if (reason != door::finish_reason::cancelled) save_to_disk(r);
     const auto now = clock::now();
     _histograms.duration.observe(ms_between(r.submitted, now) / 1000.0);
     _histograms.prompt_tokens.observe(r.n_prompt);
@@ -317,7 +320,7 @@ void scheduler_core::finish(request_state& r, std::string_view reason,
     if (!r.client_gone) {
         door::generate_done d;
         d.conn = r.conn, d.id = r.id;
-        d.reason = std::string(reason);
+        d.reason = std::string(enum_name(reason));
         d.stop = stop_string;
         d.tokens = r.generated;
         d.text = r.text;

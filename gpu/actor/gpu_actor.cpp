@@ -21,20 +21,17 @@ namespace ordo::gpu {
 
 namespace {
 
-// Codes after which the device is not trusted: anything but a refused step or copy.
-bool device_fault(const std::string& code) {
-    return code != "gpu_bad_step" && code != "gpu_busy" && code != "gpu_bad_request";
+// Whether a failed build is worth another try (build_retryable). A code outside gpu_failure's
+// table is the model file's or the tokenizer's (gguf_*, llama_*): the file fails again.
+bool build_retryable(const error& e) {
+    const auto f = enum_from_name<gpu_failure>(e.code);
+    return f.has_value() && build_retryable(*f);
 }
 
-// A build that failed on one of these would fail the same way again: the model or the config
-// does not fit the device, or there is no such device. Anything else (a warm-up past its bound,
-// a lost device, no memory, another Vulkan error) is worth another try.
-bool build_retryable(const std::string& code) {
-    for (const char* permanent : {"gpu_bad_config", "gpu_bad_shape", "gpu_unsupported",
-                                  "gpu_unsupported_type", "gpu_device_not_found"}) {
-        if (code == permanent) return false;
-    }
-    return code.starts_with("gpu_") || code == "vulkan_error";
+// The text a runner's error travels with: its message, and its own code first when that is
+// not one gpu_failure names (gpu_failure_of made it a device error), so the name is not lost.
+std::string failure_text(const error& e, gpu_failure f) {
+    return enum_name(f) == e.code ? e.message : e.code + ": " + e.message;
 }
 
 std::uint64_t copy_job_id(const std::variant<kv_copy_out, kv_copy_in>& c) {
@@ -217,12 +214,12 @@ constexpr actors::delivery_limits reply_delivery_limits{
 
 }  // namespace
 
-void gpu_actor::reply_gave_up(const reply_delivery::message& m, const error& why) {
+void gpu_actor::reply_gave_up(const reply_delivery::message& m, const actors::refusal& why) {
     _replies_undelivered++;
     if (const auto* d = std::get_if<step_done>(&m); d && d->slot != logits_exchange::no_slot) {
         _exchange.release(d->slot);
     }
-    if (why.code != "actor_stopped") {
+    if (why.outcome != actors::delivery_outcome::actor_stopped) {
         log().error("reply {} to the scheduler given up: {}",
                     std::visit([](const auto& r) { return std::string(r.msg_name); }, m),
                     why.message);
@@ -231,16 +228,16 @@ void gpu_actor::reply_gave_up(const reply_delivery::message& m, const error& why
 
 void gpu_actor::on_start() {
     must(_replies.init(loop(), _reply_out, reply_delivery_limits,
-                  [this](const reply_delivery::message& m, const error& why) {
-                      reply_gave_up(m, why);
-                  }),
+                       [this](const reply_delivery::message& m, const actors::refusal& why) {
+                           reply_gave_up(m, why);
+                       }),
          "delivery init");
     // KV copy replies: the same bounds. A given-up reply loses nothing but the reply: the
     // staging slot stays with its holder.
     must(_kv_replies.init(loop(), _kv_out, reply_delivery_limits,
-                          [this](const kv_delivery::message& m, const error& why) {
+                          [this](const kv_delivery::message& m, const actors::refusal& why) {
                               _replies_undelivered++;
-                              if (why.code == "actor_stopped") return;
+                              if (why.outcome == actors::delivery_outcome::actor_stopped) return;
                               log().error("reply {} to the kv receiver given up: {}",
                                           std::visit([](const auto& r) {
                                               return std::string(r.msg_name);
@@ -255,7 +252,7 @@ void gpu_actor::on_start() {
 }
 
 void gpu_actor::on_stop() {
-    fail_queued("gpu_stopped", "the gpu actor is stopping", false);
+    fail_queued(gpu_failure::stopped, "the gpu actor is stopping", false);
     // A running job ends within its watchdog; after_work_cb then sends its reply, frees the
     // runner and closes the delivery.
     if (!_busy) {
@@ -303,7 +300,7 @@ void gpu_actor::finish_build() {
             start_job(job_kind::rebuild);  // bounded by recovery_max
             return;
         }
-        if (_job.kind == job_kind::build && build_retryable(_job.err->code) &&
+        if (_job.kind == job_kind::build && build_retryable(*_job.err) &&
             _rebuilds_in_row < _options.recovery_max && !stopping()) {
             _rebuilds_in_row++;
             log().warn("retrying the device build (attempt {} of {})", _rebuilds_in_row + 1,
@@ -312,7 +309,7 @@ void gpu_actor::finish_build() {
             return;
         }
         _state = state::unavailable;
-        fail_queued("gpu_unavailable", "the device could not be built", false);
+        fail_queued(gpu_failure::unavailable, "the device could not be built", false);
         _replies.send(device_unavailable{_job.err->code + ": " + _job.err->message});
         return;
     }
@@ -351,11 +348,12 @@ void gpu_actor::finish_step() {
     }
     _exchange.release(_job.slot);
     if (_job.nan) {
-        fail(m, "gpu_nan", "non-finite logits or hidden states", _job.segment, false);
+        fail(m, gpu_failure::nan, "non-finite logits or hidden states", _job.segment, false);
         return;
     }
-    bool lost = device_fault(_job.err->code);
-    fail(m, _job.err->code, _job.err->message, lost ? _job.segment : "", lost);
+    const gpu_failure f = gpu_failure_of(*_job.err);
+    const bool lost = device_fault(f);
+    fail(m, f, failure_text(*_job.err, f), lost ? _job.segment : "", lost);
     if (lost) begin_recovery();
 }
 
@@ -366,9 +364,10 @@ void gpu_actor::finish_kv_copy() {
         _kv_replies.send(kv_copy_done{id, _job.copy_bytes});
         return;
     }
-    bool lost = device_fault(_job.err->code);
+    const gpu_failure f = gpu_failure_of(*_job.err);
+    const bool lost = device_fault(f);
     std::string where = lost ? " [" + _job.segment + "]" : "";
-    fail_copy(_job.copy, _job.err->code, _job.err->message + where);
+    fail_copy(_job.copy, f, failure_text(*_job.err, f) + where);
     if (lost) begin_recovery();
 }
 
@@ -377,23 +376,23 @@ bool gpu_actor::start_kv_copy(kv_copy c) {
         [](const auto& m) { return std::make_tuple(m.blocks.size(), m.staging_slot, m.epoch); },
         c);
     if (epoch != _epoch) {
-        fail_copy(c, "gpu_stale_epoch",
+        fail_copy(c, gpu_failure::stale_epoch,
                   "the copy names blocks of device epoch " + std::to_string(epoch) +
                       "; the pool is of epoch " + std::to_string(_epoch));
         return false;
     }
     if (_kv_staging == nullptr) {
-        fail_copy(c, "gpu_bad_request", "no KV staging is connected (connect_kv)");
+        fail_copy(c, gpu_failure::bad_request, "no KV staging is connected (connect_kv)");
         return false;
     }
     if (!_kv_staging->is_held(slot)) {
-        fail_copy(c, "gpu_bad_request",
+        fail_copy(c, gpu_failure::bad_request,
                   "KV staging slot " + std::to_string(slot) + " is not held by the sender");
         return false;
     }
     std::uint64_t bytes = blocks * _runner->kv_block_bytes();
     if (bytes > _kv_staging->slot_bytes()) {
-        fail_copy(c, "gpu_bad_request",
+        fail_copy(c, gpu_failure::bad_request,
                   std::to_string(blocks) + " KV blocks need " + std::to_string(bytes) +
                       " B; a staging slot holds " + std::to_string(_kv_staging->slot_bytes()));
         return false;
@@ -405,7 +404,7 @@ bool gpu_actor::start_kv_copy(kv_copy c) {
 }
 
 void gpu_actor::begin_recovery() {
-    fail_queued("gpu_device_lost", "dropped: the device was lost while the step was queued",
+    fail_queued(gpu_failure::device_lost, "dropped: the device was lost while the step was queued",
                 true);
     if (_rebuilds_in_row >= _options.recovery_max || stopping()) {
         _state = state::unavailable;
@@ -437,7 +436,8 @@ void gpu_actor::pump() {
         if (rows) {
             auto slot = _exchange.acquire();
             if (!slot) {
-                fail(_job.msg, slot.err().code, slot.err().message, "", false);
+                const gpu_failure f = gpu_failure_of(slot.err());
+                fail(_job.msg, f, failure_text(slot.err(), f), "", false);
                 continue;
             }
             _job.slot = *slot;
@@ -447,24 +447,23 @@ void gpu_actor::pump() {
     }
 }
 
-void gpu_actor::fail(const step& m, const std::string& code, const std::string& message,
+void gpu_actor::fail(const step& m, gpu_failure code, const std::string& message,
                      const std::string& segment, bool device_lost) {
     _failures++;
-    if (code != "gpu_bad_step") {
-        log().warn("step {} failed: {}: {} [{}]", m.step_id, code, message, segment);
+    if (code != gpu_failure::bad_step) {
+        log().warn("step {} failed: {}: {} [{}]", m.step_id, enum_name(code), message, segment);
     }
     _replies.send(step_failed{m.step_id, code, message, segment, device_lost});
 }
 
-void gpu_actor::fail_queued(const std::string& code, const std::string& message,
-                            bool device_lost) {
+void gpu_actor::fail_queued(gpu_failure code, const std::string& message, bool device_lost) {
     while (!_queue.empty()) {
         fail_job(_queue.front(), code, message, device_lost);
         _queue.pop_front();
     }
 }
 
-void gpu_actor::fail_job(const queued& q, const std::string& code, const std::string& message,
+void gpu_actor::fail_job(const queued& q, gpu_failure code, const std::string& message,
                          bool device_lost) {
     if (const auto* m = std::get_if<step>(&q)) {
         fail(*m, code, message, "", device_lost);
@@ -473,24 +472,24 @@ void gpu_actor::fail_job(const queued& q, const std::string& code, const std::st
     }
 }
 
-void gpu_actor::fail_copy(const kv_copy& c, const std::string& code,
-                          const std::string& message) {
+void gpu_actor::fail_copy(const kv_copy& c, gpu_failure code, const std::string& message) {
     _failures++;
     const std::uint64_t id = copy_job_id(c);
-    log().warn("kv copy {} failed: {}: {}", id, code, message);
+    log().warn("kv copy {} failed: {}: {}", id, enum_name(code), message);
     _kv_replies.send(kv_copy_failed{id, code, message});
 }
 
 void gpu_actor::enqueue(queued q) {
-    auto refuse = [&](const std::string& code, const std::string& message, bool lost) {
+    auto refuse = [&](gpu_failure code, const std::string& message, bool lost) {
         fail_job(q, code, message, lost);
     };
     if (_state == state::unavailable) {
-        refuse("gpu_unavailable", "the device is unavailable", false);
+        refuse(gpu_failure::unavailable, "the device is unavailable", false);
     } else if (_state == state::recovering) {
-        refuse("gpu_device_lost", "the device is being rebuilt; wait for device_ready", true);
+        refuse(gpu_failure::device_lost, "the device is being rebuilt; wait for device_ready",
+               true);
     } else if (_queue.size() >= _options.queue_max) {
-        refuse("gpu_busy", std::to_string(_queue.size()) + " jobs already queued", false);
+        refuse(gpu_failure::busy, std::to_string(_queue.size()) + " jobs already queued", false);
     } else {
         _queue.push_back(std::move(q));
         pump();

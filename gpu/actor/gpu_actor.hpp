@@ -143,14 +143,13 @@ private:
                                             device_unavailable, fault_refused, device_progress>;
     // Worker thread: the runner's build_progress as a device_progress to the scheduler.
     void report_progress(const build_progress& p);
-    void reply_gave_up(const reply_delivery::message& m, const error& why);
-    void fail(const step& m, const std::string& code, const std::string& message,
+    void reply_gave_up(const reply_delivery::message& m, const actors::refusal& why);
+    void fail(const step& m, gpu_failure code, const std::string& message,
               const std::string& segment, bool device_lost);
-    void fail_job(const queued& q, const std::string& code, const std::string& message,
-                  bool device_lost);
-    void fail_queued(const std::string& code, const std::string& message, bool device_lost);
+    void fail_job(const queued& q, gpu_failure code, const std::string& message, bool device_lost);
+    void fail_queued(gpu_failure code, const std::string& message, bool device_lost);
     using kv_delivery = actors::delivery<kv_copy_done, kv_copy_failed>;
-    void fail_copy(const kv_copy& c, const std::string& code, const std::string& message);
+    void fail_copy(const kv_copy& c, gpu_failure code, const std::string& message);
 
     gpu_actor_options _options;
     logits_exchange& _exchange;

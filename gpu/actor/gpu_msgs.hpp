@@ -20,6 +20,7 @@
 #include "actors/runtime/actor.hpp"
 #include "actors/runtime/enum_names.hpp"
 #include "actors/runtime/fault_kind.hpp"
+#include "gpu/actor/gpu_failure.hpp"
 
 namespace ordo::gpu {
 
@@ -145,7 +146,9 @@ struct step_done {
     MSGPACK_DEFINE_MAP(step_id, slot, rows, n_vocab, gpu_ms, hidden_rows);
 };
 
-// The step failed. code: gpu_timeout | gpu_device_lost | gpu_nan | gpu_bad_step | gpu_busy.
+// The step failed. code (gpu_failure.hpp): timeout, device_lost or another device fault, nan,
+// bad_step, busy, unavailable, stopped; the scheduler makes its own unanswered, internal and
+// busy (a step its gpu mailbox refused).
 // `segment` is the label of the failing command-buffer segment (e.g. "decode#812 seqs=4 layers
 // 8-15"). When device_lost is true the device is being rebuilt: every KV block in the pool is
 // gone (the scheduler invalidates every sequence and cached prefix) and no step is accepted
@@ -153,7 +156,7 @@ struct step_done {
 struct step_failed {
     static constexpr const char* msg_name = "step_failed";
     uint64_t step_id = 0;
-    std::string code;
+    gpu_failure code = gpu_failure::device_error;
     std::string message;
     std::string segment;
     bool device_lost = false;
@@ -170,14 +173,14 @@ struct kv_copy_done {
     MSGPACK_DEFINE_MAP(job_id, bytes);
 };
 
-// The copy failed; nothing may be read from the slot. code: gpu_stale_epoch, gpu_bad_request (unknown or
-// repeated block, slot not held or too small, no staging connected), gpu_busy (queue full),
-// gpu_device_lost / gpu_timeout / other device errors (the device is being rebuilt: every block
-// of the pool is gone, as for step_failed{device_lost}), gpu_unavailable, gpu_stopped.
+// The copy failed; nothing may be read from the slot. code (gpu_failure.hpp): stale_epoch,
+// bad_request (unknown or repeated block, slot not held or too small, no staging connected),
+// busy (queue full), device_lost / timeout / another device fault (the device is being rebuilt:
+// every block of the pool is gone, as for step_failed{device_lost}), unavailable, stopped.
 struct kv_copy_failed {
     static constexpr const char* msg_name = "kv_copy_failed";
     uint64_t job_id = 0;
-    std::string code;
+    gpu_failure code = gpu_failure::device_error;
     std::string message;
     MSGPACK_DEFINE_MAP(job_id, code, message);
 };

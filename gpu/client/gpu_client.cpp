@@ -81,13 +81,13 @@ gpu_session::~gpu_session() { (void)stop(); }
 
 result<step_done> gpu_session::run(const step& s, std::vector<float>& logits,
                                    std::uint64_t timeout_ms, std::vector<float>* hidden) {
-    status sent = _actor->tell(s, "gpu_session");
-    if (!sent) return sent.err();
+    actors::tell_status sent = _actor->tell(s, "gpu_session");
+    if (!sent) return sent.err().as_error();
     auto r = _collector.next(timeout_ms);
     if (!r) return make_error("gpu_timeout", "no reply to step " + std::to_string(s.step_id));
     if (auto* f = std::get_if<step_failed>(&*r)) {
         std::string where = f->segment.empty() ? "" : " [" + f->segment + "]";
-        return make_error(f->code, f->message + where);
+        return make_error(std::string(enum_name(f->code)), f->message + where);
     }
     auto* d = std::get_if<step_done>(&*r);
     if (d == nullptr || d->step_id != s.step_id) {

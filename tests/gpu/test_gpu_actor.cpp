@@ -103,7 +103,7 @@ void fault_then_recovery(fault_kind kind, const std::string& code, const std::st
     ASSERT_TRUE(failed) << "got " << reply_name(*reply);
     EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
     EXPECT_EQ(failed->step_id, 2u);
-    EXPECT_EQ(failed->code, code);
+    EXPECT_EQ(enum_name(failed->code), code);
     EXPECT_TRUE(failed->device_lost);
     EXPECT_EQ(failed->segment, segment);
     EXPECT_NE(failed->message.find(segment), std::string::npos) << failed->message;
@@ -221,7 +221,7 @@ TEST(GpuActor, LoopAnswersWhileAStepRunsAndTheQueueIsBounded) {
     auto busy = s->replies().next_as<step_failed>(reply_ms);
     ASSERT_TRUE(busy);
     EXPECT_EQ(busy->step_id, 4u);
-    EXPECT_EQ(busy->code, "gpu_busy");
+    EXPECT_EQ(busy->code, gpu_failure::busy);
     g->release();
     for (std::uint64_t id = 1; id <= 3; ++id) {
         auto d = s->replies().next_as<step_done>(reply_ms);
@@ -323,10 +323,12 @@ struct kv_fixture {
     // Sends a copy and waits for its reply; on done, the slot's bytes (copy-out).
     template <typename Msg>
     result<std::vector<std::uint8_t>> copy(const Msg& m) {
-        if (status t = s->actor().tell(m); !t) return t.err();
+        if (auto t = s->actor().tell(m); !t) return t.err().as_error();
         auto r = s->replies().next(reply_ms);
         if (!r) return make_error("timeout", "no reply");
-        if (auto* f = std::get_if<kv_copy_failed>(&*r)) return make_error(f->code, f->message);
+        if (auto* f = std::get_if<kv_copy_failed>(&*r)) {
+            return make_error(std::string(enum_name(f->code)), f->message);
+        }
         auto* d = std::get_if<kv_copy_done>(&*r);
         if (d == nullptr || d->job_id != m.job_id) return make_error("protocol", reply_name(*r));
         auto b = staging.read(m.staging_slot, d->bytes);
@@ -443,7 +445,7 @@ TEST(GpuActor, DeviceLossFailsAQueuedKvCopy) {
     auto c = k.s->replies().next_as<kv_copy_failed>(reply_ms);
     ASSERT_TRUE(c);
     EXPECT_EQ(c->job_id, 6u);
-    EXPECT_EQ(c->code, "gpu_device_lost");
+    EXPECT_EQ(c->code, gpu_failure::device_lost);
     auto ready = k.s->replies().next_as<device_ready>(reply_ms);
     ASSERT_TRUE(ready);
     EXPECT_EQ(ready->epoch, 1u);

@@ -45,7 +45,7 @@ struct rig {
         EXPECT_TRUE(http.start().ok());
         EXPECT_TRUE(http.listen_status().ok());
         // The scheduler says the device is ready.
-        EXPECT_TRUE(http.tell(door::set_health{"ok", ""}, "scheduler").ok());
+        EXPECT_TRUE(http.tell(door::set_health{door::health_status::ok, ""}, "scheduler").ok());
     }
     ~rig() {
         for (actors::actor_core* a : std::initializer_list<actors::actor_core*>{&http, &sched}) {
@@ -203,7 +203,7 @@ TEST(http_actor, health_follows_set_health_and_drain) {
     auto ok = test::http_call(r.http.bound_port(), "GET", "/health");
     ASSERT_TRUE(ok);
     EXPECT_EQ(ok->status, 200);
-    r.tell(door::set_health{"degraded", "the device could not be rebuilt"});
+    r.tell(door::set_health{door::health_status::degraded, "the device could not be rebuilt"});
     auto bad = test::http_call(r.http.bound_port(), "GET", "/health");
     ASSERT_TRUE(bad);
     EXPECT_EQ(bad->status, 503);

@@ -52,7 +52,7 @@ kv_file_geometry small_geometry(kv_file_dtype dtype) {
 }
 
 std::string code(kv_error e) {
-    return std::string(to_code(e));
+    return std::string(ordo::enum_name(e));
 }
 
 std::vector<std::uint8_t> slurp(const std::string& path) {
@@ -429,7 +429,7 @@ TEST_F(kv_file_test, injected_write_faults_fail_like_the_disk) {
         status s = write_kv_file(_dir, _name, _meta, _tokens, new_blocks, c.stop);
         ASSERT_FALSE(s);
         EXPECT_EQ(s.err().code, code(c.error));
-        EXPECT_TRUE(kv_disk_fault(s.err().code));
+        EXPECT_TRUE(kv_disk_fault(kv_error_of(s.err())));
         EXPECT_NE(s.err().message.find(std::string("write: ") + c.strerror_text), std::string::npos)
             << s.err().message;
         EXPECT_FALSE(fs::exists(tmp));

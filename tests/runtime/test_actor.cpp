@@ -24,7 +24,9 @@
 
 namespace {
 
+using ordo::enum_name;
 using ordo::actors::actor;
+using ordo::actors::delivery_outcome;
 
 struct ping {
     static constexpr const char* msg_name = "ping";
@@ -124,7 +126,7 @@ TEST(actor_runtime, bounded_mailbox_refuses_with_error) {
     for (uint64_t i = 0; i < capacity; i++) ASSERT_TRUE(r.tell(ping{1, i}).ok()) << i;
     auto refused = r.tell(ping{1, 999});
     ASSERT_FALSE(refused.ok());
-    EXPECT_EQ(refused.err().code, "mailbox_full");
+    EXPECT_EQ(refused.err().outcome, delivery_outcome::mailbox_full);
     {
         std::lock_guard lock(r.mutex);
         r.released = true;
@@ -151,7 +153,7 @@ TEST(actor_runtime, repeated_start_stop_closes_every_loop) {
     EXPECT_EQ(r.total, 50u);
     auto late = r.tell(ping{0, 1});
     ASSERT_FALSE(late.ok());
-    EXPECT_EQ(late.err().code, "actor_stopped");
+    EXPECT_EQ(late.err().outcome, delivery_outcome::actor_stopped);
 }
 
 TEST(actor_runtime, trace_records_every_delivery) {
@@ -246,7 +248,7 @@ TEST(actor_runtime, outbox_forwards_typed_messages) {
     ordo::actors::outbox<ping> unbound;
     auto st = unbound.tell(ping{});
     ASSERT_FALSE(st.ok());
-    EXPECT_EQ(st.err().code, "not_connected");
+    EXPECT_EQ(st.err().outcome, delivery_outcome::not_connected);
 }
 
 }  // namespace
@@ -276,7 +278,8 @@ public:
     }
     void on(const relay& r) {
         auto st = tell(ping{0, r.n}, "stop_probe");
-        record("relay " + std::to_string(r.n) + " " + (st.ok() ? "ok" : st.err().code));
+        const std::string_view outcome = st.ok() ? "ok" : enum_name(st.err().outcome);
+        record("relay " + std::to_string(r.n) + " " + std::string(outcome));
     }
 
     void wait_holding() {
@@ -332,7 +335,7 @@ TEST(actor_runtime, stop_delivers_queued_then_on_stop_then_refuses) {
     a.wait_stopped();
     auto late = a.tell(ping{0, 4});
     ASSERT_FALSE(late.ok());
-    EXPECT_EQ(late.err().code, "actor_stopped");
+    EXPECT_EQ(late.err().outcome, delivery_outcome::actor_stopped);
     ASSERT_TRUE(a.join().ok());
     // relay ran in the final drain, after the mailbox closed: its own tell was refused, so
     // "ping 2" never appears. Everything accepted was handled before on_stop, nothing after.

@@ -32,9 +32,12 @@
 namespace {
 
 using namespace std::chrono_literals;
+using ordo::enum_name;
 using ordo::actors::actor;
 using ordo::actors::delivery;
+using ordo::actors::delivery_outcome;
 using ordo::actors::outbox;
+using ordo::actors::refusal;
 
 // An "eventually" bound: long enough for any loaded machine, short enough to fail a hung test.
 constexpr auto eventually = 30s;
@@ -147,9 +150,9 @@ public:
 protected:
     void on_start() override {
         init_status = _delivery.init(
-            loop(), _to, _limits, [this](const delivery<item>::message& m, const ordo::error& why) {
+            loop(), _to, _limits, [this](const delivery<item>::message& m, const refusal& why) {
                 std::lock_guard lock(mutex);
-                given_up.push_back({std::get<item>(m).n, why.code});
+                given_up.push_back({std::get<item>(m).n, std::string(enum_name(why.outcome))});
                 cv.notify_all();
             });
     }
@@ -339,8 +342,8 @@ TEST(delivery, init_refuses_bad_arguments_and_closes_on_a_bare_loop) {
     uv_loop_t loop;
     ASSERT_EQ(uv_loop_init(&loop), 0);
     std::vector<given_up_item> given_up;
-    auto record = [&](const delivery<item>::message& m, const ordo::error& why) {
-        given_up.push_back({std::get<item>(m).n, why.code});
+    auto record = [&](const delivery<item>::message& m, const refusal& why) {
+        given_up.push_back({std::get<item>(m).n, std::string(enum_name(why.outcome))});
     };
     delivery<item> d;
     d.send(item{1});  // before init: no receiver and no give_up_fn yet, only counted
@@ -377,7 +380,7 @@ TEST(mailbox_refuse, refuses_exactly_n_then_accepts) {
     for (uint64_t i = 0; i < 3; i++) {
         auto st = r.tell(item{i});
         ASSERT_FALSE(st.ok()) << i;
-        EXPECT_EQ(st.err().code, "mailbox_full");  // the full-mailbox code, not a new one
+        EXPECT_EQ(st.err().outcome, delivery_outcome::mailbox_full);  // not a new outcome
     }
     ASSERT_TRUE(r.tell(item{3}).ok());
     ASSERT_TRUE(r.wait_got(1));

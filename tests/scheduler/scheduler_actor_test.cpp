@@ -204,17 +204,17 @@ TEST(scheduler_actor, device_progress_is_the_loading_reason_until_the_device_is_
     rig r;
     auto starting = r.net.next<door::set_health>();
     ASSERT_TRUE(starting);
-    EXPECT_EQ(starting->status, "loading");
+    EXPECT_EQ(starting->status, door::health_status::loading);
     gpu::device_progress p{0, 2, 4, "warm-up", 3, 5};
     ASSERT_TRUE(r.sched->tell(p, "gpu").ok());
     auto loading = r.net.next<door::set_health>();
     ASSERT_TRUE(loading) << "device_progress changed nothing health says";
-    EXPECT_EQ(loading->status, "loading");
+    EXPECT_EQ(loading->status, door::health_status::loading);
     EXPECT_EQ(loading->reason, "starting the gpu device: warm-up 3/5 (attempt 2 of 4)");
     r.device_ready();
     auto ok = r.net.next<door::set_health>();
     ASSERT_TRUE(ok);
-    EXPECT_EQ(ok->status, "ok");
+    EXPECT_EQ(ok->status, door::health_status::ok);
     EXPECT_EQ(ok->reason, "");
     r.stop();
 }
@@ -225,11 +225,11 @@ TEST(scheduler_actor, an_unanswered_step_rebuilds_the_device_and_the_request_com
     rig r(o);
     auto starting = r.net.next<door::set_health>();
     ASSERT_TRUE(starting);
-    EXPECT_EQ(starting->status, "loading");
+    EXPECT_EQ(starting->status, door::health_status::loading);
     r.device_ready();
     auto ok = r.net.next<door::set_health>();
     ASSERT_TRUE(ok);
-    EXPECT_EQ(ok->status, "ok");
+    EXPECT_EQ(ok->status, door::health_status::ok);
     r.generate(5, 2);
     auto lost = r.gpu.next<gpu::step>();
     ASSERT_TRUE(lost);
@@ -238,7 +238,7 @@ TEST(scheduler_actor, an_unanswered_step_rebuilds_the_device_and_the_request_com
     ASSERT_TRUE(reset) << "no reset_device after the backstop";
     auto loading = r.net.next<door::set_health>();
     ASSERT_TRUE(loading);
-    EXPECT_EQ(loading->status, "loading");
+    EXPECT_EQ(loading->status, door::health_status::loading);
     r.device_ready(1);
     auto again = r.gpu.next<gpu::step>();
     ASSERT_TRUE(again);
@@ -288,7 +288,7 @@ TEST(scheduler_actor, stop_ends_live_requests_with_shutting_down) {
     // A message after the stop is refused to its sender, not dropped.
     auto st = r.sched->tell(sched::cancel{1, 10, 9}, "net");
     ASSERT_FALSE(st.ok());
-    EXPECT_EQ(st.err().code, "actor_stopped");
+    EXPECT_EQ(st.err().outcome, actors::delivery_outcome::actor_stopped);
 }
 
 TEST(scheduler_actor, a_planned_fault_reaches_the_gpu_right_before_its_step) {

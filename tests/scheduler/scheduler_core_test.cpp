@@ -47,6 +47,7 @@ namespace {
 
 using namespace ordo;
 using namespace ordo::sched;
+using ordo::gpu::gpu_failure;
 
 struct event {
     uint64_t conn = 0, id = 0;
@@ -336,7 +337,8 @@ private:
         const auto& e = kv->entries[lease->second];
         kv->leases.erase(lease);
         if (kv->fail_restores || e.empty()) {
-            core->on_kv_restore_done({m.seq, false, "kv_block_checksum", "block 0 corrupt", 0},
+            core->on_kv_restore_done({m.seq, false, kv::kv_failure_of(kv::kv_error::block_checksum),
+                                      "block 0 corrupt", 0},
                                      out);
             return;
         }
@@ -345,7 +347,7 @@ private:
             blk.assign(e.begin() + (m.first_block + i) * B, e.begin() + (m.first_block + i + 1) * B);
         }
         kv->restores++;
-        core->on_kv_restore_done({m.seq, true, "", "", 1.0}, out);
+        core->on_kv_restore_done({m.seq, true, kv::kv_failure::none, "", 1.0}, out);
     }
     void answer(const kv::kv_release& m, uint32_t, std::vector<outgoing_event>&) {
         kv->leases.erase(m.seq);
@@ -359,13 +361,13 @@ private:
         }
         EXPECT_EQ(held, m.tokens) << "a save names blocks that do not hold its tokens";
         kv->saves++;
-        if (m.kind == "session") {
+        if (m.kind == kv::kv_file_kind::session) {
             std::erase_if(kv->sessions, [&](const auto& s) { return s.first == *m.session; });
             kv->sessions.emplace_back(*m.session, m.tokens);
         } else {
             kv->entries.push_back(m.tokens);
         }
-        core->on_kv_save_done({m.save_id, true, ""});
+        core->on_kv_save_done({m.save_id, true, kv::kv_failure::none});
     }
     void answer(const kv::kv_invalidate& m, uint32_t, std::vector<outgoing_event>&) {
         kv->invalidated++;
@@ -659,8 +661,8 @@ TEST(scheduler_core, poison_request_is_isolated_by_bisection) {
     h.run({}, [&](const gpu::step& s) -> std::optional<gpu::step_failed> {
         for (const auto& q : s.seqs) {
             if (q.seq_id == poison_seq) {
-                return gpu::step_failed{0, "gpu_device_lost", "injected", "decode#1 layers 0-1",
-                                        false};
+                return gpu::step_failed{0, gpu_failure::device_lost, "injected",
+                                        "decode#1 layers 0-1", false};
             }
         }
         return std::nullopt;
@@ -685,7 +687,8 @@ TEST(scheduler_core, device_loss_recomputes_with_identical_output) {
     int steps = 0;
     h.run({}, [&](const gpu::step&) -> std::optional<gpu::step_failed> {
         if (++steps == 5 || steps == 9) {
-            return gpu::step_failed{0, "gpu_timeout", "injected", "decode#5 layers 0-1", true};
+            return gpu::step_failed{0, gpu_failure::timeout, "injected", "decode#5 layers 0-1",
+                                    true};
         }
         return std::nullopt;
     });
@@ -856,8 +859,10 @@ TEST(scheduler_embed, failed_steps_recompute_without_counting_twice) {
     int steps = 0;
     h.run({}, [&](const gpu::step&) -> std::optional<gpu::step_failed> {
         ++steps;
-        if (steps == 2) return gpu::step_failed{0, "gpu_nan", "injected", "prefill#2", false};
-        if (steps == 5) return gpu::step_failed{0, "gpu_timeout", "injected", "prefill#5", true};
+        if (steps == 2) return gpu::step_failed{0, gpu_failure::nan, "injected", "prefill#2", false};
+        if (steps == 5) {
+            return gpu::step_failed{0, gpu_failure::timeout, "injected", "prefill#5", true};
+        }
         return std::nullopt;
     });
     expect_embedding(h.terminal(1, 1), want, "after failures");
@@ -974,7 +979,7 @@ TEST(scheduler_kv, a_step_failing_right_after_a_restore_quarantines_the_entry) {
     b.run({}, [&](const gpu::step&) -> std::optional<gpu::step_failed> {
         if (failed) return std::nullopt;
         failed = true;  // the first step after the restore
-        return gpu::step_failed{0, "gpu_nan", "injected", "prefill#1 layers 0-1", false};
+        return gpu::step_failed{0, gpu_failure::nan, "injected", "prefill#1 layers 0-1", false};
     });
     ASSERT_NE(b.terminal(1, 1), nullptr);
     EXPECT_EQ(b.terminal(1, 1)->tokens(), want);

@@ -51,7 +51,7 @@ struct verify_result {
 };
 
 bool is_code(const error& e, kv::kv_error code) {
-    return e.code == kv::to_code(code);
+    return kv::kv_error_of(e) == code;
 }
 
 // Blocks [first, first + n), already known to hold at least one corrupt block, one at a time.

@@ -325,9 +325,9 @@ status run_server(const config::config& cfg, const loaded_model& model, const se
     // scheduler ends what is left with shutting_down when the grace is over), then stop.
     auto drain_all = [&] {
         uint64_t grace_ms = cfg.server.shutdown_grace_ms;
-        status a = net.tell(door::begin_drain{}, "main");
+        actors::tell_status a = net.tell(door::begin_drain{}, "main");
         if (a.ok() && http) a = http->tell(door::begin_drain{}, "main");
-        status b = scheduler.tell(sched::drain{grace_ms}, "main");
+        actors::tell_status b = scheduler.tell(sched::drain{grace_ms}, "main");
         if (!a.ok() || !b.ok()) {
             log->warn("drain not delivered ({}); stopping at once",
                       (!a.ok() ? a : b).err().message);
