@@ -349,8 +349,10 @@ void http_actor::route(connection& c, http_request& r) {
         get_health(c, r);
     } else if (r.path == "/metrics") {
         get_metrics(c, r);
-    } else if (r.path == "/tokenize" || r.path == "/detokenize") {
-        start_tokens(c, r);
+    } else if (r.path == "/tokenize") {
+        start_tokens(c, r, awaited::tokenize);
+    } else if (r.path == "/detokenize") {
+        start_tokens(c, r, awaited::detokenize);
     } else if (r.path == "/v1/models") {
         respond(c, 200, "application/json", models_json(_options.model), ka);
     } else if (r.path.rfind("/v1/models/", 0) == 0) {
@@ -468,12 +470,13 @@ void http_actor::get_metrics(connection& c, const http_request& r) {
 }
 
 // llama.cpp server's /tokenize and /detokenize: the scheduler's tokenize and detokenize ops.
-void http_actor::start_tokens(connection& c, const http_request& r) {
+void http_actor::start_tokens(connection& c, const http_request& r, awaited op) {
+    assert(op == awaited::tokenize || op == awaited::detokenize);
     live_request l;
     l.id = c.next_request_id++;
     l.keep_alive = r.keep_alive;
     actors::tell_status sent;
-    if (r.path == "/tokenize") {
+    if (op == awaited::tokenize) {
         auto t = parse_tokenize_request(r.body);
         if (auto* e = std::get_if<api_error>(&t)) return respond_error(c, *e, r.keep_alive);
         auto& m = std::get<sched::tokenize>(t);

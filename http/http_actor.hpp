@@ -166,7 +166,6 @@ private:
     void start_generate(connection& c, http_request& r, api_kind kind);
     void get_health(connection& c, const http_request& r);
     void get_metrics(connection& c, const http_request& r);
-    void start_tokens(connection& c, const http_request& r);  // /tokenize, /detokenize
     void start_embeddings(connection& c, const http_request& r);
     // Sends the live embeddings request's next inputs, up to embed_inputs_inflight_max
     // unanswered; false when the scheduler refused one (the request is answered then).
@@ -181,6 +180,8 @@ private:
     // (GET /metrics), tokenize_done (POST /tokenize), detokenize_done (POST /detokenize) or one
     // embed_done per input (POST /v1/embeddings).
     enum class awaited : std::uint8_t { generate, metrics, tokenize, detokenize, embeddings };
+    // POST /tokenize or /detokenize, as the route chose (op: awaited::tokenize or ::detokenize).
+    void start_tokens(connection& c, const http_request& r, awaited op);
     // live_for, when that request awaits `a`; an answer it does not await is unexpected().
     connection* live_awaiting(uint64_t conn, uint64_t id, awaited a, const char* what);
     // Whether the scheduler took a request (`sent`: its tell); when it refused (a full mailbox,

@@ -20,7 +20,7 @@
 
 #include "actors/runtime/delivery_outcome.hpp"
 #include "actors/runtime/enum_names.hpp"
-#include "gpu/actor/gpu_failure.hpp"
+#include "gpu/vk/gpu_failure.hpp"
 #include "kv/kv_file.hpp"
 
 namespace ordo::kv {

@@ -91,25 +91,40 @@ void scheduler_actor::on_stop() {
 
 // ---- inputs --------------------------------------------------------------------------------
 
-// Each op: the core decides, after() carries out what it decided.
-#define ORDO_SCHEDULER_OP(type, handler)          \
-    void scheduler_actor::on(const type& m) {     \
-        std::vector<outgoing_event> out;          \
-        _core.handler(m, out);                    \
-        after(out);                               \
-    }
-ORDO_SCHEDULER_OP(generate, on_generate)
-ORDO_SCHEDULER_OP(embed, on_embed)
-ORDO_SCHEDULER_OP(cancel, on_cancel)
-ORDO_SCHEDULER_OP(tokenize, on_tokenize)
-ORDO_SCHEDULER_OP(detokenize, on_detokenize)
-ORDO_SCHEDULER_OP(model_info_query, on_model)
-ORDO_SCHEDULER_OP(client_gone, on_client_gone)
-ORDO_SCHEDULER_OP(session_delete, on_session_delete)
-ORDO_SCHEDULER_OP(kv::kv_lookup_done, on_kv_lookup_done)
-ORDO_SCHEDULER_OP(kv::kv_restore_done, on_kv_restore_done)
-ORDO_SCHEDULER_OP(kv::kv_session_deleted, on_kv_session_deleted)
-#undef ORDO_SCHEDULER_OP
+// Each op: the core decides (core_decides), after() carries out what it decided.
+void scheduler_actor::on(const generate& m) {
+    core_decides(&scheduler_core::on_generate, m);
+}
+void scheduler_actor::on(const embed& m) {
+    core_decides(&scheduler_core::on_embed, m);
+}
+void scheduler_actor::on(const cancel& m) {
+    core_decides(&scheduler_core::on_cancel, m);
+}
+void scheduler_actor::on(const tokenize& m) {
+    core_decides(&scheduler_core::on_tokenize, m);
+}
+void scheduler_actor::on(const detokenize& m) {
+    core_decides(&scheduler_core::on_detokenize, m);
+}
+void scheduler_actor::on(const model_info_query& m) {
+    core_decides(&scheduler_core::on_model, m);
+}
+void scheduler_actor::on(const client_gone& m) {
+    core_decides(&scheduler_core::on_client_gone, m);
+}
+void scheduler_actor::on(const session_delete& m) {
+    core_decides(&scheduler_core::on_session_delete, m);
+}
+void scheduler_actor::on(const kv::kv_lookup_done& m) {
+    core_decides(&scheduler_core::on_kv_lookup_done, m);
+}
+void scheduler_actor::on(const kv::kv_restore_done& m) {
+    core_decides(&scheduler_core::on_kv_restore_done, m);
+}
+void scheduler_actor::on(const kv::kv_session_deleted& m) {
+    core_decides(&scheduler_core::on_kv_session_deleted, m);
+}
 
 void scheduler_actor::on(const stats_query& m) {
     std::vector<outgoing_event> out;

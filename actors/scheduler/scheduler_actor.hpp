@@ -153,6 +153,14 @@ private:
         _to_front[size_t(front_door_of(conn))].send(std::move(m));
     }
     void after(std::vector<outgoing_event>& out);  // deliver events, update health, pump
+    // An op the core decides alone: `decide` fills the events, after() carries them out.
+    template <typename M>
+    void core_decides(void (scheduler_core::*decide)(const M&, std::vector<outgoing_event>&),
+                      const M& m) {
+        std::vector<outgoing_event> out;
+        (_core.*decide)(m, out);
+        after(out);
+    }
     void pump();
     void check_drained();
     void net_gave_up(const net_delivery::message& m, const actors::refusal& why);

@@ -25,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <utility>
@@ -287,6 +288,9 @@ private:
     bool admit(request_state& r);
     bool reserve_or_preempt(request_state& r, uint32_t n_tokens, const std::vector<seq_id>& in_step);
     void preempt(request_state& r);
+    // Releases r's KV blocks (r.in_kv: its sequence is registered, check_invariants), so the
+    // release cannot fail; r is no longer in the pool.
+    void free_kv(request_state& r);
     void add_to_step(request_state& r, uint32_t n_tokens, gpu::step& s, in_flight_step& f);
     std::optional<gpu::step> launch(gpu::step s, in_flight_step f);
     std::optional<gpu::step> plan_isolated();
@@ -344,6 +348,9 @@ private:
     std::deque<seq_id> _queue;                                   // waiting, FIFO
     std::vector<seq_id> _restoring;                              // waiting for the kv actor
     std::map<seq_id, pin_id> _restore_pins;                      // restores in flight
+    // Pins of the saves in flight (kv_save until kv_save_done). Dropped with the pool's contents
+    // (device lost or rebuilt): a later answer then has nothing to release.
+    std::set<pin_id> _save_pins;
     std::map<std::string, seq_id> _sessions;                     // live session -> request
     std::vector<kv_request> _kv_out;
     std::vector<fault_spec> _net_armed;  // net fault points armed, in arming order

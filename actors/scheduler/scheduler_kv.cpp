@@ -141,6 +141,7 @@ void scheduler_core::save_to_disk(request_state& r) {
     std::vector<block_id> blocks(table.begin(), table.begin() + n_blocks);
     auto pin = _kv->pin(blocks);
     if (!pin.ok()) return;
+    _save_pins.insert(*pin);
     kv::kv_save m;
     m.save_id = *pin;
     m.kind = session ? kv::kv_file_kind::session : kv::kv_file_kind::prefix;
@@ -153,8 +154,11 @@ void scheduler_core::save_to_disk(request_state& r) {
 }
 
 void scheduler_core::on_kv_save_done(const kv::kv_save_done& m) {
-    // False when the pin was dropped with the pool (device lost): nothing to release.
-    (void)_kv->unpin(m.save_id);
+    // Not in flight any more when the pool was dropped since (device lost or rebuilt): its blocks
+    // are gone, nothing to release.
+    if (_save_pins.erase(m.save_id) == 0) return;
+    [[maybe_unused]] const bool unpinned = _kv->unpin(m.save_id);
+    assert(unpinned && "a save's pin is held until its answer or the pool's end");
 }
 
 void scheduler_core::on_kv_evicted(const kv::kv_evicted&) { _counters.disk_evicted++; }

@@ -50,10 +50,12 @@ void scheduler_core::on_device_ready(const gpu::device_ready& m, std::vector<out
             return;
         }
         for (auto& [seq, r] : _requests) r.in_kv = false, r.n_past = 0;
+        _save_pins.clear();
         _kv.emplace(std::move(*kv));
     } else if (m.epoch > 0) {
         // A rebuilt device has an empty pool, whatever we were told before.
         _kv->invalidate_all();
+        _save_pins.clear();
         for (auto& [seq, r] : _requests) r.in_kv = false, r.n_past = 0;
     }
     _device_ready = true;
@@ -114,7 +116,11 @@ void scheduler_core::on_step_done(const gpu::step_done& m, const row_reader& row
         if (r == nullptr) continue;
         const uint32_t start = r->n_past;
         r->n_past += p.n_tokens;
-        (void)_kv->commit_full_blocks(r->seq, std::span(r->tokens).first(r->n_past));
+        // The step ran on the blocks reserved for it (reserve before every step), so they
+        // cover n_past and the commit cannot be refused.
+        [[maybe_unused]] const status committed =
+            _kv->commit_full_blocks(r->seq, std::span(r->tokens).first(r->n_past));
+        assert(committed.ok() && "a sequence of a step that ran holds the KV reserved for it");
         r->restored_from.clear();  // a step succeeded with the restored blocks
         if (f.isolated) r->batch_failures = 0;
         if (r->cancel_requested) {
@@ -250,6 +256,7 @@ void scheduler_core::on_step_failed(const gpu::step_failed& m, std::vector<outgo
         // The pool is gone: every sequence recomputes from token 0 once the device is back.
         _device_ready = false;
         _kv->invalidate_all();
+        _save_pins.clear();
         for (auto& [seq, r] : _requests) r.in_kv = false, r.n_past = 0;
     } else {
         for (seq_id seq : affected) {
@@ -295,8 +302,7 @@ void scheduler_core::on_step_failed(const gpu::step_failed& m, std::vector<outgo
 }
 
 void scheduler_core::reset_for_recompute(request_state& r) {
-    if (r.in_kv) (void)_kv->free_sequence(r.seq);
-    r.in_kv = false;
+    free_kv(r);
     r.n_past = 0;
 }
 
@@ -348,7 +354,7 @@ void scheduler_core::remove(request_state& r) {
     // Never while a step that uses its blocks is in flight: those blocks would be reused.
     assert(!_in_flight || std::none_of(_in_flight->seqs.begin(), _in_flight->seqs.end(),
                                        [&](const planned& p) { return p.seq == r.seq; }));
-    if (r.in_kv) (void)_kv->free_sequence(r.seq);
+    free_kv(r);
     std::erase(_running, r.seq);
     std::erase(_queue, r.seq);
     std::erase(_restoring, r.seq);
@@ -391,6 +397,11 @@ status scheduler_core::check_invariants() const {
         }
         if (r.in_kv != (_kv && _kv->has_sequence(seq))) {
             return make_error("internal", "sequence " + std::to_string(seq) + " kv registration");
+        }
+    }
+    for (pin_id p : _save_pins) {
+        if (!_kv || !_kv->has_pin(p)) {
+            return make_error("internal", "save pin " + std::to_string(p) + " is not held");
         }
     }
     return {};

@@ -47,13 +47,19 @@ bool scheduler_core::admit(request_state& r) {
 
 void scheduler_core::preempt(request_state& r) {
     assert(r.ph == phase::running);
-    if (r.in_kv) (void)_kv->free_sequence(r.seq);
-    r.in_kv = false;
+    free_kv(r);
     r.n_past = 0;
     r.ph = phase::queued;
     std::erase(_running, r.seq);
     _queue.push_front(r.seq);
     _counters.preemptions++;
+}
+
+void scheduler_core::free_kv(request_state& r) {
+    if (!r.in_kv) return;
+    [[maybe_unused]] const status freed = _kv->free_sequence(r.seq);
+    assert(freed.ok() && "in_kv: the sequence is registered with the pool");
+    r.in_kv = false;
 }
 
 // Reserves KV for r's next n_tokens positions, preempting newer sequences (not already in the
@@ -182,8 +188,8 @@ std::optional<gpu::step> scheduler_core::plan_batch() {
         uint32_t n = std::min<uint32_t>(uint32_t(r.tokens.size()) - r.n_past, budget);
         if (!_kv->reserve(r.seq, r.n_past + n).ok()) {
             // Not enough KV for its first chunk: it waits, holding nothing.
-            (void)_kv->free_sequence(r.seq);
-            r.in_kv = false;
+            assert(r.in_kv && "admitted");
+            free_kv(r);
             r.n_past = 0;
             break;
         }

@@ -149,7 +149,7 @@ void gpu_actor::run_job() {
     if ((*r)->hparams().n_vocab != _exchange.n_vocab() ||
         (_exchange.n_embd() != 0 && (*r)->hparams().n_embd != _exchange.n_embd()) ||
         _options.runner.rows_max > _exchange.rows_max()) {
-        _job.err = make_error("gpu_bad_config", "the logits exchange does not fit the model");
+        _job.err = gpu_error(gpu_failure::bad_config, "the logits exchange does not fit the model");
         return;
     }
     _job.built = std::move(*r);

@@ -20,7 +20,7 @@
 #include "actors/runtime/actor.hpp"
 #include "actors/runtime/enum_names.hpp"
 #include "actors/runtime/fault_kind.hpp"
-#include "gpu/actor/gpu_failure.hpp"
+#include "gpu/vk/gpu_failure.hpp"
 
 namespace ordo::gpu {
 

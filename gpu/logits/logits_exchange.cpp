@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "gpu/vk/gpu_failure.hpp"
+
 namespace ordo::gpu {
 
 namespace {
@@ -31,8 +33,9 @@ logits_exchange::logits_exchange(std::uint32_t rows_max, std::uint32_t n_vocab,
 
 result<std::uint32_t> logits_exchange::acquire() {
     if (auto s = _owners.acquire()) return *s;
-    return make_error("gpu_busy", "every logits slot (" + std::to_string(slots_max) +
-                                      ") is held: the scheduler has not released earlier steps");
+    return gpu_error(gpu_failure::busy,
+                     "every logits slot (" + std::to_string(slots_max) +
+                         ") is held: the scheduler has not released earlier steps");
 }
 
 void logits_exchange::release(std::uint32_t slot) {

@@ -24,7 +24,7 @@ constexpr std::uint32_t norm_align_floats = 64;
 
 std::uint32_t round_up(std::uint32_t n, std::uint32_t m) { return (n + m - 1) / m * m; }
 
-error bad_config(const std::string& why) { return make_error("gpu_bad_config", why); }
+error bad_config(const std::string& why) { return gpu_error(gpu_failure::bad_config, why); }
 
 status check_options(const runner_options& o) {
     if (o.flush_every_layers == 0 || o.flush_every_layers > runner_flush_every_layers_max) {
@@ -98,12 +98,13 @@ status check_weight_types(const model::llama_weights& w) {
     }
     for (const auto* m : mats) {
         if (kernels_run(m->type)) continue;
-        return make_error("gpu_unsupported_type",
-                          "tensor '" + std::string(m->name) + "' has type " +
-                              std::string(model::type_name(m->type)) +
-                              ", which the Vulkan kernels do not run yet (they run " +
-                              kernel_type_names() + "); the CPU reference (`ordo-model generate "
-                              "--backend cpu`) runs it");
+        return gpu_error(gpu_failure::unsupported_type,
+                         "tensor '" + std::string(m->name) + "' has type " +
+                             std::string(model::type_name(m->type)) +
+                             ", which the Vulkan kernels do not run yet (they run " +
+                             kernel_type_names() +
+                             "); the CPU reference (`ordo-model generate "
+                             "--backend cpu`) runs it");
     }
     return {};
 }
@@ -278,7 +279,8 @@ result<weight_tensor> runner::upload(const model::matrix_view& m, mat_fusion fus
     if (!t) return t;
     // The K-specialized mat-mul pipelines are compiled now, never on the step path.
     status s = prepare_mul_mat(*_pipes, *t, fusion);
-    if (!s && s.err().code == "gpu_unsupported" && _pipes->tuning().prefer_texel_kernels) {
+    if (!s && gpu_failure_of(s.err()) == gpu_failure::unsupported &&
+        _pipes->tuning().prefer_texel_kernels) {
         s = fall_back_to_storage_kernels(s.err());
         if (s) s = prepare_mul_mat(*_pipes, *t, fusion);
     }
@@ -576,24 +578,26 @@ namespace {
 
 status check_kv_bytes(std::size_t n_ids, std::uint64_t bytes, std::uint64_t block_bytes) {
     if (bytes == n_ids * block_bytes) return {};
-    return make_error("gpu_bad_request", "KV staging buffer is " + std::to_string(bytes) + " B; " +
-                                             std::to_string(n_ids) + " blocks need " +
-                                             std::to_string(n_ids * block_bytes));
+    return gpu_error(gpu_failure::bad_request, "KV staging buffer is " + std::to_string(bytes) +
+                                                   " B; " + std::to_string(n_ids) +
+                                                   " blocks need " +
+                                                   std::to_string(n_ids * block_bytes));
 }
 
 status check_kv_request(std::span<const std::uint32_t> ids, std::uint64_t bytes,
                         std::uint64_t block_bytes, std::uint32_t n_blocks,
                         std::uint32_t blocks_max) {
     if (ids.empty() || ids.size() > blocks_max) {
-        return make_error("gpu_bad_request", "a KV copy moves 1.." + std::to_string(blocks_max) +
-                                                 " blocks, not " + std::to_string(ids.size()));
+        return gpu_error(gpu_failure::bad_request,
+                         "a KV copy moves 1.." + std::to_string(blocks_max) + " blocks, not " +
+                             std::to_string(ids.size()));
     }
     if (status s = check_kv_bytes(ids.size(), bytes, block_bytes); !s) return s;
     for (std::uint32_t id : ids) {
         if (id >= n_blocks) {
-            return make_error("gpu_bad_request", "KV block " + std::to_string(id) +
-                                                     " is outside the pool of " +
-                                                     std::to_string(n_blocks));
+            return gpu_error(gpu_failure::bad_request, "KV block " + std::to_string(id) +
+                                                           " is outside the pool of " +
+                                                           std::to_string(n_blocks));
         }
     }
     return {};
@@ -644,7 +648,7 @@ status runner::run_kv_copy(std::span<const std::uint32_t> ids, bool out) {
 
 status runner::copy_kv_out(std::span<const std::uint32_t> ids, std::span<std::uint8_t> dst) {
     if (_stream->state() != stream_state::idle) {
-        return make_error("gpu_busy", "KV copy-out while a segment is in flight");
+        return gpu_error(gpu_failure::busy, "KV copy-out while a segment is in flight");
     }
     status ok = check_kv_request(ids, dst.size(), kv_block_bytes(), _limits.n_blocks,
                                  kv_copy_blocks_max());
@@ -658,7 +662,7 @@ status runner::copy_kv_out(std::span<const std::uint32_t> ids, std::span<std::ui
 
 status runner::copy_kv_in(std::span<const std::uint32_t> ids, std::span<const std::uint8_t> src) {
     if (_stream->state() != stream_state::idle) {
-        return make_error("gpu_busy", "KV copy-in while a segment is in flight");
+        return gpu_error(gpu_failure::busy, "KV copy-in while a segment is in flight");
     }
     status ok = check_kv_request(ids, src.size(), kv_block_bytes(), _limits.n_blocks,
                                  kv_copy_blocks_max());
@@ -670,7 +674,7 @@ status runner::copy_kv_in(std::span<const std::uint32_t> ids, std::span<const st
         _kv_seen[id] = 1;
     }
     for (std::uint32_t id : ids) _kv_seen[id] = 0;
-    if (repeated) return make_error("gpu_bad_request", "a KV copy-in names a block twice");
+    if (repeated) return gpu_error(gpu_failure::bad_request, "a KV copy-in names a block twice");
     if (status h = ensure_kv_host(); !h) return h;
     std::memcpy(_kv_host.mapped(), src.data(), src.size());
     return run_kv_copy(ids, false);

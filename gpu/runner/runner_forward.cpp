@@ -217,14 +217,15 @@ void runner::add_timings() {
 result<step_result> runner::run_step(const step& s, float* logits_out, float* hidden_out) {
     step_fault fault = std::exchange(_fault, step_fault{});
     if (_stream->state() != stream_state::idle) {
-        return make_error("gpu_busy", "segment '" + _stream->label() + "' is still in flight");
+        return gpu_error(gpu_failure::busy,
+                         "segment '" + _stream->label() + "' is still in flight");
     }
     status ok = plan_step(s, _limits, _plan);
     if (!ok) return ok.err();
     if ((_plan.rows() > 0 && logits_out == nullptr) ||
         (_plan.hidden_rows() > 0 && hidden_out == nullptr)) {
-        return make_error("gpu_bad_step", "step " + std::to_string(s.step_id) +
-                                              ": rows are asked for but no output was given");
+        return gpu_error(gpu_failure::bad_step, "step " + std::to_string(s.step_id) +
+                                                    ": rows are asked for but no output was given");
     }
     write_inputs();
     _timings.clear();

@@ -3,12 +3,14 @@
 
 #include <algorithm>
 
+#include "gpu/vk/gpu_failure.hpp"
+
 namespace ordo::gpu {
 
 namespace {
 
 error bad_step(const step& s, const std::string& why) {
-    return make_error("gpu_bad_step", "step " + std::to_string(s.step_id) + ": " + why);
+    return gpu_error(gpu_failure::bad_step, "step " + std::to_string(s.step_id) + ": " + why);
 }
 
 std::string seq_name(const step_seq& q, std::size_t i) {

@@ -242,14 +242,13 @@ status device::pick_physical(const device_options& options) {
     vkGetPhysicalDeviceProperties2(_physical, &props);
     const VkPhysicalDeviceLimits& lim = props.properties.limits;
     if (props.properties.apiVersion < VK_API_VERSION_1_2) {
-        return make_error("gpu_unsupported", std::string(props.properties.deviceName) +
-                                                 " supports only Vulkan " +
-                                                 version_string(props.properties.apiVersion) +
-                                                 "; ordo needs 1.2");
+        return gpu_error(gpu_failure::unsupported,
+                         std::string(props.properties.deviceName) + " supports only Vulkan " +
+                             version_string(props.properties.apiVersion) + "; ordo needs 1.2");
     }
     if (!has_extension(_physical, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME)) {
-        return make_error("gpu_unsupported", std::string(props.properties.deviceName) +
-                                                 " lacks VK_KHR_push_descriptor");
+        return gpu_error(gpu_failure::unsupported, std::string(props.properties.deviceName) +
+                                                       " lacks VK_KHR_push_descriptor");
     }
     _info.name = props.properties.deviceName;
     _info.kind = kind_of(props.properties.deviceType);
@@ -305,7 +304,7 @@ status device::create_logical() {
         }
     }
     if (!found) {
-        return make_error("gpu_unsupported", _info.name + " has no compute queue");
+        return gpu_error(gpu_failure::unsupported, _info.name + " has no compute queue");
     }
     VkPhysicalDeviceProperties base{};
     vkGetPhysicalDeviceProperties(_physical, &base);
@@ -352,7 +351,7 @@ status device::create_logical() {
     _push_descriptor = reinterpret_cast<PFN_vkCmdPushDescriptorSetKHR>(
         vkGetDeviceProcAddr(_device, "vkCmdPushDescriptorSetKHR"));
     if (_push_descriptor == nullptr) {
-        return make_error("gpu_unsupported", "vkCmdPushDescriptorSetKHR not found");
+        return gpu_error(gpu_failure::unsupported, "vkCmdPushDescriptorSetKHR not found");
     }
     VkCommandPoolCreateInfo pci{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
     pci.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
@@ -388,7 +387,7 @@ int device::find_memory_type(std::uint32_t type_bits, VkMemoryPropertyFlags want
 
 result<buffer> device::create_buffer(std::uint64_t size, memory_use use) {
     if (size == 0) {
-        return make_error("gpu_bad_request", "create_buffer: size 0");
+        return gpu_error(gpu_failure::bad_request, "create_buffer: size 0");
     }
     VkBufferCreateInfo bci{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
     bci.size = size;
@@ -491,7 +490,7 @@ status device::staged_copy(const buffer& host, const buffer& dev, std::uint64_t 
 status device::write(const buffer& dst, std::uint64_t offset, const void* src,
                      std::uint64_t size) {
     if (offset > dst.size() || size > dst.size() - offset) {
-        return make_error("gpu_bad_request", "write past the end of a buffer");
+        return gpu_error(gpu_failure::bad_request, "write past the end of a buffer");
     }
     if (dst.mapped() != nullptr) {
         std::memcpy(static_cast<char*>(dst.mapped()) + offset, src, size);
@@ -512,7 +511,7 @@ status device::write(const buffer& dst, std::uint64_t offset, const void* src,
 
 status device::read(const buffer& src, std::uint64_t offset, void* dst, std::uint64_t size) {
     if (offset > src.size() || size > src.size() - offset) {
-        return make_error("gpu_bad_request", "read past the end of a buffer");
+        return gpu_error(gpu_failure::bad_request, "read past the end of a buffer");
     }
     if (src.mapped() != nullptr) {
         std::memcpy(dst, static_cast<const char*>(src.mapped()) + offset, size);

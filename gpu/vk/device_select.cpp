@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cctype>
 
+#include "gpu/vk/gpu_failure.hpp"
+
 namespace ordo::gpu {
 
 namespace {
@@ -57,7 +59,7 @@ std::string_view device_kind_name(device_kind k) {
 result<std::size_t> select_device(const std::vector<device_candidate>& devices,
                                   std::string_view selector) {
     if (devices.empty()) {
-        return make_error("gpu_device_not_found", "no Vulkan physical devices");
+        return gpu_error(gpu_failure::device_not_found, "no Vulkan physical devices");
     }
     if (selector.empty() || lower(selector) == "auto") {
         std::size_t best = 0;
@@ -74,9 +76,9 @@ result<std::size_t> select_device(const std::vector<device_candidate>& devices,
     if (digits) {
         std::size_t index = std::stoul(std::string(selector));
         if (index >= devices.size()) {
-            return make_error("gpu_device_not_found",
-                              "gpu.device index " + std::string(selector) + " out of range; " +
-                                  list_devices(devices));
+            return gpu_error(gpu_failure::device_not_found,
+                             "gpu.device index " + std::string(selector) + " out of range; " +
+                                 list_devices(devices));
         }
         return index;
     }
@@ -86,9 +88,9 @@ result<std::size_t> select_device(const std::vector<device_candidate>& devices,
             return i;
         }
     }
-    return make_error("gpu_device_not_found", "no device name contains \"" +
-                                                  std::string(selector) + "\"; " +
-                                                  list_devices(devices));
+    return gpu_error(
+        gpu_failure::device_not_found,
+        "no device name contains \"" + std::string(selector) + "\"; " + list_devices(devices));
 }
 
 }  // namespace ordo::gpu

@@ -20,7 +20,7 @@ std::uint32_t ceil_div(std::uint64_t a, std::uint64_t b) {
 }
 
 error bad(const char* kernel, const std::string& why) {
-    return make_error("gpu_bad_shape", std::string(kernel) + ": " + why);
+    return gpu_error(gpu_failure::bad_shape, std::string(kernel) + ": " + why);
 }
 
 // Whether rows [0, n_rows) x columns [0, n_cols) lie inside the view (floats).

@@ -10,17 +10,18 @@ namespace ordo::gpu {
 result<std::unique_ptr<kv_pool>> kv_pool::create(device& dev, const kv_geometry& g) {
     if (g.n_layer == 0 || g.n_head_kv == 0 || g.head_dim == 0 || g.block_tokens == 0 ||
         g.n_blocks == 0 || g.head_dim % 2 != 0) {
-        return make_error("gpu_bad_shape", "kv pool: every size must be nonzero and head_dim "
-                                           "even");
+        return gpu_error(gpu_failure::bad_shape,
+                         "kv pool: every size must be nonzero and head_dim "
+                         "even");
     }
     std::uint64_t elems = std::uint64_t(g.n_blocks) * g.n_head_kv * g.block_tokens * g.head_dim;
     std::uint64_t bytes = elems * (g.f16 ? 2 : 4);
     if (bytes > dev.info().max_storage_buffer_range || elems >= (1ull << 32)) {
-        return make_error("gpu_bad_shape",
-                          "kv pool layer of " + std::to_string(bytes) +
-                              " B exceeds the device's storage binding range of " +
-                              std::to_string(dev.info().max_storage_buffer_range) +
-                              " B; use fewer blocks");
+        return gpu_error(gpu_failure::bad_shape,
+                         "kv pool layer of " + std::to_string(bytes) +
+                             " B exceeds the device's storage binding range of " +
+                             std::to_string(dev.info().max_storage_buffer_range) +
+                             " B; use fewer blocks");
     }
     std::unique_ptr<kv_pool> pool(new kv_pool(dev, g));
     pool->_layer_bytes = bytes;

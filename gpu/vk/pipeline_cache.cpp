@@ -35,7 +35,7 @@ std::uint64_t get64(const std::uint8_t* p) {
     return v;
 }
 
-error invalid(const std::string& why) { return make_error("gpu_cache_invalid", why); }
+error invalid(const std::string& why) { return gpu_error(gpu_failure::cache_invalid, why); }
 // The file's bytes, or an empty vector with `note` saying why there are none.
 std::vector<std::uint8_t> read_file(const std::string& path, std::string& note) {
     std::error_code ec;
@@ -181,8 +181,8 @@ status pipeline_cache::save() {
     VkResult r = vkGetPipelineCacheData(_device, _cache, &size, nullptr);
     if (r != VK_SUCCESS) return vk_error(r, "vkGetPipelineCacheData");
     if (size > pipeline_cache_bytes_max - pipeline_cache_header_bytes) {
-        return make_error("gpu_cache_io", "the driver's cache is " + std::to_string(size) +
-                                              " B, more than a cache file holds");
+        return gpu_error(gpu_failure::cache_io, "the driver's cache is " + std::to_string(size) +
+                                                    " B, more than a cache file holds");
     }
     std::vector<std::uint8_t> data(size);
     r = vkGetPipelineCacheData(_device, _cache, &size, data.data());
@@ -191,8 +191,9 @@ status pipeline_cache::save() {
     if (_loaded && data == _loaded_data) return {};  // nothing new since the file was read
     std::error_code ec;
     std::filesystem::create_directories(_dir, ec);
-    if (ec) return make_error("gpu_cache_io", "cannot create " + _dir + ": " + ec.message());
-    status w = write_file_atomically(path(), encode_pipeline_cache(_id, data), "gpu_cache_io");
+    if (ec) return gpu_error(gpu_failure::cache_io, "cannot create " + _dir + ": " + ec.message());
+    status w = write_file_atomically(path(), encode_pipeline_cache(_id, data),
+                                     std::string(enum_name(gpu_failure::cache_io)));
     if (!w) return w;
     _loaded_data = std::move(data);
     _loaded = true;

@@ -222,11 +222,11 @@ result<std::unique_ptr<pipelines>> pipelines::create(const device& dev,
         std::max({tuning.elementwise_wg, tuning.norm_wg, tuning.mat_vec_wg, tuning.attention_wg,
                   tuning.mat_rows_wg, tuning.mat_tx_tile_wg, 128u}) >
             dev.info().max_workgroup_invocations) {
-        return make_error("gpu_bad_config",
-                          "pipeline tuning: workgroup sizes must be nonzero, fit the device "
-                          "(mul_mat_vec's shared memory too), norm_wg a power of two, "
-                          "mat_vec_wg a multiple of 8 x mat_vec_split, and mat_vec_split 1, 2, "
-                          "4 or 8 dividing both mat_vec unrolls");
+        return gpu_error(gpu_failure::bad_config,
+                         "pipeline tuning: workgroup sizes must be nonzero, fit the device "
+                         "(mul_mat_vec's shared memory too), norm_wg a power of two, "
+                         "mat_vec_wg a multiple of 8 x mat_vec_split, and mat_vec_split 1, 2, "
+                         "4 or 8 dividing both mat_vec unrolls");
     }
     for (std::size_t i = 0; i < pipeline_count; ++i) {
         auto id = static_cast<pipeline_id>(i);
@@ -247,8 +247,8 @@ result<const pipeline*> pipelines::find(pipeline_id id) const {
     switch (props_of(id).made) {
     case made_when::create: return &get(id);
     case made_when::k:
-        return make_error("gpu_bad_config",
-                          std::string(pipeline_name(id)) + " is specialized on K: use for_k");
+        return gpu_error(gpu_failure::bad_config,
+                         std::string(pipeline_name(id)) + " is specialized on K: use for_k");
     case made_when::cols: return for_cols(id, abi::ORDO_MMV_COLS);
     case made_when::type:
     case made_when::tile: break;
@@ -263,8 +263,8 @@ result<const pipeline*> pipelines::for_k(pipeline_id id, std::uint32_t k) const 
 
 result<const pipeline*> pipelines::for_cols(pipeline_id id, std::uint32_t cols) const {
     if (props_of(id).made != made_when::cols || cols == 0 || cols > abi::ORDO_MMV_COLS) {
-        return make_error("gpu_bad_config", std::string(pipeline_name(id)) + ": no " +
-                                                std::to_string(cols) + "-token variant");
+        return gpu_error(gpu_failure::bad_config, std::string(pipeline_name(id)) + ": no " +
+                                                      std::to_string(cols) + "-token variant");
     }
     // Past what the device's shared memory stages: the widest variant that fits, in passes.
     return variant(id, std::min(cols, _mat_vec_cols), abi::ORDO_TX_TILE_ROWS);
@@ -273,8 +273,9 @@ result<const pipeline*> pipelines::for_cols(pipeline_id id, std::uint32_t cols) 
 result<const pipeline*> pipelines::for_tile(pipeline_id id, std::uint32_t wg_rows) const {
     if (props_of(id).made != made_when::tile ||
         (wg_rows != abi::ORDO_TX_TILE_ROWS && wg_rows != abi::ORDO_TX_TILE_ROWS_NARROW)) {
-        return make_error("gpu_bad_config", std::string(pipeline_name(id)) + ": no " +
-                                                std::to_string(wg_rows) + "-row tile variant");
+        return gpu_error(gpu_failure::bad_config, std::string(pipeline_name(id)) + ": no " +
+                                                      std::to_string(wg_rows) +
+                                                      "-row tile variant");
     }
     return variant(id, 0, wg_rows);
 }
@@ -309,8 +310,8 @@ status pipelines::build(pipeline& pl, pipeline_id id, std::uint32_t k,
         return {};
     }
     if (props.needs == pipeline_need::subgroup_ballot && !_device.info().subgroup_ballot) {
-        return make_error("gpu_unsupported", std::string(pipeline_name(id)) +
-                                                 " needs subgroup ballot operations");
+        return gpu_error(gpu_failure::unsupported,
+                         std::string(pipeline_name(id)) + " needs subgroup ballot operations");
     }
     pl.bindings = bindings;
     pl.push_bytes = src.push_bytes;
@@ -391,7 +392,9 @@ status pipelines::build(pipeline& pl, pipeline_id id, std::uint32_t k,
         // A driver that cannot build a kernel fails the same way on every try: the device
         // cannot run it (gpu_unsupported: not retried, and the runner may fall back to the
         // other kernel family). Out of memory and a lost device stay device faults.
-        if (e.code == "vulkan_error") e.code = "gpu_unsupported";
+        if (gpu_failure_of(e) == gpu_failure::device_error) {
+            e.code = std::string(enum_name(gpu_failure::unsupported));
+        }
         return e;
     }
     return {};

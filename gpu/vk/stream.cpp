@@ -19,7 +19,7 @@ constexpr std::uint64_t injected_drain_ns = 60'000'000'000ull;
 result<std::unique_ptr<stream>> stream::create(const device& dev, const pipelines& pipes,
                                                const stream_options& options) {
     if (options.dispatches_per_segment_max == 0) {
-        return make_error("gpu_bad_config", "dispatches_per_segment_max must be > 0");
+        return gpu_error(gpu_failure::bad_config, "dispatches_per_segment_max must be > 0");
     }
     std::unique_ptr<stream> s(new stream(dev, pipes, options));
     status st = s->init();
@@ -47,7 +47,7 @@ status stream::init() {
     }
     if (_options.timestamps) {
         if (!_device.info().timestamps) {
-            return make_error("gpu_unsupported", "device has no compute timestamps");
+            return gpu_error(gpu_failure::unsupported, "device has no compute timestamps");
         }
         VkQueryPoolCreateInfo qi{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
         qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
@@ -83,17 +83,17 @@ const std::string& stream::label() const {
 
 status stream::begin(std::string label) {
     if (state() != stream_state::idle) {
-        return make_error("gpu_busy", "begin(" + label + "): segment '" + this->label() +
-                                          "' is " +
-                                          (_flight >= 0 ? "in flight" : "recording"));
+        return gpu_error(gpu_failure::busy, "begin(" + label + "): segment '" + this->label() +
+                                                "' is " +
+                                                (_flight >= 0 ? "in flight" : "recording"));
     }
     return start(std::move(label));
 }
 
 status stream::begin_ahead(std::string label) {
     if (_rec >= 0) {
-        return make_error("gpu_busy", "begin_ahead(" + label + "): segment '" +
-                                          _slot[_rec].label + "' is recording");
+        return gpu_error(gpu_failure::busy, "begin_ahead(" + label + "): segment '" +
+                                                _slot[_rec].label + "' is recording");
     }
     return start(std::move(label));
 }
@@ -235,11 +235,11 @@ void stream::copy(const buffer& src, const buffer& dst, std::span<const VkBuffer
 
 status stream::submit() {
     if (_rec < 0) {
-        return make_error("gpu_busy", "submit: no segment is recording");
+        return gpu_error(gpu_failure::busy, "submit: no segment is recording");
     }
     if (_flight >= 0) {
-        return make_error("gpu_busy", "submit of '" + _slot[_rec].label + "': segment '" +
-                                          _slot[_flight].label + "' is still in flight");
+        return gpu_error(gpu_failure::busy, "submit of '" + _slot[_rec].label + "': segment '" +
+                                                _slot[_flight].label + "' is still in flight");
     }
     slot& sl = _slot[_rec];
     _rec = -1;
@@ -257,7 +257,7 @@ status stream::submit() {
 
 status stream::wait(std::uint64_t timeout_ms) {
     if (_flight < 0) {
-        return make_error("gpu_busy", "wait: no segment in flight");
+        return gpu_error(gpu_failure::busy, "wait: no segment in flight");
     }
     const int f = _flight;
     const std::string& label = _slot[f].label;
@@ -275,8 +275,8 @@ status stream::wait(std::uint64_t timeout_ms) {
     }
     if (r == VK_TIMEOUT) {
         logger()->error("segment '{}' exceeded the {} ms watchdog", label, timeout_ms);
-        return make_error("gpu_timeout", "segment '" + label + "' did not finish within " +
-                                             std::to_string(timeout_ms) + " ms (watchdog)");
+        return gpu_error(gpu_failure::timeout, "segment '" + label + "' did not finish within " +
+                                                   std::to_string(timeout_ms) + " ms (watchdog)");
     }
     if (r != VK_SUCCESS) {
         logger()->error("segment '{}' failed: {}", label, vk_result_name(r));

@@ -44,13 +44,13 @@ std::string_view vk_result_name(VkResult r) {
 }
 
 error vk_error(VkResult r, std::string_view what) {
-    std::string code = r == VK_ERROR_DEVICE_LOST ? "gpu_device_lost"
-                       : r == VK_TIMEOUT         ? "gpu_timeout"
-                       : (r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY)
-                           ? "gpu_out_of_memory"
-                           : "vulkan_error";
-    return make_error(code, std::string(what) + ": " + std::string(vk_result_name(r)) + " (" +
-                                std::to_string(static_cast<int>(r)) + ")");
+    const gpu_failure f = r == VK_ERROR_DEVICE_LOST ? gpu_failure::device_lost
+                          : r == VK_TIMEOUT         ? gpu_failure::timeout
+                          : (r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY)
+                              ? gpu_failure::out_of_memory
+                              : gpu_failure::device_error;
+    return gpu_error(f, std::string(what) + ": " + std::string(vk_result_name(r)) + " (" +
+                            std::to_string(static_cast<int>(r)) + ")");
 }
 
 void check_failed(const char* expr, const char* file, int line, std::string_view why) {

@@ -12,6 +12,7 @@
 #include <spdlog/logger.h>
 
 #include "actors/runtime/result.hpp"
+#include "gpu/vk/gpu_failure.hpp"
 
 namespace ordo::gpu {
 
@@ -21,8 +22,9 @@ std::shared_ptr<spdlog::logger> logger();
 // Name of a VkResult ("VK_ERROR_DEVICE_LOST").
 std::string_view vk_result_name(VkResult r);
 
-// Maps a failed Vulkan call to an ordo::error. Device loss keeps its own code so the actor can
-// start recovery; everything else is "vulkan_error". `what` names the call and its context.
+// Maps a failed Vulkan call to an ordo::error (gpu_error): a lost device, a timeout and no
+// memory keep their own failures; everything else is device_error ("vulkan_error"). `what`
+// names the call and its context.
 error vk_error(VkResult r, std::string_view what);
 
 // Programmer-error check that stays on in release builds: logs and aborts. Used only for

@@ -36,9 +36,9 @@ arena::arena(device& dev, std::uint64_t page_bytes) : _device(dev), _page_bytes(
 
 result<buffer_view> arena::allocate(std::uint64_t bytes) {
     if (bytes == 0 || bytes > _page_bytes) {
-        return make_error("gpu_bad_shape", "allocation of " + std::to_string(bytes) +
-                                               " B does not fit a " +
-                                               std::to_string(_page_bytes) + " B page");
+        return gpu_error(gpu_failure::bad_shape, "allocation of " + std::to_string(bytes) +
+                                                     " B does not fit a " +
+                                                     std::to_string(_page_bytes) + " B page");
     }
     std::uint64_t start = (_used + allocation_alignment - 1) / allocation_alignment *
                           allocation_alignment;
@@ -58,21 +58,23 @@ result<weight_tensor> upload_weight(device& dev, arena& mem, model::ggml_type ty
                                     std::uint32_t n_in, std::uint32_t n_out,
                                     std::span<const std::uint8_t> data) {
     if (!kernels_run(type)) {
-        return make_error("gpu_unsupported_type",
-                          "weight type " + std::string(model::type_name(type)) +
-                              " has no kernel (" + kernel_type_names() + ")");
+        return gpu_error(gpu_failure::unsupported_type,
+                         "weight type " + std::string(model::type_name(type)) + " has no kernel (" +
+                             kernel_type_names() + ")");
     }
     const std::uint32_t multiple = row_multiple(type);
     if (n_in == 0 || n_out == 0 || n_in % multiple != 0) {
-        return make_error("gpu_bad_shape", "weight " + std::to_string(n_in) + "x" +
-                                               std::to_string(n_out) + ": n_in must be a "
-                                               "nonzero multiple of " + std::to_string(multiple));
+        return gpu_error(gpu_failure::bad_shape, "weight " + std::to_string(n_in) + "x" +
+                                                     std::to_string(n_out) +
+                                                     ": n_in must be a "
+                                                     "nonzero multiple of " +
+                                                     std::to_string(multiple));
     }
     const std::uint64_t row_bytes = *model::bytes_for(type, n_in);
     if (data.size() != row_bytes * n_out) {
-        return make_error("gpu_bad_shape", "weight data is " + std::to_string(data.size()) +
-                                               " B, expected " +
-                                               std::to_string(row_bytes * n_out));
+        return gpu_error(gpu_failure::bad_shape, "weight data is " + std::to_string(data.size()) +
+                                                     " B, expected " +
+                                                     std::to_string(row_bytes * n_out));
     }
     // Rows per chunk: as many as fit a page (with the aux region's padding).
     std::uint32_t rows_max = 0;
@@ -81,8 +83,8 @@ result<weight_tensor> upload_weight(device& dev, arena& mem, model::ggml_type ty
         if (r > rows_max && packed_bytes(type, n_in, r) <= mem.page_bytes()) rows_max = r;
     }
     if (rows_max == 0) {
-        return make_error("gpu_bad_shape", "one row of " + std::to_string(n_in) +
-                                               " elements does not fit a storage binding");
+        return gpu_error(gpu_failure::bad_shape, "one row of " + std::to_string(n_in) +
+                                                     " elements does not fit a storage binding");
     }
     weight_tensor t{type, n_in, n_out, {}};
     std::vector<std::uint8_t> staging;

@@ -1,18 +1,21 @@
 // gpu_failure.hpp: why a step, a kv copy or a device build failed, the closed set the gpu
-// actor and its receivers decide on. The runner and the Vulkan layer below report failures as
-// ordo::error with these names as codes (vk_util.cpp's vk_error, stream.cpp, the encoders); the
-// gpu actor reads that code once (gpu_failure_of) and from there on the failure travels as
-// this enum: in step_failed and kv_copy_failed, in the scheduler's counters, in the kv actor's
-// save and restore answers. Whether the device is still trusted (device_fault) and whether a
-// build is worth another try (build_retryable) are switches over it. The names are the codes
-// clients and logs have always read ("gpu_timeout in decode#12 ...": the scheduler's message).
+// actor and its receivers decide on. Beside the Vulkan layer, the lowest that makes one: the
+// Vulkan layer, the runner and the logits exchange return ordo::error, each made by gpu_error
+// with a failure's name as its code (vk_error maps a VkResult to one). The gpu actor reads that
+// code once (gpu_failure_of), and from there on the failure travels as this enum: in
+// step_failed and kv_copy_failed, in the scheduler's counters, in the kv actor's save and
+// restore answers. Whether the device is still trusted (device_fault) and whether a build is
+// worth another try (build_retryable) are switches over it. The names are the codes clients and
+// logs have always read ("gpu_timeout in decode#12 ...": the scheduler's message).
 #pragma once
 
 #include <msgpack.hpp>
 
 #include <array>
 #include <cstdint>
+#include <string>
 #include <string_view>
+#include <utility>
 
 #include "actors/runtime/enum_names.hpp"
 #include "actors/runtime/result.hpp"
@@ -56,8 +59,13 @@ constexpr const auto& names_of(gpu_failure) { return gpu_failure_names; }
 static_assert(static_cast<std::size_t>(gpu_failure::cache_invalid) + 1 == gpu_failure_names.size(),
               "gpu_failure_names names every gpu_failure, in order");
 
-// The failure a step's or a copy's error names. The one place a runner's error code is read:
-// a code outside the table is a device error.
+// An error of the gpu layers: the failure's name is its code.
+inline error gpu_error(gpu_failure f, std::string message) {
+    return error{std::string(enum_name(f)), std::move(message)};
+}
+
+// The failure an error of the gpu layers names (gpu_error made it); a code outside the table
+// (none is made) is a device error.
 inline gpu_failure gpu_failure_of(const error& e) {
     return enum_from_name<gpu_failure>(e.code).value_or(gpu_failure::device_error);
 }
