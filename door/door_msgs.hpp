@@ -2,7 +2,7 @@
 // the HTTP door, http/http_actor.hpp): one list, door_messages, is both doors' message table.
 //
 // The events of a request travel typed, from the scheduler (sender of every event) to the front
-// door the request came through (the conn id's top byte, scheduler_msgs.hpp "Front doors"),
+// door the request came through (the conn id's top byte, door/conn_ids.hpp),
 // which alone encodes them for its wire (net/protocol.hpp: msgpack frames; http/openai.hpp:
 // OpenAI JSON and server-sent events). Every request gets exactly one terminal event: one of the
 // *_done messages or request_error; token_event is the only non-terminal one. Each event names
@@ -26,7 +26,7 @@
 #include "actors/runtime/fault_kind.hpp"
 #include "actors/runtime/type_list.hpp"
 #include "door/error_code.hpp"
-#include "gpu/actor/gpu_msgs.hpp"
+#include "gpu/gpu_msgs.hpp"
 #include "kv/kv_msgs.hpp"
 
 namespace ordo::door {

@@ -18,7 +18,7 @@ constexpr uint64_t timeout_sweeps = 4;
 // scheduler is stuck or stopped and the message is given up (logged).
 constexpr actors::delivery_limits gone_delivery_limits{
     .pending_max = 1u << 16, .retry_ms = 5, .deadline_ms = 30'000};
-constexpr uint64_t local_id_mask = (uint64_t(1) << sched::front_door_shift) - 1;
+constexpr uint64_t local_id_mask = (uint64_t(1) << door_kind_shift) - 1;
 
 }  // namespace
 
@@ -26,9 +26,9 @@ front_door::front_door(front_door_options options, front_door_owner& owner)
     : _options(std::move(options)),
       _owner(owner),
       // The msgpack door logs as it always did, unprefixed (its logger is named net).
-      _prefix(_options.door == sched::front_door::net
+      _prefix(_options.door == door_kind::net
                   ? ""
-                  : std::string(sched::front_door_name(_options.door)) + " ") {
+                  : std::string(door_kind_name(_options.door)) + " ") {
     _options.conns.lingering_max = _options.connections_max;
     _options.conns.door = _prefix;
 }
@@ -48,7 +48,7 @@ status front_door::start(uv_loop_t* loop, spdlog::logger& log) {
                                  if (why.outcome != delivery_outcome::actor_stopped &&
                                      why.outcome != delivery_outcome::not_connected) {
                                      _log->error("client_gone for connection {} undeliverable: {}",
-                                                 std::get<sched::client_gone>(m).conn, why.message);
+                                                 std::get<client_gone>(m).conn, why.message);
                                  }
                              });
         !st) {
@@ -58,7 +58,7 @@ status front_door::start(uv_loop_t* loop, spdlog::logger& log) {
     uv_timer_start(&_sweep_timer, &front_door::sweep_cb, sweep_ms, sweep_ms);
     _listen_status =
         _listener.open(loop, _options.host, _options.port, this, &front_door::connection_cb,
-                       _options.door == sched::front_door::net ? "" : "http");
+                       _options.door == door_kind::net ? "" : "http");
     if (_listen_status.ok()) {
         log.info("{}listening on {}:{}", _prefix, _options.host, _listener.port());
     } else {
@@ -173,7 +173,7 @@ void front_door::conn_read(tcp_conn& c, const char* data, size_t size) {
 
 void front_door::conn_stopping(tcp_conn& c, const std::string& reason) {
     if (_owner.door_abandon(c)) {
-        _gone.send(sched::client_gone{sched::conn_id(_options.door, c.id), reason});
+        _gone.send(client_gone{conn_id(_options.door, c.id), reason});
     }
     if (c.admitted) {
         assert(_open > 0);
@@ -186,7 +186,7 @@ void front_door::conn_closed(tcp_conn& c) {
 }
 
 tcp_conn* front_door::find(uint64_t conn) {
-    if ((conn >> sched::front_door_shift) != uint64_t(_options.door)) return nullptr;
+    if ((conn >> door_kind_shift) != uint64_t(_options.door)) return nullptr;
     return _conns.find(conn & local_id_mask);
 }
 

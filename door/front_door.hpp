@@ -24,7 +24,7 @@
 
 #include "actors/runtime/delivery.hpp"
 #include "actors/runtime/outbox.hpp"
-#include "actors/scheduler/scheduler_msgs.hpp"
+#include "door/conn_ids.hpp"
 #include "door/api_keys.hpp"
 #include "door/door_msgs.hpp"
 #include "door/error_code.hpp"
@@ -63,7 +63,7 @@ protected:
 };
 
 struct front_door_options {
-    sched::front_door door = sched::front_door::net;  // the top byte of its conn ids
+    door_kind door = door_kind::net;  // the top byte of its conn ids
     std::string host = "127.0.0.1";
     uint16_t port = 0;  // 0 = ephemeral (tests)
     size_t connections_max = 256;
@@ -102,7 +102,7 @@ public:
     // scheduler reports the device ready.
     template <typename Scheduler>
     void connect_scheduler(Scheduler& s, const char* sender) {
-        _gone_out = actors::outbox<sched::client_gone>(s, sender);
+        _gone_out = actors::outbox<client_gone>(s, sender);
         _health_status = door::health_status::loading;
         _health_reason = "starting";
     }
@@ -144,7 +144,7 @@ public:
     std::map<std::string, uint64_t> counters_map() const;
 
 private:
-    using gone_delivery = actors::delivery<sched::client_gone>;
+    using gone_delivery = actors::delivery<client_gone>;
 
     static void connection_cb(uv_stream_t* server, int status);
     static void sweep_cb(uv_timer_t* t);
@@ -162,7 +162,7 @@ private:
     front_door_owner& _owner;
     spdlog::logger* _log = nullptr;
     std::string _prefix;  // log prefix: "" for the msgpack door (its logger says net), "http "
-    actors::outbox<sched::client_gone> _gone_out;
+    actors::outbox<client_gone> _gone_out;
     gone_delivery _gone;
     tcp_listener _listener;
     tcp_conns _conns;           // every connection, by its local id

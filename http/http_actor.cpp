@@ -94,7 +94,7 @@ const char* endpoint_method(std::string_view path) {
 // most max_connections at once, so lingering ones cannot grow without bound either.
 door::front_door_options door_options(const http_options& o) {
     door::front_door_options d;
-    d.door = sched::front_door::http;
+    d.door = door::door_kind::http;
     d.host = o.host;
     d.port = o.port;
     d.connections_max = o.connections_max;
@@ -137,7 +137,7 @@ struct http_actor::live_request {
 };
 
 // A connection: the TCP layer's part (tcp_conn: socket, write queue, closing, lingering; its id
-// is local, the scheduler knows conn_id(front_door::http, id); admitted means counted against
+// is local, the scheduler knows door::conn_id(door::door_kind::http, id); admitted means counted against
 // the connection limit) and HTTP's.
 struct http_actor::connection final : door::tcp_conn {
     request_reader reader;
@@ -161,7 +161,7 @@ struct http_actor::connection final : door::tcp_conn {
         : reader(opt.header_bytes_max, opt.body_bytes_max) {
         id = i;
     }
-    uint64_t conn() const { return sched::conn_id(sched::front_door::http, id); }
+    uint64_t conn() const { return door::conn_id(door::door_kind::http, id); }
 };
 
 http_actor::http_actor(http_options options, size_t mailbox_capacity)

@@ -8,8 +8,8 @@
 // (openai.hpp, through the one validator net/ops.hpp), /v1/embeddings' inputs into the
 // scheduler's embed requests (at most embed_inputs_inflight_max at a time, answered together),
 // and encodes the scheduler's typed events (door/door_msgs.hpp) as OpenAI JSON or server-sent
-// events. The scheduler answers it like the net actor: its conn ids carry front_door::http
-// (scheduler_msgs.hpp "Front doors"), so the scheduler routes them here through a delivery of
+// events. The scheduler answers it like the net actor: its conn ids carry door::door_kind::http
+// (door/conn_ids.hpp), so the scheduler routes them here through a delivery of
 // their own.
 //
 // One request of a connection runs at a time; answers are written in request order (HTTP/1.1
@@ -45,7 +45,7 @@
 
 #include "actors/runtime/actor.hpp"
 #include "actors/runtime/outbox.hpp"
-#include "actors/scheduler/scheduler_msgs.hpp"
+#include "scheduler/scheduler_msgs.hpp"
 #include "door/api_keys.hpp"
 #include "door/door_msgs.hpp"
 #include "door/front_door.hpp"

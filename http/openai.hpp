@@ -20,7 +20,7 @@
 #include <string_view>
 #include <variant>
 
-#include "actors/scheduler/scheduler_msgs.hpp"
+#include "scheduler/scheduler_msgs.hpp"
 #include "door/door_msgs.hpp"
 #include "door/error_code.hpp"
 #include "grammar/tool_calls.hpp"

@@ -61,7 +61,7 @@
 #include "actors/runtime/actor.hpp"
 #include "actors/runtime/delivery.hpp"
 #include "actors/runtime/outbox.hpp"
-#include "gpu/actor/gpu_msgs.hpp"
+#include "gpu/gpu_msgs.hpp"
 #include "gpu/logits/kv_staging.hpp"
 #include "kv/kv_file.hpp"
 #include "kv/kv_index.hpp"

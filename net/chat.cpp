@@ -6,7 +6,7 @@
 
 #include <span>
 
-#include "actors/scheduler/scheduler_msgs.hpp"
+#include "scheduler/scheduler_msgs.hpp"
 
 namespace ordo::net {
 namespace {

@@ -32,7 +32,7 @@ uint64_t ms_since(std::chrono::steady_clock::time_point t) {
 
 door::front_door_options door_options(const net_options& o) {
     door::front_door_options d;
-    d.door = sched::front_door::net;
+    d.door = door::door_kind::net;
     d.host = o.host;
     d.port = o.port;
     d.connections_max = o.connections_max;

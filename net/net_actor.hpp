@@ -35,7 +35,7 @@
 
 #include "actors/runtime/actor.hpp"
 #include "actors/runtime/outbox.hpp"
-#include "actors/scheduler/scheduler_msgs.hpp"
+#include "scheduler/scheduler_msgs.hpp"
 #include "door/api_keys.hpp"
 #include "door/door_msgs.hpp"
 #include "door/front_door.hpp"

@@ -7,9 +7,9 @@
 
 #include "actors/runtime/enum_names.hpp"
 #include "actors/runtime/fault_kind.hpp"
-#include "actors/scheduler/stop_matcher.hpp"
+#include "scheduler/stop_matcher.hpp"
 #include "door/api_keys.hpp"
-#include "actors/scheduler/grammar_constraint.hpp"
+#include "scheduler/grammar_constraint.hpp"
 #include "grammar/gbnf.hpp"
 #include "net/request_fields.hpp"
 

@@ -1,5 +1,5 @@
 // ops.hpp: the one validator of requests. Turns a request's envelope (net/protocol.hpp) into the
-// typed op message the scheduler accepts (actors/scheduler/scheduler_msgs.hpp), or a
+// typed op message the scheduler accepts (scheduler/scheduler_msgs.hpp), or a
 // bad_request / unknown_op error naming the key. Pure and actor-free: the net actor calls it
 // once per request, tests and the protocol fuzzer call it directly.
 //
@@ -17,7 +17,7 @@
 #include <variant>
 
 #include "actors/runtime/result.hpp"
-#include "actors/scheduler/scheduler_msgs.hpp"
+#include "scheduler/scheduler_msgs.hpp"
 #include "net/chat.hpp"
 #include "net/protocol.hpp"
 

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <limits>
 
-#include "actors/scheduler/stop_matcher.hpp"
+#include "scheduler/stop_matcher.hpp"
 
 namespace ordo::net::fields {
 namespace {

@@ -53,7 +53,7 @@
 #include "actors/runtime/delivery.hpp"
 #include "actors/runtime/outbox.hpp"
 #include "gpu/runner/armed_faults.hpp"
-#include "gpu/actor/gpu_msgs.hpp"
+#include "gpu/gpu_msgs.hpp"
 #include "gpu/logits/kv_staging.hpp"
 #include "gpu/logits/logits_exchange.hpp"
 #include "gpu/runner/runner.hpp"

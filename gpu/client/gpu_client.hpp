@@ -17,7 +17,7 @@
 
 #include "actors/runtime/actor.hpp"
 #include "gpu/actor/gpu_actor.hpp"
-#include "gpu/actor/gpu_msgs.hpp"
+#include "gpu/gpu_msgs.hpp"
 #include "gpu/logits/logits_exchange.hpp"
 
 namespace ordo::gpu {

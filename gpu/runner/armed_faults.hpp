@@ -1,7 +1,7 @@
 // armed_faults.hpp: the gpu actor's armed faults (inject_fault messages) and the rule that
 // matches them to steps. Pure logic, unit-tested directly; the actor turns a match into a
 // runner step_fault, which fails the step through the real path (runner.hpp). Which faults the
-// config's [fault] plan arms is decided elsewhere (actors/scheduler/seeded_fault_plan.hpp).
+// config's [fault] plan arms is decided elsewhere (scheduler/seeded_fault_plan.hpp).
 //
 // Rule: a fault counts the steps whose phase matches (no phase = any) from the moment it is
 // armed; it fires on matching steps number after_steps + 1 .. after_steps + count, then is
@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "actors/runtime/result.hpp"
-#include "gpu/actor/gpu_msgs.hpp"
+#include "gpu/gpu_msgs.hpp"
 #include "gpu/runner/runner.hpp"
 
 namespace ordo::gpu {

@@ -42,7 +42,7 @@
 #include "actors/runtime/result.hpp"
 #include "gpu/vk/device.hpp"
 #include "gpu/vk/kernels.hpp"
-#include "gpu/actor/gpu_msgs.hpp"
+#include "gpu/gpu_msgs.hpp"
 #include "gpu/vk/kv_pool.hpp"
 #include "gpu/vk/pipeline_cache.hpp"
 #include "gpu/vk/pipelines.hpp"

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "actors/runtime/result.hpp"
-#include "gpu/actor/gpu_msgs.hpp"
+#include "gpu/gpu_msgs.hpp"
 
 namespace ordo::gpu {
 

@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "net/frame_decoder.hpp"
-#include "actors/scheduler/stop_matcher.hpp"
+#include "scheduler/stop_matcher.hpp"
 #include "net/ops.hpp"
 #include "net/protocol.hpp"
 

@@ -21,7 +21,7 @@
 #include <tuple>
 #include <vector>
 
-#include "gpu/actor/gpu_msgs.hpp"
+#include "gpu/gpu_msgs.hpp"
 #include "gpu/runner/runner.hpp"
 #include "model/gguf.hpp"
 #include "model/reference.hpp"

@@ -36,7 +36,7 @@ using test::http_request_text;
 using test::probe;
 
 using sched_probe = probe<sched::generate, sched::stats_query, sched::tokenize, sched::detokenize,
-                          sched::client_gone, sched::embed>;
+                          door::client_gone, sched::embed>;
 
 struct rig {
     explicit rig(http::http_options o = options()) : http(std::move(o), 1024) {
@@ -97,7 +97,7 @@ TEST(http_actor, a_stream_in_typed_messages_out_as_sse) {
     ASSERT_TRUE(c.send(completion(true)));
     auto g = r.sched.next<sched::generate>();
     ASSERT_TRUE(g);
-    EXPECT_EQ(sched::front_door_of(g->conn), sched::front_door::http);
+    EXPECT_EQ(door::door_kind_of(g->conn), door::door_kind::http);
     EXPECT_EQ(g->params.prompt.value_or(""), "hi");
     EXPECT_TRUE(g->params.stream);
     r.tell(token(g->conn, g->id, "a"));
@@ -176,10 +176,10 @@ TEST(http_actor, a_client_closing_mid_stream_is_one_client_gone) {
     r.tell(token(g->conn, g->id, "a"));
     ASSERT_TRUE(c.read_head());
     c.close();
-    auto gone = r.sched.next<sched::client_gone>();
+    auto gone = r.sched.next<door::client_gone>();
     ASSERT_TRUE(gone);
     EXPECT_EQ(gone->conn, g->conn);
-    EXPECT_FALSE(r.sched.next<sched::client_gone>(std::chrono::milliseconds(200)));
+    EXPECT_FALSE(r.sched.next<door::client_gone>(std::chrono::milliseconds(200)));
     // Events still in flight for the gone connection are dropped quietly.
     r.tell(done(g->conn, g->id, "a"));
 }
@@ -194,7 +194,7 @@ TEST(http_actor, drop_connection_closes_it) {
     ASSERT_TRUE(g);
     r.tell(door::drop_connection{g->conn, "events undeliverable"});
     EXPECT_TRUE(c.wait_closed());
-    EXPECT_TRUE(r.sched.next<sched::client_gone>());
+    EXPECT_TRUE(r.sched.next<door::client_gone>());
 }
 
 // (6)
@@ -228,7 +228,7 @@ TEST(http_actor, metrics_come_from_the_scheduler_stats) {
     ASSERT_TRUE(c.send(http_request_text("GET", "/metrics")));
     auto q = r.sched.next<sched::stats_query>();
     ASSERT_TRUE(q);
-    EXPECT_EQ(sched::front_door_of(q->conn), sched::front_door::http);
+    EXPECT_EQ(door::door_kind_of(q->conn), door::door_kind::http);
     // The query carries this front door's counters; the scheduler echoes them in its report.
     EXPECT_EQ(q->http.at("requests"), 1u);
     EXPECT_EQ(q->http.at("connections_open"), 1u);
@@ -302,7 +302,7 @@ TEST(http_actor, a_paused_connection_is_still_cut_off_at_the_write_bound) {
     r.tell(door::net_fault{g->conn, ordo::fault_kind::net_stop_reading, 60'000});
     const std::string text(16 * 1024, 'x');
     for (int i = 0; i < 800; i++) r.tell(token(g->conn, g->id, text));
-    auto gone = r.sched.next<sched::client_gone>();
+    auto gone = r.sched.next<door::client_gone>();
     ASSERT_TRUE(gone) << "the paused connection that stopped reading was never cut off";
     EXPECT_EQ(gone->conn, g->conn);
     EXPECT_EQ(gone->reason, "slow_reader");

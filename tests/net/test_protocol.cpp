@@ -11,7 +11,7 @@
 
 #include <set>
 
-#include "actors/scheduler/stop_matcher.hpp"
+#include "scheduler/stop_matcher.hpp"
 #include "net/ops.hpp"
 #include "net/protocol.hpp"
 #include "net/request_fields.hpp"

@@ -1,5 +1,5 @@
 // grammar_constraint_test.cpp: a request's grammar as the sampler sees it
-// (actors/scheduler/grammar_constraint.hpp), on a crafted vocabulary.
+// (scheduler/grammar_constraint.hpp), on a crafted vocabulary.
 //
 // Checks: the mask allows exactly the tokens whose bytes keep the grammar alive (single bytes,
 // multi-byte pieces, a piece that runs past what the grammar allows is refused); end of
@@ -11,7 +11,7 @@
 // until a trigger appears in the output (across tokens too), then holds from the trigger's first
 // byte; a trigger whose text the grammar refuses is passed over; a '^' trigger holds only where
 // the output begins, after whitespace.
-#include "actors/scheduler/grammar_constraint.hpp"
+#include "scheduler/grammar_constraint.hpp"
 
 #include <gtest/gtest.h>
 

@@ -13,8 +13,8 @@
 #include <cstdio>
 #include <vector>
 
-#include "actors/scheduler/kv_blocks.hpp"
-#include "actors/scheduler/prng.hpp"
+#include "scheduler/kv_blocks.hpp"
+#include "scheduler/prng.hpp"
 
 namespace {
 

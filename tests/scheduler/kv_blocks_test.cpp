@@ -1,4 +1,4 @@
-// kv_blocks_test.cpp: the paged KV block manager and prefix cache (actors/scheduler/kv_blocks.hpp).
+// kv_blocks_test.cpp: the paged KV block manager and prefix cache (scheduler/kv_blocks.hpp).
 //
 // Checks, with tiny pools (4-token blocks) and check_invariants() after every operation:
 // allocation and free; a prefix hit on a shared prefix (never the whole prompt; a fully cached
@@ -9,7 +9,7 @@
 // holders; invalidate_all; collision safety with injected degenerate hashes (one constant, one
 // that ignores the parent); bad arguments are errors. kv_blocks_sim_test.cpp runs a seeded
 // random simulation.
-#include "actors/scheduler/kv_blocks.hpp"
+#include "scheduler/kv_blocks.hpp"
 
 #include <gtest/gtest.h>
 

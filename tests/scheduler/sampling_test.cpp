@@ -1,4 +1,4 @@
-// sampling_test.cpp: the per-request sampler (actors/scheduler/sampling.hpp).
+// sampling_test.cpp: the per-request sampler (scheduler/sampling.hpp).
 //
 // Checks, on crafted logits: greedy picks the argmax with ties to the lowest id; a seed fixes
 // the token sequence (same seed same tokens, other seed other tokens, interleaving two
@@ -13,7 +13,7 @@
 // mask (a grammar's) restricts greedy and every filter to the allowed tokens, draws only them
 // with the model's relative frequencies among them, and a mask of the wrong size or allowing
 // nothing is an error; greedy checked token by token picks what greedy over the mask picks.
-#include "actors/scheduler/sampling.hpp"
+#include "scheduler/sampling.hpp"
 
 #include <gtest/gtest.h>
 

@@ -25,7 +25,7 @@
 #include <filesystem>
 #include <future>
 
-#include "actors/scheduler/scheduler_actor.hpp"
+#include "scheduler/scheduler_actor.hpp"
 #include "model/gguf.hpp"
 #include "model/synth.hpp"
 #include "tests/support/actor_probe.hpp"
@@ -79,7 +79,7 @@ struct rig {
         o.on_drained = [this] { drained.set_value(); };
         sched.emplace(std::move(*core), &logits, std::move(o));
         sched->connect(net, gpu);
-        sched->connect_front_door(front_door::http, http);
+        sched->connect_front_door(door::door_kind::http, http);
         for (actors::actor_core* a :
              std::initializer_list<actors::actor_core*>{&net, &http, &gpu, &*sched}) {
             a->set_trace(&trace);
@@ -150,7 +150,7 @@ struct rig {
     actors::memory_trace_sink trace;
     gpu::logits_exchange logits;
     net_probe net{"net"};
-    net_probe http{"http"};  // the second front door (front_door::http)
+    net_probe http{"http"};  // the second front door (door::door_kind::http)
     gpu_probe gpu{"gpu"};
     std::promise<void> drained;
     std::optional<scheduler_actor> sched;
@@ -363,7 +363,7 @@ TEST(scheduler_actor, without_a_plan_stats_has_no_fault_plan_and_no_fault_is_sen
 TEST(scheduler_actor, each_front_door_gets_the_events_of_its_connections) {
     rig r;
     r.device_ready();
-    const uint64_t http_conn = conn_id(front_door::http, 1);
+    const uint64_t http_conn = door::conn_id(door::door_kind::http, 1);
     r.generate(1, 3, http_conn);
     r.generate(1, 3, 1);  // the same (local conn, id) on the net front door: another request
     std::vector<std::string> http_events, net_events;

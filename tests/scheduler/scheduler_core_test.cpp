@@ -36,7 +36,7 @@
 #include <map>
 #include <set>
 
-#include "actors/scheduler/scheduler_core.hpp"
+#include "scheduler/scheduler_core.hpp"
 #include "net/ops.hpp"
 #include "net/protocol.hpp"
 #include "model/gguf.hpp"

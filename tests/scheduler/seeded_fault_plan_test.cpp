@@ -1,12 +1,12 @@
 // seeded_fault_plan_test.cpp: checks the [fault] plan's decisions
-// (actors/scheduler/seeded_fault_plan.hpp) directly, without an actor: the draw for a step is a
+// (scheduler/seeded_fault_plan.hpp) directly, without an actor: the draw for a step is a
 // function of (seed, step) only — the same seed gives the same decisions for steps 0..10000
 // whatever order they are asked in, another seed gives others; the rate of faults is close to
 // 1/every_steps over many steps (a loose bound; deterministic for the fixed seeds used); every kind
 // drawn is from the list, each of them is drawn, and a kind listed twice is drawn about twice as
 // often; plan_faults_max bounds what fires (0 = spent at once), after which the plan is spent; a
 // fault taken back (not_fired) frees its budget and counts as refused; no kinds = no plan.
-#include "actors/scheduler/seeded_fault_plan.hpp"
+#include "scheduler/seeded_fault_plan.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// stop_matcher_test.cpp: stop strings across token boundaries (actors/scheduler/stop_matcher.hpp).
+// stop_matcher_test.cpp: stop strings across token boundaries (scheduler/stop_matcher.hpp).
 //
 // Checks: a stop string inside one piece, across 2 and across 3 pieces ends generation and
 // releases exactly the text before it; a partial match followed by a mismatch releases the
@@ -7,14 +7,14 @@
 // string's prefix); finish() releases what is held; bad stop lists are refused naming "stop".
 // A seeded randomized check feeds texts in random pieces and compares the concatenated
 // output with a direct search of the whole text.
-#include "actors/scheduler/stop_matcher.hpp"
+#include "scheduler/stop_matcher.hpp"
 
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
-#include "actors/scheduler/prng.hpp"
+#include "scheduler/prng.hpp"
 
 namespace {
 

@@ -12,7 +12,7 @@
 
 #include "actors/config/config.hpp"
 #include "actors/runtime/result.hpp"
-#include "actors/scheduler/scheduler_core.hpp"
+#include "scheduler/scheduler_core.hpp"
 #include "model/gguf.hpp"
 #include "model/llama.hpp"
 #include "model/tokenizer.hpp"

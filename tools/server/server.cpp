@@ -12,8 +12,8 @@
 
 #include "actors/runtime/log.hpp"
 #include "net/ops.hpp"
-#include "actors/scheduler/kv_blocks.hpp"
-#include "actors/scheduler/scheduler_actor.hpp"
+#include "scheduler/kv_blocks.hpp"
+#include "scheduler/scheduler_actor.hpp"
 #include "gpu/actor/gpu_actor.hpp"
 #include "kv/kv_actor.hpp"
 #include "http/http_actor.hpp"
@@ -295,7 +295,7 @@ status run_server(const config::config& cfg, const loaded_model& model, const se
     scheduler.connect(net, gpu);
     net.connect_scheduler(scheduler);
     // The second front door: the scheduler routes the events of its connections to it by the
-    // front door written in their conn ids (scheduler_msgs.hpp "Front doors").
+    // front door written in their conn ids (door/conn_ids.hpp).
     if (http_address) {
         http::http_options ho = http_options_from(cfg, *http_address, model, net_opts.limits);
         ho.net_counters = [&net] { return net.counters(); };
@@ -303,7 +303,7 @@ status run_server(const config::config& cfg, const loaded_model& model, const se
         ho.metrics_require_key = cfg.http.metrics_require_key;
         ho.cors_allow_origins = cfg.http.cors_allow_origins;
         http.emplace(std::move(ho), cfg.server.mailbox_capacity);
-        scheduler.connect_front_door(sched::front_door::http, *http);
+        scheduler.connect_front_door(door::door_kind::http, *http);
         http->connect_scheduler(scheduler);
     }
     if (kv) {

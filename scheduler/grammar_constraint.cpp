@@ -1,5 +1,5 @@
 // grammar_constraint.cpp: see grammar_constraint.hpp.
-#include "actors/scheduler/grammar_constraint.hpp"
+#include "scheduler/grammar_constraint.hpp"
 
 #include <algorithm>
 #include <cassert>

@@ -1,9 +1,9 @@
 // seeded_fault_plan.cpp: see seeded_fault_plan.hpp.
-#include "actors/scheduler/seeded_fault_plan.hpp"
+#include "scheduler/seeded_fault_plan.hpp"
 
 #include <cassert>
 
-#include "actors/scheduler/prng.hpp"
+#include "scheduler/prng.hpp"
 
 namespace ordo::sched {
 

@@ -1,7 +1,7 @@
 // scheduler_core.cpp: construction, the client ops (generate admission, cancel, tokenize,
 // detokenize, stats, model) and lookups. Planning is in scheduler_plan.cpp, step outcomes and
 // terminal events in scheduler_outcomes.cpp.
-#include "actors/scheduler/scheduler_core.hpp"
+#include "scheduler/scheduler_core.hpp"
 
 #include <algorithm>
 #include <cassert>

@@ -1,5 +1,5 @@
 // stop_matcher.cpp: see stop_matcher.hpp.
-#include "actors/scheduler/stop_matcher.hpp"
+#include "scheduler/stop_matcher.hpp"
 
 #include <algorithm>
 #include <cassert>

@@ -1,6 +1,6 @@
 // scheduler_msgs.hpp: the messages the scheduler actor accepts from the front doors (the net and
 // HTTP actors), first; it also accepts the gpu actor's replies, declared in
-// gpu/actor/gpu_msgs.hpp.
+// gpu/gpu_msgs.hpp.
 //
 // Every op is a typed message, parsed and validated once at the edge (net/ops.hpp) and named by
 // (conn, id): the connection the front door assigned and the id the client chose. Reply: the
@@ -22,35 +22,15 @@
 #include "actors/runtime/actor.hpp"
 #include "actors/runtime/enum_names.hpp"
 #include "actors/runtime/fault_kind.hpp"
-#include "actors/scheduler/sampling.hpp"
-#include "gpu/actor/gpu_msgs.hpp"
+#include "scheduler/sampling.hpp"
+#include "door/conn_ids.hpp"
+#include "gpu/gpu_msgs.hpp"
 
 namespace ordo::sched {
 
-// ---- Front doors and connection ids -----------------------------------------------------------
-//
-// A request is named by (conn, id). The scheduler answers every request to the front door that
-// sent it, without knowing its wire format: the front door is written in the top byte of the
-// conn id, which the front door assigns (conn_id below) and the scheduler only reads
-// (front_door_of). The scheduler keeps one ordered, bounded delivery per front door, so the
-// events of one connection still arrive in order, and one front door that is slow or stuck
-// never delays the other's events. The net actor's ids have a top byte of 0 (its counter never
-// reaches 2^56), so it needs no change; the HTTP actor makes its ids with conn_id.
-enum class front_door : uint8_t { net = 0, http = 1 };
-inline constexpr size_t front_doors = 2;
-inline constexpr unsigned front_door_shift = 56;
-inline constexpr uint64_t conn_id(front_door d, uint64_t local) {
-    return (uint64_t(d) << front_door_shift) | (local & ((uint64_t(1) << front_door_shift) - 1));
-}
-// The front door of `conn`; an id of no known front door maps to net (whose delivery then finds
-// no such connection and drops the event, as for any connection that is gone).
-inline constexpr front_door front_door_of(uint64_t conn) {
-    uint64_t d = conn >> front_door_shift;
-    return d < front_doors ? front_door(d) : front_door::net;
-}
-inline constexpr const char* front_door_name(front_door d) {
-    return d == front_door::http ? "http" : "net";
-}
+// The front doors and their connection ids, and client_gone, are the doors' own
+// (door/conn_ids.hpp): the scheduler accepts door::client_gone as one of its messages.
+using door::client_gone;
 
 // Bounds on one request; the frame limit (server.max_frame_bytes) is usually tighter.
 inline constexpr size_t prompt_bytes_max = 4u << 20;   // a prompt or tokenize text
@@ -206,15 +186,6 @@ struct fault {
     uint64_t conn = 0, id = 0;
     fault_spec spec;
     MSGPACK_DEFINE_MAP(conn, id, spec);
-};
-
-// net → scheduler: the connection is gone (EOF, reset, write error, slow reader, timeout).
-// Every live request of `conn` is cancelled in order; no events are sent for them. No reply.
-struct client_gone {
-    static constexpr const char* msg_name = "client_gone";
-    uint64_t conn = 0;
-    std::string reason;
-    MSGPACK_DEFINE_MAP(conn, reason);
 };
 
 // bootstrap → scheduler: the server is draining (SIGTERM). New generate requests are refused

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/scheduler/kv_blocks.hpp"
+#include "scheduler/kv_blocks.hpp"
 
 namespace ordo::sched {
 namespace {

@@ -31,11 +31,11 @@
 #include "actors/runtime/delivery.hpp"
 #include "actors/runtime/log.hpp"
 #include "actors/runtime/outbox.hpp"
-#include "actors/scheduler/scheduler_core.hpp"
-#include "actors/scheduler/scheduler_msgs.hpp"
-#include "actors/scheduler/seeded_fault_plan.hpp"
+#include "scheduler/scheduler_core.hpp"
+#include "scheduler/scheduler_msgs.hpp"
+#include "scheduler/seeded_fault_plan.hpp"
 #include "door/door_msgs.hpp"
-#include "gpu/actor/gpu_msgs.hpp"
+#include "gpu/gpu_msgs.hpp"
 #include "gpu/logits/logits_exchange.hpp"
 
 namespace ordo::sched {
@@ -70,19 +70,19 @@ public:
     scheduler_actor(scheduler_core core, gpu::logits_exchange* logits, options o);
 
     // Before start(): where events and steps go (any actors that accept those messages). `net`
-    // is the msgpack front door (front_door::net); a second one is added with connect_front_door.
+    // is the msgpack front door (door::door_kind::net); a second one is added with connect_front_door.
     template <typename Net, typename Gpu>
     void connect(Net& net, Gpu& gpu) {
-        connect_front_door(front_door::net, net);
+        connect_front_door(door::door_kind::net, net);
         _to_gpu = gpu_outbox(gpu, "scheduler");
         _gpu_control_out = actors::outbox<gpu::reset_device>(gpu, "scheduler");
         _net_actor = &net;
         _gpu_actor = &gpu;
     }
     // Before start(): the front door that receives the events of connections whose conn id
-    // names `door` (scheduler_msgs.hpp "Front doors"), and set_health.
+    // names `door` (door/conn_ids.hpp), and set_health.
     template <typename FrontDoor>
-    void connect_front_door(front_door door, FrontDoor& a) {
+    void connect_front_door(door::door_kind door, FrontDoor& a) {
         _front_out[size_t(door)] = net_outbox(a, "scheduler");
     }
     // Before start(), with [kv] enabled: where kv requests go.
@@ -150,7 +150,7 @@ private:
     // To the front door `conn` belongs to.
     template <typename T>
     void send_to_conn(uint64_t conn, T m) {
-        _to_front[size_t(front_door_of(conn))].send(std::move(m));
+        _to_front[size_t(door::door_kind_of(conn))].send(std::move(m));
     }
     void after(std::vector<outgoing_event>& out);  // deliver events, update health, pump
     // An op the core decides alone: `decide` fills the events, after() carries them out.
@@ -188,9 +188,9 @@ private:
     scheduler_core _core;
     gpu::logits_exchange* _logits;
     options _opt;
-    // Per front door (scheduler_msgs.hpp "Front doors"): its address and the ordered, bounded
+    // Per front door (door/conn_ids.hpp): its address and the ordered, bounded
     // delivery of its events. An unbound one gives its events up as not_connected.
-    std::array<net_outbox, front_doors> _front_out;
+    std::array<net_outbox, door::door_kinds> _front_out;
     // The `fault` op's mailbox_refuse targets, set by connect()/connect_kv() (the kv one stays
     // null without [kv]). Used only for actor_core::refuse_next, which is thread-safe; never to
     // reach into the other actor's state.
@@ -199,7 +199,7 @@ private:
     actors::actor_core* _kv_actor = nullptr;
     gpu_outbox _to_gpu;
     actors::outbox<gpu::reset_device> _gpu_control_out;
-    std::array<net_delivery, front_doors> _to_front;
+    std::array<net_delivery, door::door_kinds> _to_front;
     gpu_delivery _gpu_control;
     kv_outbox _kv_out;
     kv_delivery _to_kv;

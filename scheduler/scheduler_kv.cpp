@@ -17,7 +17,7 @@
 // session requests every computed block (prompt and reply) under the session's name.
 #include <cassert>
 
-#include "actors/scheduler/scheduler_core.hpp"
+#include "scheduler/scheduler_core.hpp"
 
 namespace ordo::sched {
 

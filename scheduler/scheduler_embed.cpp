@@ -20,7 +20,7 @@
 #include <cassert>
 #include <cmath>
 
-#include "actors/scheduler/scheduler_core.hpp"
+#include "scheduler/scheduler_core.hpp"
 
 namespace ordo::sched {
 

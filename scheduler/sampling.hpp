@@ -37,7 +37,7 @@
 #include <vector>
 
 #include "actors/runtime/result.hpp"
-#include "actors/scheduler/prng.hpp"
+#include "scheduler/prng.hpp"
 
 namespace ordo::sched {
 

@@ -14,7 +14,7 @@
 #include <algorithm>
 #include <cassert>
 
-#include "actors/scheduler/scheduler_core.hpp"
+#include "scheduler/scheduler_core.hpp"
 
 namespace ordo::sched {
 

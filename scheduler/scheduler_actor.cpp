@@ -1,5 +1,5 @@
 // scheduler_actor.cpp: see scheduler_actor.hpp. Everything here runs on the scheduler's loop.
-#include "actors/scheduler/scheduler_actor.hpp"
+#include "scheduler/scheduler_actor.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -56,7 +56,7 @@ void scheduler_actor::on_start() {
         uv_timer_init(loop(), t);
         t->data = this;
     }
-    for (size_t d = 0; d < front_doors; d++) {
+    for (size_t d = 0; d < door::door_kinds; d++) {
         must(_to_front[d].init(loop(), _front_out[d], net_delivery_limits,
                                [this](const net_delivery::message& m, const actors::refusal& why) {
                                    net_gave_up(m, why);
@@ -470,7 +470,7 @@ void scheduler_actor::after(std::vector<outgoing_event>& out) {
     auto health = _core.health();
     if (health != _health) {
         _health = health;
-        for (size_t d = 0; d < front_doors; d++) {
+        for (size_t d = 0; d < door::door_kinds; d++) {
             if (_front_out[d].bound()) {
                 _to_front[d].send(door::set_health{health.first, health.second});
             }

@@ -1,5 +1,5 @@
 // sampling.cpp: see sampling.hpp for the pipeline and the log-probability choice.
-#include "actors/scheduler/sampling.hpp"
+#include "scheduler/sampling.hpp"
 
 #include <algorithm>
 #include <array>
@@ -11,7 +11,7 @@
 #include <numeric>
 #include <string>
 
-#include "actors/scheduler/sampling_math.hpp"
+#include "scheduler/sampling_math.hpp"
 
 namespace ordo::sched {
 namespace {

@@ -1,11 +1,11 @@
 // kv_blocks.cpp: block allocation, the prefix cache and failure invalidation (see
 // kv_blocks.hpp for the model). Consistency checks live in kv_blocks_check.cpp.
-#include "actors/scheduler/kv_blocks.hpp"
+#include "scheduler/kv_blocks.hpp"
 
 #include <algorithm>
 #include <cassert>
 
-#include "actors/scheduler/prng.hpp"
+#include "scheduler/prng.hpp"
 
 namespace ordo::sched {
 namespace {
