@@ -37,11 +37,14 @@ enum class hidden_output : uint8_t {
 };
 
 // What a step runs: prompt chunks (prefill: a sequence with more than one token), single tokens
-// (decode), or both (mixed). It labels the step's segments and selects armed faults.
-enum class step_phase : uint8_t { prefill, decode, mixed };
-inline constexpr std::array<std::string_view, 3> step_phase_names = {"prefill", "decode", "mixed"};
+// (decode), or both (mixed); verify: a step with a speculative verification (a sequence's
+// pending token and its drafts, logits for each), whatever else it holds. It labels the step's
+// segments and selects armed faults.
+enum class step_phase : uint8_t { prefill, decode, mixed, verify };
+inline constexpr std::array<std::string_view, 4> step_phase_names = {"prefill", "decode", "mixed",
+                                                                     "verify"};
 constexpr const auto& names_of(step_phase) { return step_phase_names; }
-static_assert(static_cast<std::size_t>(step_phase::mixed) + 1 == step_phase_names.size());
+static_assert(static_cast<std::size_t>(step_phase::verify) + 1 == step_phase_names.size());
 
 // One sequence's part of a step.
 struct step_seq {
@@ -49,9 +52,11 @@ struct step_seq {
     std::vector<int32_t> tokens;       // the new tokens to run (prefill chunk or 1 for decode)
     uint32_t pos0 = 0;                 // position of tokens[0]; KV for [0, pos0) is in the pool
     std::vector<uint32_t> block_table; // pool blocks covering positions [0, pos0 + tokens.size())
-    bool want_logits = false;          // return the logits row of the last token
+    // Return logits rows for the last logits_rows tokens, in token order (0: none; decode and a
+    // prompt's last chunk: 1; a speculative verification: its pending token and its drafts).
+    uint32_t logits_rows = 0;
     hidden_output hidden = hidden_output::none;  // return a hidden row (embeddings)
-    MSGPACK_DEFINE_MAP(seq_id, tokens, pos0, block_table, want_logits, hidden);
+    MSGPACK_DEFINE_MAP(seq_id, tokens, pos0, block_table, logits_rows, hidden);
 };
 
 // scheduler → gpu: run one forward step over a batch. Reply: step_done or step_failed, exactly
@@ -133,7 +138,8 @@ struct fault_refused {
     MSGPACK_DEFINE_MAP(plan_step, kind, message);
 };
 
-// The step ran. Row i of `slot` holds the logits of `rows[i]` (the sequences that asked), hidden
+// The step ran. Row i of `slot` holds the logits of `rows[i]` (the sequences that asked, a
+// sequence once per row it asked for, its rows in token order), hidden
 // row i the hidden output of `hidden_rows[i]` (logits_exchange::read_hidden_row).
 struct step_done {
     static constexpr const char* msg_name = "step_done";

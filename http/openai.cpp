@@ -24,7 +24,7 @@ using ojson = nlohmann::ordered_json;
 // Every field of a request body ordo reads, per API (docs/http.md "Parameters"). Any other
 // field is refused with 400 naming it: a client that asks for something ordo would not do
 // (tools, logit_bias, ...) learns so instead of getting an answer that silently ignored it.
-constexpr std::array<std::string_view, 19> k_common_fields{"model",
+constexpr std::array<std::string_view, 20> k_common_fields{"model",
                                                            "stream",
                                                            "stream_options",
                                                            "n",
@@ -42,16 +42,17 @@ constexpr std::array<std::string_view, 19> k_common_fields{"model",
                                                            "session",
                                                            "logprobs",
                                                            "grammar",
-                                                           "response_format"};
+                                                           "response_format",
+                                                           "speculative"};
 constexpr std::array<std::string_view, 6> k_chat_fields{
     "messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
     "parallel_tool_calls"};
 constexpr std::array<std::string_view, 1> k_completion_fields{"prompt"};
 // Fields copied to ordo's validator under the same name (it checks their types and ranges).
-constexpr std::array<std::string_view, 11> k_passed_fields{
-    "temperature", "top_p",          "seed",           "stop",
-    "top_k",       "min_p",          "repeat_penalty", "presence_penalty",
-    "frequency_penalty", "session",  "grammar"};
+constexpr std::array<std::string_view, 12> k_passed_fields{
+    "temperature",       "top_p",   "seed",    "stop",       "top_k",          "min_p",
+    "repeat_penalty",    "presence_penalty",   "frequency_penalty", "session", "grammar",
+    "speculative"};
 
 bool contains(std::span<const std::string_view> set, std::string_view s) {
     return std::find(set.begin(), set.end(), s) != set.end();

@@ -154,6 +154,7 @@ status parse_output_options(const param_map& pm, const request_limits& limits,
         out.stop = std::move(*v);
     }
     if (auto s = read_optional_bool(pm, "stream", out.stream); !s) return s;
+    if (auto s = read_optional_bool(pm, "speculative", out.speculative); !s) return s;
     if (const auto* o = pm.get("grammar")) {
         // Its syntax is the scheduler's to check (one parser for both doors); here its size.
         auto v = fields::read_string("grammar", *o, grammar::gbnf_limits{}.source_bytes_max);
@@ -186,7 +187,7 @@ status parse_generation(const param_map& pm, const request_limits& limits, gener
 #define ORDO_GENERATION_KEYS                                                                   \
     "max_tokens", "temperature", "top_k", "top_p", "min_p", "repeat_penalty", "presence_penalty", \
         "frequency_penalty", "seed", "stop", "logprobs", "stream", "session", "special",         \
-        "grammar", "grammar_triggers"
+        "grammar", "grammar_triggers", "speculative"
 #define ORDO_CHAT_KEYS "messages", "tools", "add_generation_prompt", "chat_template_kwargs"
 
 // The rendered conversation of a chat or apply_template request.
@@ -308,9 +309,11 @@ result<sched::cancel> parse_cancel(const msgpack::object& frame) {
 // `fault` {kind, phase?, layer?, after_steps?, count?, ms?, actor?}: the keys a kind does not
 // take (not_taken below) are refused by name, not ignored. The kv kinds (is_kv_fault:
 // kv_enospc, kv_eio, kv_torn_exit, kv_flip_read, kv_fingerprint) take only count: the scheduler
-// routes them to the kv actor. The net kinds (is_net_fault: net_fin, net_rst, net_stop_reading)
-// take a request phase (queued, prefill, decode; required) and count (requests),
-// net_stop_reading also ms; the scheduler fires them.
+// routes them to the kv actor. So do the draft kinds (is_draft_fault: draft_fail,
+// draft_garbage, draft_eos; count is drafting rounds), which the scheduler arms for itself.
+// The net kinds (is_net_fault: net_fin, net_rst, net_stop_reading) take a request phase
+// (queued, prefill, decode; required) and count (requests), net_stop_reading also ms; the
+// scheduler fires them.
 result<sched::fault> parse_fault(const msgpack::object& frame) {
     auto pm = param_map::open(frame,
                               {"kind", "phase", "layer", "after_steps", "count", "ms", "actor"});
@@ -327,7 +330,8 @@ result<sched::fault> parse_fault(const msgpack::object& frame) {
     if (!fk) return fields::bad("kind", enum_names_listed<fault_kind>(), fields::quote(*k));
     const bool delay = *fk == fault_kind::step_delay;
     const bool refuse = *fk == fault_kind::mailbox_refuse;
-    const bool kv_kind = is_kv_fault(*fk);
+    // The kv and draft kinds take only count (saves or restores; drafting rounds).
+    const bool kv_kind = is_kv_fault(*fk) || is_draft_fault(*fk);
     const bool net_pause = *fk == fault_kind::net_stop_reading;
     const bool net_kind = is_net_fault(*fk);
     f.kind = *fk;

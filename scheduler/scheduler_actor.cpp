@@ -258,6 +258,18 @@ scheduler_actor::fault_arming scheduler_actor::arm_fault(const fault_spec& spec,
             }
             _to_kv.send(kv::kv_fault{kind, spec.count});
             return {true, {}, ""};
+        case fk::draft_fail:
+        case fk::draft_garbage:
+        case fk::draft_eos:
+            // Armed in the core; fired at the next drafting round of a speculating sequence.
+            if (auto st = _core.arm_draft_fault(spec); !st.ok()) {
+                return {false, door::errc::bad_request, st.err().message};
+            }
+            return {true, {},
+                    fmt::format("the next {} drafting round(s) {}", spec.count,
+                                kind == fk::draft_fail      ? "fail"
+                                : kind == fk::draft_garbage ? "propose random tokens"
+                                                            : "propose end of generation first")};
         case fk::net_fin:
         case fk::net_rst:
         case fk::net_stop_reading: {
@@ -484,7 +496,10 @@ void scheduler_actor::after(std::vector<outgoing_event>& out) {
 }
 
 // Net fault points that fired, after the events made before them (one ordered delivery).
+// The core's notes (fallbacks, draft faults fired) are logged here too: both are taken after
+// every input and every planned step.
 void scheduler_actor::send_net_faults() {
+    for (const std::string& note : _core.take_notes()) log().info("{}", note);
     for (auto& f : _core.take_net_faults()) {
         log().warn("fault fired: {} on connection {}", enum_name(f.kind), f.conn);
         send_to_conn(f.conn, std::move(f));

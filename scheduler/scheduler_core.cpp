@@ -191,6 +191,8 @@ void scheduler_core::on_generate(const generate& m, std::vector<outgoing_event>&
     r.tokens = std::move(*ids);
     r.n_prompt = static_cast<uint32_t>(r.tokens.size());
     r.submitted = clock::now();
+    r.speculating = _opt.speculative.mode != config::speculative_mode::off && g.speculative;
+    r.draft_len = _opt.speculative.draft_tokens_max;
     _by_client[{m.conn, m.id}] = seq;
     if (g.session) _sessions[*g.session] = seq;
     _queue.push_back(seq);
@@ -345,7 +347,13 @@ void scheduler_core::on_stats(const stats_query& m, std::vector<outgoing_event>&
                    {"session_busy", k.session_busy},
                    {"net_faults", k.net_faults},
                    {"embeddings", k.embeddings},
-                   {"embedding_tokens", k.embedding_tokens}};
+                   {"embedding_tokens", k.embedding_tokens},
+                   {"spec_rounds", k.spec_rounds},
+                   {"spec_drafted_tokens", k.spec_drafted},
+                   {"spec_accepted_tokens", k.spec_accepted}};
+    for (size_t i = 0; i < k.spec_fallbacks.size(); i++) {
+        r.scheduler["spec_fallbacks_" + std::string(spec_fallback_names[i])] = k.spec_fallbacks[i];
+    }
     r.kv = {{"blocks_total", kv.blocks_total},   {"blocks_used", kv.blocks_used},
             {"blocks_free", kv.blocks_free},     {"blocks_cached", kv.blocks_cached},
             {"prefix_hits", kv.hits},            {"prefix_misses", kv.misses},
@@ -362,7 +370,8 @@ void scheduler_core::on_stats(const stats_query& m, std::vector<outgoing_event>&
                     {"inter_token_seconds", _histograms.inter_token},
                     {"request_duration_seconds", _histograms.duration},
                     {"prompt_tokens", _histograms.prompt_tokens},
-                    {"completion_tokens", _histograms.completion_tokens}};
+                    {"completion_tokens", _histograms.completion_tokens},
+                    {"spec_acceptance_rate", _histograms.spec_acceptance}};
     out.push_back(std::move(d));
 }
 

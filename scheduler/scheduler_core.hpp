@@ -17,6 +17,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <bitset>
 #include <chrono>
 #include <cstdint>
@@ -34,6 +35,7 @@
 
 #include "actors/config/config.hpp"
 #include "actors/runtime/result.hpp"
+#include "scheduler/drafter.hpp"
 #include "scheduler/grammar_constraint.hpp"
 #include "scheduler/kv_blocks.hpp"
 #include "scheduler/sampling.hpp"
@@ -60,6 +62,26 @@ struct model_info {
     std::string hint;        // how to point the server at a real GGUF (when generated)
 };
 
+// Speculative decoding ([speculative], docs/speculative.md).
+struct speculative_options {
+    config::speculative_mode mode = config::speculative_mode::off;
+    uint32_t draft_tokens_max = 8;
+    ngram_options ngram;
+    uint32_t fallback_rounds = 8;  // verifications in a row without an accepted draft
+};
+
+// Why a request stopped speculating: its drafter failed (a draft_fail fault, or a draft
+// model's failed step), or fallback_rounds verifications in a row accepted nothing. Either way
+// it decodes on without speculation: a fallback never ends a request or changes its output.
+enum class spec_fallback : uint8_t { drafter_error, no_acceptance };
+inline constexpr std::array<std::string_view, 2> spec_fallback_names = {"drafter_error",
+                                                                        "no_acceptance"};
+constexpr const auto& names_of(spec_fallback) { return spec_fallback_names; }
+static_assert(static_cast<size_t>(spec_fallback::no_acceptance) + 1 == spec_fallback_names.size());
+
+// Draft faults armed at most at once (the `fault` op's draft kinds; more is bad_request).
+inline constexpr size_t draft_faults_armed_max = 16;
+
 struct core_options {
     uint32_t max_sequences = 16;
     uint32_t max_queue = 256;
@@ -81,6 +103,7 @@ struct core_options {
     // How embed requests pool their final hidden states: the GGUF's pooling_type, else
     // model.embedding_pooling (the bootstrap decides; model/pooling.hpp).
     model::pooling pooling = model::pooling::mean;
+    speculative_options speculative;
 };
 
 // A request to the kv actor, as the scheduler hands it over (kv/kv_msgs.hpp).
@@ -126,6 +149,13 @@ struct scheduler_counters {
     uint64_t net_faults = 0;  // net fault points fired (the `fault` op's net kinds)
     uint64_t embeddings = 0;        // embed requests accepted into the queue
     uint64_t embedding_tokens = 0;  // their input tokens
+    // Speculative decoding: verifications (a sequence's decode with drafted tokens), the
+    // tokens drafted into them, those the model's own draws confirmed, and the requests that
+    // stopped speculating, by reason.
+    uint64_t spec_rounds = 0;
+    uint64_t spec_drafted = 0;
+    uint64_t spec_accepted = 0;
+    std::array<uint64_t, enum_count<spec_fallback>> spec_fallbacks{};
 };
 
 // Net fault points armed at most at once (the `fault` op's net kinds; more is bad_request).
@@ -192,6 +222,13 @@ public:
     // net_faults_armed_max are armed already.
     status arm_net_fault(const fault_spec& spec);
     std::vector<door::net_fault> take_net_faults() { return std::exchange(_net_fired, {}); }
+    // Draft faults (kinds draft_fail, draft_garbage, draft_eos; spec.count drafting rounds):
+    // each fires at the next round a speculating sequence drafts in, in arming order. Error:
+    // speculation is off, or draft_faults_armed_max are armed already.
+    status arm_draft_fault(const fault_spec& spec);
+    // Decisions worth a log line (a fallback, a draft fault fired), taken after every input
+    // and every planned step.
+    std::vector<std::string> take_notes() { return std::exchange(_notes, {}); }
     // Ends every live request (server stopping): error{shutting_down}.
     void shutdown(std::vector<outgoing_event>& out);
     // The server is draining: new generate requests are refused with shutting_down; live ones
@@ -257,13 +294,23 @@ private:
         // ends with embed_done once its whole input has run.
         std::optional<model::pooling> embed;
         std::vector<double> pooled;  // (n_embd) embed: its hidden rows added up so far
+        // Speculative decoding: its decodes carry drafts while `speculating` (the server
+        // speculates, the request did not opt out, it is not an embedding, no fallback ended
+        // it); verifications in a row that kept no draft.
+        bool speculating = false;
+        uint32_t rounds_unaccepted = 0;
+        // Drafts it asks for next, at most (1..draft_tokens_max): two more after a
+        // verification that kept every draft, one fewer after one that did not, so a sequence
+        // whose drafts miss spends less of each step on them (the output is the same).
+        uint32_t draft_len = 0;
     };
 
     struct planned {
         seq_id seq = 0;
-        uint32_t n_tokens = 0;
-        bool want_logits = false;
+        uint32_t n_tokens = 0;  // of the sequence's own tokens (drafts come after them)
+        uint32_t logits_rows = 0;
         gpu::hidden_output hidden = gpu::hidden_output::none;
+        std::vector<int32_t> drafts;  // a verification's drafted tokens
     };
     struct in_flight_step {
         uint64_t step_id = 0;
@@ -291,7 +338,24 @@ private:
     // Releases r's KV blocks (r.in_kv: its sequence is registered, check_invariants), so the
     // release cannot fail; r is no longer in the pool.
     void free_kv(request_state& r);
-    void add_to_step(request_state& r, uint32_t n_tokens, gpu::step& s, in_flight_step& f);
+    // r's next n_tokens tokens join step s, followed by `drafts` (a verification: logits rows
+    // for the last token and every draft).
+    void add_to_step(request_state& r, uint32_t n_tokens, gpu::step& s, in_flight_step& f,
+                     std::vector<int32_t> drafts = {});
+    // speculation (scheduler_speculate.cpp)
+    // How many tokens r may draft into a step with `budget` tokens and `rows` logits rows left:
+    // what fits them, its draft_len, and what r can still generate and place in its context.
+    uint32_t draft_room(const request_state& r, uint32_t budget, uint32_t rows) const;
+    // r's drafts for its next decode (up to `max`; empty when it does not speculate, nothing
+    // matches or its drafter failed), armed draft faults applied.
+    std::vector<int32_t> draft_for(request_state& r, uint32_t max);
+    // A verification's outcome: row row0 + i holds the logits after the step's token i; each
+    // row is sampled as plain decoding would, and a drafted token is kept while it equals the
+    // token drawn. Ends at the first draft that differs (the token drawn there is the output),
+    // at the last row, or when the request ends.
+    void verify(request_state& r, const planned& p, uint32_t row0, const row_reader& row,
+                std::vector<outgoing_event>& out);
+    void stop_speculating(request_state& r, spec_fallback why);
     std::optional<gpu::step> launch(gpu::step s, in_flight_step f);
     std::optional<gpu::step> plan_isolated();
     std::optional<gpu::step> plan_batch();
@@ -308,6 +372,8 @@ private:
     void finish_embed(request_state& r, std::vector<outgoing_event>& out);
 
     // outcomes (scheduler_outcomes.cpp)
+    // The row's logits of the tokenizer's vocabulary (a padded output head's extra ids cut).
+    std::span<const float> vocab_logits(std::span<const float> logits) const;
     void apply_token(request_state& r, std::span<const float> logits,
                      std::vector<outgoing_event>& out);
     void finish(request_state& r, door::finish_reason reason, std::vector<outgoing_event>& out,
@@ -355,6 +421,13 @@ private:
     std::vector<kv_request> _kv_out;
     std::vector<fault_spec> _net_armed;  // net fault points armed, in arming order
     std::vector<door::net_fault> _net_fired;     // fired, not yet taken
+    struct draft_fault {
+        fault_kind kind;
+        uint32_t rounds_left = 0;
+    };
+    std::vector<draft_fault> _draft_armed;  // in arming order
+    uint64_t _garbage_state = 0x6472616674ull;  // splitmix64 state of draft_garbage's tokens
+    std::vector<std::string> _notes;
     std::string _kv_reason;                                      // persistence off: why
     std::vector<seq_id> _running;                                // admission order, oldest first
     std::deque<std::vector<seq_id>> _isolation;                  // groups to run alone (F4)
@@ -397,6 +470,8 @@ private:
                                  300, 600}};
         door::histogram prompt_tokens{{1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 131072}};
         door::histogram completion_tokens{{1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 131072}};
+        // Each verification's drafted tokens kept, as a fraction of those drafted.
+        door::histogram spec_acceptance{{0, 0.25, 0.5, 0.75, 0.99, 1}};
     } _histograms;
 };
 

@@ -63,8 +63,11 @@ struct generate_request {
     // grammar's sentence begins). "^" first: only where the output begins (after whitespace).
     // Empty: the grammar holds from the first token.
     std::vector<std::string> grammar_triggers;
+    // false: this request decodes without speculation even where the server speculates
+    // ([speculative] mode; the output is the same either way, docs/speculative.md).
+    bool speculative = true;
     MSGPACK_DEFINE_MAP(prompt, tokens, max_tokens, sampling, seed_given, stop, stream, session,
-                       special, chat, grammar, grammar_triggers);
+                       special, chat, grammar, grammar_triggers, speculative);
 };
 
 // front door → scheduler: generate text. Reply: token_event* then generate_done or

@@ -131,17 +131,27 @@ void scheduler_core::on_step_done(const gpu::step_done& m, const row_reader& row
             apply_embed_step(*r, p, start, m, hidden_row, out);
             continue;
         }
-        if (!p.want_logits) continue;
+        if (p.logits_rows == 0) continue;
+        // The sequence's rows, together and in token order (step_done).
         auto it = std::find(m.rows.begin(), m.rows.end(), p.seq);
-        if (it == m.rows.end() || m.n_vocab == 0) {
+        if (it == m.rows.end() || m.n_vocab == 0 || size_t(m.rows.end() - it) < p.logits_rows ||
+            std::any_of(it, it + p.logits_rows, [&](uint64_t s) { return s != p.seq; })) {
             fail(*r, door::errc::internal, "the gpu returned no logits row for this sequence", out);
             continue;
         }
-        // A model may pad its output head past the tokenizer's vocabulary: those ids cannot
-        // be sampled, since they could never be turned into text.
-        std::span<const float> logits = row(uint32_t(it - m.rows.begin()));
-        apply_token(*r, logits.first(std::min(logits.size(), _tok->vocab().size())), out);
+        const auto row0 = uint32_t(it - m.rows.begin());
+        if (p.drafts.empty()) {
+            apply_token(*r, vocab_logits(row(row0)), out);
+        } else {
+            verify(*r, p, row0, row, out);
+        }
     }
+}
+
+std::span<const float> scheduler_core::vocab_logits(std::span<const float> logits) const {
+    // A model may pad its output head past the tokenizer's vocabulary: those ids cannot be
+    // sampled, since they could never be turned into text.
+    return logits.first(std::min(logits.size(), _tok->vocab().size()));
 }
 
 void scheduler_core::apply_token(request_state& r, std::span<const float> logits,

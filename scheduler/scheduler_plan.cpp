@@ -85,18 +85,22 @@ bool scheduler_core::reserve_or_preempt(request_state& r, uint32_t n_tokens,
 }
 
 void scheduler_core::add_to_step(request_state& r, uint32_t n_tokens, gpu::step& s,
-                                 in_flight_step& f) {
+                                 in_flight_step& f, std::vector<int32_t> drafts) {
     assert(n_tokens > 0 && r.n_past + n_tokens <= r.tokens.size());
+    const bool last = r.n_past + n_tokens == r.tokens.size() && !r.embed;
+    assert((drafts.empty() || last) && "only a decode carries drafts");
     gpu::step_seq q;
     q.seq_id = r.seq;
     q.tokens.assign(r.tokens.begin() + r.n_past, r.tokens.begin() + r.n_past + n_tokens);
+    q.tokens.insert(q.tokens.end(), drafts.begin(), drafts.end());
     q.pos0 = r.n_past;
     auto table = _kv->block_table(r.seq);
     q.block_table.assign(table.begin(), table.end());
-    q.want_logits = r.n_past + n_tokens == r.tokens.size() && !r.embed;
+    q.logits_rows = last ? 1 + uint32_t(drafts.size()) : 0;
     q.hidden = hidden_for(r, n_tokens);
     s.seqs.push_back(std::move(q));
-    f.seqs.push_back({r.seq, n_tokens, s.seqs.back().want_logits, s.seqs.back().hidden});
+    f.seqs.push_back({r.seq, n_tokens, s.seqs.back().logits_rows, s.seqs.back().hidden,
+                      std::move(drafts)});
     if (!r.started) {
         r.started = true;
         r.first_step = clock::now();
@@ -110,7 +114,10 @@ namespace {
 gpu::step_phase phase_of(const gpu::step& s) {
     using gpu::step_phase;
     bool prefill = false, decode = false;
-    for (const auto& q : s.seqs) (q.tokens.size() > 1 ? prefill : decode) = true;
+    for (const auto& q : s.seqs) {
+        if (q.logits_rows > 1) return step_phase::verify;
+        (q.tokens.size() > 1 ? prefill : decode) = true;
+    }
     return prefill && decode ? step_phase::mixed
            : prefill         ? step_phase::prefill
                              : step_phase::decode;
@@ -153,28 +160,40 @@ std::optional<gpu::step> scheduler_core::plan_batch() {
     in_flight_step f;
     std::vector<seq_id> in_step;
     uint32_t budget = _opt.max_batch_tokens;
-    // Decodes first, then prefill chunks: one pass each over a snapshot (preemption edits
-    // _running).
+    // Logits rows past one per sequence (drafts): every sequence counts as one row against
+    // rows_max, whether it asks for logits or not.
+    uint32_t draft_rows = 0;
+    auto rows_left = [&] { return _rows_max - std::min<uint32_t>(_rows_max, uint32_t(s.seqs.size()) + draft_rows); };
+    // Decodes first (with their drafts when they speculate), then prefill chunks: one pass
+    // each over a snapshot (preemption edits _running).
     for (bool decodes : {true, false}) {
         std::vector<seq_id> order = _running;
         for (seq_id seq : order) {
             request_state* r = find(seq);
             if (r == nullptr || r->ph != phase::running) continue;
             if (std::find(in_step.begin(), in_step.end(), seq) != in_step.end()) continue;
-            if (budget == 0 || s.seqs.size() >= _rows_max) break;
+            if (budget == 0 || rows_left() == 0) break;
             if (!admit(*r)) continue;
             uint32_t pending = uint32_t(r->tokens.size()) - r->n_past;
             if (decodes != (pending == 1)) continue;
             uint32_t n = std::min(pending, budget);
-            if (!reserve_or_preempt(*r, r->n_past + n, in_step)) continue;
-            add_to_step(*r, n, s, f);
+            std::vector<int32_t> drafts;
+            if (decodes) drafts = draft_for(*r, draft_room(*r, budget, rows_left()));
+            // Drafts never preempt anyone: without room for them the sequence decodes plainly.
+            if (!drafts.empty() && !_kv->reserve(r->seq, r->n_past + n + uint32_t(drafts.size())).ok()) {
+                drafts.clear();
+            }
+            if (drafts.empty() && !reserve_or_preempt(*r, r->n_past + n, in_step)) continue;
+            const auto extra = uint32_t(drafts.size());
+            add_to_step(*r, n, s, f, std::move(drafts));
             in_step.push_back(seq);
-            budget -= n;
+            budget -= n + extra;
+            draft_rows += extra;
         }
     }
     // Admission from the queue, oldest first, while there is room.
     while (!_queue.empty() && budget > 0 &&
-           _running.size() + _restoring.size() < _opt.max_sequences && s.seqs.size() < _rows_max) {
+           _running.size() + _restoring.size() < _opt.max_sequences && rows_left() > 0) {
         request_state& r = *find(_queue.front());
 
         if (!admit(r)) break;

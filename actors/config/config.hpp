@@ -44,6 +44,10 @@ enum class gpu_kernels : std::uint8_t { automatic, texel, storage };
 // when the GGUF names no `<arch>.pooling_type` (model/pooling.hpp; docs/http.md "Embeddings").
 using embedding_pooling = model::pooling;
 
+// Speculative decoding (docs/speculative.md): off, or drafts from prompt lookup (n-gram
+// matches in the sequence's own prompt and output), verified by the model in one step.
+enum class speculative_mode : std::uint8_t { off, ngram };
+
 // Same order and values as spdlog::level::level_enum, so main can static_cast.
 enum class log_level : std::uint8_t { trace, debug, info, warn, error, critical, off };
 
@@ -55,6 +59,8 @@ inline constexpr std::uint32_t max_sequences_max = 1024;
 inline constexpr std::uint32_t max_tokens_default_max = 1048576;
 inline constexpr std::uint32_t flush_every_layers_max = 1024;
 inline constexpr std::uint32_t kv_block_tokens_max = 256;
+inline constexpr std::uint32_t draft_tokens_max_max = 64;  // speculative.draft_tokens_max
+inline constexpr std::uint32_t ngram_max_max = 16;         // speculative.ngram_min/ngram_max
 inline constexpr std::uint32_t kv_blocks_max = 1048576;
 // gpu.kv_blocks x gpu.kv_block_tokens at most (a cross rule): the scheduler's block table keeps
 // every token id of the pool in host memory, 4 B each, 64 MiB at this bound.
@@ -74,6 +80,7 @@ std::string_view to_string(batch_failure_policy v);
 std::string_view to_string(kv_dtype v);
 std::string_view to_string(gpu_kernels v);
 std::string_view to_string(embedding_pooling v);
+std::string_view to_string(speculative_mode v);
 std::string_view to_string(log_level v);
 
 struct server_config {
@@ -149,6 +156,17 @@ struct scheduler_config {
     bool operator==(const scheduler_config&) const = default;
 };
 
+struct speculative_config {
+    enum speculative_mode mode = speculative_mode::off;
+    std::uint32_t draft_tokens_max = 8;  // drafted tokens one verification checks, at most
+    std::uint32_t ngram_min = 2;         // the shortest suffix prompt lookup matches
+    std::uint32_t ngram_max = 4;         // the longest, tried first
+    // Verifications in a row that accept no drafted token before the request decodes plainly
+    // for the rest of its life (a fallback, counted by reason).
+    std::uint32_t fallback_rounds = 8;
+    bool operator==(const speculative_config&) const = default;
+};
+
 struct kv_config {
     bool enabled = false;
     std::string dir = "var/kv";
@@ -183,6 +201,7 @@ struct config {
     model_config model;
     gpu_config gpu;
     scheduler_config scheduler;
+    speculative_config speculative;
     kv_config kv;
     log_config log;
     fault_config fault;

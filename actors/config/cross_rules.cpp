@@ -41,6 +41,16 @@ constexpr auto rules = std::to_array<cross_rule>({
      [](const config& c) { return c.gpu.warmup_ms_max >= c.gpu.watchdog_ms; },
      "warmup_ms_max must be at least watchdog_ms (a warm-up step also compiles kernels: it is "
      "never held to less than a step)"},
+    {"speculative", "ngram_min", "speculative", "ngram_max",
+     [](const config& c) { return c.speculative.ngram_min <= c.speculative.ngram_max; },
+     "ngram_min must be at most ngram_max"},
+    {"speculative", "draft_tokens_max", "scheduler", "max_batch_tokens",
+     [](const config& c) {
+         return c.speculative.mode == speculative_mode::off ||
+                c.speculative.draft_tokens_max < c.scheduler.max_batch_tokens;
+     },
+     "draft_tokens_max must be less than max_batch_tokens (a verification runs its pending "
+     "token and its drafts in one step)"},
     {"fault", "plan", "fault", "enabled",
      [](const config& c) { return c.fault.plan.empty() || c.fault.enabled; },
      "a fault plan needs enabled = true (faults are injected only where fault injection is on)"},

@@ -26,6 +26,9 @@ constexpr std::size_t string_bytes_max = 4096;
 constexpr std::array<std::string_view, 3> batch_failure_policy_names = {"bisect", "sequential",
                                                                         "fail"};
 constexpr std::array<std::string_view, 2> kv_dtype_names = {"f16", "f32"};
+constexpr std::array<std::string_view, 2> speculative_mode_names = {"off", "ngram"};
+static_assert(static_cast<std::size_t>(speculative_mode::ngram) + 1 == speculative_mode_names.size(),
+              "speculative_mode_names names every speculative_mode, in order");
 constexpr std::array<std::string_view, 3> gpu_kernels_names = {"auto", "texel", "storage"};
 // In model::pooling's order.
 constexpr std::array<std::string_view, 3> embedding_pooling_names = {"mean", "last", "cls"};
@@ -247,8 +250,8 @@ std::string not_empty(std::string_view v) {
 }
 
 using C = config;
-constexpr std::array<std::string_view, 8> section_names = {
-    "server", "http", "model", "gpu", "scheduler", "kv", "log", "fault"};
+constexpr std::array<std::string_view, 9> section_names = {
+    "server", "http", "model", "gpu", "scheduler", "speculative", "kv", "log", "fault"};
 
 constexpr auto table = std::to_array<key_spec>({
     // [server]
@@ -395,6 +398,24 @@ constexpr auto table = std::to_array<key_spec>({
         "scheduler", "retry_max", 0, 16, "retries of one sequence's failed step at most"),
     boolean<&C::scheduler, &scheduler_config::prefix_cache>(
         "scheduler", "prefix_cache", "share full KV blocks of equal prompt prefixes"),
+    // [speculative]
+    choice<&C::speculative, &speculative_config::mode>(
+        "speculative", "mode", speculative_mode_names,
+        "speculative decoding: off, or ngram (drafts from prompt lookup, verified in one step; "
+        "the output is byte-identical to plain decoding)"),
+    integer<&C::speculative, &speculative_config::draft_tokens_max>(
+        "speculative", "draft_tokens_max", 1, draft_tokens_max_max,
+        "drafted tokens one verification step checks for a sequence, at most"),
+    integer<&C::speculative, &speculative_config::ngram_min>(
+        "speculative", "ngram_min", 1, ngram_max_max,
+        "the shortest suffix of a sequence that prompt lookup matches earlier in it"),
+    integer<&C::speculative, &speculative_config::ngram_max>(
+        "speculative", "ngram_max", 1, ngram_max_max,
+        "the longest suffix prompt lookup matches (tried first, then shorter ones)"),
+    integer<&C::speculative, &speculative_config::fallback_rounds>(
+        "speculative", "fallback_rounds", 1, 1000000,
+        "verifications in a row that accept no drafted token before the request decodes "
+        "without speculation"),
     // [kv]
     boolean<&C::kv, &kv_config::enabled>(
         "kv", "enabled", "persist KV prefixes and named sessions to disk, restore them later"),
@@ -465,6 +486,9 @@ std::string_view to_string(kv_dtype v) {
 }
 std::string_view to_string(gpu_kernels v) {
     return gpu_kernels_names.at(static_cast<std::size_t>(v));
+}
+std::string_view to_string(speculative_mode v) {
+    return speculative_mode_names.at(static_cast<std::size_t>(v));
 }
 std::string_view to_string(embedding_pooling v) {
     return embedding_pooling_names.at(static_cast<std::size_t>(v));

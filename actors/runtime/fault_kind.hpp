@@ -17,7 +17,7 @@
 namespace ordo {
 
 // In groups: the gpu kinds (is_gpu_fault), mailbox_refuse, the kv kinds (is_kv_fault), then
-// the net kinds (is_net_fault).
+// the net kinds (is_net_fault), the draft kinds (is_draft_fault).
 enum class fault_kind : std::uint8_t {
     device_lost,       // the submission's wait returns VK_ERROR_DEVICE_LOST
     hang,              // the submission outlives the watchdog
@@ -32,14 +32,18 @@ enum class fault_kind : std::uint8_t {
     net_fin,           // the request's connection is closed (FIN)
     net_rst,           // the request's connection is reset (RST)
     net_stop_reading,  // the request's connection is not read for a while
+    draft_fail,        // a speculating sequence's drafter fails
+    draft_garbage,     // a speculating sequence's drafter proposes random tokens
+    draft_eos,         // a speculating sequence's drafter proposes end of generation first
 };
 
-inline constexpr std::array<std::string_view, 13> fault_kind_names = {
-    "device_lost", "hang",   "nan_logits",   "step_delay",   "mailbox_refuse",
-    "kv_enospc",   "kv_eio", "kv_torn_exit", "kv_flip_read", "kv_fingerprint",
-    "net_fin",     "net_rst", "net_stop_reading"};
+inline constexpr std::array<std::string_view, 16> fault_kind_names = {
+    "device_lost",   "hang",       "nan_logits",    "step_delay", "mailbox_refuse",
+    "kv_enospc",     "kv_eio",     "kv_torn_exit",  "kv_flip_read", "kv_fingerprint",
+    "net_fin",       "net_rst",    "net_stop_reading", "draft_fail", "draft_garbage",
+    "draft_eos"};
 constexpr const auto& names_of(fault_kind) { return fault_kind_names; }
-static_assert(static_cast<std::size_t>(fault_kind::net_stop_reading) + 1 ==
+static_assert(static_cast<std::size_t>(fault_kind::draft_eos) + 1 ==
                   fault_kind_names.size(),
               "fault_kind_names names every fault_kind, in order");
 
@@ -47,7 +51,10 @@ inline constexpr bool is_gpu_fault(fault_kind k) { return k <= fault_kind::step_
 inline constexpr bool is_kv_fault(fault_kind k) {
     return k >= fault_kind::kv_enospc && k <= fault_kind::kv_fingerprint;
 }
-inline constexpr bool is_net_fault(fault_kind k) { return k >= fault_kind::net_fin; }
+inline constexpr bool is_net_fault(fault_kind k) {
+    return k >= fault_kind::net_fin && k <= fault_kind::net_stop_reading;
+}
+inline constexpr bool is_draft_fault(fault_kind k) { return k >= fault_kind::draft_fail; }
 
 }  // namespace ordo
 

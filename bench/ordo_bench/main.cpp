@@ -177,7 +177,7 @@ struct bench {
             for (std::uint32_t b = 0; b * block_tokens < end; ++b) {
                 q.block_table.push_back(static_cast<std::uint32_t>(i) * seq_blocks + b);
             }
-            q.want_logits = true;
+            q.logits_rows = 1;
             st.seqs.push_back(std::move(q));
         }
         auto d = s.run(st, logits, 3'600'000);
@@ -303,7 +303,7 @@ step one_seq_step(std::uint64_t id, step_phase phase, std::vector<std::int32_t> 
     for (std::uint32_t b = 0; b * block_tokens < pos0 + q.tokens.size(); ++b) {
         q.block_table.push_back(b);
     }
-    q.want_logits = true;
+    q.logits_rows = 1;
     st.seqs.push_back(std::move(q));
     return st;
 }

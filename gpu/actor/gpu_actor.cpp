@@ -430,7 +430,7 @@ void gpu_actor::pump() {
         _job.msg = std::move(std::get<step>(head));
         bool rows = false;
         for (const step_seq& q : _job.msg.seqs) {
-            rows = rows || q.want_logits || q.hidden != hidden_output::none;
+            rows = rows || q.logits_rows != 0 || q.hidden != hidden_output::none;
         }
         _job.slot = logits_exchange::no_slot;
         if (rows) {

@@ -70,7 +70,7 @@ result<std::vector<std::uint32_t>> generate_vulkan(const vulkan_generate_options
         q.pos0 = pos0;
         std::uint64_t blocks = (pos0 + tokens.size() + block_tokens - 1) / block_tokens;
         q.block_table.assign(table.begin(), table.begin() + blocks);
-        q.want_logits = true;
+        q.logits_rows = 1;
         s.seqs.push_back(std::move(q));
         auto d = (*session)->run(s, logits, vo.watchdog_ms * 4);
         if (!d) return d.err();

@@ -193,7 +193,7 @@ status runner::warm_up() {
             q.seq_id = i;
             q.tokens.assign(tokens_per_seq, 0);
             for (std::uint32_t b = 0; b < blocks_each; ++b) q.block_table.push_back(next_block++);
-            q.want_logits = true;
+            q.logits_rows = 1;
             st.seqs.push_back(std::move(q));
         }
         logits.resize(std::size_t(n_seqs) * _hp.n_vocab);

@@ -20,6 +20,10 @@ std::string seq_name(const step_seq& q, std::size_t i) {
 // Checks one sequence's tokens, positions and block table.
 status check_seq(const step& s, const step_seq& q, std::size_t i, const step_limits& lim) {
     if (q.tokens.empty()) return bad_step(s, seq_name(q, i) + " has no tokens");
+    if (q.logits_rows > q.tokens.size()) {
+        return bad_step(s, seq_name(q, i) + " asks for " + std::to_string(q.logits_rows) +
+                               " logits rows of " + std::to_string(q.tokens.size()) + " tokens");
+    }
     std::uint64_t end = std::uint64_t(q.pos0) + q.tokens.size();
     if (end > lim.n_ctx) {
         return bad_step(s, seq_name(q, i) + " reaches position " + std::to_string(end - 1) +
@@ -65,7 +69,7 @@ status check_shape(const step& s, const step_limits& lim) {
     std::uint64_t tokens = 0, rows = 0, hidden = 0;
     for (const step_seq& q : s.seqs) {
         tokens += q.tokens.size();
-        rows += q.want_logits ? 1 : 0;
+        rows += q.logits_rows;
         hidden += q.hidden != hidden_output::none ? 1 : 0;
         if (q.hidden > hidden_output::first) {
             return bad_step(s, "hidden output " + std::to_string(int(q.hidden)) +
@@ -155,14 +159,15 @@ status plan_step(const step& s, const step_limits& lim, step_plan& out) {
             out.tables[i * width + b] = static_cast<std::int32_t>(q.block_table[b]);
         }
         plan_hidden(q, out);
-        if (!q.want_logits) continue;
-        auto token = static_cast<std::uint32_t>(out.ids.size() - 1);
+        if (q.logits_rows == 0) continue;
+        // The last logits_rows tokens, continuing the previous run where they follow it.
+        auto token = static_cast<std::uint32_t>(out.ids.size() - q.logits_rows);
         if (!out.runs.empty() && out.runs.back().token0 + out.runs.back().n == token) {
-            out.runs.back().n++;
+            out.runs.back().n += q.logits_rows;
         } else {
-            out.runs.push_back({token, out.rows(), 1});
+            out.runs.push_back({token, out.rows(), q.logits_rows});
         }
-        out.row_seq_ids.push_back(q.seq_id);
+        out.row_seq_ids.insert(out.row_seq_ids.end(), q.logits_rows, q.seq_id);
     }
     out.n_tokens = static_cast<std::uint32_t>(out.ids.size());
     return check_unique_slots(s, out, out.sort_scratch);

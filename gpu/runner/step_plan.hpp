@@ -4,8 +4,8 @@
 // tokens. Knows nothing about Vulkan; unit-tested directly. Used by gpu/runner/runner.cpp.
 //
 // Token order: the step's sequences in order, each sequence's new tokens in order; token t of
-// sequence i sits at position pos0_i + t. A sequence with want_logits gets one logits row (its
-// last token), rows in sequence order; one with a hidden output gets one hidden row, pooled on
+// sequence i sits at position pos0_i + t. A sequence with logits_rows n gets n logits rows (its
+// last n tokens, in order), rows in sequence order; one with a hidden output gets one hidden row, pooled on
 // the host from the final-normed rows of the tokens it names (all, the last or the first).
 #pragma once
 
@@ -63,7 +63,7 @@ struct step_plan {
 
 // Validates `s` and fills `out` (its vectors are reused: no allocation once warm). Errors, all
 // code gpu_bad_step with a message naming the sequence and the value: no sequences or too many,
-// a sequence without tokens, too many tokens, logits rows or hidden rows (each at most rows_max),
+// a sequence without tokens or with more logits rows than tokens, too many tokens, logits rows or hidden rows (each at most rows_max),
 // an unknown hidden output, a token id outside the vocab,
 // positions past n_ctx, a block table too short or too long or naming a block outside the
 // pool, two tokens writing the same KV slot (a block shared between sequences being written),

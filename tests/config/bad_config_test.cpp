@@ -241,6 +241,21 @@ const std::vector<bad_case>& bad_cases() {
          "[model]\nembedding_pooling = \"max\"\n",
          {"t.toml:2: model.embedding_pooling = \"max\": must be one of \"mean\", \"last\", "
           "\"cls\""}},
+        {"speculative_mode_unknown",
+         "[speculative]\nmode = \"draft\"\n",
+         {"t.toml:2: speculative.mode = \"draft\": must be one of \"off\", \"ngram\""}},
+        {"speculative_ngram_min_above_max",
+         "[speculative]\nngram_min = 5\nngram_max = 3\n",
+         {"t.toml:3: speculative.ngram_min = 5, speculative.ngram_max = 3: ngram_min must be at "
+          "most ngram_max"}},
+        {"speculative_drafts_past_the_batch",
+         "[scheduler]\nmax_batch_tokens = 16\n[speculative]\nmode = \"ngram\"\n"
+         "draft_tokens_max = 16\n",
+         {"speculative.draft_tokens_max = 16, scheduler.max_batch_tokens = 16: draft_tokens_max "
+          "must be less than max_batch_tokens"}},
+        {"speculative_draft_tokens_zero",
+         "[speculative]\ndraft_tokens_max = 0\n",
+         {"t.toml:2: speculative.draft_tokens_max = 0: must be between 1 and 64"}},
         {"many_errors_in_file_order",
          "[server]\nmax_connections = 0\nbogus = 1\n[gpu]\nkv_dtype = \"f8\"\n"
          "[scheduler]\nprefix_cache = \"yes\"\n[nope]\n",

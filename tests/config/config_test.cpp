@@ -149,6 +149,7 @@ TEST(schema, each_row_writes_only_its_own_member) {
         EXPECT_EQ(c.model == d.model, spec.section != "model") << spec.name;
         EXPECT_EQ(c.gpu == d.gpu, spec.section != "gpu") << spec.name;
         EXPECT_EQ(c.scheduler == d.scheduler, spec.section != "scheduler") << spec.name;
+        EXPECT_EQ(c.speculative == d.speculative, spec.section != "speculative") << spec.name;
         EXPECT_EQ(c.kv == d.kv, spec.section != "kv") << spec.name;
         EXPECT_EQ(c.log == d.log, spec.section != "log") << spec.name;
         EXPECT_EQ(c.fault == d.fault, spec.section != "fault") << spec.name;
@@ -186,7 +187,7 @@ TEST(to_toml, round_trips_defaults_and_every_changed_key) {
     EXPECT_NE(text.find("[scheduler]\n# sequences decoded together at most (integer 1..1024)\n"),
               std::string::npos)
         << text;
-    EXPECT_NE(text.find("\nplan = [\"net_stop_reading\", \"device_lost\"]\n"), std::string::npos)
+    EXPECT_NE(text.find("\nplan = [\"draft_eos\", \"device_lost\"]\n"), std::string::npos)
         << text;
 }
 

@@ -118,7 +118,7 @@ inline step_seq make_seq(std::uint64_t id, std::vector<std::int32_t> tokens, std
     q.tokens = std::move(tokens);
     q.pos0 = pos0;
     q.block_table = std::move(table);
-    q.want_logits = want;
+    q.logits_rows = want ? 1 : 0;
     return q;
 }
 

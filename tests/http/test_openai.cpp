@@ -103,6 +103,18 @@ TEST(openai_in, chat_renders_the_template_and_maps_parameters) {
     EXPECT_EQ(r.params.sampling.presence_penalty, 0.5f);
     EXPECT_EQ(r.params.sampling.frequency_penalty, -0.25f);
     EXPECT_FALSE(r.stream);
+    EXPECT_TRUE(r.params.speculative);  // the default: speculate where the server does
+}
+
+// ordo's extension `speculative` reaches the request; a non-boolean is 400 naming it.
+TEST(openai_in, speculative_opts_out_and_is_checked) {
+    EXPECT_FALSE(ok(api_kind::chat, chat({{"speculative", false}})).params.speculative);
+    EXPECT_FALSE(ok(api_kind::completion,
+                    json{{"model", "tiny"}, {"prompt", "x"}, {"speculative", false}})
+                     .params.speculative);
+    api_error e = refused(api_kind::chat, chat({{"speculative", "no"}}));
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.param, "speculative");
 }
 
 TEST(openai_in, logprobs_without_alternatives_still_asks_ordo_for_one) {

@@ -115,7 +115,7 @@ struct rig {
     uint32_t answer(const gpu::step& s) {
         std::vector<uint64_t> rows;
         for (const auto& q : s.seqs) {
-            if (q.want_logits) rows.push_back(q.seq_id);
+            rows.insert(rows.end(), q.logits_rows, q.seq_id);
         }
         uint32_t slot = gpu::logits_exchange::no_slot;
         if (!rows.empty()) {

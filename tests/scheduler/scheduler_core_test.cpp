@@ -23,6 +23,16 @@
 // request cancelled while its restore is in flight frees everything once the restore answers;
 // sessions: session_busy for a second live request, session_delete refused while busy.
 //
+// Speculative decoding (scheduler_speculate.cpp), prompt lookup drafting from prompts that repeat
+// themselves and from the random model's repetitive output: every request's tokens equal plain
+// decoding's at temperatures 0 and 0.8 (several seeds), alone and batched, with verifications
+// that accepted drafts and ones that rejected them; the KV of rejected drafts is never
+// committed (invariants, the pool emulation, and the outputs); a request's `speculative: false`
+// opts out; drafts keep to max_tokens, the context and the step's token budget; draft faults:
+// draft_fail falls back (counted drafter_error), draft_garbage and draft_eos change no output;
+// fallback_rounds verifications without an accepted draft fall back (counted no_acceptance);
+// arming a draft fault with speculation off is refused.
+//
 // Embeddings (scheduler_embed.cpp), the harness returning each sequence's hidden row as the
 // reference's final hidden states: for mean, last and cls pooling an input chunked across
 // steps, alone and batched with generation (whose outputs stay those of running alone), equals
@@ -413,7 +423,7 @@ private:
                 }
             }
             st.fed.resize(q.pos0);
-            std::span<const float> logits;
+            std::vector<std::vector<float>> logits;  // each token's
             std::vector<float> sum(k_model_n_embd, 0.0f);  // the hidden row it asked for
             for (size_t i = 0; i < q.tokens.size(); i++) {
                 uint32_t pos = q.pos0 + uint32_t(i);
@@ -422,7 +432,7 @@ private:
                 blk[pos % B] = q.tokens[i];
                 auto l = st.model->forward(uint32_t(q.tokens[i]), pos);
                 EXPECT_TRUE(l.ok());
-                logits = *l;
+                logits.emplace_back(l->begin(), l->end());
                 st.fed.push_back(q.tokens[i]);
                 const bool take = q.hidden == gpu::hidden_output::sum ||
                                   (q.hidden == gpu::hidden_output::first && i == 0) ||
@@ -432,9 +442,9 @@ private:
                     sum[e] += st.model->final_hidden()[e];
                 }
             }
-            if (q.want_logits) {
+            for (size_t i = q.tokens.size() - q.logits_rows; i < q.tokens.size(); i++) {
                 d.rows.push_back(q.seq_id);
-                rows.emplace_back(logits.begin(), logits.end());
+                rows.push_back(logits[i]);
             }
             if (q.hidden != gpu::hidden_output::none) {
                 d.hidden_rows.push_back(q.seq_id);
@@ -774,6 +784,159 @@ namespace {
 
 const std::string long_prompt =
     "hello world, this is a longer prompt that spans several blocks of eight tokens and more";
+
+// ---- speculative decoding ---------------------------------------------------------------------
+
+const std::vector<std::string> repeating_prompts = {
+    "the cat sat on the mat and the cat sat on the mat and the cat sat",
+    "a b c d e f a b c d e f a b c", "one two three one two three one two",
+    "hello world hello world hello world hello"};
+
+core_options speculating(uint32_t draft_tokens_max = 8) {
+    core_options o;
+    o.speculative.mode = config::speculative_mode::ngram;
+    o.speculative.draft_tokens_max = draft_tokens_max;
+    o.speculative.ngram = {1, 3};
+    return o;
+}
+
+// Each prompt of `all` alone with (temperature, seed): the plain outputs.
+std::vector<std::vector<int32_t>> outputs_of(const std::vector<std::string>& all, uint32_t n,
+                                             double temperature, uint64_t seed,
+                                             core_options o = {}) {
+    std::vector<std::vector<int32_t>> r;
+    for (size_t i = 0; i < all.size(); i++) {
+        harness h(o);
+        h.generate(1, 1, all[i], n, temperature, seed + i);
+        h.run();
+        EXPECT_NE(h.terminal(1, 1), nullptr);
+        r.push_back(h.terminal(1, 1) ? h.terminal(1, 1)->tokens() : std::vector<int32_t>{});
+        h.expect_idle();
+    }
+    return r;
+}
+
+std::vector<std::string> speculation_prompts() {
+    std::vector<std::string> all = repeating_prompts;
+    all.insert(all.end(), prompts.begin(), prompts.end());
+    return all;
+}
+
+TEST(scheduler_speculate, outputs_equal_plain_decoding_alone_and_batched) {
+    const auto all = speculation_prompts();
+    uint64_t rounds = 0, drafted = 0, accepted = 0;
+    for (double temperature : {0.0, 0.8}) {
+        for (uint64_t seed : {11u, 12u}) {
+            const auto plain = outputs_of(all, 24, temperature, seed);
+            const auto spec = outputs_of(all, 24, temperature, seed, speculating());
+            for (size_t i = 0; i < all.size(); i++) {
+                EXPECT_EQ(spec[i], plain[i]) << "alone, prompt " << i << " t " << temperature;
+            }
+            // Batched, under a small token budget (drafts compete with prefill chunks).
+            core_options o = speculating();
+            o.max_batch_tokens = 32;
+            harness h(o);
+            for (size_t i = 0; i < all.size(); i++) {
+                h.generate(1, i + 1, all[i], 24, temperature, seed + i);
+            }
+            h.run([&](const gpu::step& s) {
+                uint32_t tokens = 0;
+                for (const auto& q : s.seqs) {
+                    tokens += uint32_t(q.tokens.size());
+                    EXPECT_LE(q.logits_rows, 1u + o.speculative.draft_tokens_max);
+                }
+                EXPECT_LE(tokens, o.max_batch_tokens);
+            });
+            for (size_t i = 0; i < all.size(); i++) {
+                const event* t = h.terminal(1, i + 1);
+                ASSERT_NE(t, nullptr) << i;
+                EXPECT_EQ(t->tokens(), plain[i]) << "batched, prompt " << i << " t " << temperature;
+            }
+            h.expect_idle();
+            const auto& k = h.core->counters();
+            rounds += k.spec_rounds, drafted += k.spec_drafted, accepted += k.spec_accepted;
+        }
+    }
+    // Both outcomes of a verification were exercised.
+    EXPECT_GT(rounds, 0u);
+    EXPECT_GT(accepted, 0u);
+    EXPECT_LT(accepted, drafted);
+}
+
+TEST(scheduler_speculate, drafts_keep_to_max_tokens_context_and_opt_out) {
+    // max_tokens 3: a verification never asks for more rows than tokens left to generate.
+    harness h(speculating());
+    h.generate(1, 1, repeating_prompts[1], 3);
+    h.run([&](const gpu::step& s) {
+        for (const auto& q : s.seqs) EXPECT_LE(q.logits_rows, 3u);
+    });
+    ASSERT_NE(h.terminal(1, 1), nullptr);
+    EXPECT_EQ(h.terminal(1, 1)->tokens(), outputs_of({repeating_prompts[1]}, 3, 0, 0)[0]);
+    // A context of 48 tokens, which the request fills: no step reaches past it.
+    core_options o = speculating();
+    o.n_ctx = 48;
+    harness c(o);
+    const auto n_prompt = uint32_t(shared_model().tok->encode(repeating_prompts[1], true).size());
+    ASSERT_LT(n_prompt, 40u);
+    c.generate(1, 1, repeating_prompts[1], 48 - n_prompt);
+    c.run([&](const gpu::step& s) {
+        for (const auto& q : s.seqs) EXPECT_LE(q.pos0 + q.tokens.size(), 48u);
+    });
+    ASSERT_NE(c.terminal(1, 1), nullptr);
+    EXPECT_EQ(c.terminal(1, 1)->str("reason"), "length");
+    // speculative: false: no step carries drafts for it.
+    harness off(speculating());
+    msgpack::sbuffer b;
+    msgpack::packer<msgpack::sbuffer> pk(b);
+    pk.pack_map(6);
+    pk.pack("id"), pk.pack(1), pk.pack("op"), pk.pack("generate");
+    pk.pack("prompt"), pk.pack(repeating_prompts[1]), pk.pack("max_tokens"), pk.pack(12);
+    pk.pack("temperature"), pk.pack(0), pk.pack("speculative"), pk.pack(false);
+    off.request(1, 1, "generate", std::move(b));
+    off.run([&](const gpu::step& s) {
+        for (const auto& q : s.seqs) EXPECT_LE(q.logits_rows, 1u);
+    });
+    ASSERT_NE(off.terminal(1, 1), nullptr);
+    EXPECT_EQ(off.terminal(1, 1)->tokens(), outputs_of({repeating_prompts[1]}, 12, 0, 0)[0]);
+    EXPECT_EQ(off.core->counters().spec_rounds, 0u);
+}
+
+TEST(scheduler_speculate, draft_faults_and_fallbacks_change_no_output) {
+    const std::vector<std::string> one = {repeating_prompts[0]};
+    const auto plain = outputs_of(one, 20, 0.8, 5)[0];
+    auto run_with = [&](fault_kind kind, uint32_t rounds, core_options o) {
+        harness h(o);
+        fault_spec f;
+        f.kind = kind;
+        f.count = rounds;
+        EXPECT_TRUE(h.core->arm_draft_fault(f).ok());
+        h.generate(1, 1, one[0], 20, 0.8, 5);
+        h.run();
+        EXPECT_NE(h.terminal(1, 1), nullptr);
+        if (h.terminal(1, 1) != nullptr) EXPECT_EQ(h.terminal(1, 1)->tokens(), plain);
+        h.expect_idle();
+        return h.core->counters();
+    };
+    auto k = run_with(fault_kind::draft_fail, 1, speculating());
+    EXPECT_EQ(k.spec_fallbacks[size_t(spec_fallback::drafter_error)], 1u);
+    EXPECT_EQ(k.spec_rounds, 0u);  // it failed at its first drafting: no verification after
+    k = run_with(fault_kind::draft_garbage, 3, speculating());
+    EXPECT_GE(k.spec_rounds, 3u);
+    EXPECT_LT(k.spec_accepted, k.spec_drafted);
+    k = run_with(fault_kind::draft_eos, 2, speculating());
+    EXPECT_GE(k.spec_rounds, 2u);
+    // Garbage every round and fallback_rounds 2: two verifications without an accepted draft
+    // end speculation for the request.
+    core_options o = speculating();
+    o.speculative.fallback_rounds = 2;
+    k = run_with(fault_kind::draft_garbage, 100, o);
+    EXPECT_EQ(k.spec_fallbacks[size_t(spec_fallback::no_acceptance)], 1u);
+    // With speculation off a draft fault is refused.
+    harness h;
+    fault_spec f;
+    f.kind = fault_kind::draft_fail;
+    EXPECT_FALSE(h.core->arm_draft_fault(f).ok());
+}
 
 core_options kv_options() {
     core_options o;

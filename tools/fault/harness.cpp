@@ -60,6 +60,7 @@ bool server::start(const server_config& cfg, const std::string& name) {
           << "[gpu]\nwatchdog_ms = " << cfg.watchdog_ms << "\nrecovery_max = " << cfg.recovery_max
           << "\n";
         if (!cfg.kv_dir.empty()) t << "[kv]\nenabled = true\ndir = \"" << cfg.kv_dir << "\"\n";
+        t << "[speculative]\nmode = \"" << cfg.speculative << "\"\n";
     }
     std::vector<std::string> args{"--config", path, "--model", _ctx.model, "--log-level", "warn"};
     if (!_proc.start(_ctx.server_bin, args)) {
@@ -95,15 +96,17 @@ void server::kill9() {
     }
 }
 
-uint64_t server::send_generate(const std::vector<int32_t>& prompt, const std::string& session) {
+uint64_t server::send_generate(const std::vector<int32_t>& prompt, const std::string& session,
+                              bool speculative) {
     uint64_t id = _next_id++;
     _f->requests++;
-    bool ok = session.empty()
+    bool ok = !session.empty()
                   ? _conn->send(frame("id", id, "op", "generate", "tokens", prompt, "max_tokens",
-                                      max_tokens, "temperature", 0, "stream", true))
-                  : _conn->send(frame("id", id, "op", "generate", "tokens", prompt, "max_tokens",
                                       max_tokens, "temperature", 0, "stream", true, "session",
-                                      session));
+                                      session, "speculative", speculative))
+                  : _conn->send(frame("id", id, "op", "generate", "tokens", prompt, "max_tokens",
+                                      max_tokens, "temperature", 0, "stream", true,
+                                      "speculative", speculative));
     if (!ok) _f->fail("request " + std::to_string(id) + ": send failed");
     return id;
 }
@@ -125,6 +128,11 @@ bool server::arm(const std::string& kind, const std::string& phase, uint32_t cou
                          : armed(kind, count, id,
                                  frame("id", id, "op", "fault", "kind", kind, "phase", phase,
                                        "count", count, "after_steps", after_steps));
+}
+
+bool server::arm_draft(const std::string& kind, uint32_t count) {
+    uint64_t id = _next_id++;
+    return armed(kind, count, id, frame("id", id, "op", "fault", "kind", kind, "count", count));
 }
 
 bool server::arm_kv(const std::string& kind) {
@@ -242,8 +250,9 @@ bool server::wait_first_event(uint64_t id) {
     return !_pending[id].events.empty();
 }
 
-history server::generate(const std::vector<int32_t>& prompt, const std::string& session) {
-    uint64_t id = send_generate(prompt, session);
+history server::generate(const std::vector<int32_t>& prompt, const std::string& session,
+                         bool speculative) {
+    uint64_t id = send_generate(prompt, session, speculative);
     return collect({id})[id];
 }
 

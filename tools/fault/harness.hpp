@@ -41,6 +41,7 @@ struct server_config {
     uint32_t watchdog_ms = 2000;
     uint32_t recovery_max = 3;  // gpu.recovery_max
     std::string kv_dir;  // non-empty: [kv] enabled
+    std::string speculative = "off";  // [speculative] mode
 };
 
 // What a scenario found wrong: one line each.
@@ -82,13 +83,16 @@ public:
     bool running() const { return _proc.pid() > 0; }
     uint16_t port() const { return _proc.port(); }
 
-    // Sends a generate (temperature 0, streaming) and returns its id.
-    uint64_t send_generate(const std::vector<int32_t>& prompt, const std::string& session = "");
+    // Sends a generate (temperature 0, streaming) and returns its id. speculative false: the
+    // request opts out of speculative decoding (its output is the plain decoding's).
+    uint64_t send_generate(const std::vector<int32_t>& prompt, const std::string& session = "",
+                           bool speculative = true);
     uint64_t send_cancel(uint64_t target);
     // Arms a fault; false (and a violation) when the server refuses it.
     bool arm(const std::string& kind, const std::string& phase = "", uint32_t count = 1,
              uint32_t after_steps = 0);
     bool arm_kv(const std::string& kind);                        // kv_enospc, ...
+    bool arm_draft(const std::string& kind, uint32_t count);     // draft_fail, ... (rounds)
     bool arm_delay(uint32_t ms, const std::string& phase);       // step_delay
     bool arm_refuse(const std::string& actor, uint32_t count);   // mailbox_refuse
     // net_fin, net_rst (ms 0) or net_stop_reading (ms > 0) at a request phase.
@@ -100,7 +104,8 @@ public:
     // deadline.
     bool wait_first_event(uint64_t id);
     // One request, start to end.
-    history generate(const std::vector<int32_t>& prompt, const std::string& session = "");
+    history generate(const std::vector<int32_t>& prompt, const std::string& session = "",
+                     bool speculative = true);
     std::optional<event> call(const std::string& op);  // health, stats
     // Waits for health ok; false (and a violation) past the deadline, or at once when health
     // says degraded (the device is given up for good: it never returns to ok by itself).

@@ -127,6 +127,9 @@ findings run_plan(const context& ctx, const references& r, const plan& p) {
     }
     cfg.recovery_max = std::min<uint32_t>(recovery_max_limit, device_faults + 2);
     cfg.kv_dir = ctx.work_dir + "/random-kv-" + std::to_string(p.seed);
+    // The server speculates (prompt lookup), its references were computed without: every
+    // output is checked to be byte-identical to plain decoding, whatever the drafts.
+    cfg.speculative = "ngram";
     server s(ctx, f);
     if (!s.start(cfg, "random")) return f;
     std::vector<client> clients(random_clients);
@@ -197,6 +200,8 @@ findings run_plan(const context& ctx, const references& r, const plan& p) {
                     if (s.arm_net(a.fault_kind, a.phase, a.ms)) armed.net++;
                 } else if (a.fault_kind.starts_with("kv_")) {
                     s.arm_kv(a.fault_kind);
+                } else if (a.fault_kind.starts_with("draft_")) {
+                    s.arm_draft(a.fault_kind, a.count);  // changes no output: nothing to explain
                 } else if (a.fault_kind == "step_delay") {
                     s.arm_delay(a.ms, a.phase);
                 } else if (a.fault_kind == "mailbox_refuse") {
@@ -287,11 +292,12 @@ plan make_plan(uint64_t seed, uint32_t requests) {
     p.seed = seed;
     std::mt19937_64 rng(seed);
     auto pick = [&](uint64_t n) { return uint32_t(rng() % n); };
-    const char* kinds[] = {"device_lost",      "hang",      "nan_logits",     "step_delay",
-                           "mailbox_refuse",   "kv_enospc", "kv_eio",         "kv_flip_read",
-                           "kv_fingerprint",   "net_fin",   "net_rst",        "net_stop_reading"};
+    const char* kinds[] = {"device_lost",    "hang",          "nan_logits",     "step_delay",
+                           "mailbox_refuse", "kv_enospc",     "kv_eio",         "kv_flip_read",
+                           "kv_fingerprint", "net_fin",       "net_rst",        "net_stop_reading",
+                           "draft_fail",     "draft_garbage", "draft_eos"};
     const char* actors[] = {"scheduler", "net", "gpu", "kv"};
-    const char* phases[] = {"", "prefill", "decode"};
+    const char* phases[] = {"", "prefill", "decode", "verify"};
     const char* request_phases[] = {"queued", "prefill", "decode"};
     uint32_t generates = 0;
     while (generates < requests) {
@@ -319,8 +325,10 @@ plan make_plan(uint64_t seed, uint32_t requests) {
             } else if (a.fault_kind == "mailbox_refuse") {
                 a.actor = actors[pick(4)];
                 a.count = 1 + pick(8);
+            } else if (a.fault_kind.starts_with("draft_")) {
+                a.count = 1 + pick(4);  // drafting rounds
             } else if (!a.fault_kind.starts_with("kv_")) {
-                a.phase = phases[pick(3)];
+                a.phase = phases[pick(4)];
                 if (a.fault_kind == "step_delay") {
                     a.ms = 10 + pick(290);
                     if (a.phase.empty()) a.phase = "decode";

@@ -531,6 +531,72 @@ void net_fault(const context& ctx, findings& f, const references& r, const std::
     s.stop();
 }
 
+// ---- speculative decoding ----------------------------------------------------------------------
+
+// A prompt that repeats itself, so prompt lookup drafts from its first decode on: a piece of a
+// reference prompt three times over, the last time cut short.
+std::vector<int32_t> repeating_prompt(const references& r) {
+    const std::vector<int32_t>& p = r.prompts[0];
+    std::vector<int32_t> piece(p.begin(), p.begin() + long(std::min<size_t>(p.size(), 12)));
+    std::vector<int32_t> out;
+    for (int i = 0; i < 2; i++) out.insert(out.end(), piece.begin(), piece.end());
+    out.insert(out.end(), piece.begin(), piece.begin() + long(std::min<size_t>(piece.size(), 3)));
+    return out;
+}
+
+// A drafter fault (draft_fail, draft_garbage, draft_eos) or a hang in a verification step (the
+// watchdog's path: the step fails, the device is rebuilt, the sequence recomputes), on
+// a server that speculates (prompt lookup): the request ends once, done, with exactly the
+// tokens the same server returns with speculation off (the request's opt-out), and the fault
+// is seen in the counters: a fallback for draft_fail, a verification for the others, a failed
+// step for the hang.
+void speculative_fault(const context& ctx, findings& f, const references& r,
+                       const std::string& kind) {
+    server_config cfg;
+    cfg.speculative = "ngram";
+    cfg.watchdog_ms = 1500;
+    server s(ctx, f);
+    if (!s.start(cfg, "spec")) return;
+    const std::vector<int32_t> prompt = repeating_prompt(r);
+    history plain = s.generate(prompt, "", false);
+    const event* pt = plain.terminal();
+    if (pt == nullptr || pt->str("event") != "done") {
+        return f.fail(kind + ": the plain request ended " + (pt ? pt->outcome() : "never"));
+    }
+    auto before = s.call("stats");
+    if (!before) return f.fail("stats unavailable");
+    const bool hang = kind == "hang";
+    // The hang: a random draft makes the first decode a verification whatever the model
+    // writes, and that verification step hangs.
+    if (!(hang ? s.arm("hang", "verify", 1) && s.arm_draft("draft_garbage", 1)
+               : s.arm_draft(kind, 2))) {
+        return;
+    }
+    history h = s.generate(prompt);
+    if (h.terminals() != 1) {
+        f.fail(kind + ": " + std::to_string(h.terminals()) + " terminal events (invariant 1)");
+    }
+    expect_reference(f, h, plain.tokens(), kind + ": speculative output against plain decoding");
+    auto after = s.call("stats");
+    if (after) {
+        auto delta = [&](const std::string& group, const std::string& key) {
+            return stat(*after, group, key) - stat(*before, group, key);
+        };
+        if (kind == "draft_fail" && delta("scheduler", "spec_fallbacks_drafter_error") != 1) {
+            f.fail("draft_fail: no fallback counted (spec_fallbacks_drafter_error)");
+        }
+        if ((kind == "draft_garbage" || kind == "draft_eos") && delta("scheduler", "spec_rounds") == 0) {
+            f.fail(kind + ": no verification ran (spec_rounds)");
+        }
+        if (hang && delta("scheduler", "failures") == 0) {
+            f.fail("hang at verify: no step failed: the fault never fired");
+        }
+    }
+    expect_serving(s, f, r);
+    s.check_idle();
+    s.stop();
+}
+
 // ---- recovery exhausted ------------------------------------------------------------------------
 
 // More device failures in a row than gpu.recovery_max allows: the configured outcome, not a
@@ -589,7 +655,9 @@ std::vector<std::string> scenario_names() {
                                "kv/enospc", "kv/eio", "kv/flip_read", "kv/fingerprint",
                                "kv/torn_exit", "delay/prefill/cancel", "delay/decode/cancel",
                                "delay/decode/disconnect", "refuse/net", "refuse/scheduler",
-                               "refuse/gpu", "refuse/kv", "recovery/exhausted"};
+                               "refuse/gpu", "refuse/kv", "recovery/exhausted",
+                               "spec/draft_fail", "spec/draft_garbage", "spec/draft_eos",
+                               "spec/hang"};
     for (const char* kind : {"fin", "rst", "stop_reading"}) {
         for (const char* phase : {"queued", "prefill", "decode"}) {
             n.push_back(std::string("net/") + kind + "/" + phase);
@@ -646,6 +714,9 @@ std::vector<scenario_result> run_scenarios(const context& ctx,
             timed(name, [&](findings& f) { refused_mailbox(ctx, f, r, name.substr(7)); });
         }
         if (name == "recovery/exhausted") timed(name, [&](findings& f) { recovery_exhausted(ctx, f, r); });
+        if (name.starts_with("spec/")) {
+            timed(name, [&](findings& f) { speculative_fault(ctx, f, r, name.substr(5)); });
+        }
         if (name.starts_with("net/")) {
             const size_t slash = name.rfind('/');
             const std::string kind = "net_" + name.substr(4, slash - 4);

@@ -22,6 +22,16 @@
 namespace ordo {
 namespace {
 
+// Logits rows one step may return: one per sequence, and with speculation one more per drafted
+// token (a verification's rows), at most max_batch_tokens (a row is a token of the step).
+uint32_t logits_rows_max(const config::config& cfg) {
+    const uint64_t per_seq =
+        cfg.speculative.mode == config::speculative_mode::off ? 1
+                                                               : 1 + cfg.speculative.draft_tokens_max;
+    return uint32_t(std::min<uint64_t>(uint64_t(cfg.scheduler.max_sequences) * per_seq,
+                                       cfg.scheduler.max_batch_tokens));
+}
+
 // What the config check accepts, the actors run: each bound an actor holds its options to when
 // it starts is at least the schema's bound for the key that feeds it (actors/config/config.hpp).
 static_assert(config::max_batch_tokens_max <= gpu::runner_max_batch_tokens_max);
@@ -127,7 +137,7 @@ gpu::gpu_actor_options gpu_options_from(const config::config& cfg, const loaded_
     r.kv_memory_bytes = cfg.gpu.kv_memory_bytes;
     r.kv_f16 = cfg.gpu.kv_dtype == config::kv_dtype::f16;
     r.max_batch_tokens = cfg.scheduler.max_batch_tokens;
-    r.rows_max = cfg.scheduler.max_sequences;
+    r.rows_max = logits_rows_max(cfg);
     r.seqs_max = cfg.scheduler.max_sequences;
     r.n_ctx = cfg.model.context_tokens;  // 0: the model's; the runner names the bound it takes
     if (cfg.gpu.kernels != config::gpu_kernels::automatic) {
@@ -150,6 +160,11 @@ sched::core_options core_options_from(const config::config& cfg, const loaded_mo
     o.restore_retry_max = cfg.kv.restore_retry_max;
     // The file's own pooling_type wins: it names how the model was trained to embed.
     o.pooling = m.hp.embedding_pooling.value_or(cfg.model.embedding_pooling);
+    o.speculative.mode = cfg.speculative.mode;
+    o.speculative.draft_tokens_max = cfg.speculative.draft_tokens_max;
+    o.speculative.ngram.ngram_min = cfg.speculative.ngram_min;
+    o.speculative.ngram.ngram_max = cfg.speculative.ngram_max;
+    o.speculative.fallback_rounds = cfg.speculative.fallback_rounds;
     return o;
 }
 
@@ -245,7 +260,7 @@ status run_server(const config::config& cfg, const loaded_model& model, const se
         log->info("chat template: {}", model.chat->source);
     }
 
-    gpu::logits_exchange logits(cfg.scheduler.max_sequences, model.hp.n_vocab, model.hp.n_embd);
+    gpu::logits_exchange logits(logits_rows_max(cfg), model.hp.n_vocab, model.hp.n_embd);
     auto core =
         sched::scheduler_core::create(core_options_from(cfg, model), &*model.tokenizer, model.info);
     if (!core.ok()) {
