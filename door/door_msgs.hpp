@@ -157,8 +157,8 @@ struct token_event {
     MSGPACK_DEFINE_MAP(conn, id, token);
 };
 
-// Why a generate request ended. generate_done carries the name (enum_name): the HTTP door's
-// OpenAI mapping (http/openai.cpp) reads it as text.
+// Why a generate request ended, as generate_done carries it; each door writes it for its wire
+// (the msgpack door its name, the HTTP door OpenAI's finish_reason).
 enum class finish_reason : uint8_t {
     stop,       // end of generation, a stop string, or a grammar that takes nothing more
     length,     // max_tokens, or the context is full
@@ -172,7 +172,7 @@ constexpr const auto& names_of(finish_reason) { return finish_reason_names; }
 struct generate_done {
     static constexpr const char* msg_name = "generate_done";
     uint64_t conn = 0, id = 0;
-    std::string reason;
+    finish_reason reason = finish_reason::stop;
     std::string stop;  // the stop string that matched ("" when none)
     std::vector<int32_t> tokens;
     std::string text;
@@ -334,3 +334,5 @@ concept request_event = actors::in_type_list_v<E, request_events>;
 }  // namespace ordo::door
 
 MSGPACK_ADD_ENUM(ordo::door::health_status);
+
+MSGPACK_ADD_ENUM(ordo::door::finish_reason);

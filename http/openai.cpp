@@ -579,10 +579,15 @@ std::string type_of_status(int status) {
 }
 
 // `calls`: the tool calls the answer carries.
-const char* finish_reason(const std::string& reason, size_t calls = 0) {
-    if (reason == "length") return "length";
-    if (calls > 0) return "tool_calls";
-    return "stop";  // stop; cancelled: only a gone client's requests are, and nobody reads those
+const char* finish_reason(door::finish_reason reason, size_t calls = 0) {
+    switch (reason) {
+        case door::finish_reason::length:
+            return "length";
+        case door::finish_reason::stop:
+        case door::finish_reason::cancelled:  // only a gone client's are, and nobody reads those
+            break;
+    }
+    return calls > 0 ? "tool_calls" : "stop";
 }
 
 json tool_call_json(const answer_meta& m, const api_request& r, size_t index,

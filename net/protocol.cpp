@@ -106,7 +106,7 @@ std::string encode(const door::token_event& e) {
 
 std::string encode(const door::generate_done& e) {
     event_writer w(e.id, "done");
-    w.field("reason", e.reason);
+    w.field("reason", enum_name(e.reason));
     if (!e.stop.empty()) w.field("stop", e.stop);
     w.field("tokens", e.tokens).field("text", e.text).field("seed", e.seed);
     if (e.logprobs) {

@@ -336,7 +336,7 @@ void scheduler_core::finish(request_state& r, door::finish_reason reason,
     if (!r.client_gone) {
         door::generate_done d;
         d.conn = r.conn, d.id = r.id;
-        d.reason = std::string(enum_name(reason));
+        d.reason = reason;
         d.stop = stop_string;
         d.tokens = r.generated;
         d.text = r.text;

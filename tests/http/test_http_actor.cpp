@@ -82,7 +82,7 @@ door::token_event token(uint64_t conn, uint64_t id, const std::string& text) {
 
 door::generate_done done(uint64_t conn, uint64_t id, const std::string& text) {
     door::generate_done d;
-    d.conn = conn, d.id = id, d.reason = "length", d.text = text;
+    d.conn = conn, d.id = id, d.reason = ordo::door::finish_reason::length, d.text = text;
     d.usage.prompt_tokens = 2, d.usage.completion_tokens = 2;
     return d;
 }

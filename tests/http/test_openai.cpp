@@ -321,7 +321,7 @@ TEST(openai_out, answer_and_chunks_have_openai_shapes) {
     ordo::door::token_info t{
         65, "A", -0.5f, std::vector<ordo::door::top_logprob>{{65, "A", -0.5f}, {66, "B", -1.f}}};
     ordo::door::generate_done d;
-    d.reason = "length";
+    d.reason = ordo::door::finish_reason::length;
     d.text = "A";
     d.logprobs = std::vector<ordo::door::token_info>{t};
     d.usage.prompt_tokens = 3;
@@ -454,7 +454,7 @@ TEST(openai_out, tool_calls_whole_and_streamed) {
     api_request r;
     r.tools = tool_use{ordo::grammar::tool_format::hermes, false};
     ordo::door::generate_done d;
-    d.reason = "stop";
+    d.reason = ordo::door::finish_reason::stop;
     d.text = "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>";
     json a = json::parse(completion_json(m, r, d));
     const json& msg = a["choices"][0]["message"];
@@ -465,7 +465,7 @@ TEST(openai_out, tool_calls_whole_and_streamed) {
     EXPECT_EQ(msg["tool_calls"][0]["function"]["arguments"], "{}");
     EXPECT_EQ(msg["tool_calls"][0]["id"], ordo::grammar::tool_call_id(r.tools->format, m.id, 0));
     EXPECT_EQ(a["choices"][0]["finish_reason"], "tool_calls");
-    d.reason = "length";  // cut: the calls that parsed, but the answer was cut
+    d.reason = ordo::door::finish_reason::length;  // cut: the calls that parsed, but the answer was cut
     d.text = "Plain text.";
     a = json::parse(completion_json(m, r, d));
     EXPECT_EQ(a["choices"][0]["message"]["content"], "Plain text.");
@@ -490,7 +490,7 @@ TEST(openai_out, tool_calls_whole_and_streamed) {
     const json& more = chunks[2]["choices"][0]["delta"]["tool_calls"][0];
     EXPECT_FALSE(more.contains("id"));
     EXPECT_EQ(more["function"]["arguments"], "{}");
-    d.reason = "stop";
+    d.reason = ordo::door::finish_reason::stop;
     json fin = json::parse(sse_final_chunk(m, r, d, 1).substr(6));
     EXPECT_EQ(fin["choices"][0]["finish_reason"], "tool_calls");
 }

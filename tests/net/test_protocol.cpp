@@ -174,7 +174,7 @@ namespace {
 TEST(protocol, float_fields_stay_floats) {
     generate_done d;
     d.id = 5;
-    d.reason = "length";
+    d.reason = ordo::door::finish_reason::length;
     d.usage.prefill_ms = 2.0;
     d.usage.decode_ms = 0.0;
     d.logprobs = std::vector<token_info>{token_info{7, "a", 0.0f, std::nullopt}};

@@ -169,7 +169,7 @@ TEST(scheduler_actor, cancel_during_a_running_step_applies_the_step_first) {
     r.answer(*s);
     auto d = r.net.next<door::generate_done>();
     ASSERT_TRUE(d);
-    EXPECT_EQ(d->reason, "cancelled");
+    EXPECT_EQ(d->reason, door::finish_reason::cancelled);
     EXPECT_TRUE(r.net.stays_empty(std::chrono::milliseconds(100)));
     r.stop();
 
@@ -248,7 +248,7 @@ TEST(scheduler_actor, an_unanswered_step_rebuilds_the_device_and_the_request_com
     uint32_t stale = r.answer(*lost);
     r.answer(*again);
     auto d = r.run_to_done();
-    EXPECT_EQ(d.reason, "length");
+    EXPECT_EQ(d.reason, door::finish_reason::length);
     EXPECT_EQ(d.tokens, (std::vector<int32_t>{k_token, k_token}));
     r.stop();
     EXPECT_FALSE(r.logits.is_held(stale));
@@ -269,7 +269,7 @@ TEST(scheduler_actor, drain_refuses_new_work_and_lets_running_requests_finish) {
     r.answer(*s);
     auto d = r.run_to_done();
     EXPECT_EQ(d.id, 1u);
-    EXPECT_EQ(d.reason, "length");
+    EXPECT_EQ(d.reason, door::finish_reason::length);
     EXPECT_EQ(r.drained.get_future().wait_for(std::chrono::seconds(20)),
               std::future_status::ready);
 }
