@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cassert>
 #include <vector>
 
 namespace ordo::door {
@@ -63,7 +64,8 @@ tcp_conn* tcp_conns::accept(uv_stream_t* listener, std::unique_ptr<tcp_conn> own
     c.set = this;
     uv_tcp_init(_loop, &c.tcp);
     c.tcp.data = &c;
-    _conns.emplace(c.id, std::move(owned));
+    [[maybe_unused]] const bool added = _conns.emplace(c.id, std::move(owned)).second;
+    assert(added && "the owner gives every connection its own id");
     if (uv_accept(listener, stream_of(c)) != 0) {
         close(c, "accept failed");
         return nullptr;
@@ -103,6 +105,8 @@ void tcp_conns::read_cb(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf)
     } else if (nread < 0) {
         self.close(c, uv_strerror(static_cast<int>(nread)));
     } else if (nread > 0) {
+        // stop_reading stops the reads of a closing connection; only lingering ones read on.
+        assert(!c.closing);
         self._bytes_in += uint64_t(nread);
         self._owner->conn_read(c, buf->base, size_t(nread));
     }
@@ -125,6 +129,7 @@ bool tcp_conns::send(tcp_conn& c, std::string bytes) {
     w->conn = &c;
     w->req.data = w;
     c.write_pending_bytes += w->data.size();
+    assert(c.write_pending_bytes <= _options.write_buffer_bytes_max);
     _bytes_out += w->data.size();
     uv_buf_t buf = uv_buf_init(w->data.data(), static_cast<unsigned>(w->data.size()));
     int rc = uv_write(&w->req, stream_of(c), &buf, 1, &tcp_conns::write_cb);
@@ -140,6 +145,7 @@ bool tcp_conns::send(tcp_conn& c, std::string bytes) {
 void tcp_conns::write_cb(uv_write_t* req, int status) {
     auto* w = static_cast<write_req*>(req->data);
     tcp_conn& c = *w->conn;
+    assert(c.write_pending_bytes >= w->data.size());  // send() counted it
     c.write_pending_bytes -= w->data.size();
     delete w;
     if (status < 0 && status != UV_ECANCELED) c.set->close(c, uv_strerror(status));
@@ -187,6 +193,7 @@ void tcp_conns::close_after_writes(tcp_conn& c, const char* reason, bool linger)
     if (linger && _options.linger_ms > 0 && _lingering < _options.lingering_max) {
         c.lingering_since = tcp_conn::clock::now();
         _lingering++;
+        assert(_lingering <= _options.lingering_max);
         _lingering_closes++;
         c.reading = uv_read_start(stream_of(c), &tcp_conns::alloc_cb, &tcp_conns::read_cb) == 0;
     }
@@ -275,6 +282,7 @@ void tcp_conns::grace_cb(uv_timer_t* t) {
 void tcp_conns::close_cb(uv_handle_t* handle) {
     auto& c = *static_cast<tcp_conn*>(handle->data);
     tcp_conns& self = *c.set;
+    assert(!c.lingering_since || self._lingering > 0);
     if (c.lingering_since) self._lingering--;
     self._owner->conn_closed(c);
     self._conns.erase(c.id);  // frees c

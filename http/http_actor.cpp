@@ -202,6 +202,7 @@ void http_actor::door_admitted(door::tcp_conn& t) {
 
 void http_actor::door_read(door::tcp_conn& t, const char* data, size_t size) {
     auto& c = static_cast<connection&>(t);
+    assert(!c.closing && "a connection that is closing is not read");
     c.unread.append(data, size);
     parse_more(c);
 }
@@ -276,6 +277,7 @@ void http_actor::parse_more(connection& c) {
             break;  // need_more: everything consumed
         }
     }
+    assert(c.queued.size() <= _options.pipelined_max);  // the read-ahead bound
     if (c.closing) return;
     if (c.reader.mid_request() || (c.queued.empty() && !c.live && !c.unread.empty())) {
         if (!c.waiting_since) c.waiting_since = clock::now();
@@ -741,6 +743,9 @@ void http_actor::stream_chunk(connection& c, std::string_view data) {
 
 void http_actor::stream_end(connection& c) {
     if (!_door.conns().send(c, "0\r\n\r\n")) return;
+    // Only a close ends a live request before its answer, and a closing connection takes no
+    // more writes.
+    assert(c.live.has_value());
     finish(c, c.live->keep_alive);
 }
 

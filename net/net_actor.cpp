@@ -96,6 +96,7 @@ void net_actor::door_admitted(door::tcp_conn& t) {
 }
 
 void net_actor::door_read(door::tcp_conn& c, const char* data, size_t size) {
+    assert(!c.closing && "a connection that is closing is not read");
     handle_bytes(static_cast<connection&>(c), data, size);
 }
 
@@ -168,6 +169,7 @@ void net_actor::handle_frame(connection& c, const msgpack::object& frame) {
 // ---- ops -------------------------------------------------------------------------------------
 
 void net_actor::handle_request(connection& c, const request& r) {
+    assert(!c.closing);  // handle_bytes stops at the frame that closed it
     _counters.requests++;
     if (c.inflight.count(r.id) != 0) {
         send_error(c, r.id, errc::duplicate_id,
@@ -232,6 +234,7 @@ void net_actor::forward(connection& c, T m) {
         return;
     }
     c.inflight.insert(m.id);
+    assert(c.inflight.size() <= _options.inflight_per_connection_max);
 }
 
 std::map<std::string, uint64_t> net_actor::counters_map() const {

@@ -306,107 +306,159 @@ result<sched::cancel> parse_cancel(const msgpack::object& frame) {
     return out;
 }
 
+namespace {
+
+// `fault`'s kind as the client named it: the name is kept for the messages that quote it.
+struct named_fault_kind {
+    fault_kind kind;
+    std::string name;
+};
+
+// "kind" (required). The kinds are ordo::fault_kind's (one list, also the [fault] plan's): a new
+// kind needs no edit here.
+result<named_fault_kind> read_fault_kind(const param_map& pm) {
+    const msgpack::object* kind = pm.get("kind");
+    if (kind == nullptr) return make_error("bad_request", "\"kind\" is required");
+    auto k = fields::read_string("kind", *kind, 32);
+    if (!k.ok()) return k.err();
+    const auto fk = enum_from_name<fault_kind>(*k);
+    if (!fk) return fields::bad("kind", enum_names_listed<fault_kind>(), fields::quote(*k));
+    return named_fault_kind{*fk, std::move(*k)};
+}
+
+// The keys a kind does not take, in the order they are looked for: a step_delay fails nothing
+// (no layer), a mailbox_refuse counts pushes, not steps; the kv and draft kinds take only count
+// (saves or restores; drafting rounds); the net kinds take no step's keys, and only
+// net_stop_reading takes ms.
+std::vector<const char*> fault_keys_not_taken(fault_kind kind) {
+    if (kind == fault_kind::step_delay) return {"layer", "actor"};
+    if (kind == fault_kind::mailbox_refuse) return {"phase", "layer", "after_steps", "ms"};
+    if (is_kv_fault(kind) || is_draft_fault(kind)) {
+        return {"phase", "layer", "after_steps", "ms", "actor"};
+    }
+    if (kind == fault_kind::net_stop_reading) return {"layer", "after_steps", "actor"};
+    if (is_net_fault(kind)) return {"layer", "after_steps", "actor", "ms"};
+    return {"ms", "actor"};
+}
+
+// A key the kind does not take is refused by name, not ignored.
+status refuse_keys_not_taken(const param_map& pm, const named_fault_kind& k) {
+    for (const char* key : fault_keys_not_taken(k.kind)) {
+        if (pm.get(key) != nullptr) {
+            return make_error("bad_request", "\"" + std::string(key) +
+                                                 "\" does not apply to kind " +
+                                                 fields::quote(k.name));
+        }
+    }
+    return {};
+}
+
+// "phase": a net kind's request phase (required), not a step's; for the other kinds that take
+// it, the step phase the fault matches (none: any step).
+status read_fault_phase(const param_map& pm, const named_fault_kind& k, sched::fault_spec& f) {
+    const bool net_kind = is_net_fault(k.kind);
+    const msgpack::object* p = pm.get("phase");
+    if (p == nullptr) {
+        if (net_kind) {
+            return make_error("bad_request", "\"phase\" is required for " + fields::quote(k.name));
+        }
+        return {};
+    }
+    auto ph = fields::read_string("phase", *p, 16);
+    if (!ph.ok()) return ph.err();
+    if (net_kind) {
+        const auto rp = enum_from_name<sched::request_phase>(*ph);
+        if (!rp) {
+            return fields::bad("phase", enum_names_listed<sched::request_phase>(),
+                               fields::quote(*ph));
+        }
+        f.net_phase = *rp;
+    } else {
+        f.gpu_phase = enum_from_name<gpu::step_phase>(*ph);
+        if (!f.gpu_phase) {
+            return fields::bad("phase", enum_names_listed<gpu::step_phase>(), fields::quote(*ph));
+        }
+    }
+    return {};
+}
+
+// "layer", "after_steps" and "count", each optional; a mailbox_refuse's count is of refusals,
+// with a bound of its own.
+status read_fault_counts(const param_map& pm, fault_kind kind, sched::fault_spec& f) {
+    if (const auto* l = pm.get("layer")) {
+        auto v = fields::read_uint("layer", *l, 0, fault_layer_max);
+        if (!v.ok()) return v.err();
+        f.layer = int32_t(*v);
+    }
+    if (const auto* a = pm.get("after_steps")) {
+        auto v = fields::read_uint("after_steps", *a, 0, fault_steps_max);
+        if (!v.ok()) return v.err();
+        f.after_steps = uint32_t(*v);
+    }
+    if (const auto* c = pm.get("count")) {
+        const uint64_t count_max =
+            kind == fault_kind::mailbox_refuse ? fault_refusals_max : fault_steps_max;
+        auto v = fields::read_uint("count", *c, 1, count_max);
+        if (!v.ok()) return v.err();
+        f.count = uint32_t(*v);
+    }
+    return {};
+}
+
+// "ms" (required): a step_delay's wait before each step, a net_stop_reading's pause.
+status read_fault_delay(const param_map& pm, const named_fault_kind& k, sched::fault_spec& f) {
+    const msgpack::object* ms = pm.get("ms");
+    if (ms == nullptr) {
+        return make_error("bad_request", "\"ms\" is required for " + fields::quote(k.name));
+    }
+    auto v = fields::read_uint("ms", *ms, 1, fault_delay_ms_max);
+    if (!v.ok()) return v.err();
+    f.delay_ms = uint32_t(*v);
+    return {};
+}
+
+// "actor" (required): the actor whose mailbox a mailbox_refuse refuses pushes to.
+status read_fault_actor(const param_map& pm, sched::fault_spec& f) {
+    const msgpack::object* a = pm.get("actor");
+    if (a == nullptr) return make_error("bad_request", "\"actor\" is required for mailbox_refuse");
+    auto name = fields::read_string("actor", *a, 16);
+    if (!name.ok()) return name.err();
+    const auto actor = enum_from_name<sched::fault_actor>(*name);
+    if (!actor) {
+        return fields::bad("actor", enum_names_listed<sched::fault_actor>(), fields::quote(*name));
+    }
+    f.actor = *actor;
+    return {};
+}
+
+}  // namespace
+
 // `fault` {kind, phase?, layer?, after_steps?, count?, ms?, actor?}: the keys a kind does not
-// take (not_taken below) are refused by name, not ignored. The kv kinds (is_kv_fault:
+// take (fault_keys_not_taken) are refused by name, not ignored. The kv kinds (is_kv_fault:
 // kv_enospc, kv_eio, kv_torn_exit, kv_flip_read, kv_fingerprint) take only count: the scheduler
 // routes them to the kv actor. So do the draft kinds (is_draft_fault: draft_fail,
 // draft_garbage, draft_eos; count is drafting rounds), which the scheduler arms for itself.
 // The net kinds (is_net_fault: net_fin, net_rst, net_stop_reading) take a request phase
 // (queued, prefill, decode; required) and count (requests), net_stop_reading also ms; the
-// scheduler fires them.
+// scheduler fires them. The keys are read in a fixed order
+// (kind, the keys not taken, phase, the counts, ms, actor): the first bad one is the one named.
 result<sched::fault> parse_fault(const msgpack::object& frame) {
     auto pm = param_map::open(frame,
                               {"kind", "phase", "layer", "after_steps", "count", "ms", "actor"});
     if (!pm.ok()) return pm.err();
+    auto k = read_fault_kind(*pm);
+    if (!k.ok()) return k.err();
     sched::fault out;
     sched::fault_spec& f = out.spec;
-    const msgpack::object* kind = pm->get("kind");
-    if (kind == nullptr) return make_error("bad_request", "\"kind\" is required");
-    auto k = fields::read_string("kind", *kind, 32);
-    if (!k.ok()) return k.err();
-    // The kinds are ordo::fault_kind's (one list, also the [fault] plan's): a new kind needs no
-    // edit here.
-    const auto fk = enum_from_name<fault_kind>(*k);
-    if (!fk) return fields::bad("kind", enum_names_listed<fault_kind>(), fields::quote(*k));
-    const bool delay = *fk == fault_kind::step_delay;
-    const bool refuse = *fk == fault_kind::mailbox_refuse;
-    // The kv and draft kinds take only count (saves or restores; drafting rounds).
-    const bool kv_kind = is_kv_fault(*fk) || is_draft_fault(*fk);
-    const bool net_pause = *fk == fault_kind::net_stop_reading;
-    const bool net_kind = is_net_fault(*fk);
-    f.kind = *fk;
-    // The keys a kind does not take are refused by name: a step_delay fails nothing (no layer),
-    // a mailbox_refuse counts pushes, not steps.
-    std::vector<const char*> not_taken{"ms", "actor"};
-    if (delay) not_taken = {"layer", "actor"};
-    if (refuse) not_taken = {"phase", "layer", "after_steps", "ms"};
-    if (kv_kind) not_taken = {"phase", "layer", "after_steps", "ms", "actor"};
-    if (net_kind) not_taken = {"layer", "after_steps", "actor"};
-    if (net_kind && !net_pause) not_taken.push_back("ms");
-    for (const char* key : not_taken) {
-        if (pm->get(key) != nullptr) {
-            return make_error("bad_request", "\"" + std::string(key) +
-                                                 "\" does not apply to kind " + fields::quote(*k));
-        }
+    f.kind = k->kind;
+    if (auto s = refuse_keys_not_taken(*pm, *k); !s) return s.err();
+    if (auto s = read_fault_phase(*pm, *k, f); !s) return s.err();
+    if (auto s = read_fault_counts(*pm, k->kind, f); !s) return s.err();
+    if (f.kind == fault_kind::step_delay || f.kind == fault_kind::net_stop_reading) {
+        if (auto s = read_fault_delay(*pm, *k, f); !s) return s.err();
     }
-    if (const auto* p = pm->get("phase")) {
-        auto ph = fields::read_string("phase", *p, 16);
-        if (!ph.ok()) return ph.err();
-        if (net_kind) {
-            // A request's phase, not a step's.
-            const auto rp = enum_from_name<sched::request_phase>(*ph);
-            if (!rp) {
-                return fields::bad("phase", enum_names_listed<sched::request_phase>(),
-                                   fields::quote(*ph));
-            }
-            f.net_phase = *rp;
-        } else {
-            f.gpu_phase = enum_from_name<gpu::step_phase>(*ph);
-            if (!f.gpu_phase) {
-                return fields::bad("phase", enum_names_listed<gpu::step_phase>(),
-                                   fields::quote(*ph));
-            }
-        }
-    } else if (net_kind) {
-        return make_error("bad_request", "\"phase\" is required for " + fields::quote(*k));
-    }
-    if (const auto* l = pm->get("layer")) {
-        auto v = fields::read_uint("layer", *l, 0, fault_layer_max);
-        if (!v.ok()) return v.err();
-        f.layer = int32_t(*v);
-    }
-    if (const auto* a = pm->get("after_steps")) {
-        auto v = fields::read_uint("after_steps", *a, 0, fault_steps_max);
-        if (!v.ok()) return v.err();
-        f.after_steps = uint32_t(*v);
-    }
-    if (const auto* c = pm->get("count")) {
-        auto v = fields::read_uint("count", *c, 1, refuse ? fault_refusals_max : fault_steps_max);
-        if (!v.ok()) return v.err();
-        f.count = uint32_t(*v);
-    }
-    if (delay || net_pause) {
-        const msgpack::object* ms = pm->get("ms");
-        if (ms == nullptr) {
-            return make_error("bad_request", "\"ms\" is required for " + fields::quote(*k));
-        }
-        auto v = fields::read_uint("ms", *ms, 1, fault_delay_ms_max);
-        if (!v.ok()) return v.err();
-        f.delay_ms = uint32_t(*v);
-    }
-    if (refuse) {
-        const msgpack::object* a = pm->get("actor");
-        if (a == nullptr) {
-            return make_error("bad_request", "\"actor\" is required for mailbox_refuse");
-        }
-        auto name = fields::read_string("actor", *a, 16);
-        if (!name.ok()) return name.err();
-        const auto actor = enum_from_name<sched::fault_actor>(*name);
-        if (!actor) {
-            return fields::bad("actor", enum_names_listed<sched::fault_actor>(),
-                               fields::quote(*name));
-        }
-        f.actor = *actor;
+    if (f.kind == fault_kind::mailbox_refuse) {
+        if (auto s = read_fault_actor(*pm, f); !s) return s.err();
     }
     return out;
 }

@@ -391,6 +391,10 @@ void scheduler_actor::check_drained() {
 }
 
 void scheduler_actor::on(const gpu::step_done& m) {
+    // The gpu actor holds a step's logits slot until this handler releases it; a reply it gave
+    // up released its slot and never arrives here.
+    assert(m.slot == gpu::logits_exchange::no_slot ||
+           (_logits != nullptr && _logits->is_held(m.slot)));
     uv_timer_stop(&_backstop);
     std::vector<outgoing_event> out;
     _core.on_step_done(
@@ -538,6 +542,8 @@ void scheduler_actor::pump() {
     if (stopping() || _core.step_in_flight()) return;
     auto s = _core.next_step();
     if (!s) return;
+    // The step sent is the one the core waits for; 0 names no step (backstop_cb).
+    assert(s->step_id != 0 && _core.in_flight_step_id() == s->step_id);
     arm_planned_fault(s->step_id);  // before the step: a gpu fault fires on this very step
     if (auto st = _to_gpu.tell(*s); !st.ok()) {
         // The gpu actor refused the step: that is a failed step like any other, and the next
@@ -545,6 +551,7 @@ void scheduler_actor::pump() {
         std::vector<outgoing_event> out;
         _core.on_step_failed(
             {s->step_id, gpu::gpu_failure::busy, st.err().message, "not submitted", false}, out);
+        assert(!_core.step_in_flight());  // so the pump timer plans the next step
         send_events(out);
         if (!uv_is_active(reinterpret_cast<uv_handle_t*>(&_pump_timer))) {
             uv_timer_start(&_pump_timer, &scheduler_actor::pump_cb, pump_retry_ms, 0);
@@ -570,6 +577,7 @@ void scheduler_actor::backstop_cb(uv_timer_t* t) {
     // device_lost: the scheduler waits for the device_ready the rebuild will send.
     self._core.on_step_failed(
         {id, gpu::gpu_failure::unanswered, "no answer from the gpu actor", "step", true}, out);
+    assert(!self._core.step_in_flight());  // its late answer, if any, is stale now
     self._gpu_control.send(gpu::reset_device{"step " + std::to_string(id) + " unanswered"});
     self.after(out);
 }

@@ -56,6 +56,7 @@
 
 #include <uv.h>
 
+#include <cassert>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -125,6 +126,7 @@ public:
         _give_up = std::move(give_up);
         _pending.clear();
         _state = state::open;
+        assert(_loop != nullptr && _limits.pending_max > 0);
         return {};
     }
 
@@ -141,6 +143,8 @@ public:
             give_up(msg, refusal{delivery_outcome::actor_stopped,
                                  "delivery closed while its owner is stopping; not delivered"});
         }
+        // A send() from give_up_fn above was given up at once (closing), never queued.
+        assert(_pending.empty());
         uv_close(reinterpret_cast<uv_handle_t*>(&_retry), &delivery::close_cb);
     }
 
@@ -177,6 +181,7 @@ public:
             return;
         }
         _pending.push_back(pending_message{message(std::in_place_type<T>, msg), uv_now(_loop)});
+        assert(_pending.size() <= _limits.pending_max);
         _deferred++;
         if (!uv_is_active(reinterpret_cast<uv_handle_t*>(&_retry))) {
             uv_timer_start(&_retry, &delivery::retry_cb, _limits.retry_ms, _limits.retry_ms);
@@ -199,17 +204,23 @@ private:
         uint64_t sent_ms = 0;  // uv_now() at send(): the deadline counts from here
     };
 
+    // The timer runs only while open: close() stops it (uv_close) before it could fire again.
     static void retry_cb(uv_timer_t* handle) {
-        static_cast<delivery*>(handle->data)->offer_pending();
+        auto* self = static_cast<delivery*>(handle->data);
+        assert(self->_state == state::open);
+        self->offer_pending();
     }
 
     static void close_cb(uv_handle_t* handle) {
-        static_cast<delivery*>(handle->data)->_state = state::closed;
+        auto* self = static_cast<delivery*>(handle->data);
+        assert(self->_state == state::closing && self->_pending.empty());
+        self->_state = state::closed;
     }
 
     // Offers the FIFO front to back until the receiver refuses one that is still within its
     // deadline. Re-reads the FIFO on every step: give_up_fn may send() (append) meanwhile.
     void offer_pending() {
+        assert(_state == state::open || _state == state::closing);
         const uint64_t now_ms = uv_now(_loop);
         while (!_pending.empty()) {
             tell_status st =

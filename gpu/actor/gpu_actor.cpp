@@ -56,6 +56,7 @@ void gpu_actor::connect_kv(kv_staging& staging, kv_copy_replies replies) {
 // ---- jobs on the thread pool ------------------------------------------------------------
 
 void gpu_actor::start_job(job_kind kind) {
+    assert(!_busy && "one job at a time: the worker and _job are the running job's");
     _busy = true;
     _job.kind = kind;
     _job.err.reset();
@@ -87,6 +88,7 @@ void gpu_actor::work_cb(uv_work_t* req) { static_cast<gpu_actor*>(req->data)->ru
 
 void gpu_actor::after_work_cb(uv_work_t* req, int) {
     auto* self = static_cast<gpu_actor*>(req->data);
+    assert(self->_busy);
     self->_busy = false;
     if (self->_job.kind == job_kind::step) {
         self->finish_step();
@@ -313,6 +315,7 @@ void gpu_actor::finish_build() {
         _replies.send(device_unavailable{_job.err->code + ": " + _job.err->message});
         return;
     }
+    assert(_job.built != nullptr);
     _runner = std::move(_job.built);
     _device_name = _runner->info().name;
     if (_job.kind == job_kind::rebuild) {
@@ -336,6 +339,8 @@ void gpu_actor::finish_build() {
 
 void gpu_actor::finish_step() {
     const step& m = _job.msg;
+    // The slot pump() acquired for the step is still held: only this reply releases it.
+    assert(_job.slot == logits_exchange::no_slot || _exchange.is_held(_job.slot));
     _busy_ms += _job.res.gpu_ms;
     if (!_job.err && !_job.nan) {
         _steps++;
@@ -385,6 +390,7 @@ bool gpu_actor::start_kv_copy(kv_copy c) {
         fail_copy(c, gpu_failure::bad_request, "no KV staging is connected (connect_kv)");
         return false;
     }
+    assert(_runner != nullptr);  // pump() starts jobs only while the device is ready
     if (!_kv_staging->is_held(slot)) {
         fail_copy(c, gpu_failure::bad_request,
                   "KV staging slot " + std::to_string(slot) + " is not held by the sender");
@@ -443,6 +449,7 @@ void gpu_actor::pump() {
             _job.slot = *slot;
         }
         _job.fault = _faults.next(_job.msg.phase);
+        assert(_runner != nullptr);
         start_job(job_kind::step);
     }
 }
@@ -492,6 +499,7 @@ void gpu_actor::enqueue(queued q) {
         refuse(gpu_failure::busy, std::to_string(_queue.size()) + " jobs already queued", false);
     } else {
         _queue.push_back(std::move(q));
+        assert(_queue.size() <= _options.queue_max);
         pump();
     }
 }

@@ -206,39 +206,52 @@ void warn_if_open(const door::api_keys& keys, const config::listen_address& a, c
                          key, a.ipv6 ? "[" + a.host + "]" : a.host, a.port);
 }
 
-}  // namespace
+// The front doors' addresses: the net door's always, the HTTP door's when http.listen is set.
+struct listen_addresses {
+    config::listen_address net;
+    std::optional<config::listen_address> http;  // off when http.listen is empty
+};
 
-status run_server(const config::config& cfg, const loaded_model& model, const server_hooks& hooks,
-                  const door::api_keys& keys) {
-    auto log = logger("main");
+result<listen_addresses> read_listen_addresses(const config::config& cfg) {
     auto address = config::parse_listen_address(cfg.server.listen);
     if (!address.ok()) return address.err();
-    // The HTTP front door: off when http.listen is empty.
-    std::optional<config::listen_address> http_address;
+    listen_addresses out{*address, std::nullopt};
     if (!cfg.http.listen.empty()) {
         auto a = config::parse_listen_address(cfg.http.listen);
         if (!a.ok()) return a.err();
-        http_address = *a;
+        out.http = *a;
     }
-    warn_if_open(keys, *address, "server.listen");
-    if (http_address) warn_if_open(keys, *http_address, "http.listen");
-    // One gate for both doors: a client that fails on one is cut off on the other too.
+    return out;
+}
+
+// One gate for both doors: a client that fails on one is cut off on the other too.
+std::shared_ptr<door::auth_gate> open_auth_gate(const door::api_keys& keys,
+                                                const listen_addresses& addresses) {
+    warn_if_open(keys, addresses.net, "server.listen");
+    if (addresses.http) warn_if_open(keys, *addresses.http, "http.listen");
     auto auth = std::make_shared<door::auth_gate>(keys);
     if (keys.required()) {
-        log->info("API keys: {} configured; both front doors require one", keys.size());
+        logger("main")->info("API keys: {} configured; both front doors require one",
+                             keys.size());
     }
+    return auth;
+}
 
-    // Signal watchers first: a SIGTERM that arrives while the actors start must take the
-    // orderly path, not the default action.
-    main_loop m;
+// Signal watchers first: a SIGTERM that arrives while the actors start must take the orderly
+// path, not the default action.
+void start_signal_watchers(main_loop& m) {
     uv_loop_init(&m.loop);
     uv_signal_init(&m.loop, &m.sigint);
     uv_signal_init(&m.loop, &m.sigterm);
     m.sigint.data = m.sigterm.data = &m;
     uv_signal_start(&m.sigint, signal_cb, SIGINT);
     uv_signal_start(&m.sigterm, signal_cb, SIGTERM);
+}
 
-    // The context served is logged by the gpu runner once it knows every bound (KV pool, device).
+// What is served, said once at start. The context served is logged by the gpu runner once it
+// knows every bound (KV pool, device).
+void log_model(const config::config& cfg, const loaded_model& model) {
+    auto log = logger("main");
     log->info("model {}{}: {} layers, n_embd {}, vocab {}, trained context {}, fingerprint {}",
               model.path, model.generated ? " (generated, random weights)" : "", model.hp.n_layer,
               model.hp.n_embd, model.hp.n_vocab, model.hp.n_ctx, model.info.fingerprint);
@@ -246,6 +259,13 @@ status run_server(const config::config& cfg, const loaded_model& model, const se
     log->info("embeddings pool by {} ({})",
               config::to_string(model.hp.embedding_pooling.value_or(cfg.model.embedding_pooling)),
               model.hp.embedding_pooling ? "the GGUF's pooling_type" : "model.embedding_pooling");
+    if (cfg.speculative.mode != config::speculative_mode::off) {
+        log->info("speculative decoding: {} (draft_tokens_max {}, n-grams {}..{}, fallback after "
+                  "{} rounds without an accepted draft)",
+                  config::to_string(cfg.speculative.mode), cfg.speculative.draft_tokens_max,
+                  cfg.speculative.ngram_min, cfg.speculative.ngram_max,
+                  cfg.speculative.fallback_rounds);
+    }
     if (const status& tok = model.tokenizer->support(); !tok.ok()) {
         log->warn("{}: serving token ids only (generate with `tokens`); text ops answer "
                   "tokenizer_unsupported",
@@ -259,14 +279,12 @@ status run_server(const config::config& cfg, const loaded_model& model, const se
     } else {
         log->info("chat template: {}", model.chat->source);
     }
+}
 
-    gpu::logits_exchange logits(logits_rows_max(cfg), model.hp.n_vocab, model.hp.n_embd);
-    auto core =
-        sched::scheduler_core::create(core_options_from(cfg, model), &*model.tokenizer, model.info);
-    if (!core.ok()) {
-        abandon(m);
-        return core.err();
-    }
+// The scheduler actor's options, all but its callbacks (on_drained, kv_report: they point into
+// the server_actors that build_actors fills).
+sched::scheduler_actor::options scheduler_options_from(const config::config& cfg,
+                                                       const loaded_model& model) {
     sched::scheduler_actor::options so;
     so.mailbox_capacity = cfg.server.mailbox_capacity;
     so.step_backstop_ms = step_backstop_ms(cfg, model);
@@ -275,132 +293,194 @@ status run_server(const config::config& cfg, const loaded_model& model, const se
                cfg.fault.plan_faults_max};
     so.plan_delay_ms = cfg.fault.plan_delay_ms;
     if (!cfg.fault.plan.empty()) {
-        log->warn("fault plan on: seed {}, {} kinds, a fault every {} steps on average, at most {}",
-                  cfg.fault.seed, cfg.fault.plan.size(), cfg.fault.plan_every_steps,
-                  cfg.fault.plan_faults_max);
+        logger("main")->warn(
+            "fault plan on: seed {}, {} kinds, a fault every {} steps on average, at most {}",
+            cfg.fault.seed, cfg.fault.plan.size(), cfg.fault.plan_every_steps,
+            cfg.fault.plan_faults_max);
     }
-    std::promise<void> drained;
-    so.on_drained = [&drained] { drained.set_value(); };
-    // KV persistence: the kv actor and the staging slot its copies go through.
-    std::optional<kv::kv_actor_options> kv_opts;
-    if (cfg.kv.enabled) {
-        auto o = kv_options_from(cfg, model, gpu_options_from(cfg, model).runner.kv_copy_blocks_max);
-        if (!o.ok()) {
-            abandon(m);
-            return o.err();
-        }
-        kv_opts = std::move(*o);
-    }
+    return so;
+}
+
+// Every actor of one server and what they share, declared in the order they are built and so
+// destroyed in reverse: the net actor (which reads the http actor's counters, the stats op's
+// `http` map) before the http actor; every actor before the logits exchange and the staging
+// slot it points into, and before the promise the scheduler's on_drained sets.
+struct server_actors {
+    server_actors(const config::config& cfg, const loaded_model& model)
+        : logits(logits_rows_max(cfg), model.hp.n_vocab, model.hp.n_embd) {}
+
+    gpu::logits_exchange logits;
+    std::promise<void> drained;  // set by the scheduler when a drain has ended
+    // KV persistence (kv.enabled): the kv actor and the staging slot its copies go through.
     std::optional<gpu::kv_staging> staging;
     std::optional<kv::kv_actor> kv;
-    if (kv_opts) {
-        staging.emplace(1, uint64_t(kv_opts->copy_blocks_max) * kv_opts->expect.geometry.block_bytes());
-        kv.emplace(*kv_opts, *staging);
-        so.kv_report = [&kv] { return kv->report(); };
+    std::optional<sched::scheduler_actor> scheduler;
+    std::optional<http::http_actor> http;  // the HTTP front door, when http.listen is set
+    std::optional<net::net_actor> net;
+    std::optional<gpu::gpu_actor> gpu;
+};
+
+// Builds the actors into s, none connected or started. Fails only before any actor is built
+// (the scheduler's core, the kv actor's options).
+status build_actors(server_actors& s, const config::config& cfg, const loaded_model& model,
+                    const listen_addresses& addresses,
+                    const std::shared_ptr<door::auth_gate>& auth) {
+    auto core =
+        sched::scheduler_core::create(core_options_from(cfg, model), &*model.tokenizer, model.info);
+    if (!core.ok()) return core.err();
+    sched::scheduler_actor::options so = scheduler_options_from(cfg, model);
+    so.on_drained = [&drained = s.drained] { drained.set_value(); };
+    std::optional<kv::kv_actor_options> kv_opts;
+    if (cfg.kv.enabled) {
+        uint32_t copy_blocks_max = gpu_options_from(cfg, model).runner.kv_copy_blocks_max;
+        auto o = kv_options_from(cfg, model, copy_blocks_max);
+        if (!o.ok()) return o.err();
+        kv_opts = std::move(*o);
     }
-    sched::scheduler_actor scheduler(std::move(*core), &logits, so);
-    // Declared before the net actor, which reads its counters (the stats op's `http` map) and
-    // is destroyed first.
-    std::optional<http::http_actor> http;
-    net::net_options net_opts = net_options_from(cfg, *address, model);
+    if (kv_opts) {
+        s.staging.emplace(1, uint64_t(kv_opts->copy_blocks_max) *
+                                 kv_opts->expect.geometry.block_bytes());
+        s.kv.emplace(*kv_opts, *s.staging);
+        so.kv_report = [&kv = s.kv] { return kv->report(); };
+    }
+    s.scheduler.emplace(std::move(*core), &s.logits, so);
+    net::net_options net_opts = net_options_from(cfg, addresses.net, model);
     net_opts.auth = auth;
-    if (http_address) net_opts.http_counters = [&http] { return http->counters(); };
-    net::net_actor net(net_opts, cfg.server.mailbox_capacity);
-    gpu::gpu_actor gpu(gpu_options_from(cfg, model), logits, gpu::gpu_replies(scheduler, "gpu"));
-    scheduler.connect(net, gpu);
-    net.connect_scheduler(scheduler);
-    // The second front door: the scheduler routes the events of its connections to it by the
-    // front door written in their conn ids (door/conn_ids.hpp).
-    if (http_address) {
-        http::http_options ho = http_options_from(cfg, *http_address, model, net_opts.limits);
-        ho.net_counters = [&net] { return net.counters(); };
+    if (addresses.http) net_opts.http_counters = [&http = s.http] { return http->counters(); };
+    s.net.emplace(net_opts, cfg.server.mailbox_capacity);
+    s.gpu.emplace(gpu_options_from(cfg, model), s.logits, gpu::gpu_replies(*s.scheduler, "gpu"));
+    if (addresses.http) {
+        http::http_options ho = http_options_from(cfg, *addresses.http, model, net_opts.limits);
+        ho.net_counters = [&net = s.net] { return net->counters(); };
         ho.auth = auth;
         ho.metrics_require_key = cfg.http.metrics_require_key;
         ho.cors_allow_origins = cfg.http.cors_allow_origins;
-        http.emplace(std::move(ho), cfg.server.mailbox_capacity);
-        scheduler.connect_front_door(door::door_kind::http, *http);
-        http->connect_scheduler(scheduler);
+        s.http.emplace(std::move(ho), cfg.server.mailbox_capacity);
     }
-    if (kv) {
-        gpu.connect_kv(*staging, gpu::kv_copy_replies(*kv, "gpu"));
-        kv->connect(scheduler, gpu);
-        scheduler.connect_kv(*kv);
-    }
+    return {};
+}
 
-    // Start order: the scheduler before the net actor (nothing is forwarded to a stopped
-    // actor), the gpu last (its device_ready reaches a running scheduler).
-    status started = scheduler.start();
-    if (started.ok() && kv) started = kv->start();
-    if (started.ok() && http) started = http->start();
-    if (started.ok() && http && !http->listen_status().ok()) started = http->listen_status();
-    if (started.ok()) started = net.start();
-    if (started.ok() && !net.listen_status().ok()) started = net.listen_status();
-    if (started.ok()) started = gpu.start();
-    // SIGTERM: stop accepting, let in-flight requests finish within shutdown_grace_ms (the
-    // scheduler ends what is left with shutting_down when the grace is over), then stop.
-    auto drain_all = [&] {
-        uint64_t grace_ms = cfg.server.shutdown_grace_ms;
-        actors::tell_status a = net.tell(door::begin_drain{}, "main");
-        if (a.ok() && http) a = http->tell(door::begin_drain{}, "main");
-        actors::tell_status b = scheduler.tell(sched::drain{grace_ms}, "main");
-        if (!a.ok() || !b.ok()) {
-            log->warn("drain not delivered ({}); stopping at once",
-                      (!a.ok() ? a : b).err().message);
-            return;
-        }
-        // The scheduler's own timer ends the drain after grace_ms; the margin covers the
-        // terminal events' way out, and bounds this wait if the scheduler is stuck.
-        constexpr uint64_t drain_margin_ms = 2000;
-        auto done = drained.get_future();
-        if (done.wait_for(std::chrono::milliseconds(grace_ms + drain_margin_ms)) !=
-            std::future_status::ready) {
-            log->warn("drain did not end within {} ms; stopping", grace_ms + drain_margin_ms);
-        }
-    };
-    auto stop_all = [&](status& first_failure) {
-        // Scheduler first: every live request gets its terminal event (shutting_down) while
-        // the net actor can still write it; then the kv actor writes the saves in flight (its
-        // copies need the gpu actor), within kv.flush_ms_max; then the net actor flushes and
-        // closes connections; then the gpu actor waits out its running step.
-        auto stop = [&](actors::actor_core& a) {
-            a.request_stop();
-            if (auto st = a.join(); !st.ok() && first_failure.ok()) first_failure = st;
-        };
-        stop(scheduler);
-        if (kv) {
-            if (kv->running() && !kv->flush(cfg.kv.flush_ms_max)) {
-                log->warn("kv: saves not written within kv.flush_ms_max = {} ms are dropped",
-                          cfg.kv.flush_ms_max);
-            }
-            stop(*kv);
-        }
-        stop(net);
-        if (http) stop(*http);
-        stop(gpu);
-    };
-    if (!started.ok()) {
-        status ignored;
-        stop_all(ignored);
-        abandon(m);
-        return started;
+// Tells each actor the peers it sends to.
+void connect_actors(server_actors& s) {
+    s.scheduler->connect(*s.net, *s.gpu);
+    s.net->connect_scheduler(*s.scheduler);
+    // The second front door: the scheduler routes the events of its connections to it by the
+    // front door written in their conn ids (door/conn_ids.hpp).
+    if (s.http) {
+        s.scheduler->connect_front_door(door::door_kind::http, *s.http);
+        s.http->connect_scheduler(*s.scheduler);
     }
-    if (http && hooks.on_http_listening) {
-        hooks.on_http_listening(http_address->host, http->bound_port());
+    if (s.kv) {
+        s.gpu->connect_kv(*s.staging, gpu::kv_copy_replies(*s.kv, "gpu"));
+        s.kv->connect(*s.scheduler, *s.gpu);
+        s.scheduler->connect_kv(*s.kv);
     }
-    if (hooks.on_listening) hooks.on_listening(address->host, net.bound_port());
+}
 
+// Start order: the scheduler before the net actor (nothing is forwarded to a stopped actor),
+// the gpu last (its device_ready reaches a running scheduler). Stops at the first failure.
+status start_actors(server_actors& s) {
+    status started = s.scheduler->start();
+    if (started.ok() && s.kv) started = s.kv->start();
+    if (started.ok() && s.http) started = s.http->start();
+    if (started.ok() && s.http && !s.http->listen_status().ok()) started = s.http->listen_status();
+    if (started.ok()) started = s.net->start();
+    if (started.ok() && !s.net->listen_status().ok()) started = s.net->listen_status();
+    if (started.ok()) started = s.gpu->start();
+    return started;
+}
+
+// SIGTERM: stop accepting, let in-flight requests finish within shutdown_grace_ms (the
+// scheduler ends what is left with shutting_down when the grace is over), then stop.
+void drain_actors(server_actors& s, const config::config& cfg) {
+    uint64_t grace_ms = cfg.server.shutdown_grace_ms;
+    actors::tell_status a = s.net->tell(door::begin_drain{}, "main");
+    if (a.ok() && s.http) a = s.http->tell(door::begin_drain{}, "main");
+    actors::tell_status b = s.scheduler->tell(sched::drain{grace_ms}, "main");
+    if (!a.ok() || !b.ok()) {
+        logger("main")->warn("drain not delivered ({}); stopping at once",
+                             (!a.ok() ? a : b).err().message);
+        return;
+    }
+    // The scheduler's own timer ends the drain after grace_ms; the margin covers the
+    // terminal events' way out, and bounds this wait if the scheduler is stuck.
+    constexpr uint64_t drain_margin_ms = 2000;
+    auto done = s.drained.get_future();
+    if (done.wait_for(std::chrono::milliseconds(grace_ms + drain_margin_ms)) !=
+        std::future_status::ready) {
+        logger("main")->warn("drain did not end within {} ms; stopping",
+                             grace_ms + drain_margin_ms);
+    }
+}
+
+// Scheduler first: every live request gets its terminal event (shutting_down) while the net
+// actor can still write it; then the kv actor writes the saves in flight (its copies need the
+// gpu actor), within kv.flush_ms_max; then the net actor flushes and closes connections; then
+// the gpu actor waits out its running step. A failure to join is kept in first_failure unless
+// one is there already.
+void stop_actors(server_actors& s, const config::config& cfg, status& first_failure) {
+    auto stop = [&](actors::actor_core& a) {
+        a.request_stop();
+        if (auto st = a.join(); !st.ok() && first_failure.ok()) first_failure = st;
+    };
+    stop(*s.scheduler);
+    if (s.kv) {
+        if (s.kv->running() && !s.kv->flush(cfg.kv.flush_ms_max)) {
+            logger("main")->warn("kv: saves not written within kv.flush_ms_max = {} ms are "
+                                 "dropped",
+                                 cfg.kv.flush_ms_max);
+        }
+        stop(*s.kv);
+    }
+    stop(*s.net);
+    if (s.http) stop(*s.http);
+    stop(*s.gpu);
+}
+
+// Runs the main loop until a signal has drained and stopped the actors, then closes it.
+status serve_until_stopped(main_loop& m, server_actors& s, const config::config& cfg) {
     status first_failure;
     m.on_stop = [&] {
-        drain_all();
-        stop_all(first_failure);
+        drain_actors(s, cfg);
+        stop_actors(s, cfg, first_failure);
     };
     uv_run(&m.loop, UV_RUN_DEFAULT);
     int rc = uv_loop_close(&m.loop);
     if (rc != 0 && first_failure.ok()) {
         first_failure = make_error("loop_leak", std::string("main loop: ") + uv_strerror(rc));
     }
-    if (first_failure.ok()) log->info("stopped cleanly");
+    if (first_failure.ok()) logger("main")->info("stopped cleanly");
     return first_failure;
+}
+
+}  // namespace
+
+status run_server(const config::config& cfg, const loaded_model& model, const server_hooks& hooks,
+                  const door::api_keys& keys) {
+    auto addresses = read_listen_addresses(cfg);
+    if (!addresses.ok()) return addresses.err();
+    auto auth = open_auth_gate(keys, *addresses);
+    main_loop m;
+    start_signal_watchers(m);
+    log_model(cfg, model);
+
+    server_actors s(cfg, model);
+    if (status built = build_actors(s, cfg, model, *addresses, auth); !built.ok()) {
+        abandon(m);
+        return built;
+    }
+    connect_actors(s);
+    if (status started = start_actors(s); !started.ok()) {
+        status ignored;
+        stop_actors(s, cfg, ignored);
+        abandon(m);
+        return started;
+    }
+    if (s.http && hooks.on_http_listening) {
+        hooks.on_http_listening(addresses->http->host, s.http->bound_port());
+    }
+    if (hooks.on_listening) hooks.on_listening(addresses->net.host, s.net->bound_port());
+    return serve_until_stopped(m, s, cfg);
 }
 
 }  // namespace ordo

@@ -3,7 +3,7 @@
 // (the doors stop accepting, running requests get shutdown_grace_ms), then stops the scheduler
 // (every live request gets its terminal event while the doors can still write it), the kv
 // actor (its saves in flight, within kv.flush_ms_max), the doors (they flush and close) and
-// the gpu actor last (it waits out its running step): server.cpp's stop_all.
+// the gpu actor last (it waits out its running step): server.cpp's stop_actors.
 //
 // Owned by main's thread. It reacts to SIGINT/SIGTERM on a small libuv loop of its own, so a
 // signal is an ordinary event there, never work done inside a signal handler.
