@@ -71,13 +71,13 @@ result<std::vector<std::string>> parse_api_keys(std::string_view text, std::stri
         line_no++;
         if (line.empty() || line.front() == '#') continue;
         if (std::string why = check_api_key(line); !why.empty()) {
-            return make_error("config_invalid", std::string(source) + ":" +
-                                                    std::to_string(line_no) + ": " + why);
+            return make_error("config_invalid",
+                              std::string(source) + ":" + std::to_string(line_no) + ": " + why);
         }
         if (keys.size() == api_keys_max) {
-            return make_error("config_invalid",
-                              std::string(source) + ":" + std::to_string(line_no) +
-                                  ": more than " + std::to_string(api_keys_max) + " keys");
+            return make_error("config_invalid", std::string(source) + ":" +
+                                                    std::to_string(line_no) + ": more than " +
+                                                    std::to_string(api_keys_max) + " keys");
         }
         keys.emplace_back(line);
     }
@@ -88,14 +88,14 @@ result<std::vector<std::string>> load_api_keys_file(const std::string& path) {
     // Opened first, then checked through the descriptor: what is checked is what is read.
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        return make_error("config_invalid", file_error(path, std::string("cannot be read: ") +
-                                                                 std::strerror(errno)));
+        return make_error("config_invalid",
+                          file_error(path, std::string("cannot be read: ") + std::strerror(errno)));
     }
     struct fd_closer {
         int fd;
         ~fd_closer() { ::close(fd); }
     } closer{fd};
-    struct stat st{};
+    struct stat st {};
     if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         return make_error("config_invalid", file_error(path, "not a regular file"));
     }
@@ -109,9 +109,9 @@ result<std::vector<std::string>> load_api_keys_file(const std::string& path) {
     }
     // Checked by size first, then by what is read (the file may grow meanwhile).
     auto too_large = [&] {
-        return make_error("config_invalid",
-                          file_error(path, "larger than " +
-                                               std::to_string(api_keys_file_bytes_max) + " bytes"));
+        return make_error(
+            "config_invalid",
+            file_error(path, "larger than " + std::to_string(api_keys_file_bytes_max) + " bytes"));
     };
     if (uint64_t(st.st_size) > api_keys_file_bytes_max) return too_large();
     std::string text;

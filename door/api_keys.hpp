@@ -110,7 +110,7 @@ public:
 private:
     struct entry {
         std::string address;
-        uint32_t failures = 0;                    // within the window begun at window_start
+        uint32_t failures = 0;  // within the window begun at window_start
         clock::time_point window_start{};
         std::optional<clock::time_point> cut_off_until;
     };
@@ -125,10 +125,10 @@ private:
 
 // What a door's check found.
 enum class auth_verdict : uint8_t {
-    ok,         // the key matches (or no key is configured)
-    missing,    // no key was given
-    wrong,      // a key was given and matches none
-    cut_off,    // the address is in its cool-down: refused whatever the key
+    ok,       // the key matches (or no key is configured)
+    missing,  // no key was given
+    wrong,    // a key was given and matches none
+    cut_off,  // the address is in its cool-down: refused whatever the key
 };
 
 // The keys and the failure table both doors share. Any thread.
@@ -145,6 +145,7 @@ public:
     // no key is configured.
     auth_verdict check(std::string_view address, std::optional<std::string_view> key,
                        clock::time_point now = clock::now());
+
 private:
     const api_keys _keys;
     std::mutex _mutex;  // guards _table

@@ -12,10 +12,9 @@
 // conn_id.
 #pragma once
 
-#include <msgpack.hpp>
-
 #include <cstddef>
 #include <cstdint>
+#include <msgpack.hpp>
 #include <string>
 
 namespace ordo::door {

@@ -11,11 +11,10 @@
 // is wanted: the doors' tables, the scheduler's outbox and delivery, its client_event.
 #pragma once
 
-#include <msgpack.hpp>
-
 #include <array>
 #include <cstdint>
 #include <map>
+#include <msgpack.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -43,7 +42,7 @@ struct top_logprob {
 // One generated token as a `token` event (or an element of done.logprobs) reports it.
 struct token_info {
     int32_t token = 0;
-    std::string text;     // the text this token completes (may be "")
+    std::string text;  // the text this token completes (may be "")
     float logprob = 0;
     std::optional<std::vector<top_logprob>> top_logprobs;  // set when logprobs > 0
     MSGPACK_DEFINE_MAP(token, text, logprob, top_logprobs);
@@ -69,8 +68,8 @@ struct model_report {
     uint32_t n_head_kv = 0, n_ff = 0;
     std::string context_bound;  // trained | config | kv pool | device: what set `context`
     int32_t bos_token = -1, eos_token = -1;
-    std::vector<int32_t> eog_tokens;  // every id that ends a generation (eos, eot, eom, ...)
-    std::string tokenizer;  // "llama", "gpt2 (pre llama-bpe)"
+    std::vector<int32_t> eog_tokens;   // every id that ends a generation (eos, eot, eom, ...)
+    std::string tokenizer;             // "llama", "gpt2 (pre llama-bpe)"
     bool tokenizer_supported = false;  // false: text ops answer tokenizer_unsupported
     std::string chat_template;         // gguf | file:PATH | none
     uint64_t weights_device_bytes = 0, kv_device_bytes = 0;  // 0 until the device is ready
@@ -79,9 +78,9 @@ struct model_report {
     gpu::device_summary gpu;
     MSGPACK_DEFINE_MAP(path, architecture, fingerprint, weight_type, tensor_types, n_vocab,
                        n_ctx_train, context, n_embd, n_layer, n_head, n_head_kv, n_ff,
-                       context_bound, bos_token, eos_token, eog_tokens, tokenizer, tokenizer_supported,
-                       chat_template,
-                       weights_device_bytes, kv_device_bytes, generated, hint, gpu);
+                       context_bound, bos_token, eos_token, eog_tokens, tokenizer,
+                       tokenizer_supported, chat_template, weights_device_bytes, kv_device_bytes,
+                       generated, hint, gpu);
 };
 
 // The stats op's `fault_plan` map: the config's fault plan ([fault] plan) as the scheduler
@@ -89,9 +88,9 @@ struct model_report {
 struct fault_plan_report {
     bool active = false;
     uint64_t seed = 0;
-    uint64_t fired = 0;    // faults armed by the plan
-    uint64_t refused = 0;  // drawn, but their target refused them: not fired
-    bool spent = false;    // plan_faults_max reached: no more faults
+    uint64_t fired = 0;                       // faults armed by the plan
+    uint64_t refused = 0;                     // drawn, but their target refused them: not fired
+    bool spent = false;                       // plan_faults_max reached: no more faults
     std::map<std::string, uint64_t> by_kind;  // fired, by kind name; kinds not fired are absent
     MSGPACK_DEFINE_MAP(active, seed, fired, refused, spent, by_kind);
 };
@@ -100,7 +99,7 @@ struct fault_plan_report {
 // <= bounds[i] and above bounds[i-1] (not cumulative); the last count is those above every
 // bound. Bounds are fixed at construction, so observing allocates nothing.
 struct histogram {
-    std::vector<double> bounds;   // increasing upper bounds
+    std::vector<double> bounds;    // increasing upper bounds
     std::vector<uint64_t> counts;  // bounds.size() + 1
     double sum = 0;
     uint64_t count = 0;
@@ -147,7 +146,7 @@ struct stats_report {
                        histograms, log_lines_dropped);
 };
 
-// ---- events (scheduler → front door); none is answered ----------------------------------------------
+// ---- events (scheduler → front door); none is answered ------------------------------------------
 
 // A streamed token of a generate request. Not terminal.
 struct token_event {
@@ -164,9 +163,11 @@ enum class finish_reason : uint8_t {
     length,     // max_tokens, or the context is full
     cancelled,  // the cancel op, or the client left
 };
-inline constexpr std::array<std::string_view, 3> finish_reason_names = {
-    "stop", "length", "cancelled"};
-constexpr const auto& names_of(finish_reason) { return finish_reason_names; }
+inline constexpr std::array<std::string_view, 3> finish_reason_names = {"stop", "length",
+                                                                        "cancelled"};
+constexpr const auto& names_of(finish_reason) {
+    return finish_reason_names;
+}
 
 // generate ended: reason stop | length | cancelled (finish_reason's names). Terminal.
 struct generate_done {
@@ -265,9 +266,11 @@ enum class health_status : uint8_t {
     degraded,       // the device could not be built: requests fail with gpu_unavailable
     shutting_down,  // the server is draining
 };
-inline constexpr std::array<std::string_view, 4> health_status_names = {
-    "loading", "ok", "degraded", "shutting_down"};
-constexpr const auto& names_of(health_status) { return health_status_names; }
+inline constexpr std::array<std::string_view, 4> health_status_names = {"loading", "ok", "degraded",
+                                                                        "shutting_down"};
+constexpr const auto& names_of(health_status) {
+    return health_status_names;
+}
 static_assert(static_cast<std::size_t>(health_status::shutting_down) + 1 ==
                   health_status_names.size(),
               "health_status_names names every health_status, in order");
@@ -305,8 +308,8 @@ struct net_fault {
     MSGPACK_DEFINE_MAP(conn, kind, ms);
 };
 
-// bootstrap → front door: the server is draining (SIGTERM): stop accepting connections and answer new
-// requests with shutting_down; requests in flight go on. No reply.
+// bootstrap → front door: the server is draining (SIGTERM): stop accepting connections and answer
+// new requests with shutting_down; requests in flight go on. No reply.
 struct begin_drain {
     static constexpr const char* msg_name = "begin_drain";
     ORDO_EMPTY_MESSAGE()
@@ -315,10 +318,9 @@ struct begin_drain {
 // ---- the lists -------------------------------------------------------------------------------
 
 // A request's events, as the scheduler hands them to a front door (sched::client_event).
-using request_events =
-    actors::type_list<token_event, generate_done, tokenize_done, detokenize_done, cancel_done,
-                      model_done, stats_done, fault_done, session_delete_done, request_error,
-                      embed_done>;
+using request_events = actors::type_list<token_event, generate_done, tokenize_done, detokenize_done,
+                                         cancel_done, model_done, stats_done, fault_done,
+                                         session_delete_done, request_error, embed_done>;
 // Everything the scheduler sends a front door, in one ordered delivery per door: the events and
 // the control messages about the door's connections and health.
 using scheduler_events =

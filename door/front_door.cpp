@@ -26,9 +26,8 @@ front_door::front_door(front_door_options options, front_door_owner& owner)
     : _options(std::move(options)),
       _owner(owner),
       // The msgpack door logs as it always did, unprefixed (its logger is named net).
-      _prefix(_options.door == door_kind::net
-                  ? ""
-                  : std::string(door_kind_name(_options.door)) + " ") {
+      _prefix(_options.door == door_kind::net ? ""
+                                              : std::string(door_kind_name(_options.door)) + " ") {
     _options.conns.lingering_max = _options.connections_max;
     _options.conns.door = _prefix;
 }

@@ -24,8 +24,8 @@
 
 #include "actors/runtime/delivery.hpp"
 #include "actors/runtime/outbox.hpp"
-#include "door/conn_ids.hpp"
 #include "door/api_keys.hpp"
+#include "door/conn_ids.hpp"
 #include "door/door_msgs.hpp"
 #include "door/error_code.hpp"
 #include "door/read_pauses.hpp"

@@ -25,9 +25,10 @@ status tcp_listener::open(uv_loop_t* loop, const std::string& host, uint16_t por
     std::string where = host + ":" + std::to_string(port);
     if ((rc = uv_tcp_bind(&_tcp, reinterpret_cast<sockaddr*>(&addr), 0)) != 0 ||
         (rc = uv_listen(stream(), listen_backlog, cb)) != 0) {
-        return make_error("listen_failed", "cannot listen " +
-                                               (door.empty() ? "" : "for " + std::string(door) + " ") +
-                                               "on " + where + ": " + uv_strerror(rc));
+        return make_error("listen_failed",
+                          "cannot listen " +
+                              (door.empty() ? "" : "for " + std::string(door) + " ") + "on " +
+                              where + ": " + uv_strerror(rc));
     }
     sockaddr_storage bound{};
     int len = sizeof(bound);

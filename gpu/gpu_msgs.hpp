@@ -8,10 +8,9 @@
 // kv_copy_out / kv_copy_in names a kv_staging slot (gpu/logits/kv_staging.hpp) its sender holds.
 #pragma once
 
-#include <msgpack.hpp>
-
 #include <array>
 #include <cstdint>
+#include <msgpack.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -43,15 +42,17 @@ enum class hidden_output : uint8_t {
 enum class step_phase : uint8_t { prefill, decode, mixed, verify };
 inline constexpr std::array<std::string_view, 4> step_phase_names = {"prefill", "decode", "mixed",
                                                                      "verify"};
-constexpr const auto& names_of(step_phase) { return step_phase_names; }
+constexpr const auto& names_of(step_phase) {
+    return step_phase_names;
+}
 static_assert(static_cast<std::size_t>(step_phase::verify) + 1 == step_phase_names.size());
 
 // One sequence's part of a step.
 struct step_seq {
-    uint64_t seq_id = 0;               // scheduler's sequence id (echoed in replies)
-    std::vector<int32_t> tokens;       // the new tokens to run (prefill chunk or 1 for decode)
-    uint32_t pos0 = 0;                 // position of tokens[0]; KV for [0, pos0) is in the pool
-    std::vector<uint32_t> block_table; // pool blocks covering positions [0, pos0 + tokens.size())
+    uint64_t seq_id = 0;                // scheduler's sequence id (echoed in replies)
+    std::vector<int32_t> tokens;        // the new tokens to run (prefill chunk or 1 for decode)
+    uint32_t pos0 = 0;                  // position of tokens[0]; KV for [0, pos0) is in the pool
+    std::vector<uint32_t> block_table;  // pool blocks covering positions [0, pos0 + tokens.size())
     // Return logits rows for the last logits_rows tokens, in token order (0: none; decode and a
     // prompt's last chunk: 1; a speculative verification: its pending token and its drafts).
     uint32_t logits_rows = 0;
@@ -147,7 +148,7 @@ struct step_done {
     uint32_t slot = 0;
     std::vector<uint64_t> rows;  // seq ids, in row order
     uint32_t n_vocab = 0;
-    double gpu_ms = 0;           // submit → last fence, summed over segments
+    double gpu_ms = 0;                  // submit → last fence, summed over segments
     std::vector<uint64_t> hidden_rows;  // seq ids, in hidden row order
     MSGPACK_DEFINE_MAP(step_id, slot, rows, n_vocab, gpu_ms, hidden_rows);
 };
@@ -240,10 +241,10 @@ struct device_ready {
 // reason health gives).
 struct device_progress {
     static constexpr const char* msg_name = "device_progress";
-    uint64_t epoch = 0;          // the epoch the build will have when it is ready
-    uint32_t attempt = 1;        // 1 for a build's first try; retries after a failed build count up
-    uint32_t attempts_max = 1;   // 1 + gpu.recovery_max
-    std::string stage;           // build_stage_name: "device", "weights", "warm-up"
+    uint64_t epoch = 0;         // the epoch the build will have when it is ready
+    uint32_t attempt = 1;       // 1 for a build's first try; retries after a failed build count up
+    uint32_t attempts_max = 1;  // 1 + gpu.recovery_max
+    std::string stage;          // build_stage_name: "device", "weights", "warm-up"
     uint32_t done = 0, total = 0;
     MSGPACK_DEFINE_MAP(epoch, attempt, attempts_max, stage, done, total);
 };

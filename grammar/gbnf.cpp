@@ -47,8 +47,11 @@ constexpr char32_t surrogate_first = 0xD800, surrogate_last = 0xDFFF;
 
 // The bytes of the UTF-8 sequence `lead` starts, or 0 when it cannot start one.
 std::size_t utf8_length(unsigned char lead) {
-    return lead < 0x80 ? 1 : (lead >> 5) == 0x6 ? 2 : (lead >> 4) == 0xE ? 3
-                         : (lead >> 3) == 0x1E ? 4 : 0;
+    return lead < 0x80           ? 1
+           : (lead >> 5) == 0x6  ? 2
+           : (lead >> 4) == 0xE  ? 3
+           : (lead >> 3) == 0x1E ? 4
+                                 : 0;
 }
 
 // The code point of a whole sequence (utf8_length(seq[0]) bytes), or nothing when it is not
@@ -75,8 +78,8 @@ std::optional<char32_t> utf8_value(std::string_view seq) {
 }
 
 bool is_name_char(char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '-' || c == '_';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '_';
 }
 
 class parser {
@@ -108,7 +111,8 @@ public:
             _out.rules[*id].alts = std::move(alts);
             skip_space(false);
             if (!at_end() && peek() != '\n' && peek() != '\r') {
-                return fail("unexpected '" + std::string(1, peek()) + "' (a rule ends at the "
+                return fail("unexpected '" + std::string(1, peek()) +
+                            "' (a rule ends at the "
                             "end of its line outside parentheses)");
             }
         }
@@ -138,9 +142,8 @@ private:
                 ++col;
             }
         }
-        return make_error("bad_grammar",
-                          "line " + std::to_string(line) + " column " + std::to_string(col) +
-                              ": " + msg);
+        return make_error("bad_grammar", "line " + std::to_string(line) + " column " +
+                                             std::to_string(col) + ": " + msg);
     }
     error fail(const std::string& msg) const { return fail_at(_pos, msg); }
 
@@ -231,35 +234,45 @@ private:
         char c = peek();
         ++_pos;
         switch (c) {
-        case 'n': return U'\n';
-        case 'r': return U'\r';
-        case 't': return U'\t';
-        case '\\': return U'\\';
-        case '"': return U'"';
-        case '[': return U'[';
-        case ']': return U']';
-        case '-': return U'-';
-        case '^': return U'^';
-        case 'x':
-        case 'u':
-        case 'U': {
-            std::size_t digits = c == 'x' ? 2 : c == 'u' ? 4 : 8;
-            char32_t v = 0;
-            for (std::size_t i = 0; i < digits; ++i) {
-                if (at_end()) return fail("unfinished \\" + std::string(1, c) + " escape");
-                char h = peek();
-                int d = h >= '0' && h <= '9'   ? h - '0'
-                        : h >= 'a' && h <= 'f' ? h - 'a' + 10
-                        : h >= 'A' && h <= 'F' ? h - 'A' + 10
-                                               : -1;
-                if (d < 0) return fail("bad hex digit in \\" + std::string(1, c) + " escape");
-                v = v * 16 + static_cast<char32_t>(d);
-                ++_pos;
+            case 'n':
+                return U'\n';
+            case 'r':
+                return U'\r';
+            case 't':
+                return U'\t';
+            case '\\':
+                return U'\\';
+            case '"':
+                return U'"';
+            case '[':
+                return U'[';
+            case ']':
+                return U']';
+            case '-':
+                return U'-';
+            case '^':
+                return U'^';
+            case 'x':
+            case 'u':
+            case 'U': {
+                std::size_t digits = c == 'x' ? 2 : c == 'u' ? 4 : 8;
+                char32_t v = 0;
+                for (std::size_t i = 0; i < digits; ++i) {
+                    if (at_end()) return fail("unfinished \\" + std::string(1, c) + " escape");
+                    char h = peek();
+                    int d = h >= '0' && h <= '9'   ? h - '0'
+                            : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                            : h >= 'A' && h <= 'F' ? h - 'A' + 10
+                                                   : -1;
+                    if (d < 0) return fail("bad hex digit in \\" + std::string(1, c) + " escape");
+                    v = v * 16 + static_cast<char32_t>(d);
+                    ++_pos;
+                }
+                if (v > code_point_max) return fail("escape past U+10FFFF");
+                return v;
             }
-            if (v > code_point_max) return fail("escape past U+10FFFF");
-            return v;
-        }
-        default: return fail("unknown escape \\" + std::string(1, c));
+            default:
+                return fail("unknown escape \\" + std::string(1, c));
         }
     }
 
@@ -562,8 +575,8 @@ status matcher::expand(stack first, std::vector<stack>& out) const {
         stack s = std::move(work.back());
         work.pop_back();
         if (s.size() > lim.stack_depth_max) {
-            return make_error("grammar_limit", "a parse stack deeper than " +
-                                                   std::to_string(lim.stack_depth_max));
+            return make_error("grammar_limit",
+                              "a parse stack deeper than " + std::to_string(lim.stack_depth_max));
         }
         if (s.empty()) {
             out.push_back(std::move(s));  // the whole of root matched

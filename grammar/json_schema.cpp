@@ -38,7 +38,8 @@ constexpr std::array<std::string_view, 11> k_annotations{
 const std::map<std::string, std::string, std::less<>>& formats() {
     static const std::map<std::string, std::string, std::less<>> f = {
         {"date", R"("\"" [0-9]{4} "-" [0-1] [0-9] "-" [0-3] [0-9] "\"")"},
-        {"time", R"("\"" [0-2] [0-9] ":" [0-5] [0-9] ":" [0-5] [0-9] ("." [0-9]{1,6})? ("Z" | [+-] [0-2] [0-9] ":" [0-5] [0-9]) "\"")"},
+        {"time",
+         R"("\"" [0-2] [0-9] ":" [0-5] [0-9] ":" [0-5] [0-9] ("." [0-9]{1,6})? ("Z" | [+-] [0-2] [0-9] ":" [0-5] [0-9]) "\"")"},
         {"date-time",
          R"("\"" [0-9]{4} "-" [0-1] [0-9] "-" [0-3] [0-9] "T" [0-2] [0-9] ":" [0-5] [0-9] ":" [0-5] [0-9] ("." [0-9]{1,6})? ("Z" | [+-] [0-2] [0-9] ":" [0-5] [0-9]) "\"")"},
         {"uuid",
@@ -77,9 +78,12 @@ std::string literal(std::string_view text) {
 std::string pointer(const std::string& at, std::string_view token) {
     std::string out = at + "/";
     for (char c : token) {
-        if (c == '~') out += "~0";
-        else if (c == '/') out += "~1";
-        else out += c;
+        if (c == '~')
+            out += "~0";
+        else if (c == '/')
+            out += "~1";
+        else
+            out += c;
     }
     return out;
 }
@@ -107,8 +111,8 @@ public:
 
 private:
     error bad(const std::string& at, const std::string& what) const {
-        return make_error("bad_schema", "schema" + (at.empty() ? std::string() : " at " + at) +
-                                            ": " + what);
+        return make_error("bad_schema",
+                          "schema" + (at.empty() ? std::string() : " at " + at) + ": " + what);
     }
 
     result<std::string> add_rule(std::string body) {
@@ -133,11 +137,11 @@ private:
         }
         if (!s.is_object()) return bad(at, "a schema is an object or a boolean");
         static constexpr std::array<std::string_view, 20> known{
-            "type",     "enum",      "const",       "anyOf",      "oneOf",
-            "allOf",    "$ref",      "$defs",       "definitions", "properties",
-            "required", "additionalProperties",     "items",      "minItems",
-            "maxItems", "minLength", "maxLength",   "format",     "uniqueItems",
-            "nullable"};
+            "type",        "enum",       "const",       "anyOf",
+            "oneOf",       "allOf",      "$ref",        "$defs",
+            "definitions", "properties", "required",    "additionalProperties",
+            "items",       "minItems",   "maxItems",    "minLength",
+            "maxLength",   "format",     "uniqueItems", "nullable"};
         for (const auto& [k, v] : s.items()) {
             if (!is_annotation(k) && std::find(known.begin(), known.end(), k) == known.end()) {
                 return bad(at, "\"" + k + "\" is not supported");
@@ -158,8 +162,8 @@ private:
             const bool values = k == "const" || k == "enum";
             const std::string other = constraint_beside(s, {k, values ? "type" : k});
             if (!other.empty()) {
-                return bad(at, "\"" + other + "\" beside \"" + std::string(k) +
-                                   "\" is not supported");
+                return bad(at,
+                           "\"" + other + "\" beside \"" + std::string(k) + "\" is not supported");
             }
         }
         if (s.contains("const") || s.contains("enum")) {
@@ -172,10 +176,9 @@ private:
             if (!types) return types.err();
             std::string alt;
             for (const json& v : values) {
-                if (!types->empty() && std::none_of(types->begin(), types->end(),
-                                                    [&](const std::string& t) {
-                                                        return has_type(v, t);
-                                                    })) {
+                if (!types->empty() &&
+                    std::none_of(types->begin(), types->end(),
+                                 [&](const std::string& t) { return has_type(v, t); })) {
                     continue;
                 }
                 alt += (alt.empty() ? "" : " | ") + literal(v.dump());
@@ -190,8 +193,9 @@ private:
             // oneOf: exactly one branch may match, which a grammar cannot count; taken only
             // when no document can match two branches (their JSON types are disjoint).
             if (std::string_view(k) == "oneOf" && !disjoint(a)) {
-                return bad(pointer(at, k), "a oneOf whose branches may overlap is not supported "
-                                           "(branches of distinct types are)");
+                return bad(pointer(at, k),
+                           "a oneOf whose branches may overlap is not supported "
+                           "(branches of distinct types are)");
             }
             std::string alt;
             for (std::size_t i = 0; i < a.size(); ++i) {
@@ -248,8 +252,9 @@ private:
     static bool has_type(const json& v, const std::string& t) {
         if (t == "integer") {
             return v.is_number_integer() ||
-                   (v.is_number_float() && v.get<double>() == static_cast<double>(
-                                                                   static_cast<long long>(v.get<double>())));
+                   (v.is_number_float() &&
+                    v.get<double>() ==
+                        static_cast<double>(static_cast<long long>(v.get<double>())));
         }
         return (t == "number" && v.is_number()) || (t == "string" && v.is_string()) ||
                (t == "boolean" && v.is_boolean()) || (t == "null" && v.is_null()) ||
@@ -400,7 +405,8 @@ private:
                 // The first item, then the rest with commas: min and max shifted by the first.
                 const std::uint32_t rest_lo = *lo == 0 ? 0 : *lo - 1;
                 const std::uint32_t rest_hi = *hi == ~0u ? ~0u : *hi - 1;
-                std::string items = *one + " " + repeat("(\",\" ws " + *one + ")", rest_lo, rest_hi);
+                std::string items =
+                    *one + " " + repeat("(\",\" ws " + *one + ")", rest_lo, rest_hi);
                 body = "\"[\" ws " + (*lo == 0 ? "(" + items + ")?" : items) + " \"]\"";
             }
             return add_rule(body);
@@ -459,7 +465,8 @@ private:
             std::string alt;
             for (std::size_t i = 0; i < opt.size(); ++i) {
                 std::string from = opt[i];
-                for (std::size_t j = i + 1; j < opt.size(); ++j) from += " (\",\" ws " + opt[j] + ")?";
+                for (std::size_t j = i + 1; j < opt.size(); ++j)
+                    from += " (\",\" ws " + opt[j] + ")?";
                 alt += (alt.empty() ? "" : " | ") + from;
             }
             body += " (" + alt + ")?";
@@ -477,9 +484,13 @@ json_schema_rules::json_schema_rules(const json_schema_limits& limits)
     : _c(std::make_unique<converter>(limits)) {}
 json_schema_rules::~json_schema_rules() = default;
 
-result<std::string> json_schema_rules::add(const json& schema) { return _c->add(schema); }
+result<std::string> json_schema_rules::add(const json& schema) {
+    return _c->add(schema);
+}
 
-std::string json_schema_rules::rules() const { return _c->rules(); }
+std::string json_schema_rules::rules() const {
+    return _c->rules();
+}
 
 result<std::string> json_schema_to_gbnf(const json& schema, const json_schema_limits& limits) {
     json_schema_rules rules(limits);

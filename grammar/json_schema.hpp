@@ -9,9 +9,8 @@
 // schema must.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "actors/runtime/result.hpp"
@@ -19,9 +18,9 @@
 namespace ordo::grammar {
 
 struct json_schema_limits {
-    std::size_t depth_max = 32;       // nested schemas (and $ref chains) one path may pass
-    std::size_t rules_max = 512;      // grammar rules made from the schema
-    std::uint32_t repeat_max = 256;   // minItems/maxItems/minLength/maxLength
+    std::size_t depth_max = 32;      // nested schemas (and $ref chains) one path may pass
+    std::size_t rules_max = 512;     // grammar rules made from the schema
+    std::uint32_t repeat_max = 256;  // minItems/maxItems/minLength/maxLength
 };
 
 // GBNF for documents valid against `schema`. Errors (code "bad_schema"): an unsupported keyword

@@ -13,7 +13,9 @@ namespace {
 
 using json = nlohmann::json;
 
-bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+bool is_ws(char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
 
 size_t skip_ws(std::string_view s, size_t pos) {
     while (pos < s.size() && is_ws(s[pos])) pos++;
@@ -134,8 +136,8 @@ call_read read_call(std::string_view s, size_t pos) {
 
 // The calls region of an answer, read as far as it goes.
 struct region_read {
-    bool ok = false;         // whole (or, when cut is allowed, whole so far)
-    bool cut = false;        // the text ended inside a call
+    bool ok = false;   // whole (or, when cut is allowed, whole so far)
+    bool cut = false;  // the text ended inside a call
     std::vector<call_read> calls;
 };
 
@@ -145,7 +147,7 @@ literal_match expect(std::string_view s, size_t pos, std::string_view what) {
     const std::string_view have = s.substr(pos, what.size());
     if (have == what) return literal_match::yes;
     return what.substr(0, have.size()) == have && have.size() < what.size() ? literal_match::cut
-                                                                             : literal_match::no;
+                                                                            : literal_match::no;
 }
 
 // Reads the calls of format f from `begin` (where the region starts) to the end of `s`.
@@ -154,9 +156,14 @@ region_read read_region(tool_format f, std::string_view s, size_t begin) {
     size_t pos = begin;
     auto literal = [&](std::string_view what) {
         switch (expect(s, pos, what)) {
-            case literal_match::yes: pos += what.size(); return true;
-            case literal_match::cut: out.cut = true; return false;
-            case literal_match::no: return false;
+            case literal_match::yes:
+                pos += what.size();
+                return true;
+            case literal_match::cut:
+                out.cut = true;
+                return false;
+            case literal_match::no:
+                return false;
         }
         return false;
     };
@@ -222,9 +229,12 @@ region_read read_region(tool_format f, std::string_view s, size_t begin) {
 // Where format f's calls may begin in `s`: npos when nowhere (yet).
 size_t region_begin(tool_format f, std::string_view s) {
     switch (f) {
-        case tool_format::none: return std::string_view::npos;
-        case tool_format::hermes: return s.find("<tool_call>");
-        case tool_format::mistral: return s.find("[TOOL_CALLS]");
+        case tool_format::none:
+            return std::string_view::npos;
+        case tool_format::hermes:
+            return s.find("<tool_call>");
+        case tool_format::mistral:
+            return s.find("[TOOL_CALLS]");
         case tool_format::llama3_json: {
             const size_t p = skip_ws(s, 0);  // the answer itself is the call
             return p < s.size() && (s[p] == '{' || starts_with_at(s, p, "<|python_tag|>"))
@@ -241,9 +251,14 @@ size_t region_begin(tool_format f, std::string_view s) {
 size_t held_tail(tool_format f, std::string_view s) {
     std::string_view marker;
     switch (f) {
-        case tool_format::none: return 0;
-        case tool_format::hermes: marker = "<tool_call>"; break;
-        case tool_format::mistral: marker = "[TOOL_CALLS]"; break;
+        case tool_format::none:
+            return 0;
+        case tool_format::hermes:
+            marker = "<tool_call>";
+            break;
+        case tool_format::mistral:
+            marker = "[TOOL_CALLS]";
+            break;
         case tool_format::llama3_json: {
             const size_t p = skip_ws(s, 0);
             if (p == s.size()) return s.size();
@@ -256,7 +271,9 @@ size_t held_tail(tool_format f, std::string_view s) {
     return 0;
 }
 
-tool_delta content_delta(std::string text) { return {std::move(text), -1, "", ""}; }
+tool_delta content_delta(std::string text) {
+    return {std::move(text), -1, "", ""};
+}
 
 tool_call call_of(std::string_view s, const call_read& c) {
     const size_t end = c.args_end != std::string_view::npos ? c.args_end : s.size();
@@ -322,11 +339,15 @@ result<std::string> tool_calls_gbnf(tool_format f, std::span<const tool_function
 
 std::vector<std::string> tool_call_triggers(tool_format f) {
     switch (f) {
-        case tool_format::none: return {};
-        case tool_format::hermes: return {"<tool_call>"};
-        case tool_format::mistral: return {"[TOOL_CALLS]"};
+        case tool_format::none:
+            return {};
+        case tool_format::hermes:
+            return {"<tool_call>"};
+        case tool_format::mistral:
+            return {"[TOOL_CALLS]"};
         // The answer itself is the call: only where it begins.
-        case tool_format::llama3_json: return {"^{", "^<|python_tag|>"};
+        case tool_format::llama3_json:
+            return {"^{", "^<|python_tag|>"};
     }
     return {};
 }

@@ -22,10 +22,9 @@
 // streamed piece is a prefix of what the whole answer reports.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <array>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <string_view>
@@ -39,7 +38,9 @@ namespace ordo::grammar {
 enum class tool_format : uint8_t { none, llama3_json, hermes, mistral };
 inline constexpr std::array<std::string_view, 4> tool_format_names = {"none", "llama3_json",
                                                                       "hermes", "mistral"};
-constexpr const auto& names_of(tool_format) { return tool_format_names; }
+constexpr const auto& names_of(tool_format) {
+    return tool_format_names;
+}
 
 // The family whose calls the template teaches, from its text; none when it shows no known one.
 tool_format tool_format_of(std::string_view template_source);
@@ -55,8 +56,8 @@ inline constexpr size_t tool_name_bytes_max = 64;
 inline constexpr size_t tool_calls_max = 64;
 
 struct tool_function {
-    std::string name;                    // [A-Za-z0-9_-]{1,64}, checked by the caller
-    nlohmann::ordered_json parameters;   // a JSON Schema; null: any JSON object
+    std::string name;                   // [A-Za-z0-9_-]{1,64}, checked by the caller
+    nlohmann::ordered_json parameters;  // a JSON Schema; null: any JSON object
 };
 
 // GBNF for calls in format `f` (not none) of the functions in `tools` (at least one): one call,
@@ -115,11 +116,11 @@ private:
 
     tool_format _f;
     bool _constrained;
-    std::string _text;            // everything fed
-    size_t _content_sent = 0;     // unconstrained: bytes of _text shown as content
-    bool _in_calls = false;       // unconstrained: a call may have begun; the rest waits
+    std::string _text;         // everything fed
+    size_t _content_sent = 0;  // unconstrained: bytes of _text shown as content
+    bool _in_calls = false;    // unconstrained: a call may have begun; the rest waits
     size_t _calls_begun = 0;
-    size_t _args_sent = 0;        // constrained: bytes of the last begun call's arguments shown
+    size_t _args_sent = 0;  // constrained: bytes of the last begun call's arguments shown
 };
 
 // The id of call `index` of the answer `answer_id`: derived, so the streamed and whole forms of

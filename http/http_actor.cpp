@@ -119,7 +119,7 @@ struct http_actor::live_request {
     bool keep_alive = true;
     bool headers_sent = false;  // a stream has begun: errors now go in the stream
     awaited waits = awaited::generate;
-    size_t text_offset = 0;     // bytes of text streamed so far (completions' text_offset)
+    size_t text_offset = 0;  // bytes of text streamed so far (completions' text_offset)
     std::optional<grammar::tool_stream> tool_stream;  // a streamed answer read for tool calls
     // POST /v1/embeddings: input i is the scheduler's request id + i; at most
     // embed_inputs_inflight_max of them are unanswered at once.
@@ -137,8 +137,8 @@ struct http_actor::live_request {
 };
 
 // A connection: the TCP layer's part (tcp_conn: socket, write queue, closing, lingering; its id
-// is local, the scheduler knows door::conn_id(door::door_kind::http, id); admitted means counted against
-// the connection limit) and HTTP's.
+// is local, the scheduler knows door::conn_id(door::door_kind::http, id); admitted means counted
+// against the connection limit) and HTTP's.
 struct http_actor::connection final : door::tcp_conn {
     request_reader reader;
     std::string unread;                // bytes read but not parsed yet (read-ahead bound)
@@ -172,11 +172,15 @@ http_actor::http_actor(http_options options, size_t mailbox_capacity)
 
 http_actor::~http_actor() = default;
 
-void http_actor::on_start() { must(_door.start(loop(), log()), "delivery init"); }
+void http_actor::on_start() {
+    must(_door.start(loop(), log()), "delivery init");
+}
 
 // The scheduler stopped first: the answers of requests it ended are queued here. They are
 // written, then each connection is shut down; the grace timer bounds a client not reading.
-void http_actor::on_stop() { _door.stop(); }
+void http_actor::on_stop() {
+    _door.stop();
+}
 
 // ---- the front door's calls (front_door_owner) --------------------------------------------------
 
@@ -330,8 +334,8 @@ void http_actor::route(connection& c, http_request& r) {
     const char* method = endpoint_method(r.path);
     // Before the key check: a browser sends its preflight without credentials.
     if (r.method == "OPTIONS") return answer_options(c, r, method);
-    const bool keyed = r.path == "/v1" || r.path.rfind("/v1/", 0) == 0 ||
-                       r.path == "/tokenize" || r.path == "/detokenize" ||
+    const bool keyed = r.path == "/v1" || r.path.rfind("/v1/", 0) == 0 || r.path == "/tokenize" ||
+                       r.path == "/detokenize" ||
                        (r.path == "/metrics" && _options.metrics_require_key);
     if (keyed && !authorized(c, r)) return;
     if (method == nullptr) {
@@ -382,11 +386,11 @@ void http_actor::route(connection& c, http_request& r) {
 void http_actor::answer_options(connection& c, const http_request& r, const char* method) {
     const bool ka = r.keep_alive;
     if (method == nullptr) {
-        respond_error(c,
-                      {404, "not_found",
-                       "no endpoint " + net::fields::quote(r.path) + " (docs/http.md lists them)",
-                       ""},
-                      ka);
+        respond_error(
+            c,
+            {404, "not_found",
+             "no endpoint " + net::fields::quote(r.path) + " (docs/http.md lists them)", ""},
+            ka);
         return;
     }
     const std::string methods = std::string(method) + ", OPTIONS";
@@ -439,9 +443,8 @@ bool http_actor::authorized(connection& c, const http_request& r) {
 
 // 429 and the connection closes (lingering): the address failed auth too often lately.
 void http_actor::refuse_cut_off(connection& c, uint64_t left_ms) {
-    std::string retry = left_ms > 0 ? "Retry-After: " + std::to_string((left_ms + 999) / 1000) +
-                                          "\r\n"
-                                    : "";
+    std::string retry =
+        left_ms > 0 ? "Retry-After: " + std::to_string((left_ms + 999) / 1000) + "\r\n" : "";
     api_error e{429, std::string(door::wire_name(door::errc::unauthorized)),
                 door::cut_off_message(left_ms), ""};
     respond(c, e.status, "application/json", error_json(e), false, retry);
@@ -608,7 +611,8 @@ void http_actor::start_generate(connection& c, http_request& r, api_kind kind) {
                 std::to_string(_options.model.created) + "-" + std::to_string(_next_answer++);
     l.meta.created = unix_seconds();
     l.meta.model = _options.model.id;
-    if (l.req.stream && l.req.tools) l.tool_stream.emplace(l.req.tools->format, l.req.tools->constrained);
+    if (l.req.stream && l.req.tools)
+        l.tool_stream.emplace(l.req.tools->format, l.req.tools->constrained);
     sched::generate g{c.conn(), l.id, l.req.params};
     if (!scheduler_took(c, _to_scheduler.tell(g), r.keep_alive)) return;
     if (l.req.stream) _counters.streams++;

@@ -45,7 +45,6 @@
 
 #include "actors/runtime/actor.hpp"
 #include "actors/runtime/outbox.hpp"
-#include "scheduler/scheduler_msgs.hpp"
 #include "door/api_keys.hpp"
 #include "door/door_msgs.hpp"
 #include "door/front_door.hpp"
@@ -53,6 +52,7 @@
 #include "http/openai.hpp"
 #include "http/request_reader.hpp"
 #include "net/ops.hpp"
+#include "scheduler/scheduler_msgs.hpp"
 
 namespace ordo::http {
 
@@ -77,7 +77,7 @@ struct http_options {
     // The API keys and the failure table both doors share (door/api_keys.hpp); null or no key
     // configured: nothing needs a key.
     std::shared_ptr<door::auth_gate> auth;
-    bool metrics_require_key = false;  // http.metrics_require_key
+    bool metrics_require_key = false;             // http.metrics_require_key
     std::vector<std::string> cors_allow_origins;  // http.cors_allow_origins (validated)
 };
 
@@ -92,7 +92,7 @@ struct http_counters {
     std::atomic<uint64_t> header_timeouts = 0;  // 408
     std::atomic<uint64_t> too_large = 0;        // 413 and 431
     std::atomic<uint64_t> malformed = 0;        // 400 from the HTTP parser
-    std::atomic<uint64_t> disconnects = 0;  // connections that ended while their request ran
+    std::atomic<uint64_t> disconnects = 0;      // connections that ended while their request ran
 };
 
 class http_actor final : public actors::actor_for<http_actor, door::door_messages>,
@@ -204,7 +204,7 @@ private:
     http_options _options;
     cors_policy _cors;
     scheduler_outbox _to_scheduler;
-    door::front_door _door;  // listener, connections, sweep, faults, drain, health, client_gone
+    door::front_door _door;     // listener, connections, sweep, faults, drain, health, client_gone
     uint64_t _next_answer = 1;  // numbers the answers' ids
     http_counters _counters;
 };

@@ -116,8 +116,10 @@ std::string prometheus_text(const door::stats_report& s) {
             double(s.logits_slots_held));
     w.gauge("ordo_resident_memory_bytes", "the server process's resident memory",
             double(s.rss_bytes));
-    w.counter("ordo_log_lines_dropped", "log lines dropped because the log writer's queue was "
-              "full (its reader is slower than the server logs)", double(s.log_lines_dropped));
+    w.counter("ordo_log_lines_dropped",
+              "log lines dropped because the log writer's queue was "
+              "full (its reader is slower than the server logs)",
+              double(s.log_lines_dropped));
     w.map("ordo_net_", "net", s.net);
     w.map("ordo_http_", "http", s.http);
     w.map("ordo_scheduler_", "scheduler", s.scheduler);

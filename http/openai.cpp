@@ -44,15 +44,23 @@ constexpr std::array<std::string_view, 20> k_common_fields{"model",
                                                            "grammar",
                                                            "response_format",
                                                            "speculative"};
-constexpr std::array<std::string_view, 6> k_chat_fields{
-    "messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
-    "parallel_tool_calls"};
+constexpr std::array<std::string_view, 6> k_chat_fields{"messages",     "max_completion_tokens",
+                                                        "top_logprobs", "tools",
+                                                        "tool_choice",  "parallel_tool_calls"};
 constexpr std::array<std::string_view, 1> k_completion_fields{"prompt"};
 // Fields copied to ordo's validator under the same name (it checks their types and ranges).
-constexpr std::array<std::string_view, 12> k_passed_fields{
-    "temperature",       "top_p",   "seed",    "stop",       "top_k",          "min_p",
-    "repeat_penalty",    "presence_penalty",   "frequency_penalty", "session", "grammar",
-    "speculative"};
+constexpr std::array<std::string_view, 12> k_passed_fields{"temperature",
+                                                           "top_p",
+                                                           "seed",
+                                                           "stop",
+                                                           "top_k",
+                                                           "min_p",
+                                                           "repeat_penalty",
+                                                           "presence_penalty",
+                                                           "frequency_penalty",
+                                                           "session",
+                                                           "grammar",
+                                                           "speculative"};
 
 bool contains(std::span<const std::string_view> set, std::string_view s) {
     return std::find(set.begin(), set.end(), s) != set.end();
@@ -262,8 +270,7 @@ std::optional<api_error> check_inert_fields(api_kind kind, const json& body) {
 // output is one JSON object: grammar/json.hpp); {"type": "json_schema", "json_schema": {"name",
 // "schema", "strict", "description"}} a document valid against the schema (grammar/
 // json_schema.hpp). Both reach the scheduler as the request's grammar.
-std::optional<api_error> map_response_format(const json& body, const ojson& ordered,
-                                             ojson& ordo) {
+std::optional<api_error> map_response_format(const json& body, const ojson& ordered, ojson& ordo) {
     const json* rf = field(body, "response_format");
     if (rf == nullptr) return std::nullopt;
     const std::string type = rf->is_object() ? rf->value("type", "") : "";
@@ -285,7 +292,8 @@ std::optional<api_error> map_response_format(const json& body, const ojson& orde
         } else {
             // In the schema's own key order: an object's properties are written in the order
             // the schema lists them.
-            auto g = grammar::json_schema_to_gbnf(ordered["response_format"]["json_schema"]["schema"]);
+            auto g =
+                grammar::json_schema_to_gbnf(ordered["response_format"]["json_schema"]["schema"]);
             if (!g) return bad("response_format.json_schema." + g.err().message, "response_format");
             gbnf = std::move(*g);
         }
@@ -326,7 +334,7 @@ bool valid_tool_name(const std::string& n) {
 // `tools`: [{"type": "function", "function": {"name", "description"?, "parameters"?,
 // "strict"?}}], names unique. The functions, their parameters in the body's key order.
 std::variant<std::vector<grammar::tool_function>, api_error> read_tools(const json& tools,
-                                                                      const ojson& ordered) {
+                                                                        const ojson& ordered) {
     if (!tools.is_array()) return bad("tools: an array of tools, got " + kind_of(tools), "tools");
     if (tools.size() > net::chat_tools_max) {
         return bad("tools: " + std::to_string(tools.size()) + " tools; at most " +
@@ -337,8 +345,9 @@ std::variant<std::vector<grammar::tool_function>, api_error> read_tools(const js
     for (size_t i = 0; i < tools.size(); i++) {
         const std::string at = "tools[" + std::to_string(i) + "]";
         const json& t = tools[i];
-        const char* shape = ": {\"type\": \"function\", \"function\": {\"name\", "
-                            "\"description\", \"parameters\", \"strict\"}}";
+        const char* shape =
+            ": {\"type\": \"function\", \"function\": {\"name\", "
+            "\"description\", \"parameters\", \"strict\"}}";
         if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") ||
             !t["function"].is_object()) {
             return bad(at + shape, "tools");
@@ -351,8 +360,7 @@ std::variant<std::vector<grammar::tool_function>, api_error> read_tools(const js
         }
         const json* name = field(fn, "name");
         if (name == nullptr || !name->is_string() || !valid_tool_name(name->get<std::string>())) {
-            return bad(at + ".function.name: 1 to " +
-                           std::to_string(grammar::tool_name_bytes_max) +
+            return bad(at + ".function.name: 1 to " + std::to_string(grammar::tool_name_bytes_max) +
                            " letters, digits, '_' or '-'",
                        "tools");
         }
@@ -368,7 +376,8 @@ std::variant<std::vector<grammar::tool_function>, api_error> read_tools(const js
                        "tools");
         }
         for (const auto& f : out) {
-            if (f.name == *name) return bad(at + ".function.name: " + dump(*name) + " twice", "tools");
+            if (f.name == *name)
+                return bad(at + ".function.name: " + dump(*name) + " twice", "tools");
         }
         out.push_back({name->get<std::string>(), params != nullptr ? *params : ojson()});
     }
@@ -385,9 +394,8 @@ std::variant<tool_choice, api_error> read_tool_choice(const json& body, std::str
     if (*c == "none") return tool_choice::none;
     if (*c == "required") return tool_choice::required;
     if (c->is_object() && c->size() == 2 && c->value("type", "") == "function" &&
-        c->contains("function") && (*c)["function"].is_object() &&
-        (*c)["function"].size() == 1 && (*c)["function"].contains("name") &&
-        (*c)["function"]["name"].is_string()) {
+        c->contains("function") && (*c)["function"].is_object() && (*c)["function"].size() == 1 &&
+        (*c)["function"].contains("name") && (*c)["function"]["name"].is_string()) {
         named = (*c)["function"]["name"].get<std::string>();
         return tool_choice::named;
     }
@@ -417,7 +425,8 @@ std::optional<api_error> map_tools(const json& body, const ojson& ordered,
     const bool constrained = choice == tool_choice::required || choice == tool_choice::named;
     const json* tools = field(body, "tools");
     if (tools == nullptr || (tools->is_array() && tools->empty())) {
-        if (constrained) return bad("tool_choice " + dump(body["tool_choice"]) + " needs tools", "tool_choice");
+        if (constrained)
+            return bad("tool_choice " + dump(body["tool_choice"]) + " needs tools", "tool_choice");
         return std::nullopt;
     }
     auto read = read_tools(*tools, ordered);
@@ -427,9 +436,9 @@ std::optional<api_error> map_tools(const json& body, const ojson& ordered,
         auto it = std::find_if(fns.begin(), fns.end(),
                                [&](const grammar::tool_function& f) { return f.name == named; });
         if (it == fns.end()) {
-            return bad("tool_choice names the function " + dump(json(named)) +
-                           ", which tools do not list",
-                       "tool_choice");
+            return bad(
+                "tool_choice names the function " + dump(json(named)) + ", which tools do not list",
+                "tool_choice");
         }
         fns = {*it};
     }
@@ -446,15 +455,17 @@ std::optional<api_error> map_tools(const json& body, const ojson& ordered,
                    "tool_choice");
     }
     if (ordo.contains("grammar")) {
-        return bad("tools and " +
-                       std::string(field(body, "grammar") != nullptr ? "grammar" : "response_format") +
-                       ": an answer follows one grammar; give tool_choice \"none\" or leave one out",
-                   "tools");
+        return bad(
+            "tools and " +
+                std::string(field(body, "grammar") != nullptr ? "grammar" : "response_format") +
+                ": an answer follows one grammar; give tool_choice \"none\" or leave one out",
+            "tools");
     }
     if (out.logprobs) {
-        return bad("logprobs with tools: ordo reports no logprobs for an answer read for tool "
-                   "calls; give tool_choice \"none\" or leave logprobs out",
-                   "logprobs");
+        return bad(
+            "logprobs with tools: ordo reports no logprobs for an answer read for tool "
+            "calls; give tool_choice \"none\" or leave logprobs out",
+            "logprobs");
     }
     // "required" or a named function: the answer is calls, from its first token. "auto": the
     // model writes what it likes, and a call it begins follows the grammar (a lazy grammar,
@@ -798,8 +809,8 @@ std::variant<sched::detokenize, api_error> parse_detokenize_request(
         const json& t = (*tokens)[i];
         if (!t.is_number_integer() || t < 0 ||
             (limits.vocab_size != 0 && t >= int64_t(limits.vocab_size))) {
-            return bad("tokens[" + std::to_string(i) + "] = " + dump(t) +
-                           ": a token id 0.." + std::to_string(limits.vocab_size) + " (exclusive)",
+            return bad("tokens[" + std::to_string(i) + "] = " + dump(t) + ": a token id 0.." +
+                           std::to_string(limits.vocab_size) + " (exclusive)",
                        "tokens");
         }
         d.tokens.push_back(t.get<int32_t>());
@@ -824,8 +835,8 @@ std::variant<std::vector<int32_t>, api_error> token_input(const json& a, const s
         if (!t.is_number_integer() || t < 0 ||
             (limits.vocab_size != 0 && t >= int64_t(limits.vocab_size)) ||
             t > int64_t(std::numeric_limits<int32_t>::max())) {
-            return bad(where + "[" + std::to_string(i) + "] = " + dump(t) +
-                           ": a token id 0.." + std::to_string(limits.vocab_size) + " (exclusive)",
+            return bad(where + "[" + std::to_string(i) + "] = " + dump(t) + ": a token id 0.." +
+                           std::to_string(limits.vocab_size) + " (exclusive)",
                        "input");
         }
         ids.push_back(t.get<int32_t>());
@@ -858,9 +869,9 @@ std::optional<api_error> read_inputs(const json& input, const net::request_limit
                                      embeddings_request& out) {
     if (input.is_string()) return add_input(input, "input", limits, out);
     if (!input.is_array()) {
-        return bad("input: a string or an array (of strings or of token ids), got " +
-                       kind_of(input),
-                   "input");
+        return bad(
+            "input: a string or an array (of strings or of token ids), got " + kind_of(input),
+            "input");
     }
     if (input.empty()) return bad("input: an empty array (nothing to embed)", "input");
     // An array of numbers is one input of token ids; otherwise each element is an input.
@@ -957,7 +968,9 @@ std::string embeddings_json(const std::string& model, const std::vector<door::em
                  {"usage", {{"prompt_tokens", tokens}, {"total_tokens", tokens}}}});
 }
 
-std::string tokenize_json(const door::tokenize_done& d) { return dump({{"tokens", d.tokens}}); }
+std::string tokenize_json(const door::tokenize_done& d) {
+    return dump({{"tokens", d.tokens}});
+}
 
 std::string detokenize_json(const door::detokenize_done& d) {
     return dump({{"content", d.text}});
@@ -1095,8 +1108,8 @@ std::string sse_tool_chunks(const answer_meta& m, const api_request& r,
         if (p.index < 0) {
             delta = {{"content", p.content}};
         } else if (!p.name.empty()) {
-            delta = {{"tool_calls", json::array({tool_call_json(m, r, size_t(p.index), p.name,
-                                                                p.arguments)})}};
+            delta = {{"tool_calls",
+                      json::array({tool_call_json(m, r, size_t(p.index), p.name, p.arguments)})}};
         } else {
             delta = {{"tool_calls", json::array({{{"index", p.index},
                                                   {"function", {{"arguments", p.arguments}}}}})}};
@@ -1142,12 +1155,12 @@ std::string sse_error(const api_error& e) {
 }
 
 std::string model_json(const served_model& m) {
-    return dump({{"id", m.id},
-                 {"object", "model"},
-                 {"created", m.created},
-                 {"owned_by", "ordo"},
-                 {"meta",
-                  {{"n_vocab", m.n_vocab}, {"n_ctx_train", m.n_ctx_train}, {"n_embd", m.n_embd}}}});
+    return dump(
+        {{"id", m.id},
+         {"object", "model"},
+         {"created", m.created},
+         {"owned_by", "ordo"},
+         {"meta", {{"n_vocab", m.n_vocab}, {"n_ctx_train", m.n_ctx_train}, {"n_embd", m.n_embd}}}});
 }
 
 std::string models_json(const served_model& m) {

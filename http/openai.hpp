@@ -20,11 +20,11 @@
 #include <string_view>
 #include <variant>
 
-#include "scheduler/scheduler_msgs.hpp"
 #include "door/door_msgs.hpp"
 #include "door/error_code.hpp"
 #include "grammar/tool_calls.hpp"
 #include "net/ops.hpp"
+#include "scheduler/scheduler_msgs.hpp"
 
 namespace ordo::http {
 
@@ -66,9 +66,9 @@ struct api_request {
     api_kind kind = api_kind::chat;
     sched::generate_request params;
     bool stream = false;
-    bool include_usage = false;  // stream_options.include_usage
-    bool logprobs = false;       // report logprobs in the answer
-    uint32_t top_logprobs = 0;   // alternatives per token in the answer (0..20)
+    bool include_usage = false;     // stream_options.include_usage
+    bool logprobs = false;          // report logprobs in the answer
+    uint32_t top_logprobs = 0;      // alternatives per token in the answer (0..20)
     std::optional<tool_use> tools;  // set: the answer is read for tool calls
 };
 

@@ -133,7 +133,9 @@ void scan_dir(const std::string& dir, const kv_expect& expect, scan_result& r) {
     uint32_t seen = 0;
     while (dirent* e = ::readdir(d)) {
         const std::string fname = e->d_name;
-        if (fname == "." || fname == ".." || fname == quarantine_dir_name || fname == probe_file_name) continue;
+        if (fname == "." || fname == ".." || fname == quarantine_dir_name ||
+            fname == probe_file_name)
+            continue;
         if (++seen > scan_entries_max) {
             spdlog::warn("kv: {} has more than {} entries; the rest are left alone", dir,
                          scan_entries_max);
@@ -204,7 +206,7 @@ struct kv_actor::job {
     uint32_t copied = 0;
     bool dropped = false;  // save: its session was deleted meanwhile
     clock::time_point start = clock::now();
-    status io;                         // thread pool's result
+    status io;                              // thread pool's result
     std::optional<kv_file_header> written;  // save: the header read back after the write
 };
 
@@ -233,15 +235,16 @@ std::string kv_actor::path_of(const std::string& name) const {
 
 void kv_actor::on_start() {
     actors::delivery_limits lim;
-    must(_to_sched.init(loop(), _sched_out, lim,
-                        [this](const auto& m, const actors::refusal& why) {
-                            // The scheduler stopped: nobody waits for the answer.
-                            if (why.outcome == actors::delivery_outcome::actor_stopped) return;
-                            count_error(kv_failure::undelivered);
-                            log().error("kv: {} to the scheduler given up: {}",
-                                        std::visit([](const auto& x) { return std::string(x.msg_name); }, m),
-                                        why.message);
-                        }),
+    must(_to_sched.init(
+             loop(), _sched_out, lim,
+             [this](const auto& m, const actors::refusal& why) {
+                 // The scheduler stopped: nobody waits for the answer.
+                 if (why.outcome == actors::delivery_outcome::actor_stopped) return;
+                 count_error(kv_failure::undelivered);
+                 log().error("kv: {} to the scheduler given up: {}",
+                             std::visit([](const auto& x) { return std::string(x.msg_name); }, m),
+                             why.message);
+             }),
          "scheduler delivery init");
     must(_to_gpu.init(loop(), _gpu_out, lim,
                       [this](const auto& m, const actors::refusal& why) {
@@ -281,7 +284,7 @@ void kv_actor::on_stop() {
     publish();
 }
 
-// ---- thread pool ----------------------------------------------------------------------------------
+// ---- thread pool --------------------------------------------------------------------------------
 
 void kv_actor::offload(std::function<void()> run, std::function<void()> done) {
     auto* w = new work{};
@@ -320,10 +323,11 @@ void kv_actor::apply_scan(scan_result& r) {
         }
         count_error(kv_failure_of(code));
     }
-    log().info("kv: {} ready: {} files ({} sessions), {} bytes; {} quarantined, {} ignored, {} "
-               "leftovers deleted",
-               _opt.dir, _index.files(), _index.sessions(), _index.bytes(), r.bad.size(),
-               r.ignored, r.leftovers);
+    log().info(
+        "kv: {} ready: {} files ({} sessions), {} bytes; {} quarantined, {} ignored, {} "
+        "leftovers deleted",
+        _opt.dir, _index.files(), _index.sessions(), _index.bytes(), r.bad.size(), r.ignored,
+        r.leftovers);
     _scan_done = true;
     if (r.dir_error) disk_fault(kv_error_of(*r.dir_error), r.dir_error->message);
     evict_to_budget();
@@ -443,7 +447,7 @@ void kv_actor::restore_finished(job& j, bool ok, kv_failure code, const std::str
     maybe_flushed();
 }
 
-// ---- saves ----------------------------------------------------------------------------------------
+// ---- saves --------------------------------------------------------------------------------------
 
 void kv_actor::on(const kv_save& m) {
     auto refuse = [&](kv_failure code) {
@@ -639,8 +643,8 @@ void kv_actor::start_next_copy() {
             }
             continue;
         }
-        const uint32_t count =
-            std::min<uint32_t>(_opt.copy_blocks_max, static_cast<uint32_t>(j.blocks.size()) - first);
+        const uint32_t count = std::min<uint32_t>(_opt.copy_blocks_max,
+                                                  static_cast<uint32_t>(j.blocks.size()) - first);
         std::vector<uint32_t> ids(j.blocks.begin() + first, j.blocks.begin() + first + count);
         _copy_job = id;
         _copy_first = first;
@@ -681,7 +685,8 @@ void kv_actor::copy_finished(bool ok, kv_failure code, const std::string& messag
         } else {
             if (j.k == job::kind::save) {
                 auto src = _staging.read(*_slot, uint64_t(count) * _block_bytes);
-                std::memcpy(j.bytes.data() + uint64_t(first) * _block_bytes, src.data(), src.size());
+                std::memcpy(j.bytes.data() + uint64_t(first) * _block_bytes, src.data(),
+                            src.size());
             }
             j.copied += count;
             if (j.copied == j.blocks.size()) {
@@ -697,7 +702,7 @@ void kv_actor::copy_finished(bool ok, kv_failure code, const std::string& messag
     publish();
 }
 
-// ---- index upkeep ---------------------------------------------------------------------------------
+// ---- index upkeep -------------------------------------------------------------------------------
 
 void kv_actor::on(const kv_invalidate& m) {
     if (_index.find(m.name) == nullptr) return;
@@ -711,11 +716,21 @@ void kv_actor::on(const kv_invalidate& m) {
 void kv_actor::on(const kv_fault& m) {
     uint32_t* n = nullptr;
     switch (m.kind) {
-        case fault_kind::kv_enospc: n = &_faults.enospc; break;
-        case fault_kind::kv_eio: n = &_faults.eio; break;
-        case fault_kind::kv_torn_exit: n = &_faults.torn_exit; break;
-        case fault_kind::kv_fingerprint: n = &_faults.fingerprint; break;
-        case fault_kind::kv_flip_read: n = &_faults.flip_read; break;
+        case fault_kind::kv_enospc:
+            n = &_faults.enospc;
+            break;
+        case fault_kind::kv_eio:
+            n = &_faults.eio;
+            break;
+        case fault_kind::kv_torn_exit:
+            n = &_faults.torn_exit;
+            break;
+        case fault_kind::kv_fingerprint:
+            n = &_faults.fingerprint;
+            break;
+        case fault_kind::kv_flip_read:
+            n = &_faults.flip_read;
+            break;
         default:
             log().error("kv: fault of kind {} ignored: not a kv kind", enum_name(m.kind));
             return;
@@ -750,7 +765,9 @@ void kv_actor::on(const kv_session_delete& m) {
                 *err = path + ": unlink: " + std::strerror(errno);
             }
         },
-        [this, m, err] { _to_sched.send(kv_session_deleted{m.conn, m.id, err->empty(), *err}); });
+        [this, m, err] {
+            _to_sched.send(kv_session_deleted{m.conn, m.id, err->empty(), *err});
+        });
     publish();
 }
 
@@ -776,7 +793,7 @@ void kv_actor::evict_to_budget() {
     }
 }
 
-// ---- disk faults ----------------------------------------------------------------------------------
+// ---- disk faults --------------------------------------------------------------------------------
 
 void kv_actor::disk_fault(kv_error code, const std::string& message) {
     if (!_persisting) return;
@@ -814,7 +831,7 @@ void kv_actor::probe_cb(uv_timer_t* t) {
                   });
 }
 
-// ---- flush, stats ---------------------------------------------------------------------------------
+// ---- flush, stats -------------------------------------------------------------------------------
 
 void kv_actor::on(const kv_flush&) {
     _flushing = true;
@@ -844,7 +861,9 @@ bool kv_actor::flush(uint64_t timeout_ms) {
     return _idle_cv.wait_for(lock, std::chrono::milliseconds(timeout_ms), [this] { return _idle; });
 }
 
-void kv_actor::count_error(kv_failure code) { _counters.errors[std::string(enum_name(code))]++; }
+void kv_actor::count_error(kv_failure code) {
+    _counters.errors[std::string(enum_name(code))]++;
+}
 
 void kv_actor::publish() {
     std::lock_guard lock(_mutex);

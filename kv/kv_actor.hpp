@@ -125,8 +125,8 @@ class kv_actor final : public actors::actor<kv_actor, kv_lookup, kv_restore, kv_
                                             kv_invalidate, kv_session_delete, kv_fault,
                                             gpu::kv_copy_done, gpu::kv_copy_failed, kv_flush> {
 public:
-    using sched_outbox = actors::outbox<kv_lookup_done, kv_restore_done, kv_save_done,
-                                        kv_evicted, kv_status, kv_session_deleted>;
+    using sched_outbox = actors::outbox<kv_lookup_done, kv_restore_done, kv_save_done, kv_evicted,
+                                        kv_status, kv_session_deleted>;
     using gpu_outbox = actors::outbox<gpu::kv_copy_out, gpu::kv_copy_in>;
 
     // `staging` must outlive the actor and be connected to the gpu actor (connect_kv); its
@@ -223,16 +223,16 @@ private:
     std::map<uint64_t, std::unique_ptr<job>> _jobs;  // saves and restores in flight, by id
     uint64_t _next_job = 1;
     std::unordered_map<uint64_t, std::string> _leases;  // seq -> entry name
-    std::deque<std::pair<uint64_t, uint32_t>> _copies;   // (job, first block index) to copy
-    uint64_t _copy_job = 0;                              // job whose copy is in flight (0: none)
+    std::deque<std::pair<uint64_t, uint32_t>> _copies;  // (job, first block index) to copy
+    uint64_t _copy_job = 0;                             // job whose copy is in flight (0: none)
     uint32_t _copy_first = 0, _copy_count = 0;
-    uint64_t _gpu_job_id = 0;                            // kv_copy_*.job_id in flight
-    std::optional<uint32_t> _slot;                       // the staging slot this actor holds
-    uint32_t _works = 0;                                 // thread-pool requests in flight
+    uint64_t _gpu_job_id = 0;       // kv_copy_*.job_id in flight
+    std::optional<uint32_t> _slot;  // the staging slot this actor holds
+    uint32_t _works = 0;            // thread-pool requests in flight
     std::vector<uint8_t> _spare;    // a finished job's buffer (spare_buffer_bytes_max), or empty
 
-    kv_disk_report _counters;  // loop thread
-    mutable std::mutex _mutex;      // guards _snapshot, _idle
+    kv_disk_report _counters;   // loop thread
+    mutable std::mutex _mutex;  // guards _snapshot, _idle
     kv_disk_report _snapshot;
     bool _idle = true;  // no save in flight
     bool _scan_done_shared = false;

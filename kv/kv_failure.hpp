@@ -11,11 +11,10 @@
 // disk fault is a kv_error: kv_disk_fault) and on its own values; the scheduler reads only `ok`.
 #pragma once
 
-#include <msgpack.hpp>
-
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <msgpack.hpp>
 #include <string_view>
 
 #include "actors/runtime/delivery_outcome.hpp"
@@ -58,7 +57,9 @@ inline constexpr std::size_t kv_failure_delivery_first =
 
 inline constexpr auto kv_failure_names = names_joined(
     kv_failure_own_names, kv_error_names, gpu::gpu_failure_names, actors::delivery_outcome_names);
-constexpr const auto& names_of(kv_failure) { return kv_failure_names; }
+constexpr const auto& names_of(kv_failure) {
+    return kv_failure_names;
+}
 static_assert(kv_failure_names.size() <= 256, "kv_failure's values fit its uint8_t");
 
 constexpr kv_failure kv_failure_of(kv_error e) {

@@ -75,7 +75,7 @@ inline constexpr std::size_t kv_io_chunk_bytes = std::size_t{8} << 20;
 
 // Every way a file is refused. kv_error_names gives the stable snake_case code of ordo::error.
 enum class kv_error : std::uint8_t {
-    io,               // a syscall failed (open, read, write, fsync, rename): errno in the message
+    io,  // a syscall failed (open, read, write, fsync, rename): errno in the message
     // The same, for the errno values that mean the disk, not the file, is at fault: the kv
     // actor turns persistence off on them (kv_disk_fault).
     no_space,         // ENOSPC, EDQUOT
@@ -109,7 +109,9 @@ inline constexpr std::array<std::string_view, 22> kv_error_names = {
     "kv_dtype",           "kv_block_tokens",   "kv_tokens_checksum", "kv_block_checksum",
     "kv_changed",         "kv_bad_session"};
 // clang-format on
-constexpr const auto& names_of(kv_error) { return kv_error_names; }
+constexpr const auto& names_of(kv_error) {
+    return kv_error_names;
+}
 static_assert(static_cast<std::size_t>(kv_error::bad_session) + 1 == kv_error_names.size(),
               "kv_error_names names every kv_error, in order");
 // The kv_error an error of this library names. Every error it returns has one of these codes;
@@ -133,7 +135,9 @@ enum class kv_file_dtype : std::uint8_t { f16 = 0, f32 = 1 };
 // kv_file_kind is also what a kv_save asks for (kv_msgs.hpp): an automatic prefix or a session.
 enum class kv_file_kind : std::uint8_t { prefix = 0, session = 1 };
 inline constexpr std::array<std::string_view, 2> kv_file_kind_names = {"prefix", "session"};
-constexpr const auto& names_of(kv_file_kind) { return kv_file_kind_names; }
+constexpr const auto& names_of(kv_file_kind) {
+    return kv_file_kind_names;
+}
 
 struct kv_file_geometry {
     std::uint32_t n_layer = 0;

@@ -18,11 +18,10 @@
 // order. The kv actor's report (kv_disk_report, the stats op's kv_disk map) is declared here too.
 #pragma once
 
-#include <msgpack.hpp>
-
 #include <array>
 #include <cstdint>
 #include <map>
+#include <msgpack.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -46,20 +45,20 @@ struct kv_disk_report {
     bool persisting = false;  // saves are written (false after a disk fault, until a probe)
     std::string reason;       // why not persisting
     uint64_t files = 0, sessions = 0, bytes = 0, bytes_budget = 0;
-    uint64_t saves = 0;             // files written
-    uint64_t saves_skipped = 0;     // already on disk, too large, persistence off, busy
-    uint64_t save_failures = 0;     // copy or write failed
-    uint64_t restores = 0;          // restores that verified and copied in
-    uint64_t restore_failures = 0;  // restores that did not
-    uint64_t quarantined = 0;       // files moved to <dir>/quarantine
-    uint64_t evictions = 0;         // files removed for the byte budget
-    uint64_t ignored = 0;           // directory entries that are not ordo's files
-    uint64_t probes = 0;            // write probes after a disk fault
+    uint64_t saves = 0;                      // files written
+    uint64_t saves_skipped = 0;              // already on disk, too large, persistence off, busy
+    uint64_t save_failures = 0;              // copy or write failed
+    uint64_t restores = 0;                   // restores that verified and copied in
+    uint64_t restore_failures = 0;           // restores that did not
+    uint64_t quarantined = 0;                // files moved to <dir>/quarantine
+    uint64_t evictions = 0;                  // files removed for the byte budget
+    uint64_t ignored = 0;                    // directory entries that are not ordo's files
+    uint64_t probes = 0;                     // write probes after a disk fault
     double save_ms = 0, restore_ms = 0;      // summed
     std::map<std::string, uint64_t> errors;  // by code
     MSGPACK_DEFINE_MAP(enabled, ready, persisting, reason, files, sessions, bytes, bytes_budget,
-                       saves, saves_skipped, save_failures, restores, restore_failures,
-                       quarantined, evictions, ignored, probes, save_ms, restore_ms, errors);
+                       saves, saves_skipped, save_failures, restores, restore_failures, quarantined,
+                       evictions, ignored, probes, save_ms, restore_ms, errors);
 };
 
 // ---- scheduler → kv ----------------------------------------------------------------------
@@ -183,7 +182,9 @@ struct kv_save_done {
 enum class eviction : uint8_t { budget, quarantined, deleted };
 inline constexpr std::array<std::string_view, 3> eviction_names = {"budget", "quarantined",
                                                                    "deleted"};
-constexpr const auto& names_of(eviction) { return eviction_names; }
+constexpr const auto& names_of(eviction) {
+    return eviction_names;
+}
 
 // An entry left the index. Ordered after every kv_lookup_done that named it; a lease in flight
 // is never evicted.

@@ -28,9 +28,8 @@ constexpr const char* k_llama3 =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3})"
     R"(| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 // Qwen2: Llama 3's pattern with single digits.
-constexpr const char* k_qwen2 =
-    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N})"
-    R"(| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr const char* k_qwen2 = R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N})"
+                                R"(| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 // DeepSeek (LLM and Coder): CJK runs (U+4E00-9FA5, U+0800-4E00, U+AC00-D7FF) and single digits
 // (HF's Digits(individual_digits=true)).
 constexpr const char* k_deepseek_cjk = R"([\x{4E00}-\x{9FA5}\x{800}-\x{4E00}\x{AC00}-\x{D7FF}]+)";
@@ -106,12 +105,14 @@ result<bpe_pre_spec> bpe_pre_for(std::string_view pre) {
         pre == "smaug-bpe") {
         return bpe_pre_spec{{k_llama3}, true, true};
     }
-    if (pre == "gpt-2" || pre == "phi-2" || pre == "smollm") return bpe_pre_spec{{k_gpt2}, false, false};
+    if (pre == "gpt-2" || pre == "phi-2" || pre == "smollm")
+        return bpe_pre_spec{{k_gpt2}, false, false};
     if (pre == "qwen2" || pre == "deepseek-r1-qwen") return bpe_pre_spec{{k_qwen2}, false, false};
     if (pre == "deepseek-llm") {
         return bpe_pre_spec{{R"([\r\n])", k_deepseek_llm_letters, k_deepseek_llm_punct, R"(\s+$)",
                              k_deepseek_cjk, k_digit},
-                            false, true};
+                            false,
+                            true};
     }
     if (pre == "deepseek-coder") {
         return bpe_pre_spec{
@@ -123,9 +124,11 @@ result<bpe_pre_spec> bpe_pre_for(std::string_view pre) {
                           "deepseek-coder, gpt-2, qwen2 and their aliases)");
 }
 
-std::string_view byte_to_piece_char(uint8_t b) { return bytes_table().utf8[b]; }
+std::string_view byte_to_piece_char(uint8_t b) {
+    return bytes_table().utf8[b];
+}
 
-// ---- compiled patterns ----------------------------------------------------------------------------
+// ---- compiled patterns --------------------------------------------------------------------------
 
 struct bpe_model::compiled {
     std::vector<pcre2_code*> stages;
@@ -185,16 +188,16 @@ result<std::shared_ptr<const bpe_model>> bpe_model::build(const vocab& v, uint32
         PCRE2_SIZE off = 0;
         // MATCH_INVALID_UTF: client text may be invalid UTF-8; such bytes match nothing and
         // fall into gaps, which byte-level BPE encodes like any other bytes.
-        pcre2_code* re = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(p.data()), p.size(),
-                                       PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF |
-                                           PCRE2_DOLLAR_ENDONLY,
-                                       &err, &off, nullptr);
+        pcre2_code* re =
+            pcre2_compile(reinterpret_cast<PCRE2_SPTR>(p.data()), p.size(),
+                          PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | PCRE2_DOLLAR_ENDONLY,
+                          &err, &off, nullptr);
         if (re == nullptr) {
             PCRE2_UCHAR msg[256];
             pcre2_get_error_message(err, msg, sizeof msg);
-            return make_error("tokenizer_bad_vocab",
-                              "pre-tokenizer pattern for '" + v.pre() + "' at offset " +
-                                  std::to_string(off) + ": " + reinterpret_cast<char*>(msg));
+            return make_error("tokenizer_bad_vocab", "pre-tokenizer pattern for '" + v.pre() +
+                                                         "' at offset " + std::to_string(off) +
+                                                         ": " + reinterpret_cast<char*>(msg));
         }
         pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);  // no JIT on this CPU: the interpreter runs
         m->_re->stages.push_back(re);
@@ -207,11 +210,11 @@ result<std::shared_ptr<const bpe_model>> bpe_model::build(const vocab& v, uint32
         size_t sp = line.find(' ', 1);  // a piece is never empty; the first space separates
         token_id left = sp == std::string::npos ? k_no_token : v.find(line.substr(0, sp));
         token_id right = left == k_no_token ? k_no_token : v.find(line.substr(sp + 1));
-        token_id merged = right == k_no_token ? k_no_token
-                                              : v.find(line.substr(0, sp) + line.substr(sp + 1));
+        token_id merged =
+            right == k_no_token ? k_no_token : v.find(line.substr(0, sp) + line.substr(sp + 1));
         if (merged == k_no_token) {
-            return make_error("tokenizer_bad_vocab", "merge " + std::to_string(rank) + " '" +
-                                                         line + "' names pieces the vocab lacks");
+            return make_error("tokenizer_bad_vocab", "merge " + std::to_string(rank) + " '" + line +
+                                                         "' names pieces the vocab lacks");
         }
         uint64_t key = uint64_t(uint32_t(left)) << 32 | uint32_t(right);
         m->_merges.emplace(key, merge{int32_t(rank), merged});  // first (lowest) rank wins

@@ -50,8 +50,7 @@ public:
     // Errors: tokenizer_unsupported (unknown pre), tokenizer_bad_vocab (a merge naming pieces
     // the vocabulary lacks, a pattern PCRE2 refuses). `match_limit` bounds each regex match
     // (PCRE2's match limit; the depth limit is derived from it); tests lower it.
-    static result<std::shared_ptr<const bpe_model>> build(const vocab& v,
-                                                          uint32_t match_limit = 0);
+    static result<std::shared_ptr<const bpe_model>> build(const vocab& v, uint32_t match_limit = 0);
     ~bpe_model();
     bpe_model(const bpe_model&) = delete;
     bpe_model& operator=(const bpe_model&) = delete;

@@ -109,16 +109,24 @@ constexpr const ggml_type_traits* find_type_traits(uint32_t raw_id) {
     return nullptr;
 }
 
-constexpr bool is_known_type(uint32_t raw_id) { return find_type_traits(raw_id) != nullptr; }
+constexpr bool is_known_type(uint32_t raw_id) {
+    return find_type_traits(raw_id) != nullptr;
+}
 
 // Traits of a valid enum value (every enumerator has a row; asserted by the table test).
 constexpr const ggml_type_traits& type_traits(ggml_type t) {
     return *find_type_traits(static_cast<uint32_t>(t));
 }
 
-constexpr std::string_view type_name(ggml_type t) { return type_traits(t).name; }
-constexpr uint32_t block_size(ggml_type t) { return type_traits(t).block_size; }
-constexpr uint32_t block_bytes(ggml_type t) { return type_traits(t).block_bytes; }
+constexpr std::string_view type_name(ggml_type t) {
+    return type_traits(t).name;
+}
+constexpr uint32_t block_size(ggml_type t) {
+    return type_traits(t).block_size;
+}
+constexpr uint32_t block_bytes(ggml_type t) {
+    return type_traits(t).block_bytes;
+}
 
 // The types the CPU reference decodes and computes with (model/quant has a row codec for each):
 // the float types and the block types llama.cpp's llama-quantize writes for Llama files. The
@@ -126,10 +134,18 @@ constexpr uint32_t block_bytes(ggml_type t) { return type_traits(t).block_bytes;
 // The Vulkan kernels run all of these (gpu/vk/weights.hpp: kernels_run).
 constexpr bool is_supported(ggml_type t) {
     switch (t) {
-        case ggml_type::f32: case ggml_type::f16: case ggml_type::bf16:
-        case ggml_type::q4_0: case ggml_type::q4_1: case ggml_type::q5_0: case ggml_type::q5_1:
+        case ggml_type::f32:
+        case ggml_type::f16:
+        case ggml_type::bf16:
+        case ggml_type::q4_0:
+        case ggml_type::q4_1:
+        case ggml_type::q5_0:
+        case ggml_type::q5_1:
         case ggml_type::q8_0:
-        case ggml_type::q2_k: case ggml_type::q3_k: case ggml_type::q4_k: case ggml_type::q5_k:
+        case ggml_type::q2_k:
+        case ggml_type::q3_k:
+        case ggml_type::q4_k:
+        case ggml_type::q5_k:
         case ggml_type::q6_k:
             return true;
         default:

@@ -41,22 +41,37 @@ namespace {
 
 // Smallest encodings, used to reject counts that cannot possibly fit in the remaining bytes
 // before anything is allocated for them.
-constexpr uint64_t k_min_kv_bytes = 8 + 4 + 1;              // empty key, type, 1-byte value
+constexpr uint64_t k_min_kv_bytes = 8 + 4 + 1;                   // empty key, type, 1-byte value
 constexpr uint64_t k_min_tensor_info_bytes = 8 + 4 + 8 + 4 + 8;  // empty name, 1 dim, type, off
 
 uint64_t min_value_bytes(gguf_value_type t) {
     switch (t) {
-    case gguf_value_type::u8: case gguf_value_type::i8: case gguf_value_type::boolean: return 1;
-    case gguf_value_type::u16: case gguf_value_type::i16: return 2;
-    case gguf_value_type::u32: case gguf_value_type::i32: case gguf_value_type::f32: return 4;
-    case gguf_value_type::u64: case gguf_value_type::i64: case gguf_value_type::f64: return 8;
-    case gguf_value_type::string: return 8;
-    case gguf_value_type::array: return 4 + 8;
+        case gguf_value_type::u8:
+        case gguf_value_type::i8:
+        case gguf_value_type::boolean:
+            return 1;
+        case gguf_value_type::u16:
+        case gguf_value_type::i16:
+            return 2;
+        case gguf_value_type::u32:
+        case gguf_value_type::i32:
+        case gguf_value_type::f32:
+            return 4;
+        case gguf_value_type::u64:
+        case gguf_value_type::i64:
+        case gguf_value_type::f64:
+            return 8;
+        case gguf_value_type::string:
+            return 8;
+        case gguf_value_type::array:
+            return 4 + 8;
     }
     return 1;
 }
 
-bool known_value_type(uint32_t t) { return t <= static_cast<uint32_t>(gguf_value_type::f64); }
+bool known_value_type(uint32_t t) {
+    return t <= static_cast<uint32_t>(gguf_value_type::f64);
+}
 
 std::string quoted(std::string_view s) {
     // Names come from a hostile file: cap what reaches a log line.
@@ -95,10 +110,9 @@ status parse_array(byte_cursor& c, uint32_t depth, uint64_t& budget, gguf_value&
                                   std::to_string(c.remaining()) + " bytes left"));
     }
     if (count > budget) {
-        return make_error("gguf_bad_count",
-                          c.where("array length " + std::to_string(count) +
-                                  " exceeds the metadata value limit of " +
-                                  std::to_string(k_gguf_metadata_values_max)));
+        return make_error("gguf_bad_count", c.where("array length " + std::to_string(count) +
+                                                    " exceeds the metadata value limit of " +
+                                                    std::to_string(k_gguf_metadata_values_max)));
     }
     budget -= count;
     gguf_array arr;
@@ -116,23 +130,46 @@ status parse_array(byte_cursor& c, uint32_t depth, uint64_t& budget, gguf_value&
 status parse_value(byte_cursor& c, gguf_value_type type, uint32_t depth, uint64_t& budget,
                    gguf_value& out) {
     switch (type) {
-    case gguf_value_type::u8: out = read_scalar<uint8_t>(c, "u8 value"); break;
-    case gguf_value_type::i8: out = read_scalar<int8_t>(c, "i8 value"); break;
-    case gguf_value_type::u16: out = read_scalar<uint16_t>(c, "u16 value"); break;
-    case gguf_value_type::i16: out = read_scalar<int16_t>(c, "i16 value"); break;
-    case gguf_value_type::u32: out = read_scalar<uint32_t>(c, "u32 value"); break;
-    case gguf_value_type::i32: out = read_scalar<int32_t>(c, "i32 value"); break;
-    case gguf_value_type::f32: out = read_scalar<float>(c, "f32 value"); break;
-    case gguf_value_type::u64: out = read_scalar<uint64_t>(c, "u64 value"); break;
-    case gguf_value_type::i64: out = read_scalar<int64_t>(c, "i64 value"); break;
-    case gguf_value_type::f64: out = read_scalar<double>(c, "f64 value"); break;
-    case gguf_value_type::boolean: {
-        uint8_t b = c.read<uint8_t>("bool value");
-        out = gguf_value(b != 0);
-        break;
-    }
-    case gguf_value_type::string: out = gguf_value(c.read_string("string value")); break;
-    case gguf_value_type::array: return parse_array(c, depth, budget, out);
+        case gguf_value_type::u8:
+            out = read_scalar<uint8_t>(c, "u8 value");
+            break;
+        case gguf_value_type::i8:
+            out = read_scalar<int8_t>(c, "i8 value");
+            break;
+        case gguf_value_type::u16:
+            out = read_scalar<uint16_t>(c, "u16 value");
+            break;
+        case gguf_value_type::i16:
+            out = read_scalar<int16_t>(c, "i16 value");
+            break;
+        case gguf_value_type::u32:
+            out = read_scalar<uint32_t>(c, "u32 value");
+            break;
+        case gguf_value_type::i32:
+            out = read_scalar<int32_t>(c, "i32 value");
+            break;
+        case gguf_value_type::f32:
+            out = read_scalar<float>(c, "f32 value");
+            break;
+        case gguf_value_type::u64:
+            out = read_scalar<uint64_t>(c, "u64 value");
+            break;
+        case gguf_value_type::i64:
+            out = read_scalar<int64_t>(c, "i64 value");
+            break;
+        case gguf_value_type::f64:
+            out = read_scalar<double>(c, "f64 value");
+            break;
+        case gguf_value_type::boolean: {
+            uint8_t b = c.read<uint8_t>("bool value");
+            out = gguf_value(b != 0);
+            break;
+        }
+        case gguf_value_type::string:
+            out = gguf_value(c.read_string("string value"));
+            break;
+        case gguf_value_type::array:
+            return parse_array(c, depth, budget, out);
     }
     if (!c.ok()) return c.err();
     return {};
@@ -142,7 +179,9 @@ status parse_value(byte_cursor& c, gguf_value_type type, uint32_t depth, uint64_
 
 // ---- lifetime ---------------------------------------------------------------------------------
 
-gguf_file::gguf_file(gguf_file&& o) noexcept { *this = std::move(o); }
+gguf_file::gguf_file(gguf_file&& o) noexcept {
+    *this = std::move(o);
+}
 
 gguf_file& gguf_file::operator=(gguf_file&& o) noexcept {
     if (this == &o) return *this;
@@ -159,7 +198,9 @@ gguf_file& gguf_file::operator=(gguf_file&& o) noexcept {
     return *this;
 }
 
-gguf_file::~gguf_file() { release(); }
+gguf_file::~gguf_file() {
+    release();
+}
 
 void gguf_file::release() {
     if (_map != nullptr) munmap(_map, static_cast<size_t>(_size));
@@ -237,8 +278,8 @@ status parse_header(byte_cursor& c, uint32_t& version, uint64_t& n_tensors, uint
         return make_error("gguf_bad_count", "metadata count " + std::to_string(n_kv) +
                                                 " or tensor count " + std::to_string(n_tensors) +
                                                 " exceeds the limits (" +
-                                                std::to_string(k_gguf_metadata_values_max) +
-                                                ", " + std::to_string(k_gguf_tensors_max) + ")");
+                                                std::to_string(k_gguf_metadata_values_max) + ", " +
+                                                std::to_string(k_gguf_tensors_max) + ")");
     }
     if (n_kv > c.remaining() / k_min_kv_bytes) {
         return make_error("gguf_bad_count", "metadata count " + std::to_string(n_kv) +
@@ -285,8 +326,7 @@ status parse_kvs(byte_cursor& c, uint64_t n_kv, std::vector<gguf_kv>& out) {
     return {};
 }
 
-status parse_tensor_info(byte_cursor& c, uint64_t index, uint64_t alignment,
-                         gguf_tensor_info& t) {
+status parse_tensor_info(byte_cursor& c, uint64_t index, uint64_t alignment, gguf_tensor_info& t) {
     c.set_context("tensor #" + std::to_string(index));
     t.name = c.read_string("name");
     if (!c.ok()) return c.err();
@@ -294,17 +334,17 @@ status parse_tensor_info(byte_cursor& c, uint64_t index, uint64_t alignment,
     t.n_dims = c.read<uint32_t>("n_dims");
     if (!c.ok()) return c.err();
     if (t.n_dims == 0 || t.n_dims > k_gguf_max_dims) {
-        return make_error("gguf_bad_dims", c.where("n_dims " + std::to_string(t.n_dims) +
-                                                   " outside 1.." +
-                                                   std::to_string(k_gguf_max_dims)));
+        return make_error("gguf_bad_dims",
+                          c.where("n_dims " + std::to_string(t.n_dims) + " outside 1.." +
+                                  std::to_string(k_gguf_max_dims)));
     }
     t.n_elements = 1;
     for (uint32_t d = 0; d < t.n_dims; ++d) {
         t.ne[d] = c.read<uint64_t>("dimension");
         if (!c.ok()) return c.err();
         if (t.ne[d] == 0) {
-            return make_error("gguf_bad_dims", c.where("dimension " + std::to_string(d) +
-                                                       " is zero"));
+            return make_error("gguf_bad_dims",
+                              c.where("dimension " + std::to_string(d) + " is zero"));
         }
         if (t.n_elements > UINT64_MAX / t.ne[d] || t.ne[d] > (uint64_t{1} << 62)) {
             return make_error("gguf_bad_dims", c.where("element count overflows 64 bits"));
@@ -321,19 +361,19 @@ status parse_tensor_info(byte_cursor& c, uint64_t index, uint64_t alignment,
     }
     t.type = tr->type;
     if (t.ne[0] % tr->block_size != 0) {
-        return make_error("gguf_bad_shape", c.where("ne[0] = " + std::to_string(t.ne[0]) +
-                                                    " is not a multiple of " +
-                                                    std::string(tr->name) + "'s block size " +
-                                                    std::to_string(tr->block_size)));
+        return make_error(
+            "gguf_bad_shape",
+            c.where("ne[0] = " + std::to_string(t.ne[0]) + " is not a multiple of " +
+                    std::string(tr->name) + "'s block size " + std::to_string(tr->block_size)));
     }
     auto bytes = bytes_for(t.type, t.n_elements);
     if (!bytes) return make_error("gguf_bad_dims", c.where("byte size overflows 64 bits"));
     t.n_bytes = *bytes;
     if (t.offset % alignment != 0) {
-        return make_error("gguf_tensor_misaligned",
-                          c.where("data offset " + std::to_string(t.offset) +
-                                  " is not a multiple of the alignment " +
-                                  std::to_string(alignment)));
+        return make_error(
+            "gguf_tensor_misaligned",
+            c.where("data offset " + std::to_string(t.offset) +
+                    " is not a multiple of the alignment " + std::to_string(alignment)));
     }
     return {};
 }
@@ -376,8 +416,8 @@ status gguf_file::parse() {
     }
     for (const auto& t : _tensors) {
         if (!names.insert(t.name).second) {
-            return make_error("gguf_duplicate_tensor", "tensor " + quoted(t.name) +
-                                                           " appears twice in the table");
+            return make_error("gguf_duplicate_tensor",
+                              "tensor " + quoted(t.name) + " appears twice in the table");
         }
     }
     // Data starts at the next multiple of the alignment after the table. A file with no
@@ -385,10 +425,9 @@ status gguf_file::parse() {
     uint64_t end_of_table = c.pos();
     _data_offset = end_of_table + (_alignment - end_of_table % _alignment) % _alignment;
     if (!_tensors.empty() && _data_offset > _size) {
-        return make_error("gguf_truncated", "data section starts at " +
-                                                std::to_string(_data_offset) +
-                                                " but the file has " + std::to_string(_size) +
-                                                " bytes");
+        return make_error("gguf_truncated",
+                          "data section starts at " + std::to_string(_data_offset) +
+                              " but the file has " + std::to_string(_size) + " bytes");
     }
     return place_tensors();
 }
@@ -410,16 +449,14 @@ status gguf_file::place_tensors() {
     std::vector<const gguf_tensor_info*> order;
     order.reserve(_tensors.size());
     for (const auto& t : _tensors) order.push_back(&t);
-    std::sort(order.begin(), order.end(),
-              [](auto* a, auto* b) { return a->offset < b->offset; });
+    std::sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->offset < b->offset; });
     for (size_t i = 1; i < order.size(); ++i) {
         const auto* prev = order[i - 1];
         const auto* cur = order[i];
         if (prev->offset + prev->n_bytes > cur->offset) {
             return make_error("gguf_tensor_overlap",
-                              "tensor " + quoted(prev->name) + " [" +
-                                  std::to_string(prev->offset) + ", " +
-                                  std::to_string(prev->offset + prev->n_bytes) +
+                              "tensor " + quoted(prev->name) + " [" + std::to_string(prev->offset) +
+                                  ", " + std::to_string(prev->offset + prev->n_bytes) +
                                   ") overlaps tensor " + quoted(cur->name) + " starting at " +
                                   std::to_string(cur->offset));
         }
@@ -447,8 +484,8 @@ status require_supported(const gguf_tensor_info& t) {
     if (is_supported(t.type)) return {};
     return make_error("gguf_unsupported_type",
                       "tensor " + quoted(t.name) + " has type " + std::string(type_name(t.type)) +
-                          ", which ordo cannot compute with (supported: " +
-                          supported_type_names() + ")");
+                          ", which ordo cannot compute with (supported: " + supported_type_names() +
+                          ")");
 }
 
 status gguf_file::require_supported_types() const {

@@ -32,7 +32,7 @@
 namespace ordo::model {
 
 inline constexpr uint32_t k_gguf_magic = 0x46554747;  // "GGUF" read as a little-endian u32
-inline constexpr uint32_t k_gguf_version = 3;          // what the writer produces
+inline constexpr uint32_t k_gguf_version = 3;         // what the writer produces
 inline constexpr uint32_t k_gguf_default_alignment = 32;
 inline constexpr uint32_t k_gguf_max_dims = 4;
 // Arrays nest (an array of arrays); real files use one level. Deeper nesting is refused so a
@@ -75,14 +75,13 @@ struct gguf_array {
 // One metadata value. The variant's index equals the on-disk type id (u8 = 0 ... f64 = 12), so
 // `type()` is `data.index()`.
 struct gguf_value {
-    using storage = std::variant<uint8_t, int8_t, uint16_t, int16_t, uint32_t, int32_t, float,
-                                 bool, std::string, gguf_array, uint64_t, int64_t, double>;
+    using storage = std::variant<uint8_t, int8_t, uint16_t, int16_t, uint32_t, int32_t, float, bool,
+                                 std::string, gguf_array, uint64_t, int64_t, double>;
     storage data;
 
     gguf_value() = default;
     template <typename T>
-        requires std::is_constructible_v<storage, T>
-    gguf_value(T v) : data(std::move(v)) {}
+    requires std::is_constructible_v<storage, T> gguf_value(T v) : data(std::move(v)) {}
 
     gguf_value_type type() const { return static_cast<gguf_value_type>(data.index()); }
 
@@ -107,9 +106,9 @@ struct gguf_tensor_info {
     ggml_type type = ggml_type::f32;
     uint32_t n_dims = 0;
     std::array<uint64_t, k_gguf_max_dims> ne{1, 1, 1, 1};  // unused dims are 1
-    uint64_t offset = 0;      // relative to the data section start
-    uint64_t n_elements = 0;  // product of ne
-    uint64_t n_bytes = 0;     // from the type's block geometry
+    uint64_t offset = 0;                                   // relative to the data section start
+    uint64_t n_elements = 0;                               // product of ne
+    uint64_t n_bytes = 0;                                  // from the type's block geometry
     // The tensor's bytes inside the file's mapping: valid while the gguf_file that produced it
     // lives (moving the gguf_file keeps it valid; the mapping does not move).
     std::span<const uint8_t> data;
@@ -152,7 +151,7 @@ public:
     result<bool> get_bool(std::string_view key) const;
     result<std::string> get_string(std::string_view key) const;
     result<std::vector<std::string>> get_string_array(std::string_view key) const;
-    result<std::vector<float>> get_f32_array(std::string_view key) const;  // f32/f64 items
+    result<std::vector<float>> get_f32_array(std::string_view key) const;    // f32/f64 items
     result<std::vector<int32_t>> get_i32_array(std::string_view key) const;  // ints that fit
     result<const gguf_array*> get_array(std::string_view key) const;
 

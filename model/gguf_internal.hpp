@@ -63,8 +63,8 @@ private:
     bool take(uint64_t n, std::string_view what) {
         if (!_ok) return false;
         if (n > remaining()) {
-            fail("reading " + std::string(what) + " needs " + std::to_string(n) +
-                 " bytes, only " + std::to_string(remaining()) + " left");
+            fail("reading " + std::string(what) + " needs " + std::to_string(n) + " bytes, only " +
+                 std::to_string(remaining()) + " left");
             return false;
         }
         _pos += n;

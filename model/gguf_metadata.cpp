@@ -13,19 +13,32 @@ namespace ordo::model {
 
 std::string_view value_type_name(gguf_value_type t) {
     switch (t) {
-    case gguf_value_type::u8: return "u8";
-    case gguf_value_type::i8: return "i8";
-    case gguf_value_type::u16: return "u16";
-    case gguf_value_type::i16: return "i16";
-    case gguf_value_type::u32: return "u32";
-    case gguf_value_type::i32: return "i32";
-    case gguf_value_type::f32: return "f32";
-    case gguf_value_type::boolean: return "bool";
-    case gguf_value_type::string: return "string";
-    case gguf_value_type::array: return "array";
-    case gguf_value_type::u64: return "u64";
-    case gguf_value_type::i64: return "i64";
-    case gguf_value_type::f64: return "f64";
+        case gguf_value_type::u8:
+            return "u8";
+        case gguf_value_type::i8:
+            return "i8";
+        case gguf_value_type::u16:
+            return "u16";
+        case gguf_value_type::i16:
+            return "i16";
+        case gguf_value_type::u32:
+            return "u32";
+        case gguf_value_type::i32:
+            return "i32";
+        case gguf_value_type::f32:
+            return "f32";
+        case gguf_value_type::boolean:
+            return "bool";
+        case gguf_value_type::string:
+            return "string";
+        case gguf_value_type::array:
+            return "array";
+        case gguf_value_type::u64:
+            return "u64";
+        case gguf_value_type::i64:
+            return "i64";
+        case gguf_value_type::f64:
+            return "f64";
     }
     return "unknown";
 }

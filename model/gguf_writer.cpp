@@ -27,8 +27,12 @@ void pad_to(std::vector<uint8_t>& out, uint64_t alignment) {
 
 }  // namespace
 
-void gguf_put_u32(std::vector<uint8_t>& out, uint32_t v) { put_pod(out, v); }
-void gguf_put_u64(std::vector<uint8_t>& out, uint64_t v) { put_pod(out, v); }
+void gguf_put_u32(std::vector<uint8_t>& out, uint32_t v) {
+    put_pod(out, v);
+}
+void gguf_put_u64(std::vector<uint8_t>& out, uint64_t v) {
+    put_pod(out, v);
+}
 
 void gguf_put_string(std::vector<uint8_t>& out, std::string_view s) {
     put_pod<uint64_t>(out, s.size());
@@ -117,8 +121,7 @@ status gguf_writer::add_tensor(std::string name, ggml_type type, std::span<const
                                std::span<const uint8_t> data) {
     if (ne.empty() || ne.size() > k_gguf_max_dims) {
         return make_error("gguf_bad_dims", "tensor '" + name + "': " + std::to_string(ne.size()) +
-                                               " dims, need 1.." +
-                                               std::to_string(k_gguf_max_dims));
+                                               " dims, need 1.." + std::to_string(k_gguf_max_dims));
     }
     uint64_t n = 1;
     for (uint64_t d : ne) {
@@ -128,9 +131,9 @@ status gguf_writer::add_tensor(std::string name, ggml_type type, std::span<const
         n *= d;
     }
     if (ne[0] % block_size(type) != 0) {
-        return make_error("gguf_bad_shape", "tensor '" + name + "': ne[0] = " +
-                                                std::to_string(ne[0]) + " is not a multiple of " +
-                                                std::to_string(block_size(type)));
+        return make_error("gguf_bad_shape",
+                          "tensor '" + name + "': ne[0] = " + std::to_string(ne[0]) +
+                              " is not a multiple of " + std::to_string(block_size(type)));
     }
     auto bytes = bytes_for(type, n);
     if (!bytes || *bytes != data.size()) {
@@ -153,7 +156,9 @@ status gguf_writer::add_tensor(std::string name, ggml_type type, std::span<const
     return {};
 }
 
-void gguf_writer::add_tensor_raw(gguf_tensor_spec spec) { _tensors.push_back(std::move(spec)); }
+void gguf_writer::add_tensor_raw(gguf_tensor_spec spec) {
+    _tensors.push_back(std::move(spec));
+}
 
 // ---- output -----------------------------------------------------------------------------------
 

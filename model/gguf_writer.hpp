@@ -27,11 +27,11 @@ namespace ordo::model {
 // unknown type id, 7 dims, a zero dim or an offset pointing outside the file.
 struct gguf_tensor_spec {
     std::string name;
-    uint32_t type_raw = 0;          // ggml_type id as written
-    std::vector<uint64_t> ne;       // written as n_dims = ne.size() (unless n_dims_raw is set)
+    uint32_t type_raw = 0;     // ggml_type id as written
+    std::vector<uint64_t> ne;  // written as n_dims = ne.size() (unless n_dims_raw is set)
     std::optional<uint32_t> n_dims_raw;
     std::optional<uint64_t> offset_raw;  // written instead of the computed data offset
-    std::vector<uint8_t> bytes;     // appended to the data section (padded to the alignment)
+    std::vector<uint8_t> bytes;          // appended to the data section (padded to the alignment)
 };
 
 // Header fields written instead of the true ones (malformed files for tests).

@@ -261,8 +261,7 @@ result<std::vector<float>> map_rope_freqs(const gguf_file& file, const llama_hpa
     auto v = map_tensor(file, name, hp.n_rot / 2, 1, true);
     if (!v) return v.err();
     if (v->type != ggml_type::f32) {
-        return make_error("llama_unsupported_type", "tensor '" + std::string(name) +
-                                                        "' has type " +
+        return make_error("llama_unsupported_type", "tensor '" + std::string(name) + "' has type " +
                                                         std::string(type_name(v->type)) +
                                                         "; expected f32");
     }
@@ -270,8 +269,8 @@ result<std::vector<float>> map_rope_freqs(const gguf_file& file, const llama_hpa
     get_row(factors.data(), *v, 0);
     for (size_t j = 0; j < factors.size(); ++j) {
         if (!(factors[j] > 0.0f) || !std::isfinite(factors[j])) {
-            return bad_hparams(std::string(name) + "[" + std::to_string(j) + "] = " +
-                               std::to_string(factors[j]) +
+            return bad_hparams(std::string(name) + "[" + std::to_string(j) +
+                               "] = " + std::to_string(factors[j]) +
                                ": every RoPE frequency factor must be finite and > 0");
         }
     }

@@ -82,7 +82,9 @@ bf16_bits f32_to_bf16(float value) {
     return static_cast<bf16_bits>((u + rounding) >> 16);
 }
 
-float bf16_to_f32(bf16_bits h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
+float bf16_to_f32(bf16_bits h) {
+    return std::bit_cast<float>(static_cast<uint32_t>(h) << 16);
+}
 
 namespace {
 
@@ -90,8 +92,12 @@ namespace {
 
 constexpr size_t k_qk = 32;  // elements per block of the 32-element types
 
-void decode_q8_0(const uint8_t* p, float* y) { dequantize_block_q8_0(load_block<block_q8_0>(p), y); }
-void decode_q4_0(const uint8_t* p, float* y) { dequantize_block_q4_0(load_block<block_q4_0>(p), y); }
+void decode_q8_0(const uint8_t* p, float* y) {
+    dequantize_block_q8_0(load_block<block_q8_0>(p), y);
+}
+void decode_q4_0(const uint8_t* p, float* y) {
+    dequantize_block_q4_0(load_block<block_q4_0>(p), y);
+}
 
 void encode_q8_0(const float* x, uint8_t* p) {
     block_q8_0 b;
@@ -106,17 +112,23 @@ void encode_q4_0(const float* x, uint8_t* p) {
 }
 
 // The 4-bit part of element i (0..31): low nibbles hold 0..15, high nibbles 16..31.
-int nibble(const uint8_t* qs, size_t i) { return i < 16 ? qs[i] & 0x0f : qs[i - 16] >> 4; }
+int nibble(const uint8_t* qs, size_t i) {
+    return i < 16 ? qs[i] & 0x0f : qs[i - 16] >> 4;
+}
 
 // Bit 4 of element i of a 5-bit block: bit i of qh read as a little-endian u32.
-int high_bit(const uint8_t* qh, size_t i) { return (qh[i / 8] >> (i % 8)) & 1; }
+int high_bit(const uint8_t* qh, size_t i) {
+    return (qh[i / 8] >> (i % 8)) & 1;
+}
 
 // Packs 32 quants of 4 or 5 bits into the nibbles (and qh when not null).
 void pack_quants(const int* q, uint8_t* qs, uint8_t* qh) {
-    for (size_t j = 0; j < 16; ++j) qs[j] = static_cast<uint8_t>((q[j] & 15) | (q[j + 16] & 15) << 4);
+    for (size_t j = 0; j < 16; ++j)
+        qs[j] = static_cast<uint8_t>((q[j] & 15) | (q[j + 16] & 15) << 4);
     if (qh == nullptr) return;
     std::memset(qh, 0, 4);
-    for (size_t i = 0; i < k_qk; ++i) qh[i / 8] |= static_cast<uint8_t>(((q[i] >> 4) & 1) << (i % 8));
+    for (size_t i = 0; i < k_qk; ++i)
+        qh[i / 8] |= static_cast<uint8_t>(((q[i] >> 4) & 1) << (i % 8));
 }
 
 void decode_q4_1(const uint8_t* p, float* y) {
@@ -225,10 +237,9 @@ status check_row(ggml_type type, size_t n) {
     // The codec table and is_supported must list the same types.
     assert(is_supported(type) == (is_float_type(type) || find_codec(type) != nullptr));
     if (!is_supported(type)) {
-        return make_error("quant_unsupported_type", "no row codec for tensor type " +
-                                                        std::string(type_name(type)) +
-                                                        " (supported: " +
-                                                        supported_type_names() + ")");
+        return make_error("quant_unsupported_type",
+                          "no row codec for tensor type " + std::string(type_name(type)) +
+                              " (supported: " + supported_type_names() + ")");
     }
     if (n % block_size(type) != 0) {
         return make_error("quant_bad_length", std::to_string(n) +

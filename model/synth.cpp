@@ -42,19 +42,32 @@ bool is_synth_type(ggml_type t) {
 // K type it is the "_S" mix's number: the closest llama.cpp name for a file of one type.
 uint32_t file_type_of(ggml_type t) {
     switch (t) {
-        case ggml_type::f16: return 1;   // MOSTLY_F16
-        case ggml_type::q4_0: return 2;  // MOSTLY_Q4_0
-        case ggml_type::q4_1: return 3;  // MOSTLY_Q4_1
-        case ggml_type::q8_0: return 7;  // MOSTLY_Q8_0
-        case ggml_type::q5_0: return 8;  // MOSTLY_Q5_0
-        case ggml_type::q5_1: return 9;  // MOSTLY_Q5_1
-        case ggml_type::q2_k: return 10;  // MOSTLY_Q2_K
-        case ggml_type::q3_k: return 11;  // MOSTLY_Q3_K_S
-        case ggml_type::q4_k: return 14;  // MOSTLY_Q4_K_S
-        case ggml_type::q5_k: return 16;  // MOSTLY_Q5_K_S
-        case ggml_type::q6_k: return 18;  // MOSTLY_Q6_K
-        case ggml_type::bf16: return 32;  // MOSTLY_BF16
-        default: return 0;                // ALL_F32
+        case ggml_type::f16:
+            return 1;  // MOSTLY_F16
+        case ggml_type::q4_0:
+            return 2;  // MOSTLY_Q4_0
+        case ggml_type::q4_1:
+            return 3;  // MOSTLY_Q4_1
+        case ggml_type::q8_0:
+            return 7;  // MOSTLY_Q8_0
+        case ggml_type::q5_0:
+            return 8;  // MOSTLY_Q5_0
+        case ggml_type::q5_1:
+            return 9;  // MOSTLY_Q5_1
+        case ggml_type::q2_k:
+            return 10;  // MOSTLY_Q2_K
+        case ggml_type::q3_k:
+            return 11;  // MOSTLY_Q3_K_S
+        case ggml_type::q4_k:
+            return 14;  // MOSTLY_Q4_K_S
+        case ggml_type::q5_k:
+            return 16;  // MOSTLY_Q5_K_S
+        case ggml_type::q6_k:
+            return 18;  // MOSTLY_Q6_K
+        case ggml_type::bf16:
+            return 32;  // MOSTLY_BF16
+        default:
+            return 0;  // ALL_F32
     }
 }
 
@@ -107,8 +120,8 @@ status validate_synth_options(const synth_options& o) {
     if (!embd_ok || o.n_ff % bs != 0) {
         const char* tensor = embd_ok ? "blk.0.ffn_down.weight" : "token_embd.weight";
         const uint32_t row = embd_ok ? o.n_ff : o.n_embd;
-        return bad_options("tensor " + std::string(tensor) + " has rows of " +
-                           std::to_string(row) + " elements (" + (embd_ok ? "n_ff" : "n_embd") +
+        return bad_options("tensor " + std::string(tensor) + " has rows of " + std::to_string(row) +
+                           " elements (" + (embd_ok ? "n_ff" : "n_embd") +
                            "), which is not a multiple of " + std::string(type_name(o.type)) +
                            "'s block of " + std::to_string(bs) + "; " +
                            std::string(type_name(o.type)) + " needs n_embd and n_ff to be " +
@@ -178,8 +191,8 @@ std::vector<float> llama3_rope_factors(uint32_t n_rot, float freq_base, const ll
         } else if (wavelen > low_wavelen) {
             factors.push_back(p.factor);
         } else {
-            const float smooth = (old_ctx / wavelen - p.low_freq_factor) /
-                                 (p.high_freq_factor - p.low_freq_factor);
+            const float smooth =
+                (old_ctx / wavelen - p.low_freq_factor) / (p.high_freq_factor - p.low_freq_factor);
             factors.push_back(1.0f / ((1.0f - smooth) / p.factor + smooth));
         }
     }
@@ -212,9 +225,9 @@ namespace {
 struct planned_tensor {
     std::string name;
     ggml_type type = ggml_type::f32;
-    uint64_t ne0 = 0;  // n_in
-    uint64_t ne1 = 1;  // rows
-    bool is_vector = false;  // one row (norms, rope_freqs): written 1-D
+    uint64_t ne0 = 0;           // n_in
+    uint64_t ne1 = 1;           // rows
+    bool is_vector = false;     // one row (norms, rope_freqs): written 1-D
     std::vector<float> values;  // a tensor of given values (rope_freqs), else generated
     uint64_t offset = 0;        // relative to the data section
 };

@@ -8,9 +8,10 @@
 //
 // Weights: every value of tensor T depends only on (seed, T's name, element index), never on the
 // weight type, so the models of one seed in every type (F32, F16, BF16, Q8_0, Q4_K, ...) are the
-// same model quantized differently (by model/quant's quantizers). Matrices are normal-ish (Irwin-Hall sum of four uniforms) with std 1/sqrt(n_in),
-// so a matvec keeps activations near unit scale through any depth; norm weights are exactly 1.
-// Norms are always F32; every other tensor (embedding and output included) has the chosen type.
+// same model quantized differently (by model/quant's quantizers). Matrices are normal-ish
+// (Irwin-Hall sum of four uniforms) with std 1/sqrt(n_in), so a matvec keeps activations near unit
+// scale through any depth; norm weights are exactly 1. Norms are always F32; every other tensor
+// (embedding and output included) has the chosen type.
 //
 // Vocab: copied from another GGUF (every `tokenizer.*` key), or the plain byte vocab: `<unk>`,
 // `<s>`, `</s>`, the 256 byte tokens `<0x00>`..`<0xFF>`, then filler pieces ("▁", printable

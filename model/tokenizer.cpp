@@ -12,8 +12,8 @@ namespace ordo::model {
 
 namespace {
 
-constexpr std::string_view k_space_marker = "\xE2\x96\x81";  // U+2581 LOWER ONE EIGHTH BLOCK
-constexpr std::string_view k_replacement = "\xEF\xBF\xBD";   // U+FFFD
+constexpr std::string_view k_space_marker = "\xE2\x96\x81";    // U+2581 LOWER ONE EIGHTH BLOCK
+constexpr std::string_view k_replacement = "\xEF\xBF\xBD";     // U+FFFD
 constexpr std::string_view k_unknown_text = " \xE2\x81\x87 ";  // " ⁇ ", as SentencePiece prints
 
 // Length of the UTF-8 sequence a lead byte announces; stray continuation bytes count as 1 so
@@ -205,12 +205,15 @@ std::string tokenizer::token_bytes(token_id id, bool at_start, bool special) con
     assert(_vocab.valid(id));
     const std::string& piece = _vocab.piece(id);
     switch (_vocab.type(id)) {
-    case token_type::control: return special ? piece : std::string();
-    case token_type::user_defined:
-        if (_bpe) return piece;  // SentencePiece spells it like a normal piece
-        break;
-    case token_type::unknown: return _bpe ? piece : std::string(k_unknown_text);
-    default: break;
+        case token_type::control:
+            return special ? piece : std::string();
+        case token_type::user_defined:
+            if (_bpe) return piece;  // SentencePiece spells it like a normal piece
+            break;
+        case token_type::unknown:
+            return _bpe ? piece : std::string(k_unknown_text);
+        default:
+            break;
     }
     if (auto b = _vocab.token_byte(id)) return std::string(1, char(*b));
     if (_bpe) return _bpe->piece_bytes(piece);
@@ -279,13 +282,25 @@ size_t utf8_sanitize(std::string_view bytes, bool final, std::string& out) {
         // lead (this excludes overlongs, surrogates and code points above U+10FFFF).
         size_t len = 0;
         uint8_t lo = 0x80, hi = 0xBF;
-        if (b >= 0xC2 && b <= 0xDF) len = 2;
-        else if (b == 0xE0) { len = 3; lo = 0xA0; }
-        else if ((b >= 0xE1 && b <= 0xEC) || b == 0xEE || b == 0xEF) len = 3;
-        else if (b == 0xED) { len = 3; hi = 0x9F; }
-        else if (b == 0xF0) { len = 4; lo = 0x90; }
-        else if (b >= 0xF1 && b <= 0xF3) len = 4;
-        else if (b == 0xF4) { len = 4; hi = 0x8F; }
+        if (b >= 0xC2 && b <= 0xDF)
+            len = 2;
+        else if (b == 0xE0) {
+            len = 3;
+            lo = 0xA0;
+        } else if ((b >= 0xE1 && b <= 0xEC) || b == 0xEE || b == 0xEF)
+            len = 3;
+        else if (b == 0xED) {
+            len = 3;
+            hi = 0x9F;
+        } else if (b == 0xF0) {
+            len = 4;
+            lo = 0x90;
+        } else if (b >= 0xF1 && b <= 0xF3)
+            len = 4;
+        else if (b == 0xF4) {
+            len = 4;
+            hi = 0x8F;
+        }
         if (len == 0) {  // a byte that can never start a character
             out += k_replacement;
             ++i;

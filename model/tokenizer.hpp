@@ -16,7 +16,8 @@
 // BPE encode: model/bpe.hpp.
 // SentencePiece encode (what SentencePiece/llama.cpp do for a llama vocab), per text fragment:
 //   1. empty text -> no tokens (no BOS-only special case beyond `add_bos`);
-//   2. prepend one space (to the first fragment and to one after a special token) (the dummy prefix) when the vocab says so, turn every ' ' into U+2581;
+//   2. prepend one space (to the first fragment and to one after a special token) (the dummy
+//   prefix) when the vocab says so, turn every ' ' into U+2581;
 //   3. split into UTF-8 characters; each becomes a symbol;
 //   4. repeatedly merge the adjacent pair whose concatenation is a vocab piece with the highest
 //      score (ties: leftmost), using a priority queue over a linked list -> O(n log n);

@@ -1,10 +1,9 @@
 // vocab.cpp: building a vocab from GGUF metadata or from parts (see vocab.hpp).
 #include "model/vocab.hpp"
 
+#include <algorithm>
 #include <cassert>
 #include <cstdio>
-
-#include <algorithm>
 
 #include "model/bpe.hpp"
 #include "model/gguf.hpp"
@@ -27,8 +26,9 @@ result<token_id> special_id(const gguf_file& f, const char* key, token_id fallba
 
 result<vocab> vocab::from_gguf(const gguf_file& f) {
     if (!f.has("tokenizer.ggml.model")) {
-        return make_error("tokenizer_missing", "the model has no tokenizer "
-                                               "(metadata key tokenizer.ggml.model is absent)");
+        return make_error("tokenizer_missing",
+                          "the model has no tokenizer "
+                          "(metadata key tokenizer.ggml.model is absent)");
     }
     vocab_spec spec;
     auto model = f.get_string("tokenizer.ggml.model");
@@ -63,7 +63,11 @@ result<vocab> vocab::from_gguf(const gguf_file& f) {
         }
     }
     const size_t n = spec.pieces.size();
-    struct special { const char* key; token_id* out; token_id fallback; };
+    struct special {
+        const char* key;
+        token_id* out;
+        token_id fallback;
+    };
     // llama.cpp's defaults for a SentencePiece vocab when the keys are absent.
     const special specials[] = {
         {"tokenizer.ggml.bos_token_id", &spec.bos, 1},
@@ -83,7 +87,10 @@ result<vocab> vocab::from_gguf(const gguf_file& f) {
         // An unknown pre-tokenizer keeps the SentencePiece default; the tokenizer refuses it.
         if (auto pre_spec = bpe_pre_for(spec.pre)) spec.add_bos = pre_spec->add_bos;
     }
-    struct flag { const char* key; bool* out; };
+    struct flag {
+        const char* key;
+        bool* out;
+    };
     const flag flags[] = {
         {"tokenizer.ggml.add_bos_token", &spec.add_bos},
         {"tokenizer.ggml.add_eos_token", &spec.add_eos},
@@ -103,9 +110,9 @@ result<vocab> vocab::from_spec(vocab_spec spec) {
         return make_error("tokenizer_bad_vocab", "vocab has " + std::to_string(n) + " tokens");
     }
     if (!spec.scores.empty() && spec.scores.size() != n) {
-        return make_error("tokenizer_bad_vocab", std::to_string(spec.scores.size()) +
-                                                     " scores for " + std::to_string(n) +
-                                                     " tokens");
+        return make_error(
+            "tokenizer_bad_vocab",
+            std::to_string(spec.scores.size()) + " scores for " + std::to_string(n) + " tokens");
     }
     if (!spec.types.empty() && spec.types.size() != n) {
         return make_error("tokenizer_bad_vocab", std::to_string(spec.types.size()) +
@@ -117,8 +124,8 @@ result<vocab> vocab::from_spec(vocab_spec spec) {
     v._pre = std::move(spec.pre);
     v._pieces = std::move(spec.pieces);
     v._scores = spec.scores.empty() ? std::vector<float>(n, 0.0f) : std::move(spec.scores);
-    v._types = spec.types.empty() ? std::vector<token_type>(n, token_type::normal)
-                                  : std::move(spec.types);
+    v._types =
+        spec.types.empty() ? std::vector<token_type>(n, token_type::normal) : std::move(spec.types);
     auto checked = [n](token_id id) { return id >= 0 && size_t(id) < n ? id : k_no_token; };
     v._bos = checked(spec.bos);
     v._eos = checked(spec.eos);
@@ -145,9 +152,16 @@ void vocab::index_specials() {
     // The end-of-turn texts llama.cpp also treats as end of generation when they are control
     // tokens, whatever ids the metadata names.
     static constexpr std::string_view k_eog_texts[] = {
-        "<|eot_id|>",  "<|eom_id|>", "<|end_of_text|>", "<|im_end|>", "<|endoftext|>",
-        "<|end|>",     "<end_of_turn>", "<EOT>",
-        "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",  // <｜end▁of▁sentence｜>
+        "<|eot_id|>",
+        "<|eom_id|>",
+        "<|end_of_text|>",
+        "<|im_end|>",
+        "<|endoftext|>",
+        "<|end|>",
+        "<end_of_turn>",
+        "<EOT>",
+        "<\xEF\xBD\x9C"
+        "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",  // <｜end▁of▁sentence｜>
     };
     for (token_id id : {_eos, _eot, _eom}) {
         if (id != k_no_token) _eog.push_back(id);

@@ -39,16 +39,16 @@ enum class token_type : int32_t {
 
 // Ingredients of a vocab, for building one without a GGUF file (tests, benchmarks).
 struct vocab_spec {
-    std::string model = "llama";        // tokenizer.ggml.model
-    std::string pre;                    // tokenizer.ggml.pre (BPE pre-tokenizer; "" absent)
-    std::vector<std::string> pieces;    // tokenizer.ggml.tokens
-    std::vector<float> scores;          // empty: all 0
-    std::vector<token_type> types;      // empty: all normal
-    std::vector<std::string> merges;    // tokenizer.ggml.merges ("left right", by rank; BPE)
+    std::string model = "llama";      // tokenizer.ggml.model
+    std::string pre;                  // tokenizer.ggml.pre (BPE pre-tokenizer; "" absent)
+    std::vector<std::string> pieces;  // tokenizer.ggml.tokens
+    std::vector<float> scores;        // empty: all 0
+    std::vector<token_type> types;    // empty: all normal
+    std::vector<std::string> merges;  // tokenizer.ggml.merges ("left right", by rank; BPE)
     token_id bos = 1, eos = 2, unk = 0, pad = k_no_token;
     token_id eot = k_no_token, eom = k_no_token;  // end of turn / end of message (Llama 3)
     bool add_bos = true, add_eos = false;
-    bool add_space_prefix = true;       // SentencePiece dummy prefix
+    bool add_space_prefix = true;  // SentencePiece dummy prefix
 };
 
 class vocab {

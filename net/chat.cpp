@@ -3,7 +3,6 @@
 
 #include <array>
 #include <ctime>
-
 #include <span>
 
 #include "scheduler/scheduler_msgs.hpp"
@@ -18,9 +17,8 @@ constexpr std::array<std::string_view, 4> k_roles{"system", "user", "assistant",
 // The keys a message may have besides role and content.
 constexpr std::array<std::string_view, 3> k_message_extras{"name", "tool_call_id", "tool_calls"};
 // Variables the request's own keys set; chat_template_kwargs may not replace them.
-constexpr std::array<std::string_view, 5> k_reserved_vars{"messages", "tools",
-                                                          "add_generation_prompt", "bos_token",
-                                                          "eos_token"};
+constexpr std::array<std::string_view, 5> k_reserved_vars{
+    "messages", "tools", "add_generation_prompt", "bos_token", "eos_token"};
 
 // A client's key inside a path ("messages[0].name"): quoted bytes without the quotes.
 std::string path_key(std::string_view k) {
@@ -51,14 +49,18 @@ result<jinja::value> convert(const std::string& path, const msgpack::object& o, 
         return bad(path, "nested at most " + std::to_string(depth_max) + " levels", "deeper");
     }
     switch (o.type) {
-        case msgpack::type::NIL: return jinja::value::none();
-        case msgpack::type::BOOLEAN: return jinja::value(o.via.boolean);
+        case msgpack::type::NIL:
+            return jinja::value::none();
+        case msgpack::type::BOOLEAN:
+            return jinja::value(o.via.boolean);
         case msgpack::type::POSITIVE_INTEGER:
             if (o.via.u64 > uint64_t(INT64_MAX)) return bad(path, "an integer within int64", o);
             return jinja::value(int64_t(o.via.u64));
-        case msgpack::type::NEGATIVE_INTEGER: return jinja::value(int64_t(o.via.i64));
+        case msgpack::type::NEGATIVE_INTEGER:
+            return jinja::value(int64_t(o.via.i64));
         case msgpack::type::FLOAT32:
-        case msgpack::type::FLOAT64: return jinja::value(o.via.f64);
+        case msgpack::type::FLOAT64:
+            return jinja::value(o.via.f64);
         case msgpack::type::STR: {
             auto s = fields::read_string(path, o, sched::prompt_bytes_max);
             if (!s) return s.err();
@@ -81,14 +83,16 @@ result<jinja::value> convert(const std::string& path, const msgpack::object& o, 
                 const auto& kv = o.via.map.ptr[i];
                 auto k = fields::read_string(path + " key", kv.key, sched::prompt_bytes_max);
                 if (!k) return k.err();
-                if (d.find(std::string_view(*k)) != nullptr) return bad(path, "unique keys", fields::quote(*k) + " twice");
+                if (d.find(std::string_view(*k)) != nullptr)
+                    return bad(path, "unique keys", fields::quote(*k) + " twice");
                 auto v = convert(path + "." + path_key(*k), kv.val, depth + 1, depth_max);
                 if (!v) return v.err();
                 d.set(jinja::value(std::move(*k)), std::move(*v));
             }
             return jinja::value::dict(std::move(d));
         }
-        default: return bad(path, "nil, a boolean, a number, a string, an array or a map", o);
+        default:
+            return bad(path, "nil, a boolean, a number, a string, an array or a map", o);
     }
 }
 
@@ -103,9 +107,12 @@ result<jinja::value> read_message(size_t index, const msgpack::object& o) {
         const auto& kv = o.via.map.ptr[i];
         if (kv.key.type != msgpack::type::STR) return bad(at + " key", "a string", kv.key);
         std::string_view k(kv.key.via.str.ptr, kv.key.via.str.size);
-        if (k == "role") role = &kv.val;
-        else if (k == "content") content = &kv.val;
-        else if (k == "tool_calls") tool_calls = &kv.val;
+        if (k == "role")
+            role = &kv.val;
+        else if (k == "content")
+            content = &kv.val;
+        else if (k == "tool_calls")
+            tool_calls = &kv.val;
         else if (!one_of(k_message_extras, k)) {
             return make_error("bad_request", "unknown key \"" + at + "." + path_key(k) + "\"" +
                                                  " (a message has role, content, name, "
@@ -122,7 +129,8 @@ result<jinja::value> read_message(size_t index, const msgpack::object& o) {
     const bool may_be_nil = *r == "assistant" && tool_calls != nullptr;
     if (content->type == msgpack::type::NIL ? !may_be_nil : content->type != msgpack::type::STR) {
         return bad(at + ".content",
-                   may_be_nil ? "a string or nil" : "a string (nil only with tool_calls)", *content);
+                   may_be_nil ? "a string or nil" : "a string (nil only with tool_calls)",
+                   *content);
     }
     if (tool_calls != nullptr && tool_calls->type != msgpack::type::ARRAY) {
         return bad(at + ".tool_calls", "an array", *tool_calls);
@@ -175,7 +183,8 @@ result<chat_input> parse_chat_input(const fields::param_map& pm) {
 
     in.tools = jinja::value::none();
     if (const auto* t = pm.get("tools")) {
-        if (t->type != msgpack::type::ARRAY) return bad("tools", "an array of tool definitions", *t);
+        if (t->type != msgpack::type::ARRAY)
+            return bad("tools", "an array of tool definitions", *t);
         if (t->via.array.size > chat_tools_max) {
             return bad("tools", "at most " + std::to_string(chat_tools_max) + " tools",
                        std::to_string(t->via.array.size));
@@ -199,8 +208,8 @@ result<chat_input> parse_chat_input(const fields::param_map& pm) {
             return bad("chat_template_kwargs", "a map of variables", *k);
         }
         if (k->via.map.size > chat_kwargs_max) {
-            return bad("chat_template_kwargs", "at most " + std::to_string(chat_kwargs_max) +
-                                                   " variables",
+            return bad("chat_template_kwargs",
+                       "at most " + std::to_string(chat_kwargs_max) + " variables",
                        std::to_string(k->via.map.size));
         }
         for (uint32_t i = 0; i < k->via.map.size; i++) {
@@ -234,9 +243,9 @@ result<std::string> render_chat(const chat_setup* setup, const chat_input& in) {
                           "`ordo-server --chat-template FILE`, or send a `generate` prompt");
     }
     if (!setup->tmpl) {
-        return make_error(std::string(jinja::k_template_error),
-                          "the chat template (" + setup->source + ") did not parse: " +
-                              setup->problem);
+        return make_error(
+            std::string(jinja::k_template_error),
+            "the chat template (" + setup->source + ") did not parse: " + setup->problem);
     }
     jinja::variables vars;
     for (const auto& [name, v] : in.kwargs) vars[name] = v;

@@ -9,9 +9,8 @@
 // for long: at the step bound, about 50 ms.
 #pragma once
 
-#include <msgpack.hpp>
-
 #include <memory>
+#include <msgpack.hpp>
 #include <optional>
 #include <string>
 #include <utility>
@@ -66,7 +65,8 @@ struct chat_input {
 };
 
 // Reads and validates the conversation keys (messages, tools, add_generation_prompt,
-// chat_template_kwargs; the op opens `pm` with them) (bad_request naming the key, e.g. messages[2].role).
+// chat_template_kwargs; the op opens `pm` with them) (bad_request naming the key, e.g.
+// messages[2].role).
 result<chat_input> parse_chat_input(const fields::param_map& pm);
 
 // Renders `in` with the setup's template. Errors: no_chat_template (with how to give one),

@@ -24,7 +24,7 @@ enum class value_kind : uint8_t {
 };
 
 struct header_shape {
-    const char* name;       // msgpack spec name, for error messages
+    const char* name;  // msgpack spec name, for error messages
     value_kind kind;
     uint8_t header_bytes;   // type byte + length field + ext type byte (scalars: whole value)
     uint8_t length_bytes;   // width of the big-endian length field after the type byte, or 0
@@ -89,7 +89,9 @@ uint64_t read_big_endian(const uint8_t* p, size_t n) {
 
 // Copy every str/bin/ext into the object's zone: frames then own their bytes and the decoder's
 // buffer can drop them as soon as a frame is taken out.
-bool never_reference(msgpack::type::object_type, std::size_t, void*) { return false; }
+bool never_reference(msgpack::type::object_type, std::size_t, void*) {
+    return false;
+}
 
 msgpack::unpack_limit limits_for(size_t frame_bytes_max) {
     // Every array element and map key/value occupies at least one byte on the wire, so a frame
@@ -126,10 +128,15 @@ void frame_decoder::drop_consumed() {
 result<std::optional<msgpack::object_handle>> frame_decoder::next() {
     if (_failed) return *_failed;
     switch (scan()) {
-        case scan_state::need_more: return std::optional<msgpack::object_handle>();
-        case scan_state::frame_done: return take_frame();
-        case scan_state::failed: break;
-        case scan_state::advanced: assert(false && "scan() never stops on advanced"); break;
+        case scan_state::need_more:
+            return std::optional<msgpack::object_handle>();
+        case scan_state::frame_done:
+            return take_frame();
+        case scan_state::failed:
+            break;
+        case scan_state::advanced:
+            assert(false && "scan() never stops on advanced");
+            break;
     }
     assert(_failed);
     return *_failed;
@@ -186,11 +193,18 @@ frame_decoder::scan_state frame_decoder::scan_header() {
     uint64_t declared = 0;  // payload bytes, or elements (a map's keys and values both count)
     const char* unit = "";
     switch (shape.kind) {
-        case value_kind::payload: declared = length, unit = " bytes"; break;
-        case value_kind::array: declared = length, unit = " elements"; break;
-        case value_kind::map: declared = 2 * length, unit = " keys and values"; break;
+        case value_kind::payload:
+            declared = length, unit = " bytes";
+            break;
+        case value_kind::array:
+            declared = length, unit = " elements";
+            break;
+        case value_kind::map:
+            declared = 2 * length, unit = " keys and values";
+            break;
         case value_kind::scalar:
-        case value_kind::reserved: break;
+        case value_kind::reserved:
+            break;
     }
     const uint64_t needed = frame_pos + shape.header_bytes + declared + elements_after;
     if (needed > max) {
@@ -200,8 +214,8 @@ frame_decoder::scan_state frame_decoder::scan_header() {
     // those still to come (each of them is at least one value).
     const uint64_t values = _values + 1 + (container ? declared : 0) + elements_after;
     if (values > _frame_values_max) {
-        return refuse("frame exceeds max_frame_values " + std::to_string(_frame_values_max) +
-                      ": " + where() + " needs it to hold at least " + std::to_string(values) +
+        return refuse("frame exceeds max_frame_values " + std::to_string(_frame_values_max) + ": " +
+                      where() + " needs it to hold at least " + std::to_string(values) +
                       " msgpack values");
     }
 

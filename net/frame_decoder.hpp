@@ -29,11 +29,10 @@
 // accepted never reaches those limits, and the fuzzer (net/fuzz) checks that the two agree.
 #pragma once
 
-#include <msgpack.hpp>
-
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <msgpack.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -87,8 +86,8 @@ private:
         failed,      // _failed is set
     };
     scan_state scan();
-    scan_state scan_header();       // one header at _scan; the caller checked a byte is there
-    void value_done();              // a value ended: close every container it completed
+    scan_state scan_header();  // one header at _scan; the caller checked a byte is there
+    void value_done();         // a value ended: close every container it completed
     scan_state refuse(std::string message);
     uint64_t stream_offset(size_t buffer_pos) const { return _dropped_bytes + buffer_pos; }
 
@@ -99,19 +98,19 @@ private:
     size_t _frame_values_max;
     msgpack::unpack_limit _unpack_limit;
 
-    std::vector<char> _buffer;      // received bytes from the start of the pending frame on
-    uint64_t _dropped_bytes = 0;    // stream offset of _buffer[0]
-    size_t _frame_begin = 0;        // where the pending frame starts in _buffer
-    size_t _scan = 0;               // next byte the scanner has not accounted for
-    uint64_t _payload_left = 0;     // str/bin/ext payload bytes still to skip
-    bool _value_started = false;    // the pending frame's root header has been read
+    std::vector<char> _buffer;    // received bytes from the start of the pending frame on
+    uint64_t _dropped_bytes = 0;  // stream offset of _buffer[0]
+    size_t _frame_begin = 0;      // where the pending frame starts in _buffer
+    size_t _scan = 0;             // next byte the scanner has not accounted for
+    uint64_t _payload_left = 0;   // str/bin/ext payload bytes still to skip
+    bool _value_started = false;  // the pending frame's root header has been read
     std::array<uint64_t, frame_depth_max> _elements_left{};  // per open container, outermost first
-    size_t _depth = 0;              // open containers in _elements_left
-    uint64_t _elements_pending = 0; // sum of _elements_left[0.._depth)
-    uint64_t _values = 0;           // headers accepted in the pending frame
+    size_t _depth = 0;                                       // open containers in _elements_left
+    uint64_t _elements_pending = 0;                          // sum of _elements_left[0.._depth)
+    uint64_t _values = 0;  // headers accepted in the pending frame
 
     uint64_t _frames = 0;
-    std::optional<error> _failed;   // sticky: a broken stream stays broken
+    std::optional<error> _failed;  // sticky: a broken stream stays broken
 };
 
 }  // namespace ordo::net

@@ -25,9 +25,9 @@ constexpr uint64_t error_linger_ms = 2000;
 constexpr size_t error_linger_bytes_max = 16 << 20;
 
 uint64_t ms_since(std::chrono::steady_clock::time_point t) {
-    return uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(
-                        std::chrono::steady_clock::now() - t)
-                        .count());
+    return uint64_t(
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t)
+            .count());
 }
 
 door::front_door_options door_options(const net_options& o) {
@@ -73,9 +73,13 @@ net_actor::net_actor(net_options options, size_t mailbox_capacity)
 
 net_actor::~net_actor() = default;
 
-void net_actor::on_start() { must(_door.start(loop(), log()), "delivery init"); }
+void net_actor::on_start() {
+    must(_door.start(loop(), log()), "delivery init");
+}
 
-void net_actor::on_stop() { _door.stop(); }
+void net_actor::on_stop() {
+    _door.stop();
+}
 
 // ---- the front door's calls (front_door_owner) --------------------------------------------------
 
@@ -332,8 +336,7 @@ void net_actor::send_error(connection& c, uint64_t id, errc code, std::string_vi
     _door.conns().send(c, encode_error(id, code, message));
 }
 
-void net_actor::fail_connection(connection& c, errc code, const std::string& message,
-                                uint64_t id) {
+void net_actor::fail_connection(connection& c, errc code, const std::string& message, uint64_t id) {
     if (c.closing) return;
     log().info("connection {} from {}: {}: {}", c.id, c.peer_address, wire_name(code), message);
     // Closed when it did not fit.

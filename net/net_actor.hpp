@@ -35,13 +35,13 @@
 
 #include "actors/runtime/actor.hpp"
 #include "actors/runtime/outbox.hpp"
-#include "scheduler/scheduler_msgs.hpp"
 #include "door/api_keys.hpp"
 #include "door/door_msgs.hpp"
 #include "door/front_door.hpp"
 #include "net/frame_decoder.hpp"
 #include "net/ops.hpp"
 #include "net/protocol.hpp"
+#include "scheduler/scheduler_msgs.hpp"
 
 namespace ordo::net {
 

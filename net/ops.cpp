@@ -7,11 +7,11 @@
 
 #include "actors/runtime/enum_names.hpp"
 #include "actors/runtime/fault_kind.hpp"
-#include "scheduler/stop_matcher.hpp"
 #include "door/api_keys.hpp"
-#include "scheduler/grammar_constraint.hpp"
 #include "grammar/gbnf.hpp"
 #include "net/request_fields.hpp"
+#include "scheduler/grammar_constraint.hpp"
+#include "scheduler/stop_matcher.hpp"
 
 namespace ordo::net {
 namespace {
@@ -54,7 +54,8 @@ status parse_prompt(const param_map& pm, const request_limits& limits, generate_
         out.prompt = std::move(*s);
         return {};
     }
-    auto ids = fields::read_token_ids("tokens", *tokens, sched::prompt_tokens_max, limits.vocab_size);
+    auto ids =
+        fields::read_token_ids("tokens", *tokens, sched::prompt_tokens_max, limits.vocab_size);
     if (!ids) return ids.err();
     if (ids->empty()) return fields::bad("tokens", "a non-empty array", "an empty array");
     out.tokens = std::move(*ids);
@@ -148,7 +149,8 @@ status parse_output_options(const param_map& pm, const request_limits& limits,
         out.max_tokens = static_cast<uint32_t>(*v);
     }
     if (const auto* o = pm.get("stop")) {
-        auto v = fields::read_strings("stop", *o, sched::stop_strings_max, sched::stop_string_bytes_max);
+        auto v =
+            fields::read_strings("stop", *o, sched::stop_strings_max, sched::stop_string_bytes_max);
         if (!v) return v.err();
         if (auto s = sched::validate_stop_strings(*v); !s) return s;
         out.stop = std::move(*v);
@@ -165,7 +167,8 @@ status parse_output_options(const param_map& pm, const request_limits& limits,
         auto v = fields::read_strings("grammar_triggers", *o, sched::grammar_triggers_max,
                                       sched::grammar_trigger_bytes_max);
         if (!v) return v.err();
-        if (!out.grammar) return make_error("bad_request", "\"grammar_triggers\" needs a \"grammar\"");
+        if (!out.grammar)
+            return make_error("bad_request", "\"grammar_triggers\" needs a \"grammar\"");
         for (const std::string& t : *v) {
             if (t.empty() || t == "^") {
                 return make_error("bad_request", "\"grammar_triggers\": a trigger is a text");
@@ -184,9 +187,9 @@ status parse_generation(const param_map& pm, const request_limits& limits, gener
 }
 
 // generate's keys but the prompt's, then chat's own.
-#define ORDO_GENERATION_KEYS                                                                   \
+#define ORDO_GENERATION_KEYS                                                                      \
     "max_tokens", "temperature", "top_k", "top_p", "min_p", "repeat_penalty", "presence_penalty", \
-        "frequency_penalty", "seed", "stop", "logprobs", "stream", "session", "special",         \
+        "frequency_penalty", "seed", "stop", "logprobs", "stream", "session", "special",          \
         "grammar", "grammar_triggers", "speculative"
 #define ORDO_CHAT_KEYS "messages", "tools", "add_generation_prompt", "chat_template_kwargs"
 
@@ -253,12 +256,13 @@ result<sched::tokenize> parse_tokenize(const msgpack::object& frame) {
 }
 
 result<sched::detokenize> parse_detokenize(const msgpack::object& frame,
-                                            const request_limits& limits) {
+                                           const request_limits& limits) {
     auto pm = param_map::open(frame, {"tokens", "special"});
     if (!pm) return pm.err();
     const msgpack::object* tokens = pm->get("tokens");
     if (tokens == nullptr) return make_error("bad_request", "\"tokens\" is required");
-    auto ids = fields::read_token_ids("tokens", *tokens, sched::prompt_tokens_max, limits.vocab_size);
+    auto ids =
+        fields::read_token_ids("tokens", *tokens, sched::prompt_tokens_max, limits.vocab_size);
     if (!ids) return ids.err();
     sched::detokenize out;
     out.tokens = std::move(*ids);
@@ -345,9 +349,9 @@ std::vector<const char*> fault_keys_not_taken(fault_kind kind) {
 status refuse_keys_not_taken(const param_map& pm, const named_fault_kind& k) {
     for (const char* key : fault_keys_not_taken(k.kind)) {
         if (pm.get(key) != nullptr) {
-            return make_error("bad_request", "\"" + std::string(key) +
-                                                 "\" does not apply to kind " +
-                                                 fields::quote(k.name));
+            return make_error(
+                "bad_request",
+                "\"" + std::string(key) + "\" does not apply to kind " + fields::quote(k.name));
         }
     }
     return {};
@@ -443,8 +447,8 @@ status read_fault_actor(const param_map& pm, sched::fault_spec& f) {
 // scheduler fires them. The keys are read in a fixed order
 // (kind, the keys not taken, phase, the counts, ms, actor): the first bad one is the one named.
 result<sched::fault> parse_fault(const msgpack::object& frame) {
-    auto pm = param_map::open(frame,
-                              {"kind", "phase", "layer", "after_steps", "count", "ms", "actor"});
+    auto pm =
+        param_map::open(frame, {"kind", "phase", "layer", "after_steps", "count", "ms", "actor"});
     if (!pm.ok()) return pm.err();
     auto k = read_fault_kind(*pm);
     if (!k.ok()) return k.err();

@@ -10,16 +10,15 @@
 // needs the scheduler's state (context, KV pool, queue) is checked there.
 #pragma once
 
-#include <msgpack.hpp>
-
 #include <cstdint>
 #include <memory>
+#include <msgpack.hpp>
 #include <variant>
 
 #include "actors/runtime/result.hpp"
-#include "scheduler/scheduler_msgs.hpp"
 #include "net/chat.hpp"
 #include "net/protocol.hpp"
+#include "scheduler/scheduler_msgs.hpp"
 
 namespace ordo::net {
 

@@ -1,9 +1,9 @@
 // protocol.cpp: see protocol.hpp.
 #include "net/protocol.hpp"
 
-#include "net/request_fields.hpp"
-
 #include <cassert>
+
+#include "net/request_fields.hpp"
 
 namespace ordo::net {
 namespace {
@@ -39,9 +39,9 @@ void pack_token(msgpack::packer<msgpack::sbuffer>& pk, const door::token_info& t
 
 std::variant<request, envelope_error> parse_envelope(const msgpack::object& frame) {
     if (frame.type != msgpack::type::MAP) {
-        return envelope_error{0, true,
-                              make_error("bad_frame", "a request must be a msgpack map, got " +
-                                                          type_name(frame))};
+        return envelope_error{
+            0, true,
+            make_error("bad_frame", "a request must be a msgpack map, got " + type_name(frame))};
     }
     const msgpack::object* id = nullptr;
     const msgpack::object* op = nullptr;
@@ -51,9 +51,9 @@ std::variant<request, envelope_error> parse_envelope(const msgpack::object& fram
         if (key_is(kv, "op")) op = &kv.val;
     }
     if (id == nullptr || id->type != msgpack::type::POSITIVE_INTEGER || id->via.u64 == 0) {
-        std::string why = id == nullptr ? "the request has no \"id\""
-                                        : "\"id\" must be an unsigned integer > 0, got " +
-                                              type_name(*id);
+        std::string why = id == nullptr
+                              ? "the request has no \"id\""
+                              : "\"id\" must be an unsigned integer > 0, got " + type_name(*id);
         return envelope_error{0, true, make_error("bad_frame", why)};
     }
     request r;
@@ -95,7 +95,9 @@ std::string encode_error(uint64_t id, door::errc code, std::string_view message)
         .finish();
 }
 
-std::string encode(const door::request_error& e) { return encode_error(e.id, e.code, e.message); }
+std::string encode(const door::request_error& e) {
+    return encode_error(e.id, e.code, e.message);
+}
 
 std::string encode(const door::token_event& e) {
     msgpack::sbuffer buf;

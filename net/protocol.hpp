@@ -8,11 +8,10 @@
 // sockets or actors, so it is unit-tested directly.
 #pragma once
 
-#include <msgpack.hpp>
-
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <msgpack.hpp>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -100,20 +99,20 @@ constexpr bool is_terminal() {
 
 namespace msgpack {
 MSGPACK_API_VERSION_NAMESPACE(MSGPACK_DEFAULT_API_NS) {
-namespace adaptor {
-template <>
-struct pack<ordo::net::wire_f64> {
-    template <typename Stream>
-    packer<Stream>& operator()(packer<Stream>& o, const ordo::net::wire_f64& v) const {
-        uint64_t bits;
-        std::memcpy(&bits, &v.value, sizeof bits);
-        char raw[9];
-        raw[0] = static_cast<char>(0xcb);
-        for (int i = 0; i < 8; i++) raw[1 + i] = static_cast<char>(bits >> (56 - 8 * i));
-        o.pack_bin_body(raw, sizeof raw);  // appends the bytes verbatim
-        return o;
-    }
-};
-}  // namespace adaptor
+    namespace adaptor {
+    template <>
+    struct pack<ordo::net::wire_f64> {
+        template <typename Stream>
+        packer<Stream>& operator()(packer<Stream>& o, const ordo::net::wire_f64& v) const {
+            uint64_t bits;
+            std::memcpy(&bits, &v.value, sizeof bits);
+            char raw[9];
+            raw[0] = static_cast<char>(0xcb);
+            for (int i = 0; i < 8; i++) raw[1 + i] = static_cast<char>(bits >> (56 - 8 * i));
+            o.pack_bin_body(raw, sizeof raw);  // appends the bytes verbatim
+            return o;
+        }
+    };
+    }  // namespace adaptor
 }  // MSGPACK_API_VERSION_NAMESPACE(MSGPACK_DEFAULT_API_NS)
 }  // namespace msgpack

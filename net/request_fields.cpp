@@ -14,7 +14,9 @@ std::string_view key_of(const msgpack::object_kv& kv) {
     return {kv.key.via.str.ptr, kv.key.via.str.size};
 }
 
-std::string quoted(std::string_view key) { return quote(key); }
+std::string quoted(std::string_view key) {
+    return quote(key);
+}
 
 // Length of the valid UTF-8 sequence starting at s[i] (1-4), or 0 when it is not one.
 size_t utf8_sequence(std::string_view s, size_t i) {

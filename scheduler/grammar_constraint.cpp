@@ -10,8 +10,7 @@ namespace ordo::sched {
 grammar_vocab::grammar_vocab(std::vector<std::string> token_pieces, std::vector<int32_t> eog_ids)
     : trie(token_pieces), eog(std::move(eog_ids)), pieces(std::move(token_pieces)) {}
 
-grammar_constraint::grammar_constraint(std::unique_ptr<grammar::gbnf> g,
-                                       const grammar_vocab& vocab,
+grammar_constraint::grammar_constraint(std::unique_ptr<grammar::gbnf> g, const grammar_vocab& vocab,
                                        std::vector<std::string> triggers)
     : _g(std::move(g)), _vocab(&vocab), _m(*_g), _masks(vocab.trie), _active(triggers.empty()) {
     for (std::string& t : triggers) {
@@ -114,7 +113,8 @@ status grammar_constraint::accept(int32_t token) {
     if (std::find(_vocab->eog.begin(), _vocab->eog.end(), token) != _vocab->eog.end()) return {};
     const bool known = token >= 0 && static_cast<std::size_t>(token) < _vocab->pieces.size();
     const std::string_view piece =
-        known ? std::string_view(_vocab->pieces[static_cast<std::size_t>(token)]) : std::string_view();
+        known ? std::string_view(_vocab->pieces[static_cast<std::size_t>(token)])
+              : std::string_view();
     if (!_active) {
         watch(piece);
         return {};

@@ -274,8 +274,8 @@ std::vector<seq_id> kv_blocks::invalidate_all() {
 result<pin_id> kv_blocks::pin(std::span<const block_id> blocks) {
     for (block_id b : blocks) {
         if (b >= _config.n_blocks || _meta[b].refs == 0) {
-            return make_error("bad_block", "pin: block " + std::to_string(b) +
-                                               " is not held by any sequence");
+            return make_error("bad_block",
+                              "pin: block " + std::to_string(b) + " is not held by any sequence");
         }
     }
     for (block_id b : blocks) take_ref(b);

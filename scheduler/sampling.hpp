@@ -27,11 +27,10 @@
 // parameters, it is defined for temperature 0, and a client can compare it across requests.
 #pragma once
 
-#include <msgpack.hpp>
-
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <msgpack.hpp>
 #include <optional>
 #include <span>
 #include <vector>
@@ -53,16 +52,16 @@ inline constexpr uint64_t seed_default = 0;
 inline constexpr uint32_t vocab_size_max = 1u << 22;
 
 struct sampling_params {
-    float temperature = 1.0f;      // 0 = greedy argmax; else logits are divided by it
-    int32_t top_k = 0;             // 0 = off; else keep the k most likely tokens
-    float top_p = 1.0f;            // (0, 1]: keep the smallest set with this much mass
-    float min_p = 0.0f;            // [0, 1): drop tokens below min_p x the most likely
-    float repeat_penalty = 1.0f;   // (0, 10]; 1 = off
+    float temperature = 1.0f;        // 0 = greedy argmax; else logits are divided by it
+    int32_t top_k = 0;               // 0 = off; else keep the k most likely tokens
+    float top_p = 1.0f;              // (0, 1]: keep the smallest set with this much mass
+    float min_p = 0.0f;              // [0, 1): drop tokens below min_p x the most likely
+    float repeat_penalty = 1.0f;     // (0, 10]; 1 = off
     float presence_penalty = 0.0f;   // [-2, 2]; 0 = off; subtracted once per id present
     float frequency_penalty = 0.0f;  // [-2, 2]; 0 = off; subtracted once per occurrence
-    uint32_t repeat_last_n = 64;   // how many of the most recent tokens are penalised
-    uint64_t seed = seed_default;  // seeds this request's generator
-    uint32_t logprobs = 0;         // 0..20: top alternatives to report per token
+    uint32_t repeat_last_n = 64;     // how many of the most recent tokens are penalised
+    uint64_t seed = seed_default;    // seeds this request's generator
+    uint32_t logprobs = 0;           // 0..20: top alternatives to report per token
     MSGPACK_DEFINE_MAP(temperature, top_k, top_p, min_p, repeat_penalty, presence_penalty,
                        frequency_penalty, repeat_last_n, seed, logprobs);
 };

@@ -2,7 +2,6 @@
 #include "scheduler/scheduler_actor.hpp"
 
 #include <spdlog/spdlog.h>
-
 #include <unistd.h>
 
 #include <cassert>
@@ -195,8 +194,8 @@ void scheduler_actor::on(const fault& m) {
     } else if (fault_arming a = arm_fault(m.spec, 0); !a.armed) {
         out.push_back(error_event(m.conn, m.id, a.code, std::move(a.text)));
     } else {
-        log().warn("fault armed by conn {} id {}: {} x{}{}{}", m.conn, m.id,
-                   enum_name(m.spec.kind), m.spec.count, a.text.empty() ? "" : ": ", a.text);
+        log().warn("fault armed by conn {} id {}: {} x{}{}{}", m.conn, m.id, enum_name(m.spec.kind),
+                   m.spec.count, a.text.empty() ? "" : ": ", a.text);
         out.push_back(door::fault_done{m.conn, m.id, m.spec.kind, std::move(a.text)});
     }
     after(out);
@@ -224,11 +223,12 @@ scheduler_actor::fault_arming scheduler_actor::arm_fault(const fault_spec& spec,
                         "the gpu actor refused the fault: " + st.err().message};
             }
             if (kind != fk::step_delay) return {true, {}, ""};
-            return {true, {},
-                    fmt::format("{} {} step(s) after {} wait {} ms each before they run",
-                                spec.count,
-                                spec.gpu_phase ? enum_name(*spec.gpu_phase) : "matching",
-                                spec.after_steps, spec.delay_ms)};
+            return {
+                true,
+                {},
+                fmt::format("{} {} step(s) after {} wait {} ms each before they run", spec.count,
+                            spec.gpu_phase ? enum_name(*spec.gpu_phase) : "matching",
+                            spec.after_steps, spec.delay_ms)};
         }
         case fk::mailbox_refuse: {
             using fa = fault_actor;
@@ -244,7 +244,8 @@ scheduler_actor::fault_arming scheduler_actor::arm_fault(const fault_spec& spec,
                                     spec.actor == fa::kv ? " ([kv] enabled = false)" : "")};
             }
             target->refuse_next(spec.count);
-            return {true, {},
+            return {true,
+                    {},
                     fmt::format("the {} actor's mailbox refuses its next {} push(es)", actor,
                                 spec.count)};
         }
@@ -265,7 +266,8 @@ scheduler_actor::fault_arming scheduler_actor::arm_fault(const fault_spec& spec,
             if (auto st = _core.arm_draft_fault(spec); !st.ok()) {
                 return {false, door::errc::bad_request, st.err().message};
             }
-            return {true, {},
+            return {true,
+                    {},
                     fmt::format("the next {} drafting round(s) {}", spec.count,
                                 kind == fk::draft_fail      ? "fail"
                                 : kind == fk::draft_garbage ? "propose random tokens"
@@ -278,13 +280,14 @@ scheduler_actor::fault_arming scheduler_actor::arm_fault(const fault_spec& spec,
             if (auto st = _core.arm_net_fault(spec); !st.ok()) {
                 return {false, door::errc::bad_request, st.err().message};
             }
-            return {true, {},
+            return {true,
+                    {},
                     fmt::format("the connections of the next {} request(s) to reach {} {}",
                                 spec.count, enum_name(spec.net_phase),
-                                kind == fk::net_fin   ? "are closed (FIN)"
-                                : kind == fk::net_rst ? "are reset (RST)"
-                                                      : fmt::format("are not read for {} ms",
-                                                                    spec.delay_ms))};
+                                kind == fk::net_fin ? "are closed (FIN)"
+                                : kind == fk::net_rst
+                                    ? "are reset (RST)"
+                                    : fmt::format("are not read for {} ms", spec.delay_ms))};
         }
     }
     return {false, door::errc::internal, "fault kind out of range"};
@@ -519,8 +522,7 @@ void scheduler_actor::net_gave_up(const net_delivery::message& m, const actors::
     std::visit(
         [&](const auto& e) {
             if constexpr (requires { e.conn + e.id; }) {
-                log().error("event for conn {} id {} undeliverable: {}", e.conn, e.id,
-                            why.message);
+                log().error("event for conn {} id {} undeliverable: {}", e.conn, e.id, why.message);
                 _lost_conns.insert(e.conn);
             } else {
                 log().error("{} undeliverable: {}", e.msg_name, why.message);

@@ -31,23 +31,22 @@
 #include "actors/runtime/delivery.hpp"
 #include "actors/runtime/log.hpp"
 #include "actors/runtime/outbox.hpp"
-#include "scheduler/scheduler_core.hpp"
-#include "scheduler/scheduler_msgs.hpp"
-#include "scheduler/seeded_fault_plan.hpp"
 #include "door/door_msgs.hpp"
 #include "gpu/gpu_msgs.hpp"
 #include "gpu/logits/logits_exchange.hpp"
+#include "scheduler/scheduler_core.hpp"
+#include "scheduler/scheduler_msgs.hpp"
+#include "scheduler/seeded_fault_plan.hpp"
 
 namespace ordo::sched {
 
 class scheduler_actor final
     : public actors::actor<scheduler_actor, generate, embed, cancel, tokenize, detokenize,
-                           model_info_query, stats_query, fault, session_delete, client_gone,
-                           drain, gpu::step_done, gpu::step_failed, gpu::device_ready,
+                           model_info_query, stats_query, fault, session_delete, client_gone, drain,
+                           gpu::step_done, gpu::step_failed, gpu::device_ready,
                            gpu::device_unavailable, gpu::fault_refused, gpu::device_progress,
-                           kv::kv_lookup_done,
-                           kv::kv_restore_done, kv::kv_save_done, kv::kv_evicted, kv::kv_status,
-                           kv::kv_session_deleted> {
+                           kv::kv_lookup_done, kv::kv_restore_done, kv::kv_save_done,
+                           kv::kv_evicted, kv::kv_status, kv::kv_session_deleted> {
 public:
     // What the scheduler sends each front door (door/door_msgs.hpp scheduler_events).
     using net_outbox = actors::outbox_for<door::scheduler_events>;
@@ -70,7 +69,8 @@ public:
     scheduler_actor(scheduler_core core, gpu::logits_exchange* logits, options o);
 
     // Before start(): where events and steps go (any actors that accept those messages). `net`
-    // is the msgpack front door (door::door_kind::net); a second one is added with connect_front_door.
+    // is the msgpack front door (door::door_kind::net); a second one is added with
+    // connect_front_door.
     template <typename Net, typename Gpu>
     void connect(Net& net, Gpu& gpu) {
         connect_front_door(door::door_kind::net, net);
@@ -118,7 +118,7 @@ public:
 
     // A handler threw (runtime): the request it concerned ends with error{internal}.
     template <typename T>
-        requires requires(const T& m) { m.conn + m.id; }
+    requires requires(const T& m) { m.conn + m.id; }
     void on_failure(const T& m, const error& why) {
         std::vector<outgoing_event> out;
         _core.abort_request(m.conn, m.id, why.message, out);

@@ -18,12 +18,12 @@ door::request_error error_event(uint64_t conn, uint64_t id, errc code, std::stri
 }
 
 result<scheduler_core> scheduler_core::create(const core_options& options,
-                                              const model::tokenizer* tokenizer,
-                                              model_info info) {
+                                              const model::tokenizer* tokenizer, model_info info) {
     if (tokenizer == nullptr) return make_error("internal", "scheduler needs a tokenizer");
     if (options.n_ctx == 0 || options.max_sequences == 0 || options.max_batch_tokens == 0) {
-        return make_error("internal", "scheduler options: n_ctx, max_sequences and "
-                                      "max_batch_tokens must be > 0");
+        return make_error("internal",
+                          "scheduler options: n_ctx, max_sequences and "
+                          "max_batch_tokens must be > 0");
     }
     return scheduler_core(options, tokenizer, std::move(info));
 }
@@ -40,7 +40,9 @@ scheduler_core::scheduler_core(const core_options& o, const model::tokenizer* t,
     }
 }
 
-uint64_t scheduler_core::fresh_seed() { return splitmix64_next(_seed_state); }
+uint64_t scheduler_core::fresh_seed() {
+    return splitmix64_next(_seed_state);
+}
 
 scheduler_core::request_state* scheduler_core::find(seq_id seq) {
     auto it = _requests.find(seq);
@@ -67,8 +69,8 @@ std::string scheduler_core::pool_message(uint64_t tokens) const {
 std::pair<door::health_status, std::string> scheduler_core::health() const {
     if (_device_unavailable) return {door::health_status::degraded, _unavailable_reason};
     if (!_device_ready) {
-        std::string what = _counters.device_epochs == 0 ? "starting the gpu device"
-                                                        : "rebuilding the gpu device";
+        std::string what =
+            _counters.device_epochs == 0 ? "starting the gpu device" : "rebuilding the gpu device";
         return {door::health_status::loading,
                 _build_progress.empty() ? what : what + ": " + _build_progress};
     }
@@ -76,7 +78,9 @@ std::pair<door::health_status, std::string> scheduler_core::health() const {
     return {door::health_status::ok, _kv_reason};
 }
 
-kv_blocks_stats scheduler_core::kv_stats() const { return _kv ? _kv->stats() : kv_blocks_stats{}; }
+kv_blocks_stats scheduler_core::kv_stats() const {
+    return _kv ? _kv->stats() : kv_blocks_stats{};
+}
 
 // ---- ops ------------------------------------------------------------------------------------
 
@@ -109,7 +113,7 @@ std::vector<int32_t> scheduler_core::chat_tokens(const std::string& text) const 
 }
 
 std::optional<door::request_error> scheduler_core::refusal_at_admission(uint64_t conn,
-                                                                     uint64_t id) {
+                                                                        uint64_t id) {
     if (_draining) {
         return error_event(conn, id, errc::shutting_down,
                            "the server is stopping (draining in-flight requests)");
@@ -134,19 +138,18 @@ void scheduler_core::on_generate(const generate& m, std::vector<outgoing_event>&
         return out.push_back(tokenizer_error(m.conn, m.id, needs_text));
     }
     auto ids = prompt_tokens(g);
-    if (!ids.ok()) return out.push_back(error_event(m.conn, m.id, errc::bad_request,
-                                                    ids.err().message));
+    if (!ids.ok())
+        return out.push_back(error_event(m.conn, m.id, errc::bad_request, ids.err().message));
     uint64_t need = ids->size() + uint64_t(g.max_tokens);
     if (need > n_ctx()) {
-        return out.push_back(error_event(
-            m.conn, m.id, errc::context_exceeded,
-            "prompt (" + std::to_string(ids->size()) + " tokens) + max_tokens (" +
-                std::to_string(g.max_tokens) + ") exceeds the context of " +
-                std::to_string(n_ctx()) + " tokens"));
+        return out.push_back(
+            error_event(m.conn, m.id, errc::context_exceeded,
+                        "prompt (" + std::to_string(ids->size()) + " tokens) + max_tokens (" +
+                            std::to_string(g.max_tokens) + ") exceeds the context of " +
+                            std::to_string(n_ctx()) + " tokens"));
     }
     if (_kv && !fits_pool(need)) {
-        return out.push_back(error_event(m.conn, m.id, errc::context_exceeded,
-                                         pool_message(need)));
+        return out.push_back(error_event(m.conn, m.id, errc::context_exceeded, pool_message(need)));
     }
     if (g.session && _sessions.count(*g.session) != 0) {
         _counters.session_busy++;
@@ -157,9 +160,9 @@ void scheduler_core::on_generate(const generate& m, std::vector<outgoing_event>&
     }
     if (_queue.size() >= _opt.max_queue) {
         _counters.overloaded++;
-        return out.push_back(error_event(m.conn, m.id, errc::overloaded,
-                                         "the queue is full (scheduler.max_queue = " +
-                                             std::to_string(_opt.max_queue) + ")"));
+        return out.push_back(error_event(
+            m.conn, m.id, errc::overloaded,
+            "the queue is full (scheduler.max_queue = " + std::to_string(_opt.max_queue) + ")"));
     }
     // A request without a seed samples afresh; the seed drawn is reported (done.seed) so the
     // answer can be reproduced by sending it.
@@ -204,8 +207,9 @@ void scheduler_core::on_generate(const generate& m, std::vector<outgoing_event>&
 result<grammar_constraint> scheduler_core::make_grammar(const std::string& source,
                                                         const std::vector<std::string>& triggers) {
     if (!_tok->support()) {
-        return make_error("bad_request", "\"grammar\" needs the model's tokenizer, which ordo "
-                                         "does not support for this model");
+        return make_error("bad_request",
+                          "\"grammar\" needs the model's tokenizer, which ordo "
+                          "does not support for this model");
     }
     if (!_grammar_vocab) {
         const model::vocab& v = _tok->vocab();
@@ -232,8 +236,8 @@ result<grammar_constraint> scheduler_core::make_grammar(const std::string& sourc
 
 status scheduler_core::arm_net_fault(const fault_spec& spec) {
     if (_net_armed.size() >= net_faults_armed_max) {
-        return make_error("bad_request", "net faults armed at most: " +
-                                             std::to_string(net_faults_armed_max));
+        return make_error("bad_request",
+                          "net faults armed at most: " + std::to_string(net_faults_armed_max));
     }
     _net_armed.push_back(spec);
     return {};
@@ -286,7 +290,7 @@ void scheduler_core::on_client_gone(const client_gone& m, std::vector<outgoing_e
 }
 
 door::request_error scheduler_core::tokenizer_error(uint64_t conn, uint64_t id,
-                                                   const std::string& what) const {
+                                                    const std::string& what) const {
     return error_event(conn, id, errc::tokenizer_unsupported,
                        what + " needs the tokenizer: " + _tok->support().err().message);
 }
@@ -306,8 +310,8 @@ void scheduler_core::on_tokenize(const tokenize& m, std::vector<outgoing_event>&
 void scheduler_core::on_detokenize(const detokenize& m, std::vector<outgoing_event>& out) {
     if (!_tok->support()) return out.push_back(tokenizer_error(m.conn, m.id, "detokenize"));
     auto text = _tok->decode(m.tokens, m.special);
-    if (!text.ok()) return out.push_back(error_event(m.conn, m.id, errc::bad_request,
-                                                     text.err().message));
+    if (!text.ok())
+        return out.push_back(error_event(m.conn, m.id, errc::bad_request, text.err().message));
     out.push_back(door::detokenize_done{m.conn, m.id, std::move(text.value())});
 }
 
@@ -354,10 +358,10 @@ void scheduler_core::on_stats(const stats_query& m, std::vector<outgoing_event>&
     for (size_t i = 0; i < k.spec_fallbacks.size(); i++) {
         r.scheduler["spec_fallbacks_" + std::string(spec_fallback_names[i])] = k.spec_fallbacks[i];
     }
-    r.kv = {{"blocks_total", kv.blocks_total},   {"blocks_used", kv.blocks_used},
-            {"blocks_free", kv.blocks_free},     {"blocks_cached", kv.blocks_cached},
-            {"prefix_hits", kv.hits},            {"prefix_misses", kv.misses},
-            {"evictions", kv.evictions},         {"pins", kv.pins}};
+    r.kv = {{"blocks_total", kv.blocks_total}, {"blocks_used", kv.blocks_used},
+            {"blocks_free", kv.blocks_free},   {"blocks_cached", kv.blocks_cached},
+            {"prefix_hits", kv.hits},          {"prefix_misses", kv.misses},
+            {"evictions", kv.evictions},       {"pins", kv.pins}};
     r.device = _gpu.device;
     r.epoch = _gpu.epoch;
     r.steps = _gpu.steps;
@@ -405,8 +409,9 @@ void scheduler_core::abort_request(uint64_t conn, uint64_t id, const std::string
                                    std::vector<outgoing_event>& out) {
     _counters.handler_errors++;
     if (request_state* r = find(conn, id); r != nullptr) {
-        bool stepping = _in_flight && std::any_of(_in_flight->seqs.begin(), _in_flight->seqs.end(),
-                                                  [&](const planned& p) { return p.seq == r->seq; });
+        bool stepping =
+            _in_flight && std::any_of(_in_flight->seqs.begin(), _in_flight->seqs.end(),
+                                      [&](const planned& p) { return p.seq == r->seq; });
         if (!stepping) {
             remove(*r);
         } else {

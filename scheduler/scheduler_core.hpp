@@ -35,16 +35,16 @@
 
 #include "actors/config/config.hpp"
 #include "actors/runtime/result.hpp"
+#include "door/door_msgs.hpp"
+#include "gpu/gpu_msgs.hpp"
+#include "kv/kv_msgs.hpp"
+#include "model/tokenizer.hpp"
 #include "scheduler/drafter.hpp"
 #include "scheduler/grammar_constraint.hpp"
 #include "scheduler/kv_blocks.hpp"
 #include "scheduler/sampling.hpp"
 #include "scheduler/scheduler_msgs.hpp"
 #include "scheduler/stop_matcher.hpp"
-#include "door/door_msgs.hpp"
-#include "gpu/gpu_msgs.hpp"
-#include "kv/kv_msgs.hpp"
-#include "model/tokenizer.hpp"
 
 namespace ordo::sched {
 
@@ -58,8 +58,8 @@ struct model_info {
     std::map<std::string, uint64_t> tensor_types;  // type name -> tensors of that type
     std::string context_bound;  // "trained" or "config": what set n_ctx before the device did
     std::string chat_template = "none";  // gguf | file:PATH | none (net/chat.hpp)
-    bool generated = false;  // a random-weight model made by set-up, not a real one
-    std::string hint;        // how to point the server at a real GGUF (when generated)
+    bool generated = false;              // a random-weight model made by set-up, not a real one
+    std::string hint;                    // how to point the server at a real GGUF (when generated)
 };
 
 // Speculative decoding ([speculative], docs/speculative.md).
@@ -76,7 +76,9 @@ struct speculative_options {
 enum class spec_fallback : uint8_t { drafter_error, no_acceptance };
 inline constexpr std::array<std::string_view, 2> spec_fallback_names = {"drafter_error",
                                                                         "no_acceptance"};
-constexpr const auto& names_of(spec_fallback) { return spec_fallback_names; }
+constexpr const auto& names_of(spec_fallback) {
+    return spec_fallback_names;
+}
 static_assert(static_cast<size_t>(spec_fallback::no_acceptance) + 1 == spec_fallback_names.size());
 
 // Draft faults armed at most at once (the `fault` op's draft kinds; more is bad_request).
@@ -142,11 +144,11 @@ struct scheduler_counters {
     uint64_t disk_restores = 0;         // restores that completed
     uint64_t disk_restored_tokens = 0;  // tokens they covered
     uint64_t disk_restore_failures = 0;
-    uint64_t disk_invalidations = 0;    // entries quarantined after a failed step
-    uint64_t disk_saves = 0;            // kv_save sent
-    uint64_t disk_evicted = 0;          // kv_evicted received
+    uint64_t disk_invalidations = 0;  // entries quarantined after a failed step
+    uint64_t disk_saves = 0;          // kv_save sent
+    uint64_t disk_evicted = 0;        // kv_evicted received
     uint64_t session_busy = 0;
-    uint64_t net_faults = 0;  // net fault points fired (the `fault` op's net kinds)
+    uint64_t net_faults = 0;        // net fault points fired (the `fault` op's net kinds)
     uint64_t embeddings = 0;        // embed requests accepted into the queue
     uint64_t embedding_tokens = 0;  // their input tokens
     // Speculative decoding: verifications (a sequence's decode with drafted tokens), the
@@ -202,8 +204,8 @@ public:
     // `row(i)` returns the logits of step_done.rows[i], `hidden_row(i)` the hidden row of
     // step_done.hidden_rows[i].
     using row_reader = std::function<std::span<const float>(uint32_t)>;
-    void on_step_done(const gpu::step_done& m, const row_reader& row,
-                      const row_reader& hidden_row, std::vector<outgoing_event>& out);
+    void on_step_done(const gpu::step_done& m, const row_reader& row, const row_reader& hidden_row,
+                      std::vector<outgoing_event>& out);
     void on_step_failed(const gpu::step_failed& m, std::vector<outgoing_event>& out);
     void on_session_delete(const session_delete& m, std::vector<outgoing_event>& out);
     // The kv actor's answers (kv_msgs.hpp).
@@ -268,24 +270,24 @@ private:
         std::optional<grammar_constraint> grammar;  // the request's grammar, if it gave one
         std::optional<stop_matcher> stops;
         std::optional<model::stream_decoder> decoder;  // none: the tokenizer is unsupported
-        std::vector<int32_t> tokens;  // prompt, then every generated token
+        std::vector<int32_t> tokens;                   // prompt, then every generated token
         uint32_t n_prompt = 0;
         uint32_t n_past = 0;  // tokens whose KV is in the pool (the prefill frontier)
         uint32_t cached_tokens = 0;
         std::vector<int32_t> generated;
-        std::string text;                         // emitted text (what token events carried)
-        std::vector<door::token_info> logprobs;    // non-stream logprobs, per token
+        std::string text;                        // emitted text (what token events carried)
+        std::vector<door::token_info> logprobs;  // non-stream logprobs, per token
         phase ph = phase::queued;
         bool in_kv = false;  // registered in _kv
         bool cancel_requested = false;
         bool client_gone = false;
-        bool detached = false;  // aborted inside a running step: no longer in _by_client
-        bool disk_checked = false;     // a disk lookup was made for this admission
+        bool detached = false;      // aborted inside a running step: no longer in _by_client
+        bool disk_checked = false;  // a disk lookup was made for this admission
         uint32_t restore_failures = 0;
-        uint32_t restore_to = 0;       // tokens covered once the restore in flight is done
-        std::string restored_from;     // entry restored, until a step confirms it
-        uint32_t retries = 0;          // failures while running alone
-        uint32_t batch_failures = 0;   // failures while batched with others
+        uint32_t restore_to = 0;      // tokens covered once the restore in flight is done
+        std::string restored_from;    // entry restored, until a step confirms it
+        uint32_t retries = 0;         // failures while running alone
+        uint32_t batch_failures = 0;  // failures while batched with others
         clock::time_point submitted, first_step, first_token, last_token;
         bool started = false, has_first_token = false;
         std::bitset<enum_count<request_phase>> phases_reached;  // net fault points
@@ -333,7 +335,8 @@ private:
 
     // planning (scheduler_plan.cpp)
     bool admit(request_state& r);
-    bool reserve_or_preempt(request_state& r, uint32_t n_tokens, const std::vector<seq_id>& in_step);
+    bool reserve_or_preempt(request_state& r, uint32_t n_tokens,
+                            const std::vector<seq_id>& in_step);
     void preempt(request_state& r);
     // Releases r's KV blocks (r.in_kv: its sequence is registered, check_invariants), so the
     // release cannot fail; r is no longer in the pool.
@@ -417,20 +420,20 @@ private:
     // Pins of the saves in flight (kv_save until kv_save_done). Dropped with the pool's contents
     // (device lost or rebuilt): a later answer then has nothing to release.
     std::set<pin_id> _save_pins;
-    std::map<std::string, seq_id> _sessions;                     // live session -> request
+    std::map<std::string, seq_id> _sessions;  // live session -> request
     std::vector<kv_request> _kv_out;
-    std::vector<fault_spec> _net_armed;  // net fault points armed, in arming order
-    std::vector<door::net_fault> _net_fired;     // fired, not yet taken
+    std::vector<fault_spec> _net_armed;       // net fault points armed, in arming order
+    std::vector<door::net_fault> _net_fired;  // fired, not yet taken
     struct draft_fault {
         fault_kind kind;
         uint32_t rounds_left = 0;
     };
-    std::vector<draft_fault> _draft_armed;  // in arming order
+    std::vector<draft_fault> _draft_armed;      // in arming order
     uint64_t _garbage_state = 0x6472616674ull;  // splitmix64 state of draft_garbage's tokens
     std::vector<std::string> _notes;
-    std::string _kv_reason;                                      // persistence off: why
-    std::vector<seq_id> _running;                                // admission order, oldest first
-    std::deque<std::vector<seq_id>> _isolation;                  // groups to run alone (F4)
+    std::string _kv_reason;                      // persistence off: why
+    std::vector<seq_id> _running;                // admission order, oldest first
+    std::deque<std::vector<seq_id>> _isolation;  // groups to run alone (F4)
     std::optional<in_flight_step> _in_flight;
     seq_id _next_seq = 1;
     // splitmix64 state of the seeds drawn for requests without one (core_options::
@@ -442,8 +445,8 @@ private:
     bool _device_unavailable = false;
     bool _draining = false;
     gpu_view _gpu;
-    uint32_t _device_n_ctx = 0;  // device_ready's context (0: not stated)
-    std::string _device_n_ctx_bound;  // and the bound that set it
+    uint32_t _device_n_ctx = 0;                 // device_ready's context (0: not stated)
+    std::string _device_n_ctx_bound;            // and the bound that set it
     uint64_t _weight_bytes = 0, _kv_bytes = 0;  // device memory, as device_ready said
     // The context requests must fit: the configured one, or the device's where it is shorter.
     uint32_t n_ctx() const {
@@ -462,12 +465,12 @@ private:
     // Bounds: seconds from 1 ms to 60 s (CPU devices are slow, GPUs fast), tokens from 1 to
     // 128 Ki, each about 2.5x the last.
     struct latency_histograms {
-        door::histogram ttft{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
-                             10, 30, 60}};
-        door::histogram inter_token{{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
-                                    0.5, 1, 2.5, 5}};
-        door::histogram duration{{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120,
-                                 300, 600}};
+        door::histogram ttft{
+            {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}};
+        door::histogram inter_token{
+            {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5}};
+        door::histogram duration{
+            {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}};
         door::histogram prompt_tokens{{1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 131072}};
         door::histogram completion_tokens{{1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 131072}};
         // Each verification's drafted tokens kept, as a fraction of those drafted.

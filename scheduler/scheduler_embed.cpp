@@ -116,7 +116,7 @@ void scheduler_core::finish_embed(request_state& r, std::vector<outgoing_event>&
     for (double v : r.pooled) norm += v * v;
     norm = std::sqrt(norm);
     door::embed_done d{r.conn, r.id, {}, r.n_prompt, std::string(config::to_string(*r.embed)),
-                      false};
+                       false};
     d.embedding.resize(r.pooled.size(), 0.0f);
     if (norm > 0.0) {
         for (size_t i = 0; i < r.pooled.size(); ++i) {

@@ -53,8 +53,7 @@ void scheduler_core::restored_to_running(request_state& r) {
     _running.push_back(r.seq);
 }
 
-void scheduler_core::on_kv_lookup_done(const kv::kv_lookup_done& m,
-                                       std::vector<outgoing_event>&) {
+void scheduler_core::on_kv_lookup_done(const kv::kv_lookup_done& m, std::vector<outgoing_event>&) {
     request_state* r = find(m.seq);
     if (r == nullptr || r->ph != phase::restoring || _restore_pins.count(m.seq) != 0) {
         if (m.n_blocks > 0) _kv_out.emplace_back(kv::kv_release{m.seq});
@@ -161,7 +160,9 @@ void scheduler_core::on_kv_save_done(const kv::kv_save_done& m) {
     assert(unpinned && "a save's pin is held until its answer or the pool's end");
 }
 
-void scheduler_core::on_kv_evicted(const kv::kv_evicted&) { _counters.disk_evicted++; }
+void scheduler_core::on_kv_evicted(const kv::kv_evicted&) {
+    _counters.disk_evicted++;
+}
 
 void scheduler_core::on_kv_status(const kv::kv_status& m) {
     _kv_reason = m.persisting ? "" : m.reason;

@@ -9,11 +9,10 @@
 // pool, the queue, the vocabulary for text) is checked by the scheduler.
 #pragma once
 
-#include <msgpack.hpp>
-
 #include <array>
 #include <cstdint>
 #include <map>
+#include <msgpack.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -22,9 +21,9 @@
 #include "actors/runtime/actor.hpp"
 #include "actors/runtime/enum_names.hpp"
 #include "actors/runtime/fault_kind.hpp"
-#include "scheduler/sampling.hpp"
 #include "door/conn_ids.hpp"
 #include "gpu/gpu_msgs.hpp"
+#include "scheduler/sampling.hpp"
 
 namespace ordo::sched {
 
@@ -154,14 +153,18 @@ struct session_delete {
 enum class request_phase : uint8_t { queued, prefill, decode };
 inline constexpr std::array<std::string_view, 3> request_phase_names = {"queued", "prefill",
                                                                         "decode"};
-constexpr const auto& names_of(request_phase) { return request_phase_names; }
+constexpr const auto& names_of(request_phase) {
+    return request_phase_names;
+}
 static_assert(static_cast<std::size_t>(request_phase::decode) + 1 == request_phase_names.size());
 
 // The actors whose mailbox a mailbox_refuse fault refuses.
 enum class fault_actor : uint8_t { scheduler, net, gpu, kv };
 inline constexpr std::array<std::string_view, 4> fault_actor_names = {"scheduler", "net", "gpu",
                                                                       "kv"};
-constexpr const auto& names_of(fault_actor) { return fault_actor_names; }
+constexpr const auto& names_of(fault_actor) {
+    return fault_actor_names;
+}
 static_assert(static_cast<std::size_t>(fault_actor::kv) + 1 == fault_actor_names.size());
 
 // A fault's parameters, checked once by the front door (net/ops.cpp parse_fault) or made by the
@@ -169,7 +172,7 @@ static_assert(static_cast<std::size_t>(fault_actor::kv) + 1 == fault_actor_names
 // message of the kind's target (scheduler_actor::arm_fault).
 struct fault_spec {
     fault_kind kind = fault_kind::device_lost;
-    std::optional<gpu::step_phase> gpu_phase;       // gpu kinds: the steps it matches; none = any
+    std::optional<gpu::step_phase> gpu_phase;         // gpu kinds: the steps it matches; none = any
     request_phase net_phase = request_phase::queued;  // net kinds: the phase that fires it
     int32_t layer = -1;        // gpu failure kinds: the layer's segment fails; -1 = any
     uint32_t after_steps = 0;  // gpu kinds: matching steps let through first

@@ -24,7 +24,8 @@ namespace {
 // batches into failure forever.
 constexpr uint32_t batch_failures_max = 8;
 
-double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+double ms_between(std::chrono::steady_clock::time_point a,
+                  std::chrono::steady_clock::time_point b) {
     return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
@@ -69,10 +70,10 @@ void scheduler_core::on_device_ready(const gpu::device_ready& m, std::vector<out
     }
     for (auto [seq, need] : too_big) {
         fail(*find(seq), door::errc::context_exceeded,
-             need > n_ctx() ? "prompt + max_tokens (" + std::to_string(need) +
-                                  ") exceeds this device's context of " +
-                                  std::to_string(n_ctx()) + " tokens"
-                            : pool_message(need),
+             need > n_ctx()
+                 ? "prompt + max_tokens (" + std::to_string(need) +
+                       ") exceeds this device's context of " + std::to_string(n_ctx()) + " tokens"
+                 : pool_message(need),
              out);
     }
 }
@@ -103,8 +104,7 @@ void scheduler_core::on_device_unavailable(const gpu::device_unavailable& m,
 // ---- step done ---------------------------------------------------------------------------------
 
 void scheduler_core::on_step_done(const gpu::step_done& m, const row_reader& row,
-                                  const row_reader& hidden_row,
-                                  std::vector<outgoing_event>& out) {
+                                  const row_reader& hidden_row, std::vector<outgoing_event>& out) {
     if (!_in_flight || _in_flight->step_id != m.step_id) return;  // not ours (stale): ignore
     in_flight_step f = std::move(*_in_flight);
     _in_flight.reset();
@@ -164,7 +164,8 @@ void scheduler_core::apply_token(request_state& r, std::span<const float> logits
         auto g = r.smp->sample_checked(
             logits, r.tokens, [&](int32_t t) { return r.grammar->allows(t); },
             grammar_greedy_checks_max);
-        if (!g.ok()) return fail(r, door::errc::internal, "sampling failed: " + g.err().message, out);
+        if (!g.ok())
+            return fail(r, door::errc::internal, "sampling failed: " + g.err().message, out);
         s = std::move(*g);
     }
     if (!s) {
@@ -175,7 +176,8 @@ void scheduler_core::apply_token(request_state& r, std::span<const float> logits
             allowed = a->first(std::min(a->size(), logits.size()));
         }
         auto d = r.smp->sample(logits, r.tokens, allowed);
-        if (!d.ok()) return fail(r, door::errc::internal, "sampling failed: " + d.err().message, out);
+        if (!d.ok())
+            return fail(r, door::errc::internal, "sampling failed: " + d.err().message, out);
         s = std::move(*d);
     }
     int32_t token = s->token;
@@ -253,10 +255,18 @@ void scheduler_core::on_step_failed(const gpu::step_failed& m, std::vector<outgo
     _in_flight.reset();
     _counters.failures++;
     switch (m.code) {
-        case gpu::gpu_failure::timeout: _gpu.timeouts++; break;
-        case gpu::gpu_failure::device_lost: _gpu.device_lost++; break;
-        case gpu::gpu_failure::nan: _gpu.nan_logits++; break;
-        default: _gpu.other_failures++; break;
+        case gpu::gpu_failure::timeout:
+            _gpu.timeouts++;
+            break;
+        case gpu::gpu_failure::device_lost:
+            _gpu.device_lost++;
+            break;
+        case gpu::gpu_failure::nan:
+            _gpu.nan_logits++;
+            break;
+        default:
+            _gpu.other_failures++;
+            break;
     }
     std::vector<seq_id> affected;
     for (const planned& p : f.seqs) {
@@ -399,8 +409,8 @@ status scheduler_core::check_invariants() const {
         bool queued = std::count(_queue.begin(), _queue.end(), seq) == 1;
         bool running = std::count(_running.begin(), _running.end(), seq) == 1;
         bool restoring = std::count(_restoring.begin(), _restoring.end(), seq) == 1;
-        if (int(queued) + int(running) + int(restoring) != 1 ||
-            queued != (r.ph == phase::queued) || restoring != (r.ph == phase::restoring)) {
+        if (int(queued) + int(running) + int(restoring) != 1 || queued != (r.ph == phase::queued) ||
+            restoring != (r.ph == phase::restoring)) {
             return make_error("internal", "sequence " + std::to_string(seq) +
                                               " is not in exactly one of queue, restoring and "
                                               "running");

@@ -99,8 +99,8 @@ void scheduler_core::add_to_step(request_state& r, uint32_t n_tokens, gpu::step&
     q.logits_rows = last ? 1 + uint32_t(drafts.size()) : 0;
     q.hidden = hidden_for(r, n_tokens);
     s.seqs.push_back(std::move(q));
-    f.seqs.push_back({r.seq, n_tokens, s.seqs.back().logits_rows, s.seqs.back().hidden,
-                      std::move(drafts)});
+    f.seqs.push_back(
+        {r.seq, n_tokens, s.seqs.back().logits_rows, s.seqs.back().hidden, std::move(drafts)});
     if (!r.started) {
         r.started = true;
         r.first_step = clock::now();
@@ -163,7 +163,9 @@ std::optional<gpu::step> scheduler_core::plan_batch() {
     // Logits rows past one per sequence (drafts): every sequence counts as one row against
     // rows_max, whether it asks for logits or not.
     uint32_t draft_rows = 0;
-    auto rows_left = [&] { return _rows_max - std::min<uint32_t>(_rows_max, uint32_t(s.seqs.size()) + draft_rows); };
+    auto rows_left = [&] {
+        return _rows_max - std::min<uint32_t>(_rows_max, uint32_t(s.seqs.size()) + draft_rows);
+    };
     // Decodes first (with their drafts when they speculate), then prefill chunks: one pass
     // each over a snapshot (preemption edits _running).
     for (bool decodes : {true, false}) {
@@ -180,7 +182,8 @@ std::optional<gpu::step> scheduler_core::plan_batch() {
             std::vector<int32_t> drafts;
             if (decodes) drafts = draft_for(*r, draft_room(*r, budget, rows_left()));
             // Drafts never preempt anyone: without room for them the sequence decodes plainly.
-            if (!drafts.empty() && !_kv->reserve(r->seq, r->n_past + n + uint32_t(drafts.size())).ok()) {
+            if (!drafts.empty() &&
+                !_kv->reserve(r->seq, r->n_past + n + uint32_t(drafts.size())).ok()) {
                 drafts.clear();
             }
             if (drafts.empty() && !reserve_or_preempt(*r, r->n_past + n, in_step)) continue;

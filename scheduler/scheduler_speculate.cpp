@@ -28,7 +28,8 @@ uint32_t scheduler_core::draft_room(const request_state& r, uint32_t budget, uin
     const uint64_t can_generate =
         r.params.max_tokens > generated ? r.params.max_tokens - generated : 0;
     const uint64_t can_place = n_ctx() > r.tokens.size() ? n_ctx() - r.tokens.size() : 0;
-    const uint64_t rows_useful = std::min({uint64_t(budget), uint64_t(rows), can_generate, can_place});
+    const uint64_t rows_useful =
+        std::min({uint64_t(budget), uint64_t(rows), can_generate, can_place});
     if (!r.speculating || rows_useful < 2) return 0;
     return uint32_t(std::min<uint64_t>(r.draft_len, rows_useful - 1));
 }
@@ -51,8 +52,8 @@ std::vector<int32_t> scheduler_core::draft_for(request_state& r, uint32_t max) {
             drafts.assign(max, 0);
             const auto n_vocab = uint64_t(_tok->vocab().size());
             for (int32_t& t : drafts) t = int32_t(splitmix64_next(_garbage_state) % n_vocab);
-            _notes.push_back("fault fired: draft_garbage on " + who + " (" +
-                             std::to_string(max) + " random tokens)");
+            _notes.push_back("fault fired: draft_garbage on " + who + " (" + std::to_string(max) +
+                             " random tokens)");
             return drafts;
         }
         case fault_kind::draft_eos: {

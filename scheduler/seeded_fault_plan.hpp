@@ -28,9 +28,9 @@ class seeded_fault_plan {
 public:
     struct options {
         std::uint64_t seed = 0;
-        std::vector<fault_kind> kinds;  // drawn uniformly by entry; empty = no plan
-        std::uint32_t every_steps = 50;         // >= 1: mean steps between faults
-        std::uint32_t faults_max = 100;         // faults fired in the plan's life, at most
+        std::vector<fault_kind> kinds;   // drawn uniformly by entry; empty = no plan
+        std::uint32_t every_steps = 50;  // >= 1: mean steps between faults
+        std::uint32_t faults_max = 100;  // faults fired in the plan's life, at most
     };
     struct decision {
         fault_kind kind = fault_kind::device_lost;
@@ -54,9 +54,7 @@ public:
     const options& opts() const { return _opt; }
     std::uint64_t fired() const { return _fired; }
     std::uint64_t refused() const { return _refused; }
-    std::uint64_t fired(fault_kind kind) const {
-        return _by_kind[static_cast<std::size_t>(kind)];
-    }
+    std::uint64_t fired(fault_kind kind) const { return _by_kind[static_cast<std::size_t>(kind)]; }
     // The budget is used up: no more faults fire.
     bool spent() const { return active() && _fired >= _opt.faults_max; }
 

@@ -24,28 +24,28 @@ struct position {
 };
 
 enum class expr_kind : uint8_t {
-    literal,    // value
-    name,       // name
-    list,       // items
-    tuple,      // items
-    dict,       // items as key, value, key, value, ...
-    unary,      // op ("-", "+", "not"), items[0]
-    binary,     // op ("+", "-", "*", "/", "//", "%", "**", "~", "and", "or"), items[0..1]
-    compare,    // items[0] then ops[i] applied with items[i + 1] ("==", "in", "notin", ...)
-    cond,       // items: then, test, else (else may be null: undefined)
-    getattr,    // items[0] . name
-    getitem,    // items[0] [ items[1] ]
-    slice,      // items[0] [ items[1] : items[2] : items[3] ] (null parts are absent)
-    call,       // items[0] ( args )
-    filter,     // items[0] | name ( args ); items[0] null inside a filter block
-    test,       // items[0] is [not] name ( args ); negated
+    literal,  // value
+    name,     // name
+    list,     // items
+    tuple,    // items
+    dict,     // items as key, value, key, value, ...
+    unary,    // op ("-", "+", "not"), items[0]
+    binary,   // op ("+", "-", "*", "/", "//", "%", "**", "~", "and", "or"), items[0..1]
+    compare,  // items[0] then ops[i] applied with items[i + 1] ("==", "in", "notin", ...)
+    cond,     // items: then, test, else (else may be null: undefined)
+    getattr,  // items[0] . name
+    getitem,  // items[0] [ items[1] ]
+    slice,    // items[0] [ items[1] : items[2] : items[3] ] (null parts are absent)
+    call,     // items[0] ( args )
+    filter,   // items[0] | name ( args ); items[0] null inside a filter block
+    test,     // items[0] is [not] name ( args ); negated
 };
 
 struct call_syntax {
     std::vector<expr_ptr> positional;
     std::vector<std::pair<std::string, expr_ptr>> keyword;
-    expr_ptr star;      // *args
-    expr_ptr star_star; // **kwargs
+    expr_ptr star;       // *args
+    expr_ptr star_star;  // **kwargs
 };
 
 struct expr {
@@ -70,16 +70,16 @@ struct target {
 };
 
 enum class stmt_kind : uint8_t {
-    text,       // text
-    output,     // expr
-    if_,        // conds[i] guards bodies[i]; else_body
-    for_,       // loop_target in expr [if cond] body else else_body
-    set,        // set_target = expr
-    set_block,  // set_target = rendered body, piped through expression (a filter chain) if any
-    macro,      // name(params) body
-    call_block, // expr (a call) with caller(params) = body
+    text,          // text
+    output,        // expr
+    if_,           // conds[i] guards bodies[i]; else_body
+    for_,          // loop_target in expr [if cond] body else else_body
+    set,           // set_target = expr
+    set_block,     // set_target = rendered body, piped through expression (a filter chain) if any
+    macro,         // name(params) body
+    call_block,    // expr (a call) with caller(params) = body
     filter_block,  // expression (a filter chain whose innermost operand is null) of the body
-    with,       // assignments then body
+    with,          // assignments then body
     break_,
     continue_,
 };
@@ -109,7 +109,7 @@ struct stmt {
     target set_target;
     expr_ptr loop_filter;  // for ... if cond
     bool recursive = false;
-    bool uses_loop = true;  // for: the body reads `loop` (else no loop object is built)
+    bool uses_loop = true;             // for: the body reads `loop` (else no loop object is built)
     std::shared_ptr<macro_def> macro;  // macro, call_block (the caller)
     std::vector<std::pair<target, expr_ptr>> assignments;  // with
 };

@@ -82,12 +82,16 @@ value f_center(renderer& r, const value& in, call_args&& a) {
 value f_length(renderer& r, const value& in, call_args&& a) {
     bind("length", std::move(a), {});
     switch (in.type()) {
-        case value::kind::undefined: return value(0);
+        case value::kind::undefined:
+            return value(0);
         case value::kind::string:
             return value(int64_t(unicode::count_code_points(in.as_string())));
-        case value::kind::list: return value(int64_t(in.items().size()));
-        case value::kind::dict: return value(int64_t(in.as_dict().entries.size()));
-        default: fail("object of type '" + std::string(type_name(in)) + "' has no len()");
+        case value::kind::list:
+            return value(int64_t(in.items().size()));
+        case value::kind::dict:
+            return value(int64_t(in.as_dict().entries.size()));
+        default:
+            fail("object of type '" + std::string(type_name(in)) + "' has no len()");
     }
     (void)r;
 }
@@ -133,12 +137,23 @@ std::string html_escape(std::string_view s) {
     std::string out;
     for (char c : s) {
         switch (c) {
-            case '&': out += "&amp;"; break;
-            case '<': out += "&lt;"; break;
-            case '>': out += "&gt;"; break;
-            case '"': out += "&#34;"; break;
-            case '\'': out += "&#39;"; break;
-            default: out += c;
+            case '&':
+                out += "&amp;";
+                break;
+            case '<':
+                out += "&lt;";
+                break;
+            case '>':
+                out += "&gt;";
+                break;
+            case '"':
+                out += "&#34;";
+                break;
+            case '\'':
+                out += "&#39;";
+                break;
+            default:
+                out += c;
         }
     }
     return out;
@@ -153,7 +168,8 @@ value f_filesizeformat(renderer& r, const value& in, call_args&& a) {
     auto p = bind("filesizeformat", std::move(a), {"binary"});
     const bool binary = truthy(p[0]);
     if (!in.is_number() && !in.is_string()) fail("filesizeformat needs a number");
-    const double bytes = in.is_string() ? std::strtod(in.as_string().c_str(), nullptr) : in.float_of();
+    const double bytes =
+        in.is_string() ? std::strtod(in.as_string().c_str(), nullptr) : in.float_of();
     const double base = binary ? 1024 : 1000;
     static const char* k_dec[] = {"kB", "MB", "GB", "TB", "PB", "EB", "ZB", "YB"};
     static const char* k_bin[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB", "YiB"};
@@ -167,7 +183,8 @@ value f_filesizeformat(renderer& r, const value& in, call_args&& a) {
     for (int i = 0; i < 8; ++i) {
         unit *= base;
         if (bytes < unit || i == 7) {
-            std::snprintf(buf, sizeof buf, "%.1f %s", base * bytes / unit, (binary ? k_bin : k_dec)[i]);
+            std::snprintf(buf, sizeof buf, "%.1f %s", base * bytes / unit,
+                          (binary ? k_bin : k_dec)[i]);
             break;
         }
     }
@@ -245,7 +262,8 @@ std::optional<int64_t> parse_int(std::string_view text, int64_t base) {
                       : (c >= 'a' && c <= 'z')          ? c - 'a' + 10
                                                         : 99;
         if (d >= base) return std::nullopt;
-        if (v > (uint64_t(INT64_MAX) - d) / uint64_t(base)) fail("int() result does not fit in 64 bits");
+        if (v > (uint64_t(INT64_MAX) - d) / uint64_t(base))
+            fail("int() result does not fit in 64 bits");
         v = v * uint64_t(base) + uint64_t(d);
         prev_digit = true;
     }
@@ -442,16 +460,25 @@ value select_or_reject(renderer& r, const value& in, call_args&& a, bool keep, b
     for (const value& item : r.iterate(in)) {
         value probe = by_attr ? detail::get_path(r, item, attr) : item;
         call_args copy = a;
-        const bool hit = test_name.empty() ? truthy(probe) : r.test(test_name, probe, std::move(copy));
+        const bool hit =
+            test_name.empty() ? truthy(probe) : r.test(test_name, probe, std::move(copy));
         if (hit == keep) out.push_back(item);
     }
     return r.new_list(std::move(out));
 }
 
-value f_select(renderer& r, const value& in, call_args&& a) { return select_or_reject(r, in, std::move(a), true, false); }
-value f_reject(renderer& r, const value& in, call_args&& a) { return select_or_reject(r, in, std::move(a), false, false); }
-value f_selectattr(renderer& r, const value& in, call_args&& a) { return select_or_reject(r, in, std::move(a), true, true); }
-value f_rejectattr(renderer& r, const value& in, call_args&& a) { return select_or_reject(r, in, std::move(a), false, true); }
+value f_select(renderer& r, const value& in, call_args&& a) {
+    return select_or_reject(r, in, std::move(a), true, false);
+}
+value f_reject(renderer& r, const value& in, call_args&& a) {
+    return select_or_reject(r, in, std::move(a), false, false);
+}
+value f_selectattr(renderer& r, const value& in, call_args&& a) {
+    return select_or_reject(r, in, std::move(a), true, true);
+}
+value f_rejectattr(renderer& r, const value& in, call_args&& a) {
+    return select_or_reject(r, in, std::move(a), false, true);
+}
 
 // min / max with Jinja's case folding and attribute=.
 value min_max(renderer& r, const value& in, call_args&& a, bool want_max, const char* fn) {
@@ -474,8 +501,12 @@ value min_max(renderer& r, const value& in, call_args&& a, bool want_max, const 
     return items[best];
 }
 
-value f_min(renderer& r, const value& in, call_args&& a) { return min_max(r, in, std::move(a), false, "min"); }
-value f_max(renderer& r, const value& in, call_args&& a) { return min_max(r, in, std::move(a), true, "max"); }
+value f_min(renderer& r, const value& in, call_args&& a) {
+    return min_max(r, in, std::move(a), false, "min");
+}
+value f_max(renderer& r, const value& in, call_args&& a) {
+    return min_max(r, in, std::move(a), true, "max");
+}
 
 // pprint.pformat sorts dict keys; the copy here is sorted the same way before repr (pformat's
 // line wrapping of values over 80 columns is not reproduced).
@@ -505,7 +536,8 @@ value f_replace(renderer& r, const value& in, call_args&& a) {
     const std::string s = r.str(in), old = r.str(p[0]), with = r.str(p[1]);
     const int64_t count = given(p[2]) && !p[2].is_none() ? need_int(p[2], "count") : -1;
     const uint64_t worst = uint64_t(s.size() + 1) * (with.size() + 1);
-    if (worst > r.bounds().output_bytes_max) r.check_string_size(s.size() + with.size() * (detail::py_count(s, old)));
+    if (worst > r.bounds().output_bytes_max)
+        r.check_string_size(s.size() + with.size() * (detail::py_count(s, old)));
     return r.new_string(detail::py_replace(s, old, with, count));
 }
 
@@ -569,7 +601,8 @@ value f_safe(renderer& r, const value& in, call_args&& a) {
 value f_slice(renderer& r, const value& in, call_args&& a) {
     auto p = bind("slice", std::move(a), {"slices", "fill_with"});
     const int64_t slices = need_int(p[0], "slices");
-    if (slices <= 0 || slices > int64_t(r.bounds().steps_max)) fail("slice: slices must be positive");
+    if (slices <= 0 || slices > int64_t(r.bounds().steps_max))
+        fail("slice: slices must be positive");
     std::vector<value> seq = r.iterate(in);
     const int64_t length = int64_t(seq.size());
     const int64_t per = length / slices, extra = length % slices;
@@ -652,8 +685,8 @@ value f_striptags(renderer& r, const value& in, call_args&& a) {
         joined += w;
     }
     static const std::pair<const char*, const char*> k_entities[] = {
-        {"&amp;", "&"}, {"&lt;", "<"}, {"&gt;", ">"}, {"&quot;", "\""}, {"&#34;", "\""},
-        {"&#39;", "'"}, {"&apos;", "'"}, {"&nbsp;", "\xC2\xA0"}};
+        {"&amp;", "&"},  {"&lt;", "<"},  {"&gt;", ">"},   {"&quot;", "\""},
+        {"&#34;", "\""}, {"&#39;", "'"}, {"&apos;", "'"}, {"&nbsp;", "\xC2\xA0"}};
     std::string out;
     for (size_t i = 0; i < joined.size();) {
         bool hit = false;
@@ -773,7 +806,8 @@ value f_urlencode(renderer& r, const value& in, call_args&& a) {
     auto quote = [](const std::string& s, bool for_qs) {
         std::string out;
         for (unsigned char c : s) {
-            if (std::isalnum(c) || c == '_' || c == '.' || c == '-' || c == '~' || (!for_qs && c == '/')) {
+            if (std::isalnum(c) || c == '_' || c == '.' || c == '-' || c == '~' ||
+                (!for_qs && c == '/')) {
                 out += char(c);
             } else if (for_qs && c == ' ') {
                 out += '+';

@@ -21,7 +21,8 @@ using method_fn = value (*)(renderer&, const value& self, call_args&&);
 
 int64_t int_arg(const value& v, int64_t dflt) {
     if (!given(v) || v.is_none()) return dflt;
-    if (!v.is_int() && !v.is_bool()) fail("an integer is required, not " + std::string(type_name(v)));
+    if (!v.is_int() && !v.is_bool())
+        fail("an integer is required, not " + std::string(type_name(v)));
     return v.int_of();
 }
 
@@ -30,7 +31,9 @@ const std::string& str_arg(const value& v, std::string_view what) {
     return v.as_string();
 }
 
-std::string_view self_str(const value& self) { return self.as_string(); }
+std::string_view self_str(const value& self) {
+    return self.as_string();
+}
 
 // ---- str ------------------------------------------------------------------------------------
 
@@ -56,13 +59,18 @@ value split_common(renderer& r, const value& self, call_args&& a, bool from_righ
     }
     return r.new_list(std::move(out));
 }
-value s_split(renderer& r, const value& self, call_args&& a) { return split_common(r, self, std::move(a), false); }
-value s_rsplit(renderer& r, const value& self, call_args&& a) { return split_common(r, self, std::move(a), true); }
+value s_split(renderer& r, const value& self, call_args&& a) {
+    return split_common(r, self, std::move(a), false);
+}
+value s_rsplit(renderer& r, const value& self, call_args&& a) {
+    return split_common(r, self, std::move(a), true);
+}
 
 value s_splitlines(renderer& r, const value& self, call_args&& a) {
     auto p = bind("splitlines", std::move(a), {"keepends"});
     std::vector<value> out;
-    for (auto& line : detail::py_splitlines(self_str(self), truthy(p[0]))) out.emplace_back(std::move(line));
+    for (auto& line : detail::py_splitlines(self_str(self), truthy(p[0])))
+        out.emplace_back(std::move(line));
     return r.new_list(std::move(out));
 }
 
@@ -96,16 +104,32 @@ value s_replace(renderer& r, const value& self, call_args&& a) {
     const std::string& old = str_arg(p[0], "replace() argument 1");
     const std::string& with = str_arg(p[1], "replace() argument 2");
     const std::string_view s = self_str(self);
-    const int64_t hits = old.empty() ? int64_t(unicode::count_code_points(s)) + 1 : detail::py_count(s, old);
+    const int64_t hits =
+        old.empty() ? int64_t(unicode::count_code_points(s)) + 1 : detail::py_count(s, old);
     r.check_string_size(s.size() + size_t(hits) * with.size());
     return r.new_string(detail::py_replace(s, old, with, int_arg(p[2], -1)));
 }
 
-value s_upper(renderer& r, const value& self, call_args&& a) { bind("upper", std::move(a), {}); return r.new_string(unicode::upper(self_str(self))); }
-value s_lower(renderer& r, const value& self, call_args&& a) { bind("lower", std::move(a), {}); return r.new_string(unicode::lower(self_str(self))); }
-value s_title(renderer& r, const value& self, call_args&& a) { bind("title", std::move(a), {}); return r.new_string(unicode::title(self_str(self))); }
-value s_capitalize(renderer& r, const value& self, call_args&& a) { bind("capitalize", std::move(a), {}); return r.new_string(unicode::capitalize(self_str(self))); }
-value s_swapcase(renderer& r, const value& self, call_args&& a) { bind("swapcase", std::move(a), {}); return r.new_string(unicode::swapcase(self_str(self))); }
+value s_upper(renderer& r, const value& self, call_args&& a) {
+    bind("upper", std::move(a), {});
+    return r.new_string(unicode::upper(self_str(self)));
+}
+value s_lower(renderer& r, const value& self, call_args&& a) {
+    bind("lower", std::move(a), {});
+    return r.new_string(unicode::lower(self_str(self)));
+}
+value s_title(renderer& r, const value& self, call_args&& a) {
+    bind("title", std::move(a), {});
+    return r.new_string(unicode::title(self_str(self)));
+}
+value s_capitalize(renderer& r, const value& self, call_args&& a) {
+    bind("capitalize", std::move(a), {});
+    return r.new_string(unicode::capitalize(self_str(self)));
+}
+value s_swapcase(renderer& r, const value& self, call_args&& a) {
+    bind("swapcase", std::move(a), {});
+    return r.new_string(unicode::swapcase(self_str(self)));
+}
 
 value find_common(const value& self, call_args&& a, const char* fn, bool from_right, bool must) {
     auto p = bind(fn, std::move(a), {"sub", "start", "end"});
@@ -122,10 +146,18 @@ value find_common(const value& self, call_args&& a, const char* fn, bool from_ri
     if (at < 0 && must) fail("substring not found");
     return value(at);
 }
-value s_find(renderer&, const value& self, call_args&& a) { return find_common(self, std::move(a), "find", false, false); }
-value s_rfind(renderer&, const value& self, call_args&& a) { return find_common(self, std::move(a), "rfind", true, false); }
-value s_index(renderer&, const value& self, call_args&& a) { return find_common(self, std::move(a), "index", false, true); }
-value s_rindex(renderer&, const value& self, call_args&& a) { return find_common(self, std::move(a), "rindex", true, true); }
+value s_find(renderer&, const value& self, call_args&& a) {
+    return find_common(self, std::move(a), "find", false, false);
+}
+value s_rfind(renderer&, const value& self, call_args&& a) {
+    return find_common(self, std::move(a), "rfind", true, false);
+}
+value s_index(renderer&, const value& self, call_args&& a) {
+    return find_common(self, std::move(a), "index", false, true);
+}
+value s_rindex(renderer&, const value& self, call_args&& a) {
+    return find_common(self, std::move(a), "rindex", true, true);
+}
 
 value s_count(renderer&, const value& self, call_args&& a) {
     auto p = bind("count", std::move(a), {"sub"});
@@ -137,7 +169,9 @@ value s_join(renderer& r, const value& self, call_args&& a) {
     std::string out;
     bool first = true;
     for (const value& item : r.iterate(p[0])) {
-        if (!item.is_string()) fail("sequence item: expected str instance, " + std::string(type_name(item)) + " found");
+        if (!item.is_string())
+            fail("sequence item: expected str instance, " + std::string(type_name(item)) +
+                 " found");
         if (!first) out += self_str(self);
         first = false;
         out += item.as_string();
@@ -154,7 +188,8 @@ value pad_common(renderer& r, const value& self, call_args&& a, const char* fn, 
     auto p = bind(fn, std::move(a), {"width", "fillchar"});
     const int64_t width = int_arg(p[0], 0);
     const std::string fill = given(p[1]) ? str_arg(p[1], "fill character") : " ";
-    if (unicode::count_code_points(fill) != 1) fail("The fill character must be exactly one character long");
+    if (unicode::count_code_points(fill) != 1)
+        fail("The fill character must be exactly one character long");
     r.check_string_size(size_t(std::max<int64_t>(width, 0)) * fill.size());
     const std::string_view s = self_str(self);
     const int64_t len = int64_t(unicode::count_code_points(s));
@@ -163,9 +198,15 @@ value pad_common(renderer& r, const value& self, call_args&& a, const char* fn, 
     for (int64_t i = len; i < width; ++i) pad += fill;
     return r.new_string(how == 'l' ? std::string(s) + pad : pad + std::string(s));
 }
-value s_center(renderer& r, const value& self, call_args&& a) { return pad_common(r, self, std::move(a), "center", 'c'); }
-value s_ljust(renderer& r, const value& self, call_args&& a) { return pad_common(r, self, std::move(a), "ljust", 'l'); }
-value s_rjust(renderer& r, const value& self, call_args&& a) { return pad_common(r, self, std::move(a), "rjust", 'r'); }
+value s_center(renderer& r, const value& self, call_args&& a) {
+    return pad_common(r, self, std::move(a), "center", 'c');
+}
+value s_ljust(renderer& r, const value& self, call_args&& a) {
+    return pad_common(r, self, std::move(a), "ljust", 'l');
+}
+value s_rjust(renderer& r, const value& self, call_args&& a) {
+    return pad_common(r, self, std::move(a), "rjust", 'r');
+}
 
 value s_zfill(renderer& r, const value& self, call_args&& a) {
     auto p = bind("zfill", std::move(a), {"width"});
@@ -206,8 +247,12 @@ value partition_common(renderer& r, const value& self, call_args&& a, bool from_
     }
     return r.new_list({value(s.substr(0, at)), value(sep), value(s.substr(at + sep.size()))}, true);
 }
-value s_partition(renderer& r, const value& self, call_args&& a) { return partition_common(r, self, std::move(a), false); }
-value s_rpartition(renderer& r, const value& self, call_args&& a) { return partition_common(r, self, std::move(a), true); }
+value s_partition(renderer& r, const value& self, call_args&& a) {
+    return partition_common(r, self, std::move(a), false);
+}
+value s_rpartition(renderer& r, const value& self, call_args&& a) {
+    return partition_common(r, self, std::move(a), true);
+}
 
 // is*(): true when non-empty and every code point passes (istitle/islower/isupper differ).
 template <bool (*pred)(char32_t)>
@@ -230,8 +275,14 @@ value s_isascii(renderer&, const value& self, call_args&& a) {
     }
     return value(true);
 }
-value s_islower(renderer&, const value& self, call_args&& a) { bind("islower", std::move(a), {}); return value(detail::py_islower(self_str(self))); }
-value s_isupper(renderer&, const value& self, call_args&& a) { bind("isupper", std::move(a), {}); return value(detail::py_isupper(self_str(self))); }
+value s_islower(renderer&, const value& self, call_args&& a) {
+    bind("islower", std::move(a), {});
+    return value(detail::py_islower(self_str(self)));
+}
+value s_isupper(renderer&, const value& self, call_args&& a) {
+    bind("isupper", std::move(a), {});
+    return value(detail::py_isupper(self_str(self)));
+}
 value s_istitle(renderer&, const value& self, call_args&& a) {
     bind("istitle", std::move(a), {});
     const std::string_view s = self_str(self);
@@ -313,30 +364,56 @@ struct named_method {
 };
 
 constexpr named_method k_str_methods[] = {
-    {"capitalize", s_capitalize}, {"casefold", s_lower}, {"center", s_center},
-    {"count", s_count}, {"endswith", s_endswith}, {"find", s_find}, {"format", s_format},
-    {"index", s_index}, {"isalnum", all_chars<unicode::is_alnum>},
-    {"isalpha", all_chars<unicode::is_alpha>}, {"isascii", s_isascii},
-    {"isdecimal", all_chars<unicode::is_decimal>}, {"isdigit", all_chars<unicode::is_digit>},
-    {"islower", s_islower}, {"isspace", all_chars<unicode::is_space>}, {"istitle", s_istitle},
-    {"isupper", s_isupper}, {"join", s_join}, {"ljust", s_ljust}, {"lower", s_lower},
-    {"lstrip", s_lstrip}, {"partition", s_partition}, {"removeprefix", s_removeprefix},
-    {"removesuffix", s_removesuffix}, {"replace", s_replace}, {"rfind", s_rfind},
-    {"rindex", s_rindex}, {"rjust", s_rjust}, {"rpartition", s_rpartition},
-    {"rsplit", s_rsplit}, {"rstrip", s_rstrip}, {"split", s_split},
-    {"splitlines", s_splitlines}, {"startswith", s_startswith}, {"strip", s_strip},
-    {"swapcase", s_swapcase}, {"title", s_title}, {"upper", s_upper}, {"zfill", s_zfill},
+    {"capitalize", s_capitalize},
+    {"casefold", s_lower},
+    {"center", s_center},
+    {"count", s_count},
+    {"endswith", s_endswith},
+    {"find", s_find},
+    {"format", s_format},
+    {"index", s_index},
+    {"isalnum", all_chars<unicode::is_alnum>},
+    {"isalpha", all_chars<unicode::is_alpha>},
+    {"isascii", s_isascii},
+    {"isdecimal", all_chars<unicode::is_decimal>},
+    {"isdigit", all_chars<unicode::is_digit>},
+    {"islower", s_islower},
+    {"isspace", all_chars<unicode::is_space>},
+    {"istitle", s_istitle},
+    {"isupper", s_isupper},
+    {"join", s_join},
+    {"ljust", s_ljust},
+    {"lower", s_lower},
+    {"lstrip", s_lstrip},
+    {"partition", s_partition},
+    {"removeprefix", s_removeprefix},
+    {"removesuffix", s_removesuffix},
+    {"replace", s_replace},
+    {"rfind", s_rfind},
+    {"rindex", s_rindex},
+    {"rjust", s_rjust},
+    {"rpartition", s_rpartition},
+    {"rsplit", s_rsplit},
+    {"rstrip", s_rstrip},
+    {"split", s_split},
+    {"splitlines", s_splitlines},
+    {"startswith", s_startswith},
+    {"strip", s_strip},
+    {"swapcase", s_swapcase},
+    {"title", s_title},
+    {"upper", s_upper},
+    {"zfill", s_zfill},
 };
 
 constexpr named_method k_dict_methods[] = {
-    {"clear", unsafe}, {"copy", d_copy}, {"get", d_get}, {"items", d_items}, {"keys", d_keys},
-    {"pop", unsafe}, {"popitem", unsafe}, {"setdefault", unsafe}, {"update", unsafe},
-    {"values", d_values},
+    {"clear", unsafe},  {"copy", d_copy},     {"get", d_get},      {"items", d_items},
+    {"keys", d_keys},   {"pop", unsafe},      {"popitem", unsafe}, {"setdefault", unsafe},
+    {"update", unsafe}, {"values", d_values},
 };
 
 constexpr named_method k_list_methods[] = {
-    {"append", unsafe}, {"clear", unsafe}, {"copy", d_copy}, {"count", l_count},
-    {"extend", unsafe}, {"index", l_index}, {"insert", unsafe}, {"pop", unsafe},
+    {"append", unsafe}, {"clear", unsafe},   {"copy", d_copy},   {"count", l_count},
+    {"extend", unsafe}, {"index", l_index},  {"insert", unsafe}, {"pop", unsafe},
     {"remove", unsafe}, {"reverse", unsafe}, {"sort", unsafe},
 };
 
@@ -357,14 +434,21 @@ value find_method(renderer&, const value& obj, std::string_view name) {
     method_fn fn = nullptr;
     std::string_view type;
     switch (obj.type()) {
-        case value::kind::string: fn = lookup(k_str_methods, name), type = "str"; break;
-        case value::kind::dict: fn = lookup(k_dict_methods, name), type = "dict"; break;
+        case value::kind::string:
+            fn = lookup(k_str_methods, name), type = "str";
+            break;
+        case value::kind::dict:
+            fn = lookup(k_dict_methods, name), type = "dict";
+            break;
         case value::kind::list:
             fn = obj.is_tuple() ? lookup(k_tuple_methods, name) : lookup(k_list_methods, name);
             type = obj.is_tuple() ? "tuple" : "list";
             break;
-        case value::kind::floating: fn = lookup(k_float_methods, name), type = "float"; break;
-        default: break;
+        case value::kind::floating:
+            fn = lookup(k_float_methods, name), type = "float";
+            break;
+        default:
+            break;
     }
     if (fn == nullptr) return value();
     auto c = std::make_shared<callable_data>();

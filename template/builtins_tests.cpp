@@ -21,21 +21,35 @@ const value& one_arg(std::string_view test, call_args& a) {
     return a.positional[0];
 }
 
-bool t_boolean(renderer&, const value& v, call_args&&) { return v.is_bool(); }
+bool t_boolean(renderer&, const value& v, call_args&&) {
+    return v.is_bool();
+}
 // Python's callable(): jinja2's Undefined defines __call__, so it counts.
 bool t_callable(renderer&, const value& v, call_args&&) {
     return v.is_callable() || v.is_undefined();
 }
-bool t_defined(renderer&, const value& v, call_args&&) { return !v.is_undefined(); }
-bool t_undefined(renderer&, const value& v, call_args&&) { return v.is_undefined(); }
+bool t_defined(renderer&, const value& v, call_args&&) {
+    return !v.is_undefined();
+}
+bool t_undefined(renderer&, const value& v, call_args&&) {
+    return v.is_undefined();
+}
 bool t_divisibleby(renderer& r, const value& v, call_args&& a) {
     value m = r.arith_mod(v, one_arg("divisibleby", a));
     return equals(m, value(0));
 }
-bool t_eq(renderer& r, const value& v, call_args&& a) { return r.eq(v, one_arg("eq", a)); }
-bool t_ne(renderer& r, const value& v, call_args&& a) { return !r.eq(v, one_arg("ne", a)); }
-bool t_lt(renderer& r, const value& v, call_args&& a) { return r.less(v, one_arg("lt", a)); }
-bool t_gt(renderer& r, const value& v, call_args&& a) { return r.less(one_arg("gt", a), v); }
+bool t_eq(renderer& r, const value& v, call_args&& a) {
+    return r.eq(v, one_arg("eq", a));
+}
+bool t_ne(renderer& r, const value& v, call_args&& a) {
+    return !r.eq(v, one_arg("ne", a));
+}
+bool t_lt(renderer& r, const value& v, call_args&& a) {
+    return r.less(v, one_arg("lt", a));
+}
+bool t_gt(renderer& r, const value& v, call_args&& a) {
+    return r.less(one_arg("gt", a), v);
+}
 bool t_le(renderer& r, const value& v, call_args&& a) {
     const value& o = one_arg("le", a);
     return r.less(v, o) || r.eq(v, o);
@@ -44,26 +58,42 @@ bool t_ge(renderer& r, const value& v, call_args&& a) {
     const value& o = one_arg("ge", a);
     return r.less(o, v) || r.eq(v, o);
 }
-bool t_escaped(renderer&, const value&, call_args&&) { return false; }
+bool t_escaped(renderer&, const value&, call_args&&) {
+    return false;
+}
 bool t_even(renderer& r, const value& v, call_args&&) {
     return equals(r.arith_mod(v, value(2)), value(0));
 }
 bool t_odd(renderer& r, const value& v, call_args&&) {
     return equals(r.arith_mod(v, value(2)), value(1));
 }
-bool t_false(renderer&, const value& v, call_args&&) { return v.is_bool() && !v.as_bool(); }
-bool t_true(renderer&, const value& v, call_args&&) { return v.is_bool() && v.as_bool(); }
+bool t_false(renderer&, const value& v, call_args&&) {
+    return v.is_bool() && !v.as_bool();
+}
+bool t_true(renderer&, const value& v, call_args&&) {
+    return v.is_bool() && v.as_bool();
+}
 bool t_filter(renderer&, const value& v, call_args&&) {
     return v.is_string() && find_filter(v.as_string()) != nullptr;
 }
 bool t_test(renderer&, const value& v, call_args&&) {
     return v.is_string() && find_test(v.as_string()) != nullptr;
 }
-bool t_float(renderer&, const value& v, call_args&&) { return v.is_float(); }
-bool t_integer(renderer&, const value& v, call_args&&) { return v.is_int(); }
-bool t_number(renderer&, const value& v, call_args&&) { return v.is_number(); }
-bool t_string(renderer&, const value& v, call_args&&) { return v.is_string(); }
-bool t_mapping(renderer&, const value& v, call_args&&) { return v.is_dict(); }
+bool t_float(renderer&, const value& v, call_args&&) {
+    return v.is_float();
+}
+bool t_integer(renderer&, const value& v, call_args&&) {
+    return v.is_int();
+}
+bool t_number(renderer&, const value& v, call_args&&) {
+    return v.is_number();
+}
+bool t_string(renderer&, const value& v, call_args&&) {
+    return v.is_string();
+}
+bool t_mapping(renderer&, const value& v, call_args&&) {
+    return v.is_dict();
+}
 // Undefined is iterable (empty) and a sequence (it has __len__ and __getitem__) in jinja2.
 bool t_sequence(renderer&, const value& v, call_args&&) {
     return v.is_string() || v.is_list() || v.is_dict() || v.is_undefined();
@@ -71,10 +101,18 @@ bool t_sequence(renderer&, const value& v, call_args&&) {
 bool t_iterable(renderer&, const value& v, call_args&&) {
     return v.is_string() || v.is_list() || v.is_dict() || v.is_undefined();
 }
-bool t_in(renderer& r, const value& v, call_args&& a) { return r.contains(one_arg("in", a), v); }
-bool t_lower(renderer& r, const value& v, call_args&&) { return detail::py_islower(r.str(v)); }
-bool t_upper(renderer& r, const value& v, call_args&&) { return detail::py_isupper(r.str(v)); }
-bool t_none(renderer&, const value& v, call_args&&) { return v.is_none(); }
+bool t_in(renderer& r, const value& v, call_args&& a) {
+    return r.contains(one_arg("in", a), v);
+}
+bool t_lower(renderer& r, const value& v, call_args&&) {
+    return detail::py_islower(r.str(v));
+}
+bool t_upper(renderer& r, const value& v, call_args&&) {
+    return detail::py_isupper(r.str(v));
+}
+bool t_none(renderer&, const value& v, call_args&&) {
+    return v.is_none();
+}
 // Identity: shared objects by address, scalars by type and value (Python caches small ints
 // and None/True/False; templates compare those).
 bool t_sameas(renderer& r, const value& v, call_args&& a) {
@@ -89,19 +127,45 @@ struct named_test {
 };
 
 constexpr named_test k_tests[] = {
-    {"!=", t_ne},          {"<", t_lt},           {"<=", t_le},
-    {"==", t_eq},          {">", t_gt},           {">=", t_ge},
-    {"boolean", t_boolean}, {"callable", t_callable}, {"defined", t_defined},
-    {"divisibleby", t_divisibleby}, {"eq", t_eq}, {"equalto", t_eq},
-    {"escaped", t_escaped}, {"even", t_even},     {"false", t_false},
-    {"filter", t_filter},  {"float", t_float},    {"ge", t_ge},
-    {"greaterthan", t_gt}, {"gt", t_gt},          {"in", t_in},
-    {"integer", t_integer}, {"iterable", t_iterable}, {"le", t_le},
-    {"lessthan", t_lt},    {"lower", t_lower},    {"lt", t_lt},
-    {"mapping", t_mapping}, {"ne", t_ne},         {"none", t_none},
-    {"number", t_number},  {"odd", t_odd},        {"sameas", t_sameas},
-    {"sequence", t_sequence}, {"string", t_string}, {"test", t_test},
-    {"true", t_true},      {"undefined", t_undefined}, {"upper", t_upper},
+    {"!=", t_ne},
+    {"<", t_lt},
+    {"<=", t_le},
+    {"==", t_eq},
+    {">", t_gt},
+    {">=", t_ge},
+    {"boolean", t_boolean},
+    {"callable", t_callable},
+    {"defined", t_defined},
+    {"divisibleby", t_divisibleby},
+    {"eq", t_eq},
+    {"equalto", t_eq},
+    {"escaped", t_escaped},
+    {"even", t_even},
+    {"false", t_false},
+    {"filter", t_filter},
+    {"float", t_float},
+    {"ge", t_ge},
+    {"greaterthan", t_gt},
+    {"gt", t_gt},
+    {"in", t_in},
+    {"integer", t_integer},
+    {"iterable", t_iterable},
+    {"le", t_le},
+    {"lessthan", t_lt},
+    {"lower", t_lower},
+    {"lt", t_lt},
+    {"mapping", t_mapping},
+    {"ne", t_ne},
+    {"none", t_none},
+    {"number", t_number},
+    {"odd", t_odd},
+    {"sameas", t_sameas},
+    {"sequence", t_sequence},
+    {"string", t_string},
+    {"test", t_test},
+    {"true", t_true},
+    {"undefined", t_undefined},
+    {"upper", t_upper},
 };
 
 // ---- globals --------------------------------------------------------------------------------
@@ -159,7 +223,9 @@ dict_data dict_from(renderer& r, call_args&& a, std::string_view fn) {
     return d;
 }
 
-value g_dict(renderer& r, call_args&& a) { return r.new_dict(dict_from(r, std::move(a), "dict")); }
+value g_dict(renderer& r, call_args&& a) {
+    return r.new_dict(dict_from(r, std::move(a), "dict"));
+}
 
 value g_namespace(renderer& r, call_args&& a) {
     auto n = r.new_namespace();
@@ -208,12 +274,9 @@ struct named_global {
 };
 
 constexpr named_global k_globals[] = {
-    {"dict", g_dict},
-    {"joiner", g_joiner},
-    {"namespace", g_namespace},
-    {"raise_exception", g_raise_exception},
-    {"range", g_range},
-    {"strftime_now", g_strftime_now},
+    {"dict", g_dict},           {"joiner", g_joiner},
+    {"namespace", g_namespace}, {"raise_exception", g_raise_exception},
+    {"range", g_range},         {"strftime_now", g_strftime_now},
 };
 
 }  // namespace
@@ -227,8 +290,8 @@ test_fn find_test(std::string_view name) {
 
 bool test_takes_argument(std::string_view name) {
     static constexpr std::string_view k_with_argument[] = {
-        "!=", "<", "<=", "==", ">", ">=", "divisibleby", "eq", "equalto", "ge", "greaterthan",
-        "gt", "in", "le", "lessthan", "lt", "ne", "sameas"};
+        "!=", "<",           "<=", "==", ">",  ">=",       "divisibleby", "eq", "equalto",
+        "ge", "greaterthan", "gt", "in", "le", "lessthan", "lt",          "ne", "sameas"};
     for (std::string_view n : k_with_argument) {
         if (n == name) return true;
     }

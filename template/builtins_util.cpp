@@ -65,7 +65,9 @@ std::vector<value> bind(std::string_view fn, call_args&& args,
     return out;
 }
 
-value or_default(const value& v, value dflt) { return given(v) ? v : std::move(dflt); }
+value or_default(const value& v, value dflt) {
+    return given(v) ? v : std::move(dflt);
+}
 
 value get_path(renderer& r, const value& item, const value& path) {
     if (!path.is_string()) return r.getitem(item, path);
@@ -74,7 +76,8 @@ value get_path(renderer& r, const value& item, const value& path) {
     for (;;) {
         const size_t dot = p.find('.');
         std::string_view part = p.substr(0, dot);
-        const bool digits = !part.empty() && part.find_first_not_of("0123456789") == std::string_view::npos;
+        const bool digits =
+            !part.empty() && part.find_first_not_of("0123456789") == std::string_view::npos;
         cur = digits ? r.getitem(cur, value(int64_t(std::stoll(std::string(part.substr(0, 18))))))
                      : r.getitem(cur, value(part));
         if (dot == std::string_view::npos) return cur;
@@ -91,7 +94,8 @@ std::string py_strip(std::string_view s, const value& chars, bool left, bool rig
     const bool whitespace = !chars.is_string();
     if (!whitespace) set = code_points(chars.as_string());
     auto strip_it = [&](char32_t c) {
-        return whitespace ? unicode::is_space(c) : std::find(set.begin(), set.end(), c) != set.end();
+        return whitespace ? unicode::is_space(c)
+                          : std::find(set.begin(), set.end(), c) != set.end();
     };
     std::vector<size_t> offs = unicode::code_point_offsets(s);
     size_t b = 0, e = offs.size() - 1;
@@ -115,13 +119,15 @@ std::vector<std::string> py_split(std::string_view s, const value& sep, int64_t 
         }
         if (w.empty()) return out;
         if (!from_right) {
-            for (int64_t i = 0; i < maxsplit; ++i) out.emplace_back(s.substr(w[i].first, w[i].second - w[i].first));
+            for (int64_t i = 0; i < maxsplit; ++i)
+                out.emplace_back(s.substr(w[i].first, w[i].second - w[i].first));
             std::string rest(s.substr(w[maxsplit].first));
             out.push_back(rest);
         } else {
             const size_t keep = w.size() - size_t(maxsplit);
             out.emplace_back(s.substr(0, w[keep - 1].second));
-            for (size_t i = keep; i < w.size(); ++i) out.emplace_back(s.substr(w[i].first, w[i].second - w[i].first));
+            for (size_t i = keep; i < w.size(); ++i)
+                out.emplace_back(s.substr(w[i].first, w[i].second - w[i].first));
         }
         return out;
     }
@@ -129,8 +135,8 @@ std::vector<std::string> py_split(std::string_view s, const value& sep, int64_t 
     if (d.empty()) fail("empty separator");
     std::vector<size_t> cuts;  // start offsets of separators used
     if (!from_right) {
-        for (size_t at = s.find(d); at != std::string_view::npos &&
-                                    (maxsplit < 0 || int64_t(cuts.size()) < maxsplit);
+        for (size_t at = s.find(d);
+             at != std::string_view::npos && (maxsplit < 0 || int64_t(cuts.size()) < maxsplit);
              at = s.find(d, at + d.size())) {
             cuts.push_back(at);
         }
@@ -242,7 +248,11 @@ bool cased_only(std::string_view s, bool (*wanted)(char32_t), bool (*other)(char
     return cased;
 }
 
-bool py_islower(std::string_view s) { return cased_only(s, unicode::is_lower, unicode::is_upper); }
-bool py_isupper(std::string_view s) { return cased_only(s, unicode::is_upper, unicode::is_lower); }
+bool py_islower(std::string_view s) {
+    return cased_only(s, unicode::is_lower, unicode::is_upper);
+}
+bool py_isupper(std::string_view s) {
+    return cased_only(s, unicode::is_upper, unicode::is_lower);
+}
 
 }  // namespace ordo::jinja::detail

@@ -16,7 +16,9 @@ namespace ordo::jinja::detail {
 // unknown keyword, a duplicate, or too many positional arguments.
 std::vector<value> bind(std::string_view fn, call_args&& args,
                         std::initializer_list<std::string_view> params);
-inline bool given(const value& v) { return !v.is_undefined(); }
+inline bool given(const value& v) {
+    return !v.is_undefined();
+}
 value or_default(const value& v, value dflt);
 
 // Jinja's make_attrgetter: "a.b.0" looked up with getitem part by part.

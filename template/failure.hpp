@@ -17,6 +17,8 @@ struct template_failure {
     uint32_t column = 0;
 };
 
-[[noreturn]] inline void fail(std::string message) { throw template_failure{std::move(message)}; }
+[[noreturn]] inline void fail(std::string message) {
+    throw template_failure{std::move(message)};
+}
 
 }  // namespace ordo::jinja

@@ -92,11 +92,21 @@ void write_dict(bounded_out& out, const dict_data& d) {
 
 void write_value(bounded_out& out, const value& v, bool repr) {
     switch (v.type()) {
-        case value::kind::undefined: out.append(repr ? "Undefined" : ""); return;
-        case value::kind::none: out.append("None"); return;
-        case value::kind::boolean: out.append(v.as_bool() ? "True" : "False"); return;
-        case value::kind::integer: out.append(std::to_string(v.as_int())); return;
-        case value::kind::floating: out.append(float_repr(v.as_float())); return;
+        case value::kind::undefined:
+            out.append(repr ? "Undefined" : "");
+            return;
+        case value::kind::none:
+            out.append("None");
+            return;
+        case value::kind::boolean:
+            out.append(v.as_bool() ? "True" : "False");
+            return;
+        case value::kind::integer:
+            out.append(std::to_string(v.as_int()));
+            return;
+        case value::kind::floating:
+            out.append(float_repr(v.as_float()));
+            return;
         case value::kind::string:
             out.append(repr ? string_repr(v.as_string()) : std::string_view(v.as_string()));
             return;
@@ -109,7 +119,9 @@ void write_value(bounded_out& out, const value& v, bool repr) {
                 write_items(out, v.items(), "[", "]", false);
             }
             return;
-        case value::kind::dict: write_dict(out, v.as_dict()); return;
+        case value::kind::dict:
+            write_dict(out, v.as_dict());
+            return;
         case value::kind::callable:
             if (v.as_callable().is_macro) {
                 out.append("<Macro '" + v.as_callable().name + "'>");
@@ -133,13 +145,27 @@ void json_string(std::string& out, std::string_view s, bool ensure_ascii) {
         unicode::decoded d = unicode::decode(s, i);
         const char32_t c = d.cp;
         switch (c) {
-            case '"': out += "\\\""; break;
-            case '\\': out += "\\\\"; break;
-            case '\n': out += "\\n"; break;
-            case '\r': out += "\\r"; break;
-            case '\t': out += "\\t"; break;
-            case '\b': out += "\\b"; break;
-            case '\f': out += "\\f"; break;
+            case '"':
+                out += "\\\"";
+                break;
+            case '\\':
+                out += "\\\\";
+                break;
+            case '\n':
+                out += "\\n";
+                break;
+            case '\r':
+                out += "\\r";
+                break;
+            case '\t':
+                out += "\\t";
+                break;
+            case '\b':
+                out += "\\b";
+                break;
+            case '\f':
+                out += "\\f";
+                break;
             default:
                 if (c < 0x20 || (ensure_ascii && c >= 0x7F)) {
                     if (c >= 0x10000) {  // a surrogate pair, as Python writes it
@@ -170,11 +196,16 @@ std::string json_float(double d) {
 // A dict key as json.dumps converts it: str as is; numbers, bools and None to their JSON text.
 std::string json_key(const value& k) {
     switch (k.type()) {
-        case value::kind::string: return k.as_string();
-        case value::kind::boolean: return k.as_bool() ? "true" : "false";
-        case value::kind::integer: return std::to_string(k.as_int());
-        case value::kind::floating: return json_float(k.as_float());
-        case value::kind::none: return "null";
+        case value::kind::string:
+            return k.as_string();
+        case value::kind::boolean:
+            return k.as_bool() ? "true" : "false";
+        case value::kind::integer:
+            return std::to_string(k.as_int());
+        case value::kind::floating:
+            return json_float(k.as_float());
+        case value::kind::none:
+            return "null";
         default:
             fail("keys must be str, int, float, bool or None, not " + std::string(type_name(k)));
     }
@@ -230,20 +261,25 @@ void write_json_dict(bounded_out& out, const dict_data& d, const json_options& o
 
 void write_json(bounded_out& out, const value& v, const json_options& opt, int level) {
     switch (v.type()) {
-        case value::kind::none: return out.append("null");
-        case value::kind::boolean: return out.append(v.as_bool() ? "true" : "false");
-        case value::kind::integer: return out.append(std::to_string(v.as_int()));
-        case value::kind::floating: return out.append(json_float(v.as_float()));
+        case value::kind::none:
+            return out.append("null");
+        case value::kind::boolean:
+            return out.append(v.as_bool() ? "true" : "false");
+        case value::kind::integer:
+            return out.append(std::to_string(v.as_int()));
+        case value::kind::floating:
+            return out.append(json_float(v.as_float()));
         case value::kind::string: {
             std::string s;
             json_string(s, v.as_string(), opt.ensure_ascii);
             return out.append(s);
         }
-        case value::kind::list: return write_json_list(out, v.items(), opt, level);
-        case value::kind::dict: return write_json_dict(out, v.as_dict(), opt, level);
+        case value::kind::list:
+            return write_json_list(out, v.items(), opt, level);
+        case value::kind::dict:
+            return write_json_dict(out, v.as_dict(), opt, level);
         default:
-            fail("Object of type " +
-                 std::string(v.is_undefined() ? "Undefined" : type_name(v)) +
+            fail("Object of type " + std::string(v.is_undefined() ? "Undefined" : type_name(v)) +
                  " is not JSON serializable");
     }
 }
@@ -291,7 +327,10 @@ std::string c_format_int(int64_t v, const spec_flags& f, char conv) {
         // Python formats the magnitude with a sign, C formats two's complement.
         std::string digits;
         const uint64_t mag = v < 0 ? uint64_t(0) - uint64_t(v) : uint64_t(v);
-        std::snprintf(buf, sizeof buf, conv == 'x' ? "%llx" : conv == 'X' ? "%llX" : "%llo",
+        std::snprintf(buf, sizeof buf,
+                      conv == 'x'   ? "%llx"
+                      : conv == 'X' ? "%llX"
+                                    : "%llo",
                       (unsigned long long)mag);
         digits = buf;
         if (f.precision > int(digits.size())) digits.insert(0, f.precision - digits.size(), '0');
@@ -401,16 +440,21 @@ std::string apply_width(std::string sign, std::string body, const brace_spec& b,
         return s;
     };
     switch (align) {
-        case '<': return sign + body + rep(total);
-        case '^': return rep(total / 2) + sign + body + rep(total - total / 2);
-        case '=': return sign + rep(total) + body;
-        default: return rep(total) + sign + body;
+        case '<':
+            return sign + body + rep(total);
+        case '^':
+            return rep(total / 2) + sign + body + rep(total - total / 2);
+        case '=':
+            return sign + rep(total) + body;
+        default:
+            return rep(total) + sign + body;
     }
 }
 
 std::string format_number(const value& v, const brace_spec& b) {
     char type = b.type;
-    const bool as_float = v.is_float() || std::string_view("eEfFgG%").find(type) != std::string_view::npos;
+    const bool as_float =
+        v.is_float() || std::string_view("eEfFgG%").find(type) != std::string_view::npos;
     if (as_float && type != 0 && std::string_view("eEfFgG%").find(type) == std::string_view::npos) {
         fail("Unknown format code '" + std::string(1, type) + "' for object of type 'float'");
     }
@@ -422,10 +466,20 @@ std::string format_number(const value& v, const brace_spec& b) {
         const uint64_t mag = negative ? uint64_t(0) - uint64_t(n) : uint64_t(n);
         char buf[80];
         switch (type) {
-            case 0: case 'd': case 'n': std::snprintf(buf, sizeof buf, "%llu", (unsigned long long)mag); break;
-            case 'x': std::snprintf(buf, sizeof buf, "%llx", (unsigned long long)mag); break;
-            case 'X': std::snprintf(buf, sizeof buf, "%llX", (unsigned long long)mag); break;
-            case 'o': std::snprintf(buf, sizeof buf, "%llo", (unsigned long long)mag); break;
+            case 0:
+            case 'd':
+            case 'n':
+                std::snprintf(buf, sizeof buf, "%llu", (unsigned long long)mag);
+                break;
+            case 'x':
+                std::snprintf(buf, sizeof buf, "%llx", (unsigned long long)mag);
+                break;
+            case 'X':
+                std::snprintf(buf, sizeof buf, "%llX", (unsigned long long)mag);
+                break;
+            case 'o':
+                std::snprintf(buf, sizeof buf, "%llo", (unsigned long long)mag);
+                break;
             case 'b': {
                 std::string bits;
                 for (uint64_t m = mag; m; m >>= 1) bits.insert(bits.begin(), char('0' + (m & 1)));
@@ -598,7 +652,8 @@ std::string percent_format(std::string_view fmt, const value& args, const format
             if (close == std::string_view::npos) fail("incomplete format key");
             if (mapping == nullptr) fail("format requires a mapping");
             const value* found = mapping->find(fmt.substr(i + 1, close - i - 1));
-            if (found == nullptr) fail("KeyError: '" + std::string(fmt.substr(i + 1, close - i - 1)) + "'");
+            if (found == nullptr)
+                fail("KeyError: '" + std::string(fmt.substr(i + 1, close - i - 1)) + "'");
             arg = found;
             used_mapping = true;
             i = close + 1;
@@ -606,12 +661,18 @@ std::string percent_format(std::string_view fmt, const value& args, const format
         spec_flags f;
         for (; i < fmt.size(); ++i) {
             const char c = fmt[i];
-            if (c == '-') f.left = true;
-            else if (c == '+') f.plus = true;
-            else if (c == ' ') f.space = true;
-            else if (c == '#') f.alt = true;
-            else if (c == '0') f.zero = true;
-            else break;
+            if (c == '-')
+                f.left = true;
+            else if (c == '+')
+                f.plus = true;
+            else if (c == ' ')
+                f.space = true;
+            else if (c == '#')
+                f.alt = true;
+            else if (c == '0')
+                f.zero = true;
+            else
+                break;
         }
         if (i < fmt.size() && fmt[i] == '*') {
             ++i;
@@ -635,7 +696,9 @@ std::string percent_format(std::string_view fmt, const value& args, const format
         }
         const value& a = arg ? *arg : next_arg();
         switch (conv) {
-            case 's': case 'r': case 'a': {
+            case 's':
+            case 'r':
+            case 'a': {
                 std::string s = conv == 's' ? to_str(a, lim) : to_repr(a, lim);
                 if (f.precision >= 0) {
                     auto offs = unicode::code_point_offsets(s);
@@ -644,17 +707,28 @@ std::string percent_format(std::string_view fmt, const value& args, const format
                 out.append(pad(s, std::max(f.width, 0), f.left));
                 break;
             }
-            case 'd': case 'i': case 'u': case 'x': case 'X': case 'o':
+            case 'd':
+            case 'i':
+            case 'u':
+            case 'x':
+            case 'X':
+            case 'o':
                 out.append(c_format_int(to_int_for_format(a, conv), f, conv));
                 break;
-            case 'e': case 'E': case 'f': case 'F': case 'g': case 'G':
+            case 'e':
+            case 'E':
+            case 'f':
+            case 'F':
+            case 'g':
+            case 'G':
                 if (!a.is_number()) fail("must be real number, not " + std::string(type_name(a)));
                 out.append(c_format_float(a.float_of(), f, conv));
                 break;
             case 'c': {
                 std::string s;
                 if (a.is_int()) {
-                    if (a.as_int() < 0 || a.as_int() > 0x10FFFF) fail("%c arg not in range(0x110000)");
+                    if (a.as_int() < 0 || a.as_int() > 0x10FFFF)
+                        fail("%c arg not in range(0x110000)");
                     unicode::append_utf8(s, char32_t(a.as_int()));
                 } else if (a.is_string() && unicode::count_code_points(a.as_string()) == 1) {
                     s = a.as_string();
@@ -720,7 +794,8 @@ std::string brace_format(std::string_view fmt, const call_args& args, const form
         const size_t close = fmt.find('}', i);
         if (close == std::string_view::npos) fail("Single '{' encountered in format string");
         std::string_view field = fmt.substr(i + 1, close - i - 1);
-        if (field.find('{') != std::string_view::npos) fail("nested format fields are not supported");
+        if (field.find('{') != std::string_view::npos)
+            fail("nested format fields are not supported");
         i = close + 1;
         std::string_view spec, conv;
         if (size_t colon = field.find(':'); colon != std::string_view::npos) {
@@ -733,19 +808,26 @@ std::string brace_format(std::string_view fmt, const call_args& args, const form
         }
         const size_t name_end = field.find_first_of(".[");
         std::string_view name = field.substr(0, name_end);
-        if (name_end != std::string_view::npos) fail("attribute and index access in format fields are not supported");
+        if (name_end != std::string_view::npos)
+            fail("attribute and index access in format fields are not supported");
         const value* arg = nullptr;
         if (name.empty()) {
-            if (manual) fail("cannot switch from manual field specification to automatic field numbering");
+            if (manual)
+                fail("cannot switch from manual field specification to automatic field numbering");
             automatic = true;
-            if (auto_index >= args.positional.size()) fail("Replacement index " + std::to_string(auto_index) + " out of range for positional args tuple");
+            if (auto_index >= args.positional.size())
+                fail("Replacement index " + std::to_string(auto_index) +
+                     " out of range for positional args tuple");
             arg = &args.positional[auto_index++];
         } else if (name.find_first_not_of("0123456789") == std::string_view::npos) {
-            if (automatic) fail("cannot switch from automatic field numbering to manual field specification");
+            if (automatic)
+                fail("cannot switch from automatic field numbering to manual field specification");
             manual = true;
             size_t k = 0;
             const int idx = read_number(name, k);
-            if (size_t(idx) >= args.positional.size()) fail("Replacement index " + std::to_string(idx) + " out of range for positional args tuple");
+            if (size_t(idx) >= args.positional.size())
+                fail("Replacement index " + std::to_string(idx) +
+                     " out of range for positional args tuple");
             arg = &args.positional[idx];
         } else {
             for (const auto& [k, v] : args.keyword) {

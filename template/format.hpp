@@ -22,8 +22,8 @@ struct format_limits {
     uint32_t depth_max;
 };
 
-std::string float_repr(double d);                    // Python repr(float): 1.0, 1e-05, inf
-std::string string_repr(std::string_view s);         // Python repr(str): 'a', "it's", '\n'
+std::string float_repr(double d);             // Python repr(float): 1.0, 1e-05, inf
+std::string string_repr(std::string_view s);  // Python repr(str): 'a', "it's", '\n'
 std::string to_str(const value& v, const format_limits& lim);   // Python str()
 std::string to_repr(const value& v, const format_limits& lim);  // Python repr()
 

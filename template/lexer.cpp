@@ -15,9 +15,15 @@ namespace ordo::jinja {
 
 namespace {
 
-bool is_digit(char c) { return c >= '0' && c <= '9'; }
-bool is_name_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
-bool is_name_char(char c) { return is_name_start(c) || is_digit(c); }
+bool is_digit(char c) {
+    return c >= '0' && c <= '9';
+}
+bool is_name_start(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+}
+bool is_name_char(char c) {
+    return is_name_start(c) || is_digit(c);
+}
 
 // "\r\n" and "\r" -> "\n"; one trailing newline dropped (keep_trailing_newline=False).
 std::string normalise(std::string_view src) {
@@ -178,7 +184,8 @@ private:
         emit_data(_pos, trim_before(text, sign, true));
         _line_starting = body > 0 && _src[body - 1] == '\n';
         (void)end_sign;
-        for (size_t at = _src.find("{%", body); at != std::string::npos; at = _src.find("{%", at + 1)) {
+        for (size_t at = _src.find("{%", body); at != std::string::npos;
+             at = _src.find("{%", at + 1)) {
             size_t r = at + 2;
             const char s2 = (r < _src.size() && (_src[r] == '-' || _src[r] == '+')) ? _src[r] : 0;
             if (s2) ++r;
@@ -379,27 +386,54 @@ private:
     size_t decode_escape(size_t i, std::string& out) const {
         const char e = _src[i + 1];
         switch (e) {
-            case '\n': return i + 2;  // line continuation
-            case '\\': out += '\\'; return i + 2;
-            case '\'': out += '\''; return i + 2;
-            case '"': out += '"'; return i + 2;
-            case 'a': out += '\a'; return i + 2;
-            case 'b': out += '\b'; return i + 2;
-            case 'f': out += '\f'; return i + 2;
-            case 'n': out += '\n'; return i + 2;
-            case 'r': out += '\r'; return i + 2;
-            case 't': out += '\t'; return i + 2;
-            case 'v': out += '\v'; return i + 2;
-            case 'x': return hex_escape(i, 2, out);
-            case 'u': return hex_escape(i, 4, out);
-            case 'U': return hex_escape(i, 8, out);
-            case 'N': fail_at(i, "\\N{...} escapes are not supported");
-            default: break;
+            case '\n':
+                return i + 2;  // line continuation
+            case '\\':
+                out += '\\';
+                return i + 2;
+            case '\'':
+                out += '\'';
+                return i + 2;
+            case '"':
+                out += '"';
+                return i + 2;
+            case 'a':
+                out += '\a';
+                return i + 2;
+            case 'b':
+                out += '\b';
+                return i + 2;
+            case 'f':
+                out += '\f';
+                return i + 2;
+            case 'n':
+                out += '\n';
+                return i + 2;
+            case 'r':
+                out += '\r';
+                return i + 2;
+            case 't':
+                out += '\t';
+                return i + 2;
+            case 'v':
+                out += '\v';
+                return i + 2;
+            case 'x':
+                return hex_escape(i, 2, out);
+            case 'u':
+                return hex_escape(i, 4, out);
+            case 'U':
+                return hex_escape(i, 8, out);
+            case 'N':
+                fail_at(i, "\\N{...} escapes are not supported");
+            default:
+                break;
         }
         if (e >= '0' && e <= '7') {
             size_t j = i + 1;
             char32_t v = 0;
-            for (int k = 0; k < 3 && j < _src.size() && _src[j] >= '0' && _src[j] <= '7'; ++k, ++j) {
+            for (int k = 0; k < 3 && j < _src.size() && _src[j] >= '0' && _src[j] <= '7';
+                 ++k, ++j) {
                 v = v * 8 + char32_t(_src[j] - '0');
             }
             unicode::append_utf8(out, v);
@@ -433,6 +467,8 @@ private:
 
 }  // namespace
 
-std::vector<token> tokenize(std::string_view source) { return lexer(normalise(source)).run(); }
+std::vector<token> tokenize(std::string_view source) {
+    return lexer(normalise(source)).run();
+}
 
 }  // namespace ordo::jinja

@@ -22,25 +22,35 @@ bool contains(const names& v, std::string_view s) {
 
 std::string describe(const token& t) {
     switch (t.type) {
-        case tok::data: return "template data";
-        case tok::var_begin: return "'{{'";
-        case tok::var_end: return "end of print statement";
-        case tok::block_begin: return "'{%'";
-        case tok::block_end: return "end of statement block";
-        case tok::name: return "'" + t.text + "'";
-        case tok::string: return "string";
-        case tok::integer: return "integer";
-        case tok::floating: return "float";
-        case tok::op: return "'" + t.text + "'";
-        case tok::eof: return "end of template";
+        case tok::data:
+            return "template data";
+        case tok::var_begin:
+            return "'{{'";
+        case tok::var_end:
+            return "end of print statement";
+        case tok::block_begin:
+            return "'{%'";
+        case tok::block_end:
+            return "end of statement block";
+        case tok::name:
+            return "'" + t.text + "'";
+        case tok::string:
+            return "string";
+        case tok::integer:
+            return "integer";
+        case tok::floating:
+            return "float";
+        case tok::op:
+            return "'" + t.text + "'";
+        case tok::eof:
+            return "end of template";
     }
     return "token";
 }
 
 class parser {
 public:
-    parser(std::vector<token> tokens, const limits& bounds)
-        : _t(std::move(tokens)), _lim(bounds) {}
+    parser(std::vector<token> tokens, const limits& bounds) : _t(std::move(tokens)), _lim(bounds) {}
 
     parsed run() {
         parsed p;
@@ -187,7 +197,8 @@ private:
                     }
                     error("unexpected end of template: looking for " + list);
                 }
-                default: error("unexpected " + describe(t));
+                default:
+                    error("unexpected " + describe(t));
             }
         }
     }
@@ -616,7 +627,8 @@ private:
                 if (t.text == "[") return parse_list(at);
                 if (t.text == "{") return parse_dict(at);
                 break;
-            default: break;
+            default:
+                break;
         }
         error("unexpected " + describe(t));
     }

@@ -19,8 +19,8 @@ constexpr size_t k_items_per_step = 16;
 constexpr uint64_t k_loop_object_steps = 8;
 
 [[noreturn]] void type_error(const std::string& op, const value& a, const value& b) {
-    fail("unsupported operand type(s) for " + op + ": '" + std::string(type_name(a)) +
-         "' and '" + std::string(type_name(b)) + "'");
+    fail("unsupported operand type(s) for " + op + ": '" + std::string(type_name(a)) + "' and '" +
+         std::string(type_name(b)) + "'");
 }
 
 [[noreturn]] void overflow() {
@@ -300,7 +300,9 @@ renderer::flow renderer::exec(const stmt& s, const scope_ptr& sc) {
 
 renderer::flow renderer::exec_stmt(const stmt& s, const scope_ptr& sc) {
     switch (s.kind) {
-        case stmt_kind::text: emit(s.text); break;
+        case stmt_kind::text:
+            emit(s.text);
+            break;
         case stmt_kind::output: {
             value v = eval(*s.expression, sc);
             if (v.is_string()) {
@@ -315,8 +317,12 @@ renderer::flow renderer::exec_stmt(const stmt& s, const scope_ptr& sc) {
                 if (truthy(eval(*s.conds[i], sc))) return exec_body(s.bodies[i], sc);
             }
             return exec_body(s.else_body, sc);
-        case stmt_kind::for_: exec_for(s, sc); break;
-        case stmt_kind::set: assign(s.set_target, eval(*s.expression, sc), sc); break;
+        case stmt_kind::for_:
+            exec_for(s, sc);
+            break;
+        case stmt_kind::set:
+            assign(s.set_target, eval(*s.expression, sc), sc);
+            break;
         case stmt_kind::set_block: {
             value v = new_string(capture(s.bodies[0], std::make_shared<scope>(scope{sc, {}})));
             if (s.expression) {
@@ -326,7 +332,9 @@ renderer::flow renderer::exec_stmt(const stmt& s, const scope_ptr& sc) {
             assign(s.set_target, std::move(v), sc);
             break;
         }
-        case stmt_kind::macro: sc->set(s.macro->name, define_macro(s.macro, sc)); break;
+        case stmt_kind::macro:
+            sc->set(s.macro->name, define_macro(s.macro, sc));
+            break;
         case stmt_kind::call_block: {
             const expr& call = *s.expression;
             value callee = eval(*call.items[0], sc);
@@ -344,8 +352,10 @@ renderer::flow renderer::exec_stmt(const stmt& s, const scope_ptr& sc) {
             for (const auto& [t, e] : s.assignments) assign(t, eval(*e, sc), inner);
             return exec_body(s.bodies[0], inner);
         }
-        case stmt_kind::break_: return flow::brk;
-        case stmt_kind::continue_: return flow::cont;
+        case stmt_kind::break_:
+            return flow::brk;
+        case stmt_kind::continue_:
+            return flow::cont;
     }
     return flow::normal;
 }
@@ -355,8 +365,7 @@ void renderer::exec_for(const stmt& s, const scope_ptr& sc) {
     run_loop(s, std::move(items), sc, 1);
 }
 
-void renderer::run_loop(const stmt& s, std::vector<value> items, const scope_ptr& sc,
-                        int depth) {
+void renderer::run_loop(const stmt& s, std::vector<value> items, const scope_ptr& sc, int depth) {
     if (s.loop_filter) {  // `for x in xs if cond`: filtered before loop.* counts anything
         std::vector<value> kept;
         for (auto& item : items) {
@@ -491,7 +500,9 @@ value renderer::define_macro(const std::shared_ptr<macro_def>& m, const scope_pt
     auto c = std::make_shared<callable_data>();
     c->name = m->name;
     c->is_macro = true;
-    c->fn = [m, sc](renderer& r, call_args&& args) { return r.call_macro(*m, sc, std::move(args)); };
+    c->fn = [m, sc](renderer& r, call_args&& args) {
+        return r.call_macro(*m, sc, std::move(args));
+    };
     return value::callable(c);
 }
 
@@ -511,7 +522,8 @@ value renderer::call_macro(const macro_def& m, const scope_ptr& closure, call_ar
         size_t i = 0;
         while (i < n && m.params[i].name != k) ++i;
         if (i < n) {
-            if (bound[i]) fail("macro '" + m.name + "' got multiple values for argument '" + k + "'");
+            if (bound[i])
+                fail("macro '" + m.name + "' got multiple values for argument '" + k + "'");
             sc->set(k, std::move(v));
             bound[i] = true;
         } else if (k == "caller" && m.uses_caller) {
@@ -574,8 +586,10 @@ call_args renderer::eval_args(const call_syntax& a, const scope_ptr& sc) {
 
 value renderer::eval_node(const expr& e, const scope_ptr& sc) {
     switch (e.kind) {
-        case expr_kind::literal: return e.literal;
-        case expr_kind::name: return lookup(e.name, sc);
+        case expr_kind::literal:
+            return e.literal;
+        case expr_kind::name:
+            return lookup(e.name, sc);
         case expr_kind::list:
         case expr_kind::tuple: {
             std::vector<value> items;
@@ -608,15 +622,20 @@ value renderer::eval_node(const expr& e, const scope_ptr& sc) {
             if (e.name == "or") return truthy(l) ? l : eval(*e.items[1], sc);
             return arith(e.name, l, eval(*e.items[1], sc));
         }
-        case expr_kind::compare: return eval_compare(e, sc);
+        case expr_kind::compare:
+            return eval_compare(e, sc);
         case expr_kind::cond:
             if (truthy(eval(*e.items[1], sc))) return eval(*e.items[0], sc);
             if (e.items[2]) return eval(*e.items[2], sc);
-            return value::undefined("the inline if-expression evaluated to false and no else "
-                                    "section was defined");
-        case expr_kind::getattr: return getattr(eval(*e.items[0], sc), e.name);
-        case expr_kind::getitem: return getitem(eval(*e.items[0], sc), eval(*e.items[1], sc));
-        case expr_kind::slice: return eval_slice(e, sc);
+            return value::undefined(
+                "the inline if-expression evaluated to false and no else "
+                "section was defined");
+        case expr_kind::getattr:
+            return getattr(eval(*e.items[0], sc), e.name);
+        case expr_kind::getitem:
+            return getitem(eval(*e.items[0], sc), eval(*e.items[1], sc));
+        case expr_kind::slice:
+            return eval_slice(e, sc);
         case expr_kind::call: {
             value callee = eval(*e.items[0], sc);
             return call(callee, eval_args(e.args, sc));
@@ -694,7 +713,8 @@ value renderer::call(const value& callee, call_args&& args) {
 
 value renderer::getattr(const value& obj, std::string_view name) {
     switch (obj.type()) {
-        case value::kind::undefined: fail_undefined(obj);
+        case value::kind::undefined:
+            fail_undefined(obj);
         case value::kind::ns: {
             const value* v = obj.as_namespace()->attrs.find(name);
             if (v) return *v;
@@ -740,7 +760,8 @@ value renderer::getattr(const value& obj, std::string_view name) {
 
 value renderer::getitem(const value& obj, const value& key) {
     switch (obj.type()) {
-        case value::kind::undefined: fail_undefined(obj);
+        case value::kind::undefined:
+            fail_undefined(obj);
         case value::kind::dict:
             if (key.is_list() && !key.is_tuple()) break;
             if (key.is_dict()) break;
@@ -770,7 +791,8 @@ value renderer::getitem(const value& obj, const value& key) {
                 return value::undefined("string index out of range");
             }
             break;
-        default: break;
+        default:
+            break;
     }
     if (key.is_string()) return getattr(obj, key.as_string());
     return value::undefined("'" + std::string(type_name(obj)) + " object' has no item " +
@@ -779,7 +801,8 @@ value renderer::getitem(const value& obj, const value& key) {
 
 std::vector<value> renderer::iterate(const value& v) {
     switch (v.type()) {
-        case value::kind::undefined: return {};
+        case value::kind::undefined:
+            return {};
         case value::kind::list:
             charge(v.items().size() / k_items_per_step);
             return v.items();
@@ -801,7 +824,8 @@ std::vector<value> renderer::iterate(const value& v) {
             charge(out.size() / k_items_per_step);
             return out;
         }
-        default: fail("'" + std::string(type_name(v)) + "' object is not iterable");
+        default:
+            fail("'" + std::string(type_name(v)) + "' object is not iterable");
     }
 }
 
@@ -955,7 +979,8 @@ bool renderer::less(const value& a, const value& b) {
 
 bool renderer::contains(const value& container, const value& item) {
     switch (container.type()) {
-        case value::kind::undefined: return false;
+        case value::kind::undefined:
+            return false;
         case value::kind::string:
             if (!item.is_string()) {
                 fail("'in <string>' requires string as left operand, not " +

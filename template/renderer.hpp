@@ -86,8 +86,8 @@ private:
     void run_loop(const stmt& s, std::vector<value> items, const scope_ptr& sc, int depth);
     struct loop_state;
     std::shared_ptr<loop_state> new_loop_state();
-    value loop_object(const stmt& s, const std::vector<value>& items, size_t i,
-                      const scope_ptr& sc, int depth, loop_state& state);
+    value loop_object(const stmt& s, const std::vector<value>& items, size_t i, const scope_ptr& sc,
+                      int depth, loop_state& state);
     void assign(const target& t, value v, const scope_ptr& sc);
     value define_macro(const std::shared_ptr<macro_def>& m, const scope_ptr& sc);
     value call_macro(const macro_def& m, const scope_ptr& closure, call_args&& args);

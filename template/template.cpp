@@ -43,8 +43,7 @@ result<chat_template> chat_template::parse(std::string_view source, const limits
     }
 }
 
-result<std::string> chat_template::render(const variables& vars,
-                                          const render_options& opt) const {
+result<std::string> chat_template::render(const variables& vars, const render_options& opt) const {
     if (!_tree) return make_error(std::string(k_template_error), "no template parsed");
     try {
         renderer r(vars, opt);

@@ -56,7 +56,9 @@ void append_mapped(std::string& out, char32_t cp, const case_run (&runs)[R],
     append_utf8(out, cp);
 }
 
-bool is_case_ignorable(char32_t cp) { return in_ranges(k_case_ignorable, cp); }
+bool is_case_ignorable(char32_t cp) {
+    return in_ranges(k_case_ignorable, cp);
+}
 
 // Python's lower() maps U+03A3 (capital sigma) to the final form when it ends a word: a cased
 // letter precedes it and none follows (case-ignorable characters skipped both ways).
@@ -151,21 +153,49 @@ std::vector<size_t> code_point_offsets(std::string_view s) {
     return out;
 }
 
-bool is_space(char32_t cp) { return in_ranges(k_space, cp); }
-bool is_printable(char32_t cp) { return in_ranges(k_printable, cp); }
-bool is_alpha(char32_t cp) { return in_ranges(k_alpha, cp); }
-bool is_alnum(char32_t cp) { return in_ranges(k_alnum, cp); }
-bool is_decimal(char32_t cp) { return in_ranges(k_decimal, cp); }
-bool is_digit(char32_t cp) { return in_ranges(k_digit, cp); }
-bool is_cased(char32_t cp) { return in_ranges(k_cased, cp); }
-bool is_upper(char32_t cp) { return in_ranges(k_uppercase, cp); }
-bool is_title(char32_t cp) { return in_ranges(k_titlecase, cp); }
-bool is_lower(char32_t cp) { return is_cased(cp) && !is_upper(cp) && !is_title(cp); }
-bool is_word(char32_t cp) { return cp == '_' || is_alnum(cp); }
+bool is_space(char32_t cp) {
+    return in_ranges(k_space, cp);
+}
+bool is_printable(char32_t cp) {
+    return in_ranges(k_printable, cp);
+}
+bool is_alpha(char32_t cp) {
+    return in_ranges(k_alpha, cp);
+}
+bool is_alnum(char32_t cp) {
+    return in_ranges(k_alnum, cp);
+}
+bool is_decimal(char32_t cp) {
+    return in_ranges(k_decimal, cp);
+}
+bool is_digit(char32_t cp) {
+    return in_ranges(k_digit, cp);
+}
+bool is_cased(char32_t cp) {
+    return in_ranges(k_cased, cp);
+}
+bool is_upper(char32_t cp) {
+    return in_ranges(k_uppercase, cp);
+}
+bool is_title(char32_t cp) {
+    return in_ranges(k_titlecase, cp);
+}
+bool is_lower(char32_t cp) {
+    return is_cased(cp) && !is_upper(cp) && !is_title(cp);
+}
+bool is_word(char32_t cp) {
+    return cp == '_' || is_alnum(cp);
+}
 
-void append_upper(std::string& out, char32_t cp) { append_mapped(out, cp, k_upper_runs, k_upper_multi); }
-void append_lower(std::string& out, char32_t cp) { append_mapped(out, cp, k_lower_runs, k_lower_multi); }
-void append_title(std::string& out, char32_t cp) { append_mapped(out, cp, k_title_runs, k_title_multi); }
+void append_upper(std::string& out, char32_t cp) {
+    append_mapped(out, cp, k_upper_runs, k_upper_multi);
+}
+void append_lower(std::string& out, char32_t cp) {
+    append_mapped(out, cp, k_lower_runs, k_lower_multi);
+}
+void append_title(std::string& out, char32_t cp) {
+    append_mapped(out, cp, k_title_runs, k_title_multi);
+}
 
 namespace {
 
@@ -181,7 +211,9 @@ std::string map_code_points(std::string_view s, F&& fn) {
 
 }  // namespace
 
-std::string lower(std::string_view s) { return map_code_points(s, lower_at); }
+std::string lower(std::string_view s) {
+    return map_code_points(s, lower_at);
+}
 
 std::string upper(std::string_view s) {
     return map_code_points(s, [](std::string& out, const std::vector<char32_t>& cps, size_t i) {

@@ -53,7 +53,8 @@ value value::undefined(std::string hint) {
 value value::sequence(std::vector<value> items, bool tuple) {
     uint32_t depth = 0;
     for (const value& v : items) depth = std::max(depth, v.depth());
-    return value(std::make_shared<const list_data>(list_data{std::move(items), tuple, depth + 1, {}, {}}));
+    return value(
+        std::make_shared<const list_data>(list_data{std::move(items), tuple, depth + 1, {}, {}}));
 }
 
 value value::named_tuple(std::string type, std::vector<std::string> fields,
@@ -65,8 +66,12 @@ value value::named_tuple(std::string type, std::vector<std::string> fields,
     return v;
 }
 
-value value::list(std::vector<value> items) { return sequence(std::move(items), false); }
-value value::tuple(std::vector<value> items) { return sequence(std::move(items), true); }
+value value::list(std::vector<value> items) {
+    return sequence(std::move(items), false);
+}
+value value::tuple(std::vector<value> items) {
+    return sequence(std::move(items), true);
+}
 
 value value::dict(dict_data d) {
     uint32_t depth = 0;
@@ -95,12 +100,18 @@ const std::string& value::undefined_hint() const {
 
 const void* value::identity() const {
     switch (type()) {
-        case kind::string: return std::get<str_ptr>(_v).get();
-        case kind::list: return std::get<list_ptr>(_v).get();
-        case kind::dict: return std::get<dict_ptr>(_v).get();
-        case kind::callable: return std::get<call_ptr>(_v).get();
-        case kind::ns: return std::get<ns_ptr>(_v).get();
-        default: return nullptr;
+        case kind::string:
+            return std::get<str_ptr>(_v).get();
+        case kind::list:
+            return std::get<list_ptr>(_v).get();
+        case kind::dict:
+            return std::get<dict_ptr>(_v).get();
+        case kind::callable:
+            return std::get<call_ptr>(_v).get();
+        case kind::ns:
+            return std::get<ns_ptr>(_v).get();
+        default:
+            return nullptr;
     }
 }
 
@@ -122,8 +133,10 @@ bool equals_within(const value& a, const value& b, uint64_t& budget) {
     }
     switch (a.type()) {
         case value::kind::undefined:
-        case value::kind::none: return true;
-        case value::kind::string: return a.as_string() == b.as_string();
+        case value::kind::none:
+            return true;
+        case value::kind::string:
+            return a.as_string() == b.as_string();
         case value::kind::list: {
             if (a.is_tuple() != b.is_tuple()) return false;
             const auto& x = a.items();
@@ -143,36 +156,55 @@ bool equals_within(const value& a, const value& b, uint64_t& budget) {
             }
             return true;
         }
-        default: return a.identity() == b.identity();
+        default:
+            return a.identity() == b.identity();
     }
 }
 
 bool truthy(const value& v) {
     switch (v.type()) {
         case value::kind::undefined:
-        case value::kind::none: return false;
-        case value::kind::boolean: return v.as_bool();
-        case value::kind::integer: return v.as_int() != 0;
-        case value::kind::floating: return v.as_float() != 0.0;
-        case value::kind::string: return !v.as_string().empty();
-        case value::kind::list: return !v.items().empty();
-        case value::kind::dict: return !v.as_dict().entries.empty();
-        default: return true;
+        case value::kind::none:
+            return false;
+        case value::kind::boolean:
+            return v.as_bool();
+        case value::kind::integer:
+            return v.as_int() != 0;
+        case value::kind::floating:
+            return v.as_float() != 0.0;
+        case value::kind::string:
+            return !v.as_string().empty();
+        case value::kind::list:
+            return !v.items().empty();
+        case value::kind::dict:
+            return !v.as_dict().entries.empty();
+        default:
+            return true;
     }
 }
 
 std::string_view type_name(const value& v) {
     switch (v.type()) {
-        case value::kind::undefined: return "undefined";
-        case value::kind::none: return "NoneType";
-        case value::kind::boolean: return "bool";
-        case value::kind::integer: return "int";
-        case value::kind::floating: return "float";
-        case value::kind::string: return "str";
-        case value::kind::list: return v.is_tuple() ? "tuple" : "list";
-        case value::kind::dict: return "dict";
-        case value::kind::callable: return v.as_callable().is_macro ? "Macro" : "function";
-        case value::kind::ns: return "Namespace";
+        case value::kind::undefined:
+            return "undefined";
+        case value::kind::none:
+            return "NoneType";
+        case value::kind::boolean:
+            return "bool";
+        case value::kind::integer:
+            return "int";
+        case value::kind::floating:
+            return "float";
+        case value::kind::string:
+            return "str";
+        case value::kind::list:
+            return v.is_tuple() ? "tuple" : "list";
+        case value::kind::dict:
+            return "dict";
+        case value::kind::callable:
+            return v.as_callable().is_macro ? "Macro" : "function";
+        case value::kind::ns:
+            return "Namespace";
     }
     return "object";
 }

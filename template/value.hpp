@@ -73,7 +73,16 @@ struct namespace_data {
 class value {
 public:
     enum class kind : uint8_t {
-        undefined, none, boolean, integer, floating, string, list, dict, callable, ns
+        undefined,
+        none,
+        boolean,
+        integer,
+        floating,
+        string,
+        list,
+        dict,
+        callable,
+        ns
     };
 
     value() : _v(undefined_t{}) {}  // undefined without a hint
@@ -88,7 +97,8 @@ public:
     value(const char* s) : value(std::string(s)) {}
     static value list(std::vector<value> items);
     static value tuple(std::vector<value> items);
-    // A tuple whose items are also attributes: named_tuple("_GroupTuple", {"grouper", "list"}, ...).
+    // A tuple whose items are also attributes: named_tuple("_GroupTuple", {"grouper", "list"},
+    // ...).
     static value named_tuple(std::string type, std::vector<std::string> fields,
                              std::vector<value> items);
     static value dict(dict_data d);
@@ -151,8 +161,8 @@ private:
     explicit value(ns_ptr n) : _v(std::move(n)) {}
 
     // The order is kind's order.
-    std::variant<undefined_t, none_t, bool, int64_t, double, str_ptr, list_ptr, dict_ptr,
-                 call_ptr, ns_ptr>
+    std::variant<undefined_t, none_t, bool, int64_t, double, str_ptr, list_ptr, dict_ptr, call_ptr,
+                 ns_ptr>
         _v;
 };
 

@@ -11,6 +11,8 @@
 #                             (default 10000; not part of `test`), on ../shared's stories260K
 #   bash tools/dev.sh loaded-test  `test` with Debian's stress-ng loading every core alongside
 #                             (a busy machine must not fail a test; not part of CI)
+#   bash tools/dev.sh format  clang-format (Debian 12's, .clang-format) every C++ source in place
+#   bash tools/dev.sh format-check  fail naming the files clang-format would change (CI runs it)
 #
 # Environment: ORDO_BUILD_DIR (default build), ORDO_SANITIZE=1 (ASan+UBSan build in
 # build-asan), ORDO_JOBS (default: nproc), ORDO_SOAK_SEED (default 1), ORDO_SOAK_MODEL.
@@ -25,7 +27,7 @@ packages=(
   libmsgpack-cxx-dev libspdlog-dev libtomlplusplus-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   mesa-vulkan-drivers vulkan-tools python3-msgpack python3-jsonschema
-  node-llhttp prometheus curl
+  node-llhttp prometheus curl clang-format
 )
 
 sanitize="${ORDO_SANITIZE:-0}"
@@ -164,6 +166,24 @@ run_loaded_tests() {
   return "$rc"
 }
 
+# Every tracked C++ source but the shaders' shared header folder (GLSL reads abi.h too).
+cxx_sources() { git ls-files '*.cpp' '*.hpp' '*.h' | grep -v '^gpu/vk/shaders/'; }
+
+format_sources() { install_packages; cxx_sources | xargs clang-format -i; }
+
+check_format() {
+  install_packages
+  local bad=()
+  while read -r f; do
+    clang-format --dry-run --Werror "$f" >/dev/null 2>&1 || bad+=("$f")
+  done < <(cxx_sources)
+  if ((${#bad[@]} > 0)); then
+    log "not formatted (bash tools/dev.sh format fixes them): ${bad[*]}"
+    return 1
+  fi
+  log "every C++ source is formatted ($(clang-format --version | head -1))"
+}
+
 case "${1:-}" in
   setup) setup ;;
   build) build ;;
@@ -171,5 +191,7 @@ case "${1:-}" in
   run) shift; run_server "$@" ;;
   soak) shift; run_soak "$@" ;;
   loaded-test) run_loaded_tests ;;
-  *) sed -n '2,18p' "$0"; exit 2 ;;
+  format) format_sources ;;
+  format-check) check_format ;;
+  *) sed -n '2,20p' "$0"; exit 2 ;;
 esac

@@ -103,11 +103,11 @@ struct server_config {
 struct http_config {
     std::string listen = "127.0.0.1:8080";  // as server.listen; empty: no HTTP front door
     std::uint32_t max_connections = 256;
-    std::uint32_t max_header_bytes = 16384;    // request line and headers of one request
-    std::uint32_t max_body_bytes = 4194304;    // one request body (413 beyond)
-    std::uint32_t header_timeout_ms = 30000;   // a request begun must arrive whole within
+    std::uint32_t max_header_bytes = 16384;      // request line and headers of one request
+    std::uint32_t max_body_bytes = 4194304;      // one request body (413 beyond)
+    std::uint32_t header_timeout_ms = 30000;     // a request begun must arrive whole within
     std::uint32_t keep_alive_timeout_ms = 5000;  // an idle kept-alive connection is closed after
-    std::uint32_t max_pipelined_requests = 8;  // requests read ahead of the one being answered
+    std::uint32_t max_pipelined_requests = 8;    // requests read ahead of the one being answered
     // Lingering close: after an answer that closes the connection, what the client still sends
     // is read and discarded for at most this long and this many bytes (0 ms: no lingering).
     std::uint32_t linger_ms = 5000;
@@ -136,8 +136,8 @@ struct gpu_config {
     std::uint32_t watchdog_ms = 10000;
     std::uint32_t warmup_ms_max = 180000;  // one warm-up submission, at most (not the watchdog)
     std::string pipeline_cache_dir = "var/pipeline-cache";  // "": no cache on disk
-    std::uint32_t kv_block_tokens = 16;  // power of two
-    std::uint32_t kv_blocks = 0;         // 0: as many as fit in kv_memory_bytes
+    std::uint32_t kv_block_tokens = 16;                     // power of two
+    std::uint32_t kv_blocks = 0;                            // 0: as many as fit in kv_memory_bytes
     std::uint64_t kv_memory_bytes = 268435456;
     enum kv_dtype kv_dtype = kv_dtype::f16;
     std::uint32_t recovery_max = 3;
@@ -178,13 +178,13 @@ struct kv_config {
 
 struct log_config {
     log_level level = log_level::info;
-    std::string file;  // empty: stderr only
+    std::string file;                  // empty: stderr only
     std::uint32_t queue_lines = 8192;  // lines waiting for the log writer at most (log.hpp)
     bool operator==(const log_config&) const = default;
 };
 
 struct fault_config {
-    bool enabled = false;  // the `fault` protocol op is refused unless true; a plan needs it
+    bool enabled = false;    // the `fault` protocol op is refused unless true; a plan needs it
     std::uint64_t seed = 0;  // the plan's draws are a function of (seed, step id) only
     // The plan: kinds drawn from, uniformly by entry (a kind listed twice is drawn twice as
     // often); empty = no plan. kv kinds need [kv] enabled.

@@ -27,7 +27,8 @@ constexpr std::array<std::string_view, 3> batch_failure_policy_names = {"bisect"
                                                                         "fail"};
 constexpr std::array<std::string_view, 2> kv_dtype_names = {"f16", "f32"};
 constexpr std::array<std::string_view, 2> speculative_mode_names = {"off", "ngram"};
-static_assert(static_cast<std::size_t>(speculative_mode::ngram) + 1 == speculative_mode_names.size(),
+static_assert(static_cast<std::size_t>(speculative_mode::ngram) + 1 ==
+                  speculative_mode_names.size(),
               "speculative_mode_names names every speculative_mode, in order");
 constexpr std::array<std::string_view, 3> gpu_kernels_names = {"auto", "texel", "storage"};
 // In model::pooling's order.

@@ -2,8 +2,8 @@
 #include "actors/runtime/actor.hpp"
 
 #include <cassert>
-#include <exception>
 #include <cstdlib>
+#include <exception>
 #include <future>
 
 #include "actors/runtime/log.hpp"
@@ -123,7 +123,10 @@ void actor_core::thread_main() {
             _log.get());
         // Run the loop until the leaked handles are closed so the thread can exit cleanly.
         uv_walk(
-            &_loop, [](uv_handle_t* h, void*) { if (!uv_is_closing(h)) uv_close(h, nullptr); },
+            &_loop,
+            [](uv_handle_t* h, void*) {
+                if (!uv_is_closing(h)) uv_close(h, nullptr);
+            },
             nullptr);
         uv_run(&_loop, UV_RUN_DEFAULT);
         uv_loop_close(&_loop);

@@ -34,13 +34,12 @@
 
 #include <uv.h>
 
-#include <msgpack.hpp>
-
 #include <array>
 #include <atomic>
 #include <concepts>
 #include <deque>
 #include <memory>
+#include <msgpack.hpp>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -59,17 +58,17 @@ class logger;
 namespace ordo::actors {
 
 // A message with no fields: MSGPACK_DEFINE_MAP() needs at least one, so this encodes `{}`.
-#define ORDO_EMPTY_MESSAGE()                                                \
-    template <typename Packer>                                             \
-    void msgpack_pack(Packer& pk) const {                                  \
-        pk.pack_map(0);                                                    \
-    }                                                                      \
-    void msgpack_unpack(const msgpack::object&) {}                         \
-    template <typename MSGPACK_OBJECT>                                     \
-    void msgpack_object(MSGPACK_OBJECT* o, msgpack::zone&) const {         \
-        o->type = msgpack::type::MAP;                                      \
-        o->via.map.size = 0;                                               \
-        o->via.map.ptr = nullptr;                                          \
+#define ORDO_EMPTY_MESSAGE()                                       \
+    template <typename Packer>                                     \
+    void msgpack_pack(Packer& pk) const {                          \
+        pk.pack_map(0);                                            \
+    }                                                              \
+    void msgpack_unpack(const msgpack::object&) {}                 \
+    template <typename MSGPACK_OBJECT>                             \
+    void msgpack_object(MSGPACK_OBJECT* o, msgpack::zone&) const { \
+        o->type = msgpack::type::MAP;                              \
+        o->via.map.size = 0;                                       \
+        o->via.map.ptr = nullptr;                                  \
     }
 
 template <typename T>
@@ -198,12 +197,13 @@ private:
         using decoder = void (*)(message&, const msgpack::object&);
         static constexpr auto decoders = []<size_t... I>(std::index_sequence<I...>) {
             return std::array<decoder, sizeof...(I)>{&decode_into<I>...};
-        }(std::index_sequence_for<Msgs...>{});
+        }
+        (std::index_sequence_for<Msgs...>{});
 
         if (e.type_index >= decoders.size()) {
-            report_failure(e, make_error("bad_message", "type index " +
-                                                            std::to_string(e.type_index) +
-                                                            " is not in the message table"));
+            report_failure(e,
+                           make_error("bad_message", "type index " + std::to_string(e.type_index) +
+                                                         " is not in the message table"));
             return;
         }
         message m;
@@ -211,8 +211,8 @@ private:
             msgpack::object_handle oh = msgpack::unpack(e.bytes.data(), e.bytes.size());
             decoders[e.type_index](m, oh.get());
         } catch (const std::exception& ex) {
-            report_failure(e, make_error("bad_message", std::string("decoding failed: ") +
-                                                            ex.what()));
+            report_failure(e,
+                           make_error("bad_message", std::string("decoding failed: ") + ex.what()));
             return;
         }
         std::visit([this, &e](const auto& msg) { handle(e, msg); }, m);
@@ -235,9 +235,9 @@ private:
             try {
                 self.on_failure(msg, why);
             } catch (const std::exception& ex) {
-                report_failure(e, make_error("handler_failed",
-                                             std::string("on_failure for ") + T::msg_name +
-                                                 " threw too: " + ex.what()));
+                report_failure(
+                    e, make_error("handler_failed", std::string("on_failure for ") + T::msg_name +
+                                                        " threw too: " + ex.what()));
             }
         }
     }

@@ -29,8 +29,8 @@ inline status write_file_atomically(const std::string& path, std::span<const std
     auto fail = [&](const std::string& what, int err) {
         return make_error(std::string(code), what + ": " + std::strerror(err));
     };
-    const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." +
-                            std::to_string(writes.fetch_add(1));
+    const std::string tmp =
+        path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(writes.fetch_add(1));
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return fail("cannot create " + tmp, errno);
     std::size_t done = 0;

@@ -27,7 +27,9 @@ enum class delivery_outcome : std::uint8_t {
 
 inline constexpr std::array<std::string_view, 5> delivery_outcome_names = {
     "mailbox_full", "actor_stopped", "not_connected", "delivery_overflow", "delivery_timeout"};
-constexpr const auto& names_of(delivery_outcome) { return delivery_outcome_names; }
+constexpr const auto& names_of(delivery_outcome) {
+    return delivery_outcome_names;
+}
 static_assert(static_cast<std::size_t>(delivery_outcome::delivery_timeout) + 1 ==
                   delivery_outcome_names.size(),
               "delivery_outcome_names names every delivery_outcome, in order");

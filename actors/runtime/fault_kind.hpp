@@ -6,10 +6,9 @@
 // are sent. A new kind is added here, in that switch and in its target, nowhere else.
 #pragma once
 
-#include <msgpack.hpp>
-
 #include <array>
 #include <cstdint>
+#include <msgpack.hpp>
 #include <string_view>
 
 #include "actors/runtime/enum_names.hpp"
@@ -38,23 +37,28 @@ enum class fault_kind : std::uint8_t {
 };
 
 inline constexpr std::array<std::string_view, 16> fault_kind_names = {
-    "device_lost",   "hang",       "nan_logits",    "step_delay", "mailbox_refuse",
-    "kv_enospc",     "kv_eio",     "kv_torn_exit",  "kv_flip_read", "kv_fingerprint",
-    "net_fin",       "net_rst",    "net_stop_reading", "draft_fail", "draft_garbage",
-    "draft_eos"};
-constexpr const auto& names_of(fault_kind) { return fault_kind_names; }
-static_assert(static_cast<std::size_t>(fault_kind::draft_eos) + 1 ==
-                  fault_kind_names.size(),
+    "device_lost",      "hang",           "nan_logits",    "step_delay",
+    "mailbox_refuse",   "kv_enospc",      "kv_eio",        "kv_torn_exit",
+    "kv_flip_read",     "kv_fingerprint", "net_fin",       "net_rst",
+    "net_stop_reading", "draft_fail",     "draft_garbage", "draft_eos"};
+constexpr const auto& names_of(fault_kind) {
+    return fault_kind_names;
+}
+static_assert(static_cast<std::size_t>(fault_kind::draft_eos) + 1 == fault_kind_names.size(),
               "fault_kind_names names every fault_kind, in order");
 
-inline constexpr bool is_gpu_fault(fault_kind k) { return k <= fault_kind::step_delay; }
+inline constexpr bool is_gpu_fault(fault_kind k) {
+    return k <= fault_kind::step_delay;
+}
 inline constexpr bool is_kv_fault(fault_kind k) {
     return k >= fault_kind::kv_enospc && k <= fault_kind::kv_fingerprint;
 }
 inline constexpr bool is_net_fault(fault_kind k) {
     return k >= fault_kind::net_fin && k <= fault_kind::net_stop_reading;
 }
-inline constexpr bool is_draft_fault(fault_kind k) { return k >= fault_kind::draft_fail; }
+inline constexpr bool is_draft_fault(fault_kind k) {
+    return k >= fault_kind::draft_fail;
+}
 
 }  // namespace ordo
 

@@ -22,8 +22,8 @@ tell_status mailbox::push(envelope&& e) {
     // A compare-exchange, not fetch_sub: refuse_next() may store meanwhile (it does not take
     // the lock), and a decrement of a just-disarmed 0 would wrap.
     uint32_t left = _refuse_next.load(std::memory_order_relaxed);
-    while (left != 0 && !_refuse_next.compare_exchange_weak(left, left - 1,
-                                                           std::memory_order_relaxed)) {
+    while (left != 0 &&
+           !_refuse_next.compare_exchange_weak(left, left - 1, std::memory_order_relaxed)) {
     }
     const bool refused = left != 0;
     if (refused || _queue.size() >= _capacity) {

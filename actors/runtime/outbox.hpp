@@ -23,9 +23,7 @@ public:
 
     template <typename Actor>
     outbox(Actor& target, std::string sender)
-        : _target(&target),
-          _sender(std::move(sender)),
-          _fns{&forward<Actor, Msgs>...} {}
+        : _target(&target), _sender(std::move(sender)), _fns{&forward<Actor, Msgs>...} {}
 
     template <typename T>
     tell_status tell(const T& msg) const {

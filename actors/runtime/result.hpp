@@ -33,15 +33,27 @@ public:
     bool ok() const { return _v.index() == 0; }
     explicit operator bool() const { return ok(); }
 
-    T& value() & { assert(ok()); return std::get<0>(_v); }
-    const T& value() const& { assert(ok()); return std::get<0>(_v); }
-    T&& value() && { assert(ok()); return std::get<0>(std::move(_v)); }
+    T& value() & {
+        assert(ok());
+        return std::get<0>(_v);
+    }
+    const T& value() const& {
+        assert(ok());
+        return std::get<0>(_v);
+    }
+    T&& value() && {
+        assert(ok());
+        return std::get<0>(std::move(_v));
+    }
     T* operator->() { return &value(); }
     const T* operator->() const { return &value(); }
     T& operator*() & { return value(); }
     const T& operator*() const& { return value(); }
 
-    const E& err() const { assert(!ok()); return std::get<1>(_v); }
+    const E& err() const {
+        assert(!ok());
+        return std::get<1>(_v);
+    }
 
 private:
     std::variant<T, E> _v;
@@ -55,7 +67,10 @@ public:
 
     bool ok() const { return _ok; }
     explicit operator bool() const { return ok(); }
-    const E& err() const { assert(!ok()); return _err; }
+    const E& err() const {
+        assert(!ok());
+        return _err;
+    }
 
 private:
     E _err{};
@@ -68,8 +83,8 @@ using status = result<void>;
 
 // Returns the status of `expr` from the enclosing function (returning status or result<T>) when
 // it failed; a sequence of encoders reads as the list of steps it is.
-#define ORDO_TRY(expr)                               \
-    do {                                             \
-        ::ordo::status ordo_try_s_ = (expr);         \
-        if (!ordo_try_s_) return ordo_try_s_.err();  \
+#define ORDO_TRY(expr)                              \
+    do {                                            \
+        ::ordo::status ordo_try_s_ = (expr);        \
+        if (!ordo_try_s_) return ordo_try_s_.err(); \
     } while (0)

@@ -23,9 +23,9 @@
 //   memory rather than L2; the 128256-row head) at 1, 2, 4 and 8 tokens for each of --types
 //   (default f16,q4_k), with a "step" line per type and token count: the whole step's mat-muls
 //   and their GB/s (issue 28), then decode attention of the 1B shape at contexts 512 and 4096
-//   with and without flash decoding ("split"). With --fused, q|k|v and gate|up run as the runner's decode runs
-//   them on a GPU: mul_mat_vec_norm (the attention norm folded in) and mul_mat_vec_glu (the FFN
-//   norm and SwiGLU folded in), so their lines include the fused work.
+//   with and without flash decoding ("split"). With --fused, q|k|v and gate|up run as the runner's
+//   decode runs them on a GPU: mul_mat_vec_norm (the attention norm folded in) and mul_mat_vec_glu
+//   (the FFN norm and SwiGLU folded in), so their lines include the fused work.
 //   --mmv-wg LANES / --mmv-rows N / --mmv-unroll N / --mmv-block-unroll N override
 //   mul_mat_vec's workgroup lanes (a multiple of 8), rows per team and units loaded per lane
 //   before summing (F32/F16/BF16; the block types); --mmv-split N /
@@ -134,18 +134,19 @@ double time_mul_mat(bench_env& e, const weight_tensor& w, std::uint32_t n_tokens
     buffer y = filled(e, std::size_t(n_out) * n_tokens, 2);
     std::string kernel;
     auto [gpu_ms, wall_ms] = time_best(e, "mul_mat", [&] {
-        status s = encode_mul_mat(*e.str, w, {whole(x), 0, n_in}, {whole(y), 0, n_out}, n_tokens,
-                                  false);
+        status s =
+            encode_mul_mat(*e.str, w, {whole(x), 0, n_in}, {whole(y), 0, n_out}, n_tokens, false);
         if (!s) std::exit(1);
     });
     if (!e.str->timings().empty()) kernel = pipeline_name(e.str->timings()[0].id);
     double bytes = static_cast<double>(packed_bytes(w.type, n_in, n_out));
     double flops = 2.0 * n_in * n_out * n_tokens;
-    std::printf("{\"kernel\":\"%s\",\"type\":\"%s\",\"shape\":\"%s\",\"n_in\":%u,\"n_out\":%u,"
-                "\"tokens\":%u,\"gpu_ms\":%.4f,\"wall_ms\":%.4f,\"weight_GBps\":%.2f,"
-                "\"GFLOPs\":%.2f}\n",
-                kernel.c_str(), std::string(model::type_name(w.type)).c_str(), shape, n_in, n_out,
-                n_tokens, gpu_ms, wall_ms, bytes / gpu_ms * 1e-6, flops / gpu_ms * 1e-6);
+    std::printf(
+        "{\"kernel\":\"%s\",\"type\":\"%s\",\"shape\":\"%s\",\"n_in\":%u,\"n_out\":%u,"
+        "\"tokens\":%u,\"gpu_ms\":%.4f,\"wall_ms\":%.4f,\"weight_GBps\":%.2f,"
+        "\"GFLOPs\":%.2f}\n",
+        kernel.c_str(), std::string(model::type_name(w.type)).c_str(), shape, n_in, n_out, n_tokens,
+        gpu_ms, wall_ms, bytes / gpu_ms * 1e-6, flops / gpu_ms * 1e-6);
     std::fflush(stdout);
     return gpu_ms;
 }
@@ -163,16 +164,19 @@ void bench_mul_mat(bench_env& e, model::ggml_type type, std::uint32_t n_in, std:
     time_mul_mat(e, w, n_tokens, shape);
 }
 
-void bench_attention(bench_env& e, std::uint32_t n_head, std::uint32_t head_dim,
-                     std::uint32_t ctx, std::uint32_t n_seqs, std::uint32_t tokens_per_seq,
-                     bool split = false);
+void bench_attention(bench_env& e, std::uint32_t n_head, std::uint32_t head_dim, std::uint32_t ctx,
+                     std::uint32_t n_seqs, std::uint32_t tokens_per_seq, bool split = false);
 
 // One decode step's mat-muls of the Llama-3.2-1B shape (2048 wide, 16 layers, 8 KV heads of
 // 64, ffn 8192, vocab 128256), fused as the runner fuses them. Each layer shape is uploaded 16
 // times (one copy per layer) and timed as one segment of 16 dispatches, so the weights stream
 // from device memory as in a real step instead of staying in a 50 MB L2 cache.
 void bench_decode(bench_env& e, const std::vector<model::ggml_type>& types, bool fused) {
-    struct shape { std::uint32_t n_in, n_out, copies; const char* name; mat_fusion f; };
+    struct shape {
+        std::uint32_t n_in, n_out, copies;
+        const char* name;
+        mat_fusion f;
+    };
     const shape shapes[] = {{2048, 3072, 16, "1b qkv x16", mat_fusion::norm},
                             {2048, 2048, 16, "1b o x16", mat_fusion::none},
                             {2048, 16384, 16, "1b gate_up x16", mat_fusion::glu},
@@ -195,8 +199,8 @@ void bench_decode(bench_env& e, const std::vector<model::ggml_type>& types, bool
                 buffer y = filled(e, std::size_t(s.n_out) * n, 2);
                 buffer nw = filled(e, s.n_in, 3), xn = filled(e, std::size_t(s.n_in) * n, 4);
                 buffer hid = filled(e, std::size_t(s.n_out / 2) * n, 5);
-                const norm_input in{{whole(x), 0, s.n_in}, whole(nw), s.n_in, 1e-5f,
-                                    {whole(xn), 0, s.n_in}};
+                const norm_input in{
+                    {whole(x), 0, s.n_in}, whole(nw), s.n_in, 1e-5f, {whole(xn), 0, s.n_in}};
                 const mat_fusion f = fused ? s.f : mat_fusion::none;
                 auto [gpu_ms, wall_ms] = time_best(e, "mul_mat", [&] {
                     for (const weight_tensor& w : ws) {
@@ -217,19 +221,21 @@ void bench_decode(bench_env& e, const std::vector<model::ggml_type>& types, bool
                                          ? "?"
                                          : std::string(pipeline_name(e.str->timings()[0].id));
                 double b = static_cast<double>(packed_bytes(t, s.n_in, s.n_out)) * s.copies;
-                std::printf("{\"kernel\":\"%s\",\"type\":\"%s\",\"shape\":\"%s\",\"tokens\":%u,"
-                            "\"gpu_ms\":%.4f,\"wall_ms\":%.4f,\"weight_GBps\":%.2f}\n",
-                            kernel.c_str(), std::string(model::type_name(t)).c_str(), s.name, n,
-                            gpu_ms, wall_ms, b / gpu_ms * 1e-6);
+                std::printf(
+                    "{\"kernel\":\"%s\",\"type\":\"%s\",\"shape\":\"%s\",\"tokens\":%u,"
+                    "\"gpu_ms\":%.4f,\"wall_ms\":%.4f,\"weight_GBps\":%.2f}\n",
+                    kernel.c_str(), std::string(model::type_name(t)).c_str(), s.name, n, gpu_ms,
+                    wall_ms, b / gpu_ms * 1e-6);
                 ms[i] += gpu_ms;
             }
             bytes += static_cast<double>(packed_bytes(t, s.n_in, s.n_out)) * s.copies;
         }
         for (std::size_t i = 0; i < 4; ++i) {
-            std::printf("{\"step\":\"1b decode mat-muls\",\"type\":\"%s\",\"tokens\":%u,"
-                        "\"gpu_ms\":%.4f,\"weight_GBps\":%.2f}\n",
-                        std::string(model::type_name(t)).c_str(), token_counts[i], ms[i],
-                        bytes / ms[i] * 1e-6);
+            std::printf(
+                "{\"step\":\"1b decode mat-muls\",\"type\":\"%s\",\"tokens\":%u,"
+                "\"gpu_ms\":%.4f,\"weight_GBps\":%.2f}\n",
+                std::string(model::type_name(t)).c_str(), token_counts[i], ms[i],
+                bytes / ms[i] * 1e-6);
         }
         std::fflush(stdout);
     }
@@ -242,13 +248,12 @@ void bench_decode(bench_env& e, const std::vector<model::ggml_type>& types, bool
 
 // split: flash decoding (attention_batch::split_keys from the context, the partials bound), as
 // the runner runs it; otherwise one workgroup per (head, token).
-void bench_attention(bench_env& e, std::uint32_t n_head, std::uint32_t head_dim,
-                     std::uint32_t ctx, std::uint32_t n_seqs, std::uint32_t tokens_per_seq,
-                     bool split) {
+void bench_attention(bench_env& e, std::uint32_t n_head, std::uint32_t head_dim, std::uint32_t ctx,
+                     std::uint32_t n_seqs, std::uint32_t tokens_per_seq, bool split) {
     const std::uint32_t block_tokens = 16;
     std::uint32_t blocks_per_seq = (ctx + block_tokens - 1) / block_tokens;
-    auto pool = kv_pool::create(*e.dev, {1, n_head, head_dim, block_tokens,
-                                         blocks_per_seq * n_seqs, true});
+    auto pool =
+        kv_pool::create(*e.dev, {1, n_head, head_dim, block_tokens, blocks_per_seq * n_seqs, true});
     if (!pool) std::exit(1);
     std::vector<std::int32_t> tables, tokens;
     for (std::uint32_t s = 0; s < n_seqs; ++s) {
@@ -265,15 +270,22 @@ void bench_attention(bench_env& e, std::uint32_t n_head, std::uint32_t head_dim,
     };
     buffer tb = ints(tables), kb = ints(tokens);
     std::uint32_t n_tok = n_seqs * tokens_per_seq, width = n_head * head_dim;
-    buffer q = filled(e, std::size_t(n_tok) * width, 3), out = filled(e, std::size_t(n_tok) * width, 4);
+    buffer q = filled(e, std::size_t(n_tok) * width, 3),
+           out = filled(e, std::size_t(n_tok) * width, 4);
     const std::uint32_t wg = e.pipes->get(pipeline_id::attention_f16).workgroup_size;
     const std::uint32_t keys =
         attention_split_keys(std::uint64_t(blocks_per_seq) * block_tokens, wg);
     const std::uint32_t max_splits = (blocks_per_seq * block_tokens + keys - 1) / keys;
     buffer partials = filled(e, attention_partials_floats(n_head, head_dim, max_splits), 5);
     auto [gpu_ms, wall_ms] = time_best(e, "attention", [&] {
-        attention_batch b{{whole(q), 0, width}, {whole(out), 0, width}, {whole(kb), 0},
-                          {whole(tb), 0}, n_tok, n_seqs, blocks_per_seq, n_head};
+        attention_batch b{{whole(q), 0, width},
+                          {whole(out), 0, width},
+                          {whole(kb), 0},
+                          {whole(tb), 0},
+                          n_tok,
+                          n_seqs,
+                          blocks_per_seq,
+                          n_head};
         if (split) {
             b.split_keys = keys;
             b.partials = whole(partials);
@@ -281,12 +293,13 @@ void bench_attention(bench_env& e, std::uint32_t n_head, std::uint32_t head_dim,
         }
         if (!encode_attention(*e.str, **pool, 0, b, e.attention)) std::exit(1);
     });
-    std::string kernel = e.str->timings().empty() ? "?" : std::string(pipeline_name(
-                                                              e.str->timings()[0].id));
-    std::printf("{\"kernel\":\"%s\",\"heads\":%u,\"head_dim\":%u,\"ctx\":%u,\"seqs\":%u,"
-                "\"tokens\":%u,\"split\":%s,\"gpu_ms\":%.4f,\"wall_ms\":%.4f}\n",
-                kernel.c_str(), n_head, head_dim, ctx, n_seqs, n_tok, split ? "true" : "false",
-                gpu_ms, wall_ms);
+    std::string kernel =
+        e.str->timings().empty() ? "?" : std::string(pipeline_name(e.str->timings()[0].id));
+    std::printf(
+        "{\"kernel\":\"%s\",\"heads\":%u,\"head_dim\":%u,\"ctx\":%u,\"seqs\":%u,"
+        "\"tokens\":%u,\"split\":%s,\"gpu_ms\":%.4f,\"wall_ms\":%.4f}\n",
+        kernel.c_str(), n_head, head_dim, ctx, n_seqs, n_tok, split ? "true" : "false", gpu_ms,
+        wall_ms);
     std::fflush(stdout);
 }
 
@@ -313,11 +326,15 @@ void bench_steps(bench_env& e) {
 // the small F32 and the medium F16 model at 128 and 512 tokens (~85-95% of a prefill step).
 void bench_prefill(bench_env& e) {
     using model::ggml_type;
-    struct shape { ggml_type type; std::uint32_t n_in, n_out; const char* name; };
+    struct shape {
+        ggml_type type;
+        std::uint32_t n_in, n_out;
+        const char* name;
+    };
     const shape shapes[] = {
-        {ggml_type::f32, 288, 864, "small qkv"},   {ggml_type::f32, 288, 288, "small o"},
-        {ggml_type::f32, 288, 1536, "small gate_up"}, {ggml_type::f32, 768, 288, "small down"},
-        {ggml_type::f16, 768, 2304, "medium qkv"}, {ggml_type::f16, 768, 768, "medium o"},
+        {ggml_type::f32, 288, 864, "small qkv"},       {ggml_type::f32, 288, 288, "small o"},
+        {ggml_type::f32, 288, 1536, "small gate_up"},  {ggml_type::f32, 768, 288, "small down"},
+        {ggml_type::f16, 768, 2304, "medium qkv"},     {ggml_type::f16, 768, 768, "medium o"},
         {ggml_type::f16, 768, 4096, "medium gate_up"}, {ggml_type::f16, 2048, 768, "medium down"},
     };
     for (std::uint32_t n : {128u, 512u}) {
@@ -346,11 +363,13 @@ void bench_dispatch_cost(bench_env& e) {
             auto t0 = std::chrono::steady_clock::now();
             if (!(*st)->run(watchdog_ms)) std::exit(1);
             best = std::min(best, std::chrono::duration<double, std::milli>(
-                                      std::chrono::steady_clock::now() - t0).count());
+                                      std::chrono::steady_clock::now() - t0)
+                                      .count());
         }
-        std::printf("{\"kernel\":\"add\",\"dispatches\":%u,\"timestamps\":%s,"
-                    "\"wall_ms_per_dispatch\":%.4f}\n",
-                    n, timestamps ? "true" : "false", best / n);
+        std::printf(
+            "{\"kernel\":\"add\",\"dispatches\":%u,\"timestamps\":%s,"
+            "\"wall_ms_per_dispatch\":%.4f}\n",
+            n, timestamps ? "true" : "false", best / n);
     }
 }
 
@@ -421,20 +440,20 @@ int main(int argc, char** argv) {
                 auto t = model::type_from_name(list.substr(at, comma - at));
                 if (!t || !kernels_run(*t)) {
                     std::fprintf(stderr, "--types: no kernel for '%s' (%s)\n",
-                                 list.substr(at, comma - at).c_str(),
-                                 kernel_type_names().c_str());
+                                 list.substr(at, comma - at).c_str(), kernel_type_names().c_str());
                     return 2;
                 }
                 types.push_back(*t);
                 at = comma + 1;
             }
         } else {
-            std::fprintf(stderr, "usage: ordo-bench-kernels [--device SELECTOR] [--reps N] "
-                                 "[--tx-wg LANES] [--no-texel | --texel] [--rows] [--steps] "
-                                 "[--prefill] [--dispatch-cost] [--types LIST] "
-                                 "[--type-compare] [--decode [--fused]] [--mmv-wg LANES] "
-                                 "[--mmv-rows N] [--mmv-unroll N] [--mmv-block-unroll N] [--mmv-split N] "
-                                 "[--mmv-split-cols N]\n");
+            std::fprintf(stderr,
+                         "usage: ordo-bench-kernels [--device SELECTOR] [--reps N] "
+                         "[--tx-wg LANES] [--no-texel | --texel] [--rows] [--steps] "
+                         "[--prefill] [--dispatch-cost] [--types LIST] "
+                         "[--type-compare] [--decode [--fused]] [--mmv-wg LANES] "
+                         "[--mmv-rows N] [--mmv-unroll N] [--mmv-block-unroll N] [--mmv-split N] "
+                         "[--mmv-split-cols N]\n");
             return 2;
         }
     }
@@ -463,10 +482,9 @@ int main(int argc, char** argv) {
     }
     // The start-up cost every runner and test pays (the weight-typed pipelines come later, per
     // type, on first use).
-    std::printf("{\"pipelines_create_ms\":%.1f}\n",
-                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
-                                                          t_pipes)
-                    .count());
+    std::printf("{\"pipelines_create_ms\":%.1f}\n", std::chrono::duration<double, std::milli>(
+                                                        std::chrono::steady_clock::now() - t_pipes)
+                                                        .count());
     e.pipes = std::move(*p);
     auto s = stream::create(*e.dev, *e.pipes, {64, true});
     if (!s) {

@@ -30,8 +30,7 @@ const char* document =
     R"( "notes": "First to publish an algorithm for a machine.", "ratio": 0.5, "alive": false})";
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-        .count();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
 int run(const std::string& path) {
@@ -59,7 +58,10 @@ int run(const std::string& path) {
     grammar::vocab_trie trie(pieces);
     double trie_ms = ms_since(t0);
     std::vector<model::token_id> ids = tok->encode(document, false);
-    struct stats { double sum = 0, max = 0; std::size_t n = 0; };
+    struct stats {
+        double sum = 0, max = 0;
+        std::size_t n = 0;
+    };
     stats cold, cached, check;
     grammar::token_masks cache(trie);
     grammar::matcher m(*g);
@@ -100,14 +102,15 @@ int run(const std::string& path) {
             return 1;
         }
     }
-    std::printf("{\"vocab\":\"%s\",\"tokens\":%zu,\"trie_nodes\":%zu,\"trie_ms\":%.1f,"
-                "\"doc_tokens\":%zu,\"cold_ms_mean\":%.3f,\"cold_ms_max\":%.3f,"
-                "\"cached_ms_mean\":%.3f,\"cached_ms_max\":%.3f,\"hit_rate\":%.2f,"
-                "\"check_ms_mean\":%.4f,\"check_ms_max\":%.4f,\"accepting\":%s}\n",
-                path.substr(path.rfind('/') + 1).c_str(), n, trie.n_nodes(), trie_ms, ids.size(),
-                cold.sum / double(cold.n), cold.max, cached.sum / double(cached.n), cached.max,
-                double(cache.hits()) / double(cache.hits() + cache.misses()),
-                check.sum / double(check.n), check.max, m.accepting() ? "true" : "false");
+    std::printf(
+        "{\"vocab\":\"%s\",\"tokens\":%zu,\"trie_nodes\":%zu,\"trie_ms\":%.1f,"
+        "\"doc_tokens\":%zu,\"cold_ms_mean\":%.3f,\"cold_ms_max\":%.3f,"
+        "\"cached_ms_mean\":%.3f,\"cached_ms_max\":%.3f,\"hit_rate\":%.2f,"
+        "\"check_ms_mean\":%.4f,\"check_ms_max\":%.4f,\"accepting\":%s}\n",
+        path.substr(path.rfind('/') + 1).c_str(), n, trie.n_nodes(), trie_ms, ids.size(),
+        cold.sum / double(cold.n), cold.max, cached.sum / double(cached.n), cached.max,
+        double(cache.hits()) / double(cache.hits() + cache.misses()), check.sum / double(check.n),
+        check.max, m.accepting() ? "true" : "false");
     std::fflush(stdout);
     return 0;
 }

@@ -32,9 +32,9 @@ double best_ms(const std::function<bool()>& fn, bool& ok) {
     for (int i = 0; i < reps; ++i) {
         auto t0 = std::chrono::steady_clock::now();
         ok = fn() && ok;
-        best = std::min(best, std::chrono::duration<double, std::milli>(
-                                  std::chrono::steady_clock::now() - t0)
-                                  .count());
+        best = std::min(
+            best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                      .count());
     }
     return best;
 }
@@ -46,7 +46,7 @@ bool time_shape(const shape& sh, const std::string& dir) {
     o.seed = 3;
     std::string path = dir + "/kv_copy_" + sh.name + ".gguf";
     auto f = model::write_synth_model(o, path).ok() ? model::gguf_file::open(path)
-                                                     : result<model::gguf_file>(error{"io", path});
+                                                    : result<model::gguf_file>(error{"io", path});
     if (!f) {
         std::fprintf(stderr, "%s: %s\n", path.c_str(), f.err().message.c_str());
         return false;
@@ -72,11 +72,12 @@ bool time_shape(const shape& sh, const std::string& dir) {
     double in_ms = best_ms([&] { return run.write_kv_blocks(ids, in).ok(); }, ok);
     double out_ms = best_ms([&] { return run.read_kv_blocks(ids, out).ok(); }, ok);
     ok = ok && out == in;
-    std::printf("{\"bench\": \"kv_copy\", \"shape\": \"%s\", \"device\": \"%s\", \"blocks\": %u, "
-                "\"block_bytes\": %llu, \"out_ms\": %.3f, \"in_ms\": %.3f, \"ok\": %s}\n",
-                sh.name, run.info().name.c_str(), copy_blocks,
-                static_cast<unsigned long long>(run.kv_block_bytes()), out_ms, in_ms,
-                ok ? "true" : "false");
+    std::printf(
+        "{\"bench\": \"kv_copy\", \"shape\": \"%s\", \"device\": \"%s\", \"blocks\": %u, "
+        "\"block_bytes\": %llu, \"out_ms\": %.3f, \"in_ms\": %.3f, \"ok\": %s}\n",
+        sh.name, run.info().name.c_str(), copy_blocks,
+        static_cast<unsigned long long>(run.kv_block_bytes()), out_ms, in_ms,
+        ok ? "true" : "false");
     std::filesystem::remove(path);
     return ok;
 }

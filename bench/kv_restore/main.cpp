@@ -227,9 +227,9 @@ class bench_server {
 public:
     void start(const options& o, const std::string& model, const std::string& config,
                const std::string& kv_dir) {
-        std::vector<std::string> args{"--listen",    "127.0.0.1:0", "--http-listen", "", "--model",  model,
-                                      "--config",    config,        "--kv-dir", kv_dir,
-                                      "--log-level", "warn"};
+        std::vector<std::string> args{"--listen", "127.0.0.1:0", "--http-listen", "",
+                                      "--model",  model,         "--config",      config,
+                                      "--kv-dir", kv_dir,        "--log-level",   "warn"};
         auto deadline = clock_type::now() + startup_deadline;
         if (auto st = _proc.start(o.server, args, startup_deadline); !st.ok()) {
             fail("starting ordo-server: " + st.err().message);

@@ -84,22 +84,31 @@ bench_options parse(int argc, char** argv) {
             if (i + 1 >= argc) usage(a + " needs a value");
             return argv[++i];
         };
-        if (a == "--model") o.model = value();
-        else if (a == "--prompts") o.prompts = parse_list(value(), 1, batch_tokens_max);
-        else if (a == "--gen") o.gen = parse_u32(value(), 1, 100'000);
-        else if (a == "--parallel") o.parallel = parse_list(value(), 0, 256);
-        else if (a == "--flush-every") o.flush_every = parse_u32(value(), 1, 1024);
-        else if (a == "--device") o.device = value();
+        if (a == "--model")
+            o.model = value();
+        else if (a == "--prompts")
+            o.prompts = parse_list(value(), 1, batch_tokens_max);
+        else if (a == "--gen")
+            o.gen = parse_u32(value(), 1, 100'000);
+        else if (a == "--parallel")
+            o.parallel = parse_list(value(), 0, 256);
+        else if (a == "--flush-every")
+            o.flush_every = parse_u32(value(), 1, 1024);
+        else if (a == "--device")
+            o.device = value();
         else if (a == "--kernels") {
             o.kernels = value();
             if (o.kernels != "auto" && o.kernels != "texel" && o.kernels != "storage") {
                 usage("--kernels must be auto, texel or storage");
             }
-        }
-        else if (a == "--reps") o.reps = parse_u32(value(), 1, 100);
-        else if (a == "--label") o.label = value();
-        else if (a == "--json") o.json = true;
-        else usage("unknown argument " + a);
+        } else if (a == "--reps")
+            o.reps = parse_u32(value(), 1, 100);
+        else if (a == "--label")
+            o.label = value();
+        else if (a == "--json")
+            o.json = true;
+        else
+            usage("unknown argument " + a);
     }
     if (o.model.empty()) usage("--model is required");
     if (o.label.empty()) {
@@ -254,8 +263,8 @@ void measure(bench& b) {
         std::string name = "tg" + std::to_string(b.o.gen) + (p > 1 ? "x" + std::to_string(p) : "");
         double tok_s = double(p) * b.o.gen / best;
         b.emit("\"test\": \"" + name + "\", \"n_gen\": " + std::to_string(b.o.gen) +
-                   ", \"batch_seqs\": " + std::to_string(p) + ", \"decode_tok_s\": " +
-                   fmt(tok_s) + ", \"ms_per_step\": " + fmt(1000 * best / b.o.gen) +
+                   ", \"batch_seqs\": " + std::to_string(p) + ", \"decode_tok_s\": " + fmt(tok_s) +
+                   ", \"ms_per_step\": " + fmt(1000 * best / b.o.gen) +
                    ", \"seconds\": " + fmt(best),
                name + "  decode " + fmt(tok_s) + " tok/s (" + std::to_string(p) + " seqs)");
     }
@@ -267,8 +276,8 @@ std::string kernels_json(const std::vector<kernel_time>& ks, double& total) {
     for (std::size_t i = 0; i < ks.size(); ++i) {
         total += ks[i].ms;
         out += std::string(i ? ", " : "") + "{\"name\": " + json_str(ks[i].name) +
-               ", \"ms\": " + fmt(ks[i].ms) + ", \"dispatches\": " +
-               std::to_string(ks[i].dispatches) + "}";
+               ", \"ms\": " + fmt(ks[i].ms) +
+               ", \"dispatches\": " + std::to_string(ks[i].dispatches) + "}";
     }
     return out + "]";
 }
@@ -353,8 +362,8 @@ int main(int argc, char** argv) {
     }
     std::fprintf(stderr, "ordo-bench: %s on %s, load %.2fs\n", o.label.c_str(),
                  (*s)->ready().device.c_str(), seconds_since(t0));
-    bench b{o, **s, hp->n_vocab,
-            (decode_prompt + o.gen + 1 + block_tokens - 1) / block_tokens, "", 0, {}};
+    bench b{o,  **s, hp->n_vocab, (decode_prompt + o.gen + 1 + block_tokens - 1) / block_tokens,
+            "", 0,   {}};
     b.common = "\"engine\": \"ordo\", \"backend\": \"vulkan\", \"model\": " + json_str(o.label) +
                ", \"device\": " + json_str((*s)->ready().device) +
                ", \"flush_every_layers\": " + std::to_string(o.flush_every) +

@@ -1,9 +1,8 @@
 // http_stream.cpp: see http_stream.hpp.
 #include "bench/ordo_load/http_stream.hpp"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "tools/client/connection.hpp"
@@ -17,12 +16,14 @@ using std::chrono::milliseconds;
 
 constexpr uint32_t reads_per_event_max = 1 << 16;  // reads that complete no event, at most
 
-response_reader& self_of(llhttp_t* p) { return *static_cast<response_reader*>(p->data); }
+response_reader& self_of(llhttp_t* p) {
+    return *static_cast<response_reader*>(p->data);
+}
 
 std::string request_text(const std::string& method, const std::string& host, uint16_t port,
                          const std::string& path, const std::string& body) {
-    std::string r = method + " " + path + " HTTP/1.1\r\nHost: " + host + ":" +
-                    std::to_string(port) + "\r\n";
+    std::string r =
+        method + " " + path + " HTTP/1.1\r\nHost: " + host + ":" + std::to_string(port) + "\r\n";
     if (!body.empty()) {
         r += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
              "\r\n";
@@ -130,7 +131,9 @@ status response_reader::feed(std::string_view bytes) {
     return {};
 }
 
-std::string response_reader::take_body() { return std::exchange(_body, {}); }
+std::string response_reader::take_body() {
+    return std::exchange(_body, {});
+}
 
 int response_reader::on_status_complete(llhttp_t* p) {
     self_of(p)._status = p->status_code;
@@ -214,7 +217,7 @@ attempt send_and_read(connection& c, const stream_plan& plan, uint32_t r, run_co
     sse_splitter events;
     std::string error_body;
     std::string stream_error;  // an error event's code
-    std::string finish;       // the finish_reason of the final chunk
+    std::string finish;        // the finish_reason of the final chunk
     bool done_marker = false;  // data: [DONE]
     std::optional<uint64_t> usage_tokens;
     uint32_t token_events = 0;
@@ -248,8 +251,10 @@ attempt send_and_read(connection& c, const stream_plan& plan, uint32_t r, run_co
         // A chunk before the final one is one token (its text may be empty: part of a UTF-8
         // character); the final chunk counts only when it carries text.
         if (fr.is_null() || has_text) {
-            if (token_events == 0) s.ttft_ms = ms_between(t0, now);
-            else s.itl_ms.push_back(ms_between(last_token, now));
+            if (token_events == 0)
+                s.ttft_ms = ms_between(t0, now);
+            else
+                s.itl_ms.push_back(ms_between(last_token, now));
             last_token = now;
             token_events++;
         }
@@ -259,8 +264,7 @@ attempt send_and_read(connection& c, const stream_plan& plan, uint32_t r, run_co
     std::string e = read_response(c, reader, plan, control, [&](const std::string& body) {
         if (reader.status_code() != 200) {
             error_body += body;
-            return error_body.size() > http_answer_bytes_max ? std::string("answer_too_large")
-                                                             : "";
+            return error_body.size() > http_answer_bytes_max ? std::string("answer_too_large") : "";
         }
         auto got = events.feed(body);
         if (!got.ok()) return got.err().code;

@@ -26,7 +26,7 @@ class connection;
 
 namespace ordo::load {
 
-inline constexpr size_t sse_event_bytes_max = 1 << 20;    // one event's bytes, at most
+inline constexpr size_t sse_event_bytes_max = 1 << 20;     // one event's bytes, at most
 inline constexpr size_t http_answer_bytes_max = 16 << 20;  // a whole non-streamed answer
 
 // One HTTP/1.1 response at a time, fed in pieces: the status, the body (chunked transfer
@@ -62,8 +62,8 @@ private:
 };
 
 // Splits a text/event-stream body into its events' data (the "data:" lines of one event joined
-// with "\n"; comments and other fields skipped; lines end with \n or \r\n). Error "bad_event" when one event grows past
-// sse_event_bytes_max.
+// with "\n"; comments and other fields skipped; lines end with \n or \r\n). Error "bad_event" when
+// one event grows past sse_event_bytes_max.
 class sse_splitter {
 public:
     result<std::vector<std::string>> feed(std::string_view bytes);

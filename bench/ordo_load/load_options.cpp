@@ -29,7 +29,9 @@ const char* const usage_text =
 
 namespace {
 
-error usage(const std::string& why) { return make_error("usage", why); }
+error usage(const std::string& why) {
+    return make_error("usage", why);
+}
 
 std::string format_number(double v) {
     char buf[32];
@@ -44,8 +46,8 @@ result<uint64_t> parse_u64(const std::string& flag, const std::string& text, uin
     unsigned long long v = std::strtoull(text.c_str(), &end, 10);
     bool digits = !text.empty() && text[0] >= '0' && text[0] <= '9';
     if (!digits || *end != '\0' || errno == ERANGE || v < lo || v > hi) {
-        return usage(flag + " '" + text + "': must be an integer in [" + std::to_string(lo) +
-                     ", " + std::to_string(hi) + "]");
+        return usage(flag + " '" + text + "': must be an integer in [" + std::to_string(lo) + ", " +
+                     std::to_string(hi) + "]");
     }
     return static_cast<uint64_t>(v);
 }
@@ -70,22 +72,34 @@ status apply_flag(options& o, const std::string& flag, const std::string& v, boo
         out = static_cast<uint32_t>(*r);
         return {};
     };
-    if (flag == "--host") o.host = v;
+    if (flag == "--host")
+        o.host = v;
     else if (flag == "--port") {
         uint32_t p = 0;
         if (auto st = u32(p, 1, 65535); !st) return st;
         o.port = static_cast<uint16_t>(p);
-    } else if (flag == "--spawn-server") o.spawn_server = v;
-    else if (flag == "--model") o.model = v;
-    else if (flag == "--config") o.config = v;
-    else if (flag == "--prompt") o.prompt = v;
-    else if (flag == "--label") o.label = v;
-    else if (flag == "--requests") return u32(o.requests, 1, requests_max);
-    else if (flag == "--prompt-tokens") return u32(o.prompt_tokens, 1, prompt_tokens_max);
-    else if (flag == "--max-tokens") return u32(o.max_tokens, 1, max_tokens_max);
-    else if (flag == "--duration-max-s") return u32(o.duration_max_s, 1, duration_max_s_max);
-    else if (flag == "--event-timeout-s") return u32(o.event_timeout_s, 1, timeout_s_max);
-    else if (flag == "--startup-timeout-s") return u32(o.startup_timeout_s, 1, timeout_s_max);
+    } else if (flag == "--spawn-server")
+        o.spawn_server = v;
+    else if (flag == "--model")
+        o.model = v;
+    else if (flag == "--config")
+        o.config = v;
+    else if (flag == "--prompt")
+        o.prompt = v;
+    else if (flag == "--label")
+        o.label = v;
+    else if (flag == "--requests")
+        return u32(o.requests, 1, requests_max);
+    else if (flag == "--prompt-tokens")
+        return u32(o.prompt_tokens, 1, prompt_tokens_max);
+    else if (flag == "--max-tokens")
+        return u32(o.max_tokens, 1, max_tokens_max);
+    else if (flag == "--duration-max-s")
+        return u32(o.duration_max_s, 1, duration_max_s_max);
+    else if (flag == "--event-timeout-s")
+        return u32(o.event_timeout_s, 1, timeout_s_max);
+    else if (flag == "--startup-timeout-s")
+        return u32(o.startup_timeout_s, 1, timeout_s_max);
     else if (flag == "--seed") {
         auto r = parse_u64(flag, v, 0, UINT32_MAX);  // headroom: seeds are seed + offsets
         if (!r) return r.err();
@@ -117,7 +131,8 @@ status apply_flag(options& o, const std::string& flag, const std::string& v, boo
         auto r = parse_streams_list(v);
         if (!r) return r.err();
         o.streams = *r;
-    } else known = false;
+    } else
+        known = false;
     return {};
 }
 

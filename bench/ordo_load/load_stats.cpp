@@ -40,8 +40,7 @@ std::optional<double> percentile(std::vector<double> values, double p) {
     return values[rank - 1];
 }
 
-run_summary summarize(uint32_t streams, const std::vector<request_sample>& samples,
-                      double wall_s) {
+run_summary summarize(uint32_t streams, const std::vector<request_sample>& samples, double wall_s) {
     run_summary s;
     s.streams = streams;
     s.wall_s = wall_s;

@@ -17,22 +17,22 @@ namespace ordo::load {
 // One generate request as the client saw it. Times are milliseconds measured on the client's
 // steady clock from the moment the request frame was handed to the kernel.
 struct request_sample {
-    bool ok = false;                 // ended with done{reason: stop | length}
-    std::string error_code;          // when !ok: the server's code or a client-side one
-    std::optional<double> ttft_ms;   // send -> first token event; absent when no token came
-    std::vector<double> itl_ms;      // between consecutive token events (tokens - 1 entries)
-    uint32_t tokens = 0;             // token events received
-    double total_ms = 0;             // send -> terminal event (or -> the failure)
+    bool ok = false;                // ended with done{reason: stop | length}
+    std::string error_code;         // when !ok: the server's code or a client-side one
+    std::optional<double> ttft_ms;  // send -> first token event; absent when no token came
+    std::vector<double> itl_ms;     // between consecutive token events (tokens - 1 entries)
+    uint32_t tokens = 0;            // token events received
+    double total_ms = 0;            // send -> terminal event (or -> the failure)
 };
 
 // One configuration's results: what the JSON line reports.
 struct run_summary {
     uint32_t streams = 0;
-    uint32_t requests = 0;           // requests that ended (ok or not)
+    uint32_t requests = 0;  // requests that ended (ok or not)
     uint32_t requests_ok = 0;
-    uint64_t tokens = 0;             // token events over all requests, failed ones included
-    double wall_s = 0;               // first send of any stream -> last stream finished
-    double aggregate_tok_s = 0;      // tokens / wall_s
+    uint64_t tokens = 0;         // token events over all requests, failed ones included
+    double wall_s = 0;           // first send of any stream -> last stream finished
+    double aggregate_tok_s = 0;  // tokens / wall_s
     std::optional<double> ttft_ms_p50, ttft_ms_p99;
     std::optional<double> itl_ms_p50, itl_ms_p99, itl_ms_mean;
     std::optional<double> decode_tok_s_per_stream;  // 1000 / itl_ms_mean
@@ -43,13 +43,12 @@ struct run_summary {
 std::optional<double> percentile(std::vector<double> values, double p);
 
 // Folds the samples of every stream of one configuration.
-run_summary summarize(uint32_t streams, const std::vector<request_sample>& samples,
-                      double wall_s);
+run_summary summarize(uint32_t streams, const std::vector<request_sample>& samples, double wall_s);
 
 // Labels that describe the run rather than its results, printed in the same line.
 struct run_labels {
     std::string model;
-    uint32_t prompt_tokens = 0;      // per request (0 when --prompt text is used)
+    uint32_t prompt_tokens = 0;  // per request (0 when --prompt text is used)
     uint32_t max_tokens = 0;
     double temperature = 0;
     std::string protocol = "msgpack";  // "msgpack" or "http"

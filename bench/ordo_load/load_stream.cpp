@@ -29,8 +29,8 @@ msgpack::sbuffer generate_frame(const stream_plan& plan, uint32_t r, uint64_t id
         pk.pack("prompt"), pk.pack(plan.prompt_text);
     } else {
         // Distinct per request, so the prefix cache does not turn the run into cache hits.
-        pk.pack("tokens"), pk.pack(random_prompt(plan.seed_first + r, plan.prompt_tokens,
-                                                 plan.vocab_size));
+        pk.pack("tokens"),
+            pk.pack(random_prompt(plan.seed_first + r, plan.prompt_tokens, plan.vocab_size));
     }
     pk.pack("max_tokens"), pk.pack(plan.max_tokens);
     pk.pack("temperature"), pk.pack(plan.temperature);
@@ -112,8 +112,10 @@ outcome run_request(connection& c, const stream_plan& plan, uint32_t r, uint64_t
         if (event_id(e) != id) continue;  // not ours: nothing else is in flight, so ignore it
         std::string kind = get_str(e, "event");
         if (kind == "token") {
-            if (s.tokens == 0) s.ttft_ms = ms_between(t0, now);
-            else s.itl_ms.push_back(ms_between(last_token, now));
+            if (s.tokens == 0)
+                s.ttft_ms = ms_between(t0, now);
+            else
+                s.itl_ms.push_back(ms_between(last_token, now));
             last_token = now;
             s.tokens++;
         } else if (kind == "done" || kind == "error") {
@@ -160,8 +162,8 @@ std::vector<request_sample> run_stream(const stream_plan& plan, run_control& con
     // --ramp-s: this stream's first request waits its turn, in slices so a stop is seen.
     for (auto start = clock::now() + plan.start_delay; clock::now() < start;) {
         if (control.stop.load() || clock::now() >= control.deadline) break;
-        std::this_thread::sleep_for(std::min<clock::duration>(event_wait::read_slice,
-                                                              start - clock::now()));
+        std::this_thread::sleep_for(
+            std::min<clock::duration>(event_wait::read_slice, start - clock::now()));
     }
     for (uint32_t r = 0; r < plan.requests; r++) {
         if (control.stop.load() || clock::now() >= control.deadline) {
@@ -216,8 +218,8 @@ status wait_healthy(const std::string& host, uint16_t port, clock::time_point de
         }
         std::string status = get_str(ev->get(), "status");
         if (status == "ok") return {};
-        last = status.empty() ? get_str(ev->get(), "code") : status + ": " +
-                                                                 get_str(ev->get(), "reason");
+        last = status.empty() ? get_str(ev->get(), "code")
+                              : status + ": " + get_str(ev->get(), "reason");
         if (status == "degraded") break;
         std::this_thread::sleep_for(std::min(health_poll_interval, left()));
     }
@@ -237,8 +239,8 @@ result<model_info> query_model(const std::string& host, uint16_t port, milliseco
     if (!ev.ok()) return make_error("unreachable", "model: " + ev.err().message);
     const auto& e = ev->get();
     if (get_str(e, "event") != "done") {
-        return make_error("bad_answer", "model op: " + get_str(e, "code") + " " +
-                                            get_str(e, "message"));
+        return make_error("bad_answer",
+                          "model op: " + get_str(e, "code") + " " + get_str(e, "message"));
     }
     auto u32 = [&](const char* key) -> uint32_t {
         const auto* v = find(e, key);
@@ -249,16 +251,16 @@ result<model_info> query_model(const std::string& host, uint16_t port, milliseco
     m.name = get_str(e, "name");
     if (m.name.empty()) {
         std::string path = get_str(e, "path");
-        m.name = path.substr(path.find_last_of('/') == std::string::npos
-                                 ? 0 : path.find_last_of('/') + 1);
+        m.name = path.substr(
+            path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/') + 1);
     }
     // docs/protocol.md names them vocab_size and context_tokens; the server currently answers
     // n_vocab and context. Accept both until the two agree.
     m.vocab_size = u32("vocab_size") ? u32("vocab_size") : u32("n_vocab");
     m.context_tokens = u32("context_tokens") ? u32("context_tokens") : u32("context");
     if (m.vocab_size <= first_ordinary_token) {
-        return make_error("bad_answer", "model op reports vocab_size " +
-                                            std::to_string(m.vocab_size));
+        return make_error("bad_answer",
+                          "model op reports vocab_size " + std::to_string(m.vocab_size));
     }
     return m;
 }

@@ -51,16 +51,16 @@ struct stream_plan {
     wire protocol = wire::msgpack;
     std::string host;
     uint16_t port = 0;
-    std::string model_id;                       // HTTP: the request's "model"
-    std::chrono::milliseconds start_delay{0};   // after the common start (--ramp-s)
+    std::string model_id;                      // HTTP: the request's "model"
+    std::chrono::milliseconds start_delay{0};  // after the common start (--ramp-s)
     uint32_t requests = 1;
-    uint32_t prompt_tokens = 0;                 // random ids per request; 0 = prompt_text
-    uint32_t vocab_size = 0;                    // ids are drawn below it
+    uint32_t prompt_tokens = 0;  // random ids per request; 0 = prompt_text
+    uint32_t vocab_size = 0;     // ids are drawn below it
     std::string prompt_text;
     uint32_t max_tokens = 1;
     double temperature = 1.0;
     sampler_options sampler;
-    uint64_t seed_first = 0;                    // request r: sampler and prompt seed_first + r
+    uint64_t seed_first = 0;  // request r: sampler and prompt seed_first + r
     std::chrono::milliseconds event_timeout{120000};
 };
 
@@ -98,7 +98,7 @@ status wait_healthy(const std::string& host, uint16_t port, clock::time_point de
                     const run_control& control);
 
 struct model_info {
-    std::string name;             // model op's name, else the file name of its path
+    std::string name;  // model op's name, else the file name of its path
     uint32_t vocab_size = 0;
     uint32_t context_tokens = 0;
 };

@@ -30,7 +30,9 @@ constexpr size_t server_log_tail_bytes = 4096;  // of the spawned server's outpu
 // Set from the signal handler: std::atomic<bool> is lock-free, so this is async-signal-safe.
 run_control g_control;
 
-extern "C" void on_signal(int) { g_control.stop.store(true); }
+extern "C" void on_signal(int) {
+    g_control.stop.store(true);
+}
 
 milliseconds left_until(clock::time_point t) {
     return std::max(milliseconds(1), std::chrono::duration_cast<milliseconds>(t - clock::now()));
@@ -83,16 +85,15 @@ run_summary run_configuration(const options& o, uint32_t n, uint32_t config_inde
 
 // Starts the server when asked; fills host/port. Returns an exit code on failure, else -1.
 int start_server(const options& o, spawned_server& server, std::string& host, uint16_t& port) {
-    auto startup_deadline = std::min(g_control.deadline,
-                                     clock::now() + std::chrono::seconds(o.startup_timeout_s));
+    auto startup_deadline =
+        std::min(g_control.deadline, clock::now() + std::chrono::seconds(o.startup_timeout_s));
     bool http = o.protocol == wire::http;
     if (!o.spawn_server.empty()) {
-        std::vector<std::string> args{"--listen",      "127.0.0.1:0", "--http-listen",
-                                      http ? "127.0.0.1:0" : "", "--model", o.model,
-                                      "--log-level",   "warn"};
+        std::vector<std::string> args{
+            "--listen", "127.0.0.1:0", "--http-listen", http ? "127.0.0.1:0" : "",
+            "--model",  o.model,       "--log-level",   "warn"};
         if (!o.config.empty()) args.insert(args.end(), {"--config", o.config});
-        if (auto st = server.start(o.spawn_server, args, left_until(startup_deadline), http);
-            !st) {
+        if (auto st = server.start(o.spawn_server, args, left_until(startup_deadline), http); !st) {
             std::fprintf(stderr, "ordo-load: %s: %s\n", st.err().code.c_str(),
                          st.err().message.c_str());
             return exit_unreachable;
@@ -103,7 +104,7 @@ int start_server(const options& o, spawned_server& server, std::string& host, ui
                      host.c_str(), port);
     }
     ordo::status st = http ? wait_healthy_http(host, port, startup_deadline, g_control)
-                     : wait_healthy(host, port, startup_deadline, g_control);
+                           : wait_healthy(host, port, startup_deadline, g_control);
     if (!st) {
         std::fprintf(stderr, "ordo-load: %s: %s\n", st.err().code.c_str(),
                      st.err().message.c_str());
@@ -126,7 +127,8 @@ int run(const options& o) {
     }
     if (o.vocab_size != 0) model->vocab_size = o.vocab_size;
     if (o.prompt_tokens > 0 && model->vocab_size <= first_ordinary_token) {
-        std::fprintf(stderr, "ordo-load: the server does not report its vocabulary size: give "
+        std::fprintf(stderr,
+                     "ordo-load: the server does not report its vocabulary size: give "
                      "--vocab-size V (or --prompt TEXT)\n");
         return exit_usage;
     }
@@ -134,13 +136,15 @@ int run(const options& o) {
     bool known = o.prompt_tokens > 0 && model->context_tokens > 0;
     if (known && request_tokens > model->context_tokens) {
         // Every request would get context_exceeded: say so once instead of measuring errors.
-        std::fprintf(stderr, "ordo-load: --prompt-tokens %u + --max-tokens %u exceed the served "
-                     "context of %u tokens\n", o.prompt_tokens, o.max_tokens,
-                     model->context_tokens);
+        std::fprintf(stderr,
+                     "ordo-load: --prompt-tokens %u + --max-tokens %u exceed the served "
+                     "context of %u tokens\n",
+                     o.prompt_tokens, o.max_tokens, model->context_tokens);
         return exit_usage;
     }
-    run_labels labels{o.label.empty() ? model->name : o.label, o.prompt_tokens, o.max_tokens,
-                      o.temperature, o.protocol == wire::http ? "http" : "msgpack", o.ramp_s};
+    run_labels labels{
+        o.label.empty() ? model->name : o.label,       o.prompt_tokens, o.max_tokens, o.temperature,
+        o.protocol == wire::http ? "http" : "msgpack", o.ramp_s};
     spawned_server* watched = o.spawn_server.empty() ? nullptr : &server;
     int code = exit_ok;
     for (uint32_t i = 0; i < o.streams.size(); i++) {

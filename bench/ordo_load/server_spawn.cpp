@@ -17,7 +17,7 @@ namespace ordo::load {
 namespace {
 
 constexpr size_t read_chunk_bytes = 4096;
-constexpr int drain_poll_ms = 100;      // how often the drainer checks that it should stop
+constexpr int drain_poll_ms = 100;  // how often the drainer checks that it should stop
 constexpr auto reap_poll = std::chrono::milliseconds(20);
 constexpr int exit_exec_failed = 127;
 
@@ -44,7 +44,9 @@ std::optional<listen_endpoint> parse_listening_line(const std::string& text, boo
     return listen_endpoint{host, static_cast<uint16_t>(port)};
 }
 
-spawned_server::~spawned_server() { stop(); }
+spawned_server::~spawned_server() {
+    stop();
+}
 
 status spawned_server::start(const std::string& binary, const std::vector<std::string>& args,
                              std::chrono::milliseconds deadline, bool http) {
@@ -98,9 +100,9 @@ status spawned_server::wait_listening(std::chrono::milliseconds deadline) {
     bool timed_out = std::chrono::steady_clock::now() >= end;
     int code = stop();
     if (timed_out) {
-        return make_error("startup_timeout",
-                          "ordo-server did not print its listening line in time; output:\n" +
-                              output_tail());
+        return make_error(
+            "startup_timeout",
+            "ordo-server did not print its listening line in time; output:\n" + output_tail());
     }
     return make_error("spawn_failed", "ordo-server exited (status " + std::to_string(code) +
                                           ") before listening; output:\n" + output_tail());
@@ -116,7 +118,9 @@ bool spawned_server::reap(bool block) {
     return true;
 }
 
-bool spawned_server::alive() { return !reap(false); }
+bool spawned_server::alive() {
+    return !reap(false);
+}
 
 int spawned_server::stop() {
     if (_pid >= 0) {

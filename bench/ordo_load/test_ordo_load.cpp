@@ -27,10 +27,9 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
-
-#include <nlohmann/json.hpp>
 
 #include "bench/ordo_load/http_stream.hpp"
 #include "bench/ordo_load/load_options.hpp"
@@ -78,12 +77,15 @@ command_result run_command(const std::string& cmd, const std::string& tag) {
 std::vector<std::map<std::string, std::string>> parse_json_lines(const std::string& text) {
     std::string in = temp_path("lines.json");
     std::ofstream(in) << text;
-    auto r = run_command("/usr/bin/python3 -c 'import json,sys\n"
-                         "for i,l in enumerate(open(sys.argv[1])):\n"
-                         "  for k,v in json.loads(l).items():\n"
-                         "    if isinstance(v,dict):\n"
-                         "      for k2,v2 in v.items(): print(i, k+\".\"+k2, json.dumps(v2))\n"
-                         "    else: print(i, k, json.dumps(v))' " + in, "py");
+    auto r = run_command(
+        "/usr/bin/python3 -c 'import json,sys\n"
+        "for i,l in enumerate(open(sys.argv[1])):\n"
+        "  for k,v in json.loads(l).items():\n"
+        "    if isinstance(v,dict):\n"
+        "      for k2,v2 in v.items(): print(i, k+\".\"+k2, json.dumps(v2))\n"
+        "    else: print(i, k, json.dumps(v))' " +
+            in,
+        "py");
     EXPECT_EQ(r.exit_code, 0) << "not JSON lines:\n" << text << "\n" << r.err;
     std::vector<std::map<std::string, std::string>> lines;
     std::istringstream is(r.out);
@@ -135,7 +137,7 @@ TEST(load_stats, summarize_folds_samples_and_counts_errors_by_code) {
     EXPECT_DOUBLE_EQ(s.aggregate_tok_s, 3.0);
     EXPECT_EQ(s.ttft_ms_p50, 10.0);  // of {5, 10, 30}
     EXPECT_EQ(s.ttft_ms_p99, 30.0);
-    EXPECT_EQ(s.itl_ms_p50, 4.0);    // of {2, 4, 6}
+    EXPECT_EQ(s.itl_ms_p50, 4.0);  // of {2, 4, 6}
     EXPECT_EQ(s.itl_ms_p99, 6.0);
     EXPECT_DOUBLE_EQ(*s.itl_ms_mean, 4.0);
     EXPECT_DOUBLE_EQ(*s.decode_tok_s_per_stream, 250.0);
@@ -172,10 +174,11 @@ TEST(load_options, defaults_and_a_full_command_line) {
     ASSERT_TRUE(d.ok());
     EXPECT_EQ(d->streams, std::vector<uint32_t>{1});
     EXPECT_EQ(d->duration_max_s, 300u);
-    auto o = parse_options({"--spawn-server", "/bin/srv", "--model", "m.gguf", "--config",
-                            "c.toml", "--streams", "1,8,16", "--requests", "2",
-                            "--prompt-tokens", "32", "--max-tokens", "64", "--temperature",
-                            "0.7", "--seed", "9", "--duration-max-s", "60", "--label", "x"});
+    auto o = parse_options(
+        {"--spawn-server",   "/bin/srv", "--model",       "m.gguf", "--config",        "c.toml",
+         "--streams",        "1,8,16",   "--requests",    "2",      "--prompt-tokens", "32",
+         "--max-tokens",     "64",       "--temperature", "0.7",    "--seed",          "9",
+         "--duration-max-s", "60",       "--label",       "x"});
     ASSERT_TRUE(o.ok()) << o.err().message;
     EXPECT_EQ(o->streams, (std::vector<uint32_t>{1, 8, 16}));
     EXPECT_EQ(o->requests, 2u);
@@ -251,8 +254,9 @@ TEST(server_spawn, listening_line_is_parsed_only_when_whole) {
     EXPECT_FALSE(parse_listening_line("ordo-server listening on 127.0.0.1:99999\n"));
     EXPECT_FALSE(parse_listening_line("ordo-server starting\n").has_value());
     // The HTTP front door's line, told apart from the msgpack one.
-    std::string both = "ordo-server listening on 127.0.0.1:7070\n"
-                       "ordo-server http listening on 127.0.0.1:8081\n";
+    std::string both =
+        "ordo-server listening on 127.0.0.1:7070\n"
+        "ordo-server http listening on 127.0.0.1:8081\n";
     EXPECT_EQ(parse_listening_line(both)->port, 7070);
     EXPECT_EQ(parse_listening_line(both, true)->port, 8081);
     EXPECT_FALSE(parse_listening_line("ordo-server listening on 127.0.0.1:7070\n", true));
@@ -283,9 +287,10 @@ std::string chunked(const std::vector<std::string>& pieces) {
 
 TEST(http_stream, response_reader_reads_chunked_answers_split_anywhere) {
     const std::string body = "data: {\"a\":1}\n\ndata: [DONE]\n\n";
-    const std::string answer = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                               "Transfer-Encoding: chunked\r\n\r\n" +
-                               chunked({body.substr(0, 7), body.substr(7)});
+    const std::string answer =
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+        "Transfer-Encoding: chunked\r\n\r\n" +
+        chunked({body.substr(0, 7), body.substr(7)});
     for (size_t cut = 0; cut <= answer.size(); cut++) {
         response_reader r;
         ASSERT_TRUE(r.feed(answer.substr(0, cut)).ok()) << cut;
@@ -300,7 +305,8 @@ TEST(http_stream, response_reader_reads_chunked_answers_split_anywhere) {
     }
     response_reader r;
     ASSERT_TRUE(r.feed("HTTP/1.1 429 Too Many Requests\r\nContent-Length: 2\r\n"
-                       "Connection: close\r\n\r\n{}").ok());
+                       "Connection: close\r\n\r\n{}")
+                    .ok());
     EXPECT_TRUE(r.complete());
     EXPECT_EQ(r.status_code(), 429);
     EXPECT_FALSE(r.keep_alive());
@@ -318,11 +324,12 @@ TEST(http_stream, response_reader_reads_chunked_answers_split_anywhere) {
 }
 
 TEST(http_stream, sse_splitter_finds_every_event_at_every_split_point) {
-    const std::string stream = ": a comment\n"
-                               "data: {\"x\": 1}\n\n"
-                               "event: message\r\ndata: two\r\ndata:lines\r\n\r\n"
-                               "id: 7\n\n"  // an event without data is no event
-                               "data: [DONE]\n\n";
+    const std::string stream =
+        ": a comment\n"
+        "data: {\"x\": 1}\n\n"
+        "event: message\r\ndata: two\r\ndata:lines\r\n\r\n"
+        "id: 7\n\n"  // an event without data is no event
+        "data: [DONE]\n\n";
     const std::vector<std::string> want{"{\"x\": 1}", "two\nlines", "[DONE]"};
     for (size_t cut = 0; cut <= stream.size(); cut++) {
         sse_splitter sse;
@@ -386,8 +393,9 @@ protected:
     }
     // Starts ordo-server on an ephemeral port with the tiny model.
     void start_server(spawned_server& s) {
-        auto st = s.start(ORDO_SERVER_BIN, {"--listen", "127.0.0.1:0", "--http-listen", "", "--model", model,
-                                            "--config", config, "--log-level", "warn"},
+        auto st = s.start(ORDO_SERVER_BIN,
+                          {"--listen", "127.0.0.1:0", "--http-listen", "", "--model", model,
+                           "--config", config, "--log-level", "warn"},
                           std::chrono::seconds(60));
         ASSERT_TRUE(st.ok()) << st.err().message;
         run_control control;
@@ -428,7 +436,8 @@ void expect_two_clean_configurations(const command_result& r) {
 
 TEST_F(load_e2e, spawned_server_serves_every_configuration) {
     auto r = run_command(load_bin + " --spawn-server " ORDO_SERVER_BIN " --model " + model +
-                             " --config " + config + " --streams 1,3 --requests 2 "
+                             " --config " + config +
+                             " --streams 1,3 --requests 2 "
                              "--max-tokens 6 --prompt-tokens 5 --temperature 0.8 "
                              "--duration-max-s 120",
                          "spawn");
@@ -437,8 +446,8 @@ TEST_F(load_e2e, spawned_server_serves_every_configuration) {
 }
 
 TEST_F(load_e2e, http_mode_against_the_http_front_door) {
-    auto r = run_command(load_bin + " --protocol http --spawn-server " ORDO_SERVER_BIN
-                             " --model " + model + " --config " + config +
+    auto r = run_command(load_bin + " --protocol http --spawn-server " ORDO_SERVER_BIN " --model " +
+                             model + " --config " + config +
                              " --streams 1,3 --requests 2 --max-tokens 6 --prompt-tokens 5"
                              " --temperature 0.8 --top-k 40 --min-p 0.05 --ramp-s 0.5"
                              " --duration-max-s 120",
@@ -455,7 +464,8 @@ TEST_F(load_e2e, http_mode_against_the_http_front_door) {
 // the connection is closed, as llama-server does after a streamed answer.
 class scripted_http_server {
 public:
-    scripted_http_server(uint32_t tokens, uint32_t error_on) : _tokens(tokens), _error_on(error_on) {
+    scripted_http_server(uint32_t tokens, uint32_t error_on)
+        : _tokens(tokens), _error_on(error_on) {
         _fd = socket(AF_INET, SOCK_STREAM, 0);
         sockaddr_in a{};
         a.sin_family = AF_INET;
@@ -513,11 +523,13 @@ private:
             std::string head;
             while (read_request(c, head)) {
                 if (head.rfind("GET /health", 0) == 0) {
-                    write_all(c, "HTTP/1.1 200 OK\r\nContent-Length: 15\r\n\r\n{\"status\":\"ok\"}");
+                    write_all(c,
+                              "HTTP/1.1 200 OK\r\nContent-Length: 15\r\n\r\n{\"status\":\"ok\"}");
                     continue;
                 }
                 if (head.rfind("GET /v1/models", 0) == 0) {
-                    std::string b = R"({"data":[{"id":"scripted","meta":{"n_vocab":300,"n_ctx":512}}]})";
+                    std::string b =
+                        R"({"data":[{"id":"scripted","meta":{"n_vocab":300,"n_ctx":512}}]})";
                     write_all(c, "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(b.size()) +
                                      "\r\n\r\n" + b);
                     continue;
@@ -525,21 +537,25 @@ private:
                 uint32_t post = ++_posts;
                 std::vector<std::string> events;
                 for (uint32_t t = 0; t < _tokens; t++) {
-                    events.push_back(R"(data: {"choices":[{"text":"t","index":0,"finish_reason":null}]})"
-                                     "\n\n");
+                    events.push_back(
+                        R"(data: {"choices":[{"text":"t","index":0,"finish_reason":null}]})"
+                        "\n\n");
                 }
                 if (post == _error_on) {
-                    events.push_back(R"(data: {"error":{"code":"gpu_failed","message":"x"}})" "\n\n");
-                } else {
-                    events.push_back(R"(data: {"choices":[{"text":"","index":0,"finish_reason":"length"}]})"
+                    events.push_back(R"(data: {"error":{"code":"gpu_failed","message":"x"}})"
                                      "\n\n");
+                } else {
+                    events.push_back(
+                        R"(data: {"choices":[{"text":"","index":0,"finish_reason":"length"}]})"
+                        "\n\n");
                     events.push_back("data: {\"choices\":[],\"usage\":{\"completion_tokens\":" +
                                      std::to_string(_tokens) + "}}\n\n");
                     events.push_back("data: [DONE]\n\n");
                 }
-                write_all(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                             "Transfer-Encoding: chunked\r\nKeep-Alive: timeout=5, max=100\r\n\r\n" +
-                             chunked(events));
+                write_all(c,
+                          "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                          "Transfer-Encoding: chunked\r\nKeep-Alive: timeout=5, max=100\r\n\r\n" +
+                              chunked(events));
                 break;  // and close, keep-alive headers notwithstanding
             }
             close(c);
@@ -589,7 +605,8 @@ TEST_F(load_e2e, text_prompt_and_a_running_server) {
     EXPECT_EQ(num(lines[0], "prompt_tokens"), 0);
     // The tiny model's context is 256: a plan that cannot fit is refused before any request.
     auto big = run_command(load_bin + " --port " + std::to_string(server.endpoint().port) +
-                               " --prompt-tokens 200 --max-tokens 100", "too_long");
+                               " --prompt-tokens 200 --max-tokens 100",
+                           "too_long");
     EXPECT_EQ(big.exit_code, 2) << big.err;
     EXPECT_NE(big.err.find("exceed the served context of 256"), std::string::npos) << big.err;
     EXPECT_TRUE(big.out.empty());
@@ -605,8 +622,9 @@ TEST_F(load_e2e, unreachable_server_and_unstartable_binary_exit_3) {
     socklen_t len = sizeof a;
     getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
     close(fd);
-    auto r = run_command(load_bin + " --port " + std::to_string(ntohs(a.sin_port)) +
-                             " --duration-max-s 60", "closed_port");
+    auto r = run_command(
+        load_bin + " --port " + std::to_string(ntohs(a.sin_port)) + " --duration-max-s 60",
+        "closed_port");
     EXPECT_EQ(r.exit_code, 3) << r.err;
     EXPECT_NE(r.err.find("unreachable"), std::string::npos) << r.err;
     EXPECT_TRUE(r.out.empty());
@@ -614,8 +632,9 @@ TEST_F(load_e2e, unreachable_server_and_unstartable_binary_exit_3) {
                          "bad_bin");
     EXPECT_EQ(b.exit_code, 3) << b.err;
     EXPECT_NE(b.err.find("spawn_failed"), std::string::npos) << b.err;
-    auto m = run_command(load_bin + " --spawn-server " ORDO_SERVER_BIN
-                         " --model /nonexistent/model.gguf", "bad_model");
+    auto m = run_command(
+        load_bin + " --spawn-server " ORDO_SERVER_BIN " --model /nonexistent/model.gguf",
+        "bad_model");
     EXPECT_EQ(m.exit_code, 3) << m.err;
     EXPECT_NE(m.err.find("ordo-load:"), std::string::npos) << m.err;
 }

@@ -7,9 +7,8 @@
 
 #include <spdlog/spdlog.h>
 
-#include <cassert>
-
 #include <algorithm>
+#include <cassert>
 #include <chrono>
 #include <cmath>
 #include <thread>
@@ -84,7 +83,9 @@ void gpu_actor::start_job(job_kind kind) {
     }
 }
 
-void gpu_actor::work_cb(uv_work_t* req) { static_cast<gpu_actor*>(req->data)->run_job(); }
+void gpu_actor::work_cb(uv_work_t* req) {
+    static_cast<gpu_actor*>(req->data)->run_job();
+}
 
 void gpu_actor::after_work_cb(uv_work_t* req, int) {
     auto* self = static_cast<gpu_actor*>(req->data);
@@ -158,8 +159,9 @@ void gpu_actor::run_job() {
 }
 
 void gpu_actor::report_progress(const build_progress& p) {
-    device_progress m{_job.epoch, _job.attempt, _job.attempts_max,
-                      std::string(build_stage_name(p.stage)), p.done, p.total};
+    device_progress m{
+        _job.epoch, _job.attempt, _job.attempts_max, std::string(build_stage_name(p.stage)),
+        p.done,     p.total};
     if (!_reply_out.tell(m)) _progress_refused++;  // only the loading reason is late
 }
 
@@ -236,16 +238,15 @@ void gpu_actor::on_start() {
          "delivery init");
     // KV copy replies: the same bounds. A given-up reply loses nothing but the reply: the
     // staging slot stays with its holder.
-    must(_kv_replies.init(loop(), _kv_out, reply_delivery_limits,
-                          [this](const kv_delivery::message& m, const actors::refusal& why) {
-                              _replies_undelivered++;
-                              if (why.outcome == actors::delivery_outcome::actor_stopped) return;
-                              log().error("reply {} to the kv receiver given up: {}",
-                                          std::visit([](const auto& r) {
-                                              return std::string(r.msg_name);
-                                          }, m),
-                                          why.message);
-                          }),
+    must(_kv_replies.init(
+             loop(), _kv_out, reply_delivery_limits,
+             [this](const kv_delivery::message& m, const actors::refusal& why) {
+                 _replies_undelivered++;
+                 if (why.outcome == actors::delivery_outcome::actor_stopped) return;
+                 log().error("reply {} to the kv receiver given up: {}",
+                             std::visit([](const auto& r) { return std::string(r.msg_name); }, m),
+                             why.message);
+             }),
          "kv delivery init");
     _state = state::starting;
     _epoch = 0;
@@ -281,10 +282,10 @@ device_summary summarize(const device_info& i, bool texel_kernels) {
         if (h.device_local) s.device_local_bytes = std::max(s.device_local_bytes, h.size_bytes);
     }
     const std::pair<bool, const char*> features[] = {
-        {i.storage_buffer_16bit, "storage_16bit"},     {i.shader_float16, "float16"},
-        {i.storage_buffer_8bit, "storage_8bit"},       {i.shader_int8, "int8"},
+        {i.storage_buffer_16bit, "storage_16bit"},      {i.shader_float16, "float16"},
+        {i.storage_buffer_8bit, "storage_8bit"},        {i.shader_int8, "int8"},
         {i.subgroup_arithmetic, "subgroup_arithmetic"}, {i.subgroup_ballot, "subgroup_ballot"},
-        {i.subgroup_shuffle, "subgroup_shuffle"},     {i.timestamps, "timestamps"}};
+        {i.subgroup_shuffle, "subgroup_shuffle"},       {i.timestamps, "timestamps"}};
     for (const auto& [on, name] : features) {
         if (on) s.features.emplace_back(name);
     }
@@ -346,7 +347,7 @@ void gpu_actor::finish_step() {
         _steps++;
         _tokens += _job.res.n_tokens;
         _rebuilds_in_row = 0;
-        step_done d{m.step_id,         _job.slot,         _job.res.rows,
+        step_done d{m.step_id,           _job.slot,       _job.res.rows,
                     _exchange.n_vocab(), _job.res.gpu_ms, _job.res.hidden_rows};
         _replies.send(d);
         return;
@@ -378,8 +379,7 @@ void gpu_actor::finish_kv_copy() {
 
 bool gpu_actor::start_kv_copy(kv_copy c) {
     const auto [blocks, slot, epoch] = std::visit(
-        [](const auto& m) { return std::make_tuple(m.blocks.size(), m.staging_slot, m.epoch); },
-        c);
+        [](const auto& m) { return std::make_tuple(m.blocks.size(), m.staging_slot, m.epoch); }, c);
     if (epoch != _epoch) {
         fail_copy(c, gpu_failure::stale_epoch,
                   "the copy names blocks of device epoch " + std::to_string(epoch) +
@@ -414,9 +414,10 @@ void gpu_actor::begin_recovery() {
                 true);
     if (_rebuilds_in_row >= _options.recovery_max || stopping()) {
         _state = state::unavailable;
-        _replies.send(device_unavailable{
-            std::to_string(_rebuilds_in_row) + " device rebuilds without a successful step "
-            "(recovery_max " + std::to_string(_options.recovery_max) + ")"});
+        _replies.send(device_unavailable{std::to_string(_rebuilds_in_row) +
+                                         " device rebuilds without a successful step "
+                                         "(recovery_max " +
+                                         std::to_string(_options.recovery_max) + ")"});
         return;
     }
     _state = state::recovering;
@@ -504,9 +505,15 @@ void gpu_actor::enqueue(queued q) {
     }
 }
 
-void gpu_actor::on(const step& m) { enqueue(m); }
-void gpu_actor::on(const kv_copy_out& m) { enqueue(kv_copy{m}); }
-void gpu_actor::on(const kv_copy_in& m) { enqueue(kv_copy{m}); }
+void gpu_actor::on(const step& m) {
+    enqueue(m);
+}
+void gpu_actor::on(const kv_copy_out& m) {
+    enqueue(kv_copy{m});
+}
+void gpu_actor::on(const kv_copy_in& m) {
+    enqueue(kv_copy{m});
+}
 
 void gpu_actor::on(const reset_device& m) {
     log().warn("device reset requested: {}", m.reason);
@@ -531,9 +538,8 @@ void gpu_actor::on(const inject_fault& m) {
         if (m.plan_step != 0) _replies.send(fault_refused{m.plan_step, m.kind, s.err().message});
         return;
     }
-    log().warn("fault armed: {} phase {} layer {} after {} count {} delay {} ms",
-               enum_name(m.kind), m.phase ? enum_name(*m.phase) : "any", m.layer, m.after_steps,
-               m.count, m.delay_ms);
+    log().warn("fault armed: {} phase {} layer {} after {} count {} delay {} ms", enum_name(m.kind),
+               m.phase ? enum_name(*m.phase) : "any", m.layer, m.after_steps, m.count, m.delay_ms);
 }
 
 }  // namespace ordo::gpu

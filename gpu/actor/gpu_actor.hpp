@@ -52,10 +52,10 @@
 #include "actors/runtime/actor.hpp"
 #include "actors/runtime/delivery.hpp"
 #include "actors/runtime/outbox.hpp"
-#include "gpu/runner/armed_faults.hpp"
 #include "gpu/gpu_msgs.hpp"
 #include "gpu/logits/kv_staging.hpp"
 #include "gpu/logits/logits_exchange.hpp"
+#include "gpu/runner/armed_faults.hpp"
 #include "gpu/runner/runner.hpp"
 
 namespace ordo::gpu {
@@ -76,8 +76,7 @@ struct gpu_actor_options {
 };
 
 class gpu_actor final
-    : public actors::actor<gpu_actor, step, inject_fault, reset_device, kv_copy_out,
-                           kv_copy_in> {
+    : public actors::actor<gpu_actor, step, inject_fault, reset_device, kv_copy_out, kv_copy_in> {
 public:
     // `exchange` must outlive the actor; its n_vocab must equal the model's and its rows_max
     // must be at least options.runner.rows_max (checked at build: device_unavailable if not).
@@ -112,7 +111,7 @@ private:
     struct job {
         job_kind kind = job_kind::build;
         step msg;
-        kv_copy copy;           // job_kind::kv_copy
+        kv_copy copy;  // job_kind::kv_copy
         std::uint64_t copy_bytes = 0;
         std::uint32_t slot = logits_exchange::no_slot;
         step_fault fault;

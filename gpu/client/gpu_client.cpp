@@ -77,7 +77,9 @@ result<std::unique_ptr<gpu_session>> gpu_session::start(gpu_actor_options option
     return s;
 }
 
-gpu_session::~gpu_session() { (void)stop(); }
+gpu_session::~gpu_session() {
+    (void)stop();
+}
 
 result<step_done> gpu_session::run(const step& s, std::vector<float>& logits,
                                    std::uint64_t timeout_ms, std::vector<float>* hidden) {

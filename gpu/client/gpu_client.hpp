@@ -1,7 +1,8 @@
 // gpu_client.hpp: the other end of the gpu actor for programs that are not the scheduler:
 // `reply_collector`, an actor that accepts every gpu reply (KV copy replies included) and hands
-// them, in arrival order, to a waiting thread; and `gpu_session`, a blocking wrapper (start the actor, wait for
-// device_ready, run a step and copy its logits out, stop) used by ordo-model generate
+// them, in arrival order, to a waiting thread; and `gpu_session`, a blocking wrapper (start the
+// actor, wait for device_ready, run a step and copy its logits out, stop) used by ordo-model
+// generate
 // --backend vulkan, ordo-bench and the gpu actor tests.
 #pragma once
 
@@ -28,10 +29,9 @@ using gpu_reply = std::variant<step_done, step_failed, device_ready, device_unav
 // Short name of a reply's type ("step_done"), for test messages.
 std::string reply_name(const gpu_reply& r);
 
-class reply_collector final
-    : public actors::actor<reply_collector, step_done, step_failed, device_ready,
-                           device_unavailable, fault_refused, kv_copy_done, kv_copy_failed,
-                           device_progress> {
+class reply_collector final : public actors::actor<reply_collector, step_done, step_failed,
+                                                   device_ready, device_unavailable, fault_refused,
+                                                   kv_copy_done, kv_copy_failed, device_progress> {
 public:
     reply_collector() : actor("gpu_client", 1024) {}
 

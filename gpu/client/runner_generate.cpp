@@ -12,17 +12,15 @@ namespace ordo::gpu {
 namespace {
 
 constexpr std::uint32_t block_tokens = 16;
-constexpr std::uint32_t prefill_chunk_max = 512;  // tokens per prefill step
+constexpr std::uint32_t prefill_chunk_max = 512;     // tokens per prefill step
 constexpr std::uint64_t start_timeout_ms = 600'000;  // weight upload of a large model
 
 }  // namespace
 
-result<std::vector<std::uint32_t>> generate_vulkan(const vulkan_generate_options& vo,
-                                                   std::span<const std::uint32_t> prompt,
-                                                   const model::generate_options& opt,
-                                                   model::sampler& smp,
-                                                   const std::function<void(std::uint32_t)>&
-                                                       on_token) {
+result<std::vector<std::uint32_t>> generate_vulkan(
+    const vulkan_generate_options& vo, std::span<const std::uint32_t> prompt,
+    const model::generate_options& opt, model::sampler& smp,
+    const std::function<void(std::uint32_t)>& on_token) {
     if (prompt.empty()) return make_error("generate_empty_prompt", "no prompt tokens");
     std::uint32_t n_ctx = 0;
     {
@@ -34,8 +32,7 @@ result<std::vector<std::uint32_t>> generate_vulkan(const vulkan_generate_options
     }
     const std::uint64_t positions = prompt.size() + std::uint64_t{opt.n_predict} - 1;
     if (positions > n_ctx) {
-        return make_error("generate_ctx_full", std::to_string(prompt.size()) +
-                                                   " prompt tokens + " +
+        return make_error("generate_ctx_full", std::to_string(prompt.size()) + " prompt tokens + " +
                                                    std::to_string(opt.n_predict) +
                                                    " new tokens exceed the context of " +
                                                    std::to_string(n_ctx));

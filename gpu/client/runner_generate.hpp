@@ -18,19 +18,17 @@ namespace ordo::gpu {
 
 struct vulkan_generate_options {
     std::string model_path;
-    std::string device;              // gpu.device selector
-    bool kv_f16 = false;             // f32 KV keeps the output closest to the CPU reference
+    std::string device;   // gpu.device selector
+    bool kv_f16 = false;  // f32 KV keeps the output closest to the CPU reference
     std::uint32_t flush_every_layers = 4;
     std::uint64_t watchdog_ms = 60'000;
 };
 
 // Errors: generate_ctx_full (prompt + n_predict past the model's context), the model's,
 // device start-up, and any step failure (its code, naming the segment).
-result<std::vector<std::uint32_t>> generate_vulkan(const vulkan_generate_options& vo,
-                                                   std::span<const std::uint32_t> prompt,
-                                                   const model::generate_options& opt,
-                                                   model::sampler& smp,
-                                                   const std::function<void(std::uint32_t)>&
-                                                       on_token);
+result<std::vector<std::uint32_t>> generate_vulkan(
+    const vulkan_generate_options& vo, std::span<const std::uint32_t> prompt,
+    const model::generate_options& opt, model::sampler& smp,
+    const std::function<void(std::uint32_t)>& on_token);
 
 }  // namespace ordo::gpu

@@ -51,7 +51,7 @@ public:
     std::uint32_t rows_max() const { return _rows_max; }
     std::uint32_t n_vocab() const { return _n_vocab; }
     std::uint32_t n_embd() const { return _n_embd; }
-    std::uint32_t held() const;  // slots currently held (stats, tests)
+    std::uint32_t held() const;              // slots currently held (stats, tests)
     bool is_held(std::uint32_t slot) const;  // false for no_slot and out-of-range slots
 
 private:

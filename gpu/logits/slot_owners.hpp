@@ -15,8 +15,7 @@ namespace ordo::gpu {
 
 class slot_owners {
 public:
-    explicit slot_owners(std::uint32_t slots)
-        : _slots(slots), _held(new std::atomic<bool>[slots]) {
+    explicit slot_owners(std::uint32_t slots) : _slots(slots), _held(new std::atomic<bool>[slots]) {
         for (std::uint32_t s = 0; s < slots; ++s) _held[s].store(false);
     }
 

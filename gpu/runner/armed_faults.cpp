@@ -17,9 +17,9 @@ status armed_faults::arm(const inject_fault& f) {
                           "step_delay delay_ms must be 1.." + std::to_string(delay_ms_max));
     }
     if (f.phase && !enum_valid(*f.phase)) {
-        return make_error("gpu_bad_fault", "fault phase " +
-                                               std::to_string(static_cast<int>(*f.phase)) +
-                                               " is unknown");
+        return make_error(
+            "gpu_bad_fault",
+            "fault phase " + std::to_string(static_cast<int>(*f.phase)) + " is unknown");
     }
     if (f.count == 0 || f.count > count_max) {
         return make_error("gpu_bad_fault", "fault count must be 1.." + std::to_string(count_max));

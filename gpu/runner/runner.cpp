@@ -22,9 +22,13 @@ constexpr std::uint32_t segment_dispatches_max = 16'384;
 // Norm weight rows are rounded to this many floats so each starts binding-aligned (256 B).
 constexpr std::uint32_t norm_align_floats = 64;
 
-std::uint32_t round_up(std::uint32_t n, std::uint32_t m) { return (n + m - 1) / m * m; }
+std::uint32_t round_up(std::uint32_t n, std::uint32_t m) {
+    return (n + m - 1) / m * m;
+}
 
-error bad_config(const std::string& why) { return gpu_error(gpu_failure::bad_config, why); }
+error bad_config(const std::string& why) {
+    return gpu_error(gpu_failure::bad_config, why);
+}
 
 status check_options(const runner_options& o) {
     if (o.flush_every_layers == 0 || o.flush_every_layers > runner_flush_every_layers_max) {
@@ -58,19 +62,26 @@ status check_options(const runner_options& o) {
 
 std::string_view build_stage_name(build_stage s) {
     switch (s) {
-        case build_stage::device: return "device";
-        case build_stage::weights: return "weights";
-        case build_stage::warm_up: return "warm-up";
+        case build_stage::device:
+            return "device";
+        case build_stage::weights:
+            return "weights";
+        case build_stage::warm_up:
+            return "warm-up";
     }
     return "device";
 }
 
 std::string_view context_bound_name(context_bound b) {
     switch (b) {
-        case context_bound::trained: return "trained";
-        case context_bound::config: return "config";
-        case context_bound::kv_pool: return "kv pool";
-        case context_bound::device: return "device";
+        case context_bound::trained:
+            return "trained";
+        case context_bound::config:
+            return "config";
+        case context_bound::kv_pool:
+            return "kv pool";
+        case context_bound::device:
+            return "device";
     }
     return "trained";
 }
@@ -78,10 +89,9 @@ std::string_view context_bound_name(context_bound b) {
 context_choice choose_context(std::uint32_t trained, std::uint32_t configured,
                               std::uint64_t pool_tokens, std::uint64_t device_max) {
     context_choice c{trained, context_bound::trained};
-    const std::pair<std::uint64_t, context_bound> others[] = {
-        {configured, context_bound::config},
-        {pool_tokens, context_bound::kv_pool},
-        {device_max, context_bound::device}};
+    const std::pair<std::uint64_t, context_bound> others[] = {{configured, context_bound::config},
+                                                              {pool_tokens, context_bound::kv_pool},
+                                                              {device_max, context_bound::device}};
     for (const auto& [limit, bound] : others) {
         if (limit != 0 && limit < c.n_ctx) c = {static_cast<std::uint32_t>(limit), bound};
     }
@@ -200,8 +210,7 @@ status runner::warm_up() {
         auto r = run_step(st, logits.data());
         if (!r) {
             // The stream names the bound it waited (here warmup_ms_max) as "(watchdog)".
-            return make_error(r.err().code, "warm-up: " + r.err().message +
-                                                " [gpu.warmup_ms_max " +
+            return make_error(r.err().code, "warm-up: " + r.err().message + " [gpu.warmup_ms_max " +
                                                 std::to_string(_options.warmup_ms_max) + " ms]");
         }
         return {};
@@ -221,31 +230,36 @@ status runner::warm_up() {
     _segment_wait_ms = _options.watchdog_ms;
     if (!s) return s;
     report(build_stage::warm_up, n_shapes, n_shapes);
-    logger()->info("runner: warm-up steps ran in {:.0f} ms (kernels compiled; pipeline cache {})",
-                   std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                       .count(),
-                   _pcache->load_note());
+    logger()->info(
+        "runner: warm-up steps ran in {:.0f} ms (kernels compiled; pipeline cache {})",
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
+        _pcache->load_note());
     return {};
 }
 
 void runner::init_context(std::uint32_t blocks) {
     // A device that caps shader loops (llvmpipe) bounds how far attention can look back.
-    kv_geometry g{_hp.n_layer, _hp.n_head_kv, _hp.head_dim(), _options.kv_block_tokens, 1,
-                  _options.kv_f16};
+    kv_geometry g{_hp.n_layer, _hp.n_head_kv,  _hp.head_dim(), _options.kv_block_tokens,
+                  1,           _options.kv_f16};
     const std::uint64_t device_max = attention_positions_max(*_pipes, g);
     const std::uint64_t pool_tokens = std::uint64_t(blocks) * _options.kv_block_tokens;
     context_choice c = choose_context(_hp.n_ctx, _options.n_ctx, pool_tokens, device_max);
     _n_ctx_bound = c.bound;
-    logger()->info("runner: context {} positions (bound: {}; trained {}, config {}, kv pool {} "
-                   "tokens, device {})",
-                   c.n_ctx, context_bound_name(c.bound), _hp.n_ctx,
-                   _options.n_ctx != 0 ? std::to_string(_options.n_ctx) : "unset", pool_tokens,
-                   device_max != 0 ? std::to_string(device_max) : "no limit");
+    logger()->info(
+        "runner: context {} positions (bound: {}; trained {}, config {}, kv pool {} "
+        "tokens, device {})",
+        c.n_ctx, context_bound_name(c.bound), _hp.n_ctx,
+        _options.n_ctx != 0 ? std::to_string(_options.n_ctx) : "unset", pool_tokens,
+        device_max != 0 ? std::to_string(device_max) : "no limit");
     _blocks_per_seq_max = (c.n_ctx + _options.kv_block_tokens - 1) / _options.kv_block_tokens;
-    _limits = step_limits{_hp.n_vocab,        c.n_ctx,
-                          _options.kv_block_tokens, blocks,
-                          _options.max_batch_tokens, _options.rows_max,
-                          _options.seqs_max,  _blocks_per_seq_max};
+    _limits = step_limits{_hp.n_vocab,
+                          c.n_ctx,
+                          _options.kv_block_tokens,
+                          blocks,
+                          _options.max_batch_tokens,
+                          _options.rows_max,
+                          _options.seqs_max,
+                          _blocks_per_seq_max};
 }
 
 status runner::init_device() {
@@ -294,9 +308,10 @@ status runner::fall_back_to_storage_kernels(const error& why) {
     // weights were prepared so far (upload_model runs before the stream and buffers exist); the
     // storage pipelines of the weights already uploaded are built at their first dispatch, in
     // the warm-up.
-    logger()->warn("runner: the texel kernels cannot be built on {} ({}: {}); serving with the "
-                   "storage kernels, as gpu.kernels = \"storage\" would",
-                   _dev->info().name, why.code, why.message);
+    logger()->warn(
+        "runner: the texel kernels cannot be built on {} ({}: {}); serving with the "
+        "storage kernels, as gpu.kernels = \"storage\" would",
+        _dev->info().name, why.code, why.message);
     pipeline_tuning tuning = _pipes->tuning();
     tuning.prefer_texel_kernels = false;
     auto p = pipelines::create(*_dev, tuning, _pcache->handle());
@@ -326,8 +341,8 @@ result<weight_tensor> runner::upload_padded(const model::matrix_view& m) {
     return upload_weight(*_dev, *_arena, m.type, padded, n_out, bytes);
 }
 
-result<weight_tensor> runner::upload_concat(
-    std::initializer_list<const model::matrix_view*> parts, mat_fusion fusion) {
+result<weight_tensor> runner::upload_concat(std::initializer_list<const model::matrix_view*> parts,
+                                            mat_fusion fusion) {
     const model::matrix_view& first = **parts.begin();
     model::matrix_view all{first.type, {}, first.n_in, 0};
     std::size_t bytes = 0;
@@ -445,8 +460,8 @@ std::uint64_t runner::weight_bytes() const {
     std::uint64_t bytes = bytes_of(_token_embd) + (_output_tied ? 0 : bytes_of(_output)) +
                           _output_norm.size() + _rope_freq.size();
     for (const layer_weights& l : _layers) {
-        for (const weight_tensor* w : {&l.qkv, &l.gate_up, &l.wq, &l.wk, &l.wv, &l.wo, &l.gate,
-                                       &l.up, &l.down}) {
+        for (const weight_tensor* w :
+             {&l.qkv, &l.gate_up, &l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) {
             bytes += bytes_of(*w);
         }
         bytes += l.attn_norm.size() + l.ffn_norm.size();
@@ -459,8 +474,8 @@ std::uint64_t runner::kv_bytes() const {
 }
 
 status runner::init_buffers(std::uint32_t blocks) {
-    kv_geometry g{_hp.n_layer, _hp.n_head_kv, _hp.head_dim(), _options.kv_block_tokens, blocks,
-                  _options.kv_f16};
+    kv_geometry g{_hp.n_layer, _hp.n_head_kv,  _hp.head_dim(), _options.kv_block_tokens,
+                  blocks,      _options.kv_f16};
     auto kv = kv_pool::create(*_dev, g);
     if (!kv) return kv.err();
     _kv = std::move(*kv);
@@ -470,8 +485,7 @@ status runner::init_buffers(std::uint32_t blocks) {
     // Flash decoding's splits (kernels.hpp attention_split_keys): fixed for the runner's
     // longest context, so every step cuts a token's keys the same way.
     const std::uint32_t attn_wg =
-        _pipes->get(g.f16 ? pipeline_id::attention_f16 : pipeline_id::attention_f32)
-            .workgroup_size;
+        _pipes->get(g.f16 ? pipeline_id::attention_f16 : pipeline_id::attention_f32).workgroup_size;
     const std::uint64_t positions = std::uint64_t(_blocks_per_seq_max) * g.block_tokens;
     _attn_split_keys = _options.attention_split_keys != 0
                            ? _options.attention_split_keys
@@ -481,8 +495,8 @@ status runner::init_buffers(std::uint32_t blocks) {
                           " is not a multiple of the attention workgroup (" +
                           std::to_string(attn_wg) + ")");
     }
-    _attn_max_splits = static_cast<std::uint32_t>((positions + _attn_split_keys - 1) /
-                                                  _attn_split_keys);
+    _attn_max_splits =
+        static_cast<std::uint32_t>((positions + _attn_split_keys - 1) / _attn_split_keys);
     // What sizes each buffer, for the message when one would exceed a storage binding (the
     // logits rows of a 128k vocabulary: 513 KB each).
     const char* batch = "scheduler.max_batch_tokens";
@@ -551,8 +565,7 @@ status runner::init_stream() {
                            _options.rows_max + chunks(_output) + _options.rows_max + 1;
     if (budget > segment_dispatches_max) {
         return bad_config("flush_every_layers " + std::to_string(_options.flush_every_layers) +
-                          " makes segments of " + std::to_string(budget) +
-                          " dispatches; lower it");
+                          " makes segments of " + std::to_string(budget) + " dispatches; lower it");
     }
     // A KV copy job is one segment of one copy per layer buffer (K and V of each layer).
     budget = std::max<std::uint64_t>(budget, 2ull * _hp.n_layer);
@@ -650,8 +663,8 @@ status runner::copy_kv_out(std::span<const std::uint32_t> ids, std::span<std::ui
     if (_stream->state() != stream_state::idle) {
         return gpu_error(gpu_failure::busy, "KV copy-out while a segment is in flight");
     }
-    status ok = check_kv_request(ids, dst.size(), kv_block_bytes(), _limits.n_blocks,
-                                 kv_copy_blocks_max());
+    status ok =
+        check_kv_request(ids, dst.size(), kv_block_bytes(), _limits.n_blocks, kv_copy_blocks_max());
     if (!ok) return ok;
     if (status h = ensure_kv_host(); !h) return h;
     status s = run_kv_copy(ids, true);
@@ -664,8 +677,8 @@ status runner::copy_kv_in(std::span<const std::uint32_t> ids, std::span<const st
     if (_stream->state() != stream_state::idle) {
         return gpu_error(gpu_failure::busy, "KV copy-in while a segment is in flight");
     }
-    status ok = check_kv_request(ids, src.size(), kv_block_bytes(), _limits.n_blocks,
-                                 kv_copy_blocks_max());
+    status ok =
+        check_kv_request(ids, src.size(), kv_block_bytes(), _limits.n_blocks, kv_copy_blocks_max());
     if (!ok) return ok;
     // Two regions writing one block in one copy command is undefined in Vulkan.
     bool repeated = false;

@@ -40,13 +40,13 @@
 #include <vector>
 
 #include "actors/runtime/result.hpp"
+#include "gpu/gpu_msgs.hpp"
+#include "gpu/runner/step_plan.hpp"
 #include "gpu/vk/device.hpp"
 #include "gpu/vk/kernels.hpp"
-#include "gpu/gpu_msgs.hpp"
 #include "gpu/vk/kv_pool.hpp"
 #include "gpu/vk/pipeline_cache.hpp"
 #include "gpu/vk/pipelines.hpp"
-#include "gpu/runner/step_plan.hpp"
 #include "gpu/vk/stream.hpp"
 #include "gpu/vk/weights.hpp"
 #include "model/gguf.hpp"
@@ -84,9 +84,9 @@ struct build_progress {
 };
 
 struct runner_options {
-    std::string device;                              // gpu.device selector ("" = auto)
-    std::uint32_t flush_every_layers = 4;            // gpu.flush_every_layers
-    std::uint64_t watchdog_ms = 10'000;              // gpu.watchdog_ms
+    std::string device;                    // gpu.device selector ("" = auto)
+    std::uint32_t flush_every_layers = 4;  // gpu.flush_every_layers
+    std::uint64_t watchdog_ms = 10'000;    // gpu.watchdog_ms
     // gpu.warmup_ms_max: how long one warm-up submission may run. The first dispatch of a
     // pipeline compiles it (llvmpipe's JIT, a GPU driver's shader compiler), which is not a hang:
     // warm-up runs under this bound, never under watchdog_ms.
@@ -96,16 +96,16 @@ struct runner_options {
     std::string pipeline_cache_dir;
     // Called on the building thread as the build advances; may be empty.
     std::function<void(const build_progress&)> on_progress;
-    std::uint32_t kv_block_tokens = 16;              // gpu.kv_block_tokens
-    std::uint32_t kv_blocks = 0;                     // gpu.kv_blocks; 0: from kv_memory_bytes
-    std::uint64_t kv_memory_bytes = 256ull << 20;    // gpu.kv_memory_bytes
-    bool kv_f16 = true;                              // gpu.kv_dtype == "f16"
-    std::uint32_t max_batch_tokens = 512;            // tokens in one step, at most
-    std::uint32_t rows_max = 16;                     // logits rows in one step, at most
-    std::uint32_t seqs_max = 64;                     // sequences in one step, at most
-    std::uint32_t n_ctx = 0;                         // model.context_tokens; 0: the model's
-    bool timestamps = false;                         // per-kernel GPU timings (bench)
-    std::uint32_t kv_copy_blocks_max = 64;           // KV blocks per copy job, at most
+    std::uint32_t kv_block_tokens = 16;            // gpu.kv_block_tokens
+    std::uint32_t kv_blocks = 0;                   // gpu.kv_blocks; 0: from kv_memory_bytes
+    std::uint64_t kv_memory_bytes = 256ull << 20;  // gpu.kv_memory_bytes
+    bool kv_f16 = true;                            // gpu.kv_dtype == "f16"
+    std::uint32_t max_batch_tokens = 512;          // tokens in one step, at most
+    std::uint32_t rows_max = 16;                   // logits rows in one step, at most
+    std::uint32_t seqs_max = 64;                   // sequences in one step, at most
+    std::uint32_t n_ctx = 0;                       // model.context_tokens; 0: the model's
+    bool timestamps = false;                       // per-kernel GPU timings (bench)
+    std::uint32_t kv_copy_blocks_max = 64;         // KV blocks per copy job, at most
     // Weight arena page (one storage binding each; a tensor larger than a page is split into
     // row chunks): 0 = min(the device's storage-buffer range, 256 MiB). Tests lower it to run
     // the chunked paths (a 128k-token embedding in several bindings) on small models.
@@ -158,7 +158,7 @@ struct step_fault {
 };
 
 struct step_result {
-    std::vector<std::uint64_t> rows;  // seq id of each logits row written
+    std::vector<std::uint64_t> rows;         // seq id of each logits row written
     std::vector<std::uint64_t> hidden_rows;  // seq id of each hidden row written
     std::uint32_t n_tokens = 0;
     std::uint32_t segments = 0;
@@ -227,8 +227,7 @@ public:
     // Any number of blocks: copy_kv_out / copy_kv_in over runs of kv_copy_blocks_max() (one
     // submission each). A block named twice in one write: the later bytes win.
     status read_kv_blocks(std::span<const std::uint32_t> ids, std::span<std::uint8_t> dst);
-    status write_kv_blocks(std::span<const std::uint32_t> ids,
-                           std::span<const std::uint8_t> src);
+    status write_kv_blocks(std::span<const std::uint32_t> ids, std::span<const std::uint8_t> src);
     std::uint64_t kv_layer_block_bytes() const;
     std::uint64_t kv_block_bytes() const { return 2 * _hp.n_layer * kv_layer_block_bytes(); }
     status clear_kv() { return _kv->clear(); }
@@ -275,8 +274,7 @@ private:
     status ensure_kv_host();  // makes _kv_host on the first copy job
     // Records and runs one copy job; `out`: pool -> _kv_host, else _kv_host -> pool.
     status run_kv_copy(std::span<const std::uint32_t> ids, bool out);
-    result<weight_tensor> upload(const model::matrix_view& m,
-                                 mat_fusion fusion = mat_fusion::none);
+    result<weight_tensor> upload(const model::matrix_view& m, mat_fusion fusion = mat_fusion::none);
     result<weight_tensor> upload_padded(const model::matrix_view& m);
     // The matrices' rows concatenated into one tensor; an empty tensor when their types or
     // n_in differ.
@@ -323,8 +321,8 @@ private:
     weight_tensor _token_embd;  // (n_vocab rows of n_embd)
     weight_tensor _output;      // (n_embd -> n_vocab); _token_embd's chunks when tied
     bool _output_tied = false;
-    buffer _output_norm;        // (n_embd)
-    buffer _rope_freq;          // (n_rot / 2, 4) turns per position (rope_turns_table)
+    buffer _output_norm;  // (n_embd)
+    buffer _rope_freq;    // (n_rot / 2, 4) turns per position (rope_turns_table)
     std::vector<layer_weights> _layers;
 
     // Activations, sized for max_batch_tokens T (rows_max R for the logits rows).
@@ -343,8 +341,8 @@ private:
     // pooled on the host into the hidden rows. As large as one activation buffer.
     buffer _hidden;
     std::vector<double> _hidden_sum;  // (n_embd) pool_hidden's accumulator
-    buffer _spin;    // scratch of the hang fault's spin dispatch
-    buffer _kv_host; // host-visible (kv_copy_blocks_max, n_layer, K|V) KV blocks of a copy job
+    buffer _spin;                     // scratch of the hang fault's spin dispatch
+    buffer _kv_host;  // host-visible (kv_copy_blocks_max, n_layer, K|V) KV blocks of a copy job
     std::vector<VkBufferCopy> _kv_regions;  // (kv_copy_blocks_max) one layer buffer's regions
     std::vector<std::uint8_t> _kv_seen;     // (n_blocks) copy-in duplicate check
     std::uint64_t _kv_copies = 0;           // copy jobs run (segment labels)

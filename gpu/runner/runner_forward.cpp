@@ -9,8 +9,8 @@
 #include <limits>
 #include <utility>
 
-#include "gpu/vk/kernels.hpp"
 #include "gpu/runner/runner.hpp"
+#include "gpu/vk/kernels.hpp"
 
 namespace ordo::gpu {
 
@@ -109,10 +109,9 @@ status runner::record_layer(std::uint32_t l) {
 status runner::record_final_norm(std::span<const row_run> runs, const buffer& out) {
     // out[row] = norm(x[token of row]) * output_norm, for the rows of every run.
     for (const row_run& run : runs) {
-        ORDO_TRY(encode_rms_norm(*_stream, {whole(_x), run.token0 * _embd_stride, _embd_stride},
-                                 whole(_output_norm),
-                                 {whole(out), run.row0 * _embd_stride, _embd_stride}, _hp.n_embd,
-                                 run.n, _hp.rms_eps));
+        ORDO_TRY(encode_rms_norm(
+            *_stream, {whole(_x), run.token0 * _embd_stride, _embd_stride}, whole(_output_norm),
+            {whole(out), run.row0 * _embd_stride, _embd_stride}, _hp.n_embd, run.n, _hp.rms_eps));
     }
     return {};
 }
@@ -189,8 +188,8 @@ status runner::wait_segment(std::uint32_t l0, std::uint32_t l1, const step_fault
                             step_result& r) {
     _last_segment = _stream->label();
     bool hang = fault_targets(f, l0, l1) && f.kind == fault_kind::hang;
-    status waited = _stream->wait(hang ? std::min(hang_wait_ms, _segment_wait_ms)
-                                       : _segment_wait_ms);
+    status waited =
+        _stream->wait(hang ? std::min(hang_wait_ms, _segment_wait_ms) : _segment_wait_ms);
     r.gpu_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
                                                           _segment_submitted)
                     .count();

@@ -39,8 +39,7 @@ status check_seq(const step& s, const step_seq& q, std::size_t i, const step_lim
     if (q.block_table.size() < blocks) {
         return bad_step(s, seq_name(q, i) + " needs " + std::to_string(blocks) +
                                " KV blocks for positions 0.." + std::to_string(end - 1) +
-                               " but its block table has " +
-                               std::to_string(q.block_table.size()));
+                               " but its block table has " + std::to_string(q.block_table.size()));
     }
     if (q.block_table.size() > lim.blocks_per_seq_max) {
         return bad_step(s, seq_name(q, i) + " has a block table of " +
@@ -175,8 +174,8 @@ status plan_step(const step& s, const step_limits& lim, step_plan& out) {
 
 std::string segment_label(const step& s, std::uint32_t layer_first, std::uint32_t layer_last) {
     return std::string(enum_name(s.phase)) + "#" + std::to_string(s.step_id) +
-           " seqs=" + std::to_string(s.seqs.size()) +
-           " layers " + std::to_string(layer_first) + "-" + std::to_string(layer_last);
+           " seqs=" + std::to_string(s.seqs.size()) + " layers " + std::to_string(layer_first) +
+           "-" + std::to_string(layer_last);
 }
 
 }  // namespace ordo::gpu

@@ -5,8 +5,9 @@
 //
 // Token order: the step's sequences in order, each sequence's new tokens in order; token t of
 // sequence i sits at position pos0_i + t. A sequence with logits_rows n gets n logits rows (its
-// last n tokens, in order), rows in sequence order; one with a hidden output gets one hidden row, pooled on
-// the host from the final-normed rows of the tokens it names (all, the last or the first).
+// last n tokens, in order), rows in sequence order; one with a hidden output gets one hidden row,
+// pooled on the host from the final-normed rows of the tokens it names (all, the last or the
+// first).
 #pragma once
 
 #include <cstdint>
@@ -40,13 +41,13 @@ struct row_run {
 struct step_plan {
     std::uint32_t n_tokens = 0;
     std::uint32_t n_seqs = 0;
-    std::uint32_t blocks_per_seq = 0;    // width of `tables` in this step
-    std::vector<std::int32_t> ids;       // (n_tokens) token ids
-    std::vector<std::int32_t> positions; // (n_tokens)
-    std::vector<std::int32_t> slots;     // (n_tokens) block * block_tokens + offset
-    std::vector<std::int32_t> attn;      // (n_tokens, 2) {sequence index, position}
-    std::vector<std::int32_t> tables;    // (n_seqs, blocks_per_seq) block ids, 0-padded
-    std::vector<row_run> runs;           // logits rows, in row order
+    std::uint32_t blocks_per_seq = 0;        // width of `tables` in this step
+    std::vector<std::int32_t> ids;           // (n_tokens) token ids
+    std::vector<std::int32_t> positions;     // (n_tokens)
+    std::vector<std::int32_t> slots;         // (n_tokens) block * block_tokens + offset
+    std::vector<std::int32_t> attn;          // (n_tokens, 2) {sequence index, position}
+    std::vector<std::int32_t> tables;        // (n_seqs, blocks_per_seq) block ids, 0-padded
+    std::vector<row_run> runs;               // logits rows, in row order
     std::vector<std::uint64_t> row_seq_ids;  // (rows) seq id of each logits row
     // Hidden rows (embeddings), in row order: run i's tokens are final-normed into rows
     // [row0, row0 + n) of the runner's hidden buffer and summed into hidden row i (n is 1 for
@@ -56,15 +57,13 @@ struct step_plan {
     std::uint32_t hidden_tokens = 0;
     std::vector<std::int32_t> sort_scratch;  // (n_tokens) slot uniqueness check
     std::uint32_t rows() const { return static_cast<std::uint32_t>(row_seq_ids.size()); }
-    std::uint32_t hidden_rows() const {
-        return static_cast<std::uint32_t>(hidden_seq_ids.size());
-    }
+    std::uint32_t hidden_rows() const { return static_cast<std::uint32_t>(hidden_seq_ids.size()); }
 };
 
 // Validates `s` and fills `out` (its vectors are reused: no allocation once warm). Errors, all
 // code gpu_bad_step with a message naming the sequence and the value: no sequences or too many,
-// a sequence without tokens or with more logits rows than tokens, too many tokens, logits rows or hidden rows (each at most rows_max),
-// an unknown hidden output, a token id outside the vocab,
+// a sequence without tokens or with more logits rows than tokens, too many tokens, logits rows or
+// hidden rows (each at most rows_max), an unknown hidden output, a token id outside the vocab,
 // positions past n_ctx, a block table too short or too long or naming a block outside the
 // pool, two tokens writing the same KV slot (a block shared between sequences being written),
 // an unknown phase. Nothing is recorded for a step that fails here.

@@ -1,10 +1,10 @@
 // device.cpp: see device.hpp. Instance + device creation, feature probing, memory.
 #include "gpu/vk/device.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cstring>
-
-#include <spdlog/spdlog.h>
 
 #include "gpu/vk/vk_util.hpp"
 
@@ -21,11 +21,16 @@ constexpr std::uint64_t transfer_timeout_ns = 30'000'000'000ull;
 
 device_kind kind_of(VkPhysicalDeviceType t) {
     switch (t) {
-    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return device_kind::discrete;
-    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return device_kind::integrated;
-    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return device_kind::virtual_gpu;
-    case VK_PHYSICAL_DEVICE_TYPE_CPU: return device_kind::cpu;
-    default: return device_kind::other;
+        case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU:
+            return device_kind::discrete;
+        case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU:
+            return device_kind::integrated;
+        case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU:
+            return device_kind::virtual_gpu;
+        case VK_PHYSICAL_DEVICE_TYPE_CPU:
+            return device_kind::cpu;
+        default:
+            return device_kind::other;
     }
 }
 
@@ -126,15 +131,17 @@ std::string describe(const device_info& info) {
          ", float16 " + (info.shader_float16 ? "on" : "off") + ", 8bit-storage " +
          (info.storage_buffer_8bit ? "on" : "off") + ", int8 " + (info.shader_int8 ? "on" : "off") +
          ", subgroup-arithmetic " + (info.subgroup_arithmetic ? "on" : "off") +
-         ", subgroup-ballot " + (info.subgroup_ballot ? "on" : "off") +
-         ", subgroup-shuffle " + (info.subgroup_shuffle ? "on" : "off") + ", timestamps " +
+         ", subgroup-ballot " + (info.subgroup_ballot ? "on" : "off") + ", subgroup-shuffle " +
+         (info.subgroup_shuffle ? "on" : "off") + ", timestamps " +
          (info.timestamps ? "on" : "off");
     return s;
 }
 
 // ---- buffer ---------------------------------------------------------------------------------
 
-buffer::buffer(buffer&& other) noexcept { *this = std::move(other); }
+buffer::buffer(buffer&& other) noexcept {
+    *this = std::move(other);
+}
 
 buffer& buffer::operator=(buffer&& other) noexcept {
     if (this != &other) {
@@ -157,7 +164,9 @@ buffer& buffer::operator=(buffer&& other) noexcept {
     return *this;
 }
 
-buffer::~buffer() { reset(); }
+buffer::~buffer() {
+    reset();
+}
 
 void buffer::reset() {
     if (_device == VK_NULL_HANDLE) {
@@ -234,7 +243,8 @@ status device::pick_physical(const device_options& options) {
     _physical = (*devices)[*chosen];
     _info.index = static_cast<std::uint32_t>(*chosen);
 
-    VkPhysicalDeviceSubgroupProperties subgroup{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+    VkPhysicalDeviceSubgroupProperties subgroup{
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
     VkPhysicalDeviceDriverProperties driver{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
     driver.pNext = &subgroup;
     VkPhysicalDeviceProperties2 props{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
@@ -284,8 +294,9 @@ status device::pick_physical(const device_options& options) {
     _info.timestamp_period_ns = lim.timestampPeriod;
     vkGetPhysicalDeviceMemoryProperties(_physical, &_memory);
     for (std::uint32_t i = 0; i < _memory.memoryHeapCount; ++i) {
-        _info.heaps.push_back({_memory.memoryHeaps[i].size,
-                               (_memory.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) != 0});
+        _info.heaps.push_back(
+            {_memory.memoryHeaps[i].size,
+             (_memory.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) != 0});
     }
     return {};
 }
@@ -406,13 +417,14 @@ result<buffer> device::create_buffer(std::uint64_t size, memory_use use) {
     }
     VkMemoryRequirements req{};
     vkGetBufferMemoryRequirements(_device, b._buffer, &req);
-    const VkMemoryPropertyFlags host = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT |
-                                       VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+    const VkMemoryPropertyFlags host =
+        VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
     int type = -1;
     if (use == memory_use::device) {
         // Device-local and host-visible (lavapipe, ReBAR) lets uploads skip staging.
         type = find_memory_type(req.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT | host);
-        if (type < 0) type = find_memory_type(req.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
+        if (type < 0)
+            type = find_memory_type(req.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
     } else {
         type = find_memory_type(req.memoryTypeBits, host | VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
         if (type < 0) type = find_memory_type(req.memoryTypeBits, host);
@@ -487,8 +499,7 @@ status device::staged_copy(const buffer& host, const buffer& dev, std::uint64_t 
     return r == VK_SUCCESS ? status{} : status{vk_error(r, "staged copy")};
 }
 
-status device::write(const buffer& dst, std::uint64_t offset, const void* src,
-                     std::uint64_t size) {
+status device::write(const buffer& dst, std::uint64_t offset, const void* src, std::uint64_t size) {
     if (offset > dst.size() || size > dst.size() - offset) {
         return gpu_error(gpu_failure::bad_request, "write past the end of a buffer");
     }

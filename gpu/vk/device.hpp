@@ -31,7 +31,8 @@ struct device_info {
     std::uint32_t device_id = 0;
     std::string driver_name;
     std::string driver_info;
-    std::uint32_t driver_version = 0;  // VkPhysicalDeviceProperties::driverVersion (vendor's encoding)
+    std::uint32_t driver_version =
+        0;  // VkPhysicalDeviceProperties::driverVersion (vendor's encoding)
     // The driver's identity of its pipeline-cache format: a cache written under another UUID is
     // not this driver's (gpu/vk/pipeline_cache.hpp).
     std::array<std::uint8_t, 16> pipeline_cache_uuid{};
@@ -62,8 +63,8 @@ struct device_info {
     bool storage_buffer_8bit = false;
     bool shader_int8 = false;
     bool subgroup_arithmetic = false;
-    bool subgroup_ballot = false;  // subgroupBroadcast (mul_mat_tx tx1 folds its lanes with it)
-    bool subgroup_shuffle = false; // subgroupShuffle (tx1 with more than one 8-lane team)
+    bool subgroup_ballot = false;   // subgroupBroadcast (mul_mat_tx tx1 folds its lanes with it)
+    bool subgroup_shuffle = false;  // subgroupShuffle (tx1 with more than one 8-lane team)
 };
 
 // One line per fact, for the start-up log and the stats op.
@@ -114,7 +115,9 @@ struct buffer_view {
     std::uint64_t range = 0;
 };
 
-inline buffer_view whole(const buffer& b) { return buffer_view{&b, 0, b.size()}; }
+inline buffer_view whole(const buffer& b) {
+    return buffer_view{&b, 0, b.size()};
+}
 
 struct device_options {
     std::string selector;  // the gpu.device config value

@@ -15,11 +15,16 @@ constexpr std::size_t index_digits_max = 6;
 
 int kind_rank(device_kind k) {
     switch (k) {
-    case device_kind::discrete: return 0;
-    case device_kind::integrated: return 1;
-    case device_kind::virtual_gpu: return 2;
-    case device_kind::cpu: return 3;
-    case device_kind::other: return 4;
+        case device_kind::discrete:
+            return 0;
+        case device_kind::integrated:
+            return 1;
+        case device_kind::virtual_gpu:
+            return 2;
+        case device_kind::cpu:
+            return 3;
+        case device_kind::other:
+            return 4;
     }
     return 5;
 }
@@ -47,11 +52,16 @@ std::string list_devices(const std::vector<device_candidate>& devices) {
 
 std::string_view device_kind_name(device_kind k) {
     switch (k) {
-    case device_kind::discrete: return "discrete";
-    case device_kind::integrated: return "integrated";
-    case device_kind::virtual_gpu: return "virtual";
-    case device_kind::cpu: return "cpu";
-    case device_kind::other: return "other";
+        case device_kind::discrete:
+            return "discrete";
+        case device_kind::integrated:
+            return "integrated";
+        case device_kind::virtual_gpu:
+            return "virtual";
+        case device_kind::cpu:
+            return "cpu";
+        case device_kind::other:
+            return "other";
     }
     return "other";
 }

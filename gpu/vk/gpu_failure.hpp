@@ -9,10 +9,9 @@
 // logs have always read ("gpu_timeout in decode#12 ...": the scheduler's message).
 #pragma once
 
-#include <msgpack.hpp>
-
 #include <array>
 #include <cstdint>
+#include <msgpack.hpp>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -55,7 +54,9 @@ inline constexpr std::array<std::string_view, 20> gpu_failure_names = {
     "gpu_stopped",          "gpu_bad_config",       "gpu_bad_shape",   "gpu_unsupported",
     "gpu_unsupported_type", "gpu_device_not_found", "gpu_cache_io",    "gpu_cache_invalid"};
 // clang-format on
-constexpr const auto& names_of(gpu_failure) { return gpu_failure_names; }
+constexpr const auto& names_of(gpu_failure) {
+    return gpu_failure_names;
+}
 static_assert(static_cast<std::size_t>(gpu_failure::cache_invalid) + 1 == gpu_failure_names.size(),
               "gpu_failure_names names every gpu_failure, in order");
 

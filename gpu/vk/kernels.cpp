@@ -38,10 +38,12 @@ bool fits(const ints_view& v, std::uint64_t n) {
 std::uint32_t wtype(model::ggml_type t) {
     switch (t) {
 #define ORDO_WTYPE_CASE(NAME, name, ...) \
-    case model::ggml_type::name: return abi::ORDO_WTYPE_##NAME;
+    case model::ggml_type::name:         \
+        return abi::ORDO_WTYPE_##NAME;
         ORDO_WEIGHT_TYPE_LIST(ORDO_WTYPE_CASE)
 #undef ORDO_WTYPE_CASE
-    default: return abi::ORDO_WTYPE_F32;
+        default:
+            return abi::ORDO_WTYPE_F32;
     }
 }
 
@@ -49,10 +51,14 @@ pipeline_id pick(pipeline_id f32, model::ggml_type t) {
     return static_cast<pipeline_id>(static_cast<std::uint32_t>(f32) + wtype(t));
 }
 
-std::uint32_t rows_limit(const stream& s) { return s.dev().info().max_workgroup_count[1]; }
+std::uint32_t rows_limit(const stream& s) {
+    return s.dev().info().max_workgroup_count[1];
+}
 
 // Whether the rows of `r` start on 4-float boundaries (the texel variants write vec4s).
-bool vec4_rows(const rows_view& r) { return r.offset % 4 == 0 && r.stride % 4 == 0; }
+bool vec4_rows(const rows_view& r) {
+    return r.offset % 4 == 0 && r.stride % 4 == 0;
+}
 
 // Whether the elementwise texel variants (rms_norm_tx, swiglu_tx) can read `r` (n_rows rows of
 // n floats) through its buffer's texel view: everything 4-aligned.
@@ -71,7 +77,9 @@ std::uint32_t buffer_offset(const rows_view& r) {
     return static_cast<std::uint32_t>(r.view.offset / 4 + r.offset);
 }
 
-bool prefer_texel(const stream& s) { return s.pipes().tuning().prefer_texel_kernels; }
+bool prefer_texel(const stream& s) {
+    return s.pipes().tuning().prefer_texel_kernels;
+}
 
 }  // namespace
 
@@ -83,12 +91,12 @@ status encode_get_rows(stream& s, const weight_tensor& table, ints_view ids, std
     pipeline_id id = pick(pipeline_id::get_rows_f32, table.type);
     auto pl = s.pipes().find(id);
     if (!pl) return pl.err();
-    std::uint32_t gx = std::min(ceil_div(table.n_in / 8, (*pl)->workgroup_size),
-                                elementwise_groups_max);
+    std::uint32_t gx =
+        std::min(ceil_div(table.n_in / 8, (*pl)->workgroup_size), elementwise_groups_max);
     for (std::size_t c = 0; c < table.chunks.size(); ++c) {
         const weight_chunk& ch = table.chunks[c];
-        abi::get_rows_push p{table.n_in, n_ids,        ch.row_begin, ch.row_count,
-                             ch.scale_offset, ids.offset, out.offset, out.stride};
+        abi::get_rows_push p{table.n_in,      n_ids,      ch.row_begin, ch.row_count,
+                             ch.scale_offset, ids.offset, out.offset,   out.stride};
         bool last = c + 1 == table.chunks.size();
         s.dispatch(**pl, id, {ch.view, ids.view, out.view}, p, {gx, n_ids, 1}, last);
     }
@@ -100,8 +108,9 @@ bool texel_path_usable(const weight_tensor& w, const rows_view& x, std::uint32_t
         x.view.offset % 16 != 0 || x.offset % 4 != 0 || x.stride % 4 != 0) {
         return false;
     }
-    std::uint64_t x_end = (x.view.offset + 4 * (x.offset + std::uint64_t(n_tokens - 1) * x.stride +
-                                                w.n_in) + 15) / 16;
+    std::uint64_t x_end =
+        (x.view.offset + 4 * (x.offset + std::uint64_t(n_tokens - 1) * x.stride + w.n_in) + 15) /
+        16;
     if (x_end > x.view.buf->texel_count()) return false;
     for (const weight_chunk& ch : w.chunks) {
         const buffer* b = ch.view.buf;
@@ -120,9 +129,13 @@ namespace {
 // Elements of K per texel-kernel unit (weight_units.glsl UNIT).
 std::uint32_t tx_unit(model::ggml_type t) {
     switch (t) {
-    case model::ggml_type::f32: return 4;
-    case model::ggml_type::f16: case model::ggml_type::bf16: return 8;
-    default: return abi::ORDO_QK;
+        case model::ggml_type::f32:
+            return 4;
+        case model::ggml_type::f16:
+        case model::ggml_type::bf16:
+            return 8;
+        default:
+            return abi::ORDO_QK;
     }
 }
 
@@ -195,8 +208,8 @@ status prepare_mul_mat(const pipelines& pipes, const weight_tensor& w, mat_fusio
 namespace {
 
 // The texel-fetch kernels (mul_mat_tx.comp); operands already validated by encode_mul_mat.
-status encode_mul_mat_tx(stream& s, const weight_tensor& w, const rows_view& x,
-                         const rows_view& y, std::uint32_t n_tokens, bool accumulate) {
+status encode_mul_mat_tx(stream& s, const weight_tensor& w, const rows_view& x, const rows_view& y,
+                         std::uint32_t n_tokens, bool accumulate) {
     if (!texel_path_usable(w, x, n_tokens)) {
         return bad("mul_mat", "texel path: an operand has no texel view covering it");
     }
@@ -207,9 +220,9 @@ status encode_mul_mat_tx(stream& s, const weight_tensor& w, const rows_view& x,
     // choice never changes a result.
     bool split = n_tokens <= abi::ORDO_TX1_TOKENS_MAX && tx1_usable(info, w.type, w.n_in);
     bool few = n_tokens <= mat_vec_tokens_max;
-    pipeline_id id = pick(split   ? (n_tokens == 1   ? pipeline_id::mul_mat_tx1_f32
-                                     : n_tokens == 2 ? pipeline_id::mul_mat_tx1t2_f32
-                                                     : pipeline_id::mul_mat_tx1t4_f32)
+    pipeline_id id = pick(split ? (n_tokens == 1   ? pipeline_id::mul_mat_tx1_f32
+                                   : n_tokens == 2 ? pipeline_id::mul_mat_tx1t2_f32
+                                                   : pipeline_id::mul_mat_tx1t4_f32)
                           : few ? pipeline_id::mul_mat_tx4_f32
                                 : pipeline_id::mul_mat_txm_f32,
                           w.type);
@@ -238,8 +251,7 @@ status encode_mul_mat_tx(stream& s, const weight_tensor& w, const rows_view& x,
         p.y_offset = y.offset;
         p.y_stride = y.stride;
         p.accumulate = accumulate ? 1u : 0u;
-        s.dispatch(**pl, id, {ch.view, x.view, y.view}, p, {gx, gy, 1},
-                   c + 1 == w.chunks.size());
+        s.dispatch(**pl, id, {ch.view, x.view, y.view}, p, {gx, gy, 1}, c + 1 == w.chunks.size());
     }
     return {};
 }
@@ -251,8 +263,8 @@ namespace {
 // The storage-family kernel encode_mul_mat's `path` resolves to for these operands: texel where
 // the device prefers it and the views allow, else by token count (every kernel sums in
 // mat_order.glsl's order: the choice never changes a bit).
-mat_path resolve_path(stream& s, const weight_tensor& w, const rows_view& x,
-                      std::uint32_t n_tokens, mat_path path) {
+mat_path resolve_path(stream& s, const weight_tensor& w, const rows_view& x, std::uint32_t n_tokens,
+                      mat_path path) {
     const pipeline_tuning& tu = s.pipes().tuning();
     if (path != mat_path::automatic) return path;
     if (tu.prefer_texel_kernels && texel_path_usable(w, x, n_tokens)) return mat_path::texel;
@@ -289,14 +301,14 @@ status dispatch_storage(stream& s, const weight_tensor& w, const rows_view& x, c
     bool rows = path == mat_path::rows;
     bool fused = extra.kernel != pipeline_id::count;
     ORDO_GPU_CHECK(!fused || vec, "fused mat-mul off the mul_mat_vec path");
-    pipeline_id id = pick(fused ? extra.kernel
+    pipeline_id id = pick(fused  ? extra.kernel
                           : rows ? pipeline_id::mul_mat_rows_f32
                           : vec  ? pipeline_id::mul_mat_vec_f32
                                  : pipeline_id::mul_mat_f32,
                           w.type);
     // mul_mat_vec: the variant for this many tokens per pass (ORDO_MMV_COLS at most).
-    auto found = vec ? s.pipes().for_cols(id, std::min(n_tokens, abi::ORDO_MMV_COLS))
-                     : s.pipes().find(id);
+    auto found =
+        vec ? s.pipes().for_cols(id, std::min(n_tokens, abi::ORDO_MMV_COLS)) : s.pipes().find(id);
     if (!found) return found.err();
     const pipeline& pl = **found;
     const device_info& info = s.dev().info();
@@ -307,14 +319,13 @@ status dispatch_storage(stream& s, const weight_tensor& w, const rows_view& x, c
         const weight_chunk& ch = w.chunks[c];
         // GLU: the chunk (the whole matrix) holds out_rows gate rows, then their up rows.
         std::uint32_t out_rows = extra.out_rows != 0 ? extra.out_rows : ch.row_count;
-        std::uint32_t gx = rows ? ceil_div(out_rows, pl.workgroup_size)
+        std::uint32_t gx = rows  ? ceil_div(out_rows, pl.workgroup_size)
                            : vec ? ceil_div(out_rows, mat_vec_workgroup_rows(pl))
                                  : ceil_div(out_rows, abi::ORDO_MM_TM);
         std::uint32_t gy = (vec || rows) ? 1 : ceil_div(n_tokens, abi::ORDO_MM_TN);
         if (gx > info.max_workgroup_count[0]) return bad("mul_mat", "too many rows per chunk");
-        abi::mul_mat_push p{w.n_in,   out_rows, n_tokens, ch.row_begin,
-                            ch.scale_offset, x.offset, x.stride, y.offset,
-                            y.stride, accumulate ? 1u : 0u};
+        abi::mul_mat_push p{w.n_in,   out_rows, n_tokens, ch.row_begin, ch.scale_offset,
+                            x.offset, x.stride, y.offset, y.stride,     accumulate ? 1u : 0u};
         p.norm_eps = extra.eps;
         p.glu_up_row = extra.out_rows;
         // Chunks write disjoint rows of y: only the last needs the barrier.
@@ -356,10 +367,10 @@ status encode_norm_mul_mat(stream& s, const weight_tensor& w, const norm_input& 
     return encode_mul_mat(s, w, in.scratch, y, n_tokens, false, path);
 }
 
-status encode_norm_glu(stream& s, const weight_tensor& w, const norm_input& in,
-                       rows_view gate_up, rows_view out, std::uint32_t n_ff,
-                       std::uint32_t n_tokens, mat_path path) {
-    if (n_ff == 0 || w.n_out != 2ull * n_ff) return bad("glu", "W must be n_ff gate + n_ff up rows");
+status encode_norm_glu(stream& s, const weight_tensor& w, const norm_input& in, rows_view gate_up,
+                       rows_view out, std::uint32_t n_ff, std::uint32_t n_tokens, mat_path path) {
+    if (n_ff == 0 || w.n_out != 2ull * n_ff)
+        return bad("glu", "W must be n_ff gate + n_ff up rows");
     mat_path resolved = resolve_path(s, w, in.x, n_tokens, path);
     if (resolved == mat_path::vec && w.chunks.size() == 1 && norm_fusable(w, in)) {
         if (status c = check_mul_mat(w, in.x, out, n_tokens, n_ff); !c) return c;
@@ -372,8 +383,8 @@ status encode_norm_glu(stream& s, const weight_tensor& w, const norm_input& in,
     return encode_swiglu(s, gate_up, up, out, n_ff, n_tokens);
 }
 
-status encode_rms_norm(stream& s, rows_view x, buffer_view weight, rows_view out,
-                       std::uint32_t n, std::uint32_t n_rows, float eps) {
+status encode_rms_norm(stream& s, rows_view x, buffer_view weight, rows_view out, std::uint32_t n,
+                       std::uint32_t n_rows, float eps) {
     if (n == 0 || n_rows == 0 || n_rows > rows_limit(s)) return bad("rms_norm", "bad shape");
     if (!fits(x, n_rows, n) || !fits(out, n_rows, n) || weight.range < 4ull * n) {
         return bad("rms_norm", "operand outside its binding");
@@ -429,17 +440,16 @@ status encode_rope(stream& s, rows_view x, ints_view positions, const rope_table
                    std::uint32_t n_tokens, std::uint32_t n_heads, std::uint32_t head_dim) {
     if (n_tokens == 0 || n_tokens > rows_limit(s) || n_heads == 0 ||
         !rope_shape_ok(rope, head_dim)) {
-        return bad("rope", "bad shape (n_rot must be even and <= head_dim, the table n_rot / 2 "
-                           "pairs)");
+        return bad("rope",
+                   "bad shape (n_rot must be even and <= head_dim, the table n_rot / 2 "
+                   "pairs)");
     }
     if (!fits(x, n_tokens, std::uint64_t(n_heads) * head_dim) || !fits(positions, n_tokens)) {
         return bad("rope", "operand outside its binding");
     }
     std::uint32_t wg = s.pipes().get(pipeline_id::rope).workgroup_size;
-    std::uint32_t gx =
-        std::min(ceil_div((rope.n_rot / 2) * n_heads, wg), elementwise_groups_max);
-    abi::rope_push p{n_tokens, n_heads, head_dim, rope.n_rot, x.offset, x.stride,
-                     positions.offset};
+    std::uint32_t gx = std::min(ceil_div((rope.n_rot / 2) * n_heads, wg), elementwise_groups_max);
+    abi::rope_push p{n_tokens, n_heads, head_dim, rope.n_rot, x.offset, x.stride, positions.offset};
     s.dispatch(pipeline_id::rope, {x.view, positions.view, rope.view}, p, {gx, n_tokens, 1});
     return {};
 }
@@ -453,15 +463,16 @@ status encode_swiglu(stream& s, rows_view gate, rows_view up, rows_view out, std
     if (prefer_texel(s) && texel_rows(gate, n_rows, n) && texel_rows(up, n_rows, n) &&
         vec4_rows(out)) {
         std::uint32_t wg = s.pipes().get(pipeline_id::swiglu_tx).workgroup_size;
-        abi::swiglu_push p{n,       n_rows,   buffer_offset(gate), gate.stride, buffer_offset(up),
-                           up.stride, out.offset, out.stride};
+        abi::swiglu_push p{
+            n,         n_rows,     buffer_offset(gate), gate.stride, buffer_offset(up),
+            up.stride, out.offset, out.stride};
         s.dispatch(pipeline_id::swiglu_tx, {gate.view, up.view, out.view}, p,
                    {std::min(ceil_div(n / 4, wg), elementwise_groups_max), n_rows, 1});
         return {};
     }
     std::uint32_t wg = s.pipes().get(pipeline_id::swiglu).workgroup_size;
-    abi::swiglu_push p{n, n_rows, gate.offset, gate.stride, up.offset, up.stride, out.offset,
-                       out.stride};
+    abi::swiglu_push p{n,         n_rows,    gate.offset, gate.stride,
+                       up.offset, up.stride, out.offset,  out.stride};
     s.dispatch(pipeline_id::swiglu, {gate.view, up.view, out.view}, p,
                {std::min(ceil_div(n, wg), elementwise_groups_max), n_rows, 1});
     return {};
@@ -518,8 +529,9 @@ status encode_rope_kv(stream& s, const kv_pool& pool, std::uint32_t layer, rows_
     }
     if (layer >= g.n_layer) return bad("rope_kv", "bad layer");
     if (n_tokens > rows_limit(s) || n_head == 0 || !rope_shape_ok(rope, hd)) {
-        return bad("rope_kv", "bad shape (n_rot must be even and <= head_dim, the table n_rot / "
-                              "2 pairs)");
+        return bad("rope_kv",
+                   "bad shape (n_rot must be even and <= head_dim, the table n_rot / "
+                   "2 pairs)");
     }
     if (!fits(positions, n_tokens) || !fits(slots, n_tokens) ||
         positions.view.buf != slots.view.buf || positions.view.offset != slots.view.offset) {
@@ -539,8 +551,8 @@ status encode_rope_kv(stream& s, const kv_pool& pool, std::uint32_t layer, rows_
     p.slots_offset = slots.offset;
     p.block_tokens = g.block_tokens;
     p.n_blocks = g.n_blocks;
-    s.dispatch(id, {qkv.view, qkv.view, positions.view, pool.k(layer), pool.v(layer), rope.view},
-               p, {1, n_tokens, 1});
+    s.dispatch(id, {qkv.view, qkv.view, positions.view, pool.k(layer), pool.v(layer), rope.view}, p,
+               {1, n_tokens, 1});
     return {};
 }
 
@@ -563,8 +575,8 @@ bool attention_tx_usable(const stream& s, const kv_pool& pool, std::uint32_t lay
     };
     std::uint64_t width = std::uint64_t(b.n_head) * g.head_dim;
     std::uint64_t q_end = 4 * (b.q.offset + std::uint64_t(b.n_tokens - 1) * b.q.stride + width);
-    return attention_tx_geometry(s.pipes(), g) && b.q.offset % 4 == 0 && b.q.stride % 4 == 0 && covered(b.q.view, q_end) &&
-           covered(pool.k(layer), pool.k(layer).range) &&
+    return attention_tx_geometry(s.pipes(), g) && b.q.offset % 4 == 0 && b.q.stride % 4 == 0 &&
+           covered(b.q.view, q_end) && covered(pool.k(layer), pool.k(layer).range) &&
            covered(pool.v(layer), pool.v(layer).range) &&
            covered(b.tables.view, 4ull * b.n_seqs * b.max_blocks_per_seq);
 }
@@ -617,8 +629,7 @@ status encode_attention_tx(stream& s, const kv_pool& pool, std::uint32_t layer,
     p.v_texel = static_cast<std::uint32_t>(pool.v(layer).offset / 16);
     p.tables_texel = static_cast<std::uint32_t>(b.tables.view.offset / 16);
     s.dispatch(**pl, id,
-               {b.q.view, pool.k(layer), pool.v(layer), b.tokens.view, b.tables.view,
-                b.out.view},
+               {b.q.view, pool.k(layer), pool.v(layer), b.tokens.view, b.tables.view, b.out.view},
                p, {b.n_head, gy, 1});
     return {};
 }
@@ -688,17 +699,15 @@ status encode_attention(stream& s, const kv_pool& pool, std::uint32_t layer,
     std::uint64_t width = std::uint64_t(b.n_head) * g.head_dim;
     if (!fits(b.q, b.n_tokens, width) || !fits(b.out, b.n_tokens, width) ||
         !fits(b.tokens, 2ull * b.n_tokens) ||
-        !fits(b.tables, std::uint64_t(b.n_seqs) * b.max_blocks_per_seq) ||
-        b.tables.offset != 0) {
+        !fits(b.tables, std::uint64_t(b.n_seqs) * b.max_blocks_per_seq) || b.tables.offset != 0) {
         return bad("attention", "operand outside its binding (tables must start at offset 0)");
     }
     bool tx_ok = attention_tx_usable(s, pool, layer, b);
     if (path == attention_path::texel && !tx_ok) {
         return bad("attention", "texel path: head_dim, subgroup or texel views do not allow it");
     }
-    bool tx = path == attention_path::texel ||
-              (path == attention_path::automatic && tx_ok &&
-               s.pipes().tuning().prefer_texel_kernels);
+    bool tx = path == attention_path::texel || (path == attention_path::automatic && tx_ok &&
+                                                s.pipes().tuning().prefer_texel_kernels);
     // The loop iterations one invocation runs for the longest sequence of the step: attention_tx
     // walks a lane's keys (per query when a grouped workgroup mixes sequences); attention.comp
     // walks key tiles, each with a head_dim loop and two tile loops. A device that caps them
@@ -711,7 +720,8 @@ status encode_attention(stream& s, const kv_pool& pool, std::uint32_t layer,
         return bad("attention", "attending over " + std::to_string(positions) +
                                     " positions needs ~" + std::to_string(iterations) +
                                     " loop iterations per invocation; this device ends loops "
-                                    "after " + std::to_string(cap) +
+                                    "after " +
+                                    std::to_string(cap) +
                                     " (llvmpipe): use a shorter context (model.context_tokens)");
     }
     if (tx) return encode_attention_tx(s, pool, layer, b);
@@ -744,11 +754,12 @@ status encode_attention(stream& s, const kv_pool& pool, std::uint32_t layer,
     p.split_grid = 1;
     p.max_splits = b.max_splits;
     s.dispatch(id,
-               {b.q.view, pool.k(layer), pool.v(layer), b.tokens.view, b.tables.view,
-                b.out.view, b.partials},
+               {b.q.view, pool.k(layer), pool.v(layer), b.tokens.view, b.tables.view, b.out.view,
+                b.partials},
                p, {b.n_head, b.n_tokens, static_cast<std::uint32_t>(n_splits)});
-    abi::attention_merge_push m{b.n_tokens, b.n_head,     g.head_dim,  b.max_splits,
-                                static_cast<std::uint32_t>(n_splits), b.out.offset, b.out.stride};
+    abi::attention_merge_push m{
+        b.n_tokens,   b.n_head,    g.head_dim, b.max_splits, static_cast<std::uint32_t>(n_splits),
+        b.out.offset, b.out.stride};
     s.dispatch(pipeline_id::attention_merge, {b.partials, b.out.view}, m,
                {b.n_head, b.n_tokens, 1});
     return {};
@@ -784,8 +795,8 @@ status encode_spin(stream& s, buffer_view data, std::uint32_t iterations,
         workgroups > s.dev().info().max_workgroup_count[0]) {
         return bad("spin", "bad arguments");
     }
-    abi::spin_push p{iterations, static_cast<std::uint32_t>(std::min<std::uint64_t>(
-                                     data.range / 4, 1u << 20))};
+    abi::spin_push p{iterations,
+                     static_cast<std::uint32_t>(std::min<std::uint64_t>(data.range / 4, 1u << 20))};
     s.dispatch(pipeline_id::spin, {data}, p, {workgroups, 1, 1});
     return {};
 }

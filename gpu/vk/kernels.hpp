@@ -49,8 +49,7 @@ constexpr std::uint32_t mat_vec_tokens_max = 8;
 
 // y[t][r] (+)= sum_k w[r][k] x[t][k] for t < n_tokens, r < w.n_out (accumulate: fused residual).
 status encode_mul_mat(stream& s, const weight_tensor& w, rows_view x, rows_view y,
-                      std::uint32_t n_tokens, bool accumulate,
-                      mat_path path = mat_path::automatic);
+                      std::uint32_t n_tokens, bool accumulate, mat_path path = mat_path::automatic);
 
 // What a decode mat-vec may fold into its dispatch (mul_mat_vec.comp NORM / GLU).
 enum class mat_fusion {
@@ -61,11 +60,11 @@ enum class mat_fusion {
 
 // The RMSNorm a mat-mul's input takes first (a layer's attention or FFN norm).
 struct norm_input {
-    rows_view x;           // the residual stream
-    buffer_view weight;    // n floats
-    std::uint32_t n = 0;   // elements normed per token (the model's n_embd)
+    rows_view x;          // the residual stream
+    buffer_view weight;   // n floats
+    std::uint32_t n = 0;  // elements normed per token (the model's n_embd)
     float eps = 0.0f;
-    rows_view scratch;     // where the unfused path writes rms_norm(x) (n floats per token)
+    rows_view scratch;  // where the unfused path writes rms_norm(x) (n floats per token)
 };
 
 // y = W rms_norm(x). Where encode_mul_mat would run mul_mat_vec (a GPU's decode), one
@@ -79,9 +78,9 @@ status encode_norm_mul_mat(stream& s, const weight_tensor& w, const norm_input& 
 // for the fused gate|up matrix W. Where encode_mul_mat would run mul_mat_vec and W is one
 // chunk, one mul_mat_vec_glu dispatch; elsewhere rms_norm into in.scratch, encode_mul_mat into
 // `gate_up` (n_ff gate then n_ff up columns per token), encode_swiglu. The same bits either way.
-status encode_norm_glu(stream& s, const weight_tensor& w, const norm_input& in,
-                       rows_view gate_up, rows_view out, std::uint32_t n_ff,
-                       std::uint32_t n_tokens, mat_path path = mat_path::automatic);
+status encode_norm_glu(stream& s, const weight_tensor& w, const norm_input& in, rows_view gate_up,
+                       rows_view out, std::uint32_t n_ff, std::uint32_t n_tokens,
+                       mat_path path = mat_path::automatic);
 
 // Whether encode_mul_mat can read these operands through texel views (mat_path::texel).
 bool texel_path_usable(const weight_tensor& w, const rows_view& x, std::uint32_t n_tokens);
@@ -107,15 +106,15 @@ status prepare_mul_mat(const pipelines& pipes, const weight_tensor& w,
 // The same for encode_get_rows on `table` (the token embedding).
 status prepare_get_rows(const pipelines& pipes, const weight_tensor& table);
 
-status encode_rms_norm(stream& s, rows_view x, buffer_view weight, rows_view out,
-                       std::uint32_t n, std::uint32_t n_rows, float eps);
+status encode_rms_norm(stream& s, rows_view x, buffer_view weight, rows_view out, std::uint32_t n,
+                       std::uint32_t n_rows, float eps);
 
 // A model's RoPE frequency table on the device, as the rope kernels read it (abi.h,
 // ORDO_ROPE_SPLIT_BITS): n_rot / 2 vec4s {hi, mid, lo, 0} of turns per position, from
 // rope_turns_table.
 struct rope_table {
-    buffer_view view;          // at least 8 * n_rot bytes
-    std::uint32_t n_rot = 0;   // rotated dims per head (even)
+    buffer_view view;         // at least 8 * n_rot bytes
+    std::uint32_t n_rot = 0;  // rotated dims per head (even)
 };
 
 // The table's contents for a model's RoPE frequencies (llama_weights::rope_freq, radians per
@@ -161,10 +160,10 @@ std::uint64_t attention_positions_max(const pipelines& pipes, const kv_geometry&
 status prepare_attention(const pipelines& pipes, const kv_geometry& g);
 
 struct attention_batch {
-    rows_view q;                      // n_head * head_dim floats per token
-    rows_view out;                    // n_head * head_dim floats per token
-    ints_view tokens;                 // per token {sequence index, position}
-    ints_view tables;                 // n_seqs x max_blocks_per_seq block ids
+    rows_view q;       // n_head * head_dim floats per token
+    rows_view out;     // n_head * head_dim floats per token
+    ints_view tokens;  // per token {sequence index, position}
+    ints_view tables;  // n_seqs x max_blocks_per_seq block ids
     std::uint32_t n_tokens = 0;
     std::uint32_t n_seqs = 0;
     std::uint32_t max_blocks_per_seq = 0;
@@ -175,7 +174,7 @@ struct attention_batch {
     // several splits runs the split grid (one workgroup per head, token and split) and the merge
     // kernel: flash decoding.
     std::uint32_t split_keys = 0;
-    buffer_view partials{};       // attention_partials_floats(...) floats
+    buffer_view partials{};        // attention_partials_floats(...) floats
     std::uint32_t max_splits = 0;  // partials slots per (token, head)
 };
 // The most tokens a split-grid step serves (decode and small batches: with more, the tokens

@@ -35,7 +35,9 @@ std::uint64_t get64(const std::uint8_t* p) {
     return v;
 }
 
-error invalid(const std::string& why) { return gpu_error(gpu_failure::cache_invalid, why); }
+error invalid(const std::string& why) {
+    return gpu_error(gpu_failure::cache_invalid, why);
+}
 // The file's bytes, or an empty vector with `note` saying why there are none.
 std::vector<std::uint8_t> read_file(const std::string& path, std::string& note) {
     std::error_code ec;
@@ -109,7 +111,8 @@ result<std::span<const std::uint8_t>> decode_pipeline_cache(std::span<const std:
     if (got.build_id != expect.build_id) return invalid("written by another ordo build");
     const std::uint64_t data_bytes = get64(h + 48);
     if (data_bytes != file.size() - pipeline_cache_header_bytes) {
-        return invalid("the header says " + std::to_string(data_bytes) + " B of data, the file has " +
+        return invalid("the header says " + std::to_string(data_bytes) +
+                       " B of data, the file has " +
                        std::to_string(file.size() - pipeline_cache_header_bytes));
     }
     auto data = file.subspan(pipeline_cache_header_bytes);
@@ -126,12 +129,12 @@ std::string pipeline_cache_file_name(const pipeline_cache_identity& id) {
 }
 
 std::string pipeline_cache::path() const {
-    return _dir.empty() ? std::string() : (std::filesystem::path(_dir) /
-                                           pipeline_cache_file_name(_id)).string();
+    return _dir.empty() ? std::string()
+                        : (std::filesystem::path(_dir) / pipeline_cache_file_name(_id)).string();
 }
 
 result<std::unique_ptr<pipeline_cache>> pipeline_cache::open(const device& dev, std::string dir,
-                                                            std::uint64_t build_id) {
+                                                             std::uint64_t build_id) {
     const device_info& info = dev.info();
     pipeline_cache_identity id{info.vendor_id, info.device_id, info.driver_version,
                                info.pipeline_cache_uuid, build_id};

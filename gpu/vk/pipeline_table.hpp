@@ -15,10 +15,11 @@
 // One row per weight type for a weight-typed kernel, in weight_types.h's order (the encoders
 // pick a type's pipeline as the kernel's f32 id + ORDO_WTYPE_*).
 #define ORDO_WEIGHT_TYPE_ROW(NAME, name, X, kernel, ...) X(kernel##_##name, __VA_ARGS__)
-#define ORDO_WEIGHT_TYPES(X, kernel, ...) ORDO_WEIGHT_TYPE_LIST(ORDO_WEIGHT_TYPE_ROW, X, kernel, __VA_ARGS__)
+#define ORDO_WEIGHT_TYPES(X, kernel, ...) \
+    ORDO_WEIGHT_TYPE_LIST(ORDO_WEIGHT_TYPE_ROW, X, kernel, __VA_ARGS__)
 
-#define ORDO_GPU_PIPELINES(X)                                                                 \
-    /* name, bindings, push, wg, texel, needs, made */                                        \
+#define ORDO_GPU_PIPELINES(X)                                                                  \
+    /* name, bindings, push, wg, texel, needs, made */                                         \
     ORDO_WEIGHT_TYPES(X, get_rows, 3, get_rows_push, elementwise, 0, none, type)               \
     ORDO_WEIGHT_TYPES(X, mul_mat_vec, 3, mul_mat_push, mat_vec, 0, none, cols)                 \
     ORDO_WEIGHT_TYPES(X, mul_mat_vec_norm, 4, mul_mat_push, mat_vec, 0, none, cols)            \

@@ -15,7 +15,7 @@ namespace ordo::gpu {
 
 namespace spirv {
 #define ORDO_X(name, bindings, push, ...) \
-    extern const std::uint32_t name[]; \
+    extern const std::uint32_t name[];    \
     extern const std::size_t name##_words;
 ORDO_GPU_PIPELINES(ORDO_X)
 #undef ORDO_X
@@ -119,8 +119,8 @@ std::uint64_t mat_vec_shared_bytes(const pipeline_tuning& t, std::uint32_t cols_
                                            abi::ORDO_QK / 4},
               std::array<std::uint64_t, 3>{t.mat_vec_unroll, 3, 2}}) {
             std::uint64_t xs = 16ull * cols * abi::ORDO_MAT_GROUPS * unroll * vec4s;
-            std::uint64_t dsh = h == 1 ? 4 : 4ull * teams * rows * abi::ORDO_MAT_GROUPS *
-                                                 unroll * parts * cols;
+            std::uint64_t dsh =
+                h == 1 ? 4 : 4ull * teams * rows * abi::ORDO_MAT_GROUPS * unroll * parts * cols;
             most = std::max(most, xs + partial + dsh + norm);
         }
     }
@@ -182,16 +182,26 @@ namespace {
 
 std::uint32_t wg_for(pipeline_id id, const pipeline_tuning& t) {
     switch (props_of(id).wg) {
-    case wg_class::elementwise: return t.elementwise_wg;
-    case wg_class::norm: return t.norm_wg;
-    case wg_class::mat_vec: return t.mat_vec_wg;
-    case wg_class::mat_rows: return t.mat_rows_wg;
-    case wg_class::mat_tiled: return 128;  // fixed by the tile mapping in mul_mat.comp
-    case wg_class::mat_tx1: return t.mat_tx1_wg;
-    case wg_class::mat_tx_tile: return t.mat_tx_tile_wg;
-    case wg_class::attention: return t.attention_wg;
-    case wg_class::subgroup: return t.attention_tx_wg;
-    case wg_class::single: return 1;
+        case wg_class::elementwise:
+            return t.elementwise_wg;
+        case wg_class::norm:
+            return t.norm_wg;
+        case wg_class::mat_vec:
+            return t.mat_vec_wg;
+        case wg_class::mat_rows:
+            return t.mat_rows_wg;
+        case wg_class::mat_tiled:
+            return 128;  // fixed by the tile mapping in mul_mat.comp
+        case wg_class::mat_tx1:
+            return t.mat_tx1_wg;
+        case wg_class::mat_tx_tile:
+            return t.mat_tx_tile_wg;
+        case wg_class::attention:
+            return t.attention_wg;
+        case wg_class::subgroup:
+            return t.attention_tx_wg;
+        case wg_class::single:
+            return 1;
     }
     return t.elementwise_wg;
 }
@@ -214,11 +224,11 @@ result<std::unique_ptr<pipelines>> pipelines::create(const device& dev,
         tuning.mat_vec_unroll % tuning.mat_vec_split != 0 ||
         tuning.mat_vec_block_unroll % tuning.mat_vec_split != 0 ||
         tuning.mat_vec_wg % (abi::ORDO_MAT_GROUPS * tuning.mat_vec_split) != 0 ||
-        mat_vec_shared > dev.info().max_shared_memory_bytes ||
-        tuning.mat_vec_rows == 0 || tuning.mat_vec_unroll == 0 || tuning.mat_vec_unroll > 8 ||
+        mat_vec_shared > dev.info().max_shared_memory_bytes || tuning.mat_vec_rows == 0 ||
+        tuning.mat_vec_unroll == 0 || tuning.mat_vec_unroll > 8 ||
         tuning.mat_vec_block_unroll == 0 || tuning.mat_vec_block_unroll > 8 ||
-        tuning.attention_wg == 0 || tuning.mat_rows_wg == 0 ||
-        tuning.mat_tx_tile_wg == 0 || tuning.mat_tx1_wg == 0 || tuning.attention_tx_wg == 0 ||
+        tuning.attention_wg == 0 || tuning.mat_rows_wg == 0 || tuning.mat_tx_tile_wg == 0 ||
+        tuning.mat_tx1_wg == 0 || tuning.attention_tx_wg == 0 ||
         std::max({tuning.elementwise_wg, tuning.norm_wg, tuning.mat_vec_wg, tuning.attention_wg,
                   tuning.mat_rows_wg, tuning.mat_tx_tile_wg, 128u}) >
             dev.info().max_workgroup_invocations) {
@@ -245,13 +255,16 @@ const pipeline& pipelines::get(pipeline_id id) const {
 
 result<const pipeline*> pipelines::find(pipeline_id id) const {
     switch (props_of(id).made) {
-    case made_when::create: return &get(id);
-    case made_when::k:
-        return gpu_error(gpu_failure::bad_config,
-                         std::string(pipeline_name(id)) + " is specialized on K: use for_k");
-    case made_when::cols: return for_cols(id, abi::ORDO_MMV_COLS);
-    case made_when::type:
-    case made_when::tile: break;
+        case made_when::create:
+            return &get(id);
+        case made_when::k:
+            return gpu_error(gpu_failure::bad_config,
+                             std::string(pipeline_name(id)) + " is specialized on K: use for_k");
+        case made_when::cols:
+            return for_cols(id, abi::ORDO_MMV_COLS);
+        case made_when::type:
+        case made_when::tile:
+            break;
     }
     return variant(id, 0, abi::ORDO_TX_TILE_ROWS);
 }
@@ -305,8 +318,7 @@ status pipelines::build(pipeline& pl, pipeline_id id, std::uint32_t k,
     // Vulkan does not require: without it the pipeline stays null and its encoder never picks
     // it (it checks the same flag). Without subgroup ballot (mul_mat_tx1), asking for one is
     // an error: its encoder checks the flag first (tx1_usable).
-    if (props.needs == pipeline_need::subgroup_arithmetic &&
-        !_device.info().subgroup_arithmetic) {
+    if (props.needs == pipeline_need::subgroup_arithmetic && !_device.info().subgroup_arithmetic) {
         return {};
     }
     if (props.needs == pipeline_need::subgroup_ballot && !_device.info().subgroup_ballot) {
@@ -362,15 +374,14 @@ status pipelines::build(pipeline& pl, pipeline_id id, std::uint32_t k,
     // ignores map entries whose constant a module does not declare.
     // Constant 3: mul_mat_tx tx4/txm rows per lane (wg_rows rows per workgroup).
     // mul_mat_vec: constant 3 is its unroll (the block types': mat_vec_block_unroll).
-    pl.tile_rows = !mat_vec                 ? tx_rows_per_lane(pl.workgroup_size, wg_rows)
+    pl.tile_rows = !mat_vec                  ? tx_rows_per_lane(pl.workgroup_size, wg_rows)
                    : mat_vec_block_units(id) ? _tuning.mat_vec_block_unroll
                                              : _tuning.mat_vec_unroll;
     // Constant 4: mul_mat_vec's lanes per group for this token count (k).
     pl.helpers = mat_vec ? mat_vec_helpers(_tuning, k) : 1;
     std::uint32_t spec_values[5] = {pl.workgroup_size, pl.rows_per_workgroup, k, pl.tile_rows,
                                     pl.helpers};
-    VkSpecializationMapEntry entries[5] = {{0, 0, 4}, {1, 4, 4}, {2, 8, 4}, {3, 12, 4},
-                                           {4, 16, 4}};
+    VkSpecializationMapEntry entries[5] = {{0, 0, 4}, {1, 4, 4}, {2, 8, 4}, {3, 12, 4}, {4, 16, 4}};
     VkSpecializationInfo spec{5, entries, sizeof(spec_values), spec_values};
     VkComputePipelineCreateInfo ci{VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
     ci.stage.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO;

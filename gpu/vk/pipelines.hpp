@@ -17,8 +17,8 @@
 
 #include "actors/runtime/result.hpp"
 #include "gpu/vk/device.hpp"
-#include "gpu/vk/shaders/abi.h"
 #include "gpu/vk/pipeline_table.hpp"
+#include "gpu/vk/shaders/abi.h"
 
 namespace ordo::gpu {
 
@@ -66,7 +66,7 @@ struct pipeline {
     VkDescriptorSetLayout set_layout = VK_NULL_HANDLE;
     std::uint32_t bindings = 0;
     std::uint32_t push_bytes = 0;
-    std::uint32_t workgroup_size = 0;  // specialization constant 0 (lanes per workgroup)
+    std::uint32_t workgroup_size = 0;      // specialization constant 0 (lanes per workgroup)
     std::uint32_t rows_per_workgroup = 1;  // specialization constant 1 where used (mul_mat_vec:
                                            // rows per 8-lane team)
     std::uint32_t k = 0;                   // specialization constant 2 (K) where used, else 0
@@ -77,7 +77,7 @@ struct pipeline {
     // texel_view()), not a storage buffer. Its shader addresses texels from the buffer start.
     std::uint32_t texel_bindings = 0;
 
-    std::uint32_t helpers = 1;             // constant 4: mul_mat_vec lanes per group
+    std::uint32_t helpers = 1;  // constant 4: mul_mat_vec lanes per group
 
     // tx4/txm: weight rows one workgroup covers.
     std::uint32_t workgroup_rows() const { return workgroup_size * tile_rows; }
@@ -97,11 +97,11 @@ inline std::uint32_t tx_rows_per_lane(std::uint32_t lanes, std::uint32_t wg_rows
 // Workgroup sizes picked per device. Defaults come from tuning_for(); tests and the bench may
 // override them to check that results do not depend on the choice.
 struct pipeline_tuning {
-    std::uint32_t elementwise_wg = 0;   // get_rows, rope, swiglu, add, kv_write
-    std::uint32_t norm_wg = 0;          // rms_norm (power of two)
-    std::uint32_t mat_vec_wg = 0;       // mul_mat_vec lanes (a multiple of 8: its teams)
-    std::uint32_t mat_vec_rows = 0;     // mul_mat_vec weight rows per 8-lane team
-    std::uint32_t mat_vec_unroll = 0;   // mul_mat_vec units each lane loads before summing
+    std::uint32_t elementwise_wg = 0;  // get_rows, rope, swiglu, add, kv_write
+    std::uint32_t norm_wg = 0;         // rms_norm (power of two)
+    std::uint32_t mat_vec_wg = 0;      // mul_mat_vec lanes (a multiple of 8: its teams)
+    std::uint32_t mat_vec_rows = 0;    // mul_mat_vec weight rows per 8-lane team
+    std::uint32_t mat_vec_unroll = 0;  // mul_mat_vec units each lane loads before summing
     // ... for the 32-element units of the block types (Q8_0 .. Q6_K); mat_vec_unroll is for
     // F32, F16 and BF16 (4- and 8-element units). H200, session 15: Q4_K's q|k|v mat-vec 0.61
     // -> 0.14 ms at 4 instead of 2, while F16's was no faster (gpu/PERF.md).
@@ -111,8 +111,8 @@ struct pipeline_tuning {
     // order (mul_mat_vec.comp H). Default 1: unmeasured on a GPU (gpu/PERF.md, session 13).
     std::uint32_t mat_vec_split = 1;
     std::uint32_t mat_vec_split_cols = 2;
-    std::uint32_t attention_wg = 0;     // attention lanes (head_dim <= wg * ORDO_ATTN_ACC)
-    std::uint32_t mat_rows_wg = 0;      // mul_mat_rows lanes (= weight rows per workgroup)
+    std::uint32_t attention_wg = 0;  // attention lanes (head_dim <= wg * ORDO_ATTN_ACC)
+    std::uint32_t mat_rows_wg = 0;   // mul_mat_rows lanes (= weight rows per workgroup)
     // mat_path::automatic picks mul_mat_rows up to this many tokens (0: never, mul_mat_vec
     // instead); above it the tiled mul_mat. At most mat_vec_tokens_max.
     std::uint32_t rows_tokens_max = 0;
@@ -177,9 +177,7 @@ public:
     // by create(): llvmpipe compiles each in 10-100 ms and a model uses a few types, so each is
     // built on its first request and kept (thread-safe, like for_k). The runner asks for a
     // weight's pipelines when it uploads it (prepare_mul_mat), never on the step path.
-    static bool built_on_request(pipeline_id id) {
-        return props_of(id).made != made_when::create;
-    }
+    static bool built_on_request(pipeline_id id) { return props_of(id).made != made_when::create; }
     // Any id but the K-specialized ones: get()'s pipeline, or a weight-typed one, built on its
     // first request. Errors: the build's, gpu_bad_config for a K-specialized id.
     result<const pipeline*> find(pipeline_id id) const;

@@ -129,9 +129,9 @@ void stream::discard() {
     _rec = -1;
 }
 
-void stream::dispatch(pipeline_id id, std::initializer_list<buffer_view> bindings,
-                      const void* push, std::size_t push_bytes,
-                      std::array<std::uint32_t, 3> groups, bool barrier_after) {
+void stream::dispatch(pipeline_id id, std::initializer_list<buffer_view> bindings, const void* push,
+                      std::size_t push_bytes, std::array<std::uint32_t, 3> groups,
+                      bool barrier_after) {
     dispatch(_pipes.get(id), id, bindings, push, push_bytes, groups, barrier_after);
 }
 
@@ -207,9 +207,9 @@ void stream::copy(const buffer& src, const buffer& dst, std::span<const VkBuffer
                    "segment dispatch budget exceeded; split the copy into more segments");
     ORDO_GPU_CHECK(!regions.empty(), "copy of no regions");
     for (const VkBufferCopy& c : regions) {
-        ORDO_GPU_CHECK(c.size > 0 && c.srcOffset + c.size <= src.size() &&
-                           c.dstOffset + c.size <= dst.size(),
-                       "copy region past a buffer end");
+        ORDO_GPU_CHECK(
+            c.size > 0 && c.srcOffset + c.size <= src.size() && c.dstOffset + c.size <= dst.size(),
+            "copy region past a buffer end");
     }
     VkMemoryBarrier before{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
     before.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;

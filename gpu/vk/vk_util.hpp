@@ -3,13 +3,12 @@
 // logger. Used only inside gpu/.
 #pragma once
 
+#include <spdlog/logger.h>
 #include <vulkan/vulkan.h>
 
 #include <memory>
 #include <string>
 #include <string_view>
-
-#include <spdlog/logger.h>
 
 #include "actors/runtime/result.hpp"
 #include "gpu/vk/gpu_failure.hpp"
@@ -34,7 +33,7 @@ error vk_error(VkResult r, std::string_view what);
 
 }  // namespace ordo::gpu
 
-#define ORDO_GPU_CHECK(expr, why)                                                   \
-    do {                                                                            \
-        if (!(expr)) ::ordo::gpu::check_failed(#expr, __FILE__, __LINE__, (why));   \
+#define ORDO_GPU_CHECK(expr, why)                                                 \
+    do {                                                                          \
+        if (!(expr)) ::ordo::gpu::check_failed(#expr, __FILE__, __LINE__, (why)); \
     } while (0)

@@ -18,7 +18,9 @@ constexpr std::uint32_t qk_k = 256;  // elements per K-type super-block
 constexpr std::uint32_t units_per_super_block = qk_k / qk;
 constexpr std::uint32_t q2_k_group = 4;  // Q2_K super-blocks per 21-texel group
 
-std::uint64_t round_up(std::uint64_t n, std::uint64_t m) { return (n + m - 1) / m * m; }
+std::uint64_t round_up(std::uint64_t n, std::uint64_t m) {
+    return (n + m - 1) / m * m;
+}
 
 bool k_type(ggml_type t) {
     return t == ggml_type::q2_k || t == ggml_type::q3_k || t == ggml_type::q4_k ||
@@ -31,23 +33,34 @@ bool legacy_block(ggml_type t) {
 }
 
 // Legacy block types: quant-region and aux-region bytes per 32-element unit.
-std::uint32_t unit_quant_bytes(ggml_type t) { return t == ggml_type::q8_0 ? 32 : 16; }
+std::uint32_t unit_quant_bytes(ggml_type t) {
+    return t == ggml_type::q8_0 ? 32 : 16;
+}
 std::uint32_t unit_aux_bytes(ggml_type t) {
     switch (t) {
-    case ggml_type::q8_0: case ggml_type::q4_0: return 2;  // f16 d
-    case ggml_type::q4_1: return 4;                       // d | m << 16
-    default: return 8;                                    // Q5_0/Q5_1: 1-bit plane, d (| m)
+        case ggml_type::q8_0:
+        case ggml_type::q4_0:
+            return 2;  // f16 d
+        case ggml_type::q4_1:
+            return 4;  // d | m << 16
+        default:
+            return 8;  // Q5_0/Q5_1: 1-bit plane, d (| m)
     }
 }
 
 // K types: device texels per super-block (Q2_K: per group of q2_k_group).
 std::uint32_t super_block_texels(ggml_type t) {
     switch (t) {
-    case ggml_type::q4_k: return 9;
-    case ggml_type::q5_k: return 11;
-    case ggml_type::q6_k: return 14;
-    case ggml_type::q3_k: return 7;
-    default: return 21;  // Q2_K, per group
+        case ggml_type::q4_k:
+            return 9;
+        case ggml_type::q5_k:
+            return 11;
+        case ggml_type::q6_k:
+            return 14;
+        case ggml_type::q3_k:
+            return 7;
+        default:
+            return 21;  // Q2_K, per group
     }
 }
 
@@ -71,7 +84,9 @@ void put_bit(unit_planes& p, std::uint32_t i, std::uint32_t v) {
 }
 
 // 32-bit little-endian words (the host is little-endian, as Vulkan's buffers are read).
-void put_word(std::uint8_t* dst, std::uint32_t w) { std::memcpy(dst, &w, 4); }
+void put_word(std::uint8_t* dst, std::uint32_t w) {
+    std::memcpy(dst, &w, 4);
+}
 std::uint32_t get_word(const std::uint8_t* src) {
     std::uint32_t w;
     std::memcpy(&w, src, 4);
@@ -95,24 +110,25 @@ void repack_legacy(ggml_type t, std::uint64_t units, const std::uint8_t* src, st
         const std::uint8_t* b = src + u * in_bytes;
         std::uint8_t* a = aux + u * ab;
         switch (t) {
-        case ggml_type::q8_0: case ggml_type::q4_0:  // d, qs
-            std::memcpy(a, b, 2);
-            std::memcpy(dst + u * qb, b + 2, qb);
-            break;
-        case ggml_type::q4_1:  // d, m, qs
-            std::memcpy(a, b, 4);
-            std::memcpy(dst + u * qb, b + 4, qb);
-            break;
-        case ggml_type::q5_0:  // d, qh, qs
-            put_word(a, bit_plane_of(get_word(b + 2)));
-            std::memcpy(a + 4, b, 2);
-            std::memcpy(dst + u * qb, b + 6, qb);
-            break;
-        default:  // Q5_1: d, m, qh, qs
-            put_word(a, bit_plane_of(get_word(b + 4)));
-            std::memcpy(a + 4, b, 4);
-            std::memcpy(dst + u * qb, b + 8, qb);
-            break;
+            case ggml_type::q8_0:
+            case ggml_type::q4_0:  // d, qs
+                std::memcpy(a, b, 2);
+                std::memcpy(dst + u * qb, b + 2, qb);
+                break;
+            case ggml_type::q4_1:  // d, m, qs
+                std::memcpy(a, b, 4);
+                std::memcpy(dst + u * qb, b + 4, qb);
+                break;
+            case ggml_type::q5_0:  // d, qh, qs
+                put_word(a, bit_plane_of(get_word(b + 2)));
+                std::memcpy(a + 4, b, 2);
+                std::memcpy(dst + u * qb, b + 6, qb);
+                break;
+            default:  // Q5_1: d, m, qh, qs
+                put_word(a, bit_plane_of(get_word(b + 4)));
+                std::memcpy(a + 4, b, 4);
+                std::memcpy(dst + u * qb, b + 8, qb);
+                break;
         }
     }
 }
@@ -209,28 +225,37 @@ void repack_q2_k(const std::uint8_t* b, std::uint32_t s, std::uint8_t* group) {
     write_bits2(q, 0, group + (5 + 4 * s) * texel_bytes);
 }
 
-void repack_k(ggml_type t, std::uint64_t super_blocks, const std::uint8_t* src,
-              std::uint8_t* dst) {
+void repack_k(ggml_type t, std::uint64_t super_blocks, const std::uint8_t* src, std::uint8_t* dst) {
     const std::uint32_t in_bytes = model::block_bytes(t);
     const std::uint64_t out_bytes = std::uint64_t(super_block_texels(t)) * texel_bytes;
     for (std::uint64_t s = 0; s < super_blocks; ++s) {
         const std::uint8_t* b = src + s * in_bytes;
         switch (t) {
-        case ggml_type::q4_k: repack_q4_k(b, dst + s * out_bytes); break;
-        case ggml_type::q5_k: repack_q5_k(b, dst + s * out_bytes); break;
-        case ggml_type::q6_k: repack_q6_k(b, dst + s * out_bytes); break;
-        case ggml_type::q3_k: repack_q3_k(b, dst + s * out_bytes); break;
-        default:
-            repack_q2_k(b, static_cast<std::uint32_t>(s % q2_k_group),
-                        dst + s / q2_k_group * out_bytes);
-            break;
+            case ggml_type::q4_k:
+                repack_q4_k(b, dst + s * out_bytes);
+                break;
+            case ggml_type::q5_k:
+                repack_q5_k(b, dst + s * out_bytes);
+                break;
+            case ggml_type::q6_k:
+                repack_q6_k(b, dst + s * out_bytes);
+                break;
+            case ggml_type::q3_k:
+                repack_q3_k(b, dst + s * out_bytes);
+                break;
+            default:
+                repack_q2_k(b, static_cast<std::uint32_t>(s % q2_k_group),
+                            dst + s / q2_k_group * out_bytes);
+                break;
         }
     }
 }
 
 }  // namespace
 
-bool layout_known(ggml_type type) { return row_multiple(type) != 0; }
+bool layout_known(ggml_type type) {
+    return row_multiple(type) != 0;
+}
 
 std::uint32_t row_multiple(ggml_type type) {
     if (type == ggml_type::f32 || type == ggml_type::f16 || type == ggml_type::bf16) return 8;

@@ -18,7 +18,9 @@ constexpr std::uint64_t allocation_alignment = 256;
 
 }  // namespace
 
-bool kernels_run(model::ggml_type type) { return layout_known(type); }
+bool kernels_run(model::ggml_type type) {
+    return layout_known(type);
+}
 
 std::string kernel_type_names() {
     std::string out;
@@ -40,8 +42,8 @@ result<buffer_view> arena::allocate(std::uint64_t bytes) {
                                                      " B does not fit a " +
                                                      std::to_string(_page_bytes) + " B page");
     }
-    std::uint64_t start = (_used + allocation_alignment - 1) / allocation_alignment *
-                          allocation_alignment;
+    std::uint64_t start =
+        (_used + allocation_alignment - 1) / allocation_alignment * allocation_alignment;
     if (_pages.empty() || start + bytes > _page_bytes) {
         auto b = _device.create_buffer(_page_bytes, memory_use::device);
         if (!b) return b.err();
@@ -52,7 +54,9 @@ result<buffer_view> arena::allocate(std::uint64_t bytes) {
     return buffer_view{_pages.back().get(), start, bytes};
 }
 
-std::uint64_t arena::bytes_reserved() const { return _pages.size() * _page_bytes; }
+std::uint64_t arena::bytes_reserved() const {
+    return _pages.size() * _page_bytes;
+}
 
 result<weight_tensor> upload_weight(device& dev, arena& mem, model::ggml_type type,
                                     std::uint32_t n_in, std::uint32_t n_out,

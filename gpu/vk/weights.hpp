@@ -38,7 +38,7 @@ private:
 
 struct weight_chunk {
     buffer_view view;
-    std::uint32_t row_begin = 0;     // first tensor row in this chunk
+    std::uint32_t row_begin = 0;  // first tensor row in this chunk
     std::uint32_t row_count = 0;
     std::uint32_t scale_offset = 0;  // word offset of the aux region (32-element block types)
 };

@@ -4,13 +4,14 @@
 // would touch (every metadata value through the typed getters and the formatter, every tensor's
 // byte span end to end, the first row of every tensor of a type ordo decodes through
 // model/quant's decoders, whatever bytes its blocks hold) and builds the vocab/tokenizer from
-// it, encoding and decoding a short text. ASan/UBSan turn any out-of-bounds read or overflow into a crash. Assertions check that
-// accepted files keep the reader's promises (spans inside the file, alignment respected).
+// it, encoding and decoding a short text. ASan/UBSan turn any out-of-bounds read or overflow into a
+// crash. Assertions check that accepted files keep the reader's promises (spans inside the file,
+// alignment respected).
+#include <algorithm>
 #include <cassert>
 #include <cstdint>
 #include <cstdlib>
 #include <vector>
-#include <algorithm>
 
 #include "model/gguf.hpp"
 #include "model/quant.hpp"

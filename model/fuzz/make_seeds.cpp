@@ -12,8 +12,9 @@ using namespace ordo::model;
 namespace {
 
 void add_vocab(gguf_writer& w) {
-    std::vector<std::string> pieces = {"<unk>", "<s>", "</s>", "<0x41>", "<0xC3>",
-                                       "\xE2\x96\x81", "H", "e", "l", "o", "\xE2\x96\x81H", "ll"};
+    std::vector<std::string> pieces = {"<unk>",         "<s>", "</s>", "<0x41>", "<0xC3>",
+                                       "\xE2\x96\x81",  "H",   "e",    "l",      "o",
+                                       "\xE2\x96\x81H", "ll"};
     std::vector<float> scores(pieces.size(), 0.0f);
     scores[10] = 2.0f;
     scores[11] = 1.0f;

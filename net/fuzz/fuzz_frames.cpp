@@ -12,8 +12,6 @@
 // max_frame_bytes; and the decoder agrees with an oracle, msgpack::unpack over the whole stream:
 // each frame it finds that fits the limit comes out equal, a frame over the limit, malformed or
 // too deep is refused, and an unfinished tail longer than the limit is refused before it ends.
-#include <msgpack.hpp>
-
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -21,15 +19,16 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <msgpack.hpp>
 #include <optional>
 #include <string>
 #include <variant>
 #include <vector>
 
 #include "net/frame_decoder.hpp"
-#include "scheduler/stop_matcher.hpp"
 #include "net/ops.hpp"
 #include "net/protocol.hpp"
+#include "scheduler/stop_matcher.hpp"
 
 namespace net = ordo::net;
 
@@ -98,10 +97,14 @@ bool same(const msgpack::object& a, const msgpack::object& b) {
     };
     if (a.type != b.type) return false;
     switch (a.type) {
-        case msgpack::type::NIL: return true;
-        case msgpack::type::BOOLEAN: return a.via.boolean == b.via.boolean;
-        case msgpack::type::POSITIVE_INTEGER: return a.via.u64 == b.via.u64;
-        case msgpack::type::NEGATIVE_INTEGER: return a.via.i64 == b.via.i64;
+        case msgpack::type::NIL:
+            return true;
+        case msgpack::type::BOOLEAN:
+            return a.via.boolean == b.via.boolean;
+        case msgpack::type::POSITIVE_INTEGER:
+            return a.via.u64 == b.via.u64;
+        case msgpack::type::NEGATIVE_INTEGER:
+            return a.via.i64 == b.via.i64;
         case msgpack::type::FLOAT32:
         case msgpack::type::FLOAT64:  // bit for bit, so NaN equals the same NaN
             return std::memcmp(&a.via.f64, &b.via.f64, sizeof(double)) == 0;
@@ -148,7 +151,8 @@ size_t minimal_bytes(const msgpack::object& o) {
     };
     switch (o.type) {
         case msgpack::type::NIL:
-        case msgpack::type::BOOLEAN: return 1;
+        case msgpack::type::BOOLEAN:
+            return 1;
         case msgpack::type::POSITIVE_INTEGER: {
             uint64_t u = o.via.u64;
             return u < 0x80 ? 1 : u <= 0xffffffff ? by_length(u, 2, 3, 5) : 9;
@@ -157,11 +161,14 @@ size_t minimal_bytes(const msgpack::object& o) {
             int64_t i = o.via.i64;
             return i >= -32 ? 1 : i >= INT8_MIN ? 2 : i >= INT16_MIN ? 3 : i >= INT32_MIN ? 5 : 9;
         }
-        case msgpack::type::FLOAT32: return 5;
-        case msgpack::type::FLOAT64: return 9;
+        case msgpack::type::FLOAT32:
+            return 5;
+        case msgpack::type::FLOAT64:
+            return 9;
         case msgpack::type::STR:
             return (o.via.str.size < 32 ? 1 : by_length(o.via.str.size, 2, 3, 5)) + o.via.str.size;
-        case msgpack::type::BIN: return by_length(o.via.bin.size, 2, 3, 5) + o.via.bin.size;
+        case msgpack::type::BIN:
+            return by_length(o.via.bin.size, 2, 3, 5) + o.via.bin.size;
         case msgpack::type::EXT: {
             uint32_t n = o.via.ext.size;
             bool fixed = n == 1 || n == 2 || n == 4 || n == 8 || n == 16;

@@ -3,10 +3,9 @@
 // the known-bad streams (the str32 reproduction, 0xc1, a frame nested to the depth limit).
 // Each seed starts with the fuzzer's 5 plan bytes: the max_frame_bytes choice, then the chunk
 // sizes (see fuzz_frames.cpp).
-#include <msgpack.hpp>
-
 #include <cstdio>
 #include <fstream>
+#include <msgpack.hpp>
 #include <string>
 
 namespace {
@@ -18,7 +17,9 @@ constexpr char limit_1024 = 12;
 constexpr char limit_1_mib = 15;
 const std::string chunks_mixed("\x00\x02\x06\xc8", 4);  // chunks of 1, 3, 7 and 201 bytes
 
-std::string plan(char limit) { return std::string(1, limit) + chunks_mixed; }
+std::string plan(char limit) {
+    return std::string(1, limit) + chunks_mixed;
+}
 
 std::string packed(void (*body)(msgpack::packer<msgpack::sbuffer>&)) {
     msgpack::sbuffer b;
@@ -77,7 +78,10 @@ int main(int argc, char** argv) {
     });
     const std::string not_a_map =
         packed([](auto& pk) { pk.pack_array(2), pk.pack(1), pk.pack(2); });
-    const std::string str32_reproduction("\x82\xa2id\x01\xa2op\xdb\xff\xff\xff\xf0" "abc", 16);
+    const std::string str32_reproduction(
+        "\x82\xa2id\x01\xa2op\xdb\xff\xff\xff\xf0"
+        "abc",
+        16);
     const std::string reserved_c1("\x82\xa2id\x01\xa2op\xc1", 9);
     std::string deepest(32, '\x91');
     deepest += '\x01';

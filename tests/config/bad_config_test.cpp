@@ -351,9 +351,15 @@ TEST(bad_config_limits, mutated_files_are_refused_cleanly) {
         for (int e = 0; e < edits && !text.empty(); ++e) {
             const std::size_t at = next(text.size());
             switch (next(3)) {
-                case 0: text[at] = noise[next(noise.size())]; break;
-                case 1: text.insert(at, 1, noise[next(noise.size())]); break;
-                default: text.resize(at); break;
+                case 0:
+                    text[at] = noise[next(noise.size())];
+                    break;
+                case 1:
+                    text.insert(at, 1, noise[next(noise.size())]);
+                    break;
+                default:
+                    text.resize(at);
+                    break;
             }
         }
         auto cfg = parse(text, "m.toml");

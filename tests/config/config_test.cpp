@@ -108,7 +108,8 @@ TEST(parse, reads_every_kind_of_value) {
     EXPECT_EQ(cfg->log.file, "/tmp/ordo.log");
     EXPECT_EQ(cfg->fault.seed, 9223372036854775807ull);
     using fk = ordo::fault_kind;
-    EXPECT_EQ(cfg->fault.plan, (std::vector<fk>{fk::nan_logits, fk::kv_eio, fk::nan_logits, fk::net_rst}));
+    EXPECT_EQ(cfg->fault.plan,
+              (std::vector<fk>{fk::nan_logits, fk::kv_eio, fk::nan_logits, fk::net_rst}));
     EXPECT_EQ(cfg->fault.plan_every_steps, 1u);
     EXPECT_EQ(cfg->fault.plan_faults_max, 0u);
     EXPECT_EQ(cfg->fault.plan_delay_ms, 10000u);
@@ -187,8 +188,7 @@ TEST(to_toml, round_trips_defaults_and_every_changed_key) {
     EXPECT_NE(text.find("[scheduler]\n# sequences decoded together at most (integer 1..1024)\n"),
               std::string::npos)
         << text;
-    EXPECT_NE(text.find("\nplan = [\"draft_eos\", \"device_lost\"]\n"), std::string::npos)
-        << text;
+    EXPECT_NE(text.find("\nplan = [\"draft_eos\", \"device_lost\"]\n"), std::string::npos) << text;
 }
 
 TEST(validate, refuses_a_config_built_wrongly_in_code) {

@@ -59,8 +59,8 @@ TEST(ordo_fault, a_random_run_has_no_violations) {
 #else
     const std::string memory;
 #endif
-    auto r = run_command(
-        harness("--model '" + stories + "' --seed 1 --requests 1000 --json" + memory));
+    auto r =
+        run_command(harness("--model '" + stories + "' --seed 1 --requests 1000 --json" + memory));
     EXPECT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("\"violations\":0,"), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("\"rss_end_bytes\":"), std::string::npos) << r.output;

@@ -107,8 +107,8 @@ inline void run_segment(const char* label) {
 }
 
 // |a - b| <= atol + rtol * |b| elementwise; reports the first few mismatches.
-inline void expect_close(const std::vector<float>& got, const std::vector<float>& want,
-                         float atol, float rtol, const std::string& what) {
+inline void expect_close(const std::vector<float>& got, const std::vector<float>& want, float atol,
+                         float rtol, const std::string& what) {
     ASSERT_EQ(got.size(), want.size()) << what;
     int reported = 0;
     for (std::size_t i = 0; i < got.size(); ++i) {

@@ -18,14 +18,13 @@
 //
 // Tolerances: the reference is fed the same K/V values the pool holds (rounded to f16 for an
 // F16 pool), so only exp/summation order differ: 2e-5 + 1e-4 |ref|.
-#include "gpu_fixture.hpp"
-
 #include <algorithm>
 #include <cstring>
 #include <deque>
 #include <numeric>
 
 #include "gpu/vk/kv_pool.hpp"
+#include "gpu_fixture.hpp"
 #include "model/cpu_ops.hpp"
 #include "model/fp16.hpp"
 
@@ -57,7 +56,8 @@ struct attention_fixture {
         std::vector<std::int32_t> table_data;
         for (std::size_t s = 0; s < lengths.size(); ++s) {
             sequence q;
-            for (std::uint32_t b = 0; b < max_blocks; ++b) q.blocks.push_back(free.back()), free.pop_back();
+            for (std::uint32_t b = 0; b < max_blocks; ++b)
+                q.blocks.push_back(free.back()), free.pop_back();
             q.k = random_floats(std::size_t(lengths[s]) * kv_dim, 100 + s);
             q.v = random_floats(std::size_t(lengths[s]) * kv_dim, 200 + s);
             if (f16) {
@@ -76,26 +76,29 @@ struct attention_fixture {
     }
 
     // Writes positions [from, to) of sequence s into the pool (one kv_write dispatch).
-    void record_write(std::size_t s, std::uint32_t from, std::uint32_t to, std::deque<buffer>& keep) {
+    void record_write(std::size_t s, std::uint32_t from, std::uint32_t to,
+                      std::deque<buffer>& keep) {
         std::vector<float> src;
         std::vector<std::int32_t> slots;
         for (std::uint32_t p = from; p < to; ++p) {
-            src.insert(src.end(), seqs[s].k.begin() + p * kv_dim, seqs[s].k.begin() + (p + 1) * kv_dim);
-            src.insert(src.end(), seqs[s].v.begin() + p * kv_dim, seqs[s].v.begin() + (p + 1) * kv_dim);
+            src.insert(src.end(), seqs[s].k.begin() + p * kv_dim,
+                       seqs[s].k.begin() + (p + 1) * kv_dim);
+            src.insert(src.end(), seqs[s].v.begin() + p * kv_dim,
+                       seqs[s].v.begin() + (p + 1) * kv_dim);
             slots.push_back(slot(s, p));
         }
         keep.push_back(make_buffer(src));
         keep.push_back(make_buffer(slots));
         const buffer& sb = keep[keep.size() - 2];
-        status st = encode_kv_write(*env().str, *pool, layer, {whole(sb), 0, 2 * kv_dim},
-                                    {whole(sb), kv_dim, 2 * kv_dim}, {whole(keep.back()), 0},
-                                    to - from);
+        status st =
+            encode_kv_write(*env().str, *pool, layer, {whole(sb), 0, 2 * kv_dim},
+                            {whole(sb), kv_dim, 2 * kv_dim}, {whole(keep.back()), 0}, to - from);
         ASSERT_TRUE(st.ok()) << st.err().message;
     }
 
     // Attention output for query tokens {seq, pos} with queries q (q_dim per token).
     std::vector<float> run_attention(const std::vector<std::int32_t>& tokens,
-                                      const std::vector<float>& q, std::deque<buffer>& keep) {
+                                     const std::vector<float>& q, std::deque<buffer>& keep) {
         std::uint32_t n = static_cast<std::uint32_t>(tokens.size() / 2);
         keep.push_back(make_buffer(q));
         const buffer& qb = keep.back();
@@ -103,9 +106,14 @@ struct attention_fixture {
         const buffer& tb = keep.back();
         keep.push_back(make_buffer(std::vector<float>(n * q_dim, 9.0f)));
         const buffer& ob = keep.back();
-        attention_batch b{{whole(qb), 0, q_dim}, {whole(ob), 0, q_dim}, {whole(tb), 0},
-                          {whole(tables), 0}, n, static_cast<std::uint32_t>(seqs.size()),
-                          max_blocks, n_head};
+        attention_batch b{{whole(qb), 0, q_dim},
+                          {whole(ob), 0, q_dim},
+                          {whole(tb), 0},
+                          {whole(tables), 0},
+                          n,
+                          static_cast<std::uint32_t>(seqs.size()),
+                          max_blocks,
+                          n_head};
         status st = encode_attention(*env().str, *pool, layer, b);
         EXPECT_TRUE(st.ok()) << st.err().message;
         run_segment("attention");
@@ -140,8 +148,8 @@ void decode_batch(bool f16) {
     for (std::size_t s = 0; s < lengths.size(); ++s) {
         SCOPED_TRACE("sequence " + std::to_string(s));
         auto want = fx.reference(s, lengths[s] - 1, q.data() + s * q_dim);
-        expect_close({got.begin() + s * q_dim, got.begin() + (s + 1) * q_dim}, want, 2e-5f,
-                     1e-4f, "decode attention");
+        expect_close({got.begin() + s * q_dim, got.begin() + (s + 1) * q_dim}, want, 2e-5f, 1e-4f,
+                     "decode attention");
     }
 }
 
@@ -168,7 +176,8 @@ TEST(GpuAttention, ChunkedPrefillEqualsTokenByTokenDecode) {
         a.record_write(0, from, to, keep);
         std::vector<std::int32_t> tokens;
         for (std::uint32_t p = from; p < to; ++p) tokens.insert(tokens.end(), {0, std::int32_t(p)});
-        auto out = a.run_attention(tokens, {q.begin() + from * q_dim, q.begin() + to * q_dim}, keep);
+        auto out =
+            a.run_attention(tokens, {q.begin() + from * q_dim, q.begin() + to * q_dim}, keep);
         chunked.insert(chunked.end(), out.begin(), out.end());
     }
     // Token by token on a fresh pool.
@@ -177,14 +186,15 @@ TEST(GpuAttention, ChunkedPrefillEqualsTokenByTokenDecode) {
     for (std::uint32_t p = 0; p < len; ++p) {
         ASSERT_TRUE(env().str->begin("decode step").ok());
         b.record_write(0, p, p + 1, keep);
-        auto out = b.run_attention({0, std::int32_t(p)}, {q.begin() + p * q_dim, q.begin() + (p + 1) * q_dim}, keep);
+        auto out = b.run_attention({0, std::int32_t(p)},
+                                   {q.begin() + p * q_dim, q.begin() + (p + 1) * q_dim}, keep);
         stepwise.insert(stepwise.end(), out.begin(), out.end());
     }
     EXPECT_EQ(chunked, stepwise) << "chunked prefill must equal token-by-token decode exactly";
     for (std::uint32_t p = 0; p < len; ++p) {
         auto want = a.reference(0, p, q.data() + p * q_dim);
-        expect_close({chunked.begin() + p * q_dim, chunked.begin() + (p + 1) * q_dim}, want,
-                     2e-5f, 1e-4f, "prefill position " + std::to_string(p));
+        expect_close({chunked.begin() + p * q_dim, chunked.begin() + (p + 1) * q_dim}, want, 2e-5f,
+                     1e-4f, "prefill position " + std::to_string(p));
     }
 }
 
@@ -199,8 +209,8 @@ TEST(GpuAttention, GroupedQueriesMixingSequencesEqualQueriesAlone) {
     fx.record_write(0, 0, 11, keep);
     fx.record_write(1, 0, 7, keep);
     run_segment("kv");
-    std::vector<std::int32_t> tokens = {0, 3, 0, 4, 0, 5, 0, 6,  1, 2, 0, 7, 1, 3, 0, 8,
-                                        1, 4, 5, 0, 1, 6, 0, 10};
+    std::vector<std::int32_t> tokens = {0, 3, 0, 4, 0, 5, 0, 6, 1, 2, 0, 7,
+                                        1, 3, 0, 8, 1, 4, 5, 0, 1, 6, 0, 10};
     const std::uint32_t n = static_cast<std::uint32_t>(tokens.size() / 2);
     auto q = random_floats(n * q_dim, 13);
     ASSERT_TRUE(env().str->begin("grouped").ok());
@@ -254,8 +264,8 @@ struct split_env {
 // Four sequences of `lengths` positions written to an F16 pool (blocks in order per sequence).
 split_env make_split_env(const std::vector<std::uint32_t>& lengths) {
     split_env e;
-    auto p = kv_pool::create(*env().dev, {2, n_head_kv, head_dim, block_tokens,
-                                          split_blocks * 4, true});
+    auto p =
+        kv_pool::create(*env().dev, {2, n_head_kv, head_dim, block_tokens, split_blocks * 4, true});
     EXPECT_TRUE(p.ok());
     e.pool = std::move(*p);
     e.wg = env().pipes->get(pipeline_id::attention_f16).workgroup_size;
@@ -280,8 +290,7 @@ split_env make_split_env(const std::vector<std::uint32_t>& lengths) {
         const buffer& sb = e.keep.emplace_back(make_buffer(src));
         const buffer& slb = e.keep.emplace_back(make_buffer(slots));
         EXPECT_TRUE(encode_kv_write(*env().str, *e.pool, layer, {whole(sb), 0, 2 * kv_dim},
-                                    {whole(sb), kv_dim, 2 * kv_dim}, {whole(slb), 0},
-                                    lengths[s])
+                                    {whole(sb), kv_dim, 2 * kv_dim}, {whole(slb), 0}, lengths[s])
                         .ok());
         e.k.push_back(std::move(k));
         e.v.push_back(std::move(v));
@@ -293,8 +302,7 @@ split_env make_split_env(const std::vector<std::uint32_t>& lengths) {
 
 // Attention (attention.comp) for tokens {seq, pos}; split_keys 0: unsplit; partials: the grid.
 std::vector<float> run_split(split_env& e, const std::vector<std::int32_t>& tokens,
-                             const std::vector<float>& q, std::uint32_t split_keys,
-                             bool partials) {
+                             const std::vector<float>& q, std::uint32_t split_keys, bool partials) {
     const auto n = static_cast<std::uint32_t>(tokens.size() / 2);
     const buffer& qb = e.keep.emplace_back(make_buffer(q));
     const buffer& tb = e.keep.emplace_back(make_buffer(tokens));
@@ -303,8 +311,14 @@ std::vector<float> run_split(split_env& e, const std::vector<std::int32_t>& toke
         (split_blocks * block_tokens + std::max(split_keys, 1u) - 1) / std::max(split_keys, 1u);
     const buffer& pb = e.keep.emplace_back(make_buffer(std::vector<float>(
         attention_partials_floats(n_head, head_dim, std::max(max_splits, 1u)), 7.0f)));
-    attention_batch b{{whole(qb), 0, q_dim}, {whole(ob), 0, q_dim}, {whole(tb), 0},
-                      {whole(e.tables), 0}, n, 4, split_blocks, n_head};
+    attention_batch b{{whole(qb), 0, q_dim},
+                      {whole(ob), 0, q_dim},
+                      {whole(tb), 0},
+                      {whole(e.tables), 0},
+                      n,
+                      4,
+                      split_blocks,
+                      n_head};
     b.split_keys = split_keys;
     if (partials) {
         b.partials = whole(pb);
@@ -385,8 +399,14 @@ TEST(GpuAttention, SplitGridRefusesTooFewPartialsSlots) {
     const buffer& ob = e.keep.emplace_back(make_buffer(std::vector<float>(q_dim)));
     const buffer& pb = e.keep.emplace_back(
         make_buffer(std::vector<float>(attention_partials_floats(n_head, head_dim, 2))));
-    attention_batch b{{whole(qb), 0, q_dim}, {whole(ob), 0, q_dim}, {whole(tb), 0},
-                      {whole(e.tables), 0}, 1, 4, split_blocks, n_head};
+    attention_batch b{{whole(qb), 0, q_dim},
+                      {whole(ob), 0, q_dim},
+                      {whole(tb), 0},
+                      {whole(e.tables), 0},
+                      1,
+                      4,
+                      split_blocks,
+                      n_head};
     b.split_keys = e.wg;
     b.partials = whole(pb);
     b.max_splits = 2;  // the table spans 320 positions: more than 2 splits

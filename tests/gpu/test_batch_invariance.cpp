@@ -61,11 +61,16 @@ bool same_bits(const float* a, const float* b, std::size_t n) {
 
 const char* path_name(mat_path p) {
     switch (p) {
-    case mat_path::automatic: return "automatic";
-    case mat_path::vec: return "vec";
-    case mat_path::tiled: return "tiled";
-    case mat_path::rows: return "rows";
-    case mat_path::texel: return "texel";
+        case mat_path::automatic:
+            return "automatic";
+        case mat_path::vec:
+            return "vec";
+        case mat_path::tiled:
+            return "tiled";
+        case mat_path::rows:
+            return "rows";
+        case mat_path::texel:
+            return "texel";
     }
     return "?";
 }
@@ -96,8 +101,12 @@ std::unique_ptr<mm_weight> make_mm_weight(ggml_type type) {
 
 // Batch n (1..40) occupies rows [base(n), base(n) + n) of x and y; its target row sits at
 // place(n) and holds the target activations, the other rows random ones.
-std::uint32_t batch_base(std::uint32_t n) { return n * (n - 1) / 2; }
-std::uint32_t batch_place(std::uint32_t n) { return (n * 7 + 3) % n; }
+std::uint32_t batch_base(std::uint32_t n) {
+    return n * (n - 1) / 2;
+}
+std::uint32_t batch_place(std::uint32_t n) {
+    return (n * 7 + 3) % n;
+}
 constexpr std::uint32_t mm_total_rows = mm_batch_max * (mm_batch_max + 1) / 2;
 
 // y of every batch for one path, or empty when the device cannot run the path.
@@ -108,8 +117,7 @@ std::vector<float> run_batches(const weight_tensor& w, mat_path path, bool accum
     for (std::uint32_t n = 1; n <= mm_batch_max; ++n) {
         std::uint32_t b = batch_base(n);
         status st = encode_mul_mat(*env().str, w, {whole(xb), b * mm_stride, mm_stride},
-                                   {whole(yb), b * mm_y_stride, mm_y_stride}, n, accumulate,
-                                   path);
+                                   {whole(yb), b * mm_y_stride, mm_y_stride}, n, accumulate, path);
         if (!st) {
             EXPECT_EQ(n, 1u) << path_name(path) << " refused batch " << n << " after 1 worked";
             EXPECT_TRUE(env().str->run(test_watchdog_ms).ok());
@@ -136,8 +144,8 @@ void check_type(ggml_type type, bool accumulate) {
         std::copy(target.begin(), target.end(), x.begin() + at);
     }
     buffer xb = make_buffer(x);
-    const mat_path paths[] = {mat_path::automatic, mat_path::vec, mat_path::rows,
-                              mat_path::tiled, mat_path::texel};
+    const mat_path paths[] = {mat_path::automatic, mat_path::vec, mat_path::rows, mat_path::tiled,
+                              mat_path::texel};
     std::map<mat_path, std::vector<float>> alone_of;  // each path's target row, alone
     std::uint32_t ran = 0;
     for (mat_path p : paths) {
@@ -163,10 +171,10 @@ void check_type(ggml_type type, bool accumulate) {
 
 TEST(GpuBatchInvariance, MulMatRowAloneEqualsRowInBatchesEveryTypeAndPath) {
     ORDO_REQUIRE_GPU();
-    for (ggml_type t : {ggml_type::f32, ggml_type::f16, ggml_type::bf16, ggml_type::q8_0,
-                        ggml_type::q4_0, ggml_type::q4_1, ggml_type::q5_0, ggml_type::q5_1,
-                        ggml_type::q2_k, ggml_type::q3_k, ggml_type::q4_k, ggml_type::q5_k,
-                        ggml_type::q6_k}) {
+    for (ggml_type t :
+         {ggml_type::f32, ggml_type::f16, ggml_type::bf16, ggml_type::q8_0, ggml_type::q4_0,
+          ggml_type::q4_1, ggml_type::q5_0, ggml_type::q5_1, ggml_type::q2_k, ggml_type::q3_k,
+          ggml_type::q4_k, ggml_type::q5_k, ggml_type::q6_k}) {
         check_type(t, false);
         check_type(t, true);
     }
@@ -196,8 +204,8 @@ TEST(GpuBatchInvariance, MulMatVecEveryShapeSumsLikeTiled) {
         auto run = [&](stream& str, mat_path path, std::uint32_t n) {
             buffer yb = make_buffer(std::vector<float>(std::size_t(rows) * n, 0.0f));
             EXPECT_TRUE(str.begin("mmv_shapes").ok());
-            status st = encode_mul_mat(str, *w, {whole(xb), 0, k}, {whole(yb), 0, rows}, n, false,
-                                       path);
+            status st =
+                encode_mul_mat(str, *w, {whole(xb), 0, k}, {whole(yb), 0, rows}, n, false, path);
             EXPECT_TRUE(st.ok()) << st.err().message;
             EXPECT_TRUE(str.run(test_watchdog_ms).ok());
             return read_buffer<float>(yb, std::size_t(rows) * n);
@@ -208,11 +216,13 @@ TEST(GpuBatchInvariance, MulMatVecEveryShapeSumsLikeTiled) {
         // unroll (both: F16's and the block types'); a shape whose 1-token variant the
         // device's shared memory lacks is left out, and one whose 8-token variant it lacks
         // runs the widest that fits in passes (lavapipe's 32 KiB: 1..6 tokens at unroll 4).
-        struct vec_shape { std::uint32_t wg, rows_per_team, split, split_cols, unroll; };
-        for (vec_shape vs : {vec_shape{8, 1, 1, 2, 2}, vec_shape{32, 3, 1, 2, 2},
-                             vec_shape{64, 2, 1, 2, 2}, vec_shape{16, 1, 2, 8, 2},
-                             vec_shape{32, 2, 2, 2, 2}, vec_shape{64, 1, 4, 3, 4},
-                             vec_shape{64, 1, 8, 1, 8}, vec_shape{32, 1, 1, 2, 4}}) {
+        struct vec_shape {
+            std::uint32_t wg, rows_per_team, split, split_cols, unroll;
+        };
+        for (vec_shape vs :
+             {vec_shape{8, 1, 1, 2, 2}, vec_shape{32, 3, 1, 2, 2}, vec_shape{64, 2, 1, 2, 2},
+              vec_shape{16, 1, 2, 8, 2}, vec_shape{32, 2, 2, 2, 2}, vec_shape{64, 1, 4, 3, 4},
+              vec_shape{64, 1, 8, 1, 8}, vec_shape{32, 1, 1, 2, 4}}) {
             pipeline_tuning tuning = tuning_for(env().dev->info());
             tuning.mat_vec_wg = vs.wg;
             tuning.mat_vec_rows = vs.rows_per_team;
@@ -368,8 +378,7 @@ std::vector<std::vector<float>> run_target(runner& run, std::uint32_t n_others,
         // The target moves through the batch: first, middle, last.
         std::size_t place = seqs.empty() ? 0 : (i * 5 + n_others) % (seqs.size() + 1);
         seqs.insert(seqs.begin() + static_cast<std::ptrdiff_t>(place),
-                    make_seq(1, chunk, pos0,
-                             blocks_from(target_first_block, n_pos, block_tokens)));
+                    make_seq(1, chunk, pos0, blocks_from(target_first_block, n_pos, block_tokens)));
         out.push_back(step_logits(
             run,
             make_step(i + 1, n_others ? step_phase::mixed : step_phase::prefill, std::move(seqs)),

@@ -17,9 +17,8 @@
 #include <cstring>
 #include <map>
 
-#include "gpu_fixture.hpp"
-
 #include "gpu/vk/weights.hpp"
+#include "gpu_fixture.hpp"
 #include "model/cpu_ops.hpp"
 #include "model/quant.hpp"
 
@@ -32,7 +31,9 @@ constexpr std::uint32_t n_ff = 75;  // output rows: not a multiple of any workgr
 constexpr std::uint32_t tokens_max = 8;
 constexpr float eps = 1e-5f;
 
-std::uint32_t k_of(ggml_type type) { return row_multiple(type) > 32 ? 512 : 160; }
+std::uint32_t k_of(ggml_type type) {
+    return row_multiple(type) > 32 ? 512 : 160;
+}
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
@@ -80,8 +81,8 @@ outputs run_case(stream& str, const fusion_case& c, const weight_tensor& w, std:
     const norm_input in{{whole(xb), 0, k}, whole(nb), k, eps, {whole(scratch), 0, k}};
     EXPECT_TRUE(str.begin("decode_fusion").ok());
     status a = encode_norm_mul_mat(str, w, in, {whole(yb), 0, 2 * n_ff}, n, path);
-    status b = encode_norm_glu(str, w, in, {whole(gu), 0, 2 * n_ff}, {whole(hb), 0, n_ff}, n_ff,
-                               n, path);
+    status b =
+        encode_norm_glu(str, w, in, {whole(gu), 0, 2 * n_ff}, {whole(hb), 0, n_ff}, n_ff, n, path);
     EXPECT_TRUE(a.ok()) << (a.ok() ? "" : a.err().message);
     EXPECT_TRUE(b.ok()) << (b.ok() ? "" : b.err().message);
     status r = str.run(test_watchdog_ms);
@@ -127,10 +128,10 @@ TEST(GpuDecodeFusion, FusedEqualsUnfusedBitForBitEveryType) {
     ASSERT_TRUE(pipes);
     auto str = stream_with(*pipes);
     ASSERT_TRUE(str);
-    for (ggml_type type : {ggml_type::f32, ggml_type::f16, ggml_type::bf16, ggml_type::q8_0,
-                           ggml_type::q4_0, ggml_type::q4_1, ggml_type::q5_0, ggml_type::q5_1,
-                           ggml_type::q2_k, ggml_type::q3_k, ggml_type::q4_k, ggml_type::q5_k,
-                           ggml_type::q6_k}) {
+    for (ggml_type type :
+         {ggml_type::f32, ggml_type::f16, ggml_type::bf16, ggml_type::q8_0, ggml_type::q4_0,
+          ggml_type::q4_1, ggml_type::q5_0, ggml_type::q5_1, ggml_type::q2_k, ggml_type::q3_k,
+          ggml_type::q4_k, ggml_type::q5_k, ggml_type::q6_k}) {
         SCOPED_TRACE(model::type_name(type));
         fusion_case c = make_case(type);
         arena mem(*env().dev, 1u << 22);
@@ -159,7 +160,9 @@ TEST(GpuDecodeFusion, FusedEqualsUnfusedBitForBitEveryType) {
 // and without helpers).
 TEST(GpuDecodeFusion, EveryMatVecShapeGivesTheUnfusedBits) {
     ORDO_REQUIRE_GPU();
-    struct shape { std::uint32_t wg, rows_per_team, split, split_cols, unroll; };
+    struct shape {
+        std::uint32_t wg, rows_per_team, split, split_cols, unroll;
+    };
     for (ggml_type type : {ggml_type::f16, ggml_type::q4_k}) {
         SCOPED_TRACE(model::type_name(type));
         fusion_case c = make_case(type);
@@ -241,9 +244,8 @@ TEST(GpuDecodeFusion, FallbacksTakeTheUnfusedPathWithTheSameResults) {
     const std::uint32_t short_n = c.k - 32;
     const norm_input in{{whole(xb), 0, c.k}, whole(nb), short_n, eps, {whole(scratch), 0, c.k}};
     ASSERT_TRUE(str->begin("short_norm").ok());
-    ASSERT_TRUE(encode_norm_mul_mat(*str, *whole_w, in, {whole(yb), 0, 2 * n_ff}, n,
-                                    mat_path::vec)
-                    .ok());
+    ASSERT_TRUE(
+        encode_norm_mul_mat(*str, *whole_w, in, {whole(yb), 0, 2 * n_ff}, n, mat_path::vec).ok());
     ASSERT_TRUE(str->run(test_watchdog_ms).ok());
     EXPECT_EQ(str->dispatches(), 2u) << "rms_norm then the mat-vec";
     auto xn = read_buffer<float>(scratch, std::size_t(c.k) * n);

@@ -3,9 +3,8 @@
 // are an index; anything else a case-insensitive substring; no match or a bad index is an error
 // that lists every device). On the real machine: a bad name or index fails with the device
 // list, the lavapipe name selects it, and the reported info (limits, heaps) is filled in.
-#include "gpu_fixture.hpp"
-
 #include "gpu/vk/device_select.hpp"
+#include "gpu_fixture.hpp"
 
 namespace ordo::gpu::testing {
 namespace {

@@ -29,11 +29,10 @@
 // (measured: model::rope 1 float ulp, the kernels below 1e-6). A float angle (pos * freq in
 // float, as the kernels computed it before the table split it) errs by up to 1e-2 rad at 131071
 // and fails this by three orders of magnitude.
-#include "gpu_fixture.hpp"
-
 #include "gpu/vk/kv_pool.hpp"
 #include "gpu/vk/shaders/abi.h"
 #include "gpu/vk/weights.hpp"
+#include "gpu_fixture.hpp"
 #include "model/cpu_ops.hpp"
 #include "model/fp16.hpp"
 #include "model/llama.hpp"
@@ -57,16 +56,16 @@ host_weight make_weight(ggml_type type, std::size_t n_in, std::size_t n_out, std
     w.bytes.resize(rb * n_out);
     auto f = random_floats(n_in * n_out, seed);
     for (std::size_t r = 0; r < n_out; ++r) {
-        EXPECT_TRUE(model::quantize_row(type, f.data() + r * n_in, w.bytes.data() + r * rb, n_in)
-                        .ok());
+        EXPECT_TRUE(
+            model::quantize_row(type, f.data() + r * n_in, w.bytes.data() + r * rb, n_in).ok());
     }
     return w;
 }
 
 const ggml_type all_types[] = {ggml_type::f32,  ggml_type::f16,  ggml_type::bf16, ggml_type::q8_0,
-                                ggml_type::q4_0, ggml_type::q4_1, ggml_type::q5_0, ggml_type::q5_1,
-                                ggml_type::q2_k, ggml_type::q3_k, ggml_type::q4_k, ggml_type::q5_k,
-                                ggml_type::q6_k};
+                               ggml_type::q4_0, ggml_type::q4_1, ggml_type::q5_0, ggml_type::q5_1,
+                               ggml_type::q2_k, ggml_type::q3_k, ggml_type::q4_k, ggml_type::q5_k,
+                               ggml_type::q6_k};
 
 // A row length valid for `type` near k: k itself, rounded up to whole super-blocks for K types.
 std::uint32_t k_for(ggml_type type, std::uint32_t k) {
@@ -101,8 +100,8 @@ void check_mul_mat(ggml_type type, mm_case c, bool accumulate) {
     auto y0 = random_floats(std::size_t(ys) * c.n_tokens, 7);
     buffer xb = make_buffer(x), yb = make_buffer(y0);
     ASSERT_TRUE(env().str->begin("mul_mat").ok());
-    status st = encode_mul_mat(*env().str, *w, {whole(xb), 0, xs}, {whole(yb), 0, ys},
-                               c.n_tokens, accumulate, c.path);
+    status st = encode_mul_mat(*env().str, *w, {whole(xb), 0, xs}, {whole(yb), 0, ys}, c.n_tokens,
+                               accumulate, c.path);
     ASSERT_TRUE(st.ok()) << st.err().message;
     run_segment("mul_mat");
     auto got = read_buffer<float>(yb, y0.size());
@@ -234,8 +233,8 @@ TEST(GpuKernels, MulMatTexelRowTilesAgreeBitForBit) {
 TEST(GpuKernels, WeightTypedPipelinesAreBuiltOnRequest) {
     ORDO_REQUIRE_GPU();
     const pipelines& pipes = *env().pipes;
-    for (pipeline_id id : {pipeline_id::mul_mat_q4_k, pipeline_id::get_rows_q6_k,
-                           pipeline_id::mul_mat_tx4_bf16}) {
+    for (pipeline_id id :
+         {pipeline_id::mul_mat_q4_k, pipeline_id::get_rows_q6_k, pipeline_id::mul_mat_tx4_bf16}) {
         SCOPED_TRACE(std::string(pipeline_name(id)));
         EXPECT_TRUE(pipelines::built_on_request(id));
         auto a = pipes.find(id);
@@ -305,8 +304,14 @@ void check_attention(std::uint32_t head_dim, bool f16, attention_path path) {
                                 {whole(sb), kv_dim, 2 * kv_dim}, {whole(slb), 0},
                                 static_cast<std::uint32_t>(slots.size()))
                     .ok());
-    attention_batch b{{whole(qb), 0, q_dim}, {whole(ob), 0, q_dim}, {whole(kb), 0},
-                      {whole(tb), 0}, n, 2, max_blocks, n_head};
+    attention_batch b{{whole(qb), 0, q_dim},
+                      {whole(ob), 0, q_dim},
+                      {whole(kb), 0},
+                      {whole(tb), 0},
+                      n,
+                      2,
+                      max_blocks,
+                      n_head};
     status st = encode_attention(*env().str, **pool, 0, b, path);
     ASSERT_TRUE(st.ok()) << st.err().message;
     run_segment("attention");
@@ -324,8 +329,8 @@ void check_attention(std::uint32_t head_dim, bool f16, attention_path path) {
 TEST(GpuKernels, AttentionTexelAndClassicAgreeWithReference) {
     ORDO_REQUIRE_GPU();
     const device_info& info = env().dev->info();
-    bool texel = info.subgroup_arithmetic &&
-                 env().pipes->tuning().attention_tx_wg == info.subgroup_size;
+    bool texel =
+        info.subgroup_arithmetic && env().pipes->tuning().attention_tx_wg == info.subgroup_size;
     for (bool f16 : {true, false}) {
         for (std::uint32_t hd : {64u, 96u, 128u}) {
             check_attention(hd, f16, attention_path::classic);
@@ -343,8 +348,8 @@ TEST(GpuKernels, AttentionTexelRefusesHeadDimItCannotHold) {
     buffer tab = make_buffer(std::vector<std::int32_t>{0});
     ASSERT_TRUE(env().str->begin("attention refused").ok());
     std::uint32_t before = env().str->dispatches();
-    attention_batch b{{whole(q), 0, 36}, {whole(q), 0, 36}, {whole(t), 0}, {whole(tab), 0}, 1, 1,
-                      1, 1};
+    attention_batch b{
+        {whole(q), 0, 36}, {whole(q), 0, 36}, {whole(t), 0}, {whole(tab), 0}, 1, 1, 1, 1};
     status st = encode_attention(*env().str, **pool, 0, b, attention_path::texel);
     EXPECT_FALSE(st.ok());
     EXPECT_EQ(env().str->dispatches(), before);
@@ -366,8 +371,7 @@ TEST(GpuKernels, GetRowsAllTypesChunked) {
         buffer ob = make_buffer(std::vector<float>(ids.size() * n_in, -5.0f));
         ASSERT_TRUE(env().str->begin("get_rows").ok());
         ASSERT_TRUE(encode_get_rows(*env().str, *w, {whole(ib), 0},
-                                    static_cast<std::uint32_t>(ids.size()),
-                                    {whole(ob), 0, n_in})
+                                    static_cast<std::uint32_t>(ids.size()), {whole(ob), 0, n_in})
                         .ok());
         run_segment("get_rows");
         auto got = read_buffer<float>(ob, ids.size() * n_in);
@@ -386,9 +390,9 @@ TEST(GpuKernels, RmsNorm) {
     auto w = random_floats(n, 2);
     buffer xb = make_buffer(x), wb = make_buffer(w), ob = make_buffer(std::vector<float>(n * rows));
     ASSERT_TRUE(env().str->begin("rms_norm").ok());
-    ASSERT_TRUE(encode_rms_norm(*env().str, {whole(xb), 0, n}, whole(wb), {whole(ob), 0, n}, n,
-                                rows, 1e-5f)
-                    .ok());
+    ASSERT_TRUE(
+        encode_rms_norm(*env().str, {whole(xb), 0, n}, whole(wb), {whole(ob), 0, n}, n, rows, 1e-5f)
+            .ok());
     run_segment("rms_norm");
     std::vector<float> want(n * rows);
     for (std::uint32_t r = 0; r < rows; ++r) {
@@ -424,8 +428,8 @@ TEST(GpuKernels, RopePartialRotationPerTokenPositions) {
     buffer xb = make_buffer(x), pb = make_buffer(pos);
     test_rope rope = make_rope(n_rot, 10000.0f);
     ASSERT_TRUE(env().str->begin("rope").ok());
-    ASSERT_TRUE(encode_rope(*env().str, {whole(xb), 4, stride}, {whole(pb), 0}, rope.view(),
-                            tokens, heads, head_dim)
+    ASSERT_TRUE(encode_rope(*env().str, {whole(xb), 4, stride}, {whole(pb), 0}, rope.view(), tokens,
+                            heads, head_dim)
                     .ok());
     run_segment("rope");
     std::vector<float> want = x;
@@ -484,12 +488,11 @@ TEST(GpuKernels, RopeLongPositionsWithFactorsAndLinearScaling) {
     // encode_rope over q and k heads.
     buffer xb = make_buffer(x), pb = make_buffer(pos);
     ASSERT_TRUE(env().str->begin("rope long").ok());
-    ASSERT_TRUE(encode_rope(*env().str, {whole(xb), 0, stride}, {whole(pb), 0}, rope.view(),
-                            tokens, n_head + n_kv, hd)
+    ASSERT_TRUE(encode_rope(*env().str, {whole(xb), 0, stride}, {whole(pb), 0}, rope.view(), tokens,
+                            n_head + n_kv, hd)
                     .ok());
     run_segment("rope long");
-    expect_close(q_and_k(read_buffer<float>(xb, x.size())), q_and_k(want), 5e-6f, 5e-6f,
-                 "rope");
+    expect_close(q_and_k(read_buffer<float>(xb, x.size())), q_and_k(want), 5e-6f, 5e-6f, "rope");
 
     // encode_rope_kv, both paths: q in place (the k heads land in the pool, checked elsewhere).
     for (bool texel : {true, false}) {
@@ -610,12 +613,12 @@ TEST(GpuKernels, SwigluAndAdd) {
     auto g = random_floats(n * rows, 4, 4.0f), u = random_floats(n * rows, 5, 2.0f);
     buffer gb = make_buffer(g), ub = make_buffer(u), ob = make_buffer(std::vector<float>(n * rows));
     ASSERT_TRUE(env().str->begin("swiglu+add").ok());
-    ASSERT_TRUE(encode_swiglu(*env().str, {whole(gb), 0, n}, {whole(ub), 0, n}, {whole(ob), 0, n},
-                              n, rows)
-                    .ok());
-    ASSERT_TRUE(encode_add(*env().str, {whole(ob), 0, n}, {whole(ub), 0, n}, {whole(gb), 0, n}, n,
-                           rows)
-                    .ok());
+    ASSERT_TRUE(
+        encode_swiglu(*env().str, {whole(gb), 0, n}, {whole(ub), 0, n}, {whole(ob), 0, n}, n, rows)
+            .ok());
+    ASSERT_TRUE(
+        encode_add(*env().str, {whole(ob), 0, n}, {whole(ub), 0, n}, {whole(gb), 0, n}, n, rows)
+            .ok());
     run_segment("swiglu+add");
     std::vector<float> act(n * rows), sum(n * rows);
     model::swiglu(act.data(), g.data(), u.data(), n * rows);
@@ -638,8 +641,10 @@ TEST(GpuKernels, BadShapesAreErrorsNotDispatches) {
     ASSERT_FALSE(unsupported.ok());
     EXPECT_EQ(unsupported.err().code, "gpu_unsupported_type");
     // Rows that are not whole blocks (K types: super-blocks of 256; the others: 32 or 8).
-    for (auto [type, n_in] : {std::pair{ggml_type::q4_k, 128u}, {ggml_type::q6_k, 288u},
-                              {ggml_type::q2_k, 32u}, {ggml_type::q5_0, 48u},
+    for (auto [type, n_in] : {std::pair{ggml_type::q4_k, 128u},
+                              {ggml_type::q6_k, 288u},
+                              {ggml_type::q2_k, 32u},
+                              {ggml_type::q5_0, 48u},
                               {ggml_type::bf16, 12u}}) {
         auto r = upload_weight(*env().dev, mem, type, n_in, 2, bytes);
         ASSERT_FALSE(r.ok()) << model::type_name(type);
@@ -656,8 +661,8 @@ TEST(GpuKernels, BadShapesAreErrorsNotDispatches) {
     ASSERT_TRUE(env().str->begin("bad").ok());
     std::uint32_t before = env().str->dispatches();
     // y needs 2 x 16 floats but the binding holds 64 floats only for x of 2 tokens: too small.
-    status s = encode_mul_mat(*env().str, *w, {whole(small), 0, 64}, {whole(small), 0, 16}, 2,
-                              false);
+    status s =
+        encode_mul_mat(*env().str, *w, {whole(small), 0, 64}, {whole(small), 0, 16}, 2, false);
     EXPECT_FALSE(s.ok());
     EXPECT_EQ(env().str->dispatches(), before);
     // n_rot 9 (odd), then a table shorter than n_rot / 2 pairs.
@@ -686,13 +691,20 @@ TEST(GpuKernels, AttentionBeyondTheDeviceLoopCapIsRefused) {
     const std::uint32_t long_blocks = 4u * cap / block_tokens * 8u;
     buffer tables = make_buffer(std::vector<std::int32_t>(long_blocks, 0));
     buffer tokens = make_buffer(std::vector<std::int32_t>{0, 5});
-    buffer q = make_buffer(std::vector<float>(heads * hd)), out = make_buffer(std::vector<float>(heads * hd));
+    buffer q = make_buffer(std::vector<float>(heads * hd)),
+           out = make_buffer(std::vector<float>(heads * hd));
     for (attention_path path : {attention_path::automatic, attention_path::classic}) {
         for (std::uint32_t blocks : {long_blocks, 8u}) {
             ASSERT_TRUE(env().str->begin("attention cap").ok());
             std::uint32_t before = env().str->dispatches();
-            attention_batch b{{whole(q), 0, heads * hd}, {whole(out), 0, heads * hd},
-                              {whole(tokens), 0}, {whole(tables), 0}, 1, 1, blocks, heads};
+            attention_batch b{{whole(q), 0, heads * hd},
+                              {whole(out), 0, heads * hd},
+                              {whole(tokens), 0},
+                              {whole(tables), 0},
+                              1,
+                              1,
+                              blocks,
+                              heads};
             status s = encode_attention(*env().str, **pool, 0, b, path);
             if (blocks == long_blocks) {
                 ASSERT_FALSE(s.ok());
@@ -711,9 +723,14 @@ TEST(GpuKernels, AttentionBeyondTheDeviceLoopCapIsRefused) {
     ASSERT_LT(most / block_tokens + 1, long_blocks);
     for (std::uint64_t blocks : {most / block_tokens, most / block_tokens + 1}) {
         ASSERT_TRUE(env().str->begin("attention bound").ok());
-        attention_batch b{{whole(q), 0, heads * hd}, {whole(out), 0, heads * hd},
-                          {whole(tokens), 0}, {whole(tables), 0}, 1, 1,
-                          static_cast<std::uint32_t>(blocks), heads};
+        attention_batch b{{whole(q), 0, heads * hd},
+                          {whole(out), 0, heads * hd},
+                          {whole(tokens), 0},
+                          {whole(tables), 0},
+                          1,
+                          1,
+                          static_cast<std::uint32_t>(blocks),
+                          heads};
         status s = encode_attention(*env().str, **pool, 0, b);
         EXPECT_EQ(s.ok(), blocks * block_tokens <= most) << blocks << " blocks";
         run_segment("attention bound");

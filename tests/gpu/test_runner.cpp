@@ -1,5 +1,5 @@
-// test_runner.cpp: the Llama forward pass on Vulkan (gpu/runner/runner.hpp) against the CPU reference
-// (model/reference.hpp), on the real device (lavapipe in CI).
+// test_runner.cpp: the Llama forward pass on Vulkan (gpu/runner/runner.hpp) against the CPU
+// reference (model/reference.hpp), on the real device (lavapipe in CI).
 //
 // Checks: (1) stories260K: logits after BOS within 1e-4 (f32 KV) of the reference and within
 // 2e-4 of the golden json, and greedy decoding through runner steps reproduces both golden
@@ -122,26 +122,25 @@ TEST_P(RunnerTypes, AgreesWithReferenceAcrossBlockBoundaries) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Types, RunnerTypes,
-    ::testing::Values(type_case{model::ggml_type::f32, false, 2e-3, 1e-3},
-                      type_case{model::ggml_type::f16, false, 2e-3, 1e-3},
-                      type_case{model::ggml_type::bf16, false, 2e-3, 1e-3},
-                      type_case{model::ggml_type::q8_0, false, 2e-3, 1e-3},
-                      type_case{model::ggml_type::q4_0, false, 2e-3, 1e-3},
-                      type_case{model::ggml_type::q4_1, false, 2e-3, 1e-3},
-                      type_case{model::ggml_type::q5_0, false, 2e-3, 1e-3},
-                      type_case{model::ggml_type::q5_1, false, 2e-3, 1e-3},
-                      type_case{model::ggml_type::q2_k, false, 2e-3, 1e-3},
-                      type_case{model::ggml_type::q3_k, false, 2e-3, 1e-3},
-                      type_case{model::ggml_type::q4_k, false, 2e-3, 1e-3},
-                      type_case{model::ggml_type::q5_k, false, 2e-3, 1e-3},
-                      type_case{model::ggml_type::q6_k, false, 2e-3, 1e-3},
-                      type_case{model::ggml_type::f16, true, 3e-2, 0.0}),
-    [](const auto& info) {
-        return std::string(model::type_name(info.param.type)) +
-               (info.param.kv_f16 ? "_kv_f16" : "_kv_f32");
-    });
+INSTANTIATE_TEST_SUITE_P(Types, RunnerTypes,
+                         ::testing::Values(type_case{model::ggml_type::f32, false, 2e-3, 1e-3},
+                                           type_case{model::ggml_type::f16, false, 2e-3, 1e-3},
+                                           type_case{model::ggml_type::bf16, false, 2e-3, 1e-3},
+                                           type_case{model::ggml_type::q8_0, false, 2e-3, 1e-3},
+                                           type_case{model::ggml_type::q4_0, false, 2e-3, 1e-3},
+                                           type_case{model::ggml_type::q4_1, false, 2e-3, 1e-3},
+                                           type_case{model::ggml_type::q5_0, false, 2e-3, 1e-3},
+                                           type_case{model::ggml_type::q5_1, false, 2e-3, 1e-3},
+                                           type_case{model::ggml_type::q2_k, false, 2e-3, 1e-3},
+                                           type_case{model::ggml_type::q3_k, false, 2e-3, 1e-3},
+                                           type_case{model::ggml_type::q4_k, false, 2e-3, 1e-3},
+                                           type_case{model::ggml_type::q5_k, false, 2e-3, 1e-3},
+                                           type_case{model::ggml_type::q6_k, false, 2e-3, 1e-3},
+                                           type_case{model::ggml_type::f16, true, 3e-2, 0.0}),
+                         [](const auto& info) {
+                             return std::string(model::type_name(info.param.type)) +
+                                    (info.param.kv_f16 ? "_kv_f16" : "_kv_f32");
+                         });
 
 TEST(Runner, MixedBatchEqualsEachSequenceAlone) {
     ORDO_REQUIRE_GPU();

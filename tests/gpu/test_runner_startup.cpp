@@ -240,8 +240,7 @@ struct actor_rig {
     explicit actor_rig(gpu_actor_options o) {
         exchange = std::make_unique<logits_exchange>(o.runner.rows_max, 300);
         EXPECT_TRUE(collector.start().ok());
-        actor = std::make_unique<gpu_actor>(std::move(o), *exchange,
-                                            gpu_replies(collector, "gpu"));
+        actor = std::make_unique<gpu_actor>(std::move(o), *exchange, gpu_replies(collector, "gpu"));
         EXPECT_TRUE(actor->start().ok());
     }
     ~actor_rig() {

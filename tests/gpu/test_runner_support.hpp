@@ -3,12 +3,7 @@
 // reference's logits for a token sequence, step builders and closeness checks.
 #pragma once
 
-#include "tests/support/golden_json.hpp"
-
 #include <gtest/gtest.h>
-
-#include "tests/support/shared_models.hpp"
-
 #include <unistd.h>
 
 #include <cmath>
@@ -26,6 +21,8 @@
 #include "model/gguf.hpp"
 #include "model/reference.hpp"
 #include "model/synth.hpp"
+#include "tests/support/golden_json.hpp"
+#include "tests/support/shared_models.hpp"
 
 namespace ordo::gpu::testing {
 
@@ -161,7 +158,6 @@ inline std::string read_text(const std::string& path) {
     ss << f.rdbuf();
     return ss.str();
 }
-
 
 // Options for tests: a small pool, f32 KV unless asked, a watchdog long enough for a loaded
 // 2-core machine.

@@ -8,11 +8,10 @@
 // its next layers): the same bits as recording in turn; submit refuses while the previous
 // segment is in flight and keeps the recording; discard() drops a segment recorded ahead
 // (nothing of it runs) and the stream is usable again; each segment's timestamps are its own.
-#include "gpu_fixture.hpp"
-
 #include <deque>
 
 #include "gpu/vk/weights.hpp"
+#include "gpu_fixture.hpp"
 #include "model/quant.hpp"
 
 namespace ordo::gpu::testing {
@@ -29,7 +28,8 @@ std::vector<float> run_toy(std::uint32_t flush_every, bool ahead = false) {
     for (std::uint32_t l = 0; l < n_layer; ++l) {
         auto f = random_floats(dim * dim, 10 + l, 0.2f);
         std::vector<std::uint8_t> bytes(f.size() * 2);
-        EXPECT_TRUE(model::quantize_row(model::ggml_type::f16, f.data(), bytes.data(), f.size()).ok());
+        EXPECT_TRUE(
+            model::quantize_row(model::ggml_type::f16, f.data(), bytes.data(), f.size()).ok());
         auto t = upload_weight(*env().dev, mem, model::ggml_type::f16, dim, dim, bytes);
         EXPECT_TRUE(t.ok());
         w.push_back(std::move(*t));
@@ -45,9 +45,10 @@ std::vector<float> run_toy(std::uint32_t flush_every, bool ahead = false) {
         EXPECT_TRUE((in_flight ? str.begin_ahead(label) : str.begin(label)).ok());
         for (std::uint32_t l = l0; l < l1; ++l) {
             EXPECT_TRUE(encode_rms_norm(str, {whole(x), 0, dim}, whole(norm_w),
-                                        {whole(tmp), 0, dim}, dim, 2, 1e-5f).ok());
-            EXPECT_TRUE(encode_mul_mat(str, w[l], {whole(tmp), 0, dim}, {whole(x), 0, dim}, 2,
-                                       true).ok());
+                                        {whole(tmp), 0, dim}, dim, 2, 1e-5f)
+                            .ok());
+            EXPECT_TRUE(
+                encode_mul_mat(str, w[l], {whole(tmp), 0, dim}, {whole(x), 0, dim}, 2, true).ok());
         }
         if (in_flight) {
             status early = str.submit();
@@ -158,14 +159,13 @@ TEST(GpuSegments, DiscardDropsTheSegmentRecordedAhead) {
     const std::vector<float> start = random_floats(dim, 8);
     buffer a = make_buffer(start), b = make_buffer(start), out = make_buffer(start);
     ASSERT_TRUE(str.begin("first").ok());
-    ASSERT_TRUE(encode_add(str, {whole(a), 0, dim}, {whole(b), 0, dim}, {whole(a), 0, dim}, dim, 1)
-                    .ok());
+    ASSERT_TRUE(
+        encode_add(str, {whole(a), 0, dim}, {whole(b), 0, dim}, {whole(a), 0, dim}, dim, 1).ok());
     ASSERT_TRUE(str.submit().ok());
     ASSERT_TRUE(str.begin_ahead("ahead").ok());
     EXPECT_FALSE(str.begin_ahead("twice").ok()) << "one segment records at a time";
-    ASSERT_TRUE(encode_add(str, {whole(a), 0, dim}, {whole(b), 0, dim}, {whole(out), 0, dim}, dim,
-                           1)
-                    .ok());
+    ASSERT_TRUE(
+        encode_add(str, {whole(a), 0, dim}, {whole(b), 0, dim}, {whole(out), 0, dim}, dim, 1).ok());
     EXPECT_EQ(str.state(), stream_state::in_flight);
     EXPECT_EQ(str.label(), "first");
     ASSERT_TRUE(str.wait(test_watchdog_ms).ok());
@@ -178,9 +178,8 @@ TEST(GpuSegments, DiscardDropsTheSegmentRecordedAhead) {
     for (std::uint32_t i = 0; i < dim; ++i) EXPECT_EQ(got_a[i], start[i] + start[i]);
     EXPECT_EQ(read_buffer<float>(out, dim), start);
     ASSERT_TRUE(str.begin("after").ok());
-    ASSERT_TRUE(encode_add(str, {whole(a), 0, dim}, {whole(b), 0, dim}, {whole(out), 0, dim}, dim,
-                           1)
-                    .ok());
+    ASSERT_TRUE(
+        encode_add(str, {whole(a), 0, dim}, {whole(b), 0, dim}, {whole(out), 0, dim}, dim, 1).ok());
     run_segment("after");
     auto got = read_buffer<float>(out, dim);
     for (std::uint32_t i = 0; i < dim; ++i) EXPECT_EQ(got[i], got_a[i] + start[i]);
@@ -194,9 +193,9 @@ TEST(GpuSegments, TimestampsOfSegmentsRecordedAheadAreTheirOwn) {
     stream& str = **s;
     buffer a = make_buffer(random_floats(dim, 1)), b = make_buffer(random_floats(dim, 2));
     auto add = [&] {
-        EXPECT_TRUE(encode_add(str, {whole(a), 0, dim}, {whole(b), 0, dim}, {whole(a), 0, dim},
-                               dim, 1)
-                        .ok());
+        EXPECT_TRUE(
+            encode_add(str, {whole(a), 0, dim}, {whole(b), 0, dim}, {whole(a), 0, dim}, dim, 1)
+                .ok());
     };
     ASSERT_TRUE(str.begin("three").ok());
     add();

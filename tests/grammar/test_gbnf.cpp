@@ -80,22 +80,30 @@ TEST(gbnf, json_grammar_accepts_json_and_rejects_the_rest) {
 
 TEST(gbnf, literals_classes_and_any_character) {
     gbnf g = must_parse(R"(root ::= "a\tb\\\"\x41\u00e9\U0001F600" [^a-c] . [\]\-x])");
-    EXPECT_TRUE(matches(g, "a\tb\\\"A\xC3\xA9\xF0\x9F\x98\x80" "d\xE2\x82\xAC]"));
-    EXPECT_TRUE(matches(g, "a\tb\\\"A\xC3\xA9\xF0\x9F\x98\x80" "zz-"));
-    EXPECT_FALSE(matches(g, "a\tb\\\"A\xC3\xA9\xF0\x9F\x98\x80" "bzx"));  // [^a-c]
-    EXPECT_FALSE(matches(g, "a\tb\\\"A\xC3\xA9\xF0\x9F\x98\x80" "zzy"));  // [\]\-x]
+    EXPECT_TRUE(matches(g,
+                        "a\tb\\\"A\xC3\xA9\xF0\x9F\x98\x80"
+                        "d\xE2\x82\xAC]"));
+    EXPECT_TRUE(matches(g,
+                        "a\tb\\\"A\xC3\xA9\xF0\x9F\x98\x80"
+                        "zz-"));
+    EXPECT_FALSE(matches(g,
+                         "a\tb\\\"A\xC3\xA9\xF0\x9F\x98\x80"
+                         "bzx"));  // [^a-c]
+    EXPECT_FALSE(matches(g,
+                         "a\tb\\\"A\xC3\xA9\xF0\x9F\x98\x80"
+                         "zzy"));  // [\]\-x]
 }
 
 TEST(gbnf, repetitions_at_their_edges) {
     gbnf g = must_parse("root ::= \"a\"{2,4} \"b\"{3} \"c\"{1,} (\"xy\")? \"z\"* \"w\"+\n");
     EXPECT_TRUE(matches(g, "aabbbcw"));
     EXPECT_TRUE(matches(g, "aaaabbbcccxyzzzww"));
-    EXPECT_FALSE(matches(g, "abbbcw"));      // a{2,4}: one
-    EXPECT_FALSE(matches(g, "aaaaabbbcw"));  // five
-    EXPECT_FALSE(matches(g, "aabbcw"));      // b{3}: two
-    EXPECT_FALSE(matches(g, "aabbbw"));      // c{1,}: none
+    EXPECT_FALSE(matches(g, "abbbcw"));       // a{2,4}: one
+    EXPECT_FALSE(matches(g, "aaaaabbbcw"));   // five
+    EXPECT_FALSE(matches(g, "aabbcw"));       // b{3}: two
+    EXPECT_FALSE(matches(g, "aabbbw"));       // c{1,}: none
     EXPECT_FALSE(matches(g, "aabbbcxyxyw"));  // (xy)?: twice
-    EXPECT_FALSE(matches(g, "aabbbc"));      // w+: none
+    EXPECT_FALSE(matches(g, "aabbbc"));       // w+: none
 }
 
 TEST(gbnf, rules_groups_comments_and_layout) {
@@ -143,12 +151,14 @@ TEST(gbnf, utf8_split_across_calls_and_invalid_utf8) {
     ASSERT_TRUE(*m.advance_utf8("\xACq"));
     EXPECT_TRUE(m.accepting());
     matcher bad(g);
-    EXPECT_FALSE(*bad.advance_utf8("\xE2\x28"));  // not a continuation byte
-    EXPECT_FALSE(*bad.advance_utf8("\xC0\x80"));  // overlong
-    EXPECT_FALSE(*bad.advance_utf8("\xED\xA0\x80"));  // a surrogate
+    EXPECT_FALSE(*bad.advance_utf8("\xE2\x28"));       // not a continuation byte
+    EXPECT_FALSE(*bad.advance_utf8("\xC0\x80"));       // overlong
+    EXPECT_FALSE(*bad.advance_utf8("\xED\xA0\x80"));   // a surrogate
     EXPECT_FALSE(*bad.advance_utf8("\xE2\x82\xACQ"));  // the grammar: lowercase only
     // All or nothing: the refused calls consumed nothing.
-    EXPECT_TRUE(*bad.advance_utf8("\xE2\x82\xAC" "z"));
+    EXPECT_TRUE(
+        *bad.advance_utf8("\xE2\x82\xAC"
+                          "z"));
     EXPECT_TRUE(bad.accepting());
 }
 
@@ -191,8 +201,9 @@ TEST(gbnf, bad_grammars_name_line_and_column) {
         {"root ::= [z-a]\n", "line 1 column 14: character range out of order"},
         {"root ::= \"\\q\"\n", "line 1 column 13: unknown escape \\q"},
         {"root ::= \"\\xZ1\"\n", "line 1 column 13: bad hex digit in \\x escape"},
-        {"root ::= \"a\" )\n", "line 1 column 14: unexpected ')' (a rule ends at the end of "
-                                "its line outside parentheses)"},
+        {"root ::= \"a\" )\n",
+         "line 1 column 14: unexpected ')' (a rule ends at the end of "
+         "its line outside parentheses)"},
         {"root := \"a\"\n", "line 1 column 6: expected ::= after 'root'"},
         {"root ::= (\"a\"\n", "line 2 column 1: expected ')'"},
         {"root ::= \"a\"{3,1}\n", "line 1 column 17: repetition {m,n} with n < m"},

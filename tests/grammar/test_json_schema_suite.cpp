@@ -22,10 +22,22 @@ namespace {
 using json = nlohmann::ordered_json;
 
 TEST(json_schema_suite, converted_grammars_accept_no_invalid_document) {
-    const char* files[] = {"additionalProperties", "allOf",    "anyOf",     "boolean_schema",
-                           "const",                "enum",     "items",     "maxItems",
-                           "maxLength",            "minItems", "minLength", "oneOf",
-                           "properties",           "ref",      "required",  "type"};
+    const char* files[] = {"additionalProperties",
+                           "allOf",
+                           "anyOf",
+                           "boolean_schema",
+                           "const",
+                           "enum",
+                           "items",
+                           "maxItems",
+                           "maxLength",
+                           "minItems",
+                           "minLength",
+                           "oneOf",
+                           "properties",
+                           "ref",
+                           "required",
+                           "type"};
     std::size_t groups = 0, converted = 0, refused = 0, valid_accepted = 0, valid_refused = 0,
                 invalid_refused = 0;
     for (const char* name : files) {

@@ -24,9 +24,32 @@ ws ::= " "?
 )";
 
 std::vector<std::string> test_vocab() {
-    std::vector<std::string> v = {"", "{", "}", "\"", ":", ",", " ", "a", "ab", "\"a", "a\"",
-                                  "\":", "{\"", "\"}", "1", "12", "true", "tru", "false", "x",
-                                  "\xE2\x82", "\xAC", "\xE2\x82\xAC", "\xC3\xA9\"", "}}", "\\"};
+    std::vector<std::string> v = {"",
+                                  "{",
+                                  "}",
+                                  "\"",
+                                  ":",
+                                  ",",
+                                  " ",
+                                  "a",
+                                  "ab",
+                                  "\"a",
+                                  "a\"",
+                                  "\":",
+                                  "{\"",
+                                  "\"}",
+                                  "1",
+                                  "12",
+                                  "true",
+                                  "tru",
+                                  "false",
+                                  "x",
+                                  "\xE2\x82",
+                                  "\xAC",
+                                  "\xE2\x82\xAC",
+                                  "\xC3\xA9\"",
+                                  "}}",
+                                  "\\"};
     // Every printable ASCII byte alone, so no state runs out of tokens.
     for (char c = 32; c < 127; ++c) v.push_back(std::string(1, c));
     return v;

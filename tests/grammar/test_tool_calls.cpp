@@ -86,16 +86,19 @@ TEST(tool_calls, family_from_real_templates) {
 TEST(tool_calls, hermes_grammar) {
     auto tools = weather_tools();
     gbnf one = compiled(tool_format::hermes, false, tools);
-    const std::string call = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
-                             "{\"city\": \"Paris\", \"unit\": \"c\"}}\n</tool_call>";
+    const std::string call =
+        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+        "{\"city\": \"Paris\", \"unit\": \"c\"}}\n</tool_call>";
     const std::string now = "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>";
     EXPECT_TRUE(accepts(one, call));
     EXPECT_TRUE(accepts(one, now));
     EXPECT_FALSE(accepts(one, call + "\n" + now));  // one call without parallel
     EXPECT_FALSE(accepts(one, "Sure. " + call));
-    EXPECT_FALSE(accepts(one, "<tool_call>\n{\"name\": \"other\", \"arguments\": {}}\n</tool_call>"));
-    EXPECT_FALSE(accepts(one, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
-                              "{\"unit\": \"c\"}}\n</tool_call>"));  // city is required
+    EXPECT_FALSE(
+        accepts(one, "<tool_call>\n{\"name\": \"other\", \"arguments\": {}}\n</tool_call>"));
+    EXPECT_FALSE(accepts(one,
+                         "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+                         "{\"unit\": \"c\"}}\n</tool_call>"));  // city is required
     gbnf many = compiled(tool_format::hermes, true, tools);
     EXPECT_TRUE(accepts(many, call + "\n" + now + "\n" + call));
 }
@@ -105,13 +108,18 @@ TEST(tool_calls, llama3_and_mistral_grammars) {
     gbnf llama = compiled(tool_format::llama3_json, true, tools);  // one call whatever parallel
     EXPECT_TRUE(accepts(llama, R"({"name": "get_weather", "parameters": {"city": "Oslo"}})"));
     EXPECT_FALSE(accepts(llama, R"({"name": "get_weather", "arguments": {"city": "Oslo"}})"));
-    EXPECT_FALSE(accepts(llama, R"({"name": "now", "parameters": {}}{"name": "now", "parameters": {}})"));
+    EXPECT_FALSE(
+        accepts(llama, R"({"name": "now", "parameters": {}}{"name": "now", "parameters": {}})"));
     gbnf mistral = compiled(tool_format::mistral, true, tools);
     EXPECT_TRUE(accepts(mistral, R"([TOOL_CALLS][{"name": "now", "arguments": {}}])"));
-    EXPECT_TRUE(accepts(mistral, R"([TOOL_CALLS][{"name": "now", "arguments": {}}, {"name": "get_weather", "arguments": {"city": "Rome"}}])"));
+    EXPECT_TRUE(accepts(
+        mistral,
+        R"([TOOL_CALLS][{"name": "now", "arguments": {}}, {"name": "get_weather", "arguments": {"city": "Rome"}}])"));
     EXPECT_FALSE(accepts(mistral, R"([TOOL_CALLS][])"));
     gbnf mistral_one = compiled(tool_format::mistral, false, tools);
-    EXPECT_FALSE(accepts(mistral_one, R"([TOOL_CALLS][{"name": "now", "arguments": {}}, {"name": "now", "arguments": {}}])"));
+    EXPECT_FALSE(accepts(
+        mistral_one,
+        R"([TOOL_CALLS][{"name": "now", "arguments": {}}, {"name": "now", "arguments": {}}])"));
 }
 
 TEST(tool_calls, grammar_refuses_parameters_it_cannot_keep) {
@@ -188,8 +196,9 @@ TEST(tool_calls, what_is_not_a_call_stays_content) {
 }
 
 TEST(tool_calls, a_cut_constrained_answer_keeps_what_came) {
-    const std::string text = "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>\n"
-                             "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Pa";
+    const std::string text =
+        "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>\n"
+        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Pa";
     expect_calls(parse_tool_output(tool_format::hermes, true, text), "",
                  {{"now", "{}"}, {"get_weather", "{\"city\": \"Pa"}});
     // A name not whole yet is no call.
@@ -228,18 +237,22 @@ tool_output streamed(tool_format f, bool constrained, const std::string& text, s
 
 TEST(tool_calls, streamed_pieces_make_the_whole_answer) {
     const std::vector<std::pair<tool_format, std::string>> texts = {
-        {tool_format::hermes, "Let me check.  \n<tool_call>\n{\"name\": \"now\", \"arguments\": "
-                              "{}}\n</tool_call>\n<tool_call>\n{\"name\": \"get_weather\", "
-                              "\"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"},
+        {tool_format::hermes,
+         "Let me check.  \n<tool_call>\n{\"name\": \"now\", \"arguments\": "
+         "{}}\n</tool_call>\n<tool_call>\n{\"name\": \"get_weather\", "
+         "\"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"},
         {tool_format::hermes, "a < b <tool and <tool_cal but no call\n"},
         {tool_format::hermes, "Broken <tool_call>{\"name\": \"x\"}</tool_call> tail"},
-        {tool_format::hermes, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Pa"},
+        {tool_format::hermes,
+         "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Pa"},
         {tool_format::llama3_json, "  <|python_tag|>{\"name\": \"now\", \"parameters\": {}}"},
-        {tool_format::llama3_json, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}"},
+        {tool_format::llama3_json,
+         "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}"},
         {tool_format::llama3_json, "  <|pyth not a tag, and {\"name\": 1}"},
         {tool_format::llama3_json, "Hello there.\n\n"},
-        {tool_format::mistral, "Sure [TOOL_CALLS][{\"name\": \"now\", \"arguments\": {}}, "
-                               "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"R\\\"ome\"}}]"},
+        {tool_format::mistral,
+         "Sure [TOOL_CALLS][{\"name\": \"now\", \"arguments\": {}}, "
+         "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"R\\\"ome\"}}]"},
         {tool_format::mistral, "[TOOL_CALLS][{\"name\": \"now\", \"arguments\": {}}, "},
     };
     for (const auto& [f, text] : texts) {
@@ -281,7 +294,8 @@ TEST(tool_calls, ids) {
     // Every character position varies between answers (no block of low entropy).
     std::set<std::string> tails;
     for (int a = 0; a < 50; a++) {
-        tails.insert(tool_call_id(tool_format::hermes, "chatcmpl-" + std::to_string(a), 0).substr(25));
+        tails.insert(
+            tool_call_id(tool_format::hermes, "chatcmpl-" + std::to_string(a), 0).substr(25));
     }
     EXPECT_GT(tails.size(), 45u);
     const std::string m = tool_call_id(tool_format::mistral, "x", 3);

@@ -14,11 +14,11 @@ namespace ordo::test {
 // Whether python3-jsonschema is installed (tools/dev.sh installs it); said once when not.
 inline bool json_schema_validator() {
     static const bool have = [] {
-        const bool ok =
-            run_command("/usr/bin/python3 -c 'import jsonschema' 2>&1").exit_code == 0;
+        const bool ok = run_command("/usr/bin/python3 -c 'import jsonschema' 2>&1").exit_code == 0;
         if (!ok) {
-            std::fprintf(stderr, "\n*** python3-jsonschema is missing: documents are checked by "
-                                 "the grammar only (tools/dev.sh installs it)\n");
+            std::fprintf(stderr,
+                         "\n*** python3-jsonschema is missing: documents are checked by "
+                         "the grammar only (tools/dev.sh installs it)\n");
         }
         return ok;
     }();
@@ -32,10 +32,11 @@ inline std::string json_schema_violation(const std::string& doc, const std::stri
     const std::string schema_path = scratch_path(suite, "schema.json");
     std::ofstream(doc_path) << doc;
     std::ofstream(schema_path) << schema;
-    auto v = run_command("/usr/bin/python3 -c 'import json, sys, jsonschema; "
-                         "jsonschema.Draft202012Validator(json.load(open(sys.argv[2])))"
-                         ".validate(json.load(open(sys.argv[1])))' " +
-                         doc_path + " " + schema_path + " 2>&1");
+    auto v = run_command(
+        "/usr/bin/python3 -c 'import json, sys, jsonschema; "
+        "jsonschema.Draft202012Validator(json.load(open(sys.argv[2])))"
+        ".validate(json.load(open(sys.argv[1])))' " +
+        doc_path + " " + schema_path + " 2>&1");
     return v.exit_code == 0 ? "" : v.output.empty() ? "invalid" : v.output;
 }
 

@@ -12,8 +12,8 @@
 // line and column; a schema keyword ordo does not support is 400 naming response_format; a
 // cancel mid-generation ends the request once with "cancelled", and after a client leaves
 // mid-generation the server answers the next grammar request; a lazy grammar (grammar_triggers)
-// holds from its trigger on and ends the answer. The unconstrained model's text for the same seed is not a
-// sentence of the grammar (so the constraint, not luck, made it one).
+// holds from its trigger on and ends the answer. The unconstrained model's text for the same seed
+// is not a sentence of the grammar (so the constraint, not luck, made it one).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -35,7 +35,8 @@ using namespace ordo::test;
 using json = nlohmann::json;
 
 // Ends by itself: after "}" the grammar can take nothing more.
-constexpr const char* k_record = R"(root ::= "{\"n\": " [1-9] [0-9]{0,2} ", \"ok\": " ("true" | "false") "}")";
+constexpr const char* k_record =
+    R"(root ::= "{\"n\": " [1-9] [0-9]{0,2} ", \"ok\": " ("true" | "false") "}")";
 
 // Whether `text` is a whole sentence of `source` (whole = true) or a prefix of one.
 bool follows(const std::string& source, const std::string& text, bool whole) {
@@ -83,7 +84,8 @@ void check_model(const std::string& model, const std::string& prompt) {
     for (uint64_t seed : {1u, 2u, 3u, 4u}) {
         event e = generate(c, id++, prompt, 1.0, seed, &record);
         ASSERT_EQ(e.outcome(), "done:stop") << "seed " << seed;
-        EXPECT_TRUE(follows(record, e.str("text"), true)) << "seed " << seed << ": " << e.str("text");
+        EXPECT_TRUE(follows(record, e.str("text"), true))
+            << "seed " << seed << ": " << e.str("text");
         event again = generate(c, id++, prompt, 1.0, seed, &record);
         EXPECT_EQ(again.str("text"), e.str("text")) << "seed " << seed << ": not deterministic";
         event free = generate(c, id++, prompt, 1.0, seed, nullptr, 12);
@@ -110,7 +112,8 @@ void check_model(const std::string& model, const std::string& prompt) {
         ASSERT_EQ(e.outcome(), "done:stop") << e.str("message");
         triggered++;
         ASSERT_GE(text.size(), 5u) << text;
-        EXPECT_TRUE(follows(lazy, text.substr(text.size() - 5), true)) << "seed " << seed << ": " << text;
+        EXPECT_TRUE(follows(lazy, text.substr(text.size() - 5), true))
+            << "seed " << seed << ": " << text;
     }
     EXPECT_GE(triggered, 2) << "the triggers hardly ever appeared";
 
@@ -138,8 +141,8 @@ void check_model(const std::string& model, const std::string& prompt) {
     {
         tcp_client gone;
         ASSERT_TRUE(gone.connect(srv->proc.port()));
-        ASSERT_TRUE(gone.send(frame("id", 1, "op", "generate", "prompt", prompt, "max_tokens",
-                                    100, "stream", true, "grammar", long_one)));
+        ASSERT_TRUE(gone.send(frame("id", 1, "op", "generate", "prompt", prompt, "max_tokens", 100,
+                                    "stream", true, "grammar", long_one)));
         ASSERT_TRUE(next(gone).has_value());
     }  // closed mid-generation
     event after = generate(c, id++, prompt, 0.0, 1, &record);
@@ -170,8 +173,8 @@ void check_model(const std::string& model, const std::string& prompt) {
     EXPECT_EQ(j["choices"][0]["finish_reason"], "stop") << r->body;
     EXPECT_TRUE(follows(record, j["choices"][0]["text"], true)) << r->body;
     for (int seed : {1, 2, 3}) {
-        auto o = complete({{"response_format", {{"type", "json_object"}}}, {"seed", seed},
-                           {"max_tokens", 60}});
+        auto o = complete(
+            {{"response_format", {{"type", "json_object"}}}, {"seed", seed}, {"max_tokens", 60}});
         ASSERT_TRUE(o.has_value());
         ASSERT_EQ(o->status, 200) << o->body;
         json oj = json::parse(o->body);
@@ -192,11 +195,12 @@ void check_model(const std::string& model, const std::string& prompt) {
     const bool validator = json_schema_validator();
     int whole = 0;
     for (int seed : {1, 2, 3, 4}) {
-        auto o = complete({{"response_format", {{"type", "json_schema"},
-                                                {"json_schema", {{"name", "person"},
-                                                                 {"strict", true},
-                                                                 {"schema", schema}}}}},
-                           {"seed", seed}, {"max_tokens", 100}});
+        auto o = complete(
+            {{"response_format",
+              {{"type", "json_schema"},
+               {"json_schema", {{"name", "person"}, {"strict", true}, {"schema", schema}}}}},
+             {"seed", seed},
+             {"max_tokens", 100}});
         ASSERT_TRUE(o.has_value());
         ASSERT_EQ(o->status, 200) << o->body;
         json oj = json::parse(o->body);

@@ -37,7 +37,9 @@ using json = nlohmann::json;
 const std::string key = "sk-cors-0123456789abcdef";
 const std::string app = "http://app.example:3000";
 
-std::string temp_path(const std::string& name) { return scratch_path("cors", name); }
+std::string temp_path(const std::string& name) {
+    return scratch_path("cors", name);
+}
 
 std::string tiny_model() {
     return generated_model(ORDO_MODEL_BIN, temp_path("tiny.gguf"), tiny_model_flags);

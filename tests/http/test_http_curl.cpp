@@ -21,12 +21,12 @@
 // Without curl the test skips with a visible message; with ORDO_HTTP_CLIENT_REQUIRED=1 (CI) it
 // fails instead.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string_view>
 #include <thread>
 #include <vector>
@@ -94,11 +94,11 @@ std::vector<json> sse_json(const std::string& output) {
 
 }  // namespace
 
-#define SKIP_WITHOUT_CURL()                                                                    \
-    if (run_command("command -v curl > /dev/null 2>&1").exit_code != 0) {                     \
+#define SKIP_WITHOUT_CURL()                                                                       \
+    if (run_command("command -v curl > /dev/null 2>&1").exit_code != 0) {                         \
         if (client_required()) GTEST_FAIL() << "ORDO_HTTP_CLIENT_REQUIRED=1 but curl is missing"; \
-        std::fprintf(stderr, "\n*** SKIPPING: curl is not installed ***\n\n");               \
-        GTEST_SKIP() << "curl is not installed";                                               \
+        std::fprintf(stderr, "\n*** SKIPPING: curl is not installed ***\n\n");                    \
+        GTEST_SKIP() << "curl is not installed";                                                  \
     }
 
 TEST(http_curl, disconnects_malformed_json_and_oversized_bodies) {
@@ -109,7 +109,8 @@ TEST(http_curl, disconnects_malformed_json_and_oversized_bodies) {
                      " --n-vocab 260 --type f32 --seed 1 --ctx 512 > /dev/null";
     ASSERT_EQ(std::system(mk.c_str()), 0) << mk;
     const std::string cfg = temp_path("curl.toml");
-    std::ofstream(cfg) << "[http]\nmax_body_bytes = " << k_body_max << "\n[fault]\nenabled = true\n";
+    std::ofstream(cfg) << "[http]\nmax_body_bytes = " << k_body_max
+                       << "\n[fault]\nenabled = true\n";
     server_process s;
     ASSERT_TRUE(s.start(ORDO_SERVER_BIN, {"--config", cfg, "--model", model})) << s.output();
     ASSERT_NE(s.http_port(), 0) << s.output();
@@ -132,10 +133,11 @@ TEST(http_curl, disconnects_malformed_json_and_oversized_bodies) {
     EXPECT_EQ(settled_disconnects(s.port()), 1) << "not freed, or not counted as client_gone";
 
     // (2) Malformed JSON, then a good request on the same connection.
-    command_result two = run_command(
-        "timeout 60 curl -sS -v " + url + "/v1/completions -d '{\"model\": \"tiny\", bad' " +
-        "--next -sS " + url + "/v1/completions -d '{\"model\":\"tiny\",\"prompt\":\"ab\","
-        "\"max_tokens\":2}' 2>&1");
+    command_result two =
+        run_command("timeout 60 curl -sS -v " + url +
+                    "/v1/completions -d '{\"model\": \"tiny\", bad' " + "--next -sS " + url +
+                    "/v1/completions -d '{\"model\":\"tiny\",\"prompt\":\"ab\","
+                    "\"max_tokens\":2}' 2>&1");
     EXPECT_NE(two.output.find("< HTTP/1.1 400"), std::string::npos) << two.output;
     EXPECT_NE(two.output.find("\"invalid_json\""), std::string::npos) << two.output;
     EXPECT_NE(two.output.find("< HTTP/1.1 200"), std::string::npos) << two.output;
@@ -149,8 +151,8 @@ TEST(http_curl, disconnects_malformed_json_and_oversized_bodies) {
         out << R"({"model":"tiny","prompt":")" << std::string(16 * k_body_max, 'a') << "\"}";
     }
     for (const char* expect : {"", " -H 'Expect:'"}) {
-        command_result r = run_command("timeout 60 curl -sS -w '\\nstatus=%{http_code}\\n' " +
-                                       url + "/v1/completions -H 'Content-Type: application/json'" +
+        command_result r = run_command("timeout 60 curl -sS -w '\\nstatus=%{http_code}\\n' " + url +
+                                       "/v1/completions -H 'Content-Type: application/json'" +
                                        expect + " --data-binary @" + big + " 2>&1");
         EXPECT_NE(r.output.find("status=413"), std::string::npos) << expect << "\n" << r.output;
         json j = body_of(r.output);
@@ -175,8 +177,8 @@ TEST(http_curl, trailing_slash_range_errors_text_offset_and_preflight) {
     const std::string cfg = temp_path("quirks.toml");
     std::ofstream(cfg) << "[http]\ncors_allow_origins = [\"http://app.example:3000\"]\n";
     server_process s;
-    ASSERT_TRUE(s.start(ORDO_SERVER_BIN,
-                        {"--config", cfg, "--model", model, "--chat-template", tmpl}))
+    ASSERT_TRUE(
+        s.start(ORDO_SERVER_BIN, {"--config", cfg, "--model", model, "--chat-template", tmpl}))
         << s.output();
     ASSERT_NE(s.http_port(), 0) << s.output();
     ASSERT_EQ(wait_healthy(s.port()), "") << s.output();
@@ -187,9 +189,9 @@ TEST(http_curl, trailing_slash_range_errors_text_offset_and_preflight) {
     };
 
     // (5) A trailing slash.
-    command_result chat = post("/v1/chat/completions/",
-                               R"({"model":"tiny-quirks","messages":[{"role":"user",)"
-                               R"("content":"hi"}],"max_tokens":3,"temperature":0})");
+    command_result chat =
+        post("/v1/chat/completions/", R"({"model":"tiny-quirks","messages":[{"role":"user",)"
+                                      R"("content":"hi"}],"max_tokens":3,"temperature":0})");
     EXPECT_NE(chat.output.find("status=200"), std::string::npos) << chat.output;
     EXPECT_EQ(body_of(chat.output).value("object", ""), "chat.completion") << chat.output;
 
@@ -218,10 +220,10 @@ TEST(http_curl, trailing_slash_range_errors_text_offset_and_preflight) {
     ASSERT_TRUE(w.contains("choices")) << whole.output;
     const json want = w["choices"][0]["logprobs"]["text_offset"];
     ASSERT_EQ(want.size(), 12u) << whole.output;
-    command_result streamed = run_command(
-        "timeout 60 curl -sS -N " + url +
-        "/v1/completions -H 'Content-Type: application/json' -d '{" + completion +
-        R"(,"stream":true}' 2>&1)");
+    command_result streamed =
+        run_command("timeout 60 curl -sS -N " + url +
+                    "/v1/completions -H 'Content-Type: application/json' -d '{" + completion +
+                    R"(,"stream":true}' 2>&1)");
     std::vector<json> chunks = sse_json(streamed.output);
     json offsets = json::array();
     size_t text_bytes = 0;
@@ -250,8 +252,7 @@ TEST(http_curl, trailing_slash_range_errors_text_offset_and_preflight) {
     EXPECT_NE(ok.output.find("Access-Control-Allow-Origin: http://app.example:3000\r\n"),
               std::string::npos)
         << ok.output;
-    EXPECT_NE(ok.output.find("Access-Control-Allow-Methods: POST, OPTIONS\r\n"),
-              std::string::npos)
+    EXPECT_NE(ok.output.find("Access-Control-Allow-Methods: POST, OPTIONS\r\n"), std::string::npos)
         << ok.output;
     EXPECT_NE(ok.output.find("Access-Control-Allow-Headers: Authorization, Content-Type"),
               std::string::npos)

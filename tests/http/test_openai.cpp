@@ -109,9 +109,9 @@ TEST(openai_in, chat_renders_the_template_and_maps_parameters) {
 // ordo's extension `speculative` reaches the request; a non-boolean is 400 naming it.
 TEST(openai_in, speculative_opts_out_and_is_checked) {
     EXPECT_FALSE(ok(api_kind::chat, chat({{"speculative", false}})).params.speculative);
-    EXPECT_FALSE(ok(api_kind::completion,
-                    json{{"model", "tiny"}, {"prompt", "x"}, {"speculative", false}})
-                     .params.speculative);
+    EXPECT_FALSE(
+        ok(api_kind::completion, json{{"model", "tiny"}, {"prompt", "x"}, {"speculative", false}})
+            .params.speculative);
     api_error e = refused(api_kind::chat, chat({{"speculative", "no"}}));
     EXPECT_EQ(e.status, 400);
     EXPECT_EQ(e.param, "speculative");
@@ -182,7 +182,8 @@ TEST(openai_in, refusals_name_the_field) {
     for (const refusal& c : std::vector<refusal>{
              {{{"response_format",
                 {{"type", "json_schema"},
-                 {"json_schema", {{"name", "x"}, {"schema", {{"type", "string"}, {"pattern", "a"}}}}}}}},
+                 {"json_schema",
+                  {{"name", "x"}, {"schema", {{"type", "string"}, {"pattern", "a"}}}}}}}},
               "response_format"},
              {{{"response_format", {{"type", "json_schema"}, {"json_schema", {{"nme", "x"}}}}}},
               "response_format"},
@@ -190,7 +191,8 @@ TEST(openai_in, refusals_name_the_field) {
               "grammar"},
              {{{"tools", json::array({{{"type", "function"}, {"function", {{"name", "f g"}}}}})}},
               "tools"},
-             {{{"tools", json::array({{{"type", "function"}, {"function", {{"name", "f"}, {"x", 1}}}}})}},
+             {{{"tools",
+                json::array({{{"type", "function"}, {"function", {{"name", "f"}, {"x", 1}}}}})}},
               "tools[0].function.x"},
              {{{"tools", json::array({{{"type", "code"}}})}}, "tools"},
              {{{"tools", json::array({{{"type", "function"}, {"function", {{"name", "f"}}}},
@@ -204,7 +206,7 @@ TEST(openai_in, refusals_name_the_field) {
              {{{"unknown_field", 0}}, "unknown_field"},
              {{{"seed", -2}}, "seed"},
              {{{"n", 2}}, "n"},
-             {{{"presence_penalty", 2.5}}, "presence_penalty"},   // OpenAI's range is [-2, 2]
+             {{{"presence_penalty", 2.5}}, "presence_penalty"},  // OpenAI's range is [-2, 2]
              {{{"frequency_penalty", "x"}}, "frequency_penalty"},
              {{{"top_logprobs", 2}}, "top_logprobs"},  // without logprobs
              {{{"logprobs", 3}}, "logprobs"},          // chat's is a boolean
@@ -225,11 +227,11 @@ TEST(openai_in, refusals_name_the_field) {
 // "random" (no seed passed on: the scheduler draws one).
 TEST(openai_in, no_op_values_are_accepted) {
     const std::vector<json> chat_noops = {
-        {{"tools", json::array()}},          {{"tools", nullptr}},
-        {{"parallel_tool_calls", nullptr}},  {{"parallel_tool_calls", true}},
-        {{"tool_choice", "none"}},           {{"response_format", {{"type", "text"}}}},
-        {{"logit_bias", json::object()}},    {{"functions", json::array()}},
-        {{"function_call", "none"}},         {{"seed", -1}},
+        {{"tools", json::array()}},         {{"tools", nullptr}},
+        {{"parallel_tool_calls", nullptr}}, {{"parallel_tool_calls", true}},
+        {{"tool_choice", "none"}},          {{"response_format", {{"type", "text"}}}},
+        {{"logit_bias", json::object()}},   {{"functions", json::array()}},
+        {{"function_call", "none"}},        {{"seed", -1}},
         {{"some_future_field", nullptr}},
     };
     for (const json& extra : chat_noops) {
@@ -248,10 +250,10 @@ TEST(openai_in, no_op_values_are_accepted) {
         b.update(extra);
         ok(api_kind::completion, b);
     }
-    for (const auto& [extra, param] : std::vector<std::pair<json, std::string>>{
-             {{{"echo", true}}, "echo"},
-             {{{"suffix", "tail"}}, "suffix"},
-             {{{"best_of", 2}}, "best_of"}}) {
+    for (const auto& [extra, param] :
+         std::vector<std::pair<json, std::string>>{{{{"echo", true}}, "echo"},
+                                                   {{{"suffix", "tail"}}, "suffix"},
+                                                   {{{"best_of", 2}}, "best_of"}}) {
         json b = body;
         b.update(extra);
         api_error e = refused(api_kind::completion, b);
@@ -389,8 +391,9 @@ TEST(openai_in, tools_reach_the_template_and_choose_the_grammar) {
     EXPECT_NE(a.params.grammar->find("get_weather"), std::string::npos);
     EXPECT_NE(a.params.grammar->find("(\"\\n\" tagged)"), std::string::npos)
         << "parallel by default: " << *a.params.grammar;
-    a = std::get<api_request>(tool_req({{"tool_choice", {{"type", "function"}, {"function", {{"name", "now"}}}}},
-                                        {"parallel_tool_calls", false}}));
+    a = std::get<api_request>(
+        tool_req({{"tool_choice", {{"type", "function"}, {"function", {{"name", "now"}}}}},
+                  {"parallel_tool_calls", false}}));
     ASSERT_TRUE(a.params.grammar.has_value());
     EXPECT_EQ(a.params.grammar->find("get_weather"), std::string::npos);
     EXPECT_EQ(a.params.grammar->find("(\"\\n\" tagged)"), std::string::npos);
@@ -400,8 +403,10 @@ TEST(openai_in, tools_reach_the_template_and_choose_the_grammar) {
     EXPECT_EQ(a.params.prompt->find("<tools>"), std::string::npos);
     // Refusals.
     for (const auto& [extra, param] : std::vector<std::pair<json, std::string>>{
-             {{{"tool_choice", {{"type", "function"}, {"function", {{"name", "other"}}}}}}, "tool_choice"},
-             {{{"tool_choice", "required"}, {"response_format", {{"type", "json_object"}}}}, "tools"},
+             {{{"tool_choice", {{"type", "function"}, {"function", {{"name", "other"}}}}}},
+              "tool_choice"},
+             {{{"tool_choice", "required"}, {"response_format", {{"type", "json_object"}}}},
+              "tools"},
              {{{"grammar", "root ::= \"a\""}}, "tools"},
              {{{"logprobs", true}}, "logprobs"},
          }) {
@@ -465,7 +470,8 @@ TEST(openai_out, tool_calls_whole_and_streamed) {
     EXPECT_EQ(msg["tool_calls"][0]["function"]["arguments"], "{}");
     EXPECT_EQ(msg["tool_calls"][0]["id"], ordo::grammar::tool_call_id(r.tools->format, m.id, 0));
     EXPECT_EQ(a["choices"][0]["finish_reason"], "tool_calls");
-    d.reason = ordo::door::finish_reason::length;  // cut: the calls that parsed, but the answer was cut
+    d.reason =
+        ordo::door::finish_reason::length;  // cut: the calls that parsed, but the answer was cut
     d.text = "Plain text.";
     a = json::parse(completion_json(m, r, d));
     EXPECT_EQ(a["choices"][0]["message"]["content"], "Plain text.");

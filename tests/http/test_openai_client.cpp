@@ -9,24 +9,24 @@
 // n = 2, an unsupported schema keyword and tool_choice required on a template without a call
 // format (400); tool calls (openai_tools.mjs: required, named, parallel off, streamed deltas
 // against the whole answer, the next turn with the call and its result); LangChain's and the
-// Vercel AI SDK's tool and structured-output paths (agent_clients.mjs); and, with a server that requires an API key, the client's apiKey (openai_auth.mjs:
-// the right key served, a wrong one AuthenticationError 401). embeddings.create
-// (openai_embeddings.mjs): strings (the client's default base64 and float), token ids and token
-// arrays give the CPU reference's embedding (model::embed with the server's pooling, computed here)
-// within 1e-4 per component with f32 KV, usage counts every input's tokens, dimensions = n_embd is
-// a no-op and bad inputs are 400 naming the field; on the generated model and on stories260K
-// (skipped visibly without ../shared). Without node or the package the tests skip with a visible
-// message; with ORDO_HTTP_CLIENT_REQUIRED=1 (CI) they fail instead.
+// Vercel AI SDK's tool and structured-output paths (agent_clients.mjs); and, with a server that
+// requires an API key, the client's apiKey (openai_auth.mjs: the right key served, a wrong one
+// AuthenticationError 401). embeddings.create (openai_embeddings.mjs): strings (the client's
+// default base64 and float), token ids and token arrays give the CPU reference's embedding
+// (model::embed with the server's pooling, computed here) within 1e-4 per component with f32 KV,
+// usage counts every input's tokens, dimensions = n_embd is a no-op and bad inputs are 400 naming
+// the field; on the generated model and on stories260K (skipped visibly without ../shared). Without
+// node or the package the tests skip with a visible message; with ORDO_HTTP_CLIENT_REQUIRED=1 (CI)
+// they fail instead.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
-#include <memory>
 #include <fstream>
-#include <string_view>
-
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <string_view>
 
 #include "model/gguf.hpp"
 #include "model/reference.hpp"
@@ -57,19 +57,18 @@ std::string node_client_missing() {
         return "node is not installed";
     }
     if (!fs::exists(modules + "/openai/package.json")) {
-        return "the openai package is not in " + modules +
-               " (bash tools/dev.sh setup installs it)";
+        return "the openai package is not in " + modules + " (bash tools/dev.sh setup installs it)";
     }
     return "";
 }
 
 }  // namespace
 
-#define SKIP_WITHOUT_NODE_CLIENT()                                                               \
-    if (std::string missing = node_client_missing(); !missing.empty()) {                        \
-        if (client_required()) GTEST_FAIL() << "ORDO_HTTP_CLIENT_REQUIRED=1 but " << missing;   \
-        std::fprintf(stderr, "\n*** SKIPPING: %s ***\n\n", missing.c_str());                   \
-        GTEST_SKIP() << missing;                                                                \
+#define SKIP_WITHOUT_NODE_CLIENT()                                                            \
+    if (std::string missing = node_client_missing(); !missing.empty()) {                      \
+        if (client_required()) GTEST_FAIL() << "ORDO_HTTP_CLIENT_REQUIRED=1 but " << missing; \
+        std::fprintf(stderr, "\n*** SKIPPING: %s ***\n\n", missing.c_str());                  \
+        GTEST_SKIP() << missing;                                                              \
     }
 
 // A tiny generated model with a ChatML template, named `name` (the model id clients send).
@@ -88,9 +87,9 @@ std::pair<std::string, std::string> tiny_model_and_template(const std::string& n
 
 // Runs `script` (BASE_URL MODEL ARGS...) with the Node client; it must print "all checks passed".
 void run_node_script(const std::string& script, uint16_t http_port, const std::string& args) {
-    const std::string cmd = "ORDO_NODE_MODULES='" + std::string(ORDO_NODE_MODULES) +
-                            "' timeout 300 node '" + script + "' http://127.0.0.1:" +
-                            std::to_string(http_port) + "/v1 " + args + " 2>&1";
+    const std::string cmd =
+        "ORDO_NODE_MODULES='" + std::string(ORDO_NODE_MODULES) + "' timeout 300 node '" + script +
+        "' http://127.0.0.1:" + std::to_string(http_port) + "/v1 " + args + " 2>&1";
     command_result r = run_command(cmd);
     EXPECT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("all checks passed"), std::string::npos) << r.output;
@@ -155,10 +154,11 @@ TEST(openai_node_client, tool_calls) {
 TEST(openai_node_client, agent_libraries) {
     SKIP_WITHOUT_NODE_CLIENT();
     const std::string modules = ORDO_NODE_MODULES;
-    for (const char* pkg : {"@langchain/openai", "@langchain/core", "ai", "@ai-sdk/openai", "zod"}) {
+    for (const char* pkg :
+         {"@langchain/openai", "@langchain/core", "ai", "@ai-sdk/openai", "zod"}) {
         if (fs::exists(modules + "/" + pkg + "/package.json")) continue;
-        const std::string missing = std::string(pkg) + " is not in " + modules +
-                                    " (bash tools/dev.sh test installs it)";
+        const std::string missing =
+            std::string(pkg) + " is not in " + modules + " (bash tools/dev.sh test installs it)";
         if (client_required()) GTEST_FAIL() << "ORDO_HTTP_CLIENT_REQUIRED=1 but " << missing;
         std::fprintf(stderr, "\n*** SKIPPING: %s ***\n\n", missing.c_str());
         GTEST_SKIP() << missing;

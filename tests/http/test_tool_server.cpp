@@ -2,7 +2,8 @@
 // (issue 31, docs/http.md "Tool calls"), on the random-weight Llama-3-shaped file (its own Llama
 // 3.2 template: the llama3_json format, a 128k vocabulary) and on the trained stories260K under
 // Qwen 2.5's real template (the hermes format) and under Mistral Nemo's (the mistral format); all
-// from ../shared/models, skipped visibly without it. Random weights make the constraint the only reason an answer is valid.
+// from ../shared/models, skipped visibly without it. Random weights make the constraint the only
+// reason an answer is valid.
 //
 // Checks, per model: tool_choice "required" always yields one call (parallel_tool_calls false)
 // of an offered function whose arguments parse and validate against its parameters schema
@@ -42,7 +43,8 @@ const json k_tools = json::parse(R"([
 void expect_valid(const std::string& doc, const json& schema) {
     json parsed = json::parse(doc, nullptr, false);
     ASSERT_FALSE(parsed.is_discarded()) << doc;
-    if (json_schema_validator()) EXPECT_EQ(json_schema_violation(doc, schema.dump(), "tools"), "") << doc;
+    if (json_schema_validator())
+        EXPECT_EQ(json_schema_violation(doc, schema.dump(), "tools"), "") << doc;
 }
 
 const json& schema_of(const std::string& name) {
@@ -64,8 +66,9 @@ public:
     explicit tool_server(std::vector<std::string> args) {
         started_ = proc_.start(ORDO_SERVER_BIN, args);
         if (started_) health_ = wait_healthy(proc_.port());
-        auto models = started_ && health_.empty() ? http_call(proc_.http_port(), "GET", "/v1/models")
-                                                  : std::nullopt;
+        auto models = started_ && health_.empty()
+                          ? http_call(proc_.http_port(), "GET", "/v1/models")
+                          : std::nullopt;
         if (models) model_ = json::parse(models->body)["data"][0]["id"];
     }
     std::string problem() {
@@ -163,7 +166,8 @@ void check_tools(const std::vector<std::string>& server_args) {
             const json& c = chunk["choices"][0];
             if (c["finish_reason"].is_string()) finish = c["finish_reason"];
             const json& delta = c["delta"];
-            if (delta.contains("content") && delta["content"].is_string()) content += delta["content"];
+            if (delta.contains("content") && delta["content"].is_string())
+                content += delta["content"];
             for (const json& t : delta.value("tool_calls", json::array())) {
                 const size_t i = t["index"];
                 if (i == calls.size()) {
@@ -183,9 +187,12 @@ void check_tools(const std::vector<std::string>& server_args) {
     // json_schema on the same server: every answer that ends validates.
     const json schema = schema_of("get_weather");
     for (int seed : {1, 2, 3}) {
-        auto o = s.post({{"response_format", {{"type", "json_schema"},
-                                              {"json_schema", {{"name", "w"}, {"schema", schema}}}}},
-                         {"seed", seed}, {"max_tokens", 200}, {"temperature", 1}});
+        auto o = s.post(
+            {{"response_format",
+              {{"type", "json_schema"}, {"json_schema", {{"name", "w"}, {"schema", schema}}}}},
+             {"seed", seed},
+             {"max_tokens", 200},
+             {"temperature", 1}});
         ASSERT_TRUE(o.has_value());
         ASSERT_EQ(o->status, 200) << o->body;
         const json c = json::parse(o->body)["choices"][0];
@@ -198,8 +205,8 @@ void check_tools(const std::vector<std::string>& server_args) {
         ASSERT_TRUE(gone.connect(s.proc().http_port()));
         json req = required(1, true);
         req["stream"] = true;
-        ASSERT_TRUE(gone.send(http_request_text("POST", "/v1/chat/completions",
-                                                s.body(req).dump())));
+        ASSERT_TRUE(
+            gone.send(http_request_text("POST", "/v1/chat/completions", s.body(req).dump())));
         ASSERT_TRUE(gone.read_head().has_value());
         ASSERT_TRUE(gone.read_chunk().has_value());
     }
@@ -210,7 +217,8 @@ void check_tools(const std::vector<std::string>& server_args) {
 }
 
 TEST(tool_server, llama3_shaped_file_calls_in_llama3_json) {
-    const std::string model = std::string(ORDO_SHARED_MODELS_DIR) + "/quant/llama3-tiny-Q4_K_M.gguf";
+    const std::string model =
+        std::string(ORDO_SHARED_MODELS_DIR) + "/quant/llama3-tiny-Q4_K_M.gguf";
     ORDO_REQUIRE_SHARED(model);
     check_tools({"--model", model});
 }

@@ -49,8 +49,8 @@ using ordo::test::trace_script;
 namespace fs = std::filesystem;
 
 // What the kv actor sends the scheduler, and the gpu actor (kv_actor's two outboxes).
-using sched_probe = probe<kv_lookup_done, kv_restore_done, kv_save_done, kv_evicted, kv_status,
-                          kv_session_deleted>;
+using sched_probe =
+    probe<kv_lookup_done, kv_restore_done, kv_save_done, kv_evicted, kv_status, kv_session_deleted>;
 using gpu_probe = probe<gpu::kv_copy_out, gpu::kv_copy_in>;
 using copy_job = gpu_probe::any;
 

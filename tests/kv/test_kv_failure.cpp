@@ -75,9 +75,9 @@ TEST(gpu_failure, a_code_is_read_once_and_decides) {
         EXPECT_TRUE(ordo::gpu::device_fault(lost)) << enum_name(lost);
         EXPECT_TRUE(ordo::gpu::build_retryable(lost)) << enum_name(lost);
     }
-    for (gpu_failure permanent : {gpu_failure::bad_config, gpu_failure::bad_shape,
-                                  gpu_failure::unsupported, gpu_failure::unsupported_type,
-                                  gpu_failure::device_not_found}) {
+    for (gpu_failure permanent :
+         {gpu_failure::bad_config, gpu_failure::bad_shape, gpu_failure::unsupported,
+          gpu_failure::unsupported_type, gpu_failure::device_not_found}) {
         EXPECT_FALSE(ordo::gpu::build_retryable(permanent)) << enum_name(permanent);
     }
 }

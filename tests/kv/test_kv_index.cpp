@@ -46,8 +46,8 @@ std::vector<int32_t> iota(size_t n, int32_t first = 0) {
 
 TEST(kv_index, longest_run_of_whole_blocks) {
     kv_index idx(B);
-    idx.put(entry("a", iota(8)));    // 2 blocks
-    idx.put(entry("b", iota(16)));   // 4 blocks, same first 2
+    idx.put(entry("a", iota(8)));             // 2 blocks
+    idx.put(entry("b", iota(16)));            // 4 blocks, same first 2
     auto m = idx.longest(iota(13), nullptr);  // 3 whole blocks asked
     ASSERT_TRUE(m);
     EXPECT_EQ(m->name, "b");
@@ -124,7 +124,6 @@ TEST(kv_index, chain_keys_depend_on_the_whole_prefix) {
 }
 
 // ---- keys shared by several entries ----
-
 
 // An entry of `n_blocks` blocks whose ids are first, first + 1, ...
 kv_entry entry_n(const std::string& name, uint32_t n_blocks, int32_t first = 1,

@@ -8,8 +8,6 @@
 // digest sees trailing zero bytes and single-bit flips anywhere in a buffer, and stability of
 // stories260K across two loads when the shared models are present.
 #include <gtest/gtest.h>
-
-#include "tests/support/shared_models.hpp"
 #include <unistd.h>
 
 #include <filesystem>
@@ -22,6 +20,7 @@
 #include "model/gguf.hpp"
 #include "model/gguf_writer.hpp"
 #include "model/synth.hpp"
+#include "tests/support/shared_models.hpp"
 
 using namespace ordo::model;
 namespace fs = std::filesystem;

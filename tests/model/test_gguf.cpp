@@ -8,13 +8,12 @@
 // that folder's README (skipped with a message when the folder is absent).
 #include <gtest/gtest.h>
 
-#include "tests/support/shared_models.hpp"
-
 #include <filesystem>
 #include <numeric>
 
 #include "model/gguf.hpp"
 #include "model/gguf_writer.hpp"
+#include "tests/support/shared_models.hpp"
 
 using namespace ordo::model;
 
@@ -91,10 +90,14 @@ TEST(GgufTypes, TableIsConsistent) {
         ggml_type type;
         uint32_t id, block_size, block_bytes;
     };
-    for (const auto& g : {id_geometry{ggml_type::q4_1, 3, 32, 20}, {ggml_type::q5_0, 6, 32, 22},
-                          {ggml_type::q5_1, 7, 32, 24}, {ggml_type::q2_k, 10, 256, 84},
-                          {ggml_type::q3_k, 11, 256, 110}, {ggml_type::q4_k, 12, 256, 144},
-                          {ggml_type::q5_k, 13, 256, 176}, {ggml_type::q6_k, 14, 256, 210},
+    for (const auto& g : {id_geometry{ggml_type::q4_1, 3, 32, 20},
+                          {ggml_type::q5_0, 6, 32, 22},
+                          {ggml_type::q5_1, 7, 32, 24},
+                          {ggml_type::q2_k, 10, 256, 84},
+                          {ggml_type::q3_k, 11, 256, 110},
+                          {ggml_type::q4_k, 12, 256, 144},
+                          {ggml_type::q5_k, 13, 256, 176},
+                          {ggml_type::q6_k, 14, 256, 210},
                           {ggml_type::bf16, 30, 1, 2}}) {
         EXPECT_EQ(static_cast<uint32_t>(g.type), g.id) << type_name(g.type);
         EXPECT_EQ(block_size(g.type), g.block_size) << type_name(g.type);
@@ -125,8 +128,7 @@ TEST(Gguf, MetadataRoundTripEveryType) {
     EXPECT_EQ(*f->get_bool("t.bool"), true);
     EXPECT_EQ(*f->get_string("t.str"), "h\xC3\xA9llo\n");
     EXPECT_EQ(*f->get_string("t.empty"), "");
-    EXPECT_EQ(*f->get_string_array("t.strs"),
-              (std::vector<std::string>{"a", "", "\xE2\x96\x81x"}));
+    EXPECT_EQ(*f->get_string_array("t.strs"), (std::vector<std::string>{"a", "", "\xE2\x96\x81x"}));
     EXPECT_EQ(*f->get_f32_array("t.f32s"), (std::vector<float>{0.5f, -1.0f, 3.0e-8f}));
     EXPECT_EQ(*f->get_i32_array("t.i32s"), (std::vector<int32_t>{1, -2, 3}));
     auto nested = f->get_array("t.nested");
@@ -152,7 +154,7 @@ TEST(Gguf, TypedGettersSeparateAbsentFromWrongType) {
     EXPECT_EQ(f->get_u32("t.i32").err().code, "gguf_key_wrong_type");  // negative
     EXPECT_EQ(f->get_u32("t.u64").err().code, "gguf_key_wrong_type");  // does not fit
     EXPECT_EQ(f->get_i64("t.u64").err().code, "gguf_key_wrong_type");  // > INT64_MAX
-    EXPECT_EQ(*f->get_u32("t.u8"), 200u);                               // widened
+    EXPECT_EQ(*f->get_u32("t.u8"), 200u);                              // widened
     EXPECT_EQ(*f->get_i64("t.i16"), -30000);
     EXPECT_EQ(f->get_bool("t.u8").err().code, "gguf_key_wrong_type");
     EXPECT_EQ(f->get_string_array("t.i32s").err().code, "gguf_key_wrong_type");
@@ -239,9 +241,9 @@ TEST(Gguf, AlignmentAndAtomicFileWrite) {
     EXPECT_EQ(f->alignment(), 64u);
     EXPECT_EQ(f->data_offset() % 64, 0u);
     EXPECT_EQ(f->find_tensor("y")->offset, 64u);
-    EXPECT_EQ(std::vector<uint8_t>(f->find_tensor("y")->data.begin(),
-                                   f->find_tensor("y")->data.end()),
-              pattern(6, 2));
+    EXPECT_EQ(
+        std::vector<uint8_t>(f->find_tensor("y")->data.begin(), f->find_tensor("y")->data.end()),
+        pattern(6, 2));
     // Moving the file keeps tensor spans valid (the mapping does not move).
     gguf_file moved = std::move(*f);
     EXPECT_EQ(moved.find_tensor("x")->data[0], pattern(12, 1)[0]);

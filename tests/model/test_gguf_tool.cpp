@@ -4,13 +4,10 @@
 // How: runs the built binary (ORDO_MODEL_TOOL) through the shell, captures stdout+stderr and the
 // exit code. On stories260K it checks the reported header facts and the golden prompt's token
 // ids; on llama-quantize's files (../shared/models/quant) the tensor-type histogram against the
-// counts their README lists; on files crafted here (one with a type ordo does not run) (truncated copy, no tokenizer) and on bad command lines it checks
-// for a one-line error naming the problem and exit 1 (bad input) or 2 (usage).
+// counts their README lists; on files crafted here (one with a type ordo does not run) (truncated
+// copy, no tokenizer) and on bad command lines it checks for a one-line error naming the problem
+// and exit 1 (bad input) or 2 (usage).
 #include <gtest/gtest.h>
-
-#include "tests/support/server_process.hpp"
-
-#include "tests/support/shared_models.hpp"
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -20,6 +17,8 @@
 #include <vector>
 
 #include "model/gguf_writer.hpp"
+#include "tests/support/server_process.hpp"
+#include "tests/support/shared_models.hpp"
 
 using namespace ordo::model;
 
@@ -109,8 +108,7 @@ TEST_F(ToolTest, InfoHistogramOfQuantizedFiles) {
         auto t = run("info " + dir + w.file);
         ASSERT_EQ(t.exit_code, 0);
         EXPECT_NE(t.output.find("tensor types:\n"), std::string::npos);
-        EXPECT_NE(t.output.find(", " + std::to_string(bytes_sum) + " bytes):"),
-                  std::string::npos)
+        EXPECT_NE(t.output.find(", " + std::to_string(bytes_sum) + " bytes):"), std::string::npos)
             << "histogram bytes " << bytes_sum << " differ from the table's total\n"
             << t.output;
     }
@@ -127,8 +125,7 @@ TEST_F(ToolTest, InfoListsTypesOrdoDoesNotRun) {
     ASSERT_TRUE(w.write_file(path("iq.gguf")).ok());
     auto r = run("info " + path("iq.gguf"));
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    EXPECT_NE(r.output.find("  q4_k          2 tensors            576 bytes\n"),
-              std::string::npos)
+    EXPECT_NE(r.output.find("  q4_k          2 tensors            576 bytes\n"), std::string::npos)
         << r.output;
     EXPECT_NE(r.output.find("  iq2_xxs       1 tensors            132 bytes  (ordo does not "
                             "run this type)"),

@@ -382,8 +382,8 @@ TEST(LlamaRope, UnsupportedScalingNamesKeyAndValue) {
         tiny_model m;
         m.strings["llama.rope.scaling.type"] = type;
         m.floats["llama.rope.scaling.factor"] = 4.0f;
-        expect_error(m, "llama_unsupported_rope", "llama.rope.scaling.type = '" +
-                                                      std::string(type) + "'");
+        expect_error(m, "llama_unsupported_rope",
+                     "llama.rope.scaling.type = '" + std::string(type) + "'");
     }
 }
 

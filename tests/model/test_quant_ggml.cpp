@@ -177,8 +177,8 @@ TEST(QuantGgml, LlamaQuantizeBlocksDecodeToTheirF32Originals) {
     ORDO_REQUIRE_SHARED(models + "/stories260K.gguf");
     auto original = gguf_file::open(models + "/stories260K.gguf");
     ASSERT_TRUE(original.ok()) << original.err().message;
-    const ggml_type types[] = {ggml_type::q4_0, ggml_type::q4_1, ggml_type::q5_0,
-                               ggml_type::q5_1, ggml_type::q8_0};
+    const ggml_type types[] = {ggml_type::q4_0, ggml_type::q4_1, ggml_type::q5_0, ggml_type::q5_1,
+                               ggml_type::q8_0};
     for (ggml_type type : types) {
         std::string upper(type_name(type));
         for (char& ch : upper) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));

@@ -8,8 +8,6 @@
 // and a bad file each exit non-zero with a one-line error. Skips when the shared models folder
 // is absent.
 #include <gtest/gtest.h>
-
-#include "tests/support/shared_models.hpp"
 #include <unistd.h>
 
 #include <cstdio>
@@ -17,6 +15,8 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+
+#include "tests/support/shared_models.hpp"
 
 namespace {
 
@@ -46,9 +46,7 @@ run_result run(const std::string& args) {
 
 class GenerateCli : public ::testing::Test {
 protected:
-    void SetUp() override {
-        ORDO_REQUIRE_SHARED(k_model);
-    }
+    void SetUp() override { ORDO_REQUIRE_SHARED(k_model); }
 };
 
 }  // namespace

@@ -9,8 +9,6 @@
 // absent (a fresh clone).
 #include <gtest/gtest.h>
 
-#include "tests/support/shared_models.hpp"
-
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -21,13 +19,13 @@
 #include "model/gguf.hpp"
 #include "model/reference.hpp"
 #include "tests/support/golden_json.hpp"
+#include "tests/support/shared_models.hpp"
 
 using namespace ordo::model;
 
 namespace {
 
 const std::string k_models = ORDO_SHARED_MODELS_DIR;
-
 
 std::string read_text(const std::string& path) {
     std::ifstream f(path);

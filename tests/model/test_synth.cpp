@@ -320,9 +320,8 @@ void expect_track_f32(SynthTest& t, const std::string& shape, std::span<const tr
 // 16 16, bf16 0.45 0.73 16 16, q4_1 18 32 14 10, q5_0 8.9 15.8 16 9, q5_1 8.4 15.5 16 11.
 TEST_F(SynthTest, QuantizedModelsTrackF32) {
     const track_want wants[] = {
-        {"q8_0", 0.03, 0.03, 15, 14},   {"q4_0", 0.30, 0.45, 11, 6},
-        {"f16", 0.002, 0.003, 16, 15},  {"bf16", 0.01, 0.012, 16, 14},
-        {"q4_1", 0.27, 0.45, 11, 6},    {"q5_0", 0.14, 0.24, 14, 6},
+        {"q8_0", 0.03, 0.03, 15, 14},  {"q4_0", 0.30, 0.45, 11, 6}, {"f16", 0.002, 0.003, 16, 15},
+        {"bf16", 0.01, 0.012, 16, 14}, {"q4_1", 0.27, 0.45, 11, 6}, {"q5_0", 0.14, 0.24, 14, 6},
         {"q5_1", 0.14, 0.24, 14, 7},
     };
     expect_track_f32(*this,
@@ -337,9 +336,8 @@ TEST_F(SynthTest, QuantizedModelsTrackF32) {
 // rms diff of 141%), so its bounds only catch a broken encoder, not a slightly worse one.
 TEST_F(SynthTest, KQuantModelsTrackF32) {
     const track_want wants[] = {
-        {"q2_k", 0.95, 1.3, 0, 0},     {"q3_k", 0.45, 0.75, 7, 3},
-        {"q4_k", 0.27, 0.42, 11, 4},   {"q5_k", 0.14, 0.21, 14, 9},
-        {"q6_k", 0.07, 0.11, 15, 10},
+        {"q2_k", 0.95, 1.3, 0, 0},   {"q3_k", 0.45, 0.75, 7, 3},   {"q4_k", 0.27, 0.42, 11, 4},
+        {"q5_k", 0.14, 0.21, 14, 9}, {"q6_k", 0.07, 0.11, 15, 10},
     };
     expect_track_f32(*this,
                      "--n-embd 256 --n-layer 2 --n-head 4 --n-head-kv 2 --n-ff 512 --n-vocab 512 "
@@ -374,7 +372,7 @@ TEST(SynthRope, Llama3FactorsAreConvertHfToGgufs) {
 
 TEST_F(SynthTest, MkWritesRopeFactorsAndLinearScaling) {
     ASSERT_EQ(mk("rope.gguf", std::string(k_small) + " --type f32 --seed 3 --rope-base 500000 "
-                                                    "--rope-llama3 8 --rope-linear 2"),
+                                                     "--rope-llama3 8 --rope-linear 2"),
               0)
         << last_stderr;
     auto f = gguf_file::open(path("rope.gguf"));
@@ -424,8 +422,9 @@ double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
 // Llama 3 heads (head_dim 128, base 500000): the factors divide pairs 29..63's frequencies, which
 // turn slowly, so their effect grows with the position; 64 positions show it clearly.
 TEST_F(SynthTest, RopeFactorsAndLinearScalingChangeTheLogits) {
-    const std::string shape = "--n-embd 256 --n-layer 2 --n-head 2 --n-head-kv 1 --n-ff 256 "
-                              "--n-vocab 300 --type f32 --seed 5 --ctx 4096 --rope-base 500000";
+    const std::string shape =
+        "--n-embd 256 --n-layer 2 --n-head 2 --n-head-kv 1 --n-ff 256 "
+        "--n-vocab 300 --type f32 --seed 5 --ctx 4096 --rope-base 500000";
     ASSERT_EQ(mk("plain.gguf", shape), 0) << last_stderr;
     ASSERT_EQ(mk("llama3.gguf", shape + " --rope-llama3 32"), 0) << last_stderr;
     ASSERT_EQ(mk("linear.gguf", shape + " --rope-linear 4"), 0) << last_stderr;

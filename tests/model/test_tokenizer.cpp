@@ -8,15 +8,14 @@
 // Tests that need the shared models skip with a message when that folder is absent.
 #include <gtest/gtest.h>
 
-#include "tests/support/shared_models.hpp"
-#include "tests/support/vocab_vectors.hpp"
-
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "model/gguf.hpp"
 #include "model/tokenizer.hpp"
+#include "tests/support/shared_models.hpp"
+#include "tests/support/vocab_vectors.hpp"
 
 using namespace ordo::model;
 
@@ -47,7 +46,9 @@ tokenizer byte_vocab_tokenizer() {
         s.pieces.push_back(name);
         s.types.push_back(token_type::byte);
     }
-    for (const char* p : {"\xE2\x96\x81" "hi", "\xE2\x96\x81", "h", "i", "hi"}) {
+    for (const char* p : {"\xE2\x96\x81"
+                          "hi",
+                          "\xE2\x96\x81", "h", "i", "hi"}) {
         s.pieces.push_back(p);
         s.types.push_back(token_type::normal);
     }
@@ -58,7 +59,9 @@ tokenizer byte_vocab_tokenizer() {
     return tokenizer(std::move(*v));
 }
 
-token_id byte_id(const tokenizer& t, uint8_t b) { return t.vocab().byte_token(b); }
+token_id byte_id(const tokenizer& t, uint8_t b) {
+    return t.vocab().byte_token(b);
+}
 
 }  // namespace
 
@@ -92,7 +95,7 @@ TEST(Tokenizer, Stories260KRoundTrip) {
     tokenizer tok = load_tokenizer(k_stories);
     EXPECT_EQ(tok.vocab().size(), 512u);
     EXPECT_EQ(tok.vocab().pad(), k_no_token);  // 0xFFFFFFFF in the file
-    EXPECT_TRUE(tok.vocab().add_bos());         // absent key -> llama default
+    EXPECT_TRUE(tok.vocab().add_bos());        // absent key -> llama default
     for (const char* text : {"Once upon a time", "Hello, world! 123", "  two  spaces",
                              "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80 \xE6\x97\xA5\xE6\x9C\xAC",
                              "line\nbreak\ttab", "x"}) {
@@ -162,7 +165,12 @@ TEST(Tokenizer, StreamReplacesInvalidBytes) {
         all += *out;
     }
     all += dec.flush();
-    EXPECT_EQ(all, "\xEF\xBF\xBD\xEF\xBF\xBD" "A" "\xEF\xBF\xBD" "B" "\xEF\xBF\xBD");
+    EXPECT_EQ(all,
+              "\xEF\xBF\xBD\xEF\xBF\xBD"
+              "A"
+              "\xEF\xBF\xBD"
+              "B"
+              "\xEF\xBF\xBD");
     // Surrogate (ED A0 80) is never valid UTF-8.
     std::string out;
     EXPECT_EQ(utf8_sanitize("\xED\xA0\x80", true, out), 0u);

@@ -12,18 +12,16 @@
 // Tests that need the shared models skip with a message when that folder is absent.
 #include <gtest/gtest.h>
 
-#include "tests/support/shared_models.hpp"
-#include "tests/support/vocab_vectors.hpp"
-
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "model/bpe.hpp"
 #include "model/gguf.hpp"
 #include "model/tokenizer.hpp"
+#include "tests/support/shared_models.hpp"
+#include "tests/support/vocab_vectors.hpp"
 
 using namespace ordo::model;
 
@@ -62,8 +60,8 @@ TEST_P(BpeVectors, EncodeMatchesLlamaCppAndRoundTrips) {
     int passed = 0;
     for (size_t i = 0; i < cases.size(); ++i) {
         auto ids = tok.encode(cases[i].text, false);
-        EXPECT_EQ(ids, cases[i].ids) << GetParam() << " case " << i << ": '" << cases[i].text
-                                     << "'";
+        EXPECT_EQ(ids, cases[i].ids)
+            << GetParam() << " case " << i << ": '" << cases[i].text << "'";
         passed += ids == cases[i].ids;
         auto text = tok.decode(ids);
         ASSERT_TRUE(text.ok());
@@ -96,8 +94,8 @@ TEST(TokenizerBpe, Llama3TinyGoldenPrompts) {
         for (const auto& c : m["cases"]) {
             std::string prompt = c["prompt"];
             auto want = c["prompt_token_ids"].get<std::vector<token_id>>();
-            auto got = tok->encode(prompt, c["add_special"].get<bool>(),
-                                   c["parse_special"].get<bool>());
+            auto got =
+                tok->encode(prompt, c["add_special"].get<bool>(), c["parse_special"].get<bool>());
             EXPECT_EQ(got, want) << "prompt '" << prompt << "'";
             ++checked;
         }
@@ -179,7 +177,10 @@ vocab tiny_bpe_vocab(const std::string& pre) {
     s.model = "gpt2";
     s.pre = pre;
     for (int b = 0; b < 256; ++b) s.pieces.emplace_back(byte_to_piece_char(uint8_t(b)));
-    for (const char* p : {"ab", "abc", "\xC4\xA0" "a"}) s.pieces.emplace_back(p);  // "Ġa": " a"
+    for (const char* p : {"ab", "abc",
+                          "\xC4\xA0"
+                          "a"})
+        s.pieces.emplace_back(p);  // "Ġa": " a"
     s.merges = {"a b", "ab c", "\xC4\xA0 a"};
     s.bos = s.eos = s.unk = k_no_token;
     auto v = vocab::from_spec(std::move(s));
@@ -205,9 +206,9 @@ TEST(TokenizerBpe, MergesByRank) {
     // " ab" is one word (gpt-2 pre-tokenizer); "a b" (rank 0) merges before "Ġ a" (rank 2)
     // although "Ġ a" is further left, and then "Ġ" + "ab" has no merge.
     token_id space = v.find("\xC4\xA0");
-    EXPECT_EQ(tok.encode("x ab", false),
-              (std::vector<token_id>{v.find("x"), space, v.find("ab")}));
-    EXPECT_EQ(tok.encode("x a", false), (std::vector<token_id>{v.find("x"), v.find("\xC4\xA0" "a")}));
+    EXPECT_EQ(tok.encode("x ab", false), (std::vector<token_id>{v.find("x"), space, v.find("ab")}));
+    EXPECT_EQ(tok.encode("x a", false), (std::vector<token_id>{v.find("x"), v.find("\xC4\xA0"
+                                                                                   "a")}));
 }
 
 TEST(TokenizerBpe, OneMegabyteWordEncodesAndRoundTrips) {

@@ -112,8 +112,8 @@ TEST(api_keys_match, every_key_exactly_and_nothing_else) {
     EXPECT_TRUE(keys.matches("alpha"));
     EXPECT_TRUE(keys.matches("beta-key"));
     EXPECT_TRUE(keys.matches(std::string(api_key_bytes_max, 'z')));
-    EXPECT_FALSE(keys.matches("alph"));    // a prefix
-    EXPECT_FALSE(keys.matches("alphaa"));  // longer
+    EXPECT_FALSE(keys.matches("alph"));                     // a prefix
+    EXPECT_FALSE(keys.matches("alphaa"));                   // longer
     EXPECT_FALSE(keys.matches(std::string("alpha\0", 6)));  // the padding itself
     EXPECT_FALSE(keys.matches(""));
     EXPECT_FALSE(keys.matches(std::string(api_key_bytes_max + 1, 'z')));
@@ -162,18 +162,19 @@ TEST(auth_failure_table, the_address_bound_evicts_the_least_recently_seen) {
     EXPECT_FALSE(t.failed("a", t0));
     EXPECT_FALSE(t.failed("b", t0));
     EXPECT_FALSE(t.failed("c", t0));
-    EXPECT_TRUE(t.failed("a", t0));  // a is now the most recently seen, and cut off
-    EXPECT_FALSE(t.failed("d", t0)); // evicts b, the least recently seen
+    EXPECT_TRUE(t.failed("a", t0));   // a is now the most recently seen, and cut off
+    EXPECT_FALSE(t.failed("d", t0));  // evicts b, the least recently seen
     EXPECT_EQ(t.size(), 3u);
-    EXPECT_FALSE(t.failed("b", t0)); // b starts again at one failure (evicting c)
+    EXPECT_FALSE(t.failed("b", t0));  // b starts again at one failure (evicting c)
     EXPECT_GT(t.cooldown_left_ms("a", t0), 0u);
     for (int i = 0; i < 1000; i++) t.failed("x" + std::to_string(i), t0);
     EXPECT_EQ(t.size(), 3u);
 }
 
 TEST(auth_gate_check, verdicts_and_the_shared_cut_off) {
-    auth_gate gate(api_keys({"right"}), {.failures_max = 3, .window_ms = 60000,
-                                         .cooldown_ms = 60000, .clients_max = 16});
+    auth_gate gate(
+        api_keys({"right"}),
+        {.failures_max = 3, .window_ms = 60000, .cooldown_ms = 60000, .clients_max = 16});
     EXPECT_TRUE(gate.required());
     EXPECT_EQ(gate.check("1.2.3.4", "right", t0), auth_verdict::ok);
     EXPECT_EQ(gate.check("1.2.3.4", std::nullopt, t0), auth_verdict::missing);
@@ -237,7 +238,8 @@ TEST(auth_op, parsed_by_the_one_validator) {
     EXPECT_EQ(missing.err().code, "bad_request");
     EXPECT_FALSE(parse(pack("id", 1, "op", "auth", "key", 7)).ok());
     EXPECT_FALSE(parse(pack("id", 1, "op", "auth", "key", "k", "extra", 1)).ok());
-    auto too_long = parse(pack("id", 1, "op", "auth", "key", std::string(api_key_bytes_max + 1, 'k')));
+    auto too_long =
+        parse(pack("id", 1, "op", "auth", "key", std::string(api_key_bytes_max + 1, 'k')));
     ASSERT_FALSE(too_long.ok());
     EXPECT_EQ(too_long.err().message.find("kkkk"), std::string::npos);  // never quoted
 }

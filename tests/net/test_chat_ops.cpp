@@ -13,10 +13,9 @@
 // server's 1M) and a string doubling past 32 MiB end with template_error naming a bound.
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <msgpack.hpp>
 #include <nlohmann/json.hpp>
-
-#include <memory>
 #include <string>
 
 #include "net/chat.hpp"
@@ -48,7 +47,8 @@ const char* k_chatml =
 
 request_limits limits_with(std::string_view tmpl, bool kv = true) {
     request_limits l{256, 0, kv};
-    l.chat = std::make_shared<const chat_setup>(make_chat_setup(tmpl, "file:test.jinja", "<s>", "</s>"));
+    l.chat =
+        std::make_shared<const chat_setup>(make_chat_setup(tmpl, "file:test.jinja", "<s>", "</s>"));
     return l;
 }
 
@@ -108,11 +108,12 @@ TEST(chat_op, the_template_sees_every_variable) {
                               l)),
               "<s><|im_start|>user\nHi<|im_end|>\n[tools 1: get_weather][date 26 Jul 2024][4]</s>");
     // Keys in the order sent; a nil content with tool_calls; tool messages.
-    json msgs = json::array(
-        {{{"content", "Hi"}, {"role", "user"}, {"name", "ann"}},
-         {{"role", "assistant"}, {"content", nullptr},
-          {"tool_calls", json::array({{{"name", "f"}, {"arguments", {{"x", 1}}}}})}},
-         {{"role", "tool"}, {"content", "42"}, {"tool_call_id", "c1"}}});
+    json msgs =
+        json::array({{{"content", "Hi"}, {"role", "user"}, {"name", "ann"}},
+                     {{"role", "assistant"},
+                      {"content", nullptr},
+                      {"tool_calls", json::array({{{"name", "f"}, {"arguments", {{"x", 1}}}}})}},
+                     {{"role", "tool"}, {"content", "42"}, {"tool_call_id", "c1"}}});
     EXPECT_EQ(prompt_of(parse("chat",
                               {{"messages", msgs},
                                {"add_generation_prompt", false},
@@ -164,7 +165,8 @@ TEST(chat_op, bad_conversations_are_bad_requests_naming_the_key) {
         {{{"messages", json::array({{{"role", "user"}, {"content", 5}}})}}, "messages[0].content"},
         {{{"messages", json::array({k_hi[0], {{"role", "user"}, {"content", "x"}, {"foo", 1}}})}},
          "messages[1].foo"},
-        {{{"messages", json::array({{{"role", "assistant"}, {"content", "x"}, {"tool_calls", 1}}})}},
+        {{{"messages",
+           json::array({{{"role", "assistant"}, {"content", "x"}, {"tool_calls", 1}}})}},
          "messages[0].tool_calls"},
         {{{"messages", json::array({{{"role", "user"}, {"content", "x"}, {"name", deep}}})}},
          "messages[0].name"},
@@ -223,8 +225,8 @@ TEST(chat_op, no_template_and_failing_templates_have_their_own_codes) {
         "{% for m in messages %}\n{% if m.role == 'tool' %}\n"
         "{{ raise_exception('tools are not supported') }}\n{% endif %}{{ m.content }}{% endfor %}");
     EXPECT_EQ(prompt_of(parse("chat", {{"messages", k_hi}}, raising)), "Hi");
-    r = parse("apply_template",
-              {{"messages", json::array({{{"role", "tool"}, {"content", "1"}}})}}, raising);
+    r = parse("apply_template", {{"messages", json::array({{{"role", "tool"}, {"content", "1"}}})}},
+              raising);
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.err().code, "template_error");
     EXPECT_NE(r.err().message.find("tools are not supported"), std::string::npos)
@@ -240,8 +242,9 @@ TEST(chat_op, renders_are_bounded_by_the_server_limits) {
         "{% if d is defined %}{% set s = namespace(v='0123456789abcdef') %}"
         "{% for i in range(d) %}{% set s.v = s.v ~ s.v %}{% endfor %}{{ s.v | length }}{% endif %}"
         "ok");
-    EXPECT_EQ(prompt_of(parse("chat", {{"messages", k_hi}, {"chat_template_kwargs", {{"n", 10}}}}, l)),
-              "ok");
+    EXPECT_EQ(
+        prompt_of(parse("chat", {{"messages", k_hi}, {"chat_template_kwargs", {{"n", 10}}}}, l)),
+        "ok");
     auto r = parse("chat", {{"messages", k_hi}, {"chat_template_kwargs", {{"n", 2000}}}}, l);
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.err().code, "template_error");

@@ -176,7 +176,7 @@ TEST(frame_decoder, oversized_headers_are_refused_when_the_header_is_in) {
         {"array32", std::string("\xdd\xff\xff\xff\xf0", 5)},
         {"map32", std::string("\xdf\x7f\xff\xff\xf0", 5)},
         {"str32", std::string("\xdb\x00\x10\x00\x00", 5)},  // exactly 1 MiB of payload
-        {"array16", std::string("\xdc\xff\xff", 3)},      // at a 1 MiB limit this one fits
+        {"array16", std::string("\xdc\xff\xff", 3)},        // at a 1 MiB limit this one fits
     };
     for (const auto& c : cases) {
         SCOPED_TRACE(c.name);
@@ -245,7 +245,13 @@ TEST(frame_decoder, values_bound_is_exact_and_counts_every_value) {
         EXPECT_NE(r.err().message.find("max_frame_values"), std::string::npos) << r.err().message;
     }
     // {"a": [1, 2], "b": {}}: the map, 2 keys, the array, 2 ints, the empty map = 7 values.
-    const std::string nested("\x82\xa1" "a" "\x92\x01\x02\xa1" "b" "\x80", 9);
+    const std::string nested(
+        "\x82\xa1"
+        "a"
+        "\x92\x01\x02\xa1"
+        "b"
+        "\x80",
+        9);
     frame_decoder seven(1024, 7);
     EXPECT_EQ(bytes_until_refused(seven, nested), 0u);
     EXPECT_EQ(seven.frames(), 1u);

@@ -29,10 +29,9 @@ using ordo::test::tcp_client;
 using ordo::test::trace_script;
 using ordo::test::uint_field;
 
-using sched_probe =
-    probe<sched::generate, sched::cancel, sched::tokenize, sched::detokenize,
-          sched::model_info_query, sched::stats_query, sched::fault, sched::session_delete,
-          sched::client_gone, sched::embed>;
+using sched_probe = probe<sched::generate, sched::cancel, sched::tokenize, sched::detokenize,
+                          sched::model_info_query, sched::stats_query, sched::fault,
+                          sched::session_delete, sched::client_gone, sched::embed>;
 
 struct rig {
     explicit rig(net::net_options o = {}) : net(with_defaults(std::move(o)), 1024) {

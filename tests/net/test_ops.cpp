@@ -6,8 +6,6 @@
 // types, floats for ints, out-of-range values, prompt XOR tokens, bad stop lists, bad sessions,
 // session without kv, ids beyond the vocabulary) each give bad_request with a message naming
 // the key; tokenize, detokenize, cancel and embed parse and refuse their own bad inputs.
-#include "net/ops.hpp"
-
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -17,6 +15,8 @@
 #include <msgpack.hpp>
 #include <string>
 #include <vector>
+
+#include "net/ops.hpp"
 
 namespace {
 
@@ -357,7 +357,8 @@ TEST(ops, session_delete_parses_and_refuses_bad_names) {
     ASSERT_FALSE(off.ok());
     EXPECT_NE(off.err().message.find("[kv] enabled"), std::string::npos);
     for (const std::string& bad : {std::string("a/b"), std::string(""), std::string(129, 'a')}) {
-        auto g = make_frame("session_delete", 1, [&](packer& p) { p.pack("session"), p.pack(bad); });
+        auto g =
+            make_frame("session_delete", 1, [&](packer& p) { p.pack("session"), p.pack(bad); });
         auto e = parse_session_delete(g.get(), request_limits{256, 0, true});
         ASSERT_FALSE(e.ok()) << bad;
         EXPECT_NE(e.err().message.find("session"), std::string::npos) << e.err().message;
@@ -457,7 +458,11 @@ TEST(ops, embed_takes_one_input_or_token_ids) {
         {1, [](packer& p) { p.pack("input"), p.pack(""); }, "\"input\""},
         {1, [](packer& p) { p.pack("input"), p.pack(7); }, "\"input\""},
         {1, [](packer& p) { p.pack("tokens"), p.pack(std::vector<int>{}); }, "\"tokens\""},
-        {1, [](packer& p) { p.pack("tokens"), p.pack(std::vector<int>{5, 100}); }, "\"tokens[1]\""},
+        {1,
+         [](packer& p) {
+             p.pack("tokens"), p.pack(std::vector<int>{5, 100});
+         },
+         "\"tokens[1]\""},
         {2,
          [](packer& p) {
              p.pack("input"), p.pack("x");
@@ -501,16 +506,45 @@ TEST(ops, integer_valued_floats_are_refused_everywhere) {
         const char* key;
     };
     const probe probes[] = {
-        {"generate", [](float_frame& f) { f.pk.pack("tokens"), f.pk.pack(std::vector<int>{1}), f.pk.pack("max_tokens"), f.f64(2.0); }, 2, "max_tokens"},
-        {"generate", [](float_frame& f) { f.pk.pack("tokens"), f.pk.pack_array(1), f.f64(1.0); }, 1, "tokens[0]"},
-        {"generate", [](float_frame& f) { f.pk.pack("prompt"), f.pk.pack("a"), f.pk.pack("top_k"), f.f64(3.0); }, 2, "top_k"},
-        {"generate", [](float_frame& f) { f.pk.pack("prompt"), f.pk.pack("a"), f.pk.pack("logprobs"), f.f64(1.0); }, 2, "logprobs"},
-        {"generate", [](float_frame& f) { f.pk.pack("prompt"), f.pk.pack("a"), f.pk.pack("seed"), f.f64(5.0); }, 2, "seed"},
+        {"generate",
+         [](float_frame& f) {
+             f.pk.pack("tokens"), f.pk.pack(std::vector<int>{1}), f.pk.pack("max_tokens"),
+                 f.f64(2.0);
+         },
+         2, "max_tokens"},
+        {"generate", [](float_frame& f) { f.pk.pack("tokens"), f.pk.pack_array(1), f.f64(1.0); }, 1,
+         "tokens[0]"},
+        {"generate",
+         [](float_frame& f) {
+             f.pk.pack("prompt"), f.pk.pack("a"), f.pk.pack("top_k"), f.f64(3.0);
+         },
+         2, "top_k"},
+        {"generate",
+         [](float_frame& f) {
+             f.pk.pack("prompt"), f.pk.pack("a"), f.pk.pack("logprobs"), f.f64(1.0);
+         },
+         2, "logprobs"},
+        {"generate",
+         [](float_frame& f) { f.pk.pack("prompt"), f.pk.pack("a"), f.pk.pack("seed"), f.f64(5.0); },
+         2, "seed"},
         {"cancel", [](float_frame& f) { f.pk.pack("target"), f.f64(1.0); }, 1, "target"},
-        {"detokenize", [](float_frame& f) { f.pk.pack("tokens"), f.pk.pack_array(1), f.f64(2.0); }, 1, "tokens[0]"},
-        {"fault", [](float_frame& f) { f.pk.pack("kind"), f.pk.pack("hang"), f.pk.pack("layer"), f.f64(1.0); }, 2, "layer"},
-        {"fault", [](float_frame& f) { f.pk.pack("kind"), f.pk.pack("hang"), f.pk.pack("after_steps"), f.f64(0.0); }, 2, "after_steps"},
-        {"fault", [](float_frame& f) { f.pk.pack("kind"), f.pk.pack("hang"), f.pk.pack("count"), f.f64(1.0); }, 2, "count"},
+        {"detokenize", [](float_frame& f) { f.pk.pack("tokens"), f.pk.pack_array(1), f.f64(2.0); },
+         1, "tokens[0]"},
+        {"fault",
+         [](float_frame& f) {
+             f.pk.pack("kind"), f.pk.pack("hang"), f.pk.pack("layer"), f.f64(1.0);
+         },
+         2, "layer"},
+        {"fault",
+         [](float_frame& f) {
+             f.pk.pack("kind"), f.pk.pack("hang"), f.pk.pack("after_steps"), f.f64(0.0);
+         },
+         2, "after_steps"},
+        {"fault",
+         [](float_frame& f) {
+             f.pk.pack("kind"), f.pk.pack("hang"), f.pk.pack("count"), f.f64(1.0);
+         },
+         2, "count"},
     };
     for (const auto& pr : probes) {
         float_frame f;
@@ -543,7 +577,8 @@ TEST(ops, fault_parses_and_names_bad_values) {
     EXPECT_EQ(r->spec.after_steps, 2u);
     EXPECT_EQ(r->spec.count, 4u);
     EXPECT_EQ(r->spec.delay_ms, 0u);
-    auto bad = parse_fault(make_frame("fault", 1, [](packer& p) { p.pack("kind"), p.pack("melt"); }).get());
+    auto bad = parse_fault(
+        make_frame("fault", 1, [](packer& p) { p.pack("kind"), p.pack("melt"); }).get());
     ASSERT_FALSE(bad.ok());
     EXPECT_NE(bad.err().message.find("kind"), std::string::npos);
     EXPECT_FALSE(parse_fault(make_frame("fault", 0, [](packer&) {}).get()).ok());
@@ -582,12 +617,12 @@ TEST(ops, fault_kv_kinds_parse_and_refuse_step_fields) {
 // take, a missing required key and an out-of-range value are refused, each naming its key.
 TEST(ops, fault_runtime_points_parse_with_bounds) {
     auto delay = parse_fault(make_frame("fault", 5, [](packer& p) {
-        p.pack("kind"), p.pack("step_delay");
-        p.pack("ms"), p.pack(250);
-        p.pack("phase"), p.pack("decode");
-        p.pack("after_steps"), p.pack(1);
-        p.pack("count"), p.pack(2);
-    }).get());
+                                 p.pack("kind"), p.pack("step_delay");
+                                 p.pack("ms"), p.pack(250);
+                                 p.pack("phase"), p.pack("decode");
+                                 p.pack("after_steps"), p.pack(1);
+                                 p.pack("count"), p.pack(2);
+                             }).get());
     ASSERT_TRUE(delay.ok()) << delay.err().message;
     EXPECT_EQ(delay->spec.kind, ordo::fault_kind::step_delay);
     EXPECT_EQ(delay->spec.delay_ms, 250u);
@@ -596,10 +631,10 @@ TEST(ops, fault_runtime_points_parse_with_bounds) {
     EXPECT_EQ(delay->spec.count, 2u);
 
     auto refuse = parse_fault(make_frame("fault", 3, [](packer& p) {
-        p.pack("kind"), p.pack("mailbox_refuse");
-        p.pack("actor"), p.pack("net");
-        p.pack("count"), p.pack(7);
-    }).get());
+                                  p.pack("kind"), p.pack("mailbox_refuse");
+                                  p.pack("actor"), p.pack("net");
+                                  p.pack("count"), p.pack(7);
+                              }).get());
     ASSERT_TRUE(refuse.ok()) << refuse.err().message;
     EXPECT_EQ(refuse->spec.kind, ordo::fault_kind::mailbox_refuse);
     EXPECT_EQ(refuse->spec.actor, fault_actor::net);
@@ -656,20 +691,20 @@ TEST(ops, fault_runtime_points_parse_with_bounds) {
 TEST(ops, fault_net_points_parse_with_bounds) {
     for (const char* kind : {"net_fin", "net_rst"}) {
         auto r = parse_fault(make_frame("fault", 3, [&](packer& p) {
-            p.pack("kind"), p.pack(kind);
-            p.pack("phase"), p.pack("queued");
-            p.pack("count"), p.pack(2);
-        }).get());
+                                 p.pack("kind"), p.pack(kind);
+                                 p.pack("phase"), p.pack("queued");
+                                 p.pack("count"), p.pack(2);
+                             }).get());
         ASSERT_TRUE(r.ok()) << r.err().message;
         EXPECT_EQ(ordo::enum_name(r->spec.kind), kind);
         EXPECT_EQ(r->spec.net_phase, request_phase::queued);
         EXPECT_EQ(r->spec.count, 2u);
     }
     auto pause = parse_fault(make_frame("fault", 3, [](packer& p) {
-        p.pack("kind"), p.pack("net_stop_reading");
-        p.pack("phase"), p.pack("decode");
-        p.pack("ms"), p.pack(300);
-    }).get());
+                                 p.pack("kind"), p.pack("net_stop_reading");
+                                 p.pack("phase"), p.pack("decode");
+                                 p.pack("ms"), p.pack(300);
+                             }).get());
     ASSERT_TRUE(pause.ok()) << pause.err().message;
     EXPECT_EQ(pause->spec.delay_ms, 300u);
     EXPECT_EQ(pause->spec.count, 1u);

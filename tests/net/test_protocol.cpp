@@ -11,10 +11,10 @@
 
 #include <set>
 
-#include "scheduler/stop_matcher.hpp"
 #include "net/ops.hpp"
 #include "net/protocol.hpp"
 #include "net/request_fields.hpp"
+#include "scheduler/stop_matcher.hpp"
 
 namespace {
 
@@ -106,7 +106,6 @@ TEST(protocol, parameterless_ops_refuse_unknown_keys) {
         EXPECT_TRUE(parse_op(std::get<request>(parse_envelope(gh.get())), {}).ok()) << op;
     }
 }
-
 
 // The issue's `{"id":1,"op":"\xff"}` got a message with the raw byte; a strict client then failed
 // to decode the stream. Unknown ops and unknown keys are quoted as escapes.

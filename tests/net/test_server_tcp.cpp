@@ -84,7 +84,8 @@ protected:
         std::string cfg = write_config("small_frames.toml",
                                        "[server]\nmax_frame_bytes = 1024\n"
                                        "write_buffer_bytes_max = 65536\n");
-        ASSERT_TRUE(server.start(ORDO_SERVER_BIN, with_model({"--config", cfg, "--log-level", "warn"})))
+        ASSERT_TRUE(
+            server.start(ORDO_SERVER_BIN, with_model({"--config", cfg, "--log-level", "warn"})))
             << server.output();
     }
     server_process server;
@@ -131,9 +132,12 @@ TEST_F(server_tcp, bad_frames_close_only_their_connection) {
     expect_healthy(bystander, 1);
 
     std::vector<std::string> bad_streams = {
-        std::string("\xc1\x00\x01", 3),                  // malformed msgpack
-        std::string("\x93\x01\x02\x03", 4),              // an array, not a map
-        [] { auto f = frame("op", "health"); return std::string(f.data(), f.size()); }(),
+        std::string("\xc1\x00\x01", 3),      // malformed msgpack
+        std::string("\x93\x01\x02\x03", 4),  // an array, not a map
+        [] {
+            auto f = frame("op", "health");
+            return std::string(f.data(), f.size());
+        }(),
         [] {  // a 4 KiB frame against max_frame_bytes = 1024
             auto f = frame("id", 1, "op", "health", "pad", std::string(4096, 'x'));
             return std::string(f.data(), f.size());

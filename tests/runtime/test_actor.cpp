@@ -80,7 +80,8 @@ public:
 protected:
     void on_start() override {
         uv_timer_init(loop(), &_timer);
-        uv_timer_start(&_timer, [](uv_timer_t*) {}, 1000000, 0);
+        uv_timer_start(
+            &_timer, [](uv_timer_t*) {}, 1000000, 0);
     }
     void on_stop() override { uv_close(reinterpret_cast<uv_handle_t*>(&_timer), nullptr); }
 

@@ -2,9 +2,9 @@
 // down to ngram_min wins, of equal length the latest earlier occurrence; a draft never runs past
 // the sequence's end and never exceeds `max`; nothing is drafted when nothing matches, when the
 // sequence is too short, or when max is 0; the search window bounds how far back it looks.
-#include <gtest/gtest.h>
-
 #include "scheduler/drafter.hpp"
+
+#include <gtest/gtest.h>
 
 namespace {
 

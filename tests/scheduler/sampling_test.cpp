@@ -369,10 +369,9 @@ TEST(sampling, a_mask_restricts_every_path_to_the_allowed_tokens) {
     EXPECT_EQ(r->token, 999);
     // Every filter, with top_k larger than the allowed set: only allowed tokens, in the
     // model's proportions among them (exp(l) ratios), over many seeded draws.
-    for (sampling_params p : {sampling_params{.top_k = 40, .seed = 7},
-                              sampling_params{.top_p = 0.999f, .seed = 8},
-                              sampling_params{.min_p = 0.001f, .seed = 9},
-                              sampling_params{.seed = 10}}) {
+    for (sampling_params p :
+         {sampling_params{.top_k = 40, .seed = 7}, sampling_params{.top_p = 0.999f, .seed = 8},
+          sampling_params{.min_p = 0.001f, .seed = 9}, sampling_params{.seed = 10}}) {
         sampler s = make(p);
         std::map<int32_t, int> seen;
         const int n = 20000;
@@ -454,8 +453,8 @@ TEST(sampling, checked_draw_then_mask_is_the_masked_distribution) {
     const std::vector<float> logits = {2.0f, 1.0f, 0.5f, 0.0f, -1.0f, 1.5f};
     auto allows = [](int32_t t) { return t != 0 && t != 5; };  // the two likeliest refused
     const std::vector<uint8_t> mask = mask_of(logits.size(), allows);
-    const sampling_params p{.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f,
-                            .seed = 42};
+    const sampling_params p{
+        .temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f, .seed = 42};
     sampler s = make(p);
     std::vector<double> count(logits.size(), 0);
     const int draws = 40000;
@@ -489,7 +488,8 @@ TEST(sampling, checked_draw_then_mask_is_the_masked_distribution) {
     sampler plain = make(p), checked = make(p);
     for (int i = 0; i < 200; i++) {
         auto a = plain.sample(logits, {});
-        auto b = checked.sample_checked(logits, {}, [](int32_t) { return true; }, 0);
+        auto b = checked.sample_checked(
+            logits, {}, [](int32_t) { return true; }, 0);
         ASSERT_TRUE(a.ok() && b.ok() && b->has_value());
         EXPECT_EQ(a->token, (*b)->token) << "draw " << i;
         EXPECT_EQ(a->logprob, (*b)->logprob);

@@ -20,12 +20,13 @@
 // probe connected as that front door and never the net one, each request's events in order,
 // and set_health reaches both; (8) device_progress while the device is built: health stays
 // loading with a reason naming the stage, the step and the attempt, and says ok at device_ready.
+#include "scheduler/scheduler_actor.hpp"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <future>
 
-#include "scheduler/scheduler_actor.hpp"
 #include "model/gguf.hpp"
 #include "model/synth.hpp"
 #include "tests/support/actor_probe.hpp"
@@ -128,8 +129,7 @@ struct rig {
                 row[k_token] = 1.0f;
             }
         }
-        EXPECT_TRUE(
-            sched->tell(gpu::step_done{s.step_id, slot, rows, 300, 0.5}, "gpu").ok());
+        EXPECT_TRUE(sched->tell(gpu::step_done{s.step_id, slot, rows, 300, 0.5}, "gpu").ok());
         return slot;
     }
 
@@ -270,8 +270,7 @@ TEST(scheduler_actor, drain_refuses_new_work_and_lets_running_requests_finish) {
     auto d = r.run_to_done();
     EXPECT_EQ(d.id, 1u);
     EXPECT_EQ(d.reason, door::finish_reason::length);
-    EXPECT_EQ(r.drained.get_future().wait_for(std::chrono::seconds(20)),
-              std::future_status::ready);
+    EXPECT_EQ(r.drained.get_future().wait_for(std::chrono::seconds(20)), std::future_status::ready);
 }
 
 TEST(scheduler_actor, stop_ends_live_requests_with_shutting_down) {

@@ -39,6 +39,8 @@
 // model::embed (1e-5); a failed step and a device loss recompute it from token 0 with the same
 // vector (the accumulator is not counted twice); a shared prefix is never taken from the
 // cache; cancel ends it done{reason cancelled}; an empty or too long input is refused.
+#include "scheduler/scheduler_core.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -46,12 +48,11 @@
 #include <map>
 #include <set>
 
-#include "scheduler/scheduler_core.hpp"
-#include "net/ops.hpp"
-#include "net/protocol.hpp"
 #include "model/gguf.hpp"
 #include "model/reference.hpp"
 #include "model/synth.hpp"
+#include "net/ops.hpp"
+#include "net/protocol.hpp"
 
 namespace {
 
@@ -168,8 +169,7 @@ public:
     }
 
     void generate(uint64_t conn, uint64_t id, const std::string& prompt, uint32_t max_tokens,
-                  double temperature = 0, uint64_t seed = 0,
-                  const std::string& session = "") {
+                  double temperature = 0, uint64_t seed = 0, const std::string& session = "") {
         msgpack::sbuffer b;
         msgpack::packer<msgpack::sbuffer> pk(b);
         pk.pack_map(session.empty() ? 7 : 8);
@@ -197,8 +197,7 @@ public:
         if (kv == nullptr) return false;
         const uint32_t B = block_tokens();
         bool any = false;
-        for (auto reqs = core->take_kv_requests(); !reqs.empty();
-             reqs = core->take_kv_requests()) {
+        for (auto reqs = core->take_kv_requests(); !reqs.empty(); reqs = core->take_kv_requests()) {
             std::vector<outgoing_event> out;
             for (auto& req : reqs) {
                 std::visit([&](auto& m) { answer(m, B, out); }, req);
@@ -261,8 +260,16 @@ public:
                 if (f->device_lost) {
                     collect(out);
                     out.clear();
-                    core->on_device_ready({++epoch, "cpu-reference", core->kv_stats().blocks_total,
-                                           block_tokens(), 16, {}, 0, "", 0, 0},
+                    core->on_device_ready({++epoch,
+                                           "cpu-reference",
+                                           core->kv_stats().blocks_total,
+                                           block_tokens(),
+                                           16,
+                                           {},
+                                           0,
+                                           "",
+                                           0,
+                                           0},
                                           out);
                 }
             } else {
@@ -354,7 +361,8 @@ private:
         }
         for (size_t i = 0; i < m.blocks.size(); i++) {
             auto& blk = pool[m.blocks[i]];
-            blk.assign(e.begin() + (m.first_block + i) * B, e.begin() + (m.first_block + i + 1) * B);
+            blk.assign(e.begin() + (m.first_block + i) * B,
+                       e.begin() + (m.first_block + i + 1) * B);
         }
         kv->restores++;
         core->on_kv_restore_done({m.seq, true, kv::kv_failure::none, "", 1.0}, out);
@@ -423,7 +431,7 @@ private:
                 }
             }
             st.fed.resize(q.pos0);
-            std::vector<std::vector<float>> logits;  // each token's
+            std::vector<std::vector<float>> logits;        // each token's
             std::vector<float> sum(k_model_n_embd, 0.0f);  // the hidden row it asked for
             for (size_t i = 0; i < q.tokens.size(); i++) {
                 uint32_t pos = q.pos0 + uint32_t(i);
@@ -434,10 +442,10 @@ private:
                 EXPECT_TRUE(l.ok());
                 logits.emplace_back(l->begin(), l->end());
                 st.fed.push_back(q.tokens[i]);
-                const bool take = q.hidden == gpu::hidden_output::sum ||
-                                  (q.hidden == gpu::hidden_output::first && i == 0) ||
-                                  (q.hidden == gpu::hidden_output::last &&
-                                   i + 1 == q.tokens.size());
+                const bool take =
+                    q.hidden == gpu::hidden_output::sum ||
+                    (q.hidden == gpu::hidden_output::first && i == 0) ||
+                    (q.hidden == gpu::hidden_output::last && i + 1 == q.tokens.size());
                 for (uint32_t e = 0; take && e < k_model_n_embd; e++) {
                     sum[e] += st.model->final_hidden()[e];
                 }
@@ -500,9 +508,14 @@ std::vector<int32_t> reference_greedy(const std::string& prompt, uint32_t n) {
 }
 
 const std::vector<std::string> prompts = {
-    "Once upon a time", "the cat", "a b c d e f g h i j k l m n o p q r s t u v w x y z",
+    "Once upon a time",
+    "the cat",
+    "a b c d e f g h i j k l m n o p q r s t u v w x y z",
     "hello world, this is a longer prompt that spans several blocks of eight tokens",
-    "x", "42", "zzz top", "Lorem ipsum dolor sit amet"};
+    "x",
+    "42",
+    "zzz top",
+    "Lorem ipsum dolor sit amet"};
 
 // Outputs of each prompt run alone with (temperature, seed) = (0.8, i).
 std::vector<std::vector<int32_t>> alone_outputs(uint32_t n) {
@@ -957,9 +970,10 @@ disk saved_disk(uint32_t max_tokens) {
     return d;
 }
 
-
 uint32_t cached_tokens(const event& e) {
-    return e.fields.at("usage").as<std::map<std::string, msgpack::object>>().at("cached_tokens")
+    return e.fields.at("usage")
+        .as<std::map<std::string, msgpack::object>>()
+        .at("cached_tokens")
         .as<uint32_t>();
 }
 
@@ -1022,7 +1036,8 @@ TEST(scheduler_embed, failed_steps_recompute_without_counting_twice) {
     int steps = 0;
     h.run({}, [&](const gpu::step&) -> std::optional<gpu::step_failed> {
         ++steps;
-        if (steps == 2) return gpu::step_failed{0, gpu_failure::nan, "injected", "prefill#2", false};
+        if (steps == 2)
+            return gpu::step_failed{0, gpu_failure::nan, "injected", "prefill#2", false};
         if (steps == 5) {
             return gpu::step_failed{0, gpu_failure::timeout, "injected", "prefill#5", true};
         }

@@ -42,7 +42,9 @@ const std::string cli_key = "sk-cli-fedcba9876543210";
 // The wall-clock bound `timeout` puts on one CLI or python3 run.
 constexpr int command_timeout_s = 120;
 
-std::string temp_path(const std::string& name) { return scratch_path("auth", name); }
+std::string temp_path(const std::string& name) {
+    return scratch_path("auth", name);
+}
 
 std::string write_file(const std::string& name, const std::string& text, mode_t mode) {
     std::string p = temp_path(name);
@@ -65,9 +67,9 @@ std::string config_with(const std::string& name, const std::string& keys,
 // The server with the key file's key and the command line's.
 bool start_keyed(server_process& s, const std::string& extra_config = "") {
     std::string keys = write_file("ok.keys", "# the team's key\n\n" + file_key + "\n", 0600);
-    return s.start(ORDO_SERVER_BIN, {"--model", tiny_model(), "--config",
-                                     config_with("keyed.toml", keys, extra_config), "--api-key",
-                                     cli_key});
+    return s.start(ORDO_SERVER_BIN,
+                   {"--model", tiny_model(), "--config",
+                    config_with("keyed.toml", keys, extra_config), "--api-key", cli_key});
 }
 
 msgpack::sbuffer auth(uint64_t id, const std::string& key) {
@@ -248,8 +250,7 @@ TEST(auth_cut_off, repeated_failures_refuse_the_address_on_both_doors) {
     // The output says which address; the metrics are not reachable from it now, so the
     // counters are read from the log instead: the refusals were logged with the address.
     s.stop();
-    EXPECT_NE(s.output().find("from 127.0.0.1: unauthorized: too many failed"),
-              std::string::npos)
+    EXPECT_NE(s.output().find("from 127.0.0.1: unauthorized: too many failed"), std::string::npos)
         << s.output();
 }
 
@@ -282,8 +283,7 @@ TEST(auth_open, without_keys_auth_is_accepted_and_a_public_address_is_warned_abo
 
     server_process keyed;
     ASSERT_TRUE(keyed.start(ORDO_SERVER_BIN, {"--model", tiny_model(), "--listen", "0.0.0.0:0",
-                                              "--http-listen", "0.0.0.0:0", "--api-key",
-                                              cli_key}))
+                                              "--http-listen", "0.0.0.0:0", "--api-key", cli_key}))
         << keyed.output();
     EXPECT_EQ(keyed.output().find("is not a loopback address"), std::string::npos)
         << keyed.output();
@@ -326,9 +326,9 @@ TEST(auth_key_file, refused_when_others_may_read_it_or_it_holds_no_key) {
 
 TEST(auth_key_file, print_config_shows_the_path_never_a_key) {
     std::string keys = write_file("print.keys", file_key + "\n", 0600);
-    auto r = run_command(std::string(ORDO_SERVER_BIN) + " --config " +
-                         config_with("print.toml", keys) + " --api-key " + cli_key +
-                         " --print-config 2>&1");
+    auto r =
+        run_command(std::string(ORDO_SERVER_BIN) + " --config " + config_with("print.toml", keys) +
+                    " --api-key " + cli_key + " --print-config 2>&1");
     EXPECT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("api_keys_file = \"" + keys + "\""), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("1 API key(s) given with --api-key (not shown)"), std::string::npos)
@@ -359,10 +359,13 @@ TEST(auth_clients, ordo_cli_and_python_client_with_a_key) {
 
     const std::string script =
         "import sys\n"
-        "sys.path.insert(0, '" ORDO_SOURCE_DIR "/clients/python')\n"
+        "sys.path.insert(0, '" ORDO_SOURCE_DIR
+        "/clients/python')\n"
         "from ordo_client import Client, OrdoError\n"
         "port = int(sys.argv[1])\n"
-        "with Client(port=port, api_key='" + file_key + "') as c:\n"
+        "with Client(port=port, api_key='" +
+        file_key +
+        "') as c:\n"
         "    assert c.health()['event'] == 'done'\n"
         "    assert c.stats()['net']['auth_failures'] == 2, c.stats()['net']\n"
         "try:\n"

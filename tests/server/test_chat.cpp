@@ -107,7 +107,8 @@ golden_chat read_golden_chat() {
     json j = json::parse(in);
     for (const auto& cs : j["models"].back()["cases"]) {
         if (!cs.contains("chat_messages")) continue;
-        return {cs["chat_messages"], cs["prompt"], cs["prompt_token_ids"].get<std::vector<int32_t>>(),
+        return {cs["chat_messages"], cs["prompt"],
+                cs["prompt_token_ids"].get<std::vector<int32_t>>(),
                 cs["generated_token_ids"].get<std::vector<int32_t>>()};
     }
     ADD_FAILURE() << "no case with chat_messages in " << k_golden;
@@ -116,12 +117,12 @@ golden_chat read_golden_chat() {
 
 const json k_date = {{"date_string", "26 Jul 2024"}};  // the golden's; else today's date
 
-#define REQUIRE_LLAMA3()                                     \
-    ORDO_REQUIRE_SHARED(k_llama3);                           \
-    ORDO_REQUIRE_SHARED(k_golden);                           \
-    started_server& s = llama3_server();                     \
-    ASSERT_EQ(s.start_error, "") << s.server.output();       \
-    tcp_client c;                                            \
+#define REQUIRE_LLAMA3()                               \
+    ORDO_REQUIRE_SHARED(k_llama3);                     \
+    ORDO_REQUIRE_SHARED(k_golden);                     \
+    started_server& s = llama3_server();               \
+    ASSERT_EQ(s.start_error, "") << s.server.output(); \
+    tcp_client c;                                      \
     ASSERT_TRUE(c.connect(s.server.port()))
 
 }  // namespace
@@ -131,8 +132,8 @@ TEST(chat_llama3, apply_template_renders_and_tokenizes_like_llama_cpp) {
     REQUIRE_LLAMA3();
     const golden_chat g = read_golden_chat();
     ASSERT_EQ(g.prompt_ids.size(), 42u);
-    event r = call(c, 1, "apply_template",
-                   {{"messages", g.messages}, {"chat_template_kwargs", k_date}});
+    event r =
+        call(c, 1, "apply_template", {{"messages", g.messages}, {"chat_template_kwargs", k_date}});
     ASSERT_EQ(r.str("event"), "done") << r.outcome();
     EXPECT_EQ(r.str("text"), g.prompt);
     EXPECT_EQ(r.ints("tokens"), g.prompt_ids);
@@ -157,7 +158,8 @@ TEST(chat_llama3, chat_generates_from_the_rendered_prompt) {
     for (size_t i = 0; i + 1 < evs.size(); ++i) streamed += evs[i].str("text");
     EXPECT_EQ(streamed, done.str("text"));
     ASSERT_GE(g.generated.size(), 8u);
-    EXPECT_EQ(done.ints("tokens"), std::vector<int32_t>(g.generated.begin(), g.generated.begin() + 8));
+    EXPECT_EQ(done.ints("tokens"),
+              std::vector<int32_t>(g.generated.begin(), g.generated.begin() + 8));
 }
 
 // (3)
@@ -191,7 +193,9 @@ TEST(chat_llama3, a_session_reuses_the_earlier_turns) {
     REQUIRE_LLAMA3();
     json msgs = json::array({{{"role", "system"}, {"content", "You are terse."}},
                              {{"role", "user"}, {"content", "Hi there"}}});
-    const json turn = {{"chat_template_kwargs", k_date}, {"max_tokens", 4}, {"temperature", 0},
+    const json turn = {{"chat_template_kwargs", k_date},
+                       {"max_tokens", 4},
+                       {"temperature", 0},
                        {"session", "chat-test"}};
     json p1 = turn;
     p1["messages"] = msgs;
@@ -228,11 +232,11 @@ TEST(chat_llama3, a_session_reuses_the_earlier_turns) {
 TEST(chat_llama3, a_raising_template_is_a_template_error) {
     REQUIRE_LLAMA3();
     const json calls = json::array({{{"name", "a"}}, {{"name", "b"}}});
-    event r = call(c, 1, "chat",
-                   {{"messages", json::array({{{"role", "user"}, {"content", "x"}},
-                                              {{"role", "assistant"},
-                                               {"content", nullptr},
-                                               {"tool_calls", calls}}})}});
+    event r = call(
+        c, 1, "chat",
+        {{"messages",
+          json::array({{{"role", "user"}, {"content", "x"}},
+                       {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", calls}}})}});
     ASSERT_EQ(r.str("event"), "error");
     EXPECT_EQ(r.str("code"), "template_error");
     EXPECT_NE(r.str("message").find("template line "), std::string::npos) << r.str("message");
@@ -291,8 +295,8 @@ TEST(chat_server, chat_template_flag_overrides_the_file) {
     ASSERT_EQ(s->start_error, "");
     tcp_client c;
     ASSERT_TRUE(c.connect(s->server.port()));
-    const json msgs = json::array({{{"role", "system"}, {"content", "Be brief."}},
-                                   {{"role", "user"}, {"content", "Hi"}}});
+    const json msgs = json::array(
+        {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hi"}}});
     event r = call(c, 1, "apply_template", {{"messages", msgs}});
     ASSERT_EQ(r.str("event"), "done") << r.outcome();
     EXPECT_EQ(r.str("text"),
@@ -312,7 +316,8 @@ TEST(chat_server, a_template_that_does_not_parse_stops_the_start) {
     const std::string bad = write_file("bad.jinja", "ok\n{% for m in messages %}\n{{ m.content }");
     for (const std::string& path : {bad, temp_path("missing.jinja")}) {
         server_process server;
-        EXPECT_FALSE(server.start(ORDO_SERVER_BIN, {"--model", mk_model(), "--chat-template", path}));
+        EXPECT_FALSE(
+            server.start(ORDO_SERVER_BIN, {"--model", mk_model(), "--chat-template", path}));
         EXPECT_EQ(server.exit_status(), 2);
         const std::string out = server.output();
         EXPECT_NE(out.find("model.chat_template_path = " + path), std::string::npos) << out;

@@ -21,10 +21,10 @@
 // every read has the support code's deadline.
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <csignal>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <map>

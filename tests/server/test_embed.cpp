@@ -33,7 +33,9 @@ namespace fs = std::filesystem;
 constexpr double k_tolerance = 1e-4;      // f32 KV
 constexpr double k_tolerance_f16 = 1e-3;  // the default f16 KV
 
-std::string temp_path(const std::string& name) { return scratch_path("embed", name); }
+std::string temp_path(const std::string& name) {
+    return scratch_path("embed", name);
+}
 
 std::string tiny_model() {
     return generated_model(ORDO_MODEL_BIN, temp_path("tiny.gguf"),

@@ -610,8 +610,9 @@ TEST_F(hardening_requests, huge_declared_sizes_are_refused_at_the_header) {
 // accepted one is ~6 MiB while it lives).
 TEST_F(hardening_requests, frames_of_many_small_values_keep_resident_memory_flat) {
     auto pad_frame = [](uint64_t id, uint32_t n) {
-        std::string f = bytes({0x83, 0xa2, 'i', 'd', 0xcf, 0, 0, 0, 0, 0, 0, 0, 0, 0xa2, 'o', 'p',
-                               0xa6, 'h', 'e', 'a', 'l', 't', 'h', 0xa3, 'p', 'a', 'd', 0xdd});
+        std::string f =
+            bytes({0x83, 0xa2, 'i',  'd', 0xcf, 0,   0,   0,   0,   0,    0,   0,   0,   0xa2,
+                   'o',  'p',  0xa6, 'h', 'e',  'a', 'l', 't', 'h', 0xa3, 'p', 'a', 'd', 0xdd});
         for (int i = 0; i < 8; i++) f[5 + i] = char(id >> (8 * (7 - i)));
         for (int i = 0; i < 4; i++) f.push_back(char(n >> (8 * (3 - i))));
         f.append(n, '\x01');
@@ -623,7 +624,7 @@ TEST_F(hardening_requests, frames_of_many_small_values_keep_resident_memory_flat
         EXPECT_TRUE(e.has_value());
         return e ? e->u("rss_bytes") : 0;
     };
-    const uint32_t values_max = 262144;  // the default server.max_frame_values
+    const uint32_t values_max = 262144;      // the default server.max_frame_values
     const uint32_t within = values_max - 7;  // the map, its 3 keys, id, "health", the pad array
     tcp_client big;
     ASSERT_TRUE(big.connect(server->port()));
@@ -889,7 +890,7 @@ TEST(hardening, sigterm_without_grace_ends_running_requests_with_shutting_down) 
     EXPECT_EQ(server.wait_exit(), 0) << server.output();
 }
 
-// ---- 11. runtime fault points (issue 15) ---------------------------------------------------------
+// ---- 11. runtime fault points (issue 15) --------------------------------------------------------
 
 // A fresh server per test ([fault] enabled): an armed mailbox refusal must meet only the pushes
 // its test makes, not a client_gone of an earlier test's connection.
@@ -952,9 +953,9 @@ TEST_F(runtime_faults, a_cancel_racing_a_delayed_step_ends_the_request_once_afte
             .add("ms", delay_ms)
             .bytes();
     });
-    ASSERT_TRUE(c.send(frame("id", 2, "op", "generate", "tokens",
-                             std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8}, "max_tokens", 200,
-                             "temperature", 0, "stream", true)));
+    ASSERT_TRUE(
+        c.send(frame("id", 2, "op", "generate", "tokens", std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8},
+                     "max_tokens", 200, "temperature", 0, "stream", true)));
     event_log log;
     ASSERT_TRUE(read_until(c, log, [](const event_log& l) {
         return l.by_id.count(2) != 0 && (l.tokens(2) >= 1 || l.ended(2));
@@ -985,8 +986,8 @@ TEST_F(runtime_faults, a_net_mailbox_refusing_pushes_still_gets_every_token_in_o
     const std::vector<int32_t> reference = generate_tokens(1, 48);
     ASSERT_EQ(reference.size(), 48u);
 
-    ASSERT_TRUE(c.send(frame("id", 2, "op", "generate", "tokens", std::vector<int>{1},
-                             "max_tokens", 48, "temperature", 0, "stream", true)));
+    ASSERT_TRUE(c.send(frame("id", 2, "op", "generate", "tokens", std::vector<int>{1}, "max_tokens",
+                             48, "temperature", 0, "stream", true)));
     event_log log;
     ASSERT_TRUE(read_until(c, log, [](const event_log& l) { return l.by_id.count(2) != 0; }));
     ASSERT_TRUE(c.send_raw(raw_map()
@@ -1022,8 +1023,8 @@ TEST_F(runtime_faults, a_scheduler_mailbox_refusing_a_generate_answers_overloade
             .add("count", 1)
             .bytes();
     });
-    ASSERT_TRUE(c.send(frame("id", 2, "op", "generate", "tokens", std::vector<int>{1},
-                             "max_tokens", 4, "temperature", 0)));
+    ASSERT_TRUE(c.send(frame("id", 2, "op", "generate", "tokens", std::vector<int>{1}, "max_tokens",
+                             4, "temperature", 0)));
     auto refused = next(c);
     ASSERT_TRUE(refused.has_value());
     EXPECT_EQ(refused->u("id"), 2u);
@@ -1063,11 +1064,15 @@ std::pair<event_log, event> runtime_faults::drop_and_reconnect(const std::string
                                                                int max_tokens,
                                                                const std::string& closed) {
     arm(1, kind, [&] {
-        return raw_map().add("id", 1).add("op", "fault").add("kind", kind).add("phase", phase)
+        return raw_map()
+            .add("id", 1)
+            .add("op", "fault")
+            .add("kind", kind)
+            .add("phase", phase)
             .bytes();
     });
-    EXPECT_TRUE(c.send(frame("id", 2, "op", "generate", "tokens", std::vector<int>{1},
-                             "max_tokens", max_tokens, "temperature", 0, "stream", true)));
+    EXPECT_TRUE(c.send(frame("id", 2, "op", "generate", "tokens", std::vector<int>{1}, "max_tokens",
+                             max_tokens, "temperature", 0, "stream", true)));
     event_log log;
     EXPECT_TRUE(read_until_closed(c, log, io_deadline));
     EXPECT_EQ(c.peer_closed(), closed);
@@ -1116,11 +1121,16 @@ TEST_F(runtime_faults, net_fin_while_queued_closes_the_connection_with_eof) {
 // generate's done must arrive before health's answer, each once; stats count the pause.
 TEST_F(runtime_faults, net_stop_reading_holds_later_frames_until_the_pause_ends) {
     arm(1, "net_stop_reading", [] {
-        return raw_map().add("id", 1).add("op", "fault").add("kind", "net_stop_reading")
-            .add("phase", "queued").add("ms", 2000).bytes();
+        return raw_map()
+            .add("id", 1)
+            .add("op", "fault")
+            .add("kind", "net_stop_reading")
+            .add("phase", "queued")
+            .add("ms", 2000)
+            .bytes();
     });
-    ASSERT_TRUE(c.send(frame("id", 2, "op", "generate", "tokens", std::vector<int>{1},
-                             "max_tokens", 4, "temperature", 0)));
+    ASSERT_TRUE(c.send(frame("id", 2, "op", "generate", "tokens", std::vector<int>{1}, "max_tokens",
+                             4, "temperature", 0)));
     ASSERT_TRUE(c.send(frame("id", 3, "op", "health")));
     std::vector<uint64_t> order;
     event_log log;

@@ -11,14 +11,14 @@
 // with the BPE tokenizer: `tokenize` of each prompt of llama3-tiny.golden.json (add_bos and
 // special as the golden's add_special and parse_special) equals llama.cpp's prompt_token_ids;
 // `<|eot_id|>` is one token only with special; `detokenize` hides it unless special; a text
-// `generate` with special counts <|eot_id|> as one prompt token. (2) The context is capped by the KV pool: the `model` op says
-// context 512 with context_bound "kv pool" (n_ctx_train 131072), the server logged that once,
-// a request within it is served and one beyond it gets error{context_exceeded}. (3) The `model`
-// op reports the tensor types (f16 15: token_embd + 7 per layer, f32 6: norms and rope_freqs),
-// the tokenizer, the KV pool's device bytes exactly (2 layers x K and V x 32 blocks x 16 tokens
-// x 1 KV head x 16 dims x 4 bytes) and the weights' device bytes (the file's tensor bytes plus
-// the norms' padding and the RoPE table: between the two bounds stated in the test), and the
-// end-of-generation ids (<|end_of_text|> 128001, <|eot_id|> 128009).
+// `generate` with special counts <|eot_id|> as one prompt token. (2) The context is capped by the
+// KV pool: the `model` op says context 512 with context_bound "kv pool" (n_ctx_train 131072), the
+// server logged that once, a request within it is served and one beyond it gets
+// error{context_exceeded}. (3) The `model` op reports the tensor types (f16 15: token_embd + 7 per
+// layer, f32 6: norms and rope_freqs), the tokenizer, the KV pool's device bytes exactly (2 layers
+// x K and V x 32 blocks x 16 tokens x 1 KV head x 16 dims x 4 bytes) and the weights' device bytes
+// (the file's tensor bytes plus the norms' padding and the RoPE table: between the two bounds
+// stated in the test), and the end-of-generation ids (<|end_of_text|> 128001, <|eot_id|> 128009).
 // Skips visibly when ../shared/models is absent.
 #include <gtest/gtest.h>
 
@@ -27,7 +27,6 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-
 #include <nlohmann/json.hpp>
 
 #include "model/gguf.hpp"
@@ -62,7 +61,8 @@ llama3_server& shared_server() {
         p->model = temp_path("llama3_shape.gguf");
         const std::string mk = std::string(ORDO_MODEL_BIN) + " mk --out " + p->model +
                                " --n-embd 64 --n-layer 2 --n-head 4 --n-head-kv 1 --n-ff 128 "
-                               "--vocab-from " + k_bpe_vocab +
+                               "--vocab-from " +
+                               k_bpe_vocab +
                                " --type f16 --seed 3 --ctx 131072 --tied --rope-base 500000 "
                                "--rope-llama3 32 > /dev/null";
         if (std::system(mk.c_str()) != 0) {
@@ -83,11 +83,11 @@ llama3_server& shared_server() {
     return *s;
 }
 
-#define REQUIRE_SERVER()                                          \
-    ORDO_REQUIRE_SHARED(k_bpe_vocab);                             \
-    llama3_server& s = shared_server();                           \
-    ASSERT_EQ(s.start_error, "") << s.server.output();            \
-    tcp_client c;                                                 \
+#define REQUIRE_SERVER()                               \
+    ORDO_REQUIRE_SHARED(k_bpe_vocab);                  \
+    llama3_server& s = shared_server();                \
+    ASSERT_EQ(s.start_error, "") << s.server.output(); \
+    tcp_client c;                                      \
     ASSERT_TRUE(c.connect(s.server.port()))
 
 template <typename... kv>
@@ -163,8 +163,8 @@ TEST(llama3_shape_server, serves_token_ids_with_their_text) {
 // (1b)
 TEST(llama3_shape_server, tokenizes_like_llama_cpp_and_parses_special_tokens) {
     REQUIRE_SERVER();
-    const std::string golden = std::string(ORDO_SHARED_MODELS_DIR) +
-                               "/quant/llama3-tiny.golden.json";
+    const std::string golden =
+        std::string(ORDO_SHARED_MODELS_DIR) + "/quant/llama3-tiny.golden.json";
     ORDO_REQUIRE_SHARED(golden);
     std::ifstream in(golden);
     auto j = nlohmann::json::parse(in);
@@ -173,9 +173,9 @@ TEST(llama3_shape_server, tokenizes_like_llama_cpp_and_parses_special_tokens) {
     for (const auto& cs : j["models"][0]["cases"]) {
         const std::string prompt = cs["prompt"];
         auto want = cs["prompt_token_ids"].get<std::vector<int32_t>>();
-        event r = request(c, id++, "tokenize", "text", prompt, "add_bos",
-                          cs["add_special"].get<bool>(), "special",
-                          cs["parse_special"].get<bool>());
+        event r =
+            request(c, id++, "tokenize", "text", prompt, "add_bos", cs["add_special"].get<bool>(),
+                    "special", cs["parse_special"].get<bool>());
         ASSERT_EQ(r.str("event"), "done") << r.str("message");
         EXPECT_EQ(r.ints("tokens"), want) << prompt;
         ++checked;
@@ -203,8 +203,7 @@ TEST(llama3_shape_server, tokenizes_like_llama_cpp_and_parses_special_tokens) {
     event without = request(c, id++, "generate", "prompt", text, "max_tokens", 1);
     ASSERT_EQ(without.str("event"), "done") << without.str("message");
     ASSERT_NE(field(without.o(), "usage"), nullptr);
-    EXPECT_EQ(uint_field(*field(without.o(), "usage"), "prompt_tokens"),
-              1 + plain_ids.size());
+    EXPECT_EQ(uint_field(*field(without.o(), "usage"), "prompt_tokens"), 1 + plain_ids.size());
 }
 
 // (2)

@@ -54,7 +54,8 @@ TEST(logging, a_reader_that_stops_reading_does_not_stall_the_server) {
         ASSERT_TRUE(c.send(frame("id", uint64_t(i), "op", "generate", "tokens",
                                  std::vector<int>{1, 2, 3}, "max_tokens", 1, "temperature", 0)));
         auto evs = until_terminal(c, uint64_t(i));
-        ASSERT_FALSE(evs.empty()) << "request " << i << " got no terminal event: the server "
+        ASSERT_FALSE(evs.empty()) << "request " << i
+                                  << " got no terminal event: the server "
                                      "stalled behind its log reader";
         EXPECT_EQ(evs.back().str("event"), "done") << evs.back().outcome();
         done += evs.back().str("event") == "done";

@@ -13,8 +13,6 @@
 // gpu.kernels = "storage" and "texel" each serve the golden text; requests without a seed sample
 // afresh (two at temperature 1 differ) and the seed their done event reports reproduces them.
 #include <gtest/gtest.h>
-
-#include "tests/support/shared_models.hpp"
 #include <sys/socket.h>
 #include <sys/wait.h>
 
@@ -26,6 +24,7 @@
 #include <thread>
 
 #include "tests/support/server_process.hpp"
+#include "tests/support/shared_models.hpp"
 
 namespace {
 
@@ -43,7 +42,7 @@ std::string temp_path(const std::string& name) {
 }
 
 std::string write_config(const std::string& name, const std::string& model,
-                          const std::string& extra = "") {
+                         const std::string& extra = "") {
     std::string p = temp_path(name);
     std::ofstream(p) << "[model]\npath = \"" << model << "\"\n" << extra;
     return p;
@@ -63,10 +62,8 @@ std::optional<event> model_op(tcp_client& c, uint64_t id) {
 }
 
 std::map<std::string, uint64_t> stats(uint16_t port) {
-    tcp_client c;
-    EXPECT_TRUE(c.connect(port));
-    EXPECT_TRUE(c.send(frame("id", 1, "op", "stats")));
-    auto e = next(c);
+    auto e = stats_event(port);
+    EXPECT_TRUE(e.has_value());
     std::map<std::string, uint64_t> r;
     if (!e) return r;
     for (const char* k : {"active_sequences", "queued_requests", "kv_blocks_used"}) {
@@ -111,14 +108,15 @@ struct golden_case {
 // test reads the fields it needs by running Debian's python3 (the json is the source of truth).
 std::vector<golden_case> golden_cases() {
     std::string out = temp_path("golden.txt");
-    std::string cmd = "/usr/bin/python3 -c \"import json,sys; d=json.load(open('" +
-                      std::string(ORDO_SHARED_MODELS_DIR) +
-                      "/stories260K.golden.json'));\n"
-                      "for c in d['cases']:\n"
-                      "  print(' '.join(map(str,c['prompt_token_ids'])));"
-                      " print(' '.join(map(str,c['generated_token_ids'])));"
-                      " print(json.dumps(c['prompt'])); print(json.dumps(c['expected_text']))\" > " +
-                      out;
+    std::string cmd =
+        "/usr/bin/python3 -c \"import json,sys; d=json.load(open('" +
+        std::string(ORDO_SHARED_MODELS_DIR) +
+        "/stories260K.golden.json'));\n"
+        "for c in d['cases']:\n"
+        "  print(' '.join(map(str,c['prompt_token_ids'])));"
+        " print(' '.join(map(str,c['generated_token_ids'])));"
+        " print(json.dumps(c['prompt'])); print(json.dumps(c['expected_text']))\" > " +
+        out;
     EXPECT_EQ(std::system(cmd.c_str()), 0);
     std::ifstream in(out);
     std::vector<golden_case> cases;
@@ -149,13 +147,15 @@ std::vector<golden_case> golden_cases() {
 }
 
 // Waits for the device: health turns "ok" (within device_ready_deadline).
-void require_healthy(uint16_t port) { ASSERT_EQ(wait_healthy(port), ""); }
+void require_healthy(uint16_t port) {
+    ASSERT_EQ(wait_healthy(port), "");
+}
 
 class stories_server : public ::testing::Test {
 protected:
     void start(const std::string& extra = "") {
-        std::string cfg = write_config("stories.toml", stories,
-                                       "[scheduler]\nmax_batch_tokens = 64\n" + extra);
+        std::string cfg =
+            write_config("stories.toml", stories, "[scheduler]\nmax_batch_tokens = 64\n" + extra);
         ASSERT_TRUE(server.start(ORDO_SERVER_BIN, {"--config", cfg, "--log-level", "warn"}))
             << server.output();
         require_healthy(server.port());
@@ -221,12 +221,13 @@ TEST_F(stories_server, sixteen_concurrent_clients_get_what_each_gets_alone) {
     REQUIRE_STORIES();
     start();
     const std::vector<std::string> starts = {
-        "Once upon a time", "The cat", "Lily wanted", "One day", "Tom and Sue", "The sun",
-        "A little bird", "Mom said", "The big dog", "Once there was", "She saw", "The park",
-        "He liked", "They played", "The ball", "At night"};
+        "Once upon a time", "The cat",        "Lily wanted",   "One day",
+        "Tom and Sue",      "The sun",        "A little bird", "Mom said",
+        "The big dog",      "Once there was", "She saw",       "The park",
+        "He liked",         "They played",    "The ball",      "At night"};
     auto request = [&](tcp_client& c, size_t i) {
-        return generate(c, 1, "prompt", starts[i], "max_tokens", 24, "temperature", 0.9,
-                        "top_k", 40, "seed", 1000 + i)
+        return generate(c, 1, "prompt", starts[i], "max_tokens", 24, "temperature", 0.9, "top_k",
+                        40, "seed", 1000 + i)
             .back()
             .ints("tokens");
     };
@@ -266,15 +267,15 @@ TEST_F(stories_server, cancel_mid_prefill_and_mid_decode) {
     tcp_client c;
     ASSERT_TRUE(c.connect(server.port()));
     // Mid-prefill: the cancel follows the request at once; 1500 prompt tokens take ~24 steps.
-    ASSERT_TRUE(c.send(frame("id", 1, "op", "generate", "tokens", long_prompt(1500),
-                             "max_tokens", 8, "temperature", 0)));
+    ASSERT_TRUE(c.send(frame("id", 1, "op", "generate", "tokens", long_prompt(1500), "max_tokens",
+                             8, "temperature", 0)));
     ASSERT_TRUE(c.send(frame("id", 2, "op", "cancel", "target", 1)));
     auto a = until_terminal(c, 1);
     EXPECT_EQ(a.back().str("reason"), "cancelled");
     EXPECT_TRUE(a.back().ints("tokens").empty());
     // Mid-decode: cancel after three streamed tokens.
-    ASSERT_TRUE(c.send(frame("id", 3, "op", "generate", "prompt", "Once upon a time",
-                             "max_tokens", 500, "temperature", 0, "stream", true)));
+    ASSERT_TRUE(c.send(frame("id", 3, "op", "generate", "prompt", "Once upon a time", "max_tokens",
+                             500, "temperature", 0, "stream", true)));
     size_t tokens = 0, terminals = 0;
     std::string reason;
     bool cancel_answered = false;
@@ -310,8 +311,8 @@ TEST_F(stories_server, disconnects_in_queue_prefill_and_decode_free_everything) 
         for (int i = 0; i < 3; i++) {
             clients.push_back(std::make_unique<tcp_client>());
             ASSERT_TRUE(clients.back()->connect(server.port()));
-            ASSERT_TRUE(clients.back()->send(frame("id", 1, "op", "generate", "tokens",
-                                                   long_prompt(1200), "max_tokens", 50)));
+            ASSERT_TRUE(clients.back()->send(
+                frame("id", 1, "op", "generate", "tokens", long_prompt(1200), "max_tokens", 50)));
         }
         // The scheduler holds all three before they leave (none has finished: 1200-token
         // prompts with 50 tokens each).
@@ -339,9 +340,9 @@ TEST(serving, prefix_cache_reports_cached_tokens_and_identical_output) {
     std::vector<int32_t> second = shared;
     for (int32_t t : {403, 407, 261, 378}) second.push_back(t);
     auto run = [&](bool cache) {
-        std::string cfg = write_config(cache ? "cache.toml" : "nocache.toml", stories,
-                                       std::string("[scheduler]\nprefix_cache = ") +
-                                           (cache ? "true" : "false") + "\n");
+        std::string cfg = write_config(
+            cache ? "cache.toml" : "nocache.toml", stories,
+            std::string("[scheduler]\nprefix_cache = ") + (cache ? "true" : "false") + "\n");
         server_process s;
         EXPECT_TRUE(s.start(ORDO_SERVER_BIN, {"--config", cfg, "--log-level", "warn"}));
         tcp_client c;
@@ -369,8 +370,8 @@ protected:
                          " --n-embd 64 --n-layer 2 --n-head 4 --n-head-kv 2 --n-ff 128"
                          " --n-vocab 300 --type f32 --seed 3 --ctx 256 > /dev/null";
         ASSERT_EQ(std::system(mk.c_str()), 0);
-        std::string cfg = write_config("tiny.toml", model,
-                                       "[scheduler]\nmax_sequences = 1\nmax_queue = 1\n");
+        std::string cfg =
+            write_config("tiny.toml", model, "[scheduler]\nmax_sequences = 1\nmax_queue = 1\n");
         ASSERT_TRUE(server.start(ORDO_SERVER_BIN, {"--config", cfg, "--log-level", "warn"}))
             << server.output();
         require_healthy(server.port());
@@ -389,8 +390,8 @@ TEST_F(generated_server, bad_parameters_get_clear_codes) {
     std::vector<bad> table;
     table.push_back({frame("id", 1, "op", "generate", "prompt", "a", "temperature", -1),
                      "bad_request", "temperature"});
-    table.push_back({frame("id", 2, "op", "generate", "prompt", "a", "top_p", 2), "bad_request",
-                     "top_p"});
+    table.push_back(
+        {frame("id", 2, "op", "generate", "prompt", "a", "top_p", 2), "bad_request", "top_p"});
     table.push_back({frame("id", 3, "op", "generate", "prompt", "a", "colour", "red"),
                      "bad_request", "colour"});
     table.push_back({frame("id", 4, "op", "generate", "prompt", "a", "max_tokens", "many"),
@@ -415,11 +416,10 @@ TEST_F(generated_server, bad_parameters_get_clear_codes) {
 // reported seed back gives that answer's tokens exactly.
 TEST_F(generated_server, unseeded_requests_sample_afresh_and_report_a_reproducing_seed) {
     auto run = [&](uint64_t id, std::optional<uint64_t> seed) {
-        msgpack::sbuffer f =
-            seed ? frame("id", id, "op", "generate", "prompt", "hello", "max_tokens", 24,
-                         "temperature", 1, "seed", *seed)
-                 : frame("id", id, "op", "generate", "prompt", "hello", "max_tokens", 24,
-                         "temperature", 1);
+        msgpack::sbuffer f = seed ? frame("id", id, "op", "generate", "prompt", "hello",
+                                          "max_tokens", 24, "temperature", 1, "seed", *seed)
+                                  : frame("id", id, "op", "generate", "prompt", "hello",
+                                          "max_tokens", 24, "temperature", 1);
         EXPECT_TRUE(c.send(f));
         auto evs = until_terminal(c, id);
         EXPECT_FALSE(evs.empty());
@@ -438,7 +438,8 @@ TEST_F(generated_server, unseeded_requests_sample_afresh_and_report_a_reproducin
 TEST_F(generated_server, full_queue_is_overloaded_at_once) {
     // One running, one queued; the third is refused without waiting.
     for (uint64_t id = 1; id <= 3; id++) {
-        ASSERT_TRUE(c.send(frame("id", id, "op", "generate", "prompt", "hello", "max_tokens", 100)));
+        ASSERT_TRUE(
+            c.send(frame("id", id, "op", "generate", "prompt", "hello", "max_tokens", 100)));
     }
     std::map<uint64_t, std::string> outcome;
     while (outcome.size() < 3) {
@@ -481,10 +482,10 @@ TEST(serving, gpu_map_in_model_and_stats_counts_steps_and_a_watchdog_timeout) {
                      " --n-vocab 300 --type f16 --seed 5 --ctx 256 > /dev/null";
     ASSERT_EQ(std::system(mk.c_str()), 0);
     server_process server;
-    ASSERT_TRUE(server.start(ORDO_SERVER_BIN,
-                             {"--config", write_config("gpu_map.toml", model,
-                                                       "[fault]\nenabled = true\n"),
-                              "--log-level", "warn"}))
+    ASSERT_TRUE(
+        server.start(ORDO_SERVER_BIN,
+                     {"--config", write_config("gpu_map.toml", model, "[fault]\nenabled = true\n"),
+                      "--log-level", "warn"}))
         << server.output();
     require_healthy(server.port());
     tcp_client c;
@@ -515,8 +516,8 @@ TEST(serving, gpu_map_in_model_and_stats_counts_steps_and_a_watchdog_timeout) {
         const msgpack::object* g = e ? field(e->o(), "gpu") : nullptr;
         EXPECT_NE(g, nullptr);
         if (g == nullptr) return r;
-        for (const char* k : {"epoch", "steps", "timeouts", "device_lost", "nan_logits",
-                              "other_failures"}) {
+        for (const char* k :
+             {"epoch", "steps", "timeouts", "device_lost", "nan_logits", "other_failures"}) {
             r[k] = static_cast<double>(uint_field(*g, k));
         }
         const msgpack::object* busy = field(*g, "busy_ms");

@@ -40,12 +40,14 @@ struct prompt {
 // Prompts whose answers tend to repeat them: texts that repeat a phrase (stories260K's
 // vocabulary is English), and token ids where a random segment comes back.
 std::vector<prompt> make_prompts(size_t n, uint32_t n_vocab, bool with_text, uint64_t seed) {
-    static const char* phrases[] = {
-        "Once upon a time, there was a little girl named Lily.",
-        "The cat sat on the mat.", "Tom and Sue went to the park to play.",
-        "She liked to play with her ball.", "The sun was hot and the sky was blue.",
-        "He said, \"I want to go home.\"", "They were happy and they played all day.",
-        "The dog ran to the big tree."};
+    static const char* phrases[] = {"Once upon a time, there was a little girl named Lily.",
+                                    "The cat sat on the mat.",
+                                    "Tom and Sue went to the park to play.",
+                                    "She liked to play with her ball.",
+                                    "The sun was hot and the sky was blue.",
+                                    "He said, \"I want to go home.\"",
+                                    "They were happy and they played all day.",
+                                    "The dog ran to the big tree."};
     std::mt19937_64 rng(seed);
     auto pick = [&](uint64_t k) { return size_t(rng() % k); };
     std::vector<prompt> out;
@@ -121,10 +123,8 @@ std::map<std::pair<size_t, int>, answer> run_all(uint16_t port, const std::vecto
 }
 
 std::map<std::string, uint64_t> scheduler_stats(uint16_t port) {
-    tcp_client c;
-    EXPECT_TRUE(c.connect(port));
-    EXPECT_TRUE(c.send(frame("id", 1, "op", "stats")));
-    auto e = next(c);
+    auto e = stats_event(port);
+    EXPECT_TRUE(e.has_value());
     std::map<std::string, uint64_t> r;
     if (!e) return r;
     const msgpack::object& st = e->o();
@@ -209,12 +209,14 @@ TEST(speculative_server, stories260K_output_is_identical_with_speculation_on_and
     EXPECT_GT(st["spec_accepted_tokens"], 0u);
     EXPECT_LT(st["spec_accepted_tokens"], st["spec_drafted_tokens"]);
     std::printf("stories260K: %llu verifications, %llu of %llu drafted tokens kept\n",
-                (unsigned long long)st["spec_rounds"], (unsigned long long)st["spec_accepted_tokens"],
+                (unsigned long long)st["spec_rounds"],
+                (unsigned long long)st["spec_accepted_tokens"],
                 (unsigned long long)st["spec_drafted_tokens"]);
 }
 
 TEST(speculative_server, quantized_files_output_is_identical_with_speculation_on_and_off) {
-    for (const char* name : {"stories260K-Q4_K_M.gguf", "stories260K-Q8_0.gguf", "ktiny-Q4_K_M.gguf"}) {
+    for (const char* name :
+         {"stories260K-Q4_K_M.gguf", "stories260K-Q8_0.gguf", "ktiny-Q4_K_M.gguf"}) {
         const std::string file = models + "/quant/" + name;
         ORDO_REQUIRE_SHARED(file);
         auto st = compare(file, 40, std::string(name).starts_with("stories"), 0);

@@ -99,10 +99,9 @@ std::string copy_model(const std::string& src, const std::string& name, const mo
             std::memcpy(values.data(), t.data.data(), t.n_bytes);
             // A type ordo has no quantizer for (IQ*) gets zero blocks: only its type matters.
             std::vector<uint8_t> bytes(*ordo::model::bytes_for(e.type, t.n_elements));
-            EXPECT_TRUE(!ordo::model::is_supported(e.type) ||
-                        ordo::model::quantize_row(e.type, values.data(), bytes.data(),
-                                                  values.size())
-                            .ok());
+            EXPECT_TRUE(
+                !ordo::model::is_supported(e.type) ||
+                ordo::model::quantize_row(e.type, values.data(), bytes.data(), values.size()).ok());
             auto st = w.add_tensor(t.name, e.type, ne, bytes);
             EXPECT_TRUE(st.ok()) << t.name << ": " << st.err().message;
             continue;
@@ -135,7 +134,9 @@ void expect_refused_at_start(const std::vector<std::string>& args, const std::st
 }
 
 // Asks health until it says ok; fails on degraded or after device_ready_deadline.
-void expect_healthy(uint16_t port) { ASSERT_EQ(wait_healthy(port), ""); }
+void expect_healthy(uint16_t port) {
+    ASSERT_EQ(wait_healthy(port), "");
+}
 
 }  // namespace
 
@@ -150,9 +151,8 @@ TEST(start_refuses_a_model_that_cannot_run, missing_tensor_exits_2_naming_file_a
 }
 
 TEST(start_refuses_a_model_that_cannot_run, mis_shaped_tensor_exits_2_with_expected_shape) {
-    const std::string p =
-        copy_model(tiny_model(), "attn_k_64x16.gguf",
-                   {"", "blk.0.attn_k.weight", {64, 16}, "", {}});
+    const std::string p = copy_model(tiny_model(), "attn_k_64x16.gguf",
+                                     {"", "blk.0.attn_k.weight", {64, 16}, "", {}});
     expect_refused_at_start({"--model", p}, p,
                             {"llama_bad_shape: " + p +
                              ": tensor 'blk.0.attn_k.weight' has shape [64, 16], expected "
@@ -162,11 +162,11 @@ TEST(start_refuses_a_model_that_cannot_run, mis_shaped_tensor_exits_2_with_expec
 // A type the GGUF reader knows but ordo does not compute with (IQ2_XXS) stops the server at
 // start naming the tensor and its type.
 TEST(start_refuses_a_model_that_cannot_run, weight_type_ordo_does_not_run_exits_2) {
-    const std::string wide = make_model(
-        "wide_f32.gguf", "--n-embd 256 --n-layer 1 --n-head 4 --n-ff 256", "f32");
-    const std::string iq = copy_model(
-        wide, "ffn_down_iq2_xxs.gguf",
-        {"", "", {}, "blk.0.ffn_down.weight", ordo::model::ggml_type::iq2_xxs});
+    const std::string wide =
+        make_model("wide_f32.gguf", "--n-embd 256 --n-layer 1 --n-head 4 --n-ff 256", "f32");
+    const std::string iq =
+        copy_model(wide, "ffn_down_iq2_xxs.gguf",
+                   {"", "", {}, "blk.0.ffn_down.weight", ordo::model::ggml_type::iq2_xxs});
     expect_refused_at_start({"--model", iq}, iq,
                             {"llama_unsupported_type: " + iq +
                              ": tensor 'blk.0.ffn_down.weight' has type iq2_xxs, which ordo does "
@@ -176,13 +176,13 @@ TEST(start_refuses_a_model_that_cannot_run, weight_type_ordo_does_not_run_exits_
 
 // The models the Vulkan kernels refused before they ran the K types serve now.
 TEST(what_the_config_check_accepts_runs, k_quant_models_serve) {
-    const std::string q4k = make_model(
-        "q4_k.gguf", "--n-embd 256 --n-layer 1 --n-head 4 --n-ff 256", "q4_k");
-    const std::string wide = make_model(
-        "wide_f32.gguf", "--n-embd 256 --n-layer 1 --n-head 4 --n-ff 256", "f32");
-    const std::string mixed = copy_model(
-        wide, "ffn_down_q6_k.gguf",
-        {"", "", {}, "blk.0.ffn_down.weight", ordo::model::ggml_type::q6_k});
+    const std::string q4k =
+        make_model("q4_k.gguf", "--n-embd 256 --n-layer 1 --n-head 4 --n-ff 256", "q4_k");
+    const std::string wide =
+        make_model("wide_f32.gguf", "--n-embd 256 --n-layer 1 --n-head 4 --n-ff 256", "f32");
+    const std::string mixed =
+        copy_model(wide, "ffn_down_q6_k.gguf",
+                   {"", "", {}, "blk.0.ffn_down.weight", ordo::model::ggml_type::q6_k});
     for (const std::string& p : {q4k, mixed}) {
         server_process server;
         ASSERT_TRUE(server.start(ORDO_SERVER_BIN, {"--model", p})) << server.output();

@@ -137,20 +137,20 @@ struct file_tolerance {
 };
 
 inline constexpr file_tolerance k_quant_files[] = {
-    {"stories260K.gguf", 1e-4, true},          // 0.0000015: F32
-    {"stories260K-Q8_0.gguf", 0.04, true},     // 0.0248
-    {"stories260K-Q4_0.gguf", 0.045, true},    // 0.0277
-    {"stories260K-Q4_1.gguf", 0.045, true},    // 0.0298
-    {"stories260K-Q5_0.gguf", 0.035, true},    // 0.0210
-    {"stories260K-Q5_1.gguf", 0.04, true},     // 0.0257
-    {"stories260K-Q4_K_M.gguf", 0.035, true},  // 0.0229
-    {"ktiny-Q2_K.gguf", 0.10, false},          // 0.0660
-    {"ktiny-Q3_K_S.gguf", 0.09, false},        // 0.0602
-    {"ktiny-Q4_K_S.gguf", 0.13, false},        // 0.0894
-    {"ktiny-Q5_K_S.gguf", 0.095, false},       // 0.0630
-    {"ktiny-Q6_K.gguf", 0.08, false},          // 0.0528
-    {"ktiny-Q4_K_M.gguf", 0.125, false},       // 0.0839
-    {"ktiny-Q5_K_M.gguf", 0.09, false},        // 0.0583
+    {"stories260K.gguf", 1e-4, true},           // 0.0000015: F32
+    {"stories260K-Q8_0.gguf", 0.04, true},      // 0.0248
+    {"stories260K-Q4_0.gguf", 0.045, true},     // 0.0277
+    {"stories260K-Q4_1.gguf", 0.045, true},     // 0.0298
+    {"stories260K-Q5_0.gguf", 0.035, true},     // 0.0210
+    {"stories260K-Q5_1.gguf", 0.04, true},      // 0.0257
+    {"stories260K-Q4_K_M.gguf", 0.035, true},   // 0.0229
+    {"ktiny-Q2_K.gguf", 0.10, false},           // 0.0660
+    {"ktiny-Q3_K_S.gguf", 0.09, false},         // 0.0602
+    {"ktiny-Q4_K_S.gguf", 0.13, false},         // 0.0894
+    {"ktiny-Q5_K_S.gguf", 0.095, false},        // 0.0630
+    {"ktiny-Q6_K.gguf", 0.08, false},           // 0.0528
+    {"ktiny-Q4_K_M.gguf", 0.125, false},        // 0.0839
+    {"ktiny-Q5_K_M.gguf", 0.09, false},         // 0.0583
     {"llama3-tiny-Q4_K_M.gguf", 0.115, false},  // 0.0765
 };
 
@@ -181,7 +181,7 @@ using logits_fn =
 using engine_fn = std::function<logits_fn(const std::string& path)>;
 
 struct case_result {
-    double max_diff = 0.0;              // over the last-prompt logits and the top-20s
+    double max_diff = 0.0;                 // over the last-prompt logits and the top-20s
     std::size_t first_flip = k_generated;  // first step whose argmax is not llama.cpp's choice
     std::size_t flips = 0;
     double flip_gap_max = 0.0;  // the engine's best logit minus llama.cpp's choice's
@@ -218,7 +218,8 @@ inline void run_teacher_forced(const logits_fn& engine, const golden_case& c, ca
         if (best == c.generated[step]) continue;
         out.first_flip = std::min(out.first_flip, step);
         out.flips++;
-        out.flip_gap_max = std::max(out.flip_gap_max, double(logits[best] - logits[c.generated[step]]));
+        out.flip_gap_max =
+            std::max(out.flip_gap_max, double(logits[best] - logits[c.generated[step]]));
     }
 }
 

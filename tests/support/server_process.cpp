@@ -18,10 +18,10 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
-#include <thread>
 #include <cstring>
+#include <filesystem>
 #include <regex>
+#include <thread>
 
 #include "tools/client/connection.hpp"
 
@@ -43,8 +43,8 @@ int remaining_ms(clock::time_point end) {
 server_process::~server_process() {
     if (_pid > 0) stop();
     if (_unread_pipe_fd >= 0) ::close(_unread_pipe_fd);
-    // A failed test shows what the server said: its log is the only record of a timeout or a
-    // rebuild that went wrong, and the process (and its pipe) is gone after this.
+        // A failed test shows what the server said: its log is the only record of a timeout or a
+        // rebuild that went wrong, and the process (and its pipe) is gone after this.
 #ifdef ORDO_WITH_GTEST
     const bool failed = ::testing::Test::HasFailure();
 #else
@@ -173,7 +173,9 @@ int server_process::stop() {
     return wait_exit();
 }
 
-tcp_client::~tcp_client() { close(); }
+tcp_client::~tcp_client() {
+    close();
+}
 
 bool tcp_client::connect(uint16_t port, const std::string& host) {
     _peer_closed.clear();
@@ -266,6 +268,12 @@ std::vector<event> until_terminal(tcp_client& c, uint64_t id) {
     ADD_FAILURE() << "no terminal event for " << id;
 #endif
     return evs;
+}
+
+std::optional<event> stats_event(uint16_t port) {
+    tcp_client c;
+    if (!c.connect(port) || !c.send(frame("id", 1, "op", "stats"))) return std::nullopt;
+    return next(c);
 }
 
 std::string wait_healthy(uint16_t port, const std::string& api_key) {

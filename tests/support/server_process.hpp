@@ -7,11 +7,11 @@
 // client with a receive deadline on every read, so no test can hang forever.
 #pragma once
 
-#include <msgpack.hpp>
 #include <sys/types.h>
 
 #include <chrono>
 #include <memory>
+#include <msgpack.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -153,8 +153,7 @@ inline constexpr const char* tiny_model_flags =
     "--seed 1 --ctx 128";
 
 // The next event on `c`, or nullopt on EOF, error or deadline.
-inline std::optional<event> next(tcp_client& c,
-                                 std::chrono::milliseconds deadline = io_deadline) {
+inline std::optional<event> next(tcp_client& c, std::chrono::milliseconds deadline = io_deadline) {
     auto r = c.recv(deadline);
     if (!r) return std::nullopt;
     return event{std::make_shared<msgpack::object_handle>(std::move(*r))};
@@ -168,5 +167,8 @@ std::vector<event> until_terminal(tcp_client& c, uint64_t id);
 // reason it gave instead of ok or loading, no answer, or still loading after
 // device_ready_deadline). With `api_key`, the connection authenticates first.
 std::string wait_healthy(uint16_t port, const std::string& api_key = "");
+
+// The `stats` op's answer, asked on a new connection; nullopt when none came.
+std::optional<event> stats_event(uint16_t port);
 
 }  // namespace ordo::test

@@ -23,15 +23,17 @@ inline bool shared_models_required() {
 }  // namespace ordo::test
 
 // Use at the top of a test (or SetUp): returns from it, failed or skipped, when `path` is absent.
-#define ORDO_REQUIRE_SHARED(path)                                                              \
-    do {                                                                                       \
-        const std::string ordo_path_ = (path);                                                 \
-        if (!std::filesystem::exists(ordo_path_)) {                                            \
-            if (::ordo::test::shared_models_required()) {                                      \
-                GTEST_FAIL() << "ORDO_MODELS_REQUIRED=1 but " << ordo_path_ << " is missing";  \
-            }                                                                                  \
-            std::fprintf(stderr, "\n*** SKIPPING: %s is absent (../shared/models is not beside " \
-                                 "this checkout) ***\n\n", ordo_path_.c_str());                \
-            GTEST_SKIP() << "shared test model missing: " << ordo_path_;                       \
-        }                                                                                      \
+#define ORDO_REQUIRE_SHARED(path)                                                             \
+    do {                                                                                      \
+        const std::string ordo_path_ = (path);                                                \
+        if (!std::filesystem::exists(ordo_path_)) {                                           \
+            if (::ordo::test::shared_models_required()) {                                     \
+                GTEST_FAIL() << "ORDO_MODELS_REQUIRED=1 but " << ordo_path_ << " is missing"; \
+            }                                                                                 \
+            std::fprintf(stderr,                                                              \
+                         "\n*** SKIPPING: %s is absent (../shared/models is not beside "      \
+                         "this checkout) ***\n\n",                                            \
+                         ordo_path_.c_str());                                                 \
+            GTEST_SKIP() << "shared test model missing: " << ordo_path_;                      \
+        }                                                                                     \
     } while (0)

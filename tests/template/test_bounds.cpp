@@ -57,15 +57,17 @@ void expect_bound(const std::string& src, const std::string& bound, const limits
 
 TEST(Bounds, InfiniteMacroRecursion) {
     expect_bound("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "depth bound");
-    expect_bound("{% macro a() %}{{ b() }}{% endmacro %}{% macro b() %}{{ a() }}{% endmacro %}"
-                 "{{ a() }}",
-                 "depth bound");
+    expect_bound(
+        "{% macro a() %}{{ b() }}{% endmacro %}{% macro b() %}{{ a() }}{% endmacro %}"
+        "{{ a() }}",
+        "depth bound");
 }
 
 TEST(Bounds, RecursiveLoopOnItself) {
-    expect_bound("{% set ns = namespace(t=[1]) %}{% for x in ns.t recursive %}{{ loop(ns.t) }}"
-                 "{% endfor %}",
-                 "depth bound");
+    expect_bound(
+        "{% set ns = namespace(t=[1]) %}{% for x in ns.t recursive %}{{ loop(ns.t) }}"
+        "{% endfor %}",
+        "depth bound");
 }
 
 TEST(Bounds, HugeAndNestedLoops) {
@@ -75,9 +77,10 @@ TEST(Bounds, HugeAndNestedLoops) {
 }
 
 TEST(Bounds, StringDoubling) {
-    expect_bound("{% set ns = namespace(s='ab') %}{% for i in range(100) %}"
-                 "{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s|length }}",
-                 "bytes");
+    expect_bound(
+        "{% set ns = namespace(s='ab') %}{% for i in range(100) %}"
+        "{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s|length }}",
+        "bytes");
     expect_bound("{{ 'x' * 10**12 }}", "bytes");
     expect_bound("{{ 'abc'|replace('', 'x' * 1000000) * 100 }}", "bytes");
     expect_bound("{{ 'x'.center(10**12) }}", "bytes");
@@ -100,9 +103,10 @@ TEST(Bounds, ExponentialStructures) {
 }
 
 TEST(Bounds, DeepValues) {
-    expect_bound("{% set ns = namespace(l=[]) %}{% for i in range(100000) %}"
-                 "{% set ns.l = [ns.l] %}{% endfor %}",
-                 "depth bound");
+    expect_bound(
+        "{% set ns = namespace(l=[]) %}{% for i in range(100000) %}"
+        "{% set ns.l = [ns.l] %}{% endfor %}",
+        "depth bound");
     expect_bound("{% set ns = namespace() %}{% set ns.self = ns %}{{ ns }}", "depth bound");
     expect_bound("{% set ns = namespace() %}{% set ns.l = [ns] %}{{ ns|tojson }}",
                  "not JSON serializable");
@@ -111,25 +115,37 @@ TEST(Bounds, DeepValues) {
 TEST(Bounds, DeepSyntax) {
     expect_bound("{{ " + std::string(100000, '(') + "1" + std::string(100000, ')') + " }}",
                  "parse depth bound");
-    expect_bound("{{ 1" + [] {
-        std::string s;
-        for (int i = 0; i < 100000; ++i) s += " + 1";
-        return s;
-    }() + " }}", "parse depth bound");
+    expect_bound(
+        "{{ 1" +
+            [] {
+                std::string s;
+                for (int i = 0; i < 100000; ++i) s += " + 1";
+                return s;
+            }() +
+            " }}",
+        "parse depth bound");
     std::string nested;
     for (int i = 0; i < 5000; ++i) nested += "{% if true %}";
     expect_bound(nested, "parse depth bound");
-    expect_bound("{{ x" + [] {
-        std::string s;
-        for (int i = 0; i < 100000; ++i) s += ".a";
-        return s;
-    }() + " }}", "parse depth bound");
+    expect_bound(
+        "{{ x" +
+            [] {
+                std::string s;
+                for (int i = 0; i < 100000; ++i) s += ".a";
+                return s;
+            }() +
+            " }}",
+        "parse depth bound");
     expect_bound("{{ " + std::string(100000, '-') + "1 }}", "parse depth bound");
-    expect_bound("{{ " + [] {
-        std::string s;
-        for (int i = 0; i < 50000; ++i) s += "not ";
-        return s;
-    }() + "1 }}", "parse depth bound");
+    expect_bound(
+        "{{ " +
+            [] {
+                std::string s;
+                for (int i = 0; i < 50000; ++i) s += "not ";
+                return s;
+            }() +
+            "1 }}",
+        "parse depth bound");
 }
 
 TEST(Bounds, SourceSize) {

@@ -44,7 +44,7 @@ render_options pinned_now() {
     t.tm_year = 2024 - 1900;
     t.tm_mon = 6;
     t.tm_mday = 26;
-    t.tm_wday = 5;   // a Friday
+    t.tm_wday = 5;  // a Friday
     t.tm_yday = 207;
     opt.now = t;
     return opt;

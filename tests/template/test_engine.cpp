@@ -74,8 +74,10 @@ TEST(Engine, ErrorsNameLineAndColumn) {
 
     EXPECT_EQ(render("{{ d.a.b }}", {{"d", value::dict(dict_data{})}}),
               "ERROR: template line 1, column 7: 'dict object' has no attribute 'a'");
-    EXPECT_EQ(render("{% include 'x' %}").rfind("PARSE ERROR: template line 1, column 4: 'include' "
-                                                "is not supported", 0),
+    EXPECT_EQ(render("{% include 'x' %}")
+                  .rfind("PARSE ERROR: template line 1, column 4: 'include' "
+                         "is not supported",
+                         0),
               0u);
 }
 
@@ -123,14 +125,16 @@ TEST(Engine, PythonRepr) {
 
 TEST(Engine, UnicodeStrSemantics) {
     variables v{{"s", value("ΣΑΣ ǅ straße\xc2\xa0")}};
-    EXPECT_EQ(render("{{ s|lower }}|{{ s|upper }}|{{ s|length }}|[{{ s.strip() }}]|{{ s[1:3] }}", v),
-              "σας ǆ straße\xc2\xa0|ΣΑΣ Ǆ STRASSE\xc2\xa0|13|[ΣΑΣ ǅ straße]|ΑΣ");
+    EXPECT_EQ(
+        render("{{ s|lower }}|{{ s|upper }}|{{ s|length }}|[{{ s.strip() }}]|{{ s[1:3] }}", v),
+        "σας ǆ straße\xc2\xa0|ΣΑΣ Ǆ STRASSE\xc2\xa0|13|[ΣΑΣ ǅ straße]|ΑΣ");
 }
 
 // Invalid UTF-8 (a server must validate, but the engine must not crash or loop on it).
 TEST(Engine, InvalidUtf8IsHandled) {
     variables v{{"s", value(std::string("a\xff\xc3(b\xe2\x82"))}};
-    const std::string out = render("{{ s|length }}|{{ s|upper }}|{{ s[::-1]|length }}|{{ s|tojson|length }}", v);
+    const std::string out =
+        render("{{ s|length }}|{{ s|upper }}|{{ s[::-1]|length }}|{{ s|tojson|length }}", v);
     EXPECT_EQ(out.rfind("7|A", 0), 0u) << out;
 }
 

@@ -85,6 +85,8 @@ TEST_P(Semantics, RendersAsJinja2) {
 INSTANTIATE_TEST_SUITE_P(Jinja2, Semantics, ::testing::ValuesIn(all_cases()),
                          [](const auto& info) { return info.param.name; });
 
-TEST(SemanticsFile, HasCases) { EXPECT_GT(all_cases().size(), 150u); }
+TEST(SemanticsFile, HasCases) {
+    EXPECT_GT(all_cases().size(), 150u);
+}
 
 }  // namespace

@@ -70,8 +70,9 @@ TEST_F(TemplateTool, RendersLlama32WithPinnedNow) {
     ORDO_REQUIRE_SHARED(k_chat + "/cases.json");
     const json c = find_case("meta-llama-Llama-3.2-3B-Instruct/no_date_string/gen");
     const std::string msgs = write("m.json", c["messages"].dump());
-    auto r = run("'" + k_chat + "/templates/meta-llama-Llama-3.2-3B-Instruct.jinja' --messages '" +
-                 msgs + "' --now 2024-07-26 --bos-token '<|begin_of_text|>' --eos-token '<|eot_id|>'");
+    auto r =
+        run("'" + k_chat + "/templates/meta-llama-Llama-3.2-3B-Instruct.jinja' --messages '" +
+            msgs + "' --now 2024-07-26 --bos-token '<|begin_of_text|>' --eos-token '<|eot_id|>'");
     ASSERT_EQ(r.exit_code, 0) << err();
     EXPECT_EQ(r.output, c["expected"].get<std::string>());
 }
@@ -89,14 +90,15 @@ TEST_F(TemplateTool, RendersToolCaseWithToolsAndVar) {
 }
 
 TEST_F(TemplateTool, VariablesAndFlags) {
-    const std::string t = write(
-        "t.jinja",
-        "{{ bos_token }}{% for m in messages %}[{{ m.role }}:{{ m.content }}]{% endfor %}"
-        "{% if add_generation_prompt %}<gen>{% endif %}{{ eos_token }}|{{ n + 1 }}|{{ s }}|"
-        "{{ tools }}|{{ documents }}|{{ strftime_now('%A %d %B %Y') }}");
+    const std::string t =
+        write("t.jinja",
+              "{{ bos_token }}{% for m in messages %}[{{ m.role }}:{{ m.content }}]{% endfor %}"
+              "{% if add_generation_prompt %}<gen>{% endif %}{{ eos_token }}|{{ n + 1 }}|{{ s }}|"
+              "{{ tools }}|{{ documents }}|{{ strftime_now('%A %d %B %Y') }}");
     const std::string m = write("m.json", R"([{"role": "user", "content": "héllo"}])");
-    auto r = run(t + " --messages " + m +
-                 " --var n=41 --var=s='\"x\"' --bos-token '<s>' --eos-token '</s>' --now 2000-02-29");
+    auto r =
+        run(t + " --messages " + m +
+            " --var n=41 --var=s='\"x\"' --bos-token '<s>' --eos-token '</s>' --now 2000-02-29");
     ASSERT_EQ(r.exit_code, 0) << err();
     EXPECT_EQ(r.output, "<s>[user:héllo]<gen></s>|42|x|None|None|Tuesday 29 February 2000");
     auto plain = run(t + " --messages " + m + " --var n=1 --no-generation-prompt");

@@ -46,9 +46,12 @@ bool parse_sampling_flag(const std::vector<std::string>& a, size_t& i, request_b
         number kind;
     };
     static constexpr sampling_flag table[] = {
-        {"-n", "max_tokens", number::uint}, {"--temp", "temperature", number::real},
-        {"--top-k", "top_k", number::sint}, {"--top-p", "top_p", number::real},
-        {"--min-p", "min_p", number::real}, {"--repeat-penalty", "repeat_penalty", number::real},
+        {"-n", "max_tokens", number::uint},
+        {"--temp", "temperature", number::real},
+        {"--top-k", "top_k", number::sint},
+        {"--top-p", "top_p", number::real},
+        {"--min-p", "min_p", number::real},
+        {"--repeat-penalty", "repeat_penalty", number::real},
         {"--presence-penalty", "presence_penalty", number::real},
         {"--frequency-penalty", "frequency_penalty", number::real},
         {"--seed", "seed", number::uint},

@@ -26,8 +26,8 @@ struct options {
     std::string host = "127.0.0.1";
     uint16_t port = 7070;
     std::chrono::milliseconds timeout{600000};  // per event
-    std::string api_key;  // --api-key, else $ORDO_API_KEY; empty: no `auth` is sent
-    std::vector<std::string> args;              // command and its arguments
+    std::string api_key;            // --api-key, else $ORDO_API_KEY; empty: no `auth` is sent
+    std::vector<std::string> args;  // command and its arguments
 };
 
 // Prints `ordo: why` and the usage text, exits with exit_usage (main.cpp owns the text).

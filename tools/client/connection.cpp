@@ -1,6 +1,7 @@
 // connection.cpp: see connection.hpp.
 #include "tools/client/connection.hpp"
 
+#include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -9,7 +10,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fcntl.h>
 
 namespace ordo::client {
 namespace {
@@ -48,8 +48,7 @@ connection::~connection() {
     if (_fd >= 0) ::close(_fd);
 }
 
-status connection::open(const std::string& host, uint16_t port,
-                        std::chrono::milliseconds timeout) {
+status connection::open(const std::string& host, uint16_t port, std::chrono::milliseconds timeout) {
     if (_fd >= 0) ::close(_fd), _fd = -1;
     _unpacker = msgpack::unpacker();
     addrinfo hints{};
@@ -89,7 +88,8 @@ status connection::send_bytes(std::string_view bytes) {
     size_t off = 0;
     while (off < bytes.size()) {
         ssize_t n = ::send(_fd, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
-        if (n <= 0) return make_error("closed", std::string("send failed: ") + std::strerror(errno));
+        if (n <= 0)
+            return make_error("closed", std::string("send failed: ") + std::strerror(errno));
         off += static_cast<size_t>(n);
     }
     return {};

@@ -4,9 +4,8 @@
 // waits at most a deadline, so the CLI never hangs on a silent server.
 #pragma once
 
-#include <msgpack.hpp>
-
 #include <chrono>
+#include <msgpack.hpp>
 #include <optional>
 #include <string>
 #include <string_view>

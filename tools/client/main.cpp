@@ -136,8 +136,10 @@ int generate(connection& c, const options& o) {
         } else if (kind == "error") {
             return report_error(e);
         } else if (kind == "done") {
-            if (json) std::cout << e << "\n";
-            else std::printf("\n"), std::fprintf(stderr, "[%s]\n", get_str(e, "reason").c_str());
+            if (json)
+                std::cout << e << "\n";
+            else
+                std::printf("\n"), std::fprintf(stderr, "[%s]\n", get_str(e, "reason").c_str());
             return exit_ok;
         }
     }

@@ -97,7 +97,7 @@ void server::kill9() {
 }
 
 uint64_t server::send_generate(const std::vector<int32_t>& prompt, const std::string& session,
-                              bool speculative) {
+                               bool speculative) {
     uint64_t id = _next_id++;
     _f->requests++;
     bool ok = !session.empty()
@@ -105,8 +105,8 @@ uint64_t server::send_generate(const std::vector<int32_t>& prompt, const std::st
                                       max_tokens, "temperature", 0, "stream", true, "session",
                                       session, "speculative", speculative))
                   : _conn->send(frame("id", id, "op", "generate", "tokens", prompt, "max_tokens",
-                                      max_tokens, "temperature", 0, "stream", true,
-                                      "speculative", speculative));
+                                      max_tokens, "temperature", 0, "stream", true, "speculative",
+                                      speculative));
     if (!ok) _f->fail("request " + std::to_string(id) + ": send failed");
     return id;
 }
@@ -149,16 +149,17 @@ bool server::arm_delay(uint32_t ms, const std::string& phase) {
 bool server::arm_refuse(const std::string& actor, uint32_t count) {
     uint64_t id = _next_id++;
     _refusals_armed = true;
-    return armed("mailbox_refuse", count, id,
-                 frame("id", id, "op", "fault", "kind", "mailbox_refuse", "actor", actor, "count",
-                       count));
+    return armed(
+        "mailbox_refuse", count, id,
+        frame("id", id, "op", "fault", "kind", "mailbox_refuse", "actor", actor, "count", count));
 }
 
 bool server::arm_net(const std::string& kind, const std::string& phase, uint32_t ms) {
     uint64_t id = _next_id++;
-    return ms == 0 ? armed(kind, 1, id, frame("id", id, "op", "fault", "kind", kind, "phase", phase))
-                   : armed(kind, 1, id,
-                           frame("id", id, "op", "fault", "kind", kind, "phase", phase, "ms", ms));
+    return ms == 0
+               ? armed(kind, 1, id, frame("id", id, "op", "fault", "kind", kind, "phase", phase))
+               : armed(kind, 1, id,
+                       frame("id", id, "op", "fault", "kind", kind, "phase", phase, "ms", ms));
 }
 
 bool server::armed(const std::string& kind, uint32_t count, uint64_t id,
@@ -220,10 +221,10 @@ std::map<uint64_t, history> server::collect(const std::vector<uint64_t>& ids) {
         h.id = id;
         if (h.terminals() == 0) {
             _f->fail("request " + std::to_string(id) + " did not end within " +
-                    std::to_string(request_deadline.count()) + " ms (invariant 2)");
+                     std::to_string(request_deadline.count()) + " ms (invariant 2)");
         } else if (h.terminals() > 1) {
             _f->fail("request " + std::to_string(id) + " had " + std::to_string(h.terminals()) +
-                    " terminal events (invariant 1)");
+                     " terminal events (invariant 1)");
         }
         if (_ctx.verbose) {
             const event* t = h.terminal();
@@ -278,7 +279,7 @@ bool server::wait_ready() {
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     _f->fail("health did not return to ok within " + std::to_string(ready_deadline.count()) +
-            " s (invariant 3)");
+             " s (invariant 3)");
     return false;
 }
 
@@ -303,9 +304,9 @@ void server::check_idle() {
     while (clock::now() < end) {
         auto s = call("stats");
         if (!s) break;
-        uint64_t active = stat(*s, "", "active_sequences"), queued = stat(*s, "", "queued_requests"),
-                 used = stat(*s, "", "kv_blocks_used"), pins = stat(*s, "kv", "pins"),
-                 slots = stat(*s, "", "logits_slots_held");
+        uint64_t active = stat(*s, "", "active_sequences"),
+                 queued = stat(*s, "", "queued_requests"), used = stat(*s, "", "kv_blocks_used"),
+                 pins = stat(*s, "kv", "pins"), slots = stat(*s, "", "logits_slots_held");
         if (active + queued + used + pins + slots == 0) return;
         last = "active " + std::to_string(active) + ", queued " + std::to_string(queued) +
                ", kv blocks used " + std::to_string(used) + ", pins " + std::to_string(pins) +
@@ -362,6 +363,5 @@ void expect_reference(findings& f, const history& h, const std::vector<int32_t>&
                show(want) + " (invariant 4/5)");
     }
 }
-
 
 }  // namespace ordo::fault

@@ -39,8 +39,8 @@ struct server_config {
     uint32_t retry_max = 2;
     std::string batch_failure_policy = "bisect";
     uint32_t watchdog_ms = 2000;
-    uint32_t recovery_max = 3;  // gpu.recovery_max
-    std::string kv_dir;  // non-empty: [kv] enabled
+    uint32_t recovery_max = 3;        // gpu.recovery_max
+    std::string kv_dir;               // non-empty: [kv] enabled
     std::string speculative = "off";  // [speculative] mode
 };
 
@@ -91,10 +91,10 @@ public:
     // Arms a fault; false (and a violation) when the server refuses it.
     bool arm(const std::string& kind, const std::string& phase = "", uint32_t count = 1,
              uint32_t after_steps = 0);
-    bool arm_kv(const std::string& kind);                        // kv_enospc, ...
-    bool arm_draft(const std::string& kind, uint32_t count);     // draft_fail, ... (rounds)
-    bool arm_delay(uint32_t ms, const std::string& phase);       // step_delay
-    bool arm_refuse(const std::string& actor, uint32_t count);   // mailbox_refuse
+    bool arm_kv(const std::string& kind);                       // kv_enospc, ...
+    bool arm_draft(const std::string& kind, uint32_t count);    // draft_fail, ... (rounds)
+    bool arm_delay(uint32_t ms, const std::string& phase);      // step_delay
+    bool arm_refuse(const std::string& actor, uint32_t count);  // mailbox_refuse
     // net_fin, net_rst (ms 0) or net_stop_reading (ms > 0) at a request phase.
     bool arm_net(const std::string& kind, const std::string& phase, uint32_t ms = 0);
     // Reads until every id in `ids` has had its terminal event (or the deadline); records

@@ -21,10 +21,10 @@
 // mode also rss_start_bytes, rss_end_bytes, rss_peak_bytes).
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
-#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -160,7 +160,8 @@ int main(int argc, char** argv) {
     }
     for (const auto& n : names) {
         if (n != "all" && std::find(known.begin(), known.end(), n) == known.end()) {
-            std::fprintf(stderr, "ordo-fault: unknown scenario '%s' (--list names them)\n", n.c_str());
+            std::fprintf(stderr, "ordo-fault: unknown scenario '%s' (--list names them)\n",
+                         n.c_str());
             return exit_usage;
         }
     }
@@ -173,7 +174,8 @@ int main(int argc, char** argv) {
             (fs::path(argv[0]).parent_path() / ".." / "server" / "ordo-server").lexically_normal();
     }
     if (!fs::exists(ctx.server_bin)) {
-        std::fprintf(stderr, "ordo-fault: no ordo-server at %s (--server)\n", ctx.server_bin.c_str());
+        std::fprintf(stderr, "ordo-fault: no ordo-server at %s (--server)\n",
+                     ctx.server_bin.c_str());
         return exit_usage;
     }
     if (own_dir) {
@@ -194,10 +196,10 @@ int main(int argc, char** argv) {
         random_result rr = run_random(ctx, ctx.seed, random_requests);
         results.push_back({"random/seed" + std::to_string(ctx.seed), rr.found, rr.seconds});
         rss = {rr.found.rss_start, rr.found.rss_end, rr.found.rss_peak};
-        std::printf("resident memory: %.1f MiB after warm-up, %.1f MiB at the end (idle), "
-                    "%.1f MiB peak\n",
-                    double(rss[0]) / (1 << 20), double(rss[1]) / (1 << 20),
-                    double(rss[2]) / (1 << 20));
+        std::printf(
+            "resident memory: %.1f MiB after warm-up, %.1f MiB at the end (idle), "
+            "%.1f MiB peak\n",
+            double(rss[0]) / (1 << 20), double(rss[1]) / (1 << 20), double(rss[2]) / (1 << 20));
         if (!rr.minimal.actions.empty()) {
             std::printf("smallest failing plan (seed %llu, %zu actions):\n",
                         static_cast<unsigned long long>(ctx.seed), rr.minimal.actions.size());
@@ -233,18 +235,20 @@ int main(int argc, char** argv) {
         }
         f += "}";
         std::string fl = "[";
-        for (const auto& n : failed) fl += (fl.size() > 1 ? "," : "") + ("\"" + json_escape(n) + "\"");
+        for (const auto& n : failed)
+            fl += (fl.size() > 1 ? "," : "") + ("\"" + json_escape(n) + "\"");
         fl += "]";
         std::string mem;
         if (random_requests > 0) {
-            mem = ",\"rss_start_bytes\":" + std::to_string(rss[0]) + ",\"rss_end_bytes\":" +
-                  std::to_string(rss[1]) + ",\"rss_peak_bytes\":" + std::to_string(rss[2]);
+            mem = ",\"rss_start_bytes\":" + std::to_string(rss[0]) +
+                  ",\"rss_end_bytes\":" + std::to_string(rss[1]) +
+                  ",\"rss_peak_bytes\":" + std::to_string(rss[2]);
         }
-        std::printf("{\"scenarios\":%zu,\"requests\":%llu,\"faults\":%s,\"violations\":%zu,"
-                    "\"failed\":%s,\"seconds\":%.1f,\"seed\":%llu%s}\n",
-                    results.size(), static_cast<unsigned long long>(requests), f.c_str(),
-                    violations, fl.c_str(), seconds, static_cast<unsigned long long>(ctx.seed),
-                    mem.c_str());
+        std::printf(
+            "{\"scenarios\":%zu,\"requests\":%llu,\"faults\":%s,\"violations\":%zu,"
+            "\"failed\":%s,\"seconds\":%.1f,\"seed\":%llu%s}\n",
+            results.size(), static_cast<unsigned long long>(requests), f.c_str(), violations,
+            fl.c_str(), seconds, static_cast<unsigned long long>(ctx.seed), mem.c_str());
     }
     if (violations == 0 && own_dir) fs::remove_all(ctx.work_dir);
     if (violations != 0) std::printf("work dir kept: %s\n", ctx.work_dir.c_str());

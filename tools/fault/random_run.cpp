@@ -23,17 +23,19 @@ struct client {
     uint64_t next_id = 1;
     std::map<uint64_t, history> requests;  // generate requests on this connection
     std::map<uint64_t, uint32_t> prompt_of;
-    std::set<uint64_t> cancelled;           // targets of a cancel
+    std::set<uint64_t> cancelled;  // targets of a cancel
     std::set<uint64_t> session_requests;
-    std::vector<uint64_t> other_ids;        // cancel requests (their done is read, not checked)
+    std::vector<uint64_t> other_ids;  // cancel requests (their done is read, not checked)
 };
 
-bool net_kind(const std::string& kind) { return kind.starts_with("net_"); }
+bool net_kind(const std::string& kind) {
+    return kind.starts_with("net_");
+}
 
 // What the plan has armed so far: what explains an outcome that only a fault may cause.
 struct armed_faults {
-    uint64_t steps = 0;            // steps that may fail: failing gpu kinds, gpu mailbox refusals
-    uint64_t net = 0;              // net faults (a connection the server drops or pauses)
+    uint64_t steps = 0;  // steps that may fail: failing gpu kinds, gpu mailbox refusals
+    uint64_t net = 0;    // net faults (a connection the server drops or pauses)
     bool scheduler_refusals = false;  // a scheduler mailbox refusal (requests get overloaded)
 };
 
@@ -102,9 +104,11 @@ void check(findings& f, const client& c, const references& r, const armed_faults
         } else if (code == "gpu_failed") {
             if (armed.steps == 0) f.fail(what + ": gpu_failed with no fault armed");
         } else if (code == "overloaded") {
-            if (!armed.scheduler_refusals) f.fail(what + ": overloaded with no mailbox refusal armed");
+            if (!armed.scheduler_refusals)
+                f.fail(what + ": overloaded with no mailbox refusal armed");
         } else if (code == "session_busy") {
-            if (c.session_requests.count(id) == 0) f.fail(what + ": session_busy without a session");
+            if (c.session_requests.count(id) == 0)
+                f.fail(what + ": session_busy without a session");
         } else {
             f.fail(what + ": ended " + t.outcome());
         }
@@ -166,8 +170,8 @@ findings run_plan(const context& ctx, const references& r, const plan& p) {
                               ? frame("id", id, "op", "generate", "tokens", prompt, "max_tokens",
                                       max_tokens, "temperature", 0, "stream", a.stream)
                               : frame("id", id, "op", "generate", "tokens", prompt, "max_tokens",
-                                      max_tokens, "temperature", 0, "stream", a.stream,
-                                      "session", a.session);
+                                      max_tokens, "temperature", 0, "stream", a.stream, "session",
+                                      a.session);
                 if (!send_or_reconnect(c, a.client, fr)) break;
                 c.requests[id].id = id;
                 c.prompt_of[id] = a.prompt;
@@ -179,7 +183,8 @@ findings run_plan(const context& ctx, const references& r, const plan& p) {
                 if (c.requests.empty()) break;
                 uint64_t target = c.requests.rbegin()->first;
                 uint64_t id = c.next_id++;
-                if (send_or_reconnect(c, a.client, frame("id", id, "op", "cancel", "target", target))) {
+                if (send_or_reconnect(c, a.client,
+                                      frame("id", id, "op", "cancel", "target", target))) {
                     c.cancelled.insert(target);
                 }
                 break;
@@ -231,8 +236,8 @@ findings run_plan(const context& ctx, const references& r, const plan& p) {
             break;
         }
         pc.requests[1].id = 1;
-        if (!pc.conn->send(frame("id", 1, "op", "generate", "tokens", r.prompts[1],
-                                 "max_tokens", max_tokens, "temperature", 0))) {
+        if (!pc.conn->send(frame("id", 1, "op", "generate", "tokens", r.prompts[1], "max_tokens",
+                                 max_tokens, "temperature", 0))) {
             continue;  // dropped at once: try again
         }
         drain(pc);
@@ -249,7 +254,8 @@ findings run_plan(const context& ctx, const references& r, const plan& p) {
     auto after = s.call("stats");
     if (before && after) {
         // Invariant 6: every failed step is explained by an armed fault (each fails one step).
-        uint64_t failures = stat(*after, "scheduler", "failures") - stat(*before, "scheduler", "failures");
+        uint64_t failures =
+            stat(*after, "scheduler", "failures") - stat(*before, "scheduler", "failures");
         if (failures > armed.steps) {
             f.fail(std::to_string(failures) + " failed steps for " + std::to_string(armed.steps) +
                    " armed faults (invariant 6)");
@@ -277,8 +283,10 @@ std::string action::describe() const {
         case kind::generate:
             return c + "generate prompt " + std::to_string(prompt) + (stream ? " stream" : "") +
                    (session.empty() ? "" : " session " + session);
-        case kind::cancel: return c + "cancel its latest request";
-        case kind::disconnect: return c + (stream ? "disconnect (RST)" : "disconnect (FIN)");
+        case kind::cancel:
+            return c + "cancel its latest request";
+        case kind::disconnect:
+            return c + (stream ? "disconnect (RST)" : "disconnect (FIN)");
         case kind::fault:
             return "fault " + fault_kind + (phase.empty() ? "" : " phase " + phase) +
                    (ms == 0 ? "" : " " + std::to_string(ms) + " ms") +
@@ -292,9 +300,9 @@ plan make_plan(uint64_t seed, uint32_t requests) {
     p.seed = seed;
     std::mt19937_64 rng(seed);
     auto pick = [&](uint64_t n) { return uint32_t(rng() % n); };
-    const char* kinds[] = {"device_lost",    "hang",          "nan_logits",     "step_delay",
-                           "mailbox_refuse", "kv_enospc",     "kv_eio",         "kv_flip_read",
-                           "kv_fingerprint", "net_fin",       "net_rst",        "net_stop_reading",
+    const char* kinds[] = {"device_lost",    "hang",          "nan_logits", "step_delay",
+                           "mailbox_refuse", "kv_enospc",     "kv_eio",     "kv_flip_read",
+                           "kv_fingerprint", "net_fin",       "net_rst",    "net_stop_reading",
                            "draft_fail",     "draft_garbage", "draft_eos"};
     const char* actors[] = {"scheduler", "net", "gpu", "kv"};
     const char* phases[] = {"", "prefill", "decode", "verify"};

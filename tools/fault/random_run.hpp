@@ -4,8 +4,9 @@
 // kv write/read faults, and net kinds that drop or stall a client's connection at a request
 // phase) — runs against one real server; the same
 // seed builds the same plan. The invariants are checked on every request whose connection
-// stayed open; a request whose connection the server dropped (a net fault) may end unseen. A failing plan is shrunk (faults removed, then whole clients) to the smallest
-// plan that still fails, which is printed with the seed.
+// stayed open; a request whose connection the server dropped (a net fault) may end unseen. A
+// failing plan is shrunk (faults removed, then whole clients) to the smallest plan that still
+// fails, which is printed with the seed.
 #pragma once
 
 #include <chrono>
@@ -19,7 +20,7 @@ namespace ordo::fault {
 
 inline constexpr uint32_t random_clients = 4;
 inline constexpr uint32_t random_requests_max = 1000000;
-inline constexpr uint32_t shrink_runs_max = 24;  // reruns while shrinking, at most
+inline constexpr uint32_t shrink_runs_max = 24;              // reruns while shrinking, at most
 inline constexpr std::chrono::seconds shrink_time_max{300};  // and time spent shrinking
 inline constexpr uint32_t recovery_max_limit = 100;          // gpu.recovery_max's upper bound
 // How far the idle server's resident memory may end above its post-warm-up baseline, at most

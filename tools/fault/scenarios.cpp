@@ -160,7 +160,8 @@ void f1(const context& ctx, findings& f, const references& r) {
         f.fail("F1: the failed request ended " + (t ? t->outcome() : "never") +
                ", expected error gpu_failed");
     }
-    expect_reference(f, s.generate(r.prompts[2], "f1"), r.want[2], "F1: another prompt, same session");
+    expect_reference(f, s.generate(r.prompts[2], "f1"), r.want[2],
+                     "F1: another prompt, same session");
     expect_reference(f, s.generate(r.prompts[0], "f1"), r.want[0], "F1: the first prompt again");
     s.check_idle();
     s.stop();
@@ -202,7 +203,8 @@ void f4(const context& ctx, findings& f, const references& r, const std::string&
     for (size_t i = 0; i < r.prompts.size(); i++) ids.push_back(s.send_generate(r.prompts[i]));
     auto hs = s.collect(ids);
     for (size_t i = 0; i < ids.size(); i++) {
-        expect_reference(f, hs[ids[i]], r.want[i], "F4 (" + policy + ") request " + std::to_string(i));
+        expect_reference(f, hs[ids[i]], r.want[i],
+                         "F4 (" + policy + ") request " + std::to_string(i));
     }
     auto st = s.call("stats");
     if (st && stat(*st, "scheduler", "failures") != 1) {
@@ -230,7 +232,8 @@ void f5(const context& ctx, findings& f, const references& r) {
     auto st = s.call("stats");
     if (st) {
         if (stat(*st, "gpu", "timeouts") != 1) {
-            f.fail("F5: gpu timeouts " + std::to_string(stat(*st, "gpu", "timeouts")) + ", expected 1");
+            f.fail("F5: gpu timeouts " + std::to_string(stat(*st, "gpu", "timeouts")) +
+                   ", expected 1");
         }
         if (stat(*st, "gpu", "epoch") != 1) {
             f.fail("F5: device epoch " + std::to_string(stat(*st, "gpu", "epoch")) +
@@ -314,7 +317,8 @@ void kv_disk_error(const context& ctx, findings& f, const references& r, const s
     cfg.kv_dir = ctx.work_dir + "/" + kind;
     server s(ctx, f);
     if (!s.start(cfg, kind) || !s.arm_kv(kind)) return;
-    expect_reference(f, s.generate(r.prompts[0]), r.want[0], kind + ": the request whose save fails");
+    expect_reference(f, s.generate(r.prompts[0]), r.want[0],
+                     kind + ": the request whose save fails");
     const auto end = clock::now() + std::chrono::seconds(10);
     std::string reason;
     while (clock::now() < end) {
@@ -347,7 +351,8 @@ void kv_flip_read(const context& ctx, findings& f, const references& r) {
         f.fail("kv_flip_read: restore_failures " +
                std::to_string(stat(*st, "kv_disk", "restore_failures")) + ", quarantined " +
                std::to_string(stat(*st, "kv_disk", "quarantined")) + ", restores " +
-               std::to_string(stat(*st, "kv_disk", "restores")) + "; expected 1, 1, 0 (invariant 7)");
+               std::to_string(stat(*st, "kv_disk", "restores")) +
+               "; expected 1, 1, 0 (invariant 7)");
     }
     s.check_idle();
     s.stop();
@@ -429,7 +434,8 @@ void delayed_step(const context& ctx, findings& f, const references& r, const st
 
 // An actor's mailbox refuses its next messages: each sender's defined outcome, then normal
 // service with fault-free output.
-void refused_mailbox(const context& ctx, findings& f, const references& r, const std::string& actor) {
+void refused_mailbox(const context& ctx, findings& f, const references& r,
+                     const std::string& actor) {
     server_config cfg;
     if (actor == "kv") cfg.kv_dir = ctx.work_dir + "/refuse-kv";
     server s(ctx, f);
@@ -505,10 +511,12 @@ void net_fault(const context& ctx, findings& f, const references& r, const std::
     } else {
         read(std::chrono::milliseconds(request_deadline));
         const std::string want = kind == "net_fin" ? "eof" : "reset";
-        if (c.peer_closed().empty() && !c.wait_closed(std::chrono::milliseconds(request_deadline))) {
+        if (c.peer_closed().empty() &&
+            !c.wait_closed(std::chrono::milliseconds(request_deadline))) {
             f.fail(kind + " at " + phase + ": the connection was not closed (invariant 2)");
         } else if (c.peer_closed() != want) {
-            f.fail(kind + " at " + phase + ": the client saw " + c.peer_closed() + ", expected " + want);
+            f.fail(kind + " at " + phase + ": the client saw " + c.peer_closed() + ", expected " +
+                   want);
         }
         if (h.terminals() != 0) {
             f.fail(kind + " at " + phase + ": a terminal event (" + h.terminal()->outcome() +
@@ -517,10 +525,10 @@ void net_fault(const context& ctx, findings& f, const references& r, const std::
     }
     auto after = s.call("stats");
     if (after) {
-        const uint64_t fired = stat(*after, "scheduler", "net_faults") -
-                               stat(*before, "scheduler", "net_faults");
-        const uint64_t counted = pause ? stat(*after, "net", "fault_pauses")
-                                       : stat(*after, "net", "fault_drops");
+        const uint64_t fired =
+            stat(*after, "scheduler", "net_faults") - stat(*before, "scheduler", "net_faults");
+        const uint64_t counted =
+            pause ? stat(*after, "net", "fault_pauses") : stat(*after, "net", "fault_drops");
         if (fired != 1 || counted != 1) {
             f.fail(kind + " at " + phase + ": net_faults fired " + std::to_string(fired) +
                    ", net counter " + std::to_string(counted) + "; expected 1 and 1");
@@ -585,7 +593,8 @@ void speculative_fault(const context& ctx, findings& f, const references& r,
         if (kind == "draft_fail" && delta("scheduler", "spec_fallbacks_drafter_error") != 1) {
             f.fail("draft_fail: no fallback counted (spec_fallbacks_drafter_error)");
         }
-        if ((kind == "draft_garbage" || kind == "draft_eos") && delta("scheduler", "spec_rounds") == 0) {
+        if ((kind == "draft_garbage" || kind == "draft_eos") &&
+            delta("scheduler", "spec_rounds") == 0) {
             f.fail(kind + ": no verification ran (spec_rounds)");
         }
         if (hang && delta("scheduler", "failures") == 0) {
@@ -651,12 +660,28 @@ void recovery_exhausted(const context& ctx, findings& f, const references& r) {
 }  // namespace
 
 std::vector<std::string> scenario_names() {
-    std::vector<std::string> n{"F1", "F2", "F4-bisect", "F4-sequential", "F5", "F7",
-                               "kv/enospc", "kv/eio", "kv/flip_read", "kv/fingerprint",
-                               "kv/torn_exit", "delay/prefill/cancel", "delay/decode/cancel",
-                               "delay/decode/disconnect", "refuse/net", "refuse/scheduler",
-                               "refuse/gpu", "refuse/kv", "recovery/exhausted",
-                               "spec/draft_fail", "spec/draft_garbage", "spec/draft_eos",
+    std::vector<std::string> n{"F1",
+                               "F2",
+                               "F4-bisect",
+                               "F4-sequential",
+                               "F5",
+                               "F7",
+                               "kv/enospc",
+                               "kv/eio",
+                               "kv/flip_read",
+                               "kv/fingerprint",
+                               "kv/torn_exit",
+                               "delay/prefill/cancel",
+                               "delay/decode/cancel",
+                               "delay/decode/disconnect",
+                               "refuse/net",
+                               "refuse/scheduler",
+                               "refuse/gpu",
+                               "refuse/kv",
+                               "recovery/exhausted",
+                               "spec/draft_fail",
+                               "spec/draft_garbage",
+                               "spec/draft_eos",
                                "spec/hang"};
     for (const char* kind : {"fin", "rst", "stop_reading"}) {
         for (const char* phase : {"queued", "prefill", "decode"}) {
@@ -706,14 +731,16 @@ std::vector<scenario_result> run_scenarios(const context& ctx,
         if (name == "kv/fingerprint") timed(name, [&](findings& f) { kv_fingerprint(ctx, f, r); });
         if (name == "kv/torn_exit") timed(name, [&](findings& f) { kv_torn_exit(ctx, f, r); });
         if (name.starts_with("delay/")) {
-            const std::string phase = name.find("prefill") != std::string::npos ? "prefill" : "decode";
+            const std::string phase =
+                name.find("prefill") != std::string::npos ? "prefill" : "decode";
             const bool disconnect = name.ends_with("disconnect");
             timed(name, [&](findings& f) { delayed_step(ctx, f, r, phase, disconnect); });
         }
         if (name.starts_with("refuse/")) {
             timed(name, [&](findings& f) { refused_mailbox(ctx, f, r, name.substr(7)); });
         }
-        if (name == "recovery/exhausted") timed(name, [&](findings& f) { recovery_exhausted(ctx, f, r); });
+        if (name == "recovery/exhausted")
+            timed(name, [&](findings& f) { recovery_exhausted(ctx, f, r); });
         if (name.starts_with("spec/")) {
             timed(name, [&](findings& f) { speculative_fault(ctx, f, r, name.substr(5)); });
         }

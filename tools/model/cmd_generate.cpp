@@ -1,9 +1,9 @@
 // cmd_generate.cpp: `ordo-model generate FILE --prompt TEXT -n N [--temp T] [--seed S] [--json]
 // [--backend cpu|vulkan [--device SEL]]`: text generation with the CPU reference forward pass
 // (model/reference.hpp, the default; slow on purpose, plain loops) or with the Vulkan runner
-// through a real gpu actor (gpu/client/runner_generate.hpp; f32 KV, so the two paths can be compared
-// on any model) on the device SEL picks (gpu.device's syntax: index, name substring, "auto").
-// It exists to check models and the gpu path by hand.
+// through a real gpu actor (gpu/client/runner_generate.hpp; f32 KV, so the two paths can be
+// compared on any model) on the device SEL picks (gpu.device's syntax: index, name substring,
+// "auto"). It exists to check models and the gpu path by hand.
 //
 // The prompt is encoded with the model's tokenizer (BOS as the vocab says); generation stops
 // after n tokens, or early on EOS or BOS (a generated BOS starts a new document, which is where
@@ -102,8 +102,7 @@ result<generate_request> request_from(const parsed_args& a) {
 result<std::vector<uint32_t>> generate_with(const generate_request& req,
                                             const model::gguf_file& file, uint32_t n_ctx,
                                             const std::vector<uint32_t>& prompt,
-                                            const model::generate_options& opt,
-                                            model::sampler& smp,
+                                            const model::generate_options& opt, model::sampler& smp,
                                             const std::function<void(uint32_t)>& on_token) {
 #ifdef ORDO_HAVE_GPU_RUNNER
     if (req.vulkan) {
@@ -140,7 +139,8 @@ int run_request(const generate_request& req) {
     model::generate_options opt;
     opt.n_predict = req.n_predict;
     for (model::token_id stop : tok->vocab().eog()) opt.stop_tokens.push_back(uint32_t(stop));
-    if (tok->vocab().valid(tok->vocab().bos())) opt.stop_tokens.push_back(uint32_t(tok->vocab().bos()));
+    if (tok->vocab().valid(tok->vocab().bos()))
+        opt.stop_tokens.push_back(uint32_t(tok->vocab().bos()));
     model::sampler smp(req.temperature, req.seed);
     // Feed the prompt through the decoder first so the first generated piece keeps its space.
     model::stream_decoder dec(*tok);

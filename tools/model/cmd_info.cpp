@@ -32,8 +32,7 @@ constexpr size_t k_json_array_items_max = 64;
 std::string histogram_json(const model::gguf_file& f) {
     std::string out = "{";
     for (const auto& c : model::tensor_type_histogram(f)) {
-        out += std::string(out.size() > 1 ? ", " : "") +
-               json_string(model::type_name(c.type)) +
+        out += std::string(out.size() > 1 ? ", " : "") + json_string(model::type_name(c.type)) +
                ": {\"tensors\": " + std::to_string(c.tensors) +
                ", \"bytes\": " + std::to_string(c.bytes) +
                ", \"supported\": " + (model::is_supported(c.type) ? "true" : "false") + "}";
@@ -72,8 +71,9 @@ std::string hparams_json(const result<model::llama_hparams>& hp) {
         return "{\"error\": {\"code\": " + json_string(hp.err().code) +
                ", \"message\": " + json_string(hp.err().message) + "}}";
     }
-    auto num = [](const char* k, double v) { return "\"" + std::string(k) + "\": " +
-                                                    json_number(v); };
+    auto num = [](const char* k, double v) {
+        return "\"" + std::string(k) + "\": " + json_number(v);
+    };
     return "{" + num("n_embd", hp->n_embd) + ", " + num("n_layer", hp->n_layer) + ", " +
            num("n_head", hp->n_head) + ", " + num("n_head_kv", hp->n_head_kv) + ", " +
            num("n_ff", hp->n_ff) + ", " + num("n_ctx", hp->n_ctx) + ", " +
@@ -89,12 +89,11 @@ std::string vocab_json(const result<model::vocab>& v) {
                ", \"message\": " + json_string(v.err().message) + "}}";
     }
     return "{\"model\": " + json_string(v->model()) + ", \"pre\": " + json_string(v->pre()) +
-           ", \"n_tokens\": " +
-           std::to_string(v->size()) + ", \"bos\": " + std::to_string(v->bos()) +
-           ", \"eos\": " + std::to_string(v->eos()) + ", \"unk\": " + std::to_string(v->unk()) +
-           ", \"pad\": " + std::to_string(v->pad()) + ", \"add_bos\": " +
-           (v->add_bos() ? "true" : "false") + ", \"add_eos\": " +
-           (v->add_eos() ? "true" : "false") + "}";
+           ", \"n_tokens\": " + std::to_string(v->size()) +
+           ", \"bos\": " + std::to_string(v->bos()) + ", \"eos\": " + std::to_string(v->eos()) +
+           ", \"unk\": " + std::to_string(v->unk()) + ", \"pad\": " + std::to_string(v->pad()) +
+           ", \"add_bos\": " + (v->add_bos() ? "true" : "false") +
+           ", \"add_eos\": " + (v->add_eos() ? "true" : "false") + "}";
 }
 
 // The fingerprint's hex, or null when the file is not a usable Llama model.
@@ -110,13 +109,12 @@ void print_json(const std::string& path, const model::gguf_file& f) {
                       ", \"version\": " + std::to_string(f.version()) +
                       ", \"alignment\": " + std::to_string(f.alignment()) +
                       ", \"data_offset\": " + std::to_string(f.data_offset()) +
-                      ", \"file_size\": " + std::to_string(f.file_size()) +
-                      ", \"architecture\": " +
+                      ", \"file_size\": " + std::to_string(f.file_size()) + ", \"architecture\": " +
                       json_string(f.get_string_or("general.architecture", "").ok()
                                       ? *f.get_string_or("general.architecture", "")
                                       : "") +
-                      ", \"hparams\": " + hparams_json(hp) + ", \"tokenizer\": " +
-                      vocab_json(voc) + ", \"fingerprint\": " + fingerprint_json(f) +
+                      ", \"hparams\": " + hparams_json(hp) + ", \"tokenizer\": " + vocab_json(voc) +
+                      ", \"fingerprint\": " + fingerprint_json(f) +
                       ", \"tensor_types\": " + histogram_json(f) + ", \"metadata\": {";
     for (size_t i = 0; i < f.metadata().size(); ++i) {
         const auto& kv = f.metadata()[i];
@@ -139,12 +137,13 @@ void print_hparams_text(const result<model::llama_hparams>& hp) {
                     hp.err().message.c_str());
         return;
     }
-    std::printf("hyperparameters: n_embd %u, n_layer %u, n_head %u, n_head_kv %u "
-                "(head_dim %u), n_ff %u, n_ctx %u, n_vocab %u, n_rot %u, rope_freq_base %g, "
-                "rope_scale_linear %g, rms_eps %g\n",
-                hp->n_embd, hp->n_layer, hp->n_head, hp->n_head_kv, hp->head_dim(), hp->n_ff,
-                hp->n_ctx, hp->n_vocab, hp->n_rot, double(hp->rope_freq_base),
-                double(hp->rope_scale_linear), double(hp->rms_eps));
+    std::printf(
+        "hyperparameters: n_embd %u, n_layer %u, n_head %u, n_head_kv %u "
+        "(head_dim %u), n_ff %u, n_ctx %u, n_vocab %u, n_rot %u, rope_freq_base %g, "
+        "rope_scale_linear %g, rms_eps %g\n",
+        hp->n_embd, hp->n_layer, hp->n_head, hp->n_head_kv, hp->head_dim(), hp->n_ff, hp->n_ctx,
+        hp->n_vocab, hp->n_rot, double(hp->rope_freq_base), double(hp->rope_scale_linear),
+        double(hp->rms_eps));
 }
 
 void print_text(const std::string& path, const model::gguf_file& f) {
@@ -155,13 +154,13 @@ void print_text(const std::string& path, const model::gguf_file& f) {
     std::printf("architecture: %s\n", arch ? arch->c_str() : "(not a string)");
     print_hparams_text(model::read_llama_hparams(f));
     if (auto v = model::vocab::from_gguf(f)) {
-        std::printf("tokenizer: %s, %zu tokens, bos %d, eos %d, unk %d, pad %d, add_bos %s, "
-                    "add_eos %s\n",
-                    v->describe().c_str(), v->size(), v->bos(), v->eos(), v->unk(), v->pad(),
-                    v->add_bos() ? "true" : "false", v->add_eos() ? "true" : "false");
+        std::printf(
+            "tokenizer: %s, %zu tokens, bos %d, eos %d, unk %d, pad %d, add_bos %s, "
+            "add_eos %s\n",
+            v->describe().c_str(), v->size(), v->bos(), v->eos(), v->unk(), v->pad(),
+            v->add_bos() ? "true" : "false", v->add_eos() ? "true" : "false");
     } else {
-        std::printf("tokenizer: unusable: %s: %s\n", v.err().code.c_str(),
-                    v.err().message.c_str());
+        std::printf("tokenizer: unusable: %s: %s\n", v.err().code.c_str(), v.err().message.c_str());
     }
     if (auto fp = model::model_fingerprint(f)) {
         std::printf("fingerprint: %s\n", fp->hex().c_str());

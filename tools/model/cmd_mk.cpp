@@ -62,13 +62,13 @@ result<model::synth_options> options_from(const parsed_args& a) {
     }
     auto type = a.option("type");
     if (!type) {
-        return make_error("usage", "--type is required (" + model::supported_type_names(" or ") +
-                                       ")");
+        return make_error("usage",
+                          "--type is required (" + model::supported_type_names(" or ") + ")");
     }
     auto t = model::type_from_name(*type);
     if (!t || !model::is_supported(*t)) {
-        return make_error("usage", "--type '" + *type + "' is not one of " +
-                                       model::supported_type_names());
+        return make_error("usage",
+                          "--type '" + *type + "' is not one of " + model::supported_type_names());
     }
     o.type = *t;
     auto seed = a.option_i64("seed");
@@ -94,12 +94,12 @@ result<model::synth_options> options_from(const parsed_args& a) {
 }
 
 int run_mk(std::span<const std::string> argv) {
-    const arg_spec spec{{"out", "n-embd", "n-layer", "n-head", "n-head-kv", "n-ff", "n-vocab",
-                         "vocab-from", "type", "seed", "ctx", "rope-base", "rope-llama3",
-                         "rope-linear"},
-                        {"tied", "json"},
-                        0,
-                        0};
+    const arg_spec spec{
+        {"out", "n-embd", "n-layer", "n-head", "n-head-kv", "n-ff", "n-vocab", "vocab-from", "type",
+         "seed", "ctx", "rope-base", "rope-llama3", "rope-linear"},
+        {"tied", "json"},
+        0,
+        0};
     auto args = parse_args(argv, spec);
     if (!args) return report_error(args.err(), &k_mk);
     auto out = args->option("out");

@@ -22,8 +22,7 @@ const command k_template{
     "template",
     "template FILE.jinja --messages FILE.json [--tools FILE.json] [--var NAME=JSON]... "
     "[--now YYYY-MM-DD] [--bos-token S] [--eos-token S] [--no-generation-prompt]",
-    "render a chat template with messages (as transformers' apply_chat_template)",
-    run_template};
+    "render a chat template with messages (as transformers' apply_chat_template)", run_template};
 const command_registrar k_template_reg{k_template};
 
 result<std::string> read_text(const std::string& path, std::string_view what) {
@@ -47,8 +46,8 @@ result<jinja::value> read_json_array(const std::string& path, std::string_view w
     auto j = parse_json(*text, std::string(what) + " file " + path);
     if (!j) return j.err();
     if (!j->is_array()) {
-        return make_error("bad_input", std::string(what) + " file " + path +
-                                           " must hold a JSON array");
+        return make_error("bad_input",
+                          std::string(what) + " file " + path + " must hold a JSON array");
     }
     auto v = jinja::from_json(*j);
     if (!v) return make_error("bad_input", path + ": " + v.err().message);
@@ -112,8 +111,9 @@ int run_template(std::span<const std::string> argv) {
     std::vector<std::string> rest;
     auto var_specs = take_vars(argv, rest);
     if (!var_specs) return report_error(var_specs.err(), &k_template);
-    auto args = parse_args(rest, {{"messages", "tools", "now", "bos-token", "eos-token"},
-                                  {"no-generation-prompt"}, 1, 1});
+    auto args = parse_args(
+        rest,
+        {{"messages", "tools", "now", "bos-token", "eos-token"}, {"no-generation-prompt"}, 1, 1});
     if (!args) return report_error(args.err(), &k_template);
     auto messages_path = args->option("messages");
     if (!messages_path) {

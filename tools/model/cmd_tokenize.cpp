@@ -22,9 +22,11 @@ int run_detokenize(std::span<const std::string> argv);
 
 const command k_tokenize{"tokenize", "tokenize FILE TEXT [--json] [--no-bos] [--special]",
                          "text -> token ids (BOS added when the model says so; --special: "
-                         "control-token text such as <|eot_id|> becomes that token)", run_tokenize};
+                         "control-token text such as <|eot_id|> becomes that token)",
+                         run_tokenize};
 const command k_detokenize{"detokenize", "detokenize FILE ID... [--json] [--special]",
-                           "token ids -> text (valid UTF-8; --special: control tokens shown)", run_detokenize};
+                           "token ids -> text (valid UTF-8; --special: control tokens shown)",
+                           run_detokenize};
 const command_registrar k_tokenize_reg{k_tokenize};
 const command_registrar k_detokenize_reg{k_detokenize};
 

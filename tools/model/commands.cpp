@@ -23,11 +23,15 @@ bool contains(const std::vector<std::string_view>& v, std::string_view s) {
     return std::find(v.begin(), v.end(), s) != v.end();
 }
 
-error usage_error(std::string message) { return make_error("usage", std::move(message)); }
+error usage_error(std::string message) {
+    return make_error("usage", std::move(message));
+}
 
 }  // namespace
 
-void register_command(const command& c) { registry().push_back(c); }
+void register_command(const command& c) {
+    registry().push_back(c);
+}
 
 const command* find_command(std::string_view name) {
     for (const auto& c : registry()) {
@@ -124,8 +128,9 @@ result<parsed_args> parse_args(std::span<const std::string> argv, const arg_spec
 int report_error(const error& e, const command* cmd) {
     std::fprintf(stderr, "ordo-model: %s: %s\n", e.code.c_str(), e.message.c_str());
     if (e.code == "usage") {
-        if (cmd) std::fprintf(stderr, "usage: ordo-model %.*s\n", int(cmd->usage.size()),
-                              cmd->usage.data());
+        if (cmd)
+            std::fprintf(stderr, "usage: ordo-model %.*s\n", int(cmd->usage.size()),
+                         cmd->usage.data());
         return k_exit_usage;
     }
     return k_exit_failed;
@@ -137,19 +142,29 @@ std::string json_string(std::string_view s) {
     std::string out = "\"";
     for (unsigned char c : clean) {
         switch (c) {
-        case '"': out += "\\\""; break;
-        case '\\': out += "\\\\"; break;
-        case '\n': out += "\\n"; break;
-        case '\r': out += "\\r"; break;
-        case '\t': out += "\\t"; break;
-        default:
-            if (c < 0x20 || c == 0x7f) {
-                char buf[8];
-                std::snprintf(buf, sizeof buf, "\\u%04x", c);
-                out += buf;
-            } else {
-                out += char(c);
-            }
+            case '"':
+                out += "\\\"";
+                break;
+            case '\\':
+                out += "\\\\";
+                break;
+            case '\n':
+                out += "\\n";
+                break;
+            case '\r':
+                out += "\\r";
+                break;
+            case '\t':
+                out += "\\t";
+                break;
+            default:
+                if (c < 0x20 || c == 0x7f) {
+                    char buf[8];
+                    std::snprintf(buf, sizeof buf, "\\u%04x", c);
+                    out += buf;
+                } else {
+                    out += char(c);
+                }
         }
     }
     return out + "\"";

@@ -49,8 +49,8 @@ result<parsed_args> parse_args(std::span<const std::string> argv, const arg_spec
 
 struct command {
     std::string_view name;
-    std::string_view usage;    // "info FILE [--json]"
-    std::string_view summary;  // one line
+    std::string_view usage;                         // "info FILE [--json]"
+    std::string_view summary;                       // one line
     int (*run)(std::span<const std::string> argv);  // argv excludes the command name
 };
 

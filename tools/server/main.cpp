@@ -79,9 +79,9 @@ bool parse_args(int argc, char** argv, options& o) {
         } else if (a == "--listen" || a == "--http-listen" || a == "--model" ||
                    a == "--log-level" || a == "--chat-template") {
             if (!(v = value(a.data()))) return false;
-            const char* key = a == "--listen"        ? "server.listen"
-                              : a == "--http-listen" ? "http.listen"
-                              : a == "--model" ? "model.path"
+            const char* key = a == "--listen"          ? "server.listen"
+                              : a == "--http-listen"   ? "http.listen"
+                              : a == "--model"         ? "model.path"
                               : a == "--chat-template" ? "model.chat_template_path"
                                                        : "log.level";
             o.overrides.emplace_back(key, v);
@@ -112,7 +112,7 @@ bool parse_args(int argc, char** argv, options& o) {
 // The keys of server.api_keys_file (none when it is empty) with those of --api-key. Error: the
 // file cannot be used (its message names the file, never a key).
 ordo::result<ordo::door::api_keys> load_keys(const ordo::config::config& cfg,
-                                            const std::vector<std::string>& given) {
+                                             const std::vector<std::string>& given) {
     std::vector<std::string> keys = given;
     if (!cfg.server.api_keys_file.empty()) {
         auto from_file = ordo::door::load_api_keys_file(cfg.server.api_keys_file);

@@ -12,11 +12,11 @@
 
 #include "actors/config/config.hpp"
 #include "actors/runtime/result.hpp"
-#include "scheduler/scheduler_core.hpp"
 #include "model/gguf.hpp"
 #include "model/llama.hpp"
 #include "model/tokenizer.hpp"
 #include "net/chat.hpp"
+#include "scheduler/scheduler_core.hpp"
 
 namespace ordo {
 

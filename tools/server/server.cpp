@@ -11,13 +11,13 @@
 #include <optional>
 
 #include "actors/runtime/log.hpp"
+#include "gpu/actor/gpu_actor.hpp"
+#include "http/http_actor.hpp"
+#include "kv/kv_actor.hpp"
+#include "net/net_actor.hpp"
 #include "net/ops.hpp"
 #include "scheduler/kv_blocks.hpp"
 #include "scheduler/scheduler_actor.hpp"
-#include "gpu/actor/gpu_actor.hpp"
-#include "kv/kv_actor.hpp"
-#include "http/http_actor.hpp"
-#include "net/net_actor.hpp"
 
 namespace ordo {
 namespace {
@@ -25,9 +25,9 @@ namespace {
 // Logits rows one step may return: one per sequence, and with speculation one more per drafted
 // token (a verification's rows), at most max_batch_tokens (a row is a token of the step).
 uint32_t logits_rows_max(const config::config& cfg) {
-    const uint64_t per_seq =
-        cfg.speculative.mode == config::speculative_mode::off ? 1
-                                                               : 1 + cfg.speculative.draft_tokens_max;
+    const uint64_t per_seq = cfg.speculative.mode == config::speculative_mode::off
+                                 ? 1
+                                 : 1 + cfg.speculative.draft_tokens_max;
     return uint32_t(std::min<uint64_t>(uint64_t(cfg.scheduler.max_sequences) * per_seq,
                                        cfg.scheduler.max_batch_tokens));
 }
@@ -78,7 +78,7 @@ void signal_cb(uv_signal_t* handle, int signum) {
 }
 
 net::net_options net_options_from(const config::config& cfg, const config::listen_address& a,
-                                   const loaded_model& m) {
+                                  const loaded_model& m) {
     net::net_options o;
     o.host = a.host;
     o.port = a.port;
@@ -181,8 +181,8 @@ result<kv::kv_actor_options> kv_options_from(const config::config& cfg, const lo
     o.expect.geometry.n_head_kv = m.hp.n_head_kv;
     o.expect.geometry.head_dim = m.hp.head_dim();
     o.expect.geometry.block_tokens = cfg.gpu.kv_block_tokens;
-    o.expect.geometry.dtype = cfg.gpu.kv_dtype == config::kv_dtype::f16 ? kv::kv_file_dtype::f16
-                                                                         : kv::kv_file_dtype::f32;
+    o.expect.geometry.dtype =
+        cfg.gpu.kv_dtype == config::kv_dtype::f16 ? kv::kv_file_dtype::f16 : kv::kv_file_dtype::f32;
     o.copy_blocks_max = copy_blocks_max;
     o.flush_ms_max = cfg.kv.flush_ms_max;
     o.mailbox_capacity = cfg.server.mailbox_capacity;
@@ -192,7 +192,8 @@ result<kv::kv_actor_options> kv_options_from(const config::config& cfg, const lo
 // A step may take several segments, each bounded by the watchdog; past all of them plus the
 // time to rebuild a device the scheduler stops waiting.
 uint64_t step_backstop_ms(const config::config& cfg, const loaded_model& m) {
-    uint64_t segments = (m.hp.n_layer + cfg.gpu.flush_every_layers - 1) / cfg.gpu.flush_every_layers;
+    uint64_t segments =
+        (m.hp.n_layer + cfg.gpu.flush_every_layers - 1) / cfg.gpu.flush_every_layers;
     return cfg.gpu.watchdog_ms * (segments + 2) + 60000;
 }
 
@@ -200,10 +201,11 @@ uint64_t step_backstop_ms(const config::config& cfg, const loaded_model& m) {
 // per front door at start.
 void warn_if_open(const door::api_keys& keys, const config::listen_address& a, const char* key) {
     if (keys.required() || door::is_loopback_host(a.host)) return;
-    logger("main")->warn("{} = {}:{} is not a loopback address and no API key is configured: "
-                         "anyone who can reach it can use this server (server.api_keys_file, "
-                         "--api-key)",
-                         key, a.ipv6 ? "[" + a.host + "]" : a.host, a.port);
+    logger("main")->warn(
+        "{} = {}:{} is not a loopback address and no API key is configured: "
+        "anyone who can reach it can use this server (server.api_keys_file, "
+        "--api-key)",
+        key, a.ipv6 ? "[" + a.host + "]" : a.host, a.port);
 }
 
 // The front doors' addresses: the net door's always, the HTTP door's when http.listen is set.
@@ -231,8 +233,7 @@ std::shared_ptr<door::auth_gate> open_auth_gate(const door::api_keys& keys,
     if (addresses.http) warn_if_open(keys, *addresses.http, "http.listen");
     auto auth = std::make_shared<door::auth_gate>(keys);
     if (keys.required()) {
-        logger("main")->info("API keys: {} configured; both front doors require one",
-                             keys.size());
+        logger("main")->info("API keys: {} configured; both front doors require one", keys.size());
     }
     return auth;
 }
@@ -260,22 +261,24 @@ void log_model(const config::config& cfg, const loaded_model& model) {
               config::to_string(model.hp.embedding_pooling.value_or(cfg.model.embedding_pooling)),
               model.hp.embedding_pooling ? "the GGUF's pooling_type" : "model.embedding_pooling");
     if (cfg.speculative.mode != config::speculative_mode::off) {
-        log->info("speculative decoding: {} (draft_tokens_max {}, n-grams {}..{}, fallback after "
-                  "{} rounds without an accepted draft)",
-                  config::to_string(cfg.speculative.mode), cfg.speculative.draft_tokens_max,
-                  cfg.speculative.ngram_min, cfg.speculative.ngram_max,
-                  cfg.speculative.fallback_rounds);
+        log->info(
+            "speculative decoding: {} (draft_tokens_max {}, n-grams {}..{}, fallback after "
+            "{} rounds without an accepted draft)",
+            config::to_string(cfg.speculative.mode), cfg.speculative.draft_tokens_max,
+            cfg.speculative.ngram_min, cfg.speculative.ngram_max, cfg.speculative.fallback_rounds);
     }
     if (const status& tok = model.tokenizer->support(); !tok.ok()) {
-        log->warn("{}: serving token ids only (generate with `tokens`); text ops answer "
-                  "tokenizer_unsupported",
-                  tok.err().message);
+        log->warn(
+            "{}: serving token ids only (generate with `tokens`); text ops answer "
+            "tokenizer_unsupported",
+            tok.err().message);
     }
 
     if (!model.chat->problem.empty()) {
-        log->warn("the model's chat template does not parse ({}): chat answers template_error; "
-                  "give one with --chat-template FILE",
-                  model.chat->problem);
+        log->warn(
+            "the model's chat template does not parse ({}): chat answers template_error; "
+            "give one with --chat-template FILE",
+            model.chat->problem);
     } else {
         log->info("chat template: {}", model.chat->source);
     }
@@ -338,8 +341,8 @@ status build_actors(server_actors& s, const config::config& cfg, const loaded_mo
         kv_opts = std::move(*o);
     }
     if (kv_opts) {
-        s.staging.emplace(1, uint64_t(kv_opts->copy_blocks_max) *
-                                 kv_opts->expect.geometry.block_bytes());
+        s.staging.emplace(
+            1, uint64_t(kv_opts->copy_blocks_max) * kv_opts->expect.geometry.block_bytes());
         s.kv.emplace(*kv_opts, *s.staging);
         so.kv_report = [&kv = s.kv] { return kv->report(); };
     }
@@ -426,9 +429,10 @@ void stop_actors(server_actors& s, const config::config& cfg, status& first_fail
     stop(*s.scheduler);
     if (s.kv) {
         if (s.kv->running() && !s.kv->flush(cfg.kv.flush_ms_max)) {
-            logger("main")->warn("kv: saves not written within kv.flush_ms_max = {} ms are "
-                                 "dropped",
-                                 cfg.kv.flush_ms_max);
+            logger("main")->warn(
+                "kv: saves not written within kv.flush_ms_max = {} ms are "
+                "dropped",
+                cfg.kv.flush_ms_max);
         }
         stop(*s.kv);
     }
