@@ -9,8 +9,9 @@ not a test: its numbers mean something only on an otherwise idle machine.
 One ordo-server (ephemeral port, [speculative] mode = "ngram") serves every run; a request's
 `speculative: false` gives plain decoding on the same server, so both modes meet the same
 device, kernels and caches. Per prompt and mode, R requests (temperature 0; the output is the
-same in both modes, which this checks), each timed by the server (done.usage.decode_ms: first
-token to last) and by the client (send to done). Prompts:
+same in both modes, which this checks), the modes alternating request by request, each timed
+by the server (done.usage.decode_ms: first token to last; the median is printed). Steps per
+request (stats.scheduler.steps) do not depend on the machine's load. Prompts:
   edit    a passage written out, then again from its beginning: the answer repeats it
           (a code edit, a quoted summary)
   free    a story opening: prompt lookup drafts only from the output's own repetitions
@@ -95,7 +96,7 @@ def main():
     build = os.environ.get("ORDO_BUILD_DIR", os.path.join(ROOT, "build"))
     ap.add_argument("--server", default=os.path.join(build, "tools", "server", "ordo-server"))
     ap.add_argument("--max-tokens", type=int, default=128)
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--draft-tokens-max", type=int, default=8)
     a = ap.parse_args()
     proc, c = start_server(a.server, os.path.abspath(a.model), a.draft_tokens_max)
@@ -105,20 +106,27 @@ def main():
         free_answer = run(c, FREE, False, a.max_tokens)["text"]
         prompts = {"edit": EDIT + EDIT[: len(EDIT) // 3], "free": FREE,
                    "echo": FREE + free_answer + "\n\n" + FREE}
+        keys = ("spec_rounds", "spec_drafted_tokens", "spec_accepted_tokens", "steps")
         for name, prompt in prompts.items():
+            # The modes alternate request by request, so a drift of the machine's speed meets
+            # both alike; the counters are summed per mode.
+            runs = {False: [], True: []}
+            delta_of = {False: dict.fromkeys(keys, 0), True: dict.fromkeys(keys, 0)}
+            for _ in range(a.reps):
+                for spec in (False, True):
+                    before = c.stats()["scheduler"]
+                    runs[spec].append(run(c, prompt, spec, a.max_tokens))
+                    after = c.stats()["scheduler"]
+                    for k in keys:
+                        delta_of[spec][k] += after.get(k, 0) - before.get(k, 0)
             outputs = {}
             for spec in (False, True):
-                before = c.stats()["scheduler"]
-                runs = [run(c, prompt, spec, a.max_tokens) for _ in range(a.reps)]
-                after = c.stats()["scheduler"]
-                rates = [r["decode_tok_s"] for r in runs if r["decode_tok_s"]]
-                delta = {k: after.get(k, 0) - before.get(k, 0)
-                         for k in ("spec_rounds", "spec_drafted_tokens", "spec_accepted_tokens",
-                                   "steps")}
+                rates = [r["decode_tok_s"] for r in runs[spec] if r["decode_tok_s"]]
+                delta = delta_of[spec]
                 row = {"test": "speculative", "prompt": name,
                        "mode": "ngram" if spec else "off",
                        "decode_tok_s": round(sorted(rates)[len(rates) // 2], 2) if rates else None,
-                       "tokens": runs[0]["completion_tokens"],
+                       "tokens": runs[spec][0]["completion_tokens"],
                        "steps_per_request": round(delta["steps"] / a.reps, 1),
                        "verifications": delta["spec_rounds"],
                        "drafted": delta["spec_drafted_tokens"],
@@ -129,7 +137,7 @@ def main():
                        "model": os.path.basename(a.model), "max_tokens": a.max_tokens}
                 print(json.dumps(row), flush=True)
                 rows.append(row)
-                outputs[spec] = [r["tokens"] for r in runs]
+                outputs[spec] = [r["tokens"] for r in runs[spec]]
             if outputs[False] != outputs[True]:
                 print(f"# {name}: OUTPUT DIFFERS with speculation on", flush=True)
     finally:

@@ -417,7 +417,7 @@ void kv_actor::read_restore(uint64_t id) {
             j->io = read_kv_blocks(path, j->header, j->first_block,
                                    static_cast<uint32_t>(j->blocks.size()), dst, rf);
         },
-        [this, id, j] {
+        [this, j] {
             if (!j->io) {
                 const error why = j->io.err();
                 const kv_failure f = kv_failure_of(kv_error_of(why));
@@ -427,7 +427,6 @@ void kv_actor::read_restore(uint64_t id) {
                 return;
             }
             queue_copies(*j);
-            (void)id;
         });
 }
 

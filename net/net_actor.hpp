@@ -14,8 +14,8 @@
 // With API keys configured (door/api_keys.hpp) a connection's first frame must be `auth` with a
 // right key; anything else gets unauthorized and the connection closes, and a client address
 // that keeps failing is refused at accept for a cool-down.
-// Writes cannot raise SIGPIPE: the process ignores it (run_server), so a peer's reset is an
-// ordinary write error.
+// Writes cannot raise SIGPIPE: the process ignores it (tools/server/main.cpp), so a peer's reset is
+// an ordinary write error.
 #pragma once
 
 #include <uv.h>

@@ -398,7 +398,7 @@ void scheduler_actor::on(const gpu::step_done& m) {
     // up released its slot and never arrives here.
     assert(m.slot == gpu::logits_exchange::no_slot ||
            (_logits != nullptr && _logits->is_held(m.slot)));
-    uv_timer_stop(&_backstop);
+    stop_backstop_for(m.step_id);
     std::vector<outgoing_event> out;
     _core.on_step_done(
         m, [&](uint32_t r) { return _logits->read_row(m.slot, r); },
@@ -417,8 +417,16 @@ void scheduler_actor::on_failure(const gpu::step_done& m, const error& why) {
     after(out);
 }
 
+// The backstop times the step in flight: a late answer to an earlier step (given up after its
+// backstop fired) must not disarm it for the step that runs now.
+void scheduler_actor::stop_backstop_for(uint64_t step_id) {
+    if (_core.step_in_flight() && _core.in_flight_step_id() == step_id) {
+        uv_timer_stop(&_backstop);
+    }
+}
+
 void scheduler_actor::on(const gpu::step_failed& m) {
-    uv_timer_stop(&_backstop);
+    stop_backstop_for(m.step_id);
     log().warn("step {} failed: {} in {}: {}{}", m.step_id, enum_name(m.code), m.segment, m.message,
                m.device_lost ? " (device lost)" : "");
     std::vector<outgoing_event> out;
@@ -470,15 +478,22 @@ void scheduler_actor::kv_gave_up(const kv_delivery::message& m, const actors::re
 }
 
 void scheduler_actor::after(std::vector<outgoing_event>& out) {
-    _in_after = true;
-    send_events(out);
-    send_kv_requests();
-    while (!_deferred.empty()) {
-        std::vector<outgoing_event> deferred = std::exchange(_deferred, {});
-        send_events(deferred);
+    {
+        // Cleared on every way out, a throw included (a handler's error is caught by the actor
+        // layer): a flag left set would keep kv_gave_up's answers deferred for good.
+        struct in_after_scope {
+            bool& flag;
+            explicit in_after_scope(bool& f) : flag(f) { flag = true; }
+            ~in_after_scope() { flag = false; }
+        } scope(_in_after);
+        send_events(out);
         send_kv_requests();
+        while (!_deferred.empty()) {
+            std::vector<outgoing_event> deferred = std::exchange(_deferred, {});
+            send_events(deferred);
+            send_kv_requests();
+        }
     }
-    _in_after = false;
     while (!_lost_conns.empty()) {
         uint64_t conn = *_lost_conns.begin();
         _lost_conns.erase(_lost_conns.begin());

@@ -143,6 +143,8 @@ private:
                                          kv::kv_invalidate, kv::kv_session_delete, kv::kv_fault>;
 
     static void backstop_cb(uv_timer_t* t);
+    // Stops the backstop when `step_id` is the step in flight (its answer arrived).
+    void stop_backstop_for(uint64_t step_id);
     static void pump_cb(uv_timer_t* t);
     static void drain_cb(uv_timer_t* t);
 

@@ -10,7 +10,9 @@
 //     flight at once (the speculating ones batched with others' drafts, decodes and prefills),
 //     and 24 prompts again one request at a time;
 //   - stories260K-Q4_K_M, stories260K-Q8_0 and ktiny-Q4_K_M (random weights: few drafts kept,
-//     exercising rejection), made by llama.cpp's llama-quantize: 40 prompts each, batched.
+//     exercising rejection), made by llama.cpp's llama-quantize: 40 prompts each, batched;
+//   - with gpu.kernels = "storage" (the family GPUs run; lavapipe defaults to texel kernels):
+//     stories260K and its Q4_K_M file, 50 prompts each, batched and 8 alone.
 // And that speculation ran both ways: verifications kept drafts and rejected some
 // (stats.scheduler spec_rounds, spec_drafted_tokens, spec_accepted_tokens; the acceptance
 // histogram counted every verification), and the server ended idle (no KV block used).
@@ -140,9 +142,11 @@ std::map<std::string, uint64_t> scheduler_stats(uint16_t port) {
 
 struct served {
     server_process proc;
-    bool start(const std::string& model, const std::string& name) {
-        const std::string cfg = scratch_path("speculative", name + ".toml");
+    // kernels: gpu.kernels ("auto": lavapipe's texel family; "storage": the GPUs' family).
+    bool start(const std::string& model, const std::string& name, const std::string& kernels) {
+        const std::string cfg = scratch_path("speculative", name + "-" + kernels + ".toml");
         std::ofstream(cfg) << "[model]\npath = \"" << model << "\"\n"
+                           << "[gpu]\nkernels = \"" << kernels << "\"\n"
                            << "[scheduler]\nmax_sequences = 16\n"
                            << "[speculative]\nmode = \"ngram\"\ndraft_tokens_max = 6\n"
                            << "ngram_min = 1\nngram_max = 3\n";
@@ -153,9 +157,9 @@ struct served {
 
 // Runs every prompt plainly and speculating on a speculating server; returns the stats after.
 std::map<std::string, uint64_t> compare(const std::string& file, size_t n_prompts, bool text,
-                                        size_t alone) {
+                                        size_t alone, const std::string& kernels = "auto") {
     served s;
-    if (!s.start(file, std::filesystem::path(file).stem().string())) {
+    if (!s.start(file, std::filesystem::path(file).stem().string(), kernels)) {
         ADD_FAILURE() << "server did not start on " << file << ": " << s.proc.output();
         return {};
     }
@@ -221,6 +225,18 @@ TEST(speculative_server, quantized_files_output_is_identical_with_speculation_on
         ORDO_REQUIRE_SHARED(file);
         auto st = compare(file, 40, std::string(name).starts_with("stories"), 0);
         EXPECT_GT(st["spec_rounds"], 0u) << name;
+        EXPECT_LT(st["spec_accepted_tokens"], st["spec_drafted_tokens"]) << name;
+    }
+}
+
+// The storage kernels, which GPUs run (lavapipe runs the texel family by default): a
+// verification's multi-token mat-muls and attention against the single-token decode kernels.
+TEST(speculative_server, storage_kernels_output_is_identical_with_speculation_on_and_off) {
+    for (const char* name : {"stories260K.gguf", "quant/stories260K-Q4_K_M.gguf"}) {
+        const std::string file = models + "/" + name;
+        ORDO_REQUIRE_SHARED(file);
+        auto st = compare(file, 50, true, 8, "storage");
+        EXPECT_GT(st["spec_accepted_tokens"], 0u) << name;
         EXPECT_LT(st["spec_accepted_tokens"], st["spec_drafted_tokens"]) << name;
     }
 }
