@@ -72,7 +72,8 @@ std::vector<int32_t> scheduler_core::draft_for(request_state& r, uint32_t max) {
 
 void scheduler_core::verify(request_state& r0, const planned& p, uint32_t row0,
                             const row_reader& row, std::vector<outgoing_event>& out) {
-    assert(!p.drafts.empty() && r0.n_past + 1 == r0.tokens.size());
+    // The pending token's KV is committed (on_step_done), the drafts' is not yet.
+    assert(!p.drafts.empty() && r0.n_past == r0.tokens.size());
     const seq_id seq = r0.seq;
     const auto drafted = uint32_t(p.drafts.size());
     uint32_t accepted = 0;
