@@ -20,6 +20,14 @@
 #include "scheduler/scheduler_core.hpp"
 
 namespace ordo::sched {
+namespace {
+
+// "request CONN:ID", as the notes name a request.
+std::string request_name(uint64_t conn, uint64_t id) {
+    return "request " + std::to_string(conn) + ":" + std::to_string(id);
+}
+
+}  // namespace
 
 uint32_t scheduler_core::draft_room(const request_state& r, uint32_t budget, uint32_t rows) const {
     // Each draft adds a token to the step and a logits row; the row after the last token the
@@ -42,7 +50,7 @@ std::vector<int32_t> scheduler_core::draft_for(request_state& r, uint32_t max) {
     draft_fault& f = _draft_armed.front();
     const fault_kind kind = f.kind;
     if (--f.rounds_left == 0) _draft_armed.erase(_draft_armed.begin());
-    const std::string who = "request " + std::to_string(r.conn) + ":" + std::to_string(r.id);
+    const std::string who = request_name(r.conn, r.id);
     switch (kind) {
         case fault_kind::draft_fail:
             _notes.push_back("fault fired: draft_fail on " + who);
@@ -77,9 +85,8 @@ void scheduler_core::verify(request_state& r0, const planned& p, uint32_t row0,
     const seq_id seq = r0.seq;
     const auto drafted = uint32_t(p.drafts.size());
     uint32_t accepted = 0;
+    request_state* r = &r0;  // null once the request has ended
     for (uint32_t i = 0; i <= drafted; i++) {
-        request_state* r = find(seq);
-        assert(r != nullptr);
         apply_token(*r, vocab_logits(row(row0 + i)), out);
         r = find(seq);
         if (r == nullptr) break;  // the request ended with this token (or failed)
@@ -96,7 +103,6 @@ void scheduler_core::verify(request_state& r0, const planned& p, uint32_t row0,
     _counters.spec_drafted += drafted;
     _counters.spec_accepted += accepted;
     _histograms.spec_acceptance.observe(double(accepted) / double(drafted));
-    request_state* r = find(seq);
     if (r == nullptr || !r->speculating) return;
     r->draft_len = accepted == drafted
                        ? std::min(_opt.speculative.draft_tokens_max, r->draft_len + 2)
@@ -111,9 +117,8 @@ void scheduler_core::stop_speculating(request_state& r, spec_fallback why) {
     if (!r.speculating) return;
     r.speculating = false;
     _counters.spec_fallbacks[size_t(why)]++;
-    _notes.push_back("request " + std::to_string(r.conn) + ":" + std::to_string(r.id) +
-                     " decodes without speculation from here (" + std::string(enum_name(why)) +
-                     ")");
+    _notes.push_back(request_name(r.conn, r.id) + " decodes without speculation from here (" +
+                     std::string(enum_name(why)) + ")");
 }
 
 status scheduler_core::arm_draft_fault(const fault_spec& spec) {
