@@ -1,12 +1,14 @@
 #!/usr/bin/python3
-"""bench/speculative.py: decode speed with speculative decoding off and on (prompt lookup,
-docs/speculative.md), on one GGUF file, with the acceptance the server counted. A benchmark,
+"""bench/speculative.py: decode speed with speculative decoding off and on (prompt lookup, or a
+draft model: docs/speculative.md), on one GGUF file, with the acceptance the server counted. A benchmark,
 not a test: its numbers mean something only on an otherwise idle machine.
 
     /usr/bin/python3 bench/speculative.py [--model FILE] [--server BIN] [--max-tokens N]
                                           [--reps R] [--draft-tokens-max D]
+                                          [--draft-model FILE]
 
-One ordo-server (ephemeral port, [speculative] mode = "ngram") serves every run; a request's
+One ordo-server (ephemeral port, [speculative] mode = "ngram", or "draft" with
+--draft-model) serves every run; a request's
 `speculative: false` gives plain decoding on the same server, so both modes meet the same
 device, kernels and caches. Per prompt and mode, R requests (temperature 0; the output is the
 same in both modes, which this checks), the modes alternating request by request, each timed
@@ -42,13 +44,15 @@ EDIT = ("Once upon a time, there was a little girl named Lily. She liked to play
 FREE = "Once upon a time, there was a little dog named Max."
 
 
-def start_server(binary, model, draft_tokens_max):
+def start_server(binary, model, draft_tokens_max, draft_model):
     work = tempfile.mkdtemp(prefix="ordo_spec_bench_")
     cfg = os.path.join(work, "spec.toml")
+    spec = (f'mode = "draft"\ndraft_model = "{draft_model}"\n' if draft_model
+            else 'mode = "ngram"\n')
     with open(cfg, "w") as f:
         f.write(f'[model]\npath = "{model}"\n[server]\nlisten = "127.0.0.1:0"\n'
                 f'[http]\nlisten = ""\n'
-                f'[speculative]\nmode = "ngram"\ndraft_tokens_max = {draft_tokens_max}\n')
+                f'[speculative]\n{spec}draft_tokens_max = {draft_tokens_max}\n')
     proc = subprocess.Popen([binary, "--config", cfg, "--log-level", "info"],
                             stderr=subprocess.PIPE, text=True)
     port = None
@@ -98,8 +102,12 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--draft-tokens-max", type=int, default=8)
+    ap.add_argument("--draft-model", default="",
+                    help="speculate with this draft model (mode draft) instead of prompt lookup")
     a = ap.parse_args()
-    proc, c = start_server(a.server, os.path.abspath(a.model), a.draft_tokens_max)
+    mode = "draft" if a.draft_model else "ngram"
+    proc, c = start_server(a.server, os.path.abspath(a.model), a.draft_tokens_max,
+                           os.path.abspath(a.draft_model) if a.draft_model else "")
     rows = []
     try:
         # The upper-bound prompt needs the plain answer to the free one.
@@ -124,7 +132,7 @@ def main():
                 rates = [r["decode_tok_s"] for r in runs[spec] if r["decode_tok_s"]]
                 delta = delta_of[spec]
                 row = {"test": "speculative", "prompt": name,
-                       "mode": "ngram" if spec else "off",
+                       "mode": mode if spec else "off",
                        "decode_tok_s": round(sorted(rates)[len(rates) // 2], 2) if rates else None,
                        "tokens": runs[spec][0]["completion_tokens"],
                        "steps_per_request": round(delta["steps"] / a.reps, 1),
@@ -144,11 +152,11 @@ def main():
         c.close()
         proc.terminate()
         proc.wait(timeout=60)
-    print("\n| prompt | off tok/s | ngram tok/s | speed-up | acceptance | steps off / on |")
+    print(f"\n| prompt | off tok/s | {mode} tok/s | speed-up | acceptance | steps off / on |")
     print("|---|---:|---:|---:|---:|---:|")
     for name in ("edit", "free", "echo"):
         off = next(r for r in rows if r["prompt"] == name and r["mode"] == "off")
-        on = next(r for r in rows if r["prompt"] == name and r["mode"] == "ngram")
+        on = next(r for r in rows if r["prompt"] == name and r["mode"] == mode)
         up = (on["decode_tok_s"] / off["decode_tok_s"]
               if on["decode_tok_s"] and off["decode_tok_s"] else None)
         print(f"| {name} | {off['decode_tok_s']} | {on['decode_tok_s']} | "

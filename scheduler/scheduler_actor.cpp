@@ -51,7 +51,7 @@ scheduler_actor::scheduler_actor(scheduler_core core, gpu::logits_exchange* logi
       _plan(_opt.plan) {}
 
 void scheduler_actor::on_start() {
-    for (uv_timer_t* t : {&_backstop, &_pump_timer, &_drain_timer}) {
+    for (uv_timer_t* t : {&_backstop, &_pump_timer, &_drain_timer, &_draft_timer}) {
         uv_timer_init(loop(), t);
         t->data = this;
     }
@@ -83,7 +83,7 @@ void scheduler_actor::on_stop() {
     for (auto& d : _to_front) d.close();
     _gpu_control.close();
     _to_kv.close();
-    for (uv_timer_t* t : {&_backstop, &_pump_timer, &_drain_timer}) {
+    for (uv_timer_t* t : {&_backstop, &_pump_timer, &_drain_timer, &_draft_timer}) {
         uv_close(reinterpret_cast<uv_handle_t*>(t), nullptr);
     }
 }
@@ -260,6 +260,20 @@ scheduler_actor::fault_arming scheduler_actor::arm_fault(const fault_spec& spec,
             _to_kv.send(kv::kv_fault{kind, spec.count});
             return {true, {}, ""};
         case fk::draft_fail:
+            if (_to_drafter.bound()) {
+                // A draft model's step fails through its device's real failure path: the draft
+                // gpu actor loses the device on its next step(s) and rebuilds it.
+                const gpu::inject_fault f{fk::device_lost, std::nullopt, -1, 0, spec.count, 0, 0};
+                if (auto st = _to_drafter.tell(f); !st.ok()) {
+                    return {false, door::errc::overloaded,
+                            "the draft actor refused the fault: " + st.err().message};
+                }
+                return {
+                    true,
+                    {},
+                    fmt::format("the draft model's next {} step(s) lose its device", spec.count)};
+            }
+            [[fallthrough]];
         case fk::draft_garbage:
         case fk::draft_eos:
             // Armed in the core; fired at the next drafting round of a speculating sequence.
@@ -558,6 +572,7 @@ void scheduler_actor::gpu_gave_up(const gpu_delivery::message&, const actors::re
 void scheduler_actor::pump() {
     if (stopping() || _core.step_in_flight()) return;
     auto s = _core.next_step();
+    send_draft_messages();
     if (!s) return;
     // The step sent is the one the core waits for; 0 names no step (backstop_cb).
     assert(s->step_id != 0 && _core.in_flight_step_id() == s->step_id);
@@ -576,6 +591,51 @@ void scheduler_actor::pump() {
         return;
     }
     uv_timer_start(&_backstop, &scheduler_actor::backstop_cb, _opt.step_backstop_ms, 0);
+}
+
+void scheduler_actor::send_draft_messages() {
+    if (auto forgets = _core.take_draft_forgets(); !forgets.empty()) {
+        // Lost, it costs only draft KV, which the draft actor takes back when it needs it.
+        if (auto st = _to_drafter.tell(draft::draft_forget{std::move(forgets)}); !st.ok()) {
+            log().warn("draft_forget not delivered: {}", st.err().message);
+        }
+    }
+    auto round = _core.take_draft_request();
+    if (!round) return;
+    if (auto st = _to_drafter.tell(*round); !st.ok()) {
+        // Its sequences decode without speculation; the next plan is made now.
+        _core.draft_round_failed(round->round,
+                                 "the draft actor refused the round: " + st.err().message);
+        if (!uv_is_active(reinterpret_cast<uv_handle_t*>(&_pump_timer))) {
+            uv_timer_start(&_pump_timer, &scheduler_actor::pump_cb, pump_retry_ms, 0);
+        }
+        return;
+    }
+    uv_timer_start(&_draft_timer, &scheduler_actor::draft_wait_cb, _opt.draft_wait_ms, 0);
+}
+
+void scheduler_actor::draft_wait_cb(uv_timer_t* t) {
+    auto& self = *static_cast<scheduler_actor*>(t->data);
+    const uint64_t round = self._core.draft_round_in_flight();
+    if (round == 0) return;
+    self.log().warn("drafting round {} unanswered after {} ms", round, self._opt.draft_wait_ms);
+    self._core.draft_round_failed(round, "no drafts within speculative.draft_wait_ms = " +
+                                             std::to_string(self._opt.draft_wait_ms) + " ms");
+    std::vector<outgoing_event> none;
+    self.after(none);
+}
+
+void scheduler_actor::on(const draft::draft_reply& m) {
+    if (m.round == _core.draft_round_in_flight()) uv_timer_stop(&_draft_timer);
+    _core.on_draft_reply(m);
+    std::vector<outgoing_event> none;
+    after(none);
+}
+
+void scheduler_actor::on(const draft::drafter_state& m) {
+    _core.on_drafter_state(m);
+    std::vector<outgoing_event> none;
+    after(none);
 }
 
 void scheduler_actor::pump_cb(uv_timer_t* t) {

@@ -41,25 +41,30 @@
 namespace ordo::sched {
 
 class scheduler_actor final
-    : public actors::actor<scheduler_actor, generate, embed, cancel, tokenize, detokenize,
-                           model_info_query, stats_query, fault, session_delete, client_gone, drain,
-                           gpu::step_done, gpu::step_failed, gpu::device_ready,
-                           gpu::device_unavailable, gpu::fault_refused, gpu::device_progress,
-                           kv::kv_lookup_done, kv::kv_restore_done, kv::kv_save_done,
-                           kv::kv_evicted, kv::kv_status, kv::kv_session_deleted> {
+    : public actors::actor<
+          scheduler_actor, generate, embed, cancel, tokenize, detokenize, model_info_query,
+          stats_query, fault, session_delete, client_gone, drain, gpu::step_done, gpu::step_failed,
+          gpu::device_ready, gpu::device_unavailable, gpu::fault_refused, gpu::device_progress,
+          kv::kv_lookup_done, kv::kv_restore_done, kv::kv_save_done, kv::kv_evicted, kv::kv_status,
+          kv::kv_session_deleted, draft::draft_reply, draft::drafter_state> {
 public:
     // What the scheduler sends each front door (door/door_msgs.hpp scheduler_events).
     using net_outbox = actors::outbox_for<door::scheduler_events>;
     using gpu_outbox = actors::outbox<gpu::step, gpu::inject_fault>;
     using kv_outbox = actors::outbox<kv::kv_lookup, kv::kv_restore, kv::kv_release, kv::kv_save,
                                      kv::kv_invalidate, kv::kv_session_delete, kv::kv_fault>;
+    using draft_outbox =
+        actors::outbox<draft::draft_request, draft::draft_forget, gpu::inject_fault>;
 
     struct options {
         size_t mailbox_capacity = 65536;
         uint64_t step_backstop_ms = 60000;  // a step unanswered this long fails
-        bool faults_enabled = false;        // [fault] enabled: the `fault` op is accepted
-        seeded_fault_plan::options plan;    // [fault] plan; no kinds: no plan
-        uint32_t plan_delay_ms = 200;       // [fault] plan_delay_ms: a planned step_delay's
+        // speculative.draft_wait_ms: a drafting round unanswered this long fails (its
+        // sequences decode without speculation).
+        uint64_t draft_wait_ms = 30000;
+        bool faults_enabled = false;      // [fault] enabled: the `fault` op is accepted
+        seeded_fault_plan::options plan;  // [fault] plan; no kinds: no plan
+        uint32_t plan_delay_ms = 200;     // [fault] plan_delay_ms: a planned step_delay's
         // Called on the scheduler's thread once, when a drain finds no live request.
         std::function<void()> on_drained;
         // The stats op's kv_disk map (the kv actor's report); unset: persistence is off.
@@ -103,6 +108,14 @@ public:
     void on(const session_delete& m);
     void on(const client_gone& m);
     void on(const drain& m);
+    // Before start(), with a draft model: where drafting rounds go (the draft actor).
+    template <typename Drafter>
+    void connect_drafter(Drafter& d) {
+        _to_drafter = draft_outbox(d, "scheduler");
+    }
+
+    void on(const draft::draft_reply& m);
+    void on(const draft::drafter_state& m);
     void on(const gpu::step_done& m);
     void on(const gpu::step_failed& m);
     void on(const gpu::device_ready& m);
@@ -147,6 +160,9 @@ private:
     void stop_backstop_for(uint64_t step_id);
     static void pump_cb(uv_timer_t* t);
     static void drain_cb(uv_timer_t* t);
+    static void draft_wait_cb(uv_timer_t* t);
+    // The drafting round next_step() started, and the sequences the draft actor may forget.
+    void send_draft_messages();
 
     void send_events(std::vector<outgoing_event>& out);  // to the front doors, in order
     // To the front door `conn` belongs to.
@@ -208,6 +224,8 @@ private:
     uv_timer_t _backstop{};
     uv_timer_t _pump_timer{};
     uv_timer_t _drain_timer{};
+    uv_timer_t _draft_timer{};
+    draft_outbox _to_drafter;
     bool _draining = false;
     bool _drained = false;
     // The health last sent to the doors; none before the first, so that one is always sent.

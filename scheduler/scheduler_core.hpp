@@ -36,6 +36,7 @@
 #include "actors/config/config.hpp"
 #include "actors/runtime/result.hpp"
 #include "door/door_msgs.hpp"
+#include "draft/draft_msgs.hpp"
 #include "gpu/gpu_msgs.hpp"
 #include "kv/kv_msgs.hpp"
 #include "model/tokenizer.hpp"
@@ -228,6 +229,19 @@ public:
     // each fires at the next round a speculating sequence drafts in, in arming order. Error:
     // speculation is off, or draft_faults_armed_max are armed already.
     status arm_draft_fault(const fault_spec& spec);
+    // The draft model (speculative mode draft): whether the draft actor can take rounds, and a
+    // round's answer. A round's failure (its error, the actor's bound on the wait, a refused
+    // send) sends its sequences back to plain decoding.
+    void on_drafter_state(const draft::drafter_state& m);
+    void on_draft_reply(const draft::draft_reply& m);
+    void draft_round_failed(uint64_t round, const std::string& why);
+    // What to send the draft actor (taken after every planned step): the round next_step()
+    // started instead of a step (it waits for the answer), and the sequences it may forget.
+    std::optional<draft::draft_request> take_draft_request() {
+        return std::exchange(_draft_out, {});
+    }
+    std::vector<uint64_t> take_draft_forgets() { return std::exchange(_draft_forget, {}); }
+    uint64_t draft_round_in_flight() const { return _draft_round ? _draft_round->id : 0; }
     // Decisions worth a log line (a fallback, a draft fault fired), taken after every input
     // and every planned step.
     std::vector<std::string> take_notes() { return std::exchange(_notes, {}); }
@@ -305,6 +319,14 @@ private:
         // verification that kept every draft, one fewer after one that did not, so a sequence
         // whose drafts miss spends less of each step on them (the output is the same).
         uint32_t draft_len = 0;
+        // With a draft model: the tokens the draft actor holds (a round sends the rest), the
+        // drafts it answered and the length of `tokens` they follow (they are used only while
+        // it is still the length), and whether any round named it (it is forgotten there at
+        // the end).
+        uint32_t draft_known = 0;
+        std::vector<int32_t> drafts_ready;
+        size_t drafts_for = 0;
+        bool draft_told = false;
     };
 
     struct planned {
@@ -358,7 +380,10 @@ private:
     // at the last row, or when the request ends.
     void verify(request_state& r, const planned& p, uint32_t row0, const row_reader& row,
                 std::vector<outgoing_event>& out);
-    void stop_speculating(request_state& r, spec_fallback why);
+    void stop_speculating(request_state& r, spec_fallback why, const std::string& detail = "");
+    // Starts a drafting round (draft model) for the decoding sequences whose drafts are not
+    // ready yet; false when none needs one.
+    bool start_draft_round();
     std::optional<gpu::step> launch(gpu::step s, in_flight_step f);
     std::optional<gpu::step> plan_isolated();
     std::optional<gpu::step> plan_batch();
@@ -430,6 +455,17 @@ private:
     };
     std::vector<draft_fault> _draft_armed;      // in arming order
     uint64_t _garbage_state = 0x6472616674ull;  // splitmix64 state of draft_garbage's tokens
+    // The draft model's side: whether its actor takes rounds, the round in flight (at most one:
+    // no step is planned until it is answered), what is still to send.
+    bool _drafter_ready = false;
+    struct draft_round {
+        uint64_t id = 0;
+        std::vector<seq_id> seqs;
+    };
+    std::optional<draft_round> _draft_round;
+    std::optional<draft::draft_request> _draft_out;
+    std::vector<uint64_t> _draft_forget;
+    uint64_t _next_draft_round = 1;
     std::vector<std::string> _notes;
     std::string _kv_reason;                      // persistence off: why
     std::vector<seq_id> _running;                // admission order, oldest first

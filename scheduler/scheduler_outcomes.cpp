@@ -375,6 +375,7 @@ void scheduler_core::remove(request_state& r) {
     assert(!_in_flight || std::none_of(_in_flight->seqs.begin(), _in_flight->seqs.end(),
                                        [&](const planned& p) { return p.seq == r.seq; }));
     free_kv(r);
+    if (r.draft_told) _draft_forget.push_back(r.seq);
     std::erase(_running, r.seq);
     std::erase(_queue, r.seq);
     std::erase(_restoring, r.seq);

@@ -23,6 +23,9 @@ std::optional<gpu::step> scheduler_core::next_step() {
     while (!_isolation.empty()) {
         if (auto s = plan_isolated()) return s;
     }
+    // With a draft model, decoding sequences get their drafts first: no step until the round
+    // is answered (or fails), so the step verifies them.
+    if (_draft_round || start_draft_round()) return std::nullopt;
     return plan_batch();
 }
 

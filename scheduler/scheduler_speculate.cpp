@@ -44,7 +44,15 @@ uint32_t scheduler_core::draft_room(const request_state& r, uint32_t budget, uin
 
 std::vector<int32_t> scheduler_core::draft_for(request_state& r, uint32_t max) {
     if (!r.speculating || max == 0) return {};
-    std::vector<int32_t> drafts = ngram_draft(r.tokens, max, _opt.speculative.ngram);
+    std::vector<int32_t> drafts;
+    if (_opt.speculative.mode == config::speculative_mode::draft) {
+        // The draft model's answer for this very position, if it gave one (start_draft_round).
+        if (r.drafts_for == r.tokens.size()) drafts = std::move(r.drafts_ready);
+        r.drafts_ready.clear();
+        drafts.resize(std::min<size_t>(drafts.size(), max));
+    } else {
+        drafts = ngram_draft(r.tokens, max, _opt.speculative.ngram);
+    }
     if (_draft_armed.empty()) return drafts;
     // An armed draft fault: this drafting round is the one it applies to.
     draft_fault& f = _draft_armed.front();
@@ -113,12 +121,95 @@ void scheduler_core::verify(request_state& r0, const planned& p, uint32_t row0,
     }
 }
 
-void scheduler_core::stop_speculating(request_state& r, spec_fallback why) {
+void scheduler_core::stop_speculating(request_state& r, spec_fallback why,
+                                      const std::string& detail) {
     if (!r.speculating) return;
     r.speculating = false;
+    r.drafts_ready.clear();
+    if (r.draft_told) {
+        _draft_forget.push_back(r.seq);  // its draft KV can go
+        r.draft_told = false;
+    }
     _counters.spec_fallbacks[size_t(why)]++;
     _notes.push_back(request_name(r.conn, r.id) + " decodes without speculation from here (" +
-                     std::string(enum_name(why)) + ")");
+                     std::string(enum_name(why)) + (detail.empty() ? "" : ": " + detail) + ")");
+}
+
+// ---- the draft model ----------------------------------------------------------------------
+
+bool scheduler_core::start_draft_round() {
+    if (_opt.speculative.mode != config::speculative_mode::draft || !_drafter_ready) return false;
+    draft::draft_request req;
+    draft_round round;
+    for (seq_id seq : _running) {
+        request_state& r = *find(seq);
+        // Decoding (one pending token), speculating, and without an answer for this position.
+        if (r.ph != phase::running || !r.speculating || !r.in_kv) continue;
+        if (r.tokens.size() - r.n_past != 1 || r.drafts_for == r.tokens.size()) continue;
+        const uint32_t max = draft_room(r, _opt.max_batch_tokens, _rows_max);
+        if (max == 0) continue;
+        draft::draft_seq q;
+        q.seq_id = seq;
+        q.known = std::min<uint32_t>(r.draft_known, uint32_t(r.tokens.size()));
+        q.tokens.assign(r.tokens.begin() + q.known, r.tokens.end());
+        q.max = max;
+        req.seqs.push_back(std::move(q));
+        round.seqs.push_back(seq);
+        r.draft_told = true;
+    }
+    if (round.seqs.empty()) return false;
+    req.round = round.id = _next_draft_round++;
+    _draft_round = std::move(round);
+    _draft_out = std::move(req);
+    return true;
+}
+
+void scheduler_core::on_drafter_state(const draft::drafter_state& m) {
+    if (m.ready == _drafter_ready) return;
+    _drafter_ready = m.ready;
+    // Either way the draft actor starts from nothing: a lost device took what it held.
+    for (auto& [seq, r] : _requests) {
+        r.draft_known = 0;
+        r.draft_told = false;
+    }
+    _notes.push_back(std::string("the draft model is ") + (m.ready ? "ready" : "not ready") +
+                     (m.reason.empty() ? "" : ": " + m.reason) +
+                     (m.ready ? "" : " (sequences decode without drafts meanwhile)"));
+}
+
+void scheduler_core::on_draft_reply(const draft::draft_reply& m) {
+    if (!_draft_round || m.round != _draft_round->id) return;  // a round that failed since
+    if (!m.error.empty()) {
+        draft_round_failed(m.round, m.error);
+        return;
+    }
+    const draft_round round = std::move(*_draft_round);
+    _draft_round.reset();
+    for (seq_id seq : round.seqs) {
+        // A sequence the answer leaves out has no drafts for this position.
+        if (request_state* r = find(seq)) {
+            r->drafts_ready.clear();
+            r->drafts_for = r->tokens.size();
+        }
+    }
+    for (const draft::drafted& d : m.seqs) {
+        request_state* r = find(d.seq_id);
+        if (r == nullptr || !r->speculating) continue;
+        r->draft_known = std::min<uint32_t>(d.known, uint32_t(r->tokens.size()));
+        if (d.known == r->tokens.size()) r->drafts_ready = d.tokens;
+    }
+}
+
+void scheduler_core::draft_round_failed(uint64_t round, const std::string& why) {
+    if (!_draft_round || _draft_round->id != round) return;
+    const draft_round failed = std::move(*_draft_round);
+    _draft_round.reset();
+    for (seq_id seq : failed.seqs) {
+        if (request_state* r = find(seq)) {
+            r->draft_known = 0;
+            stop_speculating(*r, spec_fallback::drafter_error, why);
+        }
+    }
 }
 
 status scheduler_core::arm_draft_fault(const fault_spec& spec) {

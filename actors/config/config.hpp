@@ -44,9 +44,10 @@ enum class gpu_kernels : std::uint8_t { automatic, texel, storage };
 // when the GGUF names no `<arch>.pooling_type` (model/pooling.hpp; docs/http.md "Embeddings").
 using embedding_pooling = model::pooling;
 
-// Speculative decoding (docs/speculative.md): off, or drafts from prompt lookup (n-gram
-// matches in the sequence's own prompt and output), verified by the model in one step.
-enum class speculative_mode : std::uint8_t { off, ngram };
+// Speculative decoding (docs/speculative.md): off, drafts from prompt lookup (n-gram matches in
+// the sequence's own prompt and output), or drafts from a smaller model with the same
+// vocabulary (speculative.draft_model); either way verified by the model in one step.
+enum class speculative_mode : std::uint8_t { off, ngram, draft };
 
 // Same order and values as spdlog::level::level_enum, so main can static_cast.
 enum class log_level : std::uint8_t { trace, debug, info, warn, error, critical, off };
@@ -164,6 +165,10 @@ struct speculative_config {
     // Verifications in a row that accept no drafted token before the request decodes plainly
     // for the rest of its life (a fallback, counted by reason).
     std::uint32_t fallback_rounds = 8;
+    // mode = "draft": the draft model's GGUF (the target's vocabulary), and how long the
+    // scheduler waits for one drafting round before the sequences in it decode plainly.
+    std::string draft_model;
+    std::uint32_t draft_wait_ms = 30000;
     bool operator==(const speculative_config&) const = default;
 };
 

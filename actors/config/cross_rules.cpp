@@ -51,6 +51,12 @@ constexpr auto rules = std::to_array<cross_rule>({
      },
      "draft_tokens_max must be less than max_batch_tokens (a verification runs its pending "
      "token and its drafts in one step)"},
+    {"speculative", "draft_model", "speculative", "mode",
+     [](const config& c) {
+         return (c.speculative.mode == speculative_mode::draft) ==
+                !c.speculative.draft_model.empty();
+     },
+     "mode = \"draft\" needs a draft_model, and a draft_model needs mode = \"draft\""},
     {"fault", "plan", "fault", "enabled",
      [](const config& c) { return c.fault.plan.empty() || c.fault.enabled; },
      "a fault plan needs enabled = true (faults are injected only where fault injection is on)"},

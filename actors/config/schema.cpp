@@ -26,8 +26,8 @@ constexpr std::size_t string_bytes_max = 4096;
 constexpr std::array<std::string_view, 3> batch_failure_policy_names = {"bisect", "sequential",
                                                                         "fail"};
 constexpr std::array<std::string_view, 2> kv_dtype_names = {"f16", "f32"};
-constexpr std::array<std::string_view, 2> speculative_mode_names = {"off", "ngram"};
-static_assert(static_cast<std::size_t>(speculative_mode::ngram) + 1 ==
+constexpr std::array<std::string_view, 3> speculative_mode_names = {"off", "ngram", "draft"};
+static_assert(static_cast<std::size_t>(speculative_mode::draft) + 1 ==
                   speculative_mode_names.size(),
               "speculative_mode_names names every speculative_mode, in order");
 constexpr std::array<std::string_view, 3> gpu_kernels_names = {"auto", "texel", "storage"};
@@ -402,7 +402,8 @@ constexpr auto table = std::to_array<key_spec>({
     // [speculative]
     choice<&C::speculative, &speculative_config::mode>(
         "speculative", "mode", speculative_mode_names,
-        "speculative decoding: off, or ngram (drafts from prompt lookup, verified in one step; "
+        "speculative decoding: off, ngram (drafts from prompt lookup) or draft (drafts from "
+        "speculative.draft_model), verified in one step; "
         "the output is byte-identical to plain decoding)"),
     integer<&C::speculative, &speculative_config::draft_tokens_max>(
         "speculative", "draft_tokens_max", 1, draft_tokens_max_max,
@@ -416,6 +417,13 @@ constexpr auto table = std::to_array<key_spec>({
     integer<&C::speculative, &speculative_config::fallback_rounds>(
         "speculative", "fallback_rounds", 1, 1000000,
         "verifications in a row that accept no drafted token before the request decodes "
+        "without speculation"),
+    string<&C::speculative, &speculative_config::draft_model>(
+        "speculative", "draft_model",
+        "mode = \"draft\": GGUF file of the draft model (the served model's vocabulary)"),
+    integer<&C::speculative, &speculative_config::draft_wait_ms>(
+        "speculative", "draft_wait_ms", 100, 600000,
+        "mode = \"draft\": how long one drafting round may take before its sequences decode "
         "without speculation"),
     // [kv]
     boolean<&C::kv, &kv_config::enabled>(

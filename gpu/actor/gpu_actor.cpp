@@ -40,7 +40,7 @@ std::uint64_t copy_job_id(const std::variant<kv_copy_out, kv_copy_in>& c) {
 }  // namespace
 
 gpu_actor::gpu_actor(gpu_actor_options options, logits_exchange& exchange, gpu_replies replies)
-    : actor("gpu", options.mailbox_capacity),
+    : actor(options.name, options.mailbox_capacity),
       _options(std::move(options)),
       _exchange(exchange),
       _reply_out(std::move(replies)) {}

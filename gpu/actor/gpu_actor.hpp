@@ -65,6 +65,7 @@ using gpu_replies = actors::outbox<step_done, step_failed, device_ready, device_
 using kv_copy_replies = actors::outbox<kv_copy_done, kv_copy_failed>;
 
 struct gpu_actor_options {
+    std::string name = "gpu";  // the actor's (its log lines'): "draft-gpu" for a draft model
     std::string model_path;
     runner_options runner;
     std::uint32_t recovery_max = 3;   // gpu.recovery_max

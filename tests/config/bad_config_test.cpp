@@ -242,8 +242,20 @@ const std::vector<bad_case>& bad_cases() {
          {"t.toml:2: model.embedding_pooling = \"max\": must be one of \"mean\", \"last\", "
           "\"cls\""}},
         {"speculative_mode_unknown",
+         "[speculative]\nmode = \"medusa\"\n",
+         {"t.toml:2: speculative.mode = \"medusa\": must be one of \"off\", \"ngram\", "
+          "\"draft\""}},
+        {"speculative_draft_without_model",
          "[speculative]\nmode = \"draft\"\n",
-         {"t.toml:2: speculative.mode = \"draft\": must be one of \"off\", \"ngram\""}},
+         {"t.toml:2: speculative.draft_model = \"\", speculative.mode = \"draft\": mode = "
+          "\"draft\" needs a draft_model"}},
+        {"speculative_draft_model_without_mode",
+         "[speculative]\ndraft_model = \"d.gguf\"\n",
+         {"speculative.draft_model = \"d.gguf\", speculative.mode = \"off\": mode = \"draft\" "
+          "needs a draft_model, and a draft_model needs mode = \"draft\""}},
+        {"speculative_draft_wait_too_short",
+         "[speculative]\ndraft_wait_ms = 5\n",
+         {"t.toml:2: speculative.draft_wait_ms = 5: must be between 100 and 600000"}},
         {"speculative_ngram_min_above_max",
          "[speculative]\nngram_min = 5\nngram_max = 3\n",
          {"t.toml:3: speculative.ngram_min = 5, speculative.ngram_max = 3: ngram_min must be at "

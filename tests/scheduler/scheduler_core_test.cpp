@@ -240,6 +240,12 @@ public:
         request(conn, id, "cancel", std::move(b));
     }
 
+    // The draft actor's part (speculative mode draft): answers each round the core starts
+    // (none set: a round stays unanswered and run() returns, as with nothing to do).
+    std::function<draft::draft_reply(const draft::draft_request&)> drafter;
+    uint64_t draft_rounds = 0;
+    std::vector<uint64_t> draft_forgets;  // sequences the core let the draft actor forget
+
     // Executes steps until none is left. `between(step)` runs after a step is planned and
     // before its outcome is applied; `fail(step)` decides whether the step fails.
     void run(std::function<void(const gpu::step&)> between = {},
@@ -247,7 +253,15 @@ public:
         for (int guard = 0; guard < 100000; guard++) {
             serve_kv();
             auto s = core->next_step();
+            auto forgets = core->take_draft_forgets();
+            draft_forgets.insert(draft_forgets.end(), forgets.begin(), forgets.end());
             if (!s) {
+                // Planning may have started a drafting round instead of a step.
+                if (auto round = core->take_draft_request()) {
+                    draft_rounds++;
+                    if (drafter) core->on_draft_reply(drafter(*round));
+                    continue;
+                }
                 if (!serve_kv()) return;  // planning may have asked for a disk lookup
                 continue;
             }
@@ -949,6 +963,198 @@ TEST(scheduler_speculate, draft_faults_and_fallbacks_change_no_output) {
     fault_spec f;
     f.kind = fault_kind::draft_fail;
     EXPECT_FALSE(h.core->arm_draft_fault(f).ok());
+}
+
+// ---- speculation with a draft model (the core's side of the draft actor) ----
+
+core_options drafting(uint32_t draft_tokens_max = 6) {
+    core_options o = speculating(draft_tokens_max);
+    o.speculative.mode = config::speculative_mode::draft;
+    return o;
+}
+
+// A draft actor for the core's tests: it keeps each sequence's tokens as the rounds tell them
+// (checking the `known` protocol: the tokens it was told are the sequence's own), and drafts
+// from `answers` (each prompt's tokens followed by its plain output): an oracle, all of whose
+// drafts the target keeps, unless `wrong_every` > 0 (every wrong_every-th draft is wrong).
+struct oracle_drafter {
+    std::vector<std::vector<int32_t>> answers;
+    uint32_t wrong_every = 0;
+    std::map<uint64_t, std::vector<int32_t>> told;
+    uint64_t drafts = 0;
+
+    draft::draft_reply operator()(const draft::draft_request& q) {
+        draft::draft_reply r;
+        r.round = q.round;
+        for (const draft::draft_seq& s : q.seqs) {
+            std::vector<int32_t>& t = told[s.seq_id];
+            EXPECT_LE(s.known, t.size()) << "told less than the core believes";
+            t.resize(std::min<size_t>(s.known, t.size()));
+            t.insert(t.end(), s.tokens.begin(), s.tokens.end());
+            draft::drafted d{s.seq_id, uint32_t(t.size()), {}};
+            for (const auto& a : answers) {
+                if (a.size() <= t.size() || !std::equal(t.begin(), t.end(), a.begin())) continue;
+                for (size_t i = t.size(); i < a.size() && d.tokens.size() < s.max; i++) {
+                    const bool wrong = wrong_every != 0 && ++drafts % wrong_every == 0;
+                    d.tokens.push_back(wrong ? (a[i] + 1) % 500 : a[i]);
+                }
+                break;
+            }
+            r.seqs.push_back(std::move(d));
+        }
+        return r;
+    }
+};
+
+// prompt tokens (with BOS, as the core encodes them) then `output`.
+std::vector<int32_t> prompt_then(const std::string& prompt, const std::vector<int32_t>& output) {
+    std::vector<int32_t> all = shared_model().tok->encode(prompt, true);
+    all.insert(all.end(), output.begin(), output.end());
+    return all;
+}
+
+TEST(scheduler_speculate, draft_model_rounds_come_before_the_step_and_change_no_output) {
+    const auto all = speculation_prompts();
+    for (double temperature : {0.0, 0.8}) {
+        const auto plain = outputs_of(all, 24, temperature, 21);
+        for (uint32_t wrong_every : {0u, 3u}) {
+            oracle_drafter d;
+            d.wrong_every = wrong_every;
+            for (size_t i = 0; i < all.size(); i++)
+                d.answers.push_back(prompt_then(all[i], plain[i]));
+            core_options o = drafting();
+            o.max_batch_tokens = 32;
+            harness h(o);
+            h.core->on_drafter_state({true, "test"});
+            h.drafter = std::ref(d);
+            for (size_t i = 0; i < all.size(); i++)
+                h.generate(1, i + 1, all[i], 24, temperature, 21 + i);
+            h.run([&](const gpu::step& s) {
+                // A drafting round is answered before the step that verifies it is planned.
+                EXPECT_EQ(h.core->draft_round_in_flight(), 0u);
+                for (const auto& q : s.seqs)
+                    EXPECT_LE(q.logits_rows, 1u + o.speculative.draft_tokens_max);
+            });
+            for (size_t i = 0; i < all.size(); i++) {
+                const event* t = h.terminal(1, i + 1);
+                ASSERT_NE(t, nullptr) << i;
+                EXPECT_EQ(t->tokens(), plain[i]) << "prompt " << i << " t " << temperature;
+            }
+            h.expect_idle();
+            const auto& k = h.core->counters();
+            EXPECT_GT(h.draft_rounds, 0u);
+            EXPECT_GT(k.spec_accepted, 0u);
+            if (wrong_every == 0) {
+                EXPECT_EQ(k.spec_accepted, k.spec_drafted) << "an oracle's drafts are all kept";
+            } else {
+                EXPECT_LT(k.spec_accepted, k.spec_drafted);
+            }
+            // Every sequence a round named is forgotten by the end.
+            std::set<uint64_t> forgotten(h.draft_forgets.begin(), h.draft_forgets.end());
+            for (const auto& [seq, told] : d.told) EXPECT_EQ(forgotten.count(seq), 1u) << seq;
+        }
+    }
+}
+
+TEST(scheduler_speculate, a_failed_or_unanswered_round_falls_back_and_changes_no_output) {
+    const std::vector<std::string> two = {repeating_prompts[0], repeating_prompts[2]};
+    const auto plain = outputs_of(two, 16, 0.8, 3);
+    oracle_drafter oracle;
+    for (size_t i = 0; i < two.size(); i++) oracle.answers.push_back(prompt_then(two[i], plain[i]));
+    // The draft model's step failed: the round's error sends both back to plain decoding.
+    {
+        harness h(drafting());
+        h.core->on_drafter_state({true, "test"});
+        int rounds = 0;
+        h.drafter = [&](const draft::draft_request& q) {
+            if (++rounds == 2)
+                return draft::draft_reply{q.round, {}, "draft step failed: gpu_device_lost"};
+            return oracle(q);
+        };
+        for (size_t i = 0; i < two.size(); i++) h.generate(1, i + 1, two[i], 16, 0.8, 3 + i);
+        h.run();
+        for (size_t i = 0; i < two.size(); i++) {
+            ASSERT_NE(h.terminal(1, i + 1), nullptr);
+            EXPECT_EQ(h.terminal(1, i + 1)->tokens(), plain[i]) << i;
+        }
+        EXPECT_EQ(rounds, 2) << "no round after both fell back";
+        EXPECT_EQ(h.core->counters().spec_fallbacks[size_t(spec_fallback::drafter_error)], 2u);
+        auto notes = h.core->take_notes();
+        EXPECT_TRUE(std::any_of(notes.begin(), notes.end(), [](const std::string& n) {
+            return n.find("gpu_device_lost") != std::string::npos;
+        }));
+        h.expect_idle();
+    }
+    // A round unanswered past the actor's bound fails; its late answer changes nothing.
+    {
+        harness h(drafting());
+        h.core->on_drafter_state({true, "test"});
+        h.generate(1, 1, two[0], 16, 0.8, 3);
+        h.run();  // prefill ran; the first round is left unanswered
+        const uint64_t round = h.core->draft_round_in_flight();
+        ASSERT_NE(round, 0u);
+        EXPECT_FALSE(h.core->next_step().has_value()) << "no step while a round is out";
+        h.core->draft_round_failed(round, "no drafts within speculative.draft_wait_ms = 100 ms");
+        EXPECT_EQ(h.core->draft_round_in_flight(), 0u);
+        draft::draft_request late_q{round, {{0, 0, {}, 4}}};
+        h.core->on_draft_reply(oracle(late_q));  // stale: ignored
+        h.drafter = std::ref(oracle);
+        h.run();
+        ASSERT_NE(h.terminal(1, 1), nullptr);
+        EXPECT_EQ(h.terminal(1, 1)->tokens(), plain[0]);
+        EXPECT_EQ(h.core->counters().spec_fallbacks[size_t(spec_fallback::drafter_error)], 1u);
+        EXPECT_EQ(h.core->counters().spec_rounds, 0u);
+        h.expect_idle();
+    }
+}
+
+TEST(scheduler_speculate, a_draft_model_not_ready_or_forgetful_only_costs_drafts) {
+    const std::vector<std::string> one = {repeating_prompts[1]};
+    const auto plain = outputs_of(one, 20, 0.8, 8);
+    oracle_drafter oracle;
+    oracle.answers.push_back(prompt_then(one[0], plain[0]));
+    // Not ready (its device still building, or being rebuilt): no rounds, plain steps.
+    harness h(drafting());
+    h.drafter = std::ref(oracle);
+    h.generate(1, 1, one[0], 20, 0.8, 8);
+    int steps = 0;
+    h.run([&](const gpu::step&) {
+        // Ready from the fourth step on; after the eighth its device is lost (everything the
+        // draft actor held is gone) and rebuilt: rounds start again from token 0.
+        if (++steps == 4) h.core->on_drafter_state({true, "test"});
+        if (steps == 8) {
+            h.core->on_drafter_state({false, "device lost"});
+            oracle.told.clear();
+        }
+        if (steps == 9) h.core->on_drafter_state({true, "test"});
+    });
+    ASSERT_NE(h.terminal(1, 1), nullptr);
+    EXPECT_EQ(h.terminal(1, 1)->tokens(), plain[0]);
+    EXPECT_GT(h.draft_rounds, 1u);
+    EXPECT_EQ(h.core->counters().spec_fallbacks[size_t(spec_fallback::drafter_error)], 0u);
+    h.expect_idle();
+    // An answer that says the draft actor holds none of the sequence (known 0): the next round
+    // sends it whole.
+    harness f(drafting());
+    f.core->on_drafter_state({true, "test"});
+    oracle_drafter o2;
+    o2.answers = oracle.answers;
+    int calls = 0;
+    f.drafter = [&](const draft::draft_request& q) {
+        if (++calls == 3) {
+            o2.told.clear();
+            EXPECT_GT(q.seqs.at(0).known, 0u);
+            return draft::draft_reply{q.round, {{q.seqs.at(0).seq_id, 0, {}}}, ""};
+        }
+        if (calls == 4) EXPECT_EQ(q.seqs.at(0).known, 0u) << "sent whole after it was lost";
+        return o2(q);
+    };
+    f.generate(1, 1, one[0], 20, 0.8, 8);
+    f.run();
+    ASSERT_NE(f.terminal(1, 1), nullptr);
+    EXPECT_EQ(f.terminal(1, 1)->tokens(), plain[0]);
+    EXPECT_GE(calls, 4);
+    f.expect_idle();
 }
 
 core_options kv_options() {

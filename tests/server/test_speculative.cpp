@@ -140,16 +140,26 @@ std::map<std::string, uint64_t> scheduler_stats(uint16_t port) {
     return r;
 }
 
+// The [speculative] section of a server that drafts by prompt lookup, or with a draft model.
+std::string ngram_section() {
+    return "[speculative]\nmode = \"ngram\"\ndraft_tokens_max = 6\nngram_min = 1\nngram_max = 3\n";
+}
+std::string draft_section(const std::string& draft_model) {
+    return "[speculative]\nmode = \"draft\"\ndraft_tokens_max = 6\ndraft_model = \"" + draft_model +
+           "\"\n";
+}
+
 struct served {
     server_process proc;
     // kernels: gpu.kernels ("auto": lavapipe's texel family; "storage": the GPUs' family).
-    bool start(const std::string& model, const std::string& name, const std::string& kernels) {
+    // extra: more TOML (a [fault] section).
+    bool start(const std::string& model, const std::string& name, const std::string& kernels,
+               const std::string& speculative, const std::string& extra = "") {
         const std::string cfg = scratch_path("speculative", name + "-" + kernels + ".toml");
         std::ofstream(cfg) << "[model]\npath = \"" << model << "\"\n"
                            << "[gpu]\nkernels = \"" << kernels << "\"\n"
                            << "[scheduler]\nmax_sequences = 16\n"
-                           << "[speculative]\nmode = \"ngram\"\ndraft_tokens_max = 6\n"
-                           << "ngram_min = 1\nngram_max = 3\n";
+                           << speculative << extra;
         if (!proc.start(ORDO_SERVER_BIN, {"--config", cfg})) return false;
         return wait_healthy(proc.port()).empty();
     }
@@ -157,9 +167,12 @@ struct served {
 
 // Runs every prompt plainly and speculating on a speculating server; returns the stats after.
 std::map<std::string, uint64_t> compare(const std::string& file, size_t n_prompts, bool text,
-                                        size_t alone, const std::string& kernels = "auto") {
+                                        size_t alone, const std::string& kernels = "auto",
+                                        const std::string& speculative = ngram_section()) {
     served s;
-    if (!s.start(file, std::filesystem::path(file).stem().string(), kernels)) {
+    const std::string name = std::filesystem::path(file).stem().string() +
+                             (speculative == ngram_section() ? "" : "-draft");
+    if (!s.start(file, name, kernels, speculative)) {
         ADD_FAILURE() << "server did not start on " << file << ": " << s.proc.output();
         return {};
     }
@@ -239,6 +252,103 @@ TEST(speculative_server, storage_kernels_output_is_identical_with_speculation_on
         EXPECT_GT(st["spec_accepted_tokens"], 0u) << name;
         EXPECT_LT(st["spec_accepted_tokens"], st["spec_drafted_tokens"]) << name;
     }
+}
+
+// ---- a draft model (mode = "draft") ----
+
+// stories260K drafting for itself: at temperature 0 its greedy drafts are the target's own
+// draws, so nearly every draft is kept; at 0.8 many are not. The draft actor rolls its KV back
+// to what the target kept after every rejection, and the output stays the plain one.
+TEST(speculative_server, draft_model_stories260K_drafting_for_itself_output_is_identical) {
+    const std::string file = models + "/stories260K.gguf";
+    ORDO_REQUIRE_SHARED(file);
+    auto st = compare(file, 200, true, 24, "auto", draft_section(file));
+    EXPECT_GT(st["spec_rounds"], 200u);
+    EXPECT_GT(st["spec_accepted_tokens"], st["spec_drafted_tokens"] / 2);
+    EXPECT_LT(st["spec_accepted_tokens"], st["spec_drafted_tokens"]);
+    EXPECT_EQ(st["spec_fallbacks_drafter_error"], 0u);
+    std::printf("stories260K drafting for itself: %llu verifications, %llu of %llu kept\n",
+                (unsigned long long)st["spec_rounds"],
+                (unsigned long long)st["spec_accepted_tokens"],
+                (unsigned long long)st["spec_drafted_tokens"]);
+}
+
+// Draft models that are not the target: the F32 file drafting for llama.cpp's Q4_K_M
+// quantization of it (close, not equal: some drafts rejected at temperature 0 too), and a
+// random-weight model with stories260K's vocabulary (ordo-model mk --vocab-from): its drafts
+// are nearly all rejected, so requests fall back to plain decoding (no_acceptance), with the
+// same output. The storage kernels (the GPUs' family) run the first pair too.
+TEST(speculative_server, draft_models_other_than_the_target_output_is_identical) {
+    const std::string f32 = models + "/stories260K.gguf";
+    const std::string q4 = models + "/quant/stories260K-Q4_K_M.gguf";
+    ORDO_REQUIRE_SHARED(f32);
+    ORDO_REQUIRE_SHARED(q4);
+    for (const char* kernels : {"auto", "storage"}) {
+        auto st = compare(q4, 40, true, 4, kernels, draft_section(f32));
+        EXPECT_GT(st["spec_accepted_tokens"], 0u) << kernels;
+        EXPECT_LT(st["spec_accepted_tokens"], st["spec_drafted_tokens"]) << kernels;
+    }
+    const std::string random =
+        generated_model(ORDO_MODEL_BIN, scratch_path("speculative", "random-draft.gguf"),
+                        "--n-embd 32 --n-layer 1 --n-head 2 --n-ff 64 --vocab-from " + f32 +
+                            " --type f32 --seed 9 --ctx 512");
+    auto st = compare(f32, 40, true, 0, "auto", draft_section(random));
+    EXPECT_GT(st["spec_rounds"], 0u);
+    EXPECT_LT(st["spec_accepted_tokens"], st["spec_drafted_tokens"] / 4);
+    EXPECT_GT(st["spec_fallbacks_no_acceptance"], 0u);
+}
+
+// The draft model's device fails (draft_fail: its gpu actor loses the device on its next step
+// and rebuilds it, the real failure path): the requests whose round failed decode on without
+// speculation (drafter_error), none ends early, empty or in error, each has one terminal event
+// and its plain output; the target's device is untouched, and once the draft device is back,
+// later requests speculate again.
+TEST(speculative_server, a_failing_draft_model_fails_no_request) {
+    const std::string file = models + "/stories260K.gguf";
+    ORDO_REQUIRE_SHARED(file);
+    served s;
+    ASSERT_TRUE(
+        s.start(file, "draft-fail", "auto", draft_section(file), "[fault]\nenabled = true\n"))
+        << s.proc.output();
+    const auto ps = make_prompts(24, 512, true, 11);
+    const auto plain = run_all(s.proc.port(), ps, false, k_in_flight);
+    for (int round = 0; round < 2; round++) {
+        tcp_client c;
+        ASSERT_TRUE(c.connect(s.proc.port()));
+        ASSERT_TRUE(c.send(frame("id", 1, "op", "fault", "kind", "draft_fail", "count", 1)));
+        auto armed = next(c);
+        ASSERT_TRUE(armed.has_value());
+        EXPECT_EQ(armed->str("event"), "done") << armed->str("message");
+        const auto spec = run_all(s.proc.port(), ps, true, k_in_flight);
+        ASSERT_EQ(spec.size(), plain.size());
+        for (const auto& [key, want] : plain) {
+            EXPECT_EQ(spec.at(key).outcome, want.outcome) << "prompt " << key.first;
+            EXPECT_EQ(spec.at(key).tokens, want.tokens) << "prompt " << key.first;
+        }
+    }
+    auto st = scheduler_stats(s.proc.port());
+    EXPECT_GE(st["spec_fallbacks_drafter_error"], 2u);
+    EXPECT_GT(st["spec_accepted_tokens"], 0u);  // speculation went on around the failures
+    EXPECT_EQ(st["gpu_failed"], 0u);
+    EXPECT_EQ(st["failures"], 0u);  // no target step failed
+    EXPECT_EQ(st["kv_blocks_used"], 0u);
+}
+
+// A draft model whose vocabulary is not the served model's is refused at start (exit 2), with
+// the key named.
+TEST(speculative_server, a_draft_model_with_another_vocabulary_is_refused_at_start) {
+    const std::string file = models + "/stories260K.gguf";
+    const std::string other = models + "/quant/llama3-tiny-Q4_K_M.gguf";  // a Llama 3 vocabulary
+    ORDO_REQUIRE_SHARED(file);
+    ORDO_REQUIRE_SHARED(other);
+    const std::string cfg = scratch_path("speculative", "vocab-mismatch.toml");
+    std::ofstream(cfg) << "[model]\npath = \"" << file << "\"\n" << draft_section(other);
+    // Bounded: a server that wrongly started is stopped, and the test fails on its status.
+    const auto r =
+        run_command("timeout 120 " + std::string(ORDO_SERVER_BIN) + " --config " + cfg + " 2>&1");
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find("speculative.draft_model = " + other), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("vocabulary is not the served model's"), std::string::npos) << r.output;
 }
 
 }  // namespace

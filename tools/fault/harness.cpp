@@ -61,6 +61,7 @@ bool server::start(const server_config& cfg, const std::string& name) {
           << "\n";
         if (!cfg.kv_dir.empty()) t << "[kv]\nenabled = true\ndir = \"" << cfg.kv_dir << "\"\n";
         t << "[speculative]\nmode = \"" << cfg.speculative << "\"\n";
+        if (!cfg.draft_model.empty()) t << "draft_model = \"" << cfg.draft_model << "\"\n";
     }
     std::vector<std::string> args{"--config", path, "--model", _ctx.model, "--log-level", "warn"};
     if (!_proc.start(_ctx.server_bin, args)) {

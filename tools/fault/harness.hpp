@@ -42,6 +42,7 @@ struct server_config {
     uint32_t recovery_max = 3;        // gpu.recovery_max
     std::string kv_dir;               // non-empty: [kv] enabled
     std::string speculative = "off";  // [speculative] mode
+    std::string draft_model;          // [speculative] draft_model (mode "draft")
 };
 
 // What a scenario found wrong: one line each.

@@ -554,14 +554,22 @@ std::vector<int32_t> repeating_prompt(const references& r) {
 
 // A drafter fault (draft_fail, draft_garbage, draft_eos) or a hang in a verification step (the
 // watchdog's path: the step fails, the device is rebuilt, the sequence recomputes), on
-// a server that speculates (prompt lookup): the request ends once, done, with exactly the
+// a server that speculates by prompt lookup, or (kinds draft_model_fail, draft_model_garbage)
+// with a draft model, the served model drafting for itself (draft_fail then loses the draft
+// model's device: its gpu actor rebuilds it): the request ends once, done, with exactly the
 // tokens the same server returns with speculation off (the request's opt-out), and the fault
 // is seen in the counters: a fallback for draft_fail, a verification for the others, a failed
 // step for the hang.
 void speculative_fault(const context& ctx, findings& f, const references& r,
-                       const std::string& kind) {
+                       const std::string& scenario) {
     server_config cfg;
     cfg.speculative = "ngram";
+    std::string kind = scenario;
+    if (kind.starts_with("draft_model_")) {
+        cfg.speculative = "draft";
+        cfg.draft_model = ctx.model;
+        kind = "draft_" + kind.substr(std::string("draft_model_").size());
+    }
     cfg.watchdog_ms = 1500;
     server s(ctx, f);
     if (!s.start(cfg, "spec")) return;
@@ -682,7 +690,9 @@ std::vector<std::string> scenario_names() {
                                "spec/draft_fail",
                                "spec/draft_garbage",
                                "spec/draft_eos",
-                               "spec/hang"};
+                               "spec/hang",
+                               "spec/draft_model_fail",
+                               "spec/draft_model_garbage"};
     for (const char* kind : {"fin", "rst", "stop_reading"}) {
         for (const char* phase : {"queued", "prefill", "decode"}) {
             n.push_back(std::string("net/") + kind + "/" + phase);

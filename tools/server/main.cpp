@@ -199,6 +199,15 @@ int main(int argc, char** argv) {
         log->error("{}: {}", model.err().code, model.err().message);
         return exit_bad_model;
     }
+    std::optional<ordo::loaded_model> draft;
+    if (cfg->speculative.mode == ordo::config::speculative_mode::draft) {
+        auto d = ordo::load_draft_model(*cfg, *model);
+        if (!d.ok()) {
+            log->error("{}: {}", d.err().code, d.err().message);
+            return exit_bad_model;
+        }
+        draft = std::move(*d);
+    }
 
     ordo::server_hooks hooks;
     // One machine-readable line on stdout per front door: scripts and tests wait for them. The
@@ -215,7 +224,7 @@ int main(int argc, char** argv) {
     hooks.on_listening = [&](const std::string& host, uint16_t port) {
         print_listening("listening", host, port);
     };
-    auto st = ordo::run_server(*cfg, *model, hooks, *keys);
+    auto st = ordo::run_server(*cfg, *model, draft ? &*draft : nullptr, hooks, *keys);
     if (!st.ok()) log->error("{}: {}", st.err().code, st.err().message);
     // Every line logged so far reaches stderr (and the file) before exit, unless the reader has
     // stopped reading: then shutdown waits log_flush_ms_max, not forever, and the process ends

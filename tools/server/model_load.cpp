@@ -119,4 +119,34 @@ result<loaded_model> load_model(const config::config& cfg) {
     return m;
 }
 
+result<loaded_model> load_draft_model(const config::config& cfg, const loaded_model& served) {
+    config::config c = cfg;
+    c.model.path = cfg.speculative.draft_model;
+    c.model.context_tokens = 0;
+    c.model.chat_template_path.clear();
+    auto draft = load_model(c);
+    if (!draft.ok()) {
+        return make_error(draft.err().code, "speculative.draft_model: " + draft.err().message);
+    }
+    const model::vocab& a = served.tokenizer->vocab();
+    const model::vocab& b = draft->tokenizer->vocab();
+    const auto differ = [&](const std::string& what) {
+        return make_error("config_invalid",
+                          "speculative.draft_model = " + draft->path +
+                              ": its vocabulary is not the served model's (" + what +
+                              "); a draft model must share the vocabulary of " + served.path);
+    };
+    if (a.size() != b.size()) {
+        return differ(std::to_string(b.size()) + " tokens, not " + std::to_string(a.size()));
+    }
+    for (size_t i = 0; i < a.size(); i++) {
+        const auto id = model::token_id(i);
+        if (a.piece(id) != b.piece(id)) return differ("token " + std::to_string(i) + " differs");
+    }
+    if (b.size() > draft->hp.n_vocab) {
+        return differ("its output head has " + std::to_string(draft->hp.n_vocab) + " rows");
+    }
+    return draft;
+}
+
 }  // namespace ordo

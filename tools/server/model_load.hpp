@@ -42,4 +42,10 @@ struct loaded_model {
 // parse is not an error: the model serves, and `chat` answers template_error.
 result<loaded_model> load_model(const config::config& cfg);
 
+// speculative.draft_model (mode = "draft"): read and checked as load_model checks the served
+// model, at its own trained context, and its vocabulary compared with the served model's
+// piece by piece (a draft proposes token ids: the same id must mean the same token). Errors:
+// load_model's, and config_invalid naming speculative.draft_model when the vocabularies differ.
+result<loaded_model> load_draft_model(const config::config& cfg, const loaded_model& served);
+
 }  // namespace ordo

@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "actors/runtime/log.hpp"
+#include "draft/draft_actor.hpp"
 #include "gpu/actor/gpu_actor.hpp"
 #include "http/http_actor.hpp"
 #include "kv/kv_actor.hpp"
@@ -146,6 +147,16 @@ gpu::gpu_actor_options gpu_options_from(const config::config& cfg, const loaded_
     return o;
 }
 
+// The draft model's gpu actor: the served model's device settings, its own context, one logits
+// row per sequence (a draft step asks for no more).
+gpu::gpu_actor_options draft_gpu_options_from(const config::config& cfg, const loaded_model& d) {
+    gpu::gpu_actor_options o = gpu_options_from(cfg, d);
+    o.name = "draft-gpu";
+    o.runner.rows_max = cfg.scheduler.max_sequences;
+    o.runner.n_ctx = 0;
+    return o;
+}
+
 sched::core_options core_options_from(const config::config& cfg, const loaded_model& m) {
     sched::core_options o;
     o.max_sequences = cfg.scheduler.max_sequences;
@@ -251,7 +262,7 @@ void start_signal_watchers(main_loop& m) {
 
 // What is served, said once at start. The context served is logged by the gpu runner once it
 // knows every bound (KV pool, device).
-void log_model(const config::config& cfg, const loaded_model& model) {
+void log_model(const config::config& cfg, const loaded_model& model, const loaded_model* draft) {
     auto log = logger("main");
     log->info("model {}{}: {} layers, n_embd {}, vocab {}, trained context {}, fingerprint {}",
               model.path, model.generated ? " (generated, random weights)" : "", model.hp.n_layer,
@@ -260,12 +271,19 @@ void log_model(const config::config& cfg, const loaded_model& model) {
     log->info("embeddings pool by {} ({})",
               config::to_string(model.hp.embedding_pooling.value_or(cfg.model.embedding_pooling)),
               model.hp.embedding_pooling ? "the GGUF's pooling_type" : "model.embedding_pooling");
-    if (cfg.speculative.mode != config::speculative_mode::off) {
+    if (cfg.speculative.mode == config::speculative_mode::ngram) {
         log->info(
-            "speculative decoding: {} (draft_tokens_max {}, n-grams {}..{}, fallback after "
+            "speculative decoding: ngram (draft_tokens_max {}, n-grams {}..{}, fallback after "
             "{} rounds without an accepted draft)",
-            config::to_string(cfg.speculative.mode), cfg.speculative.draft_tokens_max,
-            cfg.speculative.ngram_min, cfg.speculative.ngram_max, cfg.speculative.fallback_rounds);
+            cfg.speculative.draft_tokens_max, cfg.speculative.ngram_min, cfg.speculative.ngram_max,
+            cfg.speculative.fallback_rounds);
+    } else if (cfg.speculative.mode == config::speculative_mode::draft) {
+        log->info(
+            "speculative decoding: draft model {} ({} layers, n_embd {}; draft_tokens_max {}, "
+            "a round waited for {} ms at most, fallback after {} rounds without an accepted "
+            "draft)",
+            draft->path, draft->hp.n_layer, draft->hp.n_embd, cfg.speculative.draft_tokens_max,
+            cfg.speculative.draft_wait_ms, cfg.speculative.fallback_rounds);
     }
     if (const status& tok = model.tokenizer->support(); !tok.ok()) {
         log->warn(
@@ -291,6 +309,7 @@ sched::scheduler_actor::options scheduler_options_from(const config::config& cfg
     sched::scheduler_actor::options so;
     so.mailbox_capacity = cfg.server.mailbox_capacity;
     so.step_backstop_ms = step_backstop_ms(cfg, model);
+    so.draft_wait_ms = cfg.speculative.draft_wait_ms;
     so.faults_enabled = cfg.fault.enabled;
     so.plan = {cfg.fault.seed, cfg.fault.plan, cfg.fault.plan_every_steps,
                cfg.fault.plan_faults_max};
@@ -313,6 +332,7 @@ struct server_actors {
         : logits(logits_rows_max(cfg), model.hp.n_vocab, model.hp.n_embd) {}
 
     gpu::logits_exchange logits;
+    std::optional<gpu::logits_exchange> draft_logits;  // the draft model's (mode = "draft")
     std::promise<void> drained;  // set by the scheduler when a drain has ended
     // KV persistence (kv.enabled): the kv actor and the staging slot its copies go through.
     std::optional<gpu::kv_staging> staging;
@@ -321,12 +341,15 @@ struct server_actors {
     std::optional<http::http_actor> http;  // the HTTP front door, when http.listen is set
     std::optional<net::net_actor> net;
     std::optional<gpu::gpu_actor> gpu;
+    // Speculation with a draft model: the draft actor and the draft model's gpu actor.
+    std::optional<draft::draft_actor> drafter;
+    std::optional<gpu::gpu_actor> draft_gpu;
 };
 
 // Builds the actors into s, none connected or started. Fails only before any actor is built
 // (the scheduler's core, the kv actor's options).
 status build_actors(server_actors& s, const config::config& cfg, const loaded_model& model,
-                    const listen_addresses& addresses,
+                    const loaded_model* draft_model, const listen_addresses& addresses,
                     const std::shared_ptr<door::auth_gate>& auth) {
     auto core =
         sched::scheduler_core::create(core_options_from(cfg, model), &*model.tokenizer, model.info);
@@ -352,6 +375,18 @@ status build_actors(server_actors& s, const config::config& cfg, const loaded_mo
     if (addresses.http) net_opts.http_counters = [&http = s.http] { return http->counters(); };
     s.net.emplace(net_opts, cfg.server.mailbox_capacity);
     s.gpu.emplace(gpu_options_from(cfg, model), s.logits, gpu::gpu_replies(*s.scheduler, "gpu"));
+    if (draft_model != nullptr) {
+        s.draft_logits.emplace(cfg.scheduler.max_sequences, draft_model->hp.n_vocab,
+                               draft_model->hp.n_embd);
+        draft::draft_actor_options d;
+        d.max_batch_tokens = cfg.scheduler.max_batch_tokens;
+        d.n_vocab = uint32_t(model.tokenizer->vocab().size());
+        d.round_ms_max = cfg.speculative.draft_wait_ms;
+        d.mailbox_capacity = cfg.server.mailbox_capacity;
+        s.drafter.emplace(d, *s.draft_logits, draft::draft_replies(*s.scheduler, "draft"));
+        s.draft_gpu.emplace(draft_gpu_options_from(cfg, *draft_model), *s.draft_logits,
+                            gpu::gpu_replies(*s.drafter, "draft-gpu"));
+    }
     if (addresses.http) {
         http::http_options ho = http_options_from(cfg, *addresses.http, model, net_opts.limits);
         ho.net_counters = [&net = s.net] { return net->counters(); };
@@ -373,6 +408,10 @@ void connect_actors(server_actors& s) {
         s.scheduler->connect_front_door(door::door_kind::http, *s.http);
         s.http->connect_scheduler(*s.scheduler);
     }
+    if (s.drafter) {
+        s.scheduler->connect_drafter(*s.drafter);
+        s.drafter->connect_gpu(*s.draft_gpu);
+    }
     if (s.kv) {
         s.gpu->connect_kv(*s.staging, gpu::kv_copy_replies(*s.kv, "gpu"));
         s.kv->connect(*s.scheduler, *s.gpu);
@@ -390,6 +429,8 @@ status start_actors(server_actors& s) {
     if (started.ok()) started = s.net->start();
     if (started.ok() && !s.net->listen_status().ok()) started = s.net->listen_status();
     if (started.ok()) started = s.gpu->start();
+    if (started.ok() && s.drafter) started = s.drafter->start();
+    if (started.ok() && s.draft_gpu) started = s.draft_gpu->start();
     return started;
 }
 
@@ -439,6 +480,8 @@ void stop_actors(server_actors& s, const config::config& cfg, status& first_fail
     stop(*s.net);
     if (s.http) stop(*s.http);
     stop(*s.gpu);
+    if (s.drafter) stop(*s.drafter);
+    if (s.draft_gpu) stop(*s.draft_gpu);
 }
 
 // Runs the main loop until a signal has drained and stopped the actors, then closes it.
@@ -459,17 +502,17 @@ status serve_until_stopped(main_loop& m, server_actors& s, const config::config&
 
 }  // namespace
 
-status run_server(const config::config& cfg, const loaded_model& model, const server_hooks& hooks,
-                  const door::api_keys& keys) {
+status run_server(const config::config& cfg, const loaded_model& model, const loaded_model* draft,
+                  const server_hooks& hooks, const door::api_keys& keys) {
     auto addresses = read_listen_addresses(cfg);
     if (!addresses.ok()) return addresses.err();
     auto auth = open_auth_gate(keys, *addresses);
     main_loop m;
     start_signal_watchers(m);
-    log_model(cfg, model);
+    log_model(cfg, model, draft);
 
     server_actors s(cfg, model);
-    if (status built = build_actors(s, cfg, model, *addresses, auth); !built.ok()) {
+    if (status built = build_actors(s, cfg, model, draft, *addresses, auth); !built.ok()) {
         abandon(m);
         return built;
     }

@@ -33,7 +33,9 @@ struct server_hooks {
 // before this is called, so a failure here is a runtime one (main exits 1 on it, not 2).
 // `keys`: the API keys both front doors require (none: both are open, and a non-loopback
 // listen address is warned about).
-status run_server(const config::config& cfg, const loaded_model& model, const server_hooks& hooks,
-                  const door::api_keys& keys);
+// `draft`: the draft model (load_draft_model) when speculative.mode = "draft", else null; it
+// too must outlive the call.
+status run_server(const config::config& cfg, const loaded_model& model, const loaded_model* draft,
+                  const server_hooks& hooks, const door::api_keys& keys);
 
 }  // namespace ordo
