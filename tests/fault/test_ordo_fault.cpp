@@ -2,9 +2,10 @@
 // scenario (F1, F2, F4, F5, F7, the kv, runtime and net fault points, recovery exhausted and
 // the kind x phase x batch x cancel table) against real ordo-server processes on the real
 // model, lavapipe. Checks: exit status 0, the JSON summary's violations are 0 and it ran every
-// scenario; a seeded random run of 1000 requests (about a minute alone) with gpu and net faults
-// has no violations (invariants 1-8, resident memory back near its baseline included) and
-// reports its memory; bad command lines exit 2; --list names them all.
+// scenario; seeded random runs with gpu, net and draft faults, 1000 requests speculating by
+// prompt lookup (about a minute alone) and 300 with a draft model, have no violations
+// (invariants 1-8, resident memory back near its baseline included) and report their memory; bad
+// command lines exit 2; --list names them all.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -59,13 +60,15 @@ TEST(ordo_fault, a_random_run_has_no_violations) {
 #else
     const std::string memory;
 #endif
-    auto r =
-        run_command(harness("--model '" + stories + "' --seed 1 --requests 1000 --json" + memory));
-    EXPECT_EQ(r.exit_code, 0) << r.output;
-    EXPECT_NE(r.output.find("\"violations\":0,"), std::string::npos) << r.output;
-    EXPECT_NE(r.output.find("\"rss_end_bytes\":"), std::string::npos) << r.output;
-    EXPECT_EQ(r.output.find("\"rss_start_bytes\":0,"), std::string::npos)
-        << "no memory baseline: " << r.output;
+    // Seed 1 speculates by prompt lookup, seed 2 with a draft model (random_run.cpp).
+    for (const char* run : {"--seed 1 --requests 1000", "--seed 2 --requests 300"}) {
+        auto r = run_command(harness("--model '" + stories + "' " + run + " --json" + memory));
+        EXPECT_EQ(r.exit_code, 0) << run << ": " << r.output;
+        EXPECT_NE(r.output.find("\"violations\":0,"), std::string::npos) << r.output;
+        EXPECT_NE(r.output.find("\"rss_end_bytes\":"), std::string::npos) << r.output;
+        EXPECT_EQ(r.output.find("\"rss_start_bytes\":0,"), std::string::npos)
+            << "no memory baseline: " << r.output;
+    }
 }
 
 TEST(ordo_fault, bad_command_lines_exit_2) {
