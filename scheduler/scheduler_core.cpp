@@ -354,7 +354,9 @@ void scheduler_core::on_stats(const stats_query& m, std::vector<outgoing_event>&
                    {"embedding_tokens", k.embedding_tokens},
                    {"spec_rounds", k.spec_rounds},
                    {"spec_drafted_tokens", k.spec_drafted},
-                   {"spec_accepted_tokens", k.spec_accepted}};
+                   {"spec_accepted_tokens", k.spec_accepted},
+                   {"spec_draft_rounds", k.spec_draft_rounds},
+                   {"spec_draft_rounds_failed", k.spec_draft_rounds_failed}};
     for (size_t i = 0; i < k.spec_fallbacks.size(); i++) {
         r.scheduler["spec_fallbacks_" + std::string(spec_fallback_names[i])] = k.spec_fallbacks[i];
     }
@@ -375,7 +377,8 @@ void scheduler_core::on_stats(const stats_query& m, std::vector<outgoing_event>&
                     {"request_duration_seconds", _histograms.duration},
                     {"prompt_tokens", _histograms.prompt_tokens},
                     {"completion_tokens", _histograms.completion_tokens},
-                    {"spec_acceptance_rate", _histograms.spec_acceptance}};
+                    {"spec_acceptance_rate", _histograms.spec_acceptance},
+                    {"spec_draft_round_seconds", _histograms.spec_draft_round}};
     out.push_back(std::move(d));
 }
 

@@ -157,6 +157,10 @@ struct scheduler_counters {
     // stopped speculating, by reason.
     uint64_t spec_rounds = 0;
     uint64_t spec_drafted = 0;
+    // With a draft model: drafting rounds asked of it, and those that failed (an error, a
+    // refusal, no answer in time).
+    uint64_t spec_draft_rounds = 0;
+    uint64_t spec_draft_rounds_failed = 0;
     uint64_t spec_accepted = 0;
     std::array<uint64_t, enum_count<spec_fallback>> spec_fallbacks{};
 };
@@ -461,6 +465,7 @@ private:
     struct draft_round {
         uint64_t id = 0;
         std::vector<seq_id> seqs;
+        clock::time_point started;
     };
     std::optional<draft_round> _draft_round;
     std::optional<draft::draft_request> _draft_out;
@@ -511,6 +516,9 @@ private:
         door::histogram completion_tokens{{1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 131072}};
         // Each verification's drafted tokens kept, as a fraction of those drafted.
         door::histogram spec_acceptance{{0, 0.25, 0.5, 0.75, 0.99, 1}};
+        // Each drafting round's time with a draft model, asked to answered (the steps wait).
+        door::histogram spec_draft_round{
+            {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5}};
     } _histograms;
 };
 

@@ -159,6 +159,8 @@ bool scheduler_core::start_draft_round() {
     }
     if (round.seqs.empty()) return false;
     req.round = round.id = _next_draft_round++;
+    round.started = clock::now();
+    _counters.spec_draft_rounds++;
     _draft_round = std::move(round);
     _draft_out = std::move(req);
     return true;
@@ -185,6 +187,8 @@ void scheduler_core::on_draft_reply(const draft::draft_reply& m) {
     }
     const draft_round round = std::move(*_draft_round);
     _draft_round.reset();
+    _histograms.spec_draft_round.observe(
+        std::chrono::duration<double>(clock::now() - round.started).count());
     for (seq_id seq : round.seqs) {
         // A sequence the answer leaves out has no drafts for this position.
         if (request_state* r = find(seq)) {
@@ -204,6 +208,7 @@ void scheduler_core::draft_round_failed(uint64_t round, const std::string& why) 
     if (!_draft_round || _draft_round->id != round) return;
     const draft_round failed = std::move(*_draft_round);
     _draft_round.reset();
+    _counters.spec_draft_rounds_failed++;
     for (seq_id seq : failed.seqs) {
         if (request_state* r = find(seq)) {
             r->draft_known = 0;

@@ -1043,6 +1043,8 @@ TEST(scheduler_speculate, draft_model_rounds_come_before_the_step_and_change_no_
             h.expect_idle();
             const auto& k = h.core->counters();
             EXPECT_GT(h.draft_rounds, 0u);
+            EXPECT_EQ(k.spec_draft_rounds, h.draft_rounds);
+            EXPECT_EQ(k.spec_draft_rounds_failed, 0u);
             EXPECT_GT(k.spec_accepted, 0u);
             if (wrong_every == 0) {
                 EXPECT_EQ(k.spec_accepted, k.spec_drafted) << "an oracle's drafts are all kept";
@@ -1104,6 +1106,7 @@ TEST(scheduler_speculate, a_failed_or_unanswered_round_falls_back_and_changes_no
         EXPECT_EQ(h.terminal(1, 1)->tokens(), plain[0]);
         EXPECT_EQ(h.core->counters().spec_fallbacks[size_t(spec_fallback::drafter_error)], 1u);
         EXPECT_EQ(h.core->counters().spec_rounds, 0u);
+        EXPECT_EQ(h.core->counters().spec_draft_rounds_failed, 1u);
         h.expect_idle();
     }
 }

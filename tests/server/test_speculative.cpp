@@ -136,6 +136,9 @@ std::map<std::string, uint64_t> scheduler_stats(uint16_t port) {
         if (const auto* a = field(*h, "spec_acceptance_rate")) {
             r["acceptance_observed"] = uint_field(*a, "count");
         }
+        if (const auto* a = field(*h, "spec_draft_round_seconds")) {
+            r["draft_rounds_observed"] = uint_field(*a, "count");
+        }
     }
     return r;
 }
@@ -214,6 +217,9 @@ std::map<std::string, uint64_t> compare(const std::string& file, size_t n_prompt
     auto st = scheduler_stats(s.proc.port());
     EXPECT_EQ(st["kv_blocks_used"], 0u) << file;
     EXPECT_EQ(st["acceptance_observed"], st["spec_rounds"]) << file;
+    // A draft model's rounds: each answered one timed (none without a draft model).
+    EXPECT_EQ(st["draft_rounds_observed"], st["spec_draft_rounds"] - st["spec_draft_rounds_failed"])
+        << file;
     return st;
 }
 
@@ -267,6 +273,8 @@ TEST(speculative_server, draft_model_stories260K_drafting_for_itself_output_is_i
     EXPECT_GT(st["spec_accepted_tokens"], st["spec_drafted_tokens"] / 2);
     EXPECT_LT(st["spec_accepted_tokens"], st["spec_drafted_tokens"]);
     EXPECT_EQ(st["spec_fallbacks_drafter_error"], 0u);
+    EXPECT_GT(st["spec_draft_rounds"], 200u);
+    EXPECT_EQ(st["spec_draft_rounds_failed"], 0u);
     std::printf("stories260K drafting for itself: %llu verifications, %llu of %llu kept\n",
                 (unsigned long long)st["spec_rounds"],
                 (unsigned long long)st["spec_accepted_tokens"],
@@ -328,6 +336,7 @@ TEST(speculative_server, a_failing_draft_model_fails_no_request) {
     }
     auto st = scheduler_stats(s.proc.port());
     EXPECT_GE(st["spec_fallbacks_drafter_error"], 2u);
+    EXPECT_GE(st["spec_draft_rounds_failed"], 2u);
     EXPECT_GT(st["spec_accepted_tokens"], 0u);  // speculation went on around the failures
     EXPECT_EQ(st["gpu_failed"], 0u);
     EXPECT_EQ(st["failures"], 0u);  // no target step failed
