@@ -316,7 +316,7 @@ void draft_actor::set_ready(bool ready, std::string reason) {
         log().info("draft model {}: {}", ready ? "ready" : "not ready", reason);
     }
     _ready = ready;
-    _replies.send(drafter_state{ready, std::move(reason)});
+    _replies.send(drafter_state{ready, std::move(reason), ready ? _n_ctx : 0});
 }
 
 void draft_actor::on(const gpu::step_failed& m) {

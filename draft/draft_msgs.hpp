@@ -70,7 +70,8 @@ struct drafter_state {
     static constexpr const char* msg_name = "drafter_state";
     bool ready = false;
     std::string reason;  // why not, or the device it drafts on
-    MSGPACK_DEFINE_MAP(ready, reason);
+    uint32_t n_ctx = 0;  // ready: positions the draft model reaches (past them, no drafts)
+    MSGPACK_DEFINE_MAP(ready, reason, n_ctx);
 };
 
 }  // namespace ordo::draft

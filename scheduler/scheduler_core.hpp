@@ -462,6 +462,7 @@ private:
     // The draft model's side: whether its actor takes rounds, the round in flight (at most one:
     // no step is planned until it is answered), what is still to send.
     bool _drafter_ready = false;
+    uint32_t _drafter_n_ctx = 0;  // positions the draft model reaches (0: not said)
     struct draft_round {
         uint64_t id = 0;
         std::vector<seq_id> seqs;

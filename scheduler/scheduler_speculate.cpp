@@ -142,10 +142,14 @@ bool scheduler_core::start_draft_round() {
     draft::draft_request req;
     draft_round round;
     for (seq_id seq : _running) {
-        request_state& r = *find(seq);
+        request_state* found = find(seq);
+        if (found == nullptr) continue;
+        request_state& r = *found;
         // Decoding (one pending token), speculating, and without an answer for this position.
         if (r.ph != phase::running || !r.speculating || !r.in_kv) continue;
         if (r.tokens.size() - r.n_past != 1 || r.drafts_for == r.tokens.size()) continue;
+        // Past the draft model's context it has nothing to say: the sequence decodes plainly.
+        if (_drafter_n_ctx != 0 && r.tokens.size() >= _drafter_n_ctx) continue;
         const uint32_t max = draft_room(r, _opt.max_batch_tokens, _rows_max);
         if (max == 0) continue;
         draft::draft_seq q;
@@ -167,6 +171,7 @@ bool scheduler_core::start_draft_round() {
 }
 
 void scheduler_core::on_drafter_state(const draft::drafter_state& m) {
+    _drafter_n_ctx = m.n_ctx;
     if (m.ready == _drafter_ready) return;
     _drafter_ready = m.ready;
     // Either way the draft actor starts from nothing: a lost device took what it held.

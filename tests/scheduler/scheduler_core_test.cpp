@@ -31,7 +31,12 @@
 // opts out; drafts keep to max_tokens, the context and the step's token budget; draft faults:
 // draft_fail falls back (counted drafter_error), draft_garbage and draft_eos change no output;
 // fallback_rounds verifications without an accepted draft fall back (counted no_acceptance);
-// arming a draft fault with speculation off is refused.
+// arming a draft fault with speculation off is refused. With a draft model (the core's side of
+// the draft actor, answered by an oracle that knows the plain outputs): a round comes before
+// the step that verifies it, each sequence's tokens are sent once, the output is plain
+// decoding's with right and wrong drafts; a failed or unanswered round falls back
+// (drafter_error) and its late answer is ignored; a draft model not ready, past its context or
+// that forgot a sequence costs only drafts.
 //
 // Embeddings (scheduler_embed.cpp), the harness returning each sequence's hidden row as the
 // reference's final hidden states: for mean, last and cls pooling an input chunked across
@@ -1013,6 +1018,9 @@ std::vector<int32_t> prompt_then(const std::string& prompt, const std::vector<in
     return all;
 }
 
+// With a draft model the core asks for a round before the step that verifies it, sends each
+// sequence's tokens once (the `known` protocol), keeps an oracle's drafts and rejects wrong
+// ones at any temperature with the plain output, and lets every sequence it named be forgotten.
 TEST(scheduler_speculate, draft_model_rounds_come_before_the_step_and_change_no_output) {
     const auto all = speculation_prompts();
     for (double temperature : {0.0, 0.8}) {
@@ -1058,6 +1066,8 @@ TEST(scheduler_speculate, draft_model_rounds_come_before_the_step_and_change_no_
     }
 }
 
+// A round that failed (its error) or went unanswered (the actor's bound) sends its sequences
+// back to plain decoding, counted as drafter_error; a late answer is ignored.
 TEST(scheduler_speculate, a_failed_or_unanswered_round_falls_back_and_changes_no_output) {
     const std::vector<std::string> two = {repeating_prompts[0], repeating_prompts[2]};
     const auto plain = outputs_of(two, 16, 0.8, 3);
@@ -1111,6 +1121,8 @@ TEST(scheduler_speculate, a_failed_or_unanswered_round_falls_back_and_changes_no
     }
 }
 
+// Sequences decode plainly, without a fallback, while the draft model is not ready, past its
+// context, or after it forgot them (they are sent whole again).
 TEST(scheduler_speculate, a_draft_model_not_ready_or_forgetful_only_costs_drafts) {
     const std::vector<std::string> one = {repeating_prompts[1]};
     const auto plain = outputs_of(one, 20, 0.8, 8);
@@ -1136,6 +1148,16 @@ TEST(scheduler_speculate, a_draft_model_not_ready_or_forgetful_only_costs_drafts
     EXPECT_GT(h.draft_rounds, 1u);
     EXPECT_EQ(h.core->counters().spec_fallbacks[size_t(spec_fallback::drafter_error)], 0u);
     h.expect_idle();
+    // Past the draft model's context (drafter_state.n_ctx) no round is asked for.
+    harness short_draft(drafting());
+    short_draft.core->on_drafter_state({true, "test", 8});
+    short_draft.drafter = std::ref(oracle);
+    short_draft.generate(1, 1, one[0], 20, 0.8, 8);
+    short_draft.run();
+    ASSERT_NE(short_draft.terminal(1, 1), nullptr);
+    EXPECT_EQ(short_draft.terminal(1, 1)->tokens(), plain[0]);
+    EXPECT_EQ(short_draft.draft_rounds, 0u);
+    short_draft.expect_idle();
     // An answer that says the draft actor holds none of the sequence (known 0): the next round
     // sends it whole.
     harness f(drafting());

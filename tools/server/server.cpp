@@ -147,13 +147,30 @@ gpu::gpu_actor_options gpu_options_from(const config::config& cfg, const loaded_
     return o;
 }
 
+// Bytes of KV one position takes in every layer, K and V.
+uint64_t kv_token_bytes(const model::llama_hparams& hp, const config::config& cfg) {
+    return 2ull * hp.n_layer * hp.n_head_kv * hp.head_dim() *
+           (cfg.gpu.kv_dtype == config::kv_dtype::f16 ? 2 : 4);
+}
+
 // The draft model's gpu actor: the served model's device settings, its own context, one logits
-// row per sequence (a draft step asks for no more).
-gpu::gpu_actor_options draft_gpu_options_from(const config::config& cfg, const loaded_model& d) {
+// row per sequence (a draft step asks for no more), and a KV pool of as many positions as the
+// served model's (gpu.kv_blocks, or gpu.kv_memory_bytes scaled by the two models' KV per
+// position: a smaller draft model takes less memory, never more).
+gpu::gpu_actor_options draft_gpu_options_from(const config::config& cfg, const loaded_model& served,
+                                              const loaded_model& d) {
     gpu::gpu_actor_options o = gpu_options_from(cfg, d);
     o.name = "draft-gpu";
     o.runner.rows_max = cfg.scheduler.max_sequences;
     o.runner.n_ctx = 0;
+    if (cfg.gpu.kv_blocks == 0) {
+        const uint64_t served_bytes = kv_token_bytes(served.hp, cfg);
+        const uint64_t draft_bytes = kv_token_bytes(d.hp, cfg);
+        const uint64_t scaled =
+            uint64_t(double(cfg.gpu.kv_memory_bytes) * double(draft_bytes) / double(served_bytes));
+        o.runner.kv_memory_bytes = std::max<uint64_t>(std::min(cfg.gpu.kv_memory_bytes, scaled),
+                                                      draft_bytes * cfg.gpu.kv_block_tokens);
+    }
     return o;
 }
 
@@ -384,7 +401,7 @@ status build_actors(server_actors& s, const config::config& cfg, const loaded_mo
         d.round_ms_max = cfg.speculative.draft_wait_ms;
         d.mailbox_capacity = cfg.server.mailbox_capacity;
         s.drafter.emplace(d, *s.draft_logits, draft::draft_replies(*s.scheduler, "draft"));
-        s.draft_gpu.emplace(draft_gpu_options_from(cfg, *draft_model), *s.draft_logits,
+        s.draft_gpu.emplace(draft_gpu_options_from(cfg, model, *draft_model), *s.draft_logits,
                             gpu::gpu_replies(*s.drafter, "draft-gpu"));
     }
     if (addresses.http) {
