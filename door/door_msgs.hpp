@@ -58,6 +58,16 @@ struct generate_usage {
 };
 
 // What the `model` op reports (docs/protocol.md), filled from the loaded GGUF and the device.
+// The model op's `speculative` map: how the server speculates, and with a draft model whether
+// it drafts now (docs/speculative.md).
+struct speculative_report {
+    std::string mode;          // off | ngram | draft
+    std::string draft_model;   // mode draft: the draft model's file
+    bool draft_ready = false;  // mode draft: its device is built and takes rounds
+    std::string draft_reason;  // mode draft: its device, or why it is not ready
+    MSGPACK_DEFINE_MAP(mode, draft_model, draft_ready, draft_reason);
+};
+
 struct model_report {
     std::string path;
     std::string architecture;
@@ -76,11 +86,12 @@ struct model_report {
     bool generated = false;  // a random-weight model made by set-up, not a real one
     std::string hint;        // how to point the server at a real GGUF (when generated)
     gpu::device_summary gpu;
+    speculative_report speculative;
     MSGPACK_DEFINE_MAP(path, architecture, fingerprint, weight_type, tensor_types, n_vocab,
                        n_ctx_train, context, n_embd, n_layer, n_head, n_head_kv, n_ff,
                        context_bound, bos_token, eos_token, eog_tokens, tokenizer,
                        tokenizer_supported, chat_template, weights_device_bytes, kv_device_bytes,
-                       generated, hint, gpu);
+                       generated, hint, gpu, speculative);
 };
 
 // The stats op's `fault_plan` map: the config's fault plan ([fault] plan) as the scheduler

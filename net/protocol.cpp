@@ -167,6 +167,7 @@ std::string encode(const door::model_done& e) {
     if (m.generated) w.field("hint", m.hint);
     w.field("device", m.gpu.name);
     w.nested("gpu").pack(m.gpu);
+    w.nested("speculative").pack(m.speculative);
     return w.finish();
 }
 

@@ -405,6 +405,13 @@ void scheduler_core::on_model(const model_info_query& m, std::vector<outgoing_ev
     r.generated = i.generated;
     r.hint = i.hint;
     r.gpu = _gpu.device;
+    const auto& spec = _opt.speculative;
+    r.speculative.mode = std::string(config::to_string(spec.mode));
+    if (spec.mode == config::speculative_mode::draft) {
+        r.speculative.draft_model = spec.draft_model;
+        r.speculative.draft_ready = _drafter_ready;
+        r.speculative.draft_reason = _drafter_reason;
+    }
     out.push_back(std::move(d));
 }
 

@@ -69,6 +69,7 @@ struct speculative_options {
     uint32_t draft_tokens_max = 8;
     ngram_options ngram;
     uint32_t fallback_rounds = 8;  // verifications in a row without an accepted draft
+    std::string draft_model;       // mode draft: the draft model's file (the model op says it)
 };
 
 // Why a request stopped speculating: its drafter failed (a draft_fail fault, or a draft
@@ -462,7 +463,8 @@ private:
     // The draft model's side: whether its actor takes rounds, the round in flight (at most one:
     // no step is planned until it is answered), what is still to send.
     bool _drafter_ready = false;
-    uint32_t _drafter_n_ctx = 0;  // positions the draft model reaches (0: not said)
+    uint32_t _drafter_n_ctx = 0;              // positions the draft model reaches (0: not said)
+    std::string _drafter_reason = "loading";  // the last drafter_state's reason
     struct draft_round {
         uint64_t id = 0;
         std::vector<seq_id> seqs;

@@ -172,6 +172,7 @@ bool scheduler_core::start_draft_round() {
 
 void scheduler_core::on_drafter_state(const draft::drafter_state& m) {
     _drafter_n_ctx = m.n_ctx;
+    _drafter_reason = m.reason;
     if (m.ready == _drafter_ready) return;
     _drafter_ready = m.ready;
     // Either way the draft actor starts from nothing: a lost device took what it held.

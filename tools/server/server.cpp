@@ -193,6 +193,7 @@ sched::core_options core_options_from(const config::config& cfg, const loaded_mo
     o.speculative.ngram.ngram_min = cfg.speculative.ngram_min;
     o.speculative.ngram.ngram_max = cfg.speculative.ngram_max;
     o.speculative.fallback_rounds = cfg.speculative.fallback_rounds;
+    o.speculative.draft_model = cfg.speculative.draft_model;
     return o;
 }
 
