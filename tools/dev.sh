@@ -27,7 +27,7 @@ packages=(
   libmsgpack-cxx-dev libspdlog-dev libtomlplusplus-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   mesa-vulkan-drivers vulkan-tools python3-msgpack python3-jsonschema
-  node-llhttp prometheus curl clang-format
+  node-llhttp prometheus curl clang-format haproxy
 )
 
 sanitize="${ORDO_SANITIZE:-0}"
