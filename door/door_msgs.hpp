@@ -270,20 +270,19 @@ struct request_error {
 // ---- control ----------------------------------------------------------------------------------
 
 // What `health` reports (the msgpack op's and GET /health's "status"): the scheduler says
-// loading, ok or degraded; a draining HTTP door answers shutting_down itself.
+// loading, ok or degraded; a draining front door answers draining itself.
 enum class health_status : uint8_t {
-    loading,        // the device is being built (the first start or a rebuild)
-    ok,             // serving (a reason may still say what is impaired: persistence off)
-    degraded,       // the device could not be built: requests fail with gpu_unavailable
-    shutting_down,  // the server is draining
+    loading,   // the device is being built (the first start or a rebuild)
+    ok,        // serving (a reason may still say what is impaired: persistence off)
+    degraded,  // the device could not be built: requests fail with gpu_unavailable
+    draining,  // SIGTERM: new requests are refused (shutting_down), running ones finish
 };
 inline constexpr std::array<std::string_view, 4> health_status_names = {"loading", "ok", "degraded",
-                                                                        "shutting_down"};
+                                                                        "draining"};
 constexpr const auto& names_of(health_status) {
     return health_status_names;
 }
-static_assert(static_cast<std::size_t>(health_status::shutting_down) + 1 ==
-                  health_status_names.size(),
+static_assert(static_cast<std::size_t>(health_status::draining) + 1 == health_status_names.size(),
               "health_status_names names every health_status, in order");
 
 // scheduler → front door: what `health` reports (loading, ok or degraded, with a reason when not

@@ -244,11 +244,14 @@ void front_door::resume(uint64_t id, clock::time_point now) {
 }
 
 void front_door::on(const begin_drain&) {
-    // Stop accepting; open connections go on (the scheduler refuses their new generate requests
-    // with shutting_down, their running ones finish).
-    _listener.close();
+    // Health says draining at once, and the listener stays open, so a load balancer's health
+    // checks see it and take the server out of rotation while its running requests finish. New
+    // requests, on new connections or old ones, are refused with shutting_down by the scheduler
+    // (retryable: they never started); the listener closes when the server stops.
     _draining = true;
-    _log->info("draining: no new connections");
+    _drain_reason =
+        "the server is draining: new requests are refused (shutting_down), running ones finish";
+    _log->info("draining: health says draining; new requests are refused");
 }
 
 std::map<std::string, uint64_t> front_door::counters_map() const {

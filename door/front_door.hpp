@@ -131,8 +131,12 @@ public:
     // Valid after start(): whether bind/listen succeeded, and the port actually bound.
     const status& listen_status() const { return _listen_status; }
     uint16_t bound_port() const { return _listener.port(); }
-    door::health_status health_status() const { return _health_status; }
-    const std::string& health_reason() const { return _health_reason; }
+    // What health says: the scheduler's, or draining once begin_drain came (load balancers take
+    // the server out of rotation on it while its running requests finish).
+    door::health_status health_status() const {
+        return _draining ? door::health_status::draining : _health_status;
+    }
+    const std::string& health_reason() const { return _draining ? _drain_reason : _health_reason; }
     bool draining() const { return _draining; }
     uint64_t uptime_ms() const;
 
@@ -174,6 +178,7 @@ private:
     front_door_counters _counters;
     door::health_status _health_status = door::health_status::ok;
     std::string _health_reason;
+    std::string _drain_reason;  // begin_drain: what health says while draining
     bool _draining = false;
     clock::time_point _started_at;
 };

@@ -451,9 +451,8 @@ void http_actor::refuse_cut_off(connection& c, uint64_t left_ms) {
 }
 
 void http_actor::get_health(connection& c, const http_request& r) {
-    const door::health_status status =
-        _door.draining() ? door::health_status::shutting_down : _door.health_status();
-    std::string reason = _door.draining() ? "the server is stopping" : _door.health_reason();
+    const door::health_status status = _door.health_status();
+    const std::string& reason = _door.health_reason();
     nlohmann::json j = {{"status", std::string(enum_name(status))}};
     if (!reason.empty()) j["reason"] = reason;
     respond(c, status == door::health_status::ok ? 200 : 503, "application/json",
@@ -718,7 +717,13 @@ void http_actor::respond(connection& c, int status, std::string_view content_typ
 }
 
 void http_actor::respond_error(connection& c, const api_error& e, bool keep_alive) {
-    respond(c, e.status, "application/json", error_json(e), keep_alive);
+    // Refusals a client should take elsewhere or retry shortly say when (RFC 9110
+    // Retry-After). A draining server also closes the connection, so the client's next request
+    // opens a new one, which a load balancer sends to another replica.
+    const bool stopping = e.code == door::wire_name(door::errc::shutting_down);
+    const bool retry = stopping || e.code == door::wire_name(door::errc::overloaded);
+    respond(c, e.status, "application/json", error_json(e), keep_alive && !stopping,
+            retry ? "Retry-After: 1\r\n" : "");
 }
 
 bool http_actor::stream_begin(connection& c) {

@@ -7,7 +7,11 @@
 // turn reports cached tokens (a replica holds no other's KV), and the conversations spread over
 // more than one replica; (3) kill -9 of the replica serving a stream: the client's stream ends
 // (an error or the connection closed, never a hang), HAProxy marks that replica down, and new
-// requests for the same session, and on the msgpack door, are served by the others.
+// requests for the same session, and on the msgpack door, are served by the others; (4)
+// SIGTERM of a replica under load: its health says draining at once, HAProxy takes it out of
+// rotation while it still runs, every stream it had finishes with [DONE], every new request
+// either succeeds or is refused before it started (503 shutting_down with Retry-After), and the
+// replica exits 0.
 // Skipped with a visible message where haproxy is not installed (tools/dev.sh installs it).
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -89,12 +93,12 @@ struct fleet {
     std::string lb_log;
     std::string last_error;  // complete()'s last failure
 
-    bool start() {
+    bool start(const std::string& extra_toml = "") {
         const std::string model =
             generated_model(ORDO_MODEL_BIN, scratch_path("deploy", "tiny.gguf"), tiny_model_flags);
         const std::string cfg = scratch_path("deploy", "replica.toml");
         // Faults on: the kill test slows decoding with step_delay so a stream is still running.
-        std::ofstream(cfg) << "[fault]\nenabled = true\n";
+        std::ofstream(cfg) << "[fault]\nenabled = true\n" << extra_toml;
         for (size_t i = 0; i < replicas; i++) {
             // KV persistence on (the body's `session` needs it), a directory per replica.
             const std::string kv = scratch_path("deploy", "kv-" + std::to_string(i));
@@ -248,6 +252,19 @@ TEST(haproxy, sessions_stick_to_the_replica_that_holds_their_kv) {
     EXPECT_GT(used, 1u) << "every conversation went to one replica: nothing was balanced";
 }
 
+// Slows every replica's decode steps (`ms` each), so streams outlast what the test does.
+void slow_decoding(fleet& f, uint32_t ms) {
+    for (auto& p : f.r) {
+        tcp_client c;
+        ASSERT_TRUE(c.connect(p.port()));
+        ASSERT_TRUE(c.send(frame("id", 1, "op", "fault", "kind", "step_delay", "phase", "decode",
+                                 "count", 1000, "ms", ms)));
+        auto armed = next(c);
+        ASSERT_TRUE(armed.has_value());
+        ASSERT_EQ(armed->str("event"), "done") << armed->str("message");
+    }
+}
+
 TEST(haproxy, a_killed_replica_ends_its_streams_and_the_others_take_its_sessions) {
     if (haproxy_missing()) GTEST_SKIP();
     fleet f;
@@ -255,15 +272,7 @@ TEST(haproxy, a_killed_replica_ends_its_streams_and_the_others_take_its_sessions
     ASSERT_TRUE(f.rotation_is(0));
     // Decode steps wait 100 ms each on every replica, so the stream below is still running
     // when its replica is killed.
-    for (auto& p : f.r) {
-        tcp_client c;
-        ASSERT_TRUE(c.connect(p.port()));
-        ASSERT_TRUE(c.send(frame("id", 1, "op", "fault", "kind", "step_delay", "phase", "decode",
-                                 "count", 1000, "ms", 100)));
-        auto armed = next(c);
-        ASSERT_TRUE(armed.has_value());
-        ASSERT_EQ(armed->str("event"), "done") << armed->str("message");
-    }
+    ASSERT_NO_FATAL_FAILURE(slow_decoding(f, 100));
     const std::string session = "X-Session-Id: doomed\r\n";
     json body = {{"model", f.model_id},
                  {"prompt", conversation(99)},
@@ -306,6 +315,108 @@ TEST(haproxy, a_killed_replica_ends_its_streams_and_the_others_take_its_sessions
     auto events = until_terminal(c, 7);
     ASSERT_FALSE(events.empty());
     EXPECT_EQ(events.back().str("event"), "done");
+}
+
+TEST(haproxy, a_draining_replica_leaves_rotation_and_loses_no_request) {
+    if (haproxy_missing()) GTEST_SKIP();
+    fleet f;
+    ASSERT_TRUE(f.start("[server]\nshutdown_grace_ms = 60000\n")) << "the fleet did not start";
+    ASSERT_TRUE(f.rotation_is(0));
+    ASSERT_NO_FATAL_FAILURE(slow_decoding(f, 300));
+    // Six streams of 60 tokens (18 s at least each), keyed to spread over the replicas.
+    constexpr size_t streams = 6;
+    std::array<http_conn, streams> s;
+    for (size_t i = 0; i < streams; i++) {
+        json body = {{"model", f.model_id},
+                     {"prompt", conversation(i)},
+                     {"max_tokens", 60},
+                     {"temperature", 0},
+                     {"stream", true}};
+        ASSERT_TRUE(s[i].connect(f.lb_http));
+        ASSERT_TRUE(s[i].send(http_request_text(
+            "POST", "/v1/completions", body.dump(),
+            "Content-Type: application/json\r\nX-Session-Id: load-" + std::to_string(i) + "\r\n")));
+        auto head = s[i].read_head();
+        ASSERT_TRUE(head.has_value());
+        ASSERT_EQ(head->status, 200);
+        ASSERT_TRUE(s[i].read_chunk().has_value());
+    }
+    size_t victim = replicas;
+    for (size_t i = 0; i < replicas && victim == replicas; i++) {
+        auto e = stats_event(f.r[i].port());
+        if (e && uint_field(e->o(), "active_sequences") > 0) victim = i;
+    }
+    ASSERT_LT(victim, replicas);
+    ASSERT_EQ(::kill(f.r[victim].pid(), SIGTERM), 0);
+    // Health says draining at once (and keeps answering: the listener stays open).
+    auto h = f.wait_for([&]() -> std::optional<http_response> {
+        auto r = http_call(f.r[victim].http_port(), "GET", "/health");
+        if (r && r->status == 503) return r;
+        return std::nullopt;
+    });
+    ASSERT_TRUE(h.has_value());
+    EXPECT_EQ(json::parse(h->body)["status"], "draining");
+    // A new request that reaches it is refused before it starts, retryably: 503 shutting_down,
+    // Retry-After, and the connection closed so the retry opens a new one.
+    {
+        json body = {{"model", f.model_id}, {"prompt", conversation(40)}, {"max_tokens", 1}};
+        http_conn c;
+        ASSERT_TRUE(c.connect(f.r[victim].http_port()));
+        ASSERT_TRUE(c.send(http_request_text("POST", "/v1/completions", body.dump(),
+                                             "Content-Type: application/json\r\n")));
+        auto r = c.read();
+        ASSERT_TRUE(r.has_value());
+        EXPECT_EQ(r->status, 503);
+        EXPECT_EQ(json::parse(r->body)["error"]["code"], "shutting_down") << r->body;
+        EXPECT_EQ(r->header("retry-after"), "1");
+        EXPECT_EQ(r->header("connection"), "close");
+    }
+    // New requests while HAProxy notices: each succeeds or is refused before it started.
+    size_t refused = 0, served = 0;
+    auto ask = [&](size_t i) {
+        // One token: it comes from the prompt's logits, without a (slowed) decode step.
+        json body = {{"model", f.model_id},
+                     {"prompt", conversation(50 + i)},
+                     {"max_tokens", 1},
+                     {"temperature", 0}};
+        http_conn c;
+        ASSERT_TRUE(c.connect(f.lb_http));
+        c.send(http_request_text(
+            "POST", "/v1/completions", body.dump(),
+            "Content-Type: application/json\r\nX-Session-Id: new-" + std::to_string(i) + "\r\n"));
+        auto r = c.read();
+        ASSERT_TRUE(r.has_value()) << "no answer: a request was lost";
+        if (r->status == 200) {
+            served++;
+            return;
+        }
+        EXPECT_EQ(r->status, 503) << r->body;
+        EXPECT_EQ(json::parse(r->body)["error"]["code"], "shutting_down") << r->body;
+        EXPECT_EQ(r->header("retry-after"), "1");
+        refused++;
+    };
+    for (size_t i = 0; i < 12; i++) ASSERT_NO_FATAL_FAILURE(ask(i));
+    // HAProxy takes the replica out while it still runs (its streams have seconds left)...
+    ASSERT_TRUE(f.rotation_is(victim + 1)) << "HAProxy did not take r" << victim + 1 << " out";
+    auto still = http_call(f.r[victim].http_port(), "GET", "/health");
+    ASSERT_TRUE(still.has_value()) << "the replica exited before HAProxy took it out";
+    EXPECT_EQ(json::parse(still->body)["status"], "draining");
+    // ...and from then on every new request is served by the others.
+    const size_t served_before = served;
+    for (size_t i = 12; i < 24; i++) ASSERT_NO_FATAL_FAILURE(ask(i));
+    EXPECT_EQ(served, served_before + 12) << refused << " refused after the replica left";
+    std::printf("while HAProxy noticed the drain: %zu new requests refused, retryably\n", refused);
+    // Every stream finishes, the draining replica's too.
+    for (size_t i = 0; i < streams; i++) {
+        std::string body;
+        std::optional<std::string> chunk;
+        while ((chunk = s[i].read_chunk()) && !chunk->empty()) body += *chunk;
+        ASSERT_TRUE(chunk.has_value()) << "stream " << i << " was cut off";
+        auto events = sse_data(body);
+        ASSERT_FALSE(events.empty());
+        EXPECT_EQ(events.back(), "[DONE]") << "stream " << i << ": " << body;
+    }
+    EXPECT_EQ(f.r[victim].wait_exit(), 0) << f.r[victim].output();
 }
 
 }  // namespace

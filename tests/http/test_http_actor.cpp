@@ -209,7 +209,8 @@ TEST(http_actor, health_follows_set_health_and_drain) {
     EXPECT_EQ(bad->status, 503);
     EXPECT_EQ(json::parse(bad->body)["status"], "degraded");
     EXPECT_EQ(json::parse(bad->body)["reason"], "the device could not be rebuilt");
-    // Draining: the listener closes, a connection already open is told shutting_down.
+    // Draining: a connection already open is told draining, and so is a new one (the
+    // listener stays open for load balancers' health checks).
     http_conn c;
     ASSERT_TRUE(r.connect(c));
     r.tell(door::begin_drain{});
@@ -217,7 +218,11 @@ TEST(http_actor, health_follows_set_health_and_drain) {
     auto draining = c.read();
     ASSERT_TRUE(draining);
     EXPECT_EQ(draining->status, 503);
-    EXPECT_EQ(json::parse(draining->body)["status"], "shutting_down");
+    EXPECT_EQ(json::parse(draining->body)["status"], "draining");
+    auto fresh = test::http_call(r.http.bound_port(), "GET", "/health");
+    ASSERT_TRUE(fresh) << "a draining server must answer health on a new connection";
+    EXPECT_EQ(fresh->status, 503);
+    EXPECT_EQ(json::parse(fresh->body)["status"], "draining");
 }
 
 // (7)

@@ -168,7 +168,9 @@ TEST(net_actor, a_half_sent_frame_times_out) {
     EXPECT_EQ(str_field(h->get(), "event"), "done");
 }
 
-TEST(net_actor, drain_stops_accepting_and_serves_open_connections) {
+// Draining: open connections are served and health says draining on them and on new ones
+// (the listener stays open so load balancers see it).
+TEST(net_actor, drain_says_draining_on_open_and_new_connections) {
     rig r;
     tcp_client open;
     ASSERT_TRUE(r.connect(open));
@@ -176,18 +178,23 @@ TEST(net_actor, drain_stops_accepting_and_serves_open_connections) {
     ASSERT_TRUE(open.send(frame("id", 9, "op", "health")));
     ASSERT_TRUE(open.recv());
     ASSERT_TRUE(r.net.tell(door::begin_drain{}, "main").ok());
-    ASSERT_TRUE(open.send(frame("id", 1, "op", "health")));
-    auto h = open.recv();
-    ASSERT_TRUE(h);
-    EXPECT_EQ(str_field(h->get(), "event"), "done");
-    // begin_drain travels by mailbox, the health by TCP: allow the listener a moment to close.
-    bool refused = false;
-    for (int i = 0; i < 100 && !refused; i++) {
-        tcp_client late;
-        refused = !r.connect(late);
-        if (!refused) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    // begin_drain travels by mailbox, the health by TCP: ask until the drain is seen.
+    std::string status;
+    for (uint64_t id = 1; id < 200 && status != "draining"; id++) {
+        ASSERT_TRUE(open.send(frame("id", id, "op", "health")));
+        auto h = open.recv();
+        ASSERT_TRUE(h);
+        EXPECT_EQ(str_field(h->get(), "event"), "done");
+        status = str_field(h->get(), "status");
+        if (status != "draining") std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    EXPECT_TRUE(refused) << "a draining server must not accept connections";
+    EXPECT_EQ(status, "draining");
+    tcp_client late;
+    ASSERT_TRUE(r.connect(late)) << "a draining server must still accept (health checks)";
+    ASSERT_TRUE(late.send(frame("id", 1, "op", "health")));
+    auto h = late.recv();
+    ASSERT_TRUE(h);
+    EXPECT_EQ(str_field(h->get(), "status"), "draining");
 }
 
 TEST(net_actor, closed_connections_do_not_count_against_the_limit) {

@@ -812,7 +812,8 @@ TEST(hardening, closed_connections_do_not_count_against_max_connections) {
 // (the old server ended every live request with shutting_down at once). How: grace 5000 ms; a
 // streamed generate of 200 tokens is running (its first token read) when the test sends SIGTERM;
 // new generates on the same connection are sent until one gets shutting_down (those sent before
-// the scheduler heard of the drain may complete); a new connection is then refused; the running
+// the scheduler heard of the drain may complete); a new connection is then accepted, its health
+// says draining and its generate is refused with shutting_down; the running
 // generate ends with done{length} and all its tokens; every id has exactly one terminal event
 // (read until the server closes the connection); the process exits 0. 200 tokens (about 250 ms
 // on lavapipe) so the generate is still running when the drain begins, which is checked.
@@ -847,13 +848,19 @@ TEST(hardening, sigterm_lets_running_requests_finish_and_refuses_new_ones) {
     EXPECT_TRUE(refused) << "no new generate was refused with shutting_down";
     EXPECT_FALSE(log.ended(1)) << "the running generate ended before the drain was seen: "
                                << log.last(1).outcome();
-    bool connect_refused = false;
-    for (int i = 0; i < 200 && !connect_refused; i++) {
-        tcp_client late;
-        connect_refused = !late.connect(server.port());
-        if (!connect_refused) std::this_thread::sleep_for(10ms);
-    }
-    EXPECT_TRUE(connect_refused) << "a new connection was accepted while draining";
+    // A new connection is accepted (load balancers' health checks reach it): health says
+    // draining, and a generate on it is refused with shutting_down.
+    tcp_client late;
+    ASSERT_TRUE(late.connect(server.port())) << "a draining server stopped accepting";
+    ASSERT_TRUE(late.send(frame("id", 1, "op", "health")));
+    auto h = next(late);
+    ASSERT_TRUE(h.has_value());
+    EXPECT_EQ(h->str("status"), "draining");
+    ASSERT_TRUE(late.send(frame("id", 2, "op", "generate", "tokens", std::vector<int>{1},
+                                "max_tokens", 1, "temperature", 0)));
+    auto refusal = next(late);
+    ASSERT_TRUE(refusal.has_value());
+    EXPECT_EQ(refusal->str("code"), "shutting_down") << refusal->outcome();
 
     ASSERT_TRUE(read_until_closed(c, log, 20000ms)) << server.output();
     ASSERT_TRUE(log.ended(1));
