@@ -585,9 +585,7 @@ void scheduler_actor::pump() {
             {s->step_id, gpu::gpu_failure::busy, st.err().message, "not submitted", false}, out);
         assert(!_core.step_in_flight());  // so the pump timer plans the next step
         send_events(out);
-        if (!uv_is_active(reinterpret_cast<uv_handle_t*>(&_pump_timer))) {
-            uv_timer_start(&_pump_timer, &scheduler_actor::pump_cb, pump_retry_ms, 0);
-        }
+        pump_soon();
         return;
     }
     uv_timer_start(&_backstop, &scheduler_actor::backstop_cb, _opt.step_backstop_ms, 0);
@@ -606,9 +604,7 @@ void scheduler_actor::send_draft_messages() {
         // Its sequences decode without speculation; the next plan is made now.
         _core.draft_round_failed(round->round,
                                  "the draft actor refused the round: " + st.err().message);
-        if (!uv_is_active(reinterpret_cast<uv_handle_t*>(&_pump_timer))) {
-            uv_timer_start(&_pump_timer, &scheduler_actor::pump_cb, pump_retry_ms, 0);
-        }
+        pump_soon();
         return;
     }
     uv_timer_start(&_draft_timer, &scheduler_actor::draft_wait_cb, _opt.draft_wait_ms, 0);
@@ -636,6 +632,12 @@ void scheduler_actor::on(const draft::drafter_state& m) {
     _core.on_drafter_state(m);
     std::vector<outgoing_event> none;
     after(none);
+}
+
+void scheduler_actor::pump_soon() {
+    if (!uv_is_active(reinterpret_cast<uv_handle_t*>(&_pump_timer))) {
+        uv_timer_start(&_pump_timer, &scheduler_actor::pump_cb, pump_retry_ms, 0);
+    }
 }
 
 void scheduler_actor::pump_cb(uv_timer_t* t) {

@@ -159,6 +159,8 @@ private:
     // Stops the backstop when `step_id` is the step in flight (its answer arrived).
     void stop_backstop_for(uint64_t step_id);
     static void pump_cb(uv_timer_t* t);
+    // Plans the next step after pump_retry_ms (a refused step or drafting round).
+    void pump_soon();
     static void drain_cb(uv_timer_t* t);
     static void draft_wait_cb(uv_timer_t* t);
     // The drafting round next_step() started, and the sequences the draft actor may forget.

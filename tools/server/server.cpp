@@ -147,10 +147,17 @@ gpu::gpu_actor_options gpu_options_from(const config::config& cfg, const loaded_
     return o;
 }
 
-// Bytes of KV one position takes in every layer, K and V.
-uint64_t kv_token_bytes(const model::llama_hparams& hp, const config::config& cfg) {
-    return 2ull * hp.n_layer * hp.n_head_kv * hp.head_dim() *
-           (cfg.gpu.kv_dtype == config::kv_dtype::f16 ? 2 : 4);
+// The layout of one KV block of a model with hyperparameters `hp` under this config: what a
+// persisted file must match, and (block_bytes) what a block of its pool takes.
+kv::kv_file_geometry kv_geometry_of(const config::config& cfg, const model::llama_hparams& hp) {
+    kv::kv_file_geometry g;
+    g.n_layer = hp.n_layer;
+    g.n_head_kv = hp.n_head_kv;
+    g.head_dim = hp.head_dim();
+    g.block_tokens = cfg.gpu.kv_block_tokens;
+    g.dtype =
+        cfg.gpu.kv_dtype == config::kv_dtype::f16 ? kv::kv_file_dtype::f16 : kv::kv_file_dtype::f32;
+    return g;
 }
 
 // The draft model's gpu actor: the served model's device settings, its own context, one logits
@@ -164,12 +171,12 @@ gpu::gpu_actor_options draft_gpu_options_from(const config::config& cfg, const l
     o.runner.rows_max = cfg.scheduler.max_sequences;
     o.runner.n_ctx = 0;
     if (cfg.gpu.kv_blocks == 0) {
-        const uint64_t served_bytes = kv_token_bytes(served.hp, cfg);
-        const uint64_t draft_bytes = kv_token_bytes(d.hp, cfg);
+        const uint64_t served_block = kv_geometry_of(cfg, served.hp).block_bytes();
+        const uint64_t draft_block = kv_geometry_of(cfg, d.hp).block_bytes();
         const uint64_t scaled =
-            uint64_t(double(cfg.gpu.kv_memory_bytes) * double(draft_bytes) / double(served_bytes));
-        o.runner.kv_memory_bytes = std::max<uint64_t>(std::min(cfg.gpu.kv_memory_bytes, scaled),
-                                                      draft_bytes * cfg.gpu.kv_block_tokens);
+            uint64_t(double(cfg.gpu.kv_memory_bytes) * double(draft_block) / double(served_block));
+        o.runner.kv_memory_bytes =
+            std::max<uint64_t>(std::min(cfg.gpu.kv_memory_bytes, scaled), draft_block);
     }
     return o;
 }
@@ -206,12 +213,7 @@ result<kv::kv_actor_options> kv_options_from(const config::config& cfg, const lo
     o.dir = cfg.kv.dir;
     o.bytes_budget = cfg.kv.bytes_budget;
     o.expect.fingerprint = *fp;
-    o.expect.geometry.n_layer = m.hp.n_layer;
-    o.expect.geometry.n_head_kv = m.hp.n_head_kv;
-    o.expect.geometry.head_dim = m.hp.head_dim();
-    o.expect.geometry.block_tokens = cfg.gpu.kv_block_tokens;
-    o.expect.geometry.dtype =
-        cfg.gpu.kv_dtype == config::kv_dtype::f16 ? kv::kv_file_dtype::f16 : kv::kv_file_dtype::f32;
+    o.expect.geometry = kv_geometry_of(cfg, m.hp);
     o.copy_blocks_max = copy_blocks_max;
     o.flush_ms_max = cfg.kv.flush_ms_max;
     o.mailbox_capacity = cfg.server.mailbox_capacity;
