@@ -19,6 +19,7 @@ const std::set<std::string> k_gauges = {"connections_open",
                                         "enabled",
                                         "ready",
                                         "persisting",
+                                        "shared",
                                         "files",
                                         "sessions",
                                         "bytes",
@@ -154,7 +155,10 @@ std::string prometheus_text(const door::stats_report& s) {
            {"quarantined", k.quarantined},
            {"evictions", k.evictions},
            {"ignored", k.ignored},
-           {"probes", k.probes}});
+           {"probes", k.probes},
+           {"shared", k.shared},
+           {"session_reads", k.session_reads},
+           {"gone", k.gone}});
     w.counter("ordo_kv_disk_save_seconds", "time spent writing KV files", k.save_ms / 1000.0);
     w.counter("ordo_kv_disk_restore_seconds", "time spent restoring KV files",
               k.restore_ms / 1000.0);

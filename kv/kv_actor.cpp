@@ -20,8 +20,9 @@ namespace ordo::kv {
 namespace {
 
 constexpr std::string_view quarantine_dir_name = "quarantine";
-// The write probe's file: a name classify_kv_dir_entry calls foreign, so no scan touches it.
-constexpr const char* probe_file_name = ".ordo-probe";
+// The write probe's file, ".ordo-probe.<writer>": a name classify_kv_dir_entry calls foreign, so
+// no scan touches it, and each writer sharing a directory has its own.
+constexpr std::string_view probe_file_prefix = ".ordo-probe";
 constexpr size_t probe_bytes = 4096;
 
 double ms_since(std::chrono::steady_clock::time_point t) {
@@ -29,8 +30,7 @@ double ms_since(std::chrono::steady_clock::time_point t) {
 }
 
 // Writes, syncs and removes a small file: whether the directory takes writes now.
-status probe_write(const std::string& dir) {
-    const std::string path = dir + "/" + probe_file_name;
+status probe_write(const std::string& path) {
     int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0) return kv_errno_error(path + ": open");
     std::vector<char> zeros(probe_bytes, 0);
@@ -111,18 +111,26 @@ struct scan_result {
     std::vector<std::tuple<std::string, kv_error, std::string>> bad;  // stem, code, message
     uint64_t ignored = 0;
     uint64_t leftovers = 0;
+    uint64_t others = 0;  // shared: other writers' young .tmp files and other models' files
     std::optional<error> dir_error;  // the directory cannot be created or written
 };
 
 namespace {
 
-void scan_dir(const std::string& dir, const kv_expect& expect, scan_result& r) {
+// A file refused for being another model's or another KV layout's, not for being damaged.
+bool other_layout(kv_error e) {
+    return e == kv_error::fingerprint || e == kv_error::geometry || e == kv_error::dtype ||
+           e == kv_error::block_tokens;
+}
+
+void scan_dir(const std::string& dir, const kv_expect& expect, bool shared,
+              const std::string& probe_path, scan_result& r) {
     std::error_code ec;
     std::filesystem::create_directories(dir + "/" + std::string(quarantine_dir_name), ec);
     if (ec) {
         errno = ec.value();
         r.dir_error = kv_errno_error(dir + ": create");
-    } else if (auto p = probe_write(dir); !p) {
+    } else if (auto p = probe_write(probe_path); !p) {
         r.dir_error = p.err();
     }
     DIR* d = ::opendir(dir.c_str());
@@ -134,7 +142,7 @@ void scan_dir(const std::string& dir, const kv_expect& expect, scan_result& r) {
     while (dirent* e = ::readdir(d)) {
         const std::string fname = e->d_name;
         if (fname == "." || fname == ".." || fname == quarantine_dir_name ||
-            fname == probe_file_name)
+            fname.starts_with(probe_file_prefix))
             continue;
         if (++seen > scan_entries_max) {
             spdlog::warn("kv: {} has more than {} entries; the rest are left alone", dir,
@@ -150,8 +158,11 @@ void scan_dir(const std::string& dir, const kv_expect& expect, scan_result& r) {
                 r.ignored++;
                 continue;
             case kv_dir_entry::tmp_leftover:
-                // A write that never renamed (a crash): never read, deleted.
-                if (regular && ::unlinkat(dirfd(d), e->d_name, 0) == 0) {
+                // A write that never renamed (a crash): never read, deleted. In a shared
+                // directory a young one may be another server's save in the making.
+                if (regular && shared && st.st_mtime > ::time(nullptr) - shared_tmp_stale_seconds) {
+                    r.others++;
+                } else if (regular && ::unlinkat(dirfd(d), e->d_name, 0) == 0) {
                     r.leftovers++;
                 } else {
                     r.ignored++;
@@ -170,6 +181,10 @@ void scan_dir(const std::string& dir, const kv_expect& expect, scan_result& r) {
             header ? read_kv_tokens(path, *header) : result<std::vector<int32_t>>(header.err());
         if (!tokens) {
             const kv_error e = kv_error_of(tokens.err());
+            if (shared && other_layout(e)) {
+                r.others++;  // another model's replicas may share the directory
+                continue;
+            }
             r.bad.emplace_back(stem, e, tokens.err().message);
             if (!kv_disk_fault(e)) move_to_quarantine(dir, stem, kv_failure_of(e));
             continue;
@@ -208,6 +223,7 @@ struct kv_actor::job {
     clock::time_point start = clock::now();
     status io;                              // thread pool's result
     std::optional<kv_file_header> written;  // save: the header read back after the write
+    bool gone = false;  // restore: the file was removed; save: another writer replaced it
 };
 
 struct kv_actor::work {
@@ -222,7 +238,9 @@ kv_actor::kv_actor(kv_actor_options options, gpu::kv_staging& staging)
       _staging(staging),
       _block_bytes(_opt.expect.geometry.block_bytes()),
       _index(_opt.expect.geometry.block_tokens) {
+    if (_opt.writer.empty()) _opt.writer = kv_writer_tag();
     _counters.enabled = true;
+    _counters.shared = _opt.shared;
     _counters.bytes_budget = _opt.bytes_budget;
     _snapshot = _counters;
 }
@@ -231,6 +249,10 @@ kv_actor::~kv_actor() = default;
 
 std::string kv_actor::path_of(const std::string& name) const {
     return _opt.dir + "/" + name + std::string(kv_file_suffix);
+}
+
+std::string kv_actor::probe_path() const {
+    return _opt.dir + "/" + std::string(probe_file_prefix) + "." + _opt.writer;
 }
 
 void kv_actor::on_start() {
@@ -267,8 +289,11 @@ void kv_actor::on_start() {
         log().error("kv: no staging slot ({}); saves and restores will fail", s.err().message);
     }
     auto r = std::make_shared<scan_result>();
-    offload([r, dir = _opt.dir, expect = _opt.expect] { scan_dir(dir, expect, *r); },
-            [this, r] { apply_scan(*r); });
+    offload(
+        [r, dir = _opt.dir, expect = _opt.expect, shared = _opt.shared, probe = probe_path()] {
+            scan_dir(dir, expect, shared, probe, *r);
+        },
+        [this, r] { apply_scan(*r); });
     publish();
 }
 
@@ -325,9 +350,13 @@ void kv_actor::apply_scan(scan_result& r) {
     }
     log().info(
         "kv: {} ready: {} files ({} sessions), {} bytes; {} quarantined, {} ignored, {} "
-        "leftovers deleted",
+        "leftovers deleted{}",
         _opt.dir, _index.files(), _index.sessions(), _index.bytes(), r.bad.size(), r.ignored,
-        r.leftovers);
+        r.leftovers,
+        _opt.shared ? fmt::format("; shared as writer {}, {} files of other writers or models "
+                                  "left alone",
+                                  _opt.writer, r.others)
+                    : std::string());
     _scan_done = true;
     if (r.dir_error) disk_fault(kv_error_of(*r.dir_error), r.dir_error->message);
     evict_to_budget();
@@ -336,7 +365,6 @@ void kv_actor::apply_scan(scan_result& r) {
 // ---- lookups and restores ---------------------------------------------------------------------
 
 void kv_actor::on(const kv_lookup& m) {
-    kv_lookup_done reply{m.seq, 0, ""};
     if (auto old = _leases.find(m.seq); old != _leases.end()) {
         _index.unlease(old->second);
         _leases.erase(old);
@@ -346,6 +374,106 @@ void kv_actor::on(const kv_lookup& m) {
         auto n = kv_session_name(_opt.expect.fingerprint, *m.session);
         if (n) session_name = *n;
     }
+    if (_opt.shared && session_name && _scan_done && !_flushing) {
+        refresh_session(m, *session_name);
+        return;
+    }
+    answer_lookup(m, session_name);
+}
+
+// What a shared session file holds now, read off the loop (refresh_session).
+struct session_read {
+    enum class outcome { absent, same, fresh, refused } what = outcome::absent;
+    kv_entry entry;  // fresh
+    error why;       // refused
+};
+
+// Another replica may have written, replaced or removed the session's file since this one
+// indexed it: its header is read first, its token ids only when the header is news. The
+// lookup is answered after, from the index brought up to date.
+void kv_actor::refresh_session(const kv_lookup& m, const std::string& name) {
+    std::optional<kv_file_header> known;
+    if (const kv_entry* e = _index.find(name)) known = e->header;
+    auto r = std::make_shared<session_read>();
+    offload(
+        [r, name, known, path = path_of(name), expect = _opt.expect] {
+            using o = session_read::outcome;
+            auto h = read_kv_header(path, expect);
+            if (!h) {
+                struct stat st {};
+                const bool absent = ::lstat(path.c_str(), &st) != 0 && errno == ENOENT;
+                r->what = absent ? o::absent : o::refused;
+                r->why = h.err();
+                return;
+            }
+            if (known && *h == *known) {
+                r->what = o::same;
+                return;
+            }
+            auto t = read_kv_tokens(path, *h);
+            if (!t) {
+                r->what = o::refused;
+                r->why = t.err();
+                return;
+            }
+            r->what = o::fresh;
+            r->entry.name = name;
+            r->entry.header = *h;
+            r->entry.tokens = std::move(*t);
+        },
+        [this, m, name, known, r] {
+            using o = session_read::outcome;
+            const kv_entry* now = _index.find(name);
+            // A save of this replica's (or a drop) changed the entry meanwhile: it is newer
+            // than what was read.
+            const bool moved = (now != nullptr) != known.has_value() ||
+                               (now != nullptr && now->header != *known);
+            if (!moved) {
+                switch (r->what) {
+                    case o::same:
+                        break;
+                    case o::absent:
+                        if (now != nullptr && now->leases == 0) forget(name);
+                        break;
+                    case o::fresh:
+                        _counters.session_reads++;
+                        log().info("kv: session file {} read from the shared directory ({} "
+                                   "tokens)",
+                                   name, r->entry.tokens.size());
+                        _index.put(std::move(r->entry));
+                        evict_to_budget();
+                        break;
+                    case o::refused: {
+                        const kv_error e = kv_error_of(r->why);
+                        if (e == kv_error::changed || other_layout(e) || kv_disk_fault(e) ||
+                            e == kv_error::io) {
+                            // Replaced while read, another layout's, or unreadable now: not a
+                            // bad file. A miss; the entry stays out of the index.
+                            log().warn("kv: session file {} not read: {}", name, r->why.message);
+                            if (now != nullptr && now->leases == 0) forget(name);
+                        } else {
+                            count_error(kv_failure_of(e));
+                            log().warn("kv: {} quarantined ({}): {}", name, enum_name(e),
+                                       r->why.message);
+                            if (now != nullptr) {
+                                quarantine(name, kv_failure_of(e));
+                            } else {
+                                _counters.quarantined++;
+                                offload([dir = _opt.dir, name, f = kv_failure_of(e)] {
+                                    move_to_quarantine(dir, name, f);
+                                }, [] {});
+                            }
+                        }
+                        break;
+                    }
+                }
+            }
+            answer_lookup(m, name);
+        });
+}
+
+void kv_actor::answer_lookup(const kv_lookup& m, const std::optional<std::string>& session_name) {
+    kv_lookup_done reply{m.seq, 0, ""};
     if (_scan_done) {
         if (auto match = _index.longest(m.tokens, session_name ? &*session_name : nullptr)) {
             reply.n_blocks = match->n_blocks;
@@ -416,11 +544,20 @@ void kv_actor::read_restore(uint64_t id) {
             // Every block's checksum is verified right after its read (read_kv_blocks).
             j->io = read_kv_blocks(path, j->header, j->first_block,
                                    static_cast<uint32_t>(j->blocks.size()), dst, rf);
+            struct stat st {};
+            if (!j->io && ::lstat(path.c_str(), &st) != 0 && errno == ENOENT) j->gone = true;
         },
         [this, j] {
             if (!j->io) {
                 const error why = j->io.err();
-                const kv_failure f = kv_failure_of(kv_error_of(why));
+                const kv_error e = kv_error_of(why);
+                const kv_failure f = kv_failure_of(e);
+                if (j->gone || (_opt.shared && e == kv_error::changed)) {
+                    // Removed, or replaced by another writer: not a bad file, nothing to move.
+                    if (_index.find(j->name) != nullptr) forget(j->name);
+                    restore_finished(*j, false, j->gone ? kv_failure::evicted : f, why.message);
+                    return;
+                }
                 // A file that fails verification is never offered again.
                 if (_index.find(j->name) != nullptr) quarantine(j->name, f);
                 restore_finished(*j, false, f, why.message);
@@ -529,9 +666,10 @@ void kv_actor::write_save(uint64_t id) {
     // and the file stays on disk for the next startup scan to quarantine.
     if (f.fingerprint) j->meta.fingerprint.lo ^= 1;
     offload(
-        [j, dir = _opt.dir, expect = _opt.expect, path = path_of(j->name), bb = _block_bytes, f] {
+        [j, dir = _opt.dir, expect = _opt.expect, path = path_of(j->name), bb = _block_bytes, f,
+         writer = _opt.writer] {
             std::span<const uint8_t> payload(j->bytes.data(), j->blocks.size() * bb);
-            j->io = write_kv_file(dir, j->name, j->meta, j->tokens, payload, f.stop);
+            j->io = write_kv_file(dir, j->name, j->meta, j->tokens, payload, f.stop, writer);
             if (f.torn_exit) {
                 std::fprintf(stderr, "kv: fault kv_torn_exit: exiting %d mid-save of %s\n",
                              kv_torn_exit_code, j->name.c_str());
@@ -544,6 +682,13 @@ void kv_actor::write_save(uint64_t id) {
                 j->io = h.err();
                 return;
             }
+            // ... and is the file written, not another writer's that replaced it since the
+            // rename (a shared directory).
+            if (h->meta != j->meta || h->n_blocks != j->blocks.size() ||
+                h->tokens_checksum != kv_tokens_checksum(j->tokens)) {
+                j->gone = true;
+                return;
+            }
             j->written = *h;
         },
         [this, id, j] {
@@ -554,6 +699,14 @@ void kv_actor::write_save(uint64_t id) {
                 count_error(kv_failure_of(e));
                 log().warn("kv: save {} failed: {}", j->name, why.message);
                 if (kv_disk_fault(e)) disk_fault(e, why.message);
+            } else if (j->gone) {
+                // Another writer's file took its place at once; that one is the newest. A
+                // session's next lookup reads it.
+                log().info("kv: {} was replaced by another writer right after this save",
+                           j->name);
+                if (_index.find(j->name) != nullptr) forget(j->name);
+                _counters.saves++;
+                _counters.save_ms += ms_since(j->start);
             } else if (j->dropped) {
                 // Its session was deleted while it was written.
                 std::string path = path_of(j->name);
@@ -751,21 +904,29 @@ void kv_actor::on(const kv_session_delete& m) {
             pending = true;
         }
     }
-    if (_index.find(*name) == nullptr) {
+    const bool indexed = _index.find(*name) != nullptr;
+    // A shared directory may hold the session's file from another replica: removed all the same.
+    if (!indexed && !_opt.shared) {
         _to_sched.send(kv_session_deleted{m.conn, m.id, pending, ""});
         return;
     }
-    _index.erase(*name);
-    _to_sched.send(kv_evicted{*name, eviction::deleted});
+    if (indexed) {
+        _index.erase(*name);
+        _to_sched.send(kv_evicted{*name, eviction::deleted});
+    }
     auto err = std::make_shared<std::string>();
+    auto removed = std::make_shared<bool>(false);
     offload(
-        [path = path_of(*name), err] {
-            if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+        [path = path_of(*name), err, removed] {
+            if (::unlink(path.c_str()) == 0) {
+                *removed = true;
+            } else if (errno != ENOENT) {
                 *err = path + ": unlink: " + std::strerror(errno);
             }
         },
-        [this, m, err] {
-            _to_sched.send(kv_session_deleted{m.conn, m.id, err->empty(), *err});
+        [this, m, err, removed, known = indexed || pending] {
+            _to_sched.send(
+                kv_session_deleted{m.conn, m.id, err->empty() && (known || *removed), *err});
         });
     publish();
 }
@@ -777,6 +938,12 @@ void kv_actor::quarantine(const std::string& name, kv_failure code) {
     _counters.quarantined++;
     _to_sched.send(kv_evicted{name, eviction::quarantined});
     offload([dir = _opt.dir, name, code] { move_to_quarantine(dir, name, code); }, [] {});
+}
+
+void kv_actor::forget(const std::string& name) {
+    _index.erase(name);
+    _counters.gone++;
+    _to_sched.send(kv_evicted{name, eviction::gone});
 }
 
 void kv_actor::remove_file(const std::string& name, eviction reason) {
@@ -815,7 +982,7 @@ void kv_actor::probe_cb(uv_timer_t* t) {
     self->_counters.probes++;
     self->_probe_running = true;
     auto st = std::make_shared<status>();
-    self->offload([st, dir = self->_opt.dir] { *st = probe_write(dir); },
+    self->offload([st, path = self->probe_path()] { *st = probe_write(path); },
                   [self, st] {
                       self->_probe_running = false;
                       if (*st) {

@@ -30,6 +30,26 @@
 // token ids verified. A file that fails is moved to quarantine (bounded: quarantine_files_max
 // files and quarantine_bytes_max bytes, oldest deleted first), counted by code and logged.
 //
+// ## Shared directory ([kv] shared; docs/deploy.md)
+// Replicas of one model may share one directory (a shared volume), so that a session saved by
+// one replica is restored by another after failover. Every write goes through the writer's own
+// `<stem>.<writer>.tmp`, then one atomic rename: two replicas saving the same session never
+// touch each other's file in the making, and the last complete file renamed wins. What changes
+// when shared:
+// - a session lookup reads the session file's header first (off the loop), and its token ids
+//   when the header is not the one indexed: a file another replica wrote, replaced or removed
+//   is seen at once (counted in session_reads); an automatic prefix another replica wrote is
+//   found after the next startup scan;
+// - a restore whose file was replaced meanwhile (kv_changed) forgets the entry without
+//   quarantining a good file (kv_evicted{gone}); one whose file was removed does so in every
+//   mode;
+// - a save whose file another writer replaced right after the rename is not indexed;
+// - the startup scan deletes another writer's `.tmp` only past shared_tmp_stale_seconds, and
+//   leaves files of another model or KV layout alone instead of quarantining them;
+// - session_delete removes the file even when this replica never indexed it;
+// - the byte budget bounds the files this replica knows (its scan, its saves, the sessions it
+//   read): the directory holds at most replicas x bytes_budget.
+//
 // ## Disk faults degrade, never stop serving
 // A write that fails with a disk fault (kv_disk_fault: ENOSPC, EDQUOT, EROFS, EACCES, EPERM,
 // EIO) turns persistence off: kv_status{persisting: false, reason} to the scheduler (a health
@@ -79,6 +99,11 @@ inline constexpr uint32_t probes_max_default = 20;
 inline constexpr uint32_t saves_pending_max = 4;
 // Directory entries the startup scan looks at, at most (the rest are left alone, logged).
 inline constexpr uint32_t scan_entries_max = 100000;
+// [kv] shared: the startup scan deletes another writer's `.tmp` only when it was last written
+// this long ago (its writer died mid-save); a younger one may be a save in the making. One file
+// is written in well under a minute (kv_file_bytes_max is 64 GiB, but a save is at most one
+// sequence's KV); an hour leaves a wide margin for a slow shared filesystem.
+inline constexpr int64_t shared_tmp_stale_seconds = 3600;
 // A finished save's or restore's byte buffer is kept for the next job when it is at most this
 // big. A fresh buffer of tens of MB costs more in page faults than reading its file: glibc maps
 // allocations above 32 MiB afresh and unmaps them on free, and on a 2-core VM faulting in the
@@ -106,6 +131,11 @@ struct kv_armed_faults {
 
 struct kv_actor_options {
     std::string dir;
+    // [kv] shared: other servers (replicas of the same model) read and write `dir` too ("Shared
+    // directory" above).
+    bool shared = false;
+    // This writer's tag in its `.tmp` and probe file names (kv_writer_tag); empty: one is drawn.
+    std::string writer;
     uint64_t bytes_budget = 0;
     kv_expect expect;               // the loaded model's fingerprint and KV geometry
     uint32_t copy_blocks_max = 64;  // blocks per gpu copy job (runner kv_copy_blocks_max)
@@ -187,8 +217,12 @@ private:
     void write_save(uint64_t job_id);
     save_fault take_save_fault();  // the armed fault the next save applies (decremented)
     void read_restore(uint64_t job_id);
+    // lookups
+    void answer_lookup(const kv_lookup& m, const std::optional<std::string>& session_name);
+    void refresh_session(const kv_lookup& m, const std::string& name);
     // index and disk state
     void apply_scan(struct scan_result& r);
+    void forget(const std::string& name);  // drops an entry whose file is gone (kv_evicted{gone})
     void evict_to_budget();
     void remove_file(const std::string& name, eviction reason);
     void quarantine(const std::string& name, kv_failure code);
@@ -199,6 +233,7 @@ private:
     void publish();  // copies the counters into the report snapshot
     void maybe_flushed();
     std::string path_of(const std::string& name) const;
+    std::string probe_path() const;  // this writer's write probe file
 
     kv_actor_options _opt;
     gpu::kv_staging& _staging;

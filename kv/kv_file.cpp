@@ -13,8 +13,11 @@
 #include <bit>
 #include <cassert>
 #include <cerrno>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <memory>
+#include <random>
 
 namespace ordo::kv {
 
@@ -333,14 +336,43 @@ std::uint64_t kv_session_hash(std::string_view session) {
 }
 
 kv_dir_entry classify_kv_dir_entry(std::string_view file_name) {
-    for (auto [suffix, kind] : {std::pair{kv_file_suffix, kv_dir_entry::kv_file},
-                                std::pair{kv_tmp_suffix, kv_dir_entry::tmp_leftover}}) {
-        if (file_name.size() > suffix.size() && file_name.ends_with(suffix) &&
-            valid_stem(file_name.substr(0, file_name.size() - suffix.size()))) {
-            return kind;
+    if (file_name.size() > kv_file_suffix.size() && file_name.ends_with(kv_file_suffix) &&
+        valid_stem(file_name.substr(0, file_name.size() - kv_file_suffix.size()))) {
+        return kv_dir_entry::kv_file;
+    }
+    if (file_name.size() > kv_tmp_suffix.size() && file_name.ends_with(kv_tmp_suffix)) {
+        std::string_view base = file_name.substr(0, file_name.size() - kv_tmp_suffix.size());
+        // "<stem>.<writer>" or "<stem>"
+        if (const std::size_t dot = base.rfind('.'); dot != std::string_view::npos) {
+            if (!valid_writer_tag(base.substr(dot + 1))) return kv_dir_entry::foreign;
+            base = base.substr(0, dot);
         }
+        if (valid_stem(base)) return kv_dir_entry::tmp_leftover;
     }
     return kv_dir_entry::foreign;
+}
+
+std::string kv_writer_tag() {
+    std::random_device rd;
+    const std::uint64_t now = static_cast<std::uint64_t>(
+        std::chrono::system_clock::now().time_since_epoch().count());
+    const std::array<std::uint64_t, 4> seed = {
+        (std::uint64_t{rd()} << 32) ^ rd(), now, static_cast<std::uint64_t>(::getpid()),
+        reinterpret_cast<std::uintptr_t>(&seed)};
+    char out[17];
+    std::snprintf(out, sizeof out, "%016llx",
+                  static_cast<unsigned long long>(XXH3_64bits(seed.data(), sizeof seed)));
+    return out;
+}
+
+bool valid_writer_tag(std::string_view tag) {
+    return !tag.empty() && tag.size() <= kv_writer_tag_bytes_max &&
+           std::all_of(tag.begin(), tag.end(),
+                       [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+std::uint64_t kv_tokens_checksum(std::span<const std::int32_t> tokens) {
+    return tokens_checksum(tokens);
 }
 
 // ---- Write --------------------------------------------------------------------------------------
@@ -400,9 +432,13 @@ status write_body(int fd, const kv_file_header& h, std::span<const std::int32_t>
 
 status write_kv_file(const std::string& dir, std::string_view name, const kv_file_meta& meta,
                      std::span<const std::int32_t> tokens, std::span<const std::uint8_t> blocks,
-                     kv_write_stop stop) {
+                     kv_write_stop stop, std::string_view writer) {
     const std::string stem(name);
-    const std::string tmp_name = stem + std::string(kv_tmp_suffix);
+    if (!writer.empty() && !valid_writer_tag(writer)) {
+        return fail(kv_error::bad_name, dir + "/" + stem, "invalid writer tag");
+    }
+    const std::string tmp_name =
+        stem + (writer.empty() ? "" : "." + std::string(writer)) + std::string(kv_tmp_suffix);
     const std::string kv_name = stem + std::string(kv_file_suffix);
     const std::string tmp_path = dir + "/" + tmp_name;
     if (auto s = check_write_args(tmp_path, name, meta, tokens, blocks); !s) return s;

@@ -195,11 +195,25 @@ status validate_session_name(std::string_view session);
 
 // What a directory entry of the kv dir is, by its name alone (the startup scan).
 enum class kv_dir_entry : std::uint8_t {
-    kv_file,       // "<stem>.kv": validate with read_kv_header
-    tmp_leftover,  // "<stem>.tmp": a write that never renamed; delete, never read
-    foreign,       // anything else: leave alone
+    kv_file,  // "<stem>.kv": validate with read_kv_header
+    // "<stem>.tmp" or "<stem>.<writer>.tmp": a write not renamed yet (or never: a crash); never
+    // read
+    tmp_leftover,
+    foreign,  // anything else: leave alone
 };
 kv_dir_entry classify_kv_dir_entry(std::string_view file_name);
+
+// A writer tag: 16 hex digits, random per call (a process draws one at start). Several servers
+// sharing one kv dir ([kv] shared) each write their `.tmp` files under their own tag, so no
+// writer ever removes or overwrites another's file in the making; the rename that publishes a
+// file is atomic, so the last writer's complete file wins.
+std::string kv_writer_tag();
+// Whether `tag` can name a writer in a `.tmp` name: 1..kv_writer_tag_bytes_max of [0-9a-f].
+bool valid_writer_tag(std::string_view tag);
+inline constexpr std::size_t kv_writer_tag_bytes_max = 32;
+
+// XXH3-64 of the token ids' bytes: the header's tokens_checksum for these ids.
+std::uint64_t kv_tokens_checksum(std::span<const std::int32_t> tokens);
 
 // ---- Write ------------------------------------------------------------------------------------
 
@@ -215,13 +229,14 @@ enum class kv_write_stop : std::uint8_t {
     eio_mid_tmp,     // half of <name>.tmp written, then write fails with EIO: kv_io_error
 };
 
-// Writes `<dir>/<name>.kv` atomically: `<name>.tmp` (replacing any leftover), fsync, rename,
-// fsync of the directory. `tokens` is n_blocks * block_tokens ids; `blocks` is n_blocks *
-// block_bytes bytes in runner::read_kv_blocks layout. `name` is a stem from kv_prefix_name or
-// kv_session_name. Errors: kv_bad_name, kv_bad_request (sizes, limits, geometry), kv_io.
+// Writes `<dir>/<name>.kv` atomically: `<name>.tmp` (or `<name>.<writer>.tmp` with a writer
+// tag; replacing a leftover of the same name), fsync, rename, fsync of the directory. `tokens`
+// is n_blocks * block_tokens ids; `blocks` is n_blocks * block_bytes bytes in
+// runner::read_kv_blocks layout. `name` is a stem from kv_prefix_name or kv_session_name.
+// Errors: kv_bad_name (also a bad writer tag), kv_bad_request (sizes, limits, geometry), kv_io.
 status write_kv_file(const std::string& dir, std::string_view name, const kv_file_meta& meta,
                      std::span<const std::int32_t> tokens, std::span<const std::uint8_t> blocks,
-                     kv_write_stop stop = kv_write_stop::none);
+                     kv_write_stop stop = kv_write_stop::none, std::string_view writer = {});
 
 // ---- Read -------------------------------------------------------------------------------------
 

@@ -29,6 +29,9 @@ uint32_t kv_index::common_blocks(const kv_entry& e, std::span<const int32_t> tok
 }
 
 void kv_index::put(kv_entry e) {
+    // A lease names the entry, not one version of its file: a replaced entry keeps its leases
+    // (the restore that holds one verifies the header it reads anyway).
+    if (const kv_entry* old = find(e.name)) e.leases = old->leases;
     erase(e.name);
     e.last_use = ++_clock;
     _bytes += e.header.file_bytes;

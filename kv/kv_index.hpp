@@ -48,7 +48,8 @@ class kv_index {
 public:
     explicit kv_index(uint32_t block_tokens) : _block_tokens(block_tokens) {}
 
-    // Adds the entry, replacing one of the same name (its keys are dropped first).
+    // Adds the entry, replacing one of the same name (its keys are dropped first, its leases
+    // kept).
     void put(kv_entry e);
     // Removes the entry; false when unknown.
     bool erase(const std::string& name);

@@ -56,9 +56,13 @@ struct kv_disk_report {
     uint64_t probes = 0;                     // write probes after a disk fault
     double save_ms = 0, restore_ms = 0;      // summed
     std::map<std::string, uint64_t> errors;  // by code
+    bool shared = false;                     // [kv] shared: other servers write the directory
+    uint64_t session_reads = 0;  // shared: session files (re)read because another server wrote them
+    uint64_t gone = 0;           // entries dropped: their file was removed or replaced by another
     MSGPACK_DEFINE_MAP(enabled, ready, persisting, reason, files, sessions, bytes, bytes_budget,
                        saves, saves_skipped, save_failures, restores, restore_failures, quarantined,
-                       evictions, ignored, probes, save_ms, restore_ms, errors);
+                       evictions, ignored, probes, save_ms, restore_ms, errors, shared,
+                       session_reads, gone);
 };
 
 // ---- scheduler → kv ----------------------------------------------------------------------
@@ -177,11 +181,12 @@ struct kv_save_done {
     MSGPACK_DEFINE_MAP(save_id, copied, code);
 };
 
-// Why an entry left the index: the byte budget (LRU), a failed verification or step, or the
-// session_delete op.
-enum class eviction : uint8_t { budget, quarantined, deleted };
-inline constexpr std::array<std::string_view, 3> eviction_names = {"budget", "quarantined",
-                                                                   "deleted"};
+// Why an entry left the index: the byte budget (LRU), a failed verification or step, the
+// session_delete op, or its file was removed or replaced by another writer ([kv] shared: another
+// server; or an operator) — a file that is not bad, left on disk as it is.
+enum class eviction : uint8_t { budget, quarantined, deleted, gone };
+inline constexpr std::array<std::string_view, 4> eviction_names = {"budget", "quarantined",
+                                                                   "deleted", "gone"};
 constexpr const auto& names_of(eviction) {
     return eviction_names;
 }

@@ -198,7 +198,7 @@ std::string encode(const door::stats_done& e) {
     g.pack("other_failures"), g.pack(s.other_failures);
     const kv::kv_disk_report& k = s.kv_disk;
     auto& d = w.nested("kv_disk");
-    d.pack_map(20);
+    d.pack_map(23);
     d.pack("enabled"), d.pack(k.enabled);
     d.pack("ready"), d.pack(k.ready);
     d.pack("persisting"), d.pack(k.persisting);
@@ -219,6 +219,9 @@ std::string encode(const door::stats_done& e) {
     d.pack("save_ms"), d.pack(wire_f64{k.save_ms});
     d.pack("restore_ms"), d.pack(wire_f64{k.restore_ms});
     d.pack("errors"), d.pack(k.errors);
+    d.pack("shared"), d.pack(k.shared);
+    d.pack("session_reads"), d.pack(k.session_reads);
+    d.pack("gone"), d.pack(k.gone);
     if (const door::fault_plan_report& p = s.fault_plan; p.active) {
         auto& f = w.nested("fault_plan");
         f.pack_map(5);

@@ -175,6 +175,7 @@ struct speculative_config {
 struct kv_config {
     bool enabled = false;
     std::string dir = "var/kv";
+    bool shared = false;  // other servers read and write dir too (kv_actor.hpp "Shared directory")
     std::uint64_t bytes_budget = 1073741824;
     std::uint32_t restore_retry_max = 1;
     std::uint64_t flush_ms_max = 5000;

@@ -429,6 +429,9 @@ constexpr auto table = std::to_array<key_spec>({
     boolean<&C::kv, &kv_config::enabled>(
         "kv", "enabled", "persist KV prefixes and named sessions to disk, restore them later"),
     string<&C::kv, &kv_config::dir>("kv", "dir", "directory of persisted KV files", &not_empty),
+    boolean<&C::kv, &kv_config::shared>(
+        "kv", "shared",
+        "other servers of the same model share dir: sessions they save are restored here"),
     integer<&C::kv, &kv_config::bytes_budget>(
         "kv", "bytes_budget", 1 * mib, 1024 * tib,
         "bytes of persisted KV files at most; least recently used are evicted"),

@@ -15,8 +15,14 @@
 // startup scan indexes a valid file, quarantines a corrupt one (moved to <dir>/quarantine) and
 // leaves a file that is not ordo's alone; (4) a file whose block fails its checksum at restore
 // is quarantined (kv_evicted{quarantined}, then kv_restore_done{kv_block_checksum}), no copy-in
-// is sent, and no later lookup offers it; every loop closes cleanly (join ok). Every wait is on
-// a condition, bounded (probe waits and `eventually`); no fixed sleep decides anything.
+// is sent, and no later lookup offers it; every loop closes cleanly (join ok); (5) a shared
+// directory ([kv] shared, two kv actors on one directory as two replicas): a session one saves
+// is looked up and restored bit-identical by the other, and its newer version too; a file the
+// other removed or replaced is forgotten (kv_evicted{gone}), never quarantined; session_delete
+// removes a file the replica never indexed; two replicas saving one session at once leave one
+// valid file and no .tmp; the shared scan leaves a young .tmp and another model's file alone and
+// deletes a stale .tmp. Every wait is on a condition, bounded (probe waits and `eventually`); no
+// fixed sleep decides anything.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -92,18 +98,29 @@ size_t files_in(const fs::path& dir) {
     return n;
 }
 
+std::string make_temp_dir() {
+    std::string tmpl = (fs::temp_directory_path() / "ordo-kv-actor-XXXXXX").string();
+    EXPECT_NE(::mkdtemp(tmpl.data()), nullptr);
+    return tmpl;
+}
+
 // One kv actor between two probes, on a fresh temporary directory, all traced into one sink.
 // The constructor returns once the startup scan is done (saves before it are refused).
 struct rig {
     // `before_start`: what the directory holds before the actor's scan sees it.
     explicit rig(const std::function<void(const std::string& dir)>& before_start = {})
+        : rig(make_temp_dir(), false, before_start) {
+        owns_dir = true;
+    }
+    // On `dir` (not removed at the end), [kv] shared as given.
+    rig(std::string on_dir, bool shared,
+        const std::function<void(const std::string& dir)>& before_start = {})
         : staging(1, uint64_t{copy_blocks_max} * geometry().block_bytes()) {
-        std::string tmpl = (fs::temp_directory_path() / "ordo-kv-actor-XXXXXX").string();
-        EXPECT_NE(::mkdtemp(tmpl.data()), nullptr);
-        dir = tmpl;
+        dir = std::move(on_dir);
         if (before_start) before_start(dir);
         kv_actor_options o;
         o.dir = dir;
+        o.shared = shared;
         o.bytes_budget = bytes_budget;
         o.expect = {test_fp, geometry()};
         o.copy_blocks_max = copy_blocks_max;
@@ -119,10 +136,12 @@ struct rig {
     ~rig() {
         stop();
         std::error_code ec;
-        fs::remove_all(dir, ec);
+        if (owns_dir) fs::remove_all(dir, ec);
     }
 
     void stop() {
+        if (stopped) return;
+        stopped = true;
         for (actors::actor_core* a :
              std::initializer_list<actors::actor_core*>{&*kv, &sched, &gpu}) {
             a->request_stop();
@@ -142,19 +161,42 @@ struct rig {
     }
 
     void save(uint64_t save_id, const std::vector<int32_t>& tokens,
-              const std::vector<uint32_t>& blocks, uint64_t epoch = 0) {
+              const std::vector<uint32_t>& blocks, uint64_t epoch = 0,
+              std::optional<std::string> session = std::nullopt) {
         kv_save m;
         m.save_id = save_id;
-        m.kind = kv_file_kind::prefix;
+        m.kind = session ? kv_file_kind::session : kv_file_kind::prefix;
+        m.session = std::move(session);
         m.tokens = tokens;
         m.blocks = blocks;
         m.epoch = epoch;
         ASSERT_TRUE(kv->tell(m, "scheduler").ok());
     }
 
-    std::optional<kv_lookup_done> lookup(uint64_t seq, const std::vector<int32_t>& tokens) {
-        EXPECT_TRUE(kv->tell(kv_lookup{seq, tokens, std::nullopt}, "scheduler").ok());
+    std::optional<kv_lookup_done> lookup(uint64_t seq, const std::vector<int32_t>& tokens,
+                                         std::optional<std::string> session = std::nullopt) {
+        EXPECT_TRUE(kv->tell(kv_lookup{seq, tokens, std::move(session)}, "scheduler").ok());
         return sched.next<kv_lookup_done>();
+    }
+
+    // Saves `tokens` of session `session` from pool blocks `blocks` (filled afresh), answering
+    // every copy job, and waits until the file is written (`saves` reached `saves_after`).
+    void save_session(uint64_t save_id, const std::string& session,
+                      const std::vector<int32_t>& tokens, const std::vector<uint32_t>& blocks,
+                      uint64_t saves_after) {
+        fill(blocks);
+        save(save_id, tokens, blocks, 0, session);
+        for (size_t done = 0; done < blocks.size(); done += copy_blocks_max) answer_copy();
+        auto saved = sched.next<kv_save_done>();
+        ASSERT_TRUE(saved && saved->copied);
+        ASSERT_TRUE(eventually([&] { return kv->report().saves == saves_after; }));
+    }
+
+    // Restores what `seq` leased into `blocks`, answering every copy job.
+    std::optional<kv_restore_done> restore(uint64_t seq, const std::vector<uint32_t>& blocks) {
+        EXPECT_TRUE(kv->tell(kv_restore{seq, 0, blocks, 0}, "scheduler").ok());
+        for (size_t done = 0; done < blocks.size(); done += copy_blocks_max) answer_copy();
+        return sched.next<kv_restore_done>();
     }
 
     // Plays the gpu for the next copy job: copies between the pool and the staging slot as the
@@ -204,6 +246,8 @@ struct rig {
     sched_probe sched{"scheduler"};
     gpu_probe gpu{"gpu"};
     std::optional<kv_actor> kv;
+    bool owns_dir = false;
+    bool stopped = false;
 };
 
 template <typename T>
@@ -409,6 +453,225 @@ TEST(KvActor, RestoreOfACorruptBlockQuarantinesTheFile) {
     r.stop();
     // The bytes never reached the pool: no copy-in was sent.
     for (const auto& rec : r.trace.snapshot()) EXPECT_NE(rec.type, "kv_copy_in");
+}
+
+// ---- (5) a shared directory: two kv actors as two replicas ----------------------------------
+
+// Two replicas' kv actors on one shared directory, removed at the end.
+struct shared_pair {
+    shared_pair() : dir(make_temp_dir()), a(dir, true), b(dir, true) {}
+    ~shared_pair() {
+        a.stop();
+        b.stop();
+        std::error_code ec;
+        fs::remove_all(dir, ec);
+    }
+    std::string dir;
+    rig a, b;
+};
+
+size_t tmp_files_in(const std::string& dir) {
+    size_t n = 0;
+    for (const auto& e : fs::directory_iterator(dir)) {
+        n += e.path().extension() == kv_tmp_suffix ? 1 : 0;
+    }
+    return n;
+}
+
+TEST(KvActorShared, ASessionSavedByOneReplicaIsRestoredByAnother) {
+    shared_pair p;
+    const std::string session = "conv-1";
+    const std::string name = *kv_session_name(test_fp, session);
+    // b looked first, before a saved: a miss, and b's index has no entry.
+    auto before = p.b.lookup(1, prompt(3), session);
+    ASSERT_TRUE(before);
+    EXPECT_EQ(before->n_blocks, 0u);
+
+    p.a.save_session(1, session, prompt(3), {0, 1, 2}, 1);
+    auto turn = prompt(3);
+    turn.push_back(77);  // the next turn's prompt: the session's tokens and more
+    auto hit = p.b.lookup(2, turn, session);
+    ASSERT_TRUE(hit);
+    EXPECT_EQ(hit->n_blocks, 3u);
+    EXPECT_EQ(hit->name, name);
+    EXPECT_EQ(p.b.kv->report().session_reads, 1u);
+    auto restored = p.b.restore(2, {10, 11, 12});
+    ASSERT_TRUE(restored);
+    EXPECT_TRUE(restored->ok) << restored->message;
+    for (uint32_t i = 0; i < 3; i++) EXPECT_EQ(p.b.pool.at(10 + i), p.a.pool.at(i)) << i;
+
+    // a saves the session's next turn (4 blocks, new bytes): b sees the newer file at once.
+    p.a.save_session(2, session, prompt(4), {3, 4, 5, 6}, 2);
+    auto longer = prompt(4);
+    longer.push_back(78);
+    auto newer = p.b.lookup(3, longer, session);
+    ASSERT_TRUE(newer);
+    EXPECT_EQ(newer->n_blocks, 4u);
+    EXPECT_EQ(p.b.kv->report().session_reads, 2u);
+    restored = p.b.restore(3, {20, 21, 22, 23});
+    ASSERT_TRUE(restored);
+    EXPECT_TRUE(restored->ok) << restored->message;
+    for (uint32_t i = 0; i < 4; i++) EXPECT_EQ(p.b.pool.at(20 + i), p.a.pool.at(3 + i)) << i;
+    // Unchanged since: the header alone is read, nothing counted again.
+    auto same = p.b.lookup(4, longer, session);
+    ASSERT_TRUE(same);
+    EXPECT_EQ(same->n_blocks, 4u);
+    EXPECT_EQ(p.b.kv->report().session_reads, 2u);
+    ASSERT_TRUE(p.b.kv->tell(kv_release{4}, "scheduler").ok());
+    EXPECT_EQ(tmp_files_in(p.dir), 0u);
+}
+
+TEST(KvActorShared, AFileAnotherReplicaRemovedOrReplacedIsForgottenNotQuarantined) {
+    shared_pair p;
+    const std::string session = "conv-2";
+    const std::string name = *kv_session_name(test_fp, session);
+    p.a.save_session(1, session, prompt(3), {0, 1, 2}, 1);
+    auto hit = p.b.lookup(1, prompt(3), session);
+    ASSERT_TRUE(hit);
+    ASSERT_EQ(hit->n_blocks, 3u);
+    ASSERT_TRUE(p.b.kv->tell(kv_release{1}, "scheduler").ok());
+
+    // a replaces the file while b holds a lease on the old one: b's restore finds the header
+    // changed, forgets the entry, and quarantines nothing.
+    auto leased = p.b.lookup(2, prompt(3), session);
+    ASSERT_TRUE(leased);
+    ASSERT_EQ(leased->n_blocks, 3u);
+    p.a.save_session(2, session, prompt(2, 900), {3, 4}, 2);
+    ASSERT_TRUE(p.b.kv->tell(kv_restore{2, 0, {10, 11, 12}, 0}, "scheduler").ok());
+    auto gone = p.b.sched.next_any();
+    ASSERT_TRUE(gone && std::holds_alternative<kv_evicted>(*gone));
+    EXPECT_EQ(std::get<kv_evicted>(*gone).name, name);
+    EXPECT_EQ(std::get<kv_evicted>(*gone).reason, eviction::gone);
+    auto failed = p.b.sched.next<kv_restore_done>();
+    ASSERT_TRUE(failed);
+    EXPECT_FALSE(failed->ok);
+    EXPECT_EQ(failed->code, kv_failure_of(kv_error::changed));
+    EXPECT_EQ(p.b.kv->report().quarantined, 0u);
+    EXPECT_EQ(files_in(fs::path(p.dir) / "quarantine"), 0u);
+    EXPECT_TRUE(fs::exists(p.b.path_of(name))) << "a good file was moved";
+    // The next lookup reads the newer file: it shares no block with the old prompt.
+    auto miss = p.b.lookup(3, prompt(3), session);
+    ASSERT_TRUE(miss);
+    EXPECT_EQ(miss->n_blocks, 0u);
+    auto other = p.b.lookup(4, prompt(2, 900), session);
+    ASSERT_TRUE(other);
+    EXPECT_EQ(other->n_blocks, 2u);
+    ASSERT_TRUE(p.b.kv->tell(kv_release{4}, "scheduler").ok());
+
+    // a deletes the session; b, which indexed it, forgets it at its next lookup.
+    ASSERT_TRUE(p.a.kv->tell(kv_session_delete{1, 1, session}, "scheduler").ok());
+    auto deleted = p.a.sched.next<kv_session_deleted>();
+    ASSERT_TRUE(deleted);
+    EXPECT_TRUE(deleted->deleted) << deleted->error;
+    auto after = p.b.lookup(5, prompt(2, 900), session);
+    ASSERT_TRUE(after);
+    EXPECT_EQ(after->n_blocks, 0u);
+    EXPECT_EQ(p.b.kv->report().files, 0u);
+    EXPECT_EQ(p.b.kv->report().quarantined, 0u);
+}
+
+TEST(KvActorShared, SessionDeleteRemovesAFileThisReplicaNeverIndexed) {
+    shared_pair p;
+    const std::string session = "conv-3";
+    const std::string name = *kv_session_name(test_fp, session);
+    p.a.save_session(1, session, prompt(2), {0, 1}, 1);
+    ASSERT_TRUE(p.b.kv->tell(kv_session_delete{1, 1, session}, "scheduler").ok());
+    auto deleted = p.b.sched.next<kv_session_deleted>();
+    ASSERT_TRUE(deleted);
+    EXPECT_TRUE(deleted->deleted) << deleted->error;
+    EXPECT_FALSE(fs::exists(p.b.path_of(name)));
+    // Nothing left to delete: answered, not deleted.
+    ASSERT_TRUE(p.b.kv->tell(kv_session_delete{1, 2, session}, "scheduler").ok());
+    auto again = p.b.sched.next<kv_session_deleted>();
+    ASSERT_TRUE(again);
+    EXPECT_FALSE(again->deleted);
+    EXPECT_TRUE(again->error.empty());
+}
+
+TEST(KvActorShared, TwoReplicasSavingOneSessionAtOnceLeaveOneValidFile) {
+    shared_pair p;
+    const std::string session = "conv-4";
+    const std::string name = *kv_session_name(test_fp, session);
+    for (int round = 0; round < 8; round++) {
+        const auto ta = prompt(3, 1000 * (round + 1));
+        const auto tb = prompt(2, 1000 * (round + 1) + 500);
+        p.a.fill({0, 1, 2});
+        p.b.fill({0, 1});
+        // Both copy out, then both write at once.
+        p.a.save(10 + round, ta, {0, 1, 2}, 0, session);
+        p.b.save(10 + round, tb, {0, 1}, 0, session);
+        p.a.answer_copy();
+        p.a.answer_copy();
+        p.b.answer_copy();
+        auto da = p.a.sched.next<kv_save_done>();
+        auto db = p.b.sched.next<kv_save_done>();
+        ASSERT_TRUE(da && da->copied && db && db->copied);
+        ASSERT_TRUE(eventually([&] {
+            return p.a.kv->report().saves == uint64_t(round + 1) &&
+                   p.b.kv->report().saves == uint64_t(round + 1);
+        }));
+        // One complete file: either writer's, whole.
+        auto h = read_kv_header(p.a.path_of(name), kv_expect{test_fp, geometry()});
+        ASSERT_TRUE(h.ok()) << h.err().message;
+        auto t = read_kv_tokens(p.a.path_of(name), *h);
+        ASSERT_TRUE(t.ok()) << t.err().message;
+        EXPECT_TRUE(*t == ta || *t == tb);
+        std::vector<uint8_t> bytes(h->n_blocks * geometry().block_bytes());
+        ASSERT_TRUE(read_kv_blocks(p.a.path_of(name), *h, 0, h->n_blocks, bytes).ok());
+        EXPECT_EQ(tmp_files_in(p.dir), 0u);
+        // Each replica's next lookup finds the file that won, never the other's tokens.
+        auto la = p.a.lookup(100 + round, *t, session);
+        ASSERT_TRUE(la);
+        EXPECT_EQ(la->n_blocks, h->n_blocks);
+        ASSERT_TRUE(p.a.kv->tell(kv_release{uint64_t(100 + round)}, "scheduler").ok());
+        auto lb = p.b.lookup(100 + round, *t, session);
+        ASSERT_TRUE(lb);
+        EXPECT_EQ(lb->n_blocks, h->n_blocks);
+        ASSERT_TRUE(p.b.kv->tell(kv_release{uint64_t(100 + round)}, "scheduler").ok());
+    }
+    EXPECT_EQ(p.a.kv->report().quarantined + p.b.kv->report().quarantined, 0u);
+}
+
+TEST(KvActorShared, TheScanLeavesOtherWritersAndOtherModelsAlone) {
+    const auto mine = prompt(2);
+    const auto theirs = prompt(2, 300);
+    const model::fingerprint other_fp{1, 2};
+    const std::string young = kv_prefix_name(test_fp, prompt(1, 50)) + ".0123abcd.tmp";
+    const std::string stale = kv_prefix_name(test_fp, prompt(1, 60)) + ".89abcdef.tmp";
+    const std::string other_name = kv_prefix_name(other_fp, theirs);
+    auto populate = [&](const std::string& dir) {
+        write_valid_file(dir, mine);
+        kv_file_meta meta{.fingerprint = other_fp, .geometry = geometry()};
+        std::vector<uint8_t> blocks(2 * geometry().block_bytes(), 7);
+        ASSERT_TRUE(write_kv_file(dir, other_name, meta, theirs, blocks).ok());
+        std::ofstream(dir + "/" + young) << "a save in the making";
+        std::ofstream(dir + "/" + stale) << "a writer that died";
+        const auto old = fs::file_time_type::clock::now() -
+                         std::chrono::seconds(shared_tmp_stale_seconds + 60);
+        fs::last_write_time(dir + "/" + stale, old);
+    };
+    const std::string dir = make_temp_dir();
+    {
+        rig r(dir, true, populate);
+        EXPECT_EQ(r.kv->report().files, 1u);
+        EXPECT_EQ(r.kv->report().quarantined, 0u);
+        EXPECT_TRUE(fs::exists(dir + "/" + young)) << "another writer's save was deleted";
+        EXPECT_FALSE(fs::exists(dir + "/" + stale)) << "a dead writer's .tmp was kept";
+        EXPECT_TRUE(fs::exists(r.path_of(other_name))) << "another model's file was moved";
+        // Its probe file is its own and gone after the probe.
+        for (const auto& e : fs::directory_iterator(dir)) {
+            EXPECT_NE(e.path().filename().string().rfind(".ordo-probe", 0), 0u) << e.path();
+        }
+    }
+    // Not shared: the same directory is this server's alone, and both are leftovers.
+    {
+        rig r(dir, false);
+        EXPECT_FALSE(fs::exists(dir + "/" + young));
+        EXPECT_FALSE(fs::exists(r.path_of(other_name)));
+        EXPECT_EQ(r.kv->report().quarantined, 1u);
+    }
+    std::error_code ec;
+    fs::remove_all(dir, ec);
 }
 
 }  // namespace

@@ -14,7 +14,9 @@
 // or EIO half-way through the .tmp fails with kv_no_space / kv_io_error (disk faults), removes
 // the .tmp and leaves the old .kv loading; an injected read bit flip is caught by the checksum
 // of the block it lands in and leaves the file intact; a file replaced
-// after its header was read is kv_changed; bad write arguments are refused; file names are
+// after its header was read is kv_changed; a writer tag puts the .tmp under the writer's own
+// name (a crash leaves that name, another writer's .tmp is never touched, a bad tag is refused);
+// bad write arguments are refused; file names are
 // stable (golden values), distinct and never hold the raw session name. Seeded RNG, small
 // geometry: the whole suite runs in well under a second.
 #include <fcntl.h>
@@ -412,6 +414,35 @@ TEST_F(kv_file_test, crashed_write_leaves_the_old_file) {
     EXPECT_EQ(loaded, newest);
 }
 
+// Writers sharing a directory: each writes through its own `<stem>.<writer>.tmp`. A crash
+// leaves that name; another writer's save neither removes nor reuses it; a bad tag is refused.
+TEST_F(kv_file_test, a_writer_tag_keeps_each_writers_tmp_apart) {
+    write_good(small_geometry(kv_file_dtype::f16), 2);
+    const std::string tag_a = kv_writer_tag(), tag_b = kv_writer_tag();
+    EXPECT_NE(tag_a, tag_b);
+    EXPECT_TRUE(valid_writer_tag(tag_a));
+    const std::string tmp_a = _dir + "/" + _name + "." + tag_a + ".tmp";
+    std::vector<std::uint8_t> crashed(_blocks.size(), 0x11);
+    ASSERT_TRUE(write_kv_file(_dir, _name, _meta, _tokens, crashed, kv_write_stop::mid_tmp, tag_a));
+    ASSERT_TRUE(fs::exists(tmp_a));
+    EXPECT_EQ(classify_kv_dir_entry(_name + "." + tag_a + ".tmp"), kv_dir_entry::tmp_leftover);
+    std::vector<std::uint8_t> newest(_blocks.size(), 0x22);
+    ASSERT_TRUE(write_kv_file(_dir, _name, _meta, _tokens, newest, kv_write_stop::none, tag_b));
+    EXPECT_TRUE(fs::exists(tmp_a)) << "another writer's .tmp was touched";
+    EXPECT_FALSE(fs::exists(_dir + "/" + _name + "." + tag_b + ".tmp"));
+    std::vector<std::uint8_t> loaded;
+    EXPECT_EQ(load_all(&loaded), "");
+    EXPECT_EQ(loaded, newest);
+    for (const char* bad : {"ABC", "x", "0123/", "", "0123456789abcdef0123456789abcdef0"}) {
+        if (std::string_view(bad).empty()) continue;  // empty: no tag, the plain <stem>.tmp
+        auto r = write_kv_file(_dir, _name, _meta, _tokens, newest, kv_write_stop::none, bad);
+        ASSERT_FALSE(r) << bad;
+        EXPECT_EQ(r.err().code, code(kv_error::bad_name)) << bad;
+        EXPECT_EQ(classify_kv_dir_entry(_name + "." + bad + ".tmp"), kv_dir_entry::foreign)
+            << bad;
+    }
+}
+
 // The `fault` op's kv_enospc / kv_eio: half the .tmp is written, then the write fails as the
 // disk would, and the protocol's own error path runs (the .tmp is removed, the old file stays).
 TEST_F(kv_file_test, injected_write_faults_fail_like_the_disk) {
@@ -547,7 +578,9 @@ TEST(kv_file_names, stable_distinct_and_validated) {
     EXPECT_TRUE(kv_session_name(fp_a, "A.b_c-9"));
 
     EXPECT_EQ(classify_kv_dir_entry("p-abc.tmp"), kv_dir_entry::tmp_leftover);
-    for (const char* other : {".kv", "x.kv.bak", "README", "p-abc.KV", "a b.kv", ".tmp"}) {
+    EXPECT_EQ(classify_kv_dir_entry("p-abc.0f3a.tmp"), kv_dir_entry::tmp_leftover);
+    for (const char* other : {".kv", "x.kv.bak", "README", "p-abc.KV", "a b.kv", ".tmp",
+                              "p-abc..tmp", "p-abc.xyz.tmp", ".0f3a.tmp", "p-abc.0f3a.kv"}) {
         EXPECT_EQ(classify_kv_dir_entry(other), kv_dir_entry::foreign) << other;
     }
 }

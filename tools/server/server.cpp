@@ -211,6 +211,7 @@ result<kv::kv_actor_options> kv_options_from(const config::config& cfg, const lo
     if (!fp) return fp.err();
     kv::kv_actor_options o;
     o.dir = cfg.kv.dir;
+    o.shared = cfg.kv.shared;
     o.bytes_budget = cfg.kv.bytes_budget;
     o.expect.fingerprint = *fp;
     o.expect.geometry = kv_geometry_of(cfg, m.hp);
