@@ -289,11 +289,9 @@ void kv_actor::on_start() {
         log().error("kv: no staging slot ({}); saves and restores will fail", s.err().message);
     }
     auto r = std::make_shared<scan_result>();
-    offload(
-        [r, dir = _opt.dir, expect = _opt.expect, shared = _opt.shared, probe = probe_path()] {
-            scan_dir(dir, expect, shared, probe, *r);
-        },
-        [this, r] { apply_scan(*r); });
+    offload([r, dir = _opt.dir, expect = _opt.expect, shared = _opt.shared,
+             probe = probe_path()] { scan_dir(dir, expect, shared, probe, *r); },
+            [this, r] { apply_scan(*r); });
     publish();
 }
 
@@ -426,8 +424,8 @@ void kv_actor::refresh_session(const kv_lookup& m, const std::string& name) {
             const kv_entry* now = _index.find(name);
             // A save of this replica's (or a drop) changed the entry meanwhile: it is newer
             // than what was read.
-            const bool moved = (now != nullptr) != known.has_value() ||
-                               (now != nullptr && now->header != *known);
+            const bool moved =
+                (now != nullptr) != known.has_value() || (now != nullptr && now->header != *known);
             if (!moved) {
                 switch (r->what) {
                     case o::same:
@@ -437,9 +435,10 @@ void kv_actor::refresh_session(const kv_lookup& m, const std::string& name) {
                         break;
                     case o::fresh:
                         _counters.session_reads++;
-                        log().info("kv: session file {} read from the shared directory ({} "
-                                   "tokens)",
-                                   name, r->entry.tokens.size());
+                        log().info(
+                            "kv: session file {} read from the shared directory ({} "
+                            "tokens)",
+                            name, r->entry.tokens.size());
                         _index.put(std::move(r->entry));
                         evict_to_budget();
                         break;
@@ -459,9 +458,11 @@ void kv_actor::refresh_session(const kv_lookup& m, const std::string& name) {
                                 quarantine(name, kv_failure_of(e));
                             } else {
                                 _counters.quarantined++;
-                                offload([dir = _opt.dir, name, f = kv_failure_of(e)] {
-                                    move_to_quarantine(dir, name, f);
-                                }, [] {});
+                                offload(
+                                    [dir = _opt.dir, name, f = kv_failure_of(e)] {
+                                        move_to_quarantine(dir, name, f);
+                                    },
+                                    [] {});
                             }
                         }
                         break;
@@ -702,8 +703,7 @@ void kv_actor::write_save(uint64_t id) {
             } else if (j->gone) {
                 // Another writer's file took its place at once; that one is the newest. A
                 // session's next lookup reads it.
-                log().info("kv: {} was replaced by another writer right after this save",
-                           j->name);
+                log().info("kv: {} was replaced by another writer right after this save", j->name);
                 if (_index.find(j->name) != nullptr) forget(j->name);
                 _counters.saves++;
                 _counters.save_ms += ms_since(j->start);

@@ -354,11 +354,11 @@ kv_dir_entry classify_kv_dir_entry(std::string_view file_name) {
 
 std::string kv_writer_tag() {
     std::random_device rd;
-    const std::uint64_t now = static_cast<std::uint64_t>(
-        std::chrono::system_clock::now().time_since_epoch().count());
-    const std::array<std::uint64_t, 4> seed = {
-        (std::uint64_t{rd()} << 32) ^ rd(), now, static_cast<std::uint64_t>(::getpid()),
-        reinterpret_cast<std::uintptr_t>(&seed)};
+    const std::uint64_t now =
+        static_cast<std::uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
+    const std::array<std::uint64_t, 4> seed = {(std::uint64_t{rd()} << 32) ^ rd(), now,
+                                               static_cast<std::uint64_t>(::getpid()),
+                                               reinterpret_cast<std::uintptr_t>(&seed)};
     char out[17];
     std::snprintf(out, sizeof out, "%016llx",
                   static_cast<unsigned long long>(XXH3_64bits(seed.data(), sizeof seed)));

@@ -11,7 +11,10 @@
 // SIGTERM of a replica under load: its health says draining at once, HAProxy takes it out of
 // rotation while it still runs, every stream it had finishes with [DONE], every new request
 // either succeeds or is refused before it started (503 shutting_down with Retry-After), and the
-// replica exits 0.
+// replica exits 0; (5) with one [kv] dir shared by the replicas ([kv] shared), a session whose
+// replica is killed -9 after saving it continues on another replica, restored from the shared
+// directory (cached tokens > 0, the other replica read the session's file), and its output is
+// the output a replica that never saw the session computes afresh at temperature 0.
 // Skipped with a visible message where haproxy is not installed (tools/dev.sh installs it).
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -93,15 +96,19 @@ struct fleet {
     std::string lb_log;
     std::string last_error;  // complete()'s last failure
 
-    bool start(const std::string& extra_toml = "") {
+    // `shared_kv`: one [kv] dir for every replica, [kv] shared = true.
+    bool start(const std::string& extra_toml = "", bool shared_kv = false) {
         const std::string model =
             generated_model(ORDO_MODEL_BIN, scratch_path("deploy", "tiny.gguf"), tiny_model_flags);
         const std::string cfg = scratch_path("deploy", "replica.toml");
         // Faults on: the kill test slows decoding with step_delay so a stream is still running.
-        std::ofstream(cfg) << "[fault]\nenabled = true\n" << extra_toml;
+        std::ofstream(cfg) << "[fault]\nenabled = true\n"
+                           << extra_toml << (shared_kv ? "\n[kv]\nshared = true\n" : "");
         for (size_t i = 0; i < replicas; i++) {
-            // KV persistence on (the body's `session` needs it), a directory per replica.
-            const std::string kv = scratch_path("deploy", "kv-" + std::to_string(i));
+            // KV persistence on (the body's `session` needs it), a directory per replica unless
+            // shared.
+            const std::string kv =
+                scratch_path("deploy", shared_kv ? "kv-shared" : "kv-" + std::to_string(i));
             if (!r[i].start(ORDO_SERVER_BIN, {"--config", cfg, "--model", model, "--kv-dir", kv})) {
                 return false;
             }
@@ -180,14 +187,15 @@ struct fleet {
         return ok.has_value();
     }
 
-    // A completion through HAProxy; `extra` headers, `fields` added to the body.
+    // A completion through HAProxy (or straight to the replica on `port`); `extra` headers,
+    // `fields` added to the body.
     std::optional<json> complete(const std::string& prompt, const std::string& extra,
-                                 json fields = json::object()) {
+                                 json fields = json::object(), uint16_t port = 0) {
         json body = {
             {"model", model_id}, {"prompt", prompt}, {"max_tokens", 8}, {"temperature", 0}};
         body.update(fields);
         http_conn c;
-        if (!c.connect(lb_http)) return std::nullopt;
+        if (!c.connect(port != 0 ? port : lb_http)) return std::nullopt;
         c.send(http_request_text("POST", "/v1/completions", body.dump(),
                                  "Content-Type: application/json\r\n" + extra));
         auto resp = c.read();
@@ -198,15 +206,21 @@ struct fleet {
         return json::parse(resp->body);
     }
 
-    // Requests each replica has taken so far (stats.scheduler.requests, asked directly).
-    std::array<uint64_t, replicas> requests_per_replica() {
+    // Each replica's stats `section`.`key` (asked directly); 0 for a replica that is gone.
+    std::array<uint64_t, replicas> per_replica(const char* section, const char* key,
+                                               size_t skip = replicas) {
         std::array<uint64_t, replicas> n{};
         for (size_t i = 0; i < replicas; i++) {
+            if (i == skip) continue;
             if (auto e = stats_event(r[i].port())) {
-                if (const auto* s = field(e->o(), "scheduler")) n[i] = uint_field(*s, "requests");
+                if (const auto* s = field(e->o(), section)) n[i] = uint_field(*s, key);
             }
         }
         return n;
+    }
+    // Requests each replica has taken so far (stats.scheduler.requests).
+    std::array<uint64_t, replicas> requests_per_replica() {
+        return per_replica("scheduler", "requests");
     }
 };
 
@@ -315,6 +329,53 @@ TEST(haproxy, a_killed_replica_ends_its_streams_and_the_others_take_its_sessions
     auto events = until_terminal(c, 7);
     ASSERT_FALSE(events.empty());
     EXPECT_EQ(events.back().str("event"), "done");
+}
+
+TEST(haproxy, a_session_survives_its_replica_through_the_shared_kv_dir) {
+    if (haproxy_missing()) GTEST_SKIP();
+    fleet f;
+    ASSERT_TRUE(f.start("", true)) << "the fleet did not start";
+    ASSERT_TRUE(f.rotation_is(0));
+    const json session = {{"session", "survivor"}};
+    const auto before = f.requests_per_replica();
+    auto first = f.complete(conversation(7), "", session);
+    ASSERT_TRUE(first.has_value()) << f.last_error;
+    const auto after = f.requests_per_replica();
+    size_t holder = replicas;
+    for (size_t i = 0; i < replicas; i++) {
+        if (after[i] > before[i]) holder = i;
+    }
+    ASSERT_LT(holder, replicas);
+    // The session's file is written after the answer, off the loop: wait for it, then kill.
+    auto saved = f.wait_for([&]() -> std::optional<bool> {
+        if (f.per_replica("kv_disk", "saves")[holder] >= 1) return true;
+        return std::nullopt;
+    });
+    ASSERT_TRUE(saved.has_value()) << "the session was never saved";
+    ASSERT_EQ(::kill(f.r[holder].pid(), SIGKILL), 0);
+    ASSERT_TRUE(f.rotation_is(holder + 1)) << "HAProxy did not take r" << holder + 1 << " out";
+
+    // The next turn goes to another replica, which restores the session from the shared dir.
+    const std::string turn2 =
+        conversation(7) + std::string((*first)["choices"][0]["text"]) + " And then?";
+    auto second = f.complete(turn2, "", session);
+    ASSERT_TRUE(second.has_value()) << f.last_error;
+    EXPECT_GT(cached(*second), 0u) << "the session's KV was not restored from the shared dir";
+    const auto reads = f.per_replica("kv_disk", "session_reads", holder);
+    const auto served = f.per_replica("scheduler", "requests", holder);
+    size_t heir = replicas;
+    for (size_t i = 0; i < replicas; i++) {
+        if (i != holder && reads[i] > 0) heir = i;
+    }
+    ASSERT_LT(heir, replicas) << "no replica read the session's file";
+    EXPECT_GT(served[heir], after[heir]) << "the replica that read the file did not serve it";
+    // The third replica never saw this conversation: it computes the same prompt afresh.
+    const size_t fresh = 3 - holder - heir;
+    auto recomputed = f.complete(turn2, "", json::object(), f.r[fresh].http_port());
+    ASSERT_TRUE(recomputed.has_value()) << f.last_error;
+    EXPECT_EQ(cached(*recomputed), 0u) << "the check replica had the prompt cached";
+    EXPECT_EQ((*recomputed)["choices"][0]["text"], (*second)["choices"][0]["text"])
+        << "the restored session decoded differently from a fresh computation";
 }
 
 TEST(haproxy, a_draining_replica_leaves_rotation_and_loses_no_request) {

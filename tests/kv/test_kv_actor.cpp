@@ -646,8 +646,8 @@ TEST(KvActorShared, TheScanLeavesOtherWritersAndOtherModelsAlone) {
         ASSERT_TRUE(write_kv_file(dir, other_name, meta, theirs, blocks).ok());
         std::ofstream(dir + "/" + young) << "a save in the making";
         std::ofstream(dir + "/" + stale) << "a writer that died";
-        const auto old = fs::file_time_type::clock::now() -
-                         std::chrono::seconds(shared_tmp_stale_seconds + 60);
+        const auto old =
+            fs::file_time_type::clock::now() - std::chrono::seconds(shared_tmp_stale_seconds + 60);
         fs::last_write_time(dir + "/" + stale, old);
     };
     const std::string dir = make_temp_dir();

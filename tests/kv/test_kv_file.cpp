@@ -438,8 +438,7 @@ TEST_F(kv_file_test, a_writer_tag_keeps_each_writers_tmp_apart) {
         auto r = write_kv_file(_dir, _name, _meta, _tokens, newest, kv_write_stop::none, bad);
         ASSERT_FALSE(r) << bad;
         EXPECT_EQ(r.err().code, code(kv_error::bad_name)) << bad;
-        EXPECT_EQ(classify_kv_dir_entry(_name + "." + bad + ".tmp"), kv_dir_entry::foreign)
-            << bad;
+        EXPECT_EQ(classify_kv_dir_entry(_name + "." + bad + ".tmp"), kv_dir_entry::foreign) << bad;
     }
 }
 
