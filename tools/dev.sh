@@ -26,7 +26,7 @@ packages=(
   libuv1-dev libxxhash-dev libpcre2-dev libvulkan-dev glslang-dev glslang-tools
   libmsgpack-cxx-dev libspdlog-dev libtomlplusplus-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  mesa-vulkan-drivers vulkan-tools python3-msgpack python3-jsonschema
+  mesa-vulkan-drivers vulkan-tools python3-msgpack python3-jsonschema python3-yaml
   node-llhttp prometheus curl clang-format haproxy
 )
 

@@ -33,7 +33,8 @@
 //     back, and bad bodies are 400 naming the field.
 // (10) GET /metrics after some traffic: Prometheus text with the stats op's counters and gauges
 //     (net, http, scheduler, kv, gpu), the histograms (time to first token, ...) counting the
-//     requests served, and `promtool check metrics` (Debian's prometheus package) accepting it;
+//     requests served, every metric docs/deploy.md's "Metrics for a fleet" names, and `promtool
+//     check metrics` (Debian's prometheus package) accepting it;
 //     without promtool that part skips visibly (fails under ORDO_HTTP_CLIENT_REQUIRED=1, CI).
 // (14) The protocol's `stats` op reports this front door's counters as its `http` map: after a
 //     known set of HTTP requests (200s, a 404, a stream, a 413), `stats` over msgpack shows their
@@ -65,8 +66,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <thread>
 
 #include "tests/http/http_client.hpp"
@@ -553,6 +556,23 @@ TEST(http_server, metrics_are_prometheus_text) {
           "# TYPE ordo_kv_pool_blocks gauge\n"}) {
         EXPECT_NE(m.find(line), std::string::npos) << line << " not in\n" << m;
     }
+    // Every metric docs/deploy.md names for a fleet's autoscaler and alerts is served.
+    std::ifstream doc(std::string(ORDO_SOURCE_DIR) + "/docs/deploy.md");
+    ASSERT_TRUE(doc.good());
+    std::string text((std::istreambuf_iterator<char>(doc)), std::istreambuf_iterator<char>());
+    const size_t section = text.find("## Metrics for a fleet");
+    ASSERT_NE(section, std::string::npos);
+    const std::string fleet = text.substr(section, text.find("\n## ", section + 1) - section);
+    const std::regex name("`(ordo_[a-z0-9_]+)`");
+    size_t named = 0;
+    for (auto it = std::sregex_iterator(fleet.begin(), fleet.end(), name);
+         it != std::sregex_iterator(); ++it) {
+        named++;
+        const std::string metric = (*it)[1];
+        EXPECT_NE(m.find("# TYPE " + metric + " "), std::string::npos)
+            << "docs/deploy.md names " << metric << ", which /metrics does not serve";
+    }
+    EXPECT_GE(named, 8u) << "the fleet section names no metrics";
     if (run_command("command -v promtool > /dev/null 2>&1").exit_code != 0) {
         const char* req = std::getenv("ORDO_HTTP_CLIENT_REQUIRED");
         if (req != nullptr && std::string(req) == "1") GTEST_FAIL() << "promtool is not installed";
