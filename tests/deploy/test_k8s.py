@@ -16,8 +16,8 @@ ports; the runtime image installs the Debian package of every shared library ord
 the Deployment mounts the generated (hash-named) ConfigMap.
 
 Not checked here: the manifests against the API server's schemas (kubectl needs a cluster for
-that; the Debian 12 machine has none), and building or running the image (no container engine
-runs on it). docs/deploy.md says so.
+that; the Debian 12 machine has none), and building or running the image (minutes, as root;
+docs/deploy.md says how it was checked by hand).
 
 Usage: test_k8s.py --root SOURCE_DIR --server ORDO_SERVER_BINARY
 """
