@@ -7,6 +7,10 @@
 //   pp<N>      prefill of N random tokens as one step (chunks of max_batch_tokens): prefill_tok_s
 //   tg<G>      batch 1: a 16-token prompt, then G single-token decode steps timed: decode_tok_s
 //   tg<G>x<P>  P sequences (16-token prompts), then G decode steps of all P: aggregate tok/s
+//   (each tg line also splits a step's wall time: gpu_ms_per_step is the gpu actor's submit to
+//   fence time summed over the step's segments, host_ms_per_step the rest: recording what the
+//   GPU did not overlap, the waits between segments, the messages, the logits read back and the
+//   next step's tokens; issue 28's "is a decode step host-bound")
 // Every step goes through a real gpu actor (gpu_session): messages, the worker thread, the
 // logits exchange. Best of --reps. Then a second, timestamped runner gives "where the time
 // goes": per-pipeline GPU time of one decode step (after 16 + G/2 tokens) and one prefill step
@@ -170,6 +174,7 @@ struct bench {
     std::string common;  // JSON fields every line carries
     std::uint64_t step_id = 0;
     std::vector<float> logits;
+    double gpu_ms = 0;  // step_done.gpu_ms of the steps run, summed
 
     // One step: sequence i runs tokens[i] at pos0 with blocks i * seq_blocks, ...
     void run(const std::vector<std::vector<std::int32_t>>& tokens, std::uint32_t pos0,
@@ -195,6 +200,7 @@ struct bench {
                          d.err().message.c_str());
             std::exit(1);
         }
+        gpu_ms += d->gpu_ms;
     }
 
     double prefill(std::uint32_t n, std::uint32_t seed) {
@@ -203,19 +209,24 @@ struct bench {
         return seconds_since(t0);
     }
 
+    struct timed {
+        double seconds = 0;
+        double gpu_ms = 0;  // of the timed steps
+    };
     // P sequences: a 16-token prompt each (untimed), then gen greedy decode steps (timed).
-    double decode(std::uint32_t p, std::uint32_t seed) {
+    timed decode(std::uint32_t p, std::uint32_t seed) {
         std::vector<std::vector<std::int32_t>> toks;
         for (std::uint32_t i = 0; i < p; ++i) {
             toks.push_back(random_tokens(decode_prompt, n_vocab, seed + i));
         }
         run(toks, 0, step_phase::prefill);
+        const double gpu0 = gpu_ms;
         auto t0 = std::chrono::steady_clock::now();
         for (std::uint32_t g = 0; g < o.gen; ++g) {
             for (std::uint32_t i = 0; i < p; ++i) toks[i] = {argmax_row(logits, i, n_vocab)};
             run(toks, decode_prompt + g, step_phase::decode);
         }
-        return seconds_since(t0);
+        return {seconds_since(t0), gpu_ms - gpu0};
     }
 
     void emit(const std::string& fields, const std::string& human) {
@@ -257,16 +268,24 @@ void measure(bench& b) {
         if (p > 1) batches.push_back(p);
     }
     for (std::uint32_t p : batches) {
-        double best = 1e30;
+        bench::timed best{1e30, 0};
         std::uint32_t reps = p == 1 ? b.o.reps : std::max(1u, b.o.reps - 1);
-        for (std::uint32_t r = 0; r < reps; ++r) best = std::min(best, b.decode(p, 200 + 10 * r));
+        for (std::uint32_t r = 0; r < reps; ++r) {
+            bench::timed t = b.decode(p, 200 + 10 * r);
+            if (t.seconds < best.seconds) best = t;
+        }
         std::string name = "tg" + std::to_string(b.o.gen) + (p > 1 ? "x" + std::to_string(p) : "");
-        double tok_s = double(p) * b.o.gen / best;
+        const double tok_s = double(p) * b.o.gen / best.seconds;
+        const double step_ms = 1000 * best.seconds / b.o.gen;
+        const double gpu_step_ms = best.gpu_ms / b.o.gen;
         b.emit("\"test\": \"" + name + "\", \"n_gen\": " + std::to_string(b.o.gen) +
                    ", \"batch_seqs\": " + std::to_string(p) + ", \"decode_tok_s\": " + fmt(tok_s) +
-                   ", \"ms_per_step\": " + fmt(1000 * best / b.o.gen) +
-                   ", \"seconds\": " + fmt(best),
-               name + "  decode " + fmt(tok_s) + " tok/s (" + std::to_string(p) + " seqs)");
+                   ", \"ms_per_step\": " + fmt(step_ms) + ", \"gpu_ms_per_step\": " +
+                   fmt(gpu_step_ms) + ", \"host_ms_per_step\": " + fmt(step_ms - gpu_step_ms) +
+                   ", \"seconds\": " + fmt(best.seconds),
+               name + "  decode " + fmt(tok_s) + " tok/s (" + std::to_string(p) + " seqs), " +
+                   fmt(step_ms) + " ms a step: gpu " + fmt(gpu_step_ms) + ", host " +
+                   fmt(step_ms - gpu_step_ms));
     }
 }
 
