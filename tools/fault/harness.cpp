@@ -68,7 +68,27 @@ bool server::start(const server_config& cfg, const std::string& name) {
         _f->fail("server did not start: " + _proc.output());
         return false;
     }
-    return connect() && wait_ready();
+    return connect() && wait_ready() && (cfg.draft_model.empty() || wait_draft_ready());
+}
+
+bool server::wait_draft_ready() {
+    const auto end = clock::now() + ready_deadline;
+    std::string why = "no answer";
+    while (clock::now() < end) {
+        auto m = call("model");
+        if (!m) break;
+        const msgpack::object* spec = test::field(m->o(), "speculative");
+        const msgpack::object* ready = spec ? test::field(*spec, "draft_ready") : nullptr;
+        if (ready != nullptr && ready->type == msgpack::type::BOOLEAN && ready->via.boolean) {
+            return true;
+        }
+        const msgpack::object* reason = spec ? test::field(*spec, "draft_reason") : nullptr;
+        if (reason != nullptr && reason->type == msgpack::type::STR) reason->convert(why);
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    _f->fail("the draft model did not become ready within " +
+             std::to_string(ready_deadline.count()) + " s: " + why);
+    return false;
 }
 
 bool server::connect() {

@@ -111,6 +111,10 @@ public:
     // Waits for health ok; false (and a violation) past the deadline, or at once when health
     // says degraded (the device is given up for good: it never returns to ok by itself).
     bool wait_ready();
+    // Waits until the model op says the draft model drafts (speculative.draft_ready): its
+    // device builds beside the served one's, after health is ok, and a request that starts
+    // before it decodes without drafts (so a draft fault armed for it would never fire).
+    bool wait_draft_ready();
     // Invariant 8: idle means 0 active, 0 queued, 0 used KV blocks, 0 pins, 0 logits slots held.
     void check_idle();
     std::string output() { return _proc.output(); }
