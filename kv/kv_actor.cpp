@@ -608,7 +608,11 @@ void kv_actor::on(const kv_save& m) {
         if (!n) return refuse(kv_failure_of(kv_error_of(n.err())));
         name = *n;
         const kv_entry* e = _index.find(name);
-        if (e != nullptr && e->tokens == m.tokens) return refuse(kv_failure::exists);
+        // Shared: another server may have replaced the file since this one indexed it, so the
+        // index cannot tell that the disk already holds these tokens; the save is written.
+        if (!_opt.shared && e != nullptr && e->tokens == m.tokens) {
+            return refuse(kv_failure::exists);
+        }
     } else {
         if (_index.covers(m.tokens)) return refuse(kv_failure::exists);
         name = kv_prefix_name(_opt.expect.fingerprint, m.tokens);

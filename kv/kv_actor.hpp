@@ -43,7 +43,9 @@
 // - a restore whose file was replaced meanwhile (kv_changed) forgets the entry without
 //   quarantining a good file (kv_evicted{gone}); one whose file was removed does so in every
 //   mode;
-// - a save whose file another writer replaced right after the rename is not indexed;
+// - a save whose file another writer replaced right after the rename is not indexed, and a
+//   session's save is written even when the index says its file holds these tokens (another
+//   writer may have replaced it since);
 // - the startup scan deletes another writer's `.tmp` only past shared_tmp_stale_seconds, and
 //   leaves files of another model or KV layout alone instead of quarantining them;
 // - session_delete removes the file even when this replica never indexed it;

@@ -18,7 +18,8 @@
 // is sent, and no later lookup offers it; every loop closes cleanly (join ok); (5) a shared
 // directory ([kv] shared, two kv actors on one directory as two replicas): a session one saves
 // is looked up and restored bit-identical by the other, and its newer version too; a file the
-// other removed or replaced is forgotten (kv_evicted{gone}), never quarantined; session_delete
+// other removed or replaced is forgotten (kv_evicted{gone}), never quarantined; a session's save
+// is written though the index says the file holds it (another replica replaced it); session_delete
 // removes a file the replica never indexed; two replicas saving one session at once leave one
 // valid file and no .tmp; the shared scan leaves a young .tmp and another model's file alone and
 // deletes a stale .tmp. Every wait is on a condition, bounded (probe waits and `eventually`); no
@@ -568,6 +569,23 @@ TEST(KvActorShared, AFileAnotherReplicaRemovedOrReplacedIsForgottenNotQuarantine
     EXPECT_EQ(after->n_blocks, 0u);
     EXPECT_EQ(p.b.kv->report().files, 0u);
     EXPECT_EQ(p.b.kv->report().quarantined, 0u);
+}
+
+TEST(KvActorShared, ASessionSaveIsWrittenEvenWhenTheIndexSaysTheFileHoldsIt) {
+    shared_pair p;
+    const std::string session = "conv-5";
+    const std::string name = *kv_session_name(test_fp, session);
+    const auto mine = prompt(2), theirs = prompt(2, 700);
+    p.b.save_session(1, session, mine, {0, 1}, 1);
+    // a replaces it with another branch of the conversation; b's index still says `mine`.
+    p.a.save_session(1, session, theirs, {0, 1}, 1);
+    // b saves `mine` again (a regenerated turn): written, not skipped as already on disk.
+    p.b.save_session(2, session, mine, {2, 3}, 2);
+    auto h = read_kv_header(p.b.path_of(name), kv_expect{test_fp, geometry()});
+    ASSERT_TRUE(h.ok()) << h.err().message;
+    auto t = read_kv_tokens(p.b.path_of(name), *h);
+    ASSERT_TRUE(t.ok());
+    EXPECT_EQ(*t, mine);
 }
 
 TEST(KvActorShared, SessionDeleteRemovesAFileThisReplicaNeverIndexed) {
