@@ -26,6 +26,13 @@
 //   with and without flash decoding ("split"). With --fused, q|k|v and gate|up run as the runner's
 //   decode runs them on a GPU: mul_mat_vec_norm (the attention norm folded in) and mul_mat_vec_glu
 //   (the FFN norm and SwiGLU folded in), so their lines include the fused work.
+//   --crossover times the same step's mat-muls (unfused, 16 copies of each layer shape, or
+//   --copies N) on mul_mat_vec and on the tiled mul_mat at 8 to 64 tokens for each of --types
+//   (default f16,q4_k): one line per type and token count with both times, then the
+//   "crossover_tokens" line: the most tokens up to which mul_mat_vec is at least as fast at
+//   every count measured (issue 29: batched decode picks the kernel by a measured crossover;
+//   today it is the constant mat_vec_tokens_max = 8). Both kernels sum in one order, so the
+//   choice never changes a bit.
 //   --mmv-wg LANES / --mmv-rows N / --mmv-unroll N / --mmv-block-unroll N override
 //   mul_mat_vec's workgroup lanes (a multiple of 8), rows per team and units loaded per lane
 //   before summing (F32/F16/BF16; the block types); --mmv-split N /
@@ -246,6 +253,67 @@ void bench_decode(bench_env& e, const std::vector<model::ggml_type>& types, bool
     }
 }
 
+// mul_mat_vec against the tiled mul_mat over one decode step's mat-muls of the 1B shape
+// (unfused) at 8..64 tokens, per type; prints both and the crossover (--crossover).
+void bench_crossover(bench_env& e, const std::vector<model::ggml_type>& types,
+                     std::uint32_t copies) {
+    struct shape {
+        std::uint32_t n_in, n_out, copies;
+        const char* name;
+    };
+    const shape shapes[] = {{2048, 3072, copies, "1b qkv"},
+                            {2048, 2048, copies, "1b o"},
+                            {2048, 16384, copies, "1b gate_up"},
+                            {8192, 2048, copies, "1b down"},
+                            {2048, 128256, 1, "1b output"}};
+    constexpr std::uint32_t token_counts[] = {8, 12, 16, 24, 32, 48, 64};
+    constexpr std::size_t n_counts = std::size(token_counts);
+    for (model::ggml_type t : types) {
+        double vec_ms[n_counts] = {}, tiled_ms[n_counts] = {};
+        for (const shape& s : shapes) {
+            auto host = weight_bytes(t, s.n_in, s.n_out);
+            std::deque<arena> mems;
+            std::vector<weight_tensor> ws;
+            for (std::uint32_t c = 0; c < s.copies; ++c) {
+                mems.push_back(weight_arena(e, t, s.n_in, s.n_out));
+                ws.push_back(upload(e, mems.back(), t, s.n_in, s.n_out, host));
+            }
+            for (std::size_t i = 0; i < n_counts; ++i) {
+                const std::uint32_t n = token_counts[i];
+                buffer x = filled(e, std::size_t(s.n_in) * n, 1);
+                buffer y = filled(e, std::size_t(s.n_out) * n, 2);
+                for (mat_path path : {mat_path::vec, mat_path::tiled}) {
+                    auto [gpu_ms, wall_ms] = time_best(e, "mul_mat", [&] {
+                        for (const weight_tensor& w : ws) {
+                            status st = encode_mul_mat(*e.str, w, {whole(x), 0, s.n_in},
+                                                       {whole(y), 0, s.n_out}, n, false, path);
+                            if (!st) {
+                                std::fprintf(stderr, "%s\n", st.err().message.c_str());
+                                std::exit(1);
+                            }
+                        }
+                    });
+                    (path == mat_path::vec ? vec_ms : tiled_ms)[i] += gpu_ms;
+                    (void)wall_ms;
+                }
+            }
+        }
+        std::uint32_t crossover = 0;
+        for (std::size_t i = 0; i < n_counts && vec_ms[i] <= tiled_ms[i]; ++i) {
+            crossover = token_counts[i];
+        }
+        for (std::size_t i = 0; i < n_counts; ++i) {
+            std::printf(
+                "{\"crossover\":\"1b decode mat-muls\",\"type\":\"%s\",\"tokens\":%u,"
+                "\"vec_ms\":%.4f,\"tiled_ms\":%.4f}\n",
+                std::string(model::type_name(t)).c_str(), token_counts[i], vec_ms[i], tiled_ms[i]);
+        }
+        std::printf("{\"crossover_tokens\":%u,\"type\":\"%s\",\"copies\":%u}\n", crossover,
+                    std::string(model::type_name(t)).c_str(), copies);
+        std::fflush(stdout);
+    }
+}
+
 // split: flash decoding (attention_batch::split_keys from the context, the partials bound), as
 // the runner runs it; otherwise one workgroup per (head, token).
 void bench_attention(bench_env& e, std::uint32_t n_head, std::uint32_t head_dim, std::uint32_t ctx,
@@ -386,7 +454,8 @@ int main(int argc, char** argv) {
     bool dispatch_cost = false;
     bool prefill_only = false;
     bool type_compare = false;
-    bool decode_only = false, fused = false;
+    bool decode_only = false, fused = false, crossover = false;
+    std::uint32_t copies = 16;
     bool types_given = false;
     std::uint32_t mmv_wg = 0, mmv_rows = 0, mmv_unroll = 0, mmv_block_unroll = 0, mmv_split = 0,
                   mmv_split_cols = 0;
@@ -408,6 +477,10 @@ int main(int argc, char** argv) {
             decode_only = true;
         } else if (std::strcmp(argv[i], "--fused") == 0) {
             fused = true;
+        } else if (std::strcmp(argv[i], "--crossover") == 0) {
+            crossover = true;
+        } else if (std::strcmp(argv[i], "--copies") == 0 && i + 1 < argc) {
+            copies = std::clamp<std::uint32_t>(std::stoul(argv[++i]), 1, 64);
         } else if (std::strcmp(argv[i], "--mmv-wg") == 0 && i + 1 < argc) {
             mmv_wg = std::clamp<std::uint32_t>(std::stoul(argv[++i]), 8, 1024);
         } else if (std::strcmp(argv[i], "--mmv-unroll") == 0 && i + 1 < argc) {
@@ -451,7 +524,8 @@ int main(int argc, char** argv) {
                          "usage: ordo-bench-kernels [--device SELECTOR] [--reps N] "
                          "[--tx-wg LANES] [--no-texel | --texel] [--rows] [--steps] "
                          "[--prefill] [--dispatch-cost] [--types LIST] "
-                         "[--type-compare] [--decode [--fused]] [--mmv-wg LANES] "
+                         "[--type-compare] [--decode [--fused]] [--crossover [--copies N]] "
+                         "[--mmv-wg LANES] "
                          "[--mmv-rows N] [--mmv-unroll N] [--mmv-block-unroll N] [--mmv-split N] "
                          "[--mmv-split-cols N]\n");
             return 2;
@@ -493,6 +567,12 @@ int main(int argc, char** argv) {
     }
     e.str = std::move(*s);
     std::printf("{\"device\":\"%s\"}\n", e.dev->info().name.c_str());
+    if (crossover) {
+        bench_crossover(
+            e, types_given ? types : std::vector<ggml_type>{ggml_type::f16, ggml_type::q4_k},
+            copies);
+        return 0;
+    }
     if (decode_only) {
         bench_decode(e,
                      types_given ? types : std::vector<ggml_type>{ggml_type::f16, ggml_type::q4_k},
