@@ -117,6 +117,31 @@ struct scan_result {
 
 namespace {
 
+// A `.tmp` another writer last wrote shared_tmp_stale_seconds ago or more: its writer died.
+bool stale_tmp(const struct stat& st) {
+    return st.st_mtime <= ::time(nullptr) - shared_tmp_stale_seconds;
+}
+
+// Deletes the stale `.tmp` files of `dir` (at most scan_entries_max entries looked at); how
+// many.
+uint64_t sweep_stale_tmp(const std::string& dir) {
+    DIR* d = ::opendir(dir.c_str());
+    if (d == nullptr) return 0;
+    uint64_t deleted = 0;
+    uint32_t seen = 0;
+    while (dirent* e = ::readdir(d)) {
+        if (++seen > scan_entries_max) break;
+        if (classify_kv_dir_entry(e->d_name) != kv_dir_entry::tmp_leftover) continue;
+        struct stat st {};
+        if (::fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+            stale_tmp(st) && ::unlinkat(dirfd(d), e->d_name, 0) == 0) {
+            deleted++;
+        }
+    }
+    ::closedir(d);
+    return deleted;
+}
+
 // A file refused for being another model's or another KV layout's, not for being damaged.
 bool other_layout(kv_error e) {
     return e == kv_error::fingerprint || e == kv_error::geometry || e == kv_error::dtype ||
@@ -160,7 +185,7 @@ void scan_dir(const std::string& dir, const kv_expect& expect, bool shared,
             case kv_dir_entry::tmp_leftover:
                 // A write that never renamed (a crash): never read, deleted. In a shared
                 // directory a young one may be another server's save in the making.
-                if (regular && shared && st.st_mtime > ::time(nullptr) - shared_tmp_stale_seconds) {
+                if (regular && shared && !stale_tmp(st)) {
                     r.others++;
                 } else if (regular && ::unlinkat(dirfd(d), e->d_name, 0) == 0) {
                     r.leftovers++;
@@ -279,6 +304,11 @@ void kv_actor::on_start() {
          "gpu delivery init");
     uv_timer_init(loop(), &_probe_timer);
     _probe_timer.data = this;
+    uv_timer_init(loop(), &_sweep_timer);
+    _sweep_timer.data = this;
+    if (_opt.shared && _opt.sweep_ms > 0) {
+        uv_timer_start(&_sweep_timer, sweep_cb, _opt.sweep_ms, _opt.sweep_ms);
+    }
     if (_staging.slot_bytes() < uint64_t(_opt.copy_blocks_max) * _block_bytes) {
         must(make_error("bad_config", "a kv staging slot does not hold copy_blocks_max blocks"),
              "kv staging");
@@ -301,6 +331,8 @@ void kv_actor::on_stop() {
     _to_gpu.close();
     uv_timer_stop(&_probe_timer);
     uv_close(reinterpret_cast<uv_handle_t*>(&_probe_timer), nullptr);
+    uv_timer_stop(&_sweep_timer);
+    uv_close(reinterpret_cast<uv_handle_t*>(&_sweep_timer), nullptr);
     // A copy still in flight keeps its slot: the gpu may write it until it answers.
     if (_slot && _copy_job == 0) _staging.release(*_slot);
     _slot.reset();
@@ -998,6 +1030,24 @@ void kv_actor::probe_cb(uv_timer_t* t) {
                       }
                       self->count_error(kv_failure_of(kv_error_of(st->err())));
                       self->schedule_probe();
+                  });
+}
+
+// A shared directory's sweep: another writer's `.tmp` past shared_tmp_stale_seconds is deleted
+// (its writer died mid-save). One sweep at a time, off the loop.
+void kv_actor::sweep_cb(uv_timer_t* t) {
+    auto* self = static_cast<kv_actor*>(t->data);
+    if (self->stopping() || self->_sweep_running) return;
+    self->_sweep_running = true;
+    auto deleted = std::make_shared<uint64_t>(0);
+    self->offload([deleted, dir = self->_opt.dir] { *deleted = sweep_stale_tmp(dir); },
+                  [self, deleted] {
+                      self->_sweep_running = false;
+                      if (*deleted > 0) {
+                          self->log().info(
+                              "kv: {} stale .tmp files of writers that died mid-save deleted",
+                              *deleted);
+                      }
                   });
 }
 

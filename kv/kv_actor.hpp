@@ -47,7 +47,8 @@
 //   session's save is written even when the index says its file holds these tokens (another
 //   writer may have replaced it since);
 // - the startup scan deletes another writer's `.tmp` only past shared_tmp_stale_seconds, and
-//   leaves files of another model or KV layout alone instead of quarantining them;
+//   leaves files of another model or KV layout alone instead of quarantining them; a sweep
+//   every sweep_ms deletes such stale `.tmp` files while the server runs;
 // - session_delete removes the file even when this replica never indexed it;
 // - the byte budget bounds the files this replica knows (its scan, its saves, the sessions it
 //   read): the directory holds at most replicas x bytes_budget.
@@ -106,6 +107,9 @@ inline constexpr uint32_t scan_entries_max = 100000;
 // is written in well under a minute (kv_file_bytes_max is 64 GiB, but a save is at most one
 // sequence's KV); an hour leaves a wide margin for a slow shared filesystem.
 inline constexpr int64_t shared_tmp_stale_seconds = 3600;
+// [kv] shared: how often a running server sweeps the directory for such stale `.tmp` files, so
+// that a replica that died mid-save does not leave them until some replica restarts.
+inline constexpr uint64_t shared_sweep_ms_default = 600000;
 // A finished save's or restore's byte buffer is kept for the next job when it is at most this
 // big. A fresh buffer of tens of MB costs more in page faults than reading its file: glibc maps
 // allocations above 32 MiB afresh and unmaps them on free, and on a 2-core VM faulting in the
@@ -144,6 +148,7 @@ struct kv_actor_options {
     uint64_t flush_ms_max = 5000;
     uint64_t probe_ms = probe_ms_default;
     uint32_t probes_max = probes_max_default;
+    uint64_t sweep_ms = shared_sweep_ms_default;  // shared: stale .tmp sweep period
     size_t mailbox_capacity = 4096;
 };
 
@@ -231,6 +236,7 @@ private:
     void disk_fault(kv_error code, const std::string& message);
     void schedule_probe();
     static void probe_cb(uv_timer_t* t);
+    static void sweep_cb(uv_timer_t* t);
     void count_error(kv_failure code);
     void publish();  // copies the counters into the report snapshot
     void maybe_flushed();
@@ -255,6 +261,8 @@ private:
     uint32_t _probes = 0;
     uv_timer_t _probe_timer{};
     bool _probe_running = false;
+    uv_timer_t _sweep_timer{};  // shared: the stale .tmp sweep
+    bool _sweep_running = false;
     kv_armed_faults _faults;
 
     std::map<uint64_t, std::unique_ptr<job>> _jobs;  // saves and restores in flight, by id

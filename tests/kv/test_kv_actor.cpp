@@ -22,8 +22,9 @@
 // is written though the index says the file holds it (another replica replaced it); session_delete
 // removes a file the replica never indexed; two replicas saving one session at once leave one
 // valid file and no .tmp; the shared scan leaves a young .tmp and another model's file alone and
-// deletes a stale .tmp. Every wait is on a condition, bounded (probe waits and `eventually`); no
-// fixed sleep decides anything.
+// deletes a stale .tmp, and a running server's sweep deletes one planted after its scan. Every
+// wait is on a condition, bounded (probe waits and `eventually`); no fixed sleep decides
+// anything.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -115,13 +116,15 @@ struct rig {
     }
     // On `dir` (not removed at the end), [kv] shared as given.
     rig(std::string on_dir, bool shared,
-        const std::function<void(const std::string& dir)>& before_start = {})
+        const std::function<void(const std::string& dir)>& before_start = {},
+        uint64_t sweep_ms = shared_sweep_ms_default)
         : staging(1, uint64_t{copy_blocks_max} * geometry().block_bytes()) {
         dir = std::move(on_dir);
         if (before_start) before_start(dir);
         kv_actor_options o;
         o.dir = dir;
         o.shared = shared;
+        o.sweep_ms = sweep_ms;
         o.bytes_budget = bytes_budget;
         o.expect = {test_fp, geometry()};
         o.copy_blocks_max = copy_blocks_max;
@@ -687,6 +690,27 @@ TEST(KvActorShared, TheScanLeavesOtherWritersAndOtherModelsAlone) {
         EXPECT_FALSE(fs::exists(dir + "/" + young));
         EXPECT_FALSE(fs::exists(r.path_of(other_name)));
         EXPECT_EQ(r.kv->report().quarantined, 1u);
+    }
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+}
+
+TEST(KvActorShared, ARunningServerSweepsAwayADeadWritersTmp) {
+    const std::string dir = make_temp_dir();
+    const std::string stale = dir + "/" + kv_prefix_name(test_fp, prompt(1, 60)) + ".89ab.tmp";
+    const std::string young = dir + "/" + kv_prefix_name(test_fp, prompt(1, 50)) + ".0123.tmp";
+    {
+        // A save in the making, there before the actor starts: every sweep pass sees it.
+        rig r(
+            dir, true, [&](const std::string&) { std::ofstream(young) << "a save in the making"; },
+            20);  // a sweep every 20 ms
+        // Planted after the startup scan: a writer that died mid-save an hour ago.
+        std::ofstream(stale) << "a writer that died";
+        fs::last_write_time(stale, fs::file_time_type::clock::now() -
+                                       std::chrono::seconds(shared_tmp_stale_seconds + 60));
+        EXPECT_TRUE(eventually([&] { return !fs::exists(stale); }))
+            << "the stale .tmp was never swept";
+        EXPECT_TRUE(fs::exists(young)) << "a save in the making was swept";
     }
     std::error_code ec;
     fs::remove_all(dir, ec);
