@@ -163,6 +163,23 @@ arena weight_arena(bench_env& e, model::ggml_type type, std::uint32_t n_in, std:
                                                  packed_bytes(type, n_in, n_out) + 4096));
 }
 
+// `count` copies of one layer shape's weights, each in its own arena, so that a segment running
+// all of them streams the weights from device memory instead of a cache.
+struct weight_copies {
+    std::deque<arena> mems;
+    std::vector<weight_tensor> ws;
+};
+weight_copies upload_copies(bench_env& e, model::ggml_type type, std::uint32_t n_in,
+                            std::uint32_t n_out, std::uint32_t count) {
+    weight_copies out;
+    const auto host = weight_bytes(type, n_in, n_out);
+    for (std::uint32_t c = 0; c < count; ++c) {
+        out.mems.push_back(weight_arena(e, type, n_in, n_out));
+        out.ws.push_back(upload(e, out.mems.back(), type, n_in, n_out, host));
+    }
+    return out;
+}
+
 void bench_mul_mat(bench_env& e, model::ggml_type type, std::uint32_t n_in, std::uint32_t n_out,
                    std::uint32_t n_tokens, const char* shape) {
     if (n_in % row_multiple(type) != 0) return;  // not whole blocks of this type
@@ -193,13 +210,8 @@ void bench_decode(bench_env& e, const std::vector<model::ggml_type>& types, bool
     for (model::ggml_type t : types) {
         double ms[4] = {}, bytes = 0.0;
         for (const shape& s : shapes) {
-            auto host = weight_bytes(t, s.n_in, s.n_out);
-            std::deque<arena> mems;
-            std::vector<weight_tensor> ws;
-            for (std::uint32_t c = 0; c < s.copies; ++c) {
-                mems.push_back(weight_arena(e, t, s.n_in, s.n_out));
-                ws.push_back(upload(e, mems.back(), t, s.n_in, s.n_out, host));
-            }
+            const weight_copies copies = upload_copies(e, t, s.n_in, s.n_out, s.copies);
+            const std::vector<weight_tensor>& ws = copies.ws;
             for (std::size_t i = 0; i < 4; ++i) {
                 const std::uint32_t n = token_counts[i];
                 buffer x = filled(e, std::size_t(s.n_in) * n, 1);
@@ -271,13 +283,8 @@ void bench_crossover(bench_env& e, const std::vector<model::ggml_type>& types,
     for (model::ggml_type t : types) {
         double vec_ms[n_counts] = {}, tiled_ms[n_counts] = {};
         for (const shape& s : shapes) {
-            auto host = weight_bytes(t, s.n_in, s.n_out);
-            std::deque<arena> mems;
-            std::vector<weight_tensor> ws;
-            for (std::uint32_t c = 0; c < s.copies; ++c) {
-                mems.push_back(weight_arena(e, t, s.n_in, s.n_out));
-                ws.push_back(upload(e, mems.back(), t, s.n_in, s.n_out, host));
-            }
+            const weight_copies copies = upload_copies(e, t, s.n_in, s.n_out, s.copies);
+            const std::vector<weight_tensor>& ws = copies.ws;
             for (std::size_t i = 0; i < n_counts; ++i) {
                 const std::uint32_t n = token_counts[i];
                 buffer x = filled(e, std::size_t(s.n_in) * n, 1);
