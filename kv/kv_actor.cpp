@@ -25,6 +25,12 @@ constexpr std::string_view quarantine_dir_name = "quarantine";
 constexpr std::string_view probe_file_prefix = ".ordo-probe";
 constexpr size_t probe_bytes = 4096;
 
+// After a failed read: whether the file is simply not there (removed by someone else).
+bool file_absent(const std::string& path) {
+    struct stat st {};
+    return ::lstat(path.c_str(), &st) != 0 && errno == ENOENT;
+}
+
 double ms_since(std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
 }
@@ -430,9 +436,7 @@ void kv_actor::refresh_session(const kv_lookup& m, const std::string& name) {
             using o = session_read::outcome;
             auto h = read_kv_header(path, expect);
             if (!h) {
-                struct stat st {};
-                const bool absent = ::lstat(path.c_str(), &st) != 0 && errno == ENOENT;
-                r->what = absent ? o::absent : o::refused;
+                r->what = file_absent(path) ? o::absent : o::refused;
                 r->why = h.err();
                 return;
             }
@@ -486,16 +490,7 @@ void kv_actor::refresh_session(const kv_lookup& m, const std::string& name) {
                             count_error(kv_failure_of(e));
                             log().warn("kv: {} quarantined ({}): {}", name, enum_name(e),
                                        r->why.message);
-                            if (now != nullptr) {
-                                quarantine(name, kv_failure_of(e));
-                            } else {
-                                _counters.quarantined++;
-                                offload(
-                                    [dir = _opt.dir, name, f = kv_failure_of(e)] {
-                                        move_to_quarantine(dir, name, f);
-                                    },
-                                    [] {});
-                            }
+                            quarantine(name, kv_failure_of(e));
                         }
                         break;
                     }
@@ -577,8 +572,7 @@ void kv_actor::read_restore(uint64_t id) {
             // Every block's checksum is verified right after its read (read_kv_blocks).
             j->io = read_kv_blocks(path, j->header, j->first_block,
                                    static_cast<uint32_t>(j->blocks.size()), dst, rf);
-            struct stat st {};
-            if (!j->io && ::lstat(path.c_str(), &st) != 0 && errno == ENOENT) j->gone = true;
+            if (!j->io && file_absent(path)) j->gone = true;
         },
         [this, j] {
             if (!j->io) {
@@ -970,9 +964,9 @@ void kv_actor::on(const kv_session_delete& m) {
 // Counts the file, not its error: the caller counts that once (a failed restore is counted by
 // restore_finished, which every restore ends in).
 void kv_actor::quarantine(const std::string& name, kv_failure code) {
-    _index.erase(name);
+    // A file another server wrote may not be indexed here yet (refresh_session).
+    if (_index.erase(name)) _to_sched.send(kv_evicted{name, eviction::quarantined});
     _counters.quarantined++;
-    _to_sched.send(kv_evicted{name, eviction::quarantined});
     offload([dir = _opt.dir, name, code] { move_to_quarantine(dir, name, code); }, [] {});
 }
 

@@ -112,9 +112,6 @@ private:
 std::uint64_t block_checksum(std::span<const std::uint8_t> block, std::uint32_t index) {
     return XXH3_64bits_withSeed(block.data(), block.size(), index);
 }
-std::uint64_t tokens_checksum(std::span<const std::int32_t> tokens) {
-    return XXH3_64bits(tokens.data(), tokens.size_bytes());
-}
 
 // The bytes of an array of little-endian integers, as they go to disk.
 template <typename T>
@@ -372,7 +369,7 @@ bool valid_writer_tag(std::string_view tag) {
 }
 
 std::uint64_t kv_tokens_checksum(std::span<const std::int32_t> tokens) {
-    return tokens_checksum(tokens);
+    return XXH3_64bits(tokens.data(), tokens.size_bytes());
 }
 
 // ---- Write --------------------------------------------------------------------------------------
@@ -447,7 +444,7 @@ status write_kv_file(const std::string& dir, std::string_view name, const kv_fil
     kv_file_header h;
     h.meta = meta;
     h.n_blocks = static_cast<std::uint32_t>(tokens.size() / meta.geometry.block_tokens);
-    h.tokens_checksum = tokens_checksum(tokens);
+    h.tokens_checksum = kv_tokens_checksum(tokens);
     h.file_bytes = layout_bytes(meta.geometry, h.n_blocks);
     const std::uint64_t bb = meta.geometry.block_bytes();
     std::vector<std::uint64_t> table(h.n_blocks);
@@ -604,7 +601,7 @@ result<std::vector<std::int32_t>> read_kv_tokens(const std::string& path,
                                 tokens.size() * sizeof(std::int32_t));
     if (auto s = read_exact(f->fd, header.tokens_offset(), dst, path); !s) return s.err();
     // Right after the read.
-    if (tokens_checksum(tokens) != header.tokens_checksum) {
+    if (kv_tokens_checksum(tokens) != header.tokens_checksum) {
         return fail(kv_error::tokens_checksum, path, "token ids checksum mismatch");
     }
     return tokens;

@@ -162,12 +162,10 @@ std::string wait_draft_ready(uint16_t port) {
         tcp_client c;
         if (c.connect(port) && c.send(frame("id", 1, "op", "model"))) {
             if (auto m = next(c); m && m->terminal()) {
-                const msgpack::object* spec = field(m->o(), "speculative");
-                if (spec == nullptr) return "no speculative map in the model op";
-                std::map<std::string, msgpack::object> f;
-                spec->convert(f);
-                if (f.count("draft_ready") != 0 && f.at("draft_ready").as<bool>()) return "";
-                if (f.count("draft_reason") != 0) why = f.at("draft_reason").as<std::string>();
+                const draft_state d = draft_state_of(m->o());
+                if (!d.present) return "no speculative map in the model op";
+                if (d.ready) return "";
+                why = d.reason;
             }
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(50));

@@ -247,6 +247,17 @@ const msgpack::object* field(const msgpack::object& map, const std::string& key)
     return client::find(map, key);  // the CLI's lookup (tools/client/connection.hpp)
 }
 
+draft_state draft_state_of(const msgpack::object& model) {
+    draft_state d;
+    const msgpack::object* spec = field(model, "speculative");
+    if (spec == nullptr) return d;
+    d.present = true;
+    const msgpack::object* ready = field(*spec, "draft_ready");
+    d.ready = ready != nullptr && ready->type == msgpack::type::BOOLEAN && ready->via.boolean;
+    d.reason = str_field(*spec, "draft_reason");
+    return d;
+}
+
 std::string str_field(const msgpack::object& map, const std::string& key) {
     const auto* f = field(map, key);
     return f && f->type == msgpack::type::STR ? f->as<std::string>() : std::string();

@@ -110,6 +110,15 @@ const msgpack::object* field(const msgpack::object& map, const std::string& key)
 std::string str_field(const msgpack::object& map, const std::string& key);
 uint64_t uint_field(const msgpack::object& map, const std::string& key);
 
+// The `model` op's answer about the draft model ([speculative] mode = "draft"): its
+// `speculative` map is there (present), speculative.draft_ready, speculative.draft_reason.
+struct draft_state {
+    bool present = false;
+    bool ready = false;
+    std::string reason;
+};
+draft_state draft_state_of(const msgpack::object& model);
+
 // A decoded event with its own storage.
 struct event {
     std::shared_ptr<msgpack::object_handle> h;

@@ -77,13 +77,9 @@ bool server::wait_draft_ready() {
     while (clock::now() < end) {
         auto m = call("model");
         if (!m) break;
-        const msgpack::object* spec = test::field(m->o(), "speculative");
-        const msgpack::object* ready = spec ? test::field(*spec, "draft_ready") : nullptr;
-        if (ready != nullptr && ready->type == msgpack::type::BOOLEAN && ready->via.boolean) {
-            return true;
-        }
-        const msgpack::object* reason = spec ? test::field(*spec, "draft_reason") : nullptr;
-        if (reason != nullptr && reason->type == msgpack::type::STR) reason->convert(why);
+        const test::draft_state d = test::draft_state_of(m->o());
+        if (d.ready) return true;
+        if (!d.reason.empty()) why = d.reason;
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     _f->fail("the draft model did not become ready within " +
