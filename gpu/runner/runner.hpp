@@ -117,6 +117,10 @@ struct runner_options {
     // mul_mat_rows on CPU devices; mul_mat_vec, with the decode fusions, on GPUs); true =
     // mul_mat_vec anywhere (tests run the GPUs' decode path on lavapipe), false = mul_mat_rows.
     std::optional<bool> mat_vec_kernels;
+    // The tiled mat-mul's group split threshold (pipeline_tuning::mat_tiled_split_wg): unset =
+    // the device's (GPUs split grids under 1024 workgroups, CPU devices never); tests set the
+    // GPUs' value to run the split on lavapipe.
+    std::optional<std::uint32_t> mat_tiled_split_wg;
     // Keys per attention split (flash decoding, kernels.hpp attention_split_keys): 0 = from the
     // context; tests set one workgroup's worth so short contexts span many splits. A multiple
     // of the attention workgroup.
@@ -269,6 +273,7 @@ private:
     status upload_model(const model::llama_weights& w);
     status init_buffers(std::uint32_t blocks);
     status init_stream();
+    status init_mat_split();
     status warm_up();
     void report(build_stage stage, std::uint32_t done, std::uint32_t total) const;
     status ensure_kv_host();  // makes _kv_host on the first copy job
@@ -357,6 +362,9 @@ private:
     std::uint32_t _attn_split_keys = 0;
     std::uint32_t _attn_max_splits = 0;
     buffer _attn_partials;
+    // The tiled mat-mul's group split partial sums (mat_split_scratch_floats; empty where the
+    // device's tuning never splits).
+    buffer _mat_split;
     std::string _last_segment;
     std::chrono::steady_clock::time_point _segment_submitted;  // the segment in flight's submit
     std::vector<kernel_time> _timings;

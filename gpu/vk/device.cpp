@@ -112,6 +112,46 @@ bool has_extension(VkPhysicalDevice pd, const char* name) {
     return false;
 }
 
+const char* component_name(VkComponentTypeNV t) {
+    switch (t) {
+        case VK_COMPONENT_TYPE_FLOAT16_NV:
+            return "f16";
+        case VK_COMPONENT_TYPE_FLOAT32_NV:
+            return "f32";
+        case VK_COMPONENT_TYPE_SINT8_NV:
+            return "s8";
+        case VK_COMPONENT_TYPE_SINT32_NV:
+            return "s32";
+        case VK_COMPONENT_TYPE_UINT8_NV:
+            return "u8";
+        case VK_COMPONENT_TYPE_UINT32_NV:
+            return "u32";
+        default:
+            return "other";
+    }
+}
+
+// The subgroup-scope shapes VK_NV_cooperative_matrix lists, as "MxNxK A>C"; empty without it.
+std::vector<std::string> cooperative_matrix_shapes(VkInstance instance, VkPhysicalDevice pd) {
+    std::vector<std::string> out;
+    if (!has_extension(pd, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME)) return out;
+    auto get = reinterpret_cast<PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV>(
+        vkGetInstanceProcAddr(instance, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV"));
+    if (get == nullptr) return out;
+    std::uint32_t count = 0;
+    if (get(pd, &count, nullptr) != VK_SUCCESS) return out;
+    std::vector<VkCooperativeMatrixPropertiesNV> props(
+        count, VkCooperativeMatrixPropertiesNV{VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV});
+    if (get(pd, &count, props.data()) != VK_SUCCESS) return out;
+    for (const auto& p : props) {
+        if (p.scope != VK_SCOPE_SUBGROUP_NV) continue;
+        out.push_back(std::to_string(p.MSize) + "x" + std::to_string(p.NSize) + "x" +
+                      std::to_string(p.KSize) + " " + component_name(p.AType) + ">" +
+                      component_name(p.CType));
+    }
+    return out;
+}
+
 }  // namespace
 
 std::string describe(const device_info& info) {
@@ -134,6 +174,10 @@ std::string describe(const device_info& info) {
          ", subgroup-ballot " + (info.subgroup_ballot ? "on" : "off") + ", subgroup-shuffle " +
          (info.subgroup_shuffle ? "on" : "off") + ", timestamps " +
          (info.timestamps ? "on" : "off");
+    s += std::string(", cooperative-matrix-khr ") +
+         (info.cooperative_matrix_khr_listed ? "listed" : "absent") + ", cooperative-matrix-nv";
+    if (info.cooperative_matrix_nv.empty()) s += " absent";
+    for (const auto& shape : info.cooperative_matrix_nv) s += " " + shape;
     return s;
 }
 
@@ -290,6 +334,8 @@ status device::pick_physical(const device_options& options) {
         _info.max_workgroup_count[i] = lim.maxComputeWorkGroupCount[i];
     }
     _info.max_workgroup_invocations = lim.maxComputeWorkGroupInvocations;
+    _info.cooperative_matrix_khr_listed = has_extension(_physical, "VK_KHR_cooperative_matrix");
+    _info.cooperative_matrix_nv = cooperative_matrix_shapes(_instance, _physical);
     _info.max_push_constants_bytes = lim.maxPushConstantsSize;
     _info.timestamp_period_ns = lim.timestampPeriod;
     vkGetPhysicalDeviceMemoryProperties(_physical, &_memory);

@@ -65,6 +65,12 @@ struct device_info {
     bool subgroup_arithmetic = false;
     bool subgroup_ballot = false;   // subgroupBroadcast (mul_mat_tx tx1 folds its lanes with it)
     bool subgroup_shuffle = false;  // subgroupShuffle (tx1 with more than one 8-lane team)
+    // Cooperative matrices (facts only, reported in describe(); no kernel uses them yet): the
+    // shapes VK_NV_cooperative_matrix offers, "MxNxK A>C" with A/B and C/D component types,
+    // subgroup scope; and whether the device names VK_KHR_cooperative_matrix (Debian 12's
+    // headers and glslang predate it, so ordo cannot build for it).
+    std::vector<std::string> cooperative_matrix_nv;
+    bool cooperative_matrix_khr_listed = false;
 };
 
 // One line per fact, for the start-up log and the stats op.

@@ -293,12 +293,45 @@ struct mat_extra {
     std::uint32_t out_rows = 0;  // GLU: output rows (n_ff), the chunk's up rows follow them
 };
 
+// Whether a tiled grid of gx x gy workgroups runs the group split: forced (mat_path::split), or
+// a grid under the tuning's mat_tiled_split_wg; either way only with scratch for its partials.
+bool split_tiled(const stream& s, std::uint32_t gx, std::uint32_t gy, std::uint32_t out_rows,
+                 std::uint32_t n_tokens, bool forced) {
+    const buffer_view& scratch = s.mat_split_scratch();
+    std::uint64_t need = 4ull * abi::ORDO_MAT_GROUPS * n_tokens * out_rows;
+    if (scratch.buf == nullptr || scratch.range < need) return false;
+    std::uint32_t limit = s.pipes().tuning().mat_tiled_split_wg;
+    return forced || std::uint64_t(gx) * gy < limit;
+}
+
+// The group split of one chunk: mul_mat with workgroup z summing group z into the scratch,
+// then mul_mat_fold into y. Each dispatch ends with a barrier: the fold reads what the split
+// wrote, and the next split (any mat-mul's) rewrites the scratch the fold read.
+status dispatch_split(stream& s, const pipeline& pl, pipeline_id id, const weight_chunk& ch,
+                      const rows_view& x, const rows_view& y, abi::mul_mat_push p, std::uint32_t gx,
+                      std::uint32_t gy) {
+    const buffer_view& scratch = s.mat_split_scratch();
+    abi::mat_fold_push f{p.n_rows,   p.n_cols,   0,           p.n_rows,
+                         p.y_offset, p.y_stride, p.row_begin, p.accumulate};
+    p.split = 1;
+    p.y_offset = 0;
+    p.y_stride = p.n_rows;
+    p.row_begin = 0;
+    p.accumulate = 0;
+    s.dispatch(pl, id, {ch.view, x.view, scratch}, p, {gx, gy, abi::ORDO_MAT_GROUPS});
+    std::uint32_t wg = s.pipes().get(pipeline_id::mul_mat_fold).workgroup_size;
+    s.dispatch(pipeline_id::mul_mat_fold, {scratch, y.view}, f,
+               {std::min(ceil_div(p.n_rows, wg), elementwise_groups_max), p.n_cols, 1});
+    return {};
+}
+
 // One dispatch per weight chunk of the resolved storage kernel.
 status dispatch_storage(stream& s, const weight_tensor& w, const rows_view& x, const rows_view& y,
                         std::uint32_t n_tokens, bool accumulate, mat_path path,
                         const mat_extra& extra = {}) {
     bool vec = path == mat_path::vec;
     bool rows = path == mat_path::rows;
+    bool forced_split = path == mat_path::split;
     bool fused = extra.kernel != pipeline_id::count;
     ORDO_GPU_CHECK(!fused || vec, "fused mat-mul off the mul_mat_vec path");
     pipeline_id id = pick(fused  ? extra.kernel
@@ -312,7 +345,9 @@ status dispatch_storage(stream& s, const weight_tensor& w, const rows_view& x, c
     if (!found) return found.err();
     const pipeline& pl = **found;
     const device_info& info = s.dev().info();
-    if (!vec && ceil_div(n_tokens, abi::ORDO_MM_TN) > info.max_workgroup_count[1]) {
+    const std::uint32_t tile_rows = mat_tiled_rows(s.pipes().tuning());
+    const std::uint32_t tile_tokens = mat_tiled_tokens(s.pipes().tuning());
+    if (!vec && ceil_div(n_tokens, tile_tokens) > info.max_workgroup_count[1]) {
         return bad("mul_mat", "too many tokens for one dispatch");
     }
     for (std::size_t c = 0; c < w.chunks.size(); ++c) {
@@ -321,13 +356,19 @@ status dispatch_storage(stream& s, const weight_tensor& w, const rows_view& x, c
         std::uint32_t out_rows = extra.out_rows != 0 ? extra.out_rows : ch.row_count;
         std::uint32_t gx = rows  ? ceil_div(out_rows, pl.workgroup_size)
                            : vec ? ceil_div(out_rows, mat_vec_workgroup_rows(pl))
-                                 : ceil_div(out_rows, abi::ORDO_MM_TM);
-        std::uint32_t gy = (vec || rows) ? 1 : ceil_div(n_tokens, abi::ORDO_MM_TN);
+                                 : ceil_div(out_rows, tile_rows);
+        std::uint32_t gy = (vec || rows) ? 1 : ceil_div(n_tokens, tile_tokens);
         if (gx > info.max_workgroup_count[0]) return bad("mul_mat", "too many rows per chunk");
         abi::mul_mat_push p{w.n_in,   out_rows, n_tokens, ch.row_begin, ch.scale_offset,
                             x.offset, x.stride, y.offset, y.stride,     accumulate ? 1u : 0u};
         p.norm_eps = extra.eps;
         p.glu_up_row = extra.out_rows;
+        if (!vec && !rows && split_tiled(s, gx, gy, out_rows, n_tokens, forced_split)) {
+            status st = dispatch_split(s, pl, id, ch, x, y, p, gx, gy);
+            if (!st) return st;
+            continue;
+        }
+        if (forced_split) return bad("mul_mat", "split path: no scratch for the partial sums");
         // Chunks write disjoint rows of y: only the last needs the barrier.
         bool last = c + 1 == w.chunks.size();
         if (fused) {

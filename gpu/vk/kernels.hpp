@@ -43,7 +43,10 @@ status encode_get_rows(stream& s, const weight_tensor& table, ints_view ids, std
 // (gpu/vk/shaders/mat_order.glsl's grouped order, fixed by K alone), so a token's outputs are
 // bit-identical whichever kernel its step's token count or its buffers pick, and no kernel
 // depends on the other tokens.
-enum class mat_path { automatic, vec, tiled, rows, texel };
+// `split` forces the tiled kernel's group split (mat_order.glsl's 8 groups over the grid's z,
+// then mul_mat_fold; automatic takes it for grids under pipeline_tuning::mat_tiled_split_wg):
+// it needs the stream's mat_split_scratch (gpu_bad_shape without).
+enum class mat_path { automatic, vec, tiled, split, rows, texel };
 // Token counts up to this use mul_mat_vec (decode, small batches); above, the tiled mat-mat.
 constexpr std::uint32_t mat_vec_tokens_max = 8;
 

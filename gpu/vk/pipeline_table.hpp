@@ -37,6 +37,7 @@
     X(swiglu, 3, swiglu_push, elementwise, 0, none, create)                                    \
     X(swiglu_tx, 3, swiglu_push, elementwise, 0b11, none, create)                              \
     X(add, 3, add_push, elementwise, 0, none, create)                                          \
+    X(mul_mat_fold, 2, mat_fold_push, elementwise, 0, none, create)                            \
     X(kv_write_f32, 4, kv_write_push, elementwise, 0, none, create)                            \
     X(kv_write_f16, 4, kv_write_push, elementwise, 0, none, create)                            \
     X(rope_kv_tx_f32, 6, rope_kv_push, subgroup, 0b1, none, create)                            \

@@ -163,6 +163,11 @@ pipeline_tuning tuning_for(const device_info& info) {
         t.mat_vec_wg /= 2;
     }
     t.mat_rows_wg = std::min<std::uint32_t>(cap, 64);
+    // GPUs: split the tiled kernel's groups for every grid whose partials fit the scratch
+    // (measured on an H200, gpu/PERF.md session 20: a 64-sequence step of the 1B Q4_K model
+    // spent 38.7 ms in the tiled mat-muls unsplit, 27.0 split below 1024 workgroups, 13.0
+    // below 16384; prefill 512 the same either way). CPU devices run the texel family.
+    t.mat_tiled_split_wg = info.kind == device_kind::cpu ? 0 : 16384;
     // A CPU device (lavapipe) runs the barrier-free row-per-lane kernel for every few-token
     // count in the storage family; a GPU the 8-lanes-per-row mul_mat_vec (gpu/PERF.md).
     t.rows_tokens_max = info.kind == device_kind::cpu ? mat_vec_tokens_max : 0;
@@ -176,6 +181,16 @@ pipeline_tuning tuning_for(const device_info& info) {
     t.attention_tx_wg = std::min<std::uint32_t>(cap, sg);
     t.attention_wg = std::min<std::uint32_t>(cap, std::max<std::uint32_t>(32, sg * 2));
     return t;
+}
+
+std::uint64_t mat_split_scratch_floats(const pipeline_tuning& t, std::uint64_t rows_max,
+                                       std::uint32_t tokens_max) {
+    if (t.mat_tiled_split_wg == 0) return 0;
+    // A split grid has gx * gy < mat_tiled_split_wg workgroups of TM rows x TN tokens.
+    std::uint64_t grid =
+        std::uint64_t(t.mat_tiled_split_wg) * mat_tiled_rows(t) * mat_tiled_tokens(t);
+    return std::min(abi::ORDO_MAT_GROUPS * std::min(grid, rows_max * tokens_max),
+                    mat_split_scratch_bytes_max / 4);
 }
 
 namespace {
@@ -237,6 +252,13 @@ result<std::unique_ptr<pipelines>> pipelines::create(const device& dev,
                          "(mul_mat_vec's shared memory too), norm_wg a power of two, "
                          "mat_vec_wg a multiple of 8 x mat_vec_split, and mat_vec_split 1, 2, "
                          "4 or 8 dividing both mat_vec unrolls");
+    }
+    auto lane_block = [](std::uint32_t v) { return v == 4 || v == 8; };
+    if (!lane_block(tuning.mat_tiled_rows_per_lane) ||
+        !lane_block(tuning.mat_tiled_tokens_per_lane)) {
+        return gpu_error(gpu_failure::bad_config,
+                         "pipeline tuning: the tiled mat-mul's rows and tokens per lane must be "
+                         "4 or 8");
     }
     for (std::size_t i = 0; i < pipeline_count; ++i) {
         auto id = static_cast<pipeline_id>(i);
@@ -379,10 +401,17 @@ status pipelines::build(pipeline& pl, pipeline_id id, std::uint32_t k,
                                              : _tuning.mat_vec_unroll;
     // Constant 4: mul_mat_vec's lanes per group for this token count (k).
     pl.helpers = mat_vec ? mat_vec_helpers(_tuning, k) : 1;
-    std::uint32_t spec_values[5] = {pl.workgroup_size, pl.rows_per_workgroup, k, pl.tile_rows,
-                                    pl.helpers};
-    VkSpecializationMapEntry entries[5] = {{0, 0, 4}, {1, 4, 4}, {2, 8, 4}, {3, 12, 4}, {4, 16, 4}};
-    VkSpecializationInfo spec{5, entries, sizeof(spec_values), spec_values};
+    // Constants 5 and 6: the tiled mul_mat's outputs per lane (rows, tokens).
+    std::uint32_t spec_values[7] = {pl.workgroup_size,
+                                    pl.rows_per_workgroup,
+                                    k,
+                                    pl.tile_rows,
+                                    pl.helpers,
+                                    _tuning.mat_tiled_rows_per_lane,
+                                    _tuning.mat_tiled_tokens_per_lane};
+    VkSpecializationMapEntry entries[7] = {{0, 0, 4},  {1, 4, 4},  {2, 8, 4}, {3, 12, 4},
+                                           {4, 16, 4}, {5, 20, 4}, {6, 24, 4}};
+    VkSpecializationInfo spec{7, entries, sizeof(spec_values), spec_values};
     VkComputePipelineCreateInfo ci{VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
     ci.stage.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO;
     ci.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;

@@ -113,6 +113,16 @@ struct pipeline_tuning {
     std::uint32_t mat_vec_split_cols = 2;
     std::uint32_t attention_wg = 0;  // attention lanes (head_dim <= wg * ORDO_ATTN_ACC)
     std::uint32_t mat_rows_wg = 0;   // mul_mat_rows lanes (= weight rows per workgroup)
+    // The tiled mul_mat splits mat_order.glsl's 8 groups over its grid's z (8 times the
+    // workgroups, each walking an eighth of K, then mul_mat_fold) when its grid has fewer
+    // workgroups than this and the stream has the scratch (0: never). A GPU's batched decode
+    // grid (16-64 tokens: one token tile, 32-256 row tiles of the 1B shape) leaves most of its
+    // multiprocessors idle and each workgroup walking K alone (gpu/PERF.md, session 20).
+    std::uint32_t mat_tiled_split_wg = 0;
+    // The tiled mul_mat's outputs per lane: rows x tokens (4 or 8 each; specialization
+    // constants 5 and 6), a tile of 16 x rows weight rows by 8 x tokens tokens per workgroup.
+    std::uint32_t mat_tiled_rows_per_lane = 4;
+    std::uint32_t mat_tiled_tokens_per_lane = 4;
     // mat_path::automatic picks mul_mat_rows up to this many tokens (0: never, mul_mat_vec
     // instead); above it the tiled mul_mat. At most mat_vec_tokens_max.
     std::uint32_t rows_tokens_max = 0;
@@ -143,6 +153,25 @@ std::uint64_t mat_vec_shared_bytes(const pipeline_tuning& t,
 std::uint32_t mat_vec_cols_max(const pipeline_tuning& t, std::uint64_t shared);
 // mul_mat_vec's lanes per group at `cols` tokens under `t`.
 std::uint32_t mat_vec_helpers(const pipeline_tuning& t, std::uint32_t cols);
+
+// The tiled mul_mat's workgroup tile under `t`: weight rows, tokens.
+inline std::uint32_t mat_tiled_rows(const pipeline_tuning& t) {
+    return 16 * t.mat_tiled_rows_per_lane;
+}
+inline std::uint32_t mat_tiled_tokens(const pipeline_tuning& t) {
+    return 8 * t.mat_tiled_tokens_per_lane;
+}
+
+// Floats of scratch the tiled mul_mat's group split needs under `t` for any weight of at most
+// `rows_max` rows (one chunk) at up to `tokens_max` tokens: 8 partial sums per output of the
+// largest grid it splits, at most mat_split_scratch_bytes_max (0 when `t` never splits). A
+// grid whose partials do not fit runs unsplit (the 1B shape's 128k-row output head past 128
+// tokens). Measured on an H200 (gpu/PERF.md session 20): the head at 64 sequences unsplit
+// doubled a 64-sequence step's mat-mul time (26.6 against 13.0 ms), although its grid of
+// 4008 workgroups fills the GPU: each workgroup's walk over all of K is the cost.
+constexpr std::uint64_t mat_split_scratch_bytes_max = 512ull << 20;
+std::uint64_t mat_split_scratch_floats(const pipeline_tuning& t, std::uint64_t rows_max,
+                                       std::uint32_t tokens_max);
 
 // XXH3-64 of every embedded SPIR-V module, in table order: what this build compiles. The
 // pipeline cache file (pipeline_cache.hpp) is valid only for the build that wrote it.

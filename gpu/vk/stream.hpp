@@ -124,6 +124,10 @@ public:
     const std::vector<dispatch_timing>& timings() const { return _timings; }
     const device& dev() const { return _device; }
     const pipelines& pipes() const { return _pipes; }
+    // Where the tiled mat-mul's group split writes its partial sums (encode_mul_mat; sized by
+    // mat_split_scratch_floats): set by the runner; an empty view (the default) never splits.
+    void set_mat_split_scratch(buffer_view v) { _mat_split_scratch = v; }
+    const buffer_view& mat_split_scratch() const { return _mat_split_scratch; }
 
 private:
     stream(const device& dev, const pipelines& pipes, const stream_options& options)
@@ -156,6 +160,7 @@ private:
     int _last = 0;     // the slot begun last
     std::vector<dispatch_timing> _timings;
     std::optional<VkResult> _injected;
+    buffer_view _mat_split_scratch;
 };
 
 }  // namespace ordo::gpu

@@ -9,7 +9,8 @@
 //     run (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K..Q6_K; K = 160, or 512 for the K
 //     types' whole super-blocks) split in several chunks, with and without the fused
 //     accumulate, for every mat_path the device runs
-//     (automatic, vec, rows, tiled, texel), and all of them agree bit for bit (mat_order.glsl's
+//     (automatic, vec, rows, tiled, split: the tiled kernel's groups over the grid's z, then
+//     mul_mat_fold; texel), and all of them agree bit for bit (mat_order.glsl's
 //     one grouped order), so the mat-vec/tiled crossover and the family never matter. The
 //     texel path's batches cover every mul_mat_tx variant: tx1 (1 row), tx4 (2..8, one tile of
 //     8 tokens) and txm (9..40: one to three 16-token tiles, the target in any tile slot).
@@ -21,8 +22,11 @@
 // (b) runner: a 23-token prompt prefilled in one step, in chunks of 7 and token by token gives
 //     the same final logits and the same KV bytes (read_kv_blocks).
 // (a) and (b) run again on the GPUs' decode path (runner_options::mat_vec_kernels: mul_mat_vec
-//     with the fused norm and SwiGLU for up to 8 tokens), and that path gives a sequence the
-//     same logits as this device's default one (mul_mat_rows, separate norm and SwiGLU).
+//     with the fused norm and SwiGLU for up to 8 tokens, the tiled kernel's group split past
+//     them), and that path gives a sequence the same logits as this device's default one
+//     (mul_mat_rows, separate norm and SwiGLU).
+// (d) the tiled kernel's tiles (4 or 8 rows by 4 or 8 tokens per lane) and the group split
+//     give the default tile's bits, and mul_mat_vec's shapes the tiled kernel's.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -67,6 +71,8 @@ const char* path_name(mat_path p) {
             return "vec";
         case mat_path::tiled:
             return "tiled";
+        case mat_path::split:
+            return "split";
         case mat_path::rows:
             return "rows";
         case mat_path::texel:
@@ -80,18 +86,25 @@ struct mm_weight {
     weight_tensor w;
 };
 
+// `rows` random rows of K `k` quantized to `type` (seed + the type's number), uploaded into mem.
+result<weight_tensor> random_weight(arena& mem, ggml_type type, std::uint32_t k, std::uint32_t rows,
+                                    std::uint32_t seed) {
+    std::size_t rb = model::row_bytes(type, k);
+    std::vector<std::uint8_t> bytes(rb * rows);
+    auto f = random_floats(std::size_t(k) * rows, seed + static_cast<std::uint32_t>(type));
+    for (std::size_t r = 0; r < rows; ++r) {
+        auto q = model::quantize_row(type, f.data() + r * k, bytes.data() + r * rb, k);
+        if (!q) return q.err();
+    }
+    return upload_weight(*env().dev, mem, type, k, rows, bytes);
+}
+
 // A random weight, uploaded through pages small enough to split it into several chunks.
 std::unique_ptr<mm_weight> make_mm_weight(ggml_type type) {
     const std::uint32_t k = mm_k(type);
-    std::size_t rb = model::row_bytes(type, k);
-    std::vector<std::uint8_t> bytes(rb * mm_rows);
-    auto f = random_floats(std::size_t(k) * mm_rows, 31 + static_cast<std::uint32_t>(type));
-    for (std::size_t r = 0; r < mm_rows; ++r) {
-        EXPECT_TRUE(model::quantize_row(type, f.data() + r * k, bytes.data() + r * rb, k).ok());
-    }
     // Pages that split every type into several chunks (the K types' rows are 3x longer).
     auto m = std::make_unique<mm_weight>(mm_weight{arena(*env().dev, k > 256 ? 16384 : 4096), {}});
-    auto w = upload_weight(*env().dev, m->mem, type, k, mm_rows, bytes);
+    auto w = random_weight(m->mem, type, k, mm_rows, 31);
     EXPECT_TRUE(w.ok()) << (w.ok() ? "" : w.err().message);
     if (!w) return nullptr;
     EXPECT_GT(w->chunks.size(), 1u);
@@ -144,8 +157,12 @@ void check_type(ggml_type type, bool accumulate) {
         std::copy(target.begin(), target.end(), x.begin() + at);
     }
     buffer xb = make_buffer(x);
-    const mat_path paths[] = {mat_path::automatic, mat_path::vec, mat_path::rows, mat_path::tiled,
-                              mat_path::texel};
+    const mat_path paths[] = {mat_path::automatic, mat_path::vec,   mat_path::rows,
+                              mat_path::tiled,     mat_path::split, mat_path::texel};
+    // The group split's partial sums: 8 per output of the widest batch (one chunk at most).
+    buffer scratch = make_buffer(
+        std::vector<float>(std::size_t(abi::ORDO_MAT_GROUPS) * mm_batch_max * mm_rows, 0.0f));
+    env().str->set_mat_split_scratch(whole(scratch));
     std::map<mat_path, std::vector<float>> alone_of;  // each path's target row, alone
     std::uint32_t ran = 0;
     for (mat_path p : paths) {
@@ -159,7 +176,8 @@ void check_type(ggml_type type, bool accumulate) {
         }
         alone_of[p].assign(alone, alone + mm_rows);
     }
-    EXPECT_GE(ran, 4u) << "automatic, vec, rows and tiled run on every device";
+    env().str->set_mat_split_scratch({});
+    EXPECT_GE(ran, 5u) << "automatic, vec, rows, tiled and split run on every device";
     ASSERT_TRUE(alone_of.count(mat_path::automatic));
     // One order (mat_order.glsl's grouped order) for every kernel: each path's row equals the
     // automatic path's, whichever kernel automatic picked on this device.
@@ -190,14 +208,8 @@ TEST(GpuBatchInvariance, MulMatVecEveryShapeSumsLikeTiled) {
     for (ggml_type type : {ggml_type::f16, ggml_type::q4_k, ggml_type::q2_k}) {
         const std::uint32_t k = row_multiple(type) > 32 ? 2304 : 2080;  // 9 super-blocks; 65 blocks
         SCOPED_TRACE(std::string(model::type_name(type)) + " k=" + std::to_string(k));
-        std::size_t rb = model::row_bytes(type, k);
-        std::vector<std::uint8_t> bytes(rb * rows);
-        auto f = random_floats(std::size_t(k) * rows, 17 + static_cast<std::uint32_t>(type));
-        for (std::size_t r = 0; r < rows; ++r) {
-            ASSERT_TRUE(model::quantize_row(type, f.data() + r * k, bytes.data() + r * rb, k).ok());
-        }
         arena mem(*env().dev, 1u << 22);
-        auto w = upload_weight(*env().dev, mem, type, k, rows, bytes);
+        auto w = random_weight(mem, type, k, rows, 17);
         ASSERT_TRUE(w.ok()) << w.err().message;
         const std::uint32_t tokens = mat_vec_tokens_max;
         buffer xb = make_buffer(random_floats(std::size_t(k) * tokens, 3));
@@ -251,6 +263,57 @@ TEST(GpuBatchInvariance, MulMatVecEveryShapeSumsLikeTiled) {
     }
 }
 
+// The tiled kernel's tile (outputs per lane: 4 or 8 rows by 4 or 8 tokens) and its group split
+// are per-device choices too: every tile, split or not, must give the bits of the default tile
+// at token counts and rows that are not multiples of any tile (partial tiles, several
+// workgroups in both directions), F16 and the K type Q4_K.
+TEST(GpuBatchInvariance, MulMatTiledEveryTileSumsLikeDefault) {
+    ORDO_REQUIRE_GPU();
+    const std::uint32_t rows = 147, k = 512;
+    for (ggml_type type : {ggml_type::f16, ggml_type::q4_k}) {
+        SCOPED_TRACE(std::string(model::type_name(type)));
+        arena mem(*env().dev, 1u << 22);
+        auto w = random_weight(mem, type, k, rows, 23);
+        ASSERT_TRUE(w.ok()) << w.err().message;
+        const std::uint32_t tokens_max = 70;
+        buffer xb = make_buffer(random_floats(std::size_t(k) * tokens_max, 4));
+        buffer scratch = make_buffer(
+            std::vector<float>(std::size_t(abi::ORDO_MAT_GROUPS) * tokens_max * rows, 0.0f));
+        auto run = [&](stream& str, mat_path path, std::uint32_t n) {
+            buffer yb = make_buffer(std::vector<float>(std::size_t(rows) * n, 0.25f));
+            str.set_mat_split_scratch(whole(scratch));
+            EXPECT_TRUE(str.begin("tiles").ok());
+            status st =
+                encode_mul_mat(str, *w, {whole(xb), 0, k}, {whole(yb), 0, rows}, n, true, path);
+            EXPECT_TRUE(st.ok()) << st.err().message;
+            EXPECT_TRUE(str.run(test_watchdog_ms).ok());
+            str.set_mat_split_scratch({});
+            return read_buffer<float>(yb, std::size_t(rows) * n);
+        };
+        const std::uint32_t counts[] = {9, 33, 70};
+        std::map<std::uint32_t, std::vector<float>> want;
+        for (std::uint32_t n : counts) want[n] = run(*env().str, mat_path::tiled, n);
+        for (auto [rl, tl] : {std::pair{8u, 4u}, std::pair{4u, 8u}, std::pair{8u, 8u}}) {
+            SCOPED_TRACE("rows per lane " + std::to_string(rl) + ", tokens per lane " +
+                         std::to_string(tl));
+            pipeline_tuning tuning = tuning_for(env().dev->info());
+            tuning.mat_tiled_rows_per_lane = rl;
+            tuning.mat_tiled_tokens_per_lane = tl;
+            auto pipes = pipelines::create(*env().dev, tuning);
+            ASSERT_TRUE(pipes.ok()) << pipes.err().message;
+            auto str = stream::create(*env().dev, **pipes, {8, false});
+            ASSERT_TRUE(str.ok()) << str.err().message;
+            for (std::uint32_t n : counts) {
+                for (mat_path path : {mat_path::tiled, mat_path::split}) {
+                    auto got = run(**str, path, n);
+                    EXPECT_TRUE(same_bits(got.data(), want[n].data(), got.size()))
+                        << n << " tokens, " << path_name(path) << ": differs from the default tile";
+                }
+            }
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Runner helpers: a generated model and a runner large enough for 16 sequences per step.
 
@@ -275,11 +338,17 @@ struct runner_env {
 // device's few-token kernel (mul_mat_rows on a CPU device), or the storage family with the GPUs'
 // (mul_mat_vec and the decode fusions: gpu.kernels = "storage" on a GPU).
 enum class kernels { device_default, storage, gpu_decode };
+// A GPU's pipeline_tuning::mat_tiled_split_wg (tuning_for): the small test models' grids all
+// split under it.
+constexpr std::uint32_t gpu_split_wg = 16384;
 
 runner_options kernel_options(kernels k) {
     runner_options o = wide_options();
     if (k != kernels::device_default) o.texel_kernels = false;
-    if (k == kernels::gpu_decode) o.mat_vec_kernels = true;
+    if (k == kernels::gpu_decode) {
+        o.mat_vec_kernels = true;
+        o.mat_tiled_split_wg = gpu_split_wg;  // the tiled steps run the group split
+    }
     return o;
 }
 
@@ -442,7 +511,7 @@ TEST(GpuBatchInvariance, RunnerSequenceAloneEqualsBatchedGpuDecodePathQ4_K) {
 // What the GPUs' decode path runs, read from the runner's per-kernel timings: a 1-token step
 // runs each layer's norm + qkv as one mul_mat_vec_norm and its norm + gate|up + SwiGLU as one
 // mul_mat_vec_glu (rms_norm only for the final norm, no swiglu); an 11-token step the unfused
-// kernels.
+// kernels, the tiled mat-muls as the group split (a mul_mat_fold after each).
 TEST(GpuBatchInvariance, RunnerGpuDecodePathRunsTheFusedKernels) {
     ORDO_REQUIRE_GPU();
     auto file = open_model(synth_model(ggml_type::f32));
@@ -467,6 +536,7 @@ TEST(GpuBatchInvariance, RunnerGpuDecodePathRunsTheFusedKernels) {
                           {make_seq(1, prompt, 0, blocks_from(0, 11, block_tokens))}),
                 1);
     EXPECT_EQ(dispatches("mul_mat_vec_norm_f32"), 0u);
+    EXPECT_GE(dispatches("mul_mat_fold"), 4 * layers) << "the tiled steps run the group split";
     EXPECT_EQ(dispatches("swiglu"), layers);
     EXPECT_EQ(dispatches("rms_norm"), 2 * layers + 1);
     step_logits(run,

@@ -41,9 +41,6 @@ ORDO_ABI_CONST ORDO_QK_K = 256;  // elements per K-type super-block (Q2_K .. Q6_
 ORDO_ABI_CONST ORDO_MMV_COLS = 8;
 // mul_mat_rows: tokens accumulated together per pass over a weight row.
 ORDO_ABI_CONST ORDO_ROWS_COLS = 8;
-// mul_mat tile: TM weight rows x TN tokens per workgroup, K stepped one quant block at a time.
-ORDO_ABI_CONST ORDO_MM_TM = 64;
-ORDO_ABI_CONST ORDO_MM_TN = 32;
 // mul_mat_tx (texel-fetch mat-mul, the lavapipe fast path). Summation order (mat_order.glsl):
 // K's units (F32 4 elements, F16/BF16 8, every block type 32: a legacy block, a K-type sub-block
 // pair or sub-block) are dealt to ORDO_MAT_GROUPS
@@ -89,6 +86,7 @@ ORDO_ABI_CONST ORDO_B_NORM_X = 0, ORDO_B_NORM_W = 1, ORDO_B_NORM_OUT = 2;
 ORDO_ABI_CONST ORDO_B_ROPE_X = 0, ORDO_B_ROPE_POS = 1, ORDO_B_ROPE_FREQ = 2;
 ORDO_ABI_CONST ORDO_B_SWIGLU_GATE = 0, ORDO_B_SWIGLU_UP = 1, ORDO_B_SWIGLU_OUT = 2;
 ORDO_ABI_CONST ORDO_B_ADD_A = 0, ORDO_B_ADD_B = 1, ORDO_B_ADD_OUT = 2;
+ORDO_ABI_CONST ORDO_B_FOLD_PARTIALS = 0, ORDO_B_FOLD_Y = 1;
 ORDO_ABI_CONST ORDO_B_ROPE_KV_SRC = 0, ORDO_B_ROPE_KV_Q = 1, ORDO_B_ROPE_KV_INTS = 2,
                ORDO_B_ROPE_KV_K = 3, ORDO_B_ROPE_KV_V = 4, ORDO_B_ROPE_KV_FREQ = 5;
 ORDO_ABI_CONST ORDO_B_KVW_SRC = 0, ORDO_B_KVW_SLOTS = 1, ORDO_B_KVW_K = 2, ORDO_B_KVW_V = 3;
@@ -127,6 +125,23 @@ struct mul_mat_push {
     // mul_mat_vec_glu only: the chunk's first up row (the gate rows are 0..n_rows - 1); y gets
     // silu(gate) * up (swiglu.comp's operations) instead of the gate rows.
     uint glu_up_row;
+    // mul_mat (tiled) only: 1 = the group split. Workgroup z sums mat_order.glsl's group z
+    // alone and stores it at y_offset + (z * n_cols + t) * y_stride + r (y is the partials
+    // scratch; row_begin and accumulate are not used); mul_mat_fold then folds the groups.
+    uint split;
+};
+
+// mul_mat_fold.comp: y[t][row_begin + r] (+)= the fold of the group split's partials, in
+// mat_order.glsl's order: total = group 0, then total = mat_fold(total, group g), g = 1..7.
+struct mat_fold_push {
+    uint n_rows;
+    uint n_cols;
+    uint p_offset;  // floats: group g, token t, row r at p_offset + (g * n_cols + t) * p_stride + r
+    uint p_stride;
+    uint y_offset;
+    uint y_stride;
+    uint row_begin;
+    uint accumulate;
 };
 
 // mul_mat_tx.comp: as mul_mat_push, but weights and activations are read through R32G32B32A32_UINT
