@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 
 #include "gpu/vk/kernels.hpp"
@@ -165,6 +166,8 @@ status runner::init(const model::gguf_file& file) {
     if (!s) return s;
     s = warm_up();
     if (!s) return s;
+    s = choose_mat_vec_crossover();
+    if (!s) return s;
     // Every pipeline the steps use exists now (created at load, compiled by the warm-up): keep
     // them for the next start. A cache that cannot be written costs the next start time only.
     if (status saved = _pcache->save(); !saved) {
@@ -237,6 +240,67 @@ status runner::warm_up() {
     return {};
 }
 
+// The GPU time of layer 0's gate|up (or gate) and down mat-muls at n_tokens on `path`, best
+// of three segments; the activations are the step buffers (a step rewrites them before use).
+result<double> runner::time_mat_muls(stream& str, mat_path path, std::uint32_t n_tokens) {
+    const layer_weights& l = _layers[0];
+    const weight_tensor& gu = l.gate_up.chunks.empty() ? l.gate : l.gate_up;
+    double best = 0;
+    for (int rep = 0; rep < 3; ++rep) {
+        ORDO_TRY(str.begin("mat_vec crossover"));
+        ORDO_TRY(encode_mul_mat(str, gu, {whole(_xn), 0, _embd_stride}, {whole(_gu), 0, _gu_stride},
+                                n_tokens, false, path));
+        ORDO_TRY(encode_mul_mat(str, l.down, {whole(_hid), 0, _ff_stride},
+                                {whole(_att), 0, _embd_stride}, n_tokens, false, path));
+        ORDO_TRY(str.run(_options.warmup_ms_max));
+        double ms = 0;
+        for (const dispatch_timing& t : str.timings()) ms += t.ms;
+        best = rep == 0 ? ms : std::min(best, ms);
+    }
+    return best;
+}
+
+// Where the storage family runs mul_mat_vec (GPUs; tests force it on lavapipe) and the option
+// leaves it open, times mul_mat_vec against the tiled kernel on this model's FFN matrices at
+// 2..16 tokens and keeps mul_mat_vec up to the last count where it was at least as fast at
+// every count so far (issue 29: a measured crossover per device and model, not one constant).
+// Both sum in one order (mat_order.glsl), so the choice changes speed, never a bit.
+status runner::choose_mat_vec_crossover() {
+    const pipeline_tuning& tu = _pipes->tuning();
+    _mat_vec_tokens_max = gpu::mat_vec_tokens_max;
+    if (_options.mat_vec_tokens_max) {
+        _mat_vec_tokens_max =
+            std::clamp<std::uint32_t>(*_options.mat_vec_tokens_max, 1, mat_vec_tokens_limit);
+    }
+    const bool vec_runs = !tu.prefer_texel_kernels && tu.rows_tokens_max == 0;
+    if (!_options.mat_vec_tokens_max && vec_runs && _dev->info().timestamps) {
+        auto str = stream::create(*_dev, *_pipes, {64, true});
+        if (!str) return str.err();
+        (*str)->set_mat_split_scratch(_stream->mat_split_scratch());
+        constexpr std::uint32_t counts[] = {2, 3, 4, 6, 8, 12, 16};
+        std::string seen;
+        std::uint32_t chosen = 1;
+        bool vec_ahead = true;
+        for (std::uint32_t n : counts) {
+            if (n > _options.max_batch_tokens) break;
+            auto vec = time_mat_muls(**str, mat_path::vec, n);
+            if (!vec) return vec.err();
+            auto tiled = time_mat_muls(**str, mat_path::tiled, n);
+            if (!tiled) return tiled.err();
+            vec_ahead = vec_ahead && *vec <= *tiled;
+            if (vec_ahead) chosen = n;
+            char line[64];
+            std::snprintf(line, sizeof line, " %u: %.3f/%.3f", n, *vec, *tiled);
+            seen += line;
+        }
+        _mat_vec_tokens_max = chosen;
+        logger()->info("runner: mul_mat_vec serves up to {} tokens (measured, ms vec/tiled:{})",
+                       chosen, seen);
+    }
+    _stream->set_mat_vec_tokens_max(_mat_vec_tokens_max);
+    return {};
+}
+
 void runner::init_context(std::uint32_t blocks) {
     // A device that caps shader loops (llvmpipe) bounds how far attention can look back.
     kv_geometry g{_hp.n_layer, _hp.n_head_kv,  _hp.head_dim(), _options.kv_block_tokens,
@@ -276,7 +340,7 @@ status runner::init_device() {
     pipeline_tuning tuning = tuning_for(_dev->info());
     if (_options.texel_kernels) tuning.prefer_texel_kernels = *_options.texel_kernels;
     if (_options.mat_vec_kernels) {
-        tuning.rows_tokens_max = *_options.mat_vec_kernels ? 0 : mat_vec_tokens_max;
+        tuning.rows_tokens_max = *_options.mat_vec_kernels ? 0 : gpu::mat_vec_tokens_max;
     }
     if (_options.mat_tiled_split_wg) tuning.mat_tiled_split_wg = *_options.mat_tiled_split_wg;
     tuning.fault_create_fails = _options.fault_pipeline_create;
@@ -593,8 +657,9 @@ status runner::init_stream() {
 status runner::init_mat_split() {
     std::uint64_t rows_max = 0;
     auto widest = [&rows_max](const weight_tensor& w) {
-        for (const weight_chunk& ch : w.chunks)
+        for (const weight_chunk& ch : w.chunks) {
             rows_max = std::max<std::uint64_t>(rows_max, ch.row_count);
+        }
     };
     widest(_output);
     for (const layer_weights& l : _layers) {

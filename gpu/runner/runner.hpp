@@ -121,6 +121,10 @@ struct runner_options {
     // the device's (GPUs split grids under 1024 workgroups, CPU devices never); tests set the
     // GPUs' value to run the split on lavapipe.
     std::optional<std::uint32_t> mat_tiled_split_wg;
+    // The token counts mul_mat_vec serves before the tiled kernel takes over (1..16): unset =
+    // measured at warm-up wherever the storage family runs mul_mat_vec (GPUs: both kernels
+    // timed on the model's own FFN matrices at 2..16 tokens), else kernels.hpp's 8.
+    std::optional<std::uint32_t> mat_vec_tokens_max;
     // Keys per attention split (flash decoding, kernels.hpp attention_split_keys): 0 = from the
     // context; tests set one workgroup's worth so short contexts span many splits. A multiple
     // of the attention workgroup.
@@ -212,6 +216,8 @@ public:
     const std::string& last_segment() const { return _last_segment; }
     // Per-pipeline GPU times of the last successful step (empty unless options.timestamps).
     const std::vector<kernel_time>& last_timings() const { return _timings; }
+    // The mul_mat_vec / tiled crossover the steps use (runner_options::mat_vec_tokens_max).
+    std::uint32_t mat_vec_tokens_max() const { return _mat_vec_tokens_max; }
 
     // KV staging for the kv persistence actor. Byte layout of `dst`/`src`: for each block id in
     // order, for each layer 0..n_layer-1: the block's K bytes, then its V bytes; each is the
@@ -274,6 +280,8 @@ private:
     status init_buffers(std::uint32_t blocks);
     status init_stream();
     status init_mat_split();
+    status choose_mat_vec_crossover();
+    result<double> time_mat_muls(stream& str, mat_path path, std::uint32_t n_tokens);
     status warm_up();
     void report(build_stage stage, std::uint32_t done, std::uint32_t total) const;
     status ensure_kv_host();  // makes _kv_host on the first copy job
@@ -365,6 +373,7 @@ private:
     // The tiled mat-mul's group split partial sums (mat_split_scratch_floats; empty where the
     // device's tuning never splits).
     buffer _mat_split;
+    std::uint32_t _mat_vec_tokens_max = 0;  // 0 until chosen (choose_mat_vec_crossover)
     std::string _last_segment;
     std::chrono::steady_clock::time_point _segment_submitted;  // the segment in flight's submit
     std::vector<kernel_time> _timings;

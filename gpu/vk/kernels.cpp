@@ -268,8 +268,10 @@ mat_path resolve_path(stream& s, const weight_tensor& w, const rows_view& x, std
     const pipeline_tuning& tu = s.pipes().tuning();
     if (path != mat_path::automatic) return path;
     if (tu.prefer_texel_kernels && texel_path_usable(w, x, n_tokens)) return mat_path::texel;
-    if (n_tokens > mat_vec_tokens_max) return mat_path::tiled;
-    return n_tokens <= tu.rows_tokens_max ? mat_path::rows : mat_path::vec;
+    if (n_tokens <= tu.rows_tokens_max) return mat_path::rows;
+    const std::uint32_t vec_max =
+        s.mat_vec_tokens_max() != 0 ? s.mat_vec_tokens_max() : mat_vec_tokens_max;
+    return n_tokens > vec_max ? mat_path::tiled : mat_path::vec;
 }
 
 // The checks every storage mat-mul's operands pass.
@@ -300,6 +302,7 @@ bool split_tiled(const stream& s, std::uint32_t gx, std::uint32_t gy, std::uint3
     const buffer_view& scratch = s.mat_split_scratch();
     std::uint64_t need = 4ull * abi::ORDO_MAT_GROUPS * n_tokens * out_rows;
     if (scratch.buf == nullptr || scratch.range < need) return false;
+    if (n_tokens > s.dev().info().max_workgroup_count[1]) return false;  // the fold's grid
     std::uint32_t limit = s.pipes().tuning().mat_tiled_split_wg;
     return forced || std::uint64_t(gx) * gy < limit;
 }
@@ -307,9 +310,9 @@ bool split_tiled(const stream& s, std::uint32_t gx, std::uint32_t gy, std::uint3
 // The group split of one chunk: mul_mat with workgroup z summing group z into the scratch,
 // then mul_mat_fold into y. Each dispatch ends with a barrier: the fold reads what the split
 // wrote, and the next split (any mat-mul's) rewrites the scratch the fold read.
-status dispatch_split(stream& s, const pipeline& pl, pipeline_id id, const weight_chunk& ch,
-                      const rows_view& x, const rows_view& y, abi::mul_mat_push p, std::uint32_t gx,
-                      std::uint32_t gy) {
+void dispatch_split(stream& s, const pipeline& pl, pipeline_id id, const weight_chunk& ch,
+                    const rows_view& x, const rows_view& y, abi::mul_mat_push p, std::uint32_t gx,
+                    std::uint32_t gy) {
     const buffer_view& scratch = s.mat_split_scratch();
     abi::mat_fold_push f{p.n_rows,   p.n_cols,   0,           p.n_rows,
                          p.y_offset, p.y_stride, p.row_begin, p.accumulate};
@@ -322,7 +325,6 @@ status dispatch_split(stream& s, const pipeline& pl, pipeline_id id, const weigh
     std::uint32_t wg = s.pipes().get(pipeline_id::mul_mat_fold).workgroup_size;
     s.dispatch(pipeline_id::mul_mat_fold, {scratch, y.view}, f,
                {std::min(ceil_div(p.n_rows, wg), elementwise_groups_max), p.n_cols, 1});
-    return {};
 }
 
 // One dispatch per weight chunk of the resolved storage kernel.
@@ -364,8 +366,7 @@ status dispatch_storage(stream& s, const weight_tensor& w, const rows_view& x, c
         p.norm_eps = extra.eps;
         p.glu_up_row = extra.out_rows;
         if (!vec && !rows && split_tiled(s, gx, gy, out_rows, n_tokens, forced_split)) {
-            status st = dispatch_split(s, pl, id, ch, x, y, p, gx, gy);
-            if (!st) return st;
+            dispatch_split(s, pl, id, ch, x, y, p, gx, gy);
             continue;
         }
         if (forced_split) return bad("mul_mat", "split path: no scratch for the partial sums");

@@ -48,7 +48,11 @@ status encode_get_rows(stream& s, const weight_tensor& table, ints_view ids, std
 // it needs the stream's mat_split_scratch (gpu_bad_shape without).
 enum class mat_path { automatic, vec, tiled, split, rows, texel };
 // Token counts up to this use mul_mat_vec (decode, small batches); above, the tiled mat-mat.
+// A stream may carry another crossover (stream::set_mat_vec_tokens_max: the runner measures
+// it on GPUs at warm-up), at most mat_vec_tokens_limit (two passes of mul_mat_vec's widest
+// variant). Both kernels sum in one order, so the crossover never changes a bit.
 constexpr std::uint32_t mat_vec_tokens_max = 8;
+constexpr std::uint32_t mat_vec_tokens_limit = 16;
 
 // y[t][r] (+)= sum_k w[r][k] x[t][k] for t < n_tokens, r < w.n_out (accumulate: fused residual).
 status encode_mul_mat(stream& s, const weight_tensor& w, rows_view x, rows_view y,

@@ -128,6 +128,11 @@ public:
     // mat_split_scratch_floats): set by the runner; an empty view (the default) never splits.
     void set_mat_split_scratch(buffer_view v) { _mat_split_scratch = v; }
     const buffer_view& mat_split_scratch() const { return _mat_split_scratch; }
+    // The token counts encode_mul_mat's automatic path serves with mul_mat_vec on a device
+    // that runs it (kernels.hpp): 0 = kernels.hpp's mat_vec_tokens_max; the runner sets the
+    // crossover it measured at warm-up.
+    void set_mat_vec_tokens_max(std::uint32_t n) { _mat_vec_tokens_max = n; }
+    std::uint32_t mat_vec_tokens_max() const { return _mat_vec_tokens_max; }
 
 private:
     stream(const device& dev, const pipelines& pipes, const stream_options& options)
@@ -161,6 +166,7 @@ private:
     std::vector<dispatch_timing> _timings;
     std::optional<VkResult> _injected;
     buffer_view _mat_split_scratch;
+    std::uint32_t _mat_vec_tokens_max = 0;
 };
 
 }  // namespace ordo::gpu

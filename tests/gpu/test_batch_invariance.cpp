@@ -347,7 +347,8 @@ runner_options kernel_options(kernels k) {
     if (k != kernels::device_default) o.texel_kernels = false;
     if (k == kernels::gpu_decode) {
         o.mat_vec_kernels = true;
-        o.mat_tiled_split_wg = gpu_split_wg;  // the tiled steps run the group split
+        o.mat_tiled_split_wg = gpu_split_wg;        // the tiled steps run the group split
+        o.mat_vec_tokens_max = mat_vec_tokens_max;  // not measured: the kernels per step are known
     }
     return o;
 }
@@ -547,6 +548,50 @@ TEST(GpuBatchInvariance, RunnerGpuDecodePathRunsTheFusedKernels) {
     EXPECT_EQ(dispatches("mul_mat_vec_glu_f32"), layers);
     EXPECT_EQ(dispatches("swiglu"), 0u);
     EXPECT_EQ(dispatches("rms_norm"), 1u) << "the final norm only";
+}
+
+// The mul_mat_vec / tiled crossover: measured at warm-up when the options leave it open (a
+// count from 1 to 16), and whatever it is, a sequence's logits are the same: a runner that
+// serves 11-token steps with the fused mul_mat_vec kernels (crossover 16) and one that runs
+// them on the tiled kernel (crossover 8) agree bit for bit.
+TEST(GpuBatchInvariance, RunnerMatVecCrossoverIsMeasuredAndNeverChangesABit) {
+    ORDO_REQUIRE_GPU();
+    auto file = open_model(synth_model(ggml_type::f16));
+    ASSERT_TRUE(file);
+    runner_options measured = kernel_options(kernels::gpu_decode);
+    measured.mat_vec_tokens_max.reset();
+    auto m = runner::create(*file, measured);
+    ASSERT_TRUE(m.ok()) << m.err().message;
+    EXPECT_GE((*m)->mat_vec_tokens_max(), 1u);
+    EXPECT_LE((*m)->mat_vec_tokens_max(), mat_vec_tokens_limit);
+    auto tokens = test_tokens(11, n_vocab, 13);
+    auto logits_with = [&](std::uint32_t crossover, std::uint32_t fused_dispatches) {
+        runner_options o = kernel_options(kernels::gpu_decode);
+        o.mat_vec_tokens_max = crossover;
+        o.timestamps = true;
+        auto r = runner::create(*file, o);
+        EXPECT_TRUE(r.ok()) << r.err().message;
+        if (!r) return std::vector<float>{};
+        EXPECT_EQ((*r)->mat_vec_tokens_max(), crossover);
+        auto out =
+            step_logits(**r,
+                        make_step(1, step_phase::prefill,
+                                  {make_seq(1, tokens, 0, blocks_from(0, 11, block_tokens))}),
+                        1);
+        std::uint32_t fused = 0;
+        for (const kernel_time& k : (*r)->last_timings()) {
+            if (k.name == "mul_mat_vec_norm_f16") fused += k.dispatches;
+        }
+        EXPECT_EQ(fused, fused_dispatches) << "crossover " << crossover;
+        return out;
+    };
+    const std::uint32_t layers = (*m)->hparams().n_layer;
+    auto tiled = logits_with(mat_vec_tokens_max, 0);
+    auto vec = logits_with(mat_vec_tokens_limit, layers);
+    ASSERT_EQ(tiled.size(), std::size_t(n_vocab));
+    ASSERT_EQ(vec.size(), std::size_t(n_vocab));
+    EXPECT_TRUE(same_bits(tiled.data(), vec.data(), n_vocab))
+        << "max |diff| " << max_abs_diff(tiled.data(), vec);
 }
 
 // The storage family's few-token kernel on this device (mul_mat_rows and separate norm and
