@@ -267,10 +267,9 @@ result<double> runner::time_mat_muls(stream& str, mat_path path, std::uint32_t n
 // Both sum in one order (mat_order.glsl), so the choice changes speed, never a bit.
 status runner::choose_mat_vec_crossover() {
     const pipeline_tuning& tu = _pipes->tuning();
-    _mat_vec_tokens_max = gpu::mat_vec_tokens_max;
+    std::uint32_t chosen = gpu::mat_vec_tokens_max;
     if (_options.mat_vec_tokens_max) {
-        _mat_vec_tokens_max =
-            std::clamp<std::uint32_t>(*_options.mat_vec_tokens_max, 1, mat_vec_tokens_limit);
+        chosen = std::clamp<std::uint32_t>(*_options.mat_vec_tokens_max, 1, mat_vec_tokens_limit);
     }
     const bool vec_runs = !tu.prefer_texel_kernels && tu.rows_tokens_max == 0;
     if (!_options.mat_vec_tokens_max && vec_runs && _dev->info().timestamps) {
@@ -279,7 +278,7 @@ status runner::choose_mat_vec_crossover() {
         (*str)->set_mat_split_scratch(_stream->mat_split_scratch());
         constexpr std::uint32_t counts[] = {2, 3, 4, 6, 8, 12, 16};
         std::string seen;
-        std::uint32_t chosen = 1;
+        chosen = 1;
         bool vec_ahead = true;
         for (std::uint32_t n : counts) {
             if (n > _options.max_batch_tokens) break;
@@ -292,12 +291,12 @@ status runner::choose_mat_vec_crossover() {
             char line[64];
             std::snprintf(line, sizeof line, " %u: %.3f/%.3f", n, *vec, *tiled);
             seen += line;
+            if (!vec_ahead) break;  // the choice is made: no more start-up time on it
         }
-        _mat_vec_tokens_max = chosen;
         logger()->info("runner: mul_mat_vec serves up to {} tokens (measured, ms vec/tiled:{})",
                        chosen, seen);
     }
-    _stream->set_mat_vec_tokens_max(_mat_vec_tokens_max);
+    _stream->set_mat_vec_tokens_max(chosen);
     return {};
 }
 

@@ -217,7 +217,7 @@ public:
     // Per-pipeline GPU times of the last successful step (empty unless options.timestamps).
     const std::vector<kernel_time>& last_timings() const { return _timings; }
     // The mul_mat_vec / tiled crossover the steps use (runner_options::mat_vec_tokens_max).
-    std::uint32_t mat_vec_tokens_max() const { return _mat_vec_tokens_max; }
+    std::uint32_t mat_vec_tokens_max() const { return _stream->mat_vec_tokens_max(); }
 
     // KV staging for the kv persistence actor. Byte layout of `dst`/`src`: for each block id in
     // order, for each layer 0..n_layer-1: the block's K bytes, then its V bytes; each is the
@@ -373,7 +373,6 @@ private:
     // The tiled mat-mul's group split partial sums (mat_split_scratch_floats; empty where the
     // device's tuning never splits).
     buffer _mat_split;
-    std::uint32_t _mat_vec_tokens_max = 0;  // 0 until chosen (choose_mat_vec_crossover)
     std::string _last_segment;
     std::chrono::steady_clock::time_point _segment_submitted;  // the segment in flight's submit
     std::vector<kernel_time> _timings;
