@@ -214,6 +214,7 @@ void draft_actor::run_step() {
     }
     assert(!s.seqs.empty() && "a round with work left has a sequence that fits a step");
     s.step_id = r.step_id = _next_step++;
+    s.sample_vocab = _opt.n_vocab;  // the summaries' first candidate is greedy's draft
     s.phase = prefill && decode ? gpu::step_phase::mixed
               : prefill         ? gpu::step_phase::prefill
                                 : gpu::step_phase::decode;
@@ -241,7 +242,12 @@ void draft_actor::on(const gpu::step_done& m) {
             consistent = false;
             break;
         }
-        w.drafts.push_back(greedy(_exchange.read_row(m.slot, row), _opt.n_vocab));
+        // The row's summary covers the shared ids (sample_vocab): its first candidate is the
+        // argmax, the lowest id on a tie, without a pass over the row.
+        const auto summary = _exchange.read_summary(m.slot, row);
+        w.drafts.push_back(m.summarized && summary[gpu::logits_exchange::summary_count_word] > 0
+                               ? int32_t(summary[gpu::logits_exchange::summary_best_word])
+                               : greedy(_exchange.read_row(m.slot, row), _opt.n_vocab));
         row++;
         w.done = w.drafts.size() == w.max;
     }

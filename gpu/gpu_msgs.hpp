@@ -57,7 +57,10 @@ struct step_seq {
     // prompt's last chunk: 1; a speculative verification: its pending token and its drafts).
     uint32_t logits_rows = 0;
     hidden_output hidden = hidden_output::none;  // return a hidden row (embeddings)
-    MSGPACK_DEFINE_MAP(seq_id, tokens, pos0, block_table, logits_rows, hidden);
+    // The sampling temperature of the sequence's logits rows: each row's summary (step_done)
+    // carries its normaliser at this temperature too (0: none; finite, at least 0).
+    float temperature = 0.0f;
+    MSGPACK_DEFINE_MAP(seq_id, tokens, pos0, block_table, logits_rows, hidden, temperature);
 };
 
 // scheduler → gpu: run one forward step over a batch. Reply: step_done or step_failed, exactly
@@ -67,7 +70,10 @@ struct step {
     uint64_t step_id = 0;
     step_phase phase = step_phase::decode;  // for labels and fault targeting
     std::vector<step_seq> seqs;
-    MSGPACK_DEFINE_MAP(step_id, phase, seqs);
+    // The logits rows' summaries cover their first sample_vocab entries (the tokenizer's
+    // vocabulary, which a model's output head may pad); 0 or more than a row: the whole row.
+    uint32_t sample_vocab = 0;
+    MSGPACK_DEFINE_MAP(step_id, phase, seqs, sample_vocab);
 };
 
 // scheduler → gpu: rebuild the device (a step went unanswered past the scheduler's backstop,
@@ -140,7 +146,8 @@ struct fault_refused {
 };
 
 // The step ran. Row i of `slot` holds the logits of `rows[i]` (the sequences that asked, a
-// sequence once per row it asked for, its rows in token order), hidden
+// sequence once per row it asked for, its rows in token order) and their summary
+// (logits_exchange::read_summary), hidden
 // row i the hidden output of `hidden_rows[i]` (logits_exchange::read_hidden_row).
 struct step_done {
     static constexpr const char* msg_name = "step_done";
@@ -150,7 +157,8 @@ struct step_done {
     uint32_t n_vocab = 0;
     double gpu_ms = 0;                  // submit → last fence, summed over segments
     std::vector<uint64_t> hidden_rows;  // seq ids, in hidden row order
-    MSGPACK_DEFINE_MAP(step_id, slot, rows, n_vocab, gpu_ms, hidden_rows);
+    bool summarized = false;            // the rows' summaries are in the slot too
+    MSGPACK_DEFINE_MAP(step_id, slot, rows, n_vocab, gpu_ms, hidden_rows, summarized);
 };
 
 // The step failed. code (gpu_failure.hpp): timeout, device_lost or another device fault, nan,

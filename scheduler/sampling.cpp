@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cassert>
 #include <cmath>
 #include <cstdio>
@@ -23,6 +24,18 @@ constexpr float top_p_buckets_per_nat = 4.0f;
 // top_k up to this uses a heap of k values (O(vocab) for a peaked distribution); a larger k
 // falls back to nth_element over all ids.
 constexpr uint32_t top_k_heap_max = 1024;
+
+// A window whose raw terms hold more than this share of the summary's normaliser leaves too
+// little of it after the exchange to trust (float cancellation): the whole-vocabulary path.
+constexpr double window_mass_share_max = 0.999;
+
+bool better_known(float la, int32_t a, float lb, int32_t b) {
+    return la > lb || (la == lb && a < b);
+}
+
+error bad_summary(const std::string& why) {
+    return make_error("bad_summary", "logits summary: " + why);
+}
 
 error bad_param(const std::string& key, const std::string& expected, double got) {
     char number[32];
@@ -57,6 +70,68 @@ status validate(const sampling_params& p) {
     }
     if (p.logprobs > logprobs_max) return bad_param("logprobs", "in [0, 20]", p.logprobs);
     return {};
+}
+
+logits_summary summarize(std::span<const float> logits, float temperature) {
+    logits_summary s;
+    const auto n = static_cast<uint32_t>(logits.size());
+    if (n == 0) return s;
+    s.max = math::max_value(logits);
+    double mass = 0.0, mass_t = 0.0;
+    for (float l : logits) {
+        const double d = static_cast<double>(l) - s.max;
+        mass += std::exp(d);
+        if (temperature > 0.0f) mass_t += std::exp(d / temperature);
+    }
+    s.mass = static_cast<float>(mass);
+    s.mass_t = temperature > 0.0f ? static_cast<float>(mass_t) : 0.0f;
+    s.temperature = temperature;
+    s.count = std::min(summary_top, n);
+    std::vector<int32_t> ids(n);
+    std::iota(ids.begin(), ids.end(), 0);
+    std::partial_sort(ids.begin(), ids.begin() + s.count, ids.end(), [&](int32_t a, int32_t b) {
+        return better_known(logits[a], a, logits[b], b);
+    });
+    for (uint32_t i = 0; i < s.count; i++) {
+        s.ids[i] = ids[i];
+        s.logits[i] = logits[ids[i]];
+    }
+    return s;
+}
+
+result<logits_summary> read_summary(std::span<const uint32_t> words, uint32_t n_vocab,
+                                    float temperature) {
+    constexpr uint32_t top = summary_top;
+    if (words.size() < gpu::abi::ORDO_SUMMARY_WORDS) {
+        return bad_summary(std::to_string(words.size()) + " words, not " +
+                           std::to_string(gpu::abi::ORDO_SUMMARY_WORDS));
+    }
+    logits_summary s;
+    s.max = std::bit_cast<float>(words[0]);
+    s.mass = std::bit_cast<float>(words[1]);
+    s.mass_t = std::bit_cast<float>(words[2]);
+    s.temperature = temperature;
+    s.count = words[3];
+    if (s.count != std::min(top, n_vocab)) {
+        return bad_summary(std::to_string(s.count) + " candidates of a row of " +
+                           std::to_string(n_vocab));
+    }
+    for (uint32_t i = 0; i < s.count; i++) {
+        s.ids[i] = static_cast<int32_t>(words[4 + i]);
+        s.logits[i] = std::bit_cast<float>(words[4 + top + i]);
+        if (s.ids[i] < 0 || static_cast<uint32_t>(s.ids[i]) >= n_vocab ||
+            !std::isfinite(s.logits[i]) ||
+            (i > 0 && !better_known(s.logits[i - 1], s.ids[i - 1], s.logits[i], s.ids[i]))) {
+            return bad_summary("candidate " + std::to_string(i) + " (id " +
+                               std::to_string(s.ids[i]) + ") is outside the row or out of order");
+        }
+    }
+    // The largest term of each sum is exp(0) = 1.
+    if (s.count == 0 || s.max != s.logits[0] || !(std::isfinite(s.mass) && s.mass >= 1.0f) ||
+        (temperature > 0.0f && !(std::isfinite(s.mass_t) && s.mass_t >= 1.0f))) {
+        return bad_summary("its maximum or normalisers are not those of its candidates");
+    }
+    return s;
 }
 
 result<sampler> sampler::create(const sampling_params& p) {
@@ -110,18 +185,41 @@ status sampler::prepare(std::span<const float> logits, std::span<const int32_t> 
     return {};
 }
 
-sampled sampler::report(std::span<const float> logits, int32_t token) const {
+sampled sampler::report(std::span<const float> logits, int32_t token,
+                        const logits_summary* summary) const {
     assert(token >= 0 && static_cast<size_t>(token) < logits.size());
     sampled out;
     out.token = token;
-    out.logprob = static_cast<float>(logits[token] - _log_z);
-    fill_top_logprobs(logits, _log_z, out);
+    if (summary == nullptr) {
+        out.logprob = static_cast<float>(logits[token] - _log_z);
+        fill_top_logprobs(logits, _log_z, out);
+        return out;
+    }
+    const double log_z = static_cast<double>(summary->max) + std::log(double{summary->mass});
+    out.logprob = static_cast<float>(logits[token] - log_z);
+    out.top_count = std::min(_params.logprobs, summary->count);
+    for (uint32_t i = 0; i < out.top_count; i++) {
+        out.top[i] = {summary->ids[i], static_cast<float>(summary->logits[i] - log_z)};
+    }
     return out;
 }
 
 result<sampled> sampler::sample(std::span<const float> logits,
                                 std::span<const int32_t> recent_tokens,
-                                std::span<const uint8_t> allowed) {
+                                std::span<const uint8_t> allowed, const logits_summary* summary) {
+    if (summary != nullptr && allowed.empty() && !logits.empty() &&
+        logits.size() <= vocab_size_max) {
+        for (int32_t t : recent_tokens) {
+            if (t < 0 || static_cast<size_t>(t) >= logits.size()) {
+                return check_inputs(logits, recent_tokens).err();
+            }
+        }
+        const int32_t t = fast_pick(logits, *summary, recent_tokens);
+        if (t >= 0) {
+            _summary_draws++;
+            return report(logits, t, summary);
+        }
+    }
     if (!allowed.empty() &&
         (allowed.size() != logits.size() ||
          std::none_of(allowed.begin(), allowed.end(), [](uint8_t a) { return a != 0; }))) {
@@ -138,18 +236,19 @@ result<sampled> sampler::sample(std::span<const float> logits,
         }
         _penalised = true;
     }
-    if (_params.temperature == 0.0f) return report(logits, pick_greedy());
-    return report(logits, draw());
+    if (_params.temperature == 0.0f) return report(logits, pick_greedy(), summary);
+    return report(logits, draw(), summary);
 }
 
 result<std::optional<sampled>> sampler::sample_checked(std::span<const float> logits,
                                                        std::span<const int32_t> recent_tokens,
                                                        const std::function<bool(int32_t)>& allows,
-                                                       uint32_t tries) {
+                                                       uint32_t tries,
+                                                       const logits_summary* summary) {
     if (auto s = prepare(logits, recent_tokens); !s) return s.err();
     if (_params.temperature != 0.0f) {
         const int32_t t = draw();
-        if (allows(t)) return std::optional<sampled>(report(logits, t));
+        if (allows(t)) return std::optional<sampled>(report(logits, t, summary));
         return std::optional<sampled>();
     }
     // The best tokens in greedy's order (logit descending, the lowest id on ties): the first one
@@ -157,7 +256,7 @@ result<std::optional<sampled>> sampler::sample_checked(std::span<const float> lo
     for (uint32_t i = 0; i < tries; i++) {
         const int32_t t = pick_greedy();
         if (_work[t] == -std::numeric_limits<float>::infinity()) break;  // all offered
-        if (allows(t)) return std::optional<sampled>(report(logits, t));
+        if (allows(t)) return std::optional<sampled>(report(logits, t, summary));
         _work[t] = -std::numeric_limits<float>::infinity();
     }
     return std::optional<sampled>();
@@ -176,22 +275,8 @@ int32_t sampler::draw() {
 
 // Returns whether any logit changed.
 bool sampler::apply_penalty(std::span<const int32_t> recent) {
-    const bool repeat = _params.repeat_penalty != 1.0f;
-    const bool additive = _params.presence_penalty != 0.0f || _params.frequency_penalty != 0.0f;
-    if ((!repeat && !additive) || _params.repeat_last_n == 0 || recent.empty()) return false;
-    const size_t n = std::min<size_t>(recent.size(), _params.repeat_last_n);
-    _recent.assign(recent.end() - n, recent.end());
-    std::sort(_recent.begin(), _recent.end());
-    // One pass over each run of equal ids: the repeat penalty once per distinct id (llama.cpp's
-    // semantics), the additive ones by the run's length.
-    for (size_t i = 0; i < _recent.size();) {
-        const int32_t t = _recent[i];
-        size_t count = 0;
-        while (i < _recent.size() && _recent[i] == t) i++, count++;
-        float& l = _work[t];
-        if (repeat) l = l > 0.0f ? l / _params.repeat_penalty : l * _params.repeat_penalty;
-        l -= static_cast<float>(count) * _params.frequency_penalty + _params.presence_penalty;
-    }
+    if (!window_penalties(_work, recent)) return false;
+    for (const known_token& w : _window) _work[w.id] = w.logit;
     return true;
 }
 
@@ -345,6 +430,170 @@ uint32_t sampler::keep_top_p(uint32_t n, float max_work, double mass) {
         if (cumulative >= target) break;
     }
     return kept;
+}
+
+// ---- the summary's path (top of sampling.hpp) --------------------------------------------
+
+bool sampler::window_penalties(std::span<const float> logits, std::span<const int32_t> recent) {
+    _window.clear();
+    const bool repeat = _params.repeat_penalty != 1.0f;
+    const bool additive = _params.presence_penalty != 0.0f || _params.frequency_penalty != 0.0f;
+    if ((!repeat && !additive) || _params.repeat_last_n == 0 || recent.empty()) return false;
+    const size_t n = std::min<size_t>(recent.size(), _params.repeat_last_n);
+    _recent.assign(recent.end() - n, recent.end());
+    std::sort(_recent.begin(), _recent.end());
+    // One pass over each run of equal ids: the repeat penalty once per distinct id (llama.cpp's
+    // semantics), the additive ones by the run's length.
+    for (size_t i = 0; i < _recent.size();) {
+        const int32_t t = _recent[i];
+        size_t count = 0;
+        while (i < _recent.size() && _recent[i] == t) i++, count++;
+        float l = logits[t];
+        if (repeat) l = l > 0.0f ? l / _params.repeat_penalty : l * _params.repeat_penalty;
+        l -= static_cast<float>(count) * _params.frequency_penalty + _params.presence_penalty;
+        _window.push_back({l, t});
+    }
+    return true;
+}
+
+double sampler::penalised_mass(std::span<const float> logits, const logits_summary& s, double base,
+                               float inv_t, float top) const {
+    double raw = 0.0, penalised = 0.0;
+    for (const known_token& w : _window) {
+        raw += std::exp((static_cast<double>(logits[w.id]) - s.max) * inv_t);
+        penalised += std::exp((static_cast<double>(w.logit) - s.max) * inv_t);
+    }
+    if (raw > window_mass_share_max * base) return 0.0;
+    const double mass = (base - raw + penalised) * std::exp((double{s.max} - top) * inv_t);
+    return std::isfinite(mass) && mass > 0.0 ? mass : 0.0;
+}
+
+int32_t sampler::walk_known_then_tail(std::span<const float> logits, float top, float inv_t,
+                                      double total) {
+    const double target = _rng.next_unit() * total;
+    double cumulative = 0.0;
+    for (const known_token& k : _known) {
+        cumulative += math::exp_nonpositive((k.logit - top) * inv_t);
+        if (target < cumulative) return k.id;
+    }
+    // The draw fell in the tail: the tokens the summary does not name, in id order (their
+    // logits are unpenalised: the window's are all known).
+    const auto n_vocab = static_cast<uint32_t>(logits.size());
+    if (_marks.size() != n_vocab) _marks.assign(n_vocab, 0);
+    for (const known_token& k : _known) _marks[k.id] = 1;
+    int32_t last = _known.back().id;
+    for (uint32_t i = 0; i < n_vocab; i++) {
+        if (_marks[i] != 0) continue;
+        last = static_cast<int32_t>(i);
+        cumulative += math::exp_nonpositive((logits[i] - top) * inv_t);
+        if (target < cumulative) break;
+    }
+    for (const known_token& k : _known) _marks[k.id] = 0;
+    return last;  // rounding left target at the very top: the last token
+}
+
+int32_t sampler::fast_pick(std::span<const float> logits, const logits_summary& s,
+                           std::span<const int32_t> recent) {
+    const auto n_vocab = static_cast<uint32_t>(logits.size());
+    if (s.count == 0 || s.count != std::min(summary_top, n_vocab)) return -1;
+    const bool complete = s.count == n_vocab;  // no token outside the summary
+    const float tau = complete ? -std::numeric_limits<float>::infinity() : s.logits[s.count - 1];
+
+    // The known tokens: the candidates outside the penalty window, and the window's tokens with
+    // their penalised logits; logit descending, id ascending.
+    const bool penalised = window_penalties(logits, recent);
+    _known.clear();
+    for (uint32_t i = 0; i < s.count; i++) {
+        if (penalised && std::binary_search(_recent.begin(), _recent.end(), s.ids[i])) continue;
+        _known.push_back({s.logits[i], s.ids[i]});
+    }
+    if (penalised) {
+        _known.insert(_known.end(), _window.begin(), _window.end());
+        std::sort(_known.begin(), _known.end(), [](const known_token& a, const known_token& b) {
+            return better_known(a.logit, a.id, b.logit, b.id);
+        });
+    }
+    // The known tokens before every other token, in their final order: the candidates come
+    // before every token outside the summary (whose logits are at most tau, and whose ids are
+    // above the tied candidates' when equal to it: the kernel takes the lowest ids of a tie),
+    // and so does a window token above tau; the first window token at or below tau ends it.
+    uint32_t certain = static_cast<uint32_t>(_known.size());
+    if (!complete && penalised) {
+        for (uint32_t i = 0; i < certain; i++) {
+            if (!(_known[i].logit > tau) &&
+                std::binary_search(_recent.begin(), _recent.end(), _known[i].id)) {
+                certain = i;
+                break;
+            }
+        }
+    }
+    if (certain == 0) return -1;
+    const float top = _known[0].logit;
+    if (_params.temperature == 0.0f) return _known[0].id;
+
+    const float inv_t = 1.0f / _params.temperature;
+    const uint32_t k = static_cast<uint32_t>(_params.top_k);
+    const bool top_k = k > 0 && k < n_vocab;
+    if (!top_k && _params.min_p <= 0.0f && _params.top_p >= 1.0f) {
+        // Plain temperature: every token is a candidate, against the tempered normaliser.
+        double base = s.mass;
+        if (inv_t != 1.0f) {
+            if (s.temperature != _params.temperature || !(s.mass_t >= 1.0f)) return -1;
+            base = s.mass_t;
+        }
+        const double total = penalised ? penalised_mass(logits, s, base, inv_t, top)
+                                       : base * std::exp((double{s.max} - top) * inv_t);
+        if (!(total > 0.0)) return -1;
+        return walk_known_then_tail(logits, top, inv_t, total);
+    }
+
+    // The filters keep a prefix of the known order; it must end among the certain tokens.
+    // `closed`: no token past the prefix can be kept (top_k, or a cut above tau).
+    uint32_t n = top_k ? k : certain;
+    if (n > certain) return -1;
+    bool closed = top_k || complete;
+    double mass = 0.0;  // top_p's, before min_p: over top_k's set, else the whole row
+    if (_params.top_p < 1.0f) {
+        if (closed) {
+            for (uint32_t i = 0; i < n; i++) mass += math::exp_nonpositive(_known[i].logit - top);
+        } else {
+            mass = penalised ? penalised_mass(logits, s, s.mass, 1.0f, top)
+                             : s.mass * std::exp(double{s.max} - top);
+            if (!(mass > 0.0)) return -1;
+        }
+    }
+    if (_params.min_p > 0.0f) {
+        const double threshold = static_cast<double>(top) + std::log(_params.min_p);
+        uint32_t kept = 0;
+        while (kept < n && static_cast<double>(_known[kept].logit) >= threshold) kept++;
+        // A certain token below the threshold, or tau itself below it, leaves every later one out.
+        if (kept < n || static_cast<double>(tau) < threshold) closed = true;
+        n = kept;
+    }
+    if (_params.top_p < 1.0f) {
+        const double target = static_cast<double>(_params.top_p) * mass;
+        double cumulative = 0.0;
+        for (uint32_t i = 0; i < n; i++) {
+            cumulative += math::exp_nonpositive(_known[i].logit - top);
+            if (cumulative >= target) {
+                n = i + 1;
+                closed = true;
+                break;
+            }
+        }
+    }
+    if (!closed) return -1;
+    assert(n >= 1);  // the most likely token survives every filter
+    double total = 0.0;
+    for (uint32_t i = 0; i < n; i++)
+        total += math::exp_nonpositive((_known[i].logit - top) * inv_t);
+    const double target = _rng.next_unit() * total;
+    double cumulative = 0.0;
+    for (uint32_t i = 0; i < n; i++) {
+        cumulative += math::exp_nonpositive((_known[i].logit - top) * inv_t);
+        if (target < cumulative) return _known[i].id;
+    }
+    return _known[n - 1].id;
 }
 
 // The top `logprobs` alternatives under the raw-logit softmax (log normaliser `log_z`).

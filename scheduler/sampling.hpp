@@ -21,10 +21,33 @@
 // The filters are applied before temperature, as docs/protocol.md specifies (and llama.cpp's
 // default chain does): temperature then only reshapes the kept tokens' probabilities.
 //
+// The summary (a GPU step's, gpu/vk/shaders/logits_summary.comp; summarize() on the CPU): a row's
+// largest logit, its softmax normaliser at temperature 1 and at the request's temperature, and
+// its summary_top best tokens. With one, a draw reads the vocabulary only where the summary
+// does not settle it, so a 128k-vocabulary row costs microseconds instead of a millisecond:
+//   - every token outside the summary comes after the candidates in (logit descending, id
+//     ascending) order, so the candidates not in the penalty window and the window's tokens
+//     (looked up in the row) above tau, the last candidate's logit, are the head of the
+//     penalised row's order, known exactly;
+//   - greedy is the first of that head when it is not empty;
+//   - top_k within the known tokens, and min_p or top_p cut above tau, keep a set of known
+//     tokens, drawn from in (logit descending, id ascending) order; top_p's mass without top_k
+//     is the summary's normaliser with the window's terms exchanged for their penalised ones;
+//   - plain temperature sampling walks the known tokens in that order, then (when the draw
+//     falls past them: the tail's share of the mass) the rest of the row in id order, against
+//     the summary's tempered normaliser (which the step computed for this temperature).
+// Anything else (a mask, a known set that cannot decide, a window holding nearly all the mass)
+// takes the whole-vocabulary path below. Which path runs, and so the token, depends only on the
+// row, the parameters and the generator: sampling stays deterministic and batch invariant. The
+// two paths walk their candidates in different orders, so one seed's tokens differ between a
+// row given with a summary and without one: the server always has one (every logits row of a
+// step does).
+//
 // Reported log-probabilities (the documented choice, per docs/protocol.md): `logprob` and
 // `top_logprobs` are the log-softmax of the RAW logits, before penalty, filters and
-// temperature. That is "the probability under the model": it does not depend on sampling
-// parameters, it is defined for temperature 0, and a client can compare it across requests.
+// temperature (with a summary: its normaliser and candidates). That is "the probability under the
+// model": it does not depend on sampling parameters, it is defined for temperature 0, and a client
+// can compare it across requests.
 #pragma once
 
 #include <array>
@@ -36,6 +59,7 @@
 #include <vector>
 
 #include "actors/runtime/result.hpp"
+#include "gpu/vk/shaders/abi.h"
 #include "scheduler/prng.hpp"
 
 namespace ordo::sched {
@@ -69,6 +93,34 @@ struct sampling_params {
 // bad_request naming the offending parameter (by its protocol name) and its allowed range.
 status validate(const sampling_params& p);
 
+// Candidates in a summary (abi.h ORDO_SUMMARY_TOP): at least logprobs_max, so the reported
+// alternatives are always among them.
+inline constexpr uint32_t summary_top = gpu::abi::ORDO_SUMMARY_TOP;
+static_assert(summary_top >= logprobs_max);
+
+// A logits row's summary (see the top of this file). The candidates are the row's best
+// min(summary_top, vocabulary) tokens, logit descending, the lower id first on ties.
+struct logits_summary {
+    float max = 0.0f;          // the largest logit
+    float mass = 0.0f;         // sum of exp(l - max) over the row
+    float mass_t = 0.0f;       // sum of exp((l - max) / temperature); 0: not computed
+    float temperature = 0.0f;  // the temperature of mass_t
+    uint32_t count = 0;
+    std::array<int32_t, summary_top> ids{};
+    std::array<float, summary_top> logits{};
+};
+
+// The summary of a row computed on the host (tests, benches): the same fields as the GPU's
+// kernel, its sums in double.
+logits_summary summarize(std::span<const float> logits, float temperature);
+
+// The summary the logits_summary kernel wrote (abi.h ORDO_SUMMARY_WORDS words) of a row of
+// n_vocab entries, for the temperature the step gave it. Errors (bad_summary): a count other
+// than min(summary_top, n_vocab), a candidate id outside the row or out of order, a maximum or
+// normaliser that is not finite and positive.
+result<logits_summary> read_summary(std::span<const uint32_t> words, uint32_t n_vocab,
+                                    float temperature);
+
 struct token_logprob {
     int32_t token = -1;
     float logprob = 0.0f;  // natural log, of the raw-logit softmax
@@ -94,8 +146,12 @@ public:
     // step that produced them failed), a recent token outside the vocabulary ("bad_token").
     // `allowed` (empty: every token): allowed[t] != 0 where token t may be drawn; it has one
     // entry per logit and allows at least one (else "bad_mask", generator untouched).
+    // `summary` (may be null): the row's summary (read_summary, summarize), which makes the
+    // draw read only what it needs of `logits` (see the top of this file); its producer
+    // checked the row's logits finite (the gpu actor fails a step with any that is not).
     result<sampled> sample(std::span<const float> logits, std::span<const int32_t> recent_tokens,
-                           std::span<const uint8_t> allowed = {});
+                           std::span<const uint8_t> allowed = {},
+                           const logits_summary* summary = nullptr);
 
     // A draw checked token by token instead of over a mask (a grammar: `allows` is one
     // matcher check, a mask a walk of the vocabulary). Nothing when no token was taken: the
@@ -110,12 +166,16 @@ public:
     //     with top_k/min_p/top_p, the first draw's filters see the whole vocabulary. An allowed
     //     draw advances the generator as sample() does, so a grammar that allows the model's
     //     own choice leaves the output as without it.
+    // `summary` (may be null) gives the reported log-probabilities, as for sample().
     result<std::optional<sampled>> sample_checked(std::span<const float> logits,
                                                   std::span<const int32_t> recent_tokens,
                                                   const std::function<bool(int32_t)>& allows,
-                                                  uint32_t tries);
+                                                  uint32_t tries,
+                                                  const logits_summary* summary = nullptr);
 
     const sampling_params& params() const { return _params; }
+    // Draws a summary settled without the whole-vocabulary path (tests, stats).
+    uint64_t summary_draws() const { return _summary_draws; }
 
 private:
     explicit sampler(const sampling_params& p) : _params(p), _rng(p.seed) {}
@@ -123,8 +183,23 @@ private:
     status check_inputs(std::span<const float> logits, std::span<const int32_t> recent) const;
     // The inputs checked, the raw distribution's normaliser, _work the penalised logits.
     status prepare(std::span<const float> logits, std::span<const int32_t> recent);
-    // `token` with its raw log-probability and the top alternatives.
-    sampled report(std::span<const float> logits, int32_t token) const;
+    // `token` with its raw log-probability and the top alternatives (from the summary when
+    // there is one: its normaliser and candidates).
+    sampled report(std::span<const float> logits, int32_t token,
+                   const logits_summary* summary) const;
+    // The summary's draw (top of this file); -1 when it cannot settle it (nothing drawn then).
+    int32_t fast_pick(std::span<const float> logits, const logits_summary& s,
+                      std::span<const int32_t> recent);
+    // The penalty window's distinct ids with their penalised logits into _window (sorted by
+    // id); false when no penalty applies.
+    bool window_penalties(std::span<const float> logits, std::span<const int32_t> recent);
+    // The summary's normaliser at 1 / inv_t (base: mass or mass_t) with the window's terms
+    // penalised, relative to `top`; 0 when it cannot be trusted (the window held nearly all).
+    double penalised_mass(std::span<const float> logits, const logits_summary& s, double base,
+                          float inv_t, float top) const;
+    // Plain temperature: the known tokens in order, then the tail in id order.
+    int32_t walk_known_then_tail(std::span<const float> logits, float top, float inv_t,
+                                 double total);
     bool apply_penalty(std::span<const int32_t> recent);
     int32_t pick_greedy() const;
     int32_t pick_random(float max_work, double mass);
@@ -151,6 +226,16 @@ private:
     std::vector<int32_t> _spill;       // (vocab) top_p's crossing bucket
     std::vector<int32_t> _recent;      // (repeat_last_n) the penalty window, sorted
     std::vector<float> _heap;          // (top_k) the top_k largest logits, a min-heap
+    // The summary's path: the penalty window's distinct ids and penalised logits, the known
+    // tokens (logit descending, id ascending) and a mark per token for the tail's walk.
+    struct known_token {
+        float logit;
+        int32_t id;
+    };
+    std::vector<known_token> _window;
+    std::vector<known_token> _known;
+    std::vector<uint8_t> _marks;  // (vocab, on the first tail walk) 1: a known token
+    uint64_t _summary_draws = 0;
 };
 
 }  // namespace ordo::sched

@@ -416,7 +416,10 @@ void scheduler_actor::on(const gpu::step_done& m) {
     std::vector<outgoing_event> out;
     _core.on_step_done(
         m, [&](uint32_t r) { return _logits->read_row(m.slot, r); },
-        [&](uint32_t r) { return _logits->read_hidden_row(m.slot, r); }, out);
+        [&](uint32_t r) { return _logits->read_hidden_row(m.slot, r); }, out,
+        m.summarized ? scheduler_core::summary_reader(
+                           [&](uint32_t r) { return _logits->read_summary(m.slot, r); })
+                     : scheduler_core::summary_reader());
     if (m.slot != gpu::logits_exchange::no_slot) _logits->release(m.slot);
     after(out);
 }

@@ -128,6 +128,7 @@ door::request_error error_event(uint64_t conn, uint64_t id, door::errc code, std
 struct scheduler_counters {
     uint64_t requests = 0;  // generate requests accepted into the queue
     uint64_t tokens_generated = 0;
+    uint64_t summary_draws = 0;  // tokens drawn from the step's row summary alone
     uint64_t prompt_tokens = 0;
     uint64_t cached_tokens = 0;
     uint64_t cancels = 0;
@@ -210,8 +211,11 @@ public:
     // `row(i)` returns the logits of step_done.rows[i], `hidden_row(i)` the hidden row of
     // step_done.hidden_rows[i].
     using row_reader = std::function<std::span<const float>(uint32_t)>;
+    // `summary(i)`: the summary words of step_done.rows[i] (logits_exchange::read_summary);
+    // empty (no reader): the rows come without summaries and are sampled over the vocabulary.
+    using summary_reader = std::function<std::span<const uint32_t>(uint32_t)>;
     void on_step_done(const gpu::step_done& m, const row_reader& row, const row_reader& hidden_row,
-                      std::vector<outgoing_event>& out);
+                      std::vector<outgoing_event>& out, const summary_reader& summary = {});
     void on_step_failed(const gpu::step_failed& m, std::vector<outgoing_event>& out);
     void on_session_delete(const session_delete& m, std::vector<outgoing_event>& out);
     // The kv actor's answers (kv_msgs.hpp).
@@ -384,7 +388,7 @@ private:
     // token drawn. Ends at the first draft that differs (the token drawn there is the output),
     // at the last row, or when the request ends.
     void verify(request_state& r, const planned& p, uint32_t row0, const row_reader& row,
-                std::vector<outgoing_event>& out);
+                const summary_reader& summary, std::vector<outgoing_event>& out);
     void stop_speculating(request_state& r, spec_fallback why, const std::string& detail = "");
     // Starts a drafting round (draft model) for the decoding sequences whose drafts are not
     // ready yet; false when none needs one.
@@ -407,8 +411,9 @@ private:
     // outcomes (scheduler_outcomes.cpp)
     // The row's logits of the tokenizer's vocabulary (a padded output head's extra ids cut).
     std::span<const float> vocab_logits(std::span<const float> logits) const;
+    // `summary`: the row's summary words (empty: none).
     void apply_token(request_state& r, std::span<const float> logits,
-                     std::vector<outgoing_event>& out);
+                     std::span<const uint32_t> summary, std::vector<outgoing_event>& out);
     void finish(request_state& r, door::finish_reason reason, std::vector<outgoing_event>& out,
                 const std::string& stop_string = "");
     void fail(request_state& r, door::errc code, const std::string& message,

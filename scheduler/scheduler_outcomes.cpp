@@ -104,7 +104,8 @@ void scheduler_core::on_device_unavailable(const gpu::device_unavailable& m,
 // ---- step done ---------------------------------------------------------------------------------
 
 void scheduler_core::on_step_done(const gpu::step_done& m, const row_reader& row,
-                                  const row_reader& hidden_row, std::vector<outgoing_event>& out) {
+                                  const row_reader& hidden_row, std::vector<outgoing_event>& out,
+                                  const summary_reader& summary) {
     if (!_in_flight || _in_flight->step_id != m.step_id) return;  // not ours (stale): ignore
     in_flight_step f = std::move(*_in_flight);
     _in_flight.reset();
@@ -141,9 +142,10 @@ void scheduler_core::on_step_done(const gpu::step_done& m, const row_reader& row
         }
         const auto row0 = uint32_t(it - m.rows.begin());
         if (p.drafts.empty()) {
-            apply_token(*r, vocab_logits(row(row0)), out);
+            apply_token(*r, vocab_logits(row(row0)),
+                        summary ? summary(row0) : std::span<const uint32_t>(), out);
         } else {
-            verify(*r, p, row0, row, out);
+            verify(*r, p, row0, row, summary, out);
         }
     }
 }
@@ -155,7 +157,17 @@ std::span<const float> scheduler_core::vocab_logits(std::span<const float> logit
 }
 
 void scheduler_core::apply_token(request_state& r, std::span<const float> logits,
+                                 std::span<const uint32_t> summary_words,
                                  std::vector<outgoing_event>& out) {
+    // The step's summary of the row (a bad one is the device's fault, like a NaN logit).
+    std::optional<logits_summary> summary;
+    if (!summary_words.empty()) {
+        auto s = read_summary(summary_words, uint32_t(logits.size()), r.smp->params().temperature);
+        if (!s.ok())
+            return fail(r, door::errc::internal, "sampling failed: " + s.err().message, out);
+        summary = *s;
+    }
+    const logits_summary* sum = summary ? &*summary : nullptr;
     // A grammar: the draw (greedy's best few tokens, or one random draw) is offered to the
     // grammar token by token, and only when it refuses is the whole vocabulary's mask computed
     // (sampler::sample_checked: the distribution is the masked one either way).
@@ -163,7 +175,7 @@ void scheduler_core::apply_token(request_state& r, std::span<const float> logits
     if (r.grammar) {
         auto g = r.smp->sample_checked(
             logits, r.tokens, [&](int32_t t) { return r.grammar->allows(t); },
-            grammar_greedy_checks_max);
+            grammar_greedy_checks_max, sum);
         if (!g.ok())
             return fail(r, door::errc::internal, "sampling failed: " + g.err().message, out);
         s = std::move(*g);
@@ -175,9 +187,11 @@ void scheduler_core::apply_token(request_state& r, std::span<const float> logits
             if (!a) return fail(r, door::errc::bad_request, a.err().message, out);
             allowed = a->first(std::min(a->size(), logits.size()));
         }
-        auto d = r.smp->sample(logits, r.tokens, allowed);
+        const uint64_t settled = r.smp->summary_draws();
+        auto d = r.smp->sample(logits, r.tokens, allowed, sum);
         if (!d.ok())
             return fail(r, door::errc::internal, "sampling failed: " + d.err().message, out);
+        _counters.summary_draws += r.smp->summary_draws() - settled;
         s = std::move(*d);
     }
     int32_t token = s->token;

@@ -100,6 +100,8 @@ void scheduler_core::add_to_step(request_state& r, uint32_t n_tokens, gpu::step&
     auto table = _kv->block_table(r.seq);
     q.block_table.assign(table.begin(), table.end());
     q.logits_rows = last ? 1 + uint32_t(drafts.size()) : 0;
+    // The summaries' tempered normaliser is for the temperature this request samples at.
+    if (q.logits_rows > 0 && r.smp) q.temperature = r.smp->params().temperature;
     q.hidden = hidden_for(r, n_tokens);
     s.seqs.push_back(std::move(q));
     f.seqs.push_back(
@@ -133,6 +135,8 @@ std::optional<gpu::step> scheduler_core::launch(gpu::step s, in_flight_step f) {
     if (s.seqs.empty()) return std::nullopt;
     s.step_id = f.step_id = _next_step++;
     s.phase = phase_of(s);
+    // The rows' summaries cover what can be sampled: the tokenizer's vocabulary.
+    s.sample_vocab = static_cast<uint32_t>(_tok->vocab().size());
     _in_flight = std::move(f);
     return s;
 }

@@ -87,7 +87,8 @@ std::vector<int32_t> scheduler_core::draft_for(request_state& r, uint32_t max) {
 }
 
 void scheduler_core::verify(request_state& r0, const planned& p, uint32_t row0,
-                            const row_reader& row, std::vector<outgoing_event>& out) {
+                            const row_reader& row, const summary_reader& summary,
+                            std::vector<outgoing_event>& out) {
     // The pending token's KV is committed (on_step_done), the drafts' is not yet.
     assert(!p.drafts.empty() && r0.n_past == r0.tokens.size());
     const seq_id seq = r0.seq;
@@ -95,7 +96,8 @@ void scheduler_core::verify(request_state& r0, const planned& p, uint32_t row0,
     uint32_t accepted = 0;
     request_state* r = &r0;  // null once the request has ended
     for (uint32_t i = 0; i <= drafted; i++) {
-        apply_token(*r, vocab_logits(row(row0 + i)), out);
+        apply_token(*r, vocab_logits(row(row0 + i)),
+                    summary ? summary(row0 + i) : std::span<const uint32_t>(), out);
         r = find(seq);
         if (r == nullptr) break;  // the request ended with this token (or failed)
         if (i == drafted || r->tokens.back() != p.drafts[i]) break;

@@ -10,8 +10,9 @@
 //   tg<G>x<P>  P sequences (16-token prompts), then G decode steps of all P: aggregate tok/s
 //   (each tg line also splits a step's wall time: gpu_ms_per_step is the gpu actor's submit to
 //   fence time summed over the step's segments, host_ms_per_step the rest: recording what the
-//   GPU did not overlap, the waits between segments, the messages, the logits read back and the
-//   next step's tokens; issue 28's "is a decode step host-bound")
+//   GPU did not overlap, the waits between segments, the messages, the rows' summaries read
+//   back and the next step's tokens (greedy: each summary's first candidate, as the server's
+//   sampler takes it); issue 28's "is a decode step host-bound")
 // Every step goes through a real gpu actor (gpu_session): messages, the worker thread, the
 // logits exchange. Best of --reps. Then a second, timestamped runner gives "where the time
 // goes": per-pipeline GPU time of one decode step (after 16 + G/2 tokens) and one prefill step
@@ -32,7 +33,6 @@
 #include "gpu/runner/runner.hpp"
 #include "model/gguf.hpp"
 #include "model/llama.hpp"
-#include "scheduler/sampling_math.hpp"
 
 using namespace ordo;
 using namespace ordo::gpu;
@@ -168,13 +168,13 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// The lowest id holding the row's largest logit, as the scheduler's greedy sampler finds it
-// (a vectorised maximum, then its first place): std::max_element took 25 ms for 64 rows of a
-// 128k vocabulary, more than a 64-sequence step of the 1B model on the GPU.
-std::int32_t argmax_row(const std::vector<float>& logits, std::size_t row, std::uint32_t n) {
-    std::span<const float> r(logits.data() + row * n, n);
-    return static_cast<std::int32_t>(std::find(r.begin(), r.end(), sched::math::max_value(r)) -
-                                     r.begin());
+// The lowest id holding the row's largest logit, as the scheduler's greedy sampler finds it: the
+// first candidate of the row's summary (logits_summary.comp), so a decode step reads kilobytes,
+// not rows x vocabulary (std::max_element took 25 ms for 64 rows of a 128k vocabulary, more
+// than a 64-sequence step of the 1B model on the GPU).
+std::int32_t argmax_row(const std::vector<std::uint32_t>& summaries, std::size_t row) {
+    return static_cast<std::int32_t>(
+        summaries[row * logits_exchange::summary_words + logits_exchange::summary_best_word]);
 }
 
 // Sizes the runner for the largest measurement.
@@ -209,14 +209,14 @@ struct bench {
     std::uint32_t seq_blocks;
     std::string common;  // JSON fields every line carries
     std::uint64_t step_id = 0;
-    std::vector<float> logits;
-    double gpu_ms = 0;  // step_done.gpu_ms of the steps run, summed
+    std::vector<std::uint32_t> summaries;  // the last step's rows' summaries
+    double gpu_ms = 0;                     // step_done.gpu_ms of the steps run, summed
 
     // One step: sequence i runs tokens[i] at pos0 with blocks i * seq_blocks, ...
     void run(const std::vector<std::vector<std::int32_t>>& tokens, std::uint32_t pos0,
              step_phase phase) {
         step st = seqs_step(++step_id, phase, tokens, pos0, seq_blocks);
-        auto d = s.run(st, logits, 3'600'000);
+        auto d = s.run_summaries(st, summaries, 3'600'000);
         if (!d) {
             std::fprintf(stderr, "ordo-bench: step failed: %s: %s\n", d.err().code.c_str(),
                          d.err().message.c_str());
@@ -245,7 +245,7 @@ struct bench {
         const double gpu0 = gpu_ms;
         auto t0 = std::chrono::steady_clock::now();
         for (std::uint32_t g = 0; g < o.gen; ++g) {
-            for (std::uint32_t i = 0; i < p; ++i) toks[i] = {argmax_row(logits, i, n_vocab)};
+            for (std::uint32_t i = 0; i < p; ++i) toks[i] = {argmax_row(summaries, i)};
             run(toks, decode_prompt + g, step_phase::decode);
         }
         return {seconds_since(t0), gpu_ms - gpu0};

@@ -16,8 +16,12 @@
 #include <vector>
 
 #include "gpu/vk/device_select.hpp"
+#include "gpu/vk/shaders/abi.h"
 
 namespace ordo::gpu {
+
+static_assert(logits_exchange::summary_words == abi::ORDO_SUMMARY_WORDS,
+              "the exchange's summary rows are the kernel's");
 
 namespace {
 
@@ -197,7 +201,8 @@ void gpu_actor::run_step_job() {
     const bool held = _job.slot != logits_exchange::no_slot;
     float* out = held ? _exchange.row(_job.slot, 0) : nullptr;
     float* hidden = held && _exchange.n_embd() > 0 ? _exchange.hidden_row(_job.slot, 0) : nullptr;
-    auto res = _runner->run_step(_job.msg, out, hidden);
+    std::uint32_t* summary = held ? _exchange.summary_row(_job.slot, 0) : nullptr;
+    auto res = _runner->run_step(_job.msg, out, hidden, summary);
     _job.segment = _runner->last_segment();
     if (!res) {
         _job.err = res.err();
@@ -365,8 +370,13 @@ void gpu_actor::finish_step() {
         _steps++;
         _tokens += _job.res.n_tokens;
         _rebuilds_in_row = 0;
-        step_done d{m.step_id,           _job.slot,       _job.res.rows,
-                    _exchange.n_vocab(), _job.res.gpu_ms, _job.res.hidden_rows};
+        step_done d{m.step_id,
+                    _job.slot,
+                    _job.res.rows,
+                    _exchange.n_vocab(),
+                    _job.res.gpu_ms,
+                    _job.res.hidden_rows,
+                    true};
         _replies.send(d);
         return;
     }

@@ -81,8 +81,7 @@ gpu_session::~gpu_session() {
     (void)stop();
 }
 
-result<step_done> gpu_session::run(const step& s, std::vector<float>& logits,
-                                   std::uint64_t timeout_ms, std::vector<float>* hidden) {
+result<step_done> gpu_session::send_and_wait(const step& s, std::uint64_t timeout_ms) {
     actors::tell_status sent = _actor->tell(s, "gpu_session");
     if (!sent) return sent.err().as_error();
     auto r = _collector.next(timeout_ms);
@@ -95,6 +94,28 @@ result<step_done> gpu_session::run(const step& s, std::vector<float>& logits,
     if (d == nullptr || d->step_id != s.step_id) {
         return make_error("gpu_protocol", "unexpected reply " + reply_name(*r));
     }
+    return *d;
+}
+
+result<step_done> gpu_session::run_summaries(const step& s, std::vector<std::uint32_t>& summaries,
+                                             std::uint64_t timeout_ms) {
+    auto d = send_and_wait(s, timeout_ms);
+    if (!d) return d;
+    constexpr std::uint32_t words = logits_exchange::summary_words;
+    summaries.resize(d->rows.size() * words);
+    for (std::size_t i = 0; i < d->rows.size(); ++i) {
+        auto row = _exchange->read_summary(d->slot, static_cast<std::uint32_t>(i));
+        std::memcpy(summaries.data() + i * words, row.data(), words * sizeof(std::uint32_t));
+    }
+    _exchange->release(d->slot);
+    return d;
+}
+
+result<step_done> gpu_session::run(const step& s, std::vector<float>& logits,
+                                   std::uint64_t timeout_ms, std::vector<float>* hidden) {
+    auto done = send_and_wait(s, timeout_ms);
+    if (!done) return done;
+    step_done* d = &*done;
     logits.resize(d->rows.size() * std::size_t(d->n_vocab));
     for (std::size_t i = 0; i < d->rows.size(); ++i) {
         auto row = _exchange->read_row(d->slot, static_cast<std::uint32_t>(i));

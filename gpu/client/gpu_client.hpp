@@ -86,6 +86,10 @@ public:
     // and whose message names the segment.
     result<step_done> run(const step& s, std::vector<float>& logits, std::uint64_t timeout_ms,
                           std::vector<float>* hidden = nullptr);
+    // The same, copying only the rows' summaries (rows x logits_exchange::summary_words words),
+    // as the server's scheduler reads a step: what a sampled decode step costs the host.
+    result<step_done> run_summaries(const step& s, std::vector<std::uint32_t>& summaries,
+                                    std::uint64_t timeout_ms);
 
     const device_ready& ready() const { return _ready; }
     std::uint32_t n_vocab() const { return _exchange->n_vocab(); }
@@ -96,6 +100,8 @@ public:
 
 private:
     gpu_session() = default;
+    // Sends the step and waits for its reply: the step_done (its slot held), or the error.
+    result<step_done> send_and_wait(const step& s, std::uint64_t timeout_ms);
 
     reply_collector _collector;
     std::unique_ptr<logits_exchange> _exchange;

@@ -27,6 +27,7 @@ logits_exchange::logits_exchange(std::uint32_t rows_max, std::uint32_t n_vocab,
       _n_embd(n_embd),
       _owners(slots_max),
       _data(std::size_t(slots_max) * rows_max * n_vocab, 0.0f),
+      _summaries(std::size_t(slots_max) * rows_max * summary_words, 0u),
       _hidden(std::size_t(slots_max) * rows_max * n_embd, 0.0f) {
     require(rows_max > 0 && n_vocab > 0, "rows_max and n_vocab must be > 0");
 }
@@ -71,6 +72,15 @@ float* logits_exchange::row(std::uint32_t slot, std::uint32_t r) {
 
 std::span<const float> logits_exchange::read_row(std::uint32_t slot, std::uint32_t r) const {
     return {_data.data() + row_index(slot, r), _n_vocab};
+}
+
+std::uint32_t* logits_exchange::summary_row(std::uint32_t slot, std::uint32_t r) {
+    return _summaries.data() + row_index(slot, r) / _n_vocab * summary_words;
+}
+
+std::span<const std::uint32_t> logits_exchange::read_summary(std::uint32_t slot,
+                                                             std::uint32_t r) const {
+    return {_summaries.data() + row_index(slot, r) / _n_vocab * summary_words, summary_words};
 }
 
 bool logits_exchange::is_held(std::uint32_t slot) const {

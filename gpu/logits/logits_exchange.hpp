@@ -31,6 +31,10 @@ public:
     static constexpr std::uint32_t slots_max = 4;
     // step_done.slot when the step asked for no logits rows (nothing to read or release).
     static constexpr std::uint32_t no_slot = 0xFFFFFFFFu;
+    // Words of one row's summary (abi.h ORDO_SUMMARY_WORDS; the gpu library asserts they agree).
+    static constexpr std::uint32_t summary_words = 4 + 2 * 64;
+    // Where a summary keeps its candidate count and its first (best) candidate's id.
+    static constexpr std::uint32_t summary_count_word = 3, summary_best_word = 4;
 
     logits_exchange(std::uint32_t rows_max, std::uint32_t n_vocab, std::uint32_t n_embd = 0);
     logits_exchange(const logits_exchange&) = delete;
@@ -44,6 +48,11 @@ public:
     // Row r of a held slot (n_vocab floats). The writer fills it; the reader reads it.
     float* row(std::uint32_t slot, std::uint32_t r);
     std::span<const float> read_row(std::uint32_t slot, std::uint32_t r) const;
+    // The summary of logits row r of a held slot (summary_words words: the logits_summary
+    // kernel's output, gpu/vk/shaders/abi.h), the same way. summary_row(slot, 0) is where the
+    // writer puts the step's rows, one after another.
+    std::uint32_t* summary_row(std::uint32_t slot, std::uint32_t r);
+    std::span<const std::uint32_t> read_summary(std::uint32_t slot, std::uint32_t r) const;
     // Hidden row r of a held slot (n_embd floats), the same way.
     float* hidden_row(std::uint32_t slot, std::uint32_t r);
     std::span<const float> read_hidden_row(std::uint32_t slot, std::uint32_t r) const;
@@ -62,8 +71,9 @@ private:
     std::uint32_t _n_vocab;
     std::uint32_t _n_embd;
     slot_owners _owners;
-    std::vector<float> _data;    // (slots_max, rows_max, n_vocab)
-    std::vector<float> _hidden;  // (slots_max, rows_max, n_embd)
+    std::vector<float> _data;               // (slots_max, rows_max, n_vocab)
+    std::vector<std::uint32_t> _summaries;  // (slots_max, rows_max, summary_words)
+    std::vector<float> _hidden;             // (slots_max, rows_max, n_embd)
 };
 
 }  // namespace ordo::gpu

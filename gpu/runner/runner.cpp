@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "gpu/vk/kernels.hpp"
+#include "gpu/vk/shaders/abi.h"
 #include "gpu/vk/vk_util.hpp"
 #include "model/cpu_ops.hpp"
 
@@ -585,6 +586,9 @@ status runner::init_buffers(std::uint32_t blocks) {
         {&_tables, std::uint64_t(_options.seqs_max) * _blocks_per_seq_max,
          memory_use::host_readback, "block tables", seqs_ctx},
         {&_logits, rows * _hp.n_vocab, memory_use::host_readback, "logits", seqs},
+        {&_summary, rows * abi::ORDO_SUMMARY_WORDS, memory_use::host_readback, "logits summaries",
+         seqs},
+        {&_temperatures, rows, memory_use::host_readback, "row temperatures", seqs},
         {&_hidden, t * _embd_stride, memory_use::host_readback, "final hidden", batch},
         {&_spin, 1024, memory_use::device, "spin", batch},
         {&_attn_partials, attention_partials_floats(_hp.n_head, g.head_dim, _attn_max_splits),
@@ -627,10 +631,10 @@ status runner::init_stream() {
                                             chunks(l.gate) + chunks(l.up) + chunks(l.down));
     }
     std::uint32_t layers = std::min(_options.flush_every_layers, _hp.n_layer);
-    // Embedding + layers + final-norm runs + classifier + hidden-row norm runs + the fault's
-    // spin dispatch.
+    // Embedding + layers + final-norm runs + classifier + the logits summary + hidden-row
+    // norm runs + the fault's spin dispatch.
     std::uint64_t budget = chunks(_token_embd) + std::uint64_t(layers) * per_layer +
-                           _options.rows_max + chunks(_output) + _options.rows_max + 1;
+                           _options.rows_max + chunks(_output) + 1 + _options.rows_max + 1;
     if (budget > segment_dispatches_max) {
         return bad_config("flush_every_layers " + std::to_string(_options.flush_every_layers) +
                           " makes segments of " + std::to_string(budget) + " dispatches; lower it");

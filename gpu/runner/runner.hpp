@@ -204,8 +204,11 @@ public:
     // Runs one step and writes rows() x n_vocab floats to logits_out (row i = the i-th sequence
     // that wants logits) and hidden rows x n_embd floats to hidden_out (row i = the i-th
     // sequence with a hidden output: step_seq::hidden); either may be null when no sequence
-    // asks for it. Validation failures (gpu_bad_step) record nothing.
-    result<step_result> run_step(const step& s, float* logits_out, float* hidden_out = nullptr);
+    // asks for it. summary_out (may be null): rows() x ORDO_SUMMARY_WORDS words, each logits
+    // row's summary (gpu/vk/shaders/abi.h logits_summary_push). Validation failures
+    // (gpu_bad_step) record nothing.
+    result<step_result> run_step(const step& s, float* logits_out, float* hidden_out = nullptr,
+                                 std::uint32_t* summary_out = nullptr);
     // Arms a fault for the next run_step only.
     void arm_fault(const step_fault& f) { _fault = f; }
     // Waits (at most timeout_ms) for a segment still in flight after a timeout.
@@ -339,16 +342,18 @@ private:
     std::vector<layer_weights> _layers;
 
     // Activations, sized for max_batch_tokens T (rows_max R for the logits rows).
-    buffer _x;       // (T, embd_stride) residual stream
-    buffer _xn;      // (T, embd_stride) normed input of a block
-    buffer _qkv;     // (T, qkv_stride) q | k | v
-    buffer _att;     // (T, embd_stride) attention output
-    buffer _gu;      // (T, gu_stride) gate | up (up at column n_ff)
-    buffer _hid;     // (T, ff_stride) silu(gate) * up; pad columns stay 0
-    buffer _final;   // (R, embd_stride) final-normed rows that want logits
-    buffer _ints;    // host-visible (5T) ids | positions | slots | attention {seq, pos}
-    buffer _tables;  // host-visible (seqs_max, blocks_per_seq_max) block tables
-    buffer _logits;  // host-visible (R, n_vocab)
+    buffer _x;             // (T, embd_stride) residual stream
+    buffer _xn;            // (T, embd_stride) normed input of a block
+    buffer _qkv;           // (T, qkv_stride) q | k | v
+    buffer _att;           // (T, embd_stride) attention output
+    buffer _gu;            // (T, gu_stride) gate | up (up at column n_ff)
+    buffer _hid;           // (T, ff_stride) silu(gate) * up; pad columns stay 0
+    buffer _final;         // (R, embd_stride) final-normed rows that want logits
+    buffer _ints;          // host-visible (5T) ids | positions | slots | attention {seq, pos}
+    buffer _tables;        // host-visible (seqs_max, blocks_per_seq_max) block tables
+    buffer _logits;        // host-visible (R, n_vocab)
+    buffer _summary;       // host-visible (R, ORDO_SUMMARY_WORDS) the logits rows' summaries
+    buffer _temperatures;  // host-visible (R) each logits row's temperature (its summary's)
     // host-visible (T, embd_stride) final-normed rows of the tokens whose hidden states a step
     // returns (embeddings: every token of an input when it is mean-pooled, so up to T rows),
     // pooled on the host into the hidden rows. As large as one activation buffer.

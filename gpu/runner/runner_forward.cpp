@@ -11,6 +11,7 @@
 
 #include "gpu/runner/runner.hpp"
 #include "gpu/vk/kernels.hpp"
+#include "gpu/vk/shaders/abi.h"
 
 namespace ordo::gpu {
 
@@ -40,6 +41,8 @@ void runner::write_inputs() {
     std::memcpy(ints + 2 * t_max, _plan.slots.data(), n * 4);
     std::memcpy(ints + 3 * t_max, _plan.attn.data(), 2 * n * 4);
     std::memcpy(_tables.mapped(), _plan.tables.data(), _plan.tables.size() * 4);
+    std::memcpy(_temperatures.mapped(), _plan.row_temperatures.data(),
+                _plan.row_temperatures.size() * 4);
 }
 
 status runner::record_embedding() {
@@ -117,10 +120,13 @@ status runner::record_final_norm(std::span<const row_run> runs, const buffer& ou
 }
 
 status runner::record_logits() {
-    // final[row] = norm(x[token of row]); logits = w_out final. Only the rows that ask.
+    // final[row] = norm(x[token of row]); logits = w_out final. Only the rows that ask. Then
+    // each row's summary, which is what the scheduler's sampler reads first.
     ORDO_TRY(record_final_norm(_plan.runs, _final));
-    return encode_mul_mat(*_stream, _output, {whole(_final), 0, _embd_stride},
-                          {whole(_logits), 0, _hp.n_vocab}, _plan.rows(), false);
+    ORDO_TRY(encode_mul_mat(*_stream, _output, {whole(_final), 0, _embd_stride},
+                            {whole(_logits), 0, _hp.n_vocab}, _plan.rows(), false));
+    return encode_logits_summary(*_stream, {whole(_logits), 0, _hp.n_vocab}, whole(_temperatures),
+                                 whole(_summary), _plan.sample_vocab, _plan.rows());
 }
 
 status runner::record_hidden() {
@@ -213,7 +219,8 @@ void runner::add_timings() {
     }
 }
 
-result<step_result> runner::run_step(const step& s, float* logits_out, float* hidden_out) {
+result<step_result> runner::run_step(const step& s, float* logits_out, float* hidden_out,
+                                     std::uint32_t* summary_out) {
     step_fault fault = std::exchange(_fault, step_fault{});
     if (_stream->state() != stream_state::idle) {
         return gpu_error(gpu_failure::busy,
@@ -257,6 +264,10 @@ result<step_result> runner::run_step(const step& s, float* logits_out, float* hi
                   std::numeric_limits<float>::quiet_NaN());
     }
     if (n > 0) std::memcpy(logits_out, logits, n * sizeof(float));
+    if (summary_out != nullptr && _plan.rows() > 0) {
+        std::memcpy(summary_out, _summary.mapped(),
+                    std::size_t(_plan.rows()) * abi::ORDO_SUMMARY_WORDS * 4);
+    }
     if (_plan.hidden_rows() > 0) pool_hidden(hidden_out);
     r.rows = _plan.row_seq_ids;
     r.hidden_rows = _plan.hidden_seq_ids;

@@ -2,6 +2,7 @@
 #include "gpu/runner/step_plan.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "gpu/vk/gpu_failure.hpp"
 
@@ -23,6 +24,10 @@ status check_seq(const step& s, const step_seq& q, std::size_t i, const step_lim
     if (q.logits_rows > q.tokens.size()) {
         return bad_step(s, seq_name(q, i) + " asks for " + std::to_string(q.logits_rows) +
                                " logits rows of " + std::to_string(q.tokens.size()) + " tokens");
+    }
+    if (!(std::isfinite(q.temperature) && q.temperature >= 0.0f)) {
+        return bad_step(s, seq_name(q, i) + " has temperature " + std::to_string(q.temperature) +
+                               "; finite and at least 0 allowed");
     }
     std::uint64_t end = std::uint64_t(q.pos0) + q.tokens.size();
     if (end > lim.n_ctx) {
@@ -136,6 +141,8 @@ status plan_step(const step& s, const step_limits& lim, step_plan& out) {
     out.attn.clear();
     out.runs.clear();
     out.row_seq_ids.clear();
+    out.row_temperatures.clear();
+    out.sample_vocab = s.sample_vocab != 0 ? std::min(s.sample_vocab, lim.n_vocab) : lim.n_vocab;
     out.hidden_runs.clear();
     out.hidden_seq_ids.clear();
     out.hidden_tokens = 0;
@@ -167,6 +174,7 @@ status plan_step(const step& s, const step_limits& lim, step_plan& out) {
             out.runs.push_back({token, out.rows(), q.logits_rows});
         }
         out.row_seq_ids.insert(out.row_seq_ids.end(), q.logits_rows, q.seq_id);
+        out.row_temperatures.insert(out.row_temperatures.end(), q.logits_rows, q.temperature);
     }
     out.n_tokens = static_cast<std::uint32_t>(out.ids.size());
     return check_unique_slots(s, out, out.sort_scratch);

@@ -49,6 +49,8 @@ struct step_plan {
     std::vector<std::int32_t> tables;        // (n_seqs, blocks_per_seq) block ids, 0-padded
     std::vector<row_run> runs;               // logits rows, in row order
     std::vector<std::uint64_t> row_seq_ids;  // (rows) seq id of each logits row
+    std::vector<float> row_temperatures;     // (rows) each logits row's step_seq::temperature
+    std::uint32_t sample_vocab = 0;          // entries of a row the summaries cover (<= n_vocab)
     // Hidden rows (embeddings), in row order: run i's tokens are final-normed into rows
     // [row0, row0 + n) of the runner's hidden buffer and summed into hidden row i (n is 1 for
     // last and first). The runs' n add up to hidden_tokens.
@@ -62,7 +64,8 @@ struct step_plan {
 
 // Validates `s` and fills `out` (its vectors are reused: no allocation once warm). Errors, all
 // code gpu_bad_step with a message naming the sequence and the value: no sequences or too many,
-// a sequence without tokens or with more logits rows than tokens, too many tokens, logits rows or
+// a sequence without tokens or with more logits rows than tokens or a temperature that is not
+// finite and at least 0, too many tokens, logits rows or
 // hidden rows (each at most rows_max), an unknown hidden output, a token id outside the vocab,
 // positions past n_ctx, a block table too short or too long or naming a block outside the
 // pool, two tokens writing the same KV slot (a block shared between sequences being written),

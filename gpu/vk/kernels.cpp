@@ -425,6 +425,21 @@ status encode_norm_glu(stream& s, const weight_tensor& w, const norm_input& in, 
     return encode_swiglu(s, gate_up, up, out, n_ff, n_tokens);
 }
 
+status encode_logits_summary(stream& s, rows_view logits, buffer_view temps, buffer_view summary,
+                             std::uint32_t n_sample, std::uint32_t n_rows) {
+    if (n_sample == 0 || n_rows == 0 || n_rows > s.dev().info().max_workgroup_count[0] ||
+        (n_rows > 1 && logits.stride < n_sample)) {
+        return bad("logits_summary", "bad shape");
+    }
+    if (!fits(logits, n_rows, n_sample) || temps.range < 4ull * n_rows ||
+        summary.range < 4ull * abi::ORDO_SUMMARY_WORDS * n_rows) {
+        return bad("logits_summary", "operand outside its binding");
+    }
+    abi::logits_summary_push p{n_sample, n_rows, logits.offset, logits.stride};
+    s.dispatch(pipeline_id::logits_summary, {logits.view, temps, summary}, p, {n_rows, 1, 1});
+    return {};
+}
+
 status encode_rms_norm(stream& s, rows_view x, buffer_view weight, rows_view out, std::uint32_t n,
                        std::uint32_t n_rows, float eps) {
     if (n == 0 || n_rows == 0 || n_rows > rows_limit(s)) return bad("rms_norm", "bad shape");

@@ -208,6 +208,13 @@ enum class attention_path { automatic, classic, texel };
 status encode_attention(stream& s, const kv_pool& pool, std::uint32_t layer,
                         const attention_batch& b, attention_path path);
 
+// summary[r] = the sampling summary of logits row r's first n_sample entries (abi.h
+// logits_summary_push: the largest logit, the normalisers at temperature 1 and at temps[r], the
+// ORDO_SUMMARY_TOP best candidates); summary holds n_rows x ORDO_SUMMARY_WORDS words, temps
+// n_rows floats (0: no tempered normaliser).
+status encode_logits_summary(stream& s, rows_view logits, buffer_view temps, buffer_view summary,
+                             std::uint32_t n_sample, std::uint32_t n_rows);
+
 // Test-only: one invocation loops `iterations` times over data (a long-running dispatch; on
 // llvmpipe at most 65535 iterations, its cap per shader invocation).
 // `workgroups` invocations each spin `iterations` (they race on data[0]: test-only).

@@ -217,6 +217,8 @@ std::uint32_t wg_for(pipeline_id id, const pipeline_tuning& t) {
             return t.attention_tx_wg;
         case wg_class::single:
             return 1;
+        case wg_class::summary:
+            return abi::ORDO_SUMMARY_WG;
     }
     return t.elementwise_wg;
 }

@@ -43,6 +43,7 @@ enum class wg_class {
     attention,    // attention_wg
     subgroup,     // attention_tx_wg: one subgroup
     single,       // 1
+    summary,      // ORDO_SUMMARY_WG: fixed by logits_summary.comp's order
 };
 // A device feature a pipeline cannot run without.
 enum class pipeline_need { none, subgroup_arithmetic, subgroup_ballot };

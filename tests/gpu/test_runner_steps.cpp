@@ -12,12 +12,17 @@
 // first KV job may be a copy-in;
 // (3) an armed device loss fails the step with gpu_device_lost naming the segment of the
 // chosen layer; (4) an armed hang fails with gpu_timeout, drain() then waits the spin out and
-// the next step works; (5) nan_logits puts NaN in the returned row.
+// the next step works; (5) nan_logits puts NaN in the returned row; (6) each logits row comes
+// with its summary (the logits_summary kernel) over the step's sample_vocab at its sequence's
+// temperature, equal to the host's summarize() of the returned row, and a temperature that is
+// not finite and at least 0 is refused.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
+#include "gpu/vk/shaders/abi.h"
 #include "gpu_fixture.hpp"
+#include "scheduler/sampling.hpp"
 #include "test_runner_support.hpp"
 
 namespace ordo::gpu::testing {
@@ -171,6 +176,43 @@ TEST_F(RunnerSteps, NanLogitsFaultReachesTheRow) {
     EXPECT_TRUE(std::isnan(logits[0]));
     ASSERT_TRUE(go(make_step(2, step_phase::decode, {make_seq(1, {5}, 0, {0})})).ok());
     EXPECT_FALSE(std::isnan(logits[0])) << "a fault is armed for one step only";
+}
+
+TEST_F(RunnerSteps, EachLogitsRowComesWithItsSummary) {
+    // Three sequences, the last asking for two rows (a verification), each its own temperature;
+    // the summaries cover the first 250 of the 300 entries.
+    step s = make_step(1, step_phase::prefill,
+                       {make_seq(1, test_tokens(5, 300, 1), 0, blocks_from(0, 5, 8)),
+                        make_seq(2, test_tokens(9, 300, 2), 0, blocks_from(1, 9, 8)),
+                        make_seq(3, test_tokens(3, 300, 3), 0, blocks_from(3, 3, 8))});
+    const float temps[] = {0.0f, 0.7f, 1.3f, 1.3f};
+    s.seqs[0].temperature = temps[0];
+    s.seqs[1].temperature = temps[1];
+    s.seqs[2].temperature = temps[2];
+    s.seqs[2].logits_rows = 2;
+    s.sample_vocab = 250;
+    std::vector<std::uint32_t> words(8 * abi::ORDO_SUMMARY_WORDS);
+    auto res = run->run_step(s, logits.data(), nullptr, words.data());
+    ASSERT_TRUE(res.ok()) << res.err().message;
+    ASSERT_EQ(res->rows.size(), 4u);
+    for (std::uint32_t r = 0; r < 4; ++r) {
+        SCOPED_TRACE("row " + std::to_string(r));
+        std::span<const float> row(logits.data() + r * 300, 250);
+        const auto want = sched::summarize(row, temps[r]);
+        auto got = sched::read_summary(std::span<const std::uint32_t>(words).subspan(
+                                           r * abi::ORDO_SUMMARY_WORDS, abi::ORDO_SUMMARY_WORDS),
+                                       250, temps[r]);
+        ASSERT_TRUE(got.ok()) << got.err().message;
+        EXPECT_EQ(got->ids, want.ids);
+        EXPECT_EQ(got->max, want.max);
+        EXPECT_NEAR(got->mass, want.mass, 1e-5 * want.mass);
+        EXPECT_NEAR(got->mass_t, want.mass_t, 1e-5 * want.mass_t);
+    }
+    step bad = make_step(2, step_phase::decode, {make_seq(1, {5}, 5, blocks_from(0, 6, 8))});
+    bad.seqs[0].temperature = -1.0f;
+    expect_bad(bad, "temperature");
+    bad.seqs[0].temperature = std::nanf("");
+    expect_bad(bad, "temperature");
 }
 
 }  // namespace

@@ -25,27 +25,18 @@
 #include <set>
 #include <vector>
 
+#include "tests/scheduler/sampling_support.hpp"
+
 namespace {
 
 using namespace ordo::sched;
-
-sampler make(const sampling_params& p) {
-    auto s = sampler::create(p);
-    EXPECT_TRUE(s.ok()) << (s.ok() ? "" : s.err().message);
-    return std::move(*s);
-}
+using ordo::sched::testing::make;
+using ordo::sched::testing::random_logits;
 
 int32_t draw(sampler& s, const std::vector<float>& logits, std::span<const int32_t> recent = {}) {
     auto r = s.sample(logits, recent);
     EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.err().message);
     return r.ok() ? r->token : -1;
-}
-
-std::vector<float> random_logits(size_t n, uint64_t seed, float scale) {
-    xoshiro256ss rng(seed);
-    std::vector<float> l(n);
-    for (auto& x : l) x = static_cast<float>((rng.next_unit() * 2.0 - 1.0) * scale);
-    return l;
 }
 
 std::vector<double> softmax(const std::vector<float>& l, double temperature) {

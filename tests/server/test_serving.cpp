@@ -2,7 +2,8 @@
 // trained model in ../shared/models; skipped with a message when absent) and on a model made
 // with `ordo-model mk`, with the gpu actor on the real Vulkan device (lavapipe in CI).
 //
-// Checks: greedy output equals the golden text token for token, streamed and not; 16
+// Checks: greedy output equals the golden text token for token, streamed and not, every token
+// drawn from the GPU's row summary (stats: summary_draws = tokens_generated); 16
 // concurrent clients with different prompts and seeds get exactly what each gets alone;
 // cancel mid-prefill and mid-decode end the request once with done{cancelled}; disconnects
 // (FIN and RST) while queued, prefilling and decoding cancel silently, and afterwards stats
@@ -71,7 +72,10 @@ std::map<std::string, uint64_t> stats(uint16_t port) {
     }
     const auto* s = field(e->o(), "scheduler");
     if (s) {
-        for (const char* k : {"disconnects", "cancels", "requests"}) r[k] = uint_field(*s, k);
+        for (const char* k :
+             {"disconnects", "cancels", "requests", "tokens_generated", "summary_draws"}) {
+            r[k] = uint_field(*s, k);
+        }
     }
     return r;
 }
@@ -191,6 +195,11 @@ TEST_F(stories_server, greedy_output_equals_golden_streamed_and_not) {
             id++;
         }
     }
+    // Greedy without penalties: the summary settles every draw, and the golden text says the
+    // summaries' candidates are the rows' own.
+    auto st = stats(server.port());
+    EXPECT_GT(st["tokens_generated"], 0u);
+    EXPECT_EQ(st["summary_draws"], st["tokens_generated"]);
 }
 
 // gpu.kernels picks the kernel family whatever the device's default: the model op says which

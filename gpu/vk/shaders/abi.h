@@ -94,6 +94,7 @@ ORDO_ABI_CONST ORDO_B_ATTN_Q = 0, ORDO_B_ATTN_K = 1, ORDO_B_ATTN_V = 2, ORDO_B_A
                ORDO_B_ATTN_TABLES = 4, ORDO_B_ATTN_OUT = 5, ORDO_B_ATTN_PARTIALS = 6;
 ORDO_ABI_CONST ORDO_B_ATTN_MERGE_PARTIALS = 0, ORDO_B_ATTN_MERGE_OUT = 1;
 ORDO_ABI_CONST ORDO_B_SPIN_DATA = 0;
+ORDO_ABI_CONST ORDO_B_SUMMARY_LOGITS = 0, ORDO_B_SUMMARY_TEMPS = 1, ORDO_B_SUMMARY_OUT = 2;
 
 // get_rows_*.comp: out[i] = dequant(table[ids[i]]) for the ids that fall in this chunk.
 struct get_rows_push {
@@ -312,6 +313,25 @@ ORDO_ABI_CONST ORDO_ATTN_TX_HD_LARGE = 128;
 // attention_txg variants: query tokens per workgroup (the shader's TQ), sharing K/V fetches
 // when they belong to one sequence; picked when a step averages this many tokens per sequence.
 ORDO_ABI_CONST ORDO_ATTN_TX_GROUP = 4;
+
+// logits_summary.comp: what sampling needs of a logits row, so the host reads kilobytes, not the
+// vocabulary (scheduler/sampling.hpp, the summary's fast path). One workgroup of
+// ORDO_SUMMARY_WG lanes per row over its first n_sample entries; the output row, in 32-bit
+// words: [0] the largest logit m, [1] sum of exp(l - m), [2] sum of exp((l - m) / T) for the
+// row's temperature T = temps[row] (0 when T <= 0), [3] the candidate count c = min(n_sample,
+// ORDO_SUMMARY_TOP), then the c best ids (logit descending, the lower id first on ties) at
+// [4, 4 + TOP) and their logits at [4 + TOP, 4 + 2 TOP). The sums have one shape, fixed by
+// n_sample: lane j adds entries j, j + WG, ... in order, then a fixed pairwise tree over the
+// lanes, so a row's summary depends on its logits alone (never on the batch around it).
+ORDO_ABI_CONST ORDO_SUMMARY_WG = 256;
+ORDO_ABI_CONST ORDO_SUMMARY_TOP = 64;
+ORDO_ABI_CONST ORDO_SUMMARY_WORDS = 4 + 2 * ORDO_SUMMARY_TOP;
+struct logits_summary_push {
+    uint n_sample;       // entries of each row summarised (the tokenizer's vocabulary)
+    uint n_rows;
+    uint logits_offset;  // floats: row r at logits_offset + r * logits_stride
+    uint logits_stride;
+};
 
 // spin.comp and spin_until.comp (tests only): a deliberately long dispatch to exercise the fence
 // watchdog (spin_until: iterations = polls of a host-written flag per workgroup).

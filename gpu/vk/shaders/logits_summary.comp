@@ -1,0 +1,191 @@
+// logits_summary.comp: a logits row's summary for sampling (abi.h logits_summary_push has the
+// layout): its largest logit, its softmax normaliser at temperature 1 and at the row's own
+// temperature, and its ORDO_SUMMARY_TOP best candidates. One workgroup per row. The
+// candidates are found exactly by a radix select on the logits' order-preserving bit keys (four
+// 8-bit passes over the row, each narrowing the key prefix of the TOP-th largest), then the keys
+// above the threshold are collected and the ties at it taken lowest id first (each lane owns a
+// contiguous range of ids, so a prefix count over lanes ranks the ties in id order), and the
+// TOP candidates are ranked against each other. Call site: gpu/vk/kernels.cpp
+// encode_logits_summary() (the runner, after the logits head).
+#version 450
+#extension GL_GOOGLE_include_directive : require
+#include "abi.h"
+layout(constant_id = 0) const uint WG = ORDO_SUMMARY_WG;  // must be ORDO_SUMMARY_WG (the order)
+layout(local_size_x_id = 0) in;
+layout(push_constant) uniform push_block { logits_summary_push p; };
+layout(std430, binding = ORDO_B_SUMMARY_LOGITS) readonly buffer logits_buf { float logits[]; };
+layout(std430, binding = ORDO_B_SUMMARY_TEMPS) readonly buffer temps_buf { float temps[]; };
+layout(std430, binding = ORDO_B_SUMMARY_OUT) writeonly buffer out_buf { uint summary[]; };
+
+const uint NW = ORDO_SUMMARY_WG;
+const uint TOP = ORDO_SUMMARY_TOP;
+const uint BINS = 256u;  // one radix digit of 8 bits; NW lanes clear them
+
+shared float red[NW];
+shared float red_t[NW];
+shared uint hist[BINS];
+shared uint tie_rank[NW];
+shared uint s_prefix;
+shared uint s_mask;
+shared uint s_need;
+shared uint s_above;
+shared uint cand_id[TOP];
+shared uint cand_key[TOP];
+
+// Larger float -> larger key; -0.0 is +0.0's key, so keys are equal exactly when the floats
+// compare equal (NaN aside), as the host's order (logit descending, id ascending) has them.
+uint key_of(float v) {
+    uint b = floatBitsToUint(v);
+    if (b == 0x80000000u) b = 0u;
+    return (b & 0x80000000u) != 0u ? ~b : (b | 0x80000000u);
+}
+
+float add_exact(float a, float b) {
+    precise float s = a + b;
+    return s;
+}
+
+void main() {
+    const uint lane = gl_LocalInvocationID.x;
+    const uint row = gl_WorkGroupID.x;
+    const uint n = p.n_sample;
+    const uint base = p.logits_offset + row * p.logits_stride;
+    const uint o = row * ORDO_SUMMARY_WORDS;
+
+    // The largest logit (exact: max does not depend on the order).
+    float m = uintBitsToFloat(0xFF800000u);  // -inf
+    for (uint i = lane; i < n; i += NW) m = max(m, logits[base + i]);
+    red[lane] = m;
+    barrier();
+    for (uint s = NW / 2u; s > 0u; s >>= 1) {
+        if (lane < s) red[lane] = max(red[lane], red[lane + s]);
+        barrier();
+    }
+    const float top = red[0];
+    barrier();  // every lane has read red[0] before the sums reuse it
+
+    // The normalisers, in the order fixed by n alone (abi.h).
+    const float t = temps[row];
+    const float inv_t = t > 0.0 ? 1.0 / t : 0.0;
+    float sum = 0.0, sum_t = 0.0;
+    for (uint i = lane; i < n; i += NW) {
+        precise float d = logits[base + i] - top;
+        precise float dt = d * inv_t;
+        sum = add_exact(sum, exp(d));
+        sum_t = add_exact(sum_t, exp(dt));
+    }
+    red[lane] = sum;
+    red_t[lane] = sum_t;
+    if (lane == 0u) {
+        s_prefix = 0u;
+        s_mask = 0u;
+        s_need = min(TOP, n);
+        s_above = 0u;
+    }
+    barrier();
+    for (uint s = NW / 2u; s > 0u; s >>= 1) {
+        if (lane < s) {
+            red[lane] = add_exact(red[lane], red[lane + s]);
+            red_t[lane] = add_exact(red_t[lane], red_t[lane + s]);
+        }
+        barrier();
+    }
+
+    // The key of the TOP-th largest logit: four passes of 8 bits, most significant first.
+    // s_need counts the keys still to take among those matching the prefix so far; after the
+    // last pass it is how many of the keys equal to the threshold are taken.
+    const uint count = min(TOP, n);
+    if (n > TOP) {
+        for (uint pass = 0u; pass < 4u; pass++) {
+            const uint shift = 24u - 8u * pass;
+            hist[lane] = 0u;
+            barrier();
+            const uint prefix = s_prefix, mask = s_mask;
+            for (uint i = lane; i < n; i += NW) {
+                const uint k = key_of(logits[base + i]);
+                if ((k & mask) == prefix) atomicAdd(hist[(k >> shift) & 255u], 1u);
+            }
+            barrier();
+            if (lane == 0u) {
+                // The digit where the count from the top reaches s_need (the keys matching the
+                // prefix are at least s_need, so the walk stops at the latest at digit 0).
+                const uint need = s_need;
+                uint above = 0u, digit = 0u;
+                for (uint b = BINS; b > 0u; b--) {
+                    const uint h = hist[b - 1u];
+                    if (above + h >= need) {
+                        digit = b - 1u;
+                        break;
+                    }
+                    above += h;
+                }
+                s_need = need - above;
+                s_prefix = prefix | (digit << shift);
+                s_mask = mask | (255u << shift);
+            }
+            barrier();
+        }
+    }
+    const uint threshold = n > TOP ? s_prefix : 0u;
+    const uint ties = s_need;
+    const uint first_tie = count - ties;
+
+    // Collect: the keys above the threshold in any order (ranked below), the ties in id order.
+    const uint chunk = (n + NW - 1u) / NW;
+    const uint i0 = min(n, lane * chunk), i1 = min(n, i0 + chunk);
+    uint my_ties = 0u;
+    for (uint i = i0; i < i1; i++) {
+        const uint k = key_of(logits[base + i]);
+        if (n <= TOP || k == threshold) {
+            my_ties++;
+        } else if (k > threshold) {
+            const uint slot = atomicAdd(s_above, 1u);
+            if (slot < TOP) {
+                cand_id[slot] = i;
+                cand_key[slot] = k;
+            }
+        }
+    }
+    tie_rank[lane] = my_ties;
+    barrier();
+    if (lane == 0u) {
+        uint run = 0u;
+        for (uint j = 0u; j < NW; j++) {
+            const uint c = tie_rank[j];
+            tie_rank[j] = run;
+            run += c;
+        }
+    }
+    barrier();
+    uint rank = tie_rank[lane];
+    for (uint i = i0; i < i1 && rank < ties; i++) {
+        const uint k = key_of(logits[base + i]);
+        if (n <= TOP || k == threshold) {
+            cand_id[first_tie + rank] = i;
+            cand_key[first_tie + rank] = k;
+            rank++;
+        }
+    }
+    barrier();
+
+    // Rank the candidates: logit descending, the lower id first.
+    if (lane < count) {
+        const uint k = cand_key[lane], id = cand_id[lane];
+        uint place = 0u;
+        for (uint j = 0u; j < count; j++) {
+            const uint kj = cand_key[j];
+            place += (kj > k || (kj == k && cand_id[j] < id)) ? 1u : 0u;
+        }
+        summary[o + 4u + place] = id;
+        summary[o + 4u + TOP + place] = floatBitsToUint(logits[base + id]);
+    } else if (lane < TOP) {
+        summary[o + 4u + lane] = 0xFFFFFFFFu;
+        summary[o + 4u + TOP + lane] = 0u;
+    }
+    if (lane == 0u) {
+        summary[o] = floatBitsToUint(top);
+        summary[o + 1u] = floatBitsToUint(red[0]);
+        summary[o + 2u] = t > 0.0 ? floatBitsToUint(red_t[0]) : 0u;
+        summary[o + 3u] = count;
+    }
+}
