@@ -328,7 +328,7 @@ void scheduler_core::on_stats(const stats_query& m, std::vector<outgoing_event>&
     r.http = m.http;
     r.scheduler = {{"requests", k.requests},
                    {"tokens_generated", k.tokens_generated},
-                   {"summary_draws", k.summary_draws},
+                   {"candidate_draws", k.candidate_draws},
                    {"prompt_tokens", k.prompt_tokens},
                    {"cached_tokens", k.cached_tokens},
                    {"cancels", k.cancels},

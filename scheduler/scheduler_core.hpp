@@ -128,7 +128,7 @@ door::request_error error_event(uint64_t conn, uint64_t id, door::errc code, std
 struct scheduler_counters {
     uint64_t requests = 0;  // generate requests accepted into the queue
     uint64_t tokens_generated = 0;
-    uint64_t summary_draws = 0;  // tokens drawn from the step's row summary alone
+    uint64_t candidate_draws = 0;  // tokens drawn from the row summary's candidates alone
     uint64_t prompt_tokens = 0;
     uint64_t cached_tokens = 0;
     uint64_t cancels = 0;

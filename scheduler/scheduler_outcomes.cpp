@@ -191,7 +191,7 @@ void scheduler_core::apply_token(request_state& r, std::span<const float> logits
         auto d = r.smp->sample(logits, r.tokens, allowed, sum);
         if (!d.ok())
             return fail(r, door::errc::internal, "sampling failed: " + d.err().message, out);
-        _counters.summary_draws += r.smp->summary_draws() - settled;
+        _counters.candidate_draws += r.smp->summary_draws() - settled;
         s = std::move(*d);
     }
     int32_t token = s->token;

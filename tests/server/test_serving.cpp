@@ -3,7 +3,7 @@
 // with `ordo-model mk`, with the gpu actor on the real Vulkan device (lavapipe in CI).
 //
 // Checks: greedy output equals the golden text token for token, streamed and not, every token
-// drawn from the GPU's row summary (stats: summary_draws = tokens_generated); 16
+// drawn from the GPU's row summary (stats: candidate_draws = tokens_generated); 16
 // concurrent clients with different prompts and seeds get exactly what each gets alone;
 // cancel mid-prefill and mid-decode end the request once with done{cancelled}; disconnects
 // (FIN and RST) while queued, prefilling and decoding cancel silently, and afterwards stats
@@ -73,7 +73,7 @@ std::map<std::string, uint64_t> stats(uint16_t port) {
     const auto* s = field(e->o(), "scheduler");
     if (s) {
         for (const char* k :
-             {"disconnects", "cancels", "requests", "tokens_generated", "summary_draws"}) {
+             {"disconnects", "cancels", "requests", "tokens_generated", "candidate_draws"}) {
             r[k] = uint_field(*s, k);
         }
     }
@@ -199,7 +199,7 @@ TEST_F(stories_server, greedy_output_equals_golden_streamed_and_not) {
     // summaries' candidates are the rows' own.
     auto st = stats(server.port());
     EXPECT_GT(st["tokens_generated"], 0u);
-    EXPECT_EQ(st["summary_draws"], st["tokens_generated"]);
+    EXPECT_EQ(st["candidate_draws"], st["tokens_generated"]);
 }
 
 // gpu.kernels picks the kernel family whatever the device's default: the model op says which
