@@ -29,6 +29,7 @@ constexpr uint32_t top_k_heap_max = 1024;
 // little of it after the exchange to trust (float cancellation): the whole-vocabulary path.
 constexpr double window_mass_share_max = 0.999;
 
+// The sampler's one order of tokens: logit descending, the lower id first on ties.
 bool better_known(float la, int32_t a, float lb, int32_t b) {
     return la > lb || (la == lb && a < b);
 }
@@ -151,11 +152,15 @@ status sampler::check_inputs(std::span<const float> logits, std::span<const int3
                                                 "failed");
         }
     }
+    return check_recent(recent, logits.size());
+}
+
+status sampler::check_recent(std::span<const int32_t> recent, size_t n_vocab) {
     for (int32_t t : recent) {
-        if (t < 0 || static_cast<size_t>(t) >= logits.size()) {
+        if (t < 0 || static_cast<size_t>(t) >= n_vocab) {
             return make_error("bad_token", "recent token " + std::to_string(t) +
                                                " is outside the vocabulary of " +
-                                               std::to_string(logits.size()));
+                                               std::to_string(n_vocab));
         }
     }
     return {};
@@ -209,11 +214,7 @@ result<sampled> sampler::sample(std::span<const float> logits,
                                 std::span<const uint8_t> allowed, const logits_summary* summary) {
     if (summary != nullptr && allowed.empty() && !logits.empty() &&
         logits.size() <= vocab_size_max) {
-        for (int32_t t : recent_tokens) {
-            if (t < 0 || static_cast<size_t>(t) >= logits.size()) {
-                return check_inputs(logits, recent_tokens).err();
-            }
-        }
+        if (auto s = check_recent(recent_tokens, logits.size()); !s) return s.err();
         const int32_t t = fast_pick(logits, *summary, recent_tokens);
         if (t >= 0) {
             _summary_draws++;
@@ -331,7 +332,7 @@ uint32_t sampler::keep_top_k(uint32_t n_vocab) {
         std::iota(_candidates.begin(), _candidates.end(), 0);
         if (k == 0 || k >= n_vocab) return n_vocab;
         const auto better = [this](int32_t a, int32_t b) {
-            return _work[a] > _work[b] || (_work[a] == _work[b] && a < b);
+            return better_known(_work[a], a, _work[b], b);
         };
         std::nth_element(_candidates.begin(), _candidates.begin() + k, _candidates.end(), better);
         std::sort(_candidates.begin(), _candidates.begin() + k);
@@ -421,7 +422,7 @@ uint32_t sampler::keep_top_p(uint32_t n, float max_work, double mass) {
         if (b == crossing) _spill[n_crossing++] = id;
     }
     const auto better = [this](int32_t a, int32_t b) {
-        return _work[a] > _work[b] || (_work[a] == _work[b] && a < b);
+        return better_known(_work[a], a, _work[b], b);
     };
     std::sort(_spill.begin(), _spill.begin() + n_crossing, better);
     for (uint32_t j = 0; j < n_crossing; j++) {

@@ -181,6 +181,8 @@ private:
     explicit sampler(const sampling_params& p) : _params(p), _rng(p.seed) {}
 
     status check_inputs(std::span<const float> logits, std::span<const int32_t> recent) const;
+    // "bad_token" for a recent token outside a vocabulary of n_vocab.
+    static status check_recent(std::span<const int32_t> recent, size_t n_vocab);
     // The inputs checked, the raw distribution's normaliser, _work the penalised logits.
     status prepare(std::span<const float> logits, std::span<const int32_t> recent);
     // `token` with its raw log-probability and the top alternatives (from the summary when
