@@ -15,18 +15,6 @@ namespace {
 constexpr actors::delivery_limits reply_delivery_limits{
     .pending_max = 1024, .retry_ms = 2, .deadline_ms = 30'000};
 
-// The draft model's choice at a row: its argmax over the ids both models share (lowest on a
-// tie, so the same row always drafts the same token).
-int32_t greedy(std::span<const float> row, uint32_t n_vocab) {
-    const size_t n = std::min<size_t>(row.size(), n_vocab);
-    assert(n > 0);
-    size_t best = 0;
-    for (size_t i = 1; i < n; i++) {
-        if (row[i] > row[best]) best = i;
-    }
-    return int32_t(best);
-}
-
 size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
     const size_t n = std::min(a.size(), b.size());
     size_t i = 0;
@@ -242,12 +230,9 @@ void draft_actor::on(const gpu::step_done& m) {
             consistent = false;
             break;
         }
-        // The row's summary covers the shared ids (sample_vocab): its first candidate is the
-        // argmax, the lowest id on a tie, without a pass over the row.
-        const auto summary = _exchange.read_summary(m.slot, row);
-        w.drafts.push_back(m.summarized && summary[gpu::logits_exchange::summary_count_word] > 0
-                               ? int32_t(summary[gpu::logits_exchange::summary_best_word])
-                               : greedy(_exchange.read_row(m.slot, row), _opt.n_vocab));
+        // The draft model's choice: its argmax over the ids both models share (sample_vocab),
+        // the lowest on a tie, so the same row always drafts the same token.
+        w.drafts.push_back(_exchange.greedy_token(m.slot, row, m.summarized, _opt.n_vocab));
         row++;
         w.done = w.drafts.size() == w.max;
     }

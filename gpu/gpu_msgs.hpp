@@ -216,9 +216,10 @@ struct device_summary {
     uint64_t device_local_bytes = 0;    // the largest device-local heap
     std::vector<std::string> features;  // the optional features enabled
     std::string kernels;                // "texel" (texel-buffer kernels) | "storage"
+    bool row_summaries = false;         // steps come with their rows' summaries (step_done)
     MSGPACK_DEFINE_MAP(name, kind, driver, vulkan, index, subgroup_size, max_storage_buffer_range,
                        max_shared_memory_bytes, max_workgroup_invocations, device_local_bytes,
-                       features, kernels);
+                       features, kernels, row_summaries);
 };
 
 // The device is (again) ready: sent after start-up and after each rebuild. epoch counts

@@ -40,6 +40,12 @@ enum class kv_dtype : std::uint8_t { f16, f32 };
 // (gpu::tuning_for).
 enum class gpu_kernels : std::uint8_t { automatic, texel, storage };
 
+// Whether each step's logits rows come with the GPU's row summary (logits_summary.comp), which
+// the scheduler's sampler draws from instead of reading the rows (scheduler/sampling.hpp):
+// automatic = on GPUs, off on CPU devices such as lavapipe, where the kernel runs on the same
+// cores as the host's pass over the row and costs more than it (gpu/PERF.md, session 22).
+enum class gpu_row_summaries : std::uint8_t { automatic, on, off };
+
 // How /v1/embeddings and the `embed` op pool an input's final hidden states into one vector
 // when the GGUF names no `<arch>.pooling_type` (model/pooling.hpp; docs/http.md "Embeddings").
 using embedding_pooling = model::pooling;
@@ -80,6 +86,7 @@ inline constexpr std::size_t cors_allow_origins_max = 64;
 std::string_view to_string(batch_failure_policy v);
 std::string_view to_string(kv_dtype v);
 std::string_view to_string(gpu_kernels v);
+std::string_view to_string(gpu_row_summaries v);
 std::string_view to_string(embedding_pooling v);
 std::string_view to_string(speculative_mode v);
 std::string_view to_string(log_level v);
@@ -143,6 +150,7 @@ struct gpu_config {
     enum kv_dtype kv_dtype = kv_dtype::f16;
     std::uint32_t recovery_max = 3;
     gpu_kernels kernels = gpu_kernels::automatic;
+    gpu_row_summaries row_summaries = gpu_row_summaries::automatic;
     bool operator==(const gpu_config&) const = default;
 };
 

@@ -31,6 +31,10 @@ static_assert(static_cast<std::size_t>(speculative_mode::draft) + 1 ==
                   speculative_mode_names.size(),
               "speculative_mode_names names every speculative_mode, in order");
 constexpr std::array<std::string_view, 3> gpu_kernels_names = {"auto", "texel", "storage"};
+constexpr std::array<std::string_view, 3> gpu_row_summaries_names = {"auto", "on", "off"};
+static_assert(static_cast<std::size_t>(gpu_row_summaries::off) + 1 ==
+                  gpu_row_summaries_names.size(),
+              "gpu_row_summaries_names names every gpu_row_summaries, in order");
 // In model::pooling's order.
 constexpr std::array<std::string_view, 3> embedding_pooling_names = {"mean", "last", "cls"};
 static_assert(static_cast<std::size_t>(embedding_pooling::cls) + 1 == 3,
@@ -380,6 +384,9 @@ constexpr auto table = std::to_array<key_spec>({
         "device rebuilds in a row without a good step before the server reports degraded"),
     choice<&C::gpu, &gpu_config::kernels>("gpu", "kernels", gpu_kernels_names,
                                           "kernel family: auto, texel or storage (gpu/PERF.md)"),
+    choice<&C::gpu, &gpu_config::row_summaries>(
+        "gpu", "row_summaries", gpu_row_summaries_names,
+        "each logits row's summary from the GPU for the sampler: auto (GPUs), on or off"),
     // [scheduler]
     integer<&C::scheduler, &scheduler_config::max_sequences>(
         "scheduler", "max_sequences", 1, max_sequences_max, "sequences decoded together at most"),
@@ -498,6 +505,9 @@ std::string_view to_string(kv_dtype v) {
 }
 std::string_view to_string(gpu_kernels v) {
     return gpu_kernels_names.at(static_cast<std::size_t>(v));
+}
+std::string_view to_string(gpu_row_summaries v) {
+    return gpu_row_summaries_names.at(static_cast<std::size_t>(v));
 }
 std::string_view to_string(speculative_mode v) {
     return speculative_mode_names.at(static_cast<std::size_t>(v));

@@ -1,7 +1,8 @@
 // ordo-bench: `ordo-bench --model FILE [--prompts 128,512] [--gen 128] [--parallel 4,8,16]
 // [--json] [--flush-every N] [--device SEL] [--kernels auto|texel|storage] [--reps N]
-// [--label NAME] [--mm-split-wg N]` (the tiled mat-mul's group split threshold, an A/B knob:
-// pipeline_tuning::mat_tiled_split_wg; 0 never splits).
+// [--label NAME] [--mm-split-wg N] [--row-summaries auto|on|off]` (--mm-split-wg: the tiled
+// mat-mul's group split threshold, an A/B knob: pipeline_tuning::mat_tiled_split_wg; 0 never
+// splits; --row-summaries: gpu.row_summaries).
 //
 // Measures what ../shared/peer/bench_llamacpp.mjs measures for llama.cpp, named the same way,
 // one JSON line per measurement (--json) or a readable table:
@@ -10,16 +11,17 @@
 //   tg<G>x<P>  P sequences (16-token prompts), then G decode steps of all P: aggregate tok/s
 //   (each tg line also splits a step's wall time: gpu_ms_per_step is the gpu actor's submit to
 //   fence time summed over the step's segments, host_ms_per_step the rest: recording what the
-//   GPU did not overlap, the waits between segments, the messages, the rows' summaries read
-//   back and the next step's tokens (greedy: each summary's first candidate, as the server's
-//   sampler takes it); issue 28's "is a decode step host-bound")
+//   GPU did not overlap, the waits between segments, the messages, and the next step's tokens
+//   (greedy, as the server's sampler takes them: each row summary's first candidate, or a pass
+//   over the row where the device makes no summaries); issue 28's "is a decode step
+//   host-bound")
 // Every step goes through a real gpu actor (gpu_session): messages, the worker thread, the
 // logits exchange. Best of --reps. Then a second, timestamped runner gives "where the time
 // goes": per-pipeline GPU time of one decode step (after 16 + G/2 tokens) and one prefill step
 // (lines kernels_decode / kernels_prefill<N>, a "kernels" list of {name, ms, dispatches}), and
 // one decode step of the largest --parallel P sequences (kernels_decode_x<P>).
 // Every line also carries engine, backend, model, device, flush_every_layers and kernel_family
-// (the --kernels choice).
+// (the --kernels choice) and row_summaries (whether the steps came with them).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -54,6 +56,7 @@ struct bench_options {
     std::uint32_t reps = 2;
     bool json = false;
     std::optional<std::uint32_t> mm_split_wg;  // runner_options::mat_tiled_split_wg
+    std::string row_summaries = "auto";        // gpu.row_summaries
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -61,7 +64,7 @@ struct bench_options {
                  "ordo-bench: %s\nusage: ordo-bench --model FILE [--prompts 128,512] [--gen 128] "
                  "[--parallel 4,8,16] [--json] [--flush-every N] [--device SEL] "
                  "[--kernels auto|texel|storage] [--reps N] [--label NAME] "
-                 "[--mm-split-wg N]\n",
+                 "[--mm-split-wg N] [--row-summaries auto|on|off]\n",
                  why.c_str());
     std::exit(2);
 }
@@ -111,6 +114,11 @@ bench_options parse(int argc, char** argv) {
             o.kernels = value();
             if (o.kernels != "auto" && o.kernels != "texel" && o.kernels != "storage") {
                 usage("--kernels must be auto, texel or storage");
+            }
+        } else if (a == "--row-summaries") {
+            o.row_summaries = value();
+            if (o.row_summaries != "auto" && o.row_summaries != "on" && o.row_summaries != "off") {
+                usage("--row-summaries must be auto, on or off");
             }
         } else if (a == "--mm-split-wg")
             o.mm_split_wg = parse_u32(value(), 0, 1u << 20);
@@ -168,21 +176,13 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// The lowest id holding the row's largest logit, as the scheduler's greedy sampler finds it: the
-// first candidate of the row's summary (logits_summary.comp), so a decode step reads kilobytes,
-// not rows x vocabulary (std::max_element took 25 ms for 64 rows of a 128k vocabulary, more
-// than a 64-sequence step of the 1B model on the GPU).
-std::int32_t argmax_row(const std::vector<std::uint32_t>& summaries, std::size_t row) {
-    return static_cast<std::int32_t>(
-        summaries[row * logits_exchange::summary_words + logits_exchange::summary_best_word]);
-}
-
 // Sizes the runner for the largest measurement.
 runner_options runner_for(const bench_options& o, std::uint32_t n_ctx) {
     runner_options r;
     r.device = o.device;
     r.flush_every_layers = o.flush_every;
     if (o.kernels != "auto") r.texel_kernels = o.kernels == "texel";
+    if (o.row_summaries != "auto") r.row_summaries = o.row_summaries == "on";
     r.mat_tiled_split_wg = o.mm_split_wg;
     r.watchdog_ms = 600'000;
     r.kv_block_tokens = block_tokens;
@@ -209,14 +209,14 @@ struct bench {
     std::uint32_t seq_blocks;
     std::string common;  // JSON fields every line carries
     std::uint64_t step_id = 0;
-    std::vector<std::uint32_t> summaries;  // the last step's rows' summaries
-    double gpu_ms = 0;                     // step_done.gpu_ms of the steps run, summed
+    std::vector<std::int32_t> greedy;  // the last step's rows' greedy tokens
+    double gpu_ms = 0;                 // step_done.gpu_ms of the steps run, summed
 
     // One step: sequence i runs tokens[i] at pos0 with blocks i * seq_blocks, ...
     void run(const std::vector<std::vector<std::int32_t>>& tokens, std::uint32_t pos0,
              step_phase phase) {
         step st = seqs_step(++step_id, phase, tokens, pos0, seq_blocks);
-        auto d = s.run_summaries(st, summaries, 3'600'000);
+        auto d = s.run_greedy(st, greedy, 3'600'000);
         if (!d) {
             std::fprintf(stderr, "ordo-bench: step failed: %s: %s\n", d.err().code.c_str(),
                          d.err().message.c_str());
@@ -245,7 +245,7 @@ struct bench {
         const double gpu0 = gpu_ms;
         auto t0 = std::chrono::steady_clock::now();
         for (std::uint32_t g = 0; g < o.gen; ++g) {
-            for (std::uint32_t i = 0; i < p; ++i) toks[i] = {argmax_row(summaries, i)};
+            for (std::uint32_t i = 0; i < p; ++i) toks[i] = {greedy[i]};
             run(toks, decode_prompt + g, step_phase::decode);
         }
         return {seconds_since(t0), gpu_ms - gpu0};
@@ -416,7 +416,8 @@ int main(int argc, char** argv) {
     b.common = "\"engine\": \"ordo\", \"backend\": \"vulkan\", \"model\": " + json_str(o.label) +
                ", \"device\": " + json_str((*s)->ready().device) +
                ", \"flush_every_layers\": " + std::to_string(o.flush_every) +
-               ", \"kernel_family\": " + json_str(o.kernels);
+               ", \"kernel_family\": " + json_str(o.kernels) +
+               ", \"row_summaries\": " + ((*s)->ready().info.row_summaries ? "true" : "false");
     measure(b);
     status st = (*s)->stop();
     if (!st) std::fprintf(stderr, "ordo-bench: stop: %s\n", st.err().message.c_str());

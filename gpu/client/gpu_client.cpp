@@ -97,15 +97,15 @@ result<step_done> gpu_session::send_and_wait(const step& s, std::uint64_t timeou
     return *d;
 }
 
-result<step_done> gpu_session::run_summaries(const step& s, std::vector<std::uint32_t>& summaries,
-                                             std::uint64_t timeout_ms) {
+result<step_done> gpu_session::run_greedy(const step& s, std::vector<std::int32_t>& tokens,
+                                          std::uint64_t timeout_ms) {
     auto d = send_and_wait(s, timeout_ms);
     if (!d) return d;
-    constexpr std::uint32_t words = logits_exchange::summary_words;
-    summaries.resize(d->rows.size() * words);
+    const std::uint32_t n_sample = s.sample_vocab != 0 ? s.sample_vocab : d->n_vocab;
+    tokens.resize(d->rows.size());
     for (std::size_t i = 0; i < d->rows.size(); ++i) {
-        auto row = _exchange->read_summary(d->slot, static_cast<std::uint32_t>(i));
-        std::memcpy(summaries.data() + i * words, row.data(), words * sizeof(std::uint32_t));
+        tokens[i] = _exchange->greedy_token(d->slot, static_cast<std::uint32_t>(i), d->summarized,
+                                            n_sample);
     }
     _exchange->release(d->slot);
     return d;

@@ -86,10 +86,11 @@ public:
     // and whose message names the segment.
     result<step_done> run(const step& s, std::vector<float>& logits, std::uint64_t timeout_ms,
                           std::vector<float>* hidden = nullptr);
-    // The same, copying only the rows' summaries (rows x logits_exchange::summary_words words),
-    // as the server's scheduler reads a step: what a sampled decode step costs the host.
-    result<step_done> run_summaries(const step& s, std::vector<std::uint32_t>& summaries,
-                                    std::uint64_t timeout_ms);
+    // The same, reading only each row's greedy token (logits_exchange::greedy_token: from the
+    // rows' summaries where the device makes them, else from the rows), as the server's greedy
+    // sampler reads a step: what a decode step costs the host.
+    result<step_done> run_greedy(const step& s, std::vector<std::int32_t>& tokens,
+                                 std::uint64_t timeout_ms);
 
     const device_ready& ready() const { return _ready; }
     std::uint32_t n_vocab() const { return _exchange->n_vocab(); }

@@ -1,6 +1,7 @@
 // logits_exchange.cpp: see logits_exchange.hpp.
 #include "gpu/logits/logits_exchange.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
@@ -81,6 +82,21 @@ std::uint32_t* logits_exchange::summary_row(std::uint32_t slot, std::uint32_t r)
 std::span<const std::uint32_t> logits_exchange::read_summary(std::uint32_t slot,
                                                              std::uint32_t r) const {
     return {_summaries.data() + row_index(slot, r) / _n_vocab * summary_words, summary_words};
+}
+
+std::int32_t logits_exchange::greedy_token(std::uint32_t slot, std::uint32_t r, bool summarized,
+                                           std::uint32_t n_sample) const {
+    if (summarized) {
+        const auto s = read_summary(slot, r);
+        if (s[summary_count_word] > 0) return static_cast<std::int32_t>(s[summary_best_word]);
+    }
+    const auto row = read_row(slot, r);
+    const std::size_t n = std::min<std::size_t>(row.size(), std::max<std::uint32_t>(n_sample, 1));
+    std::size_t best = 0;
+    for (std::size_t i = 1; i < n; i++) {
+        if (row[i] > row[best]) best = i;
+    }
+    return static_cast<std::int32_t>(best);
 }
 
 bool logits_exchange::is_held(std::uint32_t slot) const {

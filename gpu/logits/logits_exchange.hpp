@@ -53,6 +53,11 @@ public:
     // writer puts the step's rows, one after another.
     std::uint32_t* summary_row(std::uint32_t slot, std::uint32_t r);
     std::span<const std::uint32_t> read_summary(std::uint32_t slot, std::uint32_t r) const;
+    // The greedy token of row r of a held slot among its first n_sample ids (the lowest id
+    // holding the largest logit): the summary's first candidate when the step wrote summaries
+    // (step_done::summarized; the step's sample_vocab was n_sample), else a pass over the row.
+    std::int32_t greedy_token(std::uint32_t slot, std::uint32_t r, bool summarized,
+                              std::uint32_t n_sample) const;
     // Hidden row r of a held slot (n_embd floats), the same way.
     float* hidden_row(std::uint32_t slot, std::uint32_t r);
     std::span<const float> read_hidden_row(std::uint32_t slot, std::uint32_t r) const;

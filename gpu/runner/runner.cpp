@@ -343,6 +343,7 @@ status runner::init_device() {
         tuning.rows_tokens_max = *_options.mat_vec_kernels ? 0 : gpu::mat_vec_tokens_max;
     }
     if (_options.mat_tiled_split_wg) tuning.mat_tiled_split_wg = *_options.mat_tiled_split_wg;
+    if (_options.row_summaries) tuning.row_summaries = *_options.row_summaries;
     tuning.fault_create_fails = _options.fault_pipeline_create;
     auto p = pipelines::create(*_dev, tuning, _pcache->handle());
     if (!p) return p.err();

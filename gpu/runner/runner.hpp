@@ -121,6 +121,9 @@ struct runner_options {
     // the device's (GPUs split grids under 1024 workgroups, CPU devices never); tests set the
     // GPUs' value to run the split on lavapipe.
     std::optional<std::uint32_t> mat_tiled_split_wg;
+    // gpu.row_summaries: each step's logits rows come with their summaries (step_result::
+    // summarized); unset = the device's default (tuning_for: GPUs yes, CPU devices no).
+    std::optional<bool> row_summaries;
     // The token counts mul_mat_vec serves before the tiled kernel takes over (1..16): unset =
     // measured at warm-up wherever the storage family runs mul_mat_vec (GPUs: both kernels
     // timed on the model's own FFN matrices at 2..16 tokens), else kernels.hpp's 8.
@@ -170,7 +173,9 @@ struct step_result {
     std::vector<std::uint64_t> hidden_rows;  // seq id of each hidden row written
     std::uint32_t n_tokens = 0;
     std::uint32_t segments = 0;
-    double gpu_ms = 0.0;  // submit -> fence, summed over segments
+    double gpu_ms = 0.0;        // submit -> fence, summed over segments
+    bool summarized = false;    // the rows' summaries were written (runner::row_summaries)
+    bool logits_finite = true;  // no inf or NaN in the logits rows written
 };
 
 // GPU time of one pipeline over the last step (timestamps on).
@@ -248,6 +253,8 @@ public:
     const device_info& info() const { return _dev->info(); }
     // Whether the encoders prefer the texel-buffer kernels (CPU devices: gpu/PERF.md).
     bool texel_kernels() const { return _pipes->tuning().prefer_texel_kernels; }
+    // Whether steps write their logits rows' summaries (runner_options::row_summaries).
+    bool row_summaries() const { return _pipes->tuning().row_summaries; }
     const model::llama_hparams& hparams() const { return _hp; }
     const runner_options& options() const { return _options; }
     const step_limits& limits() const { return _limits; }

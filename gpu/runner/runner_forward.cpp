@@ -9,6 +9,7 @@
 #include <limits>
 #include <utility>
 
+#include "gpu/runner/finite_copy.hpp"
 #include "gpu/runner/runner.hpp"
 #include "gpu/vk/kernels.hpp"
 #include "gpu/vk/shaders/abi.h"
@@ -121,10 +122,12 @@ status runner::record_final_norm(std::span<const row_run> runs, const buffer& ou
 
 status runner::record_logits() {
     // final[row] = norm(x[token of row]); logits = w_out final. Only the rows that ask. Then
-    // each row's summary, which is what the scheduler's sampler reads first.
+    // each row's summary, which is what the scheduler's sampler reads first (where the device
+    // makes them: row_summaries).
     ORDO_TRY(record_final_norm(_plan.runs, _final));
     ORDO_TRY(encode_mul_mat(*_stream, _output, {whole(_final), 0, _embd_stride},
                             {whole(_logits), 0, _hp.n_vocab}, _plan.rows(), false));
+    if (!row_summaries()) return {};
     return encode_logits_summary(*_stream, {whole(_logits), 0, _hp.n_vocab}, whole(_temperatures),
                                  whole(_summary), _plan.sample_vocab, _plan.rows());
 }
@@ -263,8 +266,10 @@ result<step_result> runner::run_step(const step& s, float* logits_out, float* hi
         std::fill(logits, logits + std::min<std::size_t>(n, _hp.n_vocab),
                   std::numeric_limits<float>::quiet_NaN());
     }
-    if (n > 0) std::memcpy(logits_out, logits, n * sizeof(float));
-    if (summary_out != nullptr && _plan.rows() > 0) {
+    // The rows leave the readback buffer checked for inf and NaN on the way (step_result).
+    r.logits_finite = n == 0 || copy_all_finite(logits_out, logits, n);
+    r.summarized = row_summaries();
+    if (r.summarized && summary_out != nullptr && _plan.rows() > 0) {
         std::memcpy(summary_out, _summary.mapped(),
                     std::size_t(_plan.rows()) * abi::ORDO_SUMMARY_WORDS * 4);
     }

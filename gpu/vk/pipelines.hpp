@@ -136,6 +136,11 @@ struct pipeline_tuning {
     bool prefer_texel_kernels = false;
     // attention_tx lanes: must equal the subgroup size (its lanes merge through subgroup ops).
     std::uint32_t attention_tx_wg = 0;
+    // Each logits row's summary (logits_summary.comp) after the head. On a GPU it replaces the
+    // host's pass over a 128k-entry row (0.3-1.5 ms a row, gpu/PERF.md session 21); on a CPU
+    // device it runs on the host's own cores and costs more than that pass (lavapipe, session
+    // 22: 2.2 ms a 32000-entry row against 0.1-0.25 ms), so CPU devices go without it.
+    bool row_summaries = true;
     // Fault injection (tests): the creation of every pipeline whose name starts with this
     // fails as a driver's would (VK_ERROR_UNKNOWN; the NVIDIA H100's driver fails
     // mul_mat_tx1t4_q4_k at K 8192 that way). Empty: none.

@@ -87,6 +87,9 @@ const std::vector<bad_case>& bad_cases() {
         {"bad_enum",
          "[gpu]\nkv_dtype = \"bf16\"\n",
          {"t.toml:2: gpu.kv_dtype = \"bf16\": must be one of \"f16\", \"f32\""}},
+        {"bad_row_summaries",
+         "[gpu]\n\nrow_summaries = \"yes\"\n",
+         {"t.toml:3: gpu.row_summaries = \"yes\": must be one of \"auto\", \"on\", \"off\""}},
         {"bad_enum_case",
          "[scheduler]\nbatch_failure_policy = \"Bisect\"\n",
          {"t.toml:2: scheduler.batch_failure_policy = \"Bisect\": must be one of \"bisect\", "

@@ -12,12 +12,16 @@
 // first KV job may be a copy-in;
 // (3) an armed device loss fails the step with gpu_device_lost naming the segment of the
 // chosen layer; (4) an armed hang fails with gpu_timeout, drain() then waits the spin out and
-// the next step works; (5) nan_logits puts NaN in the returned row; (6) each logits row comes
-// with its summary (the logits_summary kernel) over the step's sample_vocab at its sequence's
-// temperature, equal to the host's summarize() of the returned row, and a temperature that is
-// not finite and at least 0 is refused.
+// the next step works; (5) nan_logits puts NaN in the returned row and the step says its
+// logits are not all finite (step_result::logits_finite, what the gpu actor fails it on); (6) with
+// row summaries on (runner_options::row_summaries, forced here: CPU devices go without them by
+// default) each logits row comes with its summary (the logits_summary kernel) over the step's
+// sample_vocab at its sequence's temperature, equal to the host's summarize() of the returned row,
+// and a temperature that is not finite and at least 0 is refused; with them off a step says it
+// wrote none (step_result::summarized) and leaves the summary output untouched.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "gpu/vk/shaders/abi.h"
@@ -172,10 +176,14 @@ TEST_F(RunnerSteps, InjectedHangTimesOutThenDrains) {
 
 TEST_F(RunnerSteps, NanLogitsFaultReachesTheRow) {
     run->arm_fault({fault_kind::nan_logits, -1});
-    ASSERT_TRUE(go(make_step(1, step_phase::decode, {make_seq(1, {5}, 0, {0})})).ok());
+    auto bad = go(make_step(1, step_phase::decode, {make_seq(1, {5}, 0, {0})}));
+    ASSERT_TRUE(bad.ok()) << bad.err().message;
     EXPECT_TRUE(std::isnan(logits[0]));
-    ASSERT_TRUE(go(make_step(2, step_phase::decode, {make_seq(1, {5}, 0, {0})})).ok());
+    EXPECT_FALSE(bad->logits_finite) << "the copy out of the readback buffer checks the rows";
+    auto good = go(make_step(2, step_phase::decode, {make_seq(1, {5}, 0, {0})}));
+    ASSERT_TRUE(good.ok()) << good.err().message;
     EXPECT_FALSE(std::isnan(logits[0])) << "a fault is armed for one step only";
+    EXPECT_TRUE(good->logits_finite);
 }
 
 TEST_F(RunnerSteps, EachLogitsRowComesWithItsSummary) {
@@ -191,9 +199,27 @@ TEST_F(RunnerSteps, EachLogitsRowComesWithItsSummary) {
     s.seqs[2].temperature = temps[2];
     s.seqs[2].logits_rows = 2;
     s.sample_vocab = 250;
-    std::vector<std::uint32_t> words(8 * abi::ORDO_SUMMARY_WORDS);
+    constexpr std::uint32_t untouched = 0xA5A5A5A5u;
+    std::vector<std::uint32_t> words(8 * abi::ORDO_SUMMARY_WORDS, untouched);
+    runner_options off = test_options(true, 1);
+    off.row_summaries = false;
+    auto plain = make_runner(*file, off);
+    ASSERT_NE(plain, nullptr);
+    EXPECT_FALSE(plain->row_summaries());
+    auto none = plain->run_step(s, logits.data(), nullptr, words.data());
+    ASSERT_TRUE(none.ok()) << none.err().message;
+    EXPECT_FALSE(none->summarized);
+    EXPECT_EQ(std::count(words.begin(), words.end(), untouched), std::ptrdiff_t(words.size()));
+    plain.reset();
+
+    runner_options on = test_options(true, 1);
+    on.row_summaries = true;
+    run = make_runner(*file, on);
+    ASSERT_NE(run, nullptr);
+    EXPECT_TRUE(run->row_summaries());
     auto res = run->run_step(s, logits.data(), nullptr, words.data());
     ASSERT_TRUE(res.ok()) << res.err().message;
+    EXPECT_TRUE(res->summarized);
     ASSERT_EQ(res->rows.size(), 4u);
     for (std::uint32_t r = 0; r < 4; ++r) {
         SCOPED_TRACE("row " + std::to_string(r));

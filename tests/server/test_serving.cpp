@@ -2,15 +2,17 @@
 // trained model in ../shared/models; skipped with a message when absent) and on a model made
 // with `ordo-model mk`, with the gpu actor on the real Vulkan device (lavapipe in CI).
 //
-// Checks: greedy output equals the golden text token for token, streamed and not, every token
-// drawn from the GPU's row summary (stats: candidate_draws = tokens_generated); 16
+// Checks: greedy output equals the golden text token for token, streamed and not, with
+// gpu.row_summaries on (every token drawn from the GPU's row summary: stats candidate_draws =
+// tokens_generated) and off (every token from the whole row: candidate_draws = 0); 16
 // concurrent clients with different prompts and seeds get exactly what each gets alone;
 // cancel mid-prefill and mid-decode end the request once with done{cancelled}; disconnects
 // (FIN and RST) while queued, prefilling and decoding cancel silently, and afterwards stats
 // show zero active sequences and every KV block free; a second request sharing a long prefix
 // reports cached tokens and gives output identical to a cold-cache server; overload, context
 // exceeded and bad parameters get their error codes; tokenize/detokenize/model answer; the
-// gpu map of model and stats describes the device and counts steps and an injected hang;
+// gpu map of model and stats describes the device (lavapipe: texel kernels, no row summaries
+// by default) and counts steps and an injected hang;
 // gpu.kernels = "storage" and "texel" each serve the golden text; requests without a seed sample
 // afresh (two at temperature 1 differ) and the seed their done event reports reproduces them.
 #include <gtest/gtest.h>
@@ -164,12 +166,23 @@ protected:
             << server.output();
         require_healthy(server.port());
     }
+    void expect_golden_output(bool summaries);
     server_process server;
 };
 
 TEST_F(stories_server, greedy_output_equals_golden_streamed_and_not) {
     REQUIRE_STORIES();
-    start();
+    for (const bool summaries : {true, false}) {
+        SCOPED_TRACE(summaries ? "row summaries on" : "row summaries off");
+        start(std::string("[gpu]\nrow_summaries = \"") + (summaries ? "on" : "off") + "\"\n");
+        expect_golden_output(summaries);
+        EXPECT_EQ(server.stop(), 0) << server.output();
+    }
+}
+
+// The golden cases, streamed and not, on the running server; then whether its stats say every
+// token was drawn from the row summaries' candidates (they settle every greedy draw) or none.
+void stories_server::expect_golden_output(bool summaries) {
     auto cases = golden_cases();
     ASSERT_EQ(cases.size(), 2u);
     tcp_client c;
@@ -199,7 +212,7 @@ TEST_F(stories_server, greedy_output_equals_golden_streamed_and_not) {
     // summaries' candidates are the rows' own.
     auto st = stats(server.port());
     EXPECT_GT(st["tokens_generated"], 0u);
-    EXPECT_EQ(st["candidate_draws"], st["tokens_generated"]);
+    EXPECT_EQ(st["candidate_draws"], summaries ? st["tokens_generated"] : 0u);
 }
 
 // gpu.kernels picks the kernel family whatever the device's default: the model op says which
@@ -510,8 +523,12 @@ TEST(serving, gpu_map_in_model_and_stats_counts_steps_and_a_watchdog_timeout) {
     EXPECT_GT(uint_field(*dev, "max_storage_buffer_range"), 0u);
     std::string kind = str_field(*dev, "kind"), kernels = str_field(*dev, "kernels");
     EXPECT_TRUE(kernels == "texel" || kernels == "storage") << kernels;
+    const msgpack::object* summaries = field(*dev, "row_summaries");
+    ASSERT_NE(summaries, nullptr);
+    ASSERT_EQ(summaries->type, msgpack::type::BOOLEAN);
     if (kind == "cpu") {
-        EXPECT_EQ(kernels, "texel");  // lavapipe
+        EXPECT_EQ(kernels, "texel");           // lavapipe
+        EXPECT_FALSE(summaries->via.boolean);  // its host pass is cheaper (gpu.row_summaries)
     }
     const msgpack::object* features = field(*dev, "features");
     ASSERT_NE(features, nullptr);

@@ -11,8 +11,9 @@
 //     and 24 prompts again one request at a time;
 //   - stories260K-Q4_K_M, stories260K-Q8_0 and ktiny-Q4_K_M (random weights: few drafts kept,
 //     exercising rejection), made by llama.cpp's llama-quantize: 40 prompts each, batched;
-//   - with gpu.kernels = "storage" (the family GPUs run; lavapipe defaults to texel kernels):
-//     stories260K and its Q4_K_M file, 50 prompts each, batched and 8 alone.
+//   - with gpu.kernels = "storage" and gpu.row_summaries = "on" (what GPUs run; lavapipe
+//     defaults to texel kernels and no row summaries): stories260K and its Q4_K_M file, 50
+//     prompts each, batched and 8 alone.
 // And that speculation ran both ways: verifications kept drafts and rejected some
 // (stats.scheduler spec_rounds, spec_drafted_tokens, spec_accepted_tokens; the acceptance
 // histogram counted every verification), and the server ended idle (no KV block used).
@@ -175,13 +176,15 @@ std::string wait_draft_ready(uint16_t port) {
 
 struct served {
     server_process proc;
-    // kernels: gpu.kernels ("auto": lavapipe's texel family; "storage": the GPUs' family).
-    // extra: more TOML (a [fault] section).
+    // kernels: "auto" (lavapipe's defaults: texel kernels, no row summaries) or "storage" (what
+    // GPUs run: gpu.kernels = "storage" and gpu.row_summaries = "on", so the samplers and the
+    // draft actor read the summaries). extra: more TOML (a [fault] section).
     bool start(const std::string& model, const std::string& name, const std::string& kernels,
                const std::string& speculative, const std::string& extra = "") {
         const std::string cfg = scratch_path("speculative", name + "-" + kernels + ".toml");
         std::ofstream(cfg) << "[model]\npath = \"" << model << "\"\n"
                            << "[gpu]\nkernels = \"" << kernels << "\"\n"
+                           << (kernels == "storage" ? "row_summaries = \"on\"\n" : "")
                            << "[scheduler]\nmax_sequences = 16\n"
                            << speculative << extra;
         if (!proc.start(ORDO_SERVER_BIN, {"--config", cfg})) return false;

@@ -144,6 +144,9 @@ gpu::gpu_actor_options gpu_options_from(const config::config& cfg, const loaded_
     if (cfg.gpu.kernels != config::gpu_kernels::automatic) {
         r.texel_kernels = cfg.gpu.kernels == config::gpu_kernels::texel;
     }
+    if (cfg.gpu.row_summaries != config::gpu_row_summaries::automatic) {
+        r.row_summaries = cfg.gpu.row_summaries == config::gpu_row_summaries::on;
+    }
     return o;
 }
 
