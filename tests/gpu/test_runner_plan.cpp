@@ -1,15 +1,23 @@
 // test_runner_plan.cpp: the pure host-side pieces under the runner and the gpu actor, without a
 // device: step_plan (token order, KV slots, attention pairs, block tables, logits row runs),
 // armed_faults (phase matching, after_steps, count, refusal of bad faults) and logits_exchange
-// (acquire until gpu_busy, release, row addressing) and kv_staging (acquire until
+// (acquire until gpu_busy, release, row addressing; greedy_token from the summary where the
+// step wrote one and its best id is a row id, else from the row's first n_sample entries, the
+// lowest id on a tie), finite_copy (copies, and finds inf/NaN of either sign at any
+// position) and kv_staging (acquire until
 // kv_staging_busy, refused at once with no wait, release, byte ranges, misuse asserts).
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
+#include <cstring>
+#include <iterator>
+#include <limits>
 
 #include "gpu/logits/kv_staging.hpp"
 #include "gpu/logits/logits_exchange.hpp"
 #include "gpu/runner/armed_faults.hpp"
+#include "gpu/runner/finite_copy.hpp"
 #include "gpu/runner/step_plan.hpp"
 
 namespace ordo::gpu {
@@ -111,6 +119,49 @@ TEST(LogitsExchange, AcquireUntilBusyThenRelease) {
     EXPECT_EQ(*again, held[1]);
     x.release(logits_exchange::no_slot);  // a step without rows: nothing to release
     EXPECT_DEATH(x.release(logits_exchange::slots_max), "out of range");
+}
+
+TEST(LogitsExchange, GreedyTokenFromTheSummaryOrTheRow) {
+    logits_exchange x(1, 6);
+    auto s = x.acquire();
+    ASSERT_TRUE(s.ok());
+    float* row = x.row(*s, 0);
+    const float logits[] = {0.5f, 2.0f, -1.0f, 2.0f, 0.0f, 9.0f};  // 9 past n_sample = 5
+    std::copy(std::begin(logits), std::end(logits), row);
+    std::uint32_t* sum = x.summary_row(*s, 0);
+    sum[logits_exchange::summary_count_word] = 1;
+    sum[logits_exchange::summary_best_word] = 3;  // what a summary says, right or not
+    EXPECT_EQ(x.greedy_token(*s, 0, false, 5), 1) << "the row: the lower of two equal maxima";
+    EXPECT_EQ(x.greedy_token(*s, 0, false, 6), 5);
+    EXPECT_EQ(x.greedy_token(*s, 0, true, 5), 3) << "the summary, without a pass over the row";
+    sum[logits_exchange::summary_best_word] = 5;  // outside the 5 ids sampled
+    EXPECT_EQ(x.greedy_token(*s, 0, true, 5), 1);
+    sum[logits_exchange::summary_count_word] = 0;  // no candidates
+    EXPECT_EQ(x.greedy_token(*s, 0, true, 6), 5);
+    x.release(*s);
+}
+
+TEST(FiniteCopy, CopiesAndFindsEveryNonFiniteValue) {
+    std::vector<float> src(1000), dst(1000);
+    for (std::size_t i = 0; i < src.size(); ++i) src[i] = float(i) * 0.25f - 100.0f;
+    src[7] = std::numeric_limits<float>::max();
+    src[8] = std::numeric_limits<float>::denorm_min();
+    EXPECT_TRUE(copy_all_finite(dst.data(), src.data(), src.size()));
+    EXPECT_EQ(dst, src);
+    EXPECT_TRUE(all_finite(dst.data(), dst.size()));
+    const float bad[] = {std::numeric_limits<float>::infinity(),
+                         -std::numeric_limits<float>::infinity(),
+                         std::numeric_limits<float>::quiet_NaN(), -std::nanf("")};
+    for (std::size_t at : {std::size_t{0}, std::size_t{513}, src.size() - 1}) {
+        for (float b : bad) {
+            std::vector<float> v = src;
+            v[at] = b;
+            EXPECT_FALSE(copy_all_finite(dst.data(), v.data(), v.size())) << at << " " << b;
+            EXPECT_FALSE(all_finite(v.data(), v.size())) << at << " " << b;
+            EXPECT_EQ(std::memcmp(dst.data(), v.data(), v.size() * sizeof(float)), 0);
+        }
+    }
+    EXPECT_TRUE(copy_all_finite(dst.data(), bad, 0)) << "nothing to copy";
 }
 
 TEST(KvStaging, AcquireUntilBusyRefusesAtOnceThenRelease) {
