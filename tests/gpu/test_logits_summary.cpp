@@ -4,9 +4,14 @@
 // multiples of the 256-lane workgroup, up to a Llama 3 vocabulary (128256), rows full of ties
 // (equal logits, +0.0 and -0.0, whole rows of one value: the lower ids first), and rows read at
 // an offset and stride with a shorter sample_vocab than the row, several rows in one dispatch
-// with their own temperatures. The count, candidates (ids and logit bits) and maximum must be
-// exact; the normalisers (float sums on the device, double on the host) within 1e-5 relative.
-// Through read_summary, the words are what the scheduler accepts.
+// with their own temperatures; and rows shaped to take each path of the kernel's select (its
+// first stage's histogram by distance below the maximum, then a radix select on the keys of the
+// bin holding the 64th): a trained model's shape (a few entries far above the bulk), a bin
+// holding exactly the entries still needed (no radix pass), ties straddling the 64th inside
+// one bin, and rows whose 64th is beyond the histogram's 16 nats (the radix select on every
+// entry: a few peaks over a far bulk, a few over a floor of ties). The count, candidates (ids and
+// logit bits) and maximum must be exact; the normalisers (float sums on the device, double on the
+// host) within 1e-5 relative. Through read_summary, the words are what the scheduler accepts.
 #include <cmath>
 #include <cstring>
 
@@ -83,6 +88,43 @@ TEST(LogitsSummary, MatchesTheHostAtEveryRowLength) {
         rows.push_back({random_floats(n, seed++, 2.0f), 0.7f});
         rows.push_back({tied_row(n, seed++), 0.0f});
         rows.push_back({std::vector<float>(n, -3.5f), 1.5f});  // one value: ids 0..63
+        check_rows(rows, n, n, 0);
+    }
+}
+
+// Rows shaped for each path of the select (the file's header), at two lengths.
+TEST(LogitsSummary, EachPathOfTheSelectMatchesTheHost) {
+    ORDO_REQUIRE_GPU();
+    std::uint32_t seed = 100;
+    for (std::uint32_t n : {3000u, 128256u}) {
+        SCOPED_TRACE("n " + std::to_string(n));
+        std::vector<row_case> rows;
+        // Trained-like: a bulk around 0, twenty spikes 6-12 above it; the 64th is in the bulk's
+        // upper tail, a few entries per bin.
+        auto trained = random_floats(n, seed++, 3.0f);
+        for (std::uint32_t i = 0; i < 20; ++i) trained[(i * 7919u) % n] = 6.0f + 0.3f * float(i);
+        rows.push_back({trained, 0.8f});
+        // Exactly 64 entries in the nearest bin: taken whole, no radix pass.
+        auto exact = random_floats(n, seed++, 3.0f);
+        for (std::uint32_t i = 0; i < 64; ++i) exact[(i * 104729u) % n] = 10.0f;
+        rows.push_back({exact, 1.0f});
+        // 60 at the maximum and 20 a hundredth below it, all in the nearest bin: the radix
+        // select ranks them, and 4 of the 20 ties are taken, the lowest ids first.
+        auto straddle = random_floats(n, seed++, 3.0f);
+        for (std::uint32_t i = 0; i < 80; ++i) {
+            straddle[(i * 15485863u) % n] = i < 60 ? 10.0f : 9.99f;
+        }
+        rows.push_back({straddle, 0.5f});
+        // Ten peaks, the bulk 40 nats below: the 64th is beyond the histogram.
+        auto peaked = random_floats(n, seed++, 3.0f);
+        for (float& v : peaked) v -= 40.0f;
+        for (std::uint32_t i = 0; i < 10; ++i) peaked[(i * 31u) % n] = 5.0f - 0.5f * float(i);
+        rows.push_back({peaked, 1.0f});
+        // 40 entries over a floor 1000 below them: the rest of the 64 are ties at the floor,
+        // beyond the histogram, taken in id order.
+        std::vector<float> floor(n, -1000.0f);
+        for (std::uint32_t i = 0; i < 40; ++i) floor[(i * 97u) % n] = float(i % 9) - 4.0f;
+        rows.push_back({floor, 0.0f});
         check_rows(rows, n, n, 0);
     }
 }

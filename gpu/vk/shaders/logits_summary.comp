@@ -1,12 +1,19 @@
 // logits_summary.comp: a logits row's summary for sampling (abi.h logits_summary_push has the
 // layout): its largest logit, its softmax normaliser at temperature 1 and at the row's own
 // temperature, and its ORDO_SUMMARY_TOP best candidates. One workgroup per row. The
-// candidates are found exactly by a radix select on the logits' order-preserving bit keys (four
-// 8-bit passes over the row, each narrowing the key prefix of the TOP-th largest), then the keys
-// above the threshold are collected and the ties at it taken lowest id first (each lane owns a
-// contiguous range of ids, so a prefix count over lanes ranks the ties in id order), and the
-// TOP candidates are ranked against each other. Call site: gpu/vk/kernels.cpp
-// encode_logits_summary() (the runner, after the logits head).
+// candidates are found exactly, in two stages. First a histogram of the logits by distance
+// below the maximum (VALUE_BINS bins of 1/BINS_PER_NAT nat, counted in the normalisers' pass;
+// entries further below are not counted) finds the bin b holding the TOP-th largest: every
+// entry of a nearer bin is a candidate, and only bin b's entries are ranked further, so the
+// shared-memory atomics of the next stage touch a few entries, not the row (a row's logits
+// share their top key bits: counting them all by key serialised most of the row onto a few
+// bins). Then a radix select on bin b's order-preserving bit keys (8-bit passes, most
+// significant first, stopping early once a digit's entries are exactly the ones still needed)
+// finds the threshold key. A row whose TOP-th largest is further than the histogram reaches
+// runs the radix select on every entry. The keys above the threshold are collected, the ties at
+// it taken lowest id first (each lane owns a contiguous range of ids, so a prefix count over
+// lanes ranks the ties in id order), and the TOP candidates are ranked against each other. Call
+// site: gpu/vk/kernels.cpp encode_logits_summary() (the runner, after the logits head).
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "abi.h"
@@ -20,6 +27,11 @@ layout(std430, binding = ORDO_B_SUMMARY_OUT) writeonly buffer out_buf { uint sum
 const uint NW = ORDO_SUMMARY_WG;
 const uint TOP = ORDO_SUMMARY_TOP;
 const uint BINS = 256u;  // one radix digit of 8 bits; NW lanes clear them
+// The first stage's histogram: VALUE_BINS bins of 1/BINS_PER_NAT nat below the maximum (16
+// nats in all: a trained model's TOP-th candidate is nearly always nearer than that).
+const uint VALUE_BINS = BINS;
+const float BINS_PER_NAT = 16.0;
+const uint FAR = VALUE_BINS;  // the bin of the entries the histogram does not reach
 
 shared float red[NW];
 shared float red_t[NW];
@@ -29,6 +41,8 @@ shared uint s_prefix;
 shared uint s_mask;
 shared uint s_need;
 shared uint s_above;
+shared uint s_bin;   // the value bin holding the TOP-th largest; FAR: the radix runs on all
+shared bool s_done;  // the radix select's digit held exactly the keys still needed
 shared uint cand_id[TOP];
 shared uint cand_key[TOP];
 
@@ -45,6 +59,14 @@ float add_exact(float a, float b) {
     return s;
 }
 
+// Which first-stage bin v falls in, `top` being the row's maximum: monotone (a larger logit is
+// never in a further bin) and one expression everywhere, so each pass bins an entry the same
+// way. NaN and entries VALUE_BINS / BINS_PER_NAT nats or more below are FAR.
+uint value_bin(float v, float top) {
+    precise float d = (top - v) * BINS_PER_NAT;
+    return d < float(VALUE_BINS) ? uint(d) : FAR;
+}
+
 void main() {
     const uint lane = gl_LocalInvocationID.x;
     const uint row = gl_WorkGroupID.x;
@@ -56,6 +78,7 @@ void main() {
     float m = uintBitsToFloat(0xFF800000u);  // -inf
     for (uint i = lane; i < n; i += NW) m = max(m, logits[base + i]);
     red[lane] = m;
+    hist[lane] = 0u;  // NW == BINS lanes
     barrier();
     for (uint s = NW / 2u; s > 0u; s >>= 1) {
         if (lane < s) red[lane] = max(red[lane], red[lane + s]);
@@ -64,23 +87,46 @@ void main() {
     const float top = red[0];
     barrier();  // every lane has read red[0] before the sums reuse it
 
-    // The normalisers, in the order fixed by n alone (abi.h).
+    // The normalisers, in the order fixed by n alone (abi.h), and the first stage's histogram
+    // (hist was cleared before the maximum's barriers).
     const float t = temps[row];
     const float inv_t = t > 0.0 ? 1.0 / t : 0.0;
+    const bool select = n > TOP;
     float sum = 0.0, sum_t = 0.0;
     for (uint i = lane; i < n; i += NW) {
-        precise float d = logits[base + i] - top;
+        const float v = logits[base + i];
+        precise float d = v - top;
         precise float dt = d * inv_t;
         sum = add_exact(sum, exp(d));
         sum_t = add_exact(sum_t, exp(dt));
+        const uint vb = value_bin(v, top);
+        if (select && vb != FAR) atomicAdd(hist[vb], 1u);
     }
     red[lane] = sum;
     red_t[lane] = sum_t;
+    barrier();
     if (lane == 0u) {
         s_prefix = 0u;
         s_mask = 0u;
         s_need = min(TOP, n);
         s_above = 0u;
+        s_done = false;
+        s_bin = FAR;
+        if (select) {
+            // The nearest bin where the count from the maximum reaches TOP, if any; s_need
+            // becomes how many of its entries are still to take.
+            uint above = 0u;
+            for (uint b = 0u; b < VALUE_BINS; b++) {
+                const uint h = hist[b];
+                if (above + h >= TOP) {
+                    s_bin = b;
+                    s_need = TOP - above;
+                    s_done = h == s_need;  // the whole bin is taken: nothing to rank
+                    break;
+                }
+                above += h;
+            }
+        }
     }
     barrier();
     for (uint s = NW / 2u; s > 0u; s >>= 1) {
@@ -91,54 +137,66 @@ void main() {
         barrier();
     }
 
-    // The key of the TOP-th largest logit: four passes of 8 bits, most significant first.
-    // s_need counts the keys still to take among those matching the prefix so far; after the
-    // last pass it is how many of the keys equal to the threshold are taken.
+    // The second stage: the threshold key among the entries in scope (bin s_bin's, or every
+    // entry when s_bin is FAR), 8 bits a pass, most significant first. s_need counts the keys
+    // still to take among those in scope matching the prefix so far. A pass whose digit holds
+    // exactly s_need keys ends the select (s_done: every key in scope with at least the prefix
+    // is taken); otherwise after the last pass s_need is how many of the keys equal to the
+    // threshold are taken.
     const uint count = min(TOP, n);
-    if (n > TOP) {
-        for (uint pass = 0u; pass < 4u; pass++) {
-            const uint shift = 24u - 8u * pass;
-            hist[lane] = 0u;
-            barrier();
-            const uint prefix = s_prefix, mask = s_mask;
-            for (uint i = lane; i < n; i += NW) {
-                const uint k = key_of(logits[base + i]);
-                if ((k & mask) == prefix) atomicAdd(hist[(k >> shift) & 255u], 1u);
-            }
-            barrier();
-            if (lane == 0u) {
-                // The digit where the count from the top reaches s_need (the keys matching the
-                // prefix are at least s_need, so the walk stops at the latest at digit 0).
-                const uint need = s_need;
-                uint above = 0u, digit = 0u;
-                for (uint b = BINS; b > 0u; b--) {
-                    const uint h = hist[b - 1u];
-                    if (above + h >= need) {
-                        digit = b - 1u;
-                        break;
-                    }
-                    above += h;
-                }
-                s_need = need - above;
-                s_prefix = prefix | (digit << shift);
-                s_mask = mask | (255u << shift);
-            }
-            barrier();
+    const uint bin = s_bin;
+    for (uint pass = 0u; pass < 4u && select && !s_done; pass++) {
+        const uint shift = 24u - 8u * pass;
+        hist[lane] = 0u;
+        barrier();
+        const uint prefix = s_prefix, mask = s_mask;
+        for (uint i = lane; i < n; i += NW) {
+            const float v = logits[base + i];
+            if (bin != FAR && value_bin(v, top) != bin) continue;
+            const uint k = key_of(v);
+            if ((k & mask) == prefix) atomicAdd(hist[(k >> shift) & 255u], 1u);
         }
+        barrier();
+        if (lane == 0u) {
+            // The digit where the count from the top reaches s_need (the keys matching the
+            // prefix are at least s_need, so the walk stops at the latest at digit 0).
+            const uint need = s_need;
+            uint above = 0u, digit = 0u, held = 0u;
+            for (uint b = BINS; b > 0u; b--) {
+                const uint h = hist[b - 1u];
+                if (above + h >= need) {
+                    digit = b - 1u;
+                    held = h;
+                    break;
+                }
+                above += h;
+            }
+            s_need = need - above;
+            s_done = held == s_need;
+            s_prefix = prefix | (digit << shift);
+            s_mask = mask | (255u << shift);
+        }
+        barrier();
     }
-    const uint threshold = n > TOP ? s_prefix : 0u;
-    const uint ties = s_need;
+    const bool done = s_done;
+    const uint prefix = s_prefix, mask = s_mask;
+    const uint ties = select && !done ? s_need : (select ? 0u : count);
     const uint first_tie = count - ties;
 
-    // Collect: the keys above the threshold in any order (ranked below), the ties in id order.
+    // Collect: the taken keys above the threshold in any order (ranked below), the ties at it
+    // in id order (every entry is a tie when the row has at most TOP).
     const uint chunk = (n + NW - 1u) / NW;
     const uint i0 = min(n, lane * chunk), i1 = min(n, i0 + chunk);
     uint my_ties = 0u;
     for (uint i = i0; i < i1; i++) {
-        const uint k = key_of(logits[base + i]);
-        if (n <= TOP || k == threshold) {
+        const float v = logits[base + i];
+        const uint k = key_of(v);
+        const uint vb = bin == FAR ? FAR : value_bin(v, top);
+        const bool scoped = bin == FAR || vb == bin;
+        if (!select || (scoped && !done && k == prefix)) {
             my_ties++;
-        } else if (k > threshold) {
+        } else if ((bin != FAR && vb < bin) ||
+                   (scoped && (done ? (k & mask) >= prefix : k > prefix))) {
             const uint slot = atomicAdd(s_above, 1u);
             if (slot < TOP) {
                 cand_id[slot] = i;
@@ -159,8 +217,10 @@ void main() {
     barrier();
     uint rank = tie_rank[lane];
     for (uint i = i0; i < i1 && rank < ties; i++) {
-        const uint k = key_of(logits[base + i]);
-        if (n <= TOP || k == threshold) {
+        const float v = logits[base + i];
+        const uint k = key_of(v);
+        const bool scoped = bin == FAR || value_bin(v, top) == bin;
+        if (!select || (scoped && k == prefix)) {
             cand_id[first_tie + rank] = i;
             cand_key[first_tie + rank] = k;
             rank++;
