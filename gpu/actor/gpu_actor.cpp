@@ -353,9 +353,13 @@ void gpu_actor::finish_step() {
         _steps++;
         _tokens += _job.res.n_tokens;
         _rebuilds_in_row = 0;
-        step_done d{m.step_id,           _job.slot,       _job.res.rows,
-                    _exchange.n_vocab(), _job.res.gpu_ms, _job.res.hidden_rows,
-                    _job.res.summarized};
+        step_done d{.step_id = m.step_id,
+                    .slot = _job.slot,
+                    .rows = _job.res.rows,
+                    .n_vocab = _exchange.n_vocab(),
+                    .gpu_ms = _job.res.gpu_ms,
+                    .hidden_rows = _job.res.hidden_rows,
+                    .summarized = _job.res.summarized};
         _replies.send(d);
         return;
     }
