@@ -67,6 +67,12 @@ uint value_bin(float v, float top) {
     return d < float(VALUE_BINS) ? uint(d) : FAR;
 }
 
+// v's bin as the second stage sees it, `bin` being the one it ranks: FAR for every entry when
+// the select runs on all of them (bin FAR), so an entry is in scope exactly when this is bin.
+uint stage_bin(float v, float top, uint bin) {
+    return bin == FAR ? FAR : value_bin(v, top);
+}
+
 void main() {
     const uint lane = gl_LocalInvocationID.x;
     const uint row = gl_WorkGroupID.x;
@@ -152,7 +158,7 @@ void main() {
         const uint prefix = s_prefix, mask = s_mask;
         for (uint i = lane; i < n; i += NW) {
             const float v = logits[base + i];
-            if (bin != FAR && value_bin(v, top) != bin) continue;
+            if (stage_bin(v, top, bin) != bin) continue;
             const uint k = key_of(v);
             if ((k & mask) == prefix) atomicAdd(hist[(k >> shift) & 255u], 1u);
         }
@@ -180,7 +186,7 @@ void main() {
     }
     const bool done = s_done;
     const uint prefix = s_prefix, mask = s_mask;
-    const uint ties = select && !done ? s_need : (select ? 0u : count);
+    const uint ties = !select ? count : (done ? 0u : s_need);
     const uint first_tie = count - ties;
 
     // Collect: the taken keys above the threshold in any order (ranked below), the ties at it
@@ -191,12 +197,11 @@ void main() {
     for (uint i = i0; i < i1; i++) {
         const float v = logits[base + i];
         const uint k = key_of(v);
-        const uint vb = bin == FAR ? FAR : value_bin(v, top);
-        const bool scoped = bin == FAR || vb == bin;
+        const uint vb = stage_bin(v, top, bin);
+        const bool scoped = vb == bin;
         if (!select || (scoped && !done && k == prefix)) {
             my_ties++;
-        } else if ((bin != FAR && vb < bin) ||
-                   (scoped && (done ? (k & mask) >= prefix : k > prefix))) {
+        } else if (vb < bin || (scoped && (done ? (k & mask) >= prefix : k > prefix))) {
             const uint slot = atomicAdd(s_above, 1u);
             if (slot < TOP) {
                 cand_id[slot] = i;
@@ -219,8 +224,7 @@ void main() {
     for (uint i = i0; i < i1 && rank < ties; i++) {
         const float v = logits[base + i];
         const uint k = key_of(v);
-        const bool scoped = bin == FAR || value_bin(v, top) == bin;
-        if (!select || (scoped && k == prefix)) {
+        if (!select || (stage_bin(v, top, bin) == bin && k == prefix)) {
             cand_id[first_tie + rank] = i;
             cand_key[first_tie + rank] = k;
             rank++;
