@@ -5,6 +5,7 @@
 // submission overhead) and, separately, the wall time of submit + fence wait per segment.
 // Usage: ordo-bench-kernels [--device SELECTOR] [--reps N] [--tx-wg LANES] [--no-texel | --texel]
 //                           [--rows] [--steps] [--prefill] [--dispatch-cost] [--types LIST]
+//                           [--prefill-1b] [--attention auto|classic|flash] (and below)
 //   --types f16,q4_k,...: the weight types of the default suite (default f32,f16,q8_0,q4_0); a
 //   shape whose rows are not whole blocks of a type (288 for the K types) is skipped for it.
 //   --type-compare: only the medium ffn shapes (768x2048, 2048x768) at 1, 4 and 128 tokens
@@ -33,8 +34,11 @@
 //   every count measured (issue 29: batched decode picks the kernel by a measured crossover;
 //   today it is the constant mat_vec_tokens_max = 8). Both kernels sum in one order, so the
 //   choice never changes a bit.
-//   --prefill-1b times the tiled mul_mat over one 1B layer's mat-muls at 16..512 tokens per type
-//   (TFLOP/s); --mm-rl N / --mm-tl N set its outputs per lane (rows, tokens: 4 or 8).
+//   --prefill-1b times the layer's attention (32 heads over 8 KV heads) for 128- and 512-token
+//   prompts on attention.comp and attention_flash, then the tiled mul_mat over one 1B layer's
+//   mat-muls at 16..512 tokens per type (TFLOP/s); --mm-rl N / --mm-tl N set its outputs per
+//   lane (rows, tokens: 4 or 8). --attention auto|classic|flash: the path of the other
+//   attention lines (after --no-texel, which sets classic).
 //   --mm-split-wg N sets the tiled kernel's group split threshold (pipeline_tuning::
 //   mat_tiled_split_wg; 0: never split), for the A/B of the crossover and prefill lines.
 //   --mmv-wg LANES / --mmv-rows N / --mmv-unroll N / --mmv-block-unroll N override
@@ -194,7 +198,8 @@ void bench_mul_mat(bench_env& e, model::ggml_type type, std::uint32_t n_in, std:
 }
 
 void bench_attention(bench_env& e, std::uint32_t n_head, std::uint32_t head_dim, std::uint32_t ctx,
-                     std::uint32_t n_seqs, std::uint32_t tokens_per_seq, bool split = false);
+                     std::uint32_t n_seqs, std::uint32_t tokens_per_seq, bool split = false,
+                     std::uint32_t n_head_kv = 0);
 
 // One decode step's mat-muls of the Llama-3.2-1B shape (2048 wide, 16 layers, 8 KV heads of
 // 64, ffn 8192, vocab 128256), fused as the runner fuses them. Each layer shape is uploaded 16
@@ -336,6 +341,16 @@ void bench_tiled_1b(bench_env& e, const std::vector<model::ggml_type>& types) {
     };
     const shape shapes[] = {{2048, 3072}, {2048, 2048}, {2048, 16384}, {8192, 2048}};
     const pipeline_tuning& tu = e.pipes->tuning();
+    // The layer's attention (32 query heads over 8 KV heads of 64) for a 128- and a 512-token
+    // prompt, on attention.comp and on attention_flash (the same bits).
+    const attention_path asked = e.attention;
+    for (std::uint32_t n : {128u, 512u}) {
+        for (attention_path path : {attention_path::classic, attention_path::flash}) {
+            e.attention = path;
+            bench_attention(e, 32, 64, n, 1, n, true, 8);
+        }
+    }
+    e.attention = asked;
     for (model::ggml_type t : types) {
         for (std::uint32_t n : {16u, 64u, 128u, 512u}) {
             double ms = 0, flop = 0;
@@ -366,13 +381,16 @@ void bench_tiled_1b(bench_env& e, const std::vector<model::ggml_type>& types) {
 }
 
 // split: flash decoding (attention_batch::split_keys from the context, the partials bound), as
-// the runner runs it; otherwise one workgroup per (head, token).
+// the runner runs it; otherwise one workgroup per (head, token). The path is --attention's
+// (automatic gets the host's copy of the tokens, as the runner gives it). n_head_kv 0: n_head.
 void bench_attention(bench_env& e, std::uint32_t n_head, std::uint32_t head_dim, std::uint32_t ctx,
-                     std::uint32_t n_seqs, std::uint32_t tokens_per_seq, bool split) {
+                     std::uint32_t n_seqs, std::uint32_t tokens_per_seq, bool split,
+                     std::uint32_t n_head_kv) {
     const std::uint32_t block_tokens = 16;
     std::uint32_t blocks_per_seq = (ctx + block_tokens - 1) / block_tokens;
-    auto pool =
-        kv_pool::create(*e.dev, {1, n_head, head_dim, block_tokens, blocks_per_seq * n_seqs, true});
+    if (n_head_kv == 0) n_head_kv = n_head;
+    auto pool = kv_pool::create(
+        *e.dev, {1, n_head_kv, head_dim, block_tokens, blocks_per_seq * n_seqs, true});
     if (!pool) std::exit(1);
     std::vector<std::int32_t> tables, tokens;
     for (std::uint32_t s = 0; s < n_seqs; ++s) {
@@ -410,15 +428,20 @@ void bench_attention(bench_env& e, std::uint32_t n_head, std::uint32_t head_dim,
             b.partials = whole(partials);
             b.max_splits = max_splits;
         }
-        if (!encode_attention(*e.str, **pool, 0, b, e.attention)) std::exit(1);
+        if (e.attention == attention_path::automatic) b.host_tokens = tokens;
+        status st = encode_attention(*e.str, **pool, 0, b, e.attention);
+        if (!st) {
+            std::fprintf(stderr, "%s\n", st.err().message.c_str());
+            std::exit(1);
+        }
     });
     std::string kernel =
         e.str->timings().empty() ? "?" : std::string(pipeline_name(e.str->timings()[0].id));
     std::printf(
-        "{\"kernel\":\"%s\",\"heads\":%u,\"head_dim\":%u,\"ctx\":%u,\"seqs\":%u,"
-        "\"tokens\":%u,\"split\":%s,\"gpu_ms\":%.4f,\"wall_ms\":%.4f}\n",
-        kernel.c_str(), n_head, head_dim, ctx, n_seqs, n_tok, split ? "true" : "false", gpu_ms,
-        wall_ms);
+        "{\"kernel\":\"%s\",\"heads\":%u,\"kv_heads\":%u,\"head_dim\":%u,\"ctx\":%u,"
+        "\"seqs\":%u,\"tokens\":%u,\"split\":%s,\"gpu_ms\":%.4f,\"wall_ms\":%.4f}\n",
+        kernel.c_str(), n_head, n_head_kv, head_dim, ctx, n_seqs, n_tok, split ? "true" : "false",
+        gpu_ms, wall_ms);
     std::fflush(stdout);
 }
 
@@ -560,6 +583,11 @@ int main(int argc, char** argv) {
         } else if (std::strcmp(argv[i], "--no-texel") == 0) {
             texel = false;
             e.attention = attention_path::classic;
+        } else if (std::strcmp(argv[i], "--attention") == 0 && i + 1 < argc) {
+            std::string a = argv[++i];
+            e.attention = a == "flash"     ? attention_path::flash
+                          : a == "classic" ? attention_path::classic
+                                           : attention_path::automatic;
         } else if (std::strcmp(argv[i], "--texel") == 0) {
             force_texel = true;
         } else if (std::strcmp(argv[i], "--rows") == 0) {
@@ -589,7 +617,7 @@ int main(int argc, char** argv) {
                          "[--type-compare] [--decode [--fused]] [--crossover [--copies N]] "
                          "[--mmv-wg LANES] "
                          "[--mmv-rows N] [--mmv-unroll N] [--mmv-block-unroll N] [--mmv-split N] "
-                         "[--mmv-split-cols N]\n");
+                         "[--mmv-split-cols N] [--prefill-1b] [--attention auto|classic|flash]\n");
             return 2;
         }
     }

@@ -1,8 +1,10 @@
 // ordo-bench: `ordo-bench --model FILE [--prompts 128,512] [--gen 128] [--parallel 4,8,16]
 // [--json] [--flush-every N] [--device SEL] [--kernels auto|texel|storage] [--reps N]
-// [--label NAME] [--mm-split-wg N] [--row-summaries auto|on|off]` (--mm-split-wg: the tiled
-// mat-mul's group split threshold, an A/B knob: pipeline_tuning::mat_tiled_split_wg; 0 never
-// splits; --row-summaries: gpu.row_summaries).
+// [--label NAME] [--mm-split-wg N] [--row-summaries auto|on|off] [--attention-flash on|off]`
+// (--mm-split-wg: the tiled mat-mul's group split threshold, an A/B knob: pipeline_tuning::
+// mat_tiled_split_wg; 0 never splits; --row-summaries: gpu.row_summaries; --attention-flash
+// off: prefill attention on attention.comp instead of attention_flash, an A/B knob with the
+// same bits: runner_options::attention_flash).
 //
 // Measures what ../shared/peer/bench_llamacpp.mjs measures for llama.cpp, named the same way,
 // one JSON line per measurement (--json) or a readable table:
@@ -57,6 +59,7 @@ struct bench_options {
     bool json = false;
     std::optional<std::uint32_t> mm_split_wg;  // runner_options::mat_tiled_split_wg
     std::string row_summaries = "auto";        // gpu.row_summaries
+    bool attention_flash = true;               // runner_options::attention_flash
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -64,7 +67,7 @@ struct bench_options {
                  "ordo-bench: %s\nusage: ordo-bench --model FILE [--prompts 128,512] [--gen 128] "
                  "[--parallel 4,8,16] [--json] [--flush-every N] [--device SEL] "
                  "[--kernels auto|texel|storage] [--reps N] [--label NAME] "
-                 "[--mm-split-wg N] [--row-summaries auto|on|off]\n",
+                 "[--mm-split-wg N] [--row-summaries auto|on|off] [--attention-flash on|off]\n",
                  why.c_str());
     std::exit(2);
 }
@@ -120,6 +123,10 @@ bench_options parse(int argc, char** argv) {
             if (o.row_summaries != "auto" && o.row_summaries != "on" && o.row_summaries != "off") {
                 usage("--row-summaries must be auto, on or off");
             }
+        } else if (a == "--attention-flash") {
+            std::string v = value();
+            if (v != "on" && v != "off") usage("--attention-flash must be on or off");
+            o.attention_flash = v == "on";
         } else if (a == "--mm-split-wg")
             o.mm_split_wg = parse_u32(value(), 0, 1u << 20);
         else if (a == "--reps")
@@ -183,6 +190,7 @@ runner_options runner_for(const bench_options& o, std::uint32_t n_ctx) {
     r.flush_every_layers = o.flush_every;
     if (o.kernels != "auto") r.texel_kernels = o.kernels == "texel";
     if (o.row_summaries != "auto") r.row_summaries = o.row_summaries == "on";
+    r.attention_flash = o.attention_flash;
     r.mat_tiled_split_wg = o.mm_split_wg;
     r.watchdog_ms = 600'000;
     r.kv_block_tokens = block_tokens;
@@ -417,7 +425,8 @@ int main(int argc, char** argv) {
                ", \"device\": " + json_str((*s)->ready().device) +
                ", \"flush_every_layers\": " + std::to_string(o.flush_every) +
                ", \"kernel_family\": " + json_str(o.kernels) +
-               ", \"row_summaries\": " + ((*s)->ready().info.row_summaries ? "true" : "false");
+               ", \"row_summaries\": " + ((*s)->ready().info.row_summaries ? "true" : "false") +
+               ", \"attention_flash\": " + (o.attention_flash ? "true" : "false");
     measure(b);
     status st = (*s)->stop();
     if (!st) std::fprintf(stderr, "ordo-bench: stop: %s\n", st.err().message.c_str());

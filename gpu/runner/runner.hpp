@@ -124,6 +124,10 @@ struct runner_options {
     // gpu.row_summaries: each step's logits rows come with their summaries (step_result::
     // summarized); unset = the device's default (tuning_for: GPUs yes, CPU devices no).
     std::optional<bool> row_summaries;
+    // The storage family runs a prompt's runs of tokens (those that fill a flash tile) on
+    // attention_flash, the rest on attention.comp; false: all on attention.comp. The same bits
+    // either way (an A/B knob for the bench, ordo-bench --attention-flash).
+    bool attention_flash = true;
     // The token counts mul_mat_vec serves before the tiled kernel takes over (1..16): unset =
     // measured at warm-up wherever the storage family runs mul_mat_vec (GPUs: both kernels
     // timed on the model's own FFN matrices at 2..16 tokens), else kernels.hpp's 8.

@@ -615,6 +615,10 @@ status encode_rope_kv(stream& s, const kv_pool& pool, std::uint32_t layer, rows_
 
 namespace {
 
+// One split (split_keys 0): a split longer than any context (the shaders add it to a key count,
+// so half the range keeps that sum from wrapping).
+constexpr std::uint32_t attention_one_split_keys = 0x7fffffffu;
+
 // Whether the device and the pool geometry allow attention_tx at all (the batch's views aside).
 bool attention_tx_geometry(const pipelines& pipes, const kv_geometry& g) {
     const device_info& info = pipes.dev().info();
@@ -701,6 +705,110 @@ std::uint64_t attention_iterations(bool tx, std::uint64_t positions, std::uint64
               : (positions + wg - 1) / wg * (head_dim / 2 + 2 * wg) + head_dim;
 }
 
+// attention.comp over a batch (or a range of one): one workgroup per (head, token), or for few
+// tokens over long contexts the split grid and the merge (flash decoding).
+status encode_attention_classic(stream& s, const kv_pool& pool, std::uint32_t layer,
+                                const attention_batch& b) {
+    const kv_geometry& g = pool.geometry();
+    pipeline_id id = g.f16 ? pipeline_id::attention_f16 : pipeline_id::attention_f32;
+    const std::uint64_t positions = std::uint64_t(b.max_blocks_per_seq) * g.block_tokens;
+    auto p = attention_push_common<abi::attention_push>(g, b);
+    p.q_offset = b.q.offset;
+    p.q_stride = b.q.stride;
+    p.split_keys = b.split_keys != 0 ? b.split_keys : attention_one_split_keys;
+    const std::uint64_t n_splits = (positions + p.split_keys - 1) / p.split_keys;
+    const bool grid = b.split_keys != 0 && b.partials.buf != nullptr && n_splits > 1 &&
+                      b.n_tokens <= attention_split_tokens_max;
+    if (!grid) {
+        // The partials binding is unused: the output stands in for it.
+        s.dispatch(id,
+                   {b.q.view, pool.k(layer), pool.v(layer), b.tokens.view, b.tables.view,
+                    b.out.view, b.out.view},
+                   p, {b.n_head, b.n_tokens, 1});
+        return {};
+    }
+    // Flash decoding: one workgroup per (head, token, split), then the merge.
+    if (n_splits > b.max_splits || n_splits > s.dev().info().max_workgroup_count[2] ||
+        b.partials.range < 4 * attention_partials_floats(b.n_head, g.head_dim, b.max_splits)) {
+        return bad("attention", "the partials binding holds fewer splits than the context");
+    }
+    p.split_grid = 1;
+    p.max_splits = b.max_splits;
+    s.dispatch(id,
+               {b.q.view, pool.k(layer), pool.v(layer), b.tokens.view, b.tables.view, b.out.view,
+                b.partials},
+               p, {b.n_head, b.n_tokens, static_cast<std::uint32_t>(n_splits)});
+    abi::attention_merge_push m{
+        b.n_tokens,   b.n_head,    g.head_dim, b.max_splits, static_cast<std::uint32_t>(n_splits),
+        b.out.offset, b.out.stride};
+    s.dispatch(pipeline_id::attention_merge, {b.partials, b.out.view}, m,
+               {b.n_head, b.n_tokens, 1});
+    return {};
+}
+
+pipeline_id attention_flash_id(const kv_geometry& g) {
+    return g.f16 ? pipeline_id::attention_flash_f16 : pipeline_id::attention_flash_f32;
+}
+
+// Whether attention_flash can run a batch of this geometry whose tiles meet at most `passes`
+// sequences: head_dim even and within the lanes' accumulators, its shared memory within the
+// device's, and on a device that caps loop iterations (llvmpipe) its loops under the cap: per
+// pass, each key tile's head_dim / 2 score loop and two key loops, and the query load.
+bool attention_flash_fits(const stream& s, const kv_geometry& g, const attention_batch& b,
+                          std::uint32_t passes) {
+    const device_info& info = s.dev().info();
+    const std::uint64_t wg =
+        s.pipes()
+            .get(g.f16 ? pipeline_id::attention_f16 : pipeline_id::attention_f32)
+            .workgroup_size;
+    const std::uint64_t rows = abi::ORDO_ATTN_FLASH_ROWS;
+    const std::uint64_t shared = 4 * (rows * g.head_dim + wg * rows + wg);
+    const std::uint64_t positions = std::uint64_t(b.max_blocks_per_seq) * g.block_tokens;
+    const std::uint64_t splits =
+        b.split_keys != 0 ? (positions + b.split_keys - 1) / b.split_keys : 1;
+    const std::uint64_t iterations =
+        std::uint64_t(std::max<std::uint32_t>(1, passes)) *
+            ((positions + wg - 1) / wg * (g.head_dim / 2 + 2 * wg) + splits) +
+        (rows * g.head_dim / 2 + wg - 1) / wg;
+    return g.head_dim % 2 == 0 && g.head_dim <= wg * abi::ORDO_ATTN_ACC &&
+           shared <= info.max_shared_memory_bytes &&
+           (info.loop_iterations_max == 0 || iterations <= info.loop_iterations_max);
+}
+
+// attention_flash.comp over a batch (or a range of one): per KV head, one workgroup per tile of
+// ORDO_ATTN_FLASH_ROWS (token, query head) rows.
+status encode_attention_flash(stream& s, const kv_pool& pool, std::uint32_t layer,
+                              const attention_batch& b) {
+    const kv_geometry& g = pool.geometry();
+    pipeline_id id = attention_flash_id(g);
+    auto pl = s.pipes().for_k(id, g.head_dim);
+    if (!pl) return pl.err();
+    const std::uint64_t rows = std::uint64_t(b.n_tokens) * (b.n_head / g.n_head_kv);
+    const std::uint64_t gy = (rows + abi::ORDO_ATTN_FLASH_ROWS - 1) / abi::ORDO_ATTN_FLASH_ROWS;
+    if (gy > s.dev().info().max_workgroup_count[1]) {
+        return bad("attention", "flash path: more query tiles than the device's grid");
+    }
+    auto p = attention_push_common<abi::attention_push>(g, b);
+    p.q_offset = b.q.offset;
+    p.q_stride = b.q.stride;
+    p.split_keys = b.split_keys != 0 ? b.split_keys : attention_one_split_keys;
+    s.dispatch(**pl, id,
+               {b.q.view, pool.k(layer), pool.v(layer), b.tokens.view, b.tables.view, b.out.view},
+               p, {g.n_head_kv, static_cast<std::uint32_t>(gy), 1});
+    return {};
+}
+
+// Tokens [t0, t0 + n) of a batch, as a batch.
+attention_batch attention_range(const attention_batch& b, std::uint32_t t0, std::uint32_t n) {
+    attention_batch r = b;
+    r.q.offset += t0 * b.q.stride;
+    r.out.offset += t0 * b.out.stride;
+    r.tokens.offset += 2 * t0;
+    r.n_tokens = n;
+    if (!b.host_tokens.empty()) r.host_tokens = b.host_tokens.subspan(2ull * t0, 2ull * n);
+    return r;
+}
+
 }  // namespace
 
 std::uint64_t attention_positions_max(const pipelines& pipes, const kv_geometry& g) {
@@ -726,11 +834,17 @@ std::uint64_t attention_positions_max(const pipelines& pipes, const kv_geometry&
 }
 
 status prepare_attention(const pipelines& pipes, const kv_geometry& g) {
-    if (!pipes.tuning().prefer_texel_kernels || !attention_tx_geometry(pipes, g)) return {};
-    for (bool grouped : {false, true}) {
-        auto pl = pipes.for_k(attention_tx_id(g, grouped), g.head_dim);
-        if (!pl) return pl.err();
+    if (pipes.tuning().prefer_texel_kernels && attention_tx_geometry(pipes, g)) {
+        for (bool grouped : {false, true}) {
+            auto pl = pipes.for_k(attention_tx_id(g, grouped), g.head_dim);
+            if (!pl) return pl.err();
+        }
+        return {};
     }
+    // attention.comp's family: attention_flash takes its prefill runs.
+    if (g.head_dim % 2 != 0) return {};
+    auto pl = pipes.for_k(attention_flash_id(g), g.head_dim);
+    if (!pl) return pl.err();
     return {};
 }
 
@@ -785,41 +899,45 @@ status encode_attention(stream& s, const kv_pool& pool, std::uint32_t layer,
     if (b.split_keys % wg != 0) {
         return bad("attention", "split_keys must be a multiple of the attention workgroup");
     }
-    auto p = attention_push_common<abi::attention_push>(g, b);
-    p.q_offset = b.q.offset;
-    p.q_stride = b.q.stride;
-    // One split (split_keys 0): a split longer than any context (the shader adds it to a key
-    // count, so half the range keeps that sum from wrapping).
-    constexpr std::uint32_t one_split_keys = 0x7fffffffu;
-    p.split_keys = b.split_keys != 0 ? b.split_keys : one_split_keys;
-    const std::uint64_t n_splits = (positions + p.split_keys - 1) / p.split_keys;
-    const bool grid = b.split_keys != 0 && b.partials.buf != nullptr && n_splits > 1 &&
-                      b.n_tokens <= attention_split_tokens_max;
-    if (!grid) {
-        // The partials binding is unused: the output stands in for it.
-        s.dispatch(id,
-                   {b.q.view, pool.k(layer), pool.v(layer), b.tokens.view, b.tables.view,
-                    b.out.view, b.out.view},
-                   p, {b.n_head, b.n_tokens, 1});
-        return {};
+    if (path == attention_path::flash) {
+        if (!attention_flash_fits(s, g, b, std::min(abi::ORDO_ATTN_FLASH_ROWS, b.n_seqs))) {
+            return bad("attention",
+                       "flash path: head_dim, shared memory or the device's loop cap do not "
+                       "allow it");
+        }
+        return encode_attention_flash(s, pool, layer, b);
     }
-    // Flash decoding: one workgroup per (head, token, split), then the merge.
-    if (n_splits > b.max_splits || n_splits > s.dev().info().max_workgroup_count[2] ||
-        b.partials.range < 4 * attention_partials_floats(b.n_head, g.head_dim, b.max_splits)) {
-        return bad("attention", "the partials binding holds fewer splits than the context");
+    if (path == attention_path::classic || b.host_tokens.size() != 2ull * b.n_tokens ||
+        !attention_flash_fits(s, g, b, 2)) {
+        return encode_attention_classic(s, pool, layer, b);
     }
-    p.split_grid = 1;
-    p.max_splits = b.max_splits;
-    s.dispatch(id,
-               {b.q.view, pool.k(layer), pool.v(layer), b.tokens.view, b.tables.view, b.out.view,
-                b.partials},
-               p, {b.n_head, b.n_tokens, static_cast<std::uint32_t>(n_splits)});
-    abi::attention_merge_push m{
-        b.n_tokens,   b.n_head,    g.head_dim, b.max_splits, static_cast<std::uint32_t>(n_splits),
-        b.out.offset, b.out.stride};
-    s.dispatch(pipeline_id::attention_merge, {b.partials, b.out.view}, m,
-               {b.n_head, b.n_tokens, 1});
-    return {};
+    // Runs of one sequence that fill a flash tile go to attention_flash, the rest (decode
+    // tokens, short runs) to attention.comp; neighbouring runs of one kind share a dispatch. A
+    // flash range's runs each fill a tile, so a tile of it meets at most two sequences (the
+    // fits check above: two passes).
+    const std::uint32_t group = b.n_head / g.n_head_kv;
+    const std::uint32_t run_min =
+        ceil_div(attention_flash_tiles_min * abi::ORDO_ATTN_FLASH_ROWS, group);
+    auto encode_range = [&](std::uint32_t t0, std::uint32_t t1, bool flash) {
+        attention_batch r = attention_range(b, t0, t1 - t0);
+        return flash ? encode_attention_flash(s, pool, layer, r)
+                     : encode_attention_classic(s, pool, layer, r);
+    };
+    std::uint32_t range0 = 0;
+    bool range_flash = false;
+    for (std::uint32_t t0 = 0, t1 = 0; t0 < b.n_tokens; t0 = t1) {
+        t1 = t0 + 1;
+        while (t1 < b.n_tokens && b.host_tokens[2 * t1] == b.host_tokens[2 * t0]) ++t1;
+        bool flash = t1 - t0 >= run_min;
+        if (t0 == 0) {
+            range_flash = flash;
+        } else if (flash != range_flash) {
+            ORDO_TRY(encode_range(range0, t0, range_flash));
+            range0 = t0;
+            range_flash = flash;
+        }
+    }
+    return encode_range(range0, b.n_tokens, range_flash);
 }
 
 std::uint32_t attention_split_keys(std::uint64_t positions, std::uint32_t wg) {

@@ -183,7 +183,15 @@ struct attention_batch {
     std::uint32_t split_keys = 0;
     buffer_view partials{};        // attention_partials_floats(...) floats
     std::uint32_t max_splits = 0;  // partials slots per (token, head)
+    // The tokens' {sequence index, position} pairs as the host wrote them into `tokens`
+    // (optional, 2 * n_tokens ints). With them the storage family sends runs of one sequence
+    // long enough to fill a flash tile (prefill chunks) to attention_flash and the rest to
+    // attention.comp (same bits either way); without them, all to attention.comp.
+    std::span<const std::int32_t> host_tokens{};
 };
+// attention_flash: a run of one sequence's tokens goes to it when its rows (tokens x the query
+// heads of a KV head) fill at least this many tiles of ORDO_ATTN_FLASH_ROWS.
+constexpr std::uint32_t attention_flash_tiles_min = 1;
 // The most tokens a split-grid step serves (decode and small batches: with more, the tokens
 // alone fill the device).
 constexpr std::uint32_t attention_split_tokens_max = 8;
@@ -202,9 +210,11 @@ status encode_attention(stream& s, const kv_pool& pool, std::uint32_t layer,
 
 // automatic: attention_tx (texel fetches, subgroup merge) when the tuning prefers texel kernels
 // and the operands allow it (head_dim % 8 == 0 and <= 128, texel views covering q, K, V and the
-// tables, subgroup arithmetic, workgroup = subgroup); else attention.comp. `texel` forces the
-// former (gpu_bad_shape when not possible), `classic` the latter (tests, bench).
-enum class attention_path { automatic, classic, texel };
+// tables, subgroup arithmetic, workgroup = subgroup); else attention.comp, with the runs of
+// host_tokens that fill a flash tile on attention_flash.comp. `texel` forces the first
+// (gpu_bad_shape when not possible), `classic` attention.comp alone, `flash` attention_flash
+// for the whole batch whatever its tokens (tests, bench; gpu_bad_shape past a loop cap).
+enum class attention_path { automatic, classic, texel, flash };
 status encode_attention(stream& s, const kv_pool& pool, std::uint32_t layer,
                         const attention_batch& b, attention_path path);
 

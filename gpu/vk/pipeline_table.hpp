@@ -45,6 +45,8 @@
     X(attention_f32, 7, attention_push, attention, 0, none, create)                            \
     X(attention_f16, 7, attention_push, attention, 0, none, create)                            \
     X(attention_merge, 2, attention_merge_push, attention, 0, none, create)                    \
+    X(attention_flash_f32, 6, attention_push, attention, 0, none, k)                           \
+    X(attention_flash_f16, 6, attention_push, attention, 0, none, k)                           \
     X(attention_tx64_f32, 6, attention_tx_push, subgroup, 0b10111, subgroup_arithmetic, k)     \
     X(attention_tx64_f16, 6, attention_tx_push, subgroup, 0b10111, subgroup_arithmetic, k)     \
     X(attention_tx128_f32, 6, attention_tx_push, subgroup, 0b10111, subgroup_arithmetic, k)    \

@@ -14,6 +14,15 @@
 // one by one through the grid, and every output matches the reference; too few partials slots
 // are refused.
 //
+// Flash attention for prefill (attention_flash.comp: a tile of 16 (token, head) rows per
+// workgroup sharing each key's loads): forced on every token of mixed batches (prefill runs,
+// decode tokens, alternating sequences, invalid tokens; GQA 3:1, so tiles cut tokens' heads
+// apart), F16 and F32 pools, one split and many, it gives attention.comp's bits for every query
+// and matches the reference; the storage family's automatic path sends runs that fill a tile
+// to it and the rest to attention.comp (two dispatches here), with the same bits; on a device
+// that caps loop iterations, the forced path refuses a context past the cap and the automatic
+// one falls back to attention.comp.
+//
 // Buffers live in a std::deque so references stay valid as more are added.
 //
 // Tolerances: the reference is fed the same K/V values the pool holds (rounded to f16 for an
@@ -98,7 +107,8 @@ struct attention_fixture {
 
     // Attention output for query tokens {seq, pos} with queries q (q_dim per token).
     std::vector<float> run_attention(const std::vector<std::int32_t>& tokens,
-                                     const std::vector<float>& q, std::deque<buffer>& keep) {
+                                     const std::vector<float>& q, std::deque<buffer>& keep,
+                                     attention_path path = attention_path::automatic) {
         std::uint32_t n = static_cast<std::uint32_t>(tokens.size() / 2);
         keep.push_back(make_buffer(q));
         const buffer& qb = keep.back();
@@ -114,7 +124,7 @@ struct attention_fixture {
                           static_cast<std::uint32_t>(seqs.size()),
                           max_blocks,
                           n_head};
-        status st = encode_attention(*env().str, *pool, layer, b);
+        status st = encode_attention(*env().str, *pool, layer, b, path);
         EXPECT_TRUE(st.ok()) << st.err().message;
         run_segment("attention");
         return read_buffer<float>(ob, n * q_dim);
@@ -418,6 +428,179 @@ TEST(GpuAttention, SplitGridRefusesTooFewPartialsSlots) {
     b.split_keys = e.wg + 1;  // not a multiple of the workgroup
     EXPECT_FALSE(encode_attention(*env().str, *e.pool, layer, b, attention_path::classic).ok());
     EXPECT_EQ(env().str->dispatches(), 0u);
+    ASSERT_TRUE(env().str->run(test_watchdog_ms).ok());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Flash attention (attention_flash.comp) against attention.comp.
+
+// Every query of `tokens` through attention_flash and attention.comp: the same bits; each valid
+// one close to the reference, each invalid one 0.
+template <typename Ref>
+void expect_flash_equals_classic(const std::vector<float>& flash, const std::vector<float>& classic,
+                                 const std::vector<std::int32_t>& tokens, std::uint32_t n_seqs,
+                                 const std::vector<float>& q, Ref reference) {
+    const std::size_t n = tokens.size() / 2;
+    ASSERT_EQ(flash.size(), n * q_dim);
+    ASSERT_EQ(classic.size(), n * q_dim);
+    for (std::size_t t = 0; t < n; ++t) {
+        SCOPED_TRACE("token " + std::to_string(t) + " {" + std::to_string(tokens[2 * t]) + ", " +
+                     std::to_string(tokens[2 * t + 1]) + "}");
+        const float* f = flash.data() + t * q_dim;
+        EXPECT_TRUE(same_bits(f, classic.data() + t * q_dim, q_dim))
+            << "attention_flash and attention.comp differ";
+        if (tokens[2 * t] < 0 || std::uint32_t(tokens[2 * t]) >= n_seqs) {
+            EXPECT_TRUE(std::all_of(f, f + q_dim, [](float x) { return x == 0.0f; }));
+            continue;
+        }
+        auto want = reference(std::size_t(tokens[2 * t]), std::uint32_t(tokens[2 * t + 1]),
+                              q.data() + t * q_dim);
+        expect_close({f, f + q_dim}, want, 2e-5f, 1e-4f, "flash attention vs reference");
+    }
+}
+
+TEST(GpuAttention, FlashEqualsOneWorkgroupPerQueryF16AndF32) {
+    ORDO_REQUIRE_GPU();
+    for (bool f16 : {true, false}) {
+        SCOPED_TRACE(f16 ? "f16 pool" : "f32 pool");
+        const std::vector<std::uint32_t> lengths = {23, 9, 17};
+        attention_fixture fx(f16, lengths);
+        std::deque<buffer> keep;
+        ASSERT_TRUE(env().str->begin("kv").ok());
+        for (std::size_t s = 0; s < lengths.size(); ++s) fx.record_write(s, 0, lengths[s], keep);
+        run_segment("kv");
+        // Sequence 0's whole prompt (causal), a decode token, sequence 2's run of 12, an
+        // invalid token, alternating single tokens.
+        std::vector<std::int32_t> tokens;
+        for (std::int32_t p = 0; p < 23; ++p) tokens.insert(tokens.end(), {0, p});
+        tokens.insert(tokens.end(), {1, 8});
+        for (std::int32_t p = 5; p < 17; ++p) tokens.insert(tokens.end(), {2, p});
+        tokens.insert(tokens.end(), {6, 0, 1, 3, 2, 0, 1, 0, 0, 22});
+        const auto n = static_cast<std::uint32_t>(tokens.size() / 2);
+        auto q = random_floats(n * q_dim, 61);
+        ASSERT_TRUE(env().str->begin("flash").ok());
+        auto flash = fx.run_attention(tokens, q, keep, attention_path::flash);
+        ASSERT_TRUE(env().str->begin("classic").ok());
+        auto classic = fx.run_attention(tokens, q, keep, attention_path::classic);
+        expect_flash_equals_classic(flash, classic, tokens, 3, q,
+                                    [&](std::size_t s, std::uint32_t pos, const float* qq) {
+                                        return fx.reference(s, pos, qq);
+                                    });
+    }
+}
+
+// Attention over a split_env through `path` on stream `str` (the automatic path is given the
+// host's copy of the tokens); `dispatches` receives the stream's dispatch count.
+std::vector<float> run_path(split_env& e, stream& str, const std::vector<std::int32_t>& tokens,
+                            const std::vector<float>& q, std::uint32_t split_keys,
+                            attention_path path, std::uint32_t* dispatches = nullptr) {
+    const auto n = static_cast<std::uint32_t>(tokens.size() / 2);
+    const buffer& qb = e.keep.emplace_back(make_buffer(q));
+    const buffer& tb = e.keep.emplace_back(make_buffer(tokens));
+    const buffer& ob = e.keep.emplace_back(make_buffer(std::vector<float>(n * q_dim, 9.0f)));
+    attention_batch b{{whole(qb), 0, q_dim},
+                      {whole(ob), 0, q_dim},
+                      {whole(tb), 0},
+                      {whole(e.tables), 0},
+                      n,
+                      4,
+                      split_blocks,
+                      n_head};
+    b.split_keys = split_keys;
+    if (path == attention_path::automatic) b.host_tokens = tokens;
+    EXPECT_TRUE(str.begin("attention path").ok());
+    status st = encode_attention(str, *e.pool, layer, b, path);
+    EXPECT_TRUE(st.ok()) << st.err().message;
+    if (dispatches != nullptr) *dispatches = str.dispatches();
+    st = str.run(test_watchdog_ms);
+    EXPECT_TRUE(st.ok()) << st.err().message;
+    return read_buffer<float>(ob, n * q_dim);
+}
+
+TEST(GpuAttention, FlashEqualsOneWorkgroupPerQueryAcrossSplits) {
+    ORDO_REQUIRE_GPU();
+    const std::vector<std::uint32_t> lengths = {150, 37, 300, 5};
+    split_env e = make_split_env(lengths);
+    // Two prefill runs (50 tokens each, ending at their history's end), decode tokens and short
+    // runs of the other two sequences, an invalid token among them.
+    std::vector<std::int32_t> tokens;
+    for (std::int32_t p = 100; p < 150; ++p) tokens.insert(tokens.end(), {0, p});
+    for (std::int32_t p = 250; p < 300; ++p) tokens.insert(tokens.end(), {2, p});
+    tokens.insert(tokens.end(), {1, 36, 3, 0, 3, 1, 1, 20, 9, 4, 3, 4, 1, 0});
+    const auto n = static_cast<std::uint32_t>(tokens.size() / 2);
+    auto q = random_floats(n * q_dim, 17);
+    auto reference = [&](std::size_t s, std::uint32_t pos, const float* qq) {
+        std::vector<float> want(q_dim), scratch(pos + 1);
+        model::attention(want.data(), qq, e.k[s].data(), e.v[s].data(), pos + 1,
+                         {n_head, n_head_kv, head_dim}, scratch.data());
+        return want;
+    };
+    // Storage-family pipelines, where the automatic path chooses between the two kernels.
+    pipeline_tuning tuning = tuning_for(env().dev->info());
+    tuning.prefer_texel_kernels = false;
+    auto pipes = pipelines::create(*env().dev, tuning);
+    ASSERT_TRUE(pipes.ok()) << pipes.err().message;
+    auto str = stream::create(*env().dev, **pipes, {});
+    ASSERT_TRUE(str.ok()) << str.err().message;
+    ASSERT_TRUE(prepare_attention(**pipes, e.pool->geometry()).ok());
+    for (std::uint32_t split_keys : {0u, e.wg}) {
+        SCOPED_TRACE("split_keys " + std::to_string(split_keys));
+        auto classic = run_path(e, **str, tokens, q, split_keys, attention_path::classic);
+        auto flash = run_path(e, **str, tokens, q, split_keys, attention_path::flash);
+        expect_flash_equals_classic(flash, classic, tokens, 4, q, reference);
+        std::uint32_t dispatches = 0;
+        auto automatic =
+            run_path(e, **str, tokens, q, split_keys, attention_path::automatic, &dispatches);
+        EXPECT_EQ(dispatches, 2u) << "the two runs on attention_flash, the rest on attention.comp";
+        EXPECT_TRUE(same_bits(automatic.data(), classic.data(), classic.size()));
+    }
+}
+
+TEST(GpuAttention, FlashPastTheLoopCapIsRefusedOrFallsBack) {
+    ORDO_REQUIRE_GPU();
+    const std::uint32_t cap = env().dev->info().loop_iterations_max;
+    if (cap == 0) GTEST_SKIP() << "this device does not cap loop iterations";
+    // 16 sequences over tables of 512 key tiles each: past the cap for attention_flash (16
+    // passes a tile when forced, 2 on the automatic path), within it for attention.comp.
+    const std::uint32_t wg = env().pipes->get(pipeline_id::attention_f16).workgroup_size;
+    const std::uint32_t seqs = 16, blocks = 512 * wg / block_tokens;
+    auto p = kv_pool::create(*env().dev, {2, n_head_kv, head_dim, block_tokens, 4, true});
+    ASSERT_TRUE(p.ok()) << p.err().message;
+    buffer tables = make_buffer(std::vector<std::int32_t>(std::size_t(seqs) * blocks, 0));
+    std::vector<std::int32_t> tokens;
+    for (std::int32_t s = 0; s < std::int32_t(seqs); ++s) {
+        for (std::int32_t i = 0; i < 8; ++i) tokens.insert(tokens.end(), {s, i});
+    }
+    const auto n = static_cast<std::uint32_t>(tokens.size() / 2);
+    buffer qb = make_buffer(random_floats(n * q_dim, 3)), tb = make_buffer(tokens);
+    buffer ob = make_buffer(std::vector<float>(n * q_dim));
+    attention_batch b{{whole(qb), 0, q_dim},
+                      {whole(ob), 0, q_dim},
+                      {whole(tb), 0},
+                      {whole(tables), 0},
+                      n,
+                      seqs,
+                      blocks,
+                      n_head};
+    b.host_tokens = tokens;
+    ASSERT_TRUE(env().str->begin("loop cap").ok());
+    status st = encode_attention(*env().str, **p, layer, b, attention_path::flash);
+    EXPECT_FALSE(st.ok());
+    if (!st.ok()) EXPECT_NE(st.err().message.find("flash path"), std::string::npos);
+    EXPECT_EQ(env().str->dispatches(), 0u);
+    // The automatic path on storage pipelines (runs of 8 tokens fill a tile of 3:1 GQA rows):
+    // attention.comp, one dispatch.
+    pipeline_tuning tuning = tuning_for(env().dev->info());
+    tuning.prefer_texel_kernels = false;
+    auto pipes = pipelines::create(*env().dev, tuning);
+    ASSERT_TRUE(pipes.ok()) << pipes.err().message;
+    auto str = stream::create(*env().dev, **pipes, {});
+    ASSERT_TRUE(str.ok()) << str.err().message;
+    ASSERT_TRUE((*str)->begin("fallback").ok());
+    st = encode_attention(**str, **p, layer, b, attention_path::automatic);
+    EXPECT_TRUE(st.ok()) << st.err().message;
+    EXPECT_EQ((*str)->dispatches(), 1u);
+    ASSERT_TRUE((*str)->run(test_watchdog_ms).ok());
     ASSERT_TRUE(env().str->run(test_watchdog_ms).ok());
 }
 

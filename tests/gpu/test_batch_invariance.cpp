@@ -27,6 +27,9 @@
 //     (mul_mat_rows, separate norm and SwiGLU).
 // (d) the tiled kernel's tiles (4 or 8 rows by 4 or 8 tokens per lane) and the group split
 //     give the default tile's bits, and mul_mat_vec's shapes the tiled kernel's.
+// On the storage family a prompt run that fills a flash tile (8 tokens of the 2:1 GQA model)
+// takes attention_flash and decode tokens attention.comp, so (a), (b) on the GPUs' path and
+// the split-attention prefill compare the two attention kernels too (gpu/vk/kernels.cpp).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -540,6 +543,8 @@ TEST(GpuBatchInvariance, RunnerGpuDecodePathRunsTheFusedKernels) {
     EXPECT_GE(dispatches("mul_mat_fold"), 4 * layers) << "the tiled steps run the group split";
     EXPECT_EQ(dispatches("swiglu"), layers);
     EXPECT_EQ(dispatches("rms_norm"), 2 * layers + 1);
+    EXPECT_EQ(dispatches("attention_flash_f16") + dispatches("attention_flash_f32"), layers)
+        << "an 11-token prompt fills a flash tile (2 query heads per KV head)";
     step_logits(run,
                 make_step(2, step_phase::decode,
                           {make_seq(1, {tokens[11]}, 11, blocks_from(0, 12, block_tokens))}),
@@ -548,6 +553,7 @@ TEST(GpuBatchInvariance, RunnerGpuDecodePathRunsTheFusedKernels) {
     EXPECT_EQ(dispatches("mul_mat_vec_glu_f32"), layers);
     EXPECT_EQ(dispatches("swiglu"), 0u);
     EXPECT_EQ(dispatches("rms_norm"), 1u) << "the final norm only";
+    EXPECT_EQ(dispatches("attention_flash_f16") + dispatches("attention_flash_f32"), 0u);
 }
 
 // The mul_mat_vec / tiled crossover: measured at warm-up when the options leave it open (a

@@ -72,6 +72,9 @@ ORDO_ABI_CONST ORDO_TXM_R = 16, ORDO_TXM_T = 16;
 // attention: per-lane accumulator slots; head_dim <= workgroup size * this.
 ORDO_ABI_CONST ORDO_ATTN_ACC = 4;
 ORDO_ABI_CONST ORDO_ATTN_HEAD_DIM_MAX = 256;
+// attention_flash: query rows (token, head pairs of one KV head) per workgroup; a multiple of 4,
+// at most 32 (the shader keeps a bit mask of them).
+ORDO_ABI_CONST ORDO_ATTN_FLASH_ROWS = 16;
 // rms_norm's sum of squares (norm_order.glsl): this many partial sums, partial j taking the
 // elements j, j + 64, ... in order, folded by a fixed pairwise tree, whatever the workgroup
 // size, so rms_norm.comp and mul_mat_vec's fused norm give the same bits.

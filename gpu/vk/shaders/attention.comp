@@ -10,6 +10,8 @@
 // (flash decoding: few tokens over long contexts, which would leave most of a GPU idle) the grid
 // has one workgroup per (head, token, split), each writes its split's (m, l, acc) to the
 // partials binding, and attention_merge.comp merges them in the same order: the same bits.
+// The split's arithmetic is attention_order.glsl's, shared with attention_flash.comp (prefill:
+// a tile of queries per workgroup), so that kernel gives the same bits too.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "abi.h"
@@ -23,6 +25,7 @@ layout(std430, binding = ORDO_B_ATTN_OUT) writeonly buffer out_buf { float dst[]
 // The split grid's partials: per (token, head, split) head_dim accumulators, then m and l.
 layout(std430, binding = ORDO_B_ATTN_PARTIALS) writeonly buffer partials_buf { float part[]; };
 #include "attention_split.glsl"
+#include "attention_order.glsl"
 #define KV_BINDING_K ORDO_B_ATTN_K
 #define KV_BINDING_V ORDO_B_ATTN_V
 #include "kv_pool.glsl"
@@ -46,7 +49,7 @@ void main() {
     uint kvh = h / (p.n_head / p.n_head_kv);
     uint qo = p.q_offset + t * p.q_stride + h * p.head_dim;
     for (uint d = lane; d < p.head_dim; d += WG) {
-        qs[d] = q[qo + d] * p.scale;
+        qs[d] = attn_scale(q[qo + d], p.scale);
     }
     barrier();
     // Splits: all of the token's in turn, or (the split grid) split z alone.
@@ -85,7 +88,7 @@ void main() {
                     s = 0.0;
                     for (uint d = 0; d < p.head_dim; d += 2u) {
                         vec2 kv = k_pair(base + d);
-                        s += qs[d] * kv.x + qs[d + 1u] * kv.y;
+                        s = attn_score_step(s, vec2(qs[d], qs[d + 1u]), kv);
                     }
                 }
             }
@@ -98,18 +101,18 @@ void main() {
                 m_new = max(m_new, scores[j]);
             }
             if (m_new > -1.0 / 0.0) {
-                float corr = exp(m - m_new);
-                l *= corr;
+                float corr = attn_exp(m, m_new);
+                l = attn_scale(l, corr);
                 for (uint a = 0; a < ORDO_ATTN_ACC; ++a) {
-                    acc[a] *= corr;
+                    acc[a] = attn_scale(acc[a], corr);
                 }
                 for (uint j = 0; j < n_tile; ++j) {
-                    float pj = exp(scores[j] - m_new);
-                    l += pj;
+                    float pj = attn_exp(scores[j], m_new);
+                    l = attn_sum(l, pj);
                     for (uint a = 0; a < ORDO_ATTN_ACC; ++a) {
                         uint d = lane + a * WG;
                         if (d < p.head_dim) {
-                            acc[a] += pj * v_at(key_base[j] + d);
+                            acc[a] = attn_acc(acc[a], pj, v_at(key_base[j] + d));
                         }
                     }
                 }
