@@ -105,6 +105,15 @@ struct attention_fixture {
         ASSERT_TRUE(st.ok()) << st.err().message;
     }
 
+    // Writes every sequence's whole history into the pool, as one segment.
+    void write_histories(std::deque<buffer>& keep) {
+        ASSERT_TRUE(env().str->begin("kv history").ok());
+        for (std::size_t s = 0; s < seqs.size(); ++s) {
+            record_write(s, 0, static_cast<std::uint32_t>(seqs[s].k.size() / kv_dim), keep);
+        }
+        run_segment("kv history");
+    }
+
     // Attention output for query tokens {seq, pos} with queries q (q_dim per token).
     std::vector<float> run_attention(const std::vector<std::int32_t>& tokens,
                                      const std::vector<float>& q, std::deque<buffer>& keep,
@@ -144,9 +153,7 @@ void decode_batch(bool f16) {
     std::vector<std::uint32_t> lengths = {9, 1, 23, 4};
     attention_fixture fx(f16, lengths);
     std::deque<buffer> keep;
-    ASSERT_TRUE(env().str->begin("kv history").ok());
-    for (std::size_t s = 0; s < lengths.size(); ++s) fx.record_write(s, 0, lengths[s], keep);
-    run_segment("kv history");
+    fx.write_histories(keep);
     std::vector<std::int32_t> tokens;
     for (std::size_t s = 0; s < lengths.size(); ++s) {
         tokens.push_back(static_cast<std::int32_t>(s));
@@ -310,9 +317,13 @@ split_env make_split_env(const std::vector<std::uint32_t>& lengths) {
     return e;
 }
 
-// Attention (attention.comp) for tokens {seq, pos}; split_keys 0: unsplit; partials: the grid.
-std::vector<float> run_split(split_env& e, const std::vector<std::int32_t>& tokens,
-                             const std::vector<float>& q, std::uint32_t split_keys, bool partials) {
+// Attention for tokens {seq, pos} through `path` on stream `str`; split_keys 0: unsplit;
+// partials: bound (the grid, where the path runs it); the automatic path is given the host's
+// copy of the tokens. `dispatches` receives the stream's dispatch count.
+std::vector<float> run_path(split_env& e, stream& str, const std::vector<std::int32_t>& tokens,
+                            const std::vector<float>& q, std::uint32_t split_keys,
+                            attention_path path, bool partials = false,
+                            std::uint32_t* dispatches = nullptr) {
     const auto n = static_cast<std::uint32_t>(tokens.size() / 2);
     const buffer& qb = e.keep.emplace_back(make_buffer(q));
     const buffer& tb = e.keep.emplace_back(make_buffer(tokens));
@@ -334,14 +345,26 @@ std::vector<float> run_split(split_env& e, const std::vector<std::int32_t>& toke
         b.partials = whole(pb);
         b.max_splits = max_splits;
     }
-    EXPECT_TRUE(env().str->begin("split attention").ok());
-    status st = encode_attention(*env().str, *e.pool, layer, b, attention_path::classic);
+    if (path == attention_path::automatic) b.host_tokens = tokens;
+    EXPECT_TRUE(str.begin("attention").ok());
+    status st = encode_attention(str, *e.pool, layer, b, path);
     EXPECT_TRUE(st.ok()) << st.err().message;
-    const bool grid = partials && split_keys != 0 && n <= attention_split_tokens_max;
-    EXPECT_EQ(env().str->dispatches(), grid ? 2u : 1u)
-        << "the split grid is attention then attention_merge";
-    run_segment("split attention");
+    if (dispatches != nullptr) *dispatches = str.dispatches();
+    st = str.run(test_watchdog_ms);
+    EXPECT_TRUE(st.ok()) << st.err().message;
     return read_buffer<float>(ob, n * q_dim);
+}
+
+// attention.comp on the default stream, checking the split grid ran where it should.
+std::vector<float> run_split(split_env& e, const std::vector<std::int32_t>& tokens,
+                             const std::vector<float>& q, std::uint32_t split_keys, bool partials) {
+    std::uint32_t dispatches = 0;
+    auto out = run_path(e, *env().str, tokens, q, split_keys, attention_path::classic, partials,
+                        &dispatches);
+    const bool grid =
+        partials && split_keys != 0 && tokens.size() / 2 <= attention_split_tokens_max;
+    EXPECT_EQ(dispatches, grid ? 2u : 1u) << "the split grid is attention then attention_merge";
+    return out;
 }
 
 bool same_bits(const float* a, const float* b, std::size_t n) {
@@ -459,6 +482,26 @@ void expect_flash_equals_classic(const std::vector<float>& flash, const std::vec
     }
 }
 
+// Pipelines of the storage family and a stream on them (null str on failure).
+struct storage_stream {
+    std::unique_ptr<pipelines> pipes;
+    std::unique_ptr<stream> str;
+};
+
+storage_stream make_storage_stream() {
+    storage_stream out;
+    pipeline_tuning tuning = tuning_for(env().dev->info());
+    tuning.prefer_texel_kernels = false;
+    auto pipes = pipelines::create(*env().dev, tuning);
+    EXPECT_TRUE(pipes.ok()) << pipes.err().message;
+    if (!pipes) return out;
+    out.pipes = std::move(*pipes);
+    auto str = stream::create(*env().dev, *out.pipes, {});
+    EXPECT_TRUE(str.ok()) << str.err().message;
+    if (str) out.str = std::move(*str);
+    return out;
+}
+
 TEST(GpuAttention, FlashEqualsOneWorkgroupPerQueryF16AndF32) {
     ORDO_REQUIRE_GPU();
     for (bool f16 : {true, false}) {
@@ -466,9 +509,7 @@ TEST(GpuAttention, FlashEqualsOneWorkgroupPerQueryF16AndF32) {
         const std::vector<std::uint32_t> lengths = {23, 9, 17};
         attention_fixture fx(f16, lengths);
         std::deque<buffer> keep;
-        ASSERT_TRUE(env().str->begin("kv").ok());
-        for (std::size_t s = 0; s < lengths.size(); ++s) fx.record_write(s, 0, lengths[s], keep);
-        run_segment("kv");
+        fx.write_histories(keep);
         // Sequence 0's whole prompt (causal), a decode token, sequence 2's run of 12, an
         // invalid token, alternating single tokens.
         std::vector<std::int32_t> tokens;
@@ -487,34 +528,6 @@ TEST(GpuAttention, FlashEqualsOneWorkgroupPerQueryF16AndF32) {
                                         return fx.reference(s, pos, qq);
                                     });
     }
-}
-
-// Attention over a split_env through `path` on stream `str` (the automatic path is given the
-// host's copy of the tokens); `dispatches` receives the stream's dispatch count.
-std::vector<float> run_path(split_env& e, stream& str, const std::vector<std::int32_t>& tokens,
-                            const std::vector<float>& q, std::uint32_t split_keys,
-                            attention_path path, std::uint32_t* dispatches = nullptr) {
-    const auto n = static_cast<std::uint32_t>(tokens.size() / 2);
-    const buffer& qb = e.keep.emplace_back(make_buffer(q));
-    const buffer& tb = e.keep.emplace_back(make_buffer(tokens));
-    const buffer& ob = e.keep.emplace_back(make_buffer(std::vector<float>(n * q_dim, 9.0f)));
-    attention_batch b{{whole(qb), 0, q_dim},
-                      {whole(ob), 0, q_dim},
-                      {whole(tb), 0},
-                      {whole(e.tables), 0},
-                      n,
-                      4,
-                      split_blocks,
-                      n_head};
-    b.split_keys = split_keys;
-    if (path == attention_path::automatic) b.host_tokens = tokens;
-    EXPECT_TRUE(str.begin("attention path").ok());
-    status st = encode_attention(str, *e.pool, layer, b, path);
-    EXPECT_TRUE(st.ok()) << st.err().message;
-    if (dispatches != nullptr) *dispatches = str.dispatches();
-    st = str.run(test_watchdog_ms);
-    EXPECT_TRUE(st.ok()) << st.err().message;
-    return read_buffer<float>(ob, n * q_dim);
 }
 
 TEST(GpuAttention, FlashEqualsOneWorkgroupPerQueryAcrossSplits) {
@@ -536,21 +549,17 @@ TEST(GpuAttention, FlashEqualsOneWorkgroupPerQueryAcrossSplits) {
         return want;
     };
     // Storage-family pipelines, where the automatic path chooses between the two kernels.
-    pipeline_tuning tuning = tuning_for(env().dev->info());
-    tuning.prefer_texel_kernels = false;
-    auto pipes = pipelines::create(*env().dev, tuning);
-    ASSERT_TRUE(pipes.ok()) << pipes.err().message;
-    auto str = stream::create(*env().dev, **pipes, {});
-    ASSERT_TRUE(str.ok()) << str.err().message;
-    ASSERT_TRUE(prepare_attention(**pipes, e.pool->geometry()).ok());
+    storage_stream st = make_storage_stream();
+    ASSERT_TRUE(st.str);
+    ASSERT_TRUE(prepare_attention(*st.pipes, e.pool->geometry()).ok());
     for (std::uint32_t split_keys : {0u, e.wg}) {
         SCOPED_TRACE("split_keys " + std::to_string(split_keys));
-        auto classic = run_path(e, **str, tokens, q, split_keys, attention_path::classic);
-        auto flash = run_path(e, **str, tokens, q, split_keys, attention_path::flash);
+        auto classic = run_path(e, *st.str, tokens, q, split_keys, attention_path::classic);
+        auto flash = run_path(e, *st.str, tokens, q, split_keys, attention_path::flash);
         expect_flash_equals_classic(flash, classic, tokens, 4, q, reference);
         std::uint32_t dispatches = 0;
-        auto automatic =
-            run_path(e, **str, tokens, q, split_keys, attention_path::automatic, &dispatches);
+        auto automatic = run_path(e, *st.str, tokens, q, split_keys, attention_path::automatic,
+                                  false, &dispatches);
         EXPECT_EQ(dispatches, 2u) << "the two runs on attention_flash, the rest on attention.comp";
         EXPECT_TRUE(same_bits(automatic.data(), classic.data(), classic.size()));
     }
@@ -590,17 +599,13 @@ TEST(GpuAttention, FlashPastTheLoopCapIsRefusedOrFallsBack) {
     EXPECT_EQ(env().str->dispatches(), 0u);
     // The automatic path on storage pipelines (runs of 8 tokens fill a tile of 3:1 GQA rows):
     // attention.comp, one dispatch.
-    pipeline_tuning tuning = tuning_for(env().dev->info());
-    tuning.prefer_texel_kernels = false;
-    auto pipes = pipelines::create(*env().dev, tuning);
-    ASSERT_TRUE(pipes.ok()) << pipes.err().message;
-    auto str = stream::create(*env().dev, **pipes, {});
-    ASSERT_TRUE(str.ok()) << str.err().message;
-    ASSERT_TRUE((*str)->begin("fallback").ok());
-    st = encode_attention(**str, **p, layer, b, attention_path::automatic);
+    storage_stream storage = make_storage_stream();
+    ASSERT_TRUE(storage.str);
+    ASSERT_TRUE(storage.str->begin("fallback").ok());
+    st = encode_attention(*storage.str, **p, layer, b, attention_path::automatic);
     EXPECT_TRUE(st.ok()) << st.err().message;
-    EXPECT_EQ((*str)->dispatches(), 1u);
-    ASSERT_TRUE((*str)->run(test_watchdog_ms).ok());
+    EXPECT_EQ(storage.str->dispatches(), 1u);
+    ASSERT_TRUE(storage.str->run(test_watchdog_ms).ok());
     ASSERT_TRUE(env().str->run(test_watchdog_ms).ok());
 }
 
