@@ -35,7 +35,8 @@
 //   today it is the constant mat_vec_tokens_max = 8). Both kernels sum in one order, so the
 //   choice never changes a bit.
 //   --prefill-1b times the layer's attention (32 heads over 8 KV heads) for 128- and 512-token
-//   prompts on attention.comp and attention_flash, then the tiled mul_mat over one 1B layer's
+//   prompts on attention.comp and attention_flash and for a 64-sequence decode step at context
+//   512 on attention.comp and automatic's choice, then the tiled mul_mat over one 1B layer's
 //   mat-muls at 16..512 tokens per type (TFLOP/s); --mm-rl N / --mm-tl N set its outputs per
 //   lane (rows, tokens: 4 or 8). --attention auto|classic|flash: the path of the other
 //   attention lines (after --no-texel, which sets classic).
@@ -342,13 +343,19 @@ void bench_tiled_1b(bench_env& e, const std::vector<model::ggml_type>& types) {
     const shape shapes[] = {{2048, 3072}, {2048, 2048}, {2048, 16384}, {8192, 2048}};
     const pipeline_tuning& tu = e.pipes->tuning();
     // The layer's attention (32 query heads over 8 KV heads of 64) for a 128- and a 512-token
-    // prompt, on attention.comp and on attention_flash (the same bits).
+    // prompt, on attention.comp and on attention_flash, then a decode step of 64 sequences at
+    // context 512 on attention.comp and as automatic runs it (attention_flash, a tile per
+    // token's 4 query heads). The same bits every way.
     const attention_path asked = e.attention;
     for (std::uint32_t n : {128u, 512u}) {
         for (attention_path path : {attention_path::classic, attention_path::flash}) {
             e.attention = path;
             bench_attention(e, 32, 64, n, 1, n, true, 8);
         }
+    }
+    for (attention_path path : {attention_path::classic, attention_path::automatic}) {
+        e.attention = path;
+        bench_attention(e, 32, 64, 512, 64, 1, true, 8);
     }
     e.attention = asked;
     for (model::ggml_type t : types) {

@@ -776,15 +776,16 @@ bool attention_flash_fits(const stream& s, const kv_geometry& g, const attention
 }
 
 // attention_flash.comp over a batch (or a range of one): per KV head, one workgroup per tile of
-// ORDO_ATTN_FLASH_ROWS (token, query head) rows.
+// tile_rows (token, query head) rows (1..ORDO_ATTN_FLASH_ROWS).
 status encode_attention_flash(stream& s, const kv_pool& pool, std::uint32_t layer,
-                              const attention_batch& b) {
+                              const attention_batch& b,
+                              std::uint32_t tile_rows = abi::ORDO_ATTN_FLASH_ROWS) {
     const kv_geometry& g = pool.geometry();
     pipeline_id id = attention_flash_id(g);
     auto pl = s.pipes().for_k(id, g.head_dim);
     if (!pl) return pl.err();
     const std::uint64_t rows = std::uint64_t(b.n_tokens) * (b.n_head / g.n_head_kv);
-    const std::uint64_t gy = (rows + abi::ORDO_ATTN_FLASH_ROWS - 1) / abi::ORDO_ATTN_FLASH_ROWS;
+    const std::uint64_t gy = (rows + tile_rows - 1) / tile_rows;
     if (gy > s.dev().info().max_workgroup_count[1]) {
         return bad("attention", "flash path: more query tiles than the device's grid");
     }
@@ -792,6 +793,7 @@ status encode_attention_flash(stream& s, const kv_pool& pool, std::uint32_t laye
     p.q_offset = b.q.offset;
     p.q_stride = b.q.stride;
     p.split_keys = b.split_keys != 0 ? b.split_keys : attention_one_split_keys;
+    p.tile_rows = tile_rows;
     s.dispatch(**pl, id,
                {b.q.view, pool.k(layer), pool.v(layer), b.tokens.view, b.tables.view, b.out.view},
                p, {g.n_head_kv, static_cast<std::uint32_t>(gy), 1});
@@ -911,17 +913,24 @@ status encode_attention(stream& s, const kv_pool& pool, std::uint32_t layer,
         !attention_flash_fits(s, g, b, 2)) {
         return encode_attention_classic(s, pool, layer, b);
     }
-    // Runs of one sequence that fill a flash tile go to attention_flash, the rest (decode
-    // tokens, short runs) to attention.comp; neighbouring runs of one kind share a dispatch. A
-    // flash range's runs each fill a tile, so a tile of it meets at most two sequences (the
-    // fits check above: two passes).
+    // Runs of one sequence that fill a flash tile go to attention_flash, whole tiles; the rest
+    // (decode tokens, short runs), where there are more than the split grid serves and
+    // grouped-query heads to share keys, to attention_flash with a tile per token of its heads
+    // (the largest divisor of G within a tile: one sequence a tile); else to attention.comp.
+    // Neighbouring runs of one kind share a dispatch. A range of long runs meets at most two
+    // sequences a tile (the fits check above: two passes).
     const std::uint32_t group = b.n_head / g.n_head_kv;
     const std::uint32_t run_min =
         ceil_div(attention_flash_tiles_min * abi::ORDO_ATTN_FLASH_ROWS, group);
-    auto encode_range = [&](std::uint32_t t0, std::uint32_t t1, bool flash) {
+    std::uint32_t token_tile = std::min(group, abi::ORDO_ATTN_FLASH_ROWS);
+    while (group % token_tile != 0) --token_tile;
+    auto encode_range = [&](std::uint32_t t0, std::uint32_t t1, bool long_runs) {
         attention_batch r = attention_range(b, t0, t1 - t0);
-        return flash ? encode_attention_flash(s, pool, layer, r)
-                     : encode_attention_classic(s, pool, layer, r);
+        if (long_runs) return encode_attention_flash(s, pool, layer, r);
+        if (group > 1 && r.n_tokens > attention_split_tokens_max) {
+            return encode_attention_flash(s, pool, layer, r, token_tile);
+        }
+        return encode_attention_classic(s, pool, layer, r);
     };
     std::uint32_t range0 = 0;
     bool range_flash = false;

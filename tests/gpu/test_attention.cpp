@@ -19,7 +19,8 @@
 // decode tokens, alternating sequences, invalid tokens; GQA 3:1, so tiles cut tokens' heads
 // apart), F16 and F32 pools, one split and many, it gives attention.comp's bits for every query
 // and matches the reference; the storage family's automatic path sends runs that fill a tile
-// to it and the rest to attention.comp (two dispatches here), with the same bits; on a device
+// to it and the rest to attention.comp (two dispatches here), and more decode tokens than the
+// split grid serves to it as a tile per token's query heads, with the same bits; on a device
 // that caps loop iterations, the forced path refuses a context past the cap and the automatic
 // one falls back to attention.comp.
 //
@@ -489,14 +490,16 @@ struct storage_stream {
 };
 
 storage_stream make_storage_stream() {
-    storage_stream out;
+    storage_stream out;  // timestamped: timings() names each dispatch's kernel
     pipeline_tuning tuning = tuning_for(env().dev->info());
     tuning.prefer_texel_kernels = false;
     auto pipes = pipelines::create(*env().dev, tuning);
     EXPECT_TRUE(pipes.ok()) << pipes.err().message;
     if (!pipes) return out;
     out.pipes = std::move(*pipes);
-    auto str = stream::create(*env().dev, *out.pipes, {});
+    stream_options so;
+    so.timestamps = true;
+    auto str = stream::create(*env().dev, *out.pipes, so);
     EXPECT_TRUE(str.ok()) << str.err().message;
     if (str) out.str = std::move(*str);
     return out;
@@ -552,16 +555,35 @@ TEST(GpuAttention, FlashEqualsOneWorkgroupPerQueryAcrossSplits) {
     storage_stream st = make_storage_stream();
     ASSERT_TRUE(st.str);
     ASSERT_TRUE(prepare_attention(*st.pipes, e.pool->geometry()).ok());
+    // The kernels the storage stream's last segment ran, in order.
+    auto kernels = [&] {
+        std::vector<pipeline_id> ids;
+        for (const dispatch_timing& t : st.str->timings()) ids.push_back(t.id);
+        return ids;
+    };
+    // Decode tokens only, more than the split grid serves: one tile per token's 3 query heads.
+    std::vector<std::int32_t> decode;
+    for (std::int32_t i = 0; i < 12; ++i) {
+        decode.insert(decode.end(), {i % 4, std::int32_t(lengths[std::size_t(i % 4)]) - 1 - i / 4});
+    }
+    decode.insert(decode.end(), {7, 1});
+    ASSERT_GT(decode.size() / 2, attention_split_tokens_max);
+    auto dq = random_floats(decode.size() / 2 * q_dim, 23);
     for (std::uint32_t split_keys : {0u, e.wg}) {
         SCOPED_TRACE("split_keys " + std::to_string(split_keys));
         auto classic = run_path(e, *st.str, tokens, q, split_keys, attention_path::classic);
         auto flash = run_path(e, *st.str, tokens, q, split_keys, attention_path::flash);
         expect_flash_equals_classic(flash, classic, tokens, 4, q, reference);
-        std::uint32_t dispatches = 0;
-        auto automatic = run_path(e, *st.str, tokens, q, split_keys, attention_path::automatic,
-                                  false, &dispatches);
-        EXPECT_EQ(dispatches, 2u) << "the two runs on attention_flash, the rest on attention.comp";
+        auto automatic = run_path(e, *st.str, tokens, q, split_keys, attention_path::automatic);
+        EXPECT_EQ(kernels(), (std::vector<pipeline_id>{pipeline_id::attention_flash_f16,
+                                                       pipeline_id::attention_f16}))
+            << "the two runs on attention_flash, the rest on attention.comp";
         EXPECT_TRUE(same_bits(automatic.data(), classic.data(), classic.size()));
+
+        auto decode_classic = run_path(e, *st.str, decode, dq, split_keys, attention_path::classic);
+        auto decode_auto = run_path(e, *st.str, decode, dq, split_keys, attention_path::automatic);
+        EXPECT_EQ(kernels(), std::vector<pipeline_id>{pipeline_id::attention_flash_f16});
+        expect_flash_equals_classic(decode_auto, decode_classic, decode, 4, dq, reference);
     }
 }
 

@@ -276,6 +276,7 @@ struct attention_push {
     uint split_keys;    // keys per split (a multiple of the workgroup; attention_split.glsl)
     uint split_grid;    // 1: one workgroup per (head, token, split) writing partials
     uint max_splits;    // partials slots per (token, head)
+    uint tile_rows;     // attention_flash: rows per workgroup (1..ORDO_ATTN_FLASH_ROWS)
 };
 
 // attention_merge.comp: out[t][h] = the merge of the split grid's partials (attention_split.glsl).

@@ -1,8 +1,10 @@
-// attention_flash.comp: causal attention for prefill, a tile of ORDO_ATTN_FLASH_ROWS queries
-// per workgroup. Call site: gpu/vk/kernels.cpp encode_attention() (the storage family's path
-// for runs of several tokens of one sequence: prefill chunks). Rows are the (token, query
-// head) pairs of one KV head, token-major: row i of KV head g's grid is token i / G, head
-// g * G + i % G (G = n_head / n_head_kv), so grouped-query heads share their keys' loads too.
+// attention_flash.comp: causal attention, a tile of p.tile_rows (at most ORDO_ATTN_FLASH_ROWS)
+// query rows per workgroup. Call site: gpu/vk/kernels.cpp encode_attention() (the storage
+// family's path for runs of several tokens of one sequence, prefill chunks, with full tiles;
+// and for many decode tokens under grouped-query attention, a tile per token holding its G
+// heads). Rows are the (token, query head) pairs of one KV head, token-major: row i of KV head
+// g's grid is token i / G, head g * G + i % G (G = n_head / n_head_kv), so grouped-query heads
+// share their keys' loads too.
 //
 // Each key tile (WG keys) is loaded once for every row: lane j scores key j against all rows
 // (queries in shared memory), the rows' weights are computed once (not once per lane), and lane
@@ -49,7 +51,8 @@ void main() {
     uint kvh = gl_WorkGroupID.x;
     uint group = p.n_head / p.n_head_kv;
     uint rows_total = p.n_tokens * group;
-    uint row0 = gl_WorkGroupID.y * R;
+    uint tile_rows = min(p.tile_rows, R);
+    uint row0 = gl_WorkGroupID.y * tile_rows;
     // Each row's sequence and key count; a bad token (the host validates them too) or a row
     // past the last attends to nothing (output 0, or not stored).
     uint seq_of[R];
@@ -60,7 +63,8 @@ void main() {
         uint t = min(i, rows_total - 1u) / group;
         int seq_in = tokens[p.tokens_offset + 2u * t];
         int pos_in = tokens[p.tokens_offset + 2u * t + 1u];
-        bool valid = i < rows_total && seq_in >= 0 && uint(seq_in) < p.n_seqs && pos_in >= 0 &&
+        bool valid = r < tile_rows && i < rows_total && seq_in >= 0 &&
+                     uint(seq_in) < p.n_seqs && pos_in >= 0 &&
                      uint(pos_in) < p.max_blocks_per_seq * p.block_tokens;
         seq_of[r] = valid ? uint(seq_in) : 0u;
         nk[r] = valid ? uint(pos_in) + 1u : 0u;
@@ -69,7 +73,7 @@ void main() {
     for (uint e = lane; e < R * HD2; e += WG) {
         uint i = row0 + e / HD2;
         vec2 qv = vec2(0.0);
-        if (i < rows_total) {
+        if (e / HD2 < tile_rows && i < rows_total) {
             uint h = kvh * group + i % group;
             uint qo = p.q_offset + (i / group) * p.q_stride + h * p.head_dim + 2u * (e % HD2);
             qv = vec2(attn_scale(q[qo], p.scale), attn_scale(q[qo + 1u], p.scale));
@@ -140,7 +144,9 @@ void main() {
                         for (uint d2 = 0; d2 < HD2; ++d2) {
                             vec2 kv = k_pair(base + 2u * d2);
                             [[unroll]] for (uint r = 0; r < R; ++r) {
-                                s[r] = attn_score_step(s[r], qs[r * HD2 + d2], kv);
+                                if (((mine >> r) & 1u) != 0u) {  // uniform: this pass's rows
+                                    s[r] = attn_score_step(s[r], qs[r * HD2 + d2], kv);
+                                }
                             }
                         }
                     }
@@ -227,7 +233,7 @@ void main() {
     }
     [[unroll]] for (uint r = 0; r < R; ++r) {
         uint i = row0 + r;
-        if (i < rows_total) {
+        if (r < tile_rows && i < rows_total) {
             uint h = kvh * group + i % group;
             uint oo = p.out_offset + (i / group) * p.out_stride + h * p.head_dim;
             [[unroll]] for (uint a = 0; a < ACC; ++a) {
