@@ -546,6 +546,18 @@ status runner::init_buffers(std::uint32_t blocks) {
     if (!kv) return kv.err();
     _kv = std::move(*kv);
     if (status s = prepare_attention(*_pipes, g); !s) return s;
+    // attention_flash takes prompt runs where the storage path serves attention; a driver that
+    // cannot build it leaves them on attention.comp (the same bits), with a warning.
+    _attention_flash = _options.attention_flash && attention_flash_candidate(*_pipes, g);
+    if (_attention_flash) {
+        if (status s = prepare_attention_flash(*_pipes, g); !s) {
+            logger()->warn(
+                "runner: attention_flash cannot be built on {} ({}: {}); prompts attend on "
+                "attention.comp",
+                _dev->info().name, s.err().code, s.err().message);
+            _attention_flash = false;
+        }
+    }
 
     std::uint64_t t = _options.max_batch_tokens, rows = _options.rows_max;
     // Flash decoding's splits (kernels.hpp attention_split_keys): fixed for the runner's

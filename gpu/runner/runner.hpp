@@ -261,6 +261,9 @@ public:
     bool row_summaries() const { return _pipes->tuning().row_summaries; }
     const model::llama_hparams& hparams() const { return _hp; }
     const runner_options& options() const { return _options; }
+    // Whether steps may run attention_flash (runner_options::attention_flash, where the storage
+    // path serves attention and the pipeline was built).
+    bool attention_flash() const { return _attention_flash; }
     const step_limits& limits() const { return _limits; }
     // The bound that set limits().n_ctx (choose_context).
     context_bound n_ctx_bound() const { return _n_ctx_bound; }
@@ -384,6 +387,7 @@ private:
     // Flash decoding (encode_attention's split grid): keys per split, splits per context, and
     // the partials buffer (attention_partials_floats).
     std::uint32_t _attn_split_keys = 0;
+    bool _attention_flash = false;  // steps hand encode_attention their tokens (init_buffers)
     std::uint32_t _attn_max_splits = 0;
     buffer _attn_partials;
     // The tiled mat-mul's group split partial sums (mat_split_scratch_floats; empty where the

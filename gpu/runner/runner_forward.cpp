@@ -91,7 +91,7 @@ status runner::record_layer(std::uint32_t l) {
     b.split_keys = _attn_split_keys;
     b.partials = whole(_attn_partials);
     b.max_splits = _attn_max_splits;
-    if (_options.attention_flash) {
+    if (_attention_flash) {
         b.host_tokens = std::span<const std::int32_t>(_plan.attn).first(2ull * n);
     }
     ORDO_TRY(encode_attention(s, *_kv, l, b));

@@ -762,7 +762,7 @@ bool attention_flash_fits(const stream& s, const kv_geometry& g, const attention
             .get(g.f16 ? pipeline_id::attention_f16 : pipeline_id::attention_f32)
             .workgroup_size;
     const std::uint64_t rows = abi::ORDO_ATTN_FLASH_ROWS;
-    const std::uint64_t shared = 4 * (rows * g.head_dim + wg * rows + wg);
+    const std::uint64_t shared = 4 * (rows * (g.head_dim + wg) + wg);  // queries, scores, keys
     const std::uint64_t positions = std::uint64_t(b.max_blocks_per_seq) * g.block_tokens;
     const std::uint64_t splits =
         b.split_keys != 0 ? (positions + b.split_keys - 1) / b.split_keys : 1;
@@ -836,15 +836,25 @@ std::uint64_t attention_positions_max(const pipelines& pipes, const kv_geometry&
 }
 
 status prepare_attention(const pipelines& pipes, const kv_geometry& g) {
-    if (pipes.tuning().prefer_texel_kernels && attention_tx_geometry(pipes, g)) {
-        for (bool grouped : {false, true}) {
-            auto pl = pipes.for_k(attention_tx_id(g, grouped), g.head_dim);
-            if (!pl) return pl.err();
-        }
-        return {};
+    if (!pipes.tuning().prefer_texel_kernels || !attention_tx_geometry(pipes, g)) return {};
+    for (bool grouped : {false, true}) {
+        auto pl = pipes.for_k(attention_tx_id(g, grouped), g.head_dim);
+        if (!pl) return pl.err();
     }
-    // attention.comp's family: attention_flash takes its prefill runs.
-    if (g.head_dim % 2 != 0) return {};
+    return {};
+}
+
+bool attention_flash_candidate(const pipelines& pipes, const kv_geometry& g) {
+    const std::uint64_t wg =
+        pipes.get(g.f16 ? pipeline_id::attention_f16 : pipeline_id::attention_f32).workgroup_size;
+    const std::uint64_t shared =
+        4 * (abi::ORDO_ATTN_FLASH_ROWS * (g.head_dim + wg) + wg);  // attention_flash_fits'
+    return !(pipes.tuning().prefer_texel_kernels && attention_tx_geometry(pipes, g)) &&
+           g.head_dim % 2 == 0 && g.head_dim <= wg * abi::ORDO_ATTN_ACC &&
+           shared <= pipes.dev().info().max_shared_memory_bytes;
+}
+
+status prepare_attention_flash(const pipelines& pipes, const kv_geometry& g) {
     auto pl = pipes.for_k(attention_flash_id(g), g.head_dim);
     if (!pl) return pl.err();
     return {};
@@ -933,20 +943,20 @@ status encode_attention(stream& s, const kv_pool& pool, std::uint32_t layer,
         return encode_attention_classic(s, pool, layer, r);
     };
     std::uint32_t range0 = 0;
-    bool range_flash = false;
+    bool range_long = false;
     for (std::uint32_t t0 = 0, t1 = 0; t0 < b.n_tokens; t0 = t1) {
         t1 = t0 + 1;
         while (t1 < b.n_tokens && b.host_tokens[2 * t1] == b.host_tokens[2 * t0]) ++t1;
-        bool flash = t1 - t0 >= run_min;
+        bool long_run = t1 - t0 >= run_min;
         if (t0 == 0) {
-            range_flash = flash;
-        } else if (flash != range_flash) {
-            ORDO_TRY(encode_range(range0, t0, range_flash));
+            range_long = long_run;
+        } else if (long_run != range_long) {
+            ORDO_TRY(encode_range(range0, t0, range_long));
             range0 = t0;
-            range_flash = flash;
+            range_long = long_run;
         }
     }
-    return encode_range(range0, b.n_tokens, range_flash);
+    return encode_range(range0, b.n_tokens, range_long);
 }
 
 std::uint32_t attention_split_keys(std::uint64_t positions, std::uint32_t wg) {

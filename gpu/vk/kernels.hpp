@@ -165,6 +165,12 @@ std::uint64_t attention_positions_max(const pipelines& pipes, const kv_geometry&
 // Builds the head_dim-specialized attention_tx pipelines a pool of this geometry will use (at
 // load, so the step path never compiles one). A no-op where encode_attention would not pick them.
 status prepare_attention(const pipelines& pipes, const kv_geometry& g);
+// Whether encode_attention's automatic path may pick attention_flash for a pool of this
+// geometry (the storage path: attention_tx not preferred or not possible; head_dim even and
+// within the lanes' accumulators; its shared memory within the device's), and building its
+// head_dim-specialized pipeline (at load: the runner serves without it when that fails).
+bool attention_flash_candidate(const pipelines& pipes, const kv_geometry& g);
+status prepare_attention_flash(const pipelines& pipes, const kv_geometry& g);
 
 struct attention_batch {
     rows_view q;       // n_head * head_dim floats per token

@@ -21,7 +21,8 @@
 //     error path), the runner builds on the storage family: its logits equal a storage
 //     runner's bit for bit and a texel runner's within rounding; a storage pipeline that
 //     cannot be built refuses the build with gpu_unsupported naming it, and the gpu actor
-//     does not retry it.
+//     does not retry it; a storage runner whose attention_flash cannot be built serves its
+//     prompts on attention.comp with the same bits (a runner that builds it runs it).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -213,6 +214,44 @@ TEST(RunnerStartup, ATexelFamilyTheDriverCannotBuildFallsBackToStorage) {
     for (std::size_t i = 0; i < 300; ++i) {
         EXPECT_NEAR(fell_back[i], texel[i], 1e-3f * (1.0f + std::fabs(texel[i]))) << i;
     }
+}
+
+TEST(RunnerStartup, AFlashKernelTheDriverCannotBuildLeavesPromptsOnAttentionComp) {
+    ORDO_REQUIRE_GPU();
+    auto file = open_model(synth_model(model::ggml_type::q8_0));
+    ASSERT_TRUE(file);
+    // The logits of a 9-token prompt (a flash tile of the 2:1 GQA model) and one decode, and
+    // whether the prompt step ran attention_flash.
+    auto run_with = [&](std::string fault) -> std::pair<std::vector<float>, bool> {
+        runner_options o = test_options();
+        o.texel_kernels = false;
+        o.timestamps = true;
+        o.fault_pipeline_create = std::move(fault);
+        auto r = runner::create(*file, o);
+        EXPECT_TRUE(r.ok()) << r.err().code << ": " << r.err().message;
+        if (!r) return {};
+        EXPECT_EQ((*r)->attention_flash(), o.fault_pipeline_create.empty());
+        std::vector<float> logits(300);
+        auto p = (*r)->run_step(
+            make_step(1, step_phase::prefill, {make_seq(1, test_tokens(9, 300, 4), 0, {0, 1})}),
+            logits.data());
+        EXPECT_TRUE(p.ok()) << p.err().message;
+        bool flash = false;
+        for (const kernel_time& k : (*r)->last_timings()) {
+            flash = flash || k.name.starts_with("attention_flash");
+        }
+        auto d = (*r)->run_step(make_step(2, step_phase::decode, {make_seq(1, {7}, 9, {0, 1})}),
+                                logits.data());
+        EXPECT_TRUE(d.ok()) << d.err().message;
+        return {logits, flash};
+    };
+    auto [built, ran_flash] = run_with("");
+    auto [refused, ran_flash_anyway] = run_with("attention_flash");
+    EXPECT_TRUE(ran_flash) << "the prompt did not run attention_flash: the check says nothing";
+    EXPECT_FALSE(ran_flash_anyway);
+    ASSERT_EQ(built.size(), 300u);
+    ASSERT_EQ(refused.size(), 300u);
+    EXPECT_EQ(std::memcmp(built.data(), refused.data(), 300 * sizeof(float)), 0);
 }
 
 TEST(RunnerStartup, AStoragePipelineTheDriverCannotBuildRefusesTheBuild) {
