@@ -619,6 +619,24 @@ namespace {
 // so half the range keeps that sum from wrapping).
 constexpr std::uint32_t attention_one_split_keys = 0x7fffffffu;
 
+// attention.comp for a pool geometry, and its workgroup: attention_flash's too (its key tile).
+pipeline_id attention_id(const kv_geometry& g) {
+    return g.f16 ? pipeline_id::attention_f16 : pipeline_id::attention_f32;
+}
+
+std::uint32_t attention_wg(const pipelines& pipes, const kv_geometry& g) {
+    return pipes.get(attention_id(g)).workgroup_size;
+}
+
+// Whether attention_flash's shape fits the device: head_dim even and within the lanes'
+// accumulators, its shared memory (queries, scores, key bases) within the device's.
+bool attention_flash_geometry(const pipelines& pipes, const kv_geometry& g) {
+    const std::uint64_t wg = attention_wg(pipes, g);
+    const std::uint64_t shared = 4 * (abi::ORDO_ATTN_FLASH_ROWS * (g.head_dim + wg) + wg);
+    return g.head_dim % 2 == 0 && g.head_dim <= wg * abi::ORDO_ATTN_ACC &&
+           shared <= pipes.dev().info().max_shared_memory_bytes;
+}
+
 // Whether the device and the pool geometry allow attention_tx at all (the batch's views aside).
 bool attention_tx_geometry(const pipelines& pipes, const kv_geometry& g) {
     const device_info& info = pipes.dev().info();
@@ -710,7 +728,7 @@ std::uint64_t attention_iterations(bool tx, std::uint64_t positions, std::uint64
 status encode_attention_classic(stream& s, const kv_pool& pool, std::uint32_t layer,
                                 const attention_batch& b) {
     const kv_geometry& g = pool.geometry();
-    pipeline_id id = g.f16 ? pipeline_id::attention_f16 : pipeline_id::attention_f32;
+    pipeline_id id = attention_id(g);
     const std::uint64_t positions = std::uint64_t(b.max_blocks_per_seq) * g.block_tokens;
     auto p = attention_push_common<abi::attention_push>(g, b);
     p.q_offset = b.q.offset;
@@ -751,18 +769,14 @@ pipeline_id attention_flash_id(const kv_geometry& g) {
 }
 
 // Whether attention_flash can run a batch of this geometry whose tiles meet at most `passes`
-// sequences: head_dim even and within the lanes' accumulators, its shared memory within the
-// device's, and on a device that caps loop iterations (llvmpipe) its loops under the cap: per
-// pass, each key tile's head_dim / 2 score loop and two key loops, and the query load.
+// sequences: its shape fits the device (attention_flash_geometry) and, on a device that caps
+// loop iterations (llvmpipe), its loops stay under the cap: per pass, each key tile's
+// head_dim / 2 score loop and two key loops, and the query load.
 bool attention_flash_fits(const stream& s, const kv_geometry& g, const attention_batch& b,
                           std::uint32_t passes) {
-    const device_info& info = s.dev().info();
-    const std::uint64_t wg =
-        s.pipes()
-            .get(g.f16 ? pipeline_id::attention_f16 : pipeline_id::attention_f32)
-            .workgroup_size;
+    const std::uint32_t cap = s.dev().info().loop_iterations_max;
+    const std::uint64_t wg = attention_wg(s.pipes(), g);
     const std::uint64_t rows = abi::ORDO_ATTN_FLASH_ROWS;
-    const std::uint64_t shared = 4 * (rows * (g.head_dim + wg) + wg);  // queries, scores, keys
     const std::uint64_t positions = std::uint64_t(b.max_blocks_per_seq) * g.block_tokens;
     const std::uint64_t splits =
         b.split_keys != 0 ? (positions + b.split_keys - 1) / b.split_keys : 1;
@@ -770,9 +784,7 @@ bool attention_flash_fits(const stream& s, const kv_geometry& g, const attention
         std::uint64_t(std::max<std::uint32_t>(1, passes)) *
             ((positions + wg - 1) / wg * (g.head_dim / 2 + 2 * wg) + splits) +
         (rows * g.head_dim / 2 + wg - 1) / wg;
-    return g.head_dim % 2 == 0 && g.head_dim <= wg * abi::ORDO_ATTN_ACC &&
-           shared <= info.max_shared_memory_bytes &&
-           (info.loop_iterations_max == 0 || iterations <= info.loop_iterations_max);
+    return attention_flash_geometry(s.pipes(), g) && (cap == 0 || iterations <= cap);
 }
 
 // attention_flash.comp over a batch (or a range of one): per KV head, one workgroup per tile of
@@ -819,8 +831,7 @@ std::uint64_t attention_positions_max(const pipelines& pipes, const kv_geometry&
     if (cap == 0) return 0;
     bool tx = pipes.tuning().prefer_texel_kernels && attention_tx_geometry(pipes, g);
     std::uint64_t lanes = std::max<std::uint32_t>(1, info.subgroup_size);
-    std::uint64_t wg =
-        pipes.get(g.f16 ? pipeline_id::attention_f16 : pipeline_id::attention_f32).workgroup_size;
+    std::uint64_t wg = attention_wg(pipes, g);
     auto fits = [&](std::uint64_t blocks) {
         return attention_iterations(tx, blocks * g.block_tokens, lanes, wg, g.head_dim) <= cap;
     };
@@ -845,13 +856,8 @@ status prepare_attention(const pipelines& pipes, const kv_geometry& g) {
 }
 
 bool attention_flash_candidate(const pipelines& pipes, const kv_geometry& g) {
-    const std::uint64_t wg =
-        pipes.get(g.f16 ? pipeline_id::attention_f16 : pipeline_id::attention_f32).workgroup_size;
-    const std::uint64_t shared =
-        4 * (abi::ORDO_ATTN_FLASH_ROWS * (g.head_dim + wg) + wg);  // attention_flash_fits'
     return !(pipes.tuning().prefer_texel_kernels && attention_tx_geometry(pipes, g)) &&
-           g.head_dim % 2 == 0 && g.head_dim <= wg * abi::ORDO_ATTN_ACC &&
-           shared <= pipes.dev().info().max_shared_memory_bytes;
+           attention_flash_geometry(pipes, g);
 }
 
 status prepare_attention_flash(const pipelines& pipes, const kv_geometry& g) {
@@ -868,8 +874,7 @@ status encode_attention(stream& s, const kv_pool& pool, std::uint32_t layer,
 status encode_attention(stream& s, const kv_pool& pool, std::uint32_t layer,
                         const attention_batch& b, attention_path path) {
     const kv_geometry& g = pool.geometry();
-    pipeline_id id = g.f16 ? pipeline_id::attention_f16 : pipeline_id::attention_f32;
-    std::uint32_t wg = s.pipes().get(id).workgroup_size;
+    std::uint32_t wg = attention_wg(s.pipes(), g);
     if (layer >= g.n_layer || b.n_tokens == 0 || b.n_tokens > rows_limit(s) || b.n_seqs == 0 ||
         b.max_blocks_per_seq == 0 || b.n_head == 0 || b.n_head % g.n_head_kv != 0 ||
         b.n_head > s.dev().info().max_workgroup_count[0]) {

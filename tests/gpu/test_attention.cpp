@@ -45,6 +45,16 @@ constexpr std::uint32_t n_head = 6, n_head_kv = 2, head_dim = 32, block_tokens =
 constexpr std::uint32_t n_blocks = 24, max_blocks = 6, layer = 1;
 constexpr std::uint32_t kv_dim = n_head_kv * head_dim, q_dim = n_head * head_dim;
 
+// model::attention's output for the query q at position pos of a history (position-major rows
+// of kv_dim, as stored).
+std::vector<float> reference_attention(const std::vector<float>& k, const std::vector<float>& v,
+                                       std::uint32_t pos, const float* q) {
+    std::vector<float> out(q_dim), scratch(pos + 1);
+    model::attention(out.data(), q, k.data(), v.data(), pos + 1, {n_head, n_head_kv, head_dim},
+                     scratch.data());
+    return out;
+}
+
 struct sequence {
     std::vector<std::int32_t> blocks;  // block table
     std::vector<float> k, v;           // history, position-major rows of kv_dim (as stored)
@@ -141,10 +151,7 @@ struct attention_fixture {
     }
 
     std::vector<float> reference(std::size_t s, std::uint32_t pos, const float* q) const {
-        std::vector<float> out(q_dim), scratch(pos + 1);
-        model::attention(out.data(), q, seqs[s].k.data(), seqs[s].v.data(), pos + 1,
-                         {n_head, n_head_kv, head_dim}, scratch.data());
-        return out;
+        return reference_attention(seqs[s].k, seqs[s].v, pos, q);
     }
 };
 
@@ -277,6 +284,10 @@ struct split_env {
     std::vector<std::vector<float>> k, v;  // per sequence, as stored (f16-rounded)
     buffer tables;
     std::uint32_t wg = 0;
+
+    std::vector<float> reference(std::size_t s, std::uint32_t pos, const float* q) const {
+        return reference_attention(k[s], v[s], pos, q);
+    }
 };
 
 // Four sequences of `lengths` positions written to an F16 pool (blocks in order per sequence).
@@ -399,10 +410,8 @@ TEST(GpuAttention, SplitGridEqualsOneWorkgroupWalkingTheSplits) {
             EXPECT_TRUE(same_bits(g, unsplit.data() + s * q_dim, q_dim))
                 << "a context of one split changed bits";
         }
-        std::vector<float> want(q_dim), scratch(lengths[s]);
-        model::attention(want.data(), q.data() + s * q_dim, e.k[s].data(), e.v[s].data(),
-                         lengths[s], {n_head, n_head_kv, head_dim}, scratch.data());
-        expect_close({g, g + q_dim}, want, 2e-5f, 1e-4f, "split attention vs reference");
+        expect_close({g, g + q_dim}, e.reference(s, lengths[s] - 1, q.data() + s * q_dim), 2e-5f,
+                     1e-4f, "split attention vs reference");
     }
 }
 
@@ -546,10 +555,7 @@ TEST(GpuAttention, FlashEqualsOneWorkgroupPerQueryAcrossSplits) {
     const auto n = static_cast<std::uint32_t>(tokens.size() / 2);
     auto q = random_floats(n * q_dim, 17);
     auto reference = [&](std::size_t s, std::uint32_t pos, const float* qq) {
-        std::vector<float> want(q_dim), scratch(pos + 1);
-        model::attention(want.data(), qq, e.k[s].data(), e.v[s].data(), pos + 1,
-                         {n_head, n_head_kv, head_dim}, scratch.data());
-        return want;
+        return e.reference(s, pos, qq);
     };
     // Storage-family pipelines, where the automatic path chooses between the two kernels.
     storage_stream st = make_storage_stream();
