@@ -601,6 +601,8 @@ status runner::init_buffers(std::uint32_t blocks) {
         {&_logits, rows * _hp.n_vocab, memory_use::host_readback, "logits", seqs},
         {&_summary, rows * abi::ORDO_SUMMARY_WORDS, memory_use::host_readback, "logits summaries",
          seqs},
+        {&_summary_chunks, logits_summary_scratch_words(_hp.n_vocab, _options.rows_max),
+         memory_use::device, "logits summary chunks", seqs},
         {&_temperatures, rows, memory_use::host_readback, "row temperatures", seqs},
         {&_hidden, t * _embd_stride, memory_use::host_readback, "final hidden", batch},
         {&_spin, 1024, memory_use::device, "spin", batch},
@@ -644,10 +646,10 @@ status runner::init_stream() {
                                             chunks(l.gate) + chunks(l.up) + chunks(l.down));
     }
     std::uint32_t layers = std::min(_options.flush_every_layers, _hp.n_layer);
-    // Embedding + layers + final-norm runs + classifier + the logits summary + hidden-row
-    // norm runs + the fault's spin dispatch.
+    // Embedding + layers + final-norm runs + classifier + the logits summary (two dispatches)
+    // + hidden-row norm runs + the fault's spin dispatch.
     std::uint64_t budget = chunks(_token_embd) + std::uint64_t(layers) * per_layer +
-                           _options.rows_max + chunks(_output) + 1 + _options.rows_max + 1;
+                           _options.rows_max + chunks(_output) + 2 + _options.rows_max + 1;
     if (budget > segment_dispatches_max) {
         return bad_config("flush_every_layers " + std::to_string(_options.flush_every_layers) +
                           " makes segments of " + std::to_string(budget) + " dispatches; lower it");

@@ -356,18 +356,19 @@ private:
     std::vector<layer_weights> _layers;
 
     // Activations, sized for max_batch_tokens T (rows_max R for the logits rows).
-    buffer _x;             // (T, embd_stride) residual stream
-    buffer _xn;            // (T, embd_stride) normed input of a block
-    buffer _qkv;           // (T, qkv_stride) q | k | v
-    buffer _att;           // (T, embd_stride) attention output
-    buffer _gu;            // (T, gu_stride) gate | up (up at column n_ff)
-    buffer _hid;           // (T, ff_stride) silu(gate) * up; pad columns stay 0
-    buffer _final;         // (R, embd_stride) final-normed rows that want logits
-    buffer _ints;          // host-visible (5T) ids | positions | slots | attention {seq, pos}
-    buffer _tables;        // host-visible (seqs_max, blocks_per_seq_max) block tables
-    buffer _logits;        // host-visible (R, n_vocab)
-    buffer _summary;       // host-visible (R, ORDO_SUMMARY_WORDS) the logits rows' summaries
-    buffer _temperatures;  // host-visible (R) each logits row's temperature (its summary's)
+    buffer _x;               // (T, embd_stride) residual stream
+    buffer _xn;              // (T, embd_stride) normed input of a block
+    buffer _qkv;             // (T, qkv_stride) q | k | v
+    buffer _att;             // (T, embd_stride) attention output
+    buffer _gu;              // (T, gu_stride) gate | up (up at column n_ff)
+    buffer _hid;             // (T, ff_stride) silu(gate) * up; pad columns stay 0
+    buffer _final;           // (R, embd_stride) final-normed rows that want logits
+    buffer _ints;            // host-visible (5T) ids | positions | slots | attention {seq, pos}
+    buffer _tables;          // host-visible (seqs_max, blocks_per_seq_max) block tables
+    buffer _logits;          // host-visible (R, n_vocab)
+    buffer _summary;         // host-visible (R, ORDO_SUMMARY_WORDS) the logits rows' summaries
+    buffer _summary_chunks;  // (R x chunks, ORDO_SUMMARY_WORDS) their chunks' (the first pass's)
+    buffer _temperatures;    // host-visible (R) each logits row's temperature (its summary's)
     // host-visible (T, embd_stride) final-normed rows of the tokens whose hidden states a step
     // returns (embeddings: every token of an input when it is mean-pooled, so up to T rows),
     // pooled on the host into the hidden rows. As large as one activation buffer.

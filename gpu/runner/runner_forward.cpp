@@ -132,7 +132,8 @@ status runner::record_logits() {
                             {whole(_logits), 0, _hp.n_vocab}, _plan.rows(), false));
     if (!row_summaries()) return {};
     return encode_logits_summary(*_stream, {whole(_logits), 0, _hp.n_vocab}, whole(_temperatures),
-                                 whole(_summary), _plan.sample_vocab, _plan.rows());
+                                 whole(_summary_chunks), whole(_summary), _plan.sample_vocab,
+                                 _plan.rows());
 }
 
 status runner::record_hidden() {

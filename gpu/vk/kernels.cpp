@@ -425,18 +425,35 @@ status encode_norm_glu(stream& s, const weight_tensor& w, const norm_input& in, 
     return encode_swiglu(s, gate_up, up, out, n_ff, n_tokens);
 }
 
-status encode_logits_summary(stream& s, rows_view logits, buffer_view temps, buffer_view summary,
-                             std::uint32_t n_sample, std::uint32_t n_rows) {
-    if (n_sample == 0 || n_rows == 0 || n_rows > s.dev().info().max_workgroup_count[0] ||
+logits_summary_chunking summary_chunking(std::uint32_t n_sample) {
+    const std::uint32_t n_chunks = std::clamp<std::uint32_t>(
+        (n_sample + abi::ORDO_SUMMARY_CHUNK - 1) / abi::ORDO_SUMMARY_CHUNK, 1,
+        abi::ORDO_SUMMARY_CHUNKS_MAX);
+    return {n_chunks, (n_sample + n_chunks - 1) / n_chunks};
+}
+
+std::uint64_t logits_summary_scratch_words(std::uint32_t n_sample, std::uint32_t n_rows) {
+    return std::uint64_t(n_rows) * summary_chunking(n_sample).n_chunks * abi::ORDO_SUMMARY_WORDS;
+}
+
+status encode_logits_summary(stream& s, rows_view logits, buffer_view temps, buffer_view scratch,
+                             buffer_view summary, std::uint32_t n_sample, std::uint32_t n_rows) {
+    const auto& groups = s.dev().info().max_workgroup_count;
+    if (n_sample == 0 || n_rows == 0 || n_rows > groups[0] || n_rows > groups[1] ||
         (n_rows > 1 && logits.stride < n_sample)) {
         return bad("logits_summary", "bad shape");
     }
+    const logits_summary_chunking c = summary_chunking(n_sample);
     if (!fits(logits, n_rows, n_sample) || temps.range < 4ull * n_rows ||
+        scratch.range < 4 * logits_summary_scratch_words(n_sample, n_rows) ||
         summary.range < 4ull * abi::ORDO_SUMMARY_WORDS * n_rows) {
         return bad("logits_summary", "operand outside its binding");
     }
-    abi::logits_summary_push p{n_sample, n_rows, logits.offset, logits.stride};
-    s.dispatch(pipeline_id::logits_summary, {logits.view, temps, summary}, p, {n_rows, 1, 1});
+    abi::logits_summary_push p{n_sample,      n_rows,     logits.offset,
+                               logits.stride, c.n_chunks, c.chunk_len};
+    s.dispatch(pipeline_id::logits_summary, {logits.view, temps, scratch}, p,
+               {c.n_chunks, n_rows, 1});
+    s.dispatch(pipeline_id::logits_summary_merge, {scratch, temps, summary}, p, {n_rows, 1, 1});
     return {};
 }
 

@@ -230,9 +230,16 @@ status encode_attention(stream& s, const kv_pool& pool, std::uint32_t layer,
 // summary[r] = the sampling summary of logits row r's first n_sample entries (abi.h
 // logits_summary_push: the largest logit, the normalisers at temperature 1 and at temps[r], the
 // ORDO_SUMMARY_TOP best candidates); summary holds n_rows x ORDO_SUMMARY_WORDS words, temps
-// n_rows floats (0: no tempered normaliser).
-status encode_logits_summary(stream& s, rows_view logits, buffer_view temps, buffer_view summary,
-                             std::uint32_t n_sample, std::uint32_t n_rows);
+// n_rows floats (0: no tempered normaliser), scratch (device memory) at least
+// logits_summary_scratch_words(n_sample, n_rows) words: the rows' chunk summaries.
+struct logits_summary_chunking {
+    std::uint32_t n_chunks;   // workgroups a row is summarised by
+    std::uint32_t chunk_len;  // entries each (the last chunk may hold fewer)
+};
+logits_summary_chunking summary_chunking(std::uint32_t n_sample);
+std::uint64_t logits_summary_scratch_words(std::uint32_t n_sample, std::uint32_t n_rows);
+status encode_logits_summary(stream& s, rows_view logits, buffer_view temps, buffer_view scratch,
+                             buffer_view summary, std::uint32_t n_sample, std::uint32_t n_rows);
 
 // Test-only: one invocation loops `iterations` times over data (a long-running dispatch; on
 // llvmpipe at most 65535 iterations, its cap per shader invocation).

@@ -56,5 +56,6 @@
     X(attention_txg128_f32, 6, attention_tx_push, subgroup, 0b10111, subgroup_arithmetic, k)   \
     X(attention_txg128_f16, 6, attention_tx_push, subgroup, 0b10111, subgroup_arithmetic, k)   \
     X(logits_summary, 3, logits_summary_push, summary, 0, none, create)                        \
+    X(logits_summary_merge, 3, logits_summary_push, summary, 0, none, create)                  \
     X(spin, 1, spin_push, single, 0, none, create)                                             \
     X(spin_until, 1, spin_push, single, 0, none, create)

@@ -9,9 +9,13 @@
 // bin holding the 64th): a trained model's shape (a few entries far above the bulk), a bin
 // holding exactly the entries still needed (no radix pass), ties straddling the 64th inside
 // one bin, and rows whose 64th is beyond the histogram's 16 nats (the radix select on every
-// entry: a few peaks over a far bulk, a few over a floor of ties). The count, candidates (ids and
-// logit bits) and maximum must be exact; the normalisers (float sums on the device, double on the
-// host) within 1e-5 relative. Through read_summary, the words are what the scheduler accepts.
+// entry: a few peaks over a far bulk, a few over a floor of ties). Rows are cut into chunks, each
+// summarised by its own workgroup and merged (logits_summary_merge.comp): row lengths of one
+// chunk, two, and the most chunks with chunks longer than ORDO_SUMMARY_CHUNK, rows whose best
+// candidates all sit in one chunk, and ties straddling a chunk's edge; the scratch starts
+// dirty. The count, candidates (ids and logit bits) and maximum must be exact; the normalisers
+// (float sums on the device, double on the host) within 1e-5 relative. Through read_summary,
+// the words are what the scheduler accepts.
 #include <cmath>
 #include <cstring>
 
@@ -49,9 +53,12 @@ void check_rows(const std::vector<row_case>& rows, std::uint32_t n_sample, std::
     buffer lb = make_buffer(packed), tb = make_buffer(temps);
     buffer sb =
         make_buffer(std::vector<std::uint32_t>(std::size_t(n_rows) * abi::ORDO_SUMMARY_WORDS));
+    // Dirty scratch: every word the merge reads must have been written by this dispatch.
+    buffer cb = make_buffer(
+        std::vector<std::uint32_t>(logits_summary_scratch_words(n_sample, n_rows), 0x3F800001u));
     ASSERT_TRUE(env().str->begin("summary").ok());
-    ASSERT_TRUE(encode_logits_summary(*env().str, {whole(lb), offset, stride}, whole(tb), whole(sb),
-                                      n_sample, n_rows)
+    ASSERT_TRUE(encode_logits_summary(*env().str, {whole(lb), offset, stride}, whole(tb), whole(cb),
+                                      whole(sb), n_sample, n_rows)
                     .ok());
     run_segment("summary");
     auto words = read_buffer<std::uint32_t>(sb, std::size_t(n_rows) * abi::ORDO_SUMMARY_WORDS);
@@ -82,7 +89,8 @@ void check_rows(const std::vector<row_case>& rows, std::uint32_t n_sample, std::
 TEST(LogitsSummary, MatchesTheHostAtEveryRowLength) {
     ORDO_REQUIRE_GPU();
     std::uint32_t seed = 1;
-    for (std::uint32_t n : {1u, 5u, 63u, 64u, 65u, 257u, 1000u, 32000u, 128256u}) {
+    for (std::uint32_t n :
+         {1u, 5u, 63u, 64u, 65u, 257u, 1000u, 4096u, 4097u, 32000u, 128256u, 200000u}) {
         std::vector<row_case> rows;
         rows.push_back({random_floats(n, seed++, 8.0f), 1.0f});
         rows.push_back({random_floats(n, seed++, 2.0f), 0.7f});
@@ -129,6 +137,59 @@ TEST(LogitsSummary, EachPathOfTheSelectMatchesTheHost) {
     }
 }
 
+TEST(LogitsSummary, ChunksFollowTheRowLengthAlone) {
+    auto is = [](std::uint32_t n, std::uint32_t chunks, std::uint32_t len) {
+        const logits_summary_chunking c = summary_chunking(n);
+        EXPECT_EQ(c.n_chunks, chunks) << n;
+        EXPECT_EQ(c.chunk_len, len) << n;
+        EXPECT_LT(std::uint64_t(c.n_chunks - 1) * c.chunk_len, n) << n << ": an empty chunk";
+    };
+    is(1, 1, 1);
+    is(4096, 1, 4096);
+    is(4097, 2, 2049);
+    is(32000, 8, 4000);
+    is(128256, 32, 4008);
+    is(200000, 32, 6250);
+    is(4096 * 31 + 1, 32, 3969);
+}
+
+// The merge's cases: where the row's best candidates sit among its chunks (32 of 4008 at Llama
+// 3's vocabulary; 8 of 4000 at 32000).
+TEST(LogitsSummary, TheMergeFindsTheBestWhereverTheChunksHoldThem) {
+    ORDO_REQUIRE_GPU();
+    std::uint32_t seed = 300;
+    for (std::uint32_t n : {32000u, 128256u}) {
+        SCOPED_TRACE("n " + std::to_string(n));
+        const std::uint32_t len = summary_chunking(n).chunk_len;
+        std::vector<row_case> rows;
+        // The best 100 all in chunk 3, the rest of the row far below.
+        auto one = random_floats(n, seed++, 1.0f);
+        for (std::uint32_t i = 0; i < 100; ++i) one[3 * len + i * 7] = 20.0f + 0.01f * float(i);
+        rows.push_back({one, 1.0f});
+        // 100 ties across the edge between chunks 1 and 2: the 64 lowest ids are taken, 50 from
+        // chunk 1 and 14 from chunk 2.
+        auto edge = random_floats(n, seed++, 1.0f);
+        for (std::uint32_t i = 0; i < 100; ++i) edge[2 * len - 50 + i] = 9.0f;
+        rows.push_back({edge, 0.6f});
+        // Every chunk holds exactly two of the best 64 (and the last chunk the rest): each
+        // chunk's list reaches past the row's best.
+        auto spread = random_floats(n, seed++, 1.0f);
+        const std::uint32_t chunks = summary_chunking(n).n_chunks;
+        for (std::uint32_t i = 0; i < 64; ++i) {
+            const std::uint32_t c = std::min(i / 2, chunks - 1);
+            spread[c * len + 17 + i] = 30.0f - 0.25f * float(i);
+        }
+        rows.push_back({spread, 2.0f});
+        // The maximum alone in the last chunk, the next 63 in the first: the normalisers add
+        // chunks scaled by their distance to a maximum they do not hold.
+        auto split = random_floats(n, seed++, 4.0f);
+        split[n - 1] = 25.0f;
+        for (std::uint32_t i = 0; i < 63; ++i) split[i * 3] = 15.0f - 0.1f * float(i);
+        rows.push_back({split, 0.9f});
+        check_rows(rows, n, n, 0);
+    }
+}
+
 TEST(LogitsSummary, ReadsItsRowsAtAnOffsetAndStrideUpToSampleVocab) {
     ORDO_REQUIRE_GPU();
     // A padded head: rows of 1100 entries of which the first 1031 are the tokenizer's.
@@ -141,15 +202,19 @@ TEST(LogitsSummary, BadShapesAreErrors) {
     ORDO_REQUIRE_GPU();
     buffer lb = make_buffer(std::vector<float>(100)), tb = make_buffer(std::vector<float>(2));
     buffer sb = make_buffer(std::vector<std::uint32_t>(2 * abi::ORDO_SUMMARY_WORDS));
+    buffer cb = make_buffer(std::vector<std::uint32_t>(2 * abi::ORDO_SUMMARY_WORDS));
+    buffer small = make_buffer(std::vector<std::uint32_t>(abi::ORDO_SUMMARY_WORDS));
+    auto encode = [&](std::uint32_t n, std::uint32_t rows, const buffer& scratch) {
+        return encode_logits_summary(*env().str, {whole(lb), 0, 50}, whole(tb), whole(scratch),
+                                     whole(sb), n, rows)
+            .ok();
+    };
     ASSERT_TRUE(env().str->begin("bad").ok());
-    EXPECT_FALSE(
-        encode_logits_summary(*env().str, {whole(lb), 0, 50}, whole(tb), whole(sb), 0, 2).ok());
-    EXPECT_FALSE(
-        encode_logits_summary(*env().str, {whole(lb), 0, 50}, whole(tb), whole(sb), 60, 2).ok());
-    EXPECT_FALSE(
-        encode_logits_summary(*env().str, {whole(lb), 0, 50}, whole(tb), whole(sb), 50, 3).ok());
-    EXPECT_TRUE(
-        encode_logits_summary(*env().str, {whole(lb), 0, 50}, whole(tb), whole(sb), 50, 2).ok());
+    EXPECT_FALSE(encode(0, 2, cb));
+    EXPECT_FALSE(encode(60, 2, cb));
+    EXPECT_FALSE(encode(50, 3, cb));
+    EXPECT_FALSE(encode(50, 2, small));  // the chunk summaries of two rows do not fit
+    EXPECT_TRUE(encode(50, 2, cb));
     run_segment("bad");
 }
 

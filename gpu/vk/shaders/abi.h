@@ -319,22 +319,37 @@ ORDO_ABI_CONST ORDO_ATTN_TX_HD_LARGE = 128;
 ORDO_ABI_CONST ORDO_ATTN_TX_GROUP = 4;
 
 // logits_summary.comp: what sampling needs of a logits row, so the host reads kilobytes, not the
-// vocabulary (scheduler/sampling.hpp, the summary's fast path). One workgroup of
-// ORDO_SUMMARY_WG lanes per row over its first n_sample entries; the output row, in 32-bit
-// words: [0] the largest logit m, [1] sum of exp(l - m), [2] sum of exp((l - m) / T) for the
-// row's temperature T = temps[row] (0 when T <= 0), [3] the candidate count c = min(n_sample,
-// ORDO_SUMMARY_TOP), then the c best ids (logit descending, the lower id first on ties) at
-// [4, 4 + TOP) and their logits at [4 + TOP, 4 + 2 TOP). The sums have one shape, fixed by
-// n_sample: lane j adds entries j, j + WG, ... in order, then a fixed pairwise tree over the
-// lanes, so a row's summary depends on its logits alone (never on the batch around it).
+// vocabulary (scheduler/sampling.hpp, the summary's fast path), over each row's first n_sample
+// entries; the output row, in 32-bit words: [0] the largest logit m, [1] sum of exp(l - m),
+// [2] sum of exp((l - m) / T) for the row's temperature T = temps[row] (0 when T <= 0), [3] the
+// candidate count c = min(n_sample, ORDO_SUMMARY_TOP), then the c best ids (logit descending,
+// the lower id first on ties) at [4, 4 + TOP) and their logits at [4 + TOP, 4 + 2 TOP).
+// Two dispatches, so a row is read by many workgroups, not one (a 128k-entry row on one
+// workgroup was 0.67 ms of a 2.5 ms decode step on an H200): logits_summary gives each of a
+// row's n_chunks chunks of chunk_len entries (the last shorter) a workgroup of ORDO_SUMMARY_WG
+// lanes, which writes the chunk's summary in the same words (its own maximum, its sums below
+// that maximum, its exact best candidates, ids counted from the row's start) to a scratch row
+// (row * n_chunks + chunk); logits_summary_merge then makes the row's summary from its chunks'.
+// The sums have one shape, fixed by n_sample alone (the chunking is a function of it,
+// logits_summary_chunks): in a chunk lane j adds entries j, j + WG, ... in order, then a fixed
+// pairwise tree over the lanes; the merge adds the chunks' sums in chunk order, each scaled by
+// exp(chunk max - m) (exactly 1 for a chunk holding m). So a row's summary depends on its
+// logits alone, never on the batch around it.
 ORDO_ABI_CONST ORDO_SUMMARY_WG = 256;
 ORDO_ABI_CONST ORDO_SUMMARY_TOP = 64;
 ORDO_ABI_CONST ORDO_SUMMARY_WORDS = 4 + 2 * ORDO_SUMMARY_TOP;
+// A row of n entries takes min(ORDO_SUMMARY_CHUNKS_MAX, ceil(n / ORDO_SUMMARY_CHUNK)) chunks of
+// ceil(n / chunks) entries (Llama 3's 128256: 32 of 4008; 32000: 8 of 4000). The merge keeps
+// every chunk's candidates in shared memory: CHUNKS_MAX x TOP x 8 B = 16 KiB.
+ORDO_ABI_CONST ORDO_SUMMARY_CHUNK = 4096;
+ORDO_ABI_CONST ORDO_SUMMARY_CHUNKS_MAX = 32;
 struct logits_summary_push {
     uint n_sample;       // entries of each row summarised (the tokenizer's vocabulary)
     uint n_rows;
     uint logits_offset;  // floats: row r at logits_offset + r * logits_stride
     uint logits_stride;
+    uint n_chunks;       // workgroups per row (logits_summary), chunk summaries per row (merge)
+    uint chunk_len;      // entries per chunk: chunk c holds [c * chunk_len, min(n, (c + 1) * chunk_len))
 };
 
 // spin.comp and spin_until.comp (tests only): a deliberately long dispatch to exercise the fence

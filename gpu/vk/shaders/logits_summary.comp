@@ -1,22 +1,26 @@
-// logits_summary.comp: a logits row's summary for sampling (abi.h logits_summary_push has the
-// layout): its largest logit, its softmax normaliser at temperature 1 and at the row's own
-// temperature, and its ORDO_SUMMARY_TOP best candidates. One workgroup per row. The
-// candidates are found exactly, in two stages. First a histogram of the logits by distance
-// below the maximum (VALUE_BINS bins of 1/BINS_PER_NAT nat, counted in the normalisers' pass;
-// entries further below are not counted) finds the bin b holding the TOP-th largest: every
-// entry of a nearer bin is a candidate, and only bin b's entries are ranked further, so the
-// shared-memory atomics of the next stage touch a few entries, not the row (a row's logits
-// share their top key bits: counting them all by key serialised most of the row onto a few
-// bins). Then a radix select on bin b's order-preserving bit keys (8-bit passes, most
-// significant first, stopping early once a digit's entries are exactly the ones still needed)
-// finds the threshold key. A row whose TOP-th largest is further than the histogram reaches
-// runs the radix select on every entry. The keys above the threshold are collected, the ties at
-// it taken lowest id first (each lane owns a contiguous range of ids, so a prefix count over
-// lanes ranks the ties in id order), and the TOP candidates are ranked against each other. Call
-// site: gpu/vk/kernels.cpp encode_logits_summary() (the runner, after the logits head).
+// logits_summary.comp: the first of a logits row's two summary dispatches (abi.h
+// logits_summary_push has the layout and the order): the summary of one chunk of a row, one
+// workgroup per (chunk, row): its largest logit, its softmax normalisers below that maximum at
+// temperature 1 and at the row's own temperature, and its ORDO_SUMMARY_TOP best candidates
+// (ids counted from the row's start), written to the chunk's scratch row for
+// logits_summary_merge.comp. The candidates are found exactly, in two stages. First a histogram
+// of the logits by distance below the maximum (VALUE_BINS bins of 1/BINS_PER_NAT nat, counted in
+// the normalisers' pass; entries further below are not counted) finds the bin b holding the
+// TOP-th largest: every entry of a nearer bin is a candidate, and only bin b's entries are
+// ranked further, so the shared-memory atomics of the next stage touch a few entries, not the
+// chunk (logits share their top key bits: counting them all by key serialised most of the
+// chunk onto a few bins). Then a radix select on bin b's order-preserving bit keys (8-bit
+// passes, most significant first, stopping early once a digit's entries are exactly the ones
+// still needed) finds the threshold key. A chunk whose TOP-th largest is further than the
+// histogram reaches runs the radix select on every entry. The keys above the threshold are
+// collected, the ties at it taken lowest id first (each lane owns a contiguous range of ids, so
+// a prefix count over lanes ranks the ties in id order), and the TOP candidates are ranked
+// against each other. Call site: gpu/vk/kernels.cpp encode_logits_summary() (the runner, after
+// the logits head).
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "abi.h"
+#include "logits_summary.glsl"
 layout(constant_id = 0) const uint WG = ORDO_SUMMARY_WG;  // must be ORDO_SUMMARY_WG (the order)
 layout(local_size_x_id = 0) in;
 layout(push_constant) uniform push_block { logits_summary_push p; };
@@ -46,19 +50,6 @@ shared bool s_done;  // the radix select's digit held exactly the keys still nee
 shared uint cand_id[TOP];
 shared uint cand_key[TOP];
 
-// Larger float -> larger key; -0.0 is +0.0's key, so keys are equal exactly when the floats
-// compare equal (NaN aside), as the host's order (logit descending, id ascending) has them.
-uint key_of(float v) {
-    uint b = floatBitsToUint(v);
-    if (b == 0x80000000u) b = 0u;
-    return (b & 0x80000000u) != 0u ? ~b : (b | 0x80000000u);
-}
-
-float add_exact(float a, float b) {
-    precise float s = a + b;
-    return s;
-}
-
 // Which first-stage bin v falls in, `top` being the row's maximum: monotone (a larger logit is
 // never in a further bin) and one expression everywhere, so each pass bins an entry the same
 // way. NaN and entries VALUE_BINS / BINS_PER_NAT nats or more below are FAR.
@@ -75,10 +66,11 @@ uint stage_bin(float v, float top, uint bin) {
 
 void main() {
     const uint lane = gl_LocalInvocationID.x;
-    const uint row = gl_WorkGroupID.x;
-    const uint n = p.n_sample;
-    const uint base = p.logits_offset + row * p.logits_stride;
-    const uint o = row * ORDO_SUMMARY_WORDS;
+    const uint row = gl_WorkGroupID.y;
+    const uint lo = gl_WorkGroupID.x * p.chunk_len;  // the chunk's first id in its row
+    const uint n = min(p.n_sample, lo + p.chunk_len) - lo;
+    const uint base = p.logits_offset + row * p.logits_stride + lo;
+    const uint o = (row * p.n_chunks + gl_WorkGroupID.x) * ORDO_SUMMARY_WORDS;
 
     // The largest logit (exact: max does not depend on the order).
     float m = uintBitsToFloat(0xFF800000u);  // -inf
@@ -240,7 +232,7 @@ void main() {
             const uint kj = cand_key[j];
             place += (kj > k || (kj == k && cand_id[j] < id)) ? 1u : 0u;
         }
-        summary[o + 4u + place] = id;
+        summary[o + 4u + place] = lo + id;
         summary[o + 4u + TOP + place] = floatBitsToUint(logits[base + id]);
     } else if (lane < TOP) {
         summary[o + 4u + lane] = 0xFFFFFFFFu;
