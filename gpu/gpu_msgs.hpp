@@ -217,9 +217,10 @@ struct device_summary {
     std::vector<std::string> features;  // the optional features enabled
     std::string kernels;                // "texel" (texel-buffer kernels) | "storage"
     bool row_summaries = false;         // steps come with their rows' summaries (step_done)
+    uint32_t flush_every_layers = 0;  // layers per command-buffer segment (gpu.flush_every_layers)
     MSGPACK_DEFINE_MAP(name, kind, driver, vulkan, index, subgroup_size, max_storage_buffer_range,
                        max_shared_memory_bytes, max_workgroup_invocations, device_local_bytes,
-                       features, kernels, row_summaries);
+                       features, kernels, row_summaries, flush_every_layers);
 };
 
 // The device is (again) ready: sent after start-up and after each rebuild. epoch counts

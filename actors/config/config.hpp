@@ -140,7 +140,7 @@ struct model_config {
 
 struct gpu_config {
     std::string device;  // "" or "auto": prefer a discrete GPU; digits: index; else name substring
-    std::uint32_t flush_every_layers = 4;
+    std::uint32_t flush_every_layers = 0;  // 0: the device's (16 on GPUs, 4 on CPU devices)
     std::uint32_t watchdog_ms = 10000;
     std::uint32_t warmup_ms_max = 180000;  // one warm-up submission, at most (not the watchdog)
     std::string pipeline_cache_dir = "var/pipeline-cache";  // "": no cache on disk

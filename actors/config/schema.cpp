@@ -356,8 +356,9 @@ constexpr auto table = std::to_array<key_spec>({
     string<&C::gpu, &gpu_config::device>(
         "gpu", "device", "Vulkan device: \"\"/\"auto\", an index, or a name substring"),
     integer<&C::gpu, &gpu_config::flush_every_layers>(
-        "gpu", "flush_every_layers", 1, flush_every_layers_max,
-        "layers per command-buffer submission at most"),
+        "gpu", "flush_every_layers", 0, flush_every_layers_max,
+        "layers per command-buffer submission at most; 0 = the device's (16 on GPUs, 4 on CPU "
+        "devices)"),
     integer<&C::gpu, &gpu_config::watchdog_ms>(
         "gpu", "watchdog_ms", 100, 600000,
         "milliseconds one submission may run before it is a timeout and the device is rebuilt"),

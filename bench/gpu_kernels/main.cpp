@@ -592,6 +592,11 @@ int main(int argc, char** argv) {
             e.attention = attention_path::classic;
         } else if (std::strcmp(argv[i], "--attention") == 0 && i + 1 < argc) {
             std::string a = argv[++i];
+            if (a != "auto" && a != "classic" && a != "flash") {
+                std::fprintf(stderr, "--attention: '%s' is not auto, classic or flash\n",
+                             a.c_str());
+                return 2;
+            }
             e.attention = a == "flash"     ? attention_path::flash
                           : a == "classic" ? attention_path::classic
                                            : attention_path::automatic;

@@ -8,7 +8,8 @@
 //
 // Measures what ../shared/peer/bench_llamacpp.mjs measures for llama.cpp, named the same way,
 // one JSON line per measurement (--json) or a readable table:
-//   pp<N>      prefill of N random tokens as one step (chunks of max_batch_tokens): prefill_tok_s
+//   pp<N>      prefill of N random tokens as one step (chunks of max_batch_tokens): prefill_tok_s,
+//              and gpu_ms, the best rep's GPU time (submit to fence) against its wall seconds
 //   tg<G>      batch 1: a 16-token prompt, then G single-token decode steps timed: decode_tok_s
 //   tg<G>x<P>  P sequences (16-token prompts), then G decode steps of all P: aggregate tok/s
 //   (each tg line also splits a step's wall time: gpu_ms_per_step is the gpu actor's submit to
@@ -53,8 +54,8 @@ struct bench_options {
     std::vector<std::uint32_t> prompts{128, 512};
     std::uint32_t gen = 128;
     std::vector<std::uint32_t> parallel{4, 8, 16};
-    std::uint32_t flush_every = 4;
-    std::string kernels = "auto";  // gpu.kernels
+    std::uint32_t flush_every = 0;  // 0: the device's (gpu.flush_every_layers)
+    std::string kernels = "auto";   // gpu.kernels
     std::uint32_t reps = 2;
     bool json = false;
     std::optional<std::uint32_t> mm_split_wg;  // runner_options::mat_tiled_split_wg
@@ -110,7 +111,7 @@ bench_options parse(int argc, char** argv) {
         else if (a == "--parallel")
             o.parallel = parse_list(value(), 0, 256);
         else if (a == "--flush-every")
-            o.flush_every = parse_u32(value(), 1, 1024);
+            o.flush_every = parse_u32(value(), 0, 1024);
         else if (a == "--device")
             o.device = value();
         else if (a == "--kernels") {
@@ -210,6 +211,11 @@ runner_options runner_for(const bench_options& o, std::uint32_t n_ctx) {
 
 namespace {
 
+struct timed_step {
+    double seconds = 0;
+    double gpu_ms = 0;  // of the timed steps
+};
+
 struct bench {
     const bench_options& o;
     gpu_session& s;
@@ -233,18 +239,16 @@ struct bench {
         gpu_ms += d->gpu_ms;
     }
 
-    double prefill(std::uint32_t n, std::uint32_t seed) {
+    // Wall seconds of one prefill step and its GPU ms (submit to fence).
+    timed_step prefill(std::uint32_t n, std::uint32_t seed) {
+        const double gpu0 = gpu_ms;
         auto t0 = std::chrono::steady_clock::now();
         run({random_tokens(n, n_vocab, seed)}, 0, step_phase::prefill);
-        return seconds_since(t0);
+        return {seconds_since(t0), gpu_ms - gpu0};
     }
 
-    struct timed {
-        double seconds = 0;
-        double gpu_ms = 0;  // of the timed steps
-    };
     // P sequences: a 16-token prompt each (untimed), then gen greedy decode steps (timed).
-    timed decode(std::uint32_t p, std::uint32_t seed) {
+    timed_step decode(std::uint32_t p, std::uint32_t seed) {
         std::vector<std::vector<std::int32_t>> toks;
         for (std::uint32_t i = 0; i < p; ++i) {
             toks.push_back(random_tokens(decode_prompt, n_vocab, seed + i));
@@ -287,21 +291,26 @@ std::string json_str(const std::string& s) {
 void measure(bench& b) {
     b.prefill(std::min<std::uint32_t>(64, b.o.prompts.empty() ? 64 : b.o.prompts[0]), 7);
     for (std::uint32_t n : b.o.prompts) {
-        double best = 1e30;
-        for (std::uint32_t r = 0; r < b.o.reps; ++r) best = std::min(best, b.prefill(n, 100 + r));
+        timed_step best{1e30, 0};
+        for (std::uint32_t r = 0; r < b.o.reps; ++r) {
+            const timed_step t = b.prefill(n, 100 + r);
+            if (t.seconds < best.seconds) best = t;
+        }
+        // gpu_ms against seconds: how much of the prefill's wall time the GPU ran.
         b.emit("\"test\": \"pp" + std::to_string(n) + "\", \"n_prompt\": " + std::to_string(n) +
-                   ", \"prefill_tok_s\": " + fmt(n / best) + ", \"seconds\": " + fmt(best),
-               "pp" + std::to_string(n) + "  prefill " + fmt(n / best) + " tok/s");
+                   ", \"prefill_tok_s\": " + fmt(n / best.seconds) +
+                   ", \"seconds\": " + fmt(best.seconds) + ", \"gpu_ms\": " + fmt(best.gpu_ms),
+               "pp" + std::to_string(n) + "  prefill " + fmt(n / best.seconds) + " tok/s");
     }
     std::vector<std::uint32_t> batches{1};
     for (auto p : b.o.parallel) {
         if (p > 1) batches.push_back(p);
     }
     for (std::uint32_t p : batches) {
-        bench::timed best{1e30, 0};
+        timed_step best{1e30, 0};
         std::uint32_t reps = p == 1 ? b.o.reps : std::max(1u, b.o.reps - 1);
         for (std::uint32_t r = 0; r < reps; ++r) {
-            bench::timed t = b.decode(p, 200 + 10 * r);
+            timed_step t = b.decode(p, 200 + 10 * r);
             if (t.seconds < best.seconds) best = t;
         }
         std::string name = "tg" + std::to_string(b.o.gen) + (p > 1 ? "x" + std::to_string(p) : "");
@@ -422,8 +431,8 @@ int main(int argc, char** argv) {
     bench b{o,  **s, hp->n_vocab, (decode_prompt + o.gen + 1 + block_tokens - 1) / block_tokens,
             "", 0,   {}};
     b.common = "\"engine\": \"ordo\", \"backend\": \"vulkan\", \"model\": " + json_str(o.label) +
-               ", \"device\": " + json_str((*s)->ready().device) +
-               ", \"flush_every_layers\": " + std::to_string(o.flush_every) +
+               ", \"device\": " + json_str((*s)->ready().device) + ", \"flush_every_layers\": " +
+               std::to_string((*s)->ready().info.flush_every_layers) +
                ", \"kernel_family\": " + json_str(o.kernels) +
                ", \"row_summaries\": " + ((*s)->ready().info.row_summaries ? "true" : "false") +
                ", \"attention_flash\": " + (o.attention_flash ? "true" : "false");

@@ -272,7 +272,7 @@ void gpu_actor::on_stop() {
 
 namespace {
 
-device_summary summarize(const device_info& i, bool texel_kernels, bool row_summaries) {
+device_summary summarize(const device_info& i, const runner& r) {
     device_summary s;
     s.name = i.name;
     s.kind = std::string(device_kind_name(i.kind));
@@ -294,8 +294,9 @@ device_summary summarize(const device_info& i, bool texel_kernels, bool row_summ
     for (const auto& [on, name] : features) {
         if (on) s.features.emplace_back(name);
     }
-    s.kernels = texel_kernels ? "texel" : "storage";
-    s.row_summaries = row_summaries;
+    s.kernels = r.texel_kernels() ? "texel" : "storage";
+    s.row_summaries = r.row_summaries();
+    s.flush_every_layers = r.flush_every_layers();
     return s;
 }
 
@@ -336,7 +337,7 @@ void gpu_actor::finish_build() {
                    _runner->limits().n_blocks,
                    _runner->limits().block_tokens,
                    _options.runner.rows_max,
-                   summarize(_runner->info(), _runner->texel_kernels(), _runner->row_summaries()),
+                   summarize(_runner->info(), *_runner),
                    _runner->limits().n_ctx,
                    std::string(context_bound_name(_runner->n_ctx_bound())),
                    _runner->weight_bytes(),

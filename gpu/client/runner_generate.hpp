@@ -18,9 +18,9 @@ namespace ordo::gpu {
 
 struct vulkan_generate_options {
     std::string model_path;
-    std::string device;   // gpu.device selector
-    bool kv_f16 = false;  // f32 KV keeps the output closest to the CPU reference
-    std::uint32_t flush_every_layers = 4;
+    std::string device;                    // gpu.device selector
+    bool kv_f16 = false;                   // f32 KV keeps the output closest to the CPU reference
+    std::uint32_t flush_every_layers = 0;  // 0: the device's
     std::uint64_t watchdog_ms = 60'000;
 };
 

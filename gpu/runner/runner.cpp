@@ -33,8 +33,8 @@ error bad_config(const std::string& why) {
 }
 
 status check_options(const runner_options& o) {
-    if (o.flush_every_layers == 0 || o.flush_every_layers > runner_flush_every_layers_max) {
-        return bad_config("flush_every_layers must be 1.." +
+    if (o.flush_every_layers > runner_flush_every_layers_max) {
+        return bad_config("flush_every_layers must be 0 (the device's) or 1.." +
                           std::to_string(runner_flush_every_layers_max));
     }
     if (o.watchdog_ms == 0) return bad_config("watchdog_ms must be > 0");
@@ -344,6 +344,7 @@ status runner::init_device() {
     }
     if (_options.mat_tiled_split_wg) tuning.mat_tiled_split_wg = *_options.mat_tiled_split_wg;
     if (_options.row_summaries) tuning.row_summaries = *_options.row_summaries;
+    if (_options.flush_every_layers != 0) tuning.flush_every_layers = _options.flush_every_layers;
     tuning.fault_create_fails = _options.fault_pipeline_create;
     auto p = pipelines::create(*_dev, tuning, _pcache->handle());
     if (!p) return p.err();
@@ -645,13 +646,13 @@ status runner::init_stream() {
                                             chunks(l.wv) + chunks(l.wo) + chunks(l.gate_up) +
                                             chunks(l.gate) + chunks(l.up) + chunks(l.down));
     }
-    std::uint32_t layers = std::min(_options.flush_every_layers, _hp.n_layer);
+    std::uint32_t layers = std::min(flush_every_layers(), _hp.n_layer);
     // Embedding + layers + final-norm runs + classifier + the logits summary (two dispatches)
     // + hidden-row norm runs + the fault's spin dispatch.
     std::uint64_t budget = chunks(_token_embd) + std::uint64_t(layers) * per_layer +
                            _options.rows_max + chunks(_output) + 2 + _options.rows_max + 1;
     if (budget > segment_dispatches_max) {
-        return bad_config("flush_every_layers " + std::to_string(_options.flush_every_layers) +
+        return bad_config("flush_every_layers " + std::to_string(flush_every_layers()) +
                           " makes segments of " + std::to_string(budget) + " dispatches; lower it");
     }
     // A KV copy job is one segment of one copy per layer buffer (K and V of each layer).

@@ -84,9 +84,10 @@ struct build_progress {
 };
 
 struct runner_options {
-    std::string device;                    // gpu.device selector ("" = auto)
-    std::uint32_t flush_every_layers = 4;  // gpu.flush_every_layers
-    std::uint64_t watchdog_ms = 10'000;    // gpu.watchdog_ms
+    std::string device;  // gpu.device selector ("" = auto)
+    // gpu.flush_every_layers; 0 = the device's (pipeline_tuning::flush_every_layers)
+    std::uint32_t flush_every_layers = 0;
+    std::uint64_t watchdog_ms = 10'000;  // gpu.watchdog_ms
     // gpu.warmup_ms_max: how long one warm-up submission may run. The first dispatch of a
     // pipeline compiles it (llvmpipe's JIT, a GPU driver's shader compiler), which is not a hang:
     // warm-up runs under this bound, never under watchdog_ms.
@@ -259,6 +260,8 @@ public:
     bool texel_kernels() const { return _pipes->tuning().prefer_texel_kernels; }
     // Whether steps write their logits rows' summaries (runner_options::row_summaries).
     bool row_summaries() const { return _pipes->tuning().row_summaries; }
+    // Layers per segment: runner_options::flush_every_layers, or the device's where that is 0.
+    std::uint32_t flush_every_layers() const { return _pipes->tuning().flush_every_layers; }
     const model::llama_hparams& hparams() const { return _hp; }
     const runner_options& options() const { return _options; }
     // Whether steps may run attention_flash (runner_options::attention_flash, where the storage

@@ -247,7 +247,7 @@ result<step_result> runner::run_step(const step& s, float* logits_out, float* hi
     // Segments of flush_every_layers layers, one in flight at a time and each waited on under
     // the watchdog; the next one is recorded while the one before it runs, so the host's
     // encoding overlaps the GPU's work instead of leaving the GPU idle.
-    const std::uint32_t per = _options.flush_every_layers;
+    const std::uint32_t per = flush_every_layers();
     auto last_of = [&](std::uint32_t l0) { return std::min(_hp.n_layer, l0 + per) - 1; };
     ORDO_TRY(record_segment(s, 0, last_of(0), fault));
     ORDO_TRY(submit_segment(0, last_of(0), fault));

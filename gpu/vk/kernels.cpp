@@ -946,9 +946,10 @@ status encode_attention(stream& s, const kv_pool& pool, std::uint32_t layer,
         return encode_attention_classic(s, pool, layer, b);
     }
     // Runs of one sequence that fill a flash tile go to attention_flash, whole tiles; the rest
-    // (decode tokens, short runs), where there are more than the split grid serves and
-    // grouped-query heads to share keys, to attention_flash with a tile per token of its heads
-    // (the largest divisor of G within a tile: one sequence a tile); else to attention.comp.
+    // (decode tokens, short runs), where there are more than the split grid serves, grouped-
+    // query heads to share keys and the tuning asks (pipeline_tuning::attention_token_tiles),
+    // to attention_flash with a tile per token of its heads (the largest divisor of G within a
+    // tile: one sequence a tile); else to attention.comp.
     // Neighbouring runs of one kind share a dispatch. A range of long runs meets at most two
     // sequences a tile (the fits check above: two passes).
     const std::uint32_t group = b.n_head / g.n_head_kv;
@@ -959,7 +960,8 @@ status encode_attention(stream& s, const kv_pool& pool, std::uint32_t layer,
     auto encode_range = [&](std::uint32_t t0, std::uint32_t t1, bool long_runs) {
         attention_batch r = attention_range(b, t0, t1 - t0);
         if (long_runs) return encode_attention_flash(s, pool, layer, r);
-        if (group > 1 && r.n_tokens > attention_split_tokens_max) {
+        if (group > 1 && r.n_tokens > attention_split_tokens_max &&
+            s.pipes().tuning().attention_token_tiles) {
             return encode_attention_flash(s, pool, layer, r, token_tile);
         }
         return encode_attention_classic(s, pool, layer, r);

@@ -181,6 +181,7 @@ pipeline_tuning tuning_for(const device_info& info) {
     t.attention_tx_wg = std::min<std::uint32_t>(cap, sg);
     t.attention_wg = std::min<std::uint32_t>(cap, std::max<std::uint32_t>(32, sg * 2));
     t.row_summaries = info.kind != device_kind::cpu;
+    t.flush_every_layers = info.kind == device_kind::cpu ? 4 : 16;
     return t;
 }
 

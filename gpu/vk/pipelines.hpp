@@ -98,6 +98,20 @@ inline std::uint32_t tx_rows_per_lane(std::uint32_t lanes, std::uint32_t wg_rows
 // Workgroup sizes picked per device. Defaults come from tuning_for(); tests and the bench may
 // override them to check that results do not depend on the choice.
 struct pipeline_tuning {
+    // Layers per command-buffer segment when gpu.flush_every_layers is 0 (the device's choice).
+    // A segment boundary costs a fence wait and a submission with the GPU idle between them:
+    // H200 (gpu/PERF.md, session 24), the 1B Q4_K file in one 16-layer segment against four:
+    // 2.41 vs 2.54 ms a decode step at one sequence, 24.8 vs 40.7 at 64 (sessions 20 and 23
+    // found the same at one sequence). A CPU device (lavapipe) keeps 4: its segments run for
+    // seconds, and the watchdog bounds each.
+    std::uint32_t flush_every_layers = 0;
+    // Whether attention's automatic path sends a step's decode tokens (beyond what the split
+    // grid serves, with grouped-query heads) to attention_flash, a tile per token's query heads
+    // sharing its KV rows, instead of attention.comp. Off: on an H200 (gpu/PERF.md, session
+    // 24) the token tiles were slower for 64 sequences at 16-80 keys (0.54 vs 0.37 ms a 1B
+    // step) and at 512 (0.43 vs 0.33 ms a layer); long contexts are unmeasured. Same bits
+    // either way.
+    bool attention_token_tiles = false;
     std::uint32_t elementwise_wg = 0;  // get_rows, rope, swiglu, add, kv_write
     std::uint32_t norm_wg = 0;         // rms_norm (power of two)
     std::uint32_t mat_vec_wg = 0;      // mul_mat_vec lanes (a multiple of 8: its teams)

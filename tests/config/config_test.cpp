@@ -87,6 +87,7 @@ TEST(parse, reads_every_kind_of_value) {
     auto cfg = cfgns::parse(
         "[server]\nlisten = \"[::1]:0\"\nmax_frame_bytes = 64\n"
         "[gpu]\nkv_dtype = \"f32\"\nkv_block_tokens = 256\nrow_summaries = \"off\"\n"
+        "flush_every_layers = 12\n"
         "[scheduler]\nprefix_cache = false\nbatch_failure_policy = \"fail\"\n"
         "[log]\nlevel = \"off\"\nfile = \"/tmp/ordo.log\"\n"
         "[kv]\nenabled = true\n"
@@ -103,6 +104,7 @@ TEST(parse, reads_every_kind_of_value) {
     EXPECT_EQ(cfg->gpu.kv_dtype, cfgns::kv_dtype::f32);
     EXPECT_EQ(cfg->gpu.kv_block_tokens, 256u);
     EXPECT_EQ(cfg->gpu.row_summaries, cfgns::gpu_row_summaries::off);
+    EXPECT_EQ(cfg->gpu.flush_every_layers, 12u);
     EXPECT_FALSE(cfg->scheduler.prefix_cache);
     EXPECT_EQ(cfg->scheduler.batch_failure_policy, cfgns::batch_failure_policy::fail);
     EXPECT_EQ(cfg->log.level, cfgns::log_level::off);

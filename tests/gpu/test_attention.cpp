@@ -20,7 +20,8 @@
 // apart), F16 and F32 pools, one split and many, it gives attention.comp's bits for every query
 // and matches the reference; the storage family's automatic path sends runs that fill a tile
 // to it and the rest to attention.comp (two dispatches here), and more decode tokens than the
-// split grid serves to it as a tile per token's query heads, with the same bits; on a device
+// split grid serves to attention.comp, or with pipeline_tuning::attention_token_tiles to it as
+// a tile per token's query heads, with the same bits; on a device
 // that caps loop iterations, the forced path refuses a context past the cap and the automatic
 // one falls back to attention.comp.
 //
@@ -498,10 +499,11 @@ struct storage_stream {
     std::unique_ptr<stream> str;
 };
 
-storage_stream make_storage_stream() {
+storage_stream make_storage_stream(bool token_tiles = false) {
     storage_stream out;  // timestamped: timings() names each dispatch's kernel
     pipeline_tuning tuning = tuning_for(env().dev->info());
     tuning.prefer_texel_kernels = false;
+    tuning.attention_token_tiles = token_tiles;
     auto pipes = pipelines::create(*env().dev, tuning);
     EXPECT_TRUE(pipes.ok()) << pipes.err().message;
     if (!pipes) return out;
@@ -557,17 +559,21 @@ TEST(GpuAttention, FlashEqualsOneWorkgroupPerQueryAcrossSplits) {
     auto reference = [&](std::size_t s, std::uint32_t pos, const float* qq) {
         return e.reference(s, pos, qq);
     };
-    // Storage-family pipelines, where the automatic path chooses between the two kernels.
+    // Storage-family pipelines, where the automatic path chooses between the two kernels; a
+    // second set with decode tokens on attention_flash's token tiles.
     storage_stream st = make_storage_stream();
-    ASSERT_TRUE(st.str);
+    storage_stream tiles = make_storage_stream(true);
+    ASSERT_TRUE(st.str && tiles.str);
     ASSERT_TRUE(prepare_attention(*st.pipes, e.pool->geometry()).ok());
-    // The kernels the storage stream's last segment ran, in order.
-    auto kernels = [&] {
+    ASSERT_TRUE(prepare_attention(*tiles.pipes, e.pool->geometry()).ok());
+    // The kernels a storage stream's last segment ran, in order.
+    auto kernels = [](const storage_stream& on) {
         std::vector<pipeline_id> ids;
-        for (const dispatch_timing& t : st.str->timings()) ids.push_back(t.id);
+        for (const dispatch_timing& t : on.str->timings()) ids.push_back(t.id);
         return ids;
     };
-    // Decode tokens only, more than the split grid serves: one tile per token's 3 query heads.
+    // Decode tokens only, more than the split grid serves: attention.comp by default, else one
+    // tile per token's 3 query heads.
     std::vector<std::int32_t> decode;
     for (std::int32_t i = 0; i < 12; ++i) {
         decode.insert(decode.end(), {i % 4, std::int32_t(lengths[std::size_t(i % 4)]) - 1 - i / 4});
@@ -581,15 +587,19 @@ TEST(GpuAttention, FlashEqualsOneWorkgroupPerQueryAcrossSplits) {
         auto flash = run_path(e, *st.str, tokens, q, split_keys, attention_path::flash);
         expect_flash_equals_classic(flash, classic, tokens, 4, q, reference);
         auto automatic = run_path(e, *st.str, tokens, q, split_keys, attention_path::automatic);
-        EXPECT_EQ(kernels(), (std::vector<pipeline_id>{pipeline_id::attention_flash_f16,
-                                                       pipeline_id::attention_f16}))
+        EXPECT_EQ(kernels(st), (std::vector<pipeline_id>{pipeline_id::attention_flash_f16,
+                                                         pipeline_id::attention_f16}))
             << "the two runs on attention_flash, the rest on attention.comp";
         EXPECT_TRUE(same_bits(automatic.data(), classic.data(), classic.size()));
 
         auto decode_classic = run_path(e, *st.str, decode, dq, split_keys, attention_path::classic);
         auto decode_auto = run_path(e, *st.str, decode, dq, split_keys, attention_path::automatic);
-        EXPECT_EQ(kernels(), std::vector<pipeline_id>{pipeline_id::attention_flash_f16});
-        expect_flash_equals_classic(decode_auto, decode_classic, decode, 4, dq, reference);
+        EXPECT_EQ(kernels(st), std::vector<pipeline_id>{pipeline_id::attention_f16});
+        EXPECT_TRUE(same_bits(decode_auto.data(), decode_classic.data(), decode_classic.size()));
+        auto decode_tiles =
+            run_path(e, *tiles.str, decode, dq, split_keys, attention_path::automatic);
+        EXPECT_EQ(kernels(tiles), std::vector<pipeline_id>{pipeline_id::attention_flash_f16});
+        expect_flash_equals_classic(decode_tiles, decode_classic, decode, 4, dq, reference);
     }
 }
 

@@ -14,6 +14,7 @@
 // a tile of queries per workgroup), so that kernel gives the same bits too.
 #version 450
 #extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : require
 #include "abi.h"
 layout(constant_id = 0) const uint WG = 32;
 layout(local_size_x_id = 0) in;
@@ -29,6 +30,9 @@ layout(std430, binding = ORDO_B_ATTN_PARTIALS) writeonly buffer partials_buf { f
 #define KV_BINDING_K ORDO_B_ATTN_K
 #define KV_BINDING_V ORDO_B_ATTN_V
 #include "kv_pool.glsl"
+
+// Keys whose V loads one lane issues together (the scheduling only: the sums' order is fixed).
+const uint ATTN_GROUP = 8u;
 
 shared float qs[ORDO_ATTN_HEAD_DIM_MAX];
 shared float scores[WG];
@@ -86,9 +90,19 @@ void main() {
                     base = ((block * p.n_head_kv + kvh) * p.block_tokens + key % p.block_tokens)
                            * p.head_dim;
                     s = 0.0;
-                    for (uint d = 0; d < p.head_dim; d += 2u) {
-                        vec2 kv = k_pair(base + d);
-                        s = attn_score_step(s, vec2(qs[d], qs[d + 1u]), kv);
+                    // Four pairs' loads issued before their steps (in flight together; the
+                    // steps keep their order), then the rest a pair at a time.
+                    uint d = 0u;
+                    for (; d + 8u <= p.head_dim; d += 8u) {
+                        vec2 k0 = k_pair(base + d), k1 = k_pair(base + d + 2u);
+                        vec2 k2 = k_pair(base + d + 4u), k3 = k_pair(base + d + 6u);
+                        s = attn_score_step(s, vec2(qs[d], qs[d + 1u]), k0);
+                        s = attn_score_step(s, vec2(qs[d + 2u], qs[d + 3u]), k1);
+                        s = attn_score_step(s, vec2(qs[d + 4u], qs[d + 5u]), k2);
+                        s = attn_score_step(s, vec2(qs[d + 6u], qs[d + 7u]), k3);
+                    }
+                    for (; d < p.head_dim; d += 2u) {
+                        s = attn_score_step(s, vec2(qs[d], qs[d + 1u]), k_pair(base + d));
                     }
                 }
             }
@@ -106,13 +120,29 @@ void main() {
                 for (uint a = 0; a < ORDO_ATTN_ACC; ++a) {
                     acc[a] = attn_scale(acc[a], corr);
                 }
-                for (uint j = 0; j < n_tile; ++j) {
-                    float pj = attn_exp(scores[j], m_new);
-                    l = attn_sum(l, pj);
+                // Keys ATTN_GROUP at a time: their weights, then each accumulator's V loads
+                // issued together before its adds (a decode token's few keys were a chain of
+                // dependent loads). Each sum still takes its keys in order.
+                for (uint j0 = 0; j0 < n_tile; j0 += ATTN_GROUP) {
+                    const uint nj = min(ATTN_GROUP, n_tile - j0);
+                    float pj[ATTN_GROUP];
+                    [[unroll]] for (uint u = 0; u < ATTN_GROUP; ++u) {
+                        pj[u] = u < nj ? attn_exp(scores[j0 + u], m_new) : 0.0;
+                    }
+                    // Constant trip counts (unrolled, the arrays stay in registers).
+                    [[unroll]] for (uint u = 0; u < ATTN_GROUP; ++u) {
+                        if (u < nj) l = attn_sum(l, pj[u]);
+                    }
                     for (uint a = 0; a < ORDO_ATTN_ACC; ++a) {
                         uint d = lane + a * WG;
                         if (d < p.head_dim) {
-                            acc[a] = attn_acc(acc[a], pj, v_at(key_base[j] + d));
+                            float vv[ATTN_GROUP];
+                            [[unroll]] for (uint u = 0; u < ATTN_GROUP; ++u) {
+                                vv[u] = u < nj ? v_at(key_base[j0 + u] + d) : 0.0;
+                            }
+                            [[unroll]] for (uint u = 0; u < ATTN_GROUP; ++u) {
+                                if (u < nj) acc[a] = attn_acc(acc[a], pj[u], vv[u]);
+                            }
                         }
                     }
                 }
