@@ -344,7 +344,6 @@ status runner::init_device() {
     }
     if (_options.mat_tiled_split_wg) tuning.mat_tiled_split_wg = *_options.mat_tiled_split_wg;
     if (_options.row_summaries) tuning.row_summaries = *_options.row_summaries;
-    if (_options.flush_every_layers != 0) tuning.flush_every_layers = _options.flush_every_layers;
     tuning.fault_create_fails = _options.fault_pipeline_create;
     auto p = pipelines::create(*_dev, tuning, _pcache->handle());
     if (!p) return p.err();
@@ -633,6 +632,21 @@ status runner::init_buffers(std::uint32_t blocks) {
     return {};
 }
 
+result<std::uint32_t> choose_segment_layers(const segment_shape& shape, std::uint32_t configured,
+                                            std::uint32_t device_default,
+                                            std::uint64_t dispatches_max) {
+    // A configured length is refused if too long; the device's choice shrinks to what fits.
+    std::uint32_t layers = configured != 0 ? configured : std::max(1u, device_default);
+    if (configured == 0) {
+        while (layers > 1 && shape.dispatches(layers) > dispatches_max) --layers;
+    }
+    if (shape.dispatches(layers) > dispatches_max) {
+        return bad_config("flush_every_layers " + std::to_string(layers) + " makes segments of " +
+                          std::to_string(shape.dispatches(layers)) + " dispatches; lower it");
+    }
+    return layers;
+}
+
 status runner::init_stream() {
     // The tiled mat-mul's group split turns a chunk's dispatch into two (split, fold).
     const bool split = _pipes->tuning().mat_tiled_split_wg != 0;
@@ -646,15 +660,17 @@ status runner::init_stream() {
                                             chunks(l.wv) + chunks(l.wo) + chunks(l.gate_up) +
                                             chunks(l.gate) + chunks(l.up) + chunks(l.down));
     }
-    std::uint32_t layers = std::min(flush_every_layers(), _hp.n_layer);
-    // Embedding + layers + final-norm runs + classifier + the logits summary (two dispatches)
-    // + hidden-row norm runs + the fault's spin dispatch.
-    std::uint64_t budget = chunks(_token_embd) + std::uint64_t(layers) * per_layer +
-                           _options.rows_max + chunks(_output) + 2 + _options.rows_max + 1;
-    if (budget > segment_dispatches_max) {
-        return bad_config("flush_every_layers " + std::to_string(flush_every_layers()) +
-                          " makes segments of " + std::to_string(budget) + " dispatches; lower it");
-    }
+    // Embedding + final-norm runs + classifier + the logits summary (two dispatches) +
+    // hidden-row norm runs + the fault's spin dispatch, besides the layers.
+    segment_shape shape{
+        chunks(_token_embd) + _options.rows_max + chunks(_output) + 2 + _options.rows_max + 1,
+        per_layer, _hp.n_layer};
+    auto layers =
+        choose_segment_layers(shape, _options.flush_every_layers,
+                              _pipes->tuning().flush_every_layers, segment_dispatches_max);
+    if (!layers) return layers.err();
+    _flush_every = *layers;
+    std::uint64_t budget = shape.dispatches(_flush_every);
     // A KV copy job is one segment of one copy per layer buffer (K and V of each layer).
     budget = std::max<std::uint64_t>(budget, 2ull * _hp.n_layer);
     if (budget > segment_dispatches_max) {

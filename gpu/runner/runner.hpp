@@ -29,6 +29,7 @@
 // the runner is destroyed or reused.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -82,6 +83,23 @@ struct build_progress {
     std::uint32_t done = 0;
     std::uint32_t total = 0;
 };
+
+// What one segment of a step records: `fixed` dispatches besides its layers' and `per_layer`
+// for each of at most n_layer layers.
+struct segment_shape {
+    std::uint64_t fixed = 0;
+    std::uint64_t per_layer = 0;
+    std::uint32_t n_layer = 0;
+    std::uint64_t dispatches(std::uint32_t layers) const {
+        return fixed + std::uint64_t(std::min(layers, n_layer)) * per_layer;
+    }
+};
+// Layers per segment: `configured` (gpu.flush_every_layers) when not 0, else the device's
+// default shrunk until a segment fits `dispatches_max` (never below 1). gpu_bad_config when the
+// length chosen still does not fit.
+result<std::uint32_t> choose_segment_layers(const segment_shape& shape, std::uint32_t configured,
+                                            std::uint32_t device_default,
+                                            std::uint64_t dispatches_max);
 
 struct runner_options {
     std::string device;  // gpu.device selector ("" = auto)
@@ -260,8 +278,9 @@ public:
     bool texel_kernels() const { return _pipes->tuning().prefer_texel_kernels; }
     // Whether steps write their logits rows' summaries (runner_options::row_summaries).
     bool row_summaries() const { return _pipes->tuning().row_summaries; }
-    // Layers per segment: runner_options::flush_every_layers, or the device's where that is 0.
-    std::uint32_t flush_every_layers() const { return _pipes->tuning().flush_every_layers; }
+    // Layers per segment: runner_options::flush_every_layers, or where that is 0 the device's
+    // (pipeline_tuning::flush_every_layers, fewer if its segments would pass the dispatch bound).
+    std::uint32_t flush_every_layers() const { return _flush_every; }
     const model::llama_hparams& hparams() const { return _hp; }
     const runner_options& options() const { return _options; }
     // Whether steps may run attention_flash (runner_options::attention_flash, where the storage
@@ -349,6 +368,8 @@ private:
     std::unique_ptr<pipeline_cache> _pcache;
     std::unique_ptr<pipelines> _pipes;
     std::unique_ptr<stream> _stream;
+    std::uint32_t _flush_every =
+        0;  // layers per segment (flush_every_layers(), set by init_stream)
     std::unique_ptr<arena> _arena;
     std::unique_ptr<kv_pool> _kv;
     weight_tensor _token_embd;  // (n_vocab rows of n_embd)

@@ -22,7 +22,11 @@
 //     runner's bit for bit and a texel runner's within rounding; a storage pipeline that
 //     cannot be built refuses the build with gpu_unsupported naming it, and the gpu actor
 //     does not retry it; a storage runner whose attention_flash cannot be built serves its
-//     prompts on attention.comp with the same bits (a runner that builds it runs it).
+//     prompts on attention.comp with the same bits (a runner that builds it runs it);
+// (6) layers per segment (no device): a configured gpu.flush_every_layers is kept or refused
+//     when its segments pass the dispatch bound; the device's choice (0) shrinks until they
+//     fit, and is refused only when one layer does not; a lavapipe runner left to choose
+//     takes 4.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -252,6 +256,44 @@ TEST(RunnerStartup, AFlashKernelTheDriverCannotBuildLeavesPromptsOnAttentionComp
     ASSERT_EQ(built.size(), 300u);
     ASSERT_EQ(refused.size(), 300u);
     EXPECT_EQ(std::memcmp(built.data(), refused.data(), 300 * sizeof(float)), 0);
+}
+
+TEST(SegmentLayers, AConfiguredLengthIsKeptOrRefusedTheDevicesShrinksToFit) {
+    // 10 dispatches besides the layers, 100 a layer, 24 layers, at most 1000 a segment: 9 fit.
+    const segment_shape shape{10, 100, 24};
+    auto pick = [&](std::uint32_t configured, std::uint32_t device_default,
+                    std::uint64_t max = 1000) {
+        return choose_segment_layers(shape, configured, device_default, max);
+    };
+    ASSERT_TRUE(pick(4, 16).ok());
+    EXPECT_EQ(*pick(4, 16), 4u);  // configured: the device's default does not matter
+    EXPECT_EQ(*pick(0, 4), 4u);   // the device's, fitting
+    EXPECT_EQ(*pick(0, 16), 9u);  // the device's, shrunk to the bound
+    auto refused = pick(12, 4);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.err().code, "gpu_bad_config");
+    EXPECT_NE(refused.err().message.find("flush_every_layers 12 makes segments of 1210"),
+              std::string::npos)
+        << refused.err().message;
+    EXPECT_EQ(*pick(0, 16, 110), 1u);       // one layer exactly fits
+    EXPECT_FALSE(pick(0, 16, 109).ok());    // not even one layer
+    EXPECT_EQ(*pick(30, 4, 100'000), 30u);  // past n_layer: every layer in one segment
+    EXPECT_EQ(shape.dispatches(30), 2410u);
+}
+
+TEST(RunnerStartup, ARunnerLeftToChooseTakesTheDevicesSegmentLength) {
+    ORDO_REQUIRE_GPU();
+    auto file = open_model(synth_model(model::ggml_type::q8_0));
+    ASSERT_TRUE(file);
+    runner_options o = test_options(false, 0);
+    auto r = make_runner(*file, o);
+    ASSERT_TRUE(r);
+    const bool cpu = r->info().kind == device_kind::cpu;
+    EXPECT_EQ(r->flush_every_layers(), cpu ? 4u : 16u);
+    o.flush_every_layers = 1;
+    auto one = make_runner(*file, o);
+    ASSERT_TRUE(one);
+    EXPECT_EQ(one->flush_every_layers(), 1u);
 }
 
 TEST(RunnerStartup, AStoragePipelineTheDriverCannotBuildRefusesTheBuild) {
