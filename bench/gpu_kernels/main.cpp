@@ -36,7 +36,9 @@
 //   choice never changes a bit.
 //   --prefill-1b times the layer's attention (32 heads over 8 KV heads) for 128- and 512-token
 //   prompts on attention.comp and attention_flash and for a 64-sequence decode step at context
-//   512 on attention.comp and automatic's choice, then the tiled mul_mat over one 1B layer's
+//   512 on attention.comp and automatic's choice (attention.comp too, unless
+//   --attention-token-tiles turns on pipeline_tuning::attention_token_tiles: attention_flash, a
+//   tile per token's query heads), then the tiled mul_mat over one 1B layer's
 //   mat-muls at 16..512 tokens per type (TFLOP/s); --mm-rl N / --mm-tl N set its outputs per
 //   lane (rows, tokens: 4 or 8). --attention auto|classic|flash: the path of the other
 //   attention lines (after --no-texel, which sets classic).
@@ -344,8 +346,8 @@ void bench_tiled_1b(bench_env& e, const std::vector<model::ggml_type>& types) {
     const pipeline_tuning& tu = e.pipes->tuning();
     // The layer's attention (32 query heads over 8 KV heads of 64) for a 128- and a 512-token
     // prompt, on attention.comp and on attention_flash, then a decode step of 64 sequences at
-    // context 512 on attention.comp and as automatic runs it (attention_flash, a tile per
-    // token's 4 query heads). The same bits every way.
+    // context 512 on attention.comp and as automatic runs it (with --attention-token-tiles,
+    // attention_flash with a tile per token's 4 query heads). The same bits every way.
     const attention_path asked = e.attention;
     for (std::uint32_t n : {128u, 512u}) {
         for (attention_path path : {attention_path::classic, attention_path::flash}) {
@@ -530,6 +532,7 @@ int main(int argc, char** argv) {
     std::uint32_t tx_wg = 0;
     bool texel = true;
     bool force_texel = false;  // --texel: the texel kernels on a GPU too (default: CPU devices)
+    bool token_tiles = false;  // --attention-token-tiles
     bool force_rows = false;   // --rows: mul_mat_rows for few tokens (storage family) on a GPU too
     bool steps_only = false;
     bool dispatch_cost = false;
@@ -579,6 +582,8 @@ int main(int argc, char** argv) {
             mm_tl = static_cast<std::uint32_t>(std::stoul(argv[++i]));
         } else if (std::strcmp(argv[i], "--prefill-1b") == 0) {
             prefill_1b = true;
+        } else if (std::strcmp(argv[i], "--attention-token-tiles") == 0) {
+            token_tiles = true;
         } else if (std::strcmp(argv[i], "--mm-split-wg") == 0 && i + 1 < argc) {
             mm_split_wg = std::clamp<std::int64_t>(std::stol(argv[++i]), 0, 1 << 20);
         } else if (std::strcmp(argv[i], "--mmv-split-cols") == 0 && i + 1 < argc) {
@@ -629,7 +634,8 @@ int main(int argc, char** argv) {
                          "[--type-compare] [--decode [--fused]] [--crossover [--copies N]] "
                          "[--mmv-wg LANES] "
                          "[--mmv-rows N] [--mmv-unroll N] [--mmv-block-unroll N] [--mmv-split N] "
-                         "[--mmv-split-cols N] [--prefill-1b] [--attention auto|classic|flash]\n");
+                         "[--mmv-split-cols N] [--prefill-1b] [--attention auto|classic|flash] "
+                         "[--attention-token-tiles]\n");
             return 2;
         }
     }
@@ -653,6 +659,7 @@ int main(int argc, char** argv) {
     if (mm_split_wg >= 0) tuning.mat_tiled_split_wg = static_cast<std::uint32_t>(mm_split_wg);
     if (mm_rl != 0) tuning.mat_tiled_rows_per_lane = mm_rl;
     if (mm_tl != 0) tuning.mat_tiled_tokens_per_lane = mm_tl;
+    if (token_tiles) tuning.attention_token_tiles = true;
     auto t_pipes = std::chrono::steady_clock::now();
     auto p = pipelines::create(*e.dev, tuning);
     if (!p) {

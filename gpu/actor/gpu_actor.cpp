@@ -272,7 +272,8 @@ void gpu_actor::on_stop() {
 
 namespace {
 
-device_summary summarize(const device_info& i, const runner& r) {
+device_summary summarize(const runner& r) {
+    const device_info& i = r.info();
     device_summary s;
     s.name = i.name;
     s.kind = std::string(device_kind_name(i.kind));
@@ -337,7 +338,7 @@ void gpu_actor::finish_build() {
                    _runner->limits().n_blocks,
                    _runner->limits().block_tokens,
                    _options.runner.rows_max,
-                   summarize(_runner->info(), *_runner),
+                   summarize(*_runner),
                    _runner->limits().n_ctx,
                    std::string(context_bound_name(_runner->n_ctx_bound())),
                    _runner->weight_bytes(),

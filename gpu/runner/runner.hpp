@@ -368,8 +368,8 @@ private:
     std::unique_ptr<pipeline_cache> _pcache;
     std::unique_ptr<pipelines> _pipes;
     std::unique_ptr<stream> _stream;
-    std::uint32_t _flush_every =
-        0;  // layers per segment (flush_every_layers(), set by init_stream)
+    // Layers per segment (flush_every_layers(); set by init_stream).
+    std::uint32_t _flush_every = 0;
     std::unique_ptr<arena> _arena;
     std::unique_ptr<kv_pool> _kv;
     weight_tensor _token_embd;  // (n_vocab rows of n_embd)

@@ -661,6 +661,12 @@ bool attention_tx_geometry(const pipelines& pipes, const kv_geometry& g) {
            g.head_dim % 8 == 0 && g.head_dim <= abi::ORDO_ATTN_TX_HD_LARGE;
 }
 
+// Whether encode_attention's automatic path serves this geometry with attention_tx: the tuning
+// prefers the texel kernels and the geometry allows them.
+bool attention_tx_preferred(const pipelines& pipes, const kv_geometry& g) {
+    return pipes.tuning().prefer_texel_kernels && attention_tx_geometry(pipes, g);
+}
+
 // Whether attention_tx can run this batch (see attention_path in kernels.hpp).
 bool attention_tx_usable(const stream& s, const kv_pool& pool, std::uint32_t layer,
                          const attention_batch& b) {
@@ -846,7 +852,7 @@ std::uint64_t attention_positions_max(const pipelines& pipes, const kv_geometry&
     const device_info& info = pipes.dev().info();
     const std::uint32_t cap = info.loop_iterations_max;
     if (cap == 0) return 0;
-    bool tx = pipes.tuning().prefer_texel_kernels && attention_tx_geometry(pipes, g);
+    bool tx = attention_tx_preferred(pipes, g);
     std::uint64_t lanes = std::max<std::uint32_t>(1, info.subgroup_size);
     std::uint64_t wg = attention_wg(pipes, g);
     auto fits = [&](std::uint64_t blocks) {
@@ -864,7 +870,7 @@ std::uint64_t attention_positions_max(const pipelines& pipes, const kv_geometry&
 }
 
 status prepare_attention(const pipelines& pipes, const kv_geometry& g) {
-    if (!pipes.tuning().prefer_texel_kernels || !attention_tx_geometry(pipes, g)) return {};
+    if (!attention_tx_preferred(pipes, g)) return {};
     for (bool grouped : {false, true}) {
         auto pl = pipes.for_k(attention_tx_id(g, grouped), g.head_dim);
         if (!pl) return pl.err();
@@ -873,8 +879,7 @@ status prepare_attention(const pipelines& pipes, const kv_geometry& g) {
 }
 
 bool attention_flash_candidate(const pipelines& pipes, const kv_geometry& g) {
-    return !(pipes.tuning().prefer_texel_kernels && attention_tx_geometry(pipes, g)) &&
-           attention_flash_geometry(pipes, g);
+    return !attention_tx_preferred(pipes, g) && attention_flash_geometry(pipes, g);
 }
 
 status prepare_attention_flash(const pipelines& pipes, const kv_geometry& g) {

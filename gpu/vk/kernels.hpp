@@ -192,8 +192,8 @@ struct attention_batch {
     // The tokens' {sequence index, position} pairs as the host wrote them into `tokens`
     // (optional, 2 * n_tokens ints). With them the storage family sends runs of one sequence
     // long enough to fill a flash tile (prefill chunks) to attention_flash, and many decode
-    // tokens under GQA too (encode_attention's automatic path; same bits either way); without
-    // them, all to attention.comp.
+    // tokens under GQA too where pipeline_tuning::attention_token_tiles asks (encode_attention's
+    // automatic path; same bits either way); without them, all to attention.comp.
     std::span<const std::int32_t> host_tokens{};
 };
 // attention_flash: a run of one sequence's tokens goes to it when its rows (tokens x the query
@@ -219,8 +219,9 @@ status encode_attention(stream& s, const kv_pool& pool, std::uint32_t layer,
 // and the operands allow it (head_dim % 8 == 0 and <= 128, texel views covering q, K, V and the
 // tables, subgroup arithmetic, workgroup = subgroup); else attention.comp, with the runs of
 // host_tokens that fill a flash tile on attention_flash.comp, and under grouped-query attention
-// the other tokens too where there are more than attention_split_tokens_max of them (a tile per
-// token of its query heads, sharing the keys' loads). `texel` forces the first
+// the other tokens too where there are more than attention_split_tokens_max of them and
+// pipeline_tuning::attention_token_tiles asks (a tile per token of its query heads, sharing the
+// keys' loads). `texel` forces the first
 // (gpu_bad_shape when not possible), `classic` attention.comp alone, `flash` attention_flash
 // for the whole batch whatever its tokens (tests, bench; gpu_bad_shape past a loop cap).
 enum class attention_path { automatic, classic, texel, flash };

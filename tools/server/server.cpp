@@ -227,7 +227,8 @@ result<kv::kv_actor_options> kv_options_from(const config::config& cfg, const lo
 // A step may take several segments, each bounded by the watchdog; past all of them plus the
 // time to rebuild a device the scheduler stops waiting.
 uint64_t step_backstop_ms(const config::config& cfg, const loaded_model& m) {
-    // flush_every_layers 0 (the device's choice) is at least 4 layers a segment.
+    // flush_every_layers 0 is the device's choice: 4 layers a segment or more (fewer only
+    // where a segment's dispatches would pass the runner's bound).
     const uint64_t per = cfg.gpu.flush_every_layers != 0 ? cfg.gpu.flush_every_layers : 4;
     uint64_t segments = (m.hp.n_layer + per - 1) / per;
     return cfg.gpu.watchdog_ms * (segments + 2) + 60000;

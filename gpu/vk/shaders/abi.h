@@ -331,7 +331,7 @@ ORDO_ABI_CONST ORDO_ATTN_TX_GROUP = 4;
 // that maximum, its exact best candidates, ids counted from the row's start) to a scratch row
 // (row * n_chunks + chunk); logits_summary_merge then makes the row's summary from its chunks'.
 // The sums have one shape, fixed by n_sample alone (the chunking is a function of it,
-// logits_summary_chunks): in a chunk lane j adds entries j, j + WG, ... in order, then a fixed
+// kernels.hpp summary_chunking): in a chunk lane j adds entries j, j + WG, ... in order, then a fixed
 // pairwise tree over the lanes; the merge adds the chunks' sums in chunk order, each scaled by
 // exp(chunk max - m) (exactly 1 for a chunk holding m). So a row's summary depends on its
 // logits alone, never on the batch around it.

@@ -1,8 +1,8 @@
 // attention_flash.comp: causal attention, a tile of p.tile_rows (at most ORDO_ATTN_FLASH_ROWS)
 // query rows per workgroup. Call site: gpu/vk/kernels.cpp encode_attention() (the storage
 // family's path for runs of several tokens of one sequence, prefill chunks, with full tiles;
-// and for many decode tokens under grouped-query attention, a tile per token holding its G
-// heads). Rows are the (token, query head) pairs of one KV head, token-major: row i of KV head
+// and, where pipeline_tuning::attention_token_tiles asks, for many decode tokens under
+// grouped-query attention, a tile per token holding its G heads). Rows are the (token, query head) pairs of one KV head, token-major: row i of KV head
 // g's grid is token i / G, head g * G + i % G (G = n_head / n_head_kv), so grouped-query heads
 // share their keys' loads too.
 //
