@@ -117,6 +117,18 @@ TEST(http_curl, disconnects_malformed_json_and_oversized_bodies) {
     ASSERT_EQ(wait_healthy(s.port()), "") << s.output();
     const std::string url = "http://127.0.0.1:" + std::to_string(s.http_port());
 
+    // A fixed seed: the random model samples its end-of-text token now and then (about one
+    // request in a hundred stopped within two tokens), and a stream that ends before curl's next
+    // write is a finished request, not a disconnect. The same request unstreamed (before the fault
+    // below is armed) shows that this seed runs all 60 tokens (sampling is seeded and batch
+    // invariant, so the stream matches).
+    command_result whole =
+        run_command("timeout 60 curl -sS " + url +
+                    "/v1/completions -H 'Content-Type: application/json' -d "
+                    "'{\"model\":\"tiny\",\"prompt\":[5,6,7],\"max_tokens\":60,\"seed\":1}' 2>&1");
+    json whole_body = body_of(whole.output);
+    ASSERT_TRUE(whole_body.contains("choices")) << whole.output;
+    ASSERT_EQ(whole_body["choices"][0].value("finish_reason", ""), "length") << whole.output;
     // (1) Slow decode steps, so the request is still running when curl leaves.
     tcp_client p;
     ASSERT_TRUE(p.connect(s.port()));
@@ -125,7 +137,7 @@ TEST(http_curl, disconnects_malformed_json_and_oversized_bodies) {
     auto armed = next(p);
     ASSERT_TRUE(armed && armed->str("event") == "done") << (armed ? armed->outcome() : "none");
     const std::string stream_body =
-        R"({"model":"tiny","prompt":[5,6,7],"max_tokens":60,"stream":true})";
+        R"({"model":"tiny","prompt":[5,6,7],"max_tokens":60,"seed":1,"stream":true})";
     command_result cut = run_command("timeout 60 curl -sS -N " + url +
                                      "/v1/completions -H 'Content-Type: application/json' -d '" +
                                      stream_body + "' 2>&1 | head -c 200");
