@@ -112,6 +112,9 @@ result<logits_summary> read_summary(std::span<const uint32_t> words, uint32_t n_
     s.mass = std::bit_cast<float>(words[1]);
     s.mass_t = std::bit_cast<float>(words[2]);
     s.temperature = temperature;
+    if ((words[3] & gpu::abi::ORDO_SUMMARY_NONFINITE) != 0) {
+        return bad_summary("its row holds an inf or a NaN");
+    }
     s.count = words[3];
     if (s.count != std::min(top, n_vocab)) {
         return bad_summary(std::to_string(s.count) + " candidates of a row of " +

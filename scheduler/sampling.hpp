@@ -115,7 +115,8 @@ struct logits_summary {
 logits_summary summarize(std::span<const float> logits, float temperature);
 
 // The summary the logits_summary kernel wrote (abi.h ORDO_SUMMARY_WORDS words) of a row of
-// n_vocab entries, for the temperature the step gave it. Errors (bad_summary): a count other
+// n_vocab entries, for the temperature the step gave it. Errors (bad_summary): the kernel's
+// flag that the row holds an inf or a NaN, a count other
 // than min(summary_top, n_vocab), a candidate id outside the row or out of order, a maximum or
 // normaliser that is not finite and positive.
 result<logits_summary> read_summary(std::span<const uint32_t> words, uint32_t n_vocab,

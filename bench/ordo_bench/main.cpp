@@ -1,10 +1,13 @@
 // ordo-bench: `ordo-bench --model FILE [--prompts 128,512] [--gen 128] [--parallel 4,8,16]
 // [--json] [--flush-every N] [--device SEL] [--kernels auto|texel|storage] [--reps N]
-// [--label NAME] [--mm-split-wg N] [--row-summaries auto|on|off] [--attention-flash on|off]`
+// [--label NAME] [--mm-split-wg N] [--row-summaries auto|on|off] [--attention-flash on|off]
+// [--logits-in-place on|off]`
 // (--mm-split-wg: the tiled mat-mul's group split threshold, an A/B knob: pipeline_tuning::
 // mat_tiled_split_wg; 0 never splits; --row-summaries: gpu.row_summaries; --attention-flash
 // off: prefill attention on attention.comp instead of attention_flash, an A/B knob with the
-// same bits: runner_options::attention_flash).
+// same bits: runner_options::attention_flash; --logits-in-place off: the logits rows copied
+// out of the device's buffer each step instead of written into the logits exchange,
+// runner_options::logits_in_place).
 //
 // Measures what ../shared/peer/bench_llamacpp.mjs measures for llama.cpp, named the same way,
 // one JSON line per measurement (--json) or a readable table:
@@ -24,7 +27,8 @@
 // (lines kernels_decode / kernels_prefill<N>, a "kernels" list of {name, ms, dispatches}), and
 // one decode step of the largest --parallel P sequences (kernels_decode_x<P>).
 // Every line also carries engine, backend, model, device, flush_every_layers and kernel_family
-// (the --kernels choice) and row_summaries (whether the steps came with them).
+// (the --kernels choice), row_summaries (whether the steps came with them), attention_flash and
+// logits_in_place (whether the device wrote the rows into the exchange).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -61,6 +65,7 @@ struct bench_options {
     std::optional<std::uint32_t> mm_split_wg;  // runner_options::mat_tiled_split_wg
     std::string row_summaries = "auto";        // gpu.row_summaries
     bool attention_flash = true;               // runner_options::attention_flash
+    bool logits_in_place = true;               // runner_options::logits_in_place
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -68,7 +73,8 @@ struct bench_options {
                  "ordo-bench: %s\nusage: ordo-bench --model FILE [--prompts 128,512] [--gen 128] "
                  "[--parallel 4,8,16] [--json] [--flush-every N] [--device SEL] "
                  "[--kernels auto|texel|storage] [--reps N] [--label NAME] "
-                 "[--mm-split-wg N] [--row-summaries auto|on|off] [--attention-flash on|off]\n",
+                 "[--mm-split-wg N] [--row-summaries auto|on|off] [--attention-flash on|off] "
+                 "[--logits-in-place on|off]\n",
                  why.c_str());
     std::exit(2);
 }
@@ -128,6 +134,10 @@ bench_options parse(int argc, char** argv) {
             std::string v = value();
             if (v != "on" && v != "off") usage("--attention-flash must be on or off");
             o.attention_flash = v == "on";
+        } else if (a == "--logits-in-place") {
+            std::string v = value();
+            if (v != "on" && v != "off") usage("--logits-in-place must be on or off");
+            o.logits_in_place = v == "on";
         } else if (a == "--mm-split-wg")
             o.mm_split_wg = parse_u32(value(), 0, 1u << 20);
         else if (a == "--reps")
@@ -192,6 +202,7 @@ runner_options runner_for(const bench_options& o, std::uint32_t n_ctx) {
     if (o.kernels != "auto") r.texel_kernels = o.kernels == "texel";
     if (o.row_summaries != "auto") r.row_summaries = o.row_summaries == "on";
     r.attention_flash = o.attention_flash;
+    r.logits_in_place = o.logits_in_place;
     r.mat_tiled_split_wg = o.mm_split_wg;
     r.watchdog_ms = 600'000;
     r.kv_block_tokens = block_tokens;
@@ -435,7 +446,8 @@ int main(int argc, char** argv) {
                std::to_string((*s)->ready().info.flush_every_layers) +
                ", \"kernel_family\": " + json_str(o.kernels) +
                ", \"row_summaries\": " + ((*s)->ready().info.row_summaries ? "true" : "false") +
-               ", \"attention_flash\": " + (o.attention_flash ? "true" : "false");
+               ", \"attention_flash\": " + (o.attention_flash ? "true" : "false") +
+               ", \"logits_in_place\": " + ((*s)->ready().info.logits_in_place ? "true" : "false");
     measure(b);
     status st = (*s)->stop();
     if (!st) std::fprintf(stderr, "ordo-bench: stop: %s\n", st.err().message.c_str());

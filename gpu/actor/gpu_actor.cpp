@@ -150,6 +150,11 @@ void gpu_actor::run_job() {
     }
     runner_options ro = _options.runner;
     ro.on_progress = [this](const build_progress& p) { report_progress(p); };
+    // The head writes each step's rows straight into the slot the step holds (where the device
+    // can import host memory): the scheduler reads them there, and nothing is copied per step.
+    for (std::uint32_t slot = 0; slot < logits_exchange::slots_max; ++slot) {
+        ro.logits_regions.push_back(_exchange.logits_region(slot));
+    }
     auto r = runner::create(*_file, ro);
     if (!r) {
         _job.err = r.err();
@@ -298,6 +303,7 @@ device_summary summarize(const runner& r) {
     s.kernels = r.texel_kernels() ? "texel" : "storage";
     s.row_summaries = r.row_summaries();
     s.flush_every_layers = r.flush_every_layers();
+    s.logits_in_place = r.logits_regions_imported() > 0;
     return s;
 }
 

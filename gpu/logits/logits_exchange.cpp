@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "gpu/vk/gpu_failure.hpp"
 
@@ -21,16 +22,25 @@ void require(bool ok, const char* why) {
 
 }  // namespace
 
+void logits_exchange::free_aligned::operator()(float* p) const {
+    std::free(p);
+}
+
 logits_exchange::logits_exchange(std::uint32_t rows_max, std::uint32_t n_vocab,
                                  std::uint32_t n_embd)
     : _rows_max(rows_max),
       _n_vocab(n_vocab),
       _n_embd(n_embd),
       _owners(slots_max),
-      _data(std::size_t(slots_max) * rows_max * n_vocab, 0.0f),
+      _region_floats((std::size_t(rows_max) * n_vocab * sizeof(float) + region_align - 1) /
+                     region_align * region_align / sizeof(float)),
       _summaries(std::size_t(slots_max) * rows_max * summary_words, 0u),
       _hidden(std::size_t(slots_max) * rows_max * n_embd, 0.0f) {
     require(rows_max > 0 && n_vocab > 0, "rows_max and n_vocab must be > 0");
+    const std::size_t bytes = slots_max * _region_floats * sizeof(float);
+    _data.reset(static_cast<float*>(std::aligned_alloc(region_align, bytes)));
+    require(_data != nullptr, "out of memory for the logits rows");
+    std::memset(_data.get(), 0, bytes);
 }
 
 result<std::uint32_t> logits_exchange::acquire() {
@@ -49,7 +59,7 @@ void logits_exchange::release(std::uint32_t slot) {
 std::size_t logits_exchange::row_index(std::uint32_t slot, std::uint32_t r) const {
     require(slot < slots_max && r < _rows_max, "logits row out of range");
     require(_owners.is_held(slot), "logits row of a free slot");
-    return (std::size_t(slot) * _rows_max + r) * _n_vocab;
+    return std::size_t(slot) * _region_floats + std::size_t(r) * _n_vocab;
 }
 
 std::size_t logits_exchange::hidden_index(std::uint32_t slot, std::uint32_t r) const {
@@ -68,20 +78,30 @@ std::span<const float> logits_exchange::read_hidden_row(std::uint32_t slot, std:
 }
 
 float* logits_exchange::row(std::uint32_t slot, std::uint32_t r) {
-    return _data.data() + row_index(slot, r);
+    return _data.get() + row_index(slot, r);
 }
 
 std::span<const float> logits_exchange::read_row(std::uint32_t slot, std::uint32_t r) const {
-    return {_data.data() + row_index(slot, r), _n_vocab};
+    return {_data.get() + row_index(slot, r), _n_vocab};
+}
+
+std::span<float> logits_exchange::logits_region(std::uint32_t slot) {
+    require(slot < slots_max, "logits region out of range");
+    return {_data.get() + std::size_t(slot) * _region_floats, _region_floats};
+}
+
+std::size_t logits_exchange::summary_index(std::uint32_t slot, std::uint32_t r) const {
+    (void)row_index(slot, r);  // the same checks
+    return (std::size_t(slot) * _rows_max + r) * summary_words;
 }
 
 std::uint32_t* logits_exchange::summary_row(std::uint32_t slot, std::uint32_t r) {
-    return _summaries.data() + row_index(slot, r) / _n_vocab * summary_words;
+    return _summaries.data() + summary_index(slot, r);
 }
 
 std::span<const std::uint32_t> logits_exchange::read_summary(std::uint32_t slot,
                                                              std::uint32_t r) const {
-    return {_summaries.data() + row_index(slot, r) / _n_vocab * summary_words, summary_words};
+    return {_summaries.data() + summary_index(slot, r), summary_words};
 }
 
 std::int32_t logits_exchange::greedy_token(std::uint32_t slot, std::uint32_t r, bool summarized,

@@ -11,6 +11,10 @@
 // The rows of a held slot are touched by one thread at a time: the writer until it sends
 // step_done, the reader after it receives it (the mailbox hand-over orders the two).
 // Misuse (releasing a free slot, a row out of range) is a programmer error and asserts.
+// Each slot's logits rows are one region that starts and ends on a region_align boundary, so
+// the writer's device can import it as a buffer (VK_EXT_external_memory_host) and its kernels
+// write the rows where the reader reads them: no copy of the rows per step (the runner's
+// runner_options::logits_regions; 64 rows of a 128k vocabulary are 32 MB).
 #pragma once
 
 #include <atomic>
@@ -35,6 +39,9 @@ public:
     static constexpr std::uint32_t summary_words = 4 + 2 * 64;
     // Where a summary keeps its candidate count and its first (best) candidate's id.
     static constexpr std::uint32_t summary_count_word = 3, summary_best_word = 4;
+    // The start and size of every slot's logits region: a multiple of every host-import
+    // alignment seen (4 KiB on NVIDIA's and Mesa's drivers) and of larger pages.
+    static constexpr std::size_t region_align = 64 * 1024;
 
     logits_exchange(std::uint32_t rows_max, std::uint32_t n_vocab, std::uint32_t n_embd = 0);
     logits_exchange(const logits_exchange&) = delete;
@@ -58,6 +65,9 @@ public:
     // (step_done::summarized; the step's sample_vocab was n_sample), else a pass over the row.
     std::int32_t greedy_token(std::uint32_t slot, std::uint32_t r, bool summarized,
                               std::uint32_t n_sample) const;
+    // The whole logits region of `slot` (rows_max x n_vocab floats, padded to region_align), held
+    // or not: for the writer's device to import once (the rows are still only touched as above).
+    std::span<float> logits_region(std::uint32_t slot);
     // Hidden row r of a held slot (n_embd floats), the same way.
     float* hidden_row(std::uint32_t slot, std::uint32_t r);
     std::span<const float> read_hidden_row(std::uint32_t slot, std::uint32_t r) const;
@@ -71,14 +81,20 @@ public:
 private:
     std::size_t row_index(std::uint32_t slot, std::uint32_t r) const;
     std::size_t hidden_index(std::uint32_t slot, std::uint32_t r) const;
+    std::size_t summary_index(std::uint32_t slot, std::uint32_t r) const;
 
     std::uint32_t _rows_max;
     std::uint32_t _n_vocab;
     std::uint32_t _n_embd;
+    struct free_aligned {
+        void operator()(float* p) const;
+    };
+
     slot_owners _owners;
-    std::vector<float> _data;               // (slots_max, rows_max, n_vocab)
-    std::vector<std::uint32_t> _summaries;  // (slots_max, rows_max, summary_words)
-    std::vector<float> _hidden;             // (slots_max, rows_max, n_embd)
+    std::size_t _region_floats;                    // a slot's region, padded
+    std::unique_ptr<float[], free_aligned> _data;  // (slots_max, region): rows_max x n_vocab used
+    std::vector<std::uint32_t> _summaries;         // (slots_max, rows_max, summary_words)
+    std::vector<float> _hidden;                    // (slots_max, rows_max, n_embd)
 };
 
 }  // namespace ordo::gpu

@@ -163,6 +163,7 @@ status runner::init(const model::gguf_file& file) {
     if (!s) return s;
     s = init_buffers(*blocks);
     if (!s) return s;
+    import_logits_regions();
     s = init_stream();
     if (!s) return s;
     s = warm_up();
@@ -630,6 +631,30 @@ status runner::init_buffers(std::uint32_t blocks) {
         if (!s) return s;
     }
     return {};
+}
+
+void runner::import_logits_regions() {
+    const std::uint64_t bytes = std::uint64_t(_options.rows_max) * _hp.n_vocab * 4;
+    if (!_options.logits_in_place) return;
+    for (std::span<float> region : _options.logits_regions) {
+        auto b = region.size_bytes() < bytes
+                     ? result<buffer>(gpu_error(gpu_failure::bad_config,
+                                                "a logits region holds fewer than rows_max rows"))
+                     : _dev->import_host(region.data(), region.size_bytes());
+        if (!b) {
+            logger()->info(
+                "runner: logits rows are copied out of the device's buffer each step "
+                "({})",
+                b.err().message);
+            _logits_regions.clear();
+            return;
+        }
+        _logits_regions.push_back(std::move(*b));
+    }
+    if (!_logits_regions.empty()) {
+        logger()->info("runner: logits rows are written in place ({} host regions imported)",
+                       _logits_regions.size());
+    }
 }
 
 result<std::uint32_t> choose_segment_layers(const segment_shape& shape, std::uint32_t configured,

@@ -158,6 +158,16 @@ struct runner_options {
     // Fault injection (tests): pipelines whose name starts with this fail creation as a
     // driver's would (pipeline_tuning::fault_create_fails). Empty: none.
     std::string fault_pipeline_create;
+    // Host memory the logits rows may be written into in place (the gpu actor's
+    // logits_exchange::logits_region of each slot; each at least rows_max x n_vocab floats):
+    // imported at create as device buffers where the device can (device::import_host), so a
+    // run_step whose logits_out is a region's start has the logits head write there and copies
+    // nothing (step_result::logits_in_place). A region the device cannot import (no extension,
+    // misaligned) leaves every step on the copy; the regions must outlive the runner.
+    std::vector<std::span<float>> logits_regions;
+    // false: logits_regions are not imported, every step copies (the A/B of ordo-bench
+    // --logits-in-place off).
+    bool logits_in_place = true;
 };
 
 // The context (positions per sequence) a runner serves is the smallest of four bounds; the one
@@ -196,9 +206,14 @@ struct step_result {
     std::vector<std::uint64_t> hidden_rows;  // seq id of each hidden row written
     std::uint32_t n_tokens = 0;
     std::uint32_t segments = 0;
-    double gpu_ms = 0.0;        // submit -> fence, summed over segments
-    bool summarized = false;    // the rows' summaries were written (runner::row_summaries)
-    bool logits_finite = true;  // no inf or NaN in the logits rows written
+    double gpu_ms = 0.0;      // submit -> fence, summed over segments
+    bool summarized = false;  // the rows' summaries were written (runner::row_summaries)
+    // No inf or NaN in the logits rows written: checked on the host as the rows are copied or,
+    // in place, by a pass over them; in place with summaries, by the summaries' own flag
+    // (abi.h ORDO_SUMMARY_NONFINITE: the kernel saw every entry of the tokenizer's vocabulary).
+    bool logits_finite = true;
+    // The device wrote the rows straight into logits_out (runner_options::logits_regions).
+    bool logits_in_place = false;
 };
 
 // GPU time of one pipeline over the last step (timestamps on).
@@ -283,6 +298,10 @@ public:
     std::uint32_t flush_every_layers() const { return _flush_every; }
     const model::llama_hparams& hparams() const { return _hp; }
     const runner_options& options() const { return _options; }
+    // How many of runner_options::logits_regions the device imported (all or none).
+    std::uint32_t logits_regions_imported() const {
+        return static_cast<std::uint32_t>(_logits_regions.size());
+    }
     // Whether steps may run attention_flash (runner_options::attention_flash, where the storage
     // path serves attention and the pipeline was built).
     bool attention_flash() const { return _attention_flash; }
@@ -340,8 +359,17 @@ private:
     status record_layer(std::uint32_t l);
     // The output norm of the runs' tokens into `out`'s rows (logits' and hidden rows' input).
     status record_final_norm(std::span<const row_run> runs, const buffer& out);
-    status record_logits();
+    // `poison`: the nan_logits fault, NaNs written over the first row after the head.
+    status record_logits(bool poison);
     status record_hidden();
+    // Imports runner_options::logits_regions (all, or none with a log line saying why).
+    void import_logits_regions();
+    // The imported region starting at `out`, or null (the step copies from _logits).
+    const buffer* logits_region_at(const float* out) const;
+    // The logits rows' binding this step writes (_logits_target).
+    buffer_view logits_view() const;
+    // Whether every summary of the step's rows says its row was finite.
+    bool summaries_finite() const;
     void pool_hidden(float* hidden_out);  // _hidden rows -> the step's hidden rows
     // One segment of a step (layers l0..l1): recorded (begin, or begin_ahead while the one
     // before it runs), submitted once that one was waited for, waited on under the watchdog.
@@ -380,16 +408,20 @@ private:
     std::vector<layer_weights> _layers;
 
     // Activations, sized for max_batch_tokens T (rows_max R for the logits rows).
-    buffer _x;               // (T, embd_stride) residual stream
-    buffer _xn;              // (T, embd_stride) normed input of a block
-    buffer _qkv;             // (T, qkv_stride) q | k | v
-    buffer _att;             // (T, embd_stride) attention output
-    buffer _gu;              // (T, gu_stride) gate | up (up at column n_ff)
-    buffer _hid;             // (T, ff_stride) silu(gate) * up; pad columns stay 0
-    buffer _final;           // (R, embd_stride) final-normed rows that want logits
-    buffer _ints;            // host-visible (5T) ids | positions | slots | attention {seq, pos}
-    buffer _tables;          // host-visible (seqs_max, blocks_per_seq_max) block tables
-    buffer _logits;          // host-visible (R, n_vocab)
+    buffer _x;       // (T, embd_stride) residual stream
+    buffer _xn;      // (T, embd_stride) normed input of a block
+    buffer _qkv;     // (T, qkv_stride) q | k | v
+    buffer _att;     // (T, embd_stride) attention output
+    buffer _gu;      // (T, gu_stride) gate | up (up at column n_ff)
+    buffer _hid;     // (T, ff_stride) silu(gate) * up; pad columns stay 0
+    buffer _final;   // (R, embd_stride) final-normed rows that want logits
+    buffer _ints;    // host-visible (5T) ids | positions | slots | attention {seq, pos}
+    buffer _tables;  // host-visible (seqs_max, blocks_per_seq_max) block tables
+    buffer _logits;  // host-visible (R, n_vocab)
+    // runner_options::logits_regions as buffers (empty: not imported), and where this step's
+    // head writes (one of them, or _logits).
+    std::vector<buffer> _logits_regions;
+    const buffer* _logits_target = &_logits;
     buffer _summary;         // host-visible (R, ORDO_SUMMARY_WORDS) the logits rows' summaries
     buffer _summary_chunks;  // (R x chunks, ORDO_SUMMARY_WORDS) their chunks' (the first pass's)
     buffer _temperatures;    // host-visible (R) each logits row's temperature (its summary's)

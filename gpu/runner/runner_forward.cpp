@@ -123,15 +123,40 @@ status runner::record_final_norm(std::span<const row_run> runs, const buffer& ou
     return {};
 }
 
-status runner::record_logits() {
+buffer_view runner::logits_view() const {
+    return {_logits_target, 0, std::uint64_t(_options.rows_max) * _hp.n_vocab * 4};
+}
+
+const buffer* runner::logits_region_at(const float* out) const {
+    for (const buffer& b : _logits_regions) {
+        if (b.mapped() == out) return &b;
+    }
+    return nullptr;
+}
+
+bool runner::summaries_finite() const {
+    const auto* words = static_cast<const std::uint32_t*>(_summary.mapped());
+    std::uint32_t flags = 0;
+    for (std::uint32_t r = 0; r < _plan.rows(); ++r) {
+        flags |= words[std::size_t(r) * abi::ORDO_SUMMARY_WORDS + 3];
+    }
+    return (flags & abi::ORDO_SUMMARY_NONFINITE) == 0;
+}
+
+status runner::record_logits(bool poison) {
     // final[row] = norm(x[token of row]); logits = w_out final. Only the rows that ask. Then
     // each row's summary, which is what the scheduler's sampler reads first (where the device
     // makes them: row_summaries).
     ORDO_TRY(record_final_norm(_plan.runs, _final));
     ORDO_TRY(encode_mul_mat(*_stream, _output, {whole(_final), 0, _embd_stride},
-                            {whole(_logits), 0, _hp.n_vocab}, _plan.rows(), false));
+                            {logits_view(), 0, _hp.n_vocab}, _plan.rows(), false));
+    if (poison) {
+        // The device's output is corrupted (a quiet NaN over the first row); everything after
+        // this, the summaries and the host's checks, is the real path.
+        _stream->fill({_logits_target, 0, std::uint64_t(_hp.n_vocab) * 4}, 0x7fc00000u);
+    }
     if (!row_summaries()) return {};
-    return encode_logits_summary(*_stream, {whole(_logits), 0, _hp.n_vocab}, whole(_temperatures),
+    return encode_logits_summary(*_stream, {logits_view(), 0, _hp.n_vocab}, whole(_temperatures),
                                  whole(_summary_chunks), whole(_summary), _plan.sample_vocab,
                                  _plan.rows());
 }
@@ -173,7 +198,9 @@ status runner::record_segment(const step& s, std::uint32_t l0, std::uint32_t l1,
                                                     : _stream->begin_ahead(label));
     status rec = l0 == 0 ? record_embedding() : status{};
     for (std::uint32_t l = l0; rec && l <= l1; ++l) rec = record_layer(l);
-    if (rec && l1 + 1 == _hp.n_layer && _plan.rows() > 0) rec = record_logits();
+    if (rec && l1 + 1 == _hp.n_layer && _plan.rows() > 0) {
+        rec = record_logits(f.kind == fault_kind::nan_logits);
+    }
     if (rec && l1 + 1 == _hp.n_layer && _plan.hidden_rows() > 0) rec = record_hidden();
     if (rec && fault_targets(f, l0, l1) && f.kind == fault_kind::hang) {
         rec = encode_spin(*_stream, whole(_spin), hang_spin_iterations, hang_spin_workgroups);
@@ -240,6 +267,8 @@ result<step_result> runner::run_step(const step& s, float* logits_out, float* hi
         return gpu_error(gpu_failure::bad_step, "step " + std::to_string(s.step_id) +
                                                     ": rows are asked for but no output was given");
     }
+    const buffer* in_place = logits_region_at(logits_out);
+    _logits_target = in_place != nullptr ? in_place : &_logits;
     write_inputs();
     _timings.clear();
     step_result r;
@@ -263,16 +292,18 @@ result<step_result> runner::run_step(const step& s, float* logits_out, float* hi
         if (!ahead) return ahead.err();
         if (more) ORDO_TRY(submit_segment(next, last_of(next), fault));
     }
-    auto* logits = static_cast<float*>(_logits.mapped());
-    std::size_t n = std::size_t(_plan.rows()) * _hp.n_vocab;
-    if (fault.kind == fault_kind::nan_logits && n > 0) {
-        // The device's output is corrupted; everything after this is the real path.
-        std::fill(logits, logits + std::min<std::size_t>(n, _hp.n_vocab),
-                  std::numeric_limits<float>::quiet_NaN());
-    }
-    // The rows leave the readback buffer checked for inf and NaN on the way (step_result).
-    r.logits_finite = n == 0 || copy_all_finite(logits_out, logits, n);
+    const std::size_t n = std::size_t(_plan.rows()) * _hp.n_vocab;
     r.summarized = row_summaries();
+    r.logits_in_place = in_place != nullptr;
+    if (in_place != nullptr) {
+        // The rows are where the caller reads them: checked by their summaries' flag, or by a
+        // pass that only reads them.
+        r.logits_finite = n == 0 || (r.summarized ? summaries_finite() : all_finite(logits_out, n));
+    } else {
+        // The rows leave the readback buffer checked for inf and NaN on the way (step_result).
+        r.logits_finite =
+            n == 0 || copy_all_finite(logits_out, static_cast<const float*>(_logits.mapped()), n);
+    }
     if (r.summarized && summary_out != nullptr && _plan.rows() > 0) {
         std::memcpy(summary_out, _summary.mapped(),
                     std::size_t(_plan.rows()) * abi::ORDO_SUMMARY_WORDS * 4);

@@ -178,6 +178,9 @@ std::string describe(const device_info& info) {
          (info.cooperative_matrix_khr_listed ? "listed" : "absent") + ", cooperative-matrix-nv";
     if (info.cooperative_matrix_nv.empty()) s += " absent";
     for (const auto& shape : info.cooperative_matrix_nv) s += " " + shape;
+    s += ", host-import " + (info.external_memory_host
+                                 ? std::to_string(info.min_imported_host_pointer_alignment) + " B"
+                                 : std::string("absent"));
     return s;
 }
 
@@ -197,6 +200,7 @@ buffer& buffer::operator=(buffer&& other) noexcept {
         _texel_count = other._texel_count;
         _mapped = other._mapped;
         _size = other._size;
+        _imported = other._imported;
         other._device = VK_NULL_HANDLE;
         other._buffer = VK_NULL_HANDLE;
         other._memory = VK_NULL_HANDLE;
@@ -216,7 +220,7 @@ void buffer::reset() {
     if (_device == VK_NULL_HANDLE) {
         return;
     }
-    if (_mapped != nullptr) {
+    if (_mapped != nullptr && !_imported) {
         vkUnmapMemory(_device, _memory);
     }
     if (_texel_view != VK_NULL_HANDLE) {
@@ -231,6 +235,7 @@ void buffer::reset() {
     _texel_count = 0;
     _mapped = nullptr;
     _size = 0;
+    _imported = false;
 }
 
 // ---- device ---------------------------------------------------------------------------------
@@ -289,6 +294,12 @@ status device::pick_physical(const device_options& options) {
 
     VkPhysicalDeviceSubgroupProperties subgroup{
         VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+    // Chained only where the extension is listed (valid usage).
+    VkPhysicalDeviceExternalMemoryHostPropertiesEXT host_import{
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_MEMORY_HOST_PROPERTIES_EXT};
+    if (has_extension(_physical, VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME)) {
+        subgroup.pNext = &host_import;
+    }
     VkPhysicalDeviceDriverProperties driver{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
     driver.pNext = &subgroup;
     VkPhysicalDeviceProperties2 props{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
@@ -335,6 +346,11 @@ status device::pick_physical(const device_options& options) {
     }
     _info.max_workgroup_invocations = lim.maxComputeWorkGroupInvocations;
     _info.cooperative_matrix_khr_listed = has_extension(_physical, "VK_KHR_cooperative_matrix");
+    _info.external_memory_host =
+        has_extension(_physical, VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME) &&
+        host_import.minImportedHostPointerAlignment > 0;
+    _info.min_imported_host_pointer_alignment =
+        _info.external_memory_host ? host_import.minImportedHostPointerAlignment : 0;
     _info.cooperative_matrix_nv = cooperative_matrix_shapes(_instance, _physical);
     _info.max_push_constants_bytes = lim.maxPushConstantsSize;
     _info.timestamp_period_ns = lim.timestampPeriod;
@@ -393,13 +409,15 @@ status device::create_logical() {
     qci.queueFamilyIndex = _queue_family;
     qci.queueCount = 1;
     qci.pQueuePriorities = &priority;
-    const char* extensions[] = {VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME};
+    std::vector<const char*> extensions = {VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME};
+    if (_info.external_memory_host)
+        extensions.push_back(VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME);
     VkDeviceCreateInfo dci{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
     dci.pNext = &enable;
     dci.queueCreateInfoCount = 1;
     dci.pQueueCreateInfos = &qci;
-    dci.enabledExtensionCount = 1;
-    dci.ppEnabledExtensionNames = extensions;
+    dci.enabledExtensionCount = static_cast<std::uint32_t>(extensions.size());
+    dci.ppEnabledExtensionNames = extensions.data();
     VkResult r = vkCreateDevice(_physical, &dci, nullptr, &_device);
     if (r != VK_SUCCESS) {
         return vk_error(r, "vkCreateDevice " + _info.name);
@@ -442,18 +460,15 @@ int device::find_memory_type(std::uint32_t type_bits, VkMemoryPropertyFlags want
     return -1;
 }
 
-result<buffer> device::create_buffer(std::uint64_t size, memory_use use) {
-    if (size == 0) {
-        return gpu_error(gpu_failure::bad_request, "create_buffer: size 0");
-    }
+status device::make_buffer(buffer& b, std::uint64_t size, const void* next) {
     VkBufferCreateInfo bci{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
+    bci.pNext = next;
     bci.size = size;
     // Uniform-texel usage: R32G32B32A32_UINT uniform texel buffers are mandatory in Vulkan, and
     // they are the only vectorised load path of lavapipe (gpu/PERF.md).
     bci.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
                 VK_BUFFER_USAGE_TRANSFER_DST_BIT | VK_BUFFER_USAGE_UNIFORM_TEXEL_BUFFER_BIT;
     bci.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
-    buffer b;
     b._device = _device;
     b._size = size;
     VkResult r = vkCreateBuffer(_device, &bci, nullptr, &b._buffer);
@@ -461,6 +476,31 @@ result<buffer> device::create_buffer(std::uint64_t size, memory_use use) {
         b._device = VK_NULL_HANDLE;
         return vk_error(r, "vkCreateBuffer " + std::to_string(size) + " B");
     }
+    return {};
+}
+
+void device::add_texel_view(buffer& b) {
+    std::uint64_t texels = std::min<std::uint64_t>(b._size / 16, _info.max_texel_buffer_elements);
+    if (texels == 0) return;
+    VkBufferViewCreateInfo vi{VK_STRUCTURE_TYPE_BUFFER_VIEW_CREATE_INFO};
+    vi.buffer = b._buffer;
+    vi.format = VK_FORMAT_R32G32B32A32_UINT;
+    vi.offset = 0;
+    vi.range = texels * 16;
+    // A failure only costs speed: the kernels fall back to their storage-buffer path.
+    if (vkCreateBufferView(_device, &vi, nullptr, &b._texel_view) == VK_SUCCESS) {
+        b._texel_count = texels;
+    } else {
+        b._texel_view = VK_NULL_HANDLE;
+    }
+}
+
+result<buffer> device::create_buffer(std::uint64_t size, memory_use use) {
+    if (size == 0) {
+        return gpu_error(gpu_failure::bad_request, "create_buffer: size 0");
+    }
+    buffer b;
+    ORDO_TRY(make_buffer(b, size, nullptr));
     VkMemoryRequirements req{};
     vkGetBufferMemoryRequirements(_device, b._buffer, &req);
     const VkMemoryPropertyFlags host =
@@ -479,7 +519,7 @@ result<buffer> device::create_buffer(std::uint64_t size, memory_use use) {
     VkMemoryAllocateInfo mai{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
     mai.allocationSize = req.size;
     mai.memoryTypeIndex = static_cast<std::uint32_t>(type);
-    r = vkAllocateMemory(_device, &mai, nullptr, &b._memory);
+    VkResult r = vkAllocateMemory(_device, &mai, nullptr, &b._memory);
     if (r != VK_SUCCESS) {
         return vk_error(r, "vkAllocateMemory " + std::to_string(size) + " B");
     }
@@ -493,20 +533,62 @@ result<buffer> device::create_buffer(std::uint64_t size, memory_use use) {
             return vk_error(r, "vkMapMemory");
         }
     }
-    std::uint64_t texels = std::min<std::uint64_t>(size / 16, _info.max_texel_buffer_elements);
-    if (texels > 0) {
-        VkBufferViewCreateInfo vi{VK_STRUCTURE_TYPE_BUFFER_VIEW_CREATE_INFO};
-        vi.buffer = b._buffer;
-        vi.format = VK_FORMAT_R32G32B32A32_UINT;
-        vi.offset = 0;
-        vi.range = texels * 16;
-        // A failure only costs speed: the kernels fall back to their storage-buffer path.
-        if (vkCreateBufferView(_device, &vi, nullptr, &b._texel_view) == VK_SUCCESS) {
-            b._texel_count = texels;
-        } else {
-            b._texel_view = VK_NULL_HANDLE;
-        }
+    add_texel_view(b);
+    return b;
+}
+
+result<buffer> device::import_host(void* host, std::uint64_t size) {
+    const std::uint64_t align = _info.min_imported_host_pointer_alignment;
+    if (!_info.external_memory_host || align == 0) {
+        return gpu_error(
+            gpu_failure::unsupported,
+            _info.name + " cannot import host memory (no VK_EXT_external_memory_host)");
     }
+    if (host == nullptr || size == 0 || reinterpret_cast<std::uintptr_t>(host) % align != 0 ||
+        size % align != 0) {
+        return gpu_error(gpu_failure::unsupported, "host memory to import must start and end on " +
+                                                       std::to_string(align) + " B boundaries (" +
+                                                       std::to_string(size) + " B given)");
+    }
+    constexpr auto handle = VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT;
+    auto host_props = reinterpret_cast<PFN_vkGetMemoryHostPointerPropertiesEXT>(
+        vkGetDeviceProcAddr(_device, "vkGetMemoryHostPointerPropertiesEXT"));
+    if (host_props == nullptr) {
+        return gpu_error(gpu_failure::unsupported, "vkGetMemoryHostPointerPropertiesEXT not found");
+    }
+    VkMemoryHostPointerPropertiesEXT props{VK_STRUCTURE_TYPE_MEMORY_HOST_POINTER_PROPERTIES_EXT};
+    VkResult r = host_props(_device, handle, host, &props);
+    if (r != VK_SUCCESS) return vk_error(r, "vkGetMemoryHostPointerPropertiesEXT");
+    VkExternalMemoryBufferCreateInfo external{VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO};
+    external.handleTypes = handle;
+    buffer b;
+    ORDO_TRY(make_buffer(b, size, &external));
+    VkMemoryRequirements req{};
+    vkGetBufferMemoryRequirements(_device, b._buffer, &req);
+    // Coherent, so the host reads the kernels' writes once the fence has signalled.
+    const VkMemoryPropertyFlags want =
+        VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+    const std::uint32_t bits = req.memoryTypeBits & props.memoryTypeBits;
+    int type = find_memory_type(bits, want | VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
+    if (type < 0) type = find_memory_type(bits, want);
+    if (type < 0 || req.size > size) {
+        return gpu_error(gpu_failure::unsupported,
+                         "no host-coherent memory type can import " + std::to_string(size) + " B");
+    }
+    VkImportMemoryHostPointerInfoEXT import{VK_STRUCTURE_TYPE_IMPORT_MEMORY_HOST_POINTER_INFO_EXT};
+    import.handleType = handle;
+    import.pHostPointer = host;
+    VkMemoryAllocateInfo mai{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
+    mai.pNext = &import;
+    mai.allocationSize = size;
+    mai.memoryTypeIndex = static_cast<std::uint32_t>(type);
+    r = vkAllocateMemory(_device, &mai, nullptr, &b._memory);
+    if (r != VK_SUCCESS) return vk_error(r, "vkAllocateMemory (host import)");
+    r = vkBindBufferMemory(_device, b._buffer, b._memory, 0);
+    if (r != VK_SUCCESS) return vk_error(r, "vkBindBufferMemory (host import)");
+    b._mapped = host;
+    b._imported = true;
+    add_texel_view(b);
     return b;
 }
 

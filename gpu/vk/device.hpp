@@ -71,6 +71,11 @@ struct device_info {
     // headers and glslang predate it, so ordo cannot build for it).
     std::vector<std::string> cooperative_matrix_nv;
     bool cooperative_matrix_khr_listed = false;
+    // VK_EXT_external_memory_host, enabled when listed: host memory the process allocated can
+    // back a buffer (device::import_host), so kernels write results where the host reads them
+    // without a copy. The imported pointer and size must be multiples of the alignment.
+    bool external_memory_host = false;
+    std::uint64_t min_imported_host_pointer_alignment = 0;
 };
 
 // One line per fact, for the start-up log and the stats op.
@@ -112,6 +117,7 @@ private:
     std::uint64_t _texel_count = 0;
     void* _mapped = nullptr;
     std::uint64_t _size = 0;
+    bool _imported = false;  // _mapped is the caller's memory (import_host): never unmapped
 };
 
 // A byte range of a buffer, as bound to one descriptor.
@@ -143,6 +149,11 @@ public:
     PFN_vkCmdPushDescriptorSetKHR push_descriptor_fn() const { return _push_descriptor; }
 
     result<buffer> create_buffer(std::uint64_t size, memory_use use);
+    // A buffer over `size` bytes of the caller's host memory at `host` (VK_EXT_external_memory_
+    // host), host-visible and coherent, its mapped() being `host`; the memory must outlive the
+    // buffer. Errors (unsupported): no such extension, a pointer or size that is not a multiple
+    // of min_imported_host_pointer_alignment, no host-coherent memory type for it.
+    result<buffer> import_host(void* host, std::uint64_t size);
     // Copies host bytes into a buffer (mapped memcpy, or through a staging buffer).
     status write(const buffer& dst, std::uint64_t offset, const void* src, std::uint64_t size);
     status read(const buffer& src, std::uint64_t offset, void* dst, std::uint64_t size);
@@ -160,6 +171,10 @@ private:
     status staged_copy(const buffer& host, const buffer& dev, std::uint64_t dev_offset,
                        std::uint64_t size, bool to_device);
     int find_memory_type(std::uint32_t type_bits, VkMemoryPropertyFlags want) const;
+    // The VkBuffer of create_buffer and import_host (`next`: its create info's pNext chain).
+    status make_buffer(buffer& b, std::uint64_t size, const void* next);
+    // b's texel view, when its size allows one (a failure only costs speed).
+    void add_texel_view(buffer& b);
 
     device_info _info;
     VkInstance _instance = VK_NULL_HANDLE;

@@ -200,24 +200,14 @@ void stream::dispatch(const pipeline& pl, pipeline_id id,
     }
 }
 
-void stream::copy(const buffer& src, const buffer& dst, std::span<const VkBufferCopy> regions) {
-    ORDO_GPU_CHECK(_rec >= 0, "copy outside a segment");
+void stream::transfer(const std::function<void(VkCommandBuffer)>& command) {
     VkCommandBuffer cb = cmd();
-    ORDO_GPU_CHECK(_slot[_rec].recorded.size() < _options.dispatches_per_segment_max,
-                   "segment dispatch budget exceeded; split the copy into more segments");
-    ORDO_GPU_CHECK(!regions.empty(), "copy of no regions");
-    for (const VkBufferCopy& c : regions) {
-        ORDO_GPU_CHECK(
-            c.size > 0 && c.srcOffset + c.size <= src.size() && c.dstOffset + c.size <= dst.size(),
-            "copy region past a buffer end");
-    }
     VkMemoryBarrier before{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
     before.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
     before.dstAccessMask = VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
     vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
                          VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &before, 0, nullptr, 0, nullptr);
-    vkCmdCopyBuffer(cb, src.handle(), dst.handle(), static_cast<std::uint32_t>(regions.size()),
-                    regions.data());
+    command(cb);
     VkMemoryBarrier after{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
     after.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
     after.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
@@ -226,11 +216,39 @@ void stream::copy(const buffer& src, const buffer& dst, std::span<const VkBuffer
                          VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT |
                              VK_PIPELINE_STAGE_HOST_BIT,
                          0, 1, &after, 0, nullptr, 0, nullptr);
-    _slot[_rec].recorded.push_back(pipeline_id::count);  // no pipeline: a copy
+    _slot[_rec].recorded.push_back(pipeline_id::count);  // no pipeline: a transfer
     if (_queries != VK_NULL_HANDLE) {
         vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, _queries,
                             query_base(_rec) + dispatches());
     }
+}
+
+void stream::copy(const buffer& src, const buffer& dst, std::span<const VkBufferCopy> regions) {
+    ORDO_GPU_CHECK(_rec >= 0, "copy outside a segment");
+    ORDO_GPU_CHECK(_slot[_rec].recorded.size() < _options.dispatches_per_segment_max,
+                   "segment dispatch budget exceeded; split the copy into more segments");
+    ORDO_GPU_CHECK(!regions.empty(), "copy of no regions");
+    for (const VkBufferCopy& c : regions) {
+        ORDO_GPU_CHECK(
+            c.size > 0 && c.srcOffset + c.size <= src.size() && c.dstOffset + c.size <= dst.size(),
+            "copy region past a buffer end");
+    }
+    transfer([&](VkCommandBuffer cb) {
+        vkCmdCopyBuffer(cb, src.handle(), dst.handle(), static_cast<std::uint32_t>(regions.size()),
+                        regions.data());
+    });
+}
+
+void stream::fill(buffer_view dst, std::uint32_t word) {
+    ORDO_GPU_CHECK(_rec >= 0, "fill outside a segment");
+    ORDO_GPU_CHECK(_slot[_rec].recorded.size() < _options.dispatches_per_segment_max,
+                   "segment dispatch budget exceeded");
+    ORDO_GPU_CHECK(dst.buf != nullptr && dst.range > 0 && dst.offset % 4 == 0 &&
+                       dst.range % 4 == 0 && dst.offset + dst.range <= dst.buf->size(),
+                   "fill past a buffer end or off 4-byte words");
+    transfer([&](VkCommandBuffer cb) {
+        vkCmdFillBuffer(cb, dst.buf->handle(), dst.offset, dst.range, word);
+    });
 }
 
 status stream::submit() {

@@ -24,6 +24,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <optional>
@@ -96,6 +97,9 @@ public:
     // and to the host once the segment's fence has signalled. Regions are checked against both
     // buffers' sizes.
     void copy(const buffer& src, const buffer& dst, std::span<const VkBufferCopy> regions);
+    // Records a fill of `dst` (4-byte aligned) with `word`, ordered and counted like a copy
+    // (the nan_logits fault: NaNs written where the logits head wrote its rows).
+    void fill(buffer_view dst, std::uint32_t word);
 
     // Ends recording and submits the segment with its fence. Error (gpu_busy, the recording
     // kept) while another segment is in flight.
@@ -149,6 +153,9 @@ private:
     status init();
     status start(std::string label);
     void read_timestamps(int slot);
+    // Records `command` (a transfer) between barriers against every earlier and later kernel,
+    // transfer and host read, counted as one dispatch (copy, fill).
+    void transfer(const std::function<void(VkCommandBuffer)>& command);
     std::uint32_t query_base(int slot) const {
         return static_cast<std::uint32_t>(slot) * (_options.dispatches_per_segment_max + 1);
     }

@@ -15,9 +15,13 @@
 // candidates all sit in one chunk, and ties straddling a chunk's edge; the scratch starts
 // dirty. The count, candidates (ids and logit bits) and maximum must be exact; the normalisers
 // (float sums on the device, double on the host) within 1e-5 relative. Through read_summary,
-// the words are what the scheduler accepts.
+// the words are what the scheduler accepts. A row holding an inf or a NaN among its first
+// n_sample entries (anywhere: first, in a middle chunk, last) is flagged in its count word
+// (ORDO_SUMMARY_NONFINITE), and read_summary refuses it; clean rows beside it and infs past
+// n_sample are not.
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "gpu/vk/shaders/abi.h"
 #include "gpu_fixture.hpp"
@@ -39,13 +43,16 @@ std::vector<float> tied_row(std::uint32_t n, std::uint32_t seed) {
     return r;
 }
 
-void check_rows(const std::vector<row_case>& rows, std::uint32_t n_sample, std::uint32_t stride,
-                std::uint32_t offset) {
+// The summary words of `rows` (their first n_sample entries each, at `offset` and `stride`;
+// `pad` fills the rest of each row, which the kernel must never read).
+std::vector<std::uint32_t> summary_words(const std::vector<row_case>& rows, std::uint32_t n_sample,
+                                         std::uint32_t stride, std::uint32_t offset,
+                                         float pad = 7.0f) {
     const auto n_rows = static_cast<std::uint32_t>(rows.size());
-    std::vector<float> packed(offset + std::size_t(n_rows) * stride, 7.0f);  // pads: never read
+    std::vector<float> packed(offset + std::size_t(n_rows) * stride, pad);
     std::vector<float> temps;
     for (std::uint32_t r = 0; r < n_rows; ++r) {
-        ASSERT_GE(rows[r].logits.size(), n_sample);
+        EXPECT_GE(rows[r].logits.size(), n_sample);
         std::copy(rows[r].logits.begin(), rows[r].logits.begin() + n_sample,
                   packed.begin() + offset + std::size_t(r) * stride);
         temps.push_back(rows[r].temperature);
@@ -56,12 +63,18 @@ void check_rows(const std::vector<row_case>& rows, std::uint32_t n_sample, std::
     // Dirty scratch: every word the merge reads must have been written by this dispatch.
     buffer cb = make_buffer(
         std::vector<std::uint32_t>(logits_summary_scratch_words(n_sample, n_rows), 0x3F800001u));
-    ASSERT_TRUE(env().str->begin("summary").ok());
-    ASSERT_TRUE(encode_logits_summary(*env().str, {whole(lb), offset, stride}, whole(tb), whole(cb),
+    EXPECT_TRUE(env().str->begin("summary").ok());
+    EXPECT_TRUE(encode_logits_summary(*env().str, {whole(lb), offset, stride}, whole(tb), whole(cb),
                                       whole(sb), n_sample, n_rows)
                     .ok());
     run_segment("summary");
-    auto words = read_buffer<std::uint32_t>(sb, std::size_t(n_rows) * abi::ORDO_SUMMARY_WORDS);
+    return read_buffer<std::uint32_t>(sb, std::size_t(n_rows) * abi::ORDO_SUMMARY_WORDS);
+}
+
+void check_rows(const std::vector<row_case>& rows, std::uint32_t n_sample, std::uint32_t stride,
+                std::uint32_t offset) {
+    const auto n_rows = static_cast<std::uint32_t>(rows.size());
+    auto words = summary_words(rows, n_sample, stride, offset);
     for (std::uint32_t r = 0; r < n_rows; ++r) {
         SCOPED_TRACE("row " + std::to_string(r) + " of " + std::to_string(n_sample));
         std::span<const float> row(rows[r].logits.data(), n_sample);
@@ -196,6 +209,42 @@ TEST(LogitsSummary, ReadsItsRowsAtAnOffsetAndStrideUpToSampleVocab) {
     std::vector<row_case> rows;
     for (std::uint32_t r = 0; r < 5; ++r) rows.push_back({tied_row(1031, 40 + r), 0.25f * r});
     check_rows(rows, 1031, 1100, 37);
+}
+
+TEST(LogitsSummary, FlagsEveryRowHoldingAnInfOrANaN) {
+    ORDO_REQUIRE_GPU();
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    const float inf = std::numeric_limits<float>::infinity();
+    // One chunk and 32 chunks; the bad entry first, in a middle chunk, last; a clean row
+    // between the bad ones; the rows' pads hold inf, which the kernel must not look at.
+    for (std::uint32_t n : {100u, 128256u}) {
+        std::vector<row_case> rows;
+        std::vector<bool> bad;
+        std::uint32_t seed = 70;
+        for (float v : {nan, inf, -inf}) {
+            for (std::uint32_t at : {0u, n / 2 + 3, n - 1}) {
+                rows.push_back({random_floats(n, seed++, 4.0f), 1.0f});
+                rows.back().logits[at] = v;
+                bad.push_back(true);
+                rows.push_back({random_floats(n, seed++, 4.0f), 0.8f});
+                bad.push_back(false);
+            }
+        }
+        auto words = summary_words(rows, n, n + 5, 0, inf);
+        for (std::size_t r = 0; r < rows.size(); ++r) {
+            SCOPED_TRACE("row " + std::to_string(r) + " of " + std::to_string(n));
+            auto row = std::span<const std::uint32_t>(words).subspan(r * abi::ORDO_SUMMARY_WORDS,
+                                                                     abi::ORDO_SUMMARY_WORDS);
+            EXPECT_EQ((row[3] & abi::ORDO_SUMMARY_NONFINITE) != 0, bad[r]);
+            EXPECT_EQ(row[3] & ~abi::ORDO_SUMMARY_NONFINITE, std::min(n, abi::ORDO_SUMMARY_TOP));
+            auto read = sched::read_summary(row, n, rows[r].temperature);
+            EXPECT_EQ(read.ok(), !bad[r]);
+            if (!read.ok()) {
+                EXPECT_NE(read.err().message.find("inf or a NaN"), std::string::npos)
+                    << read.err().message;
+            }
+        }
+    }
 }
 
 TEST(LogitsSummary, BadShapesAreErrors) {

@@ -1,8 +1,9 @@
 // test_runner_plan.cpp: the pure host-side pieces under the runner and the gpu actor, without a
 // device: step_plan (token order, KV slots, attention pairs, block tables, logits row runs),
 // armed_faults (phase matching, after_steps, count, refusal of bad faults) and logits_exchange
-// (acquire until gpu_busy, release, row addressing; greedy_token from the summary where the
-// step wrote one and its best id is a row id, else from the row's first n_sample entries, the
+// (acquire until gpu_busy, release, row addressing; each slot's logits rows inside one region
+// that starts and ends on region_align, the regions disjoint; greedy_token from the summary where
+// the step wrote one and its best id is a row id, else from the row's first n_sample entries, the
 // lowest id on a tie), finite_copy (copies, and finds inf/NaN of either sign at any
 // position) and kv_staging (acquire until
 // kv_staging_busy, refused at once with no wait, release, byte ranges, misuse asserts).
@@ -119,6 +120,32 @@ TEST(LogitsExchange, AcquireUntilBusyThenRelease) {
     EXPECT_EQ(*again, held[1]);
     x.release(logits_exchange::no_slot);  // a step without rows: nothing to release
     EXPECT_DEATH(x.release(logits_exchange::slots_max), "out of range");
+}
+
+TEST(LogitsExchange, EachSlotsRowsLieInOneAlignedRegion) {
+    // 3 rows of 1000 floats (12000 B): each region padded to one region_align.
+    logits_exchange x(3, 1000);
+    std::vector<std::uint32_t> slots;
+    for (std::uint32_t i = 0; i < logits_exchange::slots_max; ++i) slots.push_back(*x.acquire());
+    const char* prev_end = nullptr;
+    for (std::uint32_t slot = 0; slot < logits_exchange::slots_max; ++slot) {
+        SCOPED_TRACE("slot " + std::to_string(slot));
+        std::span<float> region = x.logits_region(slot);
+        const auto start = reinterpret_cast<std::uintptr_t>(region.data());
+        EXPECT_EQ(start % logits_exchange::region_align, 0u);
+        EXPECT_EQ(region.size_bytes() % logits_exchange::region_align, 0u);
+        EXPECT_GE(region.size(), 3u * 1000u);
+        EXPECT_LT(region.size_bytes(), 3u * 1000u * 4u + logits_exchange::region_align);
+        if (prev_end != nullptr) {
+            EXPECT_GE(reinterpret_cast<const char*>(region.data()), prev_end) << "regions overlap";
+        }
+        prev_end = reinterpret_cast<const char*>(region.data() + region.size());
+        for (std::uint32_t r = 0; r < 3; ++r) {
+            EXPECT_EQ(x.row(slot, r), region.data() + r * 1000) << "row " << r;
+        }
+        EXPECT_EQ(region[0], 0.0f) << "zeroed";
+    }
+    EXPECT_DEATH(x.logits_region(logits_exchange::slots_max), "out of range");
 }
 
 TEST(LogitsExchange, GreedyTokenFromTheSummaryOrTheRow) {

@@ -12,7 +12,8 @@
 // reports cached tokens and gives output identical to a cold-cache server; overload, context
 // exceeded and bad parameters get their error codes; tokenize/detokenize/model answer; the
 // gpu map of model and stats describes the device (lavapipe: texel kernels, no row summaries,
-// segments of 4 layers by default) and counts steps and an injected hang;
+// segments of 4 layers by default, logits rows written in place: it imports host memory) and
+// counts steps and an injected hang;
 // gpu.kernels = "storage" and "texel" each serve the golden text; requests without a seed sample
 // afresh (two at temperature 1 differ) and the seed their done event reports reproduces them.
 #include <gtest/gtest.h>
@@ -528,10 +529,14 @@ TEST(serving, gpu_map_in_model_and_stats_counts_steps_and_a_watchdog_timeout) {
     ASSERT_EQ(summaries->type, msgpack::type::BOOLEAN);
     // gpu.flush_every_layers is not set: the device's choice.
     const std::uint64_t flush = uint_field(*dev, "flush_every_layers");
+    const msgpack::object* in_place = field(*dev, "logits_in_place");
+    ASSERT_NE(in_place, nullptr);
+    ASSERT_EQ(in_place->type, msgpack::type::BOOLEAN);
     if (kind == "cpu") {
         EXPECT_EQ(kernels, "texel");           // lavapipe
         EXPECT_FALSE(summaries->via.boolean);  // its host pass is cheaper (gpu.row_summaries)
         EXPECT_EQ(flush, 4u);                  // its segments run long
+        EXPECT_TRUE(in_place->via.boolean);    // it has VK_EXT_external_memory_host
     } else {
         EXPECT_EQ(flush, 16u);
     }

@@ -322,7 +322,10 @@ ORDO_ABI_CONST ORDO_ATTN_TX_GROUP = 4;
 // vocabulary (scheduler/sampling.hpp, the summary's fast path), over each row's first n_sample
 // entries; the output row, in 32-bit words: [0] the largest logit m, [1] sum of exp(l - m),
 // [2] sum of exp((l - m) / T) for the row's temperature T = temps[row] (0 when T <= 0), [3] the
-// candidate count c = min(n_sample, ORDO_SUMMARY_TOP), then the c best ids (logit descending,
+// candidate count c = min(n_sample, ORDO_SUMMARY_TOP), with ORDO_SUMMARY_NONFINITE set when an
+// entry of the row's first n_sample is an inf or a NaN (the rest of the summary is then
+// meaningless: the step failed, and the runner reports it without reading the row), then the
+// c best ids (logit descending,
 // the lower id first on ties) at [4, 4 + TOP) and their logits at [4 + TOP, 4 + 2 TOP).
 // Two dispatches, so a row is read by many workgroups, not one (a 128k-entry row on one
 // workgroup was 0.67 ms of a 2.5 ms decode step on an H200): logits_summary gives each of a
@@ -338,6 +341,7 @@ ORDO_ABI_CONST ORDO_ATTN_TX_GROUP = 4;
 ORDO_ABI_CONST ORDO_SUMMARY_WG = 256;
 ORDO_ABI_CONST ORDO_SUMMARY_TOP = 64;
 ORDO_ABI_CONST ORDO_SUMMARY_WORDS = 4 + 2 * ORDO_SUMMARY_TOP;
+ORDO_ABI_CONST ORDO_SUMMARY_NONFINITE = 0x80000000u;  // in word [3]
 // A row of n entries takes min(ORDO_SUMMARY_CHUNKS_MAX, ceil(n / ORDO_SUMMARY_CHUNK)) chunks of
 // ceil(n / chunks) entries (Llama 3's 128256: 32 of 4008; 32000: 8 of 4000). The merge keeps
 // every chunk's candidates in shared memory: CHUNKS_MAX x TOP x 8 B = 16 KiB.

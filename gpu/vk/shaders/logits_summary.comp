@@ -38,6 +38,7 @@ const float BINS_PER_NAT = 16.0;
 const uint FAR = VALUE_BINS;  // the bin of the entries the histogram does not reach
 
 shared float red[NW];
+shared uint red_bad[NW];  // an inf or NaN seen (ORDO_SUMMARY_NONFINITE), OR-ed over the lanes
 shared float red_t[NW];
 shared uint hist[BINS];
 shared uint tie_rank[NW];
@@ -72,17 +73,28 @@ void main() {
     const uint base = p.logits_offset + row * p.logits_stride + lo;
     const uint o = (row * p.n_chunks + gl_WorkGroupID.x) * ORDO_SUMMARY_WORDS;
 
-    // The largest logit (exact: max does not depend on the order).
+    // The largest logit (exact: max does not depend on the order), and whether any entry is an
+    // inf or a NaN (an exponent of all ones).
     float m = uintBitsToFloat(0xFF800000u);  // -inf
-    for (uint i = lane; i < n; i += NW) m = max(m, logits[base + i]);
+    uint bad = 0u;
+    for (uint i = lane; i < n; i += NW) {
+        const float v = logits[base + i];
+        m = max(m, v);
+        bad |= (floatBitsToUint(v) & 0x7F800000u) == 0x7F800000u ? ORDO_SUMMARY_NONFINITE : 0u;
+    }
     red[lane] = m;
+    red_bad[lane] = bad;
     hist[lane] = 0u;  // NW == BINS lanes
     barrier();
     for (uint s = NW / 2u; s > 0u; s >>= 1) {
-        if (lane < s) red[lane] = max(red[lane], red[lane + s]);
+        if (lane < s) {
+            red[lane] = max(red[lane], red[lane + s]);
+            red_bad[lane] |= red_bad[lane + s];
+        }
         barrier();
     }
     const float top = red[0];
+    const uint nonfinite = red_bad[0];
     barrier();  // every lane has read red[0] before the sums reuse it
 
     // The normalisers, in the order fixed by n alone (abi.h), and the first stage's histogram
@@ -242,6 +254,6 @@ void main() {
         summary[o] = floatBitsToUint(top);
         summary[o + 1u] = floatBitsToUint(red[0]);
         summary[o + 2u] = t > 0.0 ? floatBitsToUint(red_t[0]) : 0u;
-        summary[o + 3u] = count;
+        summary[o + 3u] = count | nonfinite;
     }
 }

@@ -7,9 +7,9 @@
 // members, or TOP of them): every chunk candidate finds its place in the row as its place in its
 // own chunk plus, for each other chunk, how many of that chunk's sorted candidates beat it (a
 // binary search: they are a prefix), stopping once that reaches TOP; the candidates placed under
-// the row's count are written there. Exact: a candidate of the row's best TOP is beaten only by
-// candidates of the best TOP, which their chunks list. Call site: gpu/vk/kernels.cpp
-// encode_logits_summary().
+// the row's count are written there. The row's inf/NaN flag is any chunk's. Exact: a candidate
+// of the row's best TOP is beaten only by candidates of the best TOP, which their chunks list.
+// Call site: gpu/vk/kernels.cpp encode_logits_summary().
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "abi.h"
@@ -42,7 +42,7 @@ void main() {
 
     for (uint j = lane; j < nc * TOP; j += WG) {
         const uint c = j / TOP, k = j % TOP, at = in0 + c * WORDS;
-        if (k == 0u) s_count[c] = chunks[at + 3u];
+        if (k == 0u) s_count[c] = chunks[at + 3u] & ~ORDO_SUMMARY_NONFINITE;
         s_id[j] = chunks[at + 4u + k];
         s_key[j] = key_of(uintBitsToFloat(chunks[at + 4u + TOP + k]));
     }
@@ -77,6 +77,9 @@ void main() {
     }
 
     if (lane == 0u) {
+        uint nonfinite = 0u;  // any chunk's flag
+        for (uint c = 0u; c < nc; c++) nonfinite |= chunks[in0 + c * WORDS + 3u];
+        nonfinite &= ORDO_SUMMARY_NONFINITE;
         float top = uintBitsToFloat(chunks[in0]);
         for (uint c = 1u; c < nc; c++) top = max(top, uintBitsToFloat(chunks[in0 + c * WORDS]));
         const float t = temps[row];
@@ -102,6 +105,6 @@ void main() {
         summary[o] = floatBitsToUint(top);
         summary[o + 1u] = floatBitsToUint(sum);
         summary[o + 2u] = t > 0.0 ? floatBitsToUint(sum_t) : 0u;
-        summary[o + 3u] = count;
+        summary[o + 3u] = count | nonfinite;
     }
 }
