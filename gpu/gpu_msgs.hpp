@@ -218,12 +218,14 @@ struct device_summary {
     std::string kernels;                // "texel" (texel-buffer kernels) | "storage"
     bool row_summaries = false;         // steps come with their rows' summaries (step_done)
     uint32_t flush_every_layers = 0;  // layers per command-buffer segment (gpu.flush_every_layers)
+    uint32_t first_segment_layers = 0;  // layers in a step's first segment (the GPU starts on them)
     // The device writes logits rows straight into the logits exchange (runner_options::
     // logits_regions imported), instead of the host copying them out of its buffer each step.
     bool logits_in_place = false;
     MSGPACK_DEFINE_MAP(name, kind, driver, vulkan, index, subgroup_size, max_storage_buffer_range,
                        max_shared_memory_bytes, max_workgroup_invocations, device_local_bytes,
-                       features, kernels, row_summaries, flush_every_layers, logits_in_place);
+                       features, kernels, row_summaries, flush_every_layers, first_segment_layers,
+                       logits_in_place);
 };
 
 // The device is (again) ready: sent after start-up and after each rebuild. epoch counts

@@ -1,13 +1,14 @@
 // ordo-bench: `ordo-bench --model FILE [--prompts 128,512] [--gen 128] [--parallel 4,8,16]
 // [--json] [--flush-every N] [--device SEL] [--kernels auto|texel|storage] [--reps N]
 // [--label NAME] [--mm-split-wg N] [--row-summaries auto|on|off] [--attention-flash on|off]
-// [--logits-in-place on|off]`
+// [--logits-in-place on|off] [--first-segment N]`
 // (--mm-split-wg: the tiled mat-mul's group split threshold, an A/B knob: pipeline_tuning::
 // mat_tiled_split_wg; 0 never splits; --row-summaries: gpu.row_summaries; --attention-flash
 // off: prefill attention on attention.comp instead of attention_flash, an A/B knob with the
 // same bits: runner_options::attention_flash; --logits-in-place off: the logits rows copied
 // out of the device's buffer each step instead of written into the logits exchange,
-// runner_options::logits_in_place).
+// runner_options::logits_in_place; --first-segment N: layers in a step's first segment,
+// runner_options::first_segment_layers, 0 as many as the others).
 //
 // Measures what ../shared/peer/bench_llamacpp.mjs measures for llama.cpp, named the same way,
 // one JSON line per measurement (--json) or a readable table:
@@ -26,7 +27,8 @@
 // goes": per-pipeline GPU time of one decode step (after 16 + G/2 tokens) and one prefill step
 // (lines kernels_decode / kernels_prefill<N>, a "kernels" list of {name, ms, dispatches}), and
 // one decode step of the largest --parallel P sequences (kernels_decode_x<P>).
-// Every line also carries engine, backend, model, device, flush_every_layers and kernel_family
+// Every line also carries engine, backend, model, device, flush_every_layers,
+// first_segment_layers and kernel_family
 // (the --kernels choice), row_summaries (whether the steps came with them), attention_flash and
 // logits_in_place (whether the device wrote the rows into the exchange).
 #include <algorithm>
@@ -62,10 +64,11 @@ struct bench_options {
     std::string kernels = "auto";   // gpu.kernels
     std::uint32_t reps = 2;
     bool json = false;
-    std::optional<std::uint32_t> mm_split_wg;  // runner_options::mat_tiled_split_wg
-    std::string row_summaries = "auto";        // gpu.row_summaries
-    bool attention_flash = true;               // runner_options::attention_flash
-    bool logits_in_place = true;               // runner_options::logits_in_place
+    std::optional<std::uint32_t> mm_split_wg;    // runner_options::mat_tiled_split_wg
+    std::string row_summaries = "auto";          // gpu.row_summaries
+    bool attention_flash = true;                 // runner_options::attention_flash
+    bool logits_in_place = true;                 // runner_options::logits_in_place
+    std::optional<std::uint32_t> first_segment;  // runner_options::first_segment_layers
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -74,7 +77,7 @@ struct bench_options {
                  "[--parallel 4,8,16] [--json] [--flush-every N] [--device SEL] "
                  "[--kernels auto|texel|storage] [--reps N] [--label NAME] "
                  "[--mm-split-wg N] [--row-summaries auto|on|off] [--attention-flash on|off] "
-                 "[--logits-in-place on|off]\n",
+                 "[--logits-in-place on|off] [--first-segment N]\n",
                  why.c_str());
     std::exit(2);
 }
@@ -138,6 +141,8 @@ bench_options parse(int argc, char** argv) {
             std::string v = value();
             if (v != "on" && v != "off") usage("--logits-in-place must be on or off");
             o.logits_in_place = v == "on";
+        } else if (a == "--first-segment") {
+            o.first_segment = parse_u32(value(), 0, 1024);
         } else if (a == "--mm-split-wg")
             o.mm_split_wg = parse_u32(value(), 0, 1u << 20);
         else if (a == "--reps")
@@ -203,6 +208,7 @@ runner_options runner_for(const bench_options& o, std::uint32_t n_ctx) {
     if (o.row_summaries != "auto") r.row_summaries = o.row_summaries == "on";
     r.attention_flash = o.attention_flash;
     r.logits_in_place = o.logits_in_place;
+    r.first_segment_layers = o.first_segment;
     r.mat_tiled_split_wg = o.mm_split_wg;
     r.watchdog_ms = 600'000;
     r.kv_block_tokens = block_tokens;
@@ -441,13 +447,15 @@ int main(int argc, char** argv) {
                  (*s)->ready().device.c_str(), seconds_since(t0));
     bench b{o,  **s, hp->n_vocab, (decode_prompt + o.gen + 1 + block_tokens - 1) / block_tokens,
             "", 0,   {}};
-    b.common = "\"engine\": \"ordo\", \"backend\": \"vulkan\", \"model\": " + json_str(o.label) +
-               ", \"device\": " + json_str((*s)->ready().device) + ", \"flush_every_layers\": " +
-               std::to_string((*s)->ready().info.flush_every_layers) +
-               ", \"kernel_family\": " + json_str(o.kernels) +
-               ", \"row_summaries\": " + ((*s)->ready().info.row_summaries ? "true" : "false") +
-               ", \"attention_flash\": " + (o.attention_flash ? "true" : "false") +
-               ", \"logits_in_place\": " + ((*s)->ready().info.logits_in_place ? "true" : "false");
+    b.common =
+        "\"engine\": \"ordo\", \"backend\": \"vulkan\", \"model\": " + json_str(o.label) +
+        ", \"device\": " + json_str((*s)->ready().device) +
+        ", \"flush_every_layers\": " + std::to_string((*s)->ready().info.flush_every_layers) +
+        ", \"first_segment_layers\": " + std::to_string((*s)->ready().info.first_segment_layers) +
+        ", \"kernel_family\": " + json_str(o.kernels) +
+        ", \"row_summaries\": " + ((*s)->ready().info.row_summaries ? "true" : "false") +
+        ", \"attention_flash\": " + (o.attention_flash ? "true" : "false") +
+        ", \"logits_in_place\": " + ((*s)->ready().info.logits_in_place ? "true" : "false");
     measure(b);
     status st = (*s)->stop();
     if (!st) std::fprintf(stderr, "ordo-bench: stop: %s\n", st.err().message.c_str());

@@ -303,6 +303,7 @@ device_summary summarize(const runner& r) {
     s.kernels = r.texel_kernels() ? "texel" : "storage";
     s.row_summaries = r.row_summaries();
     s.flush_every_layers = r.flush_every_layers();
+    s.first_segment_layers = r.first_segment_layers();
     s.logits_in_place = r.logits_regions_imported() > 0;
     return s;
 }

@@ -695,6 +695,9 @@ status runner::init_stream() {
                               _pipes->tuning().flush_every_layers, segment_dispatches_max);
     if (!layers) return layers.err();
     _flush_every = *layers;
+    const std::uint32_t first = _options.first_segment_layers.value_or(
+        _options.flush_every_layers == 0 ? _pipes->tuning().first_segment_layers : 0);
+    _first_segment = first == 0 ? _flush_every : std::min(first, _flush_every);
     std::uint64_t budget = shape.dispatches(_flush_every);
     // A KV copy job is one segment of one copy per layer buffer (K and V of each layer).
     budget = std::max<std::uint64_t>(budget, 2ull * _hp.n_layer);

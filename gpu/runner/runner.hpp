@@ -105,6 +105,11 @@ struct runner_options {
     std::string device;  // gpu.device selector ("" = auto)
     // gpu.flush_every_layers; 0 = the device's (pipeline_tuning::flush_every_layers)
     std::uint32_t flush_every_layers = 0;
+    // Layers in a step's first segment (at most flush_every_layers(); 0: as many as the
+    // others); unset = the device's (pipeline_tuning::first_segment_layers) where
+    // flush_every_layers is 0, else 0: a configured segment length is every segment's. Tests
+    // and ordo-bench --first-segment set it.
+    std::optional<std::uint32_t> first_segment_layers;
     std::uint64_t watchdog_ms = 10'000;  // gpu.watchdog_ms
     // gpu.warmup_ms_max: how long one warm-up submission may run. The first dispatch of a
     // pipeline compiles it (llvmpipe's JIT, a GPU driver's shader compiler), which is not a hang:
@@ -296,6 +301,9 @@ public:
     // Layers per segment: runner_options::flush_every_layers, or where that is 0 the device's
     // (pipeline_tuning::flush_every_layers, fewer if its segments would pass the dispatch bound).
     std::uint32_t flush_every_layers() const { return _flush_every; }
+    // Layers in a step's first segment (runner_options::first_segment_layers): the GPU starts
+    // on them while the host records the next segment.
+    std::uint32_t first_segment_layers() const { return _first_segment; }
     const model::llama_hparams& hparams() const { return _hp; }
     const runner_options& options() const { return _options; }
     // How many of runner_options::logits_regions the device imported (all or none).
@@ -398,6 +406,7 @@ private:
     std::unique_ptr<stream> _stream;
     // Layers per segment (flush_every_layers(); set by init_stream).
     std::uint32_t _flush_every = 0;
+    std::uint32_t _first_segment = 0;  // first_segment_layers(), at most _flush_every
     std::unique_ptr<arena> _arena;
     std::unique_ptr<kv_pool> _kv;
     weight_tensor _token_embd;  // (n_vocab rows of n_embd)

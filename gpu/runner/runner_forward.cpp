@@ -273,15 +273,16 @@ result<step_result> runner::run_step(const step& s, float* logits_out, float* hi
     _timings.clear();
     step_result r;
     r.n_tokens = _plan.n_tokens;
-    // Segments of flush_every_layers layers, one in flight at a time and each waited on under
-    // the watchdog; the next one is recorded while the one before it runs, so the host's
-    // encoding overlaps the GPU's work instead of leaving the GPU idle.
-    const std::uint32_t per = flush_every_layers();
-    auto last_of = [&](std::uint32_t l0) { return std::min(_hp.n_layer, l0 + per) - 1; };
+    // Segments of flush_every_layers layers (the first of first_segment_layers), one in flight
+    // at a time and each waited on under the watchdog; the next one is recorded while the one
+    // before it runs, so the host's encoding overlaps the GPU's work instead of leaving the GPU
+    // idle.
+    auto next_of = [&](std::uint32_t l0) { return l0 + (l0 == 0 ? _first_segment : _flush_every); };
+    auto last_of = [&](std::uint32_t l0) { return std::min(_hp.n_layer, next_of(l0)) - 1; };
     ORDO_TRY(record_segment(s, 0, last_of(0), fault));
     ORDO_TRY(submit_segment(0, last_of(0), fault));
-    for (std::uint32_t l0 = 0; l0 < _hp.n_layer; l0 += per) {
-        const std::uint32_t next = l0 + per;
+    for (std::uint32_t l0 = 0; l0 < _hp.n_layer; l0 = next_of(l0)) {
+        const std::uint32_t next = next_of(l0);
         const bool more = next < _hp.n_layer;
         status ahead = more ? record_segment(s, next, last_of(next), fault) : status{};
         status waited = wait_segment(l0, last_of(l0), fault, r);

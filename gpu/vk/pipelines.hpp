@@ -105,6 +105,15 @@ struct pipeline_tuning {
     // found the same at one sequence). A CPU device (lavapipe) keeps 4: its segments run for
     // seconds, and the watchdog bounds each.
     std::uint32_t flush_every_layers = 0;
+    // Layers in a step's first segment where the segments are the device's choice (0: as many
+    // as the others). Nothing runs on the GPU until the first segment is recorded and
+    // submitted, and the next is recorded while it runs: a short first segment starts the GPU
+    // early and hides the recording of the rest (lavapipe, 12 layers of the 110M model in one
+    // segment: 0.43 ms of recording before anything ran), at the price of one more boundary
+    // (a fence wait and a submission). Session 24's H200 A/B (16-layer segments 0.13 ms a step
+    // faster than 4-layer ones) leaves the balance open: 0 everywhere until a GPU run of
+    // ordo-bench --first-segment measures it (gpu/PERF.md session 25).
+    std::uint32_t first_segment_layers = 0;
     // Whether attention's automatic path sends a step's decode tokens (beyond what the split
     // grid serves, with grouped-query heads) to attention_flash, a tile per token's query heads
     // sharing its KV rows, instead of attention.comp. Off: on an H200 (gpu/PERF.md, session

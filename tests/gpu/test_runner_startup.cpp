@@ -26,7 +26,9 @@
 // (6) layers per segment (no device): a configured gpu.flush_every_layers is kept or refused
 //     when its segments pass the dispatch bound; the device's choice (0) shrinks until they
 //     fit, and is refused only when one layer does not; a lavapipe runner left to choose
-//     takes 4.
+//     takes 4; a shorter first segment (runner_options::first_segment_layers, an A/B knob
+//     for GPUs) splits a 5-layer step 1 + 2 + 2, clamps to the segment length, and gives the
+//     same logits bit for bit as one segment and as uniform segments.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -290,10 +292,48 @@ TEST(RunnerStartup, ARunnerLeftToChooseTakesTheDevicesSegmentLength) {
     ASSERT_TRUE(r);
     const bool cpu = r->info().kind == device_kind::cpu;
     EXPECT_EQ(r->flush_every_layers(), cpu ? 4u : 16u);
+    EXPECT_EQ(r->first_segment_layers(), r->flush_every_layers()) << "no device shortens it yet";
     o.flush_every_layers = 1;
     auto one = make_runner(*file, o);
     ASSERT_TRUE(one);
     EXPECT_EQ(one->flush_every_layers(), 1u);
+}
+
+TEST(RunnerStartup, AShortFirstSegmentSplitsTheStepWithTheSameBits) {
+    ORDO_REQUIRE_GPU();
+    auto file = open_model(synth_model(model::ggml_type::f16, 5));
+    ASSERT_TRUE(file);
+    const step s = make_step(1, step_phase::prefill,
+                             {make_seq(1, test_tokens(6, 300, 4), 0, blocks_from(0, 6, 8))});
+    struct run_case {
+        std::uint32_t flush;
+        std::optional<std::uint32_t> first;
+        std::uint32_t want_first, want_segments;
+        const char* last;
+    };
+    std::vector<float> want;
+    for (const run_case& c :
+         {run_case{5, std::nullopt, 5, 1, "layers 0-4"}, run_case{2, 1u, 1, 3, "layers 3-4"},
+          run_case{2, std::nullopt, 2, 3, "layers 4-4"}, run_case{2, 9u, 2, 3, "layers 4-4"},
+          run_case{2, 0u, 2, 3, "layers 4-4"}}) {
+        SCOPED_TRACE("flush " + std::to_string(c.flush) + " first " +
+                     (c.first ? std::to_string(*c.first) : "unset"));
+        runner_options o = test_options(true, c.flush);
+        o.first_segment_layers = c.first;
+        auto r = make_runner(*file, o);
+        ASSERT_TRUE(r);
+        EXPECT_EQ(r->first_segment_layers(), c.want_first);
+        std::vector<float> logits(300);
+        auto res = r->run_step(s, logits.data());
+        ASSERT_TRUE(res.ok()) << res.err().message;
+        EXPECT_EQ(res->segments, c.want_segments);
+        EXPECT_NE(r->last_segment().find(c.last), std::string::npos) << r->last_segment();
+        if (want.empty()) {
+            want = logits;
+        } else {
+            EXPECT_EQ(std::memcmp(logits.data(), want.data(), 300 * 4), 0);
+        }
+    }
 }
 
 TEST(RunnerStartup, AStoragePipelineTheDriverCannotBuildRefusesTheBuild) {

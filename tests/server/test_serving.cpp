@@ -529,6 +529,7 @@ TEST(serving, gpu_map_in_model_and_stats_counts_steps_and_a_watchdog_timeout) {
     ASSERT_EQ(summaries->type, msgpack::type::BOOLEAN);
     // gpu.flush_every_layers is not set: the device's choice.
     const std::uint64_t flush = uint_field(*dev, "flush_every_layers");
+    EXPECT_EQ(uint_field(*dev, "first_segment_layers"), flush);  // no device shortens it yet
     const msgpack::object* in_place = field(*dev, "logits_in_place");
     ASSERT_NE(in_place, nullptr);
     ASSERT_EQ(in_place->type, msgpack::type::BOOLEAN);
