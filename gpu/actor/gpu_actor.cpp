@@ -372,6 +372,9 @@ void gpu_actor::finish_step() {
         _replies.send(d);
         return;
     }
+    // A segment that timed out may still be writing this slot's rows (the head writes them in
+    // place): the slot goes back, but no step runs, and so none is handed out, until the
+    // rebuild has drained the old device and destroyed it (its teardown waits for it idle).
     _exchange.release(_job.slot);
     if (_job.nan) {
         fail(m, gpu_failure::nan, "non-finite logits or hidden states", _job.segment, false);
