@@ -142,6 +142,8 @@ struct stats_report {
     uint64_t epoch = 0, steps = 0, timeouts = 0, device_lost = 0, nan_logits = 0;
     uint64_t other_failures = 0;
     double busy_ms = 0;
+    double step_wall_ms = 0, between_steps_ms = 0;  // sched::gpu_view's
+    uint64_t back_to_back_steps = 0;
     kv::kv_disk_report kv_disk;
     uint64_t logits_slots_held = 0;  // logits_exchange slots not yet released (0 when idle)
     uint64_t rss_bytes = 0;          // the process's resident memory (0 where unknown)
@@ -153,8 +155,9 @@ struct stats_report {
     std::map<std::string, histogram> histograms;
     MSGPACK_DEFINE_MAP(active_sequences, queued_requests, kv_blocks_used, kv_blocks_free, net, http,
                        scheduler, kv, device, epoch, steps, timeouts, device_lost, nan_logits,
-                       other_failures, busy_ms, kv_disk, logits_slots_held, rss_bytes, fault_plan,
-                       histograms, log_lines_dropped);
+                       other_failures, busy_ms, step_wall_ms, between_steps_ms, back_to_back_steps,
+                       kv_disk, logits_slots_held, rss_bytes, fault_plan, histograms,
+                       log_lines_dropped);
 };
 
 // ---- events (scheduler → front door); none is answered ------------------------------------------

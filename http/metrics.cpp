@@ -130,6 +130,14 @@ std::string prometheus_text(const door::stats_report& s) {
     w.counter("ordo_gpu_steps", "gpu steps that ran", double(s.steps));
     w.counter("ordo_gpu_busy_seconds", "submit-to-fence time of the steps, summed",
               s.busy_ms / 1000.0);
+    w.counter("ordo_gpu_step_wall_seconds",
+              "wall time of the steps, from the scheduler sending each to its outcome, summed",
+              s.step_wall_ms / 1000.0);
+    w.counter("ordo_gpu_between_steps_seconds",
+              "time from a step's outcome to the next step sent back to back, summed",
+              s.between_steps_ms / 1000.0);
+    w.counter("ordo_gpu_back_to_back_steps", "steps sent by the handler of the step before them",
+              double(s.back_to_back_steps));
     w.counter("ordo_gpu_timeouts", "steps failed by the watchdog", double(s.timeouts));
     w.counter("ordo_gpu_device_lost", "steps failed with the device lost", double(s.device_lost));
     w.counter("ordo_gpu_nan_logits", "steps failed with NaN logits", double(s.nan_logits));

@@ -187,11 +187,14 @@ std::string encode(const door::stats_done& e) {
     if (!s.http.empty()) w.field("http", s.http);  // absent: the HTTP front door is off
     w.field("scheduler", s.scheduler).field("kv", s.kv);
     auto& g = w.nested("gpu");
-    g.pack_map(8);
+    g.pack_map(11);
     g.pack("device"), g.pack(s.device);
     g.pack("epoch"), g.pack(s.epoch);
     g.pack("steps"), g.pack(s.steps);
     g.pack("busy_ms"), g.pack(wire_f64{s.busy_ms});
+    g.pack("step_wall_ms"), g.pack(wire_f64{s.step_wall_ms});
+    g.pack("between_steps_ms"), g.pack(wire_f64{s.between_steps_ms});
+    g.pack("back_to_back_steps"), g.pack(s.back_to_back_steps);
     g.pack("timeouts"), g.pack(s.timeouts);
     g.pack("device_lost"), g.pack(s.device_lost);
     g.pack("nan_logits"), g.pack(s.nan_logits);

@@ -174,15 +174,24 @@ inline constexpr size_t net_faults_armed_max = 16;
 // last device_ready, and what the scheduler saw of its steps.
 struct gpu_view {
     gpu::device_summary device;
-    uint64_t epoch = 0;           // device rebuilds so far (0 = the first start)
-    uint64_t steps = 0;           // steps that ran
-    double busy_ms = 0;           // their submit-to-fence time, summed
+    uint64_t epoch = 0;  // device rebuilds so far (0 = the first start)
+    uint64_t steps = 0;  // steps that ran
+    double busy_ms = 0;  // their submit-to-fence time, summed
+    // Where a loaded server's GPU waits (issue 29): the wall time of the steps that ran, from
+    // the scheduler sending each to its outcome arriving (busy_ms plus the gpu actor's share:
+    // the hops, recording before the first submit, the checks), summed; and the time from a
+    // step's outcome arriving to the next step being sent, for each step the outcome's own
+    // handler sent (back to back: sampling, events, planning; a step that waited for work or
+    // for a draft round is not one), summed, with their count.
+    double step_wall_ms = 0;
+    double between_steps_ms = 0;
+    uint64_t back_to_back_steps = 0;
     uint64_t timeouts = 0;        // failed steps: gpu_timeout (watchdog)
     uint64_t device_lost = 0;     // failed steps: gpu_device_lost
     uint64_t nan_logits = 0;      // failed steps: gpu_nan
     uint64_t other_failures = 0;  // failed steps: any other code
-    MSGPACK_DEFINE_MAP(device, epoch, steps, busy_ms, timeouts, device_lost, nan_logits,
-                       other_failures);
+    MSGPACK_DEFINE_MAP(device, epoch, steps, busy_ms, step_wall_ms, between_steps_ms,
+                       back_to_back_steps, timeouts, device_lost, nan_logits, other_failures);
 };
 
 class scheduler_core {
@@ -345,10 +354,12 @@ private:
         gpu::hidden_output hidden = gpu::hidden_output::none;
         std::vector<int32_t> drafts;  // a verification's drafted tokens
     };
+    std::optional<gpu::step> plan_next_step();  // next_step without its timing
     struct in_flight_step {
         uint64_t step_id = 0;
         std::vector<planned> seqs;
         bool isolated = false;
+        clock::time_point sent{};  // when next_step handed it out
     };
 
     scheduler_core(const core_options& o, const model::tokenizer* t, model_info info);
@@ -484,6 +495,9 @@ private:
     std::vector<seq_id> _running;                // admission order, oldest first
     std::deque<std::vector<seq_id>> _isolation;  // groups to run alone (F4)
     std::optional<in_flight_step> _in_flight;
+    // When the last step's outcome arrived, until the next next_step (gpu_view's
+    // between_steps_ms).
+    std::optional<clock::time_point> _outcome_at;
     seq_id _next_seq = 1;
     // splitmix64 state of the seeds drawn for requests without one (core_options::
     // unseeded_source); each seed drawn is reported in the request's done event.

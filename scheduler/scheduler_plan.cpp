@@ -19,6 +19,21 @@
 namespace ordo::sched {
 
 std::optional<gpu::step> scheduler_core::next_step() {
+    std::optional<gpu::step> s = plan_next_step();
+    const clock::time_point now = clock::now();
+    if (s) {
+        _in_flight->sent = now;
+        if (_outcome_at) {
+            _gpu.between_steps_ms +=
+                std::chrono::duration<double, std::milli>(now - *_outcome_at).count();
+            _gpu.back_to_back_steps++;
+        }
+    }
+    _outcome_at.reset();  // only the first plan after an outcome is back to back
+    return s;
+}
+
+std::optional<gpu::step> scheduler_core::plan_next_step() {
     if (!_device_ready || _in_flight || !_kv) return std::nullopt;
     while (!_isolation.empty()) {
         if (auto s = plan_isolated()) return s;

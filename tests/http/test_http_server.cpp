@@ -553,6 +553,8 @@ TEST(http_server, metrics_are_prometheus_text) {
           "ordo_completion_tokens_bucket{le=\"+Inf\"} 2\n", "ordo_active_sequences 0\n",
           "# TYPE ordo_net_connections_open gauge\n", "# TYPE ordo_net_connections_total counter\n",
           "# TYPE ordo_http_requests_total counter\n", "# TYPE ordo_gpu_steps_total counter\n",
+          "# TYPE ordo_gpu_step_wall_seconds_total counter\n",
+          "# TYPE ordo_gpu_between_steps_seconds_total counter\n",
           "# TYPE ordo_kv_pool_blocks gauge\n"}) {
         EXPECT_NE(m.find(line), std::string::npos) << line << " not in\n" << m;
     }

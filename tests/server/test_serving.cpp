@@ -13,7 +13,8 @@
 // exceeded and bad parameters get their error codes; tokenize/detokenize/model answer; the
 // gpu map of model and stats describes the device (lavapipe: texel kernels, no row summaries,
 // segments of 4 layers by default, logits rows written in place: it imports host memory) and
-// counts steps and an injected hang;
+// counts steps (their wall time holds their GPU time; each decode is sent back to back by the
+// handler of the step before it) and an injected hang;
 // gpu.kernels = "storage" and "texel" each serve the golden text; requests without a seed sample
 // afresh (two at temperature 1 differ) and the seed their done event reports reproduces them.
 #include <gtest/gtest.h>
@@ -557,8 +558,11 @@ TEST(serving, gpu_map_in_model_and_stats_counts_steps_and_a_watchdog_timeout) {
              {"epoch", "steps", "timeouts", "device_lost", "nan_logits", "other_failures"}) {
             r[k] = static_cast<double>(uint_field(*g, k));
         }
-        const msgpack::object* busy = field(*g, "busy_ms");
-        r["busy_ms"] = busy != nullptr ? busy->as<double>() : -1.0;
+        for (const char* k : {"busy_ms", "step_wall_ms", "between_steps_ms"}) {
+            const msgpack::object* v = field(*g, k);
+            r[k] = v != nullptr ? v->as<double>() : -1.0;
+        }
+        r["back_to_back_steps"] = static_cast<double>(uint_field(*g, "back_to_back_steps"));
         const msgpack::object* d = field(*g, "device");
         EXPECT_TRUE(d != nullptr && str_field(*d, "name") == m->str("device"));
         return r;
@@ -572,6 +576,12 @@ TEST(serving, gpu_map_in_model_and_stats_counts_steps_and_a_watchdog_timeout) {
     auto before = gpu_stats(3);
     EXPECT_GE(before["steps"], 2.0);  // a prefill and decodes
     EXPECT_GT(before["busy_ms"], 0.0);
+    // Each step's wall time holds its GPU time; every decode was sent by the handler of the
+    // step before it (the prefill waited for the request), and that took some time.
+    EXPECT_GE(before["step_wall_ms"], before["busy_ms"]);
+    EXPECT_GE(before["back_to_back_steps"], before["steps"] - 1.0);
+    EXPECT_LT(before["back_to_back_steps"], before["steps"]);
+    EXPECT_GT(before["between_steps_ms"], 0.0);
     EXPECT_EQ(before["epoch"], 0.0);
     EXPECT_EQ(before["timeouts"], 0.0);
 
