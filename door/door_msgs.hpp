@@ -142,7 +142,7 @@ struct stats_report {
     uint64_t epoch = 0, steps = 0, timeouts = 0, device_lost = 0, nan_logits = 0;
     uint64_t other_failures = 0;
     double busy_ms = 0;
-    double step_wall_ms = 0, between_steps_ms = 0;  // sched::gpu_view's
+    double step_wall_ms = 0, between_steps_ms = 0, run_ms = 0;  // sched::gpu_view's
     uint64_t back_to_back_steps = 0;
     kv::kv_disk_report kv_disk;
     uint64_t logits_slots_held = 0;  // logits_exchange slots not yet released (0 when idle)
@@ -156,7 +156,7 @@ struct stats_report {
     MSGPACK_DEFINE_MAP(active_sequences, queued_requests, kv_blocks_used, kv_blocks_free, net, http,
                        scheduler, kv, device, epoch, steps, timeouts, device_lost, nan_logits,
                        other_failures, busy_ms, step_wall_ms, between_steps_ms, back_to_back_steps,
-                       kv_disk, logits_slots_held, rss_bytes, fault_plan, histograms,
+                       run_ms, kv_disk, logits_slots_held, rss_bytes, fault_plan, histograms,
                        log_lines_dropped);
 };
 

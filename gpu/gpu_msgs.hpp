@@ -158,7 +158,10 @@ struct step_done {
     double gpu_ms = 0;                  // submit → last fence, summed over segments
     std::vector<uint64_t> hidden_rows;  // seq ids, in hidden row order
     bool summarized = false;            // the rows' summaries are in the slot too
-    MSGPACK_DEFINE_MAP(step_id, slot, rows, n_vocab, gpu_ms, hidden_rows, summarized);
+    // The gpu actor's worker's wall time in the runner's run_step: gpu_ms plus its host share
+    // (recording before the first submission, the inputs, the waits' wakeups, the checks).
+    double run_ms = 0;
+    MSGPACK_DEFINE_MAP(step_id, slot, rows, n_vocab, gpu_ms, hidden_rows, summarized, run_ms);
 };
 
 // The step failed. code (gpu_failure.hpp): timeout, device_lost or another device fault, nan,

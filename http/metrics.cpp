@@ -133,6 +133,10 @@ std::string prometheus_text(const door::stats_report& s) {
     w.counter("ordo_gpu_step_wall_seconds",
               "wall time of the steps, from the scheduler sending each to its outcome, summed",
               s.step_wall_ms / 1000.0);
+    w.counter("ordo_gpu_run_seconds",
+              "the gpu actor's worker's wall time running the steps (their GPU time and the "
+              "runner's host share), summed",
+              s.run_ms / 1000.0);
     w.counter("ordo_gpu_between_steps_seconds",
               "time from a step's outcome to the next step sent back to back, summed",
               s.between_steps_ms / 1000.0);

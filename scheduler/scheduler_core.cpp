@@ -372,6 +372,7 @@ void scheduler_core::on_stats(const stats_query& m, std::vector<outgoing_event>&
     r.step_wall_ms = _gpu.step_wall_ms;
     r.between_steps_ms = _gpu.between_steps_ms;
     r.back_to_back_steps = _gpu.back_to_back_steps;
+    r.run_ms = _gpu.run_ms;
     r.timeouts = _gpu.timeouts;
     r.device_lost = _gpu.device_lost;
     r.nan_logits = _gpu.nan_logits;

@@ -178,20 +178,22 @@ struct gpu_view {
     uint64_t steps = 0;  // steps that ran
     double busy_ms = 0;  // their submit-to-fence time, summed
     // Where a loaded server's GPU waits (issue 29): the wall time of the steps that ran, from
-    // the scheduler sending each to its outcome arriving (busy_ms plus the gpu actor's share:
-    // the hops, recording before the first submit, the checks), summed; and the time from a
+    // the scheduler sending each to its outcome arriving (run_ms plus the messages' hops),
+    // summed; and the time from a
     // step's outcome arriving to the next step being sent, for each step the outcome's own
     // handler sent (back to back: sampling, events, planning; a step that waited for work or
     // for a draft round is not one), summed, with their count.
     double step_wall_ms = 0;
     double between_steps_ms = 0;
     uint64_t back_to_back_steps = 0;
+    double run_ms = 0;            // the gpu actor's worker in run_step (step_done::run_ms), summed
     uint64_t timeouts = 0;        // failed steps: gpu_timeout (watchdog)
     uint64_t device_lost = 0;     // failed steps: gpu_device_lost
     uint64_t nan_logits = 0;      // failed steps: gpu_nan
     uint64_t other_failures = 0;  // failed steps: any other code
     MSGPACK_DEFINE_MAP(device, epoch, steps, busy_ms, step_wall_ms, between_steps_ms,
-                       back_to_back_steps, timeouts, device_lost, nan_logits, other_failures);
+                       back_to_back_steps, run_ms, timeouts, device_lost, nan_logits,
+                       other_failures);
 };
 
 class scheduler_core {

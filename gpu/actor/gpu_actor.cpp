@@ -190,7 +190,10 @@ void gpu_actor::run_step_job() {
     float* out = held ? _exchange.row(_job.slot, 0) : nullptr;
     float* hidden = held && _exchange.n_embd() > 0 ? _exchange.hidden_row(_job.slot, 0) : nullptr;
     std::uint32_t* summary = held ? _exchange.summary_row(_job.slot, 0) : nullptr;
+    const auto t0 = std::chrono::steady_clock::now();
     auto res = _runner->run_step(_job.msg, out, hidden, summary);
+    _job.run_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     _job.segment = _runner->last_segment();
     if (!res) {
         _job.err = res.err();
@@ -368,7 +371,8 @@ void gpu_actor::finish_step() {
                     .n_vocab = _exchange.n_vocab(),
                     .gpu_ms = _job.res.gpu_ms,
                     .hidden_rows = _job.res.hidden_rows,
-                    .summarized = _job.res.summarized};
+                    .summarized = _job.res.summarized,
+                    .run_ms = _job.run_ms};
         _replies.send(d);
         return;
     }

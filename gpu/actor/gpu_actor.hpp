@@ -118,6 +118,7 @@ private:
         step_fault fault;
         std::optional<error> err;
         step_result res;
+        double run_ms = 0;  // run_step's wall time (step_done::run_ms)
         bool nan = false;
         std::string segment;
         std::unique_ptr<runner> built;
