@@ -179,10 +179,9 @@ struct gpu_view {
     double busy_ms = 0;  // their submit-to-fence time, summed
     // Where a loaded server's GPU waits (issue 29): the wall time of the steps that ran, from
     // the scheduler sending each to its outcome arriving (run_ms plus the messages' hops),
-    // summed; and the time from a
-    // step's outcome arriving to the next step being sent, for each step the outcome's own
-    // handler sent (back to back: sampling, events, planning; a step that waited for work or
-    // for a draft round is not one), summed, with their count.
+    // summed; and the time from a step's outcome arriving to the next step being sent, for
+    // each step the outcome's own handler sent (back to back: sampling, events, planning; a
+    // step that waited for work or for a draft round is not one), summed, with their count.
     double step_wall_ms = 0;
     double between_steps_ms = 0;
     uint64_t back_to_back_steps = 0;

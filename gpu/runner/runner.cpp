@@ -634,22 +634,22 @@ status runner::init_buffers(std::uint32_t blocks) {
 }
 
 void runner::import_logits_regions() {
-    const std::uint64_t bytes = std::uint64_t(_options.rows_max) * _hp.n_vocab * 4;
     if (!_options.logits_in_place) return;
+    const std::uint64_t bytes = std::uint64_t(_options.rows_max) * _hp.n_vocab * 4;
     for (std::span<float> region : _options.logits_regions) {
-        auto b = region.size_bytes() < bytes
-                     ? result<buffer>(gpu_error(gpu_failure::bad_config,
-                                                "a logits region holds fewer than rows_max rows"))
-                     : _dev->import_host(region.data(), region.size_bytes());
-        if (!b) {
-            logger()->info(
-                "runner: logits rows are copied out of the device's buffer each step "
-                "({})",
-                b.err().message);
-            _logits_regions.clear();
-            return;
+        std::string why = "a logits region holds fewer than rows_max rows";
+        if (region.size_bytes() >= bytes) {
+            auto b = _dev->import_host(region.data(), region.size_bytes());
+            if (b) {
+                _logits_regions.push_back(std::move(*b));
+                continue;
+            }
+            why = b.err().message;
         }
-        _logits_regions.push_back(std::move(*b));
+        logger()->info("runner: logits rows are copied out of the device's buffer each step ({})",
+                       why);
+        _logits_regions.clear();
+        return;
     }
     if (!_logits_regions.empty()) {
         logger()->info("runner: logits rows are written in place ({} host regions imported)",

@@ -6,7 +6,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <limits>
 #include <utility>
 
 #include "gpu/runner/finite_copy.hpp"
