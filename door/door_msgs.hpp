@@ -83,6 +83,9 @@ struct model_report {
     bool tokenizer_supported = false;  // false: text ops answer tokenizer_unsupported
     std::string chat_template;         // gguf | file:PATH | none
     uint64_t weights_device_bytes = 0, kv_device_bytes = 0;  // 0 until the device is ready
+    // The scheduler's limits: scheduler.max_sequences (or the device's choice where it is 0)
+    // and scheduler.max_batch_tokens.
+    uint32_t max_sequences = 0, max_batch_tokens = 0;
     bool generated = false;  // a random-weight model made by set-up, not a real one
     std::string hint;        // how to point the server at a real GGUF (when generated)
     gpu::device_summary gpu;
@@ -91,7 +94,7 @@ struct model_report {
                        n_ctx_train, context, n_embd, n_layer, n_head, n_head_kv, n_ff,
                        context_bound, bos_token, eos_token, eog_tokens, tokenizer,
                        tokenizer_supported, chat_template, weights_device_bytes, kv_device_bytes,
-                       generated, hint, gpu, speculative);
+                       max_sequences, max_batch_tokens, generated, hint, gpu, speculative);
 };
 
 // The stats op's `fault_plan` map: the config's fault plan ([fault] plan) as the scheduler

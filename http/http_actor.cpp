@@ -14,9 +14,9 @@ namespace ordo::http {
 namespace {
 
 // Inputs of one POST /v1/embeddings given to the scheduler at once (each is one embed request
-// there): enough to fill a step (scheduler.max_sequences is 16 by default), few enough that a
-// request of 2,048 inputs neither fills the scheduler's queue (max_queue) nor starves the
-// other clients' requests behind it.
+// there): enough to fill a CPU device's step (scheduler.max_sequences is 16 there; a GPU's 64
+// takes four such requests), few enough that a request of 2,048 inputs neither fills the
+// scheduler's queue (max_queue) nor starves the other clients' requests behind it.
 constexpr size_t embed_inputs_inflight_max = 16;
 
 uint64_t ms_since(std::chrono::steady_clock::time_point t) {

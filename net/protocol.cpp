@@ -163,6 +163,7 @@ std::string encode(const door::model_done& e) {
     w.field("chat_template", m.chat_template);
     w.field("weights_device_bytes", m.weights_device_bytes);
     w.field("kv_device_bytes", m.kv_device_bytes);
+    w.field("max_sequences", m.max_sequences).field("max_batch_tokens", m.max_batch_tokens);
     w.field("generated", m.generated);
     if (m.generated) w.field("hint", m.hint);
     w.field("device", m.gpu.name);

@@ -400,6 +400,7 @@ void scheduler_core::on_model(const model_info_query& m, std::vector<outgoing_ev
     r.n_vocab = i.n_vocab, r.n_ctx_train = i.n_ctx, r.context = n_ctx();
     r.context_bound = n_ctx_bound();
     r.weights_device_bytes = _weight_bytes, r.kv_device_bytes = _kv_bytes;
+    r.max_sequences = _opt.max_sequences, r.max_batch_tokens = _opt.max_batch_tokens;
     r.tokenizer = v.describe();
     r.tokenizer_supported = _tok->support().ok();
     r.chat_template = _info.chat_template;

@@ -146,7 +146,7 @@ struct gpu_config {
     std::string pipeline_cache_dir = "var/pipeline-cache";  // "": no cache on disk
     std::uint32_t kv_block_tokens = 16;                     // power of two
     std::uint32_t kv_blocks = 0;                            // 0: as many as fit in kv_memory_bytes
-    std::uint64_t kv_memory_bytes = 268435456;
+    std::uint64_t kv_memory_bytes = 0;  // 0: the device's choice (device_choices.hpp)
     enum kv_dtype kv_dtype = kv_dtype::f16;
     std::uint32_t recovery_max = 3;
     gpu_kernels kernels = gpu_kernels::automatic;
@@ -155,7 +155,7 @@ struct gpu_config {
 };
 
 struct scheduler_config {
-    std::uint32_t max_sequences = 16;
+    std::uint32_t max_sequences = 0;  // 0: the device's choice (device_choices.hpp)
     std::uint32_t max_queue = 256;
     std::uint32_t max_batch_tokens = 512;
     std::uint32_t max_tokens_default = 256;

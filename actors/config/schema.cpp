@@ -181,6 +181,13 @@ std::string power_of_two(std::int64_t v) {
     return (v & (v - 1)) == 0 ? "" : "must be a power of two";
 }
 
+// gpu.kv_memory_bytes: 0 (the device's choice) or a pool of at least 1 MiB.
+std::string zero_or_at_least_a_mib(std::int64_t v) {
+    return v == 0 || v >= (std::int64_t{1} << 20)
+               ? ""
+               : "must be 0 (the device's choice) or at least 1048576 (1 MiB)";
+}
+
 std::string listen_rule(std::string_view v) {
     auto addr = parse_listen_address(v);
     return addr.ok() ? "" : addr.err().message;
@@ -376,8 +383,9 @@ constexpr auto table = std::to_array<key_spec>({
         "gpu", "kv_blocks", 0, kv_blocks_max,
         "KV blocks in the pool; 0 = as many as kv_memory_bytes fits"),
     integer<&C::gpu, &gpu_config::kv_memory_bytes>(
-        "gpu", "kv_memory_bytes", 1 * mib, 1 * tib,
-        "device bytes for the KV pool when kv_blocks = 0"),
+        "gpu", "kv_memory_bytes", 0, 1 * tib,
+        "device bytes for the KV pool when kv_blocks = 0; 0 = the device's choice",
+        &zero_or_at_least_a_mib),
     choice<&C::gpu, &gpu_config::kv_dtype>("gpu", "kv_dtype", kv_dtype_names,
                                            "element type of the KV pool"),
     integer<&C::gpu, &gpu_config::recovery_max>(
@@ -390,7 +398,8 @@ constexpr auto table = std::to_array<key_spec>({
         "each logits row's summary from the GPU for the sampler: auto (GPUs), on or off"),
     // [scheduler]
     integer<&C::scheduler, &scheduler_config::max_sequences>(
-        "scheduler", "max_sequences", 1, max_sequences_max, "sequences decoded together at most"),
+        "scheduler", "max_sequences", 0, max_sequences_max,
+        "sequences decoded together at most; 0 = the device's choice"),
     integer<&C::scheduler, &scheduler_config::max_queue>(
         "scheduler", "max_queue", 1, 65536,
         "requests waiting for a sequence slot at most; beyond, overloaded"),

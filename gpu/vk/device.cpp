@@ -94,7 +94,15 @@ std::vector<device_candidate> candidates(const std::vector<VkPhysicalDevice>& de
     for (VkPhysicalDevice pd : devices) {
         VkPhysicalDeviceProperties p{};
         vkGetPhysicalDeviceProperties(pd, &p);
-        out.push_back({p.deviceName, kind_of(p.deviceType)});
+        VkPhysicalDeviceMemoryProperties m{};
+        vkGetPhysicalDeviceMemoryProperties(pd, &m);
+        std::uint64_t local = 0;
+        for (std::uint32_t i = 0; i < m.memoryHeapCount; ++i) {
+            if ((m.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) != 0) {
+                local = std::max<std::uint64_t>(local, m.memoryHeaps[i].size);
+            }
+        }
+        out.push_back({p.deviceName, kind_of(p.deviceType), local});
     }
     return out;
 }

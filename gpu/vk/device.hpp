@@ -160,7 +160,8 @@ public:
     status fill_zero(const buffer& dst);
     status wait_idle();
 
-    // Names of every physical device (index order), for error messages and the stats op.
+    // Every physical device (index order: name, kind, largest device-local heap), without
+    // creating one: the server's probe for the device's choices (actors/config/device_choices).
     static result<std::vector<device_candidate>> list_devices();
 
 private:

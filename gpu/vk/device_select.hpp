@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,6 +18,7 @@ enum class device_kind { discrete, integrated, virtual_gpu, cpu, other };
 struct device_candidate {
     std::string name;
     device_kind kind = device_kind::other;
+    std::uint64_t device_local_bytes = 0;  // its largest device-local memory heap
 };
 
 std::string_view device_kind_name(device_kind k);

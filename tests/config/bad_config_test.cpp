@@ -58,7 +58,7 @@ const std::vector<bad_case>& bad_cases() {
          {"t.toml:3: scheduler.prefix_cache = 1: wrong type: expected true or false, got integer"}},
         {"float_for_int",
          "[scheduler]\nmax_sequences = 4.0\n",
-         {"t.toml:2: scheduler.max_sequences = 4.0: wrong type: expected integer 1..1024, got "
+         {"t.toml:2: scheduler.max_sequences = 4.0: wrong type: expected integer 0..1024, got "
           "float"}},
         {"int_for_string",
          "[model]\npath = 7\n",
@@ -70,8 +70,15 @@ const std::vector<bad_case>& bad_cases() {
          "[gpu]\nwatchdog_ms = [1, 2]\n",
          {"t.toml:2: gpu.watchdog_ms = [...]: wrong type", "got array"}},
         {"zero",
-         "[scheduler]\nmax_sequences = 0\n",
-         {"t.toml:2: scheduler.max_sequences = 0: must be between 1 and 1024"}},
+         "[scheduler]\nmax_queue = 0\n",
+         {"t.toml:2: scheduler.max_queue = 0: must be between 1 and 65536"}},
+        {"over_the_device_choice_range",
+         "[scheduler]\nmax_sequences = 1025\n",
+         {"t.toml:2: scheduler.max_sequences = 1025: must be between 0 and 1024"}},
+        {"kv_pool_under_a_mib",
+         "[gpu]\nkv_memory_bytes = 1048575\n",
+         {"t.toml:2: gpu.kv_memory_bytes = 1048575: must be 0 (the device's choice) or at least "
+          "1048576 (1 MiB)"}},
         {"too_big",
          "[server]\nmax_frame_bytes = 67108865\n",
          {"t.toml:2: server.max_frame_bytes = 67108865: must be between 64 and 67108864"}},

@@ -188,8 +188,10 @@ TEST(to_toml, round_trips_defaults_and_every_changed_key) {
     auto again = cfgns::parse(text, "printed");
     ASSERT_TRUE(again.ok()) << again.err().message << "\n" << text;
     EXPECT_TRUE(*again == c) << text;
-    EXPECT_NE(text.find("[scheduler]\n# sequences decoded together at most (integer 1..1024)\n"),
-              std::string::npos)
+    EXPECT_NE(
+        text.find("[scheduler]\n# sequences decoded together at most; 0 = the device's choice "
+                  "(integer 0..1024)\n"),
+        std::string::npos)
         << text;
     EXPECT_NE(text.find("\nplan = [\"draft_eos\", \"device_lost\"]\n"), std::string::npos) << text;
 }
@@ -276,14 +278,14 @@ TEST(override, refuses_bad_values_naming_the_key_and_changes_nothing) {
     const bad_override cases[] = {
         {"server.listen", "nope", "command line: server.listen = \"nope\": missing port"},
         {"log.level", "loud", "command line: log.level = \"loud\": must be one of \"trace\""},
-        {"scheduler.max_sequences", "0",
-         "command line: scheduler.max_sequences = \"0\": must be "
-         "between 1 and 1024"},
+        {"scheduler.max_sequences", "2000",
+         "command line: scheduler.max_sequences = \"2000\": must be "
+         "between 0 and 1024"},
         {"scheduler.max_sequences", "abc", "scheduler.max_sequences = \"abc\": expected integer"},
         {"scheduler.max_sequences", " 5", "scheduler.max_sequences = \" 5\": expected integer"},
         {"scheduler.max_sequences", "5x", "scheduler.max_sequences = \"5x\": expected integer"},
         {"scheduler.max_sequences", "", "scheduler.max_sequences = \"\": expected integer"},
-        {"scheduler.max_sequences", "99999999999999999999", "expected integer 1..1024"},
+        {"scheduler.max_sequences", "99999999999999999999", "expected integer 0..1024"},
         {"scheduler.prefix_cache", "yes", "scheduler.prefix_cache = \"yes\": expected true or"},
         {"gpu.kv_block_tokens", "48", "gpu.kv_block_tokens = \"48\": must be a power of two"},
         {"server.lisen", "127.0.0.1:1",

@@ -12,7 +12,12 @@
 // of the config check run healthy
 // (never "degraded"): scheduler.max_batch_tokens = 65535 (65536 is refused by --check-config),
 // and a model with a 2-float KV row under a 1 GiB KV budget, whose pool the runner caps at the
-// 2^24 tokens the scheduler's block table takes.
+// 2^24 tokens the scheduler's block table takes. Last, the device's choices
+// (scheduler.max_sequences = 0, gpu.kv_memory_bytes = 0, the defaults): on lavapipe, a CPU
+// device, the server logs 16 sequences and a 256 MiB pool (on a GPU 64 and every sequence's
+// context) and runs with them (the `model` op's max_sequences and kv_device_bytes); an
+// explicit max_batch_tokens under that holds the choice to it; keys the file sets are run as
+// set, with no choice logged.
 //
 // How: models are made with `ordo-model mk` and rewritten through gguf_file and gguf_writer
 // with one tensor dropped or reshaped; the server listens on an ephemeral port on lavapipe;
@@ -244,4 +249,70 @@ TEST(what_the_config_check_accepts_runs, kv_pool_sized_from_memory_fits_the_sche
     EXPECT_EQ(server.stop(), 0) << server.output();
     EXPECT_NE(server.output().find("2097152 kv blocks of 8 tokens"), std::string::npos)
         << server.output();
+}
+
+// The `model` op's answer from the server on `port`.
+static event model_op(uint16_t port) {
+    tcp_client c;
+    EXPECT_TRUE(c.connect(port));
+    EXPECT_TRUE(c.send(frame("id", uint64_t{1}, "op", "model")));
+    auto evs = until_terminal(c, 1);
+    return evs.empty() ? event{} : evs.back();
+}
+
+TEST(the_devices_choice, is_logged_and_run_with) {
+    server_process server;
+    ASSERT_TRUE(server.start(ORDO_SERVER_BIN, {"--model", tiny_model()})) << server.output();
+    expect_healthy(server.port());
+    event m = model_op(server.port());
+    ASSERT_EQ(m.str("event"), "done") << m.outcome();
+    const msgpack::object* dev = field(m.o(), "gpu");
+    ASSERT_NE(dev, nullptr);
+    const bool cpu_device = str_field(*dev, "kind") == "cpu";  // lavapipe (CI)
+    EXPECT_EQ(m.u("max_sequences"), cpu_device ? 16u : 64u);
+    EXPECT_EQ(m.u("max_batch_tokens"), 512u);
+    // The tiny model's block: 1 layer x K and V x 32 floats x 16 tokens in f16. A GPU's pool is
+    // every sequence's context: 64 x 128 positions, 1 MiB.
+    const uint64_t block_bytes = 1 * 2 * 32 * 16 * 2;
+    EXPECT_EQ(m.u("kv_device_bytes"), cpu_device ? (uint64_t{256} << 20) / block_bytes * block_bytes
+                                                 : 64 * 8 * block_bytes);
+    EXPECT_EQ(server.stop(), 0) << server.output();
+    const std::string out = server.output();
+    EXPECT_NE(out.find("the device's choice for " + m.str("device")), std::string::npos) << out;
+    const std::string line =
+        cpu_device ? ": scheduler.max_sequences = 16 (a CPU device); gpu.kv_memory_bytes = "
+                     "268435456 (a CPU device: its device memory is the host's)"
+                   : ": scheduler.max_sequences = 64 (a GPU); gpu.kv_memory_bytes = 1048576 (a "
+                     "GPU: 64 sequences x 128 positions need 1 MiB, which the device holds)";
+    EXPECT_NE(out.find(line), std::string::npos) << out;
+}
+
+TEST(the_devices_choice, is_held_to_an_explicit_max_batch_tokens) {
+    const std::string cfg = write_text("small_step.toml", "[scheduler]\nmax_batch_tokens = 8\n");
+    server_process server;
+    ASSERT_TRUE(server.start(ORDO_SERVER_BIN, {"--config", cfg, "--model", tiny_model()}))
+        << server.output();
+    expect_healthy(server.port());
+    event m = model_op(server.port());
+    EXPECT_EQ(m.u("max_sequences"), 8u) << m.outcome();
+    EXPECT_EQ(m.u("max_batch_tokens"), 8u);
+    EXPECT_EQ(server.stop(), 0) << server.output();
+    EXPECT_NE(server.output().find("scheduler.max_sequences = 8 ("), std::string::npos)
+        << server.output();
+    EXPECT_NE(server.output().find("; at most scheduler.max_batch_tokens)"), std::string::npos)
+        << server.output();
+}
+
+TEST(the_devices_choice, keys_the_config_sets_are_run_as_set) {
+    const std::string cfg = write_text(
+        "set.toml", "[scheduler]\nmax_sequences = 3\n[gpu]\nkv_memory_bytes = 1048576\n");
+    server_process server;
+    ASSERT_TRUE(server.start(ORDO_SERVER_BIN, {"--config", cfg, "--model", tiny_model()}))
+        << server.output();
+    expect_healthy(server.port());
+    event m = model_op(server.port());
+    EXPECT_EQ(m.u("max_sequences"), 3u) << m.outcome();
+    EXPECT_EQ(m.u("kv_device_bytes"), uint64_t{1} << 20);
+    EXPECT_EQ(server.stop(), 0) << server.output();
+    EXPECT_EQ(server.output().find("the device's choice"), std::string::npos) << server.output();
 }

@@ -10,9 +10,12 @@
 #include <future>
 #include <optional>
 
+#include "actors/config/device_choices.hpp"
 #include "actors/runtime/log.hpp"
 #include "draft/draft_actor.hpp"
 #include "gpu/actor/gpu_actor.hpp"
+#include "gpu/vk/device.hpp"
+#include "gpu/vk/device_select.hpp"
 #include "http/http_actor.hpp"
 #include "kv/kv_actor.hpp"
 #include "net/net_actor.hpp"
@@ -526,10 +529,60 @@ status serve_until_stopped(main_loop& m, server_actors& s, const config::config&
     return first_failure;
 }
 
+// The device gpu.device selects, as the probe sees it (no device is created).
+config::device_facts probe_device(const config::config& cfg) {
+    config::device_facts d;
+    auto devices = gpu::device::list_devices();
+    if (!devices.ok()) {
+        d.why_not_found = devices.err().message;
+        return d;
+    }
+    auto index = gpu::select_device(*devices, cfg.gpu.device);
+    if (!index.ok()) {
+        d.why_not_found = index.err().message;
+        return d;
+    }
+    const gpu::device_candidate& c = (*devices)[*index];
+    d.found = true;
+    d.gpu = c.kind == gpu::device_kind::discrete || c.kind == gpu::device_kind::integrated ||
+            c.kind == gpu::device_kind::virtual_gpu;
+    d.name = c.name + " (" + std::string(gpu::device_kind_name(c.kind)) + ", " +
+             std::to_string(c.device_local_bytes >> 20) + " MiB device-local)";
+    d.device_local_bytes = c.device_local_bytes;
+    return d;
+}
+
+uint64_t file_bytes(const std::string& path) {
+    std::error_code ec;
+    const uintmax_t n = std::filesystem::file_size(path, ec);
+    return ec ? 0 : uint64_t(n);
+}
+
+// cfg with every 0 that means "the device's choice" resolved (actors/config/device_choices.hpp)
+// for the device the gpu actor will build, said in one log line.
+config::config with_device_choices(const config::config& given, const loaded_model& model,
+                                   const loaded_model* draft) {
+    config::config cfg = given;
+    if (cfg.scheduler.max_sequences != 0 && cfg.gpu.kv_memory_bytes != 0) return cfg;
+    const config::device_facts device = probe_device(cfg);
+    config::model_facts m;
+    m.weights_bytes = file_bytes(model.path) + (draft != nullptr ? file_bytes(draft->path) : 0);
+    m.kv_block_bytes = kv_geometry_of(cfg, model.hp).block_bytes();
+    m.draft_kv_block_bytes = draft != nullptr ? kv_geometry_of(cfg, draft->hp).block_bytes() : 0;
+    m.n_ctx = model.n_ctx;
+    const auto choices = config::resolve_device_choices(cfg, device, m);
+    if (!choices.empty()) {
+        logger("main")->info("the device's choice{}: {}", device.found ? " for " + device.name : "",
+                             config::describe(choices));
+    }
+    return cfg;
+}
+
 }  // namespace
 
-status run_server(const config::config& cfg, const loaded_model& model, const loaded_model* draft,
+status run_server(const config::config& given, const loaded_model& model, const loaded_model* draft,
                   const server_hooks& hooks, const door::api_keys& keys) {
+    const config::config cfg = with_device_choices(given, model, draft);
     auto addresses = read_listen_addresses(cfg);
     if (!addresses.ok()) return addresses.err();
     auto auth = open_auth_gate(keys, *addresses);
