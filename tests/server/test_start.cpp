@@ -252,20 +252,36 @@ TEST(what_the_config_check_accepts_runs, kv_pool_sized_from_memory_fits_the_sche
 }
 
 // The `model` op's answer from the server on `port`.
-static event model_op(uint16_t port) {
+// What a server started with `config_text` (none: no --config) on the tiny model runs with: the
+// `model` op's answer, and its log once stopped cleanly.
+struct served {
+    event model;
+    std::string log;
+};
+
+static served serve_and_ask_model(const std::string& name, const std::string& config_text) {
+    std::vector<std::string> args = {"--model", tiny_model()};
+    if (!config_text.empty()) args.insert(args.end(), {"--config", write_text(name, config_text)});
+    server_process server;
+    served out;
+    EXPECT_TRUE(server.start(ORDO_SERVER_BIN, args)) << server.output();
+    if (server.port() == 0) return out;
+    EXPECT_EQ(wait_healthy(server.port()), "");
     tcp_client c;
-    EXPECT_TRUE(c.connect(port));
+    EXPECT_TRUE(c.connect(server.port()));
     EXPECT_TRUE(c.send(frame("id", uint64_t{1}, "op", "model")));
     auto evs = until_terminal(c, 1);
-    return evs.empty() ? event{} : evs.back();
+    if (!evs.empty()) out.model = evs.back();
+    EXPECT_EQ(out.model.str("event"), "done") << (evs.empty() ? "no answer" : out.model.outcome());
+    EXPECT_EQ(server.stop(), 0) << server.output();
+    out.log = server.output();
+    return out;
 }
 
 TEST(the_devices_choice, is_logged_and_run_with) {
-    server_process server;
-    ASSERT_TRUE(server.start(ORDO_SERVER_BIN, {"--model", tiny_model()})) << server.output();
-    expect_healthy(server.port());
-    event m = model_op(server.port());
-    ASSERT_EQ(m.str("event"), "done") << m.outcome();
+    const served s = serve_and_ask_model("", "");
+    ASSERT_TRUE(s.model.h) << s.log;
+    const event& m = s.model;
     const msgpack::object* dev = field(m.o(), "gpu");
     ASSERT_NE(dev, nullptr);
     const bool cpu_device = str_field(*dev, "kind") == "cpu";  // lavapipe (CI)
@@ -276,43 +292,29 @@ TEST(the_devices_choice, is_logged_and_run_with) {
     const uint64_t block_bytes = 1 * 2 * 32 * 16 * 2;
     EXPECT_EQ(m.u("kv_device_bytes"), cpu_device ? (uint64_t{256} << 20) / block_bytes * block_bytes
                                                  : 64 * 8 * block_bytes);
-    EXPECT_EQ(server.stop(), 0) << server.output();
-    const std::string out = server.output();
-    EXPECT_NE(out.find("the device's choice for " + m.str("device")), std::string::npos) << out;
+    EXPECT_NE(s.log.find("the device's choice for " + m.str("device")), std::string::npos) << s.log;
     const std::string line =
         cpu_device ? ": scheduler.max_sequences = 16 (a CPU device); gpu.kv_memory_bytes = "
                      "268435456 (a CPU device: its device memory is the host's)"
                    : ": scheduler.max_sequences = 64 (a GPU); gpu.kv_memory_bytes = 1048576 (a "
                      "GPU: 64 sequences x 128 positions need 1 MiB, which the device holds)";
-    EXPECT_NE(out.find(line), std::string::npos) << out;
+    EXPECT_NE(s.log.find(line), std::string::npos) << s.log;
 }
 
 TEST(the_devices_choice, is_held_to_an_explicit_max_batch_tokens) {
-    const std::string cfg = write_text("small_step.toml", "[scheduler]\nmax_batch_tokens = 8\n");
-    server_process server;
-    ASSERT_TRUE(server.start(ORDO_SERVER_BIN, {"--config", cfg, "--model", tiny_model()}))
-        << server.output();
-    expect_healthy(server.port());
-    event m = model_op(server.port());
-    EXPECT_EQ(m.u("max_sequences"), 8u) << m.outcome();
-    EXPECT_EQ(m.u("max_batch_tokens"), 8u);
-    EXPECT_EQ(server.stop(), 0) << server.output();
-    EXPECT_NE(server.output().find("scheduler.max_sequences = 8 ("), std::string::npos)
-        << server.output();
-    EXPECT_NE(server.output().find("; at most scheduler.max_batch_tokens)"), std::string::npos)
-        << server.output();
+    const served s = serve_and_ask_model("small_step.toml", "[scheduler]\nmax_batch_tokens = 8\n");
+    ASSERT_TRUE(s.model.h) << s.log;
+    EXPECT_EQ(s.model.u("max_sequences"), 8u);
+    EXPECT_EQ(s.model.u("max_batch_tokens"), 8u);
+    EXPECT_NE(s.log.find("scheduler.max_sequences = 8 ("), std::string::npos) << s.log;
+    EXPECT_NE(s.log.find("; at most scheduler.max_batch_tokens)"), std::string::npos) << s.log;
 }
 
 TEST(the_devices_choice, keys_the_config_sets_are_run_as_set) {
-    const std::string cfg = write_text(
+    const served s = serve_and_ask_model(
         "set.toml", "[scheduler]\nmax_sequences = 3\n[gpu]\nkv_memory_bytes = 1048576\n");
-    server_process server;
-    ASSERT_TRUE(server.start(ORDO_SERVER_BIN, {"--config", cfg, "--model", tiny_model()}))
-        << server.output();
-    expect_healthy(server.port());
-    event m = model_op(server.port());
-    EXPECT_EQ(m.u("max_sequences"), 3u) << m.outcome();
-    EXPECT_EQ(m.u("kv_device_bytes"), uint64_t{1} << 20);
-    EXPECT_EQ(server.stop(), 0) << server.output();
-    EXPECT_EQ(server.output().find("the device's choice"), std::string::npos) << server.output();
+    ASSERT_TRUE(s.model.h) << s.log;
+    EXPECT_EQ(s.model.u("max_sequences"), 3u);
+    EXPECT_EQ(s.model.u("kv_device_bytes"), uint64_t{1} << 20);
+    EXPECT_EQ(s.log.find("the device's choice"), std::string::npos) << s.log;
 }
