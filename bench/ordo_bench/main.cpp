@@ -1,14 +1,15 @@
 // ordo-bench: `ordo-bench --model FILE [--prompts 128,512] [--gen 128] [--parallel 4,8,16]
 // [--json] [--flush-every N] [--device SEL] [--kernels auto|texel|storage] [--reps N]
 // [--label NAME] [--mm-split-wg N] [--row-summaries auto|on|off] [--attention-flash on|off]
-// [--logits-in-place on|off] [--first-segment N]`
+// [--logits-in-place on|off] [--first-segment N] [--replay on|off]`
 // (--mm-split-wg: the tiled mat-mul's group split threshold, an A/B knob: pipeline_tuning::
 // mat_tiled_split_wg; 0 never splits; --row-summaries: gpu.row_summaries; --attention-flash
 // off: prefill attention on attention.comp instead of attention_flash, an A/B knob with the
 // same bits: runner_options::attention_flash; --logits-in-place off: the logits rows copied
 // out of the device's buffer each step instead of written into the logits exchange,
 // runner_options::logits_in_place; --first-segment N: layers in a step's first segment,
-// runner_options::first_segment_layers, 0 as many as the others).
+// runner_options::first_segment_layers, 0 as many as the others; --replay off: every segment
+// recorded, none replayed from the stream's kept recordings, runner_options::replay_segments 0).
 //
 // Measures what ../shared/peer/bench_llamacpp.mjs measures for llama.cpp, named the same way,
 // one JSON line per measurement (--json) or a readable table:
@@ -29,8 +30,8 @@
 // one decode step of the largest --parallel P sequences (kernels_decode_x<P>).
 // Every line also carries engine, backend, model, device, flush_every_layers,
 // first_segment_layers and kernel_family
-// (the --kernels choice), row_summaries (whether the steps came with them), attention_flash and
-// logits_in_place (whether the device wrote the rows into the exchange).
+// (the --kernels choice), row_summaries (whether the steps came with them), attention_flash,
+// logits_in_place (whether the device wrote the rows into the exchange) and replay.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -69,6 +70,7 @@ struct bench_options {
     bool attention_flash = true;                 // runner_options::attention_flash
     bool logits_in_place = true;                 // runner_options::logits_in_place
     std::optional<std::uint32_t> first_segment;  // runner_options::first_segment_layers
+    bool replay = true;                          // runner_options::replay_segments (0 when off)
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -77,7 +79,7 @@ struct bench_options {
                  "[--parallel 4,8,16] [--json] [--flush-every N] [--device SEL] "
                  "[--kernels auto|texel|storage] [--reps N] [--label NAME] "
                  "[--mm-split-wg N] [--row-summaries auto|on|off] [--attention-flash on|off] "
-                 "[--logits-in-place on|off] [--first-segment N]\n",
+                 "[--logits-in-place on|off] [--first-segment N] [--replay on|off]\n",
                  why.c_str());
     std::exit(2);
 }
@@ -141,6 +143,10 @@ bench_options parse(int argc, char** argv) {
             std::string v = value();
             if (v != "on" && v != "off") usage("--logits-in-place must be on or off");
             o.logits_in_place = v == "on";
+        } else if (a == "--replay") {
+            std::string v = value();
+            if (v != "on" && v != "off") usage("--replay must be on or off");
+            o.replay = v == "on";
         } else if (a == "--first-segment") {
             o.first_segment = parse_u32(value(), 0, 1024);
         } else if (a == "--mm-split-wg")
@@ -209,6 +215,7 @@ runner_options runner_for(const bench_options& o, std::uint32_t n_ctx) {
     r.attention_flash = o.attention_flash;
     r.logits_in_place = o.logits_in_place;
     r.first_segment_layers = o.first_segment;
+    if (!o.replay) r.replay_segments = 0;
     r.mat_tiled_split_wg = o.mm_split_wg;
     r.watchdog_ms = 600'000;
     r.kv_block_tokens = block_tokens;
@@ -455,7 +462,8 @@ int main(int argc, char** argv) {
         ", \"kernel_family\": " + json_str(o.kernels) +
         ", \"row_summaries\": " + ((*s)->ready().info.row_summaries ? "true" : "false") +
         ", \"attention_flash\": " + (o.attention_flash ? "true" : "false") +
-        ", \"logits_in_place\": " + ((*s)->ready().info.logits_in_place ? "true" : "false");
+        ", \"logits_in_place\": " + ((*s)->ready().info.logits_in_place ? "true" : "false") +
+        ", \"replay\": " + (o.replay ? "true" : "false");
     measure(b);
     status st = (*s)->stop();
     if (!st) std::fprintf(stderr, "ordo-bench: stop: %s\n", st.err().message.c_str());

@@ -708,6 +708,7 @@ status runner::init_stream() {
     stream_options so;
     so.dispatches_per_segment_max = static_cast<std::uint32_t>(budget);
     so.timestamps = _options.timestamps;
+    so.replay_segments = _options.replay_segments;
     auto s = stream::create(*_dev, *_pipes, so);
     if (!s) return s.err();
     _stream = std::move(*s);

@@ -101,6 +101,10 @@ result<std::uint32_t> choose_segment_layers(const segment_shape& shape, std::uin
                                             std::uint32_t device_default,
                                             std::uint64_t dispatches_max);
 
+// Segments kept for replay by default: a decode step's segments for the 4 logits slots it
+// rotates through, at a few sequence counts and context blocks.
+inline constexpr std::uint32_t runner_replay_segments_default = 16;
+
 struct runner_options {
     std::string device;  // gpu.device selector ("" = auto)
     // gpu.flush_every_layers; 0 = the device's (pipeline_tuning::flush_every_layers)
@@ -129,7 +133,11 @@ struct runner_options {
     std::uint32_t seqs_max = 64;                   // sequences in one step, at most
     std::uint32_t n_ctx = 0;                       // model.context_tokens; 0: the model's
     bool timestamps = false;                       // per-kernel GPU timings (bench)
-    std::uint32_t kv_copy_blocks_max = 64;         // KV blocks per copy job, at most
+    // Segments the stream keeps recorded and replays when a step repeats one (stream.hpp
+    // "Replay"; decode steps do): 0 records every segment (ordo-bench --replay off). Never with
+    // timestamps.
+    std::uint32_t replay_segments = runner_replay_segments_default;
+    std::uint32_t kv_copy_blocks_max = 64;  // KV blocks per copy job, at most
     // Weight arena page (one storage binding each; a tensor larger than a page is split into
     // row chunks): 0 = min(the device's storage-buffer range, 256 MiB). Tests lower it to run
     // the chunked paths (a 128k-token embedding in several bindings) on small models.
@@ -304,6 +312,10 @@ public:
     // Layers in a step's first segment (runner_options::first_segment_layers): the GPU starts
     // on them while the host records the next segment.
     std::uint32_t first_segment_layers() const { return _first_segment; }
+    // Segments submitted as a kept recording, and segments recorded for keeping, since the
+    // runner was built (runner_options::replay_segments; both 0 when it is 0).
+    std::uint64_t segments_replayed() const { return _stream->replayed(); }
+    std::uint64_t segments_recorded() const { return _stream->recorded(); }
     const model::llama_hparams& hparams() const { return _hp; }
     const runner_options& options() const { return _options; }
     // How many of runner_options::logits_regions the device imported (all or none).

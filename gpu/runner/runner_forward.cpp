@@ -204,6 +204,8 @@ status runner::record_segment(const step& s, std::uint32_t l0, std::uint32_t l1,
     if (rec && fault_targets(f, l0, l1) && f.kind == fault_kind::hang) {
         rec = encode_spin(*_stream, whole(_spin), hang_spin_iterations, hang_spin_workgroups);
     }
+    // Now, while the segment before it runs: a segment the stream kept is not recorded again.
+    if (rec) rec = _stream->seal();
     if (!rec) {
         // An encoder refusal is a bug in this file (shapes were validated): the segment is
         // dropped unsubmitted, and the error names it.

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "gpu/vk/vk_util.hpp"
@@ -18,6 +19,13 @@ constexpr std::uint32_t physical_devices_max = 16;
 constexpr std::uint64_t staging_bytes_max = 64ull << 20;
 // A one-shot transfer that has not finished after this long means the device is wedged.
 constexpr std::uint64_t transfer_timeout_ns = 30'000'000'000ull;
+
+// Buffers are told apart by a serial no other buffer of the process ever had, where a VkBuffer
+// handle may be reused once its buffer is destroyed (stream's replayed segments key on it).
+std::uint64_t next_buffer_serial() {
+    static std::atomic<std::uint64_t> next{1};
+    return next.fetch_add(1, std::memory_order_relaxed);
+}
 
 device_kind kind_of(VkPhysicalDeviceType t) {
     switch (t) {
@@ -209,6 +217,7 @@ buffer& buffer::operator=(buffer&& other) noexcept {
         _mapped = other._mapped;
         _size = other._size;
         _imported = other._imported;
+        _serial = other._serial;
         other._device = VK_NULL_HANDLE;
         other._buffer = VK_NULL_HANDLE;
         other._memory = VK_NULL_HANDLE;
@@ -480,6 +489,7 @@ status device::make_buffer(buffer& b, std::uint64_t size, const void* next) {
     b._device = _device;
     b._size = size;
     VkResult r = vkCreateBuffer(_device, &bci, nullptr, &b._buffer);
+    b._serial = next_buffer_serial();
     if (r != VK_SUCCESS) {
         b._device = VK_NULL_HANDLE;
         return vk_error(r, "vkCreateBuffer " + std::to_string(size) + " B");

@@ -105,6 +105,8 @@ public:
     // storage-buffer path. The fast mat-mul kernels read weights and activations this way.
     VkBufferView texel_view() const { return _texel_view; }
     std::uint64_t texel_count() const { return _texel_count; }
+    // Unique in the process for this buffer's life and after (a handle may be reused).
+    std::uint64_t serial() const { return _serial; }
 
 private:
     friend class device;
@@ -118,6 +120,7 @@ private:
     void* _mapped = nullptr;
     std::uint64_t _size = 0;
     bool _imported = false;  // _mapped is the caller's memory (import_host): never unmapped
+    std::uint64_t _serial = 0;
 };
 
 // A byte range of a buffer, as bound to one descriptor.

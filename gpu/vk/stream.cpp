@@ -4,6 +4,8 @@
 #include <spdlog/spdlog.h>
 
 #include <cassert>
+#include <cstring>
+#include <string_view>
 
 #include "gpu/vk/vk_util.hpp"
 
@@ -20,6 +22,10 @@ result<std::unique_ptr<stream>> stream::create(const device& dev, const pipeline
                                                const stream_options& options) {
     if (options.dispatches_per_segment_max == 0) {
         return gpu_error(gpu_failure::bad_config, "dispatches_per_segment_max must be > 0");
+    }
+    if (options.replay_segments > replay_segments_max) {
+        return gpu_error(gpu_failure::bad_config,
+                         "replay_segments must be at most " + std::to_string(replay_segments_max));
     }
     std::unique_ptr<stream> s(new stream(dev, pipes, options));
     status st = s->init();
@@ -39,7 +45,7 @@ status stream::init() {
         ai.commandPool = _pool;
         ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
         ai.commandBufferCount = 1;
-        r = vkAllocateCommandBuffers(d, &ai, &sl.cmd);
+        r = vkAllocateCommandBuffers(d, &ai, &sl.own);
         if (r != VK_SUCCESS) return vk_error(r, "stream command buffer");
         VkFenceCreateInfo fci{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
         r = vkCreateFence(d, &fci, nullptr, &sl.fence);
@@ -55,6 +61,8 @@ status stream::init() {
         r = vkCreateQueryPool(d, &qi, nullptr, &_queries);
         if (r != VK_SUCCESS) return vk_error(r, "stream query pool");
     }
+    if (_options.timestamps) _options.replay_segments = 0;
+    _kept.reserve(_options.replay_segments);
     return {};
 }
 
@@ -98,6 +106,19 @@ status stream::begin_ahead(std::string label) {
     return start(std::move(label));
 }
 
+status stream::begin_cmd(VkCommandBuffer cmd, int sl, VkCommandBufferUsageFlags flags) {
+    vkResetCommandBuffer(cmd, 0);
+    VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    bi.flags = flags;
+    VkResult r = vkBeginCommandBuffer(cmd, &bi);
+    if (r != VK_SUCCESS) return vk_error(r, "segment '" + _slot[sl].label + "' begin");
+    if (_queries != VK_NULL_HANDLE) {
+        vkCmdResetQueryPool(cmd, _queries, query_base(sl), _options.dispatches_per_segment_max + 1);
+        vkCmdWriteTimestamp(cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, _queries, query_base(sl));
+    }
+    return {};
+}
+
 status stream::start(std::string label) {
     // The slot not in flight (at most one is).
     int next = _flight == 0 ? 1 : 0;
@@ -105,17 +126,13 @@ status stream::start(std::string label) {
     slot& sl = _slot[next];
     sl.label = std::move(label);
     sl.recorded.clear();
+    sl.log.clear();
+    sl.sealed = false;
+    sl.cmd = VK_NULL_HANDLE;
+    sl.logging = _options.replay_segments > 0;
+    _broken.reset();
     _last = next;
-    vkResetCommandBuffer(sl.cmd, 0);
-    VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
-    bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
-    VkResult r = vkBeginCommandBuffer(sl.cmd, &bi);
-    if (r != VK_SUCCESS) return vk_error(r, "segment '" + sl.label + "' begin");
-    if (_queries != VK_NULL_HANDLE) {
-        vkCmdResetQueryPool(sl.cmd, _queries, query_base(next),
-                            _options.dispatches_per_segment_max + 1);
-        vkCmdWriteTimestamp(sl.cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, _queries, query_base(next));
-    }
+    if (!sl.logging) ORDO_TRY(begin_cmd(sl.own, next, VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT));
     _rec = next;
     return {};
 }
@@ -124,9 +141,94 @@ void stream::discard() {
     if (_rec < 0) return;
     slot& sl = _slot[_rec];
     // A recording command buffer may be reset directly (the pool allows resets); it was never
-    // submitted, so nothing of it runs.
-    vkResetCommandBuffer(sl.cmd, 0);
+    // submitted, so nothing of it runs. A kept recording the segment sealed into stays kept.
+    if (!sl.logging) vkResetCommandBuffer(sl.own, 0);
+    sl.log.clear();
     _rec = -1;
+}
+
+status stream::stop_logging() {
+    slot& sl = _slot[_rec];
+    ORDO_TRY(begin_cmd(sl.own, _rec, VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT));
+    for (const logged_dispatch& d : sl.log) encode(sl.own, d);
+    sl.log.clear();
+    sl.logging = false;
+    return {};
+}
+
+status stream::seal_log(slot& sl) {
+    const std::size_t bytes = sl.log.size() * sizeof(logged_dispatch);
+    const std::size_t hash = std::hash<std::string_view>{}(
+        std::string_view(reinterpret_cast<const char*>(sl.log.data()), bytes));
+    const VkCommandBuffer busy = _flight >= 0 ? _slot[_flight].cmd : VK_NULL_HANDLE;
+    for (kept& k : _kept) {
+        if (k.cmd != busy && k.valid && k.hash == hash && k.log.size() == sl.log.size() &&
+            std::memcmp(k.log.data(), sl.log.data(), bytes) == 0) {
+            k.used = ++_uses;
+            sl.cmd = k.cmd;
+            ++_replayed;
+            return {};
+        }
+    }
+    // Recorded into a new kept buffer while under the bound, else over the least recently used
+    // one that is not in flight.
+    kept* into = nullptr;
+    if (_kept.size() < _options.replay_segments) {
+        VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+        ai.commandPool = _pool;
+        ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+        ai.commandBufferCount = 1;
+        VkCommandBuffer cmd = VK_NULL_HANDLE;
+        VkResult r = vkAllocateCommandBuffers(_device.handle(), &ai, &cmd);
+        if (r != VK_SUCCESS) return vk_error(r, "segment '" + sl.label + "' command buffer");
+        into = &_kept.emplace_back();
+        into->cmd = cmd;
+    } else {
+        for (kept& k : _kept) {
+            if (k.cmd != busy && (into == nullptr || k.used < into->used)) into = &k;
+        }
+    }
+    if (into == nullptr) {
+        // The one kept buffer is in flight (replay_segments = 1): record this segment directly.
+        ORDO_TRY(stop_logging());
+        VkResult r = vkEndCommandBuffer(sl.own);
+        if (r != VK_SUCCESS) return vk_error(r, "segment '" + sl.label + "' end");
+        sl.cmd = sl.own;
+        return {};
+    }
+    into->valid = false;
+    const int sl_index = static_cast<int>(&sl - _slot);
+    ORDO_TRY(begin_cmd(into->cmd, sl_index, 0));
+    for (const logged_dispatch& d : sl.log) encode(into->cmd, d);
+    VkResult r = vkEndCommandBuffer(into->cmd);
+    if (r != VK_SUCCESS) return vk_error(r, "segment '" + sl.label + "' end");
+    into->log.swap(sl.log);
+    into->hash = hash;
+    into->valid = true;
+    into->used = ++_uses;
+    sl.cmd = into->cmd;
+    ++_recorded;
+    return {};
+}
+
+status stream::seal() {
+    if (_rec < 0) return gpu_error(gpu_failure::busy, "seal: no segment is recording");
+    slot& sl = _slot[_rec];
+    if (sl.sealed) return {};
+    if (_broken) {
+        error e = std::move(*_broken);
+        _broken.reset();
+        return e;
+    }
+    if (sl.logging) {
+        ORDO_TRY(seal_log(sl));
+    } else {
+        VkResult r = vkEndCommandBuffer(sl.own);
+        if (r != VK_SUCCESS) return vk_error(r, "segment '" + sl.label + "' end");
+        sl.cmd = sl.own;
+    }
+    sl.sealed = true;
+    return {};
 }
 
 void stream::dispatch(pipeline_id id, std::initializer_list<buffer_view> bindings, const void* push,
@@ -151,41 +253,77 @@ void stream::dispatch(const pipeline& pl, pipeline_id id,
         ORDO_GPU_CHECK(groups[i] >= 1 && groups[i] <= info.max_workgroup_count[i],
                        "workgroup count outside maxComputeWorkGroupCount");
     }
-    VkDescriptorBufferInfo infos[bindings_max]{};
-    VkBufferView texel_views[bindings_max]{};
-    VkWriteDescriptorSet writes[bindings_max]{};
+    ORDO_GPU_CHECK(push_bytes <= push_bytes_max, "push constants larger than the log holds");
+    ORDO_GPU_CHECK(!_slot[_rec].sealed, "dispatch into a sealed segment");
+    logged_dispatch d{};  // value-initialized: padding zero, so logs compare byte for byte
+    d.pipeline = pl.handle;
+    d.layout = pl.layout;
+    d.texel_mask = pl.texel_bindings;
+    d.push_bytes = pl.push_bytes;
+    d.barrier_after = barrier_after ? 1 : 0;
+    d.groups = groups;
+    std::memcpy(d.push.data(), push, push_bytes);
     std::uint32_t i = 0;
     for (const buffer_view& v : bindings) {
         ORDO_GPU_CHECK(v.buf != nullptr && v.range > 0, "empty binding");
         ORDO_GPU_CHECK(v.offset + v.range <= v.buf->size(), "binding past the buffer end");
-        writes[i].sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET;
-        writes[i].dstBinding = i;
-        writes[i].descriptorCount = 1;
+        logged_binding& b = d.bindings[i];
+        b.handle = v.buf->handle();
+        b.serial = v.buf->serial();
+        b.offset = v.offset;
+        b.range = v.range;
         if ((pl.texel_bindings >> i) & 1u) {
             // Texel bindings see the whole buffer; the encoder passes the view's start (in
             // 16-byte texels) as a push constant and checked the range against texel_count().
             ORDO_GPU_CHECK(v.buf->texel_view() != VK_NULL_HANDLE, "texel binding without view");
             ORDO_GPU_CHECK(v.offset % 16 == 0, "texel binding offset not 16-byte aligned");
-            texel_views[i] = v.buf->texel_view();
-            writes[i].descriptorType = VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER;
-            writes[i].pTexelBufferView = &texel_views[i];
+            b.texel_view = v.buf->texel_view();
         } else {
             ORDO_GPU_CHECK(v.range <= info.max_storage_buffer_range,
                            "binding larger than maxStorageBufferRange; split the tensor");
             ORDO_GPU_CHECK(v.offset % info.min_storage_buffer_offset_alignment == 0,
                            "binding offset not aligned to minStorageBufferOffsetAlignment");
-            infos[i] = {v.buf->handle(), v.offset, v.range};
-            writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
-            writes[i].pBufferInfo = &infos[i];
         }
         ++i;
     }
-    VkCommandBuffer c = cmd();
-    vkCmdBindPipeline(c, VK_PIPELINE_BIND_POINT_COMPUTE, pl.handle);
-    _device.push_descriptor_fn()(c, VK_PIPELINE_BIND_POINT_COMPUTE, pl.layout, 0, i, writes);
-    vkCmdPushConstants(c, pl.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, pl.push_bytes, push);
-    vkCmdDispatch(c, groups[0], groups[1], groups[2]);
-    if (barrier_after) {
+    d.n_bindings = i;
+    slot& sl = _slot[_rec];
+    sl.recorded.push_back(id);
+    if (_broken) return;  // the segment is dropped at seal
+    if (sl.logging) {
+        sl.log.push_back(d);
+        return;
+    }
+    encode(cmd(), d);
+    if (_queries != VK_NULL_HANDLE) {
+        vkCmdWriteTimestamp(cmd(), VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, _queries,
+                            query_base(_rec) + dispatches());
+    }
+}
+
+void stream::encode(VkCommandBuffer c, const logged_dispatch& d) {
+    VkDescriptorBufferInfo infos[bindings_max]{};
+    VkWriteDescriptorSet writes[bindings_max]{};
+    for (std::uint32_t i = 0; i < d.n_bindings; ++i) {
+        const logged_binding& b = d.bindings[i];
+        writes[i].sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET;
+        writes[i].dstBinding = i;
+        writes[i].descriptorCount = 1;
+        if ((d.texel_mask >> i) & 1u) {
+            writes[i].descriptorType = VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER;
+            writes[i].pTexelBufferView = &b.texel_view;
+        } else {
+            infos[i] = {b.handle, b.offset, b.range};
+            writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+            writes[i].pBufferInfo = &infos[i];
+        }
+    }
+    vkCmdBindPipeline(c, VK_PIPELINE_BIND_POINT_COMPUTE, d.pipeline);
+    _device.push_descriptor_fn()(c, VK_PIPELINE_BIND_POINT_COMPUTE, d.layout, 0, d.n_bindings,
+                                 writes);
+    vkCmdPushConstants(c, d.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, d.push_bytes, d.push.data());
+    vkCmdDispatch(c, d.groups[0], d.groups[1], d.groups[2]);
+    if (d.barrier_after != 0) {
         VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
         mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
         mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
@@ -193,14 +331,18 @@ void stream::dispatch(const pipeline& pl, pipeline_id id,
                              VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0, nullptr, 0,
                              nullptr);
     }
-    _slot[_rec].recorded.push_back(id);
-    if (_queries != VK_NULL_HANDLE) {
-        vkCmdWriteTimestamp(c, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, _queries,
-                            query_base(_rec) + dispatches());
-    }
 }
 
 void stream::transfer(const std::function<void(VkCommandBuffer)>& command) {
+    ORDO_GPU_CHECK(!_slot[_rec].sealed, "transfer into a sealed segment");
+    if (!_broken && _slot[_rec].logging) {
+        // Transfers are not logged: this segment is recorded directly from here on.
+        if (status st = stop_logging(); !st) _broken = st.err();
+    }
+    if (_broken) {
+        _slot[_rec].recorded.push_back(pipeline_id::count);
+        return;  // the segment is dropped at seal
+    }
     VkCommandBuffer cb = cmd();
     VkMemoryBarrier before{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
     before.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
@@ -260,14 +402,16 @@ status stream::submit() {
                                                 _slot[_flight].label + "' is still in flight");
     }
     slot& sl = _slot[_rec];
+    if (status sealed = seal(); !sealed) {
+        discard();
+        return sealed;
+    }
     _rec = -1;
-    VkResult r = vkEndCommandBuffer(sl.cmd);
-    if (r != VK_SUCCESS) return vk_error(r, "segment '" + sl.label + "' end");
     vkResetFences(_device.handle(), 1, &sl.fence);
     VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
     si.commandBufferCount = 1;
     si.pCommandBuffers = &sl.cmd;
-    r = vkQueueSubmit(_device.queue(), 1, &si, sl.fence);
+    VkResult r = vkQueueSubmit(_device.queue(), 1, &si, sl.fence);
     if (r != VK_SUCCESS) return vk_error(r, "segment '" + sl.label + "' submit");
     _flight = static_cast<int>(&sl - _slot);
     return {};

@@ -16,6 +16,15 @@
 // was waited for, so every wait still bounds exactly one segment. After a failed wait the
 // segment recorded ahead is thrown away with discard().
 //
+// Replay (replay_segments > 0): dispatch() only checks and logs what it would record (the
+// pipeline, every binding's buffer, offset and range, the push constants, the workgroups, the
+// barrier); seal() (or submit()) then looks for a kept command buffer recorded from the same log
+// and submits that one, else records the log into the least recently used one. A decode step
+// repeats the segments of the step before it (its inputs live in buffers, not in the recording),
+// so the host skips recording them. A buffer is named by its serial, never reused, so a
+// recording of a destroyed buffer is never replayed; a segment with a copy or a fill is
+// recorded afresh (its transfers are not logged).
+//
 // Threading: begin/dispatch/submit on the owner thread; wait() may run on a waiter thread while
 // the owner does not touch this stream (the actor's loop never blocks on a fence).
 #pragma once
@@ -43,7 +52,13 @@ struct stream_options {
     std::uint32_t dispatches_per_segment_max = 4096;
     // Record a GPU timestamp after every dispatch (per-kernel timings, see timings()).
     bool timestamps = false;
+    // Segments kept recorded for replay (see "Replay" at the top): 0 = every segment is
+    // recorded; never with timestamps (their queries are per submission).
+    std::uint32_t replay_segments = 0;
 };
+
+// Segments kept for replay, at most (stream_options::replay_segments).
+inline constexpr std::uint32_t replay_segments_max = 64;
 
 struct dispatch_timing {
     pipeline_id id = pipeline_id::count;
@@ -101,8 +116,13 @@ public:
     // (the nan_logits fault: NaNs written where the logits head wrote its rows).
     void fill(buffer_view dst, std::uint32_t word);
 
-    // Ends recording and submits the segment with its fence. Error (gpu_busy, the recording
-    // kept) while another segment is in flight.
+    // Ends recording: finds the kept recording of the same log or records it (replay; a no-op
+    // otherwise, and when already sealed). The runner calls it as soon as a segment is recorded
+    // ahead, so the recording overlaps the segment in flight. Error: a Vulkan failure (the
+    // segment is dropped).
+    status seal();
+    // Ends recording (seal) and submits the segment with its fence. Error (gpu_busy, the
+    // recording kept) while another segment is in flight.
     status submit();
     // Waits for the submitted segment for at most timeout_ms. VK_TIMEOUT -> gpu_timeout,
     // VK_ERROR_DEVICE_LOST -> gpu_device_lost; both name the segment label.
@@ -126,6 +146,9 @@ public:
     }
     // Per-dispatch GPU times of the last finished segment (empty unless options.timestamps).
     const std::vector<dispatch_timing>& timings() const { return _timings; }
+    // Segments submitted as a kept recording, and segments recorded (replay on).
+    std::uint64_t replayed() const { return _replayed; }
+    std::uint64_t recorded() const { return _recorded; }
     const device& dev() const { return _device; }
     const pipelines& pipes() const { return _pipes; }
     // Where the tiled mat-mul's group split writes its partial sums (encode_mul_mat; sized by
@@ -141,17 +164,53 @@ public:
 private:
     stream(const device& dev, const pipelines& pipes, const stream_options& options)
         : _device(dev), _pipes(pipes), _options(options) {}
+    // One dispatch as recorded: compared byte for byte (value-initialized, so its padding is
+    // zero too) and replayed into a command buffer.
+    struct logged_binding {
+        VkBuffer handle;
+        VkBufferView texel_view;  // the texel bindings'
+        std::uint64_t serial, offset, range;
+    };
+    static constexpr std::size_t push_bytes_max = 128;  // the least maxPushConstantsSize
+    struct logged_dispatch {
+        VkPipeline pipeline;
+        VkPipelineLayout layout;
+        std::uint32_t texel_mask, n_bindings, push_bytes, barrier_after;
+        std::array<std::uint32_t, 3> groups;
+        std::array<logged_binding, 8> bindings;
+        std::array<unsigned char, push_bytes_max> push;
+    };
+    // A command buffer kept for replay, with the log it was recorded from.
+    struct kept {
+        VkCommandBuffer cmd = VK_NULL_HANDLE;
+        std::vector<logged_dispatch> log;
+        std::size_t hash = 0;
+        std::uint64_t used = 0;  // _uses when last sealed: the least recent is recorded over
+        bool valid = false;      // false while (or after failing) being recorded
+    };
     // One recordable segment: two, so the next records while the other runs.
     struct slot {
-        VkCommandBuffer cmd = VK_NULL_HANDLE;
+        VkCommandBuffer own = VK_NULL_HANDLE;  // recorded directly (replay off, transfers)
+        VkCommandBuffer cmd = VK_NULL_HANDLE;  // what submit() submits: own or a kept one's
         VkFence fence = VK_NULL_HANDLE;
         std::string label;
         std::vector<pipeline_id> recorded;  // per dispatch (count: a copy)
+        bool logging = false;               // replay: dispatches go to `log`, not to `own`
+        bool sealed = false;
+        std::vector<logged_dispatch> log;
     };
     static constexpr int slots = 2;
 
     status init();
     status start(std::string label);
+    // Begins `cmd` for recording (the timestamp reset and first query where they are on).
+    status begin_cmd(VkCommandBuffer cmd, int slot, VkCommandBufferUsageFlags flags);
+    void encode(VkCommandBuffer c, const logged_dispatch& d);
+    // A logging slot that meets a transfer: its log so far goes into `own`, which it records
+    // directly from then on.
+    status stop_logging();
+    // The kept recording of the slot's log, found or recorded.
+    status seal_log(slot& sl);
     void read_timestamps(int slot);
     // Records `command` (a transfer) between barriers against every earlier and later kernel,
     // transfer and host read, counted as one dispatch (copy, fill).
@@ -159,7 +218,7 @@ private:
     std::uint32_t query_base(int slot) const {
         return static_cast<std::uint32_t>(slot) * (_options.dispatches_per_segment_max + 1);
     }
-    VkCommandBuffer cmd() const { return _slot[_rec].cmd; }
+    VkCommandBuffer cmd() const { return _slot[_rec].own; }
 
     const device& _device;
     const pipelines& _pipes;
@@ -174,6 +233,11 @@ private:
     std::optional<VkResult> _injected;
     buffer_view _mat_split_scratch;
     std::uint32_t _mat_vec_tokens_max = 0;
+    std::vector<kept> _kept;  // at most options.replay_segments
+    std::uint64_t _uses = 0, _replayed = 0, _recorded = 0;
+    // A logging segment that could not begin recording directly for a transfer: dispatches
+    // and transfers after it are skipped, and seal()/submit() return this.
+    std::optional<error> _broken;
 };
 
 }  // namespace ordo::gpu
