@@ -2,10 +2,10 @@
 #include "gpu/vk/stream.hpp"
 
 #include <spdlog/spdlog.h>
+#include <xxhash.h>
 
 #include <cassert>
 #include <cstring>
-#include <string_view>
 
 #include "gpu/vk/vk_util.hpp"
 
@@ -158,8 +158,7 @@ status stream::stop_logging() {
 
 status stream::seal_log(slot& sl) {
     const std::size_t bytes = sl.log.size() * sizeof(logged_dispatch);
-    const std::size_t hash = std::hash<std::string_view>{}(
-        std::string_view(reinterpret_cast<const char*>(sl.log.data()), bytes));
+    const std::uint64_t hash = XXH3_64bits(sl.log.data(), bytes);
     const VkCommandBuffer busy = _flight >= 0 ? _slot[_flight].cmd : VK_NULL_HANDLE;
     for (kept& k : _kept) {
         if (k.cmd != busy && k.valid && k.hash == hash && k.log.size() == sl.log.size() &&

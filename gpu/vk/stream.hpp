@@ -184,7 +184,7 @@ private:
     struct kept {
         VkCommandBuffer cmd = VK_NULL_HANDLE;
         std::vector<logged_dispatch> log;
-        std::size_t hash = 0;
+        std::uint64_t hash = 0;  // XXH3 of the log
         std::uint64_t used = 0;  // _uses when last sealed: the least recent is recorded over
         bool valid = false;      // false while (or after failing) being recorded
     };
