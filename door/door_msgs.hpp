@@ -147,6 +147,7 @@ struct stats_report {
     double busy_ms = 0;
     double step_wall_ms = 0, between_steps_ms = 0, run_ms = 0;  // sched::gpu_view's
     uint64_t back_to_back_steps = 0;
+    uint64_t segments = 0, segments_replayed = 0;  // sched::gpu_view's
     kv::kv_disk_report kv_disk;
     uint64_t logits_slots_held = 0;  // logits_exchange slots not yet released (0 when idle)
     uint64_t rss_bytes = 0;          // the process's resident memory (0 where unknown)
@@ -159,8 +160,8 @@ struct stats_report {
     MSGPACK_DEFINE_MAP(active_sequences, queued_requests, kv_blocks_used, kv_blocks_free, net, http,
                        scheduler, kv, device, epoch, steps, timeouts, device_lost, nan_logits,
                        other_failures, busy_ms, step_wall_ms, between_steps_ms, back_to_back_steps,
-                       run_ms, kv_disk, logits_slots_held, rss_bytes, fault_plan, histograms,
-                       log_lines_dropped);
+                       run_ms, segments, segments_replayed, kv_disk, logits_slots_held, rss_bytes,
+                       fault_plan, histograms, log_lines_dropped);
 };
 
 // ---- events (scheduler → front door); none is answered ------------------------------------------

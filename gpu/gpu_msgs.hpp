@@ -161,7 +161,11 @@ struct step_done {
     // The gpu actor's worker's wall time in the runner's run_step: gpu_ms plus its host share
     // (recording before the first submission, the inputs, the waits' wakeups, the checks).
     double run_ms = 0;
-    MSGPACK_DEFINE_MAP(step_id, slot, rows, n_vocab, gpu_ms, hidden_rows, summarized, run_ms);
+    // Command-buffer segments the step ran, and of them those submitted as a recording the
+    // runner's stream kept from an earlier step (stream.hpp "Replay"): not recorded again.
+    uint32_t segments = 0, segments_replayed = 0;
+    MSGPACK_DEFINE_MAP(step_id, slot, rows, n_vocab, gpu_ms, hidden_rows, summarized, run_ms,
+                       segments, segments_replayed);
 };
 
 // The step failed. code (gpu_failure.hpp): timeout, device_lost or another device fault, nan,

@@ -137,6 +137,10 @@ std::string prometheus_text(const door::stats_report& s) {
               "the gpu actor's worker's wall time running the steps (their GPU time and the "
               "runner's host share), summed",
               s.run_ms / 1000.0);
+    w.counter("ordo_gpu_segments", "command-buffer segments the steps ran", double(s.segments));
+    w.counter("ordo_gpu_segments_replayed",
+              "segments submitted as a recording kept from an earlier step, not recorded again",
+              double(s.segments_replayed));
     w.counter("ordo_gpu_between_steps_seconds",
               "time from a step's outcome to the next step sent back to back, summed",
               s.between_steps_ms / 1000.0);

@@ -188,7 +188,7 @@ std::string encode(const door::stats_done& e) {
     if (!s.http.empty()) w.field("http", s.http);  // absent: the HTTP front door is off
     w.field("scheduler", s.scheduler).field("kv", s.kv);
     auto& g = w.nested("gpu");
-    g.pack_map(12);
+    g.pack_map(14);
     g.pack("device"), g.pack(s.device);
     g.pack("epoch"), g.pack(s.epoch);
     g.pack("steps"), g.pack(s.steps);
@@ -197,6 +197,8 @@ std::string encode(const door::stats_done& e) {
     g.pack("between_steps_ms"), g.pack(wire_f64{s.between_steps_ms});
     g.pack("back_to_back_steps"), g.pack(s.back_to_back_steps);
     g.pack("run_ms"), g.pack(wire_f64{s.run_ms});
+    g.pack("segments"), g.pack(s.segments);
+    g.pack("segments_replayed"), g.pack(s.segments_replayed);
     g.pack("timeouts"), g.pack(s.timeouts);
     g.pack("device_lost"), g.pack(s.device_lost);
     g.pack("nan_logits"), g.pack(s.nan_logits);

@@ -373,6 +373,8 @@ void scheduler_core::on_stats(const stats_query& m, std::vector<outgoing_event>&
     r.between_steps_ms = _gpu.between_steps_ms;
     r.back_to_back_steps = _gpu.back_to_back_steps;
     r.run_ms = _gpu.run_ms;
+    r.segments = _gpu.segments;
+    r.segments_replayed = _gpu.segments_replayed;
     r.timeouts = _gpu.timeouts;
     r.device_lost = _gpu.device_lost;
     r.nan_logits = _gpu.nan_logits;

@@ -185,14 +185,16 @@ struct gpu_view {
     double step_wall_ms = 0;
     double between_steps_ms = 0;
     uint64_t back_to_back_steps = 0;
-    double run_ms = 0;            // the gpu actor's worker in run_step (step_done::run_ms), summed
-    uint64_t timeouts = 0;        // failed steps: gpu_timeout (watchdog)
-    uint64_t device_lost = 0;     // failed steps: gpu_device_lost
-    uint64_t nan_logits = 0;      // failed steps: gpu_nan
-    uint64_t other_failures = 0;  // failed steps: any other code
+    double run_ms = 0;      // the gpu actor's worker in run_step (step_done::run_ms), summed
+    uint64_t segments = 0;  // the steps' command-buffer segments (step_done::segments)
+    uint64_t segments_replayed = 0;  // of them, replayed from a kept recording
+    uint64_t timeouts = 0;           // failed steps: gpu_timeout (watchdog)
+    uint64_t device_lost = 0;        // failed steps: gpu_device_lost
+    uint64_t nan_logits = 0;         // failed steps: gpu_nan
+    uint64_t other_failures = 0;     // failed steps: any other code
     MSGPACK_DEFINE_MAP(device, epoch, steps, busy_ms, step_wall_ms, between_steps_ms,
-                       back_to_back_steps, run_ms, timeouts, device_lost, nan_logits,
-                       other_failures);
+                       back_to_back_steps, run_ms, segments, segments_replayed, timeouts,
+                       device_lost, nan_logits, other_failures);
 };
 
 class scheduler_core {

@@ -113,6 +113,8 @@ void scheduler_core::on_step_done(const gpu::step_done& m, const row_reader& row
     _gpu.steps++;
     _gpu.busy_ms += m.gpu_ms;
     _gpu.run_ms += m.run_ms;
+    _gpu.segments += m.segments;
+    _gpu.segments_replayed += m.segments_replayed;
     _outcome_at = clock::now();
     _gpu.step_wall_ms += ms_between(f.sent, *_outcome_at);
     for (const planned& p : f.seqs) {

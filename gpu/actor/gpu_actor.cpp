@@ -372,7 +372,9 @@ void gpu_actor::finish_step() {
                     .gpu_ms = _job.res.gpu_ms,
                     .hidden_rows = _job.res.hidden_rows,
                     .summarized = _job.res.summarized,
-                    .run_ms = _job.run_ms};
+                    .run_ms = _job.run_ms,
+                    .segments = _job.res.segments,
+                    .segments_replayed = _job.res.segments_replayed};
         _replies.send(d);
         return;
     }

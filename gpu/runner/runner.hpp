@@ -219,7 +219,8 @@ struct step_result {
     std::vector<std::uint64_t> hidden_rows;  // seq id of each hidden row written
     std::uint32_t n_tokens = 0;
     std::uint32_t segments = 0;
-    double gpu_ms = 0.0;      // submit -> fence, summed over segments
+    std::uint32_t segments_replayed = 0;  // of them, submitted as a kept recording (replay)
+    double gpu_ms = 0.0;                  // submit -> fence, summed over segments
     bool summarized = false;  // the rows' summaries were written (runner::row_summaries)
     // No inf or NaN in the logits rows written: checked on the host as the rows are copied or,
     // in place, by a pass over them; in place with summaries, by the summaries' own flag

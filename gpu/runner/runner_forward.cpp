@@ -274,6 +274,7 @@ result<step_result> runner::run_step(const step& s, float* logits_out, float* hi
     _timings.clear();
     step_result r;
     r.n_tokens = _plan.n_tokens;
+    const std::uint64_t replayed_before = _stream->replayed();
     // Segments of flush_every_layers layers (the first of first_segment_layers), one in flight
     // at a time and each waited on under the watchdog; the next one is recorded while the one
     // before it runs, so the host's encoding overlaps the GPU's work instead of leaving the GPU
@@ -294,6 +295,7 @@ result<step_result> runner::run_step(const step& s, float* logits_out, float* hi
         if (!ahead) return ahead.err();
         if (more) ORDO_TRY(submit_segment(next, last_of(next), fault));
     }
+    r.segments_replayed = static_cast<std::uint32_t>(_stream->replayed() - replayed_before);
     const std::size_t n = std::size_t(_plan.rows()) * _hp.n_vocab;
     r.summarized = row_summaries();
     r.logits_in_place = in_place != nullptr;

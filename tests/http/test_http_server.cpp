@@ -555,6 +555,8 @@ TEST(http_server, metrics_are_prometheus_text) {
           "# TYPE ordo_http_requests_total counter\n", "# TYPE ordo_gpu_steps_total counter\n",
           "# TYPE ordo_gpu_step_wall_seconds_total counter\n",
           "# TYPE ordo_gpu_between_steps_seconds_total counter\n",
+          "# TYPE ordo_gpu_segments_total counter\n",
+          "# TYPE ordo_gpu_segments_replayed_total counter\n",
           "# TYPE ordo_kv_pool_blocks gauge\n"}) {
         EXPECT_NE(m.find(line), std::string::npos) << line << " not in\n" << m;
     }

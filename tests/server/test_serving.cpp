@@ -554,8 +554,8 @@ TEST(serving, gpu_map_in_model_and_stats_counts_steps_and_a_watchdog_timeout) {
         const msgpack::object* g = e ? field(e->o(), "gpu") : nullptr;
         EXPECT_NE(g, nullptr);
         if (g == nullptr) return r;
-        for (const char* k :
-             {"epoch", "steps", "timeouts", "device_lost", "nan_logits", "other_failures"}) {
+        for (const char* k : {"epoch", "steps", "timeouts", "device_lost", "nan_logits",
+                              "other_failures", "segments", "segments_replayed"}) {
             r[k] = static_cast<double>(uint_field(*g, k));
         }
         for (const char* k : {"busy_ms", "step_wall_ms", "between_steps_ms", "run_ms"}) {
@@ -579,6 +579,11 @@ TEST(serving, gpu_map_in_model_and_stats_counts_steps_and_a_watchdog_timeout) {
     // Each step's wall time holds its GPU time; every decode was sent by the handler of the
     // step before it (the prefill waited for the request), and that took some time.
     EXPECT_GE(before["run_ms"], before["busy_ms"]);
+    // Every step ran a segment or more, and the decode steps repeated theirs: replayed, not
+    // recorded again (the prefill's, the first decode's and one per table block are recorded).
+    EXPECT_GE(before["segments"], before["steps"]);
+    EXPECT_GT(before["segments_replayed"], 0.0);
+    EXPECT_LT(before["segments_replayed"], before["segments"]);
     EXPECT_GE(before["step_wall_ms"], before["run_ms"]);
     EXPECT_GE(before["back_to_back_steps"], before["steps"] - 1.0);
     EXPECT_LT(before["back_to_back_steps"], before["steps"]);
