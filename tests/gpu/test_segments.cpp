@@ -8,48 +8,26 @@
 // its next layers): the same bits as recording in turn; submit refuses while the previous
 // segment is in flight and keeps the recording; discard() drops a segment recorded ahead
 // (nothing of it runs) and the stream is usable again; each segment's timestamps are its own.
-#include <deque>
 
-#include "gpu/vk/weights.hpp"
-#include "gpu_fixture.hpp"
-#include "model/quant.hpp"
+#include "toy_layers.hpp"
 
 namespace ordo::gpu::testing {
 namespace {
 
-constexpr std::uint32_t n_layer = 4, dim = 64;
+constexpr std::uint32_t n_layer = 4, dim = toy_layers::dim;
 
 // ahead: each next segment is recorded while the one before it runs (begin_ahead), submitted
 // once that one was waited for.
 std::vector<float> run_toy(std::uint32_t flush_every, bool ahead = false) {
-    std::deque<buffer> keep;
-    arena mem(*env().dev, 1u << 20);
-    std::vector<weight_tensor> w;
-    for (std::uint32_t l = 0; l < n_layer; ++l) {
-        auto f = random_floats(dim * dim, 10 + l, 0.2f);
-        std::vector<std::uint8_t> bytes(f.size() * 2);
-        EXPECT_TRUE(
-            model::quantize_row(model::ggml_type::f16, f.data(), bytes.data(), f.size()).ok());
-        auto t = upload_weight(*env().dev, mem, model::ggml_type::f16, dim, dim, bytes);
-        EXPECT_TRUE(t.ok());
-        w.push_back(std::move(*t));
-    }
-    const buffer& norm_w = keep.emplace_back(make_buffer(random_floats(dim, 3)));
-    const buffer& x = keep.emplace_back(make_buffer(random_floats(dim * 2, 4)));
-    const buffer& tmp = keep.emplace_back(make_buffer(std::vector<float>(dim * 2)));
+    toy_layers toy(n_layer, 10);
+    const buffer x = make_buffer(random_floats(dim * 2, 4));
     stream& str = *env().str;
     for (std::uint32_t l0 = 0; l0 < n_layer; l0 += flush_every) {
         std::uint32_t l1 = std::min(n_layer, l0 + flush_every);
         std::string label = "toy layers " + std::to_string(l0) + "-" + std::to_string(l1 - 1);
         bool in_flight = str.state() == stream_state::in_flight;
         EXPECT_TRUE((in_flight ? str.begin_ahead(label) : str.begin(label)).ok());
-        for (std::uint32_t l = l0; l < l1; ++l) {
-            EXPECT_TRUE(encode_rms_norm(str, {whole(x), 0, dim}, whole(norm_w),
-                                        {whole(tmp), 0, dim}, dim, 2, 1e-5f)
-                            .ok());
-            EXPECT_TRUE(
-                encode_mul_mat(str, w[l], {whole(tmp), 0, dim}, {whole(x), 0, dim}, 2, true).ok());
-        }
+        for (std::uint32_t l = l0; l < l1; ++l) toy.record(str, l, 2, x);
         if (in_flight) {
             status early = str.submit();
             EXPECT_FALSE(early.ok()) << "submitted while the previous segment was in flight";

@@ -10,43 +10,14 @@
 // one kept recording a segment recorded ahead of it in flight is recorded directly, with the same
 // bits; (4) a segment with a transfer (a fill) is recorded directly, not kept, and runs right;
 // (5) discarding a segment sealed into a kept recording leaves that recording to replay.
-#include <deque>
+#include <functional>
 
-#include "gpu/vk/weights.hpp"
-#include "gpu_fixture.hpp"
-#include "model/quant.hpp"
+#include "toy_layers.hpp"
 
 namespace ordo::gpu::testing {
 namespace {
 
-constexpr std::uint32_t dim = 64;
-
-// x += W rmsnorm(x) over `tokens` rows of x, for each of `layers`: the dispatches of a segment.
-struct toy {
-    toy() : mem(*env().dev, 1u << 20) {
-        for (std::uint32_t l = 0; l < 3; ++l) {
-            auto f = random_floats(dim * dim, 20 + l, 0.2f);
-            std::vector<std::uint8_t> bytes(f.size() * 2);
-            EXPECT_TRUE(
-                model::quantize_row(model::ggml_type::f16, f.data(), bytes.data(), f.size()).ok());
-            auto t = upload_weight(*env().dev, mem, model::ggml_type::f16, dim, dim, bytes);
-            EXPECT_TRUE(t.ok());
-            w.push_back(std::move(*t));
-        }
-    }
-    void record(stream& s, std::uint32_t layer, std::uint32_t tokens, const buffer& x) {
-        EXPECT_TRUE(encode_rms_norm(s, {whole(x), 0, dim}, whole(norm_w), {whole(tmp), 0, dim}, dim,
-                                    tokens, 1e-5f)
-                        .ok());
-        EXPECT_TRUE(
-            encode_mul_mat(s, w[layer], {whole(tmp), 0, dim}, {whole(x), 0, dim}, tokens, true)
-                .ok());
-    }
-    arena mem;
-    std::vector<weight_tensor> w;
-    buffer norm_w = make_buffer(random_floats(dim, 3));
-    buffer tmp = make_buffer(std::vector<float>(dim * 4));
-};
+constexpr std::uint32_t dim = toy_layers::dim;
 
 std::unique_ptr<stream> make_stream(std::uint32_t replay) {
     auto s = stream::create(*env().dev, *env().pipes, {64, false, replay});
@@ -61,27 +32,42 @@ void run(stream& s, const std::string& label, const std::function<void()>& recor
     ASSERT_TRUE(st.ok()) << st.err().message;
 }
 
+// A stream keeping `replay` recordings and one recording every segment, each with its own x
+// (the same start), on the same toy layers.
+struct kept_and_fresh {
+    kept_and_fresh(std::uint32_t replay, std::uint32_t seed)
+        : t(3, 20),
+          kept(make_stream(replay)),
+          fresh(make_stream(0)),
+          a(make_buffer(random_floats(dim * 4, seed))),
+          b(make_buffer(random_floats(dim * 4, seed))) {}
+    const buffer& x_of(const stream* s) const { return s == kept.get() ? a : b; }
+    bool same_x() const { return read_buffer<float>(a, dim * 4) == read_buffer<float>(b, dim * 4); }
+    toy_layers t;
+    std::unique_ptr<stream> kept, fresh;
+    buffer a, b;
+};
+
 TEST(StreamReplay, ARepeatedSegmentIsRecordedOnceAndRunsLikeAFreshOne) {
     ORDO_REQUIRE_GPU();
-    toy t;
-    auto kept = make_stream(4), fresh = make_stream(0);
-    ASSERT_TRUE(kept && fresh);
-    buffer a = make_buffer(random_floats(dim * 4, 4)), b = make_buffer(random_floats(dim * 4, 4));
+    kept_and_fresh p(4, 4);
+    ASSERT_TRUE(p.kept && p.fresh);
     for (int i = 0; i < 5; ++i) {
-        run(*kept, "step " + std::to_string(i), [&] { t.record(*kept, 0, 2, a); });
-        run(*fresh, "step " + std::to_string(i), [&] { t.record(*fresh, 0, 2, b); });
+        for (stream* s : {p.kept.get(), p.fresh.get()}) {
+            run(*s, "step " + std::to_string(i), [&] { p.t.record(*s, 0, 2, p.x_of(s)); });
+        }
         // x moved every run: the replay read this run's x, not the first run's.
-        ASSERT_EQ(read_buffer<float>(a, dim * 4), read_buffer<float>(b, dim * 4)) << "run " << i;
+        ASSERT_TRUE(p.same_x()) << "run " << i;
     }
-    EXPECT_EQ(kept->recorded(), 1u);
-    EXPECT_EQ(kept->replayed(), 4u);
-    EXPECT_EQ(fresh->recorded(), 0u);
-    EXPECT_EQ(fresh->replayed(), 0u);
+    EXPECT_EQ(p.kept->recorded(), 1u);
+    EXPECT_EQ(p.kept->replayed(), 4u);
+    EXPECT_EQ(p.fresh->recorded(), 0u);
+    EXPECT_EQ(p.fresh->replayed(), 0u);
 }
 
 TEST(StreamReplay, APushBindingOrBufferThatDiffersIsRecordedAnew) {
     ORDO_REQUIRE_GPU();
-    toy t;
+    toy_layers t(3, 20);
     auto s = make_stream(8);
     ASSERT_TRUE(s);
     buffer x = make_buffer(random_floats(dim * 4, 5));
@@ -108,7 +94,7 @@ TEST(StreamReplay, APushBindingOrBufferThatDiffersIsRecordedAnew) {
 
 TEST(StreamReplay, TheLeastRecentlyUsedIsRecordedOverNeverTheOneInFlight) {
     ORDO_REQUIRE_GPU();
-    toy t;
+    toy_layers t(3, 20);
     auto s = make_stream(2);
     ASSERT_TRUE(s);
     buffer x = make_buffer(random_floats(dim * 4, 6));
@@ -124,66 +110,62 @@ TEST(StreamReplay, TheLeastRecentlyUsedIsRecordedOverNeverTheOneInFlight) {
 
     // One kept recording, in flight while the next segment is recorded ahead: that one is
     // recorded directly (neither kept nor replayed), with the bits of a fresh stream.
-    auto one = make_stream(1), fresh = make_stream(0);
-    ASSERT_TRUE(one && fresh);
-    buffer y = make_buffer(random_floats(dim * 4, 7)), z = make_buffer(random_floats(dim * 4, 7));
-    for (stream* st : {one.get(), fresh.get()}) {
-        const buffer& v = st == one.get() ? y : z;
+    kept_and_fresh p(1, 7);
+    ASSERT_TRUE(p.kept && p.fresh);
+    for (stream* st : {p.kept.get(), p.fresh.get()}) {
         ASSERT_TRUE(st->begin("layer 0").ok());
-        t.record(*st, 0, 2, v);
+        p.t.record(*st, 0, 2, p.x_of(st));
         ASSERT_TRUE(st->submit().ok());
         ASSERT_TRUE(st->begin_ahead("layer 1").ok());
-        t.record(*st, 1, 2, v);
+        p.t.record(*st, 1, 2, p.x_of(st));
         ASSERT_TRUE(st->seal().ok());
         ASSERT_TRUE(st->wait(test_watchdog_ms).ok());
         ASSERT_TRUE(st->run(test_watchdog_ms).ok());
     }
-    EXPECT_EQ(one->recorded(), 1u);
-    EXPECT_EQ(one->replayed(), 0u);
-    EXPECT_EQ(read_buffer<float>(y, dim * 4), read_buffer<float>(z, dim * 4));
+    EXPECT_EQ(p.kept->recorded(), 1u);
+    EXPECT_EQ(p.kept->replayed(), 0u);
+    EXPECT_TRUE(p.same_x());
 }
 
 TEST(StreamReplay, ASegmentWithATransferIsRecordedDirectly) {
     ORDO_REQUIRE_GPU();
-    toy t;
-    auto s = make_stream(4), fresh = make_stream(0);
-    ASSERT_TRUE(s && fresh);
-    buffer a = make_buffer(random_floats(dim * 4, 8)), b = make_buffer(random_floats(dim * 4, 8));
+    kept_and_fresh p(4, 8);
+    ASSERT_TRUE(p.kept && p.fresh);
     for (int i = 0; i < 2; ++i) {
-        for (stream* st : {s.get(), fresh.get()}) {
-            const buffer& v = st == s.get() ? a : b;
+        for (stream* st : {p.kept.get(), p.fresh.get()}) {
+            const buffer& v = p.x_of(st);
             run(*st, "fill", [&] {
-                t.record(*st, 0, 2, v);
+                p.t.record(*st, 0, 2, v);
                 st->fill({&v, 0, dim * 4}, 0x3f800000u);  // row 0 := 1.0
-                t.record(*st, 1, 2, v);
+                p.t.record(*st, 1, 2, v);
             });
         }
-        ASSERT_EQ(read_buffer<float>(a, dim * 4), read_buffer<float>(b, dim * 4)) << "run " << i;
+        ASSERT_TRUE(p.same_x()) << "run " << i;
     }
-    EXPECT_EQ(s->recorded(), 0u);
-    EXPECT_EQ(s->replayed(), 0u);
+    EXPECT_EQ(p.kept->recorded(), 0u);
+    EXPECT_EQ(p.kept->replayed(), 0u);
     // Then a plain segment is kept again.
-    run(*s, "plain", [&] { t.record(*s, 0, 2, a); });
-    EXPECT_EQ(s->recorded(), 1u);
+    run(*p.kept, "plain", [&] { p.t.record(*p.kept, 0, 2, p.a); });
+    EXPECT_EQ(p.kept->recorded(), 1u);
 }
 
 TEST(StreamReplay, DiscardingASealedSegmentKeepsItsRecording) {
     ORDO_REQUIRE_GPU();
-    toy t;
-    auto s = make_stream(4), fresh = make_stream(0);
-    ASSERT_TRUE(s && fresh);
-    buffer a = make_buffer(random_floats(dim * 4, 9)), b = make_buffer(random_floats(dim * 4, 9));
-    ASSERT_TRUE(s->begin("dropped").ok());
-    t.record(*s, 0, 2, a);
-    ASSERT_TRUE(s->seal().ok());
-    s->discard();
-    EXPECT_EQ(s->state(), stream_state::idle);
-    EXPECT_EQ(read_buffer<float>(a, dim * 4), random_floats(dim * 4, 9)) << "nothing ran";
-    run(*s, "kept", [&] { t.record(*s, 0, 2, a); });
-    run(*fresh, "fresh", [&] { t.record(*fresh, 0, 2, b); });
-    EXPECT_EQ(s->recorded(), 1u);
-    EXPECT_EQ(s->replayed(), 1u);
-    EXPECT_EQ(read_buffer<float>(a, dim * 4), read_buffer<float>(b, dim * 4));
+    kept_and_fresh p(4, 9);
+    ASSERT_TRUE(p.kept && p.fresh);
+    stream& s = *p.kept;
+    ASSERT_TRUE(s.begin("dropped").ok());
+    p.t.record(s, 0, 2, p.a);
+    ASSERT_TRUE(s.seal().ok());
+    s.discard();
+    EXPECT_EQ(s.state(), stream_state::idle);
+    EXPECT_EQ(read_buffer<float>(p.a, dim * 4), random_floats(dim * 4, 9)) << "nothing ran";
+    for (stream* st : {p.kept.get(), p.fresh.get()}) {
+        run(*st, "run", [&] { p.t.record(*st, 0, 2, p.x_of(st)); });
+    }
+    EXPECT_EQ(s.recorded(), 1u);
+    EXPECT_EQ(s.replayed(), 1u);
+    EXPECT_TRUE(p.same_x());
 }
 
 }  // namespace
