@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# gpu_next.sh: the A/Bs gpu/PERF.md's "next GPU call" asks for, run in the same device call right
+# after ../shared/gpu's kit (`bash .gpu/run.sh; bash bench/gpu_next.sh`), on the files and
+# binaries the kit unpacked. Not a test: it prints numbers. Results go under $OUT (at most a few
+# files, since only 8 come back from a device call):
+#   next.jsonl   ordo-bench with --replay off (the kit's own ordo step ran with replay on) and
+#                ordo-load lines, each labelled
+#   next.log     the servers' device-choice lines, /metrics' gpu counters after each load
+# Environment (all optional): W (the kit's work dir, /tmp/gpu-work), MODEL (l1b-q4k), PP, TG,
+# PAR, STREAMS (as the kit's), BATCH_TOKENS (the second server's max_batch_tokens, 2048).
+# Dry run on lavapipe: W=<dir with ordo/bin and MODEL.gguf> MODEL=... PP=16 TG=8 PAR=2
+# STREAMS=1,2 bash bench/gpu_next.sh
+set -uo pipefail
+out=${OUT:-/tmp/gpu-out}; mkdir -p "$out"
+w=${W:-/tmp/gpu-work}
+: "${MODEL:=l1b-q4k}" "${PP:=512}" "${TG:=64}" "${PAR:=1,16,64}" "${STREAMS:=1,64}"
+: "${BATCH_TOKENS:=2048}"
+B=$w/ordo/bin
+export LD_LIBRARY_PATH=$w/ordo/lib:${LD_LIBRARY_PATH:-}
+log() { echo "[$(date +%T)] $*" | tee -a "$out/next.log"; }
+cd "$w" || { echo "no kit work dir $w" >&2; exit 3; }
+
+log "ordo-bench $MODEL --replay off"
+timeout 150 "$B/ordo-bench" --model "$MODEL.gguf" --prompts "$PP" --gen "$TG" --parallel "$PAR" \
+  --reps 2 --json --label "$MODEL-replay-off" --replay off >>"$out/next.jsonl" 2>>"$out/next.err"
+log "rc=$?"
+
+# One server per config, its HTTP door on a free port; /metrics' gpu counters after each load.
+serve() {  # label, config text
+  local label=$1 cfg=$w/next-$1.toml port pid
+  printf '%b' "$2" >"$cfg"
+  "$B/ordo-server" --model "$MODEL.gguf" --config "$cfg" --listen 127.0.0.1:0 \
+    --http-listen 127.0.0.1:0 >"$w/next-$label.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 240); do
+    port=$(grep -o 'http listening on 127.0.0.1:[0-9]*' "$w/next-$label.log" | head -1 |
+      sed 's/.*://')
+    [ -n "$port" ] && curl -sf "127.0.0.1:$port/health" | grep -q '"ok"' && break
+    sleep 0.5
+  done
+  grep -m1 "the device's choice" "$w/next-$label.log" | tee -a "$out/next.log"
+  if [ -n "$port" ]; then
+    for s in ${STREAMS//,/ }; do
+      log "ordo-load $label, $s streams"
+      timeout 150 "$B/ordo-load" --protocol http --port "$port" --streams "$s" --requests 2 \
+        --prompt-tokens 128 --max-tokens "$TG" --temperature 1 --top-k 40 --seed 7 \
+        --duration-max-s 140 --label "ordo-gpu/$MODEL-$label" >>"$out/next.jsonl" \
+        2>>"$out/next.err"
+      log "rc=$?"
+      curl -s "127.0.0.1:$port/metrics" | grep -E '^ordo_gpu_(steps|busy|run|step_wall|between|back|segments)' |
+        sed "s/^/$label $s streams: /" >>"$out/next.log"
+    done
+  else
+    log "$label: the server did not come up"
+  fi
+  kill "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+}
+serve choice '[scheduler]\nmax_queue = 1024\n'
+serve batch$BATCH_TOKENS "[scheduler]\nmax_queue = 1024\nmax_batch_tokens = $BATCH_TOKENS\n"
+log done
