@@ -29,8 +29,8 @@ struct toy_layers {
 
     // Records layer `layer` over the first `tokens` rows of x (dim floats each) into s.
     void record(stream& s, std::uint32_t layer, std::uint32_t tokens, const buffer& x) {
-        EXPECT_TRUE(encode_rms_norm(s, {whole(x), 0, dim}, whole(norm_w), {whole(tmp), 0, dim},
-                                    dim, tokens, 1e-5f)
+        EXPECT_TRUE(encode_rms_norm(s, {whole(x), 0, dim}, whole(norm_w), {whole(tmp), 0, dim}, dim,
+                                    tokens, 1e-5f)
                         .ok());
         EXPECT_TRUE(
             encode_mul_mat(s, w[layer], {whole(tmp), 0, dim}, {whole(x), 0, dim}, tokens, true)
