@@ -544,8 +544,9 @@ config::device_facts probe_device(const config::config& cfg) {
     }
     const gpu::device_candidate& c = (*devices)[*index];
     d.found = true;
-    d.gpu = c.kind == gpu::device_kind::discrete || c.kind == gpu::device_kind::integrated ||
-            c.kind == gpu::device_kind::virtual_gpu;
+    // What the device's pipeline tuning calls a GPU (gpu/vk/pipelines.cpp): anything but a CPU
+    // device, so the scheduler's choice and the kernels' agree.
+    d.gpu = c.kind != gpu::device_kind::cpu;
     d.name = c.name + " (" + std::string(gpu::device_kind_name(c.kind)) + ", " +
              std::to_string(c.device_local_bytes >> 20) + " MiB device-local)";
     d.device_local_bytes = c.device_local_bytes;
