@@ -3,8 +3,12 @@
 # after ../shared/gpu's kit (`bash .gpu/run.sh; bash bench/gpu_next.sh`), on the files and
 # binaries the kit unpacked. Not a test: it prints numbers. Results go under $OUT (at most a few
 # files, since only 8 come back from a device call):
-#   next.jsonl   ordo-bench with --replay off (the kit's own ordo step ran with replay on) and
-#                ordo-load lines, each labelled
+#   next.jsonl   ordo-bench-kernels' tiled lines for each layout of the tiled mat-mul (one 1B
+#                layer's mat-muls at 16..512 tokens; session 27: swizzled tiles, token tiles
+#                first, narrow tiles, a K step of 64, staging by rows, and session 26's
+#                layout), ordo-bench
+#                with --replay off
+#                (the kit's own ordo step ran with replay on) and ordo-load lines, each labelled
 #   next.log     the servers' device-choice lines, /metrics' gpu counters after each load
 # Environment (all optional): W (the kit's work dir, /tmp/gpu-work), MODEL (l1b-q4k), PP, TG,
 # PAR, STREAMS (as the kit's), BATCH_TOKENS (the second server's max_batch_tokens, 2048).
@@ -19,6 +23,19 @@ B=$w/ordo/bin
 export LD_LIBRARY_PATH=$w/ordo/lib:${LD_LIBRARY_PATH:-}
 log() { echo "[$(date +%T)] $*" | tee -a "$out/next.log"; }
 cd "$w" || { echo "no kit work dir $w" >&2; exit 3; }
+
+# The tiled mat-mul's layouts (gpu/PERF.md session 27; no bit depends on them): the GPUs' default
+# (staged by parts into swizzled tiles, token tiles first, narrow tiles for 16 tokens, K step
+# 32), each knob turned, staging by rows, and the layout before session 27.
+for a in "" "--mm-swizzle 0" "--mm-tokens-first 0" "--mm-narrow 0" "--mm-k-step 64" \
+  "--mm-row-stage 1" "--mm-row-stage 1 --mm-k-step 64" \
+  "--mm-swizzle 0 --mm-tokens-first 0 --mm-narrow 0"; do
+  log "ordo-bench-kernels --prefill-1b $a"
+  # shellcheck disable=SC2086
+  timeout 120 "$B/ordo-bench-kernels" --prefill-1b --types q4_k,f16 $a 2>>"$out/next.err" |
+    grep '"tiled"' >>"$out/next.jsonl"
+  log "rc=${PIPESTATUS[0]}"
+done
 
 log "ordo-bench $MODEL --replay off"
 timeout 150 "$B/ordo-bench" --model "$MODEL.gguf" --prompts "$PP" --gen "$TG" --parallel "$PAR" \
@@ -57,5 +74,5 @@ serve() {  # label, config text
   wait "$pid" 2>/dev/null
 }
 serve choice '[scheduler]\nmax_queue = 1024\n'
-serve batch$BATCH_TOKENS "[scheduler]\nmax_queue = 1024\nmax_batch_tokens = $BATCH_TOKENS\n"
-log done
+serve "batch$BATCH_TOKENS" "[scheduler]\nmax_queue = 1024\nmax_batch_tokens = $BATCH_TOKENS\n"
+log "done"

@@ -40,8 +40,10 @@
 //   --attention-token-tiles turns on pipeline_tuning::attention_token_tiles: attention_flash, a
 //   tile per token's query heads), then the tiled mul_mat over one 1B layer's
 //   mat-muls at 16..512 tokens per type (TFLOP/s); --mm-rl N / --mm-tl N set its outputs per
-//   lane (rows, tokens: 4 or 8). --attention auto|classic|flash: the path of the other
-//   attention lines (after --no-texel, which sets classic).
+//   lane (rows, tokens: 4 or 8); --mm-swizzle 0|1, --mm-k-step 32|64, --mm-tokens-first 0|1
+//   --mm-row-stage 0|1 and --mm-narrow 0|1 its layout (pipeline_tuning::mat_tiled_swizzle,
+//   _k_step, _tokens_first, _row_staging, _narrow). --attention auto|classic|flash: the path of the
+//   other attention lines (after --no-texel, which sets classic).
 //   --mm-split-wg N sets the tiled kernel's group split threshold (pipeline_tuning::
 //   mat_tiled_split_wg; 0: never split), for the A/B of the crossover and prefill lines.
 //   --mmv-wg LANES / --mmv-rows N / --mmv-unroll N / --mmv-block-unroll N override
@@ -381,9 +383,13 @@ void bench_tiled_1b(bench_env& e, const std::vector<model::ggml_type>& types) {
             }
             std::printf(
                 "{\"tiled\":\"1b layer\",\"type\":\"%s\",\"tokens\":%u,\"rl\":%u,\"tl\":%u,"
+                "\"swizzle\":%u,\"k_step\":%u,\"tokens_first\":%u,\"row_stage\":%u,"
+                "\"token_groups\":%u,"
                 "\"split_wg\":%u,\"gpu_ms\":%.4f,\"tflops\":%.2f}\n",
                 std::string(model::type_name(t)).c_str(), n, tu.mat_tiled_rows_per_lane,
-                tu.mat_tiled_tokens_per_lane, tu.mat_tiled_split_wg, ms, flop / ms * 1e-9);
+                tu.mat_tiled_tokens_per_lane, tu.mat_tiled_swizzle ? 1u : 0u, tu.mat_tiled_k_step,
+                tu.mat_tiled_tokens_first ? 1u : 0u, tu.mat_tiled_row_staging ? 1u : 0u,
+                mat_tiled_groups_for(tu, n), tu.mat_tiled_split_wg, ms, flop / ms * 1e-9);
             std::fflush(stdout);
         }
     }
@@ -545,6 +551,9 @@ int main(int argc, char** argv) {
                   mmv_split_cols = 0;
     std::int64_t mm_split_wg = -1;
     std::uint32_t mm_rl = 0, mm_tl = 0;
+    // -1: the device's tuning
+    int mm_swizzle = -1, mm_tokens_first = -1, mm_row_stage = -1, mm_narrow = -1;
+    std::uint32_t mm_k_step = 0;
     bool prefill_1b = false;
     using model::ggml_type;
     std::vector<ggml_type> types = {ggml_type::f32, ggml_type::f16, ggml_type::q8_0,
@@ -580,6 +589,16 @@ int main(int argc, char** argv) {
             mm_rl = static_cast<std::uint32_t>(std::stoul(argv[++i]));
         } else if (std::strcmp(argv[i], "--mm-tl") == 0 && i + 1 < argc) {
             mm_tl = static_cast<std::uint32_t>(std::stoul(argv[++i]));
+        } else if (std::strcmp(argv[i], "--mm-swizzle") == 0 && i + 1 < argc) {
+            mm_swizzle = std::stoi(argv[++i]) != 0 ? 1 : 0;
+        } else if (std::strcmp(argv[i], "--mm-k-step") == 0 && i + 1 < argc) {
+            mm_k_step = static_cast<std::uint32_t>(std::stoul(argv[++i]));
+        } else if (std::strcmp(argv[i], "--mm-tokens-first") == 0 && i + 1 < argc) {
+            mm_tokens_first = std::stoi(argv[++i]) != 0 ? 1 : 0;
+        } else if (std::strcmp(argv[i], "--mm-row-stage") == 0 && i + 1 < argc) {
+            mm_row_stage = std::stoi(argv[++i]) != 0 ? 1 : 0;
+        } else if (std::strcmp(argv[i], "--mm-narrow") == 0 && i + 1 < argc) {
+            mm_narrow = std::stoi(argv[++i]) != 0 ? 1 : 0;
         } else if (std::strcmp(argv[i], "--prefill-1b") == 0) {
             prefill_1b = true;
         } else if (std::strcmp(argv[i], "--attention-token-tiles") == 0) {
@@ -659,6 +678,11 @@ int main(int argc, char** argv) {
     if (mm_split_wg >= 0) tuning.mat_tiled_split_wg = static_cast<std::uint32_t>(mm_split_wg);
     if (mm_rl != 0) tuning.mat_tiled_rows_per_lane = mm_rl;
     if (mm_tl != 0) tuning.mat_tiled_tokens_per_lane = mm_tl;
+    if (mm_swizzle >= 0) tuning.mat_tiled_swizzle = mm_swizzle != 0;
+    if (mm_k_step != 0) tuning.mat_tiled_k_step = mm_k_step;
+    if (mm_tokens_first >= 0) tuning.mat_tiled_tokens_first = mm_tokens_first != 0;
+    if (mm_row_stage >= 0) tuning.mat_tiled_row_staging = mm_row_stage != 0;
+    if (mm_narrow >= 0) tuning.mat_tiled_narrow = mm_narrow != 0;
     if (token_tiles) tuning.attention_token_tiles = true;
     auto t_pipes = std::chrono::steady_clock::now();
     auto p = pipelines::create(*e.dev, tuning);

@@ -176,6 +176,11 @@ status prepare_mul_mat(const pipelines& pipes, const weight_tensor& w, mat_fusio
             auto pl = pipes.find(pick(id, w.type));
             if (!pl) return pl.err();
         }
+        if (tu.mat_tiled_narrow) {
+            auto pl = pipes.for_token_groups(pick(pipeline_id::mul_mat_f32, w.type),
+                                             mat_tiled_groups_narrow);
+            if (!pl) return pl.err();
+        }
         // mul_mat_vec: one variant per token count it serves, and its fused variant's.
         pipeline_id fused = fusion == mat_fusion::norm  ? pipeline_id::mul_mat_vec_norm_f32
                             : fusion == mat_fusion::glu ? pipeline_id::mul_mat_vec_glu_f32
@@ -341,14 +346,18 @@ status dispatch_storage(stream& s, const weight_tensor& w, const rows_view& x, c
                           : vec  ? pipeline_id::mul_mat_vec_f32
                                  : pipeline_id::mul_mat_f32,
                           w.type);
-    // mul_mat_vec: the variant for this many tokens per pass (ORDO_MMV_COLS at most).
-    auto found =
-        vec ? s.pipes().for_cols(id, std::min(n_tokens, abi::ORDO_MMV_COLS)) : s.pipes().find(id);
+    // mul_mat_vec: the variant for this many tokens per pass (ORDO_MMV_COLS at most); the
+    // tiled kernel: the tile that pads this many tokens least.
+    const pipeline_tuning& tuning = s.pipes().tuning();
+    const std::uint32_t groups = mat_tiled_groups_for(tuning, n_tokens);
+    auto found = vec    ? s.pipes().for_cols(id, std::min(n_tokens, abi::ORDO_MMV_COLS))
+                 : rows ? s.pipes().find(id)
+                        : s.pipes().for_token_groups(id, groups);
     if (!found) return found.err();
     const pipeline& pl = **found;
     const device_info& info = s.dev().info();
-    const std::uint32_t tile_rows = mat_tiled_rows(s.pipes().tuning());
-    const std::uint32_t tile_tokens = mat_tiled_tokens(s.pipes().tuning());
+    const std::uint32_t tile_rows = mat_tiled_rows(tuning, groups);
+    const std::uint32_t tile_tokens = mat_tiled_tokens(tuning, groups);
     if (!vec && ceil_div(n_tokens, tile_tokens) > info.max_workgroup_count[1]) {
         return bad("mul_mat", "too many tokens for one dispatch");
     }

@@ -168,6 +168,17 @@ pipeline_tuning tuning_for(const device_info& info) {
     // spent 38.7 ms in the tiled mat-muls unsplit, 27.0 split below 1024 workgroups, 13.0
     // below 16384; prefill 512 the same either way). CPU devices run the texel family.
     t.mat_tiled_split_wg = info.kind == device_kind::cpu ? 0 : 16384;
+    // The tiled kernel's swizzled shared tiles and token-tiles-first grid are for GPUs (banked
+    // shared memory, an L2 shared by the workgroups in flight). A CPU device has neither: on
+    // lavapipe (2 threads, one 1B layer's Q4_K mat-muls at 512 tokens) the swizzle's index
+    // arithmetic cost 13-15% and the grid order 5% (gpu/PERF.md session 27).
+    t.mat_tiled_swizzle = info.kind != device_kind::cpu;
+    t.mat_tiled_tokens_first = info.kind != device_kind::cpu;
+    // Narrow tiles wherever the device holds them (Vulkan guarantees 16 KiB of shared memory;
+    // the narrow tile takes 18): they take out the zero-padded tokens' work on any device
+    // (lavapipe, one 1B layer's Q4_K mat-muls at 16 tokens: 776-793 -> 452 ms).
+    t.mat_tiled_narrow = true;
+    if (mat_tiled_shared_bytes(t) > info.max_shared_memory_bytes) t.mat_tiled_narrow = false;
     // A CPU device (lavapipe) runs the barrier-free row-per-lane kernel for every few-token
     // count in the storage family; a GPU the 8-lanes-per-row mul_mat_vec (gpu/PERF.md).
     t.rows_tokens_max = info.kind == device_kind::cpu ? mat_vec_tokens_max : 0;
@@ -264,6 +275,14 @@ result<std::unique_ptr<pipelines>> pipelines::create(const device& dev,
                          "pipeline tuning: the tiled mat-mul's rows and tokens per lane must be "
                          "4 or 8");
     }
+    if ((tuning.mat_tiled_k_step != 32 && tuning.mat_tiled_k_step != 64) ||
+        mat_tiled_shared_bytes(tuning) > dev.info().max_shared_memory_bytes) {
+        return gpu_error(gpu_failure::bad_config,
+                         "pipeline tuning: the tiled mat-mul's K step must be 32 or 64 and its "
+                         "tiles (" +
+                             std::to_string(mat_tiled_shared_bytes(tuning)) +
+                             " bytes) fit the device's shared memory");
+    }
     for (std::size_t i = 0; i < pipeline_count; ++i) {
         auto id = static_cast<pipeline_id>(i);
         if (props_of(id).made != made_when::create) continue;  // built on request
@@ -319,14 +338,24 @@ result<const pipeline*> pipelines::for_tile(pipeline_id id, std::uint32_t wg_row
     return variant(id, 0, wg_rows);
 }
 
-result<const pipeline*> pipelines::variant(pipeline_id id, std::uint32_t k,
-                                           std::uint32_t wg_rows) const {
+result<const pipeline*> pipelines::for_token_groups(pipeline_id id, std::uint32_t groups) const {
+    if (props_of(id).wg != wg_class::mat_tiled ||
+        (groups != mat_tiled_groups_wide && groups != mat_tiled_groups_narrow)) {
+        return gpu_error(gpu_failure::bad_config, std::string(pipeline_name(id)) + ": no " +
+                                                      std::to_string(groups) +
+                                                      "-token-group variant");
+    }
+    return variant(id, 0, abi::ORDO_TX_TILE_ROWS, groups);
+}
+
+result<const pipeline*> pipelines::variant(pipeline_id id, std::uint32_t k, std::uint32_t wg_rows,
+                                           std::uint32_t token_groups) const {
     std::lock_guard lock(_variants_mutex);
-    auto key = std::make_tuple(id, k, wg_rows);
+    auto key = std::make_tuple(id, k, wg_rows, token_groups);
     auto it = _variants.find(key);
     if (it != _variants.end()) return it->second.get();
     auto pl = std::make_unique<pipeline>();
-    status s = build(*pl, id, k, wg_rows);
+    status s = build(*pl, id, k, wg_rows, token_groups);
     if (!s) {
         destroy(*pl);
         return s.err();
@@ -334,8 +363,8 @@ result<const pipeline*> pipelines::variant(pipeline_id id, std::uint32_t k,
     return _variants.emplace(key, std::move(pl)).first->second.get();
 }
 
-status pipelines::build(pipeline& pl, pipeline_id id, std::uint32_t k,
-                        std::uint32_t wg_rows) const {
+status pipelines::build(pipeline& pl, pipeline_id id, std::uint32_t k, std::uint32_t wg_rows,
+                        std::uint32_t token_groups) const {
     VkDevice d = _device.handle();
     const pipeline_source& src = source_of(id);
     const std::uint32_t bindings = src.bindings;
@@ -362,6 +391,10 @@ status pipelines::build(pipeline& pl, pipeline_id id, std::uint32_t k,
     std::string what = "pipeline " + std::string(pipeline_name(id));
     if (k != 0) what += (mat_vec ? " (tokens " : " (K ") + std::to_string(k) + ")";
     if (wg_rows != abi::ORDO_TX_TILE_ROWS) what += " (" + std::to_string(wg_rows) + "-row tile)";
+    pl.token_groups = token_groups;
+    if (token_groups != mat_tiled_groups_wide) {
+        what += " (" + std::to_string(token_groups) + " token groups)";
+    }
 
     VkDescriptorSetLayoutBinding b[8]{};
     ORDO_GPU_CHECK(bindings <= 8, "binding count");
@@ -405,17 +438,24 @@ status pipelines::build(pipeline& pl, pipeline_id id, std::uint32_t k,
                                              : _tuning.mat_vec_unroll;
     // Constant 4: mul_mat_vec's lanes per group for this token count (k).
     pl.helpers = mat_vec ? mat_vec_helpers(_tuning, k) : 1;
-    // Constants 5 and 6: the tiled mul_mat's outputs per lane (rows, tokens).
-    std::uint32_t spec_values[7] = {pl.workgroup_size,
-                                    pl.rows_per_workgroup,
-                                    k,
-                                    pl.tile_rows,
-                                    pl.helpers,
-                                    _tuning.mat_tiled_rows_per_lane,
-                                    _tuning.mat_tiled_tokens_per_lane};
-    VkSpecializationMapEntry entries[7] = {{0, 0, 4},  {1, 4, 4},  {2, 8, 4}, {3, 12, 4},
-                                           {4, 16, 4}, {5, 20, 4}, {6, 24, 4}};
-    VkSpecializationInfo spec{7, entries, sizeof(spec_values), spec_values};
+    // Constants 5 and 6: the tiled mul_mat's outputs per lane (rows, tokens); 7-10 its layout
+    // (swizzled tiles, K step, token tiles first, staging by rows), 11 its token groups.
+    std::uint32_t spec_values[12] = {pl.workgroup_size,
+                                     pl.rows_per_workgroup,
+                                     k,
+                                     pl.tile_rows,
+                                     pl.helpers,
+                                     _tuning.mat_tiled_rows_per_lane,
+                                     _tuning.mat_tiled_tokens_per_lane,
+                                     _tuning.mat_tiled_swizzle ? 1u : 0u,
+                                     _tuning.mat_tiled_k_step,
+                                     _tuning.mat_tiled_tokens_first ? 1u : 0u,
+                                     _tuning.mat_tiled_row_staging ? 1u : 0u,
+                                     pl.token_groups};
+    constexpr std::uint32_t n_spec = std::size(spec_values);
+    VkSpecializationMapEntry entries[n_spec];
+    for (std::uint32_t i = 0; i < n_spec; ++i) entries[i] = {i, 4 * i, 4};
+    VkSpecializationInfo spec{n_spec, entries, sizeof(spec_values), spec_values};
     VkComputePipelineCreateInfo ci{VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
     ci.stage.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO;
     ci.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;

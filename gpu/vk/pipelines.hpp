@@ -78,7 +78,8 @@ struct pipeline {
     // texel_view()), not a storage buffer. Its shader addresses texels from the buffer start.
     std::uint32_t texel_bindings = 0;
 
-    std::uint32_t helpers = 1;  // constant 4: mul_mat_vec lanes per group
+    std::uint32_t helpers = 1;       // constant 4: mul_mat_vec lanes per group
+    std::uint32_t token_groups = 8;  // constant 11: the tiled mul_mat's token groups (8 or 4)
 
     // tx4/txm: weight rows one workgroup covers.
     std::uint32_t workgroup_rows() const { return workgroup_size * tile_rows; }
@@ -147,6 +148,26 @@ struct pipeline_tuning {
     // constants 5 and 6), a tile of 16 x rows weight rows by 8 x tokens tokens per workgroup.
     std::uint32_t mat_tiled_rows_per_lane = 4;
     std::uint32_t mat_tiled_tokens_per_lane = 4;
+    // How the tiled mul_mat lays out its shared tiles and grid (constants 7-10; no bit depends
+    // on them, mul_mat.comp): XOR-swizzled tiles, so a subgroup's staging stores by parts hit
+    // 32 distinct banks instead of 8-way conflicts; K elements staged per step (32 or 64: half
+    // the barriers for twice the shared memory); consecutive workgroups on the token tiles of
+    // one row tile (a prompt's token tiles share that weight tile through L2); staging by rows
+    // (a lane dequantizes 4 parts of one row's unit, a subgroup stores 32 rows' floats at one
+    // k) instead of by parts (8 lanes dequantize one unit for a part each). tuning_for says
+    // which each device gets. Not measured on a GPU yet: ordo-bench-kernels --prefill-1b
+    // --mm-swizzle / --mm-k-step / --mm-tokens-first / --mm-row-stage are the A/B (gpu/PERF.md,
+    // session 27).
+    bool mat_tiled_swizzle = false;
+    std::uint32_t mat_tiled_k_step = 32;
+    bool mat_tiled_tokens_first = false;
+    bool mat_tiled_row_staging = false;
+    // Steps whose token count a narrow tile (4 token groups: 32 x rows_per_lane rows by 4 x
+    // tokens_per_lane tokens) pads less than the wide one (8 groups) run it: 16 decoding
+    // sequences fill a 16-token tile where half a 32-token tile's lanes multiplied zeros. The
+    // same bits either way (constant 11). tuning_for: wherever the device's shared memory
+    // holds the narrow tile.
+    bool mat_tiled_narrow = false;
     // mat_path::automatic picks mul_mat_rows up to this many tokens (0: never, mul_mat_vec
     // instead); above it the tiled mul_mat. At most mat_vec_tokens_max.
     std::uint32_t rows_tokens_max = 0;
@@ -183,12 +204,40 @@ std::uint32_t mat_vec_cols_max(const pipeline_tuning& t, std::uint64_t shared);
 // mul_mat_vec's lanes per group at `cols` tokens under `t`.
 std::uint32_t mat_vec_helpers(const pipeline_tuning& t, std::uint32_t cols);
 
-// The tiled mul_mat's workgroup tile under `t`: weight rows, tokens.
-inline std::uint32_t mat_tiled_rows(const pipeline_tuning& t) {
-    return 16 * t.mat_tiled_rows_per_lane;
+// The tiled mul_mat's token groups: the wide tile's and the narrow one's (mul_mat.comp TG).
+inline constexpr std::uint32_t mat_tiled_groups_wide = 8;
+inline constexpr std::uint32_t mat_tiled_groups_narrow = 4;
+
+// The tiled mul_mat's workgroup tile under `t` with `groups` token groups: weight rows, tokens
+// (the product does not depend on the groups).
+inline std::uint32_t mat_tiled_rows(const pipeline_tuning& t,
+                                    std::uint32_t groups = mat_tiled_groups_wide) {
+    return 128 / groups * t.mat_tiled_rows_per_lane;
 }
-inline std::uint32_t mat_tiled_tokens(const pipeline_tuning& t) {
-    return 8 * t.mat_tiled_tokens_per_lane;
+inline std::uint32_t mat_tiled_tokens(const pipeline_tuning& t,
+                                      std::uint32_t groups = mat_tiled_groups_wide) {
+    return groups * t.mat_tiled_tokens_per_lane;
+}
+// The token groups of the tile a tiled step of `n_tokens` runs under `t`: the narrow tile where
+// it pads the step to fewer tokens than the wide one (t.mat_tiled_narrow), else the wide one.
+inline std::uint32_t mat_tiled_groups_for(const pipeline_tuning& t, std::uint32_t n_tokens) {
+    auto padded = [&](std::uint32_t groups) {
+        std::uint32_t tn = mat_tiled_tokens(t, groups);
+        return (std::uint64_t(n_tokens) + tn - 1) / tn * tn;
+    };
+    return t.mat_tiled_narrow && padded(mat_tiled_groups_narrow) < padded(mat_tiled_groups_wide)
+               ? mat_tiled_groups_narrow
+               : mat_tiled_groups_wide;
+}
+// The shared memory the tiled mul_mat takes under `t` (its weight and activation tiles), the
+// larger of its tiles' where it runs both.
+inline std::uint64_t mat_tiled_shared_bytes(const pipeline_tuning& t) {
+    auto bytes = [&](std::uint32_t groups) {
+        return std::uint64_t(4) * t.mat_tiled_k_step *
+               (mat_tiled_rows(t, groups) + mat_tiled_tokens(t, groups));
+    };
+    std::uint64_t wide = bytes(mat_tiled_groups_wide);
+    return t.mat_tiled_narrow ? std::max(wide, bytes(mat_tiled_groups_narrow)) : wide;
 }
 
 // Floats of scratch the tiled mul_mat's group split needs under `t` for any weight of at most
@@ -252,10 +301,17 @@ public:
     // workgroup_rows() says what it covers (lanes x rows per lane). Other ids or tiles: an error.
     result<const pipeline*> for_tile(pipeline_id id, std::uint32_t wg_rows) const;
 
+    // The tiled mul_mat_* pipeline with `groups` token groups (mat_tiled_groups_wide: find()'s;
+    // mat_tiled_groups_narrow: built on first request and kept, like for_k). Other ids or
+    // groups: an error.
+    result<const pipeline*> for_token_groups(pipeline_id id, std::uint32_t groups) const;
+
 private:
     explicit pipelines(const device& dev) : _device(dev) {}
-    status build(pipeline& pl, pipeline_id id, std::uint32_t k, std::uint32_t wg_rows) const;
-    result<const pipeline*> variant(pipeline_id id, std::uint32_t k, std::uint32_t wg_rows) const;
+    status build(pipeline& pl, pipeline_id id, std::uint32_t k, std::uint32_t wg_rows,
+                 std::uint32_t token_groups = mat_tiled_groups_wide) const;
+    result<const pipeline*> variant(pipeline_id id, std::uint32_t k, std::uint32_t wg_rows,
+                                    std::uint32_t token_groups = mat_tiled_groups_wide) const;
     void destroy(pipeline& pl) const;
 
     const device& _device;
@@ -263,9 +319,10 @@ private:
     std::uint32_t _mat_vec_cols = 0;  // mat_vec_cols_max on this device
     VkPipelineCache _cache = VK_NULL_HANDLE;
     std::array<pipeline, pipeline_count> _all{};  // create()'s; weight-typed entries stay empty
-    // Pipelines built on request (find, for_k, for_tile), keyed by (id, K, tile rows).
+    // Pipelines built on request (find, for_k, for_tile, for_cols, for_token_groups), keyed by
+    // (id, K, tile rows, token groups).
     mutable std::mutex _variants_mutex;
-    mutable std::map<std::tuple<pipeline_id, std::uint32_t, std::uint32_t>,
+    mutable std::map<std::tuple<pipeline_id, std::uint32_t, std::uint32_t, std::uint32_t>,
                      std::unique_ptr<pipeline>>
         _variants;
 };

@@ -266,10 +266,13 @@ TEST(GpuBatchInvariance, MulMatVecEveryShapeSumsLikeTiled) {
     }
 }
 
-// The tiled kernel's tile (outputs per lane: 4 or 8 rows by 4 or 8 tokens) and its group split
-// are per-device choices too: every tile, split or not, must give the bits of the default tile
-// at token counts and rows that are not multiples of any tile (partial tiles, several
-// workgroups in both directions), F16 and the K type Q4_K.
+// The tiled kernel's tile (outputs per lane: 4 or 8 rows by 4 or 8 tokens; narrow tiles of 4
+// token groups for the steps they pad less), its layout (swizzled shared tiles or not, a K step
+// of 32 or 64, token tiles first or rows first, staging by parts or by rows) and its group split
+// are per-device choices too: every variant, split or not, must give the bits of
+// the default at token counts and rows that are not multiples of any tile (partial tiles,
+// several workgroups in both directions; K 512 ends a K-64 step inside a group's last unit
+// for F16), F16 and the K type Q4_K.
 TEST(GpuBatchInvariance, MulMatTiledEveryTileSumsLikeDefault) {
     ORDO_REQUIRE_GPU();
     const std::uint32_t rows = 147, k = 512;
@@ -293,15 +296,41 @@ TEST(GpuBatchInvariance, MulMatTiledEveryTileSumsLikeDefault) {
             str.set_mat_split_scratch({});
             return read_buffer<float>(yb, std::size_t(rows) * n);
         };
-        const std::uint32_t counts[] = {9, 33, 70};
+        // With narrow tiles (16 tokens at 4 a lane): 9, 33 and 70 run them, 60 the wide one.
+        const std::uint32_t counts[] = {9, 33, 60, 70};
         std::map<std::uint32_t, std::vector<float>> want;
         for (std::uint32_t n : counts) want[n] = run(*env().str, mat_path::tiled, n);
-        for (auto [rl, tl] : {std::pair{8u, 4u}, std::pair{4u, 8u}, std::pair{8u, 8u}}) {
-            SCOPED_TRACE("rows per lane " + std::to_string(rl) + ", tokens per lane " +
-                         std::to_string(tl));
+        struct variant {
+            std::uint32_t rl, tl;
+            bool swizzle;
+            std::uint32_t k_step;
+            bool tokens_first, row_staging, narrow;
+        };
+        const variant variants[] = {
+            {8, 4, true, 32, true, false, false},  {4, 8, true, 32, true, false, false},
+            {8, 8, true, 32, true, false, false},  {4, 4, true, 32, true, false, false},
+            {4, 4, false, 32, true, false, false}, {4, 4, true, 32, false, false, false},
+            {4, 4, true, 64, true, false, false},  {4, 4, false, 64, false, false, false},
+            {4, 8, true, 64, true, false, false},  {8, 4, false, 32, false, false, false},
+            {4, 4, false, 32, false, true, false}, {4, 4, true, 32, true, true, false},
+            {8, 4, true, 32, false, true, false},  {4, 8, false, 64, true, true, false},
+            {8, 8, true, 32, true, true, false},   {4, 4, true, 32, true, false, true},
+            {4, 4, false, 32, false, false, true}, {4, 8, true, 32, true, true, true},
+            {4, 8, true, 32, true, false, true},   {4, 4, true, 32, false, true, true}};
+        for (const variant& v : variants) {
+            SCOPED_TRACE("rows per lane " + std::to_string(v.rl) + ", tokens per lane " +
+                         std::to_string(v.tl) + ", swizzle " + std::to_string(v.swizzle) +
+                         ", K step " + std::to_string(v.k_step) + ", tokens first " +
+                         std::to_string(v.tokens_first) + ", row staging " +
+                         std::to_string(v.row_staging) + ", narrow " + std::to_string(v.narrow));
             pipeline_tuning tuning = tuning_for(env().dev->info());
-            tuning.mat_tiled_rows_per_lane = rl;
-            tuning.mat_tiled_tokens_per_lane = tl;
+            tuning.mat_tiled_rows_per_lane = v.rl;
+            tuning.mat_tiled_tokens_per_lane = v.tl;
+            tuning.mat_tiled_swizzle = v.swizzle;
+            tuning.mat_tiled_k_step = v.k_step;
+            tuning.mat_tiled_tokens_first = v.tokens_first;
+            tuning.mat_tiled_row_staging = v.row_staging;
+            tuning.mat_tiled_narrow = v.narrow;
             auto pipes = pipelines::create(*env().dev, tuning);
             ASSERT_TRUE(pipes.ok()) << pipes.err().message;
             auto str = stream::create(*env().dev, **pipes, {8, false});
@@ -315,6 +344,41 @@ TEST(GpuBatchInvariance, MulMatTiledEveryTileSumsLikeDefault) {
             }
         }
     }
+}
+
+// A tiled layout the device cannot hold is refused when the pipelines are made, naming it: a K
+// step other than 32 or 64, and tiles past the device's shared memory (8 x 8 outputs a lane at
+// a K step of 64 take 48 KiB, a narrow tile of 8 rows a lane 34 KiB: lavapipe's 32 KiB refuses
+// both, a GPU's 48 KiB takes them).
+TEST(GpuBatchInvariance, MulMatTiledLayoutTheDeviceCannotHoldIsRefused) {
+    ORDO_REQUIRE_GPU();
+    pipeline_tuning odd = tuning_for(env().dev->info());
+    odd.mat_tiled_k_step = 48;
+    auto refused = pipelines::create(*env().dev, odd);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.err().message.find("K step must be 32 or 64"), std::string::npos)
+        << refused.err().message;
+    pipeline_tuning big = tuning_for(env().dev->info());
+    big.mat_tiled_rows_per_lane = 8;
+    big.mat_tiled_tokens_per_lane = 8;
+    big.mat_tiled_k_step = 64;
+    big.mat_tiled_narrow = false;  // the wide tile alone (the narrow one would take 72 KiB)
+    ASSERT_EQ(mat_tiled_shared_bytes(big), 48u * 1024);
+    auto made = pipelines::create(*env().dev, big);
+    const bool fits = mat_tiled_shared_bytes(big) <= env().dev->info().max_shared_memory_bytes;
+    EXPECT_EQ(made.ok(), fits) << (made.ok() ? "made" : made.err().message);
+    if (!fits) {
+        EXPECT_NE(made.err().message.find("49152 bytes"), std::string::npos) << made.err().message;
+    }
+    // The narrow tile counts too: 8 rows a lane over 32 row groups is 256 rows, 34816 bytes at a
+    // K step of 32 (the wide tile's 20480 fit everywhere).
+    pipeline_tuning narrow = tuning_for(env().dev->info());
+    narrow.mat_tiled_rows_per_lane = 8;
+    narrow.mat_tiled_narrow = true;
+    ASSERT_EQ(mat_tiled_shared_bytes(narrow), 34816u);
+    auto made_narrow = pipelines::create(*env().dev, narrow);
+    EXPECT_EQ(made_narrow.ok(), 34816u <= env().dev->info().max_shared_memory_bytes)
+        << (made_narrow.ok() ? "made" : made_narrow.err().message);
 }
 
 // ---------------------------------------------------------------------------------------------
