@@ -355,7 +355,11 @@ void kv_actor::offload(std::function<void()> run, std::function<void()> done) {
     w->done = std::move(done);
     _works++;
     int rc = uv_queue_work(
-        loop(), &w->req, [](uv_work_t* req) { static_cast<work*>(req->data)->run(); },
+        loop(), &w->req,
+        [](uv_work_t* req) {
+            actors::name_this_thread("kv-job");
+            static_cast<work*>(req->data)->run();
+        },
         [](uv_work_t* req, int) {
             std::unique_ptr<work> own(static_cast<work*>(req->data));
             own->self->_works--;

@@ -1,6 +1,8 @@
 // actor.cpp: actor_core, the thread/loop/mailbox/stop half of every actor (see actor.hpp).
 #include "actors/runtime/actor.hpp"
 
+#include <pthread.h>
+
 #include <cassert>
 #include <cstdlib>
 #include <exception>
@@ -9,6 +11,11 @@
 #include "actors/runtime/log.hpp"
 
 namespace ordo::actors {
+
+void name_this_thread(std::string_view what) {
+    std::string name = ("ordo-" + std::string(what)).substr(0, 15);
+    pthread_setname_np(pthread_self(), name.c_str());  // a refused name changes nothing
+}
 
 actor_core::actor_core(std::string name, size_t mailbox_capacity)
     : _name(std::move(name)), _mailbox(mailbox_capacity), _log(ordo::logger(_name)) {
@@ -27,6 +34,7 @@ status actor_core::start() {
     std::promise<void> started;
     auto started_future = started.get_future();
     _thread = std::thread([this, &started] {
+        name_this_thread(_name);
         // Both can only fail on resource exhaustion at thread start; nothing can run without them.
         if (uv_loop_init(&_loop) != 0 ||
             uv_async_init(&_loop, &_wakeup, &actor_core::wakeup_cb) != 0) {

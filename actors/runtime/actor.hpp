@@ -82,6 +82,12 @@ concept answers_failure = requires(A& a, const T& msg, const ordo::error& why) {
     a.on_failure(msg, why);
 };
 
+// Names the calling thread "ordo-<what>" (Linux keeps 15 characters), so top -H, perf and a
+// debugger tell threads apart: every actor's loop thread carries its actor's name, and a libuv
+// pool thread the name of the last job it ran for an actor ("ordo-gpu-job", "ordo-kv-job"; pool
+// threads start with the name of the thread that made the pool). Best effort.
+void name_this_thread(std::string_view what);
+
 // The untyped half: thread, loop, mailbox, stop protocol, tracing.
 class actor_core {
 public:

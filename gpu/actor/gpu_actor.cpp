@@ -90,6 +90,7 @@ void gpu_actor::start_job(job_kind kind) {
 }
 
 void gpu_actor::work_cb(uv_work_t* req) {
+    actors::name_this_thread("gpu-job");
     static_cast<gpu_actor*>(req->data)->run_job();
 }
 

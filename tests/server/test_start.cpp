@@ -17,7 +17,8 @@
 // device, the server logs 16 sequences and a 256 MiB pool (on a GPU 64 and every sequence's
 // context) and runs with them (the `model` op's max_sequences and kv_device_bytes); an
 // explicit max_batch_tokens under that holds the choice to it; keys the file sets are run as
-// set, with no choice logged.
+// set, with no choice logged. And the running server's threads carry names (top -H, perf): each
+// actor's loop "ordo-<actor>", the pool thread that ran the gpu's warm-up "ordo-gpu-job".
 //
 // How: models are made with `ordo-model mk` and rewritten through gguf_file and gguf_writer
 // with one tensor dropped or reshaped; the server listens on an ephemeral port on lavapipe;
@@ -27,6 +28,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <thread>
 
 #include "model/gguf.hpp"
@@ -317,4 +319,29 @@ TEST(the_devices_choice, keys_the_config_sets_are_run_as_set) {
     EXPECT_EQ(s.model.u("max_sequences"), 3u);
     EXPECT_EQ(s.model.u("kv_device_bytes"), uint64_t{1} << 20);
     EXPECT_EQ(s.log.find("the device's choice"), std::string::npos) << s.log;
+}
+
+// The names of the threads of process `pid` (Linux: /proc/PID/task/TID/comm).
+static std::multiset<std::string> thread_names(int pid) {
+    std::multiset<std::string> names;
+    for (const auto& t : fs::directory_iterator("/proc/" + std::to_string(pid) + "/task")) {
+        std::string name;
+        std::ifstream comm(t.path() / "comm");
+        std::getline(comm, name);
+        names.insert(name);
+    }
+    return names;
+}
+
+TEST(a_running_server, names_its_threads_after_its_actors) {
+    server_process server;
+    ASSERT_TRUE(server.start(ORDO_SERVER_BIN, {"--model", tiny_model()})) << server.output();
+    expect_healthy(server.port());  // healthy: the gpu's warm-up has run as a pool job
+    const std::multiset<std::string> names = thread_names(server.pid());
+    for (const char* want :
+         {"ordo-scheduler", "ordo-gpu", "ordo-net", "ordo-http", "ordo-gpu-job"}) {
+        EXPECT_GE(names.count(want), 1u) << want << " in " << ::testing::PrintToString(names);
+    }
+    EXPECT_EQ(names.count("ordo-scheduler"), 1u) << ::testing::PrintToString(names);
+    EXPECT_EQ(server.stop(), 0) << server.output();
 }
