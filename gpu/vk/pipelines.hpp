@@ -145,7 +145,8 @@ struct pipeline_tuning {
     // multiprocessors idle and each workgroup walking K alone (gpu/PERF.md, session 20).
     std::uint32_t mat_tiled_split_wg = 0;
     // The tiled mul_mat's outputs per lane: rows x tokens (4 or 8 each; specialization
-    // constants 5 and 6), a tile of 16 x rows weight rows by 8 x tokens tokens per workgroup.
+    // constants 5 and 6), a wide tile of 16 x rows weight rows by 8 x tokens tokens per
+    // workgroup (a narrow one: 32 x rows by 4 x tokens, mat_tiled_narrow).
     std::uint32_t mat_tiled_rows_per_lane = 4;
     std::uint32_t mat_tiled_tokens_per_lane = 4;
     // How the tiled mul_mat lays out its shared tiles and grid (constants 7-10; no bit depends
@@ -156,8 +157,8 @@ struct pipeline_tuning {
     // (a lane dequantizes 4 parts of one row's unit, a subgroup stores 32 rows' floats at one
     // k) instead of by parts (8 lanes dequantize one unit for a part each). tuning_for says
     // which each device gets. Not measured on a GPU yet: ordo-bench-kernels --prefill-1b
-    // --mm-swizzle / --mm-k-step / --mm-tokens-first / --mm-row-stage are the A/B (gpu/PERF.md,
-    // session 27).
+    // --mm-swizzle / --mm-k-step / --mm-tokens-first / --mm-row-stage / --mm-narrow are the A/B
+    // (gpu/PERF.md, session 27).
     bool mat_tiled_swizzle = false;
     std::uint32_t mat_tiled_k_step = 32;
     bool mat_tiled_tokens_first = false;

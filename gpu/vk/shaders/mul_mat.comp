@@ -1,8 +1,8 @@
 // mul_mat.comp: prefill mat-mat for every weight type. Call site: gpu/vk/kernels.cpp
 // encode_mul_mat() when the token count is large. A workgroup of 128 lanes computes a tile of
 // 128 / TG * RL weight rows x TG * TL tokens (TG = 8: 64 x 32 by default; TG = 4, the narrow
-// tile, 128 x 16 for steps a 16-token tile pads less, e.g. 16 decoding sequences); each K step stages one TK-element slice
-// (32 or 64) of the weight tile (dequantized once, shared by all tokens) and of the activation
+// tile, 128 x 16 for steps a 16-token tile pads less, e.g. 16 decoding sequences); each K step
+// stages one TK-element slice (32 or 64) of the weight tile (dequantized once, shared by all tokens) and of the activation
 // tile in shared memory, and each lane accumulates an RL x TL block of outputs from it, four k
 // at a time in mat_order.glsl's grouped order (so its outputs equal every other mat-mul
 // kernel's bit for bit). The group split (p.split, for grids too small to fill a GPU: batched
@@ -62,6 +62,22 @@ const uint G = ORDO_MAT_GROUPS;
 const uint SLOTS = TK / UNIT;  // units of one group per K step
 const uint UNIT4 = UNIT / 4u;
 
+// Part q of the step (4 elements at k 4q .. 4q + 3) of weight row r / token t into its tile.
+void put_w(uint q, uint r, vec4 v) {
+    for (uint e = 0; e < 4u; ++e) {
+        ws[ws_at(q * 4u + e, r / 4u)][r % 4u] = v[e];
+    }
+}
+void put_x(uint q, uint t, vec4 v) {
+    for (uint e = 0; e < 4u; ++e) {
+        xs[xs_at(q * 4u + e, t / 4u)][t % 4u] = v[e];
+    }
+}
+// Part j of unit u of token `tok`'s activations.
+vec4 x_part(uint tok, uint u, uint j) {
+    return x4[(p.x_offset + tok * p.x_stride) / 4u + u * UNIT4 + j];
+}
+
 // Stage one K step: weights (dequantized) and activations, element (kk, row or token); 0 past
 // the rows, the tokens or the group's last unit. By parts (the layout before session 27): a
 // subgroup's 32 lanes take 4 rows x 8 parts, each lane dequantizing its unit for one part.
@@ -77,9 +93,7 @@ void stage_by_parts(uint g, uint i0, uint ng, uint units, uint row0, uint tok0) 
             uint u = g + G * (i0 + q / PARTS);
             v = part(load_raw((row0 + r) * units + u), q % PARTS);
         }
-        for (uint e = 0; e < 4u; ++e) {
-            ws[ws_at(q * 4u + e, r / 4u)][r % 4u] = v[e];
-        }
+        put_w(q, r, v);
     }
     // Activations: TN tokens x QN parts.
     for (uint s = lane; s < TN * QN; s += 128u) {
@@ -87,12 +101,9 @@ void stage_by_parts(uint g, uint i0, uint ng, uint units, uint row0, uint tok0) 
         uint q = s % 8u + 8u * (s / (8u * TN));
         vec4 v = vec4(0.0);
         if (tok0 + t < p.n_cols && i0 + q / PARTS < ng) {
-            uint u = g + G * (i0 + q / PARTS);
-            v = x4[(p.x_offset + (tok0 + t) * p.x_stride) / 4u + u * UNIT4 + q % PARTS];
+            v = x_part(tok0 + t, g + G * (i0 + q / PARTS), q % PARTS);
         }
-        for (uint e = 0; e < 4u; ++e) {
-            xs[xs_at(q * 4u + e, t / 4u)][t % 4u] = v[e];
-        }
+        put_x(q, t, v);
     }
 }
 
@@ -118,26 +129,21 @@ void stage_by_rows(uint g, uint i0, uint ng, uint units, uint row0, uint tok0) {
                 }
                 v = part(w, q % PARTS);
             }
-            for (uint e = 0; e < 4u; ++e) {
-                ws[ws_at(q * 4u + e, r / 4u)][r % 4u] = v[e];
-            }
+            put_w(q, r, v);
         }
     }
     for (uint s = lane; s < TN * (QN / 4u); s += 128u) {
         uint t = s % TN;
         uint c = s / TN;
         bool tok_in = tok0 + t < p.n_cols;
-        uint x0 = (p.x_offset + (tok0 + t) * p.x_stride) / 4u;
         for (uint j = 0; j < 4u; ++j) {
             uint q = 4u * c + j;
             uint slot = q / PARTS;
             vec4 v = vec4(0.0);
             if (tok_in && i0 + slot < ng) {
-                v = x4[x0 + (g + G * (i0 + slot)) * UNIT4 + q % PARTS];
+                v = x_part(tok0 + t, g + G * (i0 + slot), q % PARTS);
             }
-            for (uint e = 0; e < 4u; ++e) {
-                xs[xs_at(q * 4u + e, t / 4u)][t % 4u] = v[e];
-            }
+            put_x(q, t, v);
         }
     }
 }
