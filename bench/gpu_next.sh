@@ -3,7 +3,12 @@
 # after ../shared/gpu's kit (`bash .gpu/run.sh; bash bench/gpu_next.sh`), on the files and
 # binaries the kit unpacked. Not a test: it prints numbers. Results go under $OUT (at most a few
 # files, since only 8 come back from a device call):
-#   next.jsonl   ordo-bench-kernels' tiled lines for each layout of the tiled mat-mul (one 1B
+#   next.jsonl   first the cooperative-matrix mat-mul (session 28, gpu.batch_invariant = false:
+#                never run on a GPU before): ordo-bench-kernels' tiled lines with --coop 1 (each
+#                line's coop_err is its largest difference from the invariant kernel over the
+#                token's RMS: about 1e-3 expected, about 1 means a wrong kernel) for its default
+#                tiles and three others, then ordo-bench --batch-invariant off;
+#                then ordo-bench-kernels' tiled lines for each layout of the tiled mat-mul (one 1B
 #                layer's mat-muls at 16..512 tokens; session 27: swizzled tiles, token tiles
 #                first, narrow tiles, a K step of 64, staging by rows, and session 26's
 #                layout), ordo-bench
@@ -23,6 +28,22 @@ B=$w/ordo/bin
 export LD_LIBRARY_PATH=$w/ordo/lib:${LD_LIBRARY_PATH:-}
 log() { echo "[$(date +%T)] $*" | tee -a "$out/next.log"; }
 cd "$w" || { echo "no kit work dir $w" >&2; exit 3; }
+
+# The cooperative-matrix mat-mul (mul_mat_cm.comp, session 28): its outputs checked against the
+# invariant kernel's on every line (coop_err), its tiles A/B'd (subgroup rows, fragment rows,
+# fragment tokens: 2,2,2 is 64 x 64; 2,4,2 128 x 64; 1,4,2 64 x 128; 4,2,2 128 x 32).
+for a in "" "--coop-wide 2,4,2" "--coop-wide 1,4,2" "--coop-wide 4,2,2" "--coop-split-wg 0"; do
+  log "ordo-bench-kernels --prefill-1b --coop 1 $a"
+  # shellcheck disable=SC2086
+  timeout 120 "$B/ordo-bench-kernels" --prefill-1b --types q4_k,f16 --coop 1 $a \
+    2>>"$out/next.err" | grep '"tiled"' >>"$out/next.jsonl"
+  log "rc=${PIPESTATUS[0]}"
+done
+log "ordo-bench $MODEL --batch-invariant off"
+timeout 150 "$B/ordo-bench" --model "$MODEL.gguf" --prompts "$PP" --gen "$TG" --parallel "$PAR" \
+  --reps 2 --json --label "$MODEL-coop" --batch-invariant off >>"$out/next.jsonl" \
+  2>>"$out/next.err"
+log "rc=$?"
 
 # The tiled mat-mul's layouts (gpu/PERF.md session 27; no bit depends on them): the GPUs' default
 # (staged by parts into swizzled tiles, token tiles first, narrow tiles for 16 tokens, K step
@@ -74,5 +95,6 @@ serve() {  # label, config text
   wait "$pid" 2>/dev/null
 }
 serve choice '[scheduler]\nmax_queue = 1024\n'
+serve coop '[gpu]\nbatch_invariant = false\n[scheduler]\nmax_queue = 1024\n'
 serve "batch$BATCH_TOKENS" "[scheduler]\nmax_queue = 1024\nmax_batch_tokens = $BATCH_TOKENS\n"
 log "done"

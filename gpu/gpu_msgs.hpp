@@ -229,10 +229,13 @@ struct device_summary {
     // The device writes logits rows straight into the logits exchange (runner_options::
     // logits_regions imported), instead of the host copying them out of its buffer each step.
     bool logits_in_place = false;
+    // A token's logits do not depend on its step's other tokens (gpu.batch_invariant): false
+    // only while the tiled steps run on cooperative matrices.
+    bool batch_invariant = true;
     MSGPACK_DEFINE_MAP(name, kind, driver, vulkan, index, subgroup_size, max_storage_buffer_range,
                        max_shared_memory_bytes, max_workgroup_invocations, device_local_bytes,
                        features, kernels, row_summaries, flush_every_layers, first_segment_layers,
-                       logits_in_place);
+                       logits_in_place, batch_invariant);
 };
 
 // The device is (again) ready: sent after start-up and after each rebuild. epoch counts

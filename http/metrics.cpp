@@ -153,7 +153,8 @@ std::string prometheus_text(const door::stats_report& s) {
     w.raw_head("ordo_gpu_info", "gauge", "the device as the gpu actor announced it");
     w.line("ordo_gpu_info{name=\"" + label(s.device.name) + "\",kernels=\"" +
            label(s.device.kernels) + "\",row_summaries=\"" +
-           (s.device.row_summaries ? "on" : "off") + "\"} 1");
+           (s.device.row_summaries ? "on" : "off") + "\",batch_invariant=\"" +
+           (s.device.batch_invariant ? "true" : "false") + "\"} 1");
 
     const kv::kv_disk_report& k = s.kv_disk;
     w.map("ordo_kv_disk_", "kv_disk",

@@ -151,6 +151,9 @@ struct gpu_config {
     std::uint32_t recovery_max = 3;
     gpu_kernels kernels = gpu_kernels::automatic;
     gpu_row_summaries row_summaries = gpu_row_summaries::automatic;
+    // false: the tiled steps may run on cooperative matrices where the device has them
+    // (faster, f16 inputs; a token's logits then depend on its step's batch).
+    bool batch_invariant = true;
     bool operator==(const gpu_config&) const = default;
 };
 

@@ -396,6 +396,10 @@ constexpr auto table = std::to_array<key_spec>({
     choice<&C::gpu, &gpu_config::row_summaries>(
         "gpu", "row_summaries", gpu_row_summaries_names,
         "each logits row's summary from the GPU for the sampler: auto (GPUs), on or off"),
+    boolean<&C::gpu, &gpu_config::batch_invariant>(
+        "gpu", "batch_invariant",
+        "a token's logits never depend on its step's batch (false: cooperative-matrix "
+        "mat-muls where the device has them)"),
     // [scheduler]
     integer<&C::scheduler, &scheduler_config::max_sequences>(
         "scheduler", "max_sequences", 0, max_sequences_max,

@@ -44,6 +44,11 @@
 //   --mm-row-stage 0|1 and --mm-narrow 0|1 its layout (pipeline_tuning::mat_tiled_swizzle,
 //   _k_step, _tokens_first, _row_staging, _narrow). --attention auto|classic|flash: the path of the
 //   other attention lines (after --no-texel, which sets classic).
+//   --coop 0|1|emulated runs the tiled steps on cooperative matrices (pipeline_tuning::
+//   mat_coop: mul_mat_cm, gpu.batch_invariant = false's kernel; emulated: mul_mat_cme, its
+//   plain-GLSL stand-in, on any device); --coop-wide R,M,N / --coop-narrow R,M,N its tiles
+//   (subgroup rows, fragment rows and tokens per subgroup: mat_coop_shape) and --coop-split-wg N
+//   its split threshold. Its tiled lines say "coop" and the tile that ran.
 //   --mm-split-wg N sets the tiled kernel's group split threshold (pipeline_tuning::
 //   mat_tiled_split_wg; 0: never split), for the A/B of the crossover and prefill lines.
 //   --mmv-wg LANES / --mmv-rows N / --mmv-unroll N / --mmv-block-unroll N override
@@ -52,6 +57,7 @@
 //   --mmv-split-cols N its lanes per group (helpers) and the token counts that use them.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -77,6 +83,10 @@ struct bench_env {
     std::unique_ptr<pipelines> pipes;
     std::unique_ptr<stream> str;
     buffer split_scratch;  // the tiled mat-mul's group split (str's mat_split_scratch)
+    // With --coop: the invariant kernels (the device's tuning without mat_coop), whose outputs
+    // the cooperative-matrix lines are checked against.
+    std::unique_ptr<pipelines> ref_pipes;
+    std::unique_ptr<stream> ref_str;
     std::uint32_t reps = 5;
     attention_path attention = attention_path::automatic;
 };
@@ -340,6 +350,39 @@ void bench_crossover(bench_env& e, const std::vector<model::ggml_type>& types,
 // tuning asks) over one layer of the 1B shape (q|k|v, o, gate|up, down; one copy each) at 16,
 // 64, 128 and 512 tokens, per type: ms and TFLOP/s of the layer (--prefill-1b), for the tile
 // A/B (--mm-rl, --mm-tl, --mm-split-wg).
+// The cooperative-matrix kernel's error on one mat-mul whose outputs (n tokens of `rows`) it
+// left in y: the invariant kernel (e.ref_str) recomputes them; the largest difference over the
+// RMS of the token's invariant outputs.
+double coop_error(bench_env& e, const weight_tensor& w, const buffer& x, const buffer& y,
+                  std::uint32_t rows, std::uint32_t n) {
+    buffer ref = filled(e, std::size_t(rows) * n, 3);
+    if (!e.ref_str->begin("reference") ||
+        !encode_mul_mat(*e.ref_str, w, {whole(x), 0, w.n_in}, {whole(ref), 0, rows}, n, false,
+                        mat_path::tiled) ||
+        !e.ref_str->run(600'000)) {
+        std::fprintf(stderr, "the invariant kernel's reference run failed\n");
+        std::exit(1);
+    }
+    std::vector<float> got(std::size_t(rows) * n), want(got.size());
+    if (!e.dev->read(y, 0, got.data(), got.size() * 4) ||
+        !e.dev->read(ref, 0, want.data(), want.size() * 4)) {
+        std::fprintf(stderr, "reading the outputs back failed\n");
+        std::exit(1);
+    }
+    double worst = 0;
+    for (std::uint32_t t = 0; t < n; ++t) {
+        double sq = 0, diff = 0;
+        for (std::uint32_t r = 0; r < rows; ++r) {
+            double v = want[std::size_t(t) * rows + r];
+            sq += v * v;
+            diff = std::max(diff, std::fabs(got[std::size_t(t) * rows + r] - v));
+        }
+        double rms = std::sqrt(sq / rows);
+        worst = std::max(worst, rms > 0 ? diff / rms : diff);
+    }
+    return worst;
+}
+
 void bench_tiled_1b(bench_env& e, const std::vector<model::ggml_type>& types) {
     struct shape {
         std::uint32_t n_in, n_out;
@@ -364,7 +407,7 @@ void bench_tiled_1b(bench_env& e, const std::vector<model::ggml_type>& types) {
     e.attention = asked;
     for (model::ggml_type t : types) {
         for (std::uint32_t n : {16u, 64u, 128u, 512u}) {
-            double ms = 0, flop = 0;
+            double ms = 0, flop = 0, err = 0;
             for (const shape& s : shapes) {
                 const weight_copies copies = upload_copies(e, t, s.n_in, s.n_out, 1);
                 buffer x = filled(e, std::size_t(s.n_in) * n, 1);
@@ -380,16 +423,25 @@ void bench_tiled_1b(bench_env& e, const std::vector<model::ggml_type>& types) {
                 (void)wall_ms;
                 ms += gpu_ms;
                 flop += 2.0 * s.n_in * s.n_out * n;
+                if (e.ref_str) err = std::max(err, coop_error(e, copies.ws[0], x, y, s.n_out, n));
             }
+            const mat_coop_shape& c = mat_coop_tile(tu, mat_coop_groups_for(tu, n));
+            // coop_err: the largest |coop - invariant| of any output over the RMS of its token's
+            // invariant outputs (f16 inputs: about 1e-3; a wrong tile: about 1).
             std::printf(
                 "{\"tiled\":\"1b layer\",\"type\":\"%s\",\"tokens\":%u,\"rl\":%u,\"tl\":%u,"
                 "\"swizzle\":%u,\"k_step\":%u,\"tokens_first\":%u,\"row_stage\":%u,"
-                "\"token_groups\":%u,"
-                "\"split_wg\":%u,\"gpu_ms\":%.4f,\"tflops\":%.2f}\n",
+                "\"token_groups\":%u,\"coop\":\"%s\",\"coop_tile\":\"%ux%ux%u\","
+                "\"coop_err\":%.2e,\"split_wg\":%u,\"gpu_ms\":%.4f,\"tflops\":%.2f}\n",
                 std::string(model::type_name(t)).c_str(), n, tu.mat_tiled_rows_per_lane,
                 tu.mat_tiled_tokens_per_lane, tu.mat_tiled_swizzle ? 1u : 0u, tu.mat_tiled_k_step,
                 tu.mat_tiled_tokens_first ? 1u : 0u, tu.mat_tiled_row_staging ? 1u : 0u,
-                mat_tiled_groups_for(tu, n), tu.mat_tiled_split_wg, ms, flop / ms * 1e-9);
+                mat_tiled_groups_for(tu, n),
+                !tu.mat_coop           ? "off"
+                : tu.mat_coop_emulated ? "emulated"
+                                       : "on",
+                c.sg_rows, c.frag_rows, c.frag_tokens, err,
+                tu.mat_coop ? tu.mat_coop_split_wg : tu.mat_tiled_split_wg, ms, flop / ms * 1e-9);
             std::fflush(stdout);
         }
     }
@@ -555,6 +607,17 @@ int main(int argc, char** argv) {
     int mm_swizzle = -1, mm_tokens_first = -1, mm_row_stage = -1, mm_narrow = -1;
     std::uint32_t mm_k_step = 0;
     bool prefill_1b = false;
+    int coop = -1;  // --coop: 0, 1, 2 (emulated); -1 the device's tuning (off)
+    std::int64_t coop_split_wg = -1;
+    mat_coop_shape coop_wide{}, coop_narrow{};
+    bool coop_wide_given = false, coop_narrow_given = false;
+    // "R,M,N" -> a tile, or false.
+    auto parse_shape = [](const char* text, mat_coop_shape& out) {
+        unsigned r = 0, m = 0, n = 0;
+        if (std::sscanf(text, "%u,%u,%u", &r, &m, &n) != 3) return false;
+        out = {r, m, n};
+        return true;
+    };
     using model::ggml_type;
     std::vector<ggml_type> types = {ggml_type::f32, ggml_type::f16, ggml_type::q8_0,
                                     ggml_type::q4_0};
@@ -601,6 +664,23 @@ int main(int argc, char** argv) {
             mm_narrow = std::stoi(argv[++i]) != 0 ? 1 : 0;
         } else if (std::strcmp(argv[i], "--prefill-1b") == 0) {
             prefill_1b = true;
+        } else if (std::strcmp(argv[i], "--coop") == 0 && i + 1 < argc) {
+            std::string v = argv[++i];
+            coop = v == "emulated" ? 2 : std::stoi(v) != 0 ? 1 : 0;
+        } else if (std::strcmp(argv[i], "--coop-wide") == 0 && i + 1 < argc) {
+            coop_wide_given = parse_shape(argv[++i], coop_wide);
+            if (!coop_wide_given) {
+                std::fprintf(stderr, "--coop-wide: R,M,N (e.g. 2,2,2)\n");
+                return 2;
+            }
+        } else if (std::strcmp(argv[i], "--coop-narrow") == 0 && i + 1 < argc) {
+            coop_narrow_given = parse_shape(argv[++i], coop_narrow);
+            if (!coop_narrow_given) {
+                std::fprintf(stderr, "--coop-narrow: R,M,N (e.g. 4,1,1)\n");
+                return 2;
+            }
+        } else if (std::strcmp(argv[i], "--coop-split-wg") == 0 && i + 1 < argc) {
+            coop_split_wg = std::clamp<std::int64_t>(std::stol(argv[++i]), 0, 1 << 20);
         } else if (std::strcmp(argv[i], "--attention-token-tiles") == 0) {
             token_tiles = true;
         } else if (std::strcmp(argv[i], "--mm-split-wg") == 0 && i + 1 < argc) {
@@ -654,7 +734,8 @@ int main(int argc, char** argv) {
                          "[--mmv-wg LANES] "
                          "[--mmv-rows N] [--mmv-unroll N] [--mmv-block-unroll N] [--mmv-split N] "
                          "[--mmv-split-cols N] [--prefill-1b] [--attention auto|classic|flash] "
-                         "[--attention-token-tiles]\n");
+                         "[--attention-token-tiles] [--coop 0|1|emulated] [--coop-wide R,M,N] "
+                         "[--coop-narrow R,M,N] [--coop-split-wg N]\n");
             return 2;
         }
     }
@@ -684,6 +765,13 @@ int main(int argc, char** argv) {
     if (mm_row_stage >= 0) tuning.mat_tiled_row_staging = mm_row_stage != 0;
     if (mm_narrow >= 0) tuning.mat_tiled_narrow = mm_narrow != 0;
     if (token_tiles) tuning.attention_token_tiles = true;
+    if (coop >= 0) {
+        tuning.mat_coop = coop != 0;
+        tuning.mat_coop_emulated = coop == 2;
+    }
+    if (coop_wide_given) tuning.mat_coop_wide = coop_wide;
+    if (coop_narrow_given) tuning.mat_coop_narrow = coop_narrow;
+    if (coop_split_wg >= 0) tuning.mat_coop_split_wg = static_cast<std::uint32_t>(coop_split_wg);
     auto t_pipes = std::chrono::steady_clock::now();
     auto p = pipelines::create(*e.dev, tuning);
     if (!p) {
@@ -715,6 +803,22 @@ int main(int argc, char** argv) {
         e.str->set_mat_split_scratch(whole(e.split_scratch));
     }
     std::printf("{\"device\":\"%s\"}\n", e.dev->info().name.c_str());
+    if (tuning.mat_coop) {
+        pipeline_tuning ref = tuning;
+        ref.mat_coop = false;
+        auto rp = pipelines::create(*e.dev, ref);
+        if (!rp) {
+            std::fprintf(stderr, "the invariant kernels: %s\n", rp.err().message.c_str());
+            return 1;
+        }
+        auto rs = stream::create(*e.dev, **rp, {64, true});
+        if (!rs) {
+            std::fprintf(stderr, "the invariant kernels' stream: %s\n", rs.err().message.c_str());
+            return 1;
+        }
+        e.ref_pipes = std::move(*rp);
+        e.ref_str = std::move(*rs);
+    }
     if (prefill_1b) {
         bench_tiled_1b(
             e, types_given ? types : std::vector<ggml_type>{ggml_type::f16, ggml_type::q4_k});

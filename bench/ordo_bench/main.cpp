@@ -1,7 +1,8 @@
 // ordo-bench: `ordo-bench --model FILE [--prompts 128,512] [--gen 128] [--parallel 4,8,16]
 // [--json] [--flush-every N] [--device SEL] [--kernels auto|texel|storage] [--reps N]
 // [--label NAME] [--mm-split-wg N] [--row-summaries auto|on|off] [--attention-flash on|off]
-// [--logits-in-place on|off] [--first-segment N] [--replay on|off]`
+// [--logits-in-place on|off] [--first-segment N] [--replay on|off]
+// [--batch-invariant on|off|emulated]`
 // (--mm-split-wg: the tiled mat-mul's group split threshold, an A/B knob: pipeline_tuning::
 // mat_tiled_split_wg; 0 never splits; --row-summaries: gpu.row_summaries; --attention-flash
 // off: prefill attention on attention.comp instead of attention_flash, an A/B knob with the
@@ -9,7 +10,9 @@
 // out of the device's buffer each step instead of written into the logits exchange,
 // runner_options::logits_in_place; --first-segment N: layers in a step's first segment,
 // runner_options::first_segment_layers, 0 as many as the others; --replay off: every segment
-// recorded, none replayed from the stream's kept recordings, runner_options::replay_segments 0).
+// recorded, none replayed from the stream's kept recordings, runner_options::replay_segments 0;
+// --batch-invariant off: gpu.batch_invariant = false, the tiled steps on cooperative matrices
+// where the device has them; emulated: on their plain-GLSL stand-in, any device).
 //
 // Measures what ../shared/peer/bench_llamacpp.mjs measures for llama.cpp, named the same way,
 // one JSON line per measurement (--json) or a readable table:
@@ -31,7 +34,8 @@
 // Every line also carries engine, backend, model, device, flush_every_layers,
 // first_segment_layers and kernel_family
 // (the --kernels choice), row_summaries (whether the steps came with them), attention_flash,
-// logits_in_place (whether the device wrote the rows into the exchange) and replay.
+// logits_in_place (whether the device wrote the rows into the exchange), replay and
+// batch_invariant (false: the tiled steps ran on cooperative matrices).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -71,6 +75,7 @@ struct bench_options {
     bool logits_in_place = true;                 // runner_options::logits_in_place
     std::optional<std::uint32_t> first_segment;  // runner_options::first_segment_layers
     bool replay = true;                          // runner_options::replay_segments (0 when off)
+    std::string batch_invariant = "on";          // gpu.batch_invariant; emulated: mul_mat_cme
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -79,7 +84,8 @@ struct bench_options {
                  "[--parallel 4,8,16] [--json] [--flush-every N] [--device SEL] "
                  "[--kernels auto|texel|storage] [--reps N] [--label NAME] "
                  "[--mm-split-wg N] [--row-summaries auto|on|off] [--attention-flash on|off] "
-                 "[--logits-in-place on|off] [--first-segment N] [--replay on|off]\n",
+                 "[--logits-in-place on|off] [--first-segment N] [--replay on|off] "
+                 "[--batch-invariant on|off|emulated]\n",
                  why.c_str());
     std::exit(2);
 }
@@ -134,6 +140,12 @@ bench_options parse(int argc, char** argv) {
             o.row_summaries = value();
             if (o.row_summaries != "auto" && o.row_summaries != "on" && o.row_summaries != "off") {
                 usage("--row-summaries must be auto, on or off");
+            }
+        } else if (a == "--batch-invariant") {
+            o.batch_invariant = value();
+            if (o.batch_invariant != "on" && o.batch_invariant != "off" &&
+                o.batch_invariant != "emulated") {
+                usage("--batch-invariant must be on, off or emulated");
             }
         } else if (a == "--attention-flash") {
             std::string v = value();
@@ -213,6 +225,8 @@ runner_options runner_for(const bench_options& o, std::uint32_t n_ctx) {
     if (o.kernels != "auto") r.texel_kernels = o.kernels == "texel";
     if (o.row_summaries != "auto") r.row_summaries = o.row_summaries == "on";
     r.attention_flash = o.attention_flash;
+    r.batch_invariant = o.batch_invariant == "on";
+    r.mat_coop_emulated = o.batch_invariant == "emulated";
     r.logits_in_place = o.logits_in_place;
     r.first_segment_layers = o.first_segment;
     if (!o.replay) r.replay_segments = 0;
@@ -463,7 +477,8 @@ int main(int argc, char** argv) {
         ", \"row_summaries\": " + ((*s)->ready().info.row_summaries ? "true" : "false") +
         ", \"attention_flash\": " + (o.attention_flash ? "true" : "false") +
         ", \"logits_in_place\": " + ((*s)->ready().info.logits_in_place ? "true" : "false") +
-        ", \"replay\": " + (o.replay ? "true" : "false");
+        ", \"replay\": " + (o.replay ? "true" : "false") +
+        ", \"batch_invariant\": " + ((*s)->ready().info.batch_invariant ? "true" : "false");
     measure(b);
     status st = (*s)->stop();
     if (!st) std::fprintf(stderr, "ordo-bench: stop: %s\n", st.err().message.c_str());

@@ -300,7 +300,8 @@ device_summary summarize(const runner& r) {
         {i.storage_buffer_16bit, "storage_16bit"},      {i.shader_float16, "float16"},
         {i.storage_buffer_8bit, "storage_8bit"},        {i.shader_int8, "int8"},
         {i.subgroup_arithmetic, "subgroup_arithmetic"}, {i.subgroup_ballot, "subgroup_ballot"},
-        {i.subgroup_shuffle, "subgroup_shuffle"},       {i.timestamps, "timestamps"}};
+        {i.subgroup_shuffle, "subgroup_shuffle"},       {i.timestamps, "timestamps"},
+        {i.cooperative_matrix, "cooperative_matrix"}};
     for (const auto& [on, name] : features) {
         if (on) s.features.emplace_back(name);
     }
@@ -309,6 +310,7 @@ device_summary summarize(const runner& r) {
     s.flush_every_layers = r.flush_every_layers();
     s.first_segment_layers = r.first_segment_layers();
     s.logits_in_place = r.logits_regions_imported() > 0;
+    s.batch_invariant = !r.mat_coop();
     return s;
 }
 

@@ -345,6 +345,22 @@ status runner::init_device() {
     }
     if (_options.mat_tiled_split_wg) tuning.mat_tiled_split_wg = *_options.mat_tiled_split_wg;
     if (_options.row_summaries) tuning.row_summaries = *_options.row_summaries;
+    if (!_options.batch_invariant) {
+        if (_options.mat_coop_emulated || _dev->info().cooperative_matrix) {
+            tuning.mat_coop = true;
+            tuning.mat_coop_emulated = _options.mat_coop_emulated;
+            logger()->info(
+                "runner: gpu.batch_invariant = false: the tiled mat-muls run on cooperative "
+                "matrices{} (f16 inputs; a token's logits may depend on its step's batch)",
+                _options.mat_coop_emulated ? " (emulated)" : "");
+        } else {
+            logger()->warn(
+                "runner: gpu.batch_invariant = false, but {} has no usable cooperative matrices "
+                "(VK_NV_cooperative_matrix with {} fragments, f16 arithmetic, the Vulkan memory "
+                "model, 32-lane subgroups): the batch-invariant kernels run",
+                _dev->info().name, mat_coop_shape_needed);
+        }
+    }
     tuning.fault_create_fails = _options.fault_pipeline_create;
     auto p = pipelines::create(*_dev, tuning, _pcache->handle());
     if (!p) return p.err();

@@ -156,6 +156,13 @@ struct runner_options {
     // gpu.row_summaries: each step's logits rows come with their summaries (step_result::
     // summarized); unset = the device's default (tuning_for: GPUs yes, CPU devices no).
     std::optional<bool> row_summaries;
+    // gpu.batch_invariant: false lets the tiled steps run on cooperative matrices (mul_mat_cm:
+    // tensor cores, f16 inputs) where the device has them, so a token's logits may depend on
+    // what else was in its step; true (the default) keeps mat_order.glsl's one order.
+    bool batch_invariant = true;
+    // Tests and the bench: with batch_invariant false, the plain-GLSL emulation of mul_mat_cm
+    // (mul_mat_cme) on any device.
+    bool mat_coop_emulated = false;
     // The storage family runs a prompt's runs of tokens (those that fill a flash tile) on
     // attention_flash, the rest on attention.comp; false: all on attention.comp. The same bits
     // either way (an A/B knob for the bench, ordo-bench --attention-flash).
@@ -307,6 +314,8 @@ public:
     bool texel_kernels() const { return _pipes->tuning().prefer_texel_kernels; }
     // Whether steps write their logits rows' summaries (runner_options::row_summaries).
     bool row_summaries() const { return _pipes->tuning().row_summaries; }
+    // Whether the tiled steps run on cooperative matrices (runner_options::batch_invariant).
+    bool mat_coop() const { return _pipes->tuning().mat_coop; }
     // Layers per segment: runner_options::flush_every_layers, or where that is 0 the device's
     // (pipeline_tuning::flush_every_layers, fewer if its segments would pass the dispatch bound).
     std::uint32_t flush_every_layers() const { return _flush_every; }

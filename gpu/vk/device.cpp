@@ -194,6 +194,7 @@ std::string describe(const device_info& info) {
          (info.cooperative_matrix_khr_listed ? "listed" : "absent") + ", cooperative-matrix-nv";
     if (info.cooperative_matrix_nv.empty()) s += " absent";
     for (const auto& shape : info.cooperative_matrix_nv) s += " " + shape;
+    s += std::string(", cooperative-matrix kernels ") + (info.cooperative_matrix ? "on" : "off");
     s += ", host-import " + (info.external_memory_host
                                  ? std::to_string(info.min_imported_host_pointer_alignment) + " B"
                                  : std::string("absent"));
@@ -404,14 +405,43 @@ status device::create_logical() {
     VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
     VkPhysicalDeviceVulkan11Features f11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
     f11.pNext = &f12;
+    // Chained only where the extension is listed (valid usage).
+    const bool coop_listed = has_extension(_physical, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
+    VkPhysicalDeviceCooperativeMatrixFeaturesNV fcm{
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
+    if (coop_listed) f12.pNext = &fcm;
     VkPhysicalDeviceFeatures2 have{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
     have.pNext = &f11;
     vkGetPhysicalDeviceFeatures2(_physical, &have);
+    VkPhysicalDeviceCooperativeMatrixPropertiesNV pcm{
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_PROPERTIES_NV};
+    if (coop_listed) {
+        VkPhysicalDeviceProperties2 p2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+        p2.pNext = &pcm;
+        vkGetPhysicalDeviceProperties2(_physical, &p2);
+    }
+    // mul_mat_cm.comp's needs: 16x16x16 f16 x f16 -> f32 fragments at subgroup scope in compute
+    // shaders, f16 arithmetic, the Vulkan memory model (glslang's cooperative-matrix loads use
+    // it) and 32-lane subgroups (its workgroup is 4 of them).
+    const bool shape =
+        std::find(_info.cooperative_matrix_nv.begin(), _info.cooperative_matrix_nv.end(),
+                  mat_coop_shape_needed) != _info.cooperative_matrix_nv.end();
+    const bool coop = coop_listed && fcm.cooperativeMatrix && shape && f12.shaderFloat16 &&
+                      f12.vulkanMemoryModel && _info.subgroup_size == 32 &&
+                      (pcm.cooperativeMatrixSupportedStages & VK_SHADER_STAGE_COMPUTE_BIT) != 0;
     VkPhysicalDeviceVulkan12Features e12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
     VkPhysicalDeviceVulkan11Features e11{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
     e11.pNext = &e12;
     VkPhysicalDeviceFeatures2 enable{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
     enable.pNext = &e11;
+    VkPhysicalDeviceCooperativeMatrixFeaturesNV ecm{
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
+    if (coop) {
+        ecm.cooperativeMatrix = VK_TRUE;
+        e12.pNext = &ecm;
+        e12.vulkanMemoryModel = VK_TRUE;
+    }
+    _info.cooperative_matrix = coop;
     e11.storageBuffer16BitAccess = f11.storageBuffer16BitAccess;
     e12.shaderFloat16 = f12.shaderFloat16;
     e12.storageBuffer8BitAccess = f12.storageBuffer8BitAccess;
@@ -429,6 +459,7 @@ status device::create_logical() {
     std::vector<const char*> extensions = {VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME};
     if (_info.external_memory_host)
         extensions.push_back(VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME);
+    if (coop) extensions.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
     VkDeviceCreateInfo dci{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
     dci.pNext = &enable;
     dci.queueCreateInfoCount = 1;

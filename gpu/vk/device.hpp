@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "actors/runtime/result.hpp"
@@ -65,18 +66,25 @@ struct device_info {
     bool subgroup_arithmetic = false;
     bool subgroup_ballot = false;   // subgroupBroadcast (mul_mat_tx tx1 folds its lanes with it)
     bool subgroup_shuffle = false;  // subgroupShuffle (tx1 with more than one 8-lane team)
-    // Cooperative matrices (facts only, reported in describe(); no kernel uses them yet): the
-    // shapes VK_NV_cooperative_matrix offers, "MxNxK A>C" with A/B and C/D component types,
-    // subgroup scope; and whether the device names VK_KHR_cooperative_matrix (Debian 12's
-    // headers and glslang predate it, so ordo cannot build for it).
+    // Cooperative matrices: the shapes VK_NV_cooperative_matrix offers, "MxNxK A>C" with A/B
+    // and C/D component types, subgroup scope; and whether the device names
+    // VK_KHR_cooperative_matrix (Debian 12's headers and glslang predate it, so ordo cannot
+    // build for it).
     std::vector<std::string> cooperative_matrix_nv;
     bool cooperative_matrix_khr_listed = false;
+    // VK_NV_cooperative_matrix enabled, with what mul_mat_cm.comp needs (mat_coop_shape_needed
+    // among the shapes, f16 arithmetic, the Vulkan memory model, 32-lane subgroups): the
+    // tensor-core mat-mul can run (pipeline_tuning::mat_coop, under gpu.batch_invariant = false).
+    bool cooperative_matrix = false;
     // VK_EXT_external_memory_host, enabled when listed: host memory the process allocated can
     // back a buffer (device::import_host), so kernels write results where the host reads them
     // without a copy. The imported pointer and size must be multiples of the alignment.
     bool external_memory_host = false;
     std::uint64_t min_imported_host_pointer_alignment = 0;
 };
+
+// The cooperative-matrix shape mul_mat_cm.comp multiplies with, as device_info lists shapes.
+inline constexpr std::string_view mat_coop_shape_needed = "16x16x16 f16>f32";
 
 // One line per fact, for the start-up log and the stats op.
 std::string describe(const device_info& info);

@@ -139,6 +139,13 @@ std::uint32_t tx_unit(model::ggml_type t) {
     }
 }
 
+// The tiled kernel a stream's tuning runs: mul_mat (mat_order.glsl's order) or, where the tuning
+// asks (gpu.batch_invariant = false on a device with cooperative matrices), mul_mat_cm.
+pipeline_id tiled_kernel(const pipeline_tuning& t) {
+    if (!t.mat_coop) return pipeline_id::mul_mat_f32;
+    return t.mat_coop_emulated ? pipeline_id::mul_mat_cme_f32 : pipeline_id::mul_mat_cm_f32;
+}
+
 }  // namespace
 
 bool tx1_usable(const device_info& info, model::ggml_type type, std::uint32_t k) {
@@ -180,6 +187,12 @@ status prepare_mul_mat(const pipelines& pipes, const weight_tensor& w, mat_fusio
             auto pl = pipes.for_token_groups(pick(pipeline_id::mul_mat_f32, w.type),
                                              mat_tiled_groups_narrow);
             if (!pl) return pl.err();
+        }
+        if (tu.mat_coop) {
+            for (std::uint32_t groups : {mat_tiled_groups_wide, mat_tiled_groups_narrow}) {
+                auto pl = pipes.for_token_groups(pick(tiled_kernel(tu), w.type), groups);
+                if (!pl) return pl.err();
+            }
         }
         // mul_mat_vec: one variant per token count it serves, and its fused variant's.
         pipeline_id fused = fusion == mat_fusion::norm  ? pipeline_id::mul_mat_vec_norm_f32
@@ -303,12 +316,13 @@ struct mat_extra {
 // Whether a tiled grid of gx x gy workgroups runs the group split: forced (mat_path::split), or
 // a grid under the tuning's mat_tiled_split_wg; either way only with scratch for its partials.
 bool split_tiled(const stream& s, std::uint32_t gx, std::uint32_t gy, std::uint32_t out_rows,
-                 std::uint32_t n_tokens, bool forced) {
+                 std::uint32_t n_tokens, bool forced, bool coop) {
     const buffer_view& scratch = s.mat_split_scratch();
     std::uint64_t need = 4ull * abi::ORDO_MAT_GROUPS * n_tokens * out_rows;
     if (scratch.buf == nullptr || scratch.range < need) return false;
     if (n_tokens > s.dev().info().max_workgroup_count[1]) return false;  // the fold's grid
-    std::uint32_t limit = s.pipes().tuning().mat_tiled_split_wg;
+    const pipeline_tuning& tu = s.pipes().tuning();
+    std::uint32_t limit = coop ? tu.mat_coop_split_wg : tu.mat_tiled_split_wg;
     return forced || std::uint64_t(gx) * gy < limit;
 }
 
@@ -336,30 +350,42 @@ void dispatch_split(stream& s, const pipeline& pl, pipeline_id id, const weight_
 status dispatch_storage(stream& s, const weight_tensor& w, const rows_view& x, const rows_view& y,
                         std::uint32_t n_tokens, bool accumulate, mat_path path,
                         const mat_extra& extra = {}) {
+    const pipeline_tuning& tuning = s.pipes().tuning();
     bool vec = path == mat_path::vec;
     bool rows = path == mat_path::rows;
     bool forced_split = path == mat_path::split;
+    bool coop = path == mat_path::tiled && tuning.mat_coop;
     bool fused = extra.kernel != pipeline_id::count;
     ORDO_GPU_CHECK(!fused || vec, "fused mat-mul off the mul_mat_vec path");
     pipeline_id id = pick(fused  ? extra.kernel
                           : rows ? pipeline_id::mul_mat_rows_f32
                           : vec  ? pipeline_id::mul_mat_vec_f32
+                          : coop ? tiled_kernel(tuning)
                                  : pipeline_id::mul_mat_f32,
                           w.type);
     // mul_mat_vec: the variant for this many tokens per pass (ORDO_MMV_COLS at most); the
-    // tiled kernel: the tile that pads this many tokens least.
-    const pipeline_tuning& tuning = s.pipes().tuning();
-    const std::uint32_t groups = mat_tiled_groups_for(tuning, n_tokens);
+    // tiled kernels: the tile that pads this many tokens least.
+    const std::uint32_t groups =
+        coop ? mat_coop_groups_for(tuning, n_tokens) : mat_tiled_groups_for(tuning, n_tokens);
     auto found = vec    ? s.pipes().for_cols(id, std::min(n_tokens, abi::ORDO_MMV_COLS))
                  : rows ? s.pipes().find(id)
                         : s.pipes().for_token_groups(id, groups);
     if (!found) return found.err();
     const pipeline& pl = **found;
     const device_info& info = s.dev().info();
-    const std::uint32_t tile_rows = mat_tiled_rows(tuning, groups);
-    const std::uint32_t tile_tokens = mat_tiled_tokens(tuning, groups);
+    const std::uint32_t tile_rows =
+        coop ? mat_coop_tile(tuning, groups).rows() : mat_tiled_rows(tuning, groups);
+    const std::uint32_t tile_tokens =
+        coop ? mat_coop_tile(tuning, groups).tokens() : mat_tiled_tokens(tuning, groups);
     if (!vec && ceil_div(n_tokens, tile_tokens) > info.max_workgroup_count[1]) {
         return bad("mul_mat", "too many tokens for one dispatch");
+    }
+    if (coop && tuning.mat_coop_emulated && info.loop_iterations_max != 0 &&
+        mat_coop_tile(tuning, groups).emulated_loop_iterations(w.n_in) > info.loop_iterations_max) {
+        return bad("mul_mat", "the emulated cooperative-matrix kernel at K " +
+                                  std::to_string(w.n_in) + " runs past the device's " +
+                                  std::to_string(info.loop_iterations_max) +
+                                  " loop iterations a lane");
     }
     for (std::size_t c = 0; c < w.chunks.size(); ++c) {
         const weight_chunk& ch = w.chunks[c];
@@ -374,7 +400,7 @@ status dispatch_storage(stream& s, const weight_tensor& w, const rows_view& x, c
                             x.offset, x.stride, y.offset, y.stride,     accumulate ? 1u : 0u};
         p.norm_eps = extra.eps;
         p.glu_up_row = extra.out_rows;
-        if (!vec && !rows && split_tiled(s, gx, gy, out_rows, n_tokens, forced_split)) {
+        if (!vec && !rows && split_tiled(s, gx, gy, out_rows, n_tokens, forced_split, coop)) {
             dispatch_split(s, pl, id, ch, x, y, p, gx, gy);
             continue;
         }

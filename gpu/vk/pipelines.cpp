@@ -198,10 +198,15 @@ pipeline_tuning tuning_for(const device_info& info) {
 
 std::uint64_t mat_split_scratch_floats(const pipeline_tuning& t, std::uint64_t rows_max,
                                        std::uint32_t tokens_max) {
-    if (t.mat_tiled_split_wg == 0) return 0;
-    // A split grid has gx * gy < mat_tiled_split_wg workgroups of TM rows x TN tokens.
+    // A split grid has gx * gy < mat_tiled_split_wg workgroups of TM rows x TN tokens
+    // (mul_mat_cm's: under mat_coop_split_wg of its wide tile, where the tuning runs it).
     std::uint64_t grid =
         std::uint64_t(t.mat_tiled_split_wg) * mat_tiled_rows(t) * mat_tiled_tokens(t);
+    if (t.mat_coop) {
+        grid = std::max(grid, std::uint64_t(t.mat_coop_split_wg) * t.mat_coop_wide.rows() *
+                                  t.mat_coop_wide.tokens());
+    }
+    if (grid == 0) return 0;
     return std::min(abi::ORDO_MAT_GROUPS * std::min(grid, rows_max * tokens_max),
                     mat_split_scratch_bytes_max / 4);
 }
@@ -220,6 +225,8 @@ std::uint32_t wg_for(pipeline_id id, const pipeline_tuning& t) {
             return t.mat_rows_wg;
         case wg_class::mat_tiled:
             return 128;  // fixed by the tile mapping in mul_mat.comp
+        case wg_class::mat_coop:
+            return 128;  // mul_mat_cm.comp's 4 subgroups of 32
         case wg_class::mat_tx1:
             return t.mat_tx1_wg;
         case wg_class::mat_tx_tile:
@@ -283,6 +290,27 @@ result<std::unique_ptr<pipelines>> pipelines::create(const device& dev,
                              std::to_string(mat_tiled_shared_bytes(tuning)) +
                              " bytes) fit the device's shared memory");
     }
+    if (tuning.mat_coop) {
+        const bool emulated = tuning.mat_coop_emulated;
+        for (const mat_coop_shape* c : {&tuning.mat_coop_wide, &tuning.mat_coop_narrow}) {
+            if (!c->valid() || c->shared_bytes(emulated) > dev.info().max_shared_memory_bytes) {
+                return gpu_error(
+                    gpu_failure::bad_config,
+                    "pipeline tuning: the cooperative-matrix tile " + std::to_string(c->sg_rows) +
+                        " x " + std::to_string(c->frag_rows) + " x " +
+                        std::to_string(c->frag_tokens) +
+                        " (subgroup rows x fragment rows x fragment tokens) must be 1, 2 or 4 "
+                        "each with at most 8 fragments a subgroup, and its " +
+                        std::to_string(c->shared_bytes(emulated)) + " bytes fit the device's " +
+                        std::to_string(dev.info().max_shared_memory_bytes) + " of shared memory");
+            }
+        }
+        if (!emulated && !dev.info().cooperative_matrix) {
+            return gpu_error(gpu_failure::unsupported,
+                             "pipeline tuning: cooperative-matrix mat-muls on " + dev.info().name +
+                                 ", which has no usable VK_NV_cooperative_matrix");
+        }
+    }
     for (std::size_t i = 0; i < pipeline_count; ++i) {
         auto id = static_cast<pipeline_id>(i);
         if (props_of(id).made != made_when::create) continue;  // built on request
@@ -339,7 +367,8 @@ result<const pipeline*> pipelines::for_tile(pipeline_id id, std::uint32_t wg_row
 }
 
 result<const pipeline*> pipelines::for_token_groups(pipeline_id id, std::uint32_t groups) const {
-    if (props_of(id).wg != wg_class::mat_tiled ||
+    wg_class wg = props_of(id).wg;
+    if ((wg != wg_class::mat_tiled && wg != wg_class::mat_coop) ||
         (groups != mat_tiled_groups_wide && groups != mat_tiled_groups_narrow)) {
         return gpu_error(gpu_failure::bad_config, std::string(pipeline_name(id)) + ": no " +
                                                       std::to_string(groups) +
@@ -379,6 +408,10 @@ status pipelines::build(pipeline& pl, pipeline_id id, std::uint32_t k, std::uint
     if (props.needs == pipeline_need::subgroup_ballot && !_device.info().subgroup_ballot) {
         return gpu_error(gpu_failure::unsupported,
                          std::string(pipeline_name(id)) + " needs subgroup ballot operations");
+    }
+    if (props.needs == pipeline_need::cooperative_matrix && !_device.info().cooperative_matrix) {
+        return gpu_error(gpu_failure::unsupported,
+                         std::string(pipeline_name(id)) + " needs cooperative matrices");
     }
     pl.bindings = bindings;
     pl.push_bytes = src.push_bytes;
@@ -439,8 +472,10 @@ status pipelines::build(pipeline& pl, pipeline_id id, std::uint32_t k, std::uint
     // Constant 4: mul_mat_vec's lanes per group for this token count (k).
     pl.helpers = mat_vec ? mat_vec_helpers(_tuning, k) : 1;
     // Constants 5 and 6: the tiled mul_mat's outputs per lane (rows, tokens); 7-10 its layout
-    // (swizzled tiles, K step, token tiles first, staging by rows), 11 its token groups.
-    std::uint32_t spec_values[12] = {pl.workgroup_size,
+    // (swizzled tiles, K step, token tiles first, staging by rows), 11 its token groups; 12-14
+    // mul_mat_cm's tile (the wide or the narrow one, by token groups).
+    const mat_coop_shape& coop = mat_coop_tile(_tuning, token_groups);
+    std::uint32_t spec_values[15] = {pl.workgroup_size,
                                      pl.rows_per_workgroup,
                                      k,
                                      pl.tile_rows,
@@ -451,7 +486,10 @@ status pipelines::build(pipeline& pl, pipeline_id id, std::uint32_t k, std::uint
                                      _tuning.mat_tiled_k_step,
                                      _tuning.mat_tiled_tokens_first ? 1u : 0u,
                                      _tuning.mat_tiled_row_staging ? 1u : 0u,
-                                     pl.token_groups};
+                                     pl.token_groups,
+                                     coop.sg_rows,
+                                     coop.frag_rows,
+                                     coop.frag_tokens};
     constexpr std::uint32_t n_spec = std::size(spec_values);
     VkSpecializationMapEntry entries[n_spec];
     for (std::uint32_t i = 0; i < n_spec; ++i) entries[i] = {i, 4 * i, 4};

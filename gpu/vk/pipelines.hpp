@@ -38,6 +38,7 @@ enum class wg_class {
     mat_vec,      // mat_vec_wg
     mat_rows,     // mat_rows_wg
     mat_tiled,    // 128: fixed by mul_mat.comp's tile mapping
+    mat_coop,     // 128: mul_mat_cm.comp's 4 subgroups of 32
     mat_tx1,      // mat_tx1_wg
     mat_tx_tile,  // mat_tx_tile_wg
     attention,    // attention_wg
@@ -46,7 +47,7 @@ enum class wg_class {
     summary,      // ORDO_SUMMARY_WG: fixed by logits_summary.comp's order
 };
 // A device feature a pipeline cannot run without.
-enum class pipeline_need { none, subgroup_arithmetic, subgroup_ballot };
+enum class pipeline_need { none, subgroup_arithmetic, subgroup_ballot, cooperative_matrix };
 // When a pipeline is built: by pipelines::create, or on request (find per weight type, for_k
 // per K, for_tile per row tile, for_cols per token count).
 enum class made_when { create, type, k, tile, cols };
@@ -80,6 +81,7 @@ struct pipeline {
 
     std::uint32_t helpers = 1;       // constant 4: mul_mat_vec lanes per group
     std::uint32_t token_groups = 8;  // constant 11: the tiled mul_mat's token groups (8 or 4)
+                                     // (mul_mat_cm: 8 its wide tile, 4 its narrow one)
 
     // tx4/txm: weight rows one workgroup covers.
     std::uint32_t workgroup_rows() const { return workgroup_size * tile_rows; }
@@ -95,6 +97,37 @@ inline std::uint32_t mat_vec_workgroup_rows(const pipeline& pl) {
 inline std::uint32_t tx_rows_per_lane(std::uint32_t lanes, std::uint32_t wg_rows) {
     return wg_rows / lanes > 1 ? wg_rows / lanes : 1;
 }
+
+// The cooperative-matrix mat-mul's workgroup tile (mul_mat_cm.comp, specialization constants
+// 12-14): its 4 subgroups in `sg_rows` rows of subgroups (1, 2 or 4), each owning `frag_rows` x
+// `frag_tokens` fragments of 16 x 16 outputs (1, 2 or 4 each, at most 8 together).
+struct mat_coop_shape {
+    std::uint32_t sg_rows = 2;
+    std::uint32_t frag_rows = 2;
+    std::uint32_t frag_tokens = 2;
+    std::uint32_t rows() const { return sg_rows * frag_rows * 16; }
+    std::uint32_t tokens() const { return (sg_rows == 0 ? 0 : 4 / sg_rows) * frag_tokens * 16; }
+    // Its shared memory: the staged weight and activation tiles (40 halves a row; floats in
+    // the emulation) and 4 output fragments of 16 x 16 floats.
+    std::uint64_t shared_bytes(bool emulated) const {
+        return std::uint64_t(emulated ? 4 : 2) * 40 * (rows() + tokens()) + 4 * 256 * 4;
+    }
+    // The loop iterations one lane of its emulation (mul_mat_cme) runs over K elements, unsplit:
+    // each K step's staging (4 stores a part), fragment loops and 8 accumulator elements a
+    // product, then the zeroing and the stores. llvmpipe ends a shader's loops silently past
+    // device_info::loop_iterations_max; encode_mul_mat refuses a K past it.
+    std::uint64_t emulated_loop_iterations(std::uint32_t k) const {
+        const std::uint64_t frags = frag_rows * frag_tokens, steps = (k + 31) / 32;
+        const std::uint64_t stage = ((rows() * 8 + 127) / 128 + (tokens() * 8 + 127) / 128) * 5;
+        const std::uint64_t step = 1 + stage + 2 + 2 * frag_rows + 2 * frags + 2 * frags * 8;
+        return steps * step + frags * 18 + frag_rows + 2;
+    }
+    bool valid() const {
+        auto one_two_four = [](std::uint32_t v) { return v == 1 || v == 2 || v == 4; };
+        return one_two_four(sg_rows) && one_two_four(frag_rows) && one_two_four(frag_tokens) &&
+               frag_rows * frag_tokens <= 8;
+    }
+};
 
 // Workgroup sizes picked per device. Defaults come from tuning_for(); tests and the bench may
 // override them to check that results do not depend on the choice.
@@ -169,6 +202,22 @@ struct pipeline_tuning {
     // same bits either way (constant 11). tuning_for: wherever the device's shared memory
     // holds the narrow tile.
     bool mat_tiled_narrow = false;
+    // The tiled steps on cooperative matrices (mul_mat_cm.comp: tensor cores, f16 inputs, an
+    // order the driver chooses): only under gpu.batch_invariant = false (runner_options::
+    // batch_invariant), on a device with device_info::cooperative_matrix. Off everywhere by
+    // default: a token's logits then depend on which kernel ran it.
+    bool mat_coop = false;
+    // Tests and the bench: mat_coop runs mul_mat_cme (the same kernel with its matrix
+    // operations written out in plain GLSL), so its staging and stores run on any device.
+    bool mat_coop_emulated = false;
+    // Its tiles: the wide one, and the narrow one for steps of at most its tokens (16
+    // decoding sequences). Not measured on a GPU yet (ordo-bench-kernels --coop-shape).
+    mat_coop_shape mat_coop_wide{2, 2, 2};
+    mat_coop_shape mat_coop_narrow{4, 1, 1};
+    // mul_mat_cm splits its K steps over 8 workgroups (mul_mat_fold adds their partials) for
+    // grids of fewer workgroups than this: batched decode's small matrices (16 tokens x 2048
+    // rows is 32 workgroups), not a prompt's (whose partials would cost more than they free).
+    std::uint32_t mat_coop_split_wg = 512;
     // mat_path::automatic picks mul_mat_rows up to this many tokens (0: never, mul_mat_vec
     // instead); above it the tiled mul_mat. At most mat_vec_tokens_max.
     std::uint32_t rows_tokens_max = 0;
@@ -229,6 +278,14 @@ inline std::uint32_t mat_tiled_groups_for(const pipeline_tuning& t, std::uint32_
     return t.mat_tiled_narrow && padded(mat_tiled_groups_narrow) < padded(mat_tiled_groups_wide)
                ? mat_tiled_groups_narrow
                : mat_tiled_groups_wide;
+}
+// The cooperative-matrix tile a step of `n_tokens` runs under `t`: mat_tiled_groups_narrow (the
+// narrow tile) where its tokens hold the step, else mat_tiled_groups_wide; and that tile.
+inline std::uint32_t mat_coop_groups_for(const pipeline_tuning& t, std::uint32_t n_tokens) {
+    return n_tokens <= t.mat_coop_narrow.tokens() ? mat_tiled_groups_narrow : mat_tiled_groups_wide;
+}
+inline const mat_coop_shape& mat_coop_tile(const pipeline_tuning& t, std::uint32_t groups) {
+    return groups == mat_tiled_groups_narrow ? t.mat_coop_narrow : t.mat_coop_wide;
 }
 // The shared memory the tiled mul_mat takes under `t` (its weight and activation tiles), the
 // larger of its tiles' where it runs both.

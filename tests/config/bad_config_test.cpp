@@ -100,6 +100,10 @@ const std::vector<bad_case>& bad_cases() {
         {"bad_row_summaries",
          "[gpu]\n\nrow_summaries = \"yes\"\n",
          {"t.toml:3: gpu.row_summaries = \"yes\": must be one of \"auto\", \"on\", \"off\""}},
+        {"bad_batch_invariant",
+         "[gpu]\nbatch_invariant = \"no\"\n",
+         {"t.toml:2: gpu.batch_invariant = \"no\": wrong type: expected true or false, got "
+          "string"}},
         {"bad_enum_case",
          "[scheduler]\nbatch_failure_policy = \"Bisect\"\n",
          {"t.toml:2: scheduler.batch_failure_policy = \"Bisect\": must be one of \"bisect\", "

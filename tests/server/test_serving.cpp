@@ -498,7 +498,8 @@ TEST_F(generated_server, tokenize_detokenize_model) {
 // The gpu map of the model and stats ops over TCP: the device as the gpu actor announced it,
 // the steps it ran, and a hang injected through the fault op, which takes the real watchdog
 // path: counted as a timeout, the device rebuilt (epoch 1), the request that met it recomputed
-// and completed.
+// and completed. The server runs with gpu.batch_invariant = false: its map says the steps stay
+// batch invariant exactly where the device has no cooperative matrices (lavapipe).
 TEST(serving, gpu_map_in_model_and_stats_counts_steps_and_a_watchdog_timeout) {
     std::string model = temp_path("gpu_map.gguf");
     std::string mk = std::string(ORDO_MODEL_BIN) + " mk --out " + model +
@@ -506,10 +507,11 @@ TEST(serving, gpu_map_in_model_and_stats_counts_steps_and_a_watchdog_timeout) {
                      " --n-vocab 300 --type f16 --seed 5 --ctx 256 > /dev/null";
     ASSERT_EQ(std::system(mk.c_str()), 0);
     server_process server;
-    ASSERT_TRUE(
-        server.start(ORDO_SERVER_BIN,
-                     {"--config", write_config("gpu_map.toml", model, "[fault]\nenabled = true\n"),
-                      "--log-level", "warn"}))
+    ASSERT_TRUE(server.start(
+        ORDO_SERVER_BIN, {"--config",
+                          write_config("gpu_map.toml", model,
+                                       "[gpu]\nbatch_invariant = false\n[fault]\nenabled = true\n"),
+                          "--log-level", "warn"}))
         << server.output();
     require_healthy(server.port());
     tcp_client c;
@@ -545,6 +547,18 @@ TEST(serving, gpu_map_in_model_and_stats_counts_steps_and_a_watchdog_timeout) {
     const msgpack::object* features = field(*dev, "features");
     ASSERT_NE(features, nullptr);
     ASSERT_EQ(features->type, msgpack::type::ARRAY);
+    bool coop = false;
+    for (std::uint32_t i = 0; i < features->via.array.size; ++i) {
+        const msgpack::object& f = features->via.array.ptr[i];
+        coop =
+            coop || (f.type == msgpack::type::STR && f.as<std::string>() == "cooperative_matrix");
+    }
+    const msgpack::object* invariant = field(*dev, "batch_invariant");
+    ASSERT_NE(invariant, nullptr);
+    ASSERT_EQ(invariant->type, msgpack::type::BOOLEAN);
+    // The storage family's tiled steps switch; lavapipe's texel family has no such step.
+    EXPECT_EQ(invariant->via.boolean, !(coop && kernels == "storage"));
+    if (kind == "cpu") EXPECT_FALSE(coop);
 
     auto gpu_stats = [&](uint64_t id) {
         EXPECT_TRUE(c.send(frame("id", id, "op", "stats")));

@@ -150,6 +150,7 @@ gpu::gpu_actor_options gpu_options_from(const config::config& cfg, const loaded_
     if (cfg.gpu.row_summaries != config::gpu_row_summaries::automatic) {
         r.row_summaries = cfg.gpu.row_summaries == config::gpu_row_summaries::on;
     }
+    r.batch_invariant = cfg.gpu.batch_invariant;
     return o;
 }
 
