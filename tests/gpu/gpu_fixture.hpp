@@ -21,8 +21,23 @@
 #include "gpu/vk/kernels.hpp"
 #include "gpu/vk/pipelines.hpp"
 #include "gpu/vk/stream.hpp"
+#include "gpu/vk/weight_layout.hpp"
+#include "model/ggml_types.hpp"
 
 namespace ordo::gpu::testing {
+
+// Every weight type the kernels run (gpu/vk/shaders/weight_types.h).
+inline constexpr model::ggml_type all_types[] = {
+    model::ggml_type::f32,  model::ggml_type::f16,  model::ggml_type::bf16, model::ggml_type::q8_0,
+    model::ggml_type::q4_0, model::ggml_type::q4_1, model::ggml_type::q5_0, model::ggml_type::q5_1,
+    model::ggml_type::q2_k, model::ggml_type::q3_k, model::ggml_type::q4_k, model::ggml_type::q5_k,
+    model::ggml_type::q6_k};
+
+// A row length valid for `type` near k: k itself, rounded up to whole super-blocks for K types.
+inline std::uint32_t k_for(model::ggml_type type, std::uint32_t k) {
+    std::uint32_t m = row_multiple(type);
+    return (k + m - 1) / m * m;
+}
 
 // Long enough for any kernel test on a loaded 2-core machine; a real hang still ends the test.
 constexpr std::uint64_t test_watchdog_ms = 120'000;

@@ -62,17 +62,6 @@ host_weight make_weight(ggml_type type, std::size_t n_in, std::size_t n_out, std
     return w;
 }
 
-const ggml_type all_types[] = {ggml_type::f32,  ggml_type::f16,  ggml_type::bf16, ggml_type::q8_0,
-                               ggml_type::q4_0, ggml_type::q4_1, ggml_type::q5_0, ggml_type::q5_1,
-                               ggml_type::q2_k, ggml_type::q3_k, ggml_type::q4_k, ggml_type::q5_k,
-                               ggml_type::q6_k};
-
-// A row length valid for `type` near k: k itself, rounded up to whole super-blocks for K types.
-std::uint32_t k_for(ggml_type type, std::uint32_t k) {
-    std::uint32_t m = row_multiple(type);
-    return (k + m - 1) / m * m;
-}
-
 struct mm_case {
     std::uint32_t k, n_out, n_tokens;
     mat_path path;

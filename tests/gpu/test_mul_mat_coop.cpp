@@ -36,16 +36,6 @@ namespace {
 
 using model::ggml_type;
 
-const ggml_type all_types[] = {ggml_type::f32,  ggml_type::f16,  ggml_type::bf16, ggml_type::q8_0,
-                               ggml_type::q4_0, ggml_type::q4_1, ggml_type::q5_0, ggml_type::q5_1,
-                               ggml_type::q2_k, ggml_type::q3_k, ggml_type::q4_k, ggml_type::q5_k,
-                               ggml_type::q6_k};
-
-std::uint32_t k_for(ggml_type type, std::uint32_t k) {
-    std::uint32_t m = row_multiple(type);
-    return (k + m - 1) / m * m;
-}
-
 struct coop_env {
     std::unique_ptr<pipelines> pipes;
     std::unique_ptr<stream> str;
