@@ -373,15 +373,14 @@ status dispatch_storage(stream& s, const weight_tensor& w, const rows_view& x, c
     if (!found) return found.err();
     const pipeline& pl = **found;
     const device_info& info = s.dev().info();
-    const std::uint32_t tile_rows =
-        coop ? mat_coop_tile(tuning, groups).rows() : mat_tiled_rows(tuning, groups);
-    const std::uint32_t tile_tokens =
-        coop ? mat_coop_tile(tuning, groups).tokens() : mat_tiled_tokens(tuning, groups);
+    const mat_coop_shape& coop_tile = mat_coop_tile(tuning, groups);
+    const std::uint32_t tile_rows = coop ? coop_tile.rows() : mat_tiled_rows(tuning, groups);
+    const std::uint32_t tile_tokens = coop ? coop_tile.tokens() : mat_tiled_tokens(tuning, groups);
     if (!vec && ceil_div(n_tokens, tile_tokens) > info.max_workgroup_count[1]) {
         return bad("mul_mat", "too many tokens for one dispatch");
     }
     if (coop && tuning.mat_coop_emulated && info.loop_iterations_max != 0 &&
-        mat_coop_tile(tuning, groups).emulated_loop_iterations(w.n_in) > info.loop_iterations_max) {
+        coop_tile.emulated_loop_iterations(w.n_in) > info.loop_iterations_max) {
         return bad("mul_mat", "the emulated cooperative-matrix kernel at K " +
                                   std::to_string(w.n_in) + " runs past the device's " +
                                   std::to_string(info.loop_iterations_max) +

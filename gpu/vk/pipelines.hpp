@@ -211,7 +211,8 @@ struct pipeline_tuning {
     // operations written out in plain GLSL), so its staging and stores run on any device.
     bool mat_coop_emulated = false;
     // Its tiles: the wide one, and the narrow one for steps of at most its tokens (16
-    // decoding sequences). Not measured on a GPU yet (ordo-bench-kernels --coop-shape).
+    // decoding sequences). Not measured on a GPU yet (ordo-bench-kernels --coop-wide,
+    // --coop-narrow).
     mat_coop_shape mat_coop_wide{2, 2, 2};
     mat_coop_shape mat_coop_narrow{4, 1, 1};
     // mul_mat_cm splits its K steps over 8 workgroups (mul_mat_fold adds their partials) for
