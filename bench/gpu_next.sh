@@ -31,8 +31,10 @@ cd "$w" || { echo "no kit work dir $w" >&2; exit 3; }
 
 # The cooperative-matrix mat-mul (mul_mat_cm.comp, session 28): its outputs checked against the
 # invariant kernel's on every line (coop_err), its tiles A/B'd (subgroup rows, fragment rows,
-# fragment tokens: 2,2,2 is 64 x 64; 2,4,2 128 x 64; 1,4,2 64 x 128; 4,2,2 128 x 32).
-for a in "" "--coop-wide 2,4,2" "--coop-wide 1,4,2" "--coop-wide 4,2,2" "--coop-split-wg 0"; do
+# fragment tokens: 2,2,2 is 64 x 64; 2,4,4 128 x 128; 2,4,2 128 x 64; 1,4,2 64 x 128; 4,2,2
+# 128 x 32).
+for a in "" "--coop-wide 2,4,4" "--coop-wide 2,4,2" "--coop-wide 1,4,2" "--coop-wide 4,2,2" \
+  "--coop-split-wg 0"; do
   log "ordo-bench-kernels --prefill-1b --coop 1 $a"
   # shellcheck disable=SC2086
   timeout 120 "$B/ordo-bench-kernels" --prefill-1b --types q4_k,f16 --coop 1 $a \

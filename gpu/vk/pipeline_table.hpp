@@ -26,7 +26,7 @@
     ORDO_WEIGHT_TYPES(X, mul_mat_vec_glu, 4, mul_mat_push, mat_vec, 0, none, cols)             \
     ORDO_WEIGHT_TYPES(X, mul_mat, 3, mul_mat_push, mat_tiled, 0, none, type)                   \
     ORDO_WEIGHT_TYPES(X, mul_mat_cm, 3, mul_mat_push, mat_coop, 0, cooperative_matrix, type)   \
-    ORDO_WEIGHT_TYPES(X, mul_mat_cme, 3, mul_mat_push, mat_coop, 0, none, type)                \
+    ORDO_WEIGHT_TYPES(X, mul_mat_cme, 3, mul_mat_push, mat_coop, 0, float16, type)             \
     ORDO_WEIGHT_TYPES(X, mul_mat_rows, 3, mul_mat_push, mat_rows, 0, none, type)               \
     ORDO_WEIGHT_TYPES(X, mul_mat_tx1, 3, mul_mat_tx_push, mat_tx1, 0b11, subgroup_ballot, k)   \
     ORDO_WEIGHT_TYPES(X, mul_mat_tx1t4, 3, mul_mat_tx_push, mat_tx1, 0b11, subgroup_ballot, k) \

@@ -211,6 +211,18 @@ std::uint64_t mat_split_scratch_floats(const pipeline_tuning& t, std::uint64_t r
                     mat_split_scratch_bytes_max / 4);
 }
 
+status check_mat_coop_tile(const mat_coop_shape& tile, const device_info& device) {
+    if (tile.valid() && tile.shared_bytes() <= device.max_shared_memory_bytes) return {};
+    return gpu_error(gpu_failure::bad_config,
+                     "pipeline tuning: the cooperative-matrix tile " +
+                         std::to_string(tile.sg_rows) + " x " + std::to_string(tile.frag_rows) +
+                         " x " + std::to_string(tile.frag_tokens) +
+                         " (subgroup rows x fragment rows x fragment tokens) must be 1, 2 or 4 "
+                         "each, and its " +
+                         std::to_string(tile.shared_bytes()) + " bytes fit the device's " +
+                         std::to_string(device.max_shared_memory_bytes) + " of shared memory");
+}
+
 namespace {
 
 std::uint32_t wg_for(pipeline_id id, const pipeline_tuning& t) {
@@ -293,17 +305,13 @@ result<std::unique_ptr<pipelines>> pipelines::create(const device& dev,
     if (tuning.mat_coop) {
         const bool emulated = tuning.mat_coop_emulated;
         for (const mat_coop_shape* c : {&tuning.mat_coop_wide, &tuning.mat_coop_narrow}) {
-            if (!c->valid() || c->shared_bytes(emulated) > dev.info().max_shared_memory_bytes) {
-                return gpu_error(
-                    gpu_failure::bad_config,
-                    "pipeline tuning: the cooperative-matrix tile " + std::to_string(c->sg_rows) +
-                        " x " + std::to_string(c->frag_rows) + " x " +
-                        std::to_string(c->frag_tokens) +
-                        " (subgroup rows x fragment rows x fragment tokens) must be 1, 2 or 4 "
-                        "each with at most 8 fragments a subgroup, and its " +
-                        std::to_string(c->shared_bytes(emulated)) + " bytes fit the device's " +
-                        std::to_string(dev.info().max_shared_memory_bytes) + " of shared memory");
-            }
+            ORDO_TRY(check_mat_coop_tile(*c, dev.info()));
+        }
+        if (emulated && !dev.info().shader_float16) {
+            return gpu_error(gpu_failure::unsupported,
+                             "pipeline tuning: the emulated cooperative-matrix mat-mul stages f16 "
+                             "tiles, and " +
+                                 dev.info().name + " has no f16 arithmetic (shaderFloat16)");
         }
         if (!emulated && !dev.info().cooperative_matrix) {
             return gpu_error(gpu_failure::unsupported,
@@ -412,6 +420,10 @@ status pipelines::build(pipeline& pl, pipeline_id id, std::uint32_t k, std::uint
     if (props.needs == pipeline_need::cooperative_matrix && !_device.info().cooperative_matrix) {
         return gpu_error(gpu_failure::unsupported,
                          std::string(pipeline_name(id)) + " needs cooperative matrices");
+    }
+    if (props.needs == pipeline_need::float16 && !_device.info().shader_float16) {
+        return gpu_error(gpu_failure::unsupported,
+                         std::string(pipeline_name(id)) + " needs f16 arithmetic");
     }
     pl.bindings = bindings;
     pl.push_bytes = src.push_bytes;

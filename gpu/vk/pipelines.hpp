@@ -47,7 +47,13 @@ enum class wg_class {
     summary,      // ORDO_SUMMARY_WG: fixed by logits_summary.comp's order
 };
 // A device feature a pipeline cannot run without.
-enum class pipeline_need { none, subgroup_arithmetic, subgroup_ballot, cooperative_matrix };
+enum class pipeline_need {
+    none,
+    subgroup_arithmetic,
+    subgroup_ballot,
+    cooperative_matrix,
+    float16,  // f16 arithmetic (shaderFloat16)
+};
 // When a pipeline is built: by pipelines::create, or on request (find per weight type, for_k
 // per K, for_tile per row tile, for_cols per token count).
 enum class made_when { create, type, k, tile, cols };
@@ -100,18 +106,17 @@ inline std::uint32_t tx_rows_per_lane(std::uint32_t lanes, std::uint32_t wg_rows
 
 // The cooperative-matrix mat-mul's workgroup tile (mul_mat_cm.comp, specialization constants
 // 12-14): its 4 subgroups in `sg_rows` rows of subgroups (1, 2 or 4), each owning `frag_rows` x
-// `frag_tokens` fragments of 16 x 16 outputs (1, 2 or 4 each, at most 8 together).
+// `frag_tokens` fragments of 16 x 16 outputs (1, 2 or 4 each: up to 4 x 4, 64 x 64 outputs a
+// subgroup, as llama.cpp's largest cooperative-matrix tile).
 struct mat_coop_shape {
     std::uint32_t sg_rows = 2;
     std::uint32_t frag_rows = 2;
     std::uint32_t frag_tokens = 2;
     std::uint32_t rows() const { return sg_rows * frag_rows * 16; }
     std::uint32_t tokens() const { return (sg_rows == 0 ? 0 : 4 / sg_rows) * frag_tokens * 16; }
-    // Its shared memory: the staged weight and activation tiles (40 halves a row; floats in
-    // the emulation) and 4 output fragments of 16 x 16 floats.
-    std::uint64_t shared_bytes(bool emulated) const {
-        return std::uint64_t(emulated ? 4 : 2) * 40 * (rows() + tokens()) + 4 * 256 * 4;
-    }
+    // Its shared memory (the emulation's too): the staged weight and activation tiles (40
+    // halves a row) and 4 output fragments of 16 x 16 floats.
+    std::uint64_t shared_bytes() const { return 2 * 40 * (rows() + tokens()) + 4 * 256 * 4; }
     // The loop iterations one lane of its emulation (mul_mat_cme) runs over K elements, unsplit:
     // each K step's staging (4 stores a part), fragment loops and 8 accumulator elements a
     // product, then the zeroing and the stores. llvmpipe ends a shader's loops silently past
@@ -124,10 +129,12 @@ struct mat_coop_shape {
     }
     bool valid() const {
         auto one_two_four = [](std::uint32_t v) { return v == 1 || v == 2 || v == 4; };
-        return one_two_four(sg_rows) && one_two_four(frag_rows) && one_two_four(frag_tokens) &&
-               frag_rows * frag_tokens <= 8;
+        return one_two_four(sg_rows) && one_two_four(frag_rows) && one_two_four(frag_tokens);
     }
 };
+// Whether `device` can run `tile`: a valid shape whose shared memory fits (pipelines::create
+// refuses a tuning whose wide or narrow tile fails, with this message).
+status check_mat_coop_tile(const mat_coop_shape& tile, const device_info& device);
 
 // Workgroup sizes picked per device. Defaults come from tuning_for(); tests and the bench may
 // override them to check that results do not depend on the choice.

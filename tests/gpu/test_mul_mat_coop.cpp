@@ -3,8 +3,9 @@
 // model/quant's dequantized weights) for every weight type, at row and token counts that are
 // not multiples of its tiles (partial tiles in both directions), K that ends inside a K step
 // (F32/F16/BF16: K 296 = 9 steps and a quarter), weights in many row chunks, accumulate on and
-// off, both tiles (narrow: up to 16 tokens; wide), and its K split over 8 workgroups with
-// mul_mat_fold adding the partials (a stream with split scratch) and unsplit.
+// off, both tiles (narrow: up to 16 tokens; wide) and the largest (128 x 128: 16 fragments a
+// subgroup), and its K split over 8 workgroups with mul_mat_fold adding the partials (a stream
+// with split scratch) and unsplit.
 //
 // On a device with cooperative matrices (NVIDIA) it runs mul_mat_cm itself; elsewhere (lavapipe,
 // CI) that test skips saying so, and mul_mat_cme (the same kernel with its three matrix
@@ -41,13 +42,15 @@ struct coop_env {
     std::unique_ptr<stream> str;
 };
 
-// A stream whose tiled steps run the cooperative-matrix kernel (emulated or not).
-coop_env make_coop(bool emulated) {
+// A stream whose tiled steps run the cooperative-matrix kernel (emulated or not), on the
+// device's tiles or with `wide` as the wide one.
+coop_env make_coop(bool emulated, const mat_coop_shape* wide = nullptr) {
     coop_env e;
     pipeline_tuning t = tuning_for(env().dev->info());
     t.prefer_texel_kernels = false;
     t.mat_coop = true;
     t.mat_coop_emulated = emulated;
+    if (wide) t.mat_coop_wide = *wide;
     auto p = pipelines::create(*env().dev, t);
     EXPECT_TRUE(p.ok()) << p.err().message;
     if (!p) return e;
@@ -86,7 +89,9 @@ void check_coop(stream& str, ggml_type type, coop_case c, bool split) {
     arena mem(*env().dev, c.page_bytes);
     auto w = upload_weight(*env().dev, mem, type, c.k, c.n_out, bytes);
     ASSERT_TRUE(w.ok()) << w.err().message;
-    if (c.page_bytes < 4096) EXPECT_GT(w->chunks.size(), 1u);
+    if (c.page_bytes <= 4096) {
+        EXPECT_GT(w->chunks.size(), 1u);
+    }
     std::uint32_t xs = c.k + 4, ys = c.n_out + 3;
     auto x = random_floats(std::size_t(xs) * c.n_tokens, 31 + c.n_tokens);
     auto y0 = random_floats(std::size_t(ys) * c.n_tokens, 5);
@@ -144,11 +149,31 @@ void check_every_type(stream& str) {
         check_coop(str, ggml_type::q4_k, {2048, 40, 70, 1u << 20, true}, split);
 }
 
+// The largest tile, 128 x 128 (2 x 2 subgroups of 4 x 4 fragments: 16 accumulators a
+// subgroup): partial in rows and tokens (200 rows, 70 and 150 tokens), two tiles each way,
+// chunked weights, split and unsplit, on a float type, a legacy block type and a K type.
+void check_large_tile(stream& str) {
+    for (ggml_type t : {ggml_type::f16, ggml_type::q8_0, ggml_type::q4_k}) {
+        for (bool split : {false, true}) {
+            check_coop(str, t, {256, 200, 150, 4096, true}, split);
+            check_coop(str, t, {96, 130, 70, 1u << 20, false}, split);
+        }
+    }
+}
+
 TEST(GpuMulMatCoop, EmulatedKernelMatchesReferenceEveryType) {
     ORDO_REQUIRE_GPU();
     coop_env e = make_coop(true);
     ASSERT_TRUE(e.str);
     check_every_type(*e.str);
+}
+
+TEST(GpuMulMatCoop, EmulatedLargestTileMatchesReference) {
+    ORDO_REQUIRE_GPU();
+    const mat_coop_shape large{2, 4, 4};
+    coop_env e = make_coop(true, &large);
+    ASSERT_TRUE(e.str);
+    check_large_tile(*e.str);
 }
 
 TEST(GpuMulMatCoop, CooperativeMatrixKernelMatchesReferenceEveryType) {
@@ -164,32 +189,39 @@ TEST(GpuMulMatCoop, CooperativeMatrixKernelMatchesReferenceEveryType) {
     coop_env e = make_coop(false);
     ASSERT_TRUE(e.str);
     check_every_type(*e.str);
+    const mat_coop_shape large{2, 4, 4};
+    coop_env l = make_coop(false, &large);
+    ASSERT_TRUE(l.str);
+    check_large_tile(*l.str);
 }
 
-// The tuning's checks: a tile past the device's shared memory, a shape out of range, and the
-// real kernel on a device without cooperative matrices are refused at create, naming why.
+// The tuning's checks: a tile past the device's shared memory (checked against Vulkan's minimum
+// of 16 KiB, which every tile fits on lavapipe's 32), a shape out of range, and the real kernel
+// on a device without cooperative matrices are refused, naming why.
 TEST(GpuMulMatCoop, TilesTheDeviceCannotHoldAreRefused) {
     ORDO_REQUIRE_GPU();
+    device_info small = env().dev->info();
+    small.max_shared_memory_bytes = 16384;
+    const mat_coop_shape tall{1, 4, 2};  // 64 rows x 128 tokens: 19,456 bytes
+    status s = check_mat_coop_tile(tall, small);
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.err().message.find("19456 bytes fit the device's 16384"), std::string::npos)
+        << s.err().message;
+    EXPECT_TRUE(check_mat_coop_tile({2, 2, 2}, small).ok());  // 14,336 bytes
+
     const device_info& info = env().dev->info();
     pipeline_tuning t = tuning_for(info);
     t.mat_coop = true;
     t.mat_coop_emulated = true;
-    t.mat_coop_wide = {1, 4, 2};  // 64 rows x 128 tokens: 34 KiB emulated, 19 KiB on a GPU
-    bool fits = t.mat_coop_wide.shared_bytes(true) <= info.max_shared_memory_bytes;
-    auto p = pipelines::create(*env().dev, t);
-    EXPECT_EQ(p.ok(), fits);
-    if (!p) {
-        EXPECT_NE(
-            p.err().message.find(std::to_string(t.mat_coop_wide.shared_bytes(true)) + " bytes"),
-            std::string::npos)
-            << p.err().message;
-    }
+    t.mat_coop_wide = {2, 4, 4};  // 128 x 128: 24,576 bytes
+    EXPECT_EQ(pipelines::create(*env().dev, t).ok(),
+              t.mat_coop_wide.shared_bytes() <= info.max_shared_memory_bytes);
     t.mat_coop_wide = {3, 2, 2};
-    p = pipelines::create(*env().dev, t);
+    auto p = pipelines::create(*env().dev, t);
     ASSERT_FALSE(p.ok());
     EXPECT_NE(p.err().message.find("cooperative-matrix tile 3 x 2 x 2"), std::string::npos)
         << p.err().message;
-    t.mat_coop_wide = {4, 4, 4};  // 16 fragments a subgroup
+    t.mat_coop_wide = {2, 8, 1};
     EXPECT_FALSE(pipelines::create(*env().dev, t).ok());
     t.mat_coop_wide = {2, 2, 2};
     t.mat_coop_emulated = false;

@@ -24,13 +24,14 @@
 // CM_EMULATE = 1 (mul_mat_cme_*): the same kernel with the three matrix operations written out
 // in plain GLSL (a "subgroup" is lanes 32w .. 32w + 31 of the workgroup; a fragment of A or B
 // is where it sits in shared memory; an accumulator's element i * 32 + lane is the lane's i-th
-// of 8), so its staging, indexing, split and stores run and are checked on devices without
-// cooperative matrices (lavapipe, CI). Only tests and the bench ask for it.
+// of 8), so its staging (the same f16 tiles: it needs f16 arithmetic, which lavapipe has),
+// indexing, split and stores run and are checked on devices without cooperative matrices
+// (lavapipe, CI). Only tests and the bench ask for it.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
-#if !CM_EMULATE
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#if !CM_EMULATE
 #extension GL_NV_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_KHR_shader_subgroup_basic : require
@@ -39,7 +40,7 @@
 layout(local_size_x = 128) in;
 layout(constant_id = 12) const uint WR = 2;  // subgroups along the rows: 1, 2 or 4
 layout(constant_id = 13) const uint FM = 2;  // 16-row fragments per subgroup
-layout(constant_id = 14) const uint FN = 2;  // 16-token fragments per subgroup (FM * FN <= 8)
+layout(constant_id = 14) const uint FN = 2;  // 16-token fragments per subgroup: 1, 2 or 4
 layout(push_constant) uniform push_block { mul_mat_push p; };
 #include "weights.glsl"
 layout(std430, binding = ORDO_B_MM_X) readonly buffer x_buf { vec4 x4[]; };
@@ -50,19 +51,10 @@ const uint BM = WR * FM * 16u;  // weight rows of the tile
 const uint BN = WC * FN * 16u;  // tokens of the tile
 const uint BK = 32u;            // k per staging step
 const uint SK = BK + 8u;        // halves between staged rows (tokens)
-const uint FRAGS_MAX = 8u;
+const uint FRAGS_MAX = 16u;  // FM x FN at most: 16 accumulators, 128 floats a lane
 
-// What the tiles hold: f16 (the emulation keeps f16-rounded values in floats, so it needs no
-// 16-bit arithmetic from the device).
-#if CM_EMULATE
-#define HALF float
-HALF to_half(float v) { return unpackHalf2x16(packHalf2x16(vec2(v, 0.0))).x; }
-#else
-#define HALF float16_t
-HALF to_half(float v) { return float16_t(v); }
-#endif
-shared HALF wa[BM * SK];      // [row][k]
-shared HALF xb[BN * SK];      // [token][k]
+shared float16_t wa[BM * SK];  // [row][k]
+shared float16_t xb[BN * SK];  // [token][k]
 shared float cs[4u * 256u];  // per subgroup one 16 x 16 output fragment, [token][row]
 
 #if CM_EMULATE
@@ -130,7 +122,7 @@ void stage(uint row0, uint tok0, uint k0) {
         uint r = s / 8u, q = s % 8u;
         vec4 v = row0 + r < p.n_rows ? w_part(row0 + r, k0 + 4u * q) : vec4(0.0);
         for (uint e = 0; e < 4u; ++e) {
-            wa[r * SK + 4u * q + e] = to_half(v[e]);
+            wa[r * SK + 4u * q + e] = float16_t(v[e]);
         }
     }
     for (uint s = lane; s < BN * 8u; s += 128u) {
@@ -141,7 +133,7 @@ void stage(uint row0, uint tok0, uint k0) {
             v = x4[(p.x_offset + (tok0 + t) * p.x_stride + k) / 4u];
         }
         for (uint e = 0; e < 4u; ++e) {
-            xb[t * SK + 4u * q + e] = to_half(v[e]);
+            xb[t * SK + 4u * q + e] = float16_t(v[e]);
         }
     }
 }
