@@ -7,7 +7,8 @@
 #                never run on a GPU before): ordo-bench-kernels' tiled lines with --coop 1 (each
 #                line's coop_err is its largest difference from the invariant kernel over the
 #                token's RMS: about 1e-3 expected, about 1 means a wrong kernel) for its default
-#                tiles and three others, then ordo-bench --batch-invariant off;
+#                tiles and four others, then ordo-bench --batch-invariant off (its warm-up
+#                choices, the large tile's among them, also go to next.log);
 #                then ordo-bench-kernels' tiled lines for each layout of the tiled mat-mul (one 1B
 #                layer's mat-muls at 16..512 tokens; session 27: swizzled tiles, token tiles
 #                first, narrow tiles, a K step of 64, staging by rows, and session 26's
@@ -44,8 +45,12 @@ done
 log "ordo-bench $MODEL --batch-invariant off"
 timeout 150 "$B/ordo-bench" --model "$MODEL.gguf" --prompts "$PP" --gen "$TG" --parallel "$PAR" \
   --reps 2 --json --label "$MODEL-coop" --batch-invariant off >>"$out/next.jsonl" \
-  2>>"$out/next.err"
+  2>"$out/coop.err"
 log "rc=$?"
+# The runner's warm-up choices (the large tile's wide/large times at 64..512 tokens).
+grep -E "serves|cooperative" "$out/coop.err" | tee -a "$out/next.log"
+cat "$out/coop.err" >>"$out/next.err"
+rm -f "$out/coop.err"
 
 # The tiled mat-mul's layouts (gpu/PERF.md session 27; no bit depends on them): the GPUs' default
 # (staged by parts into swizzled tiles, token tiles first, narrow tiles for 16 tokens, K step
@@ -78,7 +83,8 @@ serve() {  # label, config text
     [ -n "$port" ] && curl -sf "127.0.0.1:$port/health" | grep -q '"ok"' && break
     sleep 0.5
   done
-  grep -m1 "the device's choice" "$w/next-$label.log" | tee -a "$out/next.log"
+  grep -E "the device's choice|mul_mat_vec serves|large tile serves" "$w/next-$label.log" |
+    tee -a "$out/next.log"
   if [ -n "$port" ]; then
     for s in ${STREAMS//,/ }; do
       log "ordo-load $label, $s streams"

@@ -170,6 +170,8 @@ status runner::init(const model::gguf_file& file) {
     if (!s) return s;
     s = choose_mat_vec_crossover();
     if (!s) return s;
+    s = choose_mat_coop_tile();
+    if (!s) return s;
     // Every pipeline the steps use exists now (created at load, compiled by the warm-up): keep
     // them for the next start. A cache that cannot be written costs the next start time only.
     if (status saved = _pcache->save(); !saved) {
@@ -299,6 +301,51 @@ status runner::choose_mat_vec_crossover() {
                        chosen, seen);
     }
     _stream->set_mat_vec_tokens_max(chosen);
+    return {};
+}
+
+// Where the tiled steps run on cooperative matrices and the option leaves it open, times the
+// wide tile against the large one (more products per staged element, a quarter of the
+// workgroups) on this model's FFN matrices at 64..512 tokens (those max_batch_tokens allows)
+// and runs the large tile from the smallest count where it was at least as fast there and at
+// every larger count measured (0: never). Not batch invariant either way (mat_coop).
+status runner::choose_mat_coop_tile() {
+    const pipeline_tuning& tu = _pipes->tuning();
+    std::uint32_t chosen = 0;
+    if (_options.mat_coop_large_from) {
+        chosen = *_options.mat_coop_large_from;
+    } else if (tu.mat_coop && _dev->info().timestamps &&
+               tu.mat_coop_large.rows() * tu.mat_coop_large.tokens() >
+                   tu.mat_coop_wide.rows() * tu.mat_coop_wide.tokens()) {
+        auto str = stream::create(*_dev, *_pipes, {64, true});
+        if (!str) return str.err();
+        (*str)->set_mat_split_scratch(_stream->mat_split_scratch());
+        (*str)->set_mat_vec_tokens_max(_stream->mat_vec_tokens_max());
+        constexpr std::uint32_t counts[] = {64, 128, 256, 512};
+        std::string seen;
+        for (std::uint32_t n : counts) {
+            if (n > _options.max_batch_tokens) break;
+            (*str)->set_mat_coop_large_from(0);
+            auto wide = time_mat_muls(**str, mat_path::tiled, n);
+            if (!wide) return wide.err();
+            (*str)->set_mat_coop_large_from(1);
+            auto large = time_mat_muls(**str, mat_path::tiled, n);
+            if (!large) return large.err();
+            // The large tile from here, unless a larger count finds it slower.
+            if (*large > *wide) {
+                chosen = 0;
+            } else if (chosen == 0) {
+                chosen = n;
+            }
+            char line[64];
+            std::snprintf(line, sizeof line, " %u: %.3f/%.3f", n, *wide, *large);
+            seen += line;
+        }
+        logger()->info(
+            "runner: the cooperative-matrix large tile serves {} (measured, ms wide/large:{})",
+            chosen != 0 ? "from " + std::to_string(chosen) + " tokens" : "no step", seen);
+    }
+    _stream->set_mat_coop_large_from(chosen);
     return {};
 }
 
@@ -689,8 +736,11 @@ result<std::uint32_t> choose_segment_layers(const segment_shape& shape, std::uin
 }
 
 status runner::init_stream() {
-    // The tiled mat-mul's group split turns a chunk's dispatch into two (split, fold).
-    const bool split = _pipes->tuning().mat_tiled_split_wg != 0;
+    // The tiled mat-mul's group split turns a chunk's dispatch into two (split, fold), and so
+    // does the cooperative-matrix kernel's (which splits on devices whose invariant kernels
+    // never do: lavapipe with the emulation).
+    const pipeline_tuning& tu = _pipes->tuning();
+    const bool split = tu.mat_tiled_split_wg != 0 || (tu.mat_coop && tu.mat_coop_split_wg != 0);
     auto chunks = [split](const weight_tensor& w) {
         return std::uint32_t(w.chunks.size()) * (split ? 2u : 1u);
     };

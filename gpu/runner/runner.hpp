@@ -171,6 +171,11 @@ struct runner_options {
     // measured at warm-up wherever the storage family runs mul_mat_vec (GPUs: both kernels
     // timed on the model's own FFN matrices at 2..16 tokens), else kernels.hpp's 8.
     std::optional<std::uint32_t> mat_vec_tokens_max;
+    // Under batch_invariant false on a device with cooperative matrices: the token count from
+    // which the tiled steps run the large tile (pipeline_tuning::mat_coop_large; 0: never).
+    // Unset = measured at warm-up (the wide and the large tile timed on the model's own FFN
+    // matrices at 64..512 tokens).
+    std::optional<std::uint32_t> mat_coop_large_from;
     // Keys per attention split (flash decoding, kernels.hpp attention_split_keys): 0 = from the
     // context; tests set one workgroup's worth so short contexts span many splits. A multiple
     // of the attention workgroup.
@@ -285,6 +290,9 @@ public:
     const std::vector<kernel_time>& last_timings() const { return _timings; }
     // The mul_mat_vec / tiled crossover the steps use (runner_options::mat_vec_tokens_max).
     std::uint32_t mat_vec_tokens_max() const { return _stream->mat_vec_tokens_max(); }
+    // Where the cooperative-matrix mat-mul's large tile starts (runner_options::
+    // mat_coop_large_from; 0: never, and always 0 without mat_coop()).
+    std::uint32_t mat_coop_large_from() const { return _stream->mat_coop_large_from(); }
 
     // KV staging for the kv persistence actor. Byte layout of `dst`/`src`: for each block id in
     // order, for each layer 0..n_layer-1: the block's K bytes, then its V bytes; each is the
@@ -369,6 +377,7 @@ private:
     status init_stream();
     status init_mat_split();
     status choose_mat_vec_crossover();
+    status choose_mat_coop_tile();
     result<double> time_mat_muls(stream& str, mat_path path, std::uint32_t n_tokens);
     status warm_up();
     void report(build_stage stage, std::uint32_t done, std::uint32_t total) const;

@@ -189,7 +189,8 @@ status prepare_mul_mat(const pipelines& pipes, const weight_tensor& w, mat_fusio
             if (!pl) return pl.err();
         }
         if (tu.mat_coop) {
-            for (std::uint32_t groups : {mat_tiled_groups_wide, mat_tiled_groups_narrow}) {
+            for (std::uint32_t groups :
+                 {mat_tiled_groups_wide, mat_tiled_groups_narrow, mat_coop_groups_large}) {
                 auto pl = pipes.for_token_groups(pick(tiled_kernel(tu), w.type), groups);
                 if (!pl) return pl.err();
             }
@@ -366,7 +367,8 @@ status dispatch_storage(stream& s, const weight_tensor& w, const rows_view& x, c
     // mul_mat_vec: the variant for this many tokens per pass (ORDO_MMV_COLS at most); the
     // tiled kernels: the tile that pads this many tokens least.
     const std::uint32_t groups =
-        coop ? mat_coop_groups_for(tuning, n_tokens) : mat_tiled_groups_for(tuning, n_tokens);
+        coop ? mat_coop_groups_for(tuning, n_tokens, s.mat_coop_large_from())
+             : mat_tiled_groups_for(tuning, n_tokens);
     auto found = vec    ? s.pipes().for_cols(id, std::min(n_tokens, abi::ORDO_MMV_COLS))
                  : rows ? s.pipes().find(id)
                         : s.pipes().for_token_groups(id, groups);

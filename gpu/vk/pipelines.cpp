@@ -179,6 +179,9 @@ pipeline_tuning tuning_for(const device_info& info) {
     // (lavapipe, one 1B layer's Q4_K mat-muls at 16 tokens: 776-793 -> 452 ms).
     t.mat_tiled_narrow = true;
     if (mat_tiled_shared_bytes(t) > info.max_shared_memory_bytes) t.mat_tiled_narrow = false;
+    if (t.mat_coop_large.shared_bytes() > info.max_shared_memory_bytes) {
+        t.mat_coop_large = t.mat_coop_wide;
+    }
     // A CPU device (lavapipe) runs the barrier-free row-per-lane kernel for every few-token
     // count in the storage family; a GPU the 8-lanes-per-row mul_mat_vec (gpu/PERF.md).
     t.rows_tokens_max = info.kind == device_kind::cpu ? mat_vec_tokens_max : 0;
@@ -203,8 +206,9 @@ std::uint64_t mat_split_scratch_floats(const pipeline_tuning& t, std::uint64_t r
     std::uint64_t grid =
         std::uint64_t(t.mat_tiled_split_wg) * mat_tiled_rows(t) * mat_tiled_tokens(t);
     if (t.mat_coop) {
-        grid = std::max(grid, std::uint64_t(t.mat_coop_split_wg) * t.mat_coop_wide.rows() *
-                                  t.mat_coop_wide.tokens());
+        for (const mat_coop_shape* c : {&t.mat_coop_wide, &t.mat_coop_large}) {
+            grid = std::max(grid, std::uint64_t(t.mat_coop_split_wg) * c->rows() * c->tokens());
+        }
     }
     if (grid == 0) return 0;
     return std::min(abi::ORDO_MAT_GROUPS * std::min(grid, rows_max * tokens_max),
@@ -304,7 +308,8 @@ result<std::unique_ptr<pipelines>> pipelines::create(const device& dev,
     }
     if (tuning.mat_coop) {
         const bool emulated = tuning.mat_coop_emulated;
-        for (const mat_coop_shape* c : {&tuning.mat_coop_wide, &tuning.mat_coop_narrow}) {
+        for (const mat_coop_shape* c :
+             {&tuning.mat_coop_wide, &tuning.mat_coop_narrow, &tuning.mat_coop_large}) {
             ORDO_TRY(check_mat_coop_tile(*c, dev.info()));
         }
         if (emulated && !dev.info().shader_float16) {
@@ -376,8 +381,9 @@ result<const pipeline*> pipelines::for_tile(pipeline_id id, std::uint32_t wg_row
 
 result<const pipeline*> pipelines::for_token_groups(pipeline_id id, std::uint32_t groups) const {
     wg_class wg = props_of(id).wg;
+    const bool large = wg == wg_class::mat_coop && groups == mat_coop_groups_large;
     if ((wg != wg_class::mat_tiled && wg != wg_class::mat_coop) ||
-        (groups != mat_tiled_groups_wide && groups != mat_tiled_groups_narrow)) {
+        (groups != mat_tiled_groups_wide && groups != mat_tiled_groups_narrow && !large)) {
         return gpu_error(gpu_failure::bad_config, std::string(pipeline_name(id)) + ": no " +
                                                       std::to_string(groups) +
                                                       "-token-group variant");

@@ -217,11 +217,16 @@ struct pipeline_tuning {
     // Tests and the bench: mat_coop runs mul_mat_cme (the same kernel with its matrix
     // operations written out in plain GLSL), so its staging and stores run on any device.
     bool mat_coop_emulated = false;
-    // Its tiles: the wide one, and the narrow one for steps of at most its tokens (16
-    // decoding sequences). Not measured on a GPU yet (ordo-bench-kernels --coop-wide,
-    // --coop-narrow).
+    // Its tiles: the wide one, the narrow one for steps of at most its tokens (16 decoding
+    // sequences), and the large one (llama.cpp's largest: 64 x 64 outputs a subgroup, four
+    // times the products per staged element of the wide tile) for steps of at least the token
+    // count the runner measures at warm-up where it beats the wide one (stream::
+    // set_mat_coop_large_from; never unless set). Not measured on a GPU yet (ordo-bench-kernels
+    // --coop-wide, --coop-narrow). tuning_for: the large tile is the wide one on a device whose
+    // shared memory cannot hold it.
     mat_coop_shape mat_coop_wide{2, 2, 2};
     mat_coop_shape mat_coop_narrow{4, 1, 1};
+    mat_coop_shape mat_coop_large{2, 4, 4};
     // mul_mat_cm splits its K steps over 8 workgroups (mul_mat_fold adds their partials) for
     // grids of fewer workgroups than this: batched decode's small matrices (16 tokens x 2048
     // rows is 32 workgroups), not a prompt's (whose partials would cost more than they free).
@@ -287,13 +292,21 @@ inline std::uint32_t mat_tiled_groups_for(const pipeline_tuning& t, std::uint32_
                ? mat_tiled_groups_narrow
                : mat_tiled_groups_wide;
 }
+// The cooperative-matrix kernel's large-tile variant (its key among the token-group variants).
+inline constexpr std::uint32_t mat_coop_groups_large = 16;
 // The cooperative-matrix tile a step of `n_tokens` runs under `t`: mat_tiled_groups_narrow (the
-// narrow tile) where its tokens hold the step, else mat_tiled_groups_wide; and that tile.
-inline std::uint32_t mat_coop_groups_for(const pipeline_tuning& t, std::uint32_t n_tokens) {
-    return n_tokens <= t.mat_coop_narrow.tokens() ? mat_tiled_groups_narrow : mat_tiled_groups_wide;
+// narrow tile) where its tokens hold the step, mat_coop_groups_large (the large tile) from
+// `large_from` tokens (0: never), else mat_tiled_groups_wide; and that tile.
+inline std::uint32_t mat_coop_groups_for(const pipeline_tuning& t, std::uint32_t n_tokens,
+                                         std::uint32_t large_from = 0) {
+    if (n_tokens <= t.mat_coop_narrow.tokens()) return mat_tiled_groups_narrow;
+    return large_from != 0 && n_tokens >= large_from ? mat_coop_groups_large
+                                                     : mat_tiled_groups_wide;
 }
 inline const mat_coop_shape& mat_coop_tile(const pipeline_tuning& t, std::uint32_t groups) {
-    return groups == mat_tiled_groups_narrow ? t.mat_coop_narrow : t.mat_coop_wide;
+    return groups == mat_tiled_groups_narrow ? t.mat_coop_narrow
+           : groups == mat_coop_groups_large ? t.mat_coop_large
+                                             : t.mat_coop_wide;
 }
 // The shared memory the tiled mul_mat takes under `t` (its weight and activation tiles), the
 // larger of its tiles' where it runs both.
@@ -368,7 +381,8 @@ public:
     result<const pipeline*> for_tile(pipeline_id id, std::uint32_t wg_rows) const;
 
     // The tiled mul_mat_* pipeline with `groups` token groups (mat_tiled_groups_wide: find()'s;
-    // mat_tiled_groups_narrow: built on first request and kept, like for_k). Other ids or
+    // mat_tiled_groups_narrow, and mat_coop_groups_large for mul_mat_cm/cme: built on first
+    // request and kept, like for_k). Other ids or
     // groups: an error.
     result<const pipeline*> for_token_groups(pipeline_id id, std::uint32_t groups) const;
 

@@ -160,6 +160,11 @@ public:
     // crossover it measured at warm-up.
     void set_mat_vec_tokens_max(std::uint32_t n) { _mat_vec_tokens_max = n; }
     std::uint32_t mat_vec_tokens_max() const { return _mat_vec_tokens_max; }
+    // The token count from which the cooperative-matrix mat-mul runs its large tile
+    // (pipeline_tuning::mat_coop_large; 0, the default: never): the runner sets what it
+    // measured at warm-up.
+    void set_mat_coop_large_from(std::uint32_t n) { _mat_coop_large_from = n; }
+    std::uint32_t mat_coop_large_from() const { return _mat_coop_large_from; }
 
 private:
     stream(const device& dev, const pipelines& pipes, const stream_options& options)
@@ -233,6 +238,7 @@ private:
     std::optional<VkResult> _injected;
     buffer_view _mat_split_scratch;
     std::uint32_t _mat_vec_tokens_max = 0;
+    std::uint32_t _mat_coop_large_from = 0;
     std::vector<kept> _kept;  // at most options.replay_segments
     std::uint64_t _uses = 0, _replayed = 0, _recorded = 0;
     // A logging segment that could not begin recording directly for a transfer: dispatches

@@ -42,15 +42,14 @@ struct coop_env {
     std::unique_ptr<stream> str;
 };
 
-// A stream whose tiled steps run the cooperative-matrix kernel (emulated or not), on the
-// device's tiles or with `wide` as the wide one.
-coop_env make_coop(bool emulated, const mat_coop_shape* wide = nullptr) {
+// A stream whose tiled steps run the cooperative-matrix kernel (emulated or not), its large
+// tile from `large_from` tokens (0: never).
+coop_env make_coop(bool emulated, std::uint32_t large_from = 0) {
     coop_env e;
     pipeline_tuning t = tuning_for(env().dev->info());
     t.prefer_texel_kernels = false;
     t.mat_coop = true;
     t.mat_coop_emulated = emulated;
-    if (wide) t.mat_coop_wide = *wide;
     auto p = pipelines::create(*env().dev, t);
     EXPECT_TRUE(p.ok()) << p.err().message;
     if (!p) return e;
@@ -58,6 +57,7 @@ coop_env make_coop(bool emulated, const mat_coop_shape* wide = nullptr) {
     auto s = stream::create(*env().dev, *e.pipes, {});
     EXPECT_TRUE(s.ok()) << s.err().message;
     if (s) e.str = std::move(*s);
+    if (e.str) e.str->set_mat_coop_large_from(large_from);
     return e;
 }
 
@@ -149,9 +149,10 @@ void check_every_type(stream& str) {
         check_coop(str, ggml_type::q4_k, {2048, 40, 70, 1u << 20, true}, split);
 }
 
-// The largest tile, 128 x 128 (2 x 2 subgroups of 4 x 4 fragments: 16 accumulators a
-// subgroup): partial in rows and tokens (200 rows, 70 and 150 tokens), two tiles each way,
-// chunked weights, split and unsplit, on a float type, a legacy block type and a K type.
+// The large tile (the device's: 128 x 128, 2 x 2 subgroups of 4 x 4 fragments, 16 accumulators
+// a subgroup, on lavapipe and GPUs), which a stream runs from 17 tokens here: partial in rows
+// and tokens (200 rows, 70 and 150 tokens), two tiles each way, chunked weights, split and
+// unsplit, on a float type, a legacy block type and a K type.
 void check_large_tile(stream& str) {
     for (ggml_type t : {ggml_type::f16, ggml_type::q8_0, ggml_type::q4_k}) {
         for (bool split : {false, true}) {
@@ -170,9 +171,9 @@ TEST(GpuMulMatCoop, EmulatedKernelMatchesReferenceEveryType) {
 
 TEST(GpuMulMatCoop, EmulatedLargestTileMatchesReference) {
     ORDO_REQUIRE_GPU();
-    const mat_coop_shape large{2, 4, 4};
-    coop_env e = make_coop(true, &large);
+    coop_env e = make_coop(true, 17);
     ASSERT_TRUE(e.str);
+    EXPECT_EQ(e.pipes->tuning().mat_coop_large.rows(), 128u);
     check_large_tile(*e.str);
 }
 
@@ -189,8 +190,7 @@ TEST(GpuMulMatCoop, CooperativeMatrixKernelMatchesReferenceEveryType) {
     coop_env e = make_coop(false);
     ASSERT_TRUE(e.str);
     check_every_type(*e.str);
-    const mat_coop_shape large{2, 4, 4};
-    coop_env l = make_coop(false, &large);
+    coop_env l = make_coop(false, 17);
     ASSERT_TRUE(l.str);
     check_large_tile(*l.str);
 }

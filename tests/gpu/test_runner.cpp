@@ -280,6 +280,9 @@ TEST(Runner, CheckWeightTypesAcceptsEveryLoadableTypeAndNamesAnOddMatrix) {
         << st.err().message;
 }
 
+// gpu.batch_invariant = false: on lavapipe the invariant kernels (the same bits); with the
+// emulated cooperative-matrix kernel every position within tolerance of the CPU reference and
+// not the invariant bits, its large tile measured at warm-up, and pinned, run by a prompt chunk.
 TEST(Runner, NotBatchInvariantRunsCooperativeMatricesWhereTheDeviceHasThem) {
     ORDO_REQUIRE_GPU();
     auto tokens = test_tokens(28, 300, 3);
@@ -321,6 +324,28 @@ TEST(Runner, NotBatchInvariantRunsCooperativeMatricesWhereTheDeviceHasThem) {
         }
         // f16 inputs: the prefill's logits are not the invariant kernels' bits.
         EXPECT_TRUE(differs);
+        // The large tile: measured at warm-up (max_batch_tokens 64: from 64 tokens, or never)
+        // unless pinned; pinned from 17 tokens, a 24-token prompt chunk runs on it. One row
+        // and the whole model in one segment: the segment's dispatch budget has no slack, so
+        // it must count the split's second dispatch per mat-mul (a device whose invariant
+        // kernels never split, as lavapipe's, once left it out and aborted).
+        EXPECT_TRUE(coop->mat_coop_large_from() == 0 || coop->mat_coop_large_from() == 64)
+            << coop->mat_coop_large_from();
+        o.mat_coop_large_from = 17;
+        o.rows_max = 1;
+        o.flush_every_layers = 2;
+        auto large = make_runner(*f, o);
+        ASSERT_TRUE(large);
+        EXPECT_EQ(large->mat_coop_large_from(), 17u);
+        auto big = run_sequence(*large, tokens, 24, 5);
+        ASSERT_EQ(big.size(), 5u);
+        for (std::size_t i = 0; i < big.size(); ++i) {
+            const auto& r = ref[23 + i];
+            for (std::size_t v = 0; v < r.size(); ++v) {
+                ASSERT_LE(std::fabs(big[i][v] - r[v]), 1e-2 + 5e-3 * std::fabs(r[v]))
+                    << "large tile, position " << 23 + i << " logit " << v;
+            }
+        }
     }
 }
 
