@@ -17,7 +17,9 @@
 #                (the kit's own ordo step ran with replay on) and ordo-load lines, each labelled
 #   next.log     the servers' device-choice lines, /metrics' gpu counters after each load
 # Environment (all optional): W (the kit's work dir, /tmp/gpu-work), MODEL (l1b-q4k), PP, TG,
-# PAR, STREAMS (as the kit's), BATCH_TOKENS (the second server's max_batch_tokens, 2048).
+# PAR, STREAMS (as the kit's), BATCH_TOKENS (the second server's max_batch_tokens, 2048),
+# TESTS (the GPU test binaries bench/gpu_tests.sh packed: .gpu/tests.tar.xz; run first when
+# there, into tests.log, within TESTS_S seconds, 120).
 # Dry run on lavapipe: W=<dir with ordo/bin and MODEL.gguf> MODEL=... PP=16 TG=8 PAR=2
 # STREAMS=1,2 bash bench/gpu_next.sh
 set -uo pipefail
@@ -28,7 +30,17 @@ w=${W:-/tmp/gpu-work}
 B=$w/ordo/bin
 export LD_LIBRARY_PATH=$w/ordo/lib:${LD_LIBRARY_PATH:-}
 log() { echo "[$(date +%T)] $*" | tee -a "$out/next.log"; }
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+tests=${TESTS:-$repo/.gpu/tests.tar.xz}
 cd "$w" || { echo "no kit work dir $w" >&2; exit 3; }
+
+# Correctness first: the GPU test binaries (the cooperative-matrix kernel's among them) on this
+# driver, against the CPU reference.
+if [ -f "$tests" ]; then
+  log "gpu tests ($tests)"
+  BUDGET_S=${TESTS_S:-120} bash "$repo/bench/gpu_tests.sh" run "$tests" "$out" |
+    tee -a "$out/next.log"
+fi
 
 # The cooperative-matrix mat-mul (mul_mat_cm.comp, session 28): its outputs checked against the
 # invariant kernel's on every line (coop_err), its tiles A/B'd (subgroup rows, fragment rows,
@@ -48,7 +60,7 @@ timeout 150 "$B/ordo-bench" --model "$MODEL.gguf" --prompts "$PP" --gen "$TG" --
   2>"$out/coop.err"
 log "rc=$?"
 # The runner's warm-up choices (the large tile's wide/large times at 64..512 tokens).
-grep -E "serves|cooperative" "$out/coop.err" | tee -a "$out/next.log"
+grep -E "serves|batch_invariant" "$out/coop.err" | tee -a "$out/next.log"
 cat "$out/coop.err" >>"$out/next.err"
 rm -f "$out/coop.err"
 

@@ -633,7 +633,9 @@ TEST(GpuAttention, FlashPastTheLoopCapIsRefusedOrFallsBack) {
     ASSERT_TRUE(env().str->begin("loop cap").ok());
     status st = encode_attention(*env().str, **p, layer, b, attention_path::flash);
     EXPECT_FALSE(st.ok());
-    if (!st.ok()) EXPECT_NE(st.err().message.find("flash path"), std::string::npos);
+    if (!st.ok()) {
+        EXPECT_NE(st.err().message.find("flash path"), std::string::npos);
+    }
     EXPECT_EQ(env().str->dispatches(), 0u);
     // The automatic path on storage pipelines (runs of 8 tokens fill a tile of 3:1 GQA rows):
     // attention.comp, one dispatch.

@@ -194,7 +194,9 @@ TEST_F(LogitsInPlace, TheNanLogitsFaultIsSeenInPlace) {
         EXPECT_FALSE(bad->logits_finite);
         EXPECT_TRUE(std::isnan(exchange.read_row(*slot, 0)[0]));
         EXPECT_TRUE(std::isnan(exchange.read_row(*slot, 0)[n_vocab - 1]));
-        if (summaries) EXPECT_NE(words[3] & abi::ORDO_SUMMARY_NONFINITE, 0u);
+        if (summaries) {
+            EXPECT_NE(words[3] & abi::ORDO_SUMMARY_NONFINITE, 0u);
+        }
         auto good = run->run_step(make_step(2, step_phase::decode, {make_seq(1, {5}, 0, {0})}),
                                   exchange.row(*slot, 0), nullptr, words.data());
         ASSERT_TRUE(good.ok()) << good.err().message;

@@ -83,7 +83,9 @@ TEST(RunnerReplay, GrowingTablesAndAFaultMatchTheRecordedRun) {
             finite[replay].push_back(r->logits_finite);
             logits[replay].emplace_back(rows.begin(), rows.begin() + 3 * n_vocab);
         }
-        if (replay == 1) EXPECT_GT(run->segments_replayed(), 0u);
+        if (replay == 1) {
+            EXPECT_GT(run->segments_replayed(), 0u);
+        }
     }
     ASSERT_EQ(logits[0].size(), logits[1].size());
     for (std::size_t i = 0; i < logits[0].size(); ++i) {
