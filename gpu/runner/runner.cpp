@@ -423,6 +423,13 @@ result<weight_tensor> runner::upload(const model::matrix_view& m, mat_fusion fus
     if (!t) return t;
     // The K-specialized mat-mul pipelines are compiled now, never on the step path.
     status s = prepare_mul_mat(*_pipes, *t, fusion);
+    // A driver that cannot build the cooperative-matrix kernel: the invariant kernels serve.
+    if (!s && gpu_failure_of(s.err()) == gpu_failure::unsupported && _pipes->tuning().mat_coop) {
+        if (status coop = prepare_mul_mat_coop(*_pipes, *t); !coop) {
+            s = fall_back_to_invariant_kernels(coop.err());
+            if (s) s = prepare_mul_mat(*_pipes, *t, fusion);
+        }
+    }
     if (!s && gpu_failure_of(s.err()) == gpu_failure::unsupported &&
         _pipes->tuning().prefer_texel_kernels) {
         s = fall_back_to_storage_kernels(s.err());
@@ -430,6 +437,22 @@ result<weight_tensor> runner::upload(const model::matrix_view& m, mat_fusion fus
     }
     if (!s) return s.err();
     return t;
+}
+
+status runner::fall_back_to_invariant_kernels(const error& why) {
+    // Only weights were prepared so far (as below): the invariant kernels of those already
+    // uploaded are built at their first dispatch, in the warm-up.
+    logger()->warn(
+        "runner: the cooperative-matrix kernels cannot be built on {} ({}: {}); serving with "
+        "the batch-invariant kernels, as gpu.batch_invariant = true would",
+        _dev->info().name, why.code, why.message);
+    pipeline_tuning tuning = _pipes->tuning();
+    tuning.mat_coop = false;
+    tuning.mat_coop_emulated = false;
+    auto p = pipelines::create(*_dev, tuning, _pcache->handle());
+    if (!p) return p.err();
+    _pipes = std::move(*p);
+    return {};
 }
 
 status runner::fall_back_to_storage_kernels(const error& why) {

@@ -378,6 +378,7 @@ private:
     status init_mat_split();
     status choose_mat_vec_crossover();
     status choose_mat_coop_tile();
+    status fall_back_to_invariant_kernels(const error& why);
     result<double> time_mat_muls(stream& str, mat_path path, std::uint32_t n_tokens);
     status warm_up();
     void report(build_stage stage, std::uint32_t done, std::uint32_t total) const;

@@ -173,6 +173,17 @@ status prepare_get_rows(const pipelines& pipes, const weight_tensor& table) {
     return pl ? status{} : status{pl.err()};
 }
 
+status prepare_mul_mat_coop(const pipelines& pipes, const weight_tensor& w) {
+    const pipeline_tuning& tu = pipes.tuning();
+    if (!tu.mat_coop || tu.prefer_texel_kernels) return {};
+    for (std::uint32_t groups :
+         {mat_tiled_groups_wide, mat_tiled_groups_narrow, mat_coop_groups_large}) {
+        auto pl = pipes.for_token_groups(pick(tiled_kernel(tu), w.type), groups);
+        if (!pl) return pl.err();
+    }
+    return {};
+}
+
 status prepare_mul_mat(const pipelines& pipes, const weight_tensor& w, mat_fusion fusion) {
     const pipeline_tuning& tu = pipes.tuning();
     if (!tu.prefer_texel_kernels) {
@@ -188,13 +199,7 @@ status prepare_mul_mat(const pipelines& pipes, const weight_tensor& w, mat_fusio
                                              mat_tiled_groups_narrow);
             if (!pl) return pl.err();
         }
-        if (tu.mat_coop) {
-            for (std::uint32_t groups :
-                 {mat_tiled_groups_wide, mat_tiled_groups_narrow, mat_coop_groups_large}) {
-                auto pl = pipes.for_token_groups(pick(tiled_kernel(tu), w.type), groups);
-                if (!pl) return pl.err();
-            }
-        }
+        ORDO_TRY(prepare_mul_mat_coop(pipes, w));
         // mul_mat_vec: one variant per token count it serves, and its fused variant's.
         pipeline_id fused = fusion == mat_fusion::norm  ? pipeline_id::mul_mat_vec_norm_f32
                             : fusion == mat_fusion::glu ? pipeline_id::mul_mat_vec_glu_f32

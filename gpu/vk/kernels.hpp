@@ -107,6 +107,9 @@ result<const pipeline*> mul_mat_tx_tile(const pipelines& pipes, pipeline_id id, 
 // chunks' row tiles (tx4/txm), where the texel kernels are preferred, else its type's storage
 // kernels; so that the step path never compiles one.
 // `fusion`: also the fused mul_mat_vec variants encode_norm_mul_mat / encode_norm_glu run.
+// prepare_mul_mat_coop: only the cooperative-matrix kernel's variants (its tiles) for `w`'s type,
+// where the tuning runs it (else nothing), so a caller can tell whether they are what failed.
+status prepare_mul_mat_coop(const pipelines& pipes, const weight_tensor& w);
 status prepare_mul_mat(const pipelines& pipes, const weight_tensor& w,
                        mat_fusion fusion = mat_fusion::none);
 
