@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 
@@ -160,6 +161,8 @@ status runner::init(const model::gguf_file& file) {
     if (!blocks) return blocks.err();
     init_context(*blocks);
     s = upload_model(*w);
+    if (!s) return s;
+    s = check_mat_coop();
     if (!s) return s;
     s = init_buffers(*blocks);
     if (!s) return s;
@@ -426,7 +429,7 @@ result<weight_tensor> runner::upload(const model::matrix_view& m, mat_fusion fus
     // A driver that cannot build the cooperative-matrix kernel: the invariant kernels serve.
     if (!s && gpu_failure_of(s.err()) == gpu_failure::unsupported && _pipes->tuning().mat_coop) {
         if (status coop = prepare_mul_mat_coop(*_pipes, *t); !coop) {
-            s = fall_back_to_invariant_kernels(coop.err());
+            s = fall_back_to_invariant_kernels("cannot be built", coop.err());
             if (s) s = prepare_mul_mat(*_pipes, *t, fusion);
         }
     }
@@ -439,13 +442,102 @@ result<weight_tensor> runner::upload(const model::matrix_view& m, mat_fusion fus
     return t;
 }
 
-status runner::fall_back_to_invariant_kernels(const error& why) {
+// Where the tiled steps would run on cooperative matrices, checks the kernel on this driver
+// before it serves anything: layer 0's down matrix on fixed pseudo-random activations at 16, 48
+// and 144 tokens (the narrow, the wide and the large tile), its K split and unsplit, against the
+// invariant tiled kernel on the same inputs. The largest difference over a token's RMS is about
+// 1e-3 where the kernel is right (the f16 inputs' rounding) and about 1 where a driver lays its
+// fragments out otherwise; past mat_coop_check_err_max the invariant kernels serve, with a
+// warning giving the numbers. Always logged: the first GPU to run the kernel says it here.
+status runner::check_mat_coop() {
+    const pipeline_tuning& tu = _pipes->tuning();
+    if (!tu.mat_coop || tu.prefer_texel_kernels || _layers.empty()) return {};
+    const weight_tensor& w = _layers[0].down;
+    constexpr std::uint32_t n_max = 144;
+    const std::uint64_t k = w.n_in, rows = w.n_out;
+    auto x = _dev->create_buffer(4 * k * n_max, memory_use::host_readback);
+    if (!x) return x.err();
+    auto y = _dev->create_buffer(4 * rows * n_max * 3, memory_use::host_readback);
+    if (!y) return y.err();
+    auto scratch = _dev->create_buffer(4 * abi::ORDO_MAT_GROUPS * rows * n_max, memory_use::device);
+    if (!scratch) return scratch.err();
+    auto* xs = static_cast<float*>(x->mapped());
+    std::uint32_t state = 12345;
+    for (std::uint64_t i = 0; i < k * n_max; ++i) {
+        state = state * 1664525u + 1013904223u;
+        xs[i] = float(state >> 8) / float(1u << 24) * 2.0f - 1.0f;
+    }
+    // Per chunk: the invariant kernel, the cooperative one unsplit, and split (two dispatches).
+    auto str = stream::create(*_dev, *_pipes, {std::uint32_t(4 * w.chunks.size() + 4), false});
+    if (!str) return str.err();
+    stream& s = **str;
+    auto* ys = static_cast<float*>(y->mapped());
+    const auto k32 = static_cast<std::uint32_t>(k), r32 = static_cast<std::uint32_t>(rows);
+    double worst = 0;
+    std::string seen;
+    for (std::uint32_t n : {16u, 48u, n_max}) {
+        // Outputs: the invariant kernel's, the cooperative one's unsplit, then split.
+        auto out = [&](std::uint32_t i) {
+            return rows_view{{&*y, 4 * rows * n_max * i, 4 * rows * n_max}, 0, r32};
+        };
+        s.set_mat_coop_large_from(n == n_max ? 1 : 0);
+        status e = s.begin("cooperative-matrix check");
+        const rows_view xv{whole(*x), 0, k32};
+        // (The invariant kernel's group split: the same bits as unsplit.)
+        s.set_mat_split_scratch(whole(*scratch));
+        if (e) e = encode_mul_mat(s, w, xv, out(0), n, false, mat_path::split);
+        if (e) e = encode_mul_mat(s, w, xv, out(2), n, false, mat_path::tiled);
+        s.set_mat_split_scratch({});
+        if (e) e = encode_mul_mat(s, w, xv, out(1), n, false, mat_path::tiled);
+        if (!e) return fall_back_to_invariant_kernels("cannot be checked", e.err());
+        ORDO_TRY(s.run(_options.warmup_ms_max));
+        // Fault injection (tests): the cooperative kernel's first output wrong, as a driver
+        // that laid its fragments out otherwise would leave it; the check below is the real one.
+        if (_options.fault_mat_coop_wrong) ys[rows * n_max] = ys[0] + 1.0f + std::fabs(ys[0]) * 4;
+        double err[2] = {0, 0};
+        for (std::uint32_t t = 0; t < n; ++t) {
+            const float* want = ys + t * rows;
+            double ss = 0;
+            for (std::uint64_t r = 0; r < rows; ++r) ss += double(want[r]) * want[r];
+            const double rms = std::sqrt(ss / double(rows)) + 1e-30;
+            for (std::uint32_t v = 0; v < 2; ++v) {
+                const float* got = ys + (v + 1) * rows * n_max + t * rows;
+                for (std::uint64_t r = 0; r < rows; ++r) {
+                    const double d = std::fabs(double(got[r]) - want[r]) / rms;
+                    err[v] = std::isnan(d) ? 1e30 : std::max(err[v], d);
+                }
+            }
+        }
+        worst = std::max({worst, err[0], err[1]});
+        char line[80];
+        std::snprintf(line, sizeof line, " %u tokens: %.2e/%.2e", n, err[0], err[1]);
+        seen += line;
+    }
+    if (worst > mat_coop_check_err_max) {
+        char line[160];
+        std::snprintf(line, sizeof line,
+                      "on layer 0's down matrix their largest difference from the invariant "
+                      "kernel is %.2e of a token's RMS, past %.0e",
+                      worst, mat_coop_check_err_max);
+        return fall_back_to_invariant_kernels(
+            "compute wrong results",
+            gpu_error(gpu_failure::unsupported,
+                      line + std::string(" (unsplit/split:") + seen + ")"));
+    }
+    logger()->info(
+        "runner: the cooperative-matrix kernel agrees with the invariant one on layer 0's down "
+        "matrix (largest difference over a token's RMS, unsplit/split:{})",
+        seen);
+    return {};
+}
+
+status runner::fall_back_to_invariant_kernels(std::string_view what, const error& why) {
     // Only weights were prepared so far (as below): the invariant kernels of those already
     // uploaded are built at their first dispatch, in the warm-up.
     logger()->warn(
-        "runner: the cooperative-matrix kernels cannot be built on {} ({}: {}); serving with "
-        "the batch-invariant kernels, as gpu.batch_invariant = true would",
-        _dev->info().name, why.code, why.message);
+        "runner: the cooperative-matrix kernels {} on {} ({}: {}); serving with the "
+        "batch-invariant kernels, as gpu.batch_invariant = true would",
+        what, _dev->info().name, why.code, why.message);
     pipeline_tuning tuning = _pipes->tuning();
     tuning.mat_coop = false;
     tuning.mat_coop_emulated = false;

@@ -104,6 +104,10 @@ result<std::uint32_t> choose_segment_layers(const segment_shape& shape, std::uin
 // Segments kept for replay by default: a decode step's segments for the 4 logits slots it
 // rotates through, at a few sequence counts and context blocks.
 inline constexpr std::uint32_t runner_replay_segments_default = 16;
+// The cooperative-matrix kernel's check at build (runner::check_mat_coop): its largest
+// difference from the invariant kernel over a token's RMS past this leaves the invariant kernels
+// serving. Right: about 1e-3 (f16 inputs); a wrong fragment layout: about 1.
+inline constexpr double mat_coop_check_err_max = 5e-2;
 
 struct runner_options {
     std::string device;  // gpu.device selector ("" = auto)
@@ -183,6 +187,9 @@ struct runner_options {
     // Fault injection (tests): pipelines whose name starts with this fail creation as a
     // driver's would (pipeline_tuning::fault_create_fails). Empty: none.
     std::string fault_pipeline_create;
+    // Fault injection (tests): the cooperative-matrix kernel's check at build finds an output
+    // wrong (as on a driver that lays fragments out otherwise): the invariant kernels serve.
+    bool fault_mat_coop_wrong = false;
     // Host memory the logits rows may be written into in place (the gpu actor's
     // logits_exchange::logits_region of each slot; each at least rows_max x n_vocab floats):
     // imported at create as device buffers where the device can (device::import_host), so a
@@ -378,7 +385,8 @@ private:
     status init_mat_split();
     status choose_mat_vec_crossover();
     status choose_mat_coop_tile();
-    status fall_back_to_invariant_kernels(const error& why);
+    status check_mat_coop();
+    status fall_back_to_invariant_kernels(std::string_view what, const error& why);
     result<double> time_mat_muls(stream& str, mat_path path, std::uint32_t n_tokens);
     status warm_up();
     void report(build_stage stage, std::uint32_t done, std::uint32_t total) const;

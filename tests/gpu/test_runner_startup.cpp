@@ -23,8 +23,9 @@
 //     cannot be built refuses the build with gpu_unsupported naming it, and the gpu actor
 //     does not retry it; a storage runner whose attention_flash cannot be built serves its
 //     prompts on attention.comp with the same bits (a runner that builds it runs it); under
-//     gpu.batch_invariant = false, a cooperative-matrix kernel that cannot be built leaves the
-//     invariant kernels serving (the same bits as batch_invariant = true);
+//     gpu.batch_invariant = false, a cooperative-matrix kernel that cannot be built, or that
+//     the build's check against the invariant kernel finds wrong (fault_mat_coop_wrong), leaves
+//     the invariant kernels serving (the same bits as batch_invariant = true);
 // (6) layers per segment (no device): a configured gpu.flush_every_layers is kept or refused
 //     when its segments pass the dispatch bound; the device's choice (0) shrinks until they
 //     fit, and is refused only when one layer does not; a lavapipe runner left to choose
@@ -262,22 +263,25 @@ TEST(RunnerStartup, AFlashKernelTheDriverCannotBuildLeavesPromptsOnAttentionComp
     EXPECT_EQ(std::memcmp(built.data(), refused.data(), 300 * sizeof(float)), 0);
 }
 
-TEST(RunnerStartup, ACooperativeMatrixKernelTheDriverCannotBuildLeavesTheInvariantKernels) {
+TEST(RunnerStartup, ACooperativeMatrixKernelTheDriverCannotBuildOrRunLeavesTheInvariantKernels) {
     ORDO_REQUIRE_GPU();
     auto file = open_model(synth_model(model::ggml_type::q8_0));
     ASSERT_TRUE(file);
     // gpu.batch_invariant = false with the emulated kernel (lavapipe's stand-in for a driver's
-    // cooperative matrices); `fault` fails its pipelines' creation.
-    auto run_with = [&](bool invariant, std::string fault) -> std::vector<float> {
+    // cooperative matrices); `fault` fails its pipelines' creation; `wrong`: the check at build
+    // finds its output wrong.
+    auto run_with = [&](bool invariant, std::string fault,
+                        bool wrong = false) -> std::vector<float> {
         runner_options o = test_options();
         o.texel_kernels = false;
         o.batch_invariant = invariant;
         o.mat_coop_emulated = !invariant;
         o.fault_pipeline_create = std::move(fault);
+        o.fault_mat_coop_wrong = wrong;
         auto r = runner::create(*file, o);
         EXPECT_TRUE(r.ok()) << r.err().code << ": " << r.err().message;
         if (!r) return {};
-        EXPECT_EQ((*r)->mat_coop(), !invariant && o.fault_pipeline_create.empty());
+        EXPECT_EQ((*r)->mat_coop(), !invariant && o.fault_pipeline_create.empty() && !wrong);
         std::vector<float> logits(300);
         auto p = (*r)->run_step(
             make_step(1, step_phase::prefill, {make_seq(1, test_tokens(12, 300, 4), 0, {0, 1})}),
@@ -287,12 +291,16 @@ TEST(RunnerStartup, ACooperativeMatrixKernelTheDriverCannotBuildLeavesTheInvaria
     };
     auto invariant = run_with(true, "");
     auto fell_back = run_with(false, "mul_mat_cme");
+    auto checked_wrong = run_with(false, "", true);
     auto coop = run_with(false, "");
     ASSERT_EQ(invariant.size(), 300u);
     ASSERT_EQ(fell_back.size(), 300u);
+    ASSERT_EQ(checked_wrong.size(), 300u);
     ASSERT_EQ(coop.size(), 300u);
     EXPECT_EQ(std::memcmp(fell_back.data(), invariant.data(), 300 * sizeof(float)), 0)
         << "the fallback does not run the invariant kernels";
+    EXPECT_EQ(std::memcmp(checked_wrong.data(), invariant.data(), 300 * sizeof(float)), 0)
+        << "a kernel the check found wrong still serves";
     EXPECT_NE(std::memcmp(coop.data(), invariant.data(), 300 * sizeof(float)), 0)
         << "the cooperative-matrix kernel did not run: the check says nothing";
 }
