@@ -443,80 +443,110 @@ result<weight_tensor> runner::upload(const model::matrix_view& m, mat_fusion fus
 }
 
 // Where the tiled steps would run on cooperative matrices, checks the kernel on this driver
-// before it serves anything: layer 0's down matrix on fixed pseudo-random activations at 16, 48
-// and 144 tokens (the narrow, the wide and the large tile), its K split and unsplit, against the
-// invariant tiled kernel on the same inputs. The largest difference over a token's RMS is about
-// 1e-3 where the kernel is right (the f16 inputs' rounding) and about 1 where a driver lays its
-// fragments out otherwise; past mat_coop_check_err_max the invariant kernels serve, with a
-// warning giving the numbers. Always logged: the first GPU to run the kernel says it here.
+// before it serves anything: for each weight type among the layers' matrices, the first such
+// matrix on fixed pseudo-random activations at 16, 48 and 144 tokens (the narrow, the wide and
+// the large tile), its K split and unsplit, against the invariant tiled kernel on the same
+// inputs. The largest difference over a token's RMS is about 1e-3 where the kernel is right (the
+// f16 inputs' rounding) and about 1 where a driver lays its fragments out otherwise; past
+// mat_coop_check_err_max the invariant kernels serve, with a warning giving the numbers. Always
+// logged: the first GPU to run the kernel says it here. (The output head is not checked: its
+// rows would need a scratch of hundreds of MiB; every type shares the kernel's staging and
+// fragments, and its dequantization is the invariant kernels' own.)
 status runner::check_mat_coop() {
     const pipeline_tuning& tu = _pipes->tuning();
     if (!tu.mat_coop || tu.prefer_texel_kernels || _layers.empty()) return {};
-    const weight_tensor& w = _layers[0].down;
+    std::vector<std::pair<const weight_tensor*, std::string>> checked;
+    std::uint64_t k_max = 0, rows_max = 0;
+    std::size_t chunks_max = 0;
+    for (std::size_t i = 0; i < _layers.size(); ++i) {
+        const layer_weights& l = _layers[i];
+        const std::pair<const weight_tensor*, const char*> matrices[] = {
+            {&l.qkv, "q|k|v"}, {&l.wq, "q"},  {&l.wk, "k"},
+            {&l.wv, "v"},      {&l.wo, "o"},  {&l.gate_up, "gate|up"},
+            {&l.gate, "gate"}, {&l.up, "up"}, {&l.down, "down"}};
+        for (auto [w, name] : matrices) {
+            bool seen_type = false;
+            for (const auto& c : checked) seen_type = seen_type || c.first->type == w->type;
+            if (w->chunks.empty() || seen_type) continue;
+            checked.emplace_back(w, std::to_string(i) + "." + name);
+            k_max = std::max<std::uint64_t>(k_max, w->n_in);
+            rows_max = std::max<std::uint64_t>(rows_max, w->n_out);
+            chunks_max = std::max(chunks_max, w->chunks.size());
+        }
+    }
     constexpr std::uint32_t n_max = 144;
-    const std::uint64_t k = w.n_in, rows = w.n_out;
-    auto x = _dev->create_buffer(4 * k * n_max, memory_use::host_readback);
+    auto x = _dev->create_buffer(4 * k_max * n_max, memory_use::host_readback);
     if (!x) return x.err();
-    auto y = _dev->create_buffer(4 * rows * n_max * 3, memory_use::host_readback);
+    auto y = _dev->create_buffer(4 * rows_max * n_max * 3, memory_use::host_readback);
     if (!y) return y.err();
-    auto scratch = _dev->create_buffer(4 * abi::ORDO_MAT_GROUPS * rows * n_max, memory_use::device);
+    auto scratch =
+        _dev->create_buffer(4 * abi::ORDO_MAT_GROUPS * rows_max * n_max, memory_use::device);
     if (!scratch) return scratch.err();
     auto* xs = static_cast<float*>(x->mapped());
     std::uint32_t state = 12345;
-    for (std::uint64_t i = 0; i < k * n_max; ++i) {
+    for (std::uint64_t i = 0; i < k_max * n_max; ++i) {
         state = state * 1664525u + 1013904223u;
         xs[i] = float(state >> 8) / float(1u << 24) * 2.0f - 1.0f;
     }
     // Per chunk: the invariant kernel, the cooperative one unsplit, and split (two dispatches).
-    auto str = stream::create(*_dev, *_pipes, {std::uint32_t(4 * w.chunks.size() + 4), false});
+    auto str = stream::create(*_dev, *_pipes, {std::uint32_t(4 * chunks_max + 4), false});
     if (!str) return str.err();
     stream& s = **str;
     auto* ys = static_cast<float*>(y->mapped());
-    const auto k32 = static_cast<std::uint32_t>(k), r32 = static_cast<std::uint32_t>(rows);
     double worst = 0;
     std::string seen;
-    for (std::uint32_t n : {16u, 48u, n_max}) {
-        // Outputs: the invariant kernel's, the cooperative one's unsplit, then split.
-        auto out = [&](std::uint32_t i) {
-            return rows_view{{&*y, 4 * rows * n_max * i, 4 * rows * n_max}, 0, r32};
-        };
-        s.set_mat_coop_large_from(n == n_max ? 1 : 0);
-        status e = s.begin("cooperative-matrix check");
-        const rows_view xv{whole(*x), 0, k32};
-        // (The invariant kernel's group split: the same bits as unsplit.)
-        s.set_mat_split_scratch(whole(*scratch));
-        if (e) e = encode_mul_mat(s, w, xv, out(0), n, false, mat_path::split);
-        if (e) e = encode_mul_mat(s, w, xv, out(2), n, false, mat_path::tiled);
-        s.set_mat_split_scratch({});
-        if (e) e = encode_mul_mat(s, w, xv, out(1), n, false, mat_path::tiled);
-        if (!e) return fall_back_to_invariant_kernels("cannot be checked", e.err());
-        ORDO_TRY(s.run(_options.warmup_ms_max));
-        // Fault injection (tests): the cooperative kernel's first output wrong, as a driver
-        // that laid its fragments out otherwise would leave it; the check below is the real one.
-        if (_options.fault_mat_coop_wrong) ys[rows * n_max] = ys[0] + 1.0f + std::fabs(ys[0]) * 4;
-        double err[2] = {0, 0};
-        for (std::uint32_t t = 0; t < n; ++t) {
-            const float* want = ys + t * rows;
-            double ss = 0;
-            for (std::uint64_t r = 0; r < rows; ++r) ss += double(want[r]) * want[r];
-            const double rms = std::sqrt(ss / double(rows)) + 1e-30;
-            for (std::uint32_t v = 0; v < 2; ++v) {
-                const float* got = ys + (v + 1) * rows * n_max + t * rows;
-                for (std::uint64_t r = 0; r < rows; ++r) {
-                    const double d = std::fabs(double(got[r]) - want[r]) / rms;
-                    err[v] = std::isnan(d) ? 1e30 : std::max(err[v], d);
+    for (const auto& [w, name] : checked) {
+        const std::uint64_t k = w->n_in, rows = w->n_out;
+        seen += std::string(seen.empty() ? "" : ";") + " " + name + " (" +
+                std::string(model::type_name(w->type)) + "):";
+        for (std::uint32_t n : {16u, 48u, n_max}) {
+            // Outputs: the invariant kernel's, the cooperative one's unsplit, then split.
+            auto out = [&](std::uint32_t i) {
+                return rows_view{{&*y, 4 * rows * n_max * i, 4 * rows * n_max},
+                                 0,
+                                 static_cast<std::uint32_t>(rows)};
+            };
+            s.set_mat_coop_large_from(n == n_max ? 1 : 0);
+            status e = s.begin("cooperative-matrix check");
+            const rows_view xv{whole(*x), 0, static_cast<std::uint32_t>(k)};
+            // (The invariant kernel's group split: the same bits as unsplit.)
+            s.set_mat_split_scratch(whole(*scratch));
+            if (e) e = encode_mul_mat(s, *w, xv, out(0), n, false, mat_path::split);
+            if (e) e = encode_mul_mat(s, *w, xv, out(2), n, false, mat_path::tiled);
+            s.set_mat_split_scratch({});
+            if (e) e = encode_mul_mat(s, *w, xv, out(1), n, false, mat_path::tiled);
+            if (!e) return fall_back_to_invariant_kernels("cannot be checked", e.err());
+            ORDO_TRY(s.run(_options.warmup_ms_max));
+            // Fault injection (tests): the cooperative kernel's first output wrong, as a driver
+            // that laid its fragments out otherwise would leave it; the check below is real.
+            if (_options.fault_mat_coop_wrong) {
+                ys[rows * n_max] = ys[0] + 1.0f + std::fabs(ys[0]) * 4;
+            }
+            double err[2] = {0, 0};
+            for (std::uint32_t t = 0; t < n; ++t) {
+                const float* want = ys + t * rows;
+                double ss = 0;
+                for (std::uint64_t r = 0; r < rows; ++r) ss += double(want[r]) * want[r];
+                const double rms = std::sqrt(ss / double(rows)) + 1e-30;
+                for (std::uint32_t v = 0; v < 2; ++v) {
+                    const float* got = ys + (v + 1) * rows * n_max + t * rows;
+                    for (std::uint64_t r = 0; r < rows; ++r) {
+                        const double d = std::fabs(double(got[r]) - want[r]) / rms;
+                        err[v] = std::isnan(d) ? 1e30 : std::max(err[v], d);
+                    }
                 }
             }
+            worst = std::max({worst, err[0], err[1]});
+            char line[80];
+            std::snprintf(line, sizeof line, " %u tokens %.2e/%.2e", n, err[0], err[1]);
+            seen += line;
         }
-        worst = std::max({worst, err[0], err[1]});
-        char line[80];
-        std::snprintf(line, sizeof line, " %u tokens: %.2e/%.2e", n, err[0], err[1]);
-        seen += line;
     }
+    _mat_coop_check = seen.empty() ? seen : seen.substr(1);
     if (worst > mat_coop_check_err_max) {
         char line[160];
         std::snprintf(line, sizeof line,
-                      "on layer 0's down matrix their largest difference from the invariant "
+                      "on the layers' matrices their largest difference from the invariant "
                       "kernel is %.2e of a token's RMS, past %.0e",
                       worst, mat_coop_check_err_max);
         return fall_back_to_invariant_kernels(
@@ -525,8 +555,8 @@ status runner::check_mat_coop() {
                       line + std::string(" (unsplit/split:") + seen + ")"));
     }
     logger()->info(
-        "runner: the cooperative-matrix kernel agrees with the invariant one on layer 0's down "
-        "matrix (largest difference over a token's RMS, unsplit/split:{})",
+        "runner: the cooperative-matrix kernel agrees with the invariant one on a matrix of "
+        "each weight type (largest difference over a token's RMS, unsplit/split:{})",
         seen);
     return {};
 }

@@ -300,6 +300,9 @@ public:
     // Where the cooperative-matrix mat-mul's large tile starts (runner_options::
     // mat_coop_large_from; 0: never, and always 0 without mat_coop()).
     std::uint32_t mat_coop_large_from() const { return _stream->mat_coop_large_from(); }
+    // What the cooperative-matrix kernel's check at build measured on a matrix of each weight
+    // type ("0.q|k|v (q4_k): 16 tokens 1.1e-03/1.1e-03 ..."); empty where it did not run.
+    const std::string& mat_coop_check() const { return _mat_coop_check; }
 
     // KV staging for the kv persistence actor. Byte layout of `dst`/`src`: for each block id in
     // order, for each layer 0..n_layer-1: the block's K bytes, then its V bytes; each is the
@@ -445,6 +448,7 @@ private:
     std::unique_ptr<pipelines> _pipes;
     std::unique_ptr<stream> _stream;
     // Layers per segment (flush_every_layers(); set by init_stream).
+    std::string _mat_coop_check;
     std::uint32_t _flush_every = 0;
     std::uint32_t _first_segment = 0;  // first_segment_layers(), at most _flush_every
     std::unique_ptr<arena> _arena;

@@ -61,5 +61,26 @@ TEST(RunnerLlamaCpp, Llama3TinyMatchesLlamaCpp) {
     test::check_golden_file("llama3-tiny.golden.json", 2, runner_engine, "gpu");
 }
 
+// gpu.batch_invariant = false checks the cooperative-matrix kernel at build on a matrix of each
+// weight type the layers hold: llama-quantize's Q4_K_M of stories260K mixes Q5_0 and F16 (the
+// emulated kernel here; on NVIDIA the real one), and both pass.
+TEST(RunnerLlamaCpp, TheCooperativeMatrixCheckCoversEveryWeightTypeOfTheLayers) {
+    ORDO_REQUIRE_GPU();
+    const std::string path = test::k_quant_dir + "stories260K-Q4_K_M.gguf";
+    ORDO_REQUIRE_SHARED(path);
+    auto f = model::gguf_file::open(path);
+    ASSERT_TRUE(f.ok()) << f.err().message;
+    runner_options o = test_options();
+    o.texel_kernels = false;
+    o.batch_invariant = false;
+    o.mat_coop_emulated = true;
+    auto r = runner::create(*f, o);
+    ASSERT_TRUE(r.ok()) << r.err().code << ": " << r.err().message;
+    EXPECT_TRUE((*r)->mat_coop()) << (*r)->mat_coop_check();
+    const std::string& seen = (*r)->mat_coop_check();
+    EXPECT_NE(seen.find("(q5_0)"), std::string::npos) << seen;
+    EXPECT_NE(seen.find("down (f16)"), std::string::npos) << seen;
+}
+
 }  // namespace
 }  // namespace ordo::gpu::testing
