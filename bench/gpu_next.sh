@@ -60,7 +60,7 @@ timeout 150 "$B/ordo-bench" --model "$MODEL.gguf" --prompts "$PP" --gen "$TG" --
   2>"$out/coop.err"
 log "rc=$?"
 # The runner's warm-up choices (the large tile's wide/large times at 64..512 tokens).
-grep -E "serves|batch_invariant" "$out/coop.err" | tee -a "$out/next.log"
+grep -E "serves|batch_invariant|cooperative-matrix kernel" "$out/coop.err" | tee -a "$out/next.log"
 cat "$out/coop.err" >>"$out/next.err"
 rm -f "$out/coop.err"
 
@@ -95,7 +95,7 @@ serve() {  # label, config text
     [ -n "$port" ] && curl -sf "127.0.0.1:$port/health" | grep -q '"ok"' && break
     sleep 0.5
   done
-  grep -E "the device's choice|mul_mat_vec serves|large tile serves" "$w/next-$label.log" |
+  grep -E "the device's choice|serves|cooperative-matrix kernel" "$w/next-$label.log" |
     tee -a "$out/next.log"
   if [ -n "$port" ]; then
     for s in ${STREAMS//,/ }; do
