@@ -443,21 +443,20 @@ result<weight_tensor> runner::upload(const model::matrix_view& m, mat_fusion fus
 }
 
 // Where the tiled steps would run on cooperative matrices, checks the kernel on this driver
-// before it serves anything: for each weight type among the layers' matrices, the first such
-// matrix on fixed pseudo-random activations at 16, 48 and 144 tokens (the narrow, the wide and
-// the large tile), its K split and unsplit, against the invariant tiled kernel on the same
-// inputs. The largest difference over a token's RMS is about 1e-3 where the kernel is right (the
-// f16 inputs' rounding) and about 1 where a driver lays its fragments out otherwise; past
-// mat_coop_check_err_max the invariant kernels serve, with a warning giving the numbers. Always
-// logged: the first GPU to run the kernel says it here. (The output head is not checked: its
-// rows would need a scratch of hundreds of MiB; every type shares the kernel's staging and
-// fragments, and its dequantization is the invariant kernels' own.)
+// before it serves anything: for each weight type among the layers' matrices, the smallest such
+// matrix (so the check's buffers stay small beside a large model's weights: about 9 MiB for an
+// 8B's 4096 x 1024 v matrix) on fixed pseudo-random activations at 16, 48 and 144 tokens (the
+// narrow, the wide and the large tile), its K split and unsplit, against the invariant tiled
+// kernel on the same inputs. The largest difference over a token's RMS is about 1e-3 where the
+// kernel is right (the f16 inputs' rounding) and about 1 where a driver lays its fragments out
+// otherwise; past mat_coop_check_err_max the invariant kernels serve, with a warning giving the
+// numbers. Always logged: the first GPU to run the kernel says it here. (The output head is not
+// checked: its rows would need a scratch of hundreds of MiB; every type shares the kernel's
+// staging and fragments, and its dequantization is the invariant kernels' own.)
 status runner::check_mat_coop() {
     const pipeline_tuning& tu = _pipes->tuning();
     if (!tu.mat_coop || tu.prefer_texel_kernels || _layers.empty()) return {};
     std::vector<std::pair<const weight_tensor*, std::string>> checked;
-    std::uint64_t k_max = 0, rows_max = 0;
-    std::size_t chunks_max = 0;
     for (std::size_t i = 0; i < _layers.size(); ++i) {
         const layer_weights& l = _layers[i];
         const std::pair<const weight_tensor*, const char*> matrices[] = {
@@ -465,23 +464,33 @@ status runner::check_mat_coop() {
             {&l.wv, "v"},      {&l.wo, "o"},  {&l.gate_up, "gate|up"},
             {&l.gate, "gate"}, {&l.up, "up"}, {&l.down, "down"}};
         for (auto [w, name] : matrices) {
-            bool seen_type = false;
-            for (const auto& c : checked) seen_type = seen_type || c.first->type == w->type;
-            if (w->chunks.empty() || seen_type) continue;
-            checked.emplace_back(w, std::to_string(i) + "." + name);
-            k_max = std::max<std::uint64_t>(k_max, w->n_in);
-            rows_max = std::max<std::uint64_t>(rows_max, w->n_out);
-            chunks_max = std::max(chunks_max, w->chunks.size());
+            if (w->chunks.empty()) continue;
+            auto size = [](const weight_tensor* t) { return std::uint64_t(t->n_in) * t->n_out; };
+            auto same = std::find_if(checked.begin(), checked.end(),
+                                     [&](const auto& c) { return c.first->type == w->type; });
+            if (same == checked.end()) {
+                checked.emplace_back(w, std::to_string(i) + "." + name);
+            } else if (size(w) < size(same->first)) {
+                *same = {w, std::to_string(i) + "." + name};
+            }
         }
     }
+    std::uint64_t k_max = 0, rows_max = 0;
+    std::size_t chunks_max = 0;
+    for (const auto& c : checked) {
+        k_max = std::max<std::uint64_t>(k_max, c.first->n_in);
+        rows_max = std::max<std::uint64_t>(rows_max, c.first->n_out);
+        chunks_max = std::max(chunks_max, c.first->chunks.size());
+    }
     constexpr std::uint32_t n_max = 144;
+    // Memory it cannot have leaves the kernel unchecked, so not serving.
     auto x = _dev->create_buffer(4 * k_max * n_max, memory_use::host_readback);
-    if (!x) return x.err();
+    if (!x) return fall_back_to_invariant_kernels("cannot be checked", x.err());
     auto y = _dev->create_buffer(4 * rows_max * n_max * 3, memory_use::host_readback);
-    if (!y) return y.err();
+    if (!y) return fall_back_to_invariant_kernels("cannot be checked", y.err());
     auto scratch =
         _dev->create_buffer(4 * abi::ORDO_MAT_GROUPS * rows_max * n_max, memory_use::device);
-    if (!scratch) return scratch.err();
+    if (!scratch) return fall_back_to_invariant_kernels("cannot be checked", scratch.err());
     auto* xs = static_cast<float*>(x->mapped());
     std::uint32_t state = 12345;
     for (std::uint64_t i = 0; i < k_max * n_max; ++i) {
