@@ -16,7 +16,7 @@
 # to the kit's ordo/lib). Tests that need ../shared skip there, saying so.
 set -uo pipefail
 # The cooperative-matrix kernel and runner first (never run on a GPU before session 29's call),
-# then what sessions 21-28 added, then the rest of the kernels.
+# then the tests of what sessions 21-28 added, then the rest of the kernels.
 binaries=(gpu_test_mul_mat_coop gpu_test_runner gpu_test_runner_logits_in_place
   gpu_test_runner_replay gpu_test_stream_replay gpu_test_logits_summary gpu_test_batch_invariance
   gpu_test_decode_fusion gpu_test_attention gpu_test_kernels)
