@@ -247,6 +247,16 @@ status runner::warm_up() {
     return {};
 }
 
+// A timestamped stream for the warm-up's measurements, with the steps' split scratch and
+// mat-vec crossover (time_mat_muls' segments are a few dispatches each).
+result<std::unique_ptr<stream>> runner::timing_stream() const {
+    auto str = stream::create(*_dev, *_pipes, {64, true});
+    if (!str) return str.err();
+    (*str)->set_mat_split_scratch(_stream->mat_split_scratch());
+    (*str)->set_mat_vec_tokens_max(_stream->mat_vec_tokens_max());
+    return str;
+}
+
 // The GPU time of layer 0's gate|up (or gate) and down mat-muls at n_tokens on `path`, best
 // of three segments; the activations are the step buffers (a step rewrites them before use).
 result<double> runner::time_mat_muls(stream& str, mat_path path, std::uint32_t n_tokens) {
@@ -280,9 +290,8 @@ status runner::choose_mat_vec_crossover() {
     }
     const bool vec_runs = !tu.prefer_texel_kernels && tu.rows_tokens_max == 0;
     if (!_options.mat_vec_tokens_max && vec_runs && _dev->info().timestamps) {
-        auto str = stream::create(*_dev, *_pipes, {64, true});
+        auto str = timing_stream();
         if (!str) return str.err();
-        (*str)->set_mat_split_scratch(_stream->mat_split_scratch());
         constexpr std::uint32_t counts[] = {2, 3, 4, 6, 8, 12, 16};
         std::string seen;
         chosen = 1;
@@ -320,10 +329,8 @@ status runner::choose_mat_coop_tile() {
     } else if (tu.mat_coop && _dev->info().timestamps &&
                tu.mat_coop_large.rows() * tu.mat_coop_large.tokens() >
                    tu.mat_coop_wide.rows() * tu.mat_coop_wide.tokens()) {
-        auto str = stream::create(*_dev, *_pipes, {64, true});
+        auto str = timing_stream();
         if (!str) return str.err();
-        (*str)->set_mat_split_scratch(_stream->mat_split_scratch());
-        (*str)->set_mat_vec_tokens_max(_stream->mat_vec_tokens_max());
         constexpr std::uint32_t counts[] = {64, 128, 256, 512};
         std::string seen;
         for (std::uint32_t n : counts) {

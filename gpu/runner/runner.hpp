@@ -388,6 +388,7 @@ private:
     status init_mat_split();
     status choose_mat_vec_crossover();
     status choose_mat_coop_tile();
+    result<std::unique_ptr<stream>> timing_stream() const;
     status check_mat_coop();
     status fall_back_to_invariant_kernels(std::string_view what, const error& why);
     result<double> time_mat_muls(stream& str, mat_path path, std::uint32_t n_tokens);

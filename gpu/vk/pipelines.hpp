@@ -133,7 +133,7 @@ struct mat_coop_shape {
     }
 };
 // Whether `device` can run `tile`: a valid shape whose shared memory fits (pipelines::create
-// refuses a tuning whose wide or narrow tile fails, with this message).
+// refuses a tuning any of whose tiles fails, with this message).
 status check_mat_coop_tile(const mat_coop_shape& tile, const device_info& device);
 
 // Workgroup sizes picked per device. Defaults come from tuning_for(); tests and the bench may
