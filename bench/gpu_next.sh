@@ -8,14 +8,17 @@
 #                line's coop_err is its largest difference from the invariant kernel over the
 #                token's RMS: about 1e-3 expected, about 1 means a wrong kernel) for its default
 #                tiles and four others, then ordo-bench --batch-invariant off (its warm-up
-#                choices, the large tile's among them, also go to next.log);
+#                choices, the large tile's among them, also go to next.log); then batch-1
+#                decode with each weight's measured mul_mat_vec shape and without (--mmv-shapes),
+#                prefill and 16 / 64 sequences with the measured tiled layouts and without;
 #                then ordo-bench-kernels' tiled lines for each layout of the tiled mat-mul (one 1B
 #                layer's mat-muls at 16..512 tokens; session 27: swizzled tiles, token tiles
 #                first, narrow tiles, a K step of 64, staging by rows, and session 26's
 #                layout), ordo-bench
 #                with --replay off
 #                (the kit's own ordo step ran with replay on) and ordo-load lines, each labelled
-#   next.log     the servers' device-choice lines, /metrics' gpu counters after each load
+#   next.log     the servers' device-choice lines, /metrics' gpu counters after each load, the
+#                mul_mat_vec shapes' and the tiled layouts' warm-up times
 # Environment (all optional): W (the kit's work dir, /tmp/gpu-work), MODEL (l1b-q4k), PP, TG,
 # PAR, STREAMS (as the kit's), BATCH_TOKENS (the second server's max_batch_tokens, 2048),
 # TESTS (the GPU test binaries bench/gpu_tests.sh packed: .gpu/tests.tar.xz; run first when
@@ -63,6 +66,34 @@ log "rc=$?"
 grep -E "serves|batch_invariant|cooperative-matrix kernel" "$out/coop.err" | tee -a "$out/next.log"
 cat "$out/coop.err" >>"$out/next.err"
 rm -f "$out/coop.err"
+
+# Each weight's one-token mul_mat_vec shape, measured at warm-up (session 30): batch-1 decode
+# with the measured shapes and with the tuning's everywhere, alternately, on the Q4_K and the
+# F16 1B file; the warm-up's times per role and shape go to next.log.
+for m in "$MODEL" l1b-f16; do
+  [ -f "$m.gguf" ] || continue
+  for v in on off on off; do
+    log "ordo-bench $m --parallel 1 --mmv-shapes $v"
+    timeout 120 "$B/ordo-bench" --model "$m.gguf" --prompts 16 --gen "$TG" --parallel 1 \
+      --reps 3 --json --label "$m-mmv-$v" --mmv-shapes "$v" >>"$out/next.jsonl" 2>"$out/mmv.err"
+    log "rc=$?"
+    grep "mul_mat_vec shapes" "$out/mmv.err" | tee -a "$out/next.log"
+    cat "$out/mmv.err" >>"$out/next.err"
+  done
+done
+rm -f "$out/mmv.err"
+# The invariant tiled mul_mat's layouts, measured at warm-up at 16, 64 and 512 tokens (session
+# 30): prefill and 16 / 64 sequences with the measured layouts and with the tuning's.
+for v in on off; do
+  log "ordo-bench $MODEL --mm-layouts $v"
+  timeout 150 "$B/ordo-bench" --model "$MODEL.gguf" --prompts "$PP" --gen "$TG" \
+    --parallel 16,64 --reps 2 --json --label "$MODEL-layouts-$v" --mm-layouts "$v" \
+    >>"$out/next.jsonl" 2>"$out/layouts.err"
+  log "rc=$?"
+  grep "layouts by token count" "$out/layouts.err" | tee -a "$out/next.log"
+  cat "$out/layouts.err" >>"$out/next.err"
+done
+rm -f "$out/layouts.err"
 
 # The tiled mat-mul's layouts (gpu/PERF.md session 27; no bit depends on them): the GPUs' default
 # (staged by parts into swizzled tiles, token tiles first, narrow tiles for 16 tokens, K step

@@ -2,7 +2,7 @@
 // [--json] [--flush-every N] [--device SEL] [--kernels auto|texel|storage] [--reps N]
 // [--label NAME] [--mm-split-wg N] [--row-summaries auto|on|off] [--attention-flash on|off]
 // [--logits-in-place on|off] [--first-segment N] [--replay on|off]
-// [--batch-invariant on|off|emulated]`
+// [--batch-invariant on|off|emulated] [--mmv-shapes auto|on|off] [--mm-layouts auto|on|off]`
 // (--mm-split-wg: the tiled mat-mul's group split threshold, an A/B knob: pipeline_tuning::
 // mat_tiled_split_wg; 0 never splits; --row-summaries: gpu.row_summaries; --attention-flash
 // off: prefill attention on attention.comp instead of attention_flash, an A/B knob with the
@@ -12,7 +12,11 @@
 // runner_options::first_segment_layers, 0 as many as the others; --replay off: every segment
 // recorded, none replayed from the stream's kept recordings, runner_options::replay_segments 0;
 // --batch-invariant off: gpu.batch_invariant = false, the tiled steps on cooperative matrices
-// where the device has them; emulated: on their plain-GLSL stand-in, any device).
+// where the device has them; emulated: on their plain-GLSL stand-in, any device; --mmv-shapes
+// off: every weight's one-token mul_mat_vec in the tuning's shape, not the one measured at
+// warm-up, runner_options::mat_vec_shapes, the same bits; --mm-layouts off: the invariant tiled
+// mul_mat in the tuning's layout at every token count, not the ones measured at warm-up,
+// runner_options::mat_tiled_layouts, the same bits).
 //
 // Measures what ../shared/peer/bench_llamacpp.mjs measures for llama.cpp, named the same way,
 // one JSON line per measurement (--json) or a readable table:
@@ -76,6 +80,8 @@ struct bench_options {
     std::optional<std::uint32_t> first_segment;  // runner_options::first_segment_layers
     bool replay = true;                          // runner_options::replay_segments (0 when off)
     std::string batch_invariant = "on";          // gpu.batch_invariant; emulated: mul_mat_cme
+    std::string mmv_shapes = "auto";             // runner_options::mat_vec_shapes
+    std::string mm_layouts = "auto";             // runner_options::mat_tiled_layouts
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -85,7 +91,8 @@ struct bench_options {
                  "[--kernels auto|texel|storage] [--reps N] [--label NAME] "
                  "[--mm-split-wg N] [--row-summaries auto|on|off] [--attention-flash on|off] "
                  "[--logits-in-place on|off] [--first-segment N] [--replay on|off] "
-                 "[--batch-invariant on|off|emulated]\n",
+                 "[--batch-invariant on|off|emulated] [--mmv-shapes auto|on|off] "
+                 "[--mm-layouts auto|on|off]\n",
                  why.c_str());
     std::exit(2);
 }
@@ -159,6 +166,16 @@ bench_options parse(int argc, char** argv) {
             std::string v = value();
             if (v != "on" && v != "off") usage("--replay must be on or off");
             o.replay = v == "on";
+        } else if (a == "--mmv-shapes") {
+            o.mmv_shapes = value();
+            if (o.mmv_shapes != "auto" && o.mmv_shapes != "on" && o.mmv_shapes != "off") {
+                usage("--mmv-shapes must be auto, on or off");
+            }
+        } else if (a == "--mm-layouts") {
+            o.mm_layouts = value();
+            if (o.mm_layouts != "auto" && o.mm_layouts != "on" && o.mm_layouts != "off") {
+                usage("--mm-layouts must be auto, on or off");
+            }
         } else if (a == "--first-segment") {
             o.first_segment = parse_u32(value(), 0, 1024);
         } else if (a == "--mm-split-wg")
@@ -230,6 +247,8 @@ runner_options runner_for(const bench_options& o, std::uint32_t n_ctx) {
     r.logits_in_place = o.logits_in_place;
     r.first_segment_layers = o.first_segment;
     if (!o.replay) r.replay_segments = 0;
+    if (o.mmv_shapes != "auto") r.mat_vec_shapes = o.mmv_shapes == "on";
+    if (o.mm_layouts != "auto") r.mat_tiled_layouts = o.mm_layouts == "on";
     r.mat_tiled_split_wg = o.mm_split_wg;
     r.watchdog_ms = 600'000;
     r.kv_block_tokens = block_tokens;
@@ -478,6 +497,8 @@ int main(int argc, char** argv) {
         ", \"attention_flash\": " + (o.attention_flash ? "true" : "false") +
         ", \"logits_in_place\": " + ((*s)->ready().info.logits_in_place ? "true" : "false") +
         ", \"replay\": " + (o.replay ? "true" : "false") +
+        ", \"mmv_shapes\": " + json_str(o.mmv_shapes) +
+        ", \"mm_layouts\": " + json_str(o.mm_layouts) +
         ", \"batch_invariant\": " + ((*s)->ready().info.batch_invariant ? "true" : "false");
     measure(b);
     status st = (*s)->stop();

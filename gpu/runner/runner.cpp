@@ -175,6 +175,10 @@ status runner::init(const model::gguf_file& file) {
     if (!s) return s;
     s = choose_mat_coop_tile();
     if (!s) return s;
+    s = choose_mat_tiled_layouts();
+    if (!s) return s;
+    s = choose_mat_vec_shapes();
+    if (!s) return s;
     // Every pipeline the steps use exists now (created at load, compiled by the warm-up): keep
     // them for the next start. A cache that cannot be written costs the next start time only.
     if (status saved = _pcache->save(); !saved) {
@@ -254,6 +258,7 @@ result<std::unique_ptr<stream>> runner::timing_stream() const {
     if (!str) return str.err();
     (*str)->set_mat_split_scratch(_stream->mat_split_scratch());
     (*str)->set_mat_vec_tokens_max(_stream->mat_vec_tokens_max());
+    (*str)->set_mat_tiled_layouts(_stream->mat_tiled_layouts());
     return str;
 }
 
@@ -356,6 +361,236 @@ status runner::choose_mat_coop_tile() {
             chosen != 0 ? "from " + std::to_string(chosen) + " tokens" : "no step", seen);
     }
     _stream->set_mat_coop_large_from(chosen);
+    return {};
+}
+
+// Where the invariant tiled kernel serves steps on a GPU (or the option asks), times its layouts
+// (mat_tiled_layout_candidates: the tuning's, each of its knobs turned, staging by rows) on this
+// model's layer-0 FFN matrices at 16, 64 and 512 tokens (those past the mat-vec crossover that
+// max_batch_tokens allows; best of three segments each) and runs a step in the layout that was
+// fastest at the measured count nearest its own (the boundaries at the counts' geometric means:
+// 33 and 182 tokens). Every weight's pipelines in a candidate layout are built first, never on
+// the step path; a layout the driver cannot build is not timed. No bit depends on the layout.
+status runner::choose_mat_tiled_layouts() {
+    const pipeline_tuning& tu = _pipes->tuning();
+    const device_info& info = _dev->info();
+    const bool wanted = _options.mat_tiled_layouts.value_or(info.kind != device_kind::cpu);
+    if (!wanted || tu.prefer_texel_kernels || tu.mat_coop || !info.timestamps || _layers.empty()) {
+        return {};
+    }
+    std::vector<const weight_tensor*> weights;
+    for (const layer_weights& l : _layers) {
+        for (const weight_tensor* w :
+             {&l.qkv, &l.wq, &l.wk, &l.wv, &l.wo, &l.gate_up, &l.gate, &l.up, &l.down}) {
+            if (!w->chunks.empty()) weights.push_back(w);
+        }
+    }
+    weights.push_back(&_output);
+    // The layouts every weight's pipelines can be built in.
+    std::vector<mat_tiled_layout> layouts;
+    for (const mat_tiled_layout& l :
+         mat_tiled_layout_candidates(tu, info.max_shared_memory_bytes)) {
+        status built;
+        for (const weight_tensor* w : weights) {
+            if (built) built = prepare_mul_mat_tiled_layout(*_pipes, *w, l);
+        }
+        if (built) {
+            layouts.push_back(l);
+        } else {
+            logger()->info("runner: tiled mul_mat layout {} not timed: {}", l.name(),
+                           built.err().message);
+        }
+    }
+    if (layouts.size() < 2) return {};
+    auto str = timing_stream();
+    if (!str) return str.err();
+    constexpr std::uint32_t counts[] = {16, 64, 512};
+    std::vector<std::pair<std::uint32_t, mat_tiled_layout>> chosen;
+    std::string seen;
+    std::uint32_t prev = 0;
+    for (std::uint32_t n : counts) {
+        if (n > _options.max_batch_tokens) break;
+        if (n <= _stream->mat_vec_tokens_max()) continue;  // mul_mat_vec serves it
+        std::vector<double> ms;
+        std::size_t best = 0;
+        for (const mat_tiled_layout& l : layouts) {
+            (*str)->set_mat_tiled_layouts({{0, l}});
+            auto t = time_mat_muls(**str, mat_path::tiled, n);
+            if (!t) return t.err();
+            ms.push_back(*t);
+            if (*t < ms[best]) best = ms.size() - 1;
+        }
+        const auto from =
+            prev == 0 ? 0u : static_cast<std::uint32_t>(std::sqrt(double(prev) * n)) + 1;
+        chosen.emplace_back(from, layouts[best]);
+        seen += (seen.empty() ? "" : "; ") + std::to_string(n) + ":";
+        for (std::size_t i = 0; i < layouts.size(); ++i) {
+            char line[48];
+            std::snprintf(line, sizeof line, " %s %.3f%s", layouts[i].name().c_str(), ms[i],
+                          i == best ? "*" : "");
+            seen += line;
+        }
+        prev = n;
+    }
+    if (chosen.empty()) return {};
+    _stream->set_mat_tiled_layouts(chosen);
+    _mat_tiled_layouts = seen;
+    logger()->info(
+        "runner: tiled mul_mat layouts by token count (measured, ms of layer 0's FFN mat-muls; "
+        "s swizzled, t token tiles first, r staged by rows, k the K step; * serves from the "
+        "count to the next boundary): {}",
+        seen);
+    return {};
+}
+
+// Where the storage family runs mul_mat_vec on a GPU (or the option asks), times each weight's
+// one-token mat-vec in every shape mat_vec_shape_candidates lists and keeps, per role and type
+// (q|k|v, o, gate|up, down, the output head, ...), the fastest. One segment per shape runs
+// every layer's weights of every role in a decode step's order, so the model streams from
+// memory once as in a step and no weight is timed from a warm cache; best of three. The shapes
+// sum in one order (mul_mat_vec.comp): the choice changes speed, never a bit.
+status runner::choose_mat_vec_shapes() {
+    const pipeline_tuning& tu = _pipes->tuning();
+    const device_info& info = _dev->info();
+    const bool vec_runs = !tu.prefer_texel_kernels && tu.rows_tokens_max == 0;
+    const bool wanted = _options.mat_vec_shapes.value_or(info.kind != device_kind::cpu);
+    if (!wanted || !vec_runs || !info.timestamps || _layers.empty()) return {};
+    // One decode token's mat-vecs, as record_layer and record_logits encode them.
+    enum class op { norm, glu, plain, accumulate };
+    struct job {
+        weight_tensor* w;
+        op how;
+        rows_view x, y;
+        const buffer* norm;  // op::norm, op::glu: the layer's norm weights
+        std::size_t role;
+        std::uint32_t first = 0, last = 0;  // its dispatches in the segment
+    };
+    struct role {
+        std::string name;
+        bool block_units;
+        std::vector<mat_vec_shape> shapes;
+        std::vector<double> ms;
+    };
+    std::vector<job> jobs;
+    std::vector<role> roles;
+    const std::uint32_t embd = _hp.n_embd, kv = _hp.kv_dim();
+    const rows_view x{whole(_x), 0, _embd_stride}, xn{whole(_xn), 0, _embd_stride};
+    const rows_view q{whole(_qkv), 0, _qkv_stride}, k{whole(_qkv), embd, _qkv_stride};
+    const rows_view v{whole(_qkv), embd + kv, _qkv_stride}, att{whole(_att), 0, _embd_stride};
+    const rows_view gate{whole(_gu), 0, _gu_stride}, up{whole(_gu), _hp.n_ff, _gu_stride};
+    const rows_view hid{whole(_hid), 0, _ff_stride};
+    auto add = [&](weight_tensor& w, const char* name, op how, rows_view in, rows_view out,
+                   const buffer* norm = nullptr) {
+        if (w.chunks.empty()) return;
+        const std::string key = std::string(name) + " " + std::string(model::type_name(w.type));
+        auto r =
+            std::find_if(roles.begin(), roles.end(), [&](const role& c) { return c.name == key; });
+        if (r == roles.end()) {
+            const bool block = w.type != model::ggml_type::f32 && w.type != model::ggml_type::f16 &&
+                               w.type != model::ggml_type::bf16;
+            // The shapes a driver cannot build are not timed (the tuning's serves already).
+            const mat_fusion fusion = how == op::norm  ? mat_fusion::norm
+                                      : how == op::glu ? mat_fusion::glu
+                                                       : mat_fusion::none;
+            std::vector<mat_vec_shape> shapes;
+            for (mat_vec_shape sh :
+                 mat_vec_shape_candidates(tu, block, info.max_shared_memory_bytes)) {
+                status built = prepare_mul_mat_vec_shape(*_pipes, w, fusion, sh);
+                if (built || sh.tuned()) {
+                    shapes.push_back(sh);
+                } else {
+                    logger()->info("runner: {} mul_mat_vec shape {}x{} not timed: {}", key,
+                                   sh.split, sh.unroll, built.err().message);
+                }
+            }
+            roles.push_back({key, block, std::move(shapes)});
+            r = roles.end() - 1;
+        }
+        jobs.push_back({&w, how, in, out, norm, static_cast<std::size_t>(r - roles.begin())});
+    };
+    for (layer_weights& l : _layers) {
+        add(l.qkv, "q|k|v", op::norm, x, q, &l.attn_norm);
+        add(l.wq, "q", op::plain, xn, q);
+        add(l.wk, "k", op::plain, xn, k);
+        add(l.wv, "v", op::plain, xn, v);
+        add(l.wo, "o", op::accumulate, att, x);
+        add(l.gate_up, "gate|up", op::glu, x, gate, &l.ffn_norm);
+        add(l.gate, "gate", op::plain, xn, gate);
+        add(l.up, "up", op::plain, xn, up);
+        add(l.down, "down", op::accumulate, hid, x);
+    }
+    add(_output, "output", op::plain, {whole(_final), 0, _embd_stride},
+        {logits_view(), 0, _hp.n_vocab});
+    std::size_t shapes_max = 0, dispatches = 0;
+    for (const role& r : roles) shapes_max = std::max(shapes_max, r.shapes.size());
+    // (+2: an unfused norm and SwiGLU, where a weight of several chunks cannot fuse them)
+    for (const job& j : jobs) dispatches += j.w->chunks.size() + 2;
+    auto str = stream::create(*_dev, *_pipes, {static_cast<std::uint32_t>(dispatches), true});
+    if (!str) return str.err();
+    stream& s = **str;
+    for (int rep = 0; rep < 3; ++rep) {
+        for (std::size_t shape = 0; shape < shapes_max; ++shape) {
+            ORDO_TRY(s.begin("mul_mat_vec shapes"));
+            for (job& j : jobs) {
+                j.first = j.last = s.dispatches();
+                const role& r = roles[j.role];
+                if (shape >= r.shapes.size()) continue;
+                j.w->vec_shape = r.shapes[shape];
+                const norm_input in{x, j.norm ? whole(*j.norm) : buffer_view{}, embd, _hp.rms_eps,
+                                    xn};
+                status e = j.how == op::norm ? encode_norm_mul_mat(s, *j.w, in, j.y, 1)
+                           : j.how == op::glu
+                               ? encode_norm_glu(s, *j.w, in, j.y, hid, _hp.n_ff, 1)
+                               : encode_mul_mat(s, *j.w, j.x, j.y, 1, j.how == op::accumulate);
+                if (!e) {
+                    s.discard();
+                    return e;
+                }
+                j.last = s.dispatches();
+            }
+            ORDO_TRY(s.run(_options.warmup_ms_max));
+            const std::vector<dispatch_timing>& t = s.timings();
+            std::vector<double> ms(roles.size(), 0.0);
+            for (const job& j : jobs) {
+                for (std::uint32_t d = j.first; d < j.last && d < t.size(); ++d) {
+                    ms[j.role] += t[d].ms;
+                }
+            }
+            for (std::size_t i = 0; i < roles.size(); ++i) {
+                role& r = roles[i];
+                if (shape >= r.shapes.size()) continue;
+                if (r.ms.size() <= shape) r.ms.push_back(ms[i]);
+                r.ms[shape] = std::min(r.ms[shape], ms[i]);
+            }
+        }
+    }
+    // Per role: the fastest shape (the tuning's on a tie), for every weight of the role.
+    std::string seen;
+    for (std::size_t i = 0; i < roles.size(); ++i) {
+        const role& r = roles[i];
+        std::size_t best = 0;
+        for (std::size_t c = 1; c < r.ms.size(); ++c) {
+            if (r.ms[c] < r.ms[best]) best = c;
+        }
+        for (const job& j : jobs) {
+            if (j.role == i) j.w->vec_shape = r.shapes[best];
+        }
+        seen += (seen.empty() ? "" : "; ") + r.name + ":";
+        for (std::size_t c = 0; c < r.ms.size(); ++c) {
+            const mat_vec_shape& sh = r.shapes[c];
+            const pipeline_tuning own = with_mat_vec_shape(tu, sh);
+            char line[48];
+            std::snprintf(line, sizeof line, " %ux%u %.3f%s", mat_vec_helpers(own, 1),
+                          r.block_units ? own.mat_vec_block_unroll : own.mat_vec_unroll, r.ms[c],
+                          c == best ? "*" : "");
+            seen += line;
+        }
+    }
+    _mat_vec_shapes = seen;
+    logger()->info(
+        "runner: mul_mat_vec shapes at one token (measured, lanes a group x units a lane, ms a "
+        "pass over the layers, * serves): {}",
+        seen);
     return {};
 }
 

@@ -175,6 +175,18 @@ struct runner_options {
     // measured at warm-up wherever the storage family runs mul_mat_vec (GPUs: both kernels
     // timed on the model's own FFN matrices at 2..16 tokens), else kernels.hpp's 8.
     std::optional<std::uint32_t> mat_vec_tokens_max;
+    // Each weight's one-token mul_mat_vec shape (lanes per group, units a lane: mat_vec_shape):
+    // unset = measured at warm-up where the storage family runs mul_mat_vec on a GPU with
+    // timestamps (choose_mat_vec_shapes); true = measured wherever mul_mat_vec runs and the
+    // device has timestamps (tests on lavapipe); false = the tuning's shape for every weight
+    // (ordo-bench --mmv-shapes off). The same bits in every shape.
+    std::optional<bool> mat_vec_shapes;
+    // The invariant tiled mul_mat's layout by token count (mat_tiled_layout: swizzled tiles, K
+    // step, token tiles first, staging by rows): unset = measured at warm-up where the storage
+    // family's tiled kernel serves on a GPU with timestamps (choose_mat_tiled_layouts); true =
+    // measured wherever it serves and the device has timestamps (tests on lavapipe); false =
+    // the tuning's layout at every count (ordo-bench --mm-layouts off). The same bits in each.
+    std::optional<bool> mat_tiled_layouts;
     // Under batch_invariant false on a device with cooperative matrices: the token count from
     // which the tiled steps run the large tile (pipeline_tuning::mat_coop_large; 0: never).
     // Unset = measured at warm-up (the wide and the large tile timed on the model's own FFN
@@ -303,6 +315,14 @@ public:
     // What the cooperative-matrix kernel's check at build measured on a matrix of each weight
     // type ("0.q|k|v (q4_k): 16 tokens 1.1e-03/1.1e-03 ..."); empty where it did not run.
     const std::string& mat_coop_check() const { return _mat_coop_check; }
+    // What choose_mat_vec_shapes measured, per role and type (ms of one pass over the layers'
+    // weights in each shape, lanes x units; '*' the one that serves): "down q4_k: 1x4 0.21*
+    // 2x4 0.25 ..."; empty where it did not run.
+    const std::string& mat_vec_shapes() const { return _mat_vec_shapes; }
+    // What choose_mat_tiled_layouts measured (ms of layer 0's FFN mat-muls in each layout at each
+    // token count; '*' the one that serves there): "16: s t k32 0.31* t k32 0.35 ...; 64: ...";
+    // empty where it did not run.
+    const std::string& mat_tiled_layouts() const { return _mat_tiled_layouts; }
 
     // KV staging for the kv persistence actor. Byte layout of `dst`/`src`: for each block id in
     // order, for each layer 0..n_layer-1: the block's K bytes, then its V bytes; each is the
@@ -388,6 +408,8 @@ private:
     status init_mat_split();
     status choose_mat_vec_crossover();
     status choose_mat_coop_tile();
+    status choose_mat_vec_shapes();
+    status choose_mat_tiled_layouts();
     result<std::unique_ptr<stream>> timing_stream() const;
     status check_mat_coop();
     status fall_back_to_invariant_kernels(std::string_view what, const error& why);
@@ -450,6 +472,8 @@ private:
     std::unique_ptr<stream> _stream;
     // Layers per segment (flush_every_layers(); set by init_stream).
     std::string _mat_coop_check;
+    std::string _mat_vec_shapes;
+    std::string _mat_tiled_layouts;
     std::uint32_t _flush_every = 0;
     std::uint32_t _first_segment = 0;  // first_segment_layers(), at most _flush_every
     std::unique_ptr<arena> _arena;

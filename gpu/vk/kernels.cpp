@@ -184,6 +184,37 @@ status prepare_mul_mat_coop(const pipelines& pipes, const weight_tensor& w) {
     return {};
 }
 
+namespace {
+
+// The fused mul_mat_vec kernel's f32 id for `fusion` (pipeline_id::count: none).
+pipeline_id fused_mat_vec(mat_fusion fusion) {
+    return fusion == mat_fusion::norm  ? pipeline_id::mul_mat_vec_norm_f32
+           : fusion == mat_fusion::glu ? pipeline_id::mul_mat_vec_glu_f32
+                                       : pipeline_id::count;
+}
+
+}  // namespace
+
+status prepare_mul_mat_vec_shape(const pipelines& pipes, const weight_tensor& w, mat_fusion fusion,
+                                 mat_vec_shape shape) {
+    auto pl = pipes.for_cols(pick(pipeline_id::mul_mat_vec_f32, w.type), 1, shape);
+    if (!pl) return pl.err();
+    if (fused_mat_vec(fusion) == pipeline_id::count) return {};
+    pl = pipes.for_cols(pick(fused_mat_vec(fusion), w.type), 1, shape);
+    if (!pl) return pl.err();
+    return {};
+}
+
+status prepare_mul_mat_tiled_layout(const pipelines& pipes, const weight_tensor& w,
+                                    const mat_tiled_layout& layout) {
+    for (std::uint32_t groups : {mat_tiled_groups_wide, mat_tiled_groups_narrow}) {
+        if (groups == mat_tiled_groups_narrow && !pipes.tuning().mat_tiled_narrow) continue;
+        auto pl = pipes.for_token_groups(pick(pipeline_id::mul_mat_f32, w.type), groups, &layout);
+        if (!pl) return pl.err();
+    }
+    return {};
+}
+
 status prepare_mul_mat(const pipelines& pipes, const weight_tensor& w, mat_fusion fusion) {
     const pipeline_tuning& tu = pipes.tuning();
     if (!tu.prefer_texel_kernels) {
@@ -201,9 +232,7 @@ status prepare_mul_mat(const pipelines& pipes, const weight_tensor& w, mat_fusio
         }
         ORDO_TRY(prepare_mul_mat_coop(pipes, w));
         // mul_mat_vec: one variant per token count it serves, and its fused variant's.
-        pipeline_id fused = fusion == mat_fusion::norm  ? pipeline_id::mul_mat_vec_norm_f32
-                            : fusion == mat_fusion::glu ? pipeline_id::mul_mat_vec_glu_f32
-                                                        : pipeline_id::count;
+        const pipeline_id fused = fused_mat_vec(fusion);
         for (std::uint32_t cols = 1; !rows && cols <= mat_vec_tokens_max; ++cols) {
             auto pl = pipes.for_cols(pick(pipeline_id::mul_mat_vec_f32, w.type), cols);
             if (!pl) return pl.err();
@@ -369,14 +398,18 @@ status dispatch_storage(stream& s, const weight_tensor& w, const rows_view& x, c
                           : coop ? tiled_kernel(tuning)
                                  : pipeline_id::mul_mat_f32,
                           w.type);
-    // mul_mat_vec: the variant for this many tokens per pass (ORDO_MMV_COLS at most); the
-    // tiled kernels: the tile that pads this many tokens least.
+    // mul_mat_vec: the variant for this many tokens per pass (ORDO_MMV_COLS at most), at one
+    // token in the weight's own shape (runner::choose_mat_vec_shapes); the tiled kernels: the
+    // tile that pads this many tokens least, the invariant one in the stream's layout for this
+    // many tokens (runner::choose_mat_tiled_layouts).
     const std::uint32_t groups =
         coop ? mat_coop_groups_for(tuning, n_tokens, s.mat_coop_large_from())
              : mat_tiled_groups_for(tuning, n_tokens);
-    auto found = vec    ? s.pipes().for_cols(id, std::min(n_tokens, abi::ORDO_MMV_COLS))
-                 : rows ? s.pipes().find(id)
-                        : s.pipes().for_token_groups(id, groups);
+    auto found = vec    ? s.pipes().for_cols(id, std::min(n_tokens, abi::ORDO_MMV_COLS),
+                                          n_tokens == 1 ? w.vec_shape : mat_vec_shape{})
+                    : rows ? s.pipes().find(id)
+                        : s.pipes().for_token_groups(
+                              id, groups, coop ? nullptr : s.mat_tiled_layout_for(n_tokens));
     if (!found) return found.err();
     const pipeline& pl = **found;
     const device_info& info = s.dev().info();

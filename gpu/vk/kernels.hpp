@@ -112,6 +112,14 @@ result<const pipeline*> mul_mat_tx_tile(const pipelines& pipes, pipeline_id id, 
 status prepare_mul_mat_coop(const pipelines& pipes, const weight_tensor& w);
 status prepare_mul_mat(const pipelines& pipes, const weight_tensor& w,
                        mat_fusion fusion = mat_fusion::none);
+// The one-token mul_mat_vec of `w`'s type in `shape` (pipelines::for_cols), and its fused
+// variant where `fusion` asks: what w.vec_shape = shape will run.
+status prepare_mul_mat_vec_shape(const pipelines& pipes, const weight_tensor& w, mat_fusion fusion,
+                                 mat_vec_shape shape);
+// The invariant tiled mul_mat of `w`'s type in `layout` (its wide tile, and its narrow one where
+// the tuning runs it): what a stream whose layouts include it will run (set_mat_tiled_layouts).
+status prepare_mul_mat_tiled_layout(const pipelines& pipes, const weight_tensor& w,
+                                    const mat_tiled_layout& layout);
 
 // The same for encode_get_rows on `table` (the token embedding).
 status prepare_get_rows(const pipelines& pipes, const weight_tensor& table);

@@ -127,6 +127,113 @@ std::uint64_t mat_vec_shared_bytes(const pipeline_tuning& t, std::uint32_t cols_
     return most;
 }
 
+namespace {
+
+// mul_mat_vec's part of a tuning's validity, with its staging at up to `cols` tokens a pass
+// (one: the least every variant needs) within `shared` bytes.
+bool mat_vec_tuning_valid(const pipeline_tuning& t, std::uint64_t shared, std::uint32_t cols = 1) {
+    auto lanes_per_group = [](std::uint32_t v) { return v == 1 || v == 2 || v == 4 || v == 8; };
+    return t.mat_vec_wg != 0 && t.mat_vec_rows != 0 && lanes_per_group(t.mat_vec_split) &&
+           t.mat_vec_unroll != 0 && t.mat_vec_unroll <= 8 && t.mat_vec_block_unroll != 0 &&
+           t.mat_vec_block_unroll <= 8 && t.mat_vec_unroll % t.mat_vec_split == 0 &&
+           t.mat_vec_block_unroll % t.mat_vec_split == 0 &&
+           t.mat_vec_wg % (abi::ORDO_MAT_GROUPS * t.mat_vec_split) == 0 &&
+           mat_vec_shared_bytes(t, cols) <= shared;
+}
+
+}  // namespace
+
+pipeline_tuning with_mat_vec_shape(const pipeline_tuning& t, mat_vec_shape s) {
+    pipeline_tuning r = t;
+    if (s.split != 0) {
+        r.mat_vec_split = s.split;
+        r.mat_vec_split_cols = 1;
+    }
+    if (s.unroll != 0) {
+        r.mat_vec_unroll = s.unroll;
+        r.mat_vec_block_unroll = s.unroll;
+    }
+    return r;
+}
+
+status check_mat_vec_shape(const pipeline_tuning& t, mat_vec_shape s, std::uint64_t shared) {
+    if (mat_vec_tuning_valid(with_mat_vec_shape(t, s), shared)) return {};
+    return gpu_error(gpu_failure::bad_config,
+                     "mul_mat_vec shape " + std::to_string(s.split) + " lanes a group x " +
+                         std::to_string(s.unroll) + " units a lane: needs 1, 2, 4 or 8 lanes " +
+                         "dividing an unroll of at most 8, " + std::to_string(t.mat_vec_wg) +
+                         " lanes a multiple of 8 x the split, and its staging within " +
+                         std::to_string(shared) + " bytes");
+}
+
+std::vector<mat_vec_shape> mat_vec_shape_candidates(const pipeline_tuning& t, bool block_units,
+                                                    std::uint64_t shared) {
+    const mat_vec_shape own{mat_vec_helpers(t, 1),
+                            block_units ? t.mat_vec_block_unroll : t.mat_vec_unroll};
+    std::vector<mat_vec_shape> out{mat_vec_shape{}};
+    for (const mat_vec_shape& s : mat_vec_shapes_tried) {
+        if (s != own && check_mat_vec_shape(t, s, shared)) out.push_back(s);
+    }
+    return out;
+}
+
+std::string mat_tiled_layout::name() const {
+    return std::string(swizzle ? "s " : "") + (tokens_first ? "t " : "") +
+           (row_staging ? "r " : "") + "k" + std::to_string(k_step);
+}
+
+mat_tiled_layout mat_tiled_layout_of(const pipeline_tuning& t) {
+    return {t.mat_tiled_swizzle, t.mat_tiled_k_step, t.mat_tiled_tokens_first,
+            t.mat_tiled_row_staging};
+}
+
+pipeline_tuning with_mat_tiled_layout(const pipeline_tuning& t, const mat_tiled_layout& l) {
+    pipeline_tuning r = t;
+    r.mat_tiled_swizzle = l.swizzle;
+    r.mat_tiled_k_step = l.k_step;
+    r.mat_tiled_tokens_first = l.tokens_first;
+    r.mat_tiled_row_staging = l.row_staging;
+    return r;
+}
+
+status check_mat_tiled_layout(const pipeline_tuning& t, const mat_tiled_layout& l,
+                              std::uint64_t shared) {
+    const std::uint64_t bytes = mat_tiled_shared_bytes(with_mat_tiled_layout(t, l));
+    if ((l.k_step == 32 || l.k_step == 64) && bytes <= shared) return {};
+    return gpu_error(gpu_failure::bad_config,
+                     "tiled mul_mat layout " + l.name() + ": needs a K step of 32 or 64 and its " +
+                         std::to_string(bytes) + " bytes of tiles within " +
+                         std::to_string(shared));
+}
+
+std::vector<mat_tiled_layout> mat_tiled_layout_candidates(const pipeline_tuning& t,
+                                                          std::uint64_t shared) {
+    const mat_tiled_layout own = mat_tiled_layout_of(t);
+    std::vector<mat_tiled_layout> out{own};
+    auto add = [&](mat_tiled_layout l) {
+        if (std::find(out.begin(), out.end(), l) == out.end() &&
+            check_mat_tiled_layout(t, l, shared)) {
+            out.push_back(l);
+        }
+    };
+    mat_tiled_layout l = own;
+    l.swizzle = !own.swizzle;
+    add(l);
+    l = own;
+    l.tokens_first = !own.tokens_first;
+    add(l);
+    l = own;
+    l.k_step = own.k_step == 32 ? 64 : 32;
+    add(l);
+    for (std::uint32_t k : {32u, 64u}) {
+        l = own;
+        l.row_staging = !own.row_staging;
+        l.k_step = k;
+        add(l);
+    }
+    return out;
+}
+
 std::uint32_t mat_vec_cols_max(const pipeline_tuning& t, std::uint64_t shared) {
     std::uint32_t cols = abi::ORDO_MMV_COLS;
     while (cols > 0 && mat_vec_shared_bytes(t, cols) > shared) --cols;
@@ -269,17 +376,8 @@ result<std::unique_ptr<pipelines>> pipelines::create(const device& dev,
     p->_mat_vec_cols = mat_vec_cols_max(tuning, dev.info().max_shared_memory_bytes);
     p->_cache = cache;
     bool pow2 = tuning.norm_wg != 0 && (tuning.norm_wg & (tuning.norm_wg - 1)) == 0;
-    std::uint64_t mat_vec_shared = mat_vec_shared_bytes(tuning, 1);
-    if (!pow2 || tuning.elementwise_wg == 0 || tuning.mat_vec_wg == 0 ||
-        tuning.mat_vec_wg % abi::ORDO_MAT_GROUPS != 0 ||
-        (tuning.mat_vec_split != 1 && tuning.mat_vec_split != 2 && tuning.mat_vec_split != 4 &&
-         tuning.mat_vec_split != 8) ||
-        tuning.mat_vec_unroll % tuning.mat_vec_split != 0 ||
-        tuning.mat_vec_block_unroll % tuning.mat_vec_split != 0 ||
-        tuning.mat_vec_wg % (abi::ORDO_MAT_GROUPS * tuning.mat_vec_split) != 0 ||
-        mat_vec_shared > dev.info().max_shared_memory_bytes || tuning.mat_vec_rows == 0 ||
-        tuning.mat_vec_unroll == 0 || tuning.mat_vec_unroll > 8 ||
-        tuning.mat_vec_block_unroll == 0 || tuning.mat_vec_block_unroll > 8 ||
+    if (!pow2 || tuning.elementwise_wg == 0 ||
+        !mat_vec_tuning_valid(tuning, dev.info().max_shared_memory_bytes) ||
         tuning.attention_wg == 0 || tuning.mat_rows_wg == 0 || tuning.mat_tx_tile_wg == 0 ||
         tuning.mat_tx1_wg == 0 || tuning.attention_tx_wg == 0 ||
         std::max({tuning.elementwise_wg, tuning.norm_wg, tuning.mat_vec_wg, tuning.attention_wg,
@@ -360,10 +458,22 @@ result<const pipeline*> pipelines::for_k(pipeline_id id, std::uint32_t k) const 
     return variant(id, k, abi::ORDO_TX_TILE_ROWS);
 }
 
-result<const pipeline*> pipelines::for_cols(pipeline_id id, std::uint32_t cols) const {
-    if (props_of(id).made != made_when::cols || cols == 0 || cols > abi::ORDO_MMV_COLS) {
+result<const pipeline*> pipelines::for_cols(pipeline_id id, std::uint32_t cols,
+                                            mat_vec_shape shape) const {
+    if (props_of(id).made != made_when::cols || cols == 0 || cols > abi::ORDO_MMV_COLS ||
+        (!shape.tuned() && cols != 1)) {
         return gpu_error(gpu_failure::bad_config, std::string(pipeline_name(id)) + ": no " +
-                                                      std::to_string(cols) + "-token variant");
+                                                      std::to_string(cols) + "-token variant" +
+                                                      (shape.tuned() ? "" : " of another shape"));
+    }
+    if (!shape.tuned()) {
+        ORDO_TRY(check_mat_vec_shape(_tuning, shape, _device.info().max_shared_memory_bytes));
+        const pipeline_tuning t = with_mat_vec_shape(_tuning, shape);
+        return variant(id, 1, abi::ORDO_TX_TILE_ROWS, mat_tiled_groups_wide,
+                       {shape.key(), &t,
+                        std::to_string(mat_vec_helpers(t, 1)) + " x " +
+                            std::to_string(mat_vec_block_units(id) ? t.mat_vec_block_unroll
+                                                                   : t.mat_vec_unroll)});
     }
     // Past what the device's shared memory stages: the widest variant that fits, in passes.
     return variant(id, std::min(cols, _mat_vec_cols), abi::ORDO_TX_TILE_ROWS);
@@ -379,7 +489,8 @@ result<const pipeline*> pipelines::for_tile(pipeline_id id, std::uint32_t wg_row
     return variant(id, 0, wg_rows);
 }
 
-result<const pipeline*> pipelines::for_token_groups(pipeline_id id, std::uint32_t groups) const {
+result<const pipeline*> pipelines::for_token_groups(pipeline_id id, std::uint32_t groups,
+                                                    const mat_tiled_layout* layout) const {
     wg_class wg = props_of(id).wg;
     const bool large = wg == wg_class::mat_coop && groups == mat_coop_groups_large;
     if ((wg != wg_class::mat_tiled && wg != wg_class::mat_coop) ||
@@ -388,17 +499,24 @@ result<const pipeline*> pipelines::for_token_groups(pipeline_id id, std::uint32_
                                                       std::to_string(groups) +
                                                       "-token-group variant");
     }
+    if (layout != nullptr && wg == wg_class::mat_tiled && *layout != mat_tiled_layout_of(_tuning)) {
+        ORDO_TRY(check_mat_tiled_layout(_tuning, *layout, _device.info().max_shared_memory_bytes));
+        const pipeline_tuning t = with_mat_tiled_layout(_tuning, *layout);
+        return variant(id, 0, abi::ORDO_TX_TILE_ROWS, groups,
+                       {layout->key(), &t, "layout " + layout->name()});
+    }
     return variant(id, 0, abi::ORDO_TX_TILE_ROWS, groups);
 }
 
 result<const pipeline*> pipelines::variant(pipeline_id id, std::uint32_t k, std::uint32_t wg_rows,
-                                           std::uint32_t token_groups) const {
+                                           std::uint32_t token_groups,
+                                           const pipeline_form& form) const {
     std::lock_guard lock(_variants_mutex);
-    auto key = std::make_tuple(id, k, wg_rows, token_groups);
+    auto key = std::make_tuple(id, k, wg_rows, token_groups, form.key);
     auto it = _variants.find(key);
     if (it != _variants.end()) return it->second.get();
     auto pl = std::make_unique<pipeline>();
-    status s = build(*pl, id, k, wg_rows, token_groups);
+    status s = build(*pl, id, k, wg_rows, token_groups, form);
     if (!s) {
         destroy(*pl);
         return s.err();
@@ -407,7 +525,8 @@ result<const pipeline*> pipelines::variant(pipeline_id id, std::uint32_t k, std:
 }
 
 status pipelines::build(pipeline& pl, pipeline_id id, std::uint32_t k, std::uint32_t wg_rows,
-                        std::uint32_t token_groups) const {
+                        std::uint32_t token_groups, const pipeline_form& form) const {
+    const pipeline_tuning& tu = form.tuning != nullptr ? *form.tuning : _tuning;
     VkDevice d = _device.handle();
     const pipeline_source& src = source_of(id);
     const std::uint32_t bindings = src.bindings;
@@ -434,9 +553,9 @@ status pipelines::build(pipeline& pl, pipeline_id id, std::uint32_t k, std::uint
     pl.bindings = bindings;
     pl.push_bytes = src.push_bytes;
     pl.k = k;
-    pl.workgroup_size = wg_for(id, _tuning);
+    pl.workgroup_size = wg_for(id, tu);
     const bool mat_vec = props.made == made_when::cols;
-    pl.rows_per_workgroup = mat_vec ? _tuning.mat_vec_rows : 1;
+    pl.rows_per_workgroup = mat_vec ? tu.mat_vec_rows : 1;
     pl.texel_bindings = props.texel_bindings;
     std::string_view name = pipeline_name(id);
     std::string what = "pipeline " + std::string(pipeline_name(id));
@@ -446,6 +565,7 @@ status pipelines::build(pipeline& pl, pipeline_id id, std::uint32_t k, std::uint
     if (token_groups != mat_tiled_groups_wide) {
         what += " (" + std::to_string(token_groups) + " token groups)";
     }
+    if (!form.name.empty()) what += " (" + form.name + ")";
 
     VkDescriptorSetLayoutBinding b[8]{};
     ORDO_GPU_CHECK(bindings <= 8, "binding count");
@@ -485,25 +605,25 @@ status pipelines::build(pipeline& pl, pipeline_id id, std::uint32_t k, std::uint
     // Constant 3: mul_mat_tx tx4/txm rows per lane (wg_rows rows per workgroup).
     // mul_mat_vec: constant 3 is its unroll (the block types': mat_vec_block_unroll).
     pl.tile_rows = !mat_vec                  ? tx_rows_per_lane(pl.workgroup_size, wg_rows)
-                   : mat_vec_block_units(id) ? _tuning.mat_vec_block_unroll
-                                             : _tuning.mat_vec_unroll;
+                   : mat_vec_block_units(id) ? tu.mat_vec_block_unroll
+                                             : tu.mat_vec_unroll;
     // Constant 4: mul_mat_vec's lanes per group for this token count (k).
-    pl.helpers = mat_vec ? mat_vec_helpers(_tuning, k) : 1;
+    pl.helpers = mat_vec ? mat_vec_helpers(tu, k) : 1;
     // Constants 5 and 6: the tiled mul_mat's outputs per lane (rows, tokens); 7-10 its layout
     // (swizzled tiles, K step, token tiles first, staging by rows), 11 its token groups; 12-14
     // mul_mat_cm's tile (the wide or the narrow one, by token groups).
-    const mat_coop_shape& coop = mat_coop_tile(_tuning, token_groups);
+    const mat_coop_shape& coop = mat_coop_tile(tu, token_groups);
     std::uint32_t spec_values[15] = {pl.workgroup_size,
                                      pl.rows_per_workgroup,
                                      k,
                                      pl.tile_rows,
                                      pl.helpers,
-                                     _tuning.mat_tiled_rows_per_lane,
-                                     _tuning.mat_tiled_tokens_per_lane,
-                                     _tuning.mat_tiled_swizzle ? 1u : 0u,
-                                     _tuning.mat_tiled_k_step,
-                                     _tuning.mat_tiled_tokens_first ? 1u : 0u,
-                                     _tuning.mat_tiled_row_staging ? 1u : 0u,
+                                     tu.mat_tiled_rows_per_lane,
+                                     tu.mat_tiled_tokens_per_lane,
+                                     tu.mat_tiled_swizzle ? 1u : 0u,
+                                     tu.mat_tiled_k_step,
+                                     tu.mat_tiled_tokens_first ? 1u : 0u,
+                                     tu.mat_tiled_row_staging ? 1u : 0u,
                                      pl.token_groups,
                                      coop.sg_rows,
                                      coop.frag_rows,

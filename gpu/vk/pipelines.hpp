@@ -14,9 +14,11 @@
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <vector>
 
 #include "actors/runtime/result.hpp"
 #include "gpu/vk/device.hpp"
+#include "gpu/vk/mat_vec_shape.hpp"
 #include "gpu/vk/pipeline_table.hpp"
 #include "gpu/vk/shaders/abi.h"
 
@@ -256,6 +258,38 @@ struct pipeline_tuning {
 
 pipeline_tuning tuning_for(const device_info& info);
 
+// How the invariant tiled mul_mat lays out its shared tiles and grid (pipeline_tuning::
+// mat_tiled_swizzle, _k_step, _tokens_first and _row_staging: constants 7-10). No bit depends
+// on it, and which is fastest depends on the device and the step's token count, so the runner
+// times them at warm-up (runner::choose_mat_tiled_layouts) and the stream runs each step in the
+// one measured for its token count (stream::set_mat_tiled_layouts).
+struct mat_tiled_layout {
+    bool swizzle = false;
+    std::uint32_t k_step = 32;
+    bool tokens_first = false;
+    bool row_staging = false;
+
+    // One nonzero number per layout (the pipelines' variant key).
+    std::uint32_t key() const {
+        return 1u << 31 | k_step << 3 | (row_staging ? 4u : 0u) | (tokens_first ? 2u : 0u) |
+               (swizzle ? 1u : 0u);
+    }
+    // "s t r k32": swizzled tiles, token tiles first, staging by rows (each only when on), K step.
+    std::string name() const;
+    friend bool operator==(const mat_tiled_layout&, const mat_tiled_layout&) = default;
+};
+mat_tiled_layout mat_tiled_layout_of(const pipeline_tuning& t);
+pipeline_tuning with_mat_tiled_layout(const pipeline_tuning& t, const mat_tiled_layout& l);
+// Whether the tiled mul_mat runs in layout `l` under `t` on a device with `shared` bytes of
+// shared memory (a K step of 32 or 64, its tiles within `shared`). Error (gpu_bad_config)
+// naming it and its bytes.
+status check_mat_tiled_layout(const pipeline_tuning& t, const mat_tiled_layout& l,
+                              std::uint64_t shared);
+// The layouts the runner times at warm-up: the tuning's first, then each of its knobs turned,
+// staging by rows (K 32 and 64), those check_mat_tiled_layout passes, none twice.
+std::vector<mat_tiled_layout> mat_tiled_layout_candidates(const pipeline_tuning& t,
+                                                          std::uint64_t shared);
+
 // The shared memory mul_mat_vec's widest variant for up to `cols` tokens per pass takes under
 // `t` (pipelines::create refuses a tuning whose 1-token variant would not fit the device).
 std::uint64_t mat_vec_shared_bytes(const pipeline_tuning& t,
@@ -266,6 +300,25 @@ std::uint64_t mat_vec_shared_bytes(const pipeline_tuning& t,
 std::uint32_t mat_vec_cols_max(const pipeline_tuning& t, std::uint64_t shared);
 // mul_mat_vec's lanes per group at `cols` tokens under `t`.
 std::uint32_t mat_vec_helpers(const pipeline_tuning& t, std::uint32_t cols);
+// `t` with mul_mat_vec's one-token shape `s` (its zero fields: t's own): the tuning that
+// shape's variant is built under (pipelines::for_cols).
+pipeline_tuning with_mat_vec_shape(const pipeline_tuning& t, mat_vec_shape s);
+// Whether mul_mat_vec runs in shape `s` at one token under `t` on a device with `shared` bytes
+// of shared memory: split 1, 2, 4 or 8 dividing an unroll of at most 8, the workgroup a
+// multiple of 8 x split lanes, its staging within `shared`. Error (gpu_bad_config) naming it.
+status check_mat_vec_shape(const pipeline_tuning& t, mat_vec_shape s, std::uint64_t shared);
+// The shapes the runner times for a weight at warm-up (runner::choose_mat_vec_shapes): the
+// tuning's own first (mat_vec_shape{}), then those of mat_vec_shapes_tried that differ from it
+// and pass check_mat_vec_shape. `block_units`: the weight is a 32-element block type (whose
+// unroll is mat_vec_block_unroll), else F32, F16 or BF16.
+std::vector<mat_vec_shape> mat_vec_shape_candidates(const pipeline_tuning& t, bool block_units,
+                                                    std::uint64_t shared);
+// (split, unroll) pairs timed at warm-up: 2-8 units of a group loaded a step (a row's loads in
+// flight grow with the unroll, whatever the split), spread over 1-8 lanes (on an H200 the 2048-row
+// F16 matrices read 0.5-0.8 TB/s on 8 lanes a row, and 20-30% faster on 32: gpu/PERF.md sessions 13
+// and 15; the best shape depends on the matrix, the type and the card).
+inline constexpr mat_vec_shape mat_vec_shapes_tried[] = {{1, 2}, {2, 2}, {1, 4}, {2, 4}, {4, 4},
+                                                         {1, 8}, {2, 8}, {4, 8}, {8, 8}};
 
 // The tiled mul_mat's token groups: the wide tile's and the narrow one's (mul_mat.comp TG).
 inline constexpr std::uint32_t mat_tiled_groups_wide = 8;
@@ -334,6 +387,16 @@ std::uint64_t mat_split_scratch_floats(const pipeline_tuning& t, std::uint64_t r
 // pipeline cache file (pipeline_cache.hpp) is valid only for the build that wrote it.
 std::uint64_t shader_build_id();
 
+// What a variant is built as beyond its id, K, tile rows and token groups: another
+// mul_mat_vec shape or tiled layout than the tuning's (for_cols, for_token_groups): its
+// key among the variants (0: the tuning's own), the tuning it is built under (nullptr: the
+// pipelines'), and its name in messages.
+struct pipeline_form {
+    std::uint32_t key = 0;
+    const pipeline_tuning* tuning = nullptr;
+    std::string name;
+};
+
 class pipelines {
 public:
     // `cache`: the VkPipelineCache every pipeline is created through (pipeline_cache.hpp), or
@@ -371,8 +434,10 @@ public:
     // The mul_mat_vec_* pipeline specialized on `cols` tokens per pass over the weights
     // (specialization constant 2, 1..ORDO_MMV_COLS): its accumulators and loops are sized by
     // it, so a one-token decode carries no unused token slots. Built on first request and kept,
-    // like for_k (the runner asks at load). Other ids or counts: an error.
-    result<const pipeline*> for_cols(pipeline_id id, std::uint32_t cols) const;
+    // like for_k (the runner asks at load). Other ids or counts: an error. `shape` (one token
+    // only): the variant of that shape (check_mat_vec_shape), the tuning's when tuned().
+    result<const pipeline*> for_cols(pipeline_id id, std::uint32_t cols,
+                                     mat_vec_shape shape = {}) const;
 
     // The tx4/txm (mul_mat_tx4_*, mul_mat_txm_*) pipeline whose workgroups cover about
     // `wg_rows` weight rows (ORDO_TX_TILE_ROWS or ORDO_TX_TILE_ROWS_NARROW), built on first
@@ -384,14 +449,19 @@ public:
     // mat_tiled_groups_narrow, and mat_coop_groups_large for mul_mat_cm/cme: built on first
     // request and kept, like for_k). Other ids or
     // groups: an error.
-    result<const pipeline*> for_token_groups(pipeline_id id, std::uint32_t groups) const;
+    // `layout` (the invariant tiled kernel's ids only; nullptr: the tuning's): the variant in
+    // that layout (check_mat_tiled_layout).
+    result<const pipeline*> for_token_groups(pipeline_id id, std::uint32_t groups,
+                                             const mat_tiled_layout* layout = nullptr) const;
 
 private:
     explicit pipelines(const device& dev) : _device(dev) {}
     status build(pipeline& pl, pipeline_id id, std::uint32_t k, std::uint32_t wg_rows,
-                 std::uint32_t token_groups = mat_tiled_groups_wide) const;
+                 std::uint32_t token_groups = mat_tiled_groups_wide,
+                 const pipeline_form& form = {}) const;
     result<const pipeline*> variant(pipeline_id id, std::uint32_t k, std::uint32_t wg_rows,
-                                    std::uint32_t token_groups = mat_tiled_groups_wide) const;
+                                    std::uint32_t token_groups = mat_tiled_groups_wide,
+                                    const pipeline_form& form = {}) const;
     void destroy(pipeline& pl) const;
 
     const device& _device;
@@ -400,10 +470,11 @@ private:
     VkPipelineCache _cache = VK_NULL_HANDLE;
     std::array<pipeline, pipeline_count> _all{};  // create()'s; weight-typed entries stay empty
     // Pipelines built on request (find, for_k, for_tile, for_cols, for_token_groups), keyed by
-    // (id, K, tile rows, token groups).
+    // (id, K, tile rows, token groups, form: a mul_mat_vec shape or a tiled layout).
     mutable std::mutex _variants_mutex;
-    mutable std::map<std::tuple<pipeline_id, std::uint32_t, std::uint32_t, std::uint32_t>,
-                     std::unique_ptr<pipeline>>
+    mutable std::map<
+        std::tuple<pipeline_id, std::uint32_t, std::uint32_t, std::uint32_t, std::uint32_t>,
+        std::unique_ptr<pipeline>>
         _variants;
 };
 

@@ -39,6 +39,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "actors/runtime/result.hpp"
@@ -165,6 +166,24 @@ public:
     // measured at warm-up.
     void set_mat_coop_large_from(std::uint32_t n) { _mat_coop_large_from = n; }
     std::uint32_t mat_coop_large_from() const { return _mat_coop_large_from; }
+    // The invariant tiled mul_mat's layout by token count: (from tokens, layout) entries in
+    // increasing order, a step of n tokens running the last one from at most n; none (the
+    // default) or before the first: the tuning's. The runner sets what it measured at warm-up
+    // (runner::choose_mat_tiled_layouts). The same bits in every layout.
+    void set_mat_tiled_layouts(std::vector<std::pair<std::uint32_t, mat_tiled_layout>> v) {
+        _mat_tiled_layouts = std::move(v);
+    }
+    const std::vector<std::pair<std::uint32_t, mat_tiled_layout>>& mat_tiled_layouts() const {
+        return _mat_tiled_layouts;
+    }
+    // The layout a tiled step of `n_tokens` runs (nullptr: the tuning's).
+    const mat_tiled_layout* mat_tiled_layout_for(std::uint32_t n_tokens) const {
+        const mat_tiled_layout* l = nullptr;
+        for (const auto& [from, layout] : _mat_tiled_layouts) {
+            if (from <= n_tokens) l = &layout;
+        }
+        return l;
+    }
 
 private:
     stream(const device& dev, const pipelines& pipes, const stream_options& options)
@@ -239,6 +258,7 @@ private:
     buffer_view _mat_split_scratch;
     std::uint32_t _mat_vec_tokens_max = 0;
     std::uint32_t _mat_coop_large_from = 0;
+    std::vector<std::pair<std::uint32_t, mat_tiled_layout>> _mat_tiled_layouts;
     std::vector<kept> _kept;  // at most options.replay_segments
     std::uint64_t _uses = 0, _replayed = 0, _recorded = 0;
     // A logging segment that could not begin recording directly for a transfer: dispatches

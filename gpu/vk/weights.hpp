@@ -15,6 +15,7 @@
 
 #include "actors/runtime/result.hpp"
 #include "gpu/vk/device.hpp"
+#include "gpu/vk/mat_vec_shape.hpp"
 #include "gpu/vk/weight_layout.hpp"
 #include "model/ggml_types.hpp"
 
@@ -48,6 +49,9 @@ struct weight_tensor {
     std::uint32_t n_in = 0;   // ne0, elements per row
     std::uint32_t n_out = 0;  // ne1, rows
     std::vector<weight_chunk> chunks;
+    // The mul_mat_vec shape its one-token steps run: the tuning's unless the runner measured
+    // another faster on this weight at warm-up (runner::choose_mat_vec_shapes). Same bits.
+    mat_vec_shape vec_shape;
 };
 
 // The weight types the Vulkan kernels run (weight_layout.hpp: layout_known): every type the CPU

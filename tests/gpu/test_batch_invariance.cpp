@@ -26,14 +26,19 @@
 //     them), and that path gives a sequence the same logits as this device's default one
 //     (mul_mat_rows, separate norm and SwiGLU).
 // (d) the tiled kernel's tiles (4 or 8 rows by 4 or 8 tokens per lane) and the group split
-//     give the default tile's bits, and mul_mat_vec's shapes the tiled kernel's.
+//     give the default tile's bits, and mul_mat_vec's shapes the tiled kernel's; a runner whose
+//     weights run the one-token shapes it measured at warm-up gives the tuning's shape's bits,
+//     and so does one whose tiled steps run the layouts it measured (stream::
+//     set_mat_tiled_layouts: each layout at each token count gives the tuning's bits).
 // On the storage family a prompt run that fills a flash tile (8 tokens of the 2:1 GQA model)
 // takes attention_flash and decode tokens attention.comp, so (a), (b) on the GPUs' path and
 // the split-attention prefill compare the two attention kernels too (gpu/vk/kernels.cpp).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
 
 #include "gpu/vk/weights.hpp"
 #include "gpu_fixture.hpp"
@@ -343,6 +348,74 @@ TEST(GpuBatchInvariance, MulMatTiledEveryTileSumsLikeDefault) {
                 }
             }
         }
+    }
+}
+
+// The layouts a stream runs by token count (stream::set_mat_tiled_layouts: what the runner
+// measured at warm-up): each layout mat_tiled_layout_candidates gives this device, set for every
+// count, gives the tuning's bits at 9, 33 and 70 tokens, tiled and split (F16, Q4_K); a table
+// runs each count in its entry's layout (a layout the device cannot run, from 33 tokens, fails
+// a 40-token step by name and not a 16-token one).
+TEST(GpuBatchInvariance, MulMatTiledStreamLayoutsSumLikeTheTuningsAndApplyByTokenCount) {
+    ORDO_REQUIRE_GPU();
+    const std::uint32_t rows = 147, k = 512, tokens_max = 70;
+    pipeline_tuning tuning = tuning_for(env().dev->info());
+    auto pipes = pipelines::create(*env().dev, tuning);
+    ASSERT_TRUE(pipes.ok()) << pipes.err().message;
+    auto str = stream::create(*env().dev, **pipes, {8, false});
+    ASSERT_TRUE(str.ok()) << str.err().message;
+    const auto layouts =
+        mat_tiled_layout_candidates(tuning, env().dev->info().max_shared_memory_bytes);
+    ASSERT_GE(layouts.size(), 4u) << "the tuning's, the swizzle, token tiles and rows turned";
+    EXPECT_EQ(layouts.front(), mat_tiled_layout_of(tuning));
+    for (ggml_type type : {ggml_type::f16, ggml_type::q4_k}) {
+        SCOPED_TRACE(std::string(model::type_name(type)));
+        arena mem(*env().dev, 1u << 22);
+        auto w = random_weight(mem, type, k, rows, 29);
+        ASSERT_TRUE(w.ok()) << w.err().message;
+        buffer xb = make_buffer(random_floats(std::size_t(k) * tokens_max, 5));
+        buffer scratch = make_buffer(
+            std::vector<float>(std::size_t(abi::ORDO_MAT_GROUPS) * tokens_max * rows, 0.0f));
+        (*str)->set_mat_split_scratch(whole(scratch));
+        auto run = [&](mat_path path, std::uint32_t n) -> std::optional<std::vector<float>> {
+            buffer yb = make_buffer(std::vector<float>(std::size_t(rows) * n, 0.5f));
+            EXPECT_TRUE((*str)->begin("layouts").ok());
+            status st =
+                encode_mul_mat(**str, *w, {whole(xb), 0, k}, {whole(yb), 0, rows}, n, true, path);
+            if (!st) {
+                (*str)->discard();
+                return std::nullopt;
+            }
+            EXPECT_TRUE((*str)->run(test_watchdog_ms).ok());
+            return read_buffer<float>(yb, std::size_t(rows) * n);
+        };
+        std::map<std::uint32_t, std::vector<float>> want;
+        (*str)->set_mat_tiled_layouts({});
+        for (std::uint32_t n : {9u, 33u, 70u}) want[n] = *run(mat_path::tiled, n);
+        for (const mat_tiled_layout& l : layouts) {
+            SCOPED_TRACE("layout " + l.name());
+            ASSERT_TRUE(prepare_mul_mat_tiled_layout(**pipes, *w, l).ok());
+            (*str)->set_mat_tiled_layouts({{0, l}});
+            for (std::uint32_t n : {9u, 33u, 70u}) {
+                for (mat_path path : {mat_path::tiled, mat_path::split}) {
+                    auto got = run(path, n);
+                    ASSERT_TRUE(got) << n << " tokens";
+                    EXPECT_TRUE(same_bits(got->data(), want[n].data(), got->size()))
+                        << n << " tokens, " << path_name(path);
+                }
+            }
+        }
+        mat_tiled_layout bad = layouts.front();
+        bad.k_step = 48;
+        (*str)->set_mat_tiled_layouts({{0, layouts.front()}, {33, bad}});
+        EXPECT_TRUE(run(mat_path::tiled, 16));
+        EXPECT_FALSE(run(mat_path::tiled, 40)) << "the 33-token entry's layout ran elsewhere";
+        auto refused =
+            (*pipes)->for_token_groups(pipeline_id::mul_mat_f16, mat_tiled_groups_wide, &bad);
+        ASSERT_FALSE(refused.ok());
+        EXPECT_NE(refused.err().message.find("tiled mul_mat layout k48"), std::string::npos)
+            << refused.err().message;
+        (*str)->set_mat_split_scratch({});
     }
 }
 
@@ -662,6 +735,87 @@ TEST(GpuBatchInvariance, RunnerMatVecCrossoverIsMeasuredAndNeverChangesABit) {
     ASSERT_EQ(vec.size(), std::size_t(n_vocab));
     EXPECT_TRUE(same_bits(tiled.data(), vec.data(), n_vocab))
         << "max |diff| " << max_abs_diff(tiled.data(), vec);
+}
+
+// Each weight's one-token mul_mat_vec shape (lanes a group x units a lane): measured at warm-up
+// when asked (GPUs: by default), every role of the model timed in every shape the device holds
+// and one of them chosen ('*'), and whatever was chosen, a sequence's logits after every step
+// are those of a runner that keeps the tuning's shape for every weight (the shapes sum in one
+// order; GpuDecodeFusion.EveryPerWeightShapeGivesTheUnfusedBits runs each shape itself).
+TEST(GpuBatchInvariance, RunnerMatVecShapesAreMeasuredAndNeverChangeABit) {
+    ORDO_REQUIRE_GPU();
+    for (ggml_type type : {ggml_type::f16, ggml_type::q4_k}) {
+        const std::string name(model::type_name(type));
+        SCOPED_TRACE(name);
+        auto file = open_model(synth_model(type));
+        ASSERT_TRUE(file);
+        runner_options o = kernel_options(kernels::gpu_decode);
+        o.mat_vec_shapes = true;
+        auto measured = runner::create(*file, o);
+        ASSERT_TRUE(measured.ok()) << measured.err().message;
+        const std::string& note = (*measured)->mat_vec_shapes();
+        std::size_t roles = 0;
+        for (const char* role : {"q|k|v", "o", "gate|up", "down", "output"}) {
+            EXPECT_NE(note.find(std::string(role) + " " + name + ":"), std::string::npos)
+                << role << " not timed: " << note;
+            ++roles;
+        }
+        EXPECT_EQ(std::count(note.begin(), note.end(), '*'), std::ptrdiff_t(roles)) << note;
+        EXPECT_EQ(std::count(note.begin(), note.end(), ';'), std::ptrdiff_t(roles - 1)) << note;
+        EXPECT_NE(note.find(" 2x"), std::string::npos) << "no shape with helpers timed: " << note;
+        o.mat_vec_shapes = false;
+        auto fixed = runner::create(*file, o);
+        ASSERT_TRUE(fixed.ok()) << fixed.err().message;
+        EXPECT_TRUE((*fixed)->mat_vec_shapes().empty());
+        auto a = run_target(**measured, 0, 0);
+        auto b = run_target(**fixed, 0, 0);
+        ASSERT_EQ(a.size(), b.size());
+        for (std::size_t i = 0; i < a.size(); ++i) {
+            ASSERT_EQ(a[i].size(), n_vocab);
+            ASSERT_EQ(b[i].size(), n_vocab);
+            EXPECT_TRUE(same_bits(a[i].data(), b[i].data(), n_vocab))
+                << "step " << i << ": max |diff| " << max_abs_diff(a[i].data(), b[i]);
+        }
+    }
+}
+
+// The invariant tiled kernel's layout by token count: measured at warm-up when asked (GPUs: by
+// default) at 16 and 64 tokens (past the crossover of 8, within max_batch_tokens 160), one
+// layout chosen at each ('*'), and whatever was chosen, prompts of 20 and 70 tokens (one in
+// each range) give the bits of a runner that keeps the tuning's layout.
+TEST(GpuBatchInvariance, RunnerMatTiledLayoutsAreMeasuredAndNeverChangeABit) {
+    ORDO_REQUIRE_GPU();
+    auto file = open_model(synth_model(ggml_type::q8_0));
+    ASSERT_TRUE(file);
+    runner_options o = kernel_options(kernels::gpu_decode);
+    o.mat_tiled_layouts = true;
+    auto measured = runner::create(*file, o);
+    ASSERT_TRUE(measured.ok()) << measured.err().message;
+    const std::string& note = (*measured)->mat_tiled_layouts();
+    EXPECT_EQ(note.rfind("16:", 0), 0u) << note;
+    EXPECT_NE(note.find("; 64:"), std::string::npos) << note;
+    EXPECT_EQ(note.find("512:"), std::string::npos) << "past max_batch_tokens: " << note;
+    EXPECT_EQ(std::count(note.begin(), note.end(), '*'), 2) << note;
+    o.mat_tiled_layouts = false;
+    auto fixed = runner::create(*file, o);
+    ASSERT_TRUE(fixed.ok()) << fixed.err().message;
+    EXPECT_TRUE((*fixed)->mat_tiled_layouts().empty());
+    for (std::uint32_t n : {20u, 70u}) {
+        auto tokens = test_tokens(n, n_vocab, 17);
+        auto logits = [&](runner& r) {
+            EXPECT_TRUE(r.clear_kv().ok());
+            return step_logits(r,
+                               make_step(1, step_phase::prefill,
+                                         {make_seq(1, tokens, 0, blocks_from(0, n, block_tokens))}),
+                               1);
+        };
+        auto a = logits(**measured);
+        auto b = logits(**fixed);
+        ASSERT_EQ(a.size(), std::size_t(n_vocab));
+        ASSERT_EQ(b.size(), std::size_t(n_vocab));
+        EXPECT_TRUE(same_bits(a.data(), b.data(), n_vocab))
+            << n << " tokens: max |diff| " << max_abs_diff(a.data(), b);
+    }
 }
 
 // The storage family's few-token kernel on this device (mul_mat_rows and separate norm and

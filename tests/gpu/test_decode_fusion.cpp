@@ -13,7 +13,9 @@
 //   the weight's (padded) rows, take the unfused path with the same results, and a GLU weight
 //   whose rows are not 2 x n_ff is refused;
 // * tuning_for fits the widest (GLU) variant into every shared-memory size from Vulkan's
-//   minimum (16 KiB) up, for subgroups of 8 to 64 lanes.
+//   minimum (16 KiB) up, for subgroups of 8 to 64 lanes;
+// * a weight's own one-token shape (weight_tensor::vec_shape, measured by the runner at
+//   warm-up) gives the same bits in every shape the device holds, and bad shapes are refused.
 #include <cstring>
 #include <map>
 
@@ -213,6 +215,88 @@ TEST(GpuDecodeFusion, EveryMatVecShapeGivesTheUnfusedBits) {
         }
         EXPECT_GE(ran, 4u) << "lavapipe holds all but the widest shapes";
     }
+}
+
+// A weight's own one-token shape (weight_tensor::vec_shape, which the runner measures at
+// warm-up): every shape mat_vec_shape_candidates gives this device runs the plain, norm and
+// GLU mat-vecs with the unfused tiled kernels' bits (F16, Q8_0, Q4_K), and shapes the device
+// cannot run, or at more than one token, are refused by name.
+TEST(GpuDecodeFusion, EveryPerWeightShapeGivesTheUnfusedBits) {
+    ORDO_REQUIRE_GPU();
+    auto pipes = gpu_decode_pipelines();
+    ASSERT_TRUE(pipes);
+    auto str = stream_with(*pipes);
+    ASSERT_TRUE(str);
+    const std::uint64_t shared = env().dev->info().max_shared_memory_bytes;
+    for (ggml_type type : {ggml_type::f16, ggml_type::q8_0, ggml_type::q4_k}) {
+        SCOPED_TRACE(model::type_name(type));
+        fusion_case c = make_case(type);
+        arena mem(*env().dev, 1u << 22);
+        auto w = upload_weight(*env().dev, mem, type, c.k, 2 * n_ff, c.bytes);
+        ASSERT_TRUE(w.ok()) << w.err().message;
+        ASSERT_TRUE(prepare_mul_mat(*pipes, *w, mat_fusion::glu).ok());
+        outputs unfused = run_case(*str, c, *w, 1, mat_path::tiled);
+        // The plain mat-vec of the first token's x against the tiled kernel's.
+        buffer xb = make_buffer(c.x);
+        auto plain = [&](mat_path path) {
+            buffer yb = make_buffer(std::vector<float>(2 * n_ff, 0.0f));
+            EXPECT_TRUE(str->begin("plain").ok());
+            status e = encode_mul_mat(*str, *w, {whole(xb), 0, c.k}, {whole(yb), 0, 2 * n_ff}, 1,
+                                      false, path);
+            EXPECT_TRUE(e.ok()) << (e.ok() ? "" : e.err().message);
+            status r = str->run(test_watchdog_ms);
+            EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.err().message);
+            return read_buffer<float>(yb, 2 * n_ff);
+        };
+        const std::vector<float> plain_tiled = plain(mat_path::tiled);
+        const bool block = type != ggml_type::f16;
+        auto shapes = mat_vec_shape_candidates(pipes->tuning(), block, shared);
+        EXPECT_GE(shapes.size(), 4u) << "lavapipe holds the tuning's and at least three more";
+        EXPECT_TRUE(shapes.front().tuned());
+        for (mat_vec_shape sh : shapes) {
+            SCOPED_TRACE(std::to_string(sh.split) + " lanes a group x " +
+                         std::to_string(sh.unroll) + " units");
+            w->vec_shape = sh;
+            ASSERT_TRUE(prepare_mul_mat_vec_shape(*pipes, *w, mat_fusion::glu, sh).ok());
+            ASSERT_TRUE(prepare_mul_mat_vec_shape(*pipes, *w, mat_fusion::norm, sh).ok());
+            if (!sh.tuned()) {
+                auto pl = pipes->for_cols(pipeline_id::mul_mat_vec_f32, 1, sh);
+                ASSERT_TRUE(pl.ok());
+                EXPECT_EQ((*pl)->helpers, sh.split);
+                EXPECT_EQ((*pl)->tile_rows, sh.unroll);
+            }
+            outputs fused = run_case(*str, c, *w, 1, mat_path::vec);
+            EXPECT_TRUE(same_bits(fused.y, unfused.y)) << "norm";
+            EXPECT_TRUE(same_bits(fused.hid, unfused.hid)) << "glu";
+            EXPECT_TRUE(same_bits(plain(mat_path::vec), plain_tiled)) << "plain";
+        }
+        // The encoder runs the weight's shape at one token (and only there): one it cannot
+        // build fails the one-token step, not a two-token one.
+        w->vec_shape = mat_vec_shape{3, 3};
+        buffer yb = make_buffer(std::vector<float>(4 * n_ff, 0.0f));
+        ASSERT_TRUE(str->begin("bad shape").ok());
+        EXPECT_FALSE(encode_mul_mat(*str, *w, {whole(xb), 0, c.k}, {whole(yb), 0, 2 * n_ff}, 1,
+                                    false, mat_path::vec)
+                         .ok());
+        EXPECT_TRUE(encode_mul_mat(*str, *w, {whole(xb), 0, c.k}, {whole(yb), 0, 2 * n_ff}, 2,
+                                   false, mat_path::vec)
+                        .ok());
+        str->discard();
+    }
+    // Refused: a split that is not a power of two up to 8, one that does not divide the unroll,
+    // more lanes a group than a workgroup holds, and another shape past one token.
+    const pipeline_tuning& tu = pipes->tuning();
+    for (mat_vec_shape bad :
+         {mat_vec_shape{3, 3}, mat_vec_shape{4, 2}, mat_vec_shape{tu.mat_vec_wg / 4, 8}}) {
+        auto pl = pipes->for_cols(pipeline_id::mul_mat_vec_f16, 1, bad);
+        ASSERT_FALSE(pl.ok()) << bad.split << "x" << bad.unroll;
+        EXPECT_NE(pl.err().message.find("mul_mat_vec shape"), std::string::npos)
+            << pl.err().message;
+    }
+    auto two = pipes->for_cols(pipeline_id::mul_mat_vec_f16, 2, mat_vec_shape{2, 2});
+    ASSERT_FALSE(two.ok());
+    EXPECT_NE(two.err().message.find("2-token variant of another shape"), std::string::npos)
+        << two.err().message;
 }
 
 TEST(GpuDecodeFusion, FallbacksTakeTheUnfusedPathWithTheSameResults) {
