@@ -44,9 +44,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gpu/client/gpu_client.hpp"
@@ -104,6 +106,17 @@ std::uint32_t parse_u32(const std::string& s, std::uint32_t lo, std::uint32_t hi
     return static_cast<std::uint32_t>(v);
 }
 
+// `v` if it is one of `allowed` (the flag's values), else the usage message naming them.
+std::string one_of(const std::string& flag, std::string v,
+                   std::initializer_list<std::string_view> allowed) {
+    std::string names;
+    for (std::string_view a : allowed) {
+        if (v == a) return v;
+        names += (names.empty() ? "" : ", ") + std::string(a);
+    }
+    usage(flag + " must be one of " + names);
+}
+
 std::vector<std::uint32_t> parse_list(const std::string& s, std::uint32_t lo, std::uint32_t hi) {
     std::vector<std::uint32_t> out;
     std::size_t at = 0;
@@ -138,47 +151,25 @@ bench_options parse(int argc, char** argv) {
             o.flush_every = parse_u32(value(), 0, 1024);
         else if (a == "--device")
             o.device = value();
-        else if (a == "--kernels") {
-            o.kernels = value();
-            if (o.kernels != "auto" && o.kernels != "texel" && o.kernels != "storage") {
-                usage("--kernels must be auto, texel or storage");
-            }
-        } else if (a == "--row-summaries") {
-            o.row_summaries = value();
-            if (o.row_summaries != "auto" && o.row_summaries != "on" && o.row_summaries != "off") {
-                usage("--row-summaries must be auto, on or off");
-            }
-        } else if (a == "--batch-invariant") {
-            o.batch_invariant = value();
-            if (o.batch_invariant != "on" && o.batch_invariant != "off" &&
-                o.batch_invariant != "emulated") {
-                usage("--batch-invariant must be on, off or emulated");
-            }
-        } else if (a == "--attention-flash") {
-            std::string v = value();
-            if (v != "on" && v != "off") usage("--attention-flash must be on or off");
-            o.attention_flash = v == "on";
-        } else if (a == "--logits-in-place") {
-            std::string v = value();
-            if (v != "on" && v != "off") usage("--logits-in-place must be on or off");
-            o.logits_in_place = v == "on";
-        } else if (a == "--replay") {
-            std::string v = value();
-            if (v != "on" && v != "off") usage("--replay must be on or off");
-            o.replay = v == "on";
-        } else if (a == "--mmv-shapes") {
-            o.mmv_shapes = value();
-            if (o.mmv_shapes != "auto" && o.mmv_shapes != "on" && o.mmv_shapes != "off") {
-                usage("--mmv-shapes must be auto, on or off");
-            }
-        } else if (a == "--mm-layouts") {
-            o.mm_layouts = value();
-            if (o.mm_layouts != "auto" && o.mm_layouts != "on" && o.mm_layouts != "off") {
-                usage("--mm-layouts must be auto, on or off");
-            }
-        } else if (a == "--first-segment") {
+        else if (a == "--kernels")
+            o.kernels = one_of(a, value(), {"auto", "texel", "storage"});
+        else if (a == "--row-summaries")
+            o.row_summaries = one_of(a, value(), {"auto", "on", "off"});
+        else if (a == "--batch-invariant")
+            o.batch_invariant = one_of(a, value(), {"on", "off", "emulated"});
+        else if (a == "--attention-flash")
+            o.attention_flash = one_of(a, value(), {"on", "off"}) == "on";
+        else if (a == "--logits-in-place")
+            o.logits_in_place = one_of(a, value(), {"on", "off"}) == "on";
+        else if (a == "--replay")
+            o.replay = one_of(a, value(), {"on", "off"}) == "on";
+        else if (a == "--mmv-shapes")
+            o.mmv_shapes = one_of(a, value(), {"auto", "on", "off"});
+        else if (a == "--mm-layouts")
+            o.mm_layouts = one_of(a, value(), {"auto", "on", "off"});
+        else if (a == "--first-segment")
             o.first_segment = parse_u32(value(), 0, 1024);
-        } else if (a == "--mm-split-wg")
+        else if (a == "--mm-split-wg")
             o.mm_split_wg = parse_u32(value(), 0, 1u << 20);
         else if (a == "--reps")
             o.reps = parse_u32(value(), 1, 100);

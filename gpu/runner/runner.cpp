@@ -473,12 +473,8 @@ status runner::choose_mat_vec_shapes() {
     };
     std::vector<job> jobs;
     std::vector<role> roles;
-    const std::uint32_t embd = _hp.n_embd, kv = _hp.kv_dim();
-    const rows_view x{whole(_x), 0, _embd_stride}, xn{whole(_xn), 0, _embd_stride};
-    const rows_view q{whole(_qkv), 0, _qkv_stride}, k{whole(_qkv), embd, _qkv_stride};
-    const rows_view v{whole(_qkv), embd + kv, _qkv_stride}, att{whole(_att), 0, _embd_stride};
-    const rows_view gate{whole(_gu), 0, _gu_stride}, up{whole(_gu), _hp.n_ff, _gu_stride};
-    const rows_view hid{whole(_hid), 0, _ff_stride};
+    const std::uint32_t embd = _hp.n_embd;
+    const auto [x, xn, q, k, v, att, gate, up, hid] = step_rows();
     auto add = [&](weight_tensor& w, const char* name, op how, rows_view in, rows_view out,
                    const buffer* norm = nullptr) {
         if (w.chunks.empty()) return;

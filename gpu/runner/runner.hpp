@@ -409,6 +409,11 @@ private:
     status choose_mat_vec_crossover();
     status choose_mat_coop_tile();
     status choose_mat_vec_shapes();
+    // The step buffers' rows a layer reads and writes (record_layer; the warm-up's timings).
+    struct layer_rows {
+        rows_view x, xn, q, k, v, att, gate, up, hid;
+    };
+    layer_rows step_rows() const;
     status choose_mat_tiled_layouts();
     result<std::unique_ptr<stream>> timing_stream() const;
     status check_mat_coop();

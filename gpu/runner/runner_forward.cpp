@@ -51,16 +51,21 @@ status runner::record_embedding() {
                            {whole(_x), 0, _embd_stride});
 }
 
+runner::layer_rows runner::step_rows() const {
+    const std::uint32_t embd = _hp.n_embd, kv = _hp.kv_dim();
+    return {{whole(_x), 0, _embd_stride},          {whole(_xn), 0, _embd_stride},
+            {whole(_qkv), 0, _qkv_stride},         {whole(_qkv), embd, _qkv_stride},
+            {whole(_qkv), embd + kv, _qkv_stride}, {whole(_att), 0, _embd_stride},
+            {whole(_gu), 0, _gu_stride},           {whole(_gu), _hp.n_ff, _gu_stride},
+            {whole(_hid), 0, _ff_stride}};
+}
+
 status runner::record_layer(std::uint32_t l) {
     const layer_weights& w = _layers[l];
     stream& s = *_stream;
     const std::uint32_t n = _plan.n_tokens, t_max = _options.max_batch_tokens;
-    const std::uint32_t embd = _hp.n_embd, kv = _hp.kv_dim();
-    const rows_view x{whole(_x), 0, _embd_stride}, xn{whole(_xn), 0, _embd_stride};
-    const rows_view q{whole(_qkv), 0, _qkv_stride}, k{whole(_qkv), embd, _qkv_stride};
-    const rows_view v{whole(_qkv), embd + kv, _qkv_stride}, att{whole(_att), 0, _embd_stride};
-    const rows_view gate{whole(_gu), 0, _gu_stride}, up{whole(_gu), _hp.n_ff, _gu_stride};
-    const rows_view hid{whole(_hid), 0, _ff_stride};
+    const std::uint32_t embd = _hp.n_embd;
+    const auto [x, xn, q, k, v, att, gate, up, hid] = step_rows();
     const ints_view positions{whole(_ints), t_max}, slots{whole(_ints), 2 * t_max};
 
     // Attention block: q, k, v = W norm(x) (a decode mat-vec norms x itself; elsewhere

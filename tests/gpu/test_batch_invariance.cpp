@@ -597,6 +597,19 @@ std::vector<std::vector<float>> run_target(runner& run, std::uint32_t n_others,
     return out;
 }
 
+// The target alone on runners `a` and `b`: the same logits after every step, bit for bit.
+void expect_same_target_steps(runner& a, runner& b) {
+    auto la = run_target(a, 0, 0);
+    auto lb = run_target(b, 0, 0);
+    ASSERT_EQ(la.size(), lb.size());
+    for (std::size_t i = 0; i < la.size(); ++i) {
+        ASSERT_EQ(la[i].size(), n_vocab);
+        ASSERT_EQ(lb[i].size(), n_vocab);
+        EXPECT_TRUE(same_bits(la[i].data(), lb[i].data(), n_vocab))
+            << "step " << i << ": max |diff| " << max_abs_diff(la[i].data(), lb[i]);
+    }
+}
+
 void check_alone_vs_batched(ggml_type type, kernels k = kernels::device_default) {
     SCOPED_TRACE(std::string(model::type_name(type)) + (k == kernels::gpu_decode ? " gpu" : ""));
     runner_env e = open_runner(type, k);
@@ -767,15 +780,7 @@ TEST(GpuBatchInvariance, RunnerMatVecShapesAreMeasuredAndNeverChangeABit) {
         auto fixed = runner::create(*file, o);
         ASSERT_TRUE(fixed.ok()) << fixed.err().message;
         EXPECT_TRUE((*fixed)->mat_vec_shapes().empty());
-        auto a = run_target(**measured, 0, 0);
-        auto b = run_target(**fixed, 0, 0);
-        ASSERT_EQ(a.size(), b.size());
-        for (std::size_t i = 0; i < a.size(); ++i) {
-            ASSERT_EQ(a[i].size(), n_vocab);
-            ASSERT_EQ(b[i].size(), n_vocab);
-            EXPECT_TRUE(same_bits(a[i].data(), b[i].data(), n_vocab))
-                << "step " << i << ": max |diff| " << max_abs_diff(a[i].data(), b[i]);
-        }
+        expect_same_target_steps(**measured, **fixed);
     }
 }
 
@@ -828,15 +833,7 @@ TEST(GpuBatchInvariance, RunnerGpuDecodePathEqualsDefaultPath) {
         runner_env plain = open_runner(type, kernels::storage);
         runner_env fused = open_runner(type, kernels::gpu_decode);
         ASSERT_TRUE(plain.run && fused.run);
-        auto a = run_target(*plain.run, 0, 0);
-        auto b = run_target(*fused.run, 0, 0);
-        ASSERT_EQ(a.size(), b.size());
-        for (std::size_t i = 0; i < a.size(); ++i) {
-            ASSERT_EQ(a[i].size(), n_vocab);
-            ASSERT_EQ(b[i].size(), n_vocab);
-            EXPECT_TRUE(same_bits(a[i].data(), b[i].data(), n_vocab))
-                << "step " << i << ": max |diff| " << max_abs_diff(a[i].data(), b[i]);
-        }
+        expect_same_target_steps(*plain.run, *fused.run);
     }
 }
 
