@@ -22,7 +22,8 @@
 # Environment (all optional): W (the kit's work dir, /tmp/gpu-work), MODEL (l1b-q4k), PP, TG,
 # PAR, STREAMS (as the kit's), BATCH_TOKENS (the second server's max_batch_tokens, 2048),
 # TESTS (the GPU test binaries bench/gpu_tests.sh packed: .gpu/tests.tar.xz; run first when
-# there, into tests.log, within TESTS_S seconds, 120).
+# there, into tests.log, within TESTS_S seconds, 120), PARTS (which of tests coop mmv layouts
+# tiled replay serve to run, in that order; all by default).
 # Dry run on lavapipe: W=<dir with ordo/bin and MODEL.gguf> MODEL=... PP=16 TG=8 PAR=2
 # STREAMS=1,2 bash bench/gpu_next.sh
 set -uo pipefail
@@ -30,6 +31,8 @@ out=${OUT:-/tmp/gpu-out}; mkdir -p "$out"
 w=${W:-/tmp/gpu-work}
 : "${MODEL:=l1b-q4k}" "${PP:=512}" "${TG:=64}" "${PAR:=1,16,64}" "${STREAMS:=1,64}"
 : "${BATCH_TOKENS:=2048}"
+# The parts to run, in this order (a device call's minutes may not hold them all after the kit).
+: "${PARTS:=tests coop mmv layouts tiled replay serve}"
 B=$w/ordo/bin
 export LD_LIBRARY_PATH=$w/ordo/lib:${LD_LIBRARY_PATH:-}
 log() { echo "[$(date +%T)] $*" | tee -a "$out/next.log"; }
@@ -39,113 +42,132 @@ cd "$w" || { echo "no kit work dir $w" >&2; exit 3; }
 
 # Correctness first: the GPU test binaries (the cooperative-matrix kernel's among them) on this
 # driver, against the CPU reference.
-if [ -f "$tests" ]; then
-  log "gpu tests ($tests)"
-  BUDGET_S=${TESTS_S:-120} bash "$repo/bench/gpu_tests.sh" run "$tests" "$out" |
-    tee -a "$out/next.log"
-fi
+part_tests() {
+  if [ -f "$tests" ]; then
+    log "gpu tests ($tests)"
+    BUDGET_S=${TESTS_S:-120} bash "$repo/bench/gpu_tests.sh" run "$tests" "$out" |
+      tee -a "$out/next.log"
+  fi
+}
 
 # The cooperative-matrix mat-mul (mul_mat_cm.comp, session 28): its outputs checked against the
 # invariant kernel's on every line (coop_err), its tiles A/B'd (subgroup rows, fragment rows,
 # fragment tokens: 2,2,2 is 64 x 64; 2,4,4 128 x 128; 2,4,2 128 x 64; 1,4,2 64 x 128; 4,2,2
 # 128 x 32).
-for a in "" "--coop-wide 2,4,4" "--coop-wide 2,4,2" "--coop-wide 1,4,2" "--coop-wide 4,2,2" \
-  "--coop-split-wg 0"; do
-  log "ordo-bench-kernels --prefill-1b --coop 1 $a"
-  # shellcheck disable=SC2086
-  timeout 120 "$B/ordo-bench-kernels" --prefill-1b --types q4_k,f16 --coop 1 $a \
-    2>>"$out/next.err" | grep '"tiled"' >>"$out/next.jsonl"
-  log "rc=${PIPESTATUS[0]}"
-done
-log "ordo-bench $MODEL --batch-invariant off"
-timeout 150 "$B/ordo-bench" --model "$MODEL.gguf" --prompts "$PP" --gen "$TG" --parallel "$PAR" \
-  --reps 2 --json --label "$MODEL-coop" --batch-invariant off >>"$out/next.jsonl" \
-  2>"$out/coop.err"
-log "rc=$?"
-# The runner's warm-up choices (the large tile's wide/large times at 64..512 tokens).
-grep -E "serves|batch_invariant|cooperative-matrix kernel" "$out/coop.err" | tee -a "$out/next.log"
-cat "$out/coop.err" >>"$out/next.err"
-rm -f "$out/coop.err"
+part_coop() {
+  for a in "" "--coop-wide 2,4,4" "--coop-wide 2,4,2" "--coop-wide 1,4,2" "--coop-wide 4,2,2" \
+    "--coop-split-wg 0"; do
+    log "ordo-bench-kernels --prefill-1b --coop 1 $a"
+    # shellcheck disable=SC2086
+    timeout 120 "$B/ordo-bench-kernels" --prefill-1b --types q4_k,f16 --coop 1 $a \
+      2>>"$out/next.err" | grep '"tiled"' >>"$out/next.jsonl"
+    log "rc=${PIPESTATUS[0]}"
+  done
+  log "ordo-bench $MODEL --batch-invariant off"
+  timeout 150 "$B/ordo-bench" --model "$MODEL.gguf" --prompts "$PP" --gen "$TG" --parallel "$PAR" \
+    --reps 2 --json --label "$MODEL-coop" --batch-invariant off >>"$out/next.jsonl" \
+    2>"$out/coop.err"
+  log "rc=$?"
+  # The runner's warm-up choices (the large tile's wide/large times at 64..512 tokens).
+  grep -E "serves|batch_invariant|cooperative-matrix kernel" "$out/coop.err" | tee -a "$out/next.log"
+  cat "$out/coop.err" >>"$out/next.err"
+  rm -f "$out/coop.err"
+}
 
 # Each weight's one-token mul_mat_vec shape, measured at warm-up (session 30): batch-1 decode
 # with the measured shapes and with the tuning's everywhere, alternately, on the Q4_K and the
 # F16 1B file; the warm-up's times per role and shape go to next.log.
-for m in "$MODEL" l1b-f16; do
-  [ -f "$m.gguf" ] || continue
-  for v in on off on off; do
-    log "ordo-bench $m --parallel 1 --mmv-shapes $v"
-    timeout 120 "$B/ordo-bench" --model "$m.gguf" --prompts 16 --gen "$TG" --parallel 1 \
-      --reps 3 --json --label "$m-mmv-$v" --mmv-shapes "$v" >>"$out/next.jsonl" 2>"$out/mmv.err"
-    log "rc=$?"
-    grep "mul_mat_vec shapes" "$out/mmv.err" | tee -a "$out/next.log"
-    cat "$out/mmv.err" >>"$out/next.err"
+part_mmv() {
+  for m in "$MODEL" l1b-f16; do
+    [ -f "$m.gguf" ] || continue
+    for v in on off on off; do
+      log "ordo-bench $m --parallel 1 --mmv-shapes $v"
+      timeout 120 "$B/ordo-bench" --model "$m.gguf" --prompts 16 --gen "$TG" --parallel 1 \
+        --reps 3 --json --label "$m-mmv-$v" --mmv-shapes "$v" >>"$out/next.jsonl" 2>"$out/mmv.err"
+      log "rc=$?"
+      grep "mul_mat_vec shapes" "$out/mmv.err" | tee -a "$out/next.log"
+      cat "$out/mmv.err" >>"$out/next.err"
+    done
   done
-done
-rm -f "$out/mmv.err"
+  rm -f "$out/mmv.err"
+}
+
 # The invariant tiled mul_mat's layouts, measured at warm-up at 16, 64 and 512 tokens (session
 # 30): prefill and 16 / 64 sequences with the measured layouts and with the tuning's.
-for v in on off; do
-  log "ordo-bench $MODEL --mm-layouts $v"
-  timeout 150 "$B/ordo-bench" --model "$MODEL.gguf" --prompts "$PP" --gen "$TG" \
-    --parallel 16,64 --reps 2 --json --label "$MODEL-layouts-$v" --mm-layouts "$v" \
-    >>"$out/next.jsonl" 2>"$out/layouts.err"
-  log "rc=$?"
-  grep "layouts by token count" "$out/layouts.err" | tee -a "$out/next.log"
-  cat "$out/layouts.err" >>"$out/next.err"
-done
-rm -f "$out/layouts.err"
+part_layouts() {
+  for v in on off; do
+    log "ordo-bench $MODEL --mm-layouts $v"
+    timeout 150 "$B/ordo-bench" --model "$MODEL.gguf" --prompts "$PP" --gen "$TG" \
+      --parallel 16,64 --reps 2 --json --label "$MODEL-layouts-$v" --mm-layouts "$v" \
+      >>"$out/next.jsonl" 2>"$out/layouts.err"
+    log "rc=$?"
+    grep "layouts by token count" "$out/layouts.err" | tee -a "$out/next.log"
+    cat "$out/layouts.err" >>"$out/next.err"
+  done
+  rm -f "$out/layouts.err"
+}
 
 # The tiled mat-mul's layouts (gpu/PERF.md session 27; no bit depends on them): the GPUs' default
 # (staged by parts into swizzled tiles, token tiles first, narrow tiles for 16 tokens, K step
 # 32), each knob turned, staging by rows, and the layout before session 27.
-for a in "" "--mm-swizzle 0" "--mm-tokens-first 0" "--mm-narrow 0" "--mm-k-step 64" \
-  "--mm-row-stage 1" "--mm-row-stage 1 --mm-k-step 64" \
-  "--mm-swizzle 0 --mm-tokens-first 0 --mm-narrow 0"; do
-  log "ordo-bench-kernels --prefill-1b $a"
-  # shellcheck disable=SC2086
-  timeout 120 "$B/ordo-bench-kernels" --prefill-1b --types q4_k,f16 $a 2>>"$out/next.err" |
-    grep '"tiled"' >>"$out/next.jsonl"
-  log "rc=${PIPESTATUS[0]}"
-done
+part_tiled() {
+  for a in "" "--mm-swizzle 0" "--mm-tokens-first 0" "--mm-narrow 0" "--mm-k-step 64" \
+    "--mm-row-stage 1" "--mm-row-stage 1 --mm-k-step 64" \
+    "--mm-swizzle 0 --mm-tokens-first 0 --mm-narrow 0"; do
+    log "ordo-bench-kernels --prefill-1b $a"
+    # shellcheck disable=SC2086
+    timeout 120 "$B/ordo-bench-kernels" --prefill-1b --types q4_k,f16 $a 2>>"$out/next.err" |
+      grep '"tiled"' >>"$out/next.jsonl"
+    log "rc=${PIPESTATUS[0]}"
+  done
+}
 
-log "ordo-bench $MODEL --replay off"
-timeout 150 "$B/ordo-bench" --model "$MODEL.gguf" --prompts "$PP" --gen "$TG" --parallel "$PAR" \
-  --reps 2 --json --label "$MODEL-replay-off" --replay off >>"$out/next.jsonl" 2>>"$out/next.err"
-log "rc=$?"
+part_replay() {
+  log "ordo-bench $MODEL --replay off"
+  timeout 150 "$B/ordo-bench" --model "$MODEL.gguf" --prompts "$PP" --gen "$TG" --parallel "$PAR" \
+    --reps 2 --json --label "$MODEL-replay-off" --replay off >>"$out/next.jsonl" 2>>"$out/next.err"
+  log "rc=$?"
+}
 
 # One server per config, its HTTP door on a free port; /metrics' gpu counters after each load.
-serve() {  # label, config text
-  local label=$1 cfg=$w/next-$1.toml port pid
-  printf '%b' "$2" >"$cfg"
-  "$B/ordo-server" --model "$MODEL.gguf" --config "$cfg" --listen 127.0.0.1:0 \
-    --http-listen 127.0.0.1:0 >"$w/next-$label.log" 2>&1 &
-  pid=$!
-  for _ in $(seq 240); do
-    port=$(grep -o 'http listening on 127.0.0.1:[0-9]*' "$w/next-$label.log" | head -1 |
-      sed 's/.*://')
-    [ -n "$port" ] && curl -sf "127.0.0.1:$port/health" | grep -q '"ok"' && break
-    sleep 0.5
-  done
-  grep -E "the device's choice|serves|cooperative-matrix kernel" "$w/next-$label.log" |
-    tee -a "$out/next.log"
-  if [ -n "$port" ]; then
-    for s in ${STREAMS//,/ }; do
-      log "ordo-load $label, $s streams"
-      timeout 150 "$B/ordo-load" --protocol http --port "$port" --streams "$s" --requests 2 \
-        --prompt-tokens 128 --max-tokens "$TG" --temperature 1 --top-k 40 --seed 7 \
-        --duration-max-s 140 --label "ordo-gpu/$MODEL-$label" >>"$out/next.jsonl" \
-        2>>"$out/next.err"
-      log "rc=$?"
-      curl -s "127.0.0.1:$port/metrics" | grep -E '^ordo_gpu_(steps|busy|run|step_wall|between|back|segments)' |
-        sed "s/^/$label $s streams: /" >>"$out/next.log"
+part_serve() {
+  serve() {  # label, config text
+    local label=$1 cfg=$w/next-$1.toml port pid
+    printf '%b' "$2" >"$cfg"
+    "$B/ordo-server" --model "$MODEL.gguf" --config "$cfg" --listen 127.0.0.1:0 \
+      --http-listen 127.0.0.1:0 >"$w/next-$label.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 240); do
+      port=$(grep -o 'http listening on 127.0.0.1:[0-9]*' "$w/next-$label.log" | head -1 |
+        sed 's/.*://')
+      [ -n "$port" ] && curl -sf "127.0.0.1:$port/health" | grep -q '"ok"' && break
+      sleep 0.5
     done
-  else
-    log "$label: the server did not come up"
-  fi
-  kill "$pid" 2>/dev/null
-  wait "$pid" 2>/dev/null
+    grep -E "the device's choice|serves|cooperative-matrix kernel" "$w/next-$label.log" |
+      tee -a "$out/next.log"
+    if [ -n "$port" ]; then
+      for s in ${STREAMS//,/ }; do
+        log "ordo-load $label, $s streams"
+        timeout 150 "$B/ordo-load" --protocol http --port "$port" --streams "$s" --requests 2 \
+          --prompt-tokens 128 --max-tokens "$TG" --temperature 1 --top-k 40 --seed 7 \
+          --duration-max-s 140 --label "ordo-gpu/$MODEL-$label" >>"$out/next.jsonl" \
+          2>>"$out/next.err"
+        log "rc=$?"
+        curl -s "127.0.0.1:$port/metrics" | grep -E '^ordo_gpu_(steps|busy|run|step_wall|between|back|segments)' |
+          sed "s/^/$label $s streams: /" >>"$out/next.log"
+      done
+    else
+      log "$label: the server did not come up"
+    fi
+    kill "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+  }
+  serve choice '[scheduler]\nmax_queue = 1024\n'
+  serve coop '[gpu]\nbatch_invariant = false\n[scheduler]\nmax_queue = 1024\n'
+  serve "batch$BATCH_TOKENS" "[scheduler]\nmax_queue = 1024\nmax_batch_tokens = $BATCH_TOKENS\n"
 }
-serve choice '[scheduler]\nmax_queue = 1024\n'
-serve coop '[gpu]\nbatch_invariant = false\n[scheduler]\nmax_queue = 1024\n'
-serve "batch$BATCH_TOKENS" "[scheduler]\nmax_queue = 1024\nmax_batch_tokens = $BATCH_TOKENS\n"
+
+for p in $PARTS; do
+  if declare -F "part_$p" >/dev/null; then "part_$p"; else log "no part $p"; fi
+done
 log "done"
