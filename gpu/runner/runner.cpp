@@ -573,11 +573,9 @@ status runner::choose_mat_vec_shapes() {
         }
         seen += (seen.empty() ? "" : "; ") + r.name + ":";
         for (std::size_t c = 0; c < r.ms.size(); ++c) {
-            const mat_vec_shape& sh = r.shapes[c];
-            const pipeline_tuning own = with_mat_vec_shape(tu, sh);
             char line[48];
-            std::snprintf(line, sizeof line, " %ux%u %.3f%s", mat_vec_helpers(own, 1),
-                          r.block_units ? own.mat_vec_block_unroll : own.mat_vec_unroll, r.ms[c],
+            std::snprintf(line, sizeof line, " %s %.3f%s",
+                          mat_vec_shape_name(tu, r.shapes[c], r.block_units).c_str(), r.ms[c],
                           c == best ? "*" : "");
             seen += line;
         }

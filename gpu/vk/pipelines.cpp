@@ -129,16 +129,16 @@ std::uint64_t mat_vec_shared_bytes(const pipeline_tuning& t, std::uint32_t cols_
 
 namespace {
 
-// mul_mat_vec's part of a tuning's validity, with its staging at up to `cols` tokens a pass
-// (one: the least every variant needs) within `shared` bytes.
-bool mat_vec_tuning_valid(const pipeline_tuning& t, std::uint64_t shared, std::uint32_t cols = 1) {
+// mul_mat_vec's part of a tuning's validity, with its one-token staging (the least every
+// variant needs) within `shared` bytes.
+bool mat_vec_tuning_valid(const pipeline_tuning& t, std::uint64_t shared) {
     auto lanes_per_group = [](std::uint32_t v) { return v == 1 || v == 2 || v == 4 || v == 8; };
     return t.mat_vec_wg != 0 && t.mat_vec_rows != 0 && lanes_per_group(t.mat_vec_split) &&
            t.mat_vec_unroll != 0 && t.mat_vec_unroll <= 8 && t.mat_vec_block_unroll != 0 &&
            t.mat_vec_block_unroll <= 8 && t.mat_vec_unroll % t.mat_vec_split == 0 &&
            t.mat_vec_block_unroll % t.mat_vec_split == 0 &&
            t.mat_vec_wg % (abi::ORDO_MAT_GROUPS * t.mat_vec_split) == 0 &&
-           mat_vec_shared_bytes(t, cols) <= shared;
+           mat_vec_shared_bytes(t, 1) <= shared;
 }
 
 }  // namespace
@@ -164,6 +164,12 @@ status check_mat_vec_shape(const pipeline_tuning& t, mat_vec_shape s, std::uint6
                          "dividing an unroll of at most 8, " + std::to_string(t.mat_vec_wg) +
                          " lanes a multiple of 8 x the split, and its staging within " +
                          std::to_string(shared) + " bytes");
+}
+
+std::string mat_vec_shape_name(const pipeline_tuning& t, mat_vec_shape s, bool block_units) {
+    const pipeline_tuning own = with_mat_vec_shape(t, s);
+    return std::to_string(mat_vec_helpers(own, 1)) + "x" +
+           std::to_string(block_units ? own.mat_vec_block_unroll : own.mat_vec_unroll);
 }
 
 std::vector<mat_vec_shape> mat_vec_shape_candidates(const pipeline_tuning& t, bool block_units,
@@ -467,13 +473,14 @@ result<const pipeline*> pipelines::for_cols(pipeline_id id, std::uint32_t cols,
                                                       (shape.tuned() ? "" : " of another shape"));
     }
     if (!shape.tuned()) {
+        if (const pipeline* pl =
+                built(id, 1, abi::ORDO_TX_TILE_ROWS, mat_tiled_groups_wide, shape.key())) {
+            return pl;
+        }
         ORDO_TRY(check_mat_vec_shape(_tuning, shape, _device.info().max_shared_memory_bytes));
         const pipeline_tuning t = with_mat_vec_shape(_tuning, shape);
         return variant(id, 1, abi::ORDO_TX_TILE_ROWS, mat_tiled_groups_wide,
-                       {shape.key(), &t,
-                        std::to_string(mat_vec_helpers(t, 1)) + " x " +
-                            std::to_string(mat_vec_block_units(id) ? t.mat_vec_block_unroll
-                                                                   : t.mat_vec_unroll)});
+                       {shape.key(), &t, mat_vec_shape_name(t, {}, mat_vec_block_units(id))});
     }
     // Past what the device's shared memory stages: the widest variant that fits, in passes.
     return variant(id, std::min(cols, _mat_vec_cols), abi::ORDO_TX_TILE_ROWS);
@@ -500,12 +507,22 @@ result<const pipeline*> pipelines::for_token_groups(pipeline_id id, std::uint32_
                                                       "-token-group variant");
     }
     if (layout != nullptr && wg == wg_class::mat_tiled && *layout != mat_tiled_layout_of(_tuning)) {
+        if (const pipeline* pl = built(id, 0, abi::ORDO_TX_TILE_ROWS, groups, layout->key())) {
+            return pl;
+        }
         ORDO_TRY(check_mat_tiled_layout(_tuning, *layout, _device.info().max_shared_memory_bytes));
         const pipeline_tuning t = with_mat_tiled_layout(_tuning, *layout);
         return variant(id, 0, abi::ORDO_TX_TILE_ROWS, groups,
                        {layout->key(), &t, "layout " + layout->name()});
     }
     return variant(id, 0, abi::ORDO_TX_TILE_ROWS, groups);
+}
+
+const pipeline* pipelines::built(pipeline_id id, std::uint32_t k, std::uint32_t wg_rows,
+                                 std::uint32_t token_groups, std::uint32_t form_key) const {
+    std::lock_guard lock(_variants_mutex);
+    auto it = _variants.find(std::make_tuple(id, k, wg_rows, token_groups, form_key));
+    return it != _variants.end() ? it->second.get() : nullptr;
 }
 
 result<const pipeline*> pipelines::variant(pipeline_id id, std::uint32_t k, std::uint32_t wg_rows,

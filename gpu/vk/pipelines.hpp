@@ -311,6 +311,9 @@ status check_mat_vec_shape(const pipeline_tuning& t, mat_vec_shape s, std::uint6
 // tuning's own first (mat_vec_shape{}), then those of mat_vec_shapes_tried that differ from it
 // and pass check_mat_vec_shape. `block_units`: the weight is a 32-element block type (whose
 // unroll is mat_vec_block_unroll), else F32, F16 or BF16.
+// "HxU": the lanes a group and units a lane of mul_mat_vec's one-token variant in shape `s`
+// under `t` (its zero fields t's), for a 32-element block type (`block_units`) or not.
+std::string mat_vec_shape_name(const pipeline_tuning& t, mat_vec_shape s, bool block_units);
 std::vector<mat_vec_shape> mat_vec_shape_candidates(const pipeline_tuning& t, bool block_units,
                                                     std::uint64_t shared);
 // (split, unroll) pairs timed at warm-up: 2-8 units of a group loaded a step (a row's loads in
@@ -462,6 +465,10 @@ private:
     result<const pipeline*> variant(pipeline_id id, std::uint32_t k, std::uint32_t wg_rows,
                                     std::uint32_t token_groups = mat_tiled_groups_wide,
                                     const pipeline_form& form = {}) const;
+    // The variant of that key built already, else nullptr (thread-safe): the step path finds a
+    // shape's or a layout's pipeline without checking or describing it again.
+    const pipeline* built(pipeline_id id, std::uint32_t k, std::uint32_t wg_rows,
+                          std::uint32_t token_groups, std::uint32_t form_key) const;
     void destroy(pipeline& pl) const;
 
     const device& _device;
