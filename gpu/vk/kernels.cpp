@@ -576,31 +576,13 @@ std::vector<float> rope_turns_table(std::span<const double> freq) {
 
 namespace {
 
-// The shape checks both rope encoders share.
+// The rope table's shape check.
 bool rope_shape_ok(const rope_table& rope, std::uint32_t head_dim) {
     return rope.n_rot != 0 && rope.n_rot % 2 == 0 && rope.n_rot <= head_dim &&
            rope.view.range >= 8ull * rope.n_rot;  // n_rot / 2 vec4s
 }
 
 }  // namespace
-
-status encode_rope(stream& s, rows_view x, ints_view positions, const rope_table& rope,
-                   std::uint32_t n_tokens, std::uint32_t n_heads, std::uint32_t head_dim) {
-    if (n_tokens == 0 || n_tokens > rows_limit(s) || n_heads == 0 ||
-        !rope_shape_ok(rope, head_dim)) {
-        return bad("rope",
-                   "bad shape (n_rot must be even and <= head_dim, the table n_rot / 2 "
-                   "pairs)");
-    }
-    if (!fits(x, n_tokens, std::uint64_t(n_heads) * head_dim) || !fits(positions, n_tokens)) {
-        return bad("rope", "operand outside its binding");
-    }
-    std::uint32_t wg = s.pipes().get(pipeline_id::rope).workgroup_size;
-    std::uint32_t gx = std::min(ceil_div((rope.n_rot / 2) * n_heads, wg), elementwise_groups_max);
-    abi::rope_push p{n_tokens, n_heads, head_dim, rope.n_rot, x.offset, x.stride, positions.offset};
-    s.dispatch(pipeline_id::rope, {x.view, positions.view, rope.view}, p, {gx, n_tokens, 1});
-    return {};
-}
 
 status encode_swiglu(stream& s, rows_view gate, rows_view up, rows_view out, std::uint32_t n,
                      std::uint32_t n_rows) {
@@ -666,41 +648,44 @@ status encode_rope_kv(stream& s, const kv_pool& pool, std::uint32_t layer, rows_
                       ints_view positions, ints_view slots, const rope_table& rope,
                       std::uint32_t n_tokens, std::uint32_t n_head) {
     const kv_geometry& g = pool.geometry();
-    const std::uint32_t hd = g.head_dim, kv = g.n_head_kv * hd;
-    const rows_view k{qkv.view, qkv.offset + n_head * hd, qkv.stride};
-    const rows_view v{qkv.view, k.offset + kv, qkv.stride};
-    bool texel = prefer_texel(s) && hd % 4 == 0 && n_tokens != 0 &&
-                 texel_rows(qkv, n_tokens, n_head * hd + 2 * kv);
-    if (!texel) {
-        status r = encode_rope(s, qkv, positions, rope, n_tokens, n_head + g.n_head_kv, hd);
-        return r ? encode_kv_write(s, pool, layer, k, v, slots, n_tokens) : r;
-    }
+    const std::uint32_t hd = g.head_dim, width = (n_head + 2 * g.n_head_kv) * hd;
     if (layer >= g.n_layer) return bad("rope_kv", "bad layer");
-    if (n_tokens > rows_limit(s) || n_head == 0 || !rope_shape_ok(rope, hd)) {
+    if (n_tokens == 0 || n_tokens > rows_limit(s) || n_head == 0 || !rope_shape_ok(rope, hd)) {
         return bad("rope_kv",
                    "bad shape (n_rot must be even and <= head_dim, the table n_rot / "
                    "2 pairs)");
     }
+    if (!fits(qkv, n_tokens, width)) return bad("rope_kv", "operand outside its binding");
     if (!fits(positions, n_tokens) || !fits(slots, n_tokens) ||
         positions.view.buf != slots.view.buf || positions.view.offset != slots.view.offset) {
         return bad("rope_kv", "positions and slots must be ints of one binding");
     }
-    pipeline_id id = g.f16 ? pipeline_id::rope_kv_tx_f16 : pipeline_id::rope_kv_tx_f32;
     abi::rope_kv_push p{};
     p.n_tokens = n_tokens;
     p.n_head = n_head;
     p.n_head_kv = g.n_head_kv;
     p.head_dim = hd;
     p.n_rot = rope.n_rot;
-    p.src_texel = buffer_offset(qkv) / 4;
     p.q_offset = qkv.offset;
     p.stride = qkv.stride;
     p.pos_offset = positions.offset;
     p.slots_offset = slots.offset;
     p.block_tokens = g.block_tokens;
     p.n_blocks = g.n_blocks;
-    s.dispatch(id, {qkv.view, qkv.view, positions.view, pool.k(layer), pool.v(layer), rope.view}, p,
-               {1, n_tokens, 1});
+    if (prefer_texel(s) && hd % 4 == 0 && texel_rows(qkv, n_tokens, width)) {
+        // One subgroup per token, a lane per texel of every head.
+        p.src_texel = buffer_offset(qkv) / 4;
+        pipeline_id id = g.f16 ? pipeline_id::rope_kv_tx_f16 : pipeline_id::rope_kv_tx_f32;
+        s.dispatch(id,
+                   {qkv.view, qkv.view, positions.view, pool.k(layer), pool.v(layer), rope.view}, p,
+                   {1, n_tokens, 1});
+        return {};
+    }
+    // A lane per pair of every head.
+    pipeline_id id = g.f16 ? pipeline_id::rope_kv_f16 : pipeline_id::rope_kv_f32;
+    std::uint32_t wg = s.pipes().get(id).workgroup_size;
+    s.dispatch(id, {qkv.view, positions.view, pool.k(layer), pool.v(layer), rope.view}, p,
+               {std::min(ceil_div(width / 2, wg), elementwise_groups_max), n_tokens, 1});
     return {};
 }
 

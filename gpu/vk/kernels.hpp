@@ -140,11 +140,6 @@ struct rope_table {
 // relative, hi and mid with ORDO_ROPE_SPLIT_BITS significant bits each.
 std::vector<float> rope_turns_table(std::span<const double> freq);
 
-// In place on n_heads heads of head_dim floats per row, positions[t] per row: pair j of the
-// first rope.n_rot dims of each head turns by positions[t] * freq[j].
-status encode_rope(stream& s, rows_view x, ints_view positions, const rope_table& rope,
-                   std::uint32_t n_tokens, std::uint32_t n_heads, std::uint32_t head_dim);
-
 status encode_swiglu(stream& s, rows_view gate, rows_view up, rows_view out, std::uint32_t n,
                      std::uint32_t n_rows);
 
@@ -158,11 +153,11 @@ status encode_kv_write(stream& s, const kv_pool& pool, std::uint32_t layer, rows
 
 // The attention block's rope and KV store for fused q|k|v rows (qkv: n_head q heads, then
 // n_head_kv k heads, then n_head_kv v heads of head_dim floats per token): q and k rotated by
-// positions[t], q written back in place, k and v stored into slots[t] of one pool layer (a
-// negative slot stores nothing); the k rows of qkv are left rotated or not, depending on the
-// path. One dispatch (rope_kv_tx) where the texel kernels are preferred and the rows allow it,
-// else encode_rope + encode_kv_write; both compute the same values. positions and slots must be
-// ints of one binding.
+// positions[t] (pair j of the first rope.n_rot dims of each head turns by positions[t] *
+// freq[j]), q written back in place, k and v stored into slots[t] of one pool layer (a negative
+// slot stores nothing); the k and v rows of qkv are left as they were. One dispatch: rope_kv_tx
+// where the texel kernels are preferred and the rows allow it, else rope_kv (a lane per pair);
+// both compute the same values. positions and slots must be ints of one binding.
 status encode_rope_kv(stream& s, const kv_pool& pool, std::uint32_t layer, rows_view qkv,
                       ints_view positions, ints_view slots, const rope_table& rope,
                       std::uint32_t n_tokens, std::uint32_t n_head);

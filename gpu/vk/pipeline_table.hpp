@@ -35,13 +35,14 @@
     ORDO_WEIGHT_TYPES(X, mul_mat_txm, 3, mul_mat_tx_push, mat_tx_tile, 0b11, none, tile)       \
     X(rms_norm, 3, rms_norm_push, norm, 0, none, create)                                       \
     X(rms_norm_tx, 3, rms_norm_push, subgroup, 0b11, subgroup_arithmetic, create)              \
-    X(rope, 3, rope_push, elementwise, 0, none, create)                                        \
     X(swiglu, 3, swiglu_push, elementwise, 0, none, create)                                    \
     X(swiglu_tx, 3, swiglu_push, elementwise, 0b11, none, create)                              \
     X(add, 3, add_push, elementwise, 0, none, create)                                          \
     X(mul_mat_fold, 2, mat_fold_push, elementwise, 0, none, create)                            \
     X(kv_write_f32, 4, kv_write_push, elementwise, 0, none, create)                            \
     X(kv_write_f16, 4, kv_write_push, elementwise, 0, none, create)                            \
+    X(rope_kv_f32, 5, rope_kv_push, elementwise, 0, none, create)                              \
+    X(rope_kv_f16, 5, rope_kv_push, elementwise, 0, none, create)                              \
     X(rope_kv_tx_f32, 6, rope_kv_push, subgroup, 0b1, none, create)                            \
     X(rope_kv_tx_f16, 6, rope_kv_push, subgroup, 0b1, none, create)                            \
     X(attention_f32, 7, attention_push, attention, 0, none, create)                            \

@@ -1,6 +1,6 @@
 // test_kernels.cpp: the kernels (get_rows, mul_mat_vec, tiled mul_mat, mul_mat_rows, the
 // texel-fetch mul_mat_tx variants tx1/tx4/txm and their two row tiles, the automatic choice,
-// rms_norm, rope, rope_kv (both paths, checked against model::rope and the pool layout), swiglu,
+// rms_norm, rope_kv (both paths, checked against model::rope and the pool layout), swiglu,
 // add, and both attention kernels at the head dims of the attention_tx variants) run on the real
 // Vulkan device and compared with the CPU reference (model/cpu_ops.hpp, model/quant.hpp) on
 // seeded random data, for every weight type the kernels run (F32, F16, BF16, Q8_0, Q4_0, Q4_1,
@@ -24,8 +24,9 @@
 // libm in the last bits).
 //
 // RoPE at long positions (8191, 65535, 131071, 2^24 - 1) with Llama 3.1 frequency factors and
-// linear scaling: both rope kernels and model::rope against a rotation computed here in long
-// double from the formula (base^(-2j / n_rot) / factor_j / scale), within 5e-6 + 5e-6 |ref|
+// linear scaling: both rope_kv kernels (q in place, k in the pool) and model::rope against a
+// rotation computed here in long double from the formula (base^(-2j / n_rot) / factor_j /
+// scale), within 5e-6 + 5e-6 |ref|
 // (measured: model::rope 1 float ulp, the kernels below 1e-6). A float angle (pos * freq in
 // float, as the kernels computed it before the table split it) errs by up to 1e-2 rad at 131071
 // and fails this by three orders of magnitude.
@@ -409,25 +410,6 @@ test_rope make_rope(std::uint32_t n_rot, float base, std::span<const float> fact
     return r;
 }
 
-TEST(GpuKernels, RopePartialRotationPerTokenPositions) {
-    ORDO_REQUIRE_GPU();
-    const std::uint32_t heads = 5, head_dim = 48, n_rot = 32, tokens = 4, stride = heads * 48 + 8;
-    auto x = random_floats(stride * tokens, 3);
-    std::vector<std::int32_t> pos = {0, 1, 17, 300};
-    buffer xb = make_buffer(x), pb = make_buffer(pos);
-    test_rope rope = make_rope(n_rot, 10000.0f);
-    ASSERT_TRUE(env().str->begin("rope").ok());
-    ASSERT_TRUE(encode_rope(*env().str, {whole(xb), 4, stride}, {whole(pb), 0}, rope.view(), tokens,
-                            heads, head_dim)
-                    .ok());
-    run_segment("rope");
-    std::vector<float> want = x;
-    for (std::uint32_t t = 0; t < tokens; ++t) {
-        model::rope(want.data() + t * stride + 4, heads, head_dim, rope.freq, pos[t]);
-    }
-    expect_close(read_buffer<float>(xb, x.size()), want, 2e-5f, 1e-4f, "rope");
-}
-
 // Long positions, Llama 3.1 factors and linear scaling: see the header. head_dim 128, n_rot 128,
 // base 500000 (Llama 3), factors from 1 to 32 across the pairs, linear scale 2; q and k heads
 // (GQA 2:1) through both rope paths, and model::rope, against the long-double rotation.
@@ -474,18 +456,11 @@ TEST(GpuKernels, RopeLongPositionsWithFactorsAndLinearScaling) {
     }
     expect_close(q_and_k(cpu), q_and_k(want), 5e-6f, 5e-6f, "model::rope");
 
-    // encode_rope over q and k heads.
-    buffer xb = make_buffer(x), pb = make_buffer(pos);
-    ASSERT_TRUE(env().str->begin("rope long").ok());
-    ASSERT_TRUE(encode_rope(*env().str, {whole(xb), 0, stride}, {whole(pb), 0}, rope.view(), tokens,
-                            n_head + n_kv, hd)
-                    .ok());
-    run_segment("rope long");
-    expect_close(q_and_k(read_buffer<float>(xb, x.size())), q_and_k(want), 5e-6f, 5e-6f, "rope");
-
-    // encode_rope_kv, both paths: q in place (the k heads land in the pool, checked elsewhere).
+    // encode_rope_kv, both paths: q in place, k into the pool (an F32 pool: the values as
+    // computed), token t in slot t.
+    const std::uint32_t width_q = n_head * hd, width_k = n_kv * hd;
     for (bool texel : {true, false}) {
-        SCOPED_TRACE(texel ? "rope_kv texel" : "rope_kv fallback");
+        SCOPED_TRACE(texel ? "rope_kv texel" : "rope_kv storage");
         pipeline_tuning tuning = tuning_for(env().dev->info());
         tuning.prefer_texel_kernels = texel;
         auto pipes = pipelines::create(*env().dev, tuning);
@@ -494,8 +469,9 @@ TEST(GpuKernels, RopeLongPositionsWithFactorsAndLinearScaling) {
         ASSERT_TRUE(str.ok()) << str.err().message;
         auto pool = kv_pool::create(*env().dev, {1, n_kv, hd, bt, n_blocks, false});
         ASSERT_TRUE(pool.ok()) << pool.err().message;
-        std::vector<std::int32_t> ints(2 * tokens, -1);
+        std::vector<std::int32_t> ints(2 * tokens);
         std::copy(pos.begin(), pos.end(), ints.begin());
+        for (std::uint32_t t = 0; t < tokens; ++t) ints[tokens + t] = static_cast<std::int32_t>(t);
         buffer qb = make_buffer(x), ib = make_buffer(ints);
         ASSERT_TRUE((*str)->begin("rope_kv long").ok());
         status st = encode_rope_kv(**str, **pool, 0, {whole(qb), 0, stride}, {whole(ib), 0},
@@ -504,20 +480,31 @@ TEST(GpuKernels, RopeLongPositionsWithFactorsAndLinearScaling) {
         st = (*str)->run(test_watchdog_ms);
         ASSERT_TRUE(st.ok()) << st.err().message;
         auto got = read_buffer<float>(qb, x.size());
-        std::vector<float> got_q, want_q;
+        std::vector<float> pool_k(std::size_t(n_blocks) * bt * width_k);
+        ASSERT_TRUE(
+            env()
+                .dev
+                ->read(*(*pool)->k(0).buf, (*pool)->k(0).offset, pool_k.data(), pool_k.size() * 4)
+                .ok());
+        std::vector<float> got_qk, want_qk;
         for (std::uint32_t t = 0; t < tokens; ++t) {
-            std::size_t o = std::size_t(t) * stride;
-            got_q.insert(got_q.end(), got.begin() + o, got.begin() + o + n_head * hd);
-            want_q.insert(want_q.end(), want.begin() + o, want.begin() + o + n_head * hd);
+            auto row = [&](const std::vector<float>& v) {
+                return v.begin() + std::size_t(t) * stride;
+            };
+            got_qk.insert(got_qk.end(), row(got), row(got) + width_q);
+            // block t / bt, slot t % bt, one kv head: the slot's row is element t * hd on.
+            got_qk.insert(got_qk.end(), pool_k.begin() + std::size_t(t) * hd,
+                          pool_k.begin() + std::size_t(t) * hd + width_k);
+            want_qk.insert(want_qk.end(), row(want), row(want) + width_q + width_k);
         }
-        expect_close(got_q, want_q, 5e-6f, 5e-6f, "q");
+        expect_close(got_qk, want_qk, 5e-6f, 5e-6f, "q and pool k");
     }
 }
 
 // rope_kv: q and k rotated, q written back, k and v stored into the token's pool slot, through
-// both paths (rope_kv_tx, and rope + kv_write where texel kernels are not preferred).
+// both paths (rope_kv_tx, and rope_kv where texel kernels are not preferred), each one dispatch.
 void check_rope_kv(stream& str, bool f16, bool texel) {
-    SCOPED_TRACE(std::string(f16 ? "f16 pool" : "f32 pool") + (texel ? " texel" : " fallback"));
+    SCOPED_TRACE(std::string(f16 ? "f16 pool" : "f32 pool") + (texel ? " texel" : " storage"));
     // GQA (6 q heads, 2 kv heads); n_rot % 4 == 2 rotates half of one texel; token 2 skips
     // its store (slot -1); slots in several blocks, out of order.
     const std::uint32_t n_head = 6, n_kv = 2, hd = 48, n_rot = 30, bt = 4, n_blocks = 7;
@@ -538,10 +525,10 @@ void check_rope_kv(stream& str, bool f16, bool texel) {
     ASSERT_TRUE(st.ok()) << st.err().message;
     st = str.run(test_watchdog_ms);
     ASSERT_TRUE(st.ok()) << st.err().message;
-    if (env().dev->info().timestamps) {  // one fused dispatch, or rope then kv_write
-        ASSERT_EQ(str.timings().size(), texel ? 1u : 2u);
+    if (env().dev->info().timestamps) {  // one dispatch either way
+        ASSERT_EQ(str.timings().size(), 1u);
         EXPECT_EQ(pipeline_name(str.timings()[0].id),
-                  texel ? (f16 ? "rope_kv_tx_f16" : "rope_kv_tx_f32") : "rope");
+                  std::string(texel ? "rope_kv_tx_" : "rope_kv_") + (f16 ? "f16" : "f32"));
     }
 
     auto got = read_buffer<float>(xb, x.size());
@@ -654,14 +641,20 @@ TEST(GpuKernels, BadShapesAreErrorsNotDispatches) {
         encode_mul_mat(*env().str, *w, {whole(small), 0, 64}, {whole(small), 0, 16}, 2, false);
     EXPECT_FALSE(s.ok());
     EXPECT_EQ(env().str->dispatches(), before);
-    // n_rot 9 (odd), then a table shorter than n_rot / 2 pairs.
-    status rope = encode_rope(*env().str, {whole(small), 0, 64}, {whole(small), 0},
-                              {whole(small), 9}, 1, 1, 16);
-    EXPECT_FALSE(rope.ok());
-    rope = encode_rope(*env().str, {whole(small), 0, 64}, {whole(small), 0},
-                       {{&small, 0, 8 * 8 - 4}, 8}, 1, 1, 16);
-    EXPECT_FALSE(rope.ok());
-    run_segment("bad (empty)");
+    // rope_kv (one q head, one kv head of 16): n_rot 9 (odd), then a table shorter than n_rot /
+    // 2 pairs, then rows past their binding (2 tokens of 48 floats at stride 64).
+    auto pool = kv_pool::create(*env().dev, {1, 1, 16, 4, 1, false});
+    ASSERT_TRUE(pool.ok()) << pool.err().message;
+    auto rope_kv = [&](rope_table table, std::uint32_t tokens) {
+        return encode_rope_kv(*env().str, **pool, 0, {whole(small), 0, 64}, {whole(small), 0},
+                              {whole(small), 0}, table, tokens, 1);
+    };
+    EXPECT_FALSE(rope_kv({whole(small), 9}, 1).ok());
+    EXPECT_FALSE(rope_kv({{&small, 0, 8 * 8 - 4}, 8}, 1).ok());
+    EXPECT_TRUE(rope_kv({whole(small), 8}, 1).ok());  // the shape that fits: one dispatch
+    EXPECT_FALSE(rope_kv({whole(small), 8}, 2).ok());
+    EXPECT_EQ(env().str->dispatches(), before + 1);
+    run_segment("bad (one rope_kv)");
 }
 
 // A device that ends long loops early (llvmpipe: 65535 iterations per invocation) gets a clear

@@ -86,10 +86,11 @@ ORDO_ABI_CONST ORDO_B_MM_W = 0, ORDO_B_MM_X = 1, ORDO_B_MM_Y = 2;
 // mul_mat_vec_norm / _glu: the RMSNorm weight of the fused input norm.
 ORDO_ABI_CONST ORDO_B_MM_NORM_W = 3;
 ORDO_ABI_CONST ORDO_B_NORM_X = 0, ORDO_B_NORM_W = 1, ORDO_B_NORM_OUT = 2;
-ORDO_ABI_CONST ORDO_B_ROPE_X = 0, ORDO_B_ROPE_POS = 1, ORDO_B_ROPE_FREQ = 2;
 ORDO_ABI_CONST ORDO_B_SWIGLU_GATE = 0, ORDO_B_SWIGLU_UP = 1, ORDO_B_SWIGLU_OUT = 2;
 ORDO_ABI_CONST ORDO_B_ADD_A = 0, ORDO_B_ADD_B = 1, ORDO_B_ADD_OUT = 2;
 ORDO_ABI_CONST ORDO_B_FOLD_PARTIALS = 0, ORDO_B_FOLD_Y = 1;
+ORDO_ABI_CONST ORDO_B_ROPE_KVS_QKV = 0, ORDO_B_ROPE_KVS_INTS = 1, ORDO_B_ROPE_KVS_K = 2,
+               ORDO_B_ROPE_KVS_V = 3, ORDO_B_ROPE_KVS_FREQ = 4;
 ORDO_ABI_CONST ORDO_B_ROPE_KV_SRC = 0, ORDO_B_ROPE_KV_Q = 1, ORDO_B_ROPE_KV_INTS = 2,
                ORDO_B_ROPE_KV_K = 3, ORDO_B_ROPE_KV_V = 4, ORDO_B_ROPE_KV_FREQ = 5;
 ORDO_ABI_CONST ORDO_B_KVW_SRC = 0, ORDO_B_KVW_SLOTS = 1, ORDO_B_KVW_K = 2, ORDO_B_KVW_V = 3;
@@ -175,7 +176,7 @@ struct rms_norm_push {
     float eps;
 };
 
-// The RoPE frequency table both rope kernels read (binding ORDO_B_ROPE_FREQ /
+// The RoPE frequency table both rope kernels read (binding ORDO_B_ROPE_KVS_FREQ /
 // ORDO_B_ROPE_KV_FREQ; built by gpu/vk/kernels.cpp rope_turns_table from the model's table): for
 // pair j < n_rot / 2, a vec4 {hi, mid, lo, 0} whose sum is pair j's frequency in turns
 // (revolutions) per position, hi and mid holding ORDO_ROPE_SPLIT_BITS significant bits each. A
@@ -185,17 +186,6 @@ struct rms_norm_push {
 // any position (gpu/vk/shaders/rope.glsl). A float pos * freq would err by up to 0.01 rad at
 // 131072 and leave sin/cos arguments far outside the range Vulkan bounds their precision on.
 ORDO_ABI_CONST ORDO_ROPE_SPLIT_BITS = 12;
-
-// rope.comp: in place, adjacent pairs (x[2i], x[2i+1]) of the first n_rot dims of each head.
-struct rope_push {
-    uint n_tokens;
-    uint n_heads;       // heads rotated per token (q heads, or q + k heads of a fused buffer)
-    uint head_dim;
-    uint n_rot;         // even, <= head_dim
-    uint x_offset;      // floats, first head of token 0
-    uint x_stride;      // floats between tokens
-    uint pos_offset;    // first position (elements of the positions buffer)
-};
 
 // swiglu.comp: out = silu(gate) * up.
 struct swiglu_push {
@@ -237,17 +227,18 @@ struct kv_write_push {
     uint slots_offset;  // elements
 };
 
-// rope_kv_tx.comp: rope on q and k of fused q|k|v rows, q written back in place, k and v stored
-// into the pool slots (rope_push + kv_write_push in one dispatch).
+// rope_kv.comp (storage) and rope_kv_tx.comp (texel): RoPE (adjacent pairs (x[2i], x[2i+1]) of
+// the first n_rot dims of each head) on q and k of fused q|k|v rows, q written back in place, k
+// and v stored into the pool slots, in one dispatch.
 struct rope_kv_push {
     uint n_tokens;
     uint n_head;        // q heads
     uint n_head_kv;
-    uint head_dim;      // multiple of 4
+    uint head_dim;      // even (rope_kv_tx: a multiple of 4)
     uint n_rot;         // even, <= head_dim
-    uint src_texel;     // texel of token 0's q in the source buffer (its texel view)
-    uint q_offset;      // floats: token 0's q in the q binding (the same rows; multiple of 4)
-    uint stride;        // floats between tokens (multiple of 4)
+    uint src_texel;     // texel of token 0's q in the source buffer's texel view (rope_kv_tx)
+    uint q_offset;      // floats: token 0's q in the q|k|v binding (rope_kv_tx: a multiple of 4)
+    uint stride;        // floats between tokens (rope_kv_tx: a multiple of 4)
     uint pos_offset;    // ints: token 0's position in the ints binding
     uint slots_offset;  // ints: token 0's slot (block * block_tokens + offset; < 0: no store)
     uint block_tokens;

@@ -1,5 +1,5 @@
 // rope.glsl: the rotation of RoPE pair j at a position, from the model's frequency table, for
-// rope.comp and rope_kv_tx.comp (the includer defines ROPE_FREQ_BINDING). The table's layout and
+// rope_kv.comp and rope_kv_tx.comp (the includer defines ROPE_FREQ_BINDING). The table's layout and
 // why the angle is split this way are in abi.h (ORDO_ROPE_SPLIT_BITS): no pow() per lane (a
 // software routine on llvmpipe), and sin/cos only ever see [-pi, pi].
 layout(std430, binding = ROPE_FREQ_BINDING) readonly buffer rope_freq_buf { vec4 rope_turns[]; };
@@ -17,4 +17,9 @@ vec2 rope_cos_sin(uint pos, uint j) {
     t = fract(t) + pos_lo * f.y + float(pos) * f.z;  // both below half a turn
     float a = (t - round(t)) * 6.28318530717958647692;  // [-pi, pi]
     return vec2(cos(a), sin(a));
+}
+
+// Pair x turned by the angle whose (cos, sin) is cs: the one expression both rope kernels use.
+vec2 rope_rotate(vec2 x, vec2 cs) {
+    return vec2(x.x * cs.x - x.y * cs.y, x.x * cs.y + x.y * cs.x);
 }
