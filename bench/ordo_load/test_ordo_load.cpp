@@ -36,6 +36,7 @@
 #include "bench/ordo_load/load_stats.hpp"
 #include "bench/ordo_load/load_stream.hpp"
 #include "bench/ordo_load/server_spawn.hpp"
+#include "tests/support/scratch_dir.hpp"
 #include "tools/client/connection.hpp"
 
 namespace {
@@ -44,8 +45,7 @@ using namespace ordo::load;
 namespace fs = std::filesystem;
 
 std::string temp_path(const std::string& name) {
-    fs::path dir = fs::temp_directory_path() / ("ordo_load_test_" + std::to_string(getpid()));
-    fs::create_directories(dir);
+    const fs::path& dir = ordo::test::scratch_dir("ordo_load_test");
     return (dir / name).string();
 }
 

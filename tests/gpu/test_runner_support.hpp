@@ -22,6 +22,7 @@
 #include "model/reference.hpp"
 #include "model/synth.hpp"
 #include "tests/support/golden_json.hpp"
+#include "tests/support/scratch_dir.hpp"
 #include "tests/support/shared_models.hpp"
 
 namespace ordo::gpu::testing {
@@ -36,13 +37,7 @@ inline bool have_stories() {
     ORDO_REQUIRE_SHARED(::ordo::gpu::testing::k_models + "/stories260K.gguf")
 
 inline std::string temp_dir() {
-    static const std::string dir = [] {
-        auto d = std::filesystem::temp_directory_path() /
-                 ("ordo_runner_test_" + std::to_string(::getpid()));
-        std::filesystem::create_directories(d);
-        return d.string();
-    }();
-    return dir;
+    return ::ordo::test::scratch_dir("ordo_runner_test").string();
 }
 
 // Small GQA model: n_embd 64, 2 layers, 4 heads over 2 kv heads, ff 96, vocab 300, ctx 256.

@@ -31,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/support/scratch_dir.hpp"
 #include "tests/support/server_process.hpp"
 
 namespace {
@@ -47,8 +48,7 @@ bool client_required() {
 }
 
 std::string temp_path(const std::string& name) {
-    fs::path dir = fs::temp_directory_path() / ("ordo_curl_" + std::to_string(getpid()));
-    fs::create_directories(dir);
+    const fs::path& dir = ordo::test::scratch_dir("ordo_curl");
     return (dir / name).string();
 }
 

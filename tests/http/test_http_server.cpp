@@ -73,6 +73,7 @@
 #include <thread>
 
 #include "tests/http/http_client.hpp"
+#include "tests/support/scratch_dir.hpp"
 #include "tests/support/server_process.hpp"
 #include "tests/support/shared_models.hpp"
 
@@ -86,8 +87,7 @@ constexpr size_t k_body_max = 4096;
 constexpr size_t k_header_max = 2048;
 
 std::string temp_path(const std::string& name) {
-    fs::path dir = fs::temp_directory_path() / ("ordo_http_" + std::to_string(getpid()));
-    fs::create_directories(dir);
+    const fs::path& dir = ordo::test::scratch_dir("ordo_http");
     return (dir / name).string();
 }
 

@@ -31,6 +31,7 @@
 #include "model/gguf.hpp"
 #include "model/reference.hpp"
 #include "model/tokenizer.hpp"
+#include "tests/support/scratch_dir.hpp"
 #include "tests/support/server_process.hpp"
 #include "tests/support/shared_models.hpp"
 
@@ -45,8 +46,7 @@ bool client_required() {
 }
 
 std::string temp_path(const std::string& name) {
-    fs::path dir = fs::temp_directory_path() / ("ordo_openai_" + std::to_string(getpid()));
-    fs::create_directories(dir);
+    const fs::path& dir = ordo::test::scratch_dir("ordo_openai");
     return (dir / name).string();
 }
 

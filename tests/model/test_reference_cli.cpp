@@ -16,6 +16,7 @@
 #include <iterator>
 #include <string>
 
+#include "tests/support/scratch_dir.hpp"
 #include "tests/support/shared_models.hpp"
 
 namespace {
@@ -29,8 +30,7 @@ struct run_result {
 };
 
 run_result run(const std::string& args) {
-    const std::string base =
-        std::filesystem::temp_directory_path().string() + "/ordo_gen_" + std::to_string(::getpid());
+    const std::string base = (ordo::test::scratch_dir("ordo_gen") / "run").string();
     const std::string cmd = std::string(ORDO_MODEL_TOOL) + " generate " + args + " > " + base +
                             ".out 2> " + base + ".err";
     const int rc = std::system(cmd.c_str());

@@ -22,6 +22,7 @@
 #include "door/api_keys.hpp"
 #include "net/ops.hpp"
 #include "net/protocol.hpp"
+#include "tests/support/scratch_dir.hpp"
 
 namespace {
 
@@ -34,8 +35,7 @@ using std::chrono::milliseconds;
 const clock_type::time_point t0 = clock_type::time_point{} + std::chrono::hours(1);
 
 std::string key_file(const std::string& name, const std::string& text, mode_t mode) {
-    fs::path dir = fs::temp_directory_path() / ("ordo_api_keys_" + std::to_string(getpid()));
-    fs::create_directories(dir);
+    const fs::path& dir = ordo::test::scratch_dir("ordo_api_keys");
     std::string p = (dir / name).string();
     fs::remove(p);
     std::ofstream(p) << text;

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <thread>
 
+#include "tests/support/scratch_dir.hpp"
 #include "tests/support/server_process.hpp"
 
 namespace {
@@ -23,8 +24,7 @@ using namespace ordo::test;
 namespace fs = std::filesystem;
 
 std::string write_config(const std::string& name, const std::string& text) {
-    fs::path dir = fs::temp_directory_path() / ("ordo_net_test_" + std::to_string(getpid()));
-    fs::create_directories(dir);
+    const fs::path& dir = ordo::test::scratch_dir("ordo_net_test");
     fs::path p = dir / name;
     std::ofstream(p) << text;
     return p.string();
@@ -33,8 +33,7 @@ std::string write_config(const std::string& name, const std::string& text) {
 // A small model made once per test process with `ordo-model mk` (the server needs one).
 const std::string& tiny_model() {
     static const std::string path = [] {
-        fs::path dir = fs::temp_directory_path() / ("ordo_net_test_" + std::to_string(getpid()));
-        fs::create_directories(dir);
+        const fs::path& dir = ordo::test::scratch_dir("ordo_net_test");
         std::string p = (dir / "tiny.gguf").string();
         std::string mk = std::string(ORDO_MODEL_BIN) + " mk --out " + p +
                          " --n-embd 32 --n-layer 1 --n-head 2 --n-head-kv 2 --n-ff 64"

@@ -27,6 +27,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "tests/support/scratch_dir.hpp"
 #include "tests/support/server_process.hpp"
 #include "tests/support/shared_models.hpp"
 
@@ -42,8 +43,7 @@ constexpr uint32_t k_block_tokens = 16;  // gpu.kv_block_tokens of the llama3 se
 constexpr int32_t k_eot = 128009;
 
 std::string temp_path(const std::string& name) {
-    fs::path dir = fs::temp_directory_path() / ("ordo_chat_" + std::to_string(getpid()));
-    fs::create_directories(dir);
+    const fs::path& dir = ordo::test::scratch_dir("ordo_chat");
     return (dir / name).string();
 }
 

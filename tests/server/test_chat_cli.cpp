@@ -31,6 +31,7 @@
 #include <sstream>
 #include <thread>
 
+#include "tests/support/scratch_dir.hpp"
 #include "tests/support/server_process.hpp"
 
 namespace {
@@ -46,8 +47,7 @@ constexpr std::chrono::milliseconds poll_pause{25};
 constexpr int command_timeout_s = 180;
 
 std::string temp_path(const std::string& name) {
-    fs::path dir = fs::temp_directory_path() / ("ordo_chat_cli_" + std::to_string(getpid()));
-    fs::create_directories(dir);
+    const fs::path& dir = ordo::test::scratch_dir("ordo_chat_cli");
     return (dir / name).string();
 }
 

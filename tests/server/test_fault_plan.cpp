@@ -27,6 +27,7 @@
 #include <set>
 #include <thread>
 
+#include "tests/support/scratch_dir.hpp"
 #include "tests/support/server_process.hpp"
 #include "tests/support/shared_models.hpp"
 
@@ -43,8 +44,7 @@ constexpr uint32_t max_tokens = 6;
 constexpr uint64_t seed = 20240615;
 
 std::string write_config(uint64_t plan_seed) {
-    fs::path dir = fs::temp_directory_path() / ("ordo_fault_plan_" + std::to_string(getpid()));
-    fs::create_directories(dir);
+    const fs::path& dir = ordo::test::scratch_dir("ordo_fault_plan");
     fs::path p = dir / ("plan_" + std::to_string(plan_seed) + ".toml");
     std::ofstream(p) << "[model]\npath = \"" << stories << "\"\n"
                      << "[scheduler]\nretry_max = 8\n"

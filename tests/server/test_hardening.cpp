@@ -46,6 +46,7 @@
 #include <map>
 #include <thread>
 
+#include "tests/support/scratch_dir.hpp"
 #include "tests/support/server_process.hpp"
 
 namespace {
@@ -58,8 +59,7 @@ using clock_type = std::chrono::steady_clock;
 // ---- models, configs, servers -------------------------------------------------------------------
 
 std::string temp_path(const std::string& name) {
-    fs::path dir = fs::temp_directory_path() / ("ordo_hardening_" + std::to_string(getpid()));
-    fs::create_directories(dir);
+    const fs::path& dir = ordo::test::scratch_dir("ordo_hardening");
     return (dir / name).string();
 }
 

@@ -31,6 +31,7 @@
 
 #include "model/gguf.hpp"
 #include "model/reference.hpp"
+#include "tests/support/scratch_dir.hpp"
 #include "tests/support/server_process.hpp"
 #include "tests/support/shared_models.hpp"
 
@@ -43,8 +44,7 @@ const std::string k_bpe_vocab =
     std::string(ORDO_SHARED_MODELS_DIR) + "/vocab/ggml-vocab-llama-bpe.gguf";
 
 std::string temp_path(const std::string& name) {
-    fs::path dir = fs::temp_directory_path() / ("ordo_llama3_shape_" + std::to_string(getpid()));
-    fs::create_directories(dir);
+    const fs::path& dir = ordo::test::scratch_dir("ordo_llama3_shape");
     return (dir / name).string();
 }
 

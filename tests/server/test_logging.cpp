@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tests/support/scratch_dir.hpp"
 #include "tests/support/server_process.hpp"
 
 namespace {
@@ -23,8 +24,7 @@ using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
 std::string temp_path(const std::string& name) {
-    fs::path dir = fs::temp_directory_path() / ("ordo_logging_" + std::to_string(getpid()));
-    fs::create_directories(dir);
+    const fs::path& dir = ordo::test::scratch_dir("ordo_logging");
     return (dir / name).string();
 }
 

@@ -28,6 +28,7 @@
 #include <sstream>
 #include <thread>
 
+#include "tests/support/scratch_dir.hpp"
 #include "tests/support/server_process.hpp"
 #include "tests/support/shared_models.hpp"
 
@@ -41,8 +42,7 @@ const std::string stories = std::string(ORDO_SHARED_MODELS_DIR) + "/stories260K.
 #define REQUIRE_STORIES() ORDO_REQUIRE_SHARED(stories)
 
 std::string temp_path(const std::string& name) {
-    fs::path dir = fs::temp_directory_path() / ("ordo_serving_" + std::to_string(getpid()));
-    fs::create_directories(dir);
+    const fs::path& dir = ordo::test::scratch_dir("ordo_serving");
     return (dir / name).string();
 }
 

@@ -34,6 +34,7 @@
 #include "model/gguf.hpp"
 #include "model/gguf_writer.hpp"
 #include "model/quant.hpp"
+#include "tests/support/scratch_dir.hpp"
 #include "tests/support/server_process.hpp"
 
 namespace {
@@ -42,8 +43,7 @@ using namespace ordo::test;
 namespace fs = std::filesystem;
 
 std::string temp_path(const std::string& name) {
-    fs::path dir = fs::temp_directory_path() / ("ordo_start_test_" + std::to_string(getpid()));
-    fs::create_directories(dir);
+    const fs::path& dir = ordo::test::scratch_dir("ordo_start_test");
     return (dir / name).string();
 }
 

@@ -23,6 +23,7 @@
 #include <regex>
 #include <thread>
 
+#include "tests/support/scratch_dir.hpp"
 #include "tools/client/connection.hpp"
 
 namespace ordo::test {
@@ -311,10 +312,7 @@ std::string wait_healthy(uint16_t port, const std::string& api_key) {
 }
 
 std::string scratch_path(const std::string& suite, const std::string& name) {
-    std::filesystem::path dir = std::filesystem::temp_directory_path() /
-                                ("ordo_" + suite + "_test_" + std::to_string(::getpid()));
-    std::filesystem::create_directories(dir);
-    return (dir / name).string();
+    return (scratch_dir("ordo_" + suite + "_test") / name).string();
 }
 
 std::string generated_model(const std::string& model_bin, const std::string& path,
