@@ -40,8 +40,8 @@ status job_thread::start(uv_loop_t* loop, std::string name) {
         }
         _wake.notify_one();
         _thread.join();
-        return make_error("uv_error", std::string("job_thread::start: uv_async_init: ") +
-                                          uv_strerror(rc));
+        return make_error("uv_error",
+                          std::string("job_thread::start: uv_async_init: ") + uv_strerror(rc));
     }
     _completed.data = this;
     _started = true;

@@ -56,7 +56,7 @@ private:
     std::thread _thread;
     uv_async_t _completed{};
     bool _started = false;
-    bool _busy = false;  // loop thread
+    bool _busy = false;           // loop thread
     std::function<void()> _done;  // loop thread
 
     std::mutex _mutex;

@@ -58,7 +58,7 @@ void gpu_actor::connect_kv(kv_staging& staging, kv_copy_replies replies) {
     _kv_out = std::move(replies);
 }
 
-// ---- jobs on the thread pool ------------------------------------------------------------
+// ---- jobs on the actor's job thread -----------------------------------------------------
 
 void gpu_actor::start_job(job_kind kind) {
     assert(!_busy && "one job at a time: the worker and _job are the running job's");
@@ -79,44 +79,32 @@ void gpu_actor::start_job(job_kind kind) {
         _job.attempt = _rebuilds_in_row;
         _job.attempts_max = _options.recovery_max;
     }
-    _work.data = this;
-    int rc = uv_queue_work(loop(), &_work, &gpu_actor::work_cb, &gpu_actor::after_work_cb);
-    if (rc != 0) {
-        // Only invalid arguments make this fail; run inline rather than lose the job.
-        log().error("uv_queue_work: {}", uv_strerror(rc));
-        run_job();
-        after_work_cb(&_work, 0);
-    }
+    _worker.post([this] { run_job(); }, [this] { job_done(); });
 }
 
-void gpu_actor::work_cb(uv_work_t* req) {
-    actors::name_this_thread("gpu-job");
-    static_cast<gpu_actor*>(req->data)->run_job();
-}
-
-void gpu_actor::after_work_cb(uv_work_t* req, int) {
-    auto* self = static_cast<gpu_actor*>(req->data);
-    assert(self->_busy);
-    self->_busy = false;
-    if (self->_job.kind == job_kind::step) {
-        self->finish_step();
-    } else if (self->_job.kind == job_kind::kv_copy) {
-        self->finish_kv_copy();
+void gpu_actor::job_done() {
+    assert(_busy);
+    _busy = false;
+    if (_job.kind == job_kind::step) {
+        finish_step();
+    } else if (_job.kind == job_kind::kv_copy) {
+        finish_kv_copy();
     } else {
-        self->finish_build();
+        finish_build();
     }
-    if (self->stopping()) {
+    if (stopping()) {
         // on_stop left these to us: the job was running then, and its reply is still owed.
-        self->_runner.reset();
-        self->_replies.close();
-        self->_kv_replies.close();
+        _runner.reset();
+        _replies.close();
+        _kv_replies.close();
+        _worker.stop();
         return;
     }
-    if (self->_reset_requested && self->_state == state::ready) {
-        self->_reset_requested = false;
-        self->begin_recovery();
+    if (_reset_requested && _state == state::ready) {
+        _reset_requested = false;
+        begin_recovery();
     }
-    self->pump();
+    pump();
 }
 
 void gpu_actor::run_job() {
@@ -245,6 +233,7 @@ void gpu_actor::reply_gave_up(const reply_delivery::message& m, const actors::re
 }
 
 void gpu_actor::on_start() {
+    must(_worker.start(loop(), _options.name + "-job"), "job thread start");
     must(_replies.init(loop(), _reply_out, reply_delivery_limits,
                        [this](const reply_delivery::message& m, const actors::refusal& why) {
                            reply_gave_up(m, why);
@@ -270,12 +259,13 @@ void gpu_actor::on_start() {
 
 void gpu_actor::on_stop() {
     fail_queued(gpu_failure::stopped, "the gpu actor is stopping", false);
-    // A running job ends within its watchdog; after_work_cb then sends its reply, frees the
-    // runner and closes the delivery.
+    // A running job ends within its watchdog; job_done then sends its reply, frees the runner,
+    // closes the delivery and ends the job thread.
     if (!_busy) {
         _runner.reset();
         _replies.close();
         _kv_replies.close();
+        _worker.stop();
     }
 }
 
@@ -555,7 +545,7 @@ void gpu_actor::on(const reset_device& m) {
     }
     if (_state != state::ready) return;  // the build under way answers with device_ready
     if (_busy) {
-        _reset_requested = true;  // after_work_cb rebuilds once the running step is answered
+        _reset_requested = true;  // job_done rebuilds once the running step is answered
         return;
     }
     begin_recovery();

@@ -1,8 +1,9 @@
 // gpu_actor.hpp: the gpu actor. Owns the runner (device, pipelines, weights, KV pool) and runs
 // the scheduler's steps on it, one at a time, OFF its loop: each step (and each device build)
-// is a libuv work request on the thread pool, so the loop keeps answering stats, releases,
-// fault injections and shutdown while a fence is waited on. Further steps queue in arrival
-// order (at most queue_max; one more is refused with gpu_busy).
+// runs on the actor's own job thread (actors/runtime/job_thread.hpp: not libuv's process-wide
+// pool, where the kv actor's file jobs could hold every thread), so the loop keeps answering
+// stats, releases, fault injections and shutdown while a fence is waited on. Further steps queue in
+// arrival order (at most queue_max; one more is refused with gpu_busy).
 //
 // Replies (gpu_msgs.hpp) go to the scheduler through one delivery (ordered, bounded: a reply
 // refused by a full mailbox is offered again, and one that cannot be delivered within the bound
@@ -51,6 +52,7 @@
 
 #include "actors/runtime/actor.hpp"
 #include "actors/runtime/delivery.hpp"
+#include "actors/runtime/job_thread.hpp"
 #include "actors/runtime/outbox.hpp"
 #include "gpu/gpu_msgs.hpp"
 #include "gpu/logits/kv_staging.hpp"
@@ -108,7 +110,7 @@ private:
     enum class job_kind { build, rebuild, step, kv_copy };
     using kv_copy = std::variant<kv_copy_out, kv_copy_in>;
     using queued = std::variant<step, kv_copy>;
-    // One job on the thread pool: inputs set by the loop, outputs by the worker.
+    // One job on the job thread: inputs set by the loop, outputs by the worker.
     struct job {
         job_kind kind = job_kind::build;
         step msg;
@@ -127,10 +129,9 @@ private:
         std::uint32_t attempt = 1, attempts_max = 1;
     };
 
-    static void work_cb(uv_work_t* req);
-    static void after_work_cb(uv_work_t* req, int status);
     void start_job(job_kind kind);
-    void run_job();  // worker thread
+    void job_done();  // loop thread, after the worker's run_job
+    void run_job();   // worker thread
     void run_step_job();
     void run_kv_copy_job();
     void finish_build();
@@ -179,7 +180,7 @@ private:
     std::unique_ptr<model::gguf_file> _file;
     std::unique_ptr<runner> _runner;
     job _job;
-    uv_work_t _work{};
+    actors::job_thread _worker;
 };
 
 }  // namespace ordo::gpu

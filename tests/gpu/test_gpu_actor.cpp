@@ -19,12 +19,21 @@
 // later copy naming the old epoch is refused with gpu_stale_epoch; (12) a planned inject_fault
 // (plan_step set, the config's fault plan) sent just before its step fires on that very step,
 // and one the full armed faults refuse is answered fault_refused{plan_step} while an op's
-// refused fault (plan_step 0) is not answered.
+// refused fault (plan_step 0) is not answered; (13) with every thread of libuv's process-wide
+// pool held (where the kv actor's file jobs run: four saves on a hung disk), the device still
+// builds and steps still run, on the actor's own job thread.
 #include <gtest/gtest.h>
+#include <uv.h>
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <cstdlib>
 #include <future>
+#include <mutex>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "gpu/client/gpu_client.hpp"
 #include "gpu_fixture.hpp"
@@ -202,6 +211,88 @@ struct gate {
         cv.notify_all();
     }
 };
+
+// Holds every thread of libuv's process-wide pool (UV_THREADPOOL_SIZE, 4 by default) with work
+// requests that wait until release(), as file jobs stuck on a hung disk would.
+class pool_holder {
+public:
+    pool_holder() {
+        const char* env = std::getenv("UV_THREADPOOL_SIZE");
+        _threads = env != nullptr && std::atoi(env) > 0 ? std::atoi(env) : 4;
+        uv_loop_init(&_loop);
+        _works.resize(std::size_t(_threads) + 1);  // one more than the pool runs at once
+        for (uv_work_t& w : _works) {
+            w.data = this;
+            uv_queue_work(
+                &_loop, &w,
+                [](uv_work_t* r) {
+                    auto* self = static_cast<pool_holder*>(r->data);
+                    std::unique_lock lock(self->_mutex);
+                    self->_entered++;
+                    self->_changed.notify_all();
+                    self->_changed.wait(lock, [self] { return self->_released; });
+                },
+                [](uv_work_t*, int) {});
+        }
+        _runner = std::thread([this] { uv_run(&_loop, UV_RUN_DEFAULT); });
+    }
+    ~pool_holder() {
+        release();
+        _runner.join();
+        uv_loop_close(&_loop);
+    }
+    // Waits (at most timeout_ms) until the pool's every thread runs one of the requests.
+    bool hold(std::uint64_t timeout_ms) {
+        std::unique_lock lock(_mutex);
+        return _changed.wait_for(lock, std::chrono::milliseconds(timeout_ms),
+                                 [this] { return _entered >= _threads; });
+    }
+    int entered() {
+        std::lock_guard lock(_mutex);
+        return _entered;
+    }
+    int threads() const { return _threads; }
+    void release() {
+        std::lock_guard lock(_mutex);
+        _released = true;
+        _changed.notify_all();
+    }
+
+private:
+    int _threads = 4;
+    uv_loop_t _loop{};
+    std::vector<uv_work_t> _works;
+    std::thread _runner;
+    std::mutex _mutex;
+    std::condition_variable _changed;
+    int _entered = 0;
+    bool _released = false;
+};
+
+// The gpu actor's jobs never wait for libuv's pool: with all of it held, the device builds and
+// two decode steps run, and the pool is still held after (nothing of the gpu's ran on it). Before
+// the actor had its own job thread, the build waited behind the held pool: this test failed after
+// reply_ms (and the session's start, giving up, then waited for that build to end).
+TEST(GpuActor, StepsRunWhileLibuvsThreadPoolIsHeld) {
+    ORDO_REQUIRE_GPU();
+    pool_holder held;
+    ASSERT_TRUE(held.hold(reply_ms)) << held.entered() << " of " << held.threads();
+    auto starting = std::async(std::launch::async, [] { return start(actor_options(1)); });
+    if (starting.wait_for(std::chrono::milliseconds(reply_ms)) != std::future_status::ready) {
+        held.release();  // the build waits behind the pool: let it end, so the test ends
+        FAIL() << "the device build waited for libuv's thread pool";
+    }
+    auto s = starting.get();
+    ASSERT_TRUE(s);
+    std::vector<float> logits;
+    auto d = s->run(decode_step(1), logits, reply_ms);
+    ASSERT_TRUE(d.ok()) << d.err().message;
+    d = s->run(decode_step(2, 7), logits, reply_ms);
+    ASSERT_TRUE(d.ok()) << d.err().message;
+    EXPECT_EQ(held.entered(), held.threads());  // the extra request still waits for a thread
+    held.release();
+    ASSERT_TRUE(s->stop().ok());
+}
 
 TEST(GpuActor, LoopAnswersWhileAStepRunsAndTheQueueIsBounded) {
     ORDO_REQUIRE_GPU();
