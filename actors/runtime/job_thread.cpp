@@ -11,14 +11,7 @@
 namespace ordo::actors {
 
 job_thread::~job_thread() {
-    if (_thread.joinable()) {
-        {
-            std::lock_guard lock(_mutex);
-            _quit = true;
-        }
-        _wake.notify_one();
-        _thread.join();
-    }
+    end_thread();
 }
 
 status job_thread::start(uv_loop_t* loop, std::string name) {
@@ -27,23 +20,18 @@ status job_thread::start(uv_loop_t* loop, std::string name) {
     _busy = false;
     _quit = false;
     _run = nullptr;
-    try {
-        _thread = std::thread([this] { thread_main(); });
-    } catch (const std::system_error& e) {
-        return make_error("thread_start", std::string("job_thread::start: ") + e.what());
-    }
     int rc = uv_async_init(loop, &_completed, &job_thread::completed_cb);
     if (rc != 0) {
-        {
-            std::lock_guard lock(_mutex);
-            _quit = true;
-        }
-        _wake.notify_one();
-        _thread.join();
         return make_error("uv_error",
                           std::string("job_thread::start: uv_async_init: ") + uv_strerror(rc));
     }
     _completed.data = this;
+    try {
+        _thread = std::thread([this] { thread_main(); });
+    } catch (const std::system_error& e) {
+        uv_close(reinterpret_cast<uv_handle_t*>(&_completed), nullptr);
+        return make_error("thread_start", std::string("job_thread::start: ") + e.what());
+    }
     _started = true;
     return {};
 }
@@ -62,14 +50,19 @@ void job_thread::post(std::function<void()> run, std::function<void()> done) {
 void job_thread::stop() {
     if (!_started) return;
     assert(!_busy && "stop() only once no job runs");
+    end_thread();
+    uv_close(reinterpret_cast<uv_handle_t*>(&_completed), nullptr);
+    _started = false;
+}
+
+void job_thread::end_thread() {
+    if (!_thread.joinable()) return;
     {
         std::lock_guard lock(_mutex);
         _quit = true;
     }
     _wake.notify_one();
     _thread.join();
-    uv_close(reinterpret_cast<uv_handle_t*>(&_completed), nullptr);
-    _started = false;
 }
 
 void job_thread::thread_main() {

@@ -51,6 +51,7 @@ public:
 private:
     static void completed_cb(uv_async_t* a);
     void thread_main();
+    void end_thread();  // quit (after the job it runs, if any) and join; nothing if none runs
 
     std::string _name;
     std::thread _thread;

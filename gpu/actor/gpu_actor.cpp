@@ -61,8 +61,7 @@ void gpu_actor::connect_kv(kv_staging& staging, kv_copy_replies replies) {
 // ---- jobs on the actor's job thread -----------------------------------------------------
 
 void gpu_actor::start_job(job_kind kind) {
-    assert(!_busy && "one job at a time: the worker and _job are the running job's");
-    _busy = true;
+    assert(!_worker.busy() && "one job at a time: the worker and _job are the running job's");
     _job.kind = kind;
     _job.err.reset();
     _job.nan = false;
@@ -83,8 +82,6 @@ void gpu_actor::start_job(job_kind kind) {
 }
 
 void gpu_actor::job_done() {
-    assert(_busy);
-    _busy = false;
     if (_job.kind == job_kind::step) {
         finish_step();
     } else if (_job.kind == job_kind::kv_copy) {
@@ -261,7 +258,7 @@ void gpu_actor::on_stop() {
     fail_queued(gpu_failure::stopped, "the gpu actor is stopping", false);
     // A running job ends within its watchdog; job_done then sends its reply, frees the runner,
     // closes the delivery and ends the job thread.
-    if (!_busy) {
+    if (!_worker.busy()) {
         _runner.reset();
         _replies.close();
         _kv_replies.close();
@@ -449,7 +446,7 @@ void gpu_actor::begin_recovery() {
 
 void gpu_actor::pump() {
     // Bounded by the queue: each pass starts the head step or fails it.
-    while (!_busy && _state == state::ready && !_queue.empty() && !stopping()) {
+    while (!_worker.busy() && _state == state::ready && !_queue.empty() && !stopping()) {
         queued head = std::move(_queue.front());
         _queue.pop_front();
         if (auto* c = std::get_if<kv_copy>(&head)) {
@@ -544,7 +541,7 @@ void gpu_actor::on(const reset_device& m) {
         return;
     }
     if (_state != state::ready) return;  // the build under way answers with device_ready
-    if (_busy) {
+    if (_worker.busy()) {
         _reset_requested = true;  // job_done rebuilds once the running step is answered
         return;
     }

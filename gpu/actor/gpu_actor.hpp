@@ -36,7 +36,7 @@
 // the work itself.
 //
 // Thread rule: the runner and the model file are touched only by the work callback while a
-// job runs (_busy), and by the loop thread only while none does.
+// job runs (_worker.busy()), and by the loop thread only while none does.
 #pragma once
 
 #include <uv.h>
@@ -165,7 +165,6 @@ private:
 
     // Loop thread.
     state _state = state::starting;
-    bool _busy = false;
     std::deque<queued> _queue;
     armed_faults _faults;
     std::uint64_t _epoch = 0;
@@ -176,7 +175,7 @@ private:
     std::atomic<std::uint64_t> _progress_refused{0};
     double _busy_ms = 0.0;
 
-    // Worker while _busy, loop thread otherwise.
+    // Worker while _worker.busy(), loop thread otherwise.
     std::unique_ptr<model::gguf_file> _file;
     std::unique_ptr<runner> _runner;
     job _job;
