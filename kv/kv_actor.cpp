@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 
 namespace ordo::kv {
 
@@ -570,8 +571,18 @@ void kv_actor::read_restore(uint64_t id) {
         rf = kv_read_fault::flip_bit;
         log().warn("kv: fault kv_flip_read applied to the restore of {}", j->name);
     }
+    uint32_t stall_ms = 0;
+    if (_faults.armed() && _faults.stall_read > 0) {
+        _faults.stall_read--;
+        stall_ms = _faults.stall_ms;
+        log().warn("kv: fault kv_stall_read: the restore of {} waits {} ms before it reads",
+                   j->name, stall_ms);
+    }
     offload(
-        [j, path = path_of(j->name), bb = _block_bytes, rf] {
+        [j, path = path_of(j->name), bb = _block_bytes, rf, stall_ms] {
+            // A slow or hung disk: the pool thread is held as a read that does not return
+            // would hold it (kv_stall_ms_max at most).
+            if (stall_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(stall_ms));
             std::span<uint8_t> dst(j->bytes.data(), j->blocks.size() * bb);
             // Every block's checksum is verified right after its read (read_kv_blocks).
             j->io = read_kv_blocks(path, j->header, j->first_block,
@@ -916,6 +927,10 @@ void kv_actor::on(const kv_fault& m) {
             break;
         case fault_kind::kv_flip_read:
             n = &_faults.flip_read;
+            break;
+        case fault_kind::kv_stall_read:
+            n = &_faults.stall_read;
+            _faults.stall_ms = std::min(m.ms, kv_stall_ms_max);
             break;
         default:
             log().error("kv: fault of kind {} ignored: not a kv kind", enum_name(m.kind));

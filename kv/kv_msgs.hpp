@@ -134,13 +134,15 @@ struct kv_session_delete {
 
 // The `fault` op with a kv kind (docs/protocol.md "fault"), after the scheduler checked that
 // [fault] is enabled: the next `count` saves (kv_enospc, kv_eio, kv_torn_exit, kv_fingerprint)
-// or restores (kv_flip_read) fail that way, through the real write / read path. `kind` is one of
-// the kv kinds (is_kv_fault). No reply.
+// or restores (kv_flip_read) fail that way, through the real write / read path, or the next
+// `count` restores' reads first wait `ms` on the thread that reads (kv_stall_read: a slow or
+// hung disk). `kind` is one of the kv kinds (is_kv_fault). No reply.
 struct kv_fault {
     static constexpr const char* msg_name = "kv_fault";
     fault_kind kind = fault_kind::kv_enospc;
     uint32_t count = 1;
-    MSGPACK_DEFINE_MAP(kind, count);
+    uint32_t ms = 0;  // kv_stall_read's wait
+    MSGPACK_DEFINE_MAP(kind, count, ms);
 };
 
 // ---- kv → scheduler ----------------------------------------------------------------------

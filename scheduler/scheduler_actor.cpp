@@ -51,7 +51,8 @@ scheduler_actor::scheduler_actor(scheduler_core core, gpu::logits_exchange* logi
       _plan(_opt.plan) {}
 
 void scheduler_actor::on_start() {
-    for (uv_timer_t* t : {&_backstop, &_pump_timer, &_drain_timer, &_draft_timer}) {
+    for (uv_timer_t* t :
+         {&_backstop, &_pump_timer, &_drain_timer, &_draft_timer, &_restore_timer}) {
         uv_timer_init(loop(), t);
         t->data = this;
     }
@@ -83,7 +84,8 @@ void scheduler_actor::on_stop() {
     for (auto& d : _to_front) d.close();
     _gpu_control.close();
     _to_kv.close();
-    for (uv_timer_t* t : {&_backstop, &_pump_timer, &_drain_timer, &_draft_timer}) {
+    for (uv_timer_t* t :
+         {&_backstop, &_pump_timer, &_drain_timer, &_draft_timer, &_restore_timer}) {
         uv_close(reinterpret_cast<uv_handle_t*>(t), nullptr);
     }
 }
@@ -253,12 +255,17 @@ scheduler_actor::fault_arming scheduler_actor::arm_fault(const fault_spec& spec,
         case fk::kv_eio:
         case fk::kv_torn_exit:
         case fk::kv_flip_read:
+        case fk::kv_stall_read:
         case fk::kv_fingerprint:
             if (!_kv_out.bound()) {
                 return {false, door::errc::bad_request, "kv faults need [kv] enabled"};
             }
-            _to_kv.send(kv::kv_fault{kind, spec.count});
-            return {true, {}, ""};
+            _to_kv.send(kv::kv_fault{kind, spec.count, spec.delay_ms});
+            if (kind != fk::kv_stall_read) return {true, {}, ""};
+            return {true,
+                    {},
+                    fmt::format("the next {} restore(s) wait {} ms before they read", spec.count,
+                                spec.delay_ms)};
         case fk::draft_fail:
             if (_to_drafter.bound()) {
                 // A draft model's step fails through its device's real failure path: the draft
@@ -332,7 +339,9 @@ void scheduler_actor::arm_planned_fault(uint64_t step_id) {
     }
     fault_spec spec;
     spec.kind = d->kind;
-    if (d->kind == fault_kind::step_delay) spec.delay_ms = _opt.plan_delay_ms;
+    if (d->kind == fault_kind::step_delay || d->kind == fault_kind::kv_stall_read) {
+        spec.delay_ms = _opt.plan_delay_ms;
+    }
     if (is_net_fault(d->kind)) {
         // A request phase from the draw; the pause of net_stop_reading is plan_delay_ms.
         spec.net_phase = request_phase(d->pick % enum_count<request_phase>);
@@ -531,7 +540,28 @@ void scheduler_actor::after(std::vector<outgoing_event>& out) {
     pump();
     send_kv_requests();  // planning asks the kv actor for disk lookups
     send_net_faults();   // a planned step may bring a request to a faulted phase
+    arm_restore_timer();
     check_drained();
+}
+
+void scheduler_actor::arm_restore_timer() {
+    if (stopping()) return;
+    const auto due = _core.restore_deadline();
+    if (!due) {
+        uv_timer_stop(&_restore_timer);
+        return;
+    }
+    const auto left =
+        std::chrono::ceil<std::chrono::milliseconds>(*due - scheduler_core::clock::now());
+    uv_timer_start(&_restore_timer, &scheduler_actor::restore_wait_cb,
+                   uint64_t(std::max<int64_t>(0, left.count())), 0);
+}
+
+void scheduler_actor::restore_wait_cb(uv_timer_t* t) {
+    auto& self = *static_cast<scheduler_actor*>(t->data);
+    self._core.expire_restores(scheduler_core::clock::now());
+    std::vector<outgoing_event> none;
+    self.after(none);  // logs the notes, plans the recomputes, re-arms for the next one
 }
 
 // Net fault points that fired, after the events made before them (one ordered delivery).

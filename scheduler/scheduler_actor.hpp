@@ -163,6 +163,10 @@ private:
     void pump_soon();
     static void drain_cb(uv_timer_t* t);
     static void draft_wait_cb(uv_timer_t* t);
+    // Requests that waited restore_wait_ms for the kv actor stop waiting (core expire_restores);
+    // after() sets the timer to the next such instant.
+    static void restore_wait_cb(uv_timer_t* t);
+    void arm_restore_timer();
     // The drafting round next_step() started, and the sequences the draft actor may forget.
     void send_draft_messages();
 
@@ -227,6 +231,7 @@ private:
     uv_timer_t _pump_timer{};
     uv_timer_t _drain_timer{};
     uv_timer_t _draft_timer{};
+    uv_timer_t _restore_timer{};
     draft_outbox _to_drafter;
     bool _draining = false;
     bool _drained = false;

@@ -100,6 +100,10 @@ struct core_options {
     // after one) a request may follow with another disk lookup.
     bool kv_disk = false;
     uint32_t restore_retry_max = 1;
+    // How long a request waits for the kv actor (its disk lookup and restore) before it stops
+    // waiting and recomputes the prefix instead ([kv] restore_wait_ms): a slow or hung disk
+    // delays a request by this much at most, never forever.
+    uint32_t restore_wait_ms = 10000;
     // Where the seeds of requests that give none come from (fresh_seed): 0 = the OS's entropy
     // mixed with the clock, so every server draws differently (OpenAI's, llama.cpp's and vLLM's
     // behaviour: regenerating samples afresh); tests set a value to replay the draws.
@@ -147,9 +151,10 @@ struct scheduler_counters {
     uint64_t disk_restores = 0;         // restores that completed
     uint64_t disk_restored_tokens = 0;  // tokens they covered
     uint64_t disk_restore_failures = 0;
-    uint64_t disk_invalidations = 0;  // entries quarantined after a failed step
-    uint64_t disk_saves = 0;          // kv_save sent
-    uint64_t disk_evicted = 0;        // kv_evicted received
+    uint64_t disk_restore_timeouts = 0;  // waits given up after restore_wait_ms (recomputed)
+    uint64_t disk_invalidations = 0;     // entries quarantined after a failed step
+    uint64_t disk_saves = 0;             // kv_save sent
+    uint64_t disk_evicted = 0;           // kv_evicted received
     uint64_t session_busy = 0;
     uint64_t net_faults = 0;        // net fault points fired (the `fault` op's net kinds)
     uint64_t embeddings = 0;        // embed requests accepted into the queue
@@ -237,6 +242,13 @@ public:
     void on_kv_evicted(const kv::kv_evicted& m);
     void on_kv_status(const kv::kv_status& m);
     void on_kv_session_deleted(const kv::kv_session_deleted& m, std::vector<outgoing_event>& out);
+    // The earliest instant a request waiting for the kv actor passes restore_wait_ms (none:
+    // nobody waits). The actor's timer calls expire_restores then.
+    std::optional<std::chrono::steady_clock::time_point> restore_deadline() const;
+    // Every request that has waited restore_wait_ms by `now` stops waiting and recomputes
+    // (scheduler_kv.cpp): a late answer finds it gone from `restoring` and only releases what
+    // the kv actor held for it.
+    void expire_restores(std::chrono::steady_clock::time_point now);
     // What to send the kv actor, in order (taken after every input).
     std::vector<kv_request> take_kv_requests() { return std::exchange(_kv_out, {}); }
     // Net fault points (kinds net_fin, net_rst, net_stop_reading; spec.net_phase the request
@@ -318,6 +330,7 @@ private:
         bool client_gone = false;
         bool detached = false;      // aborted inside a running step: no longer in _by_client
         bool disk_checked = false;  // a disk lookup was made for this admission
+        clock::time_point restoring_since{};  // when it last entered phase restoring
         uint32_t restore_failures = 0;
         uint32_t restore_to = 0;      // tokens covered once the restore in flight is done
         std::string restored_from;    // entry restored, until a step confirms it

@@ -10,7 +10,12 @@
 // first step that succeeds with them (commit_full_blocks), so a step that fails right after a
 // restore drops them with the rest of the step and the entry is quarantined (kv_invalidate).
 // A failed restore simply leaves the blocks to be recomputed. Failures are bounded per request
-// by restore_retry_max; no path restores the same entry forever (ARCHITECTURE.md F7).
+// by restore_retry_max; no path restores the same entry forever (ARCHITECTURE.md F7). Neither
+// does any request wait for the disk forever: after restore_wait_ms in `restoring` (a slow or
+// hung disk, or the kv actor's file jobs queued behind saves that are) it stops waiting and
+// recomputes (expire_restores). A restore may still be copying into its pinned blocks then, so
+// those leave the request's table (the pin keeps them until the kv actor answers) and the
+// request starts over from the memory cache, asking the disk no more.
 //
 // Saves: a request that ends with stop or length hands its computed full blocks to the kv
 // actor (kv_save), pinned until kv_save_done: automatic requests their prompt's blocks,
@@ -38,6 +43,7 @@ void scheduler_core::start_disk_lookup(request_state& r) {
     const uint32_t full = (uint32_t(r.tokens.size()) - 1) / bt;
     r.disk_checked = true;
     r.ph = phase::restoring;
+    r.restoring_since = clock::now();
     _restoring.push_back(r.seq);
     _counters.disk_lookups++;
     kv::kv_lookup m;
@@ -118,6 +124,55 @@ void scheduler_core::on_kv_restore_done(const kv::kv_restore_done& m,
         // The reserved blocks past n_past are recomputed by the prefill.
     }
     restored_to_running(*r);
+}
+
+std::optional<scheduler_core::clock::time_point> scheduler_core::restore_deadline() const {
+    std::optional<clock::time_point> first;
+    for (seq_id s : _restoring) {
+        auto it = _requests.find(s);
+        if (it == _requests.end()) continue;
+        const clock::time_point due =
+            it->second.restoring_since + std::chrono::milliseconds(_opt.restore_wait_ms);
+        if (!first || due < *first) first = due;
+    }
+    return first;
+}
+
+void scheduler_core::expire_restores(clock::time_point now) {
+    const auto wait = std::chrono::milliseconds(_opt.restore_wait_ms);
+    std::vector<seq_id> late;
+    for (seq_id s : _restoring) {
+        auto it = _requests.find(s);
+        if (it != _requests.end() && now - it->second.restoring_since >= wait) late.push_back(s);
+    }
+    for (seq_id s : late) {
+        request_state& r = *find(s);
+        _counters.disk_restore_timeouts++;
+        _notes.push_back("request " + std::to_string(r.id) + " (sequence " + std::to_string(s) +
+                         ") stopped waiting for the kv actor after restore_wait_ms = " +
+                         std::to_string(_opt.restore_wait_ms) + " ms; recomputing its prefix");
+        // No more disk for this request: the disk did not answer in time.
+        r.restore_failures = _opt.restore_retry_max + 1;
+        r.restored_from.clear();
+        if (_restore_pins.count(s) == 0) {
+            // Still at the lookup: nothing reserved past n_past. A late answer finds the request
+            // out of `restoring` and releases the entry's lease (on_kv_lookup_done).
+            restored_to_running(r);
+            continue;
+        }
+        // A restore may still copy into the pinned blocks: the sequence lets go of every block
+        // (the pin holds those until the answer, which then only unpins them) and is admitted
+        // again from the memory cache at the head of the queue.
+        if (!r.started) {
+            _counters.cached_tokens -= r.cached_tokens;
+            r.cached_tokens = 0;
+        }
+        free_kv(r);
+        r.n_past = 0;
+        std::erase(_restoring, s);
+        r.ph = phase::queued;
+        _queue.push_front(s);
+    }
 }
 
 void scheduler_core::restore_step_failed(request_state& r, const std::string& why) {

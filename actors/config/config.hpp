@@ -189,6 +189,8 @@ struct kv_config {
     bool shared = false;  // other servers read and write dir too (kv_actor.hpp "Shared directory")
     std::uint64_t bytes_budget = 1073741824;
     std::uint32_t restore_retry_max = 1;
+    // How long a request waits for its disk lookup and restore before it recomputes instead.
+    std::uint32_t restore_wait_ms = 10000;
     std::uint64_t flush_ms_max = 5000;
     bool operator==(const kv_config&) const = default;
 };

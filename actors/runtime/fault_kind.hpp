@@ -27,6 +27,7 @@ enum class fault_kind : std::uint8_t {
     kv_eio,            // a save's write fails with EIO
     kv_torn_exit,      // the server exits halfway through a save's write
     kv_flip_read,      // a restore reads one bit flipped
+    kv_stall_read,     // a restore's read waits (a slow or hung disk) before it reads
     kv_fingerprint,    // a save's file names another model
     net_fin,           // the request's connection is closed (FIN)
     net_rst,           // the request's connection is reset (RST)
@@ -36,11 +37,11 @@ enum class fault_kind : std::uint8_t {
     draft_eos,         // a speculating sequence's drafter proposes end of generation first
 };
 
-inline constexpr std::array<std::string_view, 16> fault_kind_names = {
-    "device_lost",      "hang",           "nan_logits",    "step_delay",
-    "mailbox_refuse",   "kv_enospc",      "kv_eio",        "kv_torn_exit",
-    "kv_flip_read",     "kv_fingerprint", "net_fin",       "net_rst",
-    "net_stop_reading", "draft_fail",     "draft_garbage", "draft_eos"};
+inline constexpr std::array<std::string_view, 17> fault_kind_names = {
+    "device_lost",    "hang",     "nan_logits",   "step_delay",       "mailbox_refuse",
+    "kv_enospc",      "kv_eio",   "kv_torn_exit", "kv_flip_read",     "kv_stall_read",
+    "kv_fingerprint", "net_fin",  "net_rst",      "net_stop_reading", "draft_fail",
+    "draft_garbage",  "draft_eos"};
 constexpr const auto& names_of(fault_kind) {
     return fault_kind_names;
 }

@@ -21,6 +21,8 @@
 // failed restore recomputes with identical output and restores nothing later; a step failing
 // right after a restore quarantines that entry (kv_invalidate) and the request recomputes; a
 // request cancelled while its restore is in flight frees everything once the restore answers;
+// a request whose lookup or restore outlasts restore_wait_ms recomputes with identical output,
+// and a restore that lands afterwards (with other ids than the entry's) touches nothing it uses;
 // sessions: session_busy for a second live request, session_delete refused while busy.
 //
 // Speculative decoding (scheduler_speculate.cpp), prompt lookup drafting from prompts that repeat
@@ -114,7 +116,8 @@ struct disk {
     std::map<uint64_t, size_t> leases;          // seq -> entry
     std::vector<std::pair<std::string, std::vector<int32_t>>> sessions;
     bool fail_restores = false;
-    bool hold_restores = false;  // answer restores only when released
+    bool hold_restores = false;      // answer restores only when released
+    bool restore_other_ids = false;  // restores write other token ids than the entry's
     std::vector<kv::kv_restore> held;
     int saves = 0, restores = 0, invalidated = 0, lookups = 0;
 };
@@ -382,6 +385,9 @@ private:
             auto& blk = pool[m.blocks[i]];
             blk.assign(e.begin() + (m.first_block + i) * B,
                        e.begin() + (m.first_block + i + 1) * B);
+            if (kv->restore_other_ids) {
+                for (int32_t& id : blk) id = id == 7 ? 8 : 7;
+            }
         }
         kv->restores++;
         core->on_kv_restore_done({m.seq, true, kv::kv_failure::none, "", 1.0}, out);
@@ -1421,6 +1427,84 @@ TEST(scheduler_kv, a_request_cancelled_during_its_restore_frees_everything) {
     d.hold_restores = false;
     b.release_held_restores();
     b.run();
+    b.expect_idle();
+    EXPECT_EQ(b.core->kv_stats().pins, 0u);
+}
+
+// restore_wait_ms during the restore: the request lets go of the blocks the restore is copying
+// into and recomputes; the late restore then writes OTHER ids into them (a naive give-up that
+// kept them in the request's table would read those and decode differently).
+TEST(scheduler_kv, a_restore_that_outlasts_restore_wait_ms_is_recomputed) {
+    auto want = reference_greedy(long_prompt, 12);
+    disk d = saved_disk(12);
+    d.hold_restores = true;
+    d.lookups = 0;
+    core_options o = kv_options();
+    o.restore_wait_ms = 100;
+    harness b(o);
+    b.kv = &d;
+    EXPECT_FALSE(b.core->restore_deadline());
+    b.generate(1, 1, long_prompt, 12);
+    b.run();  // the lookup is answered, the restore held: nothing else to do
+    ASSERT_EQ(d.held.size(), 1u);
+    EXPECT_EQ(b.core->kv_stats().pins, 1u);
+    auto due = b.core->restore_deadline();
+    ASSERT_TRUE(due);
+    b.core->expire_restores(*due - std::chrono::milliseconds(1));
+    EXPECT_EQ(b.core->counters().disk_restore_timeouts, 0u);
+    EXPECT_TRUE(b.core->restore_deadline());
+    b.core->expire_restores(*due);
+    EXPECT_EQ(b.core->counters().disk_restore_timeouts, 1u);
+    EXPECT_FALSE(b.core->restore_deadline());
+    ASSERT_TRUE(b.core->check_invariants().ok()) << b.core->check_invariants().err().message;
+    int steps = 0;
+    d.restore_other_ids = true;
+    b.run([&](const gpu::step&) {
+        if (++steps == 2) b.release_held_restores();  // lands while the recompute runs
+    });
+    ASSERT_GE(steps, 2);
+    const event* t = b.terminal(1, 1);
+    ASSERT_NE(t, nullptr);
+    EXPECT_EQ(t->tokens(), want);
+    EXPECT_EQ(d.restores, 1);                         // the kv side finished it...
+    EXPECT_EQ(b.core->counters().disk_restores, 0u);  // ...and the request did not use it
+    EXPECT_EQ(b.core->counters().disk_restore_failures, 0u);
+    EXPECT_EQ(d.lookups, 1);  // no second disk attempt after a timeout
+    b.expect_idle();
+    EXPECT_EQ(b.core->kv_stats().pins, 0u);
+}
+
+// restore_wait_ms during the lookup: the request runs from the memory cache at once, and the
+// late answer only releases the entry's lease.
+TEST(scheduler_kv, a_lookup_that_outlasts_restore_wait_ms_is_recomputed) {
+    auto want = reference_greedy(long_prompt, 12);
+    disk d = saved_disk(12);
+    core_options o = kv_options();
+    o.restore_wait_ms = 100;
+    harness b(o);
+    b.kv = &d;
+    b.generate(1, 1, long_prompt, 12);
+    // Plan without answering the kv actor: the request waits for its lookup.
+    EXPECT_FALSE(b.core->next_step());
+    auto lookups = b.core->take_kv_requests();
+    ASSERT_EQ(lookups.size(), 1u);
+    ASSERT_TRUE(std::holds_alternative<kv::kv_lookup>(lookups[0]));
+    auto due = b.core->restore_deadline();
+    ASSERT_TRUE(due);
+    b.core->expire_restores(*due);
+    EXPECT_EQ(b.core->counters().disk_restore_timeouts, 1u);
+    std::vector<outgoing_event> out;
+    // The late answer offers the entry; the request has moved on and releases it.
+    b.core->on_kv_lookup_done({std::get<kv::kv_lookup>(lookups[0]).seq, 3, "e0"}, out);
+    auto release = b.core->take_kv_requests();
+    ASSERT_EQ(release.size(), 1u);
+    EXPECT_TRUE(std::holds_alternative<kv::kv_release>(release[0]));
+    b.apply(out);
+    b.run();
+    ASSERT_NE(b.terminal(1, 1), nullptr);
+    EXPECT_EQ(b.terminal(1, 1)->tokens(), want);
+    EXPECT_EQ(b.core->counters().disk_restores, 0u);
+    EXPECT_EQ(d.restores, 0);
     b.expect_idle();
     EXPECT_EQ(b.core->kv_stats().pins, 0u);
 }

@@ -60,6 +60,9 @@ bool server::start(const server_config& cfg, const std::string& name) {
           << "[gpu]\nwatchdog_ms = " << cfg.watchdog_ms << "\nrecovery_max = " << cfg.recovery_max
           << "\n";
         if (!cfg.kv_dir.empty()) t << "[kv]\nenabled = true\ndir = \"" << cfg.kv_dir << "\"\n";
+        if (!cfg.kv_dir.empty() && cfg.restore_wait_ms != 0) {
+            t << "restore_wait_ms = " << cfg.restore_wait_ms << "\n";
+        }
         t << "[speculative]\nmode = \"" << cfg.speculative << "\"\n";
         if (!cfg.draft_model.empty()) t << "draft_model = \"" << cfg.draft_model << "\"\n";
     }
@@ -155,6 +158,12 @@ bool server::arm_draft(const std::string& kind, uint32_t count) {
 bool server::arm_kv(const std::string& kind) {
     uint64_t id = _next_id++;
     return armed(kind, 1, id, frame("id", id, "op", "fault", "kind", kind));
+}
+
+bool server::arm_kv_stall(uint32_t ms) {
+    uint64_t id = _next_id++;
+    return armed("kv_stall_read", 1, id,
+                 frame("id", id, "op", "fault", "kind", "kv_stall_read", "ms", ms));
 }
 
 bool server::arm_delay(uint32_t ms, const std::string& phase) {

@@ -41,6 +41,7 @@ struct server_config {
     uint32_t watchdog_ms = 2000;
     uint32_t recovery_max = 3;        // gpu.recovery_max
     std::string kv_dir;               // non-empty: [kv] enabled
+    uint32_t restore_wait_ms = 0;     // [kv] restore_wait_ms (0: the default)
     std::string speculative = "off";  // [speculative] mode
     std::string draft_model;          // [speculative] draft_model (mode "draft")
 };
@@ -93,6 +94,7 @@ public:
     bool arm(const std::string& kind, const std::string& phase = "", uint32_t count = 1,
              uint32_t after_steps = 0);
     bool arm_kv(const std::string& kind);                       // kv_enospc, ...
+    bool arm_kv_stall(uint32_t ms);                             // kv_stall_read
     bool arm_draft(const std::string& kind, uint32_t count);    // draft_fail, ... (rounds)
     bool arm_delay(uint32_t ms, const std::string& phase);      // step_delay
     bool arm_refuse(const std::string& actor, uint32_t count);  // mailbox_refuse

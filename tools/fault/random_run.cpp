@@ -131,6 +131,8 @@ findings run_plan(const context& ctx, const references& r, const plan& p) {
     }
     cfg.recovery_max = std::min<uint32_t>(recovery_max_limit, device_faults + 2);
     cfg.kv_dir = ctx.work_dir + "/random-kv-" + std::to_string(p.seed);
+    // kv_stall_read waits 20-500 ms: some restores outlast the wait, some do not.
+    cfg.restore_wait_ms = 250;
     // The server speculates, its references were computed without: every output is checked
     // to be byte-identical to plain decoding, whatever the drafts. Odd seeds draft by prompt
     // lookup, even ones with a draft model (the served model drafting for itself, on a gpu
@@ -206,6 +208,8 @@ findings run_plan(const context& ctx, const references& r, const plan& p) {
             case action::kind::fault: {
                 if (net_kind(a.fault_kind)) {
                     if (s.arm_net(a.fault_kind, a.phase, a.ms)) armed.net++;
+                } else if (a.fault_kind == "kv_stall_read") {
+                    s.arm_kv_stall(a.ms);
                 } else if (a.fault_kind.starts_with("kv_")) {
                     s.arm_kv(a.fault_kind);
                 } else if (a.fault_kind.starts_with("draft_")) {
@@ -306,7 +310,7 @@ plan make_plan(uint64_t seed, uint32_t requests) {
     const char* kinds[] = {"device_lost",    "hang",          "nan_logits", "step_delay",
                            "mailbox_refuse", "kv_enospc",     "kv_eio",     "kv_flip_read",
                            "kv_fingerprint", "net_fin",       "net_rst",    "net_stop_reading",
-                           "draft_fail",     "draft_garbage", "draft_eos"};
+                           "draft_fail",     "draft_garbage", "draft_eos",  "kv_stall_read"};
     const char* actors[] = {"scheduler", "net", "gpu", "kv"};
     const char* phases[] = {"", "prefill", "decode", "verify"};
     const char* request_phases[] = {"queued", "prefill", "decode"};
@@ -336,6 +340,8 @@ plan make_plan(uint64_t seed, uint32_t requests) {
             } else if (a.fault_kind == "mailbox_refuse") {
                 a.actor = actors[pick(4)];
                 a.count = 1 + pick(8);
+            } else if (a.fault_kind == "kv_stall_read") {
+                a.ms = 20 + pick(480);  // around the run's restore_wait_ms: both outcomes
             } else if (a.fault_kind.starts_with("draft_")) {
                 a.count = 1 + pick(4);  // drafting rounds
             } else if (!a.fault_kind.starts_with("kv_")) {

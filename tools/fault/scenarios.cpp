@@ -358,6 +358,37 @@ void kv_flip_read(const context& ctx, findings& f, const references& r) {
     s.stop();
 }
 
+// A restore whose read does not come back in time (a slow or hung disk holding the read's
+// thread): the request stops waiting after restore_wait_ms and recomputes with fault-free
+// output, the scheduler counts one timeout and no restore applied, and the restore that ends
+// later only releases its blocks (idle after: no pin, no block used).
+void kv_stall_read(const context& ctx, findings& f, const references& r) {
+    server_config cfg;
+    cfg.kv_dir = ctx.work_dir + "/kv_stall_read";
+    cfg.restore_wait_ms = 200;
+    constexpr uint32_t stall_ms = 5000;  // 25 times the wait: the wait always ends first
+    server s(ctx, f);
+    if (!s.start(cfg, "kv_stall_read")) return;
+    expect_reference(f, s.generate(r.prompts[0]), r.want[0], "kv_stall_read: first run");
+    s.stop();
+    if (!s.start(cfg, "kv_stall_read") || !s.arm_kv_stall(stall_ms)) return;
+    expect_reference(f, s.generate(r.prompts[0]), r.want[0], "kv_stall_read: the stalled restore");
+    auto st = s.call("stats");
+    if (st && (stat(*st, "scheduler", "disk_restore_timeouts") != 1 ||
+               stat(*st, "scheduler", "disk_restores") != 0 ||
+               stat(*st, "scheduler", "disk_hits") != 1)) {
+        f.fail("kv_stall_read: disk_restore_timeouts " +
+               std::to_string(stat(*st, "scheduler", "disk_restore_timeouts")) +
+               ", disk_restores " + std::to_string(stat(*st, "scheduler", "disk_restores")) +
+               ", disk_hits " + std::to_string(stat(*st, "scheduler", "disk_hits")) +
+               "; expected 1, 0, 1");
+    }
+    s.check_idle();  // the stalled read ends, its restore answers and the pin is dropped
+    expect_reference(f, s.generate(r.prompts[2]), r.want[2], "kv_stall_read: serving goes on");
+    s.check_idle();
+    s.stop();
+}
+
 // A file written with another model's fingerprint is never loaded, after a restart either.
 void kv_fingerprint(const context& ctx, findings& f, const references& r) {
     server_config cfg;
@@ -677,6 +708,7 @@ std::vector<std::string> scenario_names() {
                                "kv/enospc",
                                "kv/eio",
                                "kv/flip_read",
+                               "kv/stall_read",
                                "kv/fingerprint",
                                "kv/torn_exit",
                                "delay/prefill/cancel",
@@ -738,6 +770,7 @@ std::vector<scenario_result> run_scenarios(const context& ctx,
             timed(name, [&](findings& f) { kv_disk_error(ctx, f, r, "kv_eio", "kv_io_error"); });
         }
         if (name == "kv/flip_read") timed(name, [&](findings& f) { kv_flip_read(ctx, f, r); });
+        if (name == "kv/stall_read") timed(name, [&](findings& f) { kv_stall_read(ctx, f, r); });
         if (name == "kv/fingerprint") timed(name, [&](findings& f) { kv_fingerprint(ctx, f, r); });
         if (name == "kv/torn_exit") timed(name, [&](findings& f) { kv_torn_exit(ctx, f, r); });
         if (name.starts_with("delay/")) {

@@ -200,6 +200,7 @@ sched::core_options core_options_from(const config::config& cfg, const loaded_mo
     o.n_ctx = m.n_ctx;
     o.kv_disk = cfg.kv.enabled;
     o.restore_retry_max = cfg.kv.restore_retry_max;
+    o.restore_wait_ms = cfg.kv.restore_wait_ms;
     // The file's own pooling_type wins: it names how the model was trained to embed.
     o.pooling = m.hp.embedding_pooling.value_or(cfg.model.embedding_pooling);
     o.speculative.mode = cfg.speculative.mode;
