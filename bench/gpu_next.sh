@@ -11,6 +11,8 @@
 #                choices, the large tile's among them, also go to next.log); then batch-1
 #                decode with each weight's measured mul_mat_vec shape and without (--mmv-shapes),
 #                prefill and 16 / 64 sequences with the measured tiled layouts and without;
+#                decode attention's lines and batch-1 / 64-sequence decode at attention.comp's
+#                load groups (--attn-k-pairs, --attn-v-group);
 #                then ordo-bench-kernels' tiled lines for each layout of the tiled mat-mul (one 1B
 #                layer's mat-muls at 16..512 tokens; session 27: swizzled tiles, token tiles
 #                first, narrow tiles, a K step of 64, staging by rows, and session 26's
@@ -22,8 +24,8 @@
 # Environment (all optional): W (the kit's work dir, /tmp/gpu-work), MODEL (l1b-q4k), PP, TG,
 # PAR, STREAMS (as the kit's), BATCH_TOKENS (the second server's max_batch_tokens, 2048),
 # TESTS (the GPU test binaries bench/gpu_tests.sh packed: .gpu/tests.tar.xz; run first when
-# there, into tests.log, within TESTS_S seconds, 120), PARTS (which of tests coop mmv layouts
-# tiled replay serve to run, in that order; all by default).
+# there, into tests.log, within TESTS_S seconds, 120), PARTS (which of tests coop mmv attn
+# layouts tiled replay serve to run, in that order; all by default).
 # Dry run on lavapipe: W=<dir with ordo/bin and MODEL.gguf> MODEL=... PP=16 TG=8 PAR=2
 # STREAMS=1,2 bash bench/gpu_next.sh
 set -uo pipefail
@@ -32,7 +34,7 @@ w=${W:-/tmp/gpu-work}
 : "${MODEL:=l1b-q4k}" "${PP:=512}" "${TG:=64}" "${PAR:=1,16,64}" "${STREAMS:=1,64}"
 : "${BATCH_TOKENS:=2048}"
 # The parts to run, in this order (a device call's minutes may not hold them all after the kit).
-: "${PARTS:=tests coop mmv layouts tiled replay serve}"
+: "${PARTS:=tests coop mmv attn layouts tiled replay serve}"
 B=$w/ordo/bin
 export LD_LIBRARY_PATH=$w/ordo/lib:${LD_LIBRARY_PATH:-}
 log() { echo "[$(date +%T)] $*" | tee -a "$out/next.log"; }
@@ -90,6 +92,31 @@ part_mmv() {
     done
   done
   rm -f "$out/mmv.err"
+}
+
+# attention.comp's load groups (session 32; no bit depends on them): K pairs and V keys a lane
+# loads before using them. One 1B layer's decode attention (1 sequence at 16..4096 keys, 64 at
+# 64 and 512) at the default 4,8 and larger groups (a group of 64 keys is the whole tile where
+# the workgroup is 64, NVIDIA's; refused where it is 32), then batch-1 and 64-sequence decode at
+# the default and the largest, alternately.
+part_attn() {
+  for g in "4 8" "8 16" "16 32" "32 32" "32 64"; do
+    # shellcheck disable=SC2086
+    set -- $g
+    log "ordo-bench-kernels --decode-attention --attn-k-pairs $1 --attn-v-group $2"
+    timeout 90 "$B/ordo-bench-kernels" --no-texel --decode-attention --attn-k-pairs "$1" \
+      --attn-v-group "$2" 2>>"$out/next.err" | grep '"kernel"' >>"$out/next.jsonl"
+    log "rc=${PIPESTATUS[0]}"
+  done
+  for g in "4 8" "32 64" "4 8" "32 64"; do
+    # shellcheck disable=SC2086
+    set -- $g
+    log "ordo-bench $MODEL --attn-k-pairs $1 --attn-v-group $2"
+    timeout 120 "$B/ordo-bench" --model "$MODEL.gguf" --prompts 16 --gen "$TG" --parallel 1,64 \
+      --reps 2 --json --label "$MODEL-attn-$1-$2" --attn-k-pairs "$1" --attn-v-group "$2" \
+      >>"$out/next.jsonl" 2>>"$out/next.err"
+    log "rc=$?"
+  done
 }
 
 # The invariant tiled mul_mat's layouts, measured at warm-up at 16, 64 and 512 tokens (session

@@ -51,6 +51,11 @@
 //   its split threshold. Its tiled lines say "coop" and the tile that ran.
 //   --mm-split-wg N sets the tiled kernel's group split threshold (pipeline_tuning::
 //   mat_tiled_split_wg; 0: never split), for the A/B of the crossover and prefill lines.
+//   --decode-attention times only decode attention of one 1B layer (32 heads over 8 KV heads)
+//   as the runner runs it, one sequence at contexts 16..4096 and 64 at 64 and 512;
+//   --attn-k-pairs N / --attn-v-group N set attention.comp's load groups (pipeline_tuning::
+//   attention_k_pairs, attention_v_group: K pairs and V keys a lane loads before using them;
+//   no bit depends on them), on every attention line.
 //   --mmv-wg LANES / --mmv-rows N / --mmv-unroll N / --mmv-block-unroll N override
 //   mul_mat_vec's workgroup lanes (a multiple of 8), rows per team and units loaded per lane
 //   before summing (F32/F16/BF16; the block types); --mmv-split N /
@@ -290,6 +295,16 @@ void bench_decode(bench_env& e, const std::vector<model::ggml_type>& types, bool
     }
 }
 
+// Decode attention of one 1B layer (32 query heads over 8 KV heads of 64) as the runner runs it
+// (flash decoding's splits from the context): one sequence at the short contexts a served
+// stream decodes at and the long ones, and 64 sequences at 64 and 512 (--decode-attention).
+void bench_decode_attention(bench_env& e) {
+    for (std::uint32_t ctx : {16u, 64u, 128u, 512u, 4096u}) {
+        bench_attention(e, 32, 64, ctx, 1, 1, true, 8);
+    }
+    for (std::uint32_t ctx : {64u, 512u}) bench_attention(e, 32, 64, ctx, 64, 1, true, 8);
+}
+
 // mul_mat_vec against the tiled mul_mat over one decode step's mat-muls of the 1B shape
 // (unfused) at 8..64 tokens, per type; prints both and the crossover (--crossover).
 void bench_crossover(bench_env& e, const std::vector<model::ggml_type>& types,
@@ -504,11 +519,13 @@ void bench_attention(bench_env& e, std::uint32_t n_head, std::uint32_t head_dim,
     });
     std::string kernel =
         e.str->timings().empty() ? "?" : std::string(pipeline_name(e.str->timings()[0].id));
+    const pipeline_tuning& tu = e.pipes->tuning();
     std::printf(
         "{\"kernel\":\"%s\",\"heads\":%u,\"kv_heads\":%u,\"head_dim\":%u,\"ctx\":%u,"
-        "\"seqs\":%u,\"tokens\":%u,\"split\":%s,\"gpu_ms\":%.4f,\"wall_ms\":%.4f}\n",
+        "\"seqs\":%u,\"tokens\":%u,\"split\":%s,\"k_pairs\":%u,\"v_group\":%u,"
+        "\"gpu_ms\":%.4f,\"wall_ms\":%.4f}\n",
         kernel.c_str(), n_head, n_head_kv, head_dim, ctx, n_seqs, n_tok, split ? "true" : "false",
-        gpu_ms, wall_ms);
+        tu.attention_k_pairs, tu.attention_v_group, gpu_ms, wall_ms);
     std::fflush(stdout);
 }
 
@@ -596,7 +613,8 @@ int main(int argc, char** argv) {
     bool dispatch_cost = false;
     bool prefill_only = false;
     bool type_compare = false;
-    bool decode_only = false, fused = false, crossover = false;
+    bool decode_only = false, fused = false, crossover = false, decode_attention = false;
+    std::uint32_t attn_k_pairs = 0, attn_v_group = 0;  // 0: the device's tuning
     std::uint32_t copies = 16;
     bool types_given = false;
     std::uint32_t mmv_wg = 0, mmv_rows = 0, mmv_unroll = 0, mmv_block_unroll = 0, mmv_split = 0,
@@ -634,6 +652,12 @@ int main(int argc, char** argv) {
             prefill_only = true;
         } else if (std::strcmp(argv[i], "--decode") == 0) {
             decode_only = true;
+        } else if (std::strcmp(argv[i], "--decode-attention") == 0) {
+            decode_attention = true;
+        } else if (std::strcmp(argv[i], "--attn-k-pairs") == 0 && i + 1 < argc) {
+            attn_k_pairs = std::clamp<std::uint32_t>(std::stoul(argv[++i]), 1, 1024);
+        } else if (std::strcmp(argv[i], "--attn-v-group") == 0 && i + 1 < argc) {
+            attn_v_group = std::clamp<std::uint32_t>(std::stoul(argv[++i]), 1, 1024);
         } else if (std::strcmp(argv[i], "--fused") == 0) {
             fused = true;
         } else if (std::strcmp(argv[i], "--crossover") == 0) {
@@ -765,6 +789,8 @@ int main(int argc, char** argv) {
     if (mm_row_stage >= 0) tuning.mat_tiled_row_staging = mm_row_stage != 0;
     if (mm_narrow >= 0) tuning.mat_tiled_narrow = mm_narrow != 0;
     if (token_tiles) tuning.attention_token_tiles = true;
+    if (attn_k_pairs != 0) tuning.attention_k_pairs = attn_k_pairs;
+    if (attn_v_group != 0) tuning.attention_v_group = attn_v_group;
     if (coop >= 0) {
         tuning.mat_coop = coop != 0;
         tuning.mat_coop_emulated = coop == 2;
@@ -828,6 +854,10 @@ int main(int argc, char** argv) {
         bench_crossover(
             e, types_given ? types : std::vector<ggml_type>{ggml_type::f16, ggml_type::q4_k},
             copies);
+        return 0;
+    }
+    if (decode_attention) {
+        bench_decode_attention(e);
         return 0;
     }
     if (decode_only) {

@@ -2,7 +2,8 @@
 // [--json] [--flush-every N] [--device SEL] [--kernels auto|texel|storage] [--reps N]
 // [--label NAME] [--mm-split-wg N] [--row-summaries auto|on|off] [--attention-flash on|off]
 // [--logits-in-place on|off] [--first-segment N] [--replay on|off]
-// [--batch-invariant on|off|emulated] [--mmv-shapes auto|on|off] [--mm-layouts auto|on|off]`
+// [--batch-invariant on|off|emulated] [--mmv-shapes auto|on|off] [--mm-layouts auto|on|off]
+// [--attn-k-pairs N] [--attn-v-group N]`
 // (--mm-split-wg: the tiled mat-mul's group split threshold, an A/B knob: pipeline_tuning::
 // mat_tiled_split_wg; 0 never splits; --row-summaries: gpu.row_summaries; --attention-flash
 // off: prefill attention on attention.comp instead of attention_flash, an A/B knob with the
@@ -16,7 +17,9 @@
 // off: every weight's one-token mul_mat_vec in the tuning's shape, not the one measured at
 // warm-up, runner_options::mat_vec_shapes, the same bits; --mm-layouts off: the invariant tiled
 // mul_mat in the tuning's layout at every token count, not the ones measured at warm-up,
-// runner_options::mat_tiled_layouts, the same bits).
+// runner_options::mat_tiled_layouts, the same bits; --attn-k-pairs / --attn-v-group:
+// attention.comp's load groups, runner_options::attention_k_pairs / attention_v_group, the same
+// bits).
 //
 // Measures what ../shared/peer/bench_llamacpp.mjs measures for llama.cpp, named the same way,
 // one JSON line per measurement (--json) or a readable table:
@@ -84,6 +87,8 @@ struct bench_options {
     std::string batch_invariant = "on";          // gpu.batch_invariant; emulated: mul_mat_cme
     std::string mmv_shapes = "auto";             // runner_options::mat_vec_shapes
     std::string mm_layouts = "auto";             // runner_options::mat_tiled_layouts
+    std::optional<std::uint32_t> attn_k_pairs;   // runner_options::attention_k_pairs
+    std::optional<std::uint32_t> attn_v_group;   // runner_options::attention_v_group
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -94,7 +99,7 @@ struct bench_options {
                  "[--mm-split-wg N] [--row-summaries auto|on|off] [--attention-flash on|off] "
                  "[--logits-in-place on|off] [--first-segment N] [--replay on|off] "
                  "[--batch-invariant on|off|emulated] [--mmv-shapes auto|on|off] "
-                 "[--mm-layouts auto|on|off]\n",
+                 "[--mm-layouts auto|on|off] [--attn-k-pairs N] [--attn-v-group N]\n",
                  why.c_str());
     std::exit(2);
 }
@@ -169,6 +174,10 @@ bench_options parse(int argc, char** argv) {
             o.mm_layouts = one_of(a, value(), {"auto", "on", "off"});
         else if (a == "--first-segment")
             o.first_segment = parse_u32(value(), 0, 1024);
+        else if (a == "--attn-k-pairs")
+            o.attn_k_pairs = parse_u32(value(), 1, 1024);
+        else if (a == "--attn-v-group")
+            o.attn_v_group = parse_u32(value(), 1, 1024);
         else if (a == "--mm-split-wg")
             o.mm_split_wg = parse_u32(value(), 0, 1u << 20);
         else if (a == "--reps")
@@ -241,6 +250,8 @@ runner_options runner_for(const bench_options& o, std::uint32_t n_ctx) {
     if (o.mmv_shapes != "auto") r.mat_vec_shapes = o.mmv_shapes == "on";
     if (o.mm_layouts != "auto") r.mat_tiled_layouts = o.mm_layouts == "on";
     r.mat_tiled_split_wg = o.mm_split_wg;
+    r.attention_k_pairs = o.attn_k_pairs;
+    r.attention_v_group = o.attn_v_group;
     r.watchdog_ms = 600'000;
     r.kv_block_tokens = block_tokens;
     std::uint32_t pmax = 1, prompt_max = decode_prompt;

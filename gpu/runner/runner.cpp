@@ -630,6 +630,8 @@ status runner::init_device() {
         tuning.rows_tokens_max = *_options.mat_vec_kernels ? 0 : gpu::mat_vec_tokens_max;
     }
     if (_options.mat_tiled_split_wg) tuning.mat_tiled_split_wg = *_options.mat_tiled_split_wg;
+    if (_options.attention_k_pairs) tuning.attention_k_pairs = *_options.attention_k_pairs;
+    if (_options.attention_v_group) tuning.attention_v_group = *_options.attention_v_group;
     if (_options.row_summaries) tuning.row_summaries = *_options.row_summaries;
     if (!_options.batch_invariant) {
         if (_options.mat_coop_emulated || _dev->info().cooperative_matrix) {

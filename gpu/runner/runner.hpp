@@ -157,6 +157,10 @@ struct runner_options {
     // the device's (GPUs split grids under 1024 workgroups, CPU devices never); tests set the
     // GPUs' value to run the split on lavapipe.
     std::optional<std::uint32_t> mat_tiled_split_wg;
+    // attention.comp's load groups (pipeline_tuning::attention_k_pairs, attention_v_group):
+    // unset = the device's; the same bits at any value (ordo-bench --attn-k-pairs/-v-group).
+    std::optional<std::uint32_t> attention_k_pairs;
+    std::optional<std::uint32_t> attention_v_group;
     // gpu.row_summaries: each step's logits rows come with their summaries (step_result::
     // summarized); unset = the device's default (tuning_for: GPUs yes, CPU devices no).
     std::optional<bool> row_summaries;

@@ -395,6 +395,17 @@ result<std::unique_ptr<pipelines>> pipelines::create(const device& dev,
                          "mat_vec_wg a multiple of 8 x mat_vec_split, and mat_vec_split 1, 2, "
                          "4 or 8 dividing both mat_vec unrolls");
     }
+    // attention.comp's load groups: a key group divides the workgroup (so a group's indexes stay
+    // in its shared tile), both within what registers hold.
+    const std::uint32_t vg = tuning.attention_v_group;
+    if (tuning.attention_k_pairs == 0 || tuning.attention_k_pairs > attention_k_pairs_max ||
+        vg == 0 || vg > attention_v_group_max || tuning.attention_wg % vg != 0) {
+        return gpu_error(gpu_failure::bad_config,
+                         "pipeline tuning: attention_k_pairs must be 1.." +
+                             std::to_string(attention_k_pairs_max) + " and attention_v_group 1.." +
+                             std::to_string(attention_v_group_max) + " dividing attention_wg (" +
+                             std::to_string(tuning.attention_wg) + ")");
+    }
     auto lane_block = [](std::uint32_t v) { return v == 4 || v == 8; };
     if (!lane_block(tuning.mat_tiled_rows_per_lane) ||
         !lane_block(tuning.mat_tiled_tokens_per_lane)) {
@@ -630,7 +641,8 @@ status pipelines::build(pipeline& pl, pipeline_id id, std::uint32_t k, std::uint
     // (swizzled tiles, K step, token tiles first, staging by rows), 11 its token groups; 12-14
     // mul_mat_cm's tile (the wide or the narrow one, by token groups).
     const mat_coop_shape& coop = mat_coop_tile(tu, token_groups);
-    std::uint32_t spec_values[15] = {pl.workgroup_size,
+    // 15 and 16: attention.comp's load groups (K pairs, V keys).
+    std::uint32_t spec_values[17] = {pl.workgroup_size,
                                      pl.rows_per_workgroup,
                                      k,
                                      pl.tile_rows,
@@ -644,7 +656,9 @@ status pipelines::build(pipeline& pl, pipeline_id id, std::uint32_t k, std::uint
                                      pl.token_groups,
                                      coop.sg_rows,
                                      coop.frag_rows,
-                                     coop.frag_tokens};
+                                     coop.frag_tokens,
+                                     tu.attention_k_pairs,
+                                     tu.attention_v_group};
     constexpr std::uint32_t n_spec = std::size(spec_values);
     VkSpecializationMapEntry entries[n_spec];
     for (std::uint32_t i = 0; i < n_spec; ++i) entries[i] = {i, 4 * i, 4};

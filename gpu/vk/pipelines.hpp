@@ -179,7 +179,14 @@ struct pipeline_tuning {
     std::uint32_t mat_vec_split = 1;
     std::uint32_t mat_vec_split_cols = 2;
     std::uint32_t attention_wg = 0;  // attention lanes (head_dim <= wg * ORDO_ATTN_ACC)
-    std::uint32_t mat_rows_wg = 0;   // mul_mat_rows lanes (= weight rows per workgroup)
+    // attention.comp's load scheduling (no bit depends on it): K pairs a lane loads before
+    // scoring them, and keys whose V values it loads before adding them (a divisor of
+    // attention_wg). A decode token's 16-80 keys took ~30 us a layer on an H200 (session 24),
+    // unmoved by groups of 4 and 8: ordo-bench-kernels --decode-attention --attn-k-pairs /
+    // --attn-v-group measure larger ones (gpu/PERF.md session 32). Not measured on a GPU yet.
+    std::uint32_t attention_k_pairs = 4;
+    std::uint32_t attention_v_group = 8;
+    std::uint32_t mat_rows_wg = 0;  // mul_mat_rows lanes (= weight rows per workgroup)
     // The tiled mul_mat splits mat_order.glsl's 8 groups over its grid's z (8 times the
     // workgroups, each walking an eighth of K, then mul_mat_fold) when its grid has fewer
     // workgroups than this and the stream has the scratch (0: never). A GPU's batched decode
@@ -322,6 +329,11 @@ std::vector<mat_vec_shape> mat_vec_shape_candidates(const pipeline_tuning& t, bo
 // and 15; the best shape depends on the matrix, the type and the card).
 inline constexpr mat_vec_shape mat_vec_shapes_tried[] = {{1, 2}, {2, 2}, {1, 4}, {2, 4}, {4, 4},
                                                          {1, 8}, {2, 8}, {4, 8}, {8, 8}};
+
+// attention.comp's load groups at most (pipeline_tuning::attention_k_pairs, attention_v_group):
+// each is an array of registers per lane.
+inline constexpr std::uint32_t attention_k_pairs_max = 32;
+inline constexpr std::uint32_t attention_v_group_max = 64;
 
 // The tiled mul_mat's token groups: the wide tile's and the narrow one's (mul_mat.comp TG).
 inline constexpr std::uint32_t mat_tiled_groups_wide = 8;

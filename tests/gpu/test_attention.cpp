@@ -25,6 +25,9 @@
 // that caps loop iterations, the forced path refuses a context past the cap and the automatic
 // one falls back to attention.comp.
 //
+// attention.comp's load groups (how many K pairs and V values a lane loads before using them)
+// give the default's bits at every grouping, and groupings it cannot take are refused.
+//
 // Buffers live in a std::deque so references stay valid as more are added.
 //
 // Tolerances: the reference is fed the same K/V values the pool holds (rounded to f16 for an
@@ -499,11 +502,15 @@ struct storage_stream {
     std::unique_ptr<stream> str;
 };
 
-storage_stream make_storage_stream(bool token_tiles = false) {
+// k_pairs, v_group: attention.comp's load groups (0: the tuning's).
+storage_stream make_storage_stream(bool token_tiles = false, std::uint32_t k_pairs = 0,
+                                   std::uint32_t v_group = 0) {
     storage_stream out;  // timestamped: timings() names each dispatch's kernel
     pipeline_tuning tuning = tuning_for(env().dev->info());
     tuning.prefer_texel_kernels = false;
     tuning.attention_token_tiles = token_tiles;
+    if (k_pairs != 0) tuning.attention_k_pairs = k_pairs;
+    if (v_group != 0) tuning.attention_v_group = v_group;
     auto pipes = pipelines::create(*env().dev, tuning);
     EXPECT_TRUE(pipes.ok()) << pipes.err().message;
     if (!pipes) return out;
@@ -600,6 +607,51 @@ TEST(GpuAttention, FlashEqualsOneWorkgroupPerQueryAcrossSplits) {
             run_path(e, *tiles.str, decode, dq, split_keys, attention_path::automatic);
         EXPECT_EQ(kernels(tiles), std::vector<pipeline_id>{pipeline_id::attention_flash_f16});
         expect_flash_equals_classic(decode_tiles, decode_classic, decode, 4, dq, reference);
+    }
+}
+
+// attention.comp's load groups (pipeline_tuning::attention_k_pairs, attention_v_group) schedule
+// loads only: each grouping gives the default's bits for decode tokens and a prefill run, over
+// contexts that end mid-tile and mid-group, with K pair groups that end past head_dim (12 and
+// 32 pairs of a 32-wide head), unsplit and through the split grid. Groupings the kernel cannot
+// take are refused when the pipelines are made.
+TEST(GpuAttention, LoadGroupsGiveTheSameBits) {
+    ORDO_REQUIRE_GPU();
+    const std::vector<std::uint32_t> lengths = {150, 37, 300, 5};
+    split_env e = make_split_env(lengths);
+    std::vector<std::int32_t> tokens;
+    for (std::int32_t p = 120; p < 150; ++p) tokens.insert(tokens.end(), {0, p});
+    tokens.insert(tokens.end(), {1, 36, 2, 299, 3, 4, 2, 70, 1, 0, 9, 3});
+    auto q = random_floats(tokens.size() / 2 * q_dim, 29);
+    storage_stream base = make_storage_stream();
+    ASSERT_TRUE(base.str);
+    const pipeline_tuning& tu = base.pipes->tuning();
+    const std::uint32_t wg = tu.attention_wg;
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> groups = {
+        {1, 1},
+        {12, std::min(wg, attention_v_group_max)},
+        {16, wg / 2},
+        {attention_k_pairs_max, 2}};
+    for (std::uint32_t split_keys : {0u, e.wg}) {
+        auto want = run_path(e, *base.str, tokens, q, split_keys, attention_path::classic);
+        for (auto [kp, vg] : groups) {
+            SCOPED_TRACE("split_keys " + std::to_string(split_keys) + ", k pairs " +
+                         std::to_string(kp) + ", v group " + std::to_string(vg));
+            storage_stream other = make_storage_stream(false, kp, vg);
+            ASSERT_TRUE(other.str);
+            auto got = run_path(e, *other.str, tokens, q, split_keys, attention_path::classic);
+            ASSERT_EQ(got.size(), want.size());
+            EXPECT_TRUE(same_bits(got.data(), want.data(), want.size()));
+        }
+    }
+    for (auto [kp, vg] : std::vector<std::pair<std::uint32_t, std::uint32_t>>{
+             {0, 8}, {attention_k_pairs_max + 1, 8}, {4, 0}, {4, 3}, {4, 2 * wg}}) {
+        pipeline_tuning bad = tu;
+        bad.attention_k_pairs = kp;
+        bad.attention_v_group = vg;
+        auto p = pipelines::create(*env().dev, bad);
+        ASSERT_FALSE(p.ok()) << kp << " " << vg;
+        EXPECT_NE(p.err().message.find("attention_v_group"), std::string::npos);
     }
 }
 

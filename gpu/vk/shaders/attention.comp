@@ -31,8 +31,12 @@ layout(std430, binding = ORDO_B_ATTN_PARTIALS) writeonly buffer partials_buf { f
 #define KV_BINDING_V ORDO_B_ATTN_V
 #include "kv_pool.glsl"
 
-// Keys whose V loads one lane issues together (the scheduling only: the sums' order is fixed).
-const uint ATTN_GROUP = 8u;
+// The scheduling of a lane's loads, never the sums' order (the same bits at any value): K pairs
+// of its key loaded before their score steps (constant 15), keys whose V values it loads before
+// their adds (constant 16). A decode token's few keys are a chain of dependent loads otherwise:
+// pipeline_tuning::attention_k_pairs and attention_v_group.
+layout(constant_id = 15) const uint KP = 4;
+layout(constant_id = 16) const uint VG = 8;
 
 shared float qs[ORDO_ATTN_HEAD_DIM_MAX];
 shared float scores[WG];
@@ -90,19 +94,21 @@ void main() {
                     base = ((block * p.n_head_kv + kvh) * p.block_tokens + key % p.block_tokens)
                            * p.head_dim;
                     s = 0.0;
-                    // Four pairs' loads issued before their steps (in flight together; the
-                    // steps keep their order), then the rest a pair at a time.
-                    uint d = 0u;
-                    for (; d + 8u <= p.head_dim; d += 8u) {
-                        vec2 k0 = k_pair(base + d), k1 = k_pair(base + d + 2u);
-                        vec2 k2 = k_pair(base + d + 4u), k3 = k_pair(base + d + 6u);
-                        s = attn_score_step(s, vec2(qs[d], qs[d + 1u]), k0);
-                        s = attn_score_step(s, vec2(qs[d + 2u], qs[d + 3u]), k1);
-                        s = attn_score_step(s, vec2(qs[d + 4u], qs[d + 5u]), k2);
-                        s = attn_score_step(s, vec2(qs[d + 6u], qs[d + 7u]), k3);
-                    }
-                    for (; d < p.head_dim; d += 2u) {
-                        s = attn_score_step(s, vec2(qs[d], qs[d + 1u]), k_pair(base + d));
+                    // KP pairs' loads issued before their steps (in flight together; the steps
+                    // keep their order). Constant trip counts: the pairs stay in registers.
+                    for (uint d = 0u; d < p.head_dim; d += 2u * KP) {
+                        // Past head_dim a pair is never used; its load stays in the row (a
+                        // select may evaluate both sides).
+                        vec2 kk[KP];
+                        [[unroll]] for (uint u = 0u; u < KP; ++u) {
+                            kk[u] = k_pair(base + min(d + 2u * u, p.head_dim - 2u));
+                        }
+                        [[unroll]] for (uint u = 0u; u < KP; ++u) {
+                            const uint e = d + 2u * u;
+                            if (e < p.head_dim) {
+                                s = attn_score_step(s, vec2(qs[e], qs[e + 1u]), kk[u]);
+                            }
+                        }
                     }
                 }
             }
@@ -120,27 +126,27 @@ void main() {
                 for (uint a = 0; a < ORDO_ATTN_ACC; ++a) {
                     acc[a] = attn_scale(acc[a], corr);
                 }
-                // Keys ATTN_GROUP at a time: their weights, then each accumulator's V loads
-                // issued together before its adds (a decode token's few keys were a chain of
-                // dependent loads). Each sum still takes its keys in order.
-                for (uint j0 = 0; j0 < n_tile; j0 += ATTN_GROUP) {
-                    const uint nj = min(ATTN_GROUP, n_tile - j0);
-                    float pj[ATTN_GROUP];
-                    [[unroll]] for (uint u = 0; u < ATTN_GROUP; ++u) {
-                        pj[u] = u < nj ? attn_exp(scores[j0 + u], m_new) : 0.0;
+                // Keys VG at a time: their weights, then each accumulator's V loads issued
+                // together before its adds. Each sum still takes its keys in order.
+                for (uint j0 = 0; j0 < n_tile; j0 += VG) {
+                    const uint nj = min(VG, n_tile - j0);
+                    // Past the tile's keys an index repeats its last key (never used).
+                    float pj[VG];
+                    [[unroll]] for (uint u = 0; u < VG; ++u) {
+                        pj[u] = u < nj ? attn_exp(scores[j0 + min(u, nj - 1u)], m_new) : 0.0;
                     }
                     // Constant trip counts (unrolled, the arrays stay in registers).
-                    [[unroll]] for (uint u = 0; u < ATTN_GROUP; ++u) {
+                    [[unroll]] for (uint u = 0; u < VG; ++u) {
                         if (u < nj) l = attn_sum(l, pj[u]);
                     }
                     for (uint a = 0; a < ORDO_ATTN_ACC; ++a) {
                         uint d = lane + a * WG;
                         if (d < p.head_dim) {
-                            float vv[ATTN_GROUP];
-                            [[unroll]] for (uint u = 0; u < ATTN_GROUP; ++u) {
-                                vv[u] = u < nj ? v_at(key_base[j0 + u] + d) : 0.0;
+                            float vv[VG];
+                            [[unroll]] for (uint u = 0; u < VG; ++u) {
+                                vv[u] = v_at(key_base[j0 + min(u, nj - 1u)] + d);
                             }
-                            [[unroll]] for (uint u = 0; u < ATTN_GROUP; ++u) {
+                            [[unroll]] for (uint u = 0; u < VG; ++u) {
                                 if (u < nj) acc[a] = attn_acc(acc[a], pj[u], vv[u]);
                             }
                         }
