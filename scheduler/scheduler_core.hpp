@@ -330,7 +330,8 @@ private:
         bool client_gone = false;
         bool detached = false;      // aborted inside a running step: no longer in _by_client
         bool disk_checked = false;  // a disk lookup was made for this admission
-        clock::time_point restoring_since{};  // when it last entered phase restoring
+        clock::time_point
+            restore_due{};  // phase restoring: when it stops waiting (restore_wait_ms)
         uint32_t restore_failures = 0;
         uint32_t restore_to = 0;      // tokens covered once the restore in flight is done
         std::string restored_from;    // entry restored, until a step confirms it

@@ -43,7 +43,7 @@ void scheduler_core::start_disk_lookup(request_state& r) {
     const uint32_t full = (uint32_t(r.tokens.size()) - 1) / bt;
     r.disk_checked = true;
     r.ph = phase::restoring;
-    r.restoring_since = clock::now();
+    r.restore_due = clock::now() + std::chrono::milliseconds(_opt.restore_wait_ms);
     _restoring.push_back(r.seq);
     _counters.disk_lookups++;
     kv::kv_lookup m;
@@ -129,21 +129,16 @@ void scheduler_core::on_kv_restore_done(const kv::kv_restore_done& m,
 std::optional<scheduler_core::clock::time_point> scheduler_core::restore_deadline() const {
     std::optional<clock::time_point> first;
     for (seq_id s : _restoring) {
-        auto it = _requests.find(s);
-        if (it == _requests.end()) continue;
-        const clock::time_point due =
-            it->second.restoring_since + std::chrono::milliseconds(_opt.restore_wait_ms);
-        if (!first || due < *first) first = due;
+        const request_state& r = _requests.at(s);
+        if (!first || r.restore_due < *first) first = r.restore_due;
     }
     return first;
 }
 
 void scheduler_core::expire_restores(clock::time_point now) {
-    const auto wait = std::chrono::milliseconds(_opt.restore_wait_ms);
     std::vector<seq_id> late;
     for (seq_id s : _restoring) {
-        auto it = _requests.find(s);
-        if (it != _requests.end() && now - it->second.restoring_since >= wait) late.push_back(s);
+        if (now >= _requests.at(s).restore_due) late.push_back(s);
     }
     for (seq_id s : late) {
         request_state& r = *find(s);
