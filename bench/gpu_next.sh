@@ -10,6 +10,8 @@
 #                tiles and four others, then ordo-bench --batch-invariant off (its warm-up
 #                choices, the large tile's among them, also go to next.log); then batch-1
 #                decode with each weight's measured mul_mat_vec shape and without (--mmv-shapes),
+#                batch-1 and 16-sequence decode with RoPE and the KV store folded into the q|k|v
+#                mat-vec and without (--qkv-rope),
 #                prefill and 16 / 64 sequences with the measured tiled layouts and without;
 #                decode attention's lines and batch-1 / 64-sequence decode at attention.comp's
 #                load groups (--attn-k-pairs, --attn-v-group);
@@ -24,7 +26,7 @@
 # Environment (all optional): W (the kit's work dir, /tmp/gpu-work), MODEL (l1b-q4k), PP, TG,
 # PAR, STREAMS (as the kit's), BATCH_TOKENS (the second server's max_batch_tokens, 2048),
 # TESTS (the GPU test binaries bench/gpu_tests.sh packed: .gpu/tests.tar.xz; run first when
-# there, into tests.log, within TESTS_S seconds, 120), PARTS (which of tests coop mmv attn
+# there, into tests.log, within TESTS_S seconds, 120), PARTS (which of tests coop mmv rope attn
 # layouts tiled replay serve to run, in that order; all by default).
 # Dry run on lavapipe: W=<dir with ordo/bin and MODEL.gguf> MODEL=... PP=16 TG=8 PAR=2
 # STREAMS=1,2 bash bench/gpu_next.sh
@@ -34,7 +36,7 @@ w=${W:-/tmp/gpu-work}
 : "${MODEL:=l1b-q4k}" "${PP:=512}" "${TG:=64}" "${PAR:=1,16,64}" "${STREAMS:=1,64}"
 : "${BATCH_TOKENS:=2048}"
 # The parts to run, in this order (a device call's minutes may not hold them all after the kit).
-: "${PARTS:=tests coop mmv attn layouts tiled replay serve}"
+: "${PARTS:=tests coop mmv rope attn layouts tiled replay serve}"
 B=$w/ordo/bin
 export LD_LIBRARY_PATH=$w/ordo/lib:${LD_LIBRARY_PATH:-}
 log() { echo "[$(date +%T)] $*" | tee -a "$out/next.log"; }
@@ -92,6 +94,18 @@ part_mmv() {
     done
   done
   rm -f "$out/mmv.err"
+}
+
+# RoPE and the KV store in the q|k|v mat-vec's store (session 33; the same bits): one dispatch
+# and one barrier a layer fewer at decode. Batch-1 and 16-sequence decode, on and off in turn.
+part_rope() {
+  for v in on off on off; do
+    log "ordo-bench $MODEL --parallel 1,16 --qkv-rope $v"
+    timeout 120 "$B/ordo-bench" --model "$MODEL.gguf" --prompts 16 --gen "$TG" --parallel 1,16 \
+      --reps 3 --json --label "$MODEL-qkv-rope-$v" --qkv-rope "$v" >>"$out/next.jsonl" \
+      2>>"$out/next.err"
+    log "rc=$?"
+  done
 }
 
 # attention.comp's load groups (session 32; no bit depends on them): K pairs and V keys a lane

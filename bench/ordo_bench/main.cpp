@@ -3,7 +3,7 @@
 // [--label NAME] [--mm-split-wg N] [--row-summaries auto|on|off] [--attention-flash on|off]
 // [--logits-in-place on|off] [--first-segment N] [--replay on|off]
 // [--batch-invariant on|off|emulated] [--mmv-shapes auto|on|off] [--mm-layouts auto|on|off]
-// [--attn-k-pairs N] [--attn-v-group N]`
+// [--attn-k-pairs N] [--attn-v-group N] [--qkv-rope on|off]`
 // (--mm-split-wg: the tiled mat-mul's group split threshold, an A/B knob: pipeline_tuning::
 // mat_tiled_split_wg; 0 never splits; --row-summaries: gpu.row_summaries; --attention-flash
 // off: prefill attention on attention.comp instead of attention_flash, an A/B knob with the
@@ -19,7 +19,8 @@
 // mul_mat in the tuning's layout at every token count, not the ones measured at warm-up,
 // runner_options::mat_tiled_layouts, the same bits; --attn-k-pairs / --attn-v-group:
 // attention.comp's load groups, runner_options::attention_k_pairs / attention_v_group, the same
-// bits).
+// bits; --qkv-rope off: a decode step's q|k|v mat-vec without RoPE and the KV store folded in
+// (mul_mat_vec_norm then rope_kv), runner_options::qkv_rope_fusion, the same bits).
 //
 // Measures what ../shared/peer/bench_llamacpp.mjs measures for llama.cpp, named the same way,
 // one JSON line per measurement (--json) or a readable table:
@@ -89,6 +90,7 @@ struct bench_options {
     std::string mm_layouts = "auto";             // runner_options::mat_tiled_layouts
     std::optional<std::uint32_t> attn_k_pairs;   // runner_options::attention_k_pairs
     std::optional<std::uint32_t> attn_v_group;   // runner_options::attention_v_group
+    bool qkv_rope = true;                        // runner_options::qkv_rope_fusion
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -99,7 +101,8 @@ struct bench_options {
                  "[--mm-split-wg N] [--row-summaries auto|on|off] [--attention-flash on|off] "
                  "[--logits-in-place on|off] [--first-segment N] [--replay on|off] "
                  "[--batch-invariant on|off|emulated] [--mmv-shapes auto|on|off] "
-                 "[--mm-layouts auto|on|off] [--attn-k-pairs N] [--attn-v-group N]\n",
+                 "[--mm-layouts auto|on|off] [--attn-k-pairs N] [--attn-v-group N] "
+                 "[--qkv-rope on|off]\n",
                  why.c_str());
     std::exit(2);
 }
@@ -168,6 +171,8 @@ bench_options parse(int argc, char** argv) {
             o.logits_in_place = one_of(a, value(), {"on", "off"}) == "on";
         else if (a == "--replay")
             o.replay = one_of(a, value(), {"on", "off"}) == "on";
+        else if (a == "--qkv-rope")
+            o.qkv_rope = one_of(a, value(), {"on", "off"}) == "on";
         else if (a == "--mmv-shapes")
             o.mmv_shapes = one_of(a, value(), {"auto", "on", "off"});
         else if (a == "--mm-layouts")
@@ -252,6 +257,7 @@ runner_options runner_for(const bench_options& o, std::uint32_t n_ctx) {
     r.mat_tiled_split_wg = o.mm_split_wg;
     r.attention_k_pairs = o.attn_k_pairs;
     r.attention_v_group = o.attn_v_group;
+    r.qkv_rope_fusion = o.qkv_rope;
     r.watchdog_ms = 600'000;
     r.kv_block_tokens = block_tokens;
     std::uint32_t pmax = 1, prompt_max = decode_prompt;
@@ -499,6 +505,7 @@ int main(int argc, char** argv) {
         ", \"attention_flash\": " + (o.attention_flash ? "true" : "false") +
         ", \"logits_in_place\": " + ((*s)->ready().info.logits_in_place ? "true" : "false") +
         ", \"replay\": " + (o.replay ? "true" : "false") +
+        ", \"qkv_rope\": " + (o.qkv_rope ? "true" : "false") +
         ", \"mmv_shapes\": " + json_str(o.mmv_shapes) +
         ", \"mm_layouts\": " + json_str(o.mm_layouts) +
         ", \"batch_invariant\": " + ((*s)->ready().info.batch_invariant ? "true" : "false");

@@ -485,7 +485,8 @@ status runner::choose_mat_vec_shapes() {
             const bool block = w.type != model::ggml_type::f32 && w.type != model::ggml_type::f16 &&
                                w.type != model::ggml_type::bf16;
             // The shapes a driver cannot build are not timed (the tuning's serves already).
-            const mat_fusion fusion = how == op::norm  ? mat_fusion::norm
+            // (q|k|v: its norm variant is timed; the rope_kv one it runs is built too)
+            const mat_fusion fusion = how == op::norm  ? qkv_fusion()
                                       : how == op::glu ? mat_fusion::glu
                                                        : mat_fusion::none;
             std::vector<mat_vec_shape> shapes;
@@ -919,7 +920,7 @@ status runner::upload_model(const model::llama_weights& w) {
     for (const model::llama_layer& l : w.layers) {
         report(build_stage::weights, static_cast<std::uint32_t>(_layers.size()), n_layers);
         layer_weights lw;
-        auto qkv = upload_concat({&l.attn_q, &l.attn_k, &l.attn_v}, mat_fusion::norm);
+        auto qkv = upload_concat({&l.attn_q, &l.attn_k, &l.attn_v}, qkv_fusion());
         if (!qkv) return qkv.err();
         lw.qkv = std::move(*qkv);
         auto gu = upload_concat({&l.ffn_gate, &l.ffn_up}, mat_fusion::glu);

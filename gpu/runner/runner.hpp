@@ -157,6 +157,10 @@ struct runner_options {
     // the device's (GPUs split grids under 1024 workgroups, CPU devices never); tests set the
     // GPUs' value to run the split on lavapipe.
     std::optional<std::uint32_t> mat_tiled_split_wg;
+    // Whether a decode mat-vec's q|k|v store also runs RoPE and the KV store
+    // (encode_norm_qkv_rope_kv: one dispatch a layer fewer); false: mul_mat_vec_norm then
+    // rope_kv. The same bits either way (ordo-bench --qkv-rope on|off, an A/B knob).
+    bool qkv_rope_fusion = true;
     // attention.comp's load groups (pipeline_tuning::attention_k_pairs, attention_v_group):
     // unset = the device's; the same bits at any value (ordo-bench --attn-k-pairs/-v-group).
     std::optional<std::uint32_t> attention_k_pairs;
@@ -436,6 +440,12 @@ private:
                                         mat_fusion fusion);
     result<buffer> upload_norm(const model::matrix_view& m);
     result<buffer> upload_floats(std::span<const float> values);
+    // What the fused q|k|v matrix's decode mat-vec folds in: the norm, RoPE and the store into
+    // this runner's KV pool (encode_norm_qkv_rope_kv).
+    mat_fusion qkv_fusion() const {
+        if (!_options.qkv_rope_fusion) return mat_fusion::norm;
+        return _options.kv_f16 ? mat_fusion::rope_kv_f16 : mat_fusion::rope_kv_f32;
+    }
 
     // runner_forward.cpp
     status record_embedding();

@@ -68,21 +68,27 @@ status runner::record_layer(std::uint32_t l) {
     const auto [x, xn, q, k, v, att, gate, up, hid] = step_rows();
     const ints_view positions{whole(_ints), t_max}, slots{whole(_ints), 2 * t_max};
 
-    // Attention block: q, k, v = W norm(x) (a decode mat-vec norms x itself; elsewhere
-    // xn = norm(x) first: encode_norm_mul_mat); rope q and k (adjacent heads in qkv).
-    if (w.qkv.n_out != 0) {
+    // Attention block: q, k, v = W norm(x), rope q and k (adjacent heads in qkv), and the new
+    // tokens' K and V stored into their slots before attention reads them (causal self). A
+    // decode mat-vec does all of it in one dispatch (encode_norm_qkv_rope_kv); elsewhere
+    // xn = norm(x), the mat-mul, then rope_kv.
+    const rope_table rope{whole(_rope_freq), _hp.n_rot};
+    if (w.qkv.n_out != 0 && _options.qkv_rope_fusion) {
         // rows q | k | v = columns of qkv
         const norm_input in{x, whole(w.attn_norm), embd, _hp.rms_eps, xn};
+        ORDO_TRY(encode_norm_qkv_rope_kv(s, w.qkv, in, q,
+                                         {_kv.get(), l, positions, slots, rope, _hp.n_head}, n));
+    } else if (w.qkv.n_out != 0) {
+        const norm_input in{x, whole(w.attn_norm), embd, _hp.rms_eps, xn};
         ORDO_TRY(encode_norm_mul_mat(s, w.qkv, in, q, n));
+        ORDO_TRY(encode_rope_kv(s, *_kv, l, q, positions, slots, rope, n, _hp.n_head));
     } else {
         ORDO_TRY(encode_rms_norm(s, x, whole(w.attn_norm), xn, embd, n, _hp.rms_eps));
         ORDO_TRY(encode_mul_mat(s, w.wq, xn, q, n, false));
         ORDO_TRY(encode_mul_mat(s, w.wk, xn, k, n, false));
         ORDO_TRY(encode_mul_mat(s, w.wv, xn, v, n, false));
+        ORDO_TRY(encode_rope_kv(s, *_kv, l, q, positions, slots, rope, n, _hp.n_head));
     }
-    // The new tokens' K and V go to their slots first, so attention sees them (causal self).
-    ORDO_TRY(encode_rope_kv(s, *_kv, l, q, positions, slots, {whole(_rope_freq), _hp.n_rot}, n,
-                            _hp.n_head));
     attention_batch b;
     b.q = q;
     b.out = att;

@@ -186,11 +186,22 @@ status prepare_mul_mat_coop(const pipelines& pipes, const weight_tensor& w) {
 
 namespace {
 
-// The fused mul_mat_vec kernel's f32 id for `fusion` (pipeline_id::count: none).
-pipeline_id fused_mat_vec(mat_fusion fusion) {
-    return fusion == mat_fusion::norm  ? pipeline_id::mul_mat_vec_norm_f32
-           : fusion == mat_fusion::glu ? pipeline_id::mul_mat_vec_glu_f32
-                                       : pipeline_id::count;
+// The fused mul_mat_vec kernels' f32 ids `fusion` may run (none: empty): a rope_kv fusion's
+// own, and the norm one it falls back to.
+std::vector<pipeline_id> fused_mat_vecs(mat_fusion fusion) {
+    switch (fusion) {
+        case mat_fusion::none:
+            return {};
+        case mat_fusion::norm:
+            return {pipeline_id::mul_mat_vec_norm_f32};
+        case mat_fusion::glu:
+            return {pipeline_id::mul_mat_vec_glu_f32};
+        case mat_fusion::rope_kv_f32:
+            return {pipeline_id::mul_mat_vec_rope32_f32, pipeline_id::mul_mat_vec_norm_f32};
+        case mat_fusion::rope_kv_f16:
+            return {pipeline_id::mul_mat_vec_rope16_f32, pipeline_id::mul_mat_vec_norm_f32};
+    }
+    return {};
 }
 
 }  // namespace
@@ -199,9 +210,10 @@ status prepare_mul_mat_vec_shape(const pipelines& pipes, const weight_tensor& w,
                                  mat_vec_shape shape) {
     auto pl = pipes.for_cols(pick(pipeline_id::mul_mat_vec_f32, w.type), 1, shape);
     if (!pl) return pl.err();
-    if (fused_mat_vec(fusion) == pipeline_id::count) return {};
-    pl = pipes.for_cols(pick(fused_mat_vec(fusion), w.type), 1, shape);
-    if (!pl) return pl.err();
+    for (pipeline_id fused : fused_mat_vecs(fusion)) {
+        pl = pipes.for_cols(pick(fused, w.type), 1, shape);
+        if (!pl) return pl.err();
+    }
     return {};
 }
 
@@ -231,14 +243,15 @@ status prepare_mul_mat(const pipelines& pipes, const weight_tensor& w, mat_fusio
             if (!pl) return pl.err();
         }
         ORDO_TRY(prepare_mul_mat_coop(pipes, w));
-        // mul_mat_vec: one variant per token count it serves, and its fused variant's.
-        const pipeline_id fused = fused_mat_vec(fusion);
+        // mul_mat_vec: one variant per token count it serves, and its fused variants'.
+        const std::vector<pipeline_id> fused = fused_mat_vecs(fusion);
         for (std::uint32_t cols = 1; !rows && cols <= mat_vec_tokens_max; ++cols) {
             auto pl = pipes.for_cols(pick(pipeline_id::mul_mat_vec_f32, w.type), cols);
             if (!pl) return pl.err();
-            if (fused == pipeline_id::count) continue;
-            pl = pipes.for_cols(pick(fused, w.type), cols);
-            if (!pl) return pl.err();
+            for (pipeline_id id : fused) {
+                pl = pipes.for_cols(pick(id, w.type), cols);
+                if (!pl) return pl.err();
+            }
         }
         return {};
     }
@@ -340,12 +353,14 @@ status check_mul_mat(const weight_tensor& w, const rows_view& x, const rows_view
 }
 
 // What a storage mat-mul dispatch carries beyond W, x and y: the fused variants' norm weight,
-// eps and up rows (mul_mat_vec.comp NORM / GLU).
+// eps and up rows (mul_mat_vec.comp NORM / GLU), and ROPE's store (its push half and bindings).
 struct mat_extra {
     pipeline_id kernel = pipeline_id::count;  // the f32 id of a fused variant; count: none
     buffer_view norm_weight;
     float eps = 0.0f;
     std::uint32_t out_rows = 0;  // GLU: output rows (n_ff), the chunk's up rows follow them
+    const abi::rope_kv_push* rope = nullptr;     // ROPE: rope_kv's push constants
+    std::array<buffer_view, 4> rope_bindings{};  // ROPE: ints, pool K, pool V, the rope table
 };
 
 // Whether a tiled grid of gx x gy workgroups runs the group split: forced (mat_path::split), or
@@ -446,7 +461,12 @@ status dispatch_storage(stream& s, const weight_tensor& w, const rows_view& x, c
         if (forced_split) return bad("mul_mat", "split path: no scratch for the partial sums");
         // Chunks write disjoint rows of y: only the last needs the barrier.
         bool last = c + 1 == w.chunks.size();
-        if (fused) {
+        if (extra.rope != nullptr) {
+            const auto& rb = extra.rope_bindings;
+            s.dispatch(pl, id,
+                       {ch.view, x.view, y.view, extra.norm_weight, rb[0], rb[1], rb[2], rb[3]},
+                       abi::mul_mat_rope_push{p, *extra.rope}, {gx, gy, 1}, last);
+        } else if (fused) {
             s.dispatch(pl, id, {ch.view, x.view, y.view, extra.norm_weight}, p, {gx, gy, 1}, last);
         } else {
             s.dispatch(pl, id, {ch.view, x.view, y.view}, p, {gx, gy, 1}, last);
@@ -644,9 +664,13 @@ status encode_kv_write(stream& s, const kv_pool& pool, std::uint32_t layer, rows
     return {};
 }
 
-status encode_rope_kv(stream& s, const kv_pool& pool, std::uint32_t layer, rows_view qkv,
-                      ints_view positions, ints_view slots, const rope_table& rope,
-                      std::uint32_t n_tokens, std::uint32_t n_head) {
+namespace {
+
+// rope_kv's checks and push constants (both rope_kv kernels and mul_mat_vec's ROPE store).
+result<abi::rope_kv_push> rope_kv_params(const stream& s, const kv_pool& pool, std::uint32_t layer,
+                                         const rows_view& qkv, const ints_view& positions,
+                                         const ints_view& slots, const rope_table& rope,
+                                         std::uint32_t n_tokens, std::uint32_t n_head) {
     const kv_geometry& g = pool.geometry();
     const std::uint32_t hd = g.head_dim, width = (n_head + 2 * g.n_head_kv) * hd;
     if (layer >= g.n_layer) return bad("rope_kv", "bad layer");
@@ -672,6 +696,19 @@ status encode_rope_kv(stream& s, const kv_pool& pool, std::uint32_t layer, rows_
     p.slots_offset = slots.offset;
     p.block_tokens = g.block_tokens;
     p.n_blocks = g.n_blocks;
+    return p;
+}
+
+}  // namespace
+
+status encode_rope_kv(stream& s, const kv_pool& pool, std::uint32_t layer, rows_view qkv,
+                      ints_view positions, ints_view slots, const rope_table& rope,
+                      std::uint32_t n_tokens, std::uint32_t n_head) {
+    auto params = rope_kv_params(s, pool, layer, qkv, positions, slots, rope, n_tokens, n_head);
+    if (!params) return params.err();
+    abi::rope_kv_push p = *params;
+    const kv_geometry& g = pool.geometry();
+    const std::uint32_t hd = g.head_dim, width = (n_head + 2 * g.n_head_kv) * hd;
     if (prefer_texel(s) && hd % 4 == 0 && texel_rows(qkv, n_tokens, width)) {
         // One subgroup per token, a lane per texel of every head.
         p.src_texel = buffer_offset(qkv) / 4;
@@ -687,6 +724,39 @@ status encode_rope_kv(stream& s, const kv_pool& pool, std::uint32_t layer, rows_
     s.dispatch(id, {qkv.view, positions.view, pool.k(layer), pool.v(layer), rope.view}, p,
                {std::min(ceil_div(width / 2, wg), elementwise_groups_max), n_tokens, 1});
     return {};
+}
+
+status encode_norm_qkv_rope_kv(stream& s, const weight_tensor& w, const norm_input& in,
+                               rows_view qkv, const rope_kv_input& rk, std::uint32_t n_tokens,
+                               mat_path path) {
+    if (rk.pool == nullptr) return bad("rope_kv", "no KV pool");
+    const kv_geometry& g = rk.pool->geometry();
+    // The fused store finds a row's head from its index: W must be exactly the q|k|v rows.
+    if (w.n_out != (std::uint64_t(rk.n_head) + 2ull * g.n_head_kv) * g.head_dim) {
+        return bad("rope_kv", "W must be the q|k|v rows: n_head q heads, n_head_kv k and v heads");
+    }
+    mat_path resolved = resolve_path(s, w, in.x, n_tokens, path);
+    if (resolved == mat_path::vec && w.chunks.size() == 1 && norm_fusable(w, in)) {
+        auto params = rope_kv_params(s, *rk.pool, rk.layer, qkv, rk.positions, rk.slots, rk.rope,
+                                     n_tokens, rk.n_head);
+        if (!params) return params.err();
+        if (status c = check_mul_mat(w, in.x, qkv, n_tokens, w.n_out); !c) return c;
+        const pipeline_id id =
+            g.f16 ? pipeline_id::mul_mat_vec_rope16_f32 : pipeline_id::mul_mat_vec_rope32_f32;
+        auto pl = s.pipes().for_cols(pick(id, w.type), std::min(n_tokens, abi::ORDO_MMV_COLS),
+                                     n_tokens == 1 ? w.vec_shape : mat_vec_shape{});
+        if (!pl) return pl.err();
+        // A RoPE pair's two rows in one workgroup (the head's rows start even).
+        if (mat_vec_workgroup_rows(**pl) % 2 == 0) {
+            mat_extra e{id, in.weight, in.eps, 0, &*params, {}};
+            e.rope_bindings = {rk.positions.view, rk.pool->k(rk.layer), rk.pool->v(rk.layer),
+                               rk.rope.view};
+            return dispatch_storage(s, w, in.x, qkv, n_tokens, false, resolved, e);
+        }
+    }
+    ORDO_TRY(encode_norm_mul_mat(s, w, in, qkv, n_tokens, path));
+    return encode_rope_kv(s, *rk.pool, rk.layer, qkv, rk.positions, rk.slots, rk.rope, n_tokens,
+                          rk.n_head);
 }
 
 namespace {

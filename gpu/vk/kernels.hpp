@@ -63,6 +63,10 @@ enum class mat_fusion {
     none,
     norm,  // y = W rms_norm(x): encode_norm_mul_mat
     glu,   // out = silu(gate) * up with [gate; up] = W rms_norm(x): encode_norm_glu
+    // q|k|v = W rms_norm(x), then rope_kv's rotation and KV store into a pool of f32 or f16
+    // (encode_norm_qkv_rope_kv); also norm, which it falls back to
+    rope_kv_f32,
+    rope_kv_f16,
 };
 
 // The RMSNorm a mat-mul's input takes first (a layer's attention or FFN norm).
@@ -161,6 +165,24 @@ status encode_kv_write(stream& s, const kv_pool& pool, std::uint32_t layer, rows
 status encode_rope_kv(stream& s, const kv_pool& pool, std::uint32_t layer, rows_view qkv,
                       ints_view positions, ints_view slots, const rope_table& rope,
                       std::uint32_t n_tokens, std::uint32_t n_head);
+
+// The attention block's input: q|k|v = W rms_norm(x) for the fused q|k|v matrix W (rows: n_head
+// q heads, then n_head_kv k heads, then n_head_kv v heads), then encode_rope_kv on those rows.
+// Where encode_mul_mat would run mul_mat_vec, W is one chunk and a workgroup covers an even
+// number of rows (each RoPE pair in one workgroup), one mul_mat_vec_rope32/16 dispatch (the
+// pool's storage): the norm, the mat-vec, the rotation and the store; elsewhere
+// encode_norm_mul_mat then encode_rope_kv. The same bits in qkv and in the pool either way
+// (rope.glsl's expressions are `precise`), so no token's values depend on which ran.
+struct rope_kv_input {
+    const kv_pool* pool = nullptr;
+    std::uint32_t layer = 0;
+    ints_view positions, slots;  // ints of one binding
+    rope_table rope;
+    std::uint32_t n_head = 0;  // q heads
+};
+status encode_norm_qkv_rope_kv(stream& s, const weight_tensor& w, const norm_input& in,
+                               rows_view qkv, const rope_kv_input& rk, std::uint32_t n_tokens,
+                               mat_path path = mat_path::automatic);
 
 // The most positions one sequence may attend over on this device, 0 = no limit: on a device
 // that caps the loop iterations of a shader invocation (device_info::loop_iterations_max,

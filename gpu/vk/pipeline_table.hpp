@@ -24,6 +24,8 @@
     ORDO_WEIGHT_TYPES(X, mul_mat_vec, 3, mul_mat_push, mat_vec, 0, none, cols)                 \
     ORDO_WEIGHT_TYPES(X, mul_mat_vec_norm, 4, mul_mat_push, mat_vec, 0, none, cols)            \
     ORDO_WEIGHT_TYPES(X, mul_mat_vec_glu, 4, mul_mat_push, mat_vec, 0, none, cols)             \
+    ORDO_WEIGHT_TYPES(X, mul_mat_vec_rope32, 8, mul_mat_rope_push, mat_vec, 0, none, cols)     \
+    ORDO_WEIGHT_TYPES(X, mul_mat_vec_rope16, 8, mul_mat_rope_push, mat_vec, 0, none, cols)     \
     ORDO_WEIGHT_TYPES(X, mul_mat, 3, mul_mat_push, mat_tiled, 0, none, type)                   \
     ORDO_WEIGHT_TYPES(X, mul_mat_cm, 3, mul_mat_push, mat_coop, 0, cooperative_matrix, type)   \
     ORDO_WEIGHT_TYPES(X, mul_mat_cme, 3, mul_mat_push, mat_coop, 0, float16, type)             \

@@ -90,9 +90,10 @@ std::uint32_t mat_vec_helpers(const pipeline_tuning& t, std::uint32_t cols) {
 }
 
 bool mat_vec_block_units(pipeline_id id) {
-    // The three mul_mat_vec kernels' rows are in weight_types.h's order from their f32 row.
+    // The mul_mat_vec kernels' rows are in weight_types.h's order from their f32 row.
     for (pipeline_id base : {pipeline_id::mul_mat_vec_f32, pipeline_id::mul_mat_vec_norm_f32,
-                             pipeline_id::mul_mat_vec_glu_f32}) {
+                             pipeline_id::mul_mat_vec_glu_f32, pipeline_id::mul_mat_vec_rope32_f32,
+                             pipeline_id::mul_mat_vec_rope16_f32}) {
         auto w = static_cast<std::uint32_t>(id) - static_cast<std::uint32_t>(base);
         if (id >= base && w < abi::ORDO_WTYPE_COUNT) {
             return w != abi::ORDO_WTYPE_F32 && w != abi::ORDO_WTYPE_F16 &&
@@ -105,7 +106,8 @@ bool mat_vec_block_units(pipeline_id id) {
 std::uint64_t mat_vec_shared_bytes(const pipeline_tuning& t, std::uint32_t cols_max) {
     // mul_mat_vec.comp's xs[], partial[] and dsh[] at the token count that needs the most, in
     // its widest variant: the GLU one (twice the rows per team, and the fused norm's nsum[]
-    // and ninv[]), for the block types' units (32 elements: 9 vec4s with the padding, 8 parts,
+    // and ninv[]; the ROPE one's partial[] and ys[] take at most 9/16 of GLU's partial[]),
+    // for the block types' units (32 elements: 9 vec4s with the padding, 8 parts,
     // mat_vec_block_unroll) and for F16's (8 elements: 3 vec4s, 2 parts, mat_vec_unroll).
     std::uint64_t most = 0;
     const std::uint64_t rows = 2ull * t.mat_vec_rows;

@@ -663,9 +663,10 @@ TEST(GpuBatchInvariance, RunnerSequenceAloneEqualsBatchedGpuDecodePathQ4_K) {
 }
 
 // What the GPUs' decode path runs, read from the runner's per-kernel timings: a 1-token step
-// runs each layer's norm + qkv as one mul_mat_vec_norm and its norm + gate|up + SwiGLU as one
-// mul_mat_vec_glu (rms_norm only for the final norm, no swiglu); an 11-token step the unfused
-// kernels, the tiled mat-muls as the group split (a mul_mat_fold after each).
+// runs each layer's norm + q|k|v + RoPE + KV store as one mul_mat_vec_rope (32 or 16: the
+// pool's storage) and its norm + gate|up + SwiGLU as one mul_mat_vec_glu (rms_norm only for the
+// final norm, no swiglu, no rope_kv); an 11-token step the unfused kernels, the tiled mat-muls
+// as the group split (a mul_mat_fold after each).
 TEST(GpuBatchInvariance, RunnerGpuDecodePathRunsTheFusedKernels) {
     ORDO_REQUIRE_GPU();
     auto file = open_model(synth_model(ggml_type::f32));
@@ -689,7 +690,13 @@ TEST(GpuBatchInvariance, RunnerGpuDecodePathRunsTheFusedKernels) {
                 make_step(1, step_phase::prefill,
                           {make_seq(1, prompt, 0, blocks_from(0, 11, block_tokens))}),
                 1);
+    auto rope_fused = [&] {
+        return dispatches("mul_mat_vec_rope32_f32") + dispatches("mul_mat_vec_rope16_f32");
+    };
+    auto rope_kv = [&] { return dispatches("rope_kv_f32") + dispatches("rope_kv_f16"); };
     EXPECT_EQ(dispatches("mul_mat_vec_norm_f32"), 0u);
+    EXPECT_EQ(rope_fused(), 0u);
+    EXPECT_EQ(rope_kv(), layers);
     EXPECT_GE(dispatches("mul_mat_fold"), 4 * layers) << "the tiled steps run the group split";
     EXPECT_EQ(dispatches("swiglu"), layers);
     EXPECT_EQ(dispatches("rms_norm"), 2 * layers + 1);
@@ -699,7 +706,9 @@ TEST(GpuBatchInvariance, RunnerGpuDecodePathRunsTheFusedKernels) {
                 make_step(2, step_phase::decode,
                           {make_seq(1, {tokens[11]}, 11, blocks_from(0, 12, block_tokens))}),
                 1);
-    EXPECT_EQ(dispatches("mul_mat_vec_norm_f32"), layers);
+    EXPECT_EQ(dispatches("mul_mat_vec_norm_f32"), 0u);
+    EXPECT_EQ(rope_fused(), layers);
+    EXPECT_EQ(rope_kv(), 0u);
     EXPECT_EQ(dispatches("mul_mat_vec_glu_f32"), layers);
     EXPECT_EQ(dispatches("swiglu"), 0u);
     EXPECT_EQ(dispatches("rms_norm"), 1u) << "the final norm only";
@@ -736,7 +745,9 @@ TEST(GpuBatchInvariance, RunnerMatVecCrossoverIsMeasuredAndNeverChangesABit) {
                         1);
         std::uint32_t fused = 0;
         for (const kernel_time& k : (*r)->last_timings()) {
-            if (k.name == "mul_mat_vec_norm_f16") fused += k.dispatches;
+            if (k.name == "mul_mat_vec_rope32_f16" || k.name == "mul_mat_vec_rope16_f16") {
+                fused += k.dispatches;
+            }
         }
         EXPECT_EQ(fused, fused_dispatches) << "crossover " << crossover;
         return out;
@@ -949,8 +960,9 @@ TEST(GpuBatchInvariance, SplitAttentionPrefillEqualsTokenByTokenDecode) {
     }
 }
 
-// Chunks of 7 and token by token on the GPUs' decode path run the fused mul_mat_vec_norm and
-// mul_mat_vec_glu; the whole prompt runs rms_norm, the tiled kernel and swiglu.
+// Chunks of 7 and token by token on the GPUs' decode path run the fused mul_mat_vec_rope
+// (norm, q|k|v, RoPE and the KV store) and mul_mat_vec_glu; the whole prompt runs rms_norm, the
+// tiled kernel, rope_kv and swiglu: the same logits and the same KV.
 TEST(GpuBatchInvariance, PrefillChunkingGivesSameLogitsAndKvGpuDecodePathQ8_0) {
     ORDO_REQUIRE_GPU();
     check_chunking(ggml_type::q8_0, kernels::gpu_decode);

@@ -16,12 +16,22 @@
 //   minimum (16 KiB) up, for subgroups of 8 to 64 lanes;
 // * a weight's own one-token shape (weight_tensor::vec_shape, measured by the runner at
 //   warm-up) gives the same bits in every shape the device holds, and bad shapes are refused.
+// * encode_norm_qkv_rope_kv on that path is one mul_mat_vec_rope32/16 dispatch (the norm, the
+//   q|k|v mat-vec, RoPE and the KV store) that leaves the same bits in the q|k|v rows and in
+//   both pools' K and V as the unfused kernels (rms_norm, the tiled mat-mul, rope_kv: what
+//   prefill runs) and as mul_mat_vec_norm then rope_kv (its fallback where a workgroup covers
+//   an odd number of rows), for every weight type at 1, 3 and 8 tokens, with GQA, a partial
+//   rotation, a skipped slot and an out-of-pool one; close to the CPU reference
+//   (model::rmsnorm, the rows, model::rope); a weight that is not q|k|v rows is refused.
 #include <cstring>
 #include <map>
 
+#include "gpu/vk/kv_pool.hpp"
 #include "gpu/vk/weights.hpp"
 #include "gpu_fixture.hpp"
 #include "model/cpu_ops.hpp"
+#include "model/fp16.hpp"
+#include "model/llama.hpp"
 #include "model/quant.hpp"
 
 namespace ordo::gpu::testing {
@@ -345,6 +355,237 @@ TEST(GpuDecodeFusion, FallbacksTakeTheUnfusedPathWithTheSameResults) {
     status bad = encode_norm_glu(*str, *whole_w, full, {whole(yb), 0, 2 * n_ff},
                                  {whole(hb), 0, n_ff}, n_ff + 1, n, mat_path::vec);
     EXPECT_FALSE(bad.ok());
+    EXPECT_TRUE(str->run(test_watchdog_ms).ok());
+}
+
+// The attention block's fused input (encode_norm_qkv_rope_kv): 4 q heads over 2 KV heads of
+// 16 dims, 12 of them rotated; token 2 skips its store, token 5's slot is past the pool.
+struct qkv_case {
+    static constexpr std::uint32_t n_head = 4, n_kv = 2, hd = 16, n_rot = 12, bt = 4, blocks = 9;
+    static constexpr std::uint32_t rows = (n_head + 2 * n_kv) * hd;
+    static constexpr std::uint32_t stride = rows + 8;  // q|k|v rows with a gap between tokens
+    ggml_type type;
+    std::uint32_t k;
+    std::vector<std::uint8_t> bytes;
+    std::vector<float> x, norm_w;
+    std::vector<double> freq;
+    std::vector<std::int32_t> ints;  // positions at 0, slots at 8
+};
+
+qkv_case make_qkv_case(ggml_type type) {
+    qkv_case c{type, k_of(type), {}, {}, {}, {}, std::vector<std::int32_t>(16, 0)};
+    std::size_t rb = model::row_bytes(type, c.k);
+    c.bytes.resize(rb * qkv_case::rows);
+    auto f =
+        random_floats(std::size_t(c.k) * qkv_case::rows, 17 + static_cast<std::uint32_t>(type));
+    for (std::size_t r = 0; r < qkv_case::rows; ++r) {
+        EXPECT_TRUE(
+            model::quantize_row(type, f.data() + r * c.k, c.bytes.data() + r * rb, c.k).ok());
+    }
+    c.x = random_floats(std::size_t(c.k) * tokens_max, 5);
+    c.norm_w = random_floats(c.k, 6);
+    model::llama_hparams hp;
+    hp.n_rot = qkv_case::n_rot;
+    hp.rope_freq_base = 10000.0f;
+    c.freq = model::rope_frequencies(hp, {});
+    const std::int32_t pos[tokens_max] = {5, 0, 17, 300, 9, 4, 70000, 3};
+    const std::int32_t slots[tokens_max] = {23, 0, -1, 13, 6, 36, 35, 9};  // 36: past the pool
+    for (std::uint32_t t = 0; t < tokens_max; ++t) {
+        c.ints[t] = pos[t];
+        c.ints[8 + t] = slots[t];
+    }
+    return c;
+}
+
+struct qkv_outputs {
+    std::vector<float> qkv;                     // n tokens x stride
+    std::vector<std::uint32_t> pool_k, pool_v;  // layer 1's words (f16 pairs or floats)
+    std::vector<std::string> kernels;           // the dispatches, by name (with timestamps)
+};
+
+qkv_outputs run_qkv(stream& str, const qkv_case& c, const weight_tensor& w, std::uint32_t n,
+                    mat_path path, bool f16) {
+    const std::uint32_t k = c.k;
+    buffer xb = make_buffer(c.x), nb = make_buffer(c.norm_w), ib = make_buffer(c.ints);
+    buffer rope = make_buffer(rope_turns_table(c.freq));
+    buffer scratch = make_buffer(std::vector<float>(std::size_t(k) * n, 0.0f));
+    buffer yb = make_buffer(std::vector<float>(std::size_t(qkv_case::stride) * n, -7.0f));
+    auto pool = kv_pool::create(
+        *env().dev, {2, qkv_case::n_kv, qkv_case::hd, qkv_case::bt, qkv_case::blocks, f16});
+    EXPECT_TRUE(pool.ok()) << (pool.ok() ? "" : pool.err().message);
+    if (!pool) return {};
+    EXPECT_TRUE((*pool)->clear().ok());
+    const norm_input in{{whole(xb), 0, k}, whole(nb), k, eps, {whole(scratch), 0, k}};
+    const rope_kv_input rk{
+        pool->get(),     1, {whole(ib), 0}, {whole(ib), 8}, {whole(rope), qkv_case::n_rot},
+        qkv_case::n_head};
+    EXPECT_TRUE(str.begin("qkv_rope_kv").ok());
+    status a = encode_norm_qkv_rope_kv(str, w, in, {whole(yb), 0, qkv_case::stride}, rk, n, path);
+    EXPECT_TRUE(a.ok()) << (a.ok() ? "" : a.err().message);
+    status r = str.run(test_watchdog_ms);
+    EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.err().message);
+    qkv_outputs o;
+    o.qkv = read_buffer<float>(yb, std::size_t(qkv_case::stride) * n);
+    auto words = [&](buffer_view v) {
+        std::vector<std::uint32_t> out(v.range / 4);
+        EXPECT_TRUE(env().dev->read(*v.buf, v.offset, out.data(), out.size() * 4).ok());
+        return out;
+    };
+    o.pool_k = words((*pool)->k(1));
+    o.pool_v = words((*pool)->v(1));
+    for (const auto& t : str.timings()) o.kernels.emplace_back(pipeline_name(t.id));
+    return o;
+}
+
+// The CPU reference: q rotated and k, v as computed in the q|k|v rows (k unrotated there), and
+// layer 1's pool as floats (rotated k, v) where the slot is in the pool.
+struct qkv_reference {
+    std::vector<float> qkv, pool_k, pool_v;
+};
+
+qkv_reference reference_qkv(const qkv_case& c, std::uint32_t n) {
+    constexpr std::uint32_t hd = qkv_case::hd, n_kv = qkv_case::n_kv, n_head = qkv_case::n_head;
+    const std::size_t pool_elems = std::size_t(qkv_case::blocks) * n_kv * qkv_case::bt * hd;
+    qkv_reference o{std::vector<float>(std::size_t(qkv_case::stride) * n, -7.0f),
+                    std::vector<float>(pool_elems, 0.0f), std::vector<float>(pool_elems, 0.0f)};
+    model::matrix_view mv{c.type, c.bytes, c.k, qkv_case::rows, "q|k|v"};
+    std::vector<float> xn(c.k), row(qkv_case::rows);
+    for (std::uint32_t t = 0; t < n; ++t) {
+        model::rmsnorm(xn.data(), c.x.data() + std::size_t(t) * c.k, c.norm_w.data(), c.k, eps);
+        model::matvec(row.data(), mv, xn.data());
+        float* y = o.qkv.data() + std::size_t(t) * qkv_case::stride;
+        std::copy(row.begin(), row.end(), y);
+        std::vector<float> rotated = row;
+        model::rope(rotated.data(), n_head + n_kv, hd, c.freq, std::size_t(c.ints[t]));
+        std::copy(rotated.begin(), rotated.begin() + n_head * hd, y);
+        const std::int32_t slot = c.ints[8 + t];
+        if (slot < 0 || slot >= std::int32_t(qkv_case::blocks * qkv_case::bt)) continue;
+        const std::uint32_t block = slot / qkv_case::bt, in_block = slot % qkv_case::bt;
+        for (std::uint32_t h = 0; h < n_kv; ++h) {
+            for (std::uint32_t d = 0; d < hd; ++d) {
+                std::size_t e =
+                    ((std::size_t(block) * n_kv + h) * qkv_case::bt + in_block) * hd + d;
+                o.pool_k[e] = rotated[(n_head + h) * hd + d];
+                o.pool_v[e] = row[(n_head + n_kv + h) * hd + d];
+            }
+        }
+    }
+    return o;
+}
+
+std::vector<float> pool_floats(const std::vector<std::uint32_t>& words, bool f16) {
+    if (!f16) {
+        std::vector<float> f(words.size());
+        std::memcpy(f.data(), words.data(), words.size() * 4);
+        return f;
+    }
+    std::vector<float> f;
+    for (std::uint32_t w : words) {
+        f.push_back(model::f16_to_f32(static_cast<std::uint16_t>(w & 0xffffu)));
+        f.push_back(model::f16_to_f32(static_cast<std::uint16_t>(w >> 16)));
+    }
+    return f;
+}
+
+std::unique_ptr<stream> timed_stream_with(const pipelines& pipes) {
+    auto s = stream::create(*env().dev, pipes, {64, env().dev->info().timestamps});
+    EXPECT_TRUE(s.ok()) << (s.ok() ? "" : s.err().message);
+    return s ? std::move(*s) : nullptr;
+}
+
+TEST(GpuDecodeFusion, QkvRopeKvFusedEqualsUnfusedBitForBitEveryTypeBothPools) {
+    ORDO_REQUIRE_GPU();
+    auto pipes = gpu_decode_pipelines();
+    ASSERT_TRUE(pipes);
+    auto str = timed_stream_with(*pipes);
+    ASSERT_TRUE(str);
+    // The fallback's shape: a workgroup of one 8-lane team and one row per team (odd rows).
+    pipeline_tuning odd = (*pipes).tuning();
+    odd.mat_vec_wg = 8;
+    odd.mat_vec_rows = 1;
+    odd.mat_vec_split = 1;
+    auto odd_pipes = pipelines::create(*env().dev, odd);
+    ASSERT_TRUE(odd_pipes.ok()) << odd_pipes.err().message;
+    auto odd_str = timed_stream_with(**odd_pipes);
+    ASSERT_TRUE(odd_str);
+    // Every type, the two pools in turn (each type's pipelines compile in seconds on lavapipe).
+    bool f16 = false;
+    for (ggml_type type :
+         {ggml_type::f32, ggml_type::f16, ggml_type::bf16, ggml_type::q8_0, ggml_type::q4_0,
+          ggml_type::q4_1, ggml_type::q5_0, ggml_type::q5_1, ggml_type::q2_k, ggml_type::q3_k,
+          ggml_type::q4_k, ggml_type::q5_k, ggml_type::q6_k}) {
+        SCOPED_TRACE(model::type_name(type));
+        qkv_case c = make_qkv_case(type);
+        arena mem(*env().dev, 1u << 22);
+        auto w = upload_weight(*env().dev, mem, type, c.k, qkv_case::rows, c.bytes);
+        ASSERT_TRUE(w.ok()) << w.err().message;
+        f16 = !f16;
+        {
+            SCOPED_TRACE(f16 ? "f16 pool" : "f32 pool");
+            const std::string fused_name =
+                std::string(f16 ? "mul_mat_vec_rope16_" : "mul_mat_vec_rope32_") +
+                std::string(model::type_name(type));
+            for (std::uint32_t n : {1u, 3u, tokens_max}) {
+                SCOPED_TRACE(std::to_string(n) + " tokens");
+                qkv_outputs fused = run_qkv(*str, c, *w, n, mat_path::vec, f16);
+                qkv_outputs unfused = run_qkv(*str, c, *w, n, mat_path::tiled, f16);
+                qkv_outputs fallback = run_qkv(*odd_str, c, *w, n, mat_path::vec, f16);
+                EXPECT_TRUE(same_bits(fused.qkv, unfused.qkv)) << "q|k|v rows";
+                EXPECT_EQ(fused.pool_k, unfused.pool_k) << "pool K";
+                EXPECT_EQ(fused.pool_v, unfused.pool_v) << "pool V";
+                EXPECT_TRUE(same_bits(fused.qkv, fallback.qkv)) << "q|k|v rows, fallback";
+                EXPECT_EQ(fused.pool_k, fallback.pool_k) << "pool K, fallback";
+                EXPECT_EQ(fused.pool_v, fallback.pool_v) << "pool V, fallback";
+                if (env().dev->info().timestamps) {
+                    EXPECT_EQ(fused.kernels, std::vector<std::string>{fused_name});
+                    ASSERT_EQ(fallback.kernels.size(), 2u);
+                    EXPECT_EQ(fallback.kernels[1], f16 ? "rope_kv_f16" : "rope_kv_f32");
+                }
+                qkv_reference want = reference_qkv(c, n);
+                expect_close(fused.qkv, want.qkv, 2e-3f, 1e-3f, "q|k|v vs reference");
+                // An F16 pool rounds to half: 2^-11 relative on top.
+                const float rel = f16 ? 2e-3f : 1e-3f;
+                expect_close(pool_floats(fused.pool_k, f16), want.pool_k, 2e-3f, rel, "pool K");
+                expect_close(pool_floats(fused.pool_v, f16), want.pool_v, 2e-3f, rel, "pool V");
+            }
+        }
+    }
+}
+
+TEST(GpuDecodeFusion, QkvRopeKvRefusesAWeightThatIsNotQkvRows) {
+    ORDO_REQUIRE_GPU();
+    auto pipes = gpu_decode_pipelines();
+    ASSERT_TRUE(pipes);
+    auto str = stream_with(*pipes);
+    ASSERT_TRUE(str);
+    qkv_case c = make_qkv_case(ggml_type::f16);
+    arena mem(*env().dev, 1u << 22);
+    // One row short of the heads' rows.
+    std::vector<std::uint8_t> bytes(c.bytes.begin(), c.bytes.end() - model::row_bytes(c.type, c.k));
+    auto w = upload_weight(*env().dev, mem, c.type, c.k, qkv_case::rows - 1, bytes);
+    ASSERT_TRUE(w.ok()) << w.err().message;
+    buffer xb = make_buffer(c.x), nb = make_buffer(c.norm_w), ib = make_buffer(c.ints);
+    buffer rope = make_buffer(rope_turns_table(c.freq));
+    buffer yb = make_buffer(std::vector<float>(std::size_t(qkv_case::stride) * 2, 0.0f));
+    auto pool = kv_pool::create(*env().dev,
+                                {2, qkv_case::n_kv, qkv_case::hd, qkv_case::bt, qkv_case::blocks});
+    ASSERT_TRUE(pool.ok()) << pool.err().message;
+    const norm_input in{{whole(xb), 0, c.k}, whole(nb), c.k, eps, {whole(yb), 0, c.k}};
+    const rope_kv_input rk{
+        pool->get(),     1, {whole(ib), 0}, {whole(ib), 8}, {whole(rope), qkv_case::n_rot},
+        qkv_case::n_head};
+    ASSERT_TRUE(str->begin("bad_qkv").ok());
+    for (mat_path path : {mat_path::vec, mat_path::tiled}) {
+        status st =
+            encode_norm_qkv_rope_kv(*str, *w, in, {whole(yb), 0, qkv_case::stride}, rk, 1, path);
+        ASSERT_FALSE(st.ok());
+        EXPECT_NE(st.err().message.find("q|k|v"), std::string::npos) << st.err().message;
+    }
+    rope_kv_input no_pool = rk;
+    no_pool.pool = nullptr;
+    EXPECT_FALSE(
+        encode_norm_qkv_rope_kv(*str, *w, in, {whole(yb), 0, qkv_case::stride}, no_pool, 1).ok());
+    EXPECT_EQ(str->dispatches(), 0u);
     EXPECT_TRUE(str->run(test_watchdog_ms).ok());
 }
 

@@ -85,6 +85,10 @@ ORDO_ABI_CONST ORDO_B_GET_ROWS_TABLE = 0, ORDO_B_GET_ROWS_IDS = 1, ORDO_B_GET_RO
 ORDO_ABI_CONST ORDO_B_MM_W = 0, ORDO_B_MM_X = 1, ORDO_B_MM_Y = 2;
 // mul_mat_vec_norm / _glu: the RMSNorm weight of the fused input norm.
 ORDO_ABI_CONST ORDO_B_MM_NORM_W = 3;
+// mul_mat_vec_rope32 / rope16 (NORM and the q|k|v store of rope_kv): positions and slots (one
+// ints binding), the layer's K and V pool views, the RoPE table.
+ORDO_ABI_CONST ORDO_B_MM_ROPE_INTS = 4, ORDO_B_MM_ROPE_K = 5, ORDO_B_MM_ROPE_V = 6,
+               ORDO_B_MM_ROPE_FREQ = 7;
 ORDO_ABI_CONST ORDO_B_NORM_X = 0, ORDO_B_NORM_W = 1, ORDO_B_NORM_OUT = 2;
 ORDO_ABI_CONST ORDO_B_SWIGLU_GATE = 0, ORDO_B_SWIGLU_UP = 1, ORDO_B_SWIGLU_OUT = 2;
 ORDO_ABI_CONST ORDO_B_ADD_A = 0, ORDO_B_ADD_B = 1, ORDO_B_ADD_OUT = 2;
@@ -243,6 +247,15 @@ struct rope_kv_push {
     uint slots_offset;  // ints: token 0's slot (block * block_tokens + offset; < 0: no store)
     uint block_tokens;
     uint n_blocks;      // blocks in the pool (slots are bounds-checked against it)
+};
+
+// mul_mat_vec_rope32_* / rope16_*: the q|k|v mat-vec with its input norm (mm: norm_eps, no
+// accumulate, the one chunk of the fused matrix) and rope_kv's store (rope: its n_tokens,
+// q_offset, stride and src_texel unused; y is the q|k|v rows). 100 bytes, under Vulkan's
+// guaranteed 128 of push constants.
+struct mul_mat_rope_push {
+    mul_mat_push mm;
+    rope_kv_push rope;
 };
 
 // attention_*.comp: for each query token and head, causal softmax attention over the token's

@@ -24,6 +24,13 @@
 // * GLU (mul_mat_vec_glu_*, with NORM): the weight is the fused gate|up matrix; a team owns RT
 //   gate rows and their up rows (glu_up_row further on) and the store writes
 //   silu_mul(gate, up) (swiglu.comp's operations): the FFN's norm, gate|up and SwiGLU in one.
+// * ROPE (mul_mat_vec_rope32_* / rope16_*, with NORM; KV_F16: the pool's storage): the weight is
+//   the fused q|k|v matrix and the store is rope_kv.comp's, so the attention block's norm, q|k|v
+//   mat-vec, RoPE and KV store are one dispatch: the workgroup's sums meet in shared memory
+//   (ys), and a lane per adjacent row pair (a workgroup covers an even number of rows, the
+//   host checks) rotates q and k pairs with rope.glsl's expressions, writes y as the unfused
+//   path leaves it (q rotated, k and v as the mat-mul gave them) and stores the rotated k and
+//   the v into the token's pool slot. Same values as mul_mat_vec_norm then rope_kv.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
@@ -44,8 +51,18 @@ layout(constant_id = 4) const uint H = 1;
 #ifndef GLU
 #define GLU 0
 #endif
+#ifndef ROPE
+#define ROPE 0
+#endif
 layout(local_size_x_id = 0) in;
+#if ROPE
+layout(push_constant) uniform push_block {
+    mul_mat_push p;
+    rope_kv_push rp;
+};
+#else
 layout(push_constant) uniform push_block { mul_mat_push p; };
+#endif
 #include "weights.glsl"
 #include "mat_order.glsl"
 layout(std430, binding = ORDO_B_MM_X) readonly buffer x_buf { vec4 x4[]; };
@@ -58,6 +75,14 @@ layout(std430, binding = ORDO_B_MM_NORM_W) readonly buffer nw_buf { vec4 nw4[]; 
 const uint NP = ORDO_NORM_PARTS;
 shared float nsum[COLS * NP];  // each token's partial sums of squares
 shared float ninv[COLS];       // each token's 1 / rms
+#endif
+#if ROPE
+layout(std430, binding = ORDO_B_MM_ROPE_INTS) readonly buffer ints_buf { int ints[]; };
+#define KV_BINDING_K ORDO_B_MM_ROPE_K
+#define KV_BINDING_V ORDO_B_MM_ROPE_V
+#include "kv_pool.glsl"
+#define ROPE_FREQ_BINDING ORDO_B_MM_ROPE_FREQ
+#include "rope.glsl"
 #endif
 
 const uint G = ORDO_MAT_GROUPS;
@@ -73,6 +98,10 @@ shared float partial[RR * COLS * WG];
 // H > 1: each helper's products, [team][r][g][s][j][c] (1 element when H == 1).
 const uint DSH = H == 1u ? 1u : TEAMS * RR * G * UNROLL * PARTS * COLS;
 shared float dsh[DSH];
+#if ROPE
+const uint WROWS = TEAMS * RT;  // rows a workgroup covers: even (the host checks)
+shared float ys[COLS * WROWS];  // the workgroup's outputs, [token][row - row0]
+#endif
 
 void main() {
     uint lane = gl_LocalInvocationID.x;
@@ -224,10 +253,46 @@ void main() {
                 }
                 total = silu_mul(total, up);
 #endif
+#if ROPE
+                ys[c * WROWS + row - row0] = total;
+#else
                 uint o = p.y_offset + (c0 + c) * p.y_stride + p.row_begin + row;
                 y[o] = p.accumulate != 0u ? y[o] + total : total;
+#endif
             }
         }
         barrier();
+#if ROPE
+        // rope_kv.comp's store, a lane per (token, row pair): rows are q heads, then k, then v.
+        const uint half_dim = rp.head_dim / 2u, half_rot = rp.n_rot / 2u;
+        const uint kv_head0 = rp.n_head, v_head0 = rp.n_head + rp.n_head_kv;
+        for (uint i = lane; i < n * (WROWS / 2u); i += WG) {
+            uint c = i / (WROWS / 2u);
+            uint lr = 2u * (i % (WROWS / 2u));
+            if (row0 + lr >= p.n_rows) continue;
+            uint r = p.row_begin + row0 + lr;  // even: its pair is r + 1
+            uint h = r / rp.head_dim, j = (r % rp.head_dim) / 2u;
+            uint t = c0 + c;
+            vec2 x = vec2(ys[c * WROWS + lr], ys[c * WROWS + lr + 1u]);
+            uint o = p.y_offset + t * p.y_stride + r;
+            bool turn = j < half_rot && h < v_head0;
+            vec2 xr = turn ? rope_rotate(x, rope_cos_sin(uint(ints[rp.pos_offset + t]), j)) : x;
+            vec2 ky = h < kv_head0 ? xr : x;  // y keeps k and v as the mat-mul gave them
+            y[o] = ky.x;
+            y[o + 1u] = ky.y;
+            int slot = ints[rp.slots_offset + t];
+            if (h < kv_head0 || slot < 0 || uint(slot) >= rp.n_blocks * rp.block_tokens) continue;
+            uint block = uint(slot) / rp.block_tokens, in_block = uint(slot) % rp.block_tokens;
+            uint kh = h < v_head0 ? h - kv_head0 : h - v_head0;
+            uint dst =
+                ((block * rp.n_head_kv + kh) * rp.block_tokens + in_block) * rp.head_dim + 2u * j;
+            if (h < v_head0) {
+                k_store_pair(dst, xr);
+            } else {
+                v_store_pair(dst, x);
+            }
+        }
+        barrier();
+#endif
     }
 }
