@@ -39,6 +39,11 @@ namespace {
 
 using model::ggml_type;
 
+// Every weight type ordo serves.
+constexpr ggml_type every_type[] = {
+    ggml_type::f32,  ggml_type::f16,  ggml_type::bf16, ggml_type::q8_0, ggml_type::q4_0,
+    ggml_type::q4_1, ggml_type::q5_0, ggml_type::q5_1, ggml_type::q2_k, ggml_type::q3_k,
+    ggml_type::q4_k, ggml_type::q5_k, ggml_type::q6_k};
 constexpr std::uint32_t n_ff = 75;  // output rows: not a multiple of any workgroup
 constexpr std::uint32_t tokens_max = 8;
 constexpr float eps = 1e-5f;
@@ -118,8 +123,10 @@ outputs reference(const fusion_case& c, std::uint32_t n) {
     return o;
 }
 
-std::unique_ptr<stream> stream_with(const pipelines& pipes) {
-    auto s = stream::create(*env().dev, pipes, {64, false});
+// A stream on `pipes`; `timed`: with timestamps where the device has them (they name the
+// dispatched kernels).
+std::unique_ptr<stream> stream_with(const pipelines& pipes, bool timed = false) {
+    auto s = stream::create(*env().dev, pipes, {64, timed && env().dev->info().timestamps});
     EXPECT_TRUE(s.ok()) << (s.ok() ? "" : s.err().message);
     return s ? std::move(*s) : nullptr;
 }
@@ -140,10 +147,7 @@ TEST(GpuDecodeFusion, FusedEqualsUnfusedBitForBitEveryType) {
     ASSERT_TRUE(pipes);
     auto str = stream_with(*pipes);
     ASSERT_TRUE(str);
-    for (ggml_type type :
-         {ggml_type::f32, ggml_type::f16, ggml_type::bf16, ggml_type::q8_0, ggml_type::q4_0,
-          ggml_type::q4_1, ggml_type::q5_0, ggml_type::q5_1, ggml_type::q2_k, ggml_type::q3_k,
-          ggml_type::q4_k, ggml_type::q5_k, ggml_type::q6_k}) {
+    for (ggml_type type : every_type) {
         SCOPED_TRACE(model::type_name(type));
         fusion_case c = make_case(type);
         arena mem(*env().dev, 1u << 22);
@@ -487,17 +491,11 @@ std::vector<float> pool_floats(const std::vector<std::uint32_t>& words, bool f16
     return f;
 }
 
-std::unique_ptr<stream> timed_stream_with(const pipelines& pipes) {
-    auto s = stream::create(*env().dev, pipes, {64, env().dev->info().timestamps});
-    EXPECT_TRUE(s.ok()) << (s.ok() ? "" : s.err().message);
-    return s ? std::move(*s) : nullptr;
-}
-
 TEST(GpuDecodeFusion, QkvRopeKvFusedEqualsUnfusedBitForBitEveryTypeBothPools) {
     ORDO_REQUIRE_GPU();
     auto pipes = gpu_decode_pipelines();
     ASSERT_TRUE(pipes);
-    auto str = timed_stream_with(*pipes);
+    auto str = stream_with(*pipes, true);
     ASSERT_TRUE(str);
     // The fallback's shape: a workgroup of one 8-lane team and one row per team (odd rows).
     pipeline_tuning odd = (*pipes).tuning();
@@ -506,14 +504,11 @@ TEST(GpuDecodeFusion, QkvRopeKvFusedEqualsUnfusedBitForBitEveryTypeBothPools) {
     odd.mat_vec_split = 1;
     auto odd_pipes = pipelines::create(*env().dev, odd);
     ASSERT_TRUE(odd_pipes.ok()) << odd_pipes.err().message;
-    auto odd_str = timed_stream_with(**odd_pipes);
+    auto odd_str = stream_with(**odd_pipes, true);
     ASSERT_TRUE(odd_str);
     // Every type, the two pools in turn (each type's pipelines compile in seconds on lavapipe).
     bool f16 = false;
-    for (ggml_type type :
-         {ggml_type::f32, ggml_type::f16, ggml_type::bf16, ggml_type::q8_0, ggml_type::q4_0,
-          ggml_type::q4_1, ggml_type::q5_0, ggml_type::q5_1, ggml_type::q2_k, ggml_type::q3_k,
-          ggml_type::q4_k, ggml_type::q5_k, ggml_type::q6_k}) {
+    for (ggml_type type : every_type) {
         SCOPED_TRACE(model::type_name(type));
         qkv_case c = make_qkv_case(type);
         arena mem(*env().dev, 1u << 22);
