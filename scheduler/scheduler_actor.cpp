@@ -546,7 +546,8 @@ void scheduler_actor::after(std::vector<outgoing_event>& out) {
 
 void scheduler_actor::arm_restore_timer() {
     if (stopping()) return;
-    const auto due = _core.restore_deadline();
+    auto due = _core.restore_deadline();
+    if (auto d = _core.session_delete_deadline(); d && (!due || *d < *due)) due = d;
     if (!due) {
         uv_timer_stop(&_restore_timer);
         return;
@@ -559,9 +560,11 @@ void scheduler_actor::arm_restore_timer() {
 
 void scheduler_actor::restore_wait_cb(uv_timer_t* t) {
     auto& self = *static_cast<scheduler_actor*>(t->data);
-    self._core.expire_restores(scheduler_core::clock::now());
-    std::vector<outgoing_event> none;
-    self.after(none);  // logs the notes, plans the recomputes, re-arms for the next one
+    const auto now = scheduler_core::clock::now();
+    self._core.expire_restores(now);
+    std::vector<outgoing_event> out;  // the late session_deletes' errors
+    self._core.expire_session_deletes(now, out);
+    self.after(out);  // delivers them, logs the notes, plans the recomputes, re-arms
 }
 
 // Net fault points that fired, after the events made before them (one ordered delivery).

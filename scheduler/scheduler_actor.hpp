@@ -163,8 +163,9 @@ private:
     void pump_soon();
     static void drain_cb(uv_timer_t* t);
     static void draft_wait_cb(uv_timer_t* t);
-    // Requests that waited restore_wait_ms for the kv actor stop waiting (core expire_restores);
-    // after() sets the timer to the next such instant.
+    // Requests and session_deletes that waited restore_wait_ms for the kv actor stop waiting
+    // (core expire_restores, expire_session_deletes); after() sets the timer to the next such
+    // instant.
     static void restore_wait_cb(uv_timer_t* t);
     void arm_restore_timer();
     // The drafting round next_step() started, and the sequences the draft actor may forget.

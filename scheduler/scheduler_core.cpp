@@ -347,6 +347,7 @@ void scheduler_core::on_stats(const stats_query& m, std::vector<outgoing_event>&
                    {"disk_restored_tokens", k.disk_restored_tokens},
                    {"disk_restore_failures", k.disk_restore_failures},
                    {"disk_restore_timeouts", k.disk_restore_timeouts},
+                   {"session_delete_timeouts", k.session_delete_timeouts},
                    {"disk_invalidations", k.disk_invalidations},
                    {"disk_saves", k.disk_saves},
                    {"disk_evicted", k.disk_evicted},

@@ -102,7 +102,8 @@ struct core_options {
     uint32_t restore_retry_max = 1;
     // How long a request waits for the kv actor (its disk lookup and restore) before it stops
     // waiting and recomputes the prefix instead ([kv] restore_wait_ms): a slow or hung disk
-    // delays a request by this much at most, never forever.
+    // delays a request by this much at most, never forever. A session_delete waits as long for
+    // its answer, then gets a kv_io error.
     uint32_t restore_wait_ms = 10000;
     // Where the seeds of requests that give none come from (fresh_seed): 0 = the OS's entropy
     // mixed with the clock, so every server draws differently (OpenAI's, llama.cpp's and vLLM's
@@ -151,10 +152,11 @@ struct scheduler_counters {
     uint64_t disk_restores = 0;         // restores that completed
     uint64_t disk_restored_tokens = 0;  // tokens they covered
     uint64_t disk_restore_failures = 0;
-    uint64_t disk_restore_timeouts = 0;  // waits given up after restore_wait_ms (recomputed)
-    uint64_t disk_invalidations = 0;     // entries quarantined after a failed step
-    uint64_t disk_saves = 0;             // kv_save sent
-    uint64_t disk_evicted = 0;           // kv_evicted received
+    uint64_t disk_restore_timeouts = 0;    // waits given up after restore_wait_ms (recomputed)
+    uint64_t session_delete_timeouts = 0;  // session_deletes answered kv_io after restore_wait_ms
+    uint64_t disk_invalidations = 0;       // entries quarantined after a failed step
+    uint64_t disk_saves = 0;               // kv_save sent
+    uint64_t disk_evicted = 0;             // kv_evicted received
     uint64_t session_busy = 0;
     uint64_t net_faults = 0;        // net fault points fired (the `fault` op's net kinds)
     uint64_t embeddings = 0;        // embed requests accepted into the queue
@@ -174,6 +176,10 @@ struct scheduler_counters {
 
 // Net fault points armed at most at once (the `fault` op's net kinds; more is bad_request).
 inline constexpr size_t net_faults_armed_max = 16;
+
+// session_deletes waiting for the kv actor at most at once (more get an overloaded error): each
+// costs a few words until its answer or restore_wait_ms.
+inline constexpr size_t session_deletes_waiting_max = 256;
 
 // The stats op's `gpu` map (docs/protocol.md): the device as the gpu actor announced it at its
 // last device_ready, and what the scheduler saw of its steps.
@@ -249,6 +255,12 @@ public:
     // (scheduler_kv.cpp): a late answer finds it gone from `restoring` and only releases what
     // the kv actor held for it.
     void expire_restores(std::chrono::steady_clock::time_point now);
+    // The earliest instant a session_delete waiting for the kv actor passes restore_wait_ms
+    // (none: none waits), and expiring them: each late one is answered with a kv_io error
+    // (whether the file went is unknown), and its answer, if it ever comes, is dropped.
+    std::optional<std::chrono::steady_clock::time_point> session_delete_deadline() const;
+    void expire_session_deletes(std::chrono::steady_clock::time_point now,
+                                std::vector<outgoing_event>& out);
     // What to send the kv actor, in order (taken after every input).
     std::vector<kv_request> take_kv_requests() { return std::exchange(_kv_out, {}); }
     // Net fault points (kinds net_fin, net_rst, net_stop_reading; spec.net_phase the request
@@ -479,7 +491,14 @@ private:
     std::map<std::pair<uint64_t, uint64_t>, seq_id> _by_client;  // (conn, id) → seq
     std::deque<seq_id> _queue;                                   // waiting, FIFO
     std::vector<seq_id> _restoring;                              // waiting for the kv actor
-    std::map<seq_id, pin_id> _restore_pins;                      // restores in flight
+    // session_deletes waiting for the kv actor, oldest first (their waits are all
+    // restore_wait_ms, so their deadlines are in order); at most session_deletes_waiting_max.
+    struct delete_wait {
+        uint64_t conn = 0, id = 0;
+        clock::time_point due{};
+    };
+    std::deque<delete_wait> _deletes;
+    std::map<seq_id, pin_id> _restore_pins;  // restores in flight
     // Pins of the saves in flight (kv_save until kv_save_done). Dropped with the pool's contents
     // (device lost or rebuilt): a later answer then has nothing to release.
     std::set<pin_id> _save_pins;

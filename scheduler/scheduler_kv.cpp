@@ -228,11 +228,47 @@ void scheduler_core::on_session_delete(const session_delete& m, std::vector<outg
         return out.push_back(error_event(m.conn, m.id, errc::session_busy,
                                          "session " + m.session + " is used by a live request"));
     }
+    if (_deletes.size() >= session_deletes_waiting_max) {
+        return out.push_back(
+            error_event(m.conn, m.id, errc::overloaded,
+                        std::to_string(session_deletes_waiting_max) +
+                            " session_deletes already wait for the disk; retry later"));
+    }
+    _deletes.push_back(
+        {m.conn, m.id, clock::now() + std::chrono::milliseconds(_opt.restore_wait_ms)});
     _kv_out.emplace_back(kv::kv_session_delete{m.conn, m.id, m.session});
+}
+
+std::optional<scheduler_core::clock::time_point> scheduler_core::session_delete_deadline() const {
+    if (_deletes.empty()) return std::nullopt;
+    return _deletes.front().due;
+}
+
+void scheduler_core::expire_session_deletes(clock::time_point now,
+                                            std::vector<outgoing_event>& out) {
+    while (!_deletes.empty() && now >= _deletes.front().due) {
+        const delete_wait& d = _deletes.front();
+        _counters.session_delete_timeouts++;
+        out.push_back(error_event(d.conn, d.id, errc::kv_io,
+                                  "the disk did not answer within kv.restore_wait_ms = " +
+                                      std::to_string(_opt.restore_wait_ms) +
+                                      " ms; the session's file may or may not be removed yet"));
+        _deletes.pop_front();
+    }
 }
 
 void scheduler_core::on_kv_session_deleted(const kv::kv_session_deleted& m,
                                            std::vector<outgoing_event>& out) {
+    auto waiting = std::find_if(_deletes.begin(), _deletes.end(), [&](const delete_wait& d) {
+        return d.conn == m.conn && d.id == m.id;
+    });
+    if (waiting == _deletes.end()) {
+        // Answered already: it waited restore_wait_ms (expire_session_deletes).
+        _notes.push_back("a late session_delete answer (request " + std::to_string(m.id) +
+                         ") dropped: its client was told after restore_wait_ms");
+        return;
+    }
+    _deletes.erase(waiting);
     if (!m.error.empty()) {
         return out.push_back(error_event(m.conn, m.id, errc::kv_io, m.error));
     }

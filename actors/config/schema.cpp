@@ -461,7 +461,8 @@ constexpr auto table = std::to_array<key_spec>({
         "retries of a failed KV restore before recomputing the prefix"),
     integer<&C::kv, &kv_config::restore_wait_ms>(
         "kv", "restore_wait_ms", 100, 600000,
-        "how long a request waits for its disk lookup and restore before recomputing the prefix"),
+        "how long a request waits for its disk lookup and restore before recomputing the prefix "
+        "(and a session_delete for the removal before a kv_io error)"),
     integer<&C::kv, &kv_config::flush_ms_max>(
         "kv", "flush_ms_max", 0, 600000,
         "at shutdown, ms to wait for KV saves in flight; what is not written by then is dropped"),

@@ -75,6 +75,8 @@ struct disk {
     bool hold_restores = false;      // answer restores only when released
     bool restore_other_ids = false;  // restores write other token ids than the entry's
     std::vector<kv::kv_restore> held;
+    bool hold_deletes = false;  // session deletes are never answered (a hung unlink)
+    std::vector<kv::kv_session_delete> held_deletes;
     int saves = 0, restores = 0, invalidated = 0, lookups = 0;
 };
 
@@ -373,6 +375,7 @@ private:
         kv->entries.at(std::stoul(m.name.substr(1))).clear();
     }
     void answer(const kv::kv_session_delete& m, uint32_t, std::vector<outgoing_event>& out) {
+        if (kv->hold_deletes) return kv->held_deletes.push_back(m);
         size_t before = kv->sessions.size();
         std::erase_if(kv->sessions, [&](const auto& s) { return s.first == m.session; });
         core->on_kv_session_deleted({m.conn, m.id, kv->sessions.size() != before, ""}, out);

@@ -10,7 +10,9 @@
 // request cancelled while its restore is in flight frees everything once the restore answers;
 // a request whose lookup or restore outlasts restore_wait_ms recomputes with identical output,
 // and a restore that lands afterwards (with other ids than the entry's) touches nothing it uses;
-// sessions: session_busy for a second live request, session_delete refused while busy.
+// sessions: session_busy for a second live request, session_delete refused while busy; a
+// session_delete the disk does not answer gets kv_io after restore_wait_ms (its late answer is
+// dropped), and at most session_deletes_waiting_max wait at once.
 
 #include "tests/scheduler/scheduler_harness.hpp"
 
@@ -270,6 +272,72 @@ TEST(scheduler_kv, sessions_are_exclusive_and_deletable) {
     b.session_delete(1, 3, "chat-1");
     EXPECT_FALSE(b.terminal(1, 3)->fields.at("deleted").as<bool>());
     b.expect_idle();
+}
+
+// A hung unlink: the client hears kv_io after restore_wait_ms (not 1 ms before), the late
+// answer is dropped (no second answer), and the requests behind it are served.
+TEST(scheduler_kv, a_session_delete_the_disk_never_answers_ends_after_restore_wait_ms) {
+    disk d;
+    d.hold_deletes = true;
+    core_options o = kv_options();
+    o.restore_wait_ms = 100;
+    harness b(o);
+    b.kv = &d;
+    EXPECT_FALSE(b.core->session_delete_deadline());
+    b.session_delete(1, 2, "chat-1");
+    ASSERT_EQ(d.held_deletes.size(), 1u);
+    EXPECT_EQ(b.terminal(1, 2), nullptr);
+    auto due = b.core->session_delete_deadline();
+    ASSERT_TRUE(due);
+    std::vector<outgoing_event> out;
+    b.core->expire_session_deletes(*due - std::chrono::milliseconds(1), out);
+    EXPECT_TRUE(out.empty());
+    b.core->expire_session_deletes(*due, out);
+    b.apply(out);
+    ASSERT_NE(b.terminal(1, 2), nullptr);
+    EXPECT_EQ(b.terminal(1, 2)->str("code"), "kv_io");
+    EXPECT_NE(b.terminal(1, 2)->str("message").find("restore_wait_ms"), std::string::npos);
+    EXPECT_EQ(b.core->counters().session_delete_timeouts, 1u);
+    EXPECT_FALSE(b.core->session_delete_deadline());
+    // The late answer: nothing more reaches the client.
+    const size_t events = b.events.size();
+    out.clear();
+    b.core->on_kv_session_deleted({1, 2, true, ""}, out);
+    EXPECT_TRUE(out.empty());
+    EXPECT_EQ(b.events.size(), events);
+    // Serving goes on; an answered delete leaves nothing waiting.
+    d.hold_deletes = false;
+    b.session_delete(1, 3, "chat-2");
+    ASSERT_NE(b.terminal(1, 3), nullptr);
+    EXPECT_FALSE(b.terminal(1, 3)->fields.at("deleted").as<bool>());
+    EXPECT_FALSE(b.core->session_delete_deadline());
+    b.generate(1, 4, "after the delete", 4);
+    b.run();
+    ASSERT_NE(b.terminal(1, 4), nullptr);
+    b.expect_idle();
+}
+
+TEST(scheduler_kv, session_deletes_waiting_for_the_disk_are_bounded) {
+    disk d;
+    d.hold_deletes = true;
+    harness b(kv_options());
+    b.kv = &d;
+    const uint64_t n = session_deletes_waiting_max;
+    for (uint64_t id = 1; id <= n; ++id) b.session_delete(1, id, "s" + std::to_string(id));
+    EXPECT_EQ(d.held_deletes.size(), n);
+    b.session_delete(1, n + 1, "one-more");
+    ASSERT_NE(b.terminal(1, n + 1), nullptr);
+    EXPECT_EQ(b.terminal(1, n + 1)->str("code"), "overloaded");
+    EXPECT_EQ(d.held_deletes.size(), n);
+    // Answers free the places.
+    std::vector<outgoing_event> out;
+    b.core->on_kv_session_deleted({1, 1, false, ""}, out);
+    b.apply(out);
+    ASSERT_NE(b.terminal(1, 1), nullptr);
+    d.hold_deletes = false;
+    b.session_delete(1, n + 2, "now-there-is-room");
+    ASSERT_NE(b.terminal(1, n + 2), nullptr);
+    EXPECT_FALSE(b.terminal(1, n + 2)->fields.at("deleted").as<bool>());
 }
 
 }  // namespace
