@@ -73,15 +73,12 @@ status runner::record_layer(std::uint32_t l) {
     // decode mat-vec does all of it in one dispatch (encode_norm_qkv_rope_kv); elsewhere
     // xn = norm(x), the mat-mul, then rope_kv.
     const rope_table rope{whole(_rope_freq), _hp.n_rot};
-    if (w.qkv.n_out != 0 && _options.qkv_rope_fusion) {
+    if (w.qkv.n_out != 0) {
         // rows q | k | v = columns of qkv
         const norm_input in{x, whole(w.attn_norm), embd, _hp.rms_eps, xn};
-        ORDO_TRY(encode_norm_qkv_rope_kv(s, w.qkv, in, q,
-                                         {_kv.get(), l, positions, slots, rope, _hp.n_head}, n));
-    } else if (w.qkv.n_out != 0) {
-        const norm_input in{x, whole(w.attn_norm), embd, _hp.rms_eps, xn};
-        ORDO_TRY(encode_norm_mul_mat(s, w.qkv, in, q, n));
-        ORDO_TRY(encode_rope_kv(s, *_kv, l, q, positions, slots, rope, n, _hp.n_head));
+        const rope_kv_input rk{
+            _kv.get(), l, positions, slots, rope, _hp.n_head, _options.qkv_rope_fusion};
+        ORDO_TRY(encode_norm_qkv_rope_kv(s, w.qkv, in, q, rk, n));
     } else {
         ORDO_TRY(encode_rms_norm(s, x, whole(w.attn_norm), xn, embd, n, _hp.rms_eps));
         ORDO_TRY(encode_mul_mat(s, w.wq, xn, q, n, false));

@@ -736,7 +736,7 @@ status encode_norm_qkv_rope_kv(stream& s, const weight_tensor& w, const norm_inp
         return bad("rope_kv", "W must be the q|k|v rows: n_head q heads, n_head_kv k and v heads");
     }
     mat_path resolved = resolve_path(s, w, in.x, n_tokens, path);
-    if (resolved == mat_path::vec && w.chunks.size() == 1 && norm_fusable(w, in)) {
+    if (rk.fuse && resolved == mat_path::vec && w.chunks.size() == 1 && norm_fusable(w, in)) {
         auto params = rope_kv_params(s, *rk.pool, rk.layer, qkv, rk.positions, rk.slots, rk.rope,
                                      n_tokens, rk.n_head);
         if (!params) return params.err();

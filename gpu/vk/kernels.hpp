@@ -179,6 +179,7 @@ struct rope_kv_input {
     ints_view positions, slots;  // ints of one binding
     rope_table rope;
     std::uint32_t n_head = 0;  // q heads
+    bool fuse = true;          // false: never the fused kernel (an A/B knob, the same bits)
 };
 status encode_norm_qkv_rope_kv(stream& s, const weight_tensor& w, const norm_input& in,
                                rows_view qkv, const rope_kv_input& rk, std::uint32_t n_tokens,

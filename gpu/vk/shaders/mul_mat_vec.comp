@@ -264,7 +264,7 @@ void main() {
         barrier();
 #if ROPE
         // rope_kv.comp's store, a lane per (token, row pair): rows are q heads, then k, then v.
-        const uint half_dim = rp.head_dim / 2u, half_rot = rp.n_rot / 2u;
+        const uint half_rot = rp.n_rot / 2u;
         const uint kv_head0 = rp.n_head, v_head0 = rp.n_head + rp.n_head_kv;
         for (uint i = lane; i < n * (WROWS / 2u); i += WG) {
             uint c = i / (WROWS / 2u);
