@@ -574,7 +574,7 @@ void kv_actor::read_restore(uint64_t id) {
     uint32_t stall_ms = 0;
     if (_faults.armed() && _faults.stall_read > 0) {
         _faults.stall_read--;
-        stall_ms = _faults.stall_ms;
+        stall_ms = _faults.stall_read_ms;
         log().warn("kv: fault kv_stall_read: the restore of {} waits {} ms before it reads",
                    j->name, stall_ms);
     }
@@ -930,7 +930,11 @@ void kv_actor::on(const kv_fault& m) {
             break;
         case fault_kind::kv_stall_read:
             n = &_faults.stall_read;
-            _faults.stall_ms = std::min(m.ms, kv_stall_ms_max);
+            _faults.stall_read_ms = std::min(m.ms, kv_stall_ms_max);
+            break;
+        case fault_kind::kv_stall_unlink:
+            n = &_faults.stall_unlink;
+            _faults.stall_unlink_ms = std::min(m.ms, kv_stall_ms_max);
             break;
         default:
             log().error("kv: fault of kind {} ignored: not a kv kind", enum_name(m.kind));
@@ -943,7 +947,7 @@ void kv_actor::on(const kv_fault& m) {
 void kv_actor::on(const kv_session_delete& m) {
     auto name = kv_session_name(_opt.expect.fingerprint, m.session);
     if (!name) {
-        _to_sched.send(kv_session_deleted{m.conn, m.id, false, name.err().message});
+        _to_sched.send(kv_session_deleted{m.conn, m.id, false, name.err().message, m.ticket});
         return;
     }
     bool pending = false;
@@ -956,7 +960,7 @@ void kv_actor::on(const kv_session_delete& m) {
     const bool indexed = _index.find(*name) != nullptr;
     // A shared directory may hold the session's file from another replica: removed all the same.
     if (!indexed && !_opt.shared) {
-        _to_sched.send(kv_session_deleted{m.conn, m.id, pending, ""});
+        _to_sched.send(kv_session_deleted{m.conn, m.id, pending, "", m.ticket});
         return;
     }
     if (indexed) {
@@ -965,8 +969,17 @@ void kv_actor::on(const kv_session_delete& m) {
     }
     auto err = std::make_shared<std::string>();
     auto removed = std::make_shared<bool>(false);
+    uint32_t stall_ms = 0;
+    if (_faults.armed() && _faults.stall_unlink > 0) {
+        _faults.stall_unlink--;
+        stall_ms = _faults.stall_unlink_ms;
+        log().warn("kv: fault kv_stall_unlink: the removal of {} waits {} ms before it unlinks",
+                   *name, stall_ms);
+    }
     offload(
-        [path = path_of(*name), err, removed] {
+        [path = path_of(*name), err, removed, stall_ms] {
+            // A slow or hung disk holds the pool thread as an unlink that does not return would.
+            if (stall_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(stall_ms));
             if (::unlink(path.c_str()) == 0) {
                 *removed = true;
             } else if (errno != ENOENT) {
@@ -974,8 +987,8 @@ void kv_actor::on(const kv_session_delete& m) {
             }
         },
         [this, m, err, removed, known = indexed || pending] {
-            _to_sched.send(
-                kv_session_deleted{m.conn, m.id, err->empty() && (known || *removed), *err});
+            _to_sched.send(kv_session_deleted{m.conn, m.id, err->empty() && (known || *removed),
+                                              *err, m.ticket});
         });
     publish();
 }

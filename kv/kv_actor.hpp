@@ -21,7 +21,8 @@
 // - kv_session_delete: removes the session's file.
 // - kv_fault: arms faults for the next saves or restores (kv_armed_faults), applied inside the
 //   real write and read (kv_write_stop, kv_read_fault), so what follows is the real fault path;
-//   kv_stall_read holds the read's pool thread first, as a hung disk's read would.
+//   kv_stall_read holds the read's pool thread first, as a hung disk's read would, and
+//   kv_stall_unlink a session_delete's unlink.
 //
 // ## Startup scan
 // Creates the directory (and `quarantine/`), then checks every entry: names it did not write,
@@ -126,19 +127,23 @@ inline constexpr int kv_torn_exit_code = 86;
 // way. Loop thread only. Every save or restore asks armed() first, so a disarmed plan costs one
 // branch.
 inline constexpr uint32_t kv_fault_count_max = 1000000;  // armed of one kind, at most
-// A kv_stall_read's wait, at most (the `fault` op and the plan bound it to fault_delay_ms_max).
+// A kv_stall_read's or kv_stall_unlink's wait, at most (the `fault` op and the plan bound it to
+// fault_delay_ms_max).
 inline constexpr uint32_t kv_stall_ms_max = 10000;
 
 struct kv_armed_faults {
-    uint32_t enospc = 0;       // save: half the .tmp, then write fails with ENOSPC
-    uint32_t eio = 0;          // save: half the .tmp, then write fails with EIO
-    uint32_t torn_exit = 0;    // save: half the .tmp, then _exit(kv_torn_exit_code)
-    uint32_t fingerprint = 0;  // save: the file says another model wrote it
-    uint32_t flip_read = 0;    // restore: one bit of the blocks read flipped before verification
-    uint32_t stall_read = 0;   // restore: the read first waits stall_ms on its thread
-    uint32_t stall_ms = 0;     // (the latest arming's)
+    uint32_t enospc = 0;         // save: half the .tmp, then write fails with ENOSPC
+    uint32_t eio = 0;            // save: half the .tmp, then write fails with EIO
+    uint32_t torn_exit = 0;      // save: half the .tmp, then _exit(kv_torn_exit_code)
+    uint32_t fingerprint = 0;    // save: the file says another model wrote it
+    uint32_t flip_read = 0;      // restore: one bit of the blocks read flipped before verification
+    uint32_t stall_read = 0;     // restore: the read first waits stall_read_ms on its thread
+    uint32_t stall_read_ms = 0;  // (the latest arming's)
+    uint32_t stall_unlink = 0;   // session_delete: the unlink first waits stall_unlink_ms
+    uint32_t stall_unlink_ms = 0;  // (the latest arming's)
     bool armed() const {
-        return (enospc | eio | torn_exit | fingerprint | flip_read | stall_read) != 0;
+        return (enospc | eio | torn_exit | fingerprint | flip_read | stall_read | stall_unlink) !=
+               0;
     }
 };
 

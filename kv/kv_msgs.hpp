@@ -129,19 +129,23 @@ struct kv_session_delete {
     static constexpr const char* msg_name = "kv_session_delete";
     uint64_t conn = 0, id = 0;
     std::string session;
-    MSGPACK_DEFINE_MAP(conn, id, session);
+    // The scheduler's name for this delete, echoed in the answer: a client may reuse its request
+    // id once it was told (kv_io after kv.restore_wait_ms), so (conn, id) may name a later one.
+    uint64_t ticket = 0;
+    MSGPACK_DEFINE_MAP(conn, id, session, ticket);
 };
 
 // The `fault` op with a kv kind (docs/protocol.md "fault"), after the scheduler checked that
 // [fault] is enabled: the next `count` saves (kv_enospc, kv_eio, kv_torn_exit, kv_fingerprint)
 // or restores (kv_flip_read) fail that way, through the real write / read path, or the next
-// `count` restores' reads first wait `ms` on the thread that reads (kv_stall_read: a slow or
-// hung disk). `kind` is one of the kv kinds (is_kv_fault). No reply.
+// `count` restores' reads (kv_stall_read) or session files' removals (kv_stall_unlink) first
+// wait `ms` on the thread that does them (a slow or hung disk). `kind` is one of the kv kinds
+// (is_kv_fault). No reply.
 struct kv_fault {
     static constexpr const char* msg_name = "kv_fault";
     fault_kind kind = fault_kind::kv_enospc;
     uint32_t count = 1;
-    uint32_t ms = 0;  // kv_stall_read's wait
+    uint32_t ms = 0;  // a stall's wait
     MSGPACK_DEFINE_MAP(kind, count, ms);
 };
 
@@ -215,8 +219,9 @@ struct kv_session_deleted {
     static constexpr const char* msg_name = "kv_session_deleted";
     uint64_t conn = 0, id = 0;
     bool deleted = false;
-    std::string error;  // non-empty: the file could not be removed (kv_io ...)
-    MSGPACK_DEFINE_MAP(conn, id, deleted, error);
+    std::string error;    // non-empty: the file could not be removed (kv_io ...)
+    uint64_t ticket = 0;  // the kv_session_delete's
+    MSGPACK_DEFINE_MAP(conn, id, deleted, error, ticket);
 };
 
 }  // namespace ordo::kv

@@ -332,12 +332,12 @@ result<named_fault_kind> read_fault_kind(const param_map& pm) {
 
 // The keys a kind does not take, in the order they are looked for: a step_delay fails nothing
 // (no layer), a mailbox_refuse counts pushes, not steps; the kv and draft kinds take only count
-// (saves or restores; drafting rounds), and kv_stall_read ms; the net kinds take no step's keys,
+// (saves or restores; drafting rounds), and the kv stalls ms; the net kinds take no step's keys,
 // and only net_stop_reading takes ms.
 std::vector<const char*> fault_keys_not_taken(fault_kind kind) {
     if (kind == fault_kind::step_delay) return {"layer", "actor"};
     if (kind == fault_kind::mailbox_refuse) return {"phase", "layer", "after_steps", "ms"};
-    if (kind == fault_kind::kv_stall_read) return {"phase", "layer", "after_steps", "actor"};
+    if (is_kv_stall_fault(kind)) return {"phase", "layer", "after_steps", "actor"};
     if (is_kv_fault(kind) || is_draft_fault(kind)) {
         return {"phase", "layer", "after_steps", "ms", "actor"};
     }
@@ -411,7 +411,7 @@ status read_fault_counts(const param_map& pm, fault_kind kind, sched::fault_spec
 }
 
 // "ms" (required): a step_delay's wait before each step, a net_stop_reading's pause, a
-// kv_stall_read's wait before each read.
+// kv_stall_read's wait before each read, a kv_stall_unlink's before each unlink.
 status read_fault_delay(const param_map& pm, const named_fault_kind& k, sched::fault_spec& f) {
     const msgpack::object* ms = pm.get("ms");
     if (ms == nullptr) {
@@ -441,13 +441,13 @@ status read_fault_actor(const param_map& pm, sched::fault_spec& f) {
 
 // `fault` {kind, phase?, layer?, after_steps?, count?, ms?, actor?}: the keys a kind does not
 // take (fault_keys_not_taken) are refused by name, not ignored. The kv kinds (is_kv_fault:
-// kv_enospc, kv_eio, kv_torn_exit, kv_flip_read, kv_stall_read, kv_fingerprint) take only count
-// (kv_stall_read also ms, required): the scheduler routes them to the kv actor. So do the draft
-// kinds (is_draft_fault: draft_fail, draft_garbage, draft_eos; count is drafting rounds), which the
-// scheduler arms for itself. The net kinds (is_net_fault: net_fin, net_rst, net_stop_reading) take
-// a request phase (queued, prefill, decode; required) and count (requests), net_stop_reading also
-// ms; the scheduler fires them. The keys are read in a fixed order (kind, the keys not taken,
-// phase, the counts, ms, actor): the first bad one is the one named.
+// kv_enospc, kv_eio, kv_torn_exit, kv_flip_read, kv_stall_read, kv_stall_unlink, kv_fingerprint)
+// take only count (the two stalls also ms, required): the scheduler routes them to the kv actor. So
+// do the draft kinds (is_draft_fault: draft_fail, draft_garbage, draft_eos; count is drafting
+// rounds), which the scheduler arms for itself. The net kinds (is_net_fault: net_fin, net_rst,
+// net_stop_reading) take a request phase (queued, prefill, decode; required) and count (requests),
+// net_stop_reading also ms; the scheduler fires them. The keys are read in a fixed order (kind, the
+// keys not taken, phase, the counts, ms, actor): the first bad one is the one named.
 result<sched::fault> parse_fault(const msgpack::object& frame) {
     auto pm =
         param_map::open(frame, {"kind", "phase", "layer", "after_steps", "count", "ms", "actor"});
@@ -461,7 +461,7 @@ result<sched::fault> parse_fault(const msgpack::object& frame) {
     if (auto s = read_fault_phase(*pm, *k, f); !s) return s.err();
     if (auto s = read_fault_counts(*pm, k->kind, f); !s) return s.err();
     if (f.kind == fault_kind::step_delay || f.kind == fault_kind::net_stop_reading ||
-        f.kind == fault_kind::kv_stall_read) {
+        is_kv_stall_fault(f.kind)) {
         if (auto s = read_fault_delay(*pm, *k, f); !s) return s.err();
     }
     if (f.kind == fault_kind::mailbox_refuse) {

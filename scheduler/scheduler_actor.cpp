@@ -256,16 +256,26 @@ scheduler_actor::fault_arming scheduler_actor::arm_fault(const fault_spec& spec,
         case fk::kv_torn_exit:
         case fk::kv_flip_read:
         case fk::kv_stall_read:
+        case fk::kv_stall_unlink:
         case fk::kv_fingerprint:
             if (!_kv_out.bound()) {
                 return {false, door::errc::bad_request, "kv faults need [kv] enabled"};
             }
             _to_kv.send(kv::kv_fault{kind, spec.count, spec.delay_ms});
-            if (kind != fk::kv_stall_read) return {true, {}, ""};
-            return {true,
-                    {},
-                    fmt::format("the next {} restore(s) wait {} ms before they read", spec.count,
-                                spec.delay_ms)};
+            if (kind == fk::kv_stall_read) {
+                return {true,
+                        {},
+                        fmt::format("the next {} restore(s) wait {} ms before they read",
+                                    spec.count, spec.delay_ms)};
+            }
+            if (kind == fk::kv_stall_unlink) {
+                return {true,
+                        {},
+                        fmt::format("the next {} session file removal(s) wait {} ms before they "
+                                    "unlink",
+                                    spec.count, spec.delay_ms)};
+            }
+            return {true, {}, ""};
         case fk::draft_fail:
             if (_to_drafter.bound()) {
                 // A draft model's step fails through its device's real failure path: the draft
@@ -339,7 +349,7 @@ void scheduler_actor::arm_planned_fault(uint64_t step_id) {
     }
     fault_spec spec;
     spec.kind = d->kind;
-    if (d->kind == fault_kind::step_delay || d->kind == fault_kind::kv_stall_read) {
+    if (d->kind == fault_kind::step_delay || is_kv_stall_fault(d->kind)) {
         spec.delay_ms = _opt.plan_delay_ms;
     }
     if (is_net_fault(d->kind)) {
@@ -490,7 +500,7 @@ void scheduler_actor::kv_gave_up(const kv_delivery::message& m, const actors::re
             } else if constexpr (std::is_same_v<T, kv::kv_save>) {
                 _core.on_kv_save_done({r.save_id, false, kv::kv_failure_of(why.outcome)});
             } else if constexpr (std::is_same_v<T, kv::kv_session_delete>) {
-                _core.on_kv_session_deleted({r.conn, r.id, false, why.message}, out);
+                _core.on_kv_session_deleted({r.conn, r.id, false, why.message, r.ticket}, out);
             }
         },
         m);

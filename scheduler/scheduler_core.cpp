@@ -348,6 +348,7 @@ void scheduler_core::on_stats(const stats_query& m, std::vector<outgoing_event>&
                    {"disk_restore_failures", k.disk_restore_failures},
                    {"disk_restore_timeouts", k.disk_restore_timeouts},
                    {"session_delete_timeouts", k.session_delete_timeouts},
+                   {"session_delete_late_answers", k.session_delete_late_answers},
                    {"disk_invalidations", k.disk_invalidations},
                    {"disk_saves", k.disk_saves},
                    {"disk_evicted", k.disk_evicted},

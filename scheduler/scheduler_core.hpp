@@ -154,9 +154,10 @@ struct scheduler_counters {
     uint64_t disk_restore_failures = 0;
     uint64_t disk_restore_timeouts = 0;    // waits given up after restore_wait_ms (recomputed)
     uint64_t session_delete_timeouts = 0;  // session_deletes answered kv_io after restore_wait_ms
-    uint64_t disk_invalidations = 0;       // entries quarantined after a failed step
-    uint64_t disk_saves = 0;               // kv_save sent
-    uint64_t disk_evicted = 0;             // kv_evicted received
+    uint64_t session_delete_late_answers = 0;  // the disk's answers to those, dropped
+    uint64_t disk_invalidations = 0;           // entries quarantined after a failed step
+    uint64_t disk_saves = 0;                   // kv_save sent
+    uint64_t disk_evicted = 0;                 // kv_evicted received
     uint64_t session_busy = 0;
     uint64_t net_faults = 0;        // net fault points fired (the `fault` op's net kinds)
     uint64_t embeddings = 0;        // embed requests accepted into the queue
@@ -495,9 +496,11 @@ private:
     // restore_wait_ms, so their deadlines are in order); at most session_deletes_waiting_max.
     struct delete_wait {
         uint64_t conn = 0, id = 0;
+        uint64_t ticket = 0;  // kv_session_delete::ticket
         clock::time_point due{};
     };
     std::deque<delete_wait> _deletes;
+    uint64_t _next_delete_ticket = 1;
     std::map<seq_id, pin_id> _restore_pins;  // restores in flight
     // Pins of the saves in flight (kv_save until kv_save_done). Dropped with the pool's contents
     // (device lost or rebuilt): a later answer then has nothing to release.

@@ -229,14 +229,16 @@ void scheduler_core::on_session_delete(const session_delete& m, std::vector<outg
                                          "session " + m.session + " is used by a live request"));
     }
     if (_deletes.size() >= session_deletes_waiting_max) {
+        _counters.overloaded++;
         return out.push_back(
             error_event(m.conn, m.id, errc::overloaded,
                         std::to_string(session_deletes_waiting_max) +
                             " session_deletes already wait for the disk; retry later"));
     }
+    const uint64_t ticket = _next_delete_ticket++;
     _deletes.push_back(
-        {m.conn, m.id, clock::now() + std::chrono::milliseconds(_opt.restore_wait_ms)});
-    _kv_out.emplace_back(kv::kv_session_delete{m.conn, m.id, m.session});
+        {m.conn, m.id, ticket, clock::now() + std::chrono::milliseconds(_opt.restore_wait_ms)});
+    _kv_out.emplace_back(kv::kv_session_delete{m.conn, m.id, m.session, ticket});
 }
 
 std::optional<scheduler_core::clock::time_point> scheduler_core::session_delete_deadline() const {
@@ -259,20 +261,19 @@ void scheduler_core::expire_session_deletes(clock::time_point now,
 
 void scheduler_core::on_kv_session_deleted(const kv::kv_session_deleted& m,
                                            std::vector<outgoing_event>& out) {
-    auto waiting = std::find_if(_deletes.begin(), _deletes.end(), [&](const delete_wait& d) {
-        return d.conn == m.conn && d.id == m.id;
-    });
+    auto waiting = std::find_if(_deletes.begin(), _deletes.end(),
+                                [&](const delete_wait& d) { return d.ticket == m.ticket; });
     if (waiting == _deletes.end()) {
         // Answered already: it waited restore_wait_ms (expire_session_deletes).
+        _counters.session_delete_late_answers++;
         _notes.push_back("a late session_delete answer (request " + std::to_string(m.id) +
                          ") dropped: its client was told after restore_wait_ms");
         return;
     }
+    const delete_wait d = *waiting;
     _deletes.erase(waiting);
-    if (!m.error.empty()) {
-        return out.push_back(error_event(m.conn, m.id, errc::kv_io, m.error));
-    }
-    out.push_back(door::session_delete_done{m.conn, m.id, m.deleted});
+    if (!m.error.empty()) return out.push_back(error_event(d.conn, d.id, errc::kv_io, m.error));
+    out.push_back(door::session_delete_done{d.conn, d.id, m.deleted});
 }
 
 }  // namespace ordo::sched

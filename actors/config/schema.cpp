@@ -493,7 +493,8 @@ constexpr auto table = std::to_array<key_spec>({
         "faults the plan fires in the server's life at most; then it is spent"),
     integer<&C::fault, &fault_config::plan_delay_ms>(
         "fault", "plan_delay_ms", 1, fault_delay_ms_max,
-        "milliseconds a planned step_delay holds its step"),
+        "milliseconds a planned step_delay holds its step (a net_stop_reading pauses, a kv "
+        "stall holds its disk job)"),
 });
 
 }  // namespace

@@ -28,6 +28,7 @@ enum class fault_kind : std::uint8_t {
     kv_torn_exit,      // the server exits halfway through a save's write
     kv_flip_read,      // a restore reads one bit flipped
     kv_stall_read,     // a restore's read waits (a slow or hung disk) before it reads
+    kv_stall_unlink,   // a session_delete's unlink waits (a slow or hung disk) before it runs
     kv_fingerprint,    // a save's file names another model
     net_fin,           // the request's connection is closed (FIN)
     net_rst,           // the request's connection is reset (RST)
@@ -37,11 +38,11 @@ enum class fault_kind : std::uint8_t {
     draft_eos,         // a speculating sequence's drafter proposes end of generation first
 };
 
-inline constexpr std::array<std::string_view, 17> fault_kind_names = {
-    "device_lost",    "hang",     "nan_logits",   "step_delay",       "mailbox_refuse",
-    "kv_enospc",      "kv_eio",   "kv_torn_exit", "kv_flip_read",     "kv_stall_read",
-    "kv_fingerprint", "net_fin",  "net_rst",      "net_stop_reading", "draft_fail",
-    "draft_garbage",  "draft_eos"};
+inline constexpr std::array<std::string_view, 18> fault_kind_names = {
+    "device_lost",     "hang",           "nan_logits",   "step_delay",   "mailbox_refuse",
+    "kv_enospc",       "kv_eio",         "kv_torn_exit", "kv_flip_read", "kv_stall_read",
+    "kv_stall_unlink", "kv_fingerprint", "net_fin",      "net_rst",      "net_stop_reading",
+    "draft_fail",      "draft_garbage",  "draft_eos"};
 constexpr const auto& names_of(fault_kind) {
     return fault_kind_names;
 }
@@ -53,6 +54,10 @@ inline constexpr bool is_gpu_fault(fault_kind k) {
 }
 inline constexpr bool is_kv_fault(fault_kind k) {
     return k >= fault_kind::kv_enospc && k <= fault_kind::kv_fingerprint;
+}
+// The kv kinds that hold a disk job's thread for the fault's `ms` (the others take no ms).
+inline constexpr bool is_kv_stall_fault(fault_kind k) {
+    return k == fault_kind::kv_stall_read || k == fault_kind::kv_stall_unlink;
 }
 inline constexpr bool is_net_fault(fault_kind k) {
     return k >= fault_kind::net_fin && k <= fault_kind::net_stop_reading;

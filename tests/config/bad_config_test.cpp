@@ -171,7 +171,7 @@ const std::vector<bad_case>& bad_cases() {
          {"t.toml:3: fault.plan = [\"nan_logits\", \"bogus\", \"hang\"]: \"bogus\" is not one "
           "of \"device_lost\", \"hang\", \"nan_logits\", \"step_delay\", \"mailbox_refuse\", "
           "\"kv_enospc\", \"kv_eio\", \"kv_torn_exit\", \"kv_flip_read\", \"kv_stall_read\", "
-          "\"kv_fingerprint\""}},
+          "\"kv_stall_unlink\", \"kv_fingerprint\""}},
         {"plan_not_an_array",
          "[fault]\nenabled = true\nplan = \"nan_logits\"\n",
          {"t.toml:3: fault.plan = \"nan_logits\": wrong type: expected array of at most 64 "

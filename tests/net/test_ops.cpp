@@ -612,37 +612,41 @@ TEST(ops, fault_kv_kinds_parse_and_refuse_step_fields) {
     ASSERT_FALSE(unknown.ok());
 }
 
-// kv_stall_read takes count and ms (required, 1..10000); the others' ms is refused by name.
-TEST(ops, fault_kv_stall_read_takes_ms) {
-    auto r = parse_fault(make_frame("fault", 3, [](packer& p) {
-                             p.pack("kind"), p.pack("kv_stall_read");
-                             p.pack("count"), p.pack(2);
-                             p.pack("ms"), p.pack(1500);
-                         }).get());
-    ASSERT_TRUE(r.ok()) << r.err().message;
-    EXPECT_EQ(r->spec.kind, ordo::fault_kind::kv_stall_read);
-    EXPECT_EQ(r->spec.count, 2u);
-    EXPECT_EQ(r->spec.delay_ms, 1500u);
-    auto missing = parse_fault(
-        make_frame("fault", 1, [](packer& p) { p.pack("kind"), p.pack("kv_stall_read"); }).get());
-    ASSERT_FALSE(missing.ok());
-    EXPECT_NE(missing.err().message.find("\"ms\" is required"), std::string::npos)
-        << missing.err().message;
-    for (uint64_t ms : {0ull, 10001ull}) {
-        auto out = parse_fault(make_frame("fault", 2, [&](packer& p) {
-                                   p.pack("kind"), p.pack("kv_stall_read");
-                                   p.pack("ms"), p.pack(ms);
-                               }).get());
-        ASSERT_FALSE(out.ok()) << ms;
-        EXPECT_NE(out.err().message.find("ms"), std::string::npos) << out.err().message;
-    }
-    auto actor = parse_fault(make_frame("fault", 3, [](packer& p) {
-                                 p.pack("kind"), p.pack("kv_stall_read");
-                                 p.pack("ms"), p.pack(10);
-                                 p.pack("actor"), p.pack("kv");
+// kv_stall_read and kv_stall_unlink take count and ms (required, 1..10000); the other kv
+// kinds' ms is refused by name.
+TEST(ops, fault_kv_stalls_take_ms) {
+    for (const char* kind : {"kv_stall_read", "kv_stall_unlink"}) {
+        SCOPED_TRACE(kind);
+        auto r = parse_fault(make_frame("fault", 3, [&](packer& p) {
+                                 p.pack("kind"), p.pack(kind);
+                                 p.pack("count"), p.pack(2);
+                                 p.pack("ms"), p.pack(1500);
                              }).get());
-    ASSERT_FALSE(actor.ok());
-    EXPECT_NE(actor.err().message.find("\"actor\" does not apply"), std::string::npos);
+        ASSERT_TRUE(r.ok()) << r.err().message;
+        EXPECT_EQ(ordo::enum_name(r->spec.kind), kind);
+        EXPECT_EQ(r->spec.count, 2u);
+        EXPECT_EQ(r->spec.delay_ms, 1500u);
+        auto missing = parse_fault(
+            make_frame("fault", 1, [&](packer& p) { p.pack("kind"), p.pack(kind); }).get());
+        ASSERT_FALSE(missing.ok());
+        EXPECT_NE(missing.err().message.find("\"ms\" is required"), std::string::npos)
+            << missing.err().message;
+        for (uint64_t ms : {0ull, 10001ull}) {
+            auto out = parse_fault(make_frame("fault", 2, [&](packer& p) {
+                                       p.pack("kind"), p.pack(kind);
+                                       p.pack("ms"), p.pack(ms);
+                                   }).get());
+            ASSERT_FALSE(out.ok()) << ms;
+            EXPECT_NE(out.err().message.find("ms"), std::string::npos) << out.err().message;
+        }
+        auto actor = parse_fault(make_frame("fault", 3, [&](packer& p) {
+                                     p.pack("kind"), p.pack(kind);
+                                     p.pack("ms"), p.pack(10);
+                                     p.pack("actor"), p.pack("kv");
+                                 }).get());
+        ASSERT_FALSE(actor.ok());
+        EXPECT_NE(actor.err().message.find("\"actor\" does not apply"), std::string::npos);
+    }
     auto other = parse_fault(make_frame("fault", 2, [](packer& p) {
                                  p.pack("kind"), p.pack("kv_flip_read");
                                  p.pack("ms"), p.pack(10);

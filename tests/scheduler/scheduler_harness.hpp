@@ -378,7 +378,8 @@ private:
         if (kv->hold_deletes) return kv->held_deletes.push_back(m);
         size_t before = kv->sessions.size();
         std::erase_if(kv->sessions, [&](const auto& s) { return s.first == m.session; });
-        core->on_kv_session_deleted({m.conn, m.id, kv->sessions.size() != before, ""}, out);
+        core->on_kv_session_deleted({m.conn, m.id, kv->sessions.size() != before, "", m.ticket},
+                                    out);
     }
 
     uint32_t block_tokens() const { return 8; }

@@ -275,7 +275,8 @@ TEST(scheduler_kv, sessions_are_exclusive_and_deletable) {
 }
 
 // A hung unlink: the client hears kv_io after restore_wait_ms (not 1 ms before), the late
-// answer is dropped (no second answer), and the requests behind it are served.
+// answer is dropped (no second answer, and not taken for a later delete that reuses the request
+// id; session_delete_late_answers counts it), and the requests behind it are served.
 TEST(scheduler_kv, a_session_delete_the_disk_never_answers_ends_after_restore_wait_ms) {
     disk d;
     d.hold_deletes = true;
@@ -299,12 +300,24 @@ TEST(scheduler_kv, a_session_delete_the_disk_never_answers_ends_after_restore_wa
     EXPECT_NE(b.terminal(1, 2)->str("message").find("restore_wait_ms"), std::string::npos);
     EXPECT_EQ(b.core->counters().session_delete_timeouts, 1u);
     EXPECT_FALSE(b.core->session_delete_deadline());
-    // The late answer: nothing more reaches the client.
-    const size_t events = b.events.size();
+    // The client, told, reuses the id for another delete; then the late answer to the first
+    // arrives: nothing reaches the client, and the second still waits for its own answer.
+    b.events.clear();
+    b.session_delete(1, 2, "chat-1");
+    ASSERT_EQ(d.held_deletes.size(), 2u);
+    EXPECT_NE(d.held_deletes[0].ticket, d.held_deletes[1].ticket);
     out.clear();
-    b.core->on_kv_session_deleted({1, 2, true, ""}, out);
+    b.core->on_kv_session_deleted({1, 2, true, "", d.held_deletes[0].ticket}, out);
     EXPECT_TRUE(out.empty());
-    EXPECT_EQ(b.events.size(), events);
+    EXPECT_TRUE(b.events.empty());
+    EXPECT_EQ(b.core->counters().session_delete_late_answers, 1u);
+    EXPECT_TRUE(b.core->session_delete_deadline()) << "the second delete stopped waiting";
+    b.core->on_kv_session_deleted({1, 2, false, "", d.held_deletes[1].ticket}, out);
+    b.apply(out);
+    ASSERT_NE(b.terminal(1, 2), nullptr);
+    EXPECT_FALSE(b.terminal(1, 2)->fields.at("deleted").as<bool>());
+    EXPECT_EQ(b.core->counters().session_delete_late_answers, 1u);
+    EXPECT_EQ(b.core->counters().session_delete_timeouts, 1u);
     // Serving goes on; an answered delete leaves nothing waiting.
     d.hold_deletes = false;
     b.session_delete(1, 3, "chat-2");
@@ -328,10 +341,11 @@ TEST(scheduler_kv, session_deletes_waiting_for_the_disk_are_bounded) {
     b.session_delete(1, n + 1, "one-more");
     ASSERT_NE(b.terminal(1, n + 1), nullptr);
     EXPECT_EQ(b.terminal(1, n + 1)->str("code"), "overloaded");
+    EXPECT_EQ(b.core->counters().overloaded, 1u) << "stats' overloaded counts it";
     EXPECT_EQ(d.held_deletes.size(), n);
     // Answers free the places.
     std::vector<outgoing_event> out;
-    b.core->on_kv_session_deleted({1, 1, false, ""}, out);
+    b.core->on_kv_session_deleted({1, 1, false, "", d.held_deletes.front().ticket}, out);
     b.apply(out);
     ASSERT_NE(b.terminal(1, 1), nullptr);
     d.hold_deletes = false;

@@ -55,6 +55,11 @@
 //      is then restored.
 //    - kv_fingerprint: the next save is written as another model's file (its pair check fails,
 //      kv_fingerprint); the restart's scan quarantines it as kv_fingerprint; nothing restores.
+//    - kv_stall_unlink: a session_delete whose unlink the disk holds 30 times kv.restore_wait_ms
+//      is answered kv_io naming the key (scheduler.session_delete_timeouts 1) while a generate
+//      is served with correct output; the held unlink still removes the session's file, its late
+//      answer is dropped (session_delete_late_answers 1, no second event for the request), the
+//      next delete answers deleted false, and a restart finds no session.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mount.h>
@@ -276,6 +281,8 @@ public:
     uint16_t port() const { return _proc.port(); }
     tcp_client& conn() { return *_c; }
     uint64_t take_id() { return _next_id++; }
+    // Whether a terminal event of `id` was read while waiting for another one (and not taken).
+    bool holds_terminal(uint64_t id) const { return _terminals.count(id) != 0; }
 
     // Sends op `name` with key/value parameters under the next id; returns its terminal event.
     template <typename... kv>
@@ -1373,6 +1380,69 @@ TEST(kv_faults, flip_read_quarantines_and_recomputes) {
     EXPECT_EQ(again.cached, 2u * block_tokens);
     EXPECT_EQ(b.stats().disk("restores"), 1u);
     b.expect_idle();
+    EXPECT_EQ(b.stop(), 0);
+}
+
+// A session_delete the disk does not answer within kv.restore_wait_ms.
+TEST(kv_faults, stalled_unlink_is_answered_kv_io_after_restore_wait_ms) {
+    REQUIRE_STORIES();
+    temp_dir tmp;
+    const std::string dir = tmp.sub("kv");
+    tokens_t q;
+    const gen_result want_q = from_scratch(tmp.path(), story_texts[3], q);
+    constexpr uint32_t wait_ms = 100;    // kv.restore_wait_ms's least
+    constexpr uint32_t stall_ms = 3000;  // 30 times the wait: the wait always ends first
+    const std::string extra =
+        kv_fault_extra + "[kv]\nrestore_wait_ms = " + std::to_string(wait_ms) + "\n";
+    const auto session_files = [&] {
+        auto all = files_in(dir, ".kv");
+        std::erase_if(all, [](const std::string& f) { return !f.starts_with("s-"); });
+        return all;
+    };
+    server s;
+    ASSERT_TRUE(s.start(tmp.path(), {stories, dir, extra}));
+    const gen_result turn = s.generate(prompt_of(s, story_texts[2]), "session", "s1");
+    ASSERT_TRUE(turn.finished()) << turn.outcome();
+    ASSERT_TRUE(s.wait_saves_settled(1));
+    ASSERT_EQ(s.stats().disk("sessions"), 1u);
+    ASSERT_EQ(session_files().size(), 1u);
+
+    auto armed = s.op("fault", "kind", "kv_stall_unlink", "ms", stall_ms);
+    ASSERT_TRUE(armed.has_value());
+    ASSERT_EQ(armed->str("event"), "done") << armed->str("message");
+    EXPECT_NE(armed->str("detail").find("unlink"), std::string::npos) << armed->str("detail");
+    const uint64_t del_id = s.take_id();
+    ASSERT_TRUE(s.conn().send(frame("id", del_id, "op", "session_delete", "session", "s1")));
+    std::optional<event> told = s.wait_terminal(del_id);
+    ASSERT_TRUE(told.has_value());
+    EXPECT_EQ(told->str("event"), "error");
+    EXPECT_EQ(told->str("code"), "kv_io");
+    EXPECT_NE(told->str("message").find("kv.restore_wait_ms = 100 ms"), std::string::npos)
+        << told->str("message");
+    EXPECT_EQ(s.stats().sched("session_delete_timeouts"), 1u);
+    // Serving goes on while the disk holds the unlink.
+    expect_same_output(s.generate(q), want_q, "a request while the unlink is held");
+
+    // The held unlink ends: the file is removed, and its answer is dropped.
+    ASSERT_TRUE(s.wait_for("the held unlink", [&] { return session_files().empty(); }));
+    ASSERT_TRUE(s.wait_for("the late answer dropped",
+                           [&] { return s.stats().sched("session_delete_late_answers") == 1; }));
+    EXPECT_FALSE(s.holds_terminal(del_id)) << "a second event for the told session_delete";
+    auto again = s.op("session_delete", "session", "s1");
+    ASSERT_TRUE(again.has_value());
+    ASSERT_EQ(again->str("event"), "done") << again->str("message");
+    const auto* deleted = field(again->o(), "deleted");
+    EXPECT_TRUE(deleted && deleted->type == msgpack::type::BOOLEAN && !deleted->via.boolean);
+    auto st = s.stats();
+    EXPECT_EQ(st.disk("sessions"), 0u);
+    EXPECT_EQ(st.sched("session_delete_timeouts"), 1u);
+    EXPECT_EQ(st.sched("session_delete_late_answers"), 1u);
+    s.expect_idle();
+    EXPECT_EQ(s.stop(), 0);
+    server b;
+    ASSERT_TRUE(b.start(tmp.path(), {stories, dir, extra}));
+    EXPECT_EQ(b.stats().disk("sessions"), 0u);
+    EXPECT_TRUE(session_files().empty());
     EXPECT_EQ(b.stop(), 0);
 }
 
