@@ -312,7 +312,9 @@ public:
     const scheduler_counters& counters() const { return _counters; }
     size_t active_sequences() const { return _running.size(); }
     size_t queued_requests() const { return _queue.size(); }
-    size_t live_requests() const { return _requests.size(); }
+    // Requests owed a terminal event: generates and embeds, and session_deletes waiting for the
+    // disk (a drain waits for them too; shutdown answers what is left).
+    size_t live_requests() const { return _requests.size() + _deletes.size(); }
     kv_blocks_stats kv_stats() const;
     // Test hook: every structure consistent (kv invariants, indexes, exactly-once bookkeeping).
     status check_invariants() const;

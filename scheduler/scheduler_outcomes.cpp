@@ -414,6 +414,12 @@ void scheduler_core::shutdown(std::vector<outgoing_event>& out) {
     for (seq_id seq : all) {
         fail(*find(seq), door::errc::shutting_down, "the server is stopping", out);
     }
+    for (const delete_wait& d : _deletes) {
+        out.push_back(error_event(d.conn, d.id, door::errc::shutting_down,
+                                  "the server is stopping before the disk answered; the "
+                                  "session's file may or may not be removed"));
+    }
+    _deletes.clear();
 }
 
 status scheduler_core::check_invariants() const {

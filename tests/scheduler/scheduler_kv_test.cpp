@@ -12,7 +12,8 @@
 // and a restore that lands afterwards (with other ids than the entry's) touches nothing it uses;
 // sessions: session_busy for a second live request, session_delete refused while busy; a
 // session_delete the disk does not answer gets kv_io after restore_wait_ms (its late answer is
-// dropped), and at most session_deletes_waiting_max wait at once.
+// dropped, even when the request id was reused), at most session_deletes_waiting_max wait at
+// once (more are overloaded), and a drain waits for them and a shutdown answers them.
 
 #include "tests/scheduler/scheduler_harness.hpp"
 
@@ -352,6 +353,42 @@ TEST(scheduler_kv, session_deletes_waiting_for_the_disk_are_bounded) {
     b.session_delete(1, n + 2, "now-there-is-room");
     ASSERT_NE(b.terminal(1, n + 2), nullptr);
     EXPECT_FALSE(b.terminal(1, n + 2)->fields.at("deleted").as<bool>());
+}
+
+// A drain waits for the session_deletes that wait for the disk (each is owed a terminal event),
+// refuses new ones like new generates, and the shutdown answers what is still waiting: no
+// delete ends without its event.
+TEST(scheduler_kv, session_deletes_are_answered_through_a_drain_and_a_shutdown) {
+    disk d;
+    d.hold_deletes = true;
+    harness b(kv_options());
+    b.kv = &d;
+    b.session_delete(1, 1, "chat-1");
+    b.session_delete(1, 2, "chat-2");
+    ASSERT_EQ(d.held_deletes.size(), 2u);
+    EXPECT_EQ(b.core->live_requests(), 2u) << "a drain would end before their answers";
+    b.core->begin_drain();
+    b.session_delete(1, 3, "chat-3");
+    ASSERT_NE(b.terminal(1, 3), nullptr);
+    EXPECT_EQ(b.terminal(1, 3)->str("code"), "shutting_down");
+    EXPECT_EQ(d.held_deletes.size(), 2u);
+    // One answer comes within the drain.
+    std::vector<outgoing_event> out;
+    b.core->on_kv_session_deleted({1, 1, true, "", d.held_deletes[0].ticket}, out);
+    b.apply(out);
+    ASSERT_NE(b.terminal(1, 1), nullptr);
+    EXPECT_TRUE(b.terminal(1, 1)->fields.at("deleted").as<bool>());
+    EXPECT_EQ(b.core->live_requests(), 1u);
+    // The other does not: the shutdown answers it.
+    out.clear();
+    b.core->shutdown(out);
+    b.apply(out);
+    ASSERT_NE(b.terminal(1, 2), nullptr);
+    EXPECT_EQ(b.terminal(1, 2)->str("code"), "shutting_down");
+    EXPECT_NE(b.terminal(1, 2)->str("message").find("may or may not be removed"),
+              std::string::npos);
+    EXPECT_EQ(b.core->live_requests(), 0u);
+    EXPECT_FALSE(b.core->session_delete_deadline());
 }
 
 }  // namespace
