@@ -2,7 +2,8 @@
 // scenario (F1, F2, F4, F5, F7, the kv, runtime and net fault points, recovery exhausted and
 // the kind x phase x batch x cancel table) against real ordo-server processes on the real
 // model, lavapipe. Checks: exit status 0, the JSON summary's violations are 0 and it ran every
-// scenario; seeded random runs with gpu, net and draft faults, 1000 requests speculating by
+// scenario; seeded random runs with gpu, kv, net and draft faults and session deletes (each
+// checked to end exactly once, kv_io only under a stalled unlink), 1000 requests speculating by
 // prompt lookup (about a minute alone) and 300 with a draft model, have no violations
 // (invariants 1-8, resident memory back near its baseline included) and report their memory; bad
 // command lines exit 2; --list names them all.
@@ -49,7 +50,8 @@ TEST(ordo_fault, every_scenario_passes_without_violations) {
         << last;
 }
 
-// Random mode: a seeded plan of concurrent clients, cancels, disconnects, sessions and faults.
+// Random mode: a seeded plan of concurrent clients, cancels, disconnects, sessions, session
+// deletes and faults.
 TEST(ordo_fault, a_random_run_has_no_violations) {
     ORDO_REQUIRE_SHARED(stories);
 #if defined(__SANITIZE_ADDRESS__)

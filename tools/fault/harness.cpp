@@ -139,6 +139,14 @@ uint64_t server::send_cancel(uint64_t target) {
     return id;
 }
 
+uint64_t server::send_session_delete(const std::string& session) {
+    uint64_t id = _next_id++;
+    if (!_conn->send(frame("id", id, "op", "session_delete", "session", session))) {
+        _f->fail("session_delete: send failed");
+    }
+    return id;
+}
+
 bool server::arm(const std::string& kind, const std::string& phase, uint32_t count,
                  uint32_t after_steps) {
     uint64_t id = _next_id++;
@@ -160,10 +168,9 @@ bool server::arm_kv(const std::string& kind) {
     return armed(kind, 1, id, frame("id", id, "op", "fault", "kind", kind));
 }
 
-bool server::arm_kv_stall(uint32_t ms) {
+bool server::arm_kv_stall(const std::string& kind, uint32_t ms) {
     uint64_t id = _next_id++;
-    return armed("kv_stall_read", 1, id,
-                 frame("id", id, "op", "fault", "kind", "kv_stall_read", "ms", ms));
+    return armed(kind, 1, id, frame("id", id, "op", "fault", "kind", kind, "ms", ms));
 }
 
 bool server::arm_delay(uint32_t ms, const std::string& phase) {

@@ -90,11 +90,12 @@ public:
     uint64_t send_generate(const std::vector<int32_t>& prompt, const std::string& session = "",
                            bool speculative = true);
     uint64_t send_cancel(uint64_t target);
+    uint64_t send_session_delete(const std::string& session);
     // Arms a fault; false (and a violation) when the server refuses it.
     bool arm(const std::string& kind, const std::string& phase = "", uint32_t count = 1,
              uint32_t after_steps = 0);
     bool arm_kv(const std::string& kind);                       // kv_enospc, ...
-    bool arm_kv_stall(uint32_t ms);                             // kv_stall_read
+    bool arm_kv_stall(const std::string& kind, uint32_t ms);    // kv_stall_read / _unlink
     bool arm_draft(const std::string& kind, uint32_t count);    // draft_fail, ... (rounds)
     bool arm_delay(uint32_t ms, const std::string& phase);      // step_delay
     bool arm_refuse(const std::string& actor, uint32_t count);  // mailbox_refuse
@@ -103,6 +104,12 @@ public:
     // Reads until every id in `ids` has had its terminal event (or the deadline); records
     // histories. Violations: a second terminal event, a request that never ends.
     std::map<uint64_t, history> collect(const std::vector<uint64_t>& ids);
+    // Events read for request `id` since it was collected (or never collected): a request that
+    // ended must have none.
+    size_t events_after_collect(uint64_t id) const {
+        auto it = _pending.find(id);
+        return it == _pending.end() ? 0 : it->second.events.size();
+    }
     // Reads until request `id` has had at least one event (kept for collect); false at the
     // deadline.
     bool wait_first_event(uint64_t id);

@@ -25,7 +25,11 @@ struct client {
     std::map<uint64_t, uint32_t> prompt_of;
     std::set<uint64_t> cancelled;  // targets of a cancel
     std::set<uint64_t> session_requests;
+    std::set<uint64_t> deletes;       // session_delete requests (in `requests` too)
     std::vector<uint64_t> other_ids;  // cancel requests (their done is read, not checked)
+    // A session request was sent, on this connection or an earlier one (whose request may
+    // still hold the session after a disconnect): a session_delete may get session_busy.
+    bool sent_session = false;
 };
 
 bool net_kind(const std::string& kind) {
@@ -37,6 +41,9 @@ struct armed_faults {
     uint64_t steps = 0;  // steps that may fail: failing gpu kinds, gpu mailbox refusals
     uint64_t net = 0;    // net faults (a connection the server drops or pauses)
     bool scheduler_refusals = false;  // a scheduler mailbox refusal (requests get overloaded)
+    // A kv_stall_unlink, or a kv mailbox refusal (a kv request given up is answered as the
+    // disk's failure): a session_delete may get kv_io.
+    bool delete_kv_io = false;
 };
 
 bool connect(client& c, uint16_t port) {
@@ -45,6 +52,7 @@ bool connect(client& c, uint16_t port) {
     c.prompt_of.clear();
     c.cancelled.clear();
     c.session_requests.clear();
+    c.deletes.clear();
     c.other_ids.clear();
     return c.conn->connect(port);
 }
@@ -72,6 +80,28 @@ void drain(client& c) {
     }
 }
 
+// A session_delete's one terminal event: done with `deleted`; session_busy while a request of
+// its session ran (only a client that sent one); kv_io only for a stalled unlink, overloaded
+// only for a scheduler mailbox refusal.
+void check_delete(findings& f, const event& t, const armed_faults& armed, bool no_session_sent,
+                  const std::string& what) {
+    const std::string ev = t.str("event"), code = t.str("code");
+    if (ev == "done") {
+        const msgpack::object* d = test::field(t.o(), "deleted");
+        if (d == nullptr || d->type != msgpack::type::BOOLEAN) {
+            f.fail(what + ": session_delete done without a deleted flag");
+        }
+    } else if (code == "session_busy") {
+        if (no_session_sent) f.fail(what + ": session_busy with no session request sent");
+    } else if (code == "kv_io") {
+        if (!armed.delete_kv_io) f.fail(what + ": kv_io with no unlink stalled");
+    } else if (code == "overloaded") {
+        if (!armed.scheduler_refusals) f.fail(what + ": overloaded with no mailbox refusal armed");
+    } else {
+        f.fail(what + ": session_delete ended " + ev + " " + code);
+    }
+}
+
 // Checks the requests of `c` once its connection is done with. `net_faults`: net faults armed
 // so far; a request with no terminal event on a connection the server closed is excused only
 // then (the fault dropped it).
@@ -94,6 +124,10 @@ void check(findings& f, const client& c, const references& r, const armed_faults
         }
         const event& t = *h.terminal();
         const std::string ev = t.str("event"), reason = t.str("reason"), code = t.str("code");
+        if (c.deletes.count(id) != 0) {
+            check_delete(f, t, armed, !c.sent_session, what);
+            continue;
+        }
         if (ev == "done" && reason == "cancelled") {
             if (c.cancelled.count(id) == 0) f.fail(what + ": cancelled without a cancel");
         } else if (ev == "done") {
@@ -131,7 +165,7 @@ findings run_plan(const context& ctx, const references& r, const plan& p) {
     }
     cfg.recovery_max = std::min<uint32_t>(recovery_max_limit, device_faults + 2);
     cfg.kv_dir = ctx.work_dir + "/random-kv-" + std::to_string(p.seed);
-    // kv_stall_read waits 20-500 ms: some restores outlast the wait, some do not.
+    // The kv stalls wait 20-500 ms: some restores and unlinks outlast the wait, some do not.
     cfg.restore_wait_ms = 250;
     // The server speculates, its references were computed without: every output is checked
     // to be byte-identical to plain decoding, whatever the drafts. Odd seeds draft by prompt
@@ -180,8 +214,22 @@ findings run_plan(const context& ctx, const references& r, const plan& p) {
                 if (!send_or_reconnect(c, a.client, fr)) break;
                 c.requests[id].id = id;
                 c.prompt_of[id] = a.prompt;
-                if (!a.session.empty()) c.session_requests.insert(id);
+                if (!a.session.empty()) {
+                    c.session_requests.insert(id);
+                    c.sent_session = true;
+                }
                 f.requests++;
+                break;
+            }
+            case action::kind::session_delete: {
+                uint64_t id = c.next_id++;
+                if (!send_or_reconnect(
+                        c, a.client,
+                        frame("id", id, "op", "session_delete", "session", a.session))) {
+                    break;
+                }
+                c.requests[id].id = id;
+                c.deletes.insert(id);
                 break;
             }
             case action::kind::cancel: {
@@ -208,8 +256,10 @@ findings run_plan(const context& ctx, const references& r, const plan& p) {
             case action::kind::fault: {
                 if (net_kind(a.fault_kind)) {
                     if (s.arm_net(a.fault_kind, a.phase, a.ms)) armed.net++;
-                } else if (a.fault_kind == "kv_stall_read") {
-                    s.arm_kv_stall(a.ms);
+                } else if (a.fault_kind == "kv_stall_read" || a.fault_kind == "kv_stall_unlink") {
+                    if (s.arm_kv_stall(a.fault_kind, a.ms) && a.fault_kind == "kv_stall_unlink") {
+                        armed.delete_kv_io = true;
+                    }
                 } else if (a.fault_kind.starts_with("kv_")) {
                     s.arm_kv(a.fault_kind);
                 } else if (a.fault_kind.starts_with("draft_")) {
@@ -220,6 +270,7 @@ findings run_plan(const context& ctx, const references& r, const plan& p) {
                     if (s.arm_refuse(a.actor, a.count)) {
                         if (a.actor == "gpu") armed.steps += a.count;
                         if (a.actor == "scheduler") armed.scheduler_refusals = true;
+                        if (a.actor == "kv") armed.delete_kv_io = true;
                     }
                 } else if (s.arm(a.fault_kind, a.phase, 1)) {
                     armed.steps++;
@@ -292,6 +343,8 @@ std::string action::describe() const {
                    (session.empty() ? "" : " session " + session);
         case kind::cancel:
             return c + "cancel its latest request";
+        case kind::session_delete:
+            return c + "session_delete " + session;
         case kind::disconnect:
             return c + (stream ? "disconnect (RST)" : "disconnect (FIN)");
         case kind::fault:
@@ -310,7 +363,8 @@ plan make_plan(uint64_t seed, uint32_t requests) {
     const char* kinds[] = {"device_lost",    "hang",          "nan_logits", "step_delay",
                            "mailbox_refuse", "kv_enospc",     "kv_eio",     "kv_flip_read",
                            "kv_fingerprint", "net_fin",       "net_rst",    "net_stop_reading",
-                           "draft_fail",     "draft_garbage", "draft_eos",  "kv_stall_read"};
+                           "draft_fail",     "draft_garbage", "draft_eos",  "kv_stall_read",
+                           "kv_stall_unlink"};
     const char* actors[] = {"scheduler", "net", "gpu", "kv"};
     const char* phases[] = {"", "prefill", "decode", "verify"};
     const char* request_phases[] = {"queued", "prefill", "decode"};
@@ -326,6 +380,9 @@ plan make_plan(uint64_t seed, uint32_t requests) {
             a.stream = pick(2) == 0;
             if (pick(5) == 0) a.session = "s" + std::to_string(a.client);
             generates++;
+        } else if (r < 75) {
+            a.k = action::kind::session_delete;
+            a.session = "s" + std::to_string(a.client);
         } else if (r < 82) {
             a.k = action::kind::cancel;
         } else if (r < 88) {
@@ -340,7 +397,7 @@ plan make_plan(uint64_t seed, uint32_t requests) {
             } else if (a.fault_kind == "mailbox_refuse") {
                 a.actor = actors[pick(4)];
                 a.count = 1 + pick(8);
-            } else if (a.fault_kind == "kv_stall_read") {
+            } else if (a.fault_kind == "kv_stall_read" || a.fault_kind == "kv_stall_unlink") {
                 a.ms = 20 + pick(480);  // around the run's restore_wait_ms: both outcomes
             } else if (a.fault_kind.starts_with("draft_")) {
                 a.count = 1 + pick(4);  // drafting rounds

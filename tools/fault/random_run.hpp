@@ -1,8 +1,8 @@
 // random_run.hpp: ordo-fault's random mode (--seed S --requests N). A seeded plan of actions —
 // concurrent clients sending generate requests (streaming or not, shared prompt prefixes,
-// sessions), cancels, disconnects and random faults (gpu kinds, step delays, mailbox refusals,
-// kv write/read faults, and net kinds that drop or stall a client's connection at a request
-// phase) — runs against one real server; the same
+// sessions), session deletes, cancels, disconnects and random faults (gpu kinds, step delays,
+// mailbox refusals, kv write/read faults and stalled reads and unlinks, and net kinds that drop
+// or stall a client's connection at a request phase) — runs against one real server; the same
 // seed builds the same plan. The invariants are checked on every request whose connection
 // stayed open; a request whose connection the server dropped (a net fault) may end unseen. A
 // failing plan is shrunk (faults removed, then whole clients) to the smallest plan that still
@@ -30,13 +30,13 @@ inline constexpr uint32_t recovery_max_limit = 100;          // gpu.recovery_max
 inline constexpr uint32_t rss_growth_mib_max = 1u << 20;
 
 struct action {
-    enum class kind { generate, cancel, disconnect, fault } k = kind::generate;
+    enum class kind { generate, cancel, disconnect, fault, session_delete } k = kind::generate;
     uint32_t client = 0;
     uint32_t prompt = 0;  // index into the prompt set
     bool stream = true;
-    std::string session;  // generate: non-empty for a session request
+    std::string session;  // generate: non-empty for a session request; session_delete: whose
     std::string fault_kind, phase;
-    uint32_t ms = 0;        // net_stop_reading: the pause; step_delay: the delay
+    uint32_t ms = 0;        // net_stop_reading: the pause; step_delay, the kv stalls: the delay
     std::string actor;      // mailbox_refuse: whose mailbox
     uint32_t count = 1;     // mailbox_refuse: how many pushes
     uint32_t pause_ms = 0;  // before the action

@@ -371,7 +371,7 @@ void kv_stall_read(const context& ctx, findings& f, const references& r) {
     if (!s.start(cfg, "kv_stall_read")) return;
     expect_reference(f, s.generate(r.prompts[0]), r.want[0], "kv_stall_read: first run");
     s.stop();
-    if (!s.start(cfg, "kv_stall_read") || !s.arm_kv_stall(stall_ms)) return;
+    if (!s.start(cfg, "kv_stall_read") || !s.arm_kv_stall("kv_stall_read", stall_ms)) return;
     expect_reference(f, s.generate(r.prompts[0]), r.want[0], "kv_stall_read: the stalled restore");
     auto st = s.call("stats");
     if (st && (stat(*st, "scheduler", "disk_restore_timeouts") != 1 ||
@@ -385,6 +385,53 @@ void kv_stall_read(const context& ctx, findings& f, const references& r) {
     }
     s.check_idle();  // the stalled read ends, its restore answers and the pin is dropped
     expect_reference(f, s.generate(r.prompts[2]), r.want[2], "kv_stall_read: serving goes on");
+    s.check_idle();
+    s.stop();
+}
+
+// A session_delete whose unlink the disk holds (a slow or hung disk): the client is answered
+// kv_io after restore_wait_ms, exactly once (the late answer is dropped), serving goes on with
+// fault-free output, the held unlink still removes the file, and the scheduler counts one
+// timeout and one late answer.
+void kv_stall_unlink(const context& ctx, findings& f, const references& r) {
+    server_config cfg;
+    cfg.kv_dir = ctx.work_dir + "/kv_stall_unlink";
+    cfg.restore_wait_ms = 200;
+    constexpr uint32_t stall_ms = 5000;  // 25 times the wait: the wait always ends first
+    server s(ctx, f);
+    if (!s.start(cfg, "kv_stall_unlink")) return;
+    expect_reference(f, s.generate(r.prompts[0], "chat"), r.want[0], "kv_stall_unlink: turn 1");
+    s.stop();  // the session's save is flushed; the restart's scan indexes it
+    if (!s.start(cfg, "kv_stall_unlink") || !s.arm_kv_stall("kv_stall_unlink", stall_ms)) return;
+    const uint64_t del = s.send_session_delete("chat");
+    auto h = s.collect({del});
+    const event* t = h[del].terminal();
+    if (t == nullptr || t->str("code") != "kv_io") {
+        f.fail("kv_stall_unlink: the held session_delete ended " +
+               (t == nullptr ? std::string("with no event") : t->outcome()) + ", not kv_io");
+    }
+    expect_reference(f, s.generate(r.prompts[2]), r.want[2], "kv_stall_unlink: serving goes on");
+    // The held unlink ends (stall_ms): then the late answer is dropped, and nothing more comes.
+    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(4 * stall_ms);
+    uint64_t late = 0;
+    while (std::chrono::steady_clock::now() < end) {
+        auto st = s.call("stats");
+        late = st ? stat(*st, "scheduler", "session_delete_late_answers") : 0;
+        if (late != 0) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    auto st = s.call("stats");
+    if (!st || late != 1 || stat(*st, "scheduler", "session_delete_timeouts") != 1 ||
+        stat(*st, "kv_disk", "sessions") != 0) {
+        f.fail("kv_stall_unlink: late answers " + std::to_string(late) + ", timeouts " +
+               std::to_string(st ? stat(*st, "scheduler", "session_delete_timeouts") : 0) +
+               ", sessions " + std::to_string(st ? stat(*st, "kv_disk", "sessions") : 0) +
+               "; expected 1, 1, 0");
+    }
+    expect_reference(f, s.generate(r.prompts[1]), r.want[1], "kv_stall_unlink: after it");
+    if (s.events_after_collect(del) != 0) {
+        f.fail("kv_stall_unlink: the session_delete got a second terminal event (invariant 1)");
+    }
     s.check_idle();
     s.stop();
 }
@@ -709,6 +756,7 @@ std::vector<std::string> scenario_names() {
                                "kv/eio",
                                "kv/flip_read",
                                "kv/stall_read",
+                               "kv/stall_unlink",
                                "kv/fingerprint",
                                "kv/torn_exit",
                                "delay/prefill/cancel",
@@ -771,6 +819,9 @@ std::vector<scenario_result> run_scenarios(const context& ctx,
         }
         if (name == "kv/flip_read") timed(name, [&](findings& f) { kv_flip_read(ctx, f, r); });
         if (name == "kv/stall_read") timed(name, [&](findings& f) { kv_stall_read(ctx, f, r); });
+        if (name == "kv/stall_unlink") {
+            timed(name, [&](findings& f) { kv_stall_unlink(ctx, f, r); });
+        }
         if (name == "kv/fingerprint") timed(name, [&](findings& f) { kv_fingerprint(ctx, f, r); });
         if (name == "kv/torn_exit") timed(name, [&](findings& f) { kv_torn_exit(ctx, f, r); });
         if (name.starts_with("delay/")) {
