@@ -59,7 +59,8 @@
 //      is answered kv_io naming the key (scheduler.session_delete_timeouts 1) while a generate
 //      is served with correct output; the held unlink still removes the session's file, its late
 //      answer is dropped (session_delete_late_answers 1, no second event for the request), the
-//      next delete answers deleted false, and a restart finds no session.
+//      next delete answers deleted false, and a restart finds no session. A SIGTERM while such
+//      a delete waits: the drain waits for it, its client gets kv_io before the server exits 0.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mount.h>
@@ -273,6 +274,8 @@ public:
     int stop() { return _proc.stop(); }
     // Waits (bounded) for the process to exit on its own; its exit status.
     int wait_exit() { return _proc.wait_exit(); }
+    // SIGTERM without waiting: the server drains while the test still reads its connection.
+    void terminate() { ::kill(_proc.pid(), SIGTERM); }
     // SIGKILL at once and the exit status (128 + 9).
     int kill9() {
         ::kill(_proc.pid(), SIGKILL);
@@ -1444,6 +1447,36 @@ TEST(kv_faults, stalled_unlink_is_answered_kv_io_after_restore_wait_ms) {
     EXPECT_EQ(b.stats().disk("sessions"), 0u);
     EXPECT_TRUE(session_files().empty());
     EXPECT_EQ(b.stop(), 0);
+}
+
+// A SIGTERM while a session_delete waits for a held unlink: the drain waits for the delete (it
+// is owed a terminal event), which gets kv_io after kv.restore_wait_ms; then the server exits 0.
+TEST(kv_faults, a_drain_answers_the_session_delete_that_waits_for_the_disk) {
+    REQUIRE_STORIES();
+    temp_dir tmp;
+    const std::string dir = tmp.sub("kv");
+    const std::string extra = kv_fault_extra + "[kv]\nrestore_wait_ms = 100\n";
+    server s;
+    ASSERT_TRUE(s.start(tmp.path(), {stories, dir, extra}));
+    const gen_result turn = s.generate(prompt_of(s, story_texts[2]), "session", "s1");
+    ASSERT_TRUE(turn.finished()) << turn.outcome();
+    ASSERT_TRUE(s.wait_saves_settled(1));
+    ASSERT_EQ(s.stats().disk("sessions"), 1u);
+    auto armed = s.op("fault", "kind", "kv_stall_unlink", "ms", 3000);
+    ASSERT_TRUE(armed.has_value());
+    ASSERT_EQ(armed->str("event"), "done") << armed->str("message");
+    const uint64_t del_id = s.take_id();
+    ASSERT_TRUE(s.conn().send(frame("id", del_id, "op", "session_delete", "session", "s1")));
+    // The stats answer comes after the scheduler took the delete (one connection, in order):
+    // the delete waits for the disk when the drain begins.
+    s.stats();
+    ASSERT_FALSE(s.holds_terminal(del_id)) << "the delete was answered before the unlink ended";
+    s.terminate();
+    std::optional<event> told = s.wait_terminal(del_id);
+    ASSERT_TRUE(told.has_value()) << "no terminal event for the waiting session_delete";
+    EXPECT_EQ(told->str("event"), "error");
+    EXPECT_EQ(told->str("code"), "kv_io") << told->str("message");
+    EXPECT_EQ(s.wait_exit(), 0);
 }
 
 TEST(kv_faults, fingerprint_is_quarantined_after_restart) {
