@@ -262,20 +262,13 @@ scheduler_actor::fault_arming scheduler_actor::arm_fault(const fault_spec& spec,
                 return {false, door::errc::bad_request, "kv faults need [kv] enabled"};
             }
             _to_kv.send(kv::kv_fault{kind, spec.count, spec.delay_ms});
-            if (kind == fk::kv_stall_read) {
-                return {true,
-                        {},
-                        fmt::format("the next {} restore(s) wait {} ms before they read",
-                                    spec.count, spec.delay_ms)};
-            }
-            if (kind == fk::kv_stall_unlink) {
-                return {true,
-                        {},
-                        fmt::format("the next {} session file removal(s) wait {} ms before they "
-                                    "unlink",
-                                    spec.count, spec.delay_ms)};
-            }
-            return {true, {}, ""};
+            if (!is_kv_stall_fault(kind)) return {true, {}, ""};
+            return {
+                true,
+                {},
+                fmt::format("the next {} {} wait {} ms before they {}", spec.count,
+                            kind == fk::kv_stall_read ? "restore(s)" : "session file removal(s)",
+                            spec.delay_ms, kind == fk::kv_stall_read ? "read" : "unlink")};
         case fk::draft_fail:
             if (_to_drafter.bound()) {
                 // A draft model's step fails through its device's real failure path: the draft

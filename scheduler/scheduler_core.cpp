@@ -112,12 +112,14 @@ std::vector<int32_t> scheduler_core::chat_tokens(const std::string& text) const 
     return ids;
 }
 
+door::request_error scheduler_core::draining_refusal(uint64_t conn, uint64_t id) const {
+    return error_event(conn, id, errc::shutting_down,
+                       "the server is stopping (draining in-flight requests)");
+}
+
 std::optional<door::request_error> scheduler_core::refusal_at_admission(uint64_t conn,
                                                                         uint64_t id) {
-    if (_draining) {
-        return error_event(conn, id, errc::shutting_down,
-                           "the server is stopping (draining in-flight requests)");
-    }
+    if (_draining) return draining_refusal(conn, id);
     if (find(conn, id) != nullptr) {
         // The front door refuses live ids; a second request under one would break the index.
         return error_event(conn, id, errc::internal,

@@ -222,6 +222,8 @@ public:
     // What every new request (generate, embed) is refused for before its own checks: a
     // draining server, an id already live on its connection, an unavailable device.
     std::optional<door::request_error> refusal_at_admission(uint64_t conn, uint64_t id);
+    // A draining server's answer to a new request (a generate, an embed, a session_delete).
+    door::request_error draining_refusal(uint64_t conn, uint64_t id) const;
     void on_cancel(const cancel& m, std::vector<outgoing_event>& out);
     void on_tokenize(const tokenize& m, std::vector<outgoing_event>& out);
     void on_detokenize(const detokenize& m, std::vector<outgoing_event>& out);

@@ -223,10 +223,7 @@ void scheduler_core::on_session_delete(const session_delete& m, std::vector<outg
         return out.push_back(error_event(m.conn, m.id, errc::bad_request,
                                          "session_delete needs persisted KV ([kv] enabled)"));
     }
-    if (_draining) {
-        return out.push_back(error_event(m.conn, m.id, errc::shutting_down,
-                                         "the server is stopping (draining in-flight requests)"));
-    }
+    if (_draining) return out.push_back(draining_refusal(m.conn, m.id));
     if (_sessions.count(m.session) != 0) {
         _counters.session_busy++;
         return out.push_back(error_event(m.conn, m.id, errc::session_busy,

@@ -1386,6 +1386,21 @@ TEST(kv_faults, flip_read_quarantines_and_recomputes) {
     EXPECT_EQ(b.stop(), 0);
 }
 
+// Starts `s`, saves session "s1" (one turn) and arms kv_stall_unlink for `stall_ms`: the next
+// session_delete's unlink is held.
+void start_with_a_held_unlink(server& s, const temp_dir& tmp, const std::string& dir,
+                              const std::string& extra, uint32_t stall_ms) {
+    ASSERT_TRUE(s.start(tmp.path(), {stories, dir, extra}));
+    const gen_result turn = s.generate(prompt_of(s, story_texts[2]), "session", "s1");
+    ASSERT_TRUE(turn.finished()) << turn.outcome();
+    ASSERT_TRUE(s.wait_saves_settled(1));
+    ASSERT_EQ(s.stats().disk("sessions"), 1u);
+    auto armed = s.op("fault", "kind", "kv_stall_unlink", "ms", stall_ms);
+    ASSERT_TRUE(armed.has_value());
+    ASSERT_EQ(armed->str("event"), "done") << armed->str("message");
+    EXPECT_NE(armed->str("detail").find("unlink"), std::string::npos) << armed->str("detail");
+}
+
 // A session_delete the disk does not answer within kv.restore_wait_ms.
 TEST(kv_faults, stalled_unlink_is_answered_kv_io_after_restore_wait_ms) {
     REQUIRE_STORIES();
@@ -1403,17 +1418,8 @@ TEST(kv_faults, stalled_unlink_is_answered_kv_io_after_restore_wait_ms) {
         return all;
     };
     server s;
-    ASSERT_TRUE(s.start(tmp.path(), {stories, dir, extra}));
-    const gen_result turn = s.generate(prompt_of(s, story_texts[2]), "session", "s1");
-    ASSERT_TRUE(turn.finished()) << turn.outcome();
-    ASSERT_TRUE(s.wait_saves_settled(1));
-    ASSERT_EQ(s.stats().disk("sessions"), 1u);
+    ASSERT_NO_FATAL_FAILURE(start_with_a_held_unlink(s, tmp, dir, extra, stall_ms));
     ASSERT_EQ(session_files().size(), 1u);
-
-    auto armed = s.op("fault", "kind", "kv_stall_unlink", "ms", stall_ms);
-    ASSERT_TRUE(armed.has_value());
-    ASSERT_EQ(armed->str("event"), "done") << armed->str("message");
-    EXPECT_NE(armed->str("detail").find("unlink"), std::string::npos) << armed->str("detail");
     const uint64_t del_id = s.take_id();
     ASSERT_TRUE(s.conn().send(frame("id", del_id, "op", "session_delete", "session", "s1")));
     std::optional<event> told = s.wait_terminal(del_id);
@@ -1457,14 +1463,7 @@ TEST(kv_faults, a_drain_answers_the_session_delete_that_waits_for_the_disk) {
     const std::string dir = tmp.sub("kv");
     const std::string extra = kv_fault_extra + "[kv]\nrestore_wait_ms = 100\n";
     server s;
-    ASSERT_TRUE(s.start(tmp.path(), {stories, dir, extra}));
-    const gen_result turn = s.generate(prompt_of(s, story_texts[2]), "session", "s1");
-    ASSERT_TRUE(turn.finished()) << turn.outcome();
-    ASSERT_TRUE(s.wait_saves_settled(1));
-    ASSERT_EQ(s.stats().disk("sessions"), 1u);
-    auto armed = s.op("fault", "kind", "kv_stall_unlink", "ms", 3000);
-    ASSERT_TRUE(armed.has_value());
-    ASSERT_EQ(armed->str("event"), "done") << armed->str("message");
+    ASSERT_NO_FATAL_FAILURE(start_with_a_held_unlink(s, tmp, dir, extra, 3000));
     const uint64_t del_id = s.take_id();
     ASSERT_TRUE(s.conn().send(frame("id", del_id, "op", "session_delete", "session", "s1")));
     // The stats answer comes after the scheduler took the delete (one connection, in order):
