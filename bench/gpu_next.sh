@@ -20,14 +20,16 @@
 #                first, narrow tiles, a K step of 64, staging by rows, and session 26's
 #                layout), ordo-bench
 #                with --replay off
-#                (the kit's own ordo step ran with replay on) and ordo-load lines, each labelled
+#                (the kit's own ordo step ran with replay on) and ordo-load lines, each labelled;
+#                last, greedy ordo-load lines at scheduler.decode_steps 1, 4 and 8
 #   next.log     the servers' device-choice lines, /metrics' gpu counters after each load, the
 #                mul_mat_vec shapes' and the tiled layouts' warm-up times
 # Environment (all optional): W (the kit's work dir, /tmp/gpu-work), MODEL (l1b-q4k), PP, TG,
 # PAR, STREAMS (as the kit's), BATCH_TOKENS (the second server's max_batch_tokens, 2048),
 # TESTS (the GPU test binaries bench/gpu_tests.sh packed: .gpu/tests.tar.xz; run first when
 # there, into tests.log, within TESTS_S seconds, 120), PARTS (which of tests coop mmv rope attn
-# layouts tiled replay serve to run, in that order; all by default).
+# layouts tiled replay serve steps to run, in that order; all by default), STEP_STREAMS (the
+# steps part's greedy streams, 1,8).
 # Dry run on lavapipe: W=<dir with ordo/bin and MODEL.gguf> MODEL=... PP=16 TG=8 PAR=2
 # STREAMS=1,2 bash bench/gpu_next.sh
 set -uo pipefail
@@ -36,7 +38,7 @@ w=${W:-/tmp/gpu-work}
 : "${MODEL:=l1b-q4k}" "${PP:=512}" "${TG:=64}" "${PAR:=1,16,64}" "${STREAMS:=1,64}"
 : "${BATCH_TOKENS:=2048}"
 # The parts to run, in this order (a device call's minutes may not hold them all after the kit).
-: "${PARTS:=tests coop mmv rope attn layouts tiled replay serve}"
+: "${PARTS:=tests coop mmv rope attn layouts tiled replay serve steps}"
 B=$w/ordo/bin
 export LD_LIBRARY_PATH=$w/ordo/lib:${LD_LIBRARY_PATH:-}
 log() { echo "[$(date +%T)] $*" | tee -a "$out/next.log"; }
@@ -171,41 +173,54 @@ part_replay() {
 }
 
 # One server per config, its HTTP door on a free port; /metrics' gpu counters after each load.
-part_serve() {
-  serve() {  # label, config text
-    local label=$1 cfg=$w/next-$1.toml port pid
-    printf '%b' "$2" >"$cfg"
-    "$B/ordo-server" --model "$MODEL.gguf" --config "$cfg" --listen 127.0.0.1:0 \
-      --http-listen 127.0.0.1:0 >"$w/next-$label.log" 2>&1 &
-    pid=$!
-    for _ in $(seq 240); do
-      port=$(grep -o 'http listening on 127.0.0.1:[0-9]*' "$w/next-$label.log" | head -1 |
-        sed 's/.*://')
-      [ -n "$port" ] && curl -sf "127.0.0.1:$port/health" | grep -q '"ok"' && break
-      sleep 0.5
+serve() {  # label, config text[, streams, the load's sampler options]
+  local label=$1 cfg=$w/next-$1.toml port pid streams=${3:-$STREAMS}
+  local sampler=${4:---temperature 1 --top-k 40 --seed 7}
+  printf '%b' "$2" >"$cfg"
+  "$B/ordo-server" --model "$MODEL.gguf" --config "$cfg" --listen 127.0.0.1:0 \
+    --http-listen 127.0.0.1:0 >"$w/next-$label.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 240); do
+    port=$(grep -o 'http listening on 127.0.0.1:[0-9]*' "$w/next-$label.log" | head -1 |
+      sed 's/.*://')
+    [ -n "$port" ] && curl -sf "127.0.0.1:$port/health" | grep -q '"ok"' && break
+    sleep 0.5
+  done
+  grep -E "the device's choice|serves|cooperative-matrix kernel" "$w/next-$label.log" |
+    tee -a "$out/next.log"
+  if [ -n "$port" ]; then
+    for s in ${streams//,/ }; do
+      log "ordo-load $label, $s streams"
+      # shellcheck disable=SC2086 # the sampler options are words
+      timeout 150 "$B/ordo-load" --protocol http --port "$port" --streams "$s" --requests 2 \
+        --prompt-tokens 128 --max-tokens "$TG" $sampler \
+        --duration-max-s 140 --label "ordo-gpu/$MODEL-$label" >>"$out/next.jsonl" \
+        2>>"$out/next.err"
+      log "rc=$?"
+      curl -s "127.0.0.1:$port/metrics" |
+        grep -E '^ordo_gpu_(steps|busy|run|step_wall|between|back|segments)|^ordo_scheduler_decode_iterations' |
+        sed "s/^/$label $s streams: /" >>"$out/next.log"
     done
-    grep -E "the device's choice|serves|cooperative-matrix kernel" "$w/next-$label.log" |
-      tee -a "$out/next.log"
-    if [ -n "$port" ]; then
-      for s in ${STREAMS//,/ }; do
-        log "ordo-load $label, $s streams"
-        timeout 150 "$B/ordo-load" --protocol http --port "$port" --streams "$s" --requests 2 \
-          --prompt-tokens 128 --max-tokens "$TG" --temperature 1 --top-k 40 --seed 7 \
-          --duration-max-s 140 --label "ordo-gpu/$MODEL-$label" >>"$out/next.jsonl" \
-          2>>"$out/next.err"
-        log "rc=$?"
-        curl -s "127.0.0.1:$port/metrics" | grep -E '^ordo_gpu_(steps|busy|run|step_wall|between|back|segments)' |
-          sed "s/^/$label $s streams: /" >>"$out/next.log"
-      done
-    else
-      log "$label: the server did not come up"
-    fi
-    kill "$pid" 2>/dev/null
-    wait "$pid" 2>/dev/null
-  }
+  else
+    log "$label: the server did not come up"
+  fi
+  kill "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+}
+
+part_serve() {
   serve choice '[scheduler]\nmax_queue = 1024\n'
   serve coop '[gpu]\nbatch_invariant = false\n[scheduler]\nmax_queue = 1024\n'
   serve "batch$BATCH_TOKENS" "[scheduler]\nmax_queue = 1024\nmax_batch_tokens = $BATCH_TOKENS\n"
+}
+
+# Greedy streams with scheduler.decode_steps 1, 4 (the default) and 8 (session 35: several decode
+# iterations a step, each greedy draw fed to the next on the worker, never run on a GPU).
+part_steps() {
+  for k in 1 4 8; do
+    serve "steps$k" "[scheduler]\nmax_queue = 1024\ndecode_steps = $k\n" "${STEP_STREAMS:-1,8}" \
+      "--temperature 0"
+  done
 }
 
 for p in $PARTS; do

@@ -63,6 +63,9 @@ struct step_seq {
     MSGPACK_DEFINE_MAP(seq_id, tokens, pos0, block_table, logits_rows, hidden, temperature);
 };
 
+// Decode iterations one step may run (step::decode_steps), at most.
+inline constexpr uint32_t decode_steps_max = 16;
+
 // scheduler → gpu: run one forward step over a batch. Reply: step_done or step_failed, exactly
 // one, with the same step_id.
 struct step {
@@ -73,8 +76,23 @@ struct step {
     // The logits rows' summaries cover their first sample_vocab entries (the tokenizer's
     // vocabulary, which a model's output head may pad); 0 or more than a row: the whole row.
     uint32_t sample_vocab = 0;
-    MSGPACK_DEFINE_MAP(step_id, phase, seqs, sample_vocab);
+    // Decode iterations this step runs back to back, 1..decode_steps_max. More than 1 (a
+    // decode step, every sequence one token with one logits row and no hidden row, their rows
+    // times decode_steps at most rows_max): iteration i + 1 runs each sequence's greedy draw of
+    // iteration i (logits_exchange::greedy_token: what the sampler picks at temperature 0
+    // without penalties) at the next position, without the host in between; the block tables cover
+    // every iteration's positions. step_done says what was drawn (draws) and where each iteration's
+    // rows are (decode_row).
+    uint32_t decode_steps = 1;
+    MSGPACK_DEFINE_MAP(step_id, phase, seqs, sample_vocab, decode_steps);
 };
+
+// Where row r (of `rows`, one per sequence, in step_done::rows order) of decode iteration
+// `iteration` (of `iterations`) is in step_done's slot: the last iteration's rows first (where
+// the device writes each iteration's), the earlier iterations' after them in order.
+constexpr uint32_t decode_row(uint32_t iteration, uint32_t iterations, uint32_t rows, uint32_t r) {
+    return (iteration + 1 == iterations ? 0 : (iteration + 1) * rows) + r;
+}
 
 // scheduler → gpu: rebuild the device (a step went unanswered past the scheduler's backstop,
 // so the device is not trusted). Queued steps fail with device_lost; the rebuild ends with
@@ -98,8 +116,8 @@ struct inject_fault {
     int32_t layer = -1;
     uint32_t after_steps = 0;  // 0 = the next matching step
     uint32_t count = 1;        // how many matching steps fail (step_delay: are delayed)
-    uint32_t delay_ms = 0;     // step_delay: how long each matching step waits before it runs
-    uint64_t plan_step = 0;    // armed by the fault plan for this step id; 0 = by the `fault` op
+    uint32_t delay_ms = 0;  // step_delay: how long each matching step (each decode iteration) waits
+    uint64_t plan_step = 0;  // armed by the fault plan for this step id; 0 = by the `fault` op
     MSGPACK_DEFINE_MAP(kind, phase, layer, after_steps, count, delay_ms, plan_step);
 };
 
@@ -164,8 +182,15 @@ struct step_done {
     // Command-buffer segments the step ran, and of them those submitted as a recording the
     // runner's stream kept from an earlier step (stream.hpp "Replay"): not recorded again.
     uint32_t segments = 0, segments_replayed = 0;
+    // A step of decode_steps > 1 (echoed here): the tokens the gpu drew and ran, iteration-major
+    // (iteration i's draw for row r at i x rows.size() + r, for i < decode_steps - 1: what
+    // iteration i + 1 ran). Each iteration's rows are at decode_row; with `summarized`, the
+    // earlier iterations' rows hold only their summaries (the logits rows are the last
+    // iteration's alone), without it their logits rows.
+    uint32_t decode_steps = 1;
+    std::vector<int32_t> draws;
     MSGPACK_DEFINE_MAP(step_id, slot, rows, n_vocab, gpu_ms, hidden_rows, summarized, run_ms,
-                       segments, segments_replayed);
+                       segments, segments_replayed, decode_steps, draws);
 };
 
 // The step failed. code (gpu_failure.hpp): timeout, device_lost or another device fault, nan,

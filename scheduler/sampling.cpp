@@ -203,13 +203,37 @@ sampled sampler::report(std::span<const float> logits, int32_t token,
         fill_top_logprobs(logits, _log_z, out);
         return out;
     }
-    const double log_z = static_cast<double>(summary->max) + std::log(double{summary->mass});
-    out.logprob = static_cast<float>(logits[token] - log_z);
-    out.top_count = std::min(_params.logprobs, summary->count);
+    return report_summarized(token, logits[token], *summary);
+}
+
+sampled sampler::report_summarized(int32_t token, float logit,
+                                   const logits_summary& summary) const {
+    sampled out;
+    out.token = token;
+    const double log_z = static_cast<double>(summary.max) + std::log(double{summary.mass});
+    out.logprob = static_cast<float>(logit - log_z);
+    out.top_count = std::min(_params.logprobs, summary.count);
     for (uint32_t i = 0; i < out.top_count; i++) {
-        out.top[i] = {summary->ids[i], static_cast<float>(summary->logits[i] - log_z)};
+        out.top[i] = {summary.ids[i], static_cast<float>(summary.logits[i] - log_z)};
     }
     return out;
+}
+
+bool sampler::penalties_on() const {
+    const bool repeat = _params.repeat_penalty != 1.0f;
+    const bool additive = _params.presence_penalty != 0.0f || _params.frequency_penalty != 0.0f;
+    return (repeat || additive) && _params.repeat_last_n != 0;
+}
+
+bool sampler::plain_greedy() const {
+    return _params.temperature == 0.0f && !penalties_on();
+}
+
+sampled sampler::greedy_of(const logits_summary& s) {
+    // Without a penalty fast_pick's known tokens are the candidates, and greedy is the first.
+    assert(plain_greedy() && s.count > 0);
+    _summary_draws++;
+    return report_summarized(s.ids[0], s.logits[0], s);
 }
 
 result<sampled> sampler::sample(std::span<const float> logits,
@@ -440,9 +464,8 @@ uint32_t sampler::keep_top_p(uint32_t n, float max_work, double mass) {
 
 bool sampler::window_penalties(std::span<const float> logits, std::span<const int32_t> recent) {
     _window.clear();
+    if (!penalties_on() || recent.empty()) return false;
     const bool repeat = _params.repeat_penalty != 1.0f;
-    const bool additive = _params.presence_penalty != 0.0f || _params.frequency_penalty != 0.0f;
-    if ((!repeat && !additive) || _params.repeat_last_n == 0 || recent.empty()) return false;
     const size_t n = std::min<size_t>(recent.size(), _params.repeat_last_n);
     _recent.assign(recent.end() - n, recent.end());
     std::sort(_recent.begin(), _recent.end());

@@ -174,6 +174,14 @@ public:
                                                   uint32_t tries,
                                                   const logits_summary* summary = nullptr);
 
+    // Whether every draw is the row's greedy one whatever came before it: temperature 0 and no
+    // penalty (a step may then draw it on the GPU and run it at once: gpu::step::decode_steps).
+    bool plain_greedy() const;
+    // A plain_greedy() draw from the row's summary alone: its first candidate, reported as
+    // sample() reports it with the summary (log-probabilities from its normaliser and
+    // candidates). Counts as a summary draw.
+    sampled greedy_of(const logits_summary& s);
+
     const sampling_params& params() const { return _params; }
     // Draws a summary settled without the whole-vocabulary path (tests, stats).
     uint64_t summary_draws() const { return _summary_draws; }
@@ -190,9 +198,13 @@ private:
     // there is one: its normaliser and candidates).
     sampled report(std::span<const float> logits, int32_t token,
                    const logits_summary* summary) const;
+    // report()'s answer with a summary, `logit` the token's.
+    sampled report_summarized(int32_t token, float logit, const logits_summary& summary) const;
     // The summary's draw (top of this file); -1 when it cannot settle it (nothing drawn then).
     int32_t fast_pick(std::span<const float> logits, const logits_summary& s,
                       std::span<const int32_t> recent);
+    // Whether a penalty applies (to a non-empty window).
+    bool penalties_on() const;
     // The penalty window's distinct ids with their penalised logits into _window (sorted by
     // id); false when no penalty applies.
     bool window_penalties(std::span<const float> logits, std::span<const int32_t> recent);

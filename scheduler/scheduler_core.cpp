@@ -331,6 +331,7 @@ void scheduler_core::on_stats(const stats_query& m, std::vector<outgoing_event>&
     r.scheduler = {{"requests", k.requests},
                    {"tokens_generated", k.tokens_generated},
                    {"candidate_draws", k.candidate_draws},
+                   {"decode_iterations_ahead", k.decode_iterations_ahead},
                    {"prompt_tokens", k.prompt_tokens},
                    {"cached_tokens", k.cached_tokens},
                    {"cancels", k.cancels},

@@ -113,6 +113,10 @@ struct core_options {
     // model.embedding_pooling (the bootstrap decides; model/pooling.hpp).
     model::pooling pooling = model::pooling::mean;
     speculative_options speculative;
+    // Decode iterations one step may run on the GPU back to back (scheduler.decode_steps,
+    // resolved; gpu::step::decode_steps): 1 = every token goes through the scheduler. More
+    // only for a step of plain greedy decodes with nothing waiting (plan_decode_steps).
+    uint32_t decode_steps = 1;
 };
 
 // A request to the kv actor, as the scheduler hands it over (kv/kv_msgs.hpp).
@@ -134,6 +138,9 @@ struct scheduler_counters {
     uint64_t requests = 0;  // generate requests accepted into the queue
     uint64_t tokens_generated = 0;
     uint64_t candidate_draws = 0;  // tokens drawn from the row summary's candidates alone
+    // Decode iterations the GPU ran behind another in the same step (gpu::step::decode_steps:
+    // a step of k iterations counts k - 1), without the host in between.
+    uint64_t decode_iterations_ahead = 0;
     uint64_t prompt_tokens = 0;
     uint64_t cached_tokens = 0;
     uint64_t cancels = 0;
@@ -393,7 +400,8 @@ private:
         uint64_t step_id = 0;
         std::vector<planned> seqs;
         bool isolated = false;
-        clock::time_point sent{};  // when next_step handed it out
+        uint32_t decode_steps = 1;  // gpu::step::decode_steps
+        clock::time_point sent{};   // when next_step handed it out
     };
 
     scheduler_core(const core_options& o, const model::tokenizer* t, model_info info);
@@ -441,6 +449,8 @@ private:
     std::optional<gpu::step> launch(gpu::step s, in_flight_step f);
     std::optional<gpu::step> plan_isolated();
     std::optional<gpu::step> plan_batch();
+    // Makes the planned step run several decode iterations on the GPU where it may.
+    void plan_decode_steps(gpu::step& s, in_flight_step& f);
 
     // embeddings (scheduler_embed.cpp)
     gpu::hidden_output hidden_for(const request_state& r, uint32_t n_tokens) const;
@@ -456,9 +466,16 @@ private:
     // outcomes (scheduler_outcomes.cpp)
     // The row's logits of the tokenizer's vocabulary (a padded output head's extra ids cut).
     std::span<const float> vocab_logits(std::span<const float> logits) const;
-    // `summary`: the row's summary words (empty: none).
+    // `summary`: the row's summary words (empty: none). `logits` empty: a decode iteration the
+    // GPU ran ahead whose row came back as its summary alone (apply_decode_steps), of
+    // `row_vocab` entries; the request draws plain greedy.
     void apply_token(request_state& r, std::span<const float> logits,
-                     std::span<const uint32_t> summary, std::vector<outgoing_event>& out);
+                     std::span<const uint32_t> summary, std::vector<outgoing_event>& out,
+                     uint32_t row_vocab = 0);
+    // A step of several decode iterations (gpu::step::decode_steps), applied to each sequence
+    // as that many steps of one token.
+    void apply_decode_steps(const in_flight_step& f, const gpu::step_done& m, const row_reader& row,
+                            const summary_reader& summary, std::vector<outgoing_event>& out);
     void finish(request_state& r, door::finish_reason reason, std::vector<outgoing_event>& out,
                 const std::string& stop_string = "");
     void fail(request_state& r, door::errc code, const std::string& message,

@@ -117,6 +117,10 @@ void scheduler_core::on_step_done(const gpu::step_done& m, const row_reader& row
     _gpu.segments_replayed += m.segments_replayed;
     _outcome_at = clock::now();
     _gpu.step_wall_ms += ms_between(f.sent, *_outcome_at);
+    if (f.decode_steps > 1) {
+        apply_decode_steps(f, m, row, summary, out);
+        return;
+    }
     for (const planned& p : f.seqs) {
         request_state* r = find(p.seq);
         if (r == nullptr) continue;
@@ -155,6 +159,62 @@ void scheduler_core::on_step_done(const gpu::step_done& m, const row_reader& row
     }
 }
 
+void scheduler_core::apply_decode_steps(const in_flight_step& f, const gpu::step_done& m,
+                                        const row_reader& row, const summary_reader& summary,
+                                        std::vector<outgoing_event>& out) {
+    const uint32_t k = f.decode_steps;
+    const auto rows = uint32_t(m.rows.size());
+    const bool whole = m.decode_steps == k && rows == f.seqs.size() &&
+                       m.draws.size() == size_t(k - 1) * rows && m.n_vocab != 0 &&
+                       (!m.summarized || summary);
+    if (whole) _counters.decode_iterations_ahead += k - 1;
+    const auto row_vocab = uint32_t(std::min<size_t>(m.n_vocab, _tok->vocab().size()));
+    for (const planned& p : f.seqs) {
+        request_state* r = find(p.seq);
+        if (r == nullptr) continue;
+        auto it = std::find(m.rows.begin(), m.rows.end(), p.seq);
+        if (!whole || it == m.rows.end()) {
+            fail(*r, door::errc::internal,
+                 "the gpu's answer to a step of " + std::to_string(k) +
+                     " decode iterations does not match it",
+                 out);
+            continue;
+        }
+        const auto j = uint32_t(it - m.rows.begin());
+        // Iteration i ran position start + i: the sequence's pending token, then the gpu's
+        // draws, each applied here as the step of one token that drew it would be.
+        for (uint32_t i = 0; i < k; i++) {
+            if (i > 0) {
+                const int32_t ran = m.draws[size_t(i - 1) * rows + j];
+                if (ran != r->tokens.back()) {
+                    // Its KV from here holds another token's: the request cannot go on.
+                    fail(*r, door::errc::internal,
+                         "decode iteration " + std::to_string(i) + " ran token " +
+                             std::to_string(ran) + ", not the sampler's " +
+                             std::to_string(r->tokens.back()),
+                         out);
+                    break;
+                }
+            }
+            r->n_past += 1;
+            [[maybe_unused]] const status committed =
+                _kv->commit_full_blocks(r->seq, std::span(r->tokens).first(r->n_past));
+            assert(committed.ok() && "the step's positions were reserved for it");
+            r->restored_from.clear();
+            if (r->cancel_requested) {
+                finish(*r, door::finish_reason::cancelled, out);
+                break;
+            }
+            // The earlier iterations' rows are summaries alone where the step summarized.
+            const uint32_t at = gpu::decode_row(i, k, rows, j);
+            const bool logits = i + 1 == k || !m.summarized;
+            apply_token(*r, logits ? vocab_logits(row(at)) : std::span<const float>(),
+                        m.summarized ? summary(at) : std::span<const uint32_t>(), out, row_vocab);
+            if (find(p.seq) == nullptr) break;  // it ended at this token
+        }
+    }
+}
+
 std::span<const float> scheduler_core::vocab_logits(std::span<const float> logits) const {
     // A model may pad its output head past the tokenizer's vocabulary: those ids cannot be
     // sampled, since they could never be turned into text.
@@ -163,21 +223,31 @@ std::span<const float> scheduler_core::vocab_logits(std::span<const float> logit
 
 void scheduler_core::apply_token(request_state& r, std::span<const float> logits,
                                  std::span<const uint32_t> summary_words,
-                                 std::vector<outgoing_event>& out) {
+                                 std::vector<outgoing_event>& out, uint32_t row_vocab) {
     // The step's summary of the row (a bad one is the device's fault, like a NaN logit).
     std::optional<logits_summary> summary;
     if (!summary_words.empty()) {
-        auto s = read_summary(summary_words, uint32_t(logits.size()), r.smp->params().temperature);
+        auto s = read_summary(summary_words, logits.empty() ? row_vocab : uint32_t(logits.size()),
+                              r.smp->params().temperature);
         if (!s.ok())
             return fail(r, door::errc::internal, "sampling failed: " + s.err().message, out);
         summary = *s;
     }
     const logits_summary* sum = summary ? &*summary : nullptr;
+    std::optional<sampled> s;
+    if (logits.empty()) {
+        // A decode iteration the GPU ran ahead (plan_decode_steps): the summary settles it.
+        if (sum == nullptr || r.grammar || !r.smp->plain_greedy()) {
+            return fail(r, door::errc::internal, "a decode iteration came back without its row",
+                        out);
+        }
+        s = r.smp->greedy_of(*sum);
+        _counters.candidate_draws++;
+    }
     // A grammar: the draw (greedy's best few tokens, or one random draw) is offered to the
     // grammar token by token, and only when it refuses is the whole vocabulary's mask computed
     // (sampler::sample_checked: the distribution is the masked one either way).
-    std::optional<sampled> s;
-    if (r.grammar) {
+    if (!s && r.grammar) {
         auto g = r.smp->sample_checked(
             logits, r.tokens, [&](int32_t t) { return r.grammar->allows(t); },
             grammar_greedy_checks_max, sum);

@@ -10,7 +10,8 @@
 // A sequence whose KV cannot be reserved preempts the newest running sequence (its blocks are
 // freed, it goes back to the head of the queue and is recomputed later, usually mostly from the
 // prefix cache), never corrupting anyone's KV. Sequences isolated after a failed batch (F4) run
-// in steps of their own before normal batching resumes.
+// in steps of their own before normal batching resumes. A step of plain greedy decodes with
+// nothing waiting may run several decode iterations on the device (plan_decode_steps).
 #include <algorithm>
 #include <cassert>
 
@@ -244,7 +245,51 @@ std::optional<gpu::step> scheduler_core::plan_batch() {
         in_step.push_back(r.seq);
         budget -= n;
     }
+    plan_decode_steps(s, f);
     return launch(std::move(s), std::move(f));
+}
+
+// Several decode iterations in one step (gpu::step::decode_steps: the GPU runs each sequence's
+// greedy draw at the next position without the host in between, which leaves the GPU idle
+// between steps for the fence's wake-up, four thread hops, sampling, events and planning), only
+// where that changes nothing a client sees but when its tokens arrive:
+//   - every sequence in the step decodes one token of a plain greedy request (temperature 0, no
+//     penalty, no grammar, no drafts): its draw is the GPU's own, whatever its sampler saw before;
+//   - every running sequence is in the step and no request waits to be admitted or for the
+//     disk: nobody waits for the longer step (a request that arrives during it does, at most
+//     decode_steps - 1 iterations);
+//   - no iteration runs past a sequence's max_tokens or its context, and the rows fit a logits
+//     slot (rows_max: small batches, where the host's share of a step is largest).
+// A sequence that ends at an earlier iteration (end of generation, a stop string) wastes the
+// later ones' compute; their KV lands in its own tail blocks, freed with it.
+void scheduler_core::plan_decode_steps(gpu::step& s, in_flight_step& f) {
+    if (_opt.decode_steps <= 1 || s.seqs.empty() || !_queue.empty() || !_restoring.empty() ||
+        s.seqs.size() != _running.size()) {
+        return;
+    }
+    uint64_t k = std::min<uint64_t>(_opt.decode_steps, _rows_max / s.seqs.size());
+    for (const planned& p : f.seqs) {
+        const request_state& r = *find(p.seq);
+        if (p.n_tokens != 1 || p.logits_rows != 1 || !p.drafts.empty() ||
+            p.hidden != gpu::hidden_output::none || r.embed || r.grammar || !r.smp ||
+            !r.smp->plain_greedy() || r.cancel_requested) {
+            return;
+        }
+        k = std::min<uint64_t>(k, r.params.max_tokens - r.generated.size());
+        k = std::min<uint64_t>(k, n_ctx() - r.tokens.size());
+    }
+    if (k <= 1) return;
+    // The positions of every iteration; without room for them (the pool is nearly full) the step
+    // runs one (what was reserved serves the sequences' next steps).
+    for (const planned& p : f.seqs) {
+        const request_state& r = *find(p.seq);
+        if (!_kv->reserve(r.seq, r.n_past + uint32_t(k)).ok()) return;
+    }
+    for (gpu::step_seq& q : s.seqs) {
+        auto table = _kv->block_table(q.seq_id);
+        q.block_table.assign(table.begin(), table.end());
+    }
+    s.decode_steps = f.decode_steps = uint32_t(k);
 }
 
 }  // namespace ordo::sched

@@ -69,6 +69,7 @@ inline constexpr std::uint32_t kv_block_tokens_max = 256;
 inline constexpr std::uint32_t draft_tokens_max_max = 64;  // speculative.draft_tokens_max
 inline constexpr std::uint32_t ngram_max_max = 16;         // speculative.ngram_min/ngram_max
 inline constexpr std::uint32_t kv_blocks_max = 1048576;
+inline constexpr std::uint32_t decode_steps_max = 16;  // scheduler.decode_steps (gpu: a step's)
 // gpu.kv_blocks x gpu.kv_block_tokens at most (a cross rule): the scheduler's block table keeps
 // every token id of the pool in host memory, 4 B each, 64 MiB at this bound.
 inline constexpr std::uint64_t kv_pool_tokens_max = std::uint64_t{1} << 24;
@@ -165,6 +166,7 @@ struct scheduler_config {
     enum batch_failure_policy batch_failure_policy = batch_failure_policy::bisect;
     std::uint32_t retry_max = 2;
     bool prefix_cache = true;
+    std::uint32_t decode_steps = 4;
     bool operator==(const scheduler_config&) const = default;
 };
 

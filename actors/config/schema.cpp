@@ -420,6 +420,9 @@ constexpr auto table = std::to_array<key_spec>({
         "scheduler", "retry_max", 0, 16, "retries of one sequence's failed step at most"),
     boolean<&C::scheduler, &scheduler_config::prefix_cache>(
         "scheduler", "prefix_cache", "share full KV blocks of equal prompt prefixes"),
+    integer<&C::scheduler, &scheduler_config::decode_steps>(
+        "scheduler", "decode_steps", 1, decode_steps_max,
+        "greedy decode iterations one step may run on the GPU back to back (1: one)"),
     // [speculative]
     choice<&C::speculative, &speculative_config::mode>(
         "speculative", "mode", speculative_mode_names,

@@ -67,6 +67,7 @@ void gpu_actor::start_job(job_kind kind) {
     _job.nan = false;
     _job.res = {};
     _job.segment.clear();
+    _job.draws.clear();
     if (kind == job_kind::build) {
         // The first build and its retries make epoch 0; finish_build counts each retry.
         _job.epoch = 0;
@@ -170,6 +171,10 @@ void gpu_actor::run_step_job() {
         std::this_thread::sleep_for(std::chrono::milliseconds(_job.fault.delay_ms));
     }
     if (_options.on_step_begin) _options.on_step_begin(_job.msg);
+    if (_job.msg.decode_steps != 1) {
+        run_decode_steps();
+        return;
+    }
     _runner->arm_fault(_job.fault);
     // A step that wants no rows writes nothing; the pointers are never dereferenced then.
     const bool held = _job.slot != logits_exchange::no_slot;
@@ -188,6 +193,96 @@ void gpu_actor::run_step_job() {
     _job.res = std::move(*res);
     const std::size_t n_hidden = _job.res.hidden_rows.size() * std::size_t(_exchange.n_embd());
     _job.nan = !_job.res.logits_finite || !all_finite(hidden, n_hidden);
+}
+
+namespace {
+
+// Why a step of decode_steps != 1 cannot run as one (step::decode_steps); empty: it can.
+std::string decode_steps_refusal(const step& m, std::uint32_t rows_max) {
+    const std::uint32_t k = m.decode_steps;
+    if (k == 0 || k > decode_steps_max) {
+        return "decode_steps " + std::to_string(k) + " is outside 1.." +
+               std::to_string(decode_steps_max);
+    }
+    for (const step_seq& q : m.seqs) {
+        if (q.tokens.size() != 1 || q.logits_rows != 1 || q.hidden != hidden_output::none) {
+            return "sequence " + std::to_string(q.seq_id) +
+                   " does not decode one token with one logits row and no hidden row";
+        }
+    }
+    if (m.seqs.empty() || std::uint64_t(m.seqs.size()) * k > rows_max) {
+        return std::to_string(m.seqs.size()) + " rows x " + std::to_string(k) +
+               " iterations do not fit the " + std::to_string(rows_max) + " rows of a slot";
+    }
+    return {};
+}
+
+}  // namespace
+
+void gpu_actor::run_decode_steps() {
+    const step& m = _job.msg;
+    if (std::string why = decode_steps_refusal(m, _exchange.rows_max()); !why.empty()) {
+        _job.err =
+            gpu_error(gpu_failure::bad_step, "step " + std::to_string(m.step_id) + ": " + why);
+        return;
+    }
+    const std::uint32_t k = m.decode_steps;
+    const auto rows = static_cast<std::uint32_t>(m.seqs.size());
+    const std::uint32_t n_vocab = _exchange.n_vocab();
+    const std::uint32_t n_draw =
+        m.sample_vocab == 0 || m.sample_vocab > n_vocab ? n_vocab : m.sample_vocab;
+    step it = m;
+    float* out = _exchange.row(_job.slot, 0);
+    std::uint32_t* summary = _exchange.summary_row(_job.slot, 0);
+    const auto t0 = std::chrono::steady_clock::now();
+    _runner->arm_fault(_job.fault);  // the first iteration's: the fault names the step
+    for (std::uint32_t i = 0; i < k; i++) {
+        // step_delay (a slow device) delays each iteration as it would each step of one; the
+        // first's delay was run_step_job's.
+        if (i > 0 && _job.fault.delay_ms != 0) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(_job.fault.delay_ms));
+        }
+        auto res = _runner->run_step(it, out, nullptr, summary);
+        _job.segment = _runner->last_segment();
+        if (!res) {
+            _job.err = res.err();
+            break;
+        }
+        const bool first = i == 0;
+        step_result r = std::move(*res);
+        if (first) {
+            _job.res = r;
+        } else {
+            _job.res.gpu_ms += r.gpu_ms;
+            _job.res.n_tokens += r.n_tokens;
+            _job.res.segments += r.segments;
+            _job.res.segments_replayed += r.segments_replayed;
+        }
+        if (!r.logits_finite) {
+            _job.nan = true;
+            break;
+        }
+        if (i + 1 == k) break;
+        // This iteration's rows move to their place (decode_row) before the next one writes
+        // over row 0: the summaries where there are some, else the logits rows.
+        const std::uint32_t to = decode_row(i, k, rows, 0);
+        if (r.summarized) {
+            std::memcpy(_exchange.summary_row(_job.slot, to), summary,
+                        std::size_t(rows) * abi::ORDO_SUMMARY_WORDS * 4);
+        } else {
+            std::memcpy(_exchange.row(_job.slot, to), out, std::size_t(rows) * n_vocab * 4);
+        }
+        // Each row's greedy draw (what the sampler picks at temperature 0 without penalties),
+        // read where this iteration wrote it.
+        for (std::uint32_t j = 0; j < rows; j++) {
+            const int32_t t = _exchange.greedy_token(_job.slot, j, r.summarized, n_draw);
+            _job.draws.push_back(t);
+            it.seqs[j].tokens[0] = t;
+            it.seqs[j].pos0++;
+        }
+    }
+    _job.run_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
 void gpu_actor::run_kv_copy_job() {
@@ -364,7 +459,9 @@ void gpu_actor::finish_step() {
                     .summarized = _job.res.summarized,
                     .run_ms = _job.run_ms,
                     .segments = _job.res.segments,
-                    .segments_replayed = _job.res.segments_replayed};
+                    .segments_replayed = _job.res.segments_replayed,
+                    .decode_steps = m.decode_steps,
+                    .draws = std::move(_job.draws)};
         _replies.send(d);
         return;
     }

@@ -120,7 +120,8 @@ private:
         step_fault fault;
         std::optional<error> err;
         step_result res;
-        double run_ms = 0;  // run_step's wall time (step_done::run_ms)
+        double run_ms = 0;           // run_step's wall time (step_done::run_ms)
+        std::vector<int32_t> draws;  // a step of decode_steps > 1: step_done::draws
         bool nan = false;
         std::string segment;
         std::unique_ptr<runner> built;
@@ -133,6 +134,9 @@ private:
     void job_done();  // loop thread, after the worker's run_job
     void run_job();   // worker thread
     void run_step_job();
+    // A step of decode_steps > 1: its iterations back to back, each running the one before's
+    // greedy draws (worker thread).
+    void run_decode_steps();
     void run_kv_copy_job();
     void finish_build();
     void finish_step();

@@ -247,9 +247,10 @@ struct step_fault {
     // device_lost, hang or nan_logits (armed_faults::next gives no other); none: no failure.
     std::optional<fault_kind> kind;
     std::int32_t layer = -1;  // the segment holding this layer; -1: the first segment
-    // step_delay: the gpu actor's worker sleeps this long before the step begins (as if the
-    // device were slow to take it); the runner never sees it, so its watchdog still times only
-    // the real submissions. Independent of `kind`: a delayed step may also fail.
+    // step_delay: the gpu actor's worker sleeps this long before the step begins, and before each
+    // further decode iteration of it (as if the device were slow to take each); the runner never
+    // sees it, so its watchdog still times only the real submissions. Independent of `kind`: a
+    // delayed step may also fail.
     std::uint32_t delay_ms = 0;
 };
 

@@ -21,7 +21,10 @@
 // and one the full armed faults refuse is answered fault_refused{plan_step} while an op's
 // refused fault (plan_step 0) is not answered; (13) with every thread of libuv's process-wide
 // pool held (where the kv actor's file jobs run: four saves on a hung disk), the device still
-// builds and steps still run, on the actor's own job thread.
+// builds and steps still run, on the actor's own job thread; (14) a step of several decode
+// iterations gives, with and without row summaries, the rows and draws of steps of one fed their
+// greedy tokens, one that cannot run so is refused gpu_bad_step, a step_delay delays each of its
+// iterations and a nan fault fails it whole.
 #include <gtest/gtest.h>
 #include <uv.h>
 
@@ -187,6 +190,135 @@ TEST(GpuActor, PlannedFaultsFireOnTheirStepOrAreAnsweredWhenRefused) {
     EXPECT_EQ(done->step_id, 2u);
     if (done->slot != logits_exchange::no_slot) s->exchange().release(done->slot);
     ASSERT_TRUE(s->stop().ok());
+}
+
+// What a step of several decode iterations handed back: step_done, and each iteration's rows
+// (logits where the slot has them, summaries where the step summarized), read from the slot.
+struct decode_steps_result {
+    step_done done;
+    std::vector<std::vector<float>> logits;             // [iteration]: empty where not in the slot
+    std::vector<std::vector<std::uint32_t>> summaries;  // [iteration]: empty without summaries
+};
+
+std::optional<decode_steps_result> run_decode_steps(gpu_session& s, const step& m) {
+    EXPECT_TRUE(s.actor().tell(m).ok());
+    auto reply = s.replies().next(reply_ms);
+    EXPECT_TRUE(reply);
+    if (!reply) return std::nullopt;
+    auto* done = std::get_if<step_done>(&*reply);
+    EXPECT_TRUE(done) << "got " << reply_name(*reply);
+    if (!done) return std::nullopt;
+    decode_steps_result r{*done, {}, {}};
+    const std::uint32_t k = m.decode_steps;
+    for (std::uint32_t i = 0; i < k; i++) {
+        const std::uint32_t at = decode_row(i, k, 1, 0);
+        const bool logits = i + 1 == k || !done->summarized;
+        auto row = s.exchange().read_row(done->slot, at);
+        r.logits.emplace_back(logits ? std::vector<float>(row.begin(), row.end())
+                                     : std::vector<float>());
+        auto sum = s.exchange().read_summary(done->slot, at);
+        r.summaries.emplace_back(done->summarized
+                                     ? std::vector<std::uint32_t>(sum.begin(), sum.end())
+                                     : std::vector<std::uint32_t>());
+    }
+    s.exchange().release(done->slot);
+    return r;
+}
+
+// A step of decode_steps (gpu::step::decode_steps) on the real device, with and without the
+// rows' summaries: each iteration's rows are bit for bit those of a step of one running the
+// greedy draw of the one before at the next position (a second sequence's, on other blocks),
+// its draws are those greedy tokens, the rows are where decode_row says; a step that cannot run
+// as several iterations is refused gpu_bad_step; a step_delay delays each iteration (a lower
+// bound on the step's time, never an upper one); a nan fault fails the whole step gpu_nan.
+TEST(GpuActor, DecodeStepsRunTheGreedyDrawsAsStepsOfOneWould) {
+    ORDO_REQUIRE_GPU();
+    for (bool summaries : {false, true}) {
+        SCOPED_TRACE(summaries ? "summaries" : "no summaries");
+        auto o = actor_options(2);
+        o.runner.row_summaries = summaries;
+        auto s = start(o);
+        ASSERT_TRUE(s);
+        const std::uint32_t n_vocab = s->n_vocab();
+        auto tokens = test_tokens(11, n_vocab, 4);
+        std::vector<float> logits;
+        // The same prompt in two sequences: 1 on blocks 2-4, 2 on blocks 5-7.
+        auto a = s->run(make_step(1, step_phase::prefill, {make_seq(1, tokens, 0, {2, 3, 4})}),
+                        logits, reply_ms);
+        ASSERT_TRUE(a.ok()) << a.err().message;
+        const auto first = std::int32_t(argmax(logits.data(), n_vocab));
+        ASSERT_TRUE(s->run(make_step(2, step_phase::prefill, {make_seq(2, tokens, 0, {5, 6, 7})}),
+                           logits, reply_ms)
+                        .ok());
+        // Sequence 1: four iterations from its first draw at position 11.
+        step many = make_step(3, step_phase::decode, {make_seq(1, {first}, 11, {2, 3, 4})});
+        many.decode_steps = 4;
+        auto got = run_decode_steps(*s, many);
+        ASSERT_TRUE(got);
+        EXPECT_EQ(got->done.decode_steps, 4u);
+        EXPECT_EQ(got->done.rows, std::vector<std::uint64_t>{1});
+        EXPECT_EQ(got->done.summarized, summaries);
+        ASSERT_EQ(got->done.draws.size(), 3u);
+        // Sequence 2: the same four as steps of one, each feeding its greedy token to the next.
+        std::int32_t t = first;
+        for (std::uint32_t i = 0; i < 4; i++) {
+            SCOPED_TRACE("iteration " + std::to_string(i));
+            step one = make_step(10 + i, step_phase::decode, {make_seq(2, {t}, 11 + i, {5, 6, 7})});
+            auto d = s->actor().tell(one);
+            ASSERT_TRUE(d.ok());
+            auto done = s->replies().next_as<step_done>(reply_ms);
+            ASSERT_TRUE(done);
+            auto row = s->exchange().read_row(done->slot, 0);
+            auto sum = s->exchange().read_summary(done->slot, 0);
+            if (!got->logits[i].empty()) {
+                EXPECT_EQ(got->logits[i], std::vector<float>(row.begin(), row.end()));
+            }
+            if (summaries) {
+                EXPECT_EQ(got->summaries[i], std::vector<std::uint32_t>(sum.begin(), sum.end()));
+            }
+            EXPECT_EQ(got->logits[i].empty(), summaries && i < 3);
+            t = s->exchange().greedy_token(done->slot, 0, done->summarized, n_vocab);
+            EXPECT_EQ(t, std::int32_t(argmax(row.data(), n_vocab)));
+            s->exchange().release(done->slot);
+            if (i < 3) EXPECT_EQ(got->done.draws[i], t);
+        }
+        // Refused: a prefill chunk, too many iterations, more rows than a slot holds.
+        step chunk = make_step(20, step_phase::decode, {make_seq(3, {1, 2}, 0, {8})});
+        chunk.decode_steps = 2;
+        step too_many = make_step(21, step_phase::decode, {make_seq(3, {1}, 0, {8, 9, 10})});
+        too_many.decode_steps = decode_steps_max + 1;
+        step wide = make_step(
+            22, step_phase::decode,
+            {make_seq(3, {1}, 0, {8}), make_seq(4, {1}, 0, {9}), make_seq(5, {1}, 0, {10})});
+        wide.decode_steps = 3;  // 9 rows; a slot holds 8
+        for (const step* bad : {&chunk, &too_many, &wide}) {
+            auto r = s->run(*bad, logits, reply_ms);
+            ASSERT_FALSE(r.ok()) << bad->step_id;
+            EXPECT_EQ(r.err().code, "gpu_bad_step") << bad->step_id;
+        }
+        // A step_delay (a slow device) delays every iteration, as it would each step of one.
+        inject_fault slow;
+        slow.kind = fault_kind::step_delay;
+        slow.phase = step_phase::decode;
+        slow.delay_ms = 150;
+        ASSERT_TRUE(s->actor().tell(slow).ok());
+        step delayed = make_step(24, step_phase::decode, {make_seq(1, {first}, 11, {2, 3, 4})});
+        delayed.decode_steps = 3;
+        const auto t0 = std::chrono::steady_clock::now();
+        ASSERT_TRUE(run_decode_steps(*s, delayed));
+        EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(3 * 150));
+        // A nan fault on the step fails it whole.
+        inject_fault nan;
+        nan.kind = fault_kind::nan_logits;
+        nan.phase = step_phase::decode;
+        ASSERT_TRUE(s->actor().tell(nan).ok());
+        step faulted = make_step(23, step_phase::decode, {make_seq(1, {first}, 11, {2, 3, 4})});
+        faulted.decode_steps = 3;
+        auto f = s->run(faulted, logits, reply_ms);
+        ASSERT_FALSE(f.ok());
+        EXPECT_EQ(f.err().code, "gpu_nan");
+        ASSERT_TRUE(s->stop().ok());
+    }
 }
 
 // Holds steps inside the worker until released.

@@ -13,7 +13,8 @@
 // whole-row ones; the summary settles the common cases (summary_draws counts them), and a mask,
 // a summary for another temperature, or a filter that reaches past the candidates take the
 // whole-row path, whose tokens are then exactly those of a sampler given no summary; a seed
-// fixes the tokens; read_summary refuses words that are not a summary.
+// fixes the tokens; read_summary refuses words that are not a summary; greedy_of (a summary
+// alone, for plain greedy requests) reports exactly what sample() does with the row.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -125,6 +126,51 @@ TEST(sampling_summary, greedy_with_a_summary_is_greedy_over_the_row) {
             EXPECT_EQ(with.summary_draws(), variant == 2 ? 0u : 1u);
         }
     }
+}
+
+// A step of several decode iterations (gpu::step::decode_steps) hands back the earlier
+// iterations' rows as summaries alone: greedy_of must be, bit for bit, what sample() reports
+// with the whole row and the summary, for every request plain_greedy() admits (whatever its
+// history), and plain_greedy() must refuse every request whose draw depends on more.
+TEST(sampling_summary, greedy_of_a_summary_alone_is_samples_draw_bit_for_bit) {
+    for (uint64_t seed = 1; seed <= 20; seed++) {
+        const size_t n = seed % 2 ? 300 : 32000;
+        auto logits = random_logits(n, seed, 6.0f);
+        if (seed % 4 == 0) logits[n - 1] = logits[n / 3] = 50.0f;  // a tie: the lower id wins
+        const auto sum = summarize(logits, 0.0f);
+        const std::vector<int32_t> recent = {int32_t(n - 1), 7, 7, sum.ids[0]};
+        for (uint32_t logprobs : {0u, 3u}) {
+            sampling_params p;
+            p.temperature = 0.0f;
+            p.logprobs = logprobs;
+            p.repeat_penalty = seed % 3 == 0 ? 1.5f : 1.0f;
+            p.repeat_last_n = seed % 3 == 0 ? 0 : 64;  // a penalty over no window: none
+            sampler a = make(p), b = make(p);
+            ASSERT_TRUE(a.plain_greedy());
+            const sampled got = a.greedy_of(sum);
+            const sampled want = draw(b, logits, recent, &sum);
+            SCOPED_TRACE("seed " + std::to_string(seed));
+            EXPECT_EQ(got.token, want.token);
+            EXPECT_EQ(std::bit_cast<uint32_t>(got.logprob), std::bit_cast<uint32_t>(want.logprob));
+            ASSERT_EQ(got.top_count, want.top_count);
+            for (uint32_t i = 0; i < got.top_count; i++) {
+                EXPECT_EQ(got.top[i].token, want.top[i].token);
+                EXPECT_EQ(got.top[i].logprob, want.top[i].logprob);
+            }
+            EXPECT_EQ(a.summary_draws(), 1u);
+        }
+    }
+    const auto refused = [](auto set) {
+        sampling_params p;
+        p.temperature = 0.0f;
+        set(p);
+        return !make(p).plain_greedy();
+    };
+    EXPECT_TRUE(refused([](sampling_params& p) { p.temperature = 0.7f; }));
+    EXPECT_TRUE(refused([](sampling_params& p) { p.repeat_penalty = 1.1f; }));
+    EXPECT_TRUE(refused([](sampling_params& p) { p.presence_penalty = -0.5f; }));
+    EXPECT_TRUE(refused([](sampling_params& p) { p.frequency_penalty = 0.5f; }));
+    EXPECT_FALSE(refused([](sampling_params& p) { p.top_k = 5, p.top_p = 0.5f, p.seed = 3; }));
 }
 
 TEST(sampling_summary, filters_draw_only_what_they_keep_at_the_softmax_frequencies) {

@@ -46,6 +46,8 @@ using ordo::gpu::gpu_failure;
 
 namespace {
 
+// End of generation is the vocab's whole EOG set, not only eos: the model's vocabulary with a
+// greedily sampled id named as its end-of-turn token (tokenizer.ggml.eot_token_id) ends the
 // same request right there, with reason stop and that token last.
 TEST(scheduler_core, stops_on_an_end_of_generation_token_other_than_eos) {
     harness plain;
@@ -53,27 +55,11 @@ TEST(scheduler_core, stops_on_an_end_of_generation_token_other_than_eos) {
     plain.run();
     const std::vector<int32_t> free_run = plain.terminal(1, 1)->tokens();
     ASSERT_EQ(free_run.size(), 8u);
-    const model::vocab& v = shared_model().tok->vocab();
-    size_t k = 2;  // the first position from 2 on whose token did not occur before it
-    while (k < free_run.size() &&
-           std::count(free_run.begin(), free_run.begin() + long(k), free_run[k]) != 0) {
-        ++k;
-    }
+    const size_t k = first_new_token(free_run, 2);
     ASSERT_LT(k, free_run.size());
     const int32_t stop = free_run[k];
-    ASSERT_NE(stop, v.eos());
-    model::vocab_spec spec;
-    spec.model = v.model();
-    for (int32_t i = 0; i < int32_t(v.size()); ++i) {
-        spec.pieces.push_back(v.piece(i));
-        spec.scores.push_back(v.score(i));
-        spec.types.push_back(v.type(i));
-    }
-    spec.bos = v.bos(), spec.eos = v.eos(), spec.unk = v.unk(), spec.eot = stop;
-    spec.add_bos = v.add_bos(), spec.add_space_prefix = v.add_space_prefix();
-    auto eot_vocab = model::vocab::from_spec(std::move(spec));
-    ASSERT_TRUE(eot_vocab.ok());
-    model::tokenizer eot_tok(std::move(*eot_vocab));
+    ASSERT_NE(stop, shared_model().tok->vocab().eos());
+    model::tokenizer eot_tok = tokenizer_with_eot(stop);
     ASSERT_TRUE(eot_tok.vocab().is_eog(stop));
 
     harness h({}, 256, 8, 0, &eot_tok);

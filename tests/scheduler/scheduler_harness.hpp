@@ -384,10 +384,49 @@ private:
 
     uint32_t block_tokens() const { return 8; }
 
+    // A step of several decode iterations as the gpu actor runs it (gpu_actor::run_decode_steps):
+    // each iteration a step of its own, its rows moved to gpu::decode_row, each row's greedy
+    // draw (the lowest id of its largest logit) the next iteration's token at the next position.
+    gpu::step_done execute(const gpu::step& s) {
+        if (s.decode_steps <= 1) return execute_one(s);
+        const uint32_t k = s.decode_steps;
+        const auto n = uint32_t(s.seqs.size());
+        gpu::step it = s;
+        it.decode_steps = 1;
+        gpu::step_done d;
+        std::vector<std::vector<float>> placed(size_t(k) * n);
+        for (uint32_t i = 0; i < k; i++) {
+            gpu::step_done one = execute_one(it);
+            EXPECT_EQ(one.rows.size(), n);
+            if (i == 0) d = one;
+            for (uint32_t j = 0; j < n && j < rows.size(); j++) {
+                placed[gpu::decode_row(i, k, n, j)] = rows[j];
+            }
+            if (i + 1 == k) break;
+            for (uint32_t j = 0; j < n && j < rows.size(); j++) {
+                auto t =
+                    int32_t(std::max_element(rows[j].begin(), rows[j].end()) - rows[j].begin());
+                if (tamper_draw) t = tamper_draw(it.seqs[j].seq_id, i, t);
+                d.draws.push_back(t);
+                it.seqs[j].tokens[0] = t;
+                it.seqs[j].pos0++;
+            }
+        }
+        d.decode_steps = k;
+        rows = std::move(placed);
+        return d;
+    }
+
+public:
+    // Changes the draw a decode iteration hands to the next one (sequence, iteration, draw):
+    // a device that draws wrong.
+    std::function<int32_t(uint64_t, uint32_t, int32_t)> tamper_draw;
+
+private:
     // Emulates the paged KV pool faithfully enough to catch sharing mistakes: each block slot
     // remembers the token written there, and a sequence's reference model is replayed from the
     // tokens its block table holds for [0, pos0) whenever they differ from what it has seen.
-    gpu::step_done execute(const gpu::step& s) {
+    gpu::step_done execute_one(const gpu::step& s) {
         const uint32_t B = block_tokens();
         gpu::step_done d;
         d.step_id = s.step_id;
@@ -514,7 +553,33 @@ inline std::vector<std::vector<int32_t>> alone_outputs(uint32_t n) {
     return r;
 }
 
-// End of generation is the vocab's whole EOG set, not only eos: the model's vocabulary with a
-// greedily sampled id named as its end-of-turn token (tokenizer.ggml.eot_token_id) ends the
+// The model's tokenizer with `eot` named as its end-of-turn token (tokenizer.ggml.eot_token_id):
+// a vocabulary whose end-of-generation set holds an id the model samples.
+inline model::tokenizer tokenizer_with_eot(int32_t eot) {
+    const model::vocab& v = shared_model().tok->vocab();
+    model::vocab_spec spec;
+    spec.model = v.model();
+    for (int32_t i = 0; i < int32_t(v.size()); ++i) {
+        spec.pieces.push_back(v.piece(i));
+        spec.scores.push_back(v.score(i));
+        spec.types.push_back(v.type(i));
+    }
+    spec.bos = v.bos(), spec.eos = v.eos(), spec.unk = v.unk(), spec.eot = eot;
+    spec.add_bos = v.add_bos(), spec.add_space_prefix = v.add_space_prefix();
+    auto eot_vocab = model::vocab::from_spec(std::move(spec));
+    EXPECT_TRUE(eot_vocab.ok());
+    return model::tokenizer(std::move(*eot_vocab));
+}
+
+// The first index from `from` on whose token does not occur before it in `tokens` (its size:
+// none): a token that, named end of generation, ends the output exactly there.
+inline size_t first_new_token(const std::vector<int32_t>& tokens, size_t from) {
+    size_t k = from;
+    while (k < tokens.size() &&
+           std::count(tokens.begin(), tokens.begin() + long(k), tokens[k]) != 0) {
+        ++k;
+    }
+    return k;
+}
 
 }  // namespace ordo::sched::core_test

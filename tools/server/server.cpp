@@ -43,6 +43,7 @@ static_assert(config::max_sequences_max <= gpu::runner_seqs_max_max);  // seqs_m
 static_assert(config::flush_every_layers_max <= gpu::runner_flush_every_layers_max);
 static_assert(config::kv_block_tokens_max <= sched::kv_block_tokens_max);
 static_assert(config::kv_blocks_max <= sched::kv_blocks_max);
+static_assert(config::decode_steps_max <= gpu::decode_steps_max);
 static_assert(config::log_queue_lines_min >= log_queue_lines_min &&
               config::log_queue_lines_max <= log_queue_lines_max);
 static_assert(config::kv_pool_tokens_max <= sched::kv_pool_tokens_max);
@@ -197,6 +198,7 @@ sched::core_options core_options_from(const config::config& cfg, const loaded_mo
     o.retry_max = cfg.scheduler.retry_max;
     o.policy = cfg.scheduler.batch_failure_policy;
     o.prefix_cache = cfg.scheduler.prefix_cache;
+    o.decode_steps = cfg.scheduler.decode_steps;
     o.n_ctx = m.n_ctx;
     o.kv_disk = cfg.kv.enabled;
     o.restore_retry_max = cfg.kv.restore_retry_max;
@@ -235,8 +237,11 @@ uint64_t step_backstop_ms(const config::config& cfg, const loaded_model& m) {
     // flush_every_layers 0 is the device's choice: 4 layers a segment or more (fewer only
     // where a segment's dispatches would pass the runner's bound).
     const uint64_t per = cfg.gpu.flush_every_layers != 0 ? cfg.gpu.flush_every_layers : 4;
-    uint64_t segments = (m.hp.n_layer + per - 1) / per;
-    return cfg.gpu.watchdog_ms * (segments + 2) + 60000;
+    // A step of several decode iterations runs its segments that many times, and a step_delay
+    // fault delays each iteration (the first's within the 60 s).
+    const uint64_t k = cfg.scheduler.decode_steps;
+    uint64_t segments = (m.hp.n_layer + per - 1) / per * k;
+    return cfg.gpu.watchdog_ms * (segments + 2) + 60000 + (k - 1) * gpu::armed_faults::delay_ms_max;
 }
 
 // With no API key anyone who can reach a non-loopback address can use the server: said once

@@ -1,0 +1,250 @@
+// scheduler_decode_steps_test.cpp: steps of several decode iterations (core_options::decode_steps,
+// gpu::step::decode_steps), the harness running each iteration on the CPU reference and handing
+// each row's greedy draw to the next iteration as the gpu actor does (gpu_actor::
+// run_decode_steps), the rows at gpu::decode_row.
+//
+// Checks: greedy requests, alone and batched with different max_tokens, give the reference
+// generator's tokens and the same streamed events as one iteration a step, in fewer steps
+// (decode_iterations_ahead counts the iterations run ahead); no iteration runs past max_tokens
+// (a request of 6 tokens runs steps of 1, 4 and 1 iterations); a request that samples keeps
+// its steps to one iteration, with its one-iteration output; nothing runs ahead while a request
+// waits in the queue; end of generation and a stop string inside such a step end the request
+// at that token, with every block freed; a cancel that arrives during one is applied at its
+// first iteration; a failed one is retried with the same output; a device whose draw is not the
+// sampler's ends that request with error internal and leaves the other's output alone.
+// Invariants are checked after every message (the harness).
+
+#include "tests/scheduler/scheduler_harness.hpp"
+
+using namespace ordo;
+using namespace ordo::sched;
+using namespace ordo::sched::core_test;
+
+namespace {
+
+core_options with_decode_steps(uint32_t k) {
+    core_options o;
+    o.decode_steps = k;
+    return o;
+}
+
+std::vector<std::string> streamed_texts(const harness& h, uint64_t id) {
+    std::vector<std::string> texts;
+    for (const auto& e : h.events_of(1, id)) {
+        if (e.str("event") == "token") texts.push_back(e.str("text"));
+    }
+    return texts;
+}
+
+// A greedy generate with stop strings (the harness's generate has none).
+void generate_with_stop(harness& h, uint64_t id, const std::string& prompt, uint32_t max_tokens,
+                        const std::string& stop) {
+    msgpack::sbuffer b;
+    msgpack::packer<msgpack::sbuffer> pk(b);
+    pk.pack_map(7);
+    pk.pack("id"), pk.pack(id), pk.pack("op"), pk.pack("generate");
+    pk.pack("prompt"), pk.pack(prompt), pk.pack("max_tokens"), pk.pack(max_tokens);
+    pk.pack("temperature"), pk.pack(0), pk.pack("stream"), pk.pack(true);
+    pk.pack("stop"), pk.pack(std::vector<std::string>{stop});
+    h.request(1, id, "generate", std::move(b));
+}
+
+TEST(scheduler_decode_steps, greedy_tokens_and_events_equal_one_iteration_a_step) {
+    const uint32_t lens[] = {5, 9, 12, 16};
+    harness one;
+    harness many(with_decode_steps(4));
+    for (uint64_t i = 0; i < 4; i++) {
+        one.generate(1, i + 1, prompts[i], lens[i]);
+        many.generate(1, i + 1, prompts[i], lens[i]);
+    }
+    uint64_t steps_one = 0, steps_many = 0, ahead = 0;
+    one.run([&](const gpu::step& s) {
+        steps_one++;
+        EXPECT_EQ(s.decode_steps, 1u);
+    });
+    many.run([&](const gpu::step& s) {
+        steps_many++;
+        ahead += s.decode_steps - 1;
+        EXPECT_LE(s.decode_steps * s.seqs.size(), 16u) << "the rows fit the device's rows_max";
+    });
+    for (uint64_t i = 0; i < 4; i++) {
+        const event* a = one.terminal(1, i + 1);
+        const event* b = many.terminal(1, i + 1);
+        ASSERT_NE(a, nullptr);
+        ASSERT_NE(b, nullptr);
+        EXPECT_EQ(b->str("event"), "done");
+        EXPECT_EQ(b->tokens(), reference_greedy(prompts[i], lens[i])) << i;
+        EXPECT_EQ(b->tokens(), a->tokens()) << i;
+        EXPECT_EQ(b->str("text"), a->str("text")) << i;
+        EXPECT_EQ(streamed_texts(many, i + 1), streamed_texts(one, i + 1)) << i;
+    }
+    EXPECT_GT(ahead, 0u);
+    EXPECT_EQ(steps_many + ahead, steps_one) << "each iteration run ahead is a step saved";
+    EXPECT_EQ(many.core->counters().decode_iterations_ahead, ahead);
+    EXPECT_EQ(one.core->counters().decode_iterations_ahead, 0u);
+    EXPECT_EQ(many.core->counters().tokens_generated, one.core->counters().tokens_generated);
+    many.expect_idle();
+}
+
+TEST(scheduler_decode_steps, no_iteration_runs_past_max_tokens) {
+    harness h(with_decode_steps(4));
+    h.generate(1, 1, prompts[0], 6);
+    std::vector<uint32_t> ks;
+    h.run([&](const gpu::step& s) { ks.push_back(s.decode_steps); });
+    // The prompt's step draws token 1, four iterations tokens 2-5, one more token 6.
+    EXPECT_EQ(ks, (std::vector<uint32_t>{1, 4, 1}));
+    ASSERT_NE(h.terminal(1, 1), nullptr);
+    EXPECT_EQ(h.terminal(1, 1)->tokens(), reference_greedy(prompts[0], 6));
+    h.expect_idle();
+}
+
+TEST(scheduler_decode_steps, a_sampled_request_runs_one_iteration_a_step) {
+    harness h(with_decode_steps(4));
+    h.generate(1, 1, prompts[1], 12, 0.8, 1);
+    h.run([&](const gpu::step& s) { EXPECT_EQ(s.decode_steps, 1u); });
+    harness alone;
+    alone.generate(1, 1, prompts[1], 12, 0.8, 1);
+    alone.run();
+    ASSERT_NE(h.terminal(1, 1), nullptr);
+    EXPECT_EQ(h.terminal(1, 1)->tokens(), alone.terminal(1, 1)->tokens());
+    EXPECT_EQ(h.core->counters().decode_iterations_ahead, 0u);
+}
+
+TEST(scheduler_decode_steps, nothing_runs_ahead_while_a_request_waits) {
+    core_options o = with_decode_steps(4);
+    o.max_sequences = 1;
+    harness h(o);
+    h.generate(1, 1, prompts[0], 10);
+    h.generate(1, 2, prompts[3], 10);
+    uint64_t ahead = 0;
+    h.run([&](const gpu::step& s) {
+        if (h.core->queued_requests() > 0) EXPECT_EQ(s.decode_steps, 1u);
+        ahead += s.decode_steps - 1;
+    });
+    EXPECT_GT(ahead, 0u) << "the second request, alone, runs ahead";
+    EXPECT_EQ(h.terminal(1, 1)->tokens(), reference_greedy(prompts[0], 10));
+    EXPECT_EQ(h.terminal(1, 2)->tokens(), reference_greedy(prompts[3], 10));
+    h.expect_idle();
+}
+
+TEST(scheduler_decode_steps, end_of_generation_inside_a_step_ends_there) {
+    const std::vector<int32_t> free_run = reference_greedy(prompts[0], 8);
+    ASSERT_EQ(free_run.size(), 8u);
+    // A token the first step of four iterations draws before its last one (tokens 2-4 of 5).
+    const size_t k = first_new_token(free_run, 1);
+    ASSERT_LE(k, 3u) << "the free run has no new token early enough";
+    model::tokenizer eot_tok = tokenizer_with_eot(free_run[k]);
+    harness h(with_decode_steps(4), 256, 8, 0, &eot_tok);
+    h.generate(1, 1, prompts[0], 8);
+    std::vector<uint32_t> ks;
+    h.run([&](const gpu::step& s) { ks.push_back(s.decode_steps); });
+    EXPECT_EQ(ks, (std::vector<uint32_t>{1, 4}));
+    const auto* t = h.terminal(1, 1);
+    ASSERT_NE(t, nullptr);
+    EXPECT_EQ(t->str("reason"), "stop");
+    EXPECT_EQ(t->tokens(), std::vector<int32_t>(free_run.begin(), free_run.begin() + long(k) + 1));
+    h.expect_idle();
+}
+
+TEST(scheduler_decode_steps, a_stop_string_inside_a_step_ends_there) {
+    // The stop string: the text of the free run's fourth token (drawn by a step's iteration).
+    harness free;
+    free.generate(1, 1, prompts[3], 12);
+    free.run();
+    const std::vector<std::string> texts = streamed_texts(free, 1);
+    ASSERT_GE(texts.size(), 4u);
+    std::string stop = texts[3];
+    ASSERT_FALSE(stop.empty());
+    harness one, many(with_decode_steps(4));
+    generate_with_stop(one, 1, prompts[3], 12, stop);
+    generate_with_stop(many, 1, prompts[3], 12, stop);
+    one.run();
+    uint64_t ahead = 0;
+    many.run([&](const gpu::step& s) { ahead += s.decode_steps - 1; });
+    EXPECT_GT(ahead, 0u);
+    const event* a = one.terminal(1, 1);
+    const event* b = many.terminal(1, 1);
+    ASSERT_NE(a, nullptr);
+    ASSERT_NE(b, nullptr);
+    EXPECT_EQ(a->str("reason"), "stop");
+    EXPECT_EQ(b->str("reason"), "stop");
+    EXPECT_LT(b->tokens().size(), 12u);
+    EXPECT_EQ(b->tokens(), a->tokens());
+    EXPECT_EQ(b->str("text"), a->str("text"));
+    EXPECT_EQ(streamed_texts(many, 1), streamed_texts(one, 1));
+    many.expect_idle();
+}
+
+TEST(scheduler_decode_steps, a_cancel_during_a_step_is_applied_at_its_first_iteration) {
+    harness h(with_decode_steps(4));
+    h.generate(1, 1, prompts[0], 40);
+    size_t tokens_before = 0;
+    bool cancelled = false;
+    h.run([&](const gpu::step& s) {
+        if (s.decode_steps > 1 && !cancelled) {
+            cancelled = true;
+            tokens_before = streamed_texts(h, 1).size();
+            h.cancel(1, 9, 1);
+        }
+    });
+    ASSERT_TRUE(cancelled);
+    const event* t = h.terminal(1, 1);
+    ASSERT_NE(t, nullptr);
+    EXPECT_EQ(t->str("reason"), "cancelled");
+    EXPECT_EQ(streamed_texts(h, 1).size(), tokens_before) << "no token of the cancelled step";
+    const std::vector<int32_t> want = reference_greedy(prompts[0], 40);
+    EXPECT_EQ(t->tokens(), std::vector<int32_t>(want.begin(), want.begin() + long(tokens_before)));
+    h.expect_idle();
+}
+
+TEST(scheduler_decode_steps, a_failed_step_of_several_iterations_is_retried) {
+    harness h(with_decode_steps(4));
+    h.generate(1, 1, prompts[0], 14);
+    h.generate(1, 2, prompts[2], 14);
+    int failed = 0;
+    h.run({}, [&](const gpu::step& s) -> std::optional<gpu::step_failed> {
+        if (s.decode_steps > 1 && failed == 0) {
+            failed++;
+            return gpu::step_failed{0, gpu::gpu_failure::device_error, "injected", "decode", false};
+        }
+        return std::nullopt;
+    });
+    EXPECT_EQ(failed, 1);
+    EXPECT_EQ(h.terminal(1, 1)->tokens(), reference_greedy(prompts[0], 14));
+    EXPECT_EQ(h.terminal(1, 2)->tokens(), reference_greedy(prompts[2], 14));
+    h.expect_idle();
+}
+
+TEST(scheduler_decode_steps, a_draw_the_sampler_disagrees_with_ends_that_request_alone) {
+    harness h(with_decode_steps(4));
+    h.generate(1, 1, prompts[0], 12);
+    h.generate(1, 2, prompts[3], 12);
+    const auto n_vocab = int32_t(shared_model().tok->vocab().size());
+    uint64_t target = 0;
+    h.tamper_draw = [&](uint64_t seq, uint32_t iteration, int32_t t) {
+        return seq == target && iteration == 1 ? (t + 1) % n_vocab : t;
+    };
+    h.run([&](const gpu::step& s) {
+        if (s.decode_steps > 1 && target == 0) target = s.seqs[0].seq_id;
+    });
+    ASSERT_NE(target, 0u);
+    int internal = 0, right = 0;
+    for (uint64_t id : {1, 2}) {
+        const event* t = h.terminal(1, id);
+        ASSERT_NE(t, nullptr);
+        if (t->str("event") == "error") {
+            internal++;
+            EXPECT_EQ(t->str("code"), "internal");
+            EXPECT_NE(t->str("message").find("decode iteration 2 ran token"), std::string::npos)
+                << t->str("message");
+        } else {
+            right++;
+            EXPECT_EQ(t->tokens(), reference_greedy(prompts[id == 1 ? 0 : 3], 12));
+        }
+    }
+    EXPECT_EQ(internal, 1);
+    EXPECT_EQ(right, 1);
+    h.expect_idle();
+}
+
+}  // namespace
