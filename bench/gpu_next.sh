@@ -198,7 +198,7 @@ serve() {  # label, config text[, streams, the load's sampler options]
         2>>"$out/next.err"
       log "rc=$?"
       curl -s "127.0.0.1:$port/metrics" |
-        grep -E '^ordo_gpu_(steps|busy|run|step_wall|between|back|segments)|^ordo_scheduler_decode_iterations' |
+        grep -E '^ordo_gpu_(steps|busy|run|step_wall|between|back|segments)|^ordo_scheduler_decode_(iterations|steps_ended)' |
         sed "s/^/$label $s streams: /" >>"$out/next.log"
     done
   else
@@ -215,11 +215,16 @@ part_serve() {
 }
 
 # Greedy streams with scheduler.decode_steps 1, 4 (the default) and 8 (session 35: several decode
-# iterations a step, each greedy draw fed to the next on the worker, never run on a GPU).
+# iterations a step, each greedy draw fed to the next on the worker, never run on a GPU); then
+# sampled ones (the serve part's temperature 1, top-k 40) with 1 and 4 (session 36: a copy of
+# each request's sampler draws between the iterations, from the row summaries on a GPU).
 part_steps() {
   for k in 1 4 8; do
     serve "steps$k" "[scheduler]\nmax_queue = 1024\ndecode_steps = $k\n" "${STEP_STREAMS:-1,8}" \
       "--temperature 0"
+  done
+  for k in 1 4; do
+    serve "sampled$k" "[scheduler]\nmax_queue = 1024\ndecode_steps = $k\n" "${STEP_STREAMS:-1,8}"
   done
 }
 

@@ -47,6 +47,19 @@ constexpr const auto& names_of(step_phase) {
 }
 static_assert(static_cast<std::size_t>(step_phase::verify) + 1 == step_phase_names.size());
 
+// How a step of several decode iterations (step::decode_steps) draws a sequence's token between
+// two of them (step_draws.hpp). No generator state: greedy, the row's greedy token. Else a copy
+// of the request's sampler (sched::sampler::resume: these filters, no penalty, its generator's
+// state before the step) draws it from what the scheduler keeps of the iteration.
+struct step_draw {
+    float temperature = 0.0f;
+    int32_t top_k = 0;
+    float top_p = 1.0f;
+    float min_p = 0.0f;
+    std::vector<uint64_t> rng;  // the generator's four words (sched::sampler::rng_state); empty
+    MSGPACK_DEFINE_MAP(temperature, top_k, top_p, min_p, rng);
+};
+
 // One sequence's part of a step.
 struct step_seq {
     uint64_t seq_id = 0;                // scheduler's sequence id (echoed in replies)
@@ -60,7 +73,8 @@ struct step_seq {
     // The sampling temperature of the sequence's logits rows: each row's summary (step_done)
     // carries its normaliser at this temperature too (0: none; finite, at least 0).
     float temperature = 0.0f;
-    MSGPACK_DEFINE_MAP(seq_id, tokens, pos0, block_table, logits_rows, hidden, temperature);
+    step_draw draw;  // a step of decode_steps > 1: how its next tokens are drawn
+    MSGPACK_DEFINE_MAP(seq_id, tokens, pos0, block_table, logits_rows, hidden, temperature, draw);
 };
 
 // Decode iterations one step may run (step::decode_steps), at most.
@@ -78,11 +92,12 @@ struct step {
     uint32_t sample_vocab = 0;
     // Decode iterations this step runs back to back, 1..decode_steps_max. More than 1 (a
     // decode step, every sequence one token with one logits row and no hidden row, their rows
-    // times decode_steps at most rows_max): iteration i + 1 runs each sequence's greedy draw of
-    // iteration i (logits_exchange::greedy_token: what the sampler picks at temperature 0
-    // without penalties) at the next position, without the host in between; the block tables cover
-    // every iteration's positions. step_done says what was drawn (draws) and where each iteration's
-    // rows are (decode_row).
+    // times decode_steps at most rows_max): iteration i + 1 runs each sequence's draw from
+    // iteration i (step_seq::draw: greedy's token, or its sampler's) at the next position,
+    // without the host in between; the block tables cover every iteration's positions. The step
+    // ends early, after iteration i, when a sampled draw from iteration i needs the row that
+    // only its summary will stand for. step_done says how many ran, what was drawn (draws) and
+    // where each iteration's rows are (decode_row).
     uint32_t decode_steps = 1;
     MSGPACK_DEFINE_MAP(step_id, phase, seqs, sample_vocab, decode_steps);
 };
@@ -182,10 +197,11 @@ struct step_done {
     // Command-buffer segments the step ran, and of them those submitted as a recording the
     // runner's stream kept from an earlier step (stream.hpp "Replay"): not recorded again.
     uint32_t segments = 0, segments_replayed = 0;
-    // A step of decode_steps > 1 (echoed here): the tokens the gpu drew and ran, iteration-major
-    // (iteration i's draw for row r at i x rows.size() + r, for i < decode_steps - 1: what
-    // iteration i + 1 ran). Each iteration's rows are at decode_row; with `summarized`, the
-    // earlier iterations' rows hold only their summaries (the logits rows are the last
+    // A step of decode_steps > 1: the iterations that ran (1..step::decode_steps; fewer when a
+    // draw ended it early) and the tokens the gpu drew and ran, iteration-major (iteration i's
+    // draw for row r at i x rows.size() + r, for i < decode_steps - 1: what iteration i + 1
+    // ran). Each iteration's rows are at decode_row(i, decode_steps, ...); with `summarized`,
+    // the earlier iterations' rows hold only their summaries (the logits rows are the last
     // iteration's alone), without it their logits rows.
     uint32_t decode_steps = 1;
     std::vector<int32_t> draws;

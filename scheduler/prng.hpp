@@ -7,6 +7,7 @@
 // arithmetic with a fully specified result. Used by sampling.cpp and by tests.
 #pragma once
 
+#include <array>
 #include <cstdint>
 
 #include "actors/runtime/splitmix64.hpp"
@@ -23,6 +24,14 @@ public:
         // (the one state xoshiro cannot leave).
         for (auto& word : _s) word = splitmix64_next(sm);
     }
+
+    // A generator that continues from `state` (state()'s words; never all zero).
+    static xoshiro256ss from_state(const std::array<uint64_t, 4>& state) {
+        xoshiro256ss g(0);
+        for (int i = 0; i < 4; i++) g._s[i] = state[size_t(i)];
+        return g;
+    }
+    std::array<uint64_t, 4> state() const { return {_s[0], _s[1], _s[2], _s[3]}; }
 
     uint64_t next() {
         const uint64_t result = rotl(_s[1] * 5, 7) * 9;

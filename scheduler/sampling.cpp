@@ -138,6 +138,19 @@ result<logits_summary> read_summary(std::span<const uint32_t> words, uint32_t n_
     return s;
 }
 
+std::vector<uint32_t> summary_words(const logits_summary& s) {
+    std::vector<uint32_t> w(gpu::abi::ORDO_SUMMARY_WORDS, 0u);
+    w[0] = std::bit_cast<uint32_t>(s.max);
+    w[1] = std::bit_cast<uint32_t>(s.mass);
+    w[2] = std::bit_cast<uint32_t>(s.mass_t);
+    w[3] = s.count;
+    for (uint32_t i = 0; i < s.count && i < summary_top; i++) {
+        w[4 + i] = static_cast<uint32_t>(s.ids[i]);
+        w[4 + summary_top + i] = std::bit_cast<uint32_t>(s.logits[i]);
+    }
+    return w;
+}
+
 result<sampler> sampler::create(const sampling_params& p) {
     if (auto s = validate(p); !s) return s.err();
     return sampler(p);
@@ -225,15 +238,52 @@ bool sampler::penalties_on() const {
     return (repeat || additive) && _params.repeat_last_n != 0;
 }
 
-bool sampler::plain_greedy() const {
-    return _params.temperature == 0.0f && !penalties_on();
+result<sampler> sampler::resume(const sampling_params& p, std::span<const uint64_t> state) {
+    if (auto s = validate(p); !s) return s.err();
+    sampler s(p);
+    if (!s.draws_ahead()) {
+        return make_error("bad_request",
+                          "a sampler with a penalty draws from its history: it "
+                          "cannot be resumed from its generator alone");
+    }
+    if (state.size() != 4 ||
+        std::all_of(state.begin(), state.end(), [](uint64_t w) { return w == 0; })) {
+        return make_error("bad_request", "a generator state is 4 words, not all zero (got " +
+                                             std::to_string(state.size()) + ")");
+    }
+    s._rng = xoshiro256ss::from_state({state[0], state[1], state[2], state[3]});
+    return s;
 }
 
-sampled sampler::greedy_of(const logits_summary& s) {
-    // Without a penalty fast_pick's known tokens are the candidates, and greedy is the first.
-    assert(plain_greedy() && s.count > 0);
-    _summary_draws++;
-    return report_summarized(s.ids[0], s.logits[0], s);
+std::optional<sampled> sampler::sample_summarized(const logits_summary& s, uint32_t n_vocab) {
+    if (!draws_ahead() || n_vocab == 0 || n_vocab > vocab_size_max) return std::nullopt;
+    const auto before = _rng.state();
+    const int32_t t = fast_pick({}, n_vocab, s, {});
+    if (t < 0) {
+        _rng = xoshiro256ss::from_state(before);
+        return std::nullopt;
+    }
+    // Without a penalty the known tokens are the candidates: the token is one of them.
+    for (uint32_t i = 0; i < s.count; i++) {
+        if (s.ids[i] == t) {
+            _summary_draws++;
+            return report_summarized(t, s.logits[i], s);
+        }
+    }
+    _rng = xoshiro256ss::from_state(before);
+    return std::nullopt;
+}
+
+int32_t sampler::draw_ahead(std::span<const float> row, std::span<const uint32_t> summary,
+                            uint32_t n_vocab) {
+    if (!summary.empty()) {
+        auto s = read_summary(summary, n_vocab, _params.temperature);
+        if (!s) return -1;
+        auto d = sample_summarized(*s, n_vocab);
+        return d ? d->token : -1;
+    }
+    auto d = sample(row.first(std::min<size_t>(row.size(), n_vocab)), {});
+    return d.ok() ? d->token : -1;
 }
 
 result<sampled> sampler::sample(std::span<const float> logits,
@@ -242,7 +292,8 @@ result<sampled> sampler::sample(std::span<const float> logits,
     if (summary != nullptr && allowed.empty() && !logits.empty() &&
         logits.size() <= vocab_size_max) {
         if (auto s = check_recent(recent_tokens, logits.size()); !s) return s.err();
-        const int32_t t = fast_pick(logits, *summary, recent_tokens);
+        const int32_t t =
+            fast_pick(logits, static_cast<uint32_t>(logits.size()), *summary, recent_tokens);
         if (t >= 0) {
             _summary_draws++;
             return report(logits, t, summary);
@@ -504,7 +555,8 @@ int32_t sampler::walk_known_then_tail(std::span<const float> logits, float top, 
         if (target < cumulative) return k.id;
     }
     // The draw fell in the tail: the tokens the summary does not name, in id order (their
-    // logits are unpenalised: the window's are all known).
+    // logits are unpenalised: the window's are all known). Without the row it is not settled.
+    if (logits.empty()) return -1;
     const auto n_vocab = static_cast<uint32_t>(logits.size());
     if (_marks.size() != n_vocab) _marks.assign(n_vocab, 0);
     for (const known_token& k : _known) _marks[k.id] = 1;
@@ -519,9 +571,8 @@ int32_t sampler::walk_known_then_tail(std::span<const float> logits, float top, 
     return last;  // rounding left target at the very top: the last token
 }
 
-int32_t sampler::fast_pick(std::span<const float> logits, const logits_summary& s,
+int32_t sampler::fast_pick(std::span<const float> logits, uint32_t n_vocab, const logits_summary& s,
                            std::span<const int32_t> recent) {
-    const auto n_vocab = static_cast<uint32_t>(logits.size());
     if (s.count == 0 || s.count != std::min(summary_top, n_vocab)) return -1;
     const bool complete = s.count == n_vocab;  // no token outside the summary
     const float tau = complete ? -std::numeric_limits<float>::infinity() : s.logits[s.count - 1];

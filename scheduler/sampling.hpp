@@ -121,6 +121,8 @@ logits_summary summarize(std::span<const float> logits, float temperature);
 // normaliser that is not finite and positive.
 result<logits_summary> read_summary(std::span<const uint32_t> words, uint32_t n_vocab,
                                     float temperature);
+// The words read_summary reads back as `s` (the kernel's layout: tests and test doubles).
+std::vector<uint32_t> summary_words(const logits_summary& s);
 
 struct token_logprob {
     int32_t token = -1;
@@ -174,13 +176,29 @@ public:
                                                   uint32_t tries,
                                                   const logits_summary* summary = nullptr);
 
-    // Whether every draw is the row's greedy one whatever came before it: temperature 0 and no
-    // penalty (a step may then draw it on the GPU and run it at once: gpu::step::decode_steps).
-    bool plain_greedy() const;
-    // A plain_greedy() draw from the row's summary alone: its first candidate, reported as
-    // sample() reports it with the summary (log-probabilities from its normaliser and
-    // candidates). Counts as a summary draw.
-    sampled greedy_of(const logits_summary& s);
+    // Whether a copy of this sampler (resume) can make the request's draws from each row alone,
+    // without its token history: no penalty applies. A step may then draw them on the gpu
+    // actor's worker and run them at once (gpu::step::decode_steps; a grammar's mask is the
+    // caller's to rule out).
+    bool draws_ahead() const { return !penalties_on(); }
+    // The generator's state: what resume() continues from.
+    std::array<uint64_t, 4> rng_state() const { return _rng.state(); }
+    // A sampler with these parameters whose generator continues from `state` (rng_state()'s four
+    // words): a copy that draws what this one would next. Errors (bad_request): parameters
+    // validate() refuses or that draw with a penalty (draws_ahead()), a state of another size
+    // or all zero.
+    static result<sampler> resume(const sampling_params& p, std::span<const uint64_t> state);
+    // A draw from a row's summary alone (a row of n_vocab entries, whose logits are gone: a decode
+    // iteration the GPU ran ahead): bit for bit what sample() draws and reports given the row
+    // and the summary, when the summary settles it; nothing when it does not (the draw would read
+    // the row), the generator then untouched. draws_ahead() samplers only (nothing otherwise).
+    std::optional<sampled> sample_summarized(const logits_summary& s, uint32_t n_vocab);
+    // The token of a draw ahead (gpu::step_draws, between two decode iterations of one step):
+    // sample_summarized()'s from `summary` (the words a step wrote; empty: none), else sample()'s
+    // from the row's first n_vocab entries without a summary. -1 when neither draws: the summary
+    // does not settle it, or the row or the summary is bad.
+    int32_t draw_ahead(std::span<const float> row, std::span<const uint32_t> summary,
+                       uint32_t n_vocab);
 
     const sampling_params& params() const { return _params; }
     // Draws a summary settled without the whole-vocabulary path (tests, stats).
@@ -200,8 +218,10 @@ private:
                    const logits_summary* summary) const;
     // report()'s answer with a summary, `logit` the token's.
     sampled report_summarized(int32_t token, float logit, const logits_summary& summary) const;
-    // The summary's draw (top of this file); -1 when it cannot settle it (nothing drawn then).
-    int32_t fast_pick(std::span<const float> logits, const logits_summary& s,
+    // The summary's draw (top of this file) for a row of n_vocab entries; -1 when it cannot
+    // settle it (nothing drawn then, except where `logits` is empty: the summary alone, whose
+    // draw past the candidates would read the row; the generator has then drawn).
+    int32_t fast_pick(std::span<const float> logits, uint32_t n_vocab, const logits_summary& s,
                       std::span<const int32_t> recent);
     // Whether a penalty applies (to a non-empty window).
     bool penalties_on() const;
@@ -212,7 +232,8 @@ private:
     // penalised, relative to `top`; 0 when it cannot be trusted (the window held nearly all).
     double penalised_mass(std::span<const float> logits, const logits_summary& s, double base,
                           float inv_t, float top) const;
-    // Plain temperature: the known tokens in order, then the tail in id order.
+    // Plain temperature: the known tokens in order, then the tail in id order (-1 when the
+    // draw falls there and `logits` is empty).
     int32_t walk_known_then_tail(std::span<const float> logits, float top, float inv_t,
                                  double total);
     bool apply_penalty(std::span<const int32_t> recent);

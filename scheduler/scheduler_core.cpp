@@ -332,6 +332,7 @@ void scheduler_core::on_stats(const stats_query& m, std::vector<outgoing_event>&
                    {"tokens_generated", k.tokens_generated},
                    {"candidate_draws", k.candidate_draws},
                    {"decode_iterations_ahead", k.decode_iterations_ahead},
+                   {"decode_steps_ended_early", k.decode_steps_ended_early},
                    {"prompt_tokens", k.prompt_tokens},
                    {"cached_tokens", k.cached_tokens},
                    {"cancels", k.cancels},

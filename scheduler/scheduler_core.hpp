@@ -115,7 +115,8 @@ struct core_options {
     speculative_options speculative;
     // Decode iterations one step may run on the GPU back to back (scheduler.decode_steps,
     // resolved; gpu::step::decode_steps): 1 = every token goes through the scheduler. More
-    // only for a step of plain greedy decodes with nothing waiting (plan_decode_steps).
+    // only for a step of decodes without penalties, grammars or drafts, with nothing waiting
+    // (plan_decode_steps).
     uint32_t decode_steps = 1;
 };
 
@@ -141,6 +142,9 @@ struct scheduler_counters {
     // Decode iterations the GPU ran behind another in the same step (gpu::step::decode_steps:
     // a step of k iterations counts k - 1), without the host in between.
     uint64_t decode_iterations_ahead = 0;
+    // Steps of several decode iterations the gpu actor ended before the last one because a
+    // sampled draw needed a row of which only the summary is kept (gpu::step_draws).
+    uint64_t decode_steps_ended_early = 0;
     uint64_t prompt_tokens = 0;
     uint64_t cached_tokens = 0;
     uint64_t cancels = 0;
@@ -468,7 +472,7 @@ private:
     std::span<const float> vocab_logits(std::span<const float> logits) const;
     // `summary`: the row's summary words (empty: none). `logits` empty: a decode iteration the
     // GPU ran ahead whose row came back as its summary alone (apply_decode_steps), of
-    // `row_vocab` entries; the request draws plain greedy.
+    // `row_vocab` entries; the request draws from it alone (sampler::sample_summarized).
     void apply_token(request_state& r, std::span<const float> logits,
                      std::span<const uint32_t> summary, std::vector<outgoing_event>& out,
                      uint32_t row_vocab = 0);

@@ -162,12 +162,16 @@ void scheduler_core::on_step_done(const gpu::step_done& m, const row_reader& row
 void scheduler_core::apply_decode_steps(const in_flight_step& f, const gpu::step_done& m,
                                         const row_reader& row, const summary_reader& summary,
                                         std::vector<outgoing_event>& out) {
-    const uint32_t k = f.decode_steps;
+    // The iterations that ran: all the step asked for, or fewer where a draw ended it early.
+    const uint32_t k = m.decode_steps;
     const auto rows = uint32_t(m.rows.size());
-    const bool whole = m.decode_steps == k && rows == f.seqs.size() &&
+    const bool whole = k >= 1 && k <= f.decode_steps && rows == f.seqs.size() &&
                        m.draws.size() == size_t(k - 1) * rows && m.n_vocab != 0 &&
                        (!m.summarized || summary);
-    if (whole) _counters.decode_iterations_ahead += k - 1;
+    if (whole) {
+        _counters.decode_iterations_ahead += k - 1;
+        if (k < f.decode_steps) _counters.decode_steps_ended_early++;
+    }
     const auto row_vocab = uint32_t(std::min<size_t>(m.n_vocab, _tok->vocab().size()));
     for (const planned& p : f.seqs) {
         request_state* r = find(p.seq);
@@ -175,7 +179,7 @@ void scheduler_core::apply_decode_steps(const in_flight_step& f, const gpu::step
         auto it = std::find(m.rows.begin(), m.rows.end(), p.seq);
         if (!whole || it == m.rows.end()) {
             fail(*r, door::errc::internal,
-                 "the gpu's answer to a step of " + std::to_string(k) +
+                 "the gpu's answer to a step of " + std::to_string(f.decode_steps) +
                      " decode iterations does not match it",
                  out);
             continue;
@@ -236,12 +240,13 @@ void scheduler_core::apply_token(request_state& r, std::span<const float> logits
     const logits_summary* sum = summary ? &*summary : nullptr;
     std::optional<sampled> s;
     if (logits.empty()) {
-        // A decode iteration the GPU ran ahead (plan_decode_steps): the summary settles it.
-        if (sum == nullptr || r.grammar || !r.smp->plain_greedy()) {
-            return fail(r, door::errc::internal, "a decode iteration came back without its row",
-                        out);
+        // A decode iteration the GPU ran ahead (plan_decode_steps): the summary settles it, as
+        // it did for the draw the gpu actor made from it (gpu::step_draws).
+        if (sum != nullptr && !r.grammar) s = r.smp->sample_summarized(*sum, row_vocab);
+        if (!s) {
+            return fail(r, door::errc::internal,
+                        "a decode iteration came back without the row its draw needs", out);
         }
-        s = r.smp->greedy_of(*sum);
         _counters.candidate_draws++;
     }
     // A grammar: the draw (greedy's best few tokens, or one random draw) is offered to the

@@ -10,8 +10,9 @@
 // A sequence whose KV cannot be reserved preempts the newest running sequence (its blocks are
 // freed, it goes back to the head of the queue and is recomputed later, usually mostly from the
 // prefix cache), never corrupting anyone's KV. Sequences isolated after a failed batch (F4) run
-// in steps of their own before normal batching resumes. A step of plain greedy decodes with
-// nothing waiting may run several decode iterations on the device (plan_decode_steps).
+// in steps of their own before normal batching resumes. A step of decodes without penalties,
+// grammars or drafts, with nothing waiting, may run several decode iterations on the device
+// (plan_decode_steps).
 #include <algorithm>
 #include <cassert>
 
@@ -249,12 +250,16 @@ std::optional<gpu::step> scheduler_core::plan_batch() {
     return launch(std::move(s), std::move(f));
 }
 
-// Several decode iterations in one step (gpu::step::decode_steps: the GPU runs each sequence's
-// greedy draw at the next position without the host in between, which leaves the GPU idle
-// between steps for the fence's wake-up, four thread hops, sampling, events and planning), only
-// where that changes nothing a client sees but when its tokens arrive:
-//   - every sequence in the step decodes one token of a plain greedy request (temperature 0, no
-//     penalty, no grammar, no drafts): its draw is the GPU's own, whatever its sampler saw before;
+// Several decode iterations in one step (gpu::step::decode_steps: the gpu actor's worker draws
+// each sequence's next token and runs it at the next position without the host in between,
+// which leaves the GPU idle between steps for the fence's wake-up, four thread hops, sampling,
+// events and planning), only where that changes nothing a client sees but when its tokens
+// arrive:
+//   - every sequence in the step decodes one token of a request without a penalty, a grammar
+//     or drafts: its draws depend only on each row and its generator, so a copy of its sampler
+//     (gpu::step_seq::draw) draws on the worker what its own draws here after the step (which
+//     checks they agree); a sampled draw that needs a row of which only the summary is kept
+//     ends the step early there (gpu::step_draws);
 //   - every running sequence is in the step and no request waits to be admitted or for the
 //     disk: nobody waits for the longer step (a request that arrives during it does, at most
 //     decode_steps - 1 iterations);
@@ -272,7 +277,7 @@ void scheduler_core::plan_decode_steps(gpu::step& s, in_flight_step& f) {
         const request_state& r = *find(p.seq);
         if (p.n_tokens != 1 || p.logits_rows != 1 || !p.drafts.empty() ||
             p.hidden != gpu::hidden_output::none || r.embed || r.grammar || !r.smp ||
-            !r.smp->plain_greedy() || r.cancel_requested) {
+            !r.smp->draws_ahead() || r.cancel_requested) {
             return;
         }
         k = std::min<uint64_t>(k, r.params.max_tokens - r.generated.size());
@@ -288,6 +293,12 @@ void scheduler_core::plan_decode_steps(gpu::step& s, in_flight_step& f) {
     for (gpu::step_seq& q : s.seqs) {
         auto table = _kv->block_table(q.seq_id);
         q.block_table.assign(table.begin(), table.end());
+        const sampler& smp = *find(q.seq_id)->smp;
+        const sampling_params& p = smp.params();
+        if (p.temperature != 0.0f) {
+            const auto state = smp.rng_state();
+            q.draw = {p.temperature, p.top_k, p.top_p, p.min_p, {state.begin(), state.end()}};
+        }
     }
     s.decode_steps = f.decode_steps = uint32_t(k);
 }

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "gpu/actor/step_draws.hpp"
 #include "gpu/runner/finite_copy.hpp"
 #include "gpu/vk/device_select.hpp"
 #include "gpu/vk/shaders/abi.h"
@@ -68,6 +69,7 @@ void gpu_actor::start_job(job_kind kind) {
     _job.res = {};
     _job.segment.clear();
     _job.draws.clear();
+    _job.iterations = 1;
     if (kind == job_kind::build) {
         // The first build and its retries make epoch 0; finish_build counts each retry.
         _job.epoch = 0;
@@ -231,9 +233,16 @@ void gpu_actor::run_decode_steps() {
     const std::uint32_t n_vocab = _exchange.n_vocab();
     const std::uint32_t n_draw =
         m.sample_vocab == 0 || m.sample_vocab > n_vocab ? n_vocab : m.sample_vocab;
+    auto draws = step_draws::create(m, n_draw);
+    if (!draws) {
+        _job.err = gpu_error(gpu_failure::bad_step,
+                             "step " + std::to_string(m.step_id) + ": " + draws.err().message);
+        return;
+    }
     step it = m;
     float* out = _exchange.row(_job.slot, 0);
     std::uint32_t* summary = _exchange.summary_row(_job.slot, 0);
+    std::vector<std::int32_t> next(rows);
     const auto t0 = std::chrono::steady_clock::now();
     _runner->arm_fault(_job.fault);  // the first iteration's: the fault names the step
     for (std::uint32_t i = 0; i < k; i++) {
@@ -258,11 +267,23 @@ void gpu_actor::run_decode_steps() {
             _job.res.segments += r.segments;
             _job.res.segments_replayed += r.segments_replayed;
         }
+        _job.iterations = i + 1;
         if (!r.logits_finite) {
             _job.nan = true;
             break;
         }
         if (i + 1 == k) break;
+        // Each row's draw for the next iteration, from what the scheduler keeps of this one; a
+        // draw the summary alone does not settle ends the step here (this iteration's rows stay
+        // where the last iteration's are, and the scheduler draws from the row).
+        bool settled = true;
+        for (std::uint32_t j = 0; j < rows && settled; j++) {
+            next[j] = draws->next(j, _exchange.read_row(_job.slot, j),
+                                  r.summarized ? _exchange.read_summary(_job.slot, j)
+                                               : std::span<const std::uint32_t>());
+            settled = next[j] >= 0;
+        }
+        if (!settled) break;
         // This iteration's rows move to their place (decode_row) before the next one writes
         // over row 0: the summaries where there are some, else the logits rows.
         const std::uint32_t to = decode_row(i, k, rows, 0);
@@ -272,12 +293,9 @@ void gpu_actor::run_decode_steps() {
         } else {
             std::memcpy(_exchange.row(_job.slot, to), out, std::size_t(rows) * n_vocab * 4);
         }
-        // Each row's greedy draw (what the sampler picks at temperature 0 without penalties),
-        // read where this iteration wrote it.
         for (std::uint32_t j = 0; j < rows; j++) {
-            const int32_t t = _exchange.greedy_token(_job.slot, j, r.summarized, n_draw);
-            _job.draws.push_back(t);
-            it.seqs[j].tokens[0] = t;
+            _job.draws.push_back(next[j]);
+            it.seqs[j].tokens[0] = next[j];
             it.seqs[j].pos0++;
         }
     }
@@ -460,7 +478,7 @@ void gpu_actor::finish_step() {
                     .run_ms = _job.run_ms,
                     .segments = _job.res.segments,
                     .segments_replayed = _job.res.segments_replayed,
-                    .decode_steps = m.decode_steps,
+                    .decode_steps = _job.iterations,
                     .draws = std::move(_job.draws)};
         _replies.send(d);
         return;

@@ -120,8 +120,9 @@ private:
         step_fault fault;
         std::optional<error> err;
         step_result res;
-        double run_ms = 0;           // run_step's wall time (step_done::run_ms)
-        std::vector<int32_t> draws;  // a step of decode_steps > 1: step_done::draws
+        double run_ms = 0;             // run_step's wall time (step_done::run_ms)
+        std::vector<int32_t> draws;    // a step of decode_steps > 1: step_done::draws
+        std::uint32_t iterations = 1;  // and the iterations it ran (step_done::decode_steps)
         bool nan = false;
         std::string segment;
         std::unique_ptr<runner> built;
@@ -135,7 +136,7 @@ private:
     void run_job();   // worker thread
     void run_step_job();
     // A step of decode_steps > 1: its iterations back to back, each running the one before's
-    // greedy draws (worker thread).
+    // draws (step_draws; worker thread).
     void run_decode_steps();
     void run_kv_copy_job();
     void finish_build();

@@ -106,14 +106,19 @@ std::span<const std::uint32_t> logits_exchange::read_summary(std::uint32_t slot,
 
 std::int32_t logits_exchange::greedy_token(std::uint32_t slot, std::uint32_t r, bool summarized,
                                            std::uint32_t n_sample) const {
-    const auto row = read_row(slot, r);
+    return greedy_of(read_row(slot, r),
+                     summarized ? read_summary(slot, r) : std::span<const std::uint32_t>(),
+                     n_sample);
+}
+
+std::int32_t logits_exchange::greedy_of(std::span<const float> row,
+                                        std::span<const std::uint32_t> summary,
+                                        std::uint32_t n_sample) {
     const std::size_t n = std::min<std::size_t>(row.size(), std::max<std::uint32_t>(n_sample, 1));
-    if (summarized) {
-        // A summary whose best id is outside the row's ids is not trusted: the row decides.
-        const auto s = read_summary(slot, r);
-        if (s[summary_count_word] > 0 && s[summary_best_word] < n) {
-            return static_cast<std::int32_t>(s[summary_best_word]);
-        }
+    // A summary whose best id is outside the row's ids is not trusted: the row decides.
+    if (summary.size() > summary_best_word && summary[summary_count_word] > 0 &&
+        summary[summary_best_word] < n) {
+        return static_cast<std::int32_t>(summary[summary_best_word]);
     }
     std::size_t best = 0;
     for (std::size_t i = 1; i < n; i++) {

@@ -65,6 +65,9 @@ public:
     // (step_done::summarized; the step's sample_vocab was n_sample), else a pass over the row.
     std::int32_t greedy_token(std::uint32_t slot, std::uint32_t r, bool summarized,
                               std::uint32_t n_sample) const;
+    // The same for a row and its summary (empty: none) wherever they are.
+    static std::int32_t greedy_of(std::span<const float> row,
+                                  std::span<const std::uint32_t> summary, std::uint32_t n_sample);
     // The whole logits region of `slot` (rows_max x n_vocab floats, padded to region_align), held
     // or not: for the writer's device to import once (the rows are still only touched as above).
     std::span<float> logits_region(std::uint32_t slot);

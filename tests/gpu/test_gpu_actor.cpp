@@ -24,7 +24,10 @@
 // builds and steps still run, on the actor's own job thread; (14) a step of several decode
 // iterations gives, with and without row summaries, the rows and draws of steps of one fed their
 // greedy tokens, one that cannot run so is refused gpu_bad_step, a step_delay delays each of its
-// iterations and a nan fault fails it whole.
+// iterations and a nan fault fails it whole; (15) sampled sequences in such a step run the
+// tokens a copy of their sampler draws from each row, or from its summary alone with row
+// summaries (where that cannot settle a draw the step ends there, and no earlier), and a draw no
+// sampler can make is refused gpu_bad_step.
 #include <gtest/gtest.h>
 #include <uv.h>
 
@@ -40,6 +43,7 @@
 
 #include "gpu/client/gpu_client.hpp"
 #include "gpu_fixture.hpp"
+#include "scheduler/sampling.hpp"
 #include "test_runner_support.hpp"
 
 namespace ordo::gpu::testing {
@@ -209,7 +213,8 @@ std::optional<decode_steps_result> run_decode_steps(gpu_session& s, const step& 
     EXPECT_TRUE(done) << "got " << reply_name(*reply);
     if (!done) return std::nullopt;
     decode_steps_result r{*done, {}, {}};
-    const std::uint32_t k = m.decode_steps;
+    const std::uint32_t k = done->decode_steps;  // the iterations that ran
+    EXPECT_LE(k, m.decode_steps);
     for (std::uint32_t i = 0; i < k; i++) {
         const std::uint32_t at = decode_row(i, k, 1, 0);
         const bool logits = i + 1 == k || !done->summarized;
@@ -317,6 +322,114 @@ TEST(GpuActor, DecodeStepsRunTheGreedyDrawsAsStepsOfOneWould) {
         auto f = s->run(faulted, logits, reply_ms);
         ASSERT_FALSE(f.ok());
         EXPECT_EQ(f.err().code, "gpu_nan");
+        ASSERT_TRUE(s->stop().ok());
+    }
+}
+
+// A step of several decode iterations whose sequences sample (step_seq::draw: a copy of each
+// request's sampler): each iteration's rows are those of steps of one fed the tokens the
+// request's sampler draws from what the scheduler keeps (the row, or the summary alone with
+// row summaries), the draws are those tokens, and the step ends at the first iteration whose
+// draw its summary alone does not settle (never earlier, never later). A draw no sampler can
+// make is refused gpu_bad_step.
+TEST(GpuActor, DecodeStepsRunTheSampledDrawsTheSamplerWould) {
+    ORDO_REQUIRE_GPU();
+    struct filters {
+        float temperature;
+        std::int32_t top_k;
+    };
+    for (bool summaries : {false, true}) {
+        auto o = actor_options(2);
+        o.runner.row_summaries = summaries;
+        auto s = start(o);
+        ASSERT_TRUE(s);
+        const std::uint32_t n_vocab = s->n_vocab();
+        auto tokens = test_tokens(11, n_vocab, 5);
+        std::vector<float> logits;
+        ASSERT_TRUE(s->run(make_step(1, step_phase::prefill, {make_seq(1, tokens, 0, {2, 3, 4})}),
+                           logits, reply_ms)
+                        .ok());
+        const auto first = std::int32_t(argmax(logits.data(), n_vocab));
+        ASSERT_TRUE(s->run(make_step(2, step_phase::prefill, {make_seq(2, tokens, 0, {5, 6, 7})}),
+                           logits, reply_ms)
+                        .ok());
+        std::uint64_t id = 100;
+        // top_k 40 is always settled by a summary's 64 candidates; temperature 8 spreads the
+        // mass over the whole vocabulary, so a summary alone leaves most draws in the tail.
+        for (filters f : {filters{1.0f, 40}, filters{8.0f, 0}}) {
+            SCOPED_TRACE(std::string(summaries ? "summaries" : "rows") + ", temperature " +
+                         std::to_string(f.temperature));
+            sched::sampling_params p;
+            p.temperature = f.temperature;
+            p.top_k = f.top_k;
+            p.seed = 7;
+            auto want = sched::sampler::create(p);
+            ASSERT_TRUE(want.ok());
+            const auto state = want->rng_state();
+            step many = make_step(id++, step_phase::decode, {make_seq(1, {first}, 11, {2, 3, 4})});
+            many.seqs[0].temperature = f.temperature;
+            many.seqs[0].draw = {f.temperature, f.top_k, 1.0f, 0.0f, {state.begin(), state.end()}};
+            many.decode_steps = 5;
+            auto got = run_decode_steps(*s, many);
+            ASSERT_TRUE(got);
+            const std::uint32_t ran = got->done.decode_steps;
+            ASSERT_GE(ran, 1u);
+            ASSERT_EQ(got->done.draws.size(), ran - 1);
+            if (!summaries || f.top_k > 0) EXPECT_EQ(ran, 5u) << "every draw is settled";
+            // Sequence 2: the same as steps of one, fed the request's own draws.
+            std::int32_t t = first;
+            for (std::uint32_t i = 0; i < ran; i++) {
+                SCOPED_TRACE("iteration " + std::to_string(i));
+                step one =
+                    make_step(id++, step_phase::decode, {make_seq(2, {t}, 11 + i, {5, 6, 7})});
+                one.seqs[0].temperature = f.temperature;
+                ASSERT_TRUE(s->actor().tell(one).ok());
+                auto done = s->replies().next_as<step_done>(reply_ms);
+                ASSERT_TRUE(done);
+                auto row = s->exchange().read_row(done->slot, 0);
+                auto words = s->exchange().read_summary(done->slot, 0);
+                if (!got->logits[i].empty()) {
+                    EXPECT_EQ(got->logits[i], std::vector<float>(row.begin(), row.end()));
+                }
+                if (summaries) {
+                    EXPECT_EQ(got->summaries[i],
+                              std::vector<std::uint32_t>(words.begin(), words.end()));
+                }
+                if (i + 1 < ran) {
+                    std::int32_t drawn = -1;
+                    if (summaries) {
+                        auto sum = sched::read_summary(words, n_vocab, f.temperature);
+                        ASSERT_TRUE(sum.ok());
+                        auto d = want->sample_summarized(*sum, n_vocab);
+                        ASSERT_TRUE(d) << "the step ran past a draw its summary did not settle";
+                        drawn = d->token;
+                    } else {
+                        auto d = want->sample(row.first(n_vocab), {});
+                        ASSERT_TRUE(d.ok());
+                        drawn = d->token;
+                    }
+                    EXPECT_EQ(got->done.draws[i], drawn);
+                    t = drawn;
+                } else if (ran < 5) {
+                    auto sum = sched::read_summary(words, n_vocab, f.temperature);
+                    ASSERT_TRUE(sum.ok());
+                    EXPECT_FALSE(want->sample_summarized(*sum, n_vocab))
+                        << "the step ended at a draw its summary settles";
+                }
+                s->exchange().release(done->slot);
+            }
+            if (summaries && f.top_k == 0) {
+                EXPECT_LT(ran, 5u) << "no draw fell past the candidates: the test sees no end";
+            }
+        }
+        // A draw no sampler can make: a generator state of three words.
+        step bad = make_step(id++, step_phase::decode, {make_seq(1, {first}, 11, {2, 3, 4})});
+        bad.seqs[0].draw = {1.0f, 0, 1.0f, 0.0f, {1, 2, 3}};
+        bad.decode_steps = 2;
+        auto r = s->run(bad, logits, reply_ms);
+        ASSERT_FALSE(r.ok());
+        EXPECT_EQ(r.err().code, "gpu_bad_step");
+        EXPECT_NE(r.err().message.find("sequence 1's draw"), std::string::npos) << r.err().message;
         ASSERT_TRUE(s->stop().ok());
     }
 }

@@ -13,8 +13,9 @@
 // whole-row ones; the summary settles the common cases (summary_draws counts them), and a mask,
 // a summary for another temperature, or a filter that reaches past the candidates take the
 // whole-row path, whose tokens are then exactly those of a sampler given no summary; a seed
-// fixes the tokens; read_summary refuses words that are not a summary; greedy_of (a summary
-// alone, for plain greedy requests) reports exactly what sample() does with the row.
+// fixes the tokens; read_summary refuses words that are not a summary; sample_summarized (a
+// summary alone, for requests without penalties) draws and reports exactly what sample() does
+// with the row, or nothing where that draw reads the row; resume continues another's draws.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -129,48 +130,106 @@ TEST(sampling_summary, greedy_with_a_summary_is_greedy_over_the_row) {
 }
 
 // A step of several decode iterations (gpu::step::decode_steps) hands back the earlier
-// iterations' rows as summaries alone: greedy_of must be, bit for bit, what sample() reports
-// with the whole row and the summary, for every request plain_greedy() admits (whatever its
-// history), and plain_greedy() must refuse every request whose draw depends on more.
-TEST(sampling_summary, greedy_of_a_summary_alone_is_samples_draw_bit_for_bit) {
-    for (uint64_t seed = 1; seed <= 20; seed++) {
-        const size_t n = seed % 2 ? 300 : 32000;
-        auto logits = random_logits(n, seed, 6.0f);
-        if (seed % 4 == 0) logits[n - 1] = logits[n / 3] = 50.0f;  // a tie: the lower id wins
-        const auto sum = summarize(logits, 0.0f);
-        const std::vector<int32_t> recent = {int32_t(n - 1), 7, 7, sum.ids[0]};
-        for (uint32_t logprobs : {0u, 3u}) {
+// iterations' rows as summaries alone: sample_summarized must be, bit for bit, what sample()
+// draws and reports with the whole row and the summary whenever it draws (for every request
+// draws_ahead() admits: no penalty applies), and draw nothing, its generator untouched, exactly
+// where that draw needs the row; draws_ahead() must refuse every request whose draw depends on
+// its history. A sampler resumed from another's generator state draws what that one would.
+TEST(sampling_summary, a_summary_alone_draws_what_sample_draws_with_the_row_or_nothing) {
+    struct config {
+        float temperature;
+        int32_t top_k;
+        float top_p, min_p;
+        bool settled;  // the summary alone settles every draw
+    };
+    const config configs[] = {{0.0f, 0, 1.0f, 0.0f, true},   {0.8f, 40, 1.0f, 0.0f, true},
+                              {1.3f, 5, 0.5f, 0.0f, true},   {1.0f, 64, 0.9f, 0.1f, true},
+                              {1.0f, 0, 1.0f, 0.0f, false},  {0.7f, 0, 1.0f, 0.0f, false},
+                              {1.0f, 0, 0.95f, 0.0f, false}, {0.9f, 0, 1.0f, 0.02f, false}};
+    uint64_t unsettled = 0, settled_draws = 0;
+    for (const config& c : configs) {
+        for (uint64_t seed = 1; seed <= 12; seed++) {
+            SCOPED_TRACE("temperature " + std::to_string(c.temperature) + " top_k " +
+                         std::to_string(c.top_k) + " seed " + std::to_string(seed));
+            const size_t n = seed % 2 ? 300 : 32000;
             sampling_params p;
-            p.temperature = 0.0f;
-            p.logprobs = logprobs;
-            p.repeat_penalty = seed % 3 == 0 ? 1.5f : 1.0f;
-            p.repeat_last_n = seed % 3 == 0 ? 0 : 64;  // a penalty over no window: none
+            p.temperature = c.temperature, p.top_k = c.top_k, p.top_p = c.top_p, p.min_p = c.min_p;
+            p.seed = seed;
+            p.logprobs = seed % 3 == 0 ? 3 : 0;
+            p.repeat_penalty = seed % 4 == 0 ? 1.5f : 1.0f;
+            p.repeat_last_n = seed % 4 == 0 ? 0 : 64;  // a penalty over no window: none
             sampler a = make(p), b = make(p);
-            ASSERT_TRUE(a.plain_greedy());
-            const sampled got = a.greedy_of(sum);
-            const sampled want = draw(b, logits, recent, &sum);
-            SCOPED_TRACE("seed " + std::to_string(seed));
-            EXPECT_EQ(got.token, want.token);
-            EXPECT_EQ(std::bit_cast<uint32_t>(got.logprob), std::bit_cast<uint32_t>(want.logprob));
-            ASSERT_EQ(got.top_count, want.top_count);
-            for (uint32_t i = 0; i < got.top_count; i++) {
-                EXPECT_EQ(got.top[i].token, want.top[i].token);
-                EXPECT_EQ(got.top[i].logprob, want.top[i].logprob);
+            ASSERT_TRUE(a.draws_ahead());
+            for (uint32_t step = 0; step < 6; step++) {
+                // Peaked rows (spread 12) put most of the mass on the candidates, flat ones (2)
+                // leave much of it in the tail.
+                auto logits = random_logits(n, seed * 100 + step, step % 2 ? 12.0f : 2.0f);
+                if (step == 2) logits[n - 1] = logits[n / 3] = 60.0f;  // a tie: the lower id wins
+                const auto sum = summarize(logits, c.temperature);
+                const auto before = a.rng_state();
+                const std::optional<sampled> got = a.sample_summarized(sum, uint32_t(n));
+                const sampled want = draw(b, logits, {}, &sum);
+                if (!got) {
+                    EXPECT_FALSE(c.settled);
+                    EXPECT_EQ(a.rng_state(), before) << "the generator is untouched";
+                    unsettled++;
+                    // The row's draw read the tail: a summary-settled draw never does so.
+                    a = *sampler::resume(p, b.rng_state());
+                    continue;
+                }
+                settled_draws++;
+                EXPECT_EQ(got->token, want.token);
+                EXPECT_EQ(std::bit_cast<uint32_t>(got->logprob),
+                          std::bit_cast<uint32_t>(want.logprob));
+                ASSERT_EQ(got->top_count, want.top_count);
+                for (uint32_t i = 0; i < got->top_count; i++) {
+                    EXPECT_EQ(got->top[i].token, want.top[i].token);
+                    EXPECT_EQ(got->top[i].logprob, want.top[i].logprob);
+                }
+                EXPECT_EQ(a.rng_state(), b.rng_state());
             }
-            EXPECT_EQ(a.summary_draws(), 1u);
         }
+    }
+    EXPECT_GT(unsettled, 0u) << "no draw needed the row: the test cannot see the refusal";
+    EXPECT_GT(settled_draws, 300u);
+    // A resumed sampler continues another's draws, by row and by summary (draw_ahead).
+    sampling_params p;
+    p.temperature = 0.9f, p.top_k = 20, p.seed = 77;
+    sampler a = make(p);
+    auto logits = random_logits(500, 5, 6.0f);
+    ASSERT_TRUE(a.sample(logits, {}).ok());
+    sampler b = *sampler::resume(p, a.rng_state());
+    const auto words = summary_words(summarize(logits, p.temperature));
+    for (int i = 0; i < 5; i++) {
+        sampler c = *sampler::resume(p, b.rng_state());
+        const int32_t by_row = b.draw_ahead(logits, {}, 500);
+        const int32_t by_summary = c.draw_ahead({}, words, 500);
+        EXPECT_EQ(by_row, a.sample(logits, {})->token);
+        EXPECT_GE(by_summary, 0);
+        EXPECT_EQ(b.rng_state(), c.rng_state()) << "one draw each";
     }
     const auto refused = [](auto set) {
         sampling_params p;
         p.temperature = 0.0f;
         set(p);
-        return !make(p).plain_greedy();
+        return !make(p).draws_ahead();
     };
-    EXPECT_TRUE(refused([](sampling_params& p) { p.temperature = 0.7f; }));
     EXPECT_TRUE(refused([](sampling_params& p) { p.repeat_penalty = 1.1f; }));
     EXPECT_TRUE(refused([](sampling_params& p) { p.presence_penalty = -0.5f; }));
     EXPECT_TRUE(refused([](sampling_params& p) { p.frequency_penalty = 0.5f; }));
+    EXPECT_FALSE(refused([](sampling_params& p) { p.temperature = 0.7f; }));
     EXPECT_FALSE(refused([](sampling_params& p) { p.top_k = 5, p.top_p = 0.5f, p.seed = 3; }));
+    // resume refuses what it cannot continue.
+    sampling_params penalised;
+    penalised.repeat_penalty = 1.2f;
+    const std::vector<uint64_t> state = {1, 2, 3, 4};
+    EXPECT_FALSE(sampler::resume(penalised, state).ok());
+    EXPECT_FALSE(sampler::resume(sampling_params{}, std::vector<uint64_t>{1, 2, 3}).ok());
+    EXPECT_FALSE(sampler::resume(sampling_params{}, std::vector<uint64_t>(4, 0)).ok());
+    sampling_params bad;
+    bad.top_p = 0.0f;
+    EXPECT_FALSE(sampler::resume(bad, state).ok());
+    EXPECT_TRUE(sampler::resume(sampling_params{}, state).ok());
 }
 
 TEST(sampling_summary, filters_draw_only_what_they_keep_at_the_softmax_frequencies) {

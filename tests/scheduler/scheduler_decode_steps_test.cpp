@@ -1,18 +1,21 @@
 // scheduler_decode_steps_test.cpp: steps of several decode iterations (core_options::decode_steps,
 // gpu::step::decode_steps), the harness running each iteration on the CPU reference and handing
-// each row's greedy draw to the next iteration as the gpu actor does (gpu_actor::
-// run_decode_steps), the rows at gpu::decode_row.
+// each row's draw (gpu::step_draws: greedy's, or a copy of the request's sampler's) to the next
+// iteration as the gpu actor does (gpu_actor::run_decode_steps), the rows at gpu::decode_row.
 //
 // Checks: greedy requests, alone and batched with different max_tokens, give the reference
 // generator's tokens and the same streamed events as one iteration a step, in fewer steps
 // (decode_iterations_ahead counts the iterations run ahead); no iteration runs past max_tokens
-// (a request of 6 tokens runs steps of 1, 4 and 1 iterations); a request that samples keeps
-// its steps to one iteration, with its one-iteration output; nothing runs ahead while a request
-// waits in the queue; end of generation and a stop string inside such a step end the request
-// at that token, with every block freed; a cancel that arrives during one is applied at its
-// first iteration; a failed one is retried with the same output; a device whose draw is not the
-// sampler's ends that request with error internal and leaves the other's output alone.
-// Invariants are checked after every message (the harness).
+// (a request of 6 tokens runs steps of 1, 4 and 1 iterations); sampled requests (no penalty)
+// run ahead too, the gpu actor's copy of each sampler drawing between iterations, with the
+// output and events of one iteration a step, rows summarized or not (a draw the summary alone
+// cannot settle ends its step early); a request with a penalty runs one iteration a step, with
+// its one-iteration output; nothing runs ahead while a request waits in the queue; end of
+// generation and a stop string inside such a step end the request at that token, with every block
+// freed; a cancel that arrives during one is applied at its first iteration; a failed one is
+// retried with the same output; a device whose draw is not the sampler's ends that request with
+// error internal and leaves the other's output alone. Invariants are checked after every message
+// (the harness).
 
 #include "tests/scheduler/scheduler_harness.hpp"
 
@@ -46,6 +49,22 @@ void generate_with_stop(harness& h, uint64_t id, const std::string& prompt, uint
     pk.pack("prompt"), pk.pack(prompt), pk.pack("max_tokens"), pk.pack(max_tokens);
     pk.pack("temperature"), pk.pack(0), pk.pack("stream"), pk.pack(true);
     pk.pack("stop"), pk.pack(std::vector<std::string>{stop});
+    h.request(1, id, "generate", std::move(b));
+}
+
+// A streamed generate with sampling parameters (the harness's generate has temperature and
+// seed only).
+void generate_sampled(harness& h, uint64_t id, const std::string& prompt, uint32_t max_tokens,
+                      double temperature, uint64_t seed, int32_t top_k, double top_p,
+                      double repeat_penalty) {
+    msgpack::sbuffer b;
+    msgpack::packer<msgpack::sbuffer> pk(b);
+    pk.pack_map(10);
+    pk.pack("id"), pk.pack(id), pk.pack("op"), pk.pack("generate");
+    pk.pack("prompt"), pk.pack(prompt), pk.pack("max_tokens"), pk.pack(max_tokens);
+    pk.pack("temperature"), pk.pack(temperature), pk.pack("seed"), pk.pack(seed);
+    pk.pack("top_k"), pk.pack(top_k), pk.pack("top_p"), pk.pack(top_p);
+    pk.pack("repeat_penalty"), pk.pack(repeat_penalty), pk.pack("stream"), pk.pack(true);
     h.request(1, id, "generate", std::move(b));
 }
 
@@ -98,16 +117,87 @@ TEST(scheduler_decode_steps, no_iteration_runs_past_max_tokens) {
     h.expect_idle();
 }
 
-TEST(scheduler_decode_steps, a_sampled_request_runs_one_iteration_a_step) {
+// Sampled requests (no penalty) batched with a greedy one, the rows with and without their
+// summaries: the gpu actor's draws between iterations (gpu::step_draws, a copy of each
+// request's sampler) give every request the tokens, texts and streamed events of one iteration a
+// step, with the same summaries setting (a sampler draws differently with and without them).
+// With summaries, a plain-temperature draw the summary alone cannot settle ends its step early.
+TEST(scheduler_decode_steps, sampled_tokens_and_events_equal_one_iteration_a_step) {
+    struct request {
+        uint64_t id;
+        uint32_t max_tokens;
+        double temperature;
+        int32_t top_k;
+        double top_p;
+    };
+    const request requests[] = {
+        {1, 14, 0.8, 0, 1.0}, {2, 11, 1.0, 40, 1.0}, {3, 16, 0.0, 0, 1.0}, {4, 13, 1.5, 0, 0.9}};
+    for (bool summaries : {false, true}) {
+        SCOPED_TRACE(summaries ? "summaries" : "rows");
+        harness one;
+        harness many(with_decode_steps(4));
+        one.summarize_rows = many.summarize_rows = summaries;
+        for (const request& q : requests) {
+            for (harness* h : {&one, &many}) {
+                generate_sampled(*h, q.id, prompts[q.id], q.max_tokens, q.temperature, q.id + 10,
+                                 q.top_k, q.top_p, 1.0);
+            }
+        }
+        one.run([&](const gpu::step& s) { EXPECT_EQ(s.decode_steps, 1u); });
+        uint64_t ahead = 0, steps_many = 0;
+        many.run([&](const gpu::step& s) {
+            steps_many++;
+            ahead += s.decode_steps - 1;
+        });
+        for (const request& q : requests) {
+            const event* a = one.terminal(1, q.id);
+            const event* b = many.terminal(1, q.id);
+            ASSERT_NE(a, nullptr);
+            ASSERT_NE(b, nullptr);
+            EXPECT_EQ(b->str("event"), "done") << b->str("message");
+            EXPECT_EQ(b->tokens(), a->tokens()) << q.id;
+            EXPECT_EQ(b->str("text"), a->str("text")) << q.id;
+            EXPECT_EQ(streamed_texts(many, q.id), streamed_texts(one, q.id)) << q.id;
+        }
+        const auto& c = many.core->counters();
+        EXPECT_GT(c.decode_iterations_ahead, 0u);
+        EXPECT_LE(c.decode_iterations_ahead, ahead) << "no more ran than were planned";
+        EXPECT_EQ(c.tokens_generated, one.core->counters().tokens_generated);
+        if (summaries) {
+            // The plain-temperature requests draw past the candidates now and then: those
+            // steps end early, and only the iterations that ran are counted.
+            EXPECT_GT(c.decode_steps_ended_early, 0u);
+            EXPECT_LT(c.decode_iterations_ahead, ahead);
+            EXPECT_GT(c.candidate_draws, 0u);
+        } else {
+            EXPECT_EQ(c.decode_steps_ended_early, 0u) << "a whole row settles every draw";
+            EXPECT_EQ(c.decode_iterations_ahead, ahead);
+        }
+        many.expect_idle();
+    }
+}
+
+// A penalty draws from the request's history, which a copy of its sampler does not have: such
+// a request never runs ahead, alone or beside requests that could, and keeps its output.
+TEST(scheduler_decode_steps, a_request_with_a_penalty_runs_one_iteration_a_step) {
     harness h(with_decode_steps(4));
-    h.generate(1, 1, prompts[1], 12, 0.8, 1);
+    generate_sampled(h, 1, prompts[1], 12, 0.8, 1, 0, 1.0, 1.3);
+    h.generate(1, 2, prompts[2], 12);
     h.run([&](const gpu::step& s) { EXPECT_EQ(s.decode_steps, 1u); });
     harness alone;
-    alone.generate(1, 1, prompts[1], 12, 0.8, 1);
+    generate_sampled(alone, 1, prompts[1], 12, 0.8, 1, 0, 1.0, 1.3);
     alone.run();
     ASSERT_NE(h.terminal(1, 1), nullptr);
     EXPECT_EQ(h.terminal(1, 1)->tokens(), alone.terminal(1, 1)->tokens());
+    EXPECT_EQ(h.terminal(1, 2)->tokens(), reference_greedy(prompts[2], 12));
     EXPECT_EQ(h.core->counters().decode_iterations_ahead, 0u);
+    // Once the penalised request has ended, the greedy one runs ahead alone.
+    harness g(with_decode_steps(4));
+    generate_sampled(g, 1, prompts[1], 3, 0.8, 1, 0, 1.0, 1.3);
+    g.generate(1, 2, prompts[2], 14);
+    g.run();
+    EXPECT_GT(g.core->counters().decode_iterations_ahead, 0u);
+    EXPECT_EQ(g.terminal(1, 2)->tokens(), reference_greedy(prompts[2], 14));
 }
 
 TEST(scheduler_decode_steps, nothing_runs_ahead_while_a_request_waits) {

@@ -12,6 +12,7 @@
 #include <map>
 #include <set>
 
+#include "gpu/actor/step_draws.hpp"
 #include "model/gguf.hpp"
 #include "model/reference.hpp"
 #include "model/synth.hpp"
@@ -254,9 +255,13 @@ public:
                 }
             } else {
                 gpu::step_done d = execute(*s);
+                scheduler_core::summary_reader sums;
+                if (d.summarized) {
+                    sums = [&](uint32_t r) { return std::span<const uint32_t>(summaries[r]); };
+                }
                 core->on_step_done(
                     d, [&](uint32_t r) { return std::span<const float>(rows[r]); },
-                    [&](uint32_t r) { return std::span<const float>(hidden[r]); }, out);
+                    [&](uint32_t r) { return std::span<const float>(hidden[r]); }, out, sums);
             }
             collect(out);
         }
@@ -385,35 +390,56 @@ private:
     uint32_t block_tokens() const { return 8; }
 
     // A step of several decode iterations as the gpu actor runs it (gpu_actor::run_decode_steps):
-    // each iteration a step of its own, its rows moved to gpu::decode_row, each row's greedy
-    // draw (the lowest id of its largest logit) the next iteration's token at the next position.
+    // each iteration a step of its own, each row's draw (gpu::step_draws, the actor's own: greedy,
+    // or a copy of the request's sampler from the row or, with summarize_rows, its summary
+    // alone) the next iteration's token at the next position, ending early where a draw is not
+    // settled; the rows moved to gpu::decode_row (of the earlier iterations, only the summaries
+    // where there are some).
     gpu::step_done execute(const gpu::step& s) {
         if (s.decode_steps <= 1) return execute_one(s);
         const uint32_t k = s.decode_steps;
         const auto n = uint32_t(s.seqs.size());
+        auto draws = gpu::step_draws::create(s, s.sample_vocab);
+        EXPECT_TRUE(draws.ok()) << (draws.ok() ? "" : draws.err().message);
+        if (!draws) return execute_one(s);
         gpu::step it = s;
         it.decode_steps = 1;
         gpu::step_done d;
         std::vector<std::vector<float>> placed(size_t(k) * n);
+        std::vector<std::vector<uint32_t>> placed_summaries(size_t(k) * n);
+        std::vector<int32_t> next(n);
+        uint32_t ran = 0;
         for (uint32_t i = 0; i < k; i++) {
             gpu::step_done one = execute_one(it);
             EXPECT_EQ(one.rows.size(), n);
             if (i == 0) d = one;
-            for (uint32_t j = 0; j < n && j < rows.size(); j++) {
-                placed[gpu::decode_row(i, k, n, j)] = rows[j];
+            ran = i + 1;
+            bool settled = i + 1 < k;
+            for (uint32_t j = 0; settled && j < n && j < rows.size(); j++) {
+                next[j] = draws->next(j, rows[j],
+                                      one.summarized ? std::span<const uint32_t>(summaries[j])
+                                                     : std::span<const uint32_t>());
+                settled = next[j] >= 0;
             }
-            if (i + 1 == k) break;
+            // Where this iteration's rows go: after the last's, unless it is the last.
+            const uint32_t iterations = settled ? k : i + 1;
             for (uint32_t j = 0; j < n && j < rows.size(); j++) {
-                auto t =
-                    int32_t(std::max_element(rows[j].begin(), rows[j].end()) - rows[j].begin());
+                const uint32_t at = gpu::decode_row(i, iterations, n, j);
+                if (!one.summarized || at < n) placed[at] = rows[j];
+                if (one.summarized) placed_summaries[at] = summaries[j];
+            }
+            if (!settled) break;
+            for (uint32_t j = 0; j < n; j++) {
+                int32_t t = next[j];
                 if (tamper_draw) t = tamper_draw(it.seqs[j].seq_id, i, t);
                 d.draws.push_back(t);
                 it.seqs[j].tokens[0] = t;
                 it.seqs[j].pos0++;
             }
         }
-        d.decode_steps = k;
+        d.decode_steps = ran;
         rows = std::move(placed);
+        summaries = std::move(placed_summaries);
         return d;
     }
 
@@ -421,6 +447,9 @@ public:
     // Changes the draw a decode iteration hands to the next one (sequence, iteration, draw):
     // a device that draws wrong.
     std::function<int32_t(uint64_t, uint32_t, int32_t)> tamper_draw;
+    // Steps come back with their rows' summaries (summarize(): the GPU kernel's host twin), as
+    // on a GPU; a step of several decode iterations then keeps only the earlier ones' summaries.
+    bool summarize_rows = false;
 
 private:
     // Emulates the paged KV pool faithfully enough to catch sharing mistakes: each block slot
@@ -431,7 +460,9 @@ private:
         gpu::step_done d;
         d.step_id = s.step_id;
         d.n_vocab = uint32_t(shared_model().tok->vocab().size());
+        d.summarized = summarize_rows;
         rows.clear();
+        summaries.clear();
         hidden.clear();
         for (const auto& q : s.seqs) {
             std::vector<int32_t> prefix;
@@ -477,6 +508,9 @@ private:
             for (size_t i = q.tokens.size() - q.logits_rows; i < q.tokens.size(); i++) {
                 d.rows.push_back(q.seq_id);
                 rows.push_back(logits[i]);
+                if (summarize_rows) {
+                    summaries.push_back(summary_words(summarize(logits[i], q.temperature)));
+                }
             }
             if (q.hidden != gpu::hidden_output::none) {
                 d.hidden_rows.push_back(q.seq_id);
@@ -510,7 +544,8 @@ private:
     std::map<uint64_t, seq_state> states;
     std::map<uint32_t, std::vector<int32_t>> pool;  // block id -> token per slot
     std::vector<std::vector<float>> rows;
-    std::vector<std::vector<float>> hidden;  // the last step's hidden rows
+    std::vector<std::vector<uint32_t>> summaries;  // with summarize_rows: each row's
+    std::vector<std::vector<float>> hidden;        // the last step's hidden rows
 };
 
 // What the reference generator gives for a prompt alone (greedy).
