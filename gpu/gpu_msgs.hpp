@@ -96,10 +96,21 @@ struct step {
     // iteration i (step_seq::draw: greedy's token, or its sampler's) at the next position,
     // without the host in between; the block tables cover every iteration's positions. The step
     // ends early, after iteration i, when a sampled draw from iteration i needs the row that
-    // only its summary will stand for. step_done says how many ran, what was drawn (draws) and
-    // where each iteration's rows are (decode_row).
+    // only its summary will stand for, or when end_decode_steps asks. step_done says how many ran,
+    // what was drawn (draws) and where each iteration's rows are (decode_row).
     uint32_t decode_steps = 1;
     MSGPACK_DEFINE_MAP(step_id, phase, seqs, sample_vocab, decode_steps);
+};
+
+// scheduler → gpu: end step `step_id`, a step of several decode iterations, after the iteration
+// that runs when this arrives (or after its first, if it has not begun): a request arrived that
+// could be admitted, or one of its requests was cancelled, and its later iterations would keep
+// them waiting. step_done then says how many ran (step_done::decode_steps). Best effort (tell):
+// one refused costs only the wait it would have saved; a step done or of one iteration ignores it.
+struct end_decode_steps {
+    static constexpr const char* msg_name = "end_decode_steps";
+    uint64_t step_id = 0;
+    MSGPACK_DEFINE_MAP(step_id);
 };
 
 // Where row r (of `rows`, one per sequence, in step_done::rows order) of decode iteration
@@ -198,11 +209,11 @@ struct step_done {
     // runner's stream kept from an earlier step (stream.hpp "Replay"): not recorded again.
     uint32_t segments = 0, segments_replayed = 0;
     // A step of decode_steps > 1: the iterations that ran (1..step::decode_steps; fewer when a
-    // draw ended it early) and the tokens the gpu drew and ran, iteration-major (iteration i's
-    // draw for row r at i x rows.size() + r, for i < decode_steps - 1: what iteration i + 1
-    // ran). Each iteration's rows are at decode_row(i, decode_steps, ...); with `summarized`,
-    // the earlier iterations' rows hold only their summaries (the logits rows are the last
-    // iteration's alone), without it their logits rows.
+    // draw or end_decode_steps ended it early) and the tokens the gpu drew and ran, iteration-major
+    // (iteration i's draw for row r at i x rows.size() + r, for i < decode_steps - 1: what
+    // iteration i + 1 ran). Each iteration's rows are at decode_row(i, decode_steps, ...); with
+    // `summarized`, the earlier iterations' rows hold only their summaries (the logits rows are the
+    // last iteration's alone), without it their logits rows.
     uint32_t decode_steps = 1;
     std::vector<int32_t> draws;
     MSGPACK_DEFINE_MAP(step_id, slot, rows, n_vocab, gpu_ms, hidden_rows, summarized, run_ms,

@@ -540,11 +540,23 @@ void scheduler_actor::after(std::vector<outgoing_event>& out) {
         }
     }
     send_net_faults();
+    send_decode_steps_end();
     pump();
     send_kv_requests();  // planning asks the kv actor for disk lookups
     send_net_faults();   // a planned step may bring a request to a faulted phase
     arm_restore_timer();
     check_drained();
+}
+
+// A step of several decode iterations that would keep a request waiting ends after the
+// iteration running. Best effort: refused, the step runs its iterations and the request waits
+// for them, as it would have without the message.
+void scheduler_actor::send_decode_steps_end() {
+    if (auto id = _core.take_decode_steps_end()) {
+        if (auto st = _to_gpu.tell(gpu::end_decode_steps{*id}); !st.ok()) {
+            log().warn("end_decode_steps for step {} not delivered: {}", *id, st.err().message);
+        }
+    }
 }
 
 void scheduler_actor::arm_restore_timer() {

@@ -50,7 +50,7 @@ class scheduler_actor final
 public:
     // What the scheduler sends each front door (door/door_msgs.hpp scheduler_events).
     using net_outbox = actors::outbox_for<door::scheduler_events>;
-    using gpu_outbox = actors::outbox<gpu::step, gpu::inject_fault>;
+    using gpu_outbox = actors::outbox<gpu::step, gpu::inject_fault, gpu::end_decode_steps>;
     using kv_outbox = actors::outbox<kv::kv_lookup, kv::kv_restore, kv::kv_release, kv::kv_save,
                                      kv::kv_invalidate, kv::kv_session_delete, kv::kv_fault>;
     using draft_outbox =
@@ -193,6 +193,8 @@ private:
     void kv_gave_up(const kv_delivery::message& m, const actors::refusal& why);
     void send_kv_requests();
     void send_net_faults();
+    // Asks the gpu actor to end the step in flight early (scheduler_core::take_decode_steps_end).
+    void send_decode_steps_end();
 
     // How arm_fault ended: armed, with what was armed in words (`text`, may be empty), or
     // refused, with the error the `fault` op answers (`code`, and why in `text`).

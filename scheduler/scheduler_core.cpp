@@ -333,6 +333,7 @@ void scheduler_core::on_stats(const stats_query& m, std::vector<outgoing_event>&
                    {"candidate_draws", k.candidate_draws},
                    {"decode_iterations_ahead", k.decode_iterations_ahead},
                    {"decode_steps_ended_early", k.decode_steps_ended_early},
+                   {"decode_steps_ends_asked", k.decode_steps_ends_asked},
                    {"prompt_tokens", k.prompt_tokens},
                    {"cached_tokens", k.cached_tokens},
                    {"cancels", k.cancels},

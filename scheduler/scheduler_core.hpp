@@ -142,9 +142,13 @@ struct scheduler_counters {
     // Decode iterations the GPU ran behind another in the same step (gpu::step::decode_steps:
     // a step of k iterations counts k - 1), without the host in between.
     uint64_t decode_iterations_ahead = 0;
-    // Steps of several decode iterations the gpu actor ended before the last one because a
-    // sampled draw needed a row of which only the summary is kept (gpu::step_draws).
+    // Steps of several decode iterations the gpu actor ended before the last one: a sampled
+    // draw needed a row of which only the summary is kept (gpu::step_draws), or the scheduler
+    // asked (gpu::end_decode_steps).
     uint64_t decode_steps_ended_early = 0;
+    // Of those, the steps the scheduler asked to end early (take_decode_steps_end) because a
+    // request arrived that could be admitted, or one of theirs was cancelled.
+    uint64_t decode_steps_ends_asked = 0;
     uint64_t prompt_tokens = 0;
     uint64_t cached_tokens = 0;
     uint64_t cancels = 0;
@@ -300,6 +304,11 @@ public:
         return std::exchange(_draft_out, {});
     }
     std::vector<uint64_t> take_draft_forgets() { return std::exchange(_draft_forget, {}); }
+    // The step in flight, once, when it runs several decode iterations (plan_decode_steps) whose
+    // later ones would keep someone waiting: a queued request a sequence is free for, or one of
+    // its requests cancelled. The actor asks the gpu actor to end it after the iteration that
+    // runs (gpu::end_decode_steps); taken after every input.
+    std::optional<uint64_t> take_decode_steps_end();
     uint64_t draft_round_in_flight() const { return _draft_round ? _draft_round->id : 0; }
     // Decisions worth a log line (a fallback, a draft fault fired), taken after every input
     // and every planned step.
@@ -405,6 +414,7 @@ private:
         std::vector<planned> seqs;
         bool isolated = false;
         uint32_t decode_steps = 1;  // gpu::step::decode_steps
+        bool end_asked = false;     // take_decode_steps_end() named it
         clock::time_point sent{};   // when next_step handed it out
     };
 

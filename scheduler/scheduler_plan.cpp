@@ -303,4 +303,19 @@ void scheduler_core::plan_decode_steps(gpu::step& s, in_flight_step& f) {
     s.decode_steps = f.decode_steps = uint32_t(k);
 }
 
+std::optional<uint64_t> scheduler_core::take_decode_steps_end() {
+    if (!_in_flight || _in_flight->decode_steps <= 1 || _in_flight->end_asked) return std::nullopt;
+    const bool admissible =
+        !_queue.empty() && _running.size() + _restoring.size() < _opt.max_sequences;
+    const bool cancelled =
+        std::any_of(_in_flight->seqs.begin(), _in_flight->seqs.end(), [&](const planned& p) {
+            const request_state* r = find(p.seq);
+            return r == nullptr || r->cancel_requested;
+        });
+    if (!admissible && !cancelled) return std::nullopt;
+    _in_flight->end_asked = true;
+    _counters.decode_steps_ends_asked++;
+    return _in_flight->step_id;
+}
+
 }  // namespace ordo::sched

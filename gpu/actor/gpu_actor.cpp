@@ -273,6 +273,9 @@ void gpu_actor::run_decode_steps() {
             break;
         }
         if (i + 1 == k) break;
+        // The scheduler asked to end the step here (a request waits for it): this iteration's
+        // rows stay where the last iteration's are.
+        if (_end_decode_steps_of.load(std::memory_order_acquire) == m.step_id) break;
         // Each row's draw for the next iteration, from what the scheduler keeps of this one; a
         // draw the summary alone does not settle ends the step here (this iteration's rows stay
         // where the last iteration's are, and the scheduler draws from the row).
@@ -647,6 +650,13 @@ void gpu_actor::on(const kv_copy_out& m) {
 }
 void gpu_actor::on(const kv_copy_in& m) {
     enqueue(kv_copy{m});
+}
+
+void gpu_actor::on(const end_decode_steps& m) {
+    // Read by the worker between the decode iterations of the step it names (run_decode_steps),
+    // whether that step runs now, waits in the queue or is done (then nothing reads it).
+    _end_decode_steps_of.store(m.step_id, std::memory_order_release);
+    _decode_steps_ends.fetch_add(1);
 }
 
 void gpu_actor::on(const reset_device& m) {

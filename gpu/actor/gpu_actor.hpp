@@ -78,8 +78,8 @@ struct gpu_actor_options {
     std::function<void(const step&)> on_step_begin;
 };
 
-class gpu_actor final
-    : public actors::actor<gpu_actor, step, inject_fault, reset_device, kv_copy_out, kv_copy_in> {
+class gpu_actor final : public actors::actor<gpu_actor, step, inject_fault, reset_device,
+                                             kv_copy_out, kv_copy_in, end_decode_steps> {
 public:
     // `exchange` must outlive the actor; its n_vocab must equal the model's and its rows_max
     // must be at least options.runner.rows_max (checked at build: device_unavailable if not).
@@ -96,10 +96,13 @@ public:
     void on(const kv_copy_in& m);
     void on(const inject_fault& m);
     void on(const reset_device& m);
+    void on(const end_decode_steps& m);
 
     // Replies given up by the delivery (for tests, after join()).
     std::uint64_t replies_undelivered() const { return _replies_undelivered; }
     std::uint64_t progress_refused() const { return _progress_refused.load(); }
+    // end_decode_steps messages taken (tests: the loop has seen one before a held step goes on).
+    std::uint64_t decode_steps_ends() const { return _decode_steps_ends.load(); }
 
 protected:
     void on_start() override;
@@ -178,6 +181,11 @@ private:
     std::uint64_t _steps = 0, _failures = 0, _recoveries = 0, _tokens = 0;
     // device_progress the receiver's mailbox refused (worker thread; read by tests).
     std::atomic<std::uint64_t> _progress_refused{0};
+    // The step end_decode_steps last named (loop thread writes, the worker reads between a
+    // step's decode iterations: step ids only grow, so an older one never matches), and how many
+    // such messages came.
+    std::atomic<std::uint64_t> _end_decode_steps_of{0};
+    std::atomic<std::uint64_t> _decode_steps_ends{0};
     double _busy_ms = 0.0;
 
     // Worker while _worker.busy(), loop thread otherwise.

@@ -27,7 +27,8 @@
 // iterations and a nan fault fails it whole; (15) sampled sequences in such a step run the
 // tokens a copy of their sampler draws from each row, or from its summary alone with row
 // summaries (where that cannot settle a draw the step ends there, and no earlier), and a draw no
-// sampler can make is refused gpu_bad_step.
+// sampler can make is refused gpu_bad_step; (16) end_decode_steps ends such a step after the
+// iteration that runs.
 #include <gtest/gtest.h>
 #include <uv.h>
 
@@ -196,6 +197,24 @@ TEST(GpuActor, PlannedFaultsFireOnTheirStepOrAreAnsweredWhenRefused) {
     ASSERT_TRUE(s->stop().ok());
 }
 
+// The same 11-token prompt (seeded by `seed`) prefilled in two sequences, 1 on blocks 2-4 and 2
+// on blocks 5-7 (steps 1 and 2): the first's greedy token, the one both decode from at 11.
+std::optional<std::int32_t> prefill_twins(gpu_session& s, std::uint32_t seed) {
+    const std::uint32_t n_vocab = s.n_vocab();
+    const auto tokens = test_tokens(11, n_vocab, seed);
+    std::vector<float> logits;
+    auto a = s.run(make_step(1, step_phase::prefill, {make_seq(1, tokens, 0, {2, 3, 4})}), logits,
+                   reply_ms);
+    EXPECT_TRUE(a.ok()) << (a.ok() ? "" : a.err().message);
+    if (!a) return std::nullopt;
+    const auto first = std::int32_t(argmax(logits.data(), n_vocab));
+    auto b = s.run(make_step(2, step_phase::prefill, {make_seq(2, tokens, 0, {5, 6, 7})}), logits,
+                   reply_ms);
+    EXPECT_TRUE(b.ok()) << (b.ok() ? "" : b.err().message);
+    if (!b) return std::nullopt;
+    return first;
+}
+
 // What a step of several decode iterations handed back: step_done, and each iteration's rows
 // (logits where the slot has them, summaries where the step summarized), read from the slot.
 struct decode_steps_result {
@@ -245,16 +264,11 @@ TEST(GpuActor, DecodeStepsRunTheGreedyDrawsAsStepsOfOneWould) {
         auto s = start(o);
         ASSERT_TRUE(s);
         const std::uint32_t n_vocab = s->n_vocab();
-        auto tokens = test_tokens(11, n_vocab, 4);
         std::vector<float> logits;
         // The same prompt in two sequences: 1 on blocks 2-4, 2 on blocks 5-7.
-        auto a = s->run(make_step(1, step_phase::prefill, {make_seq(1, tokens, 0, {2, 3, 4})}),
-                        logits, reply_ms);
-        ASSERT_TRUE(a.ok()) << a.err().message;
-        const auto first = std::int32_t(argmax(logits.data(), n_vocab));
-        ASSERT_TRUE(s->run(make_step(2, step_phase::prefill, {make_seq(2, tokens, 0, {5, 6, 7})}),
-                           logits, reply_ms)
-                        .ok());
+        const auto twins = prefill_twins(*s, 4);
+        ASSERT_TRUE(twins);
+        const std::int32_t first = *twins;
         // Sequence 1: four iterations from its first draw at position 11.
         step many = make_step(3, step_phase::decode, {make_seq(1, {first}, 11, {2, 3, 4})});
         many.decode_steps = 4;
@@ -344,15 +358,10 @@ TEST(GpuActor, DecodeStepsRunTheSampledDrawsTheSamplerWould) {
         auto s = start(o);
         ASSERT_TRUE(s);
         const std::uint32_t n_vocab = s->n_vocab();
-        auto tokens = test_tokens(11, n_vocab, 5);
         std::vector<float> logits;
-        ASSERT_TRUE(s->run(make_step(1, step_phase::prefill, {make_seq(1, tokens, 0, {2, 3, 4})}),
-                           logits, reply_ms)
-                        .ok());
-        const auto first = std::int32_t(argmax(logits.data(), n_vocab));
-        ASSERT_TRUE(s->run(make_step(2, step_phase::prefill, {make_seq(2, tokens, 0, {5, 6, 7})}),
-                           logits, reply_ms)
-                        .ok());
+        const auto twins = prefill_twins(*s, 5);
+        ASSERT_TRUE(twins);
+        const std::int32_t first = *twins;
         std::uint64_t id = 100;
         // top_k 40 is always settled by a summary's 64 candidates; temperature 8 spreads the
         // mass over the whole vocabulary, so a summary alone leaves most draws in the tail.
@@ -375,7 +384,9 @@ TEST(GpuActor, DecodeStepsRunTheSampledDrawsTheSamplerWould) {
             const std::uint32_t ran = got->done.decode_steps;
             ASSERT_GE(ran, 1u);
             ASSERT_EQ(got->done.draws.size(), ran - 1);
-            if (!summaries || f.top_k > 0) EXPECT_EQ(ran, 5u) << "every draw is settled";
+            if (!summaries || f.top_k > 0) {
+                EXPECT_EQ(ran, 5u) << "every draw is settled";
+            }
             // Sequence 2: the same as steps of one, fed the request's own draws.
             std::int32_t t = first;
             for (std::uint32_t i = 0; i < ran; i++) {
@@ -565,6 +576,60 @@ TEST(GpuActor, LoopAnswersWhileAStepRunsAndTheQueueIsBounded) {
         EXPECT_EQ(d->step_id, id);
         s->exchange().release(d->slot);
     }
+    ASSERT_TRUE(s->stop().ok());
+}
+
+// end_decode_steps (the scheduler: a request waits for the step) ends a step of several decode
+// iterations after the iteration that runs: sent while the step is held before its first, the
+// step runs one, its rows where a step of one puts them, no draws. An end naming an earlier
+// step leaves a later one whole.
+TEST(GpuActor, EndDecodeStepsEndsTheStepAfterTheIterationRunning) {
+    ORDO_REQUIRE_GPU();
+    auto g = std::make_shared<gate>();
+    auto o = actor_options(2);
+    o.on_step_begin = [g](const step& m) {
+        if (m.step_id == 3) g->enter();
+    };
+    auto s = start(o);
+    ASSERT_TRUE(s);
+    std::vector<float> logits;
+    const auto twins = prefill_twins(*s, 6);
+    ASSERT_TRUE(twins);
+    const std::int32_t first = *twins;
+    step held = make_step(3, step_phase::decode, {make_seq(1, {first}, 11, {2, 3, 4})});
+    held.decode_steps = 4;
+    ASSERT_TRUE(s->actor().tell(held).ok());
+    ASSERT_TRUE(g->wait_entered(1));
+    ASSERT_TRUE(s->actor().tell(end_decode_steps{3}).ok());
+    // The loop takes it while the worker holds the step (no reply to wait on: poll the count).
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(reply_ms);
+    while (s->actor().decode_steps_ends() < 1 && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ASSERT_EQ(s->actor().decode_steps_ends(), 1u);
+    g->release();
+    auto done = s->replies().next_as<step_done>(reply_ms);
+    ASSERT_TRUE(done);
+    EXPECT_EQ(done->step_id, 3u);
+    EXPECT_EQ(done->decode_steps, 1u);
+    EXPECT_TRUE(done->draws.empty());
+    auto row = s->exchange().read_row(done->slot, 0);
+    const std::vector<float> ran(row.begin(), row.end());
+    s->exchange().release(done->slot);
+    // The same token as a step of one on sequence 2: the same row.
+    ASSERT_TRUE(s->run(make_step(4, step_phase::decode, {make_seq(2, {first}, 11, {5, 6, 7})}),
+                       logits, reply_ms)
+                    .ok());
+    EXPECT_EQ(ran, logits);
+    // An end for step 3 does not touch step 5.
+    step whole = make_step(5, step_phase::decode, {make_seq(1, {first}, 11, {2, 3, 4})});
+    whole.decode_steps = 3;
+    ASSERT_TRUE(s->actor().tell(whole).ok());
+    auto d5 = s->replies().next_as<step_done>(reply_ms);
+    ASSERT_TRUE(d5);
+    EXPECT_EQ(d5->decode_steps, 3u);
+    EXPECT_EQ(d5->draws.size(), 2u);
+    s->exchange().release(d5->slot);
     ASSERT_TRUE(s->stop().ok());
 }
 

@@ -19,13 +19,16 @@
 // (7) two front doors: the events of a connection whose id names the HTTP front door reach the
 // probe connected as that front door and never the net one, each request's events in order,
 // and set_health reaches both; (8) device_progress while the device is built: health stays
-// loading with a reason naming the stage, the step and the attempt, and says ok at device_ready.
+// loading with a reason naming the stage, the step and the attempt, and says ok at device_ready;
+// (9) a request that arrives during a step of several decode iterations asks the gpu actor to
+// end that step (end_decode_steps), and both requests complete.
 #include "scheduler/scheduler_actor.hpp"
 
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <future>
+#include <set>
 
 #include "model/gguf.hpp"
 #include "model/synth.hpp"
@@ -40,7 +43,7 @@ using ordo::test::trace_script;
 
 // A front door: what the scheduler sends one (door/door_msgs.hpp).
 using net_probe = test::probe_for<door::scheduler_events>;
-using gpu_probe = probe<gpu::step, gpu::inject_fault, gpu::reset_device>;
+using gpu_probe = probe<gpu::step, gpu::inject_fault, gpu::reset_device, gpu::end_decode_steps>;
 
 constexpr int32_t k_token = 100;  // what the fake gpu's logits make greedy sampling pick
 
@@ -71,10 +74,11 @@ model_files& files() {
 
 // One scheduler actor between two probes, all traced into one sink.
 struct rig {
-    explicit rig(scheduler_actor::options o = {}) : logits(16, 300) {
+    explicit rig(scheduler_actor::options o = {}, uint32_t decode_steps = 1) : logits(16, 300) {
         core_options co;
         co.n_ctx = 256;
         co.retry_max = 2;
+        co.decode_steps = decode_steps;
         auto core = scheduler_core::create(co, &*files().tok, model_info{});
         EXPECT_TRUE(core.ok());
         o.on_drained = [this] { drained.set_value(); };
@@ -181,6 +185,44 @@ TEST(scheduler_actor, cancel_during_a_running_step_applies_the_step_first) {
     auto done = t.expect<door::generate_done>("scheduler", "net");
     ASSERT_TRUE(done);
     EXPECT_EQ(done->id, 7u);
+}
+
+// A request that arrives while a step of several decode iterations runs asks the gpu to end
+// that step (end_decode_steps naming it, right after the generate in the trace); the step's
+// answer of one iteration is applied, and both requests complete.
+TEST(scheduler_actor, a_request_arriving_during_decode_steps_asks_the_gpu_to_end_them) {
+    rig r({}, 4);
+    r.device_ready();
+    r.generate(1, 12);
+    auto prefill = r.gpu.next<gpu::step>();
+    ASSERT_TRUE(prefill);
+    r.answer(*prefill);
+    auto multi = r.gpu.next<gpu::step>();
+    ASSERT_TRUE(multi);
+    ASSERT_EQ(multi->decode_steps, 4u);
+    r.generate(2, 3);
+    auto end = r.gpu.next<gpu::end_decode_steps>();
+    ASSERT_TRUE(end);
+    EXPECT_EQ(end->step_id, multi->step_id);
+    r.answer(*multi);  // one iteration ran
+    std::set<uint64_t> done;
+    for (int i = 0; i < 2; i++) {
+        auto d = r.run_to_done();
+        EXPECT_EQ(d.reason, door::finish_reason::length);
+        done.insert(d.id);
+    }
+    EXPECT_EQ(done, (std::set<uint64_t>{1, 2}));
+    r.stop();
+
+    trace_script t(r.trace.snapshot());
+    t.expect<sched::generate>("net", "scheduler");
+    t.expect<gpu::step>("scheduler", "gpu");
+    t.expect<gpu::step_done>("gpu", "scheduler");
+    t.expect<gpu::step>("scheduler", "gpu");
+    t.expect<sched::generate>("net", "scheduler");
+    auto e = t.expect<gpu::end_decode_steps>("scheduler", "gpu");
+    ASSERT_TRUE(e);
+    EXPECT_EQ(e->step_id, multi->step_id);
 }
 
 TEST(scheduler_actor, a_refused_step_replans_by_itself_until_retries_end_it) {

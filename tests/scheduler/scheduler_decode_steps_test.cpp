@@ -10,12 +10,13 @@
 // run ahead too, the gpu actor's copy of each sampler drawing between iterations, with the
 // output and events of one iteration a step, rows summarized or not (a draw the summary alone
 // cannot settle ends its step early); a request with a penalty runs one iteration a step, with
-// its one-iteration output; nothing runs ahead while a request waits in the queue; end of
-// generation and a stop string inside such a step end the request at that token, with every block
-// freed; a cancel that arrives during one is applied at its first iteration; a failed one is
-// retried with the same output; a device whose draw is not the sampler's ends that request with
-// error internal and leaves the other's output alone. Invariants are checked after every message
-// (the harness).
+// its one-iteration output; nothing runs ahead while a request waits in the queue, and a
+// request that arrives during such a step, with a sequence free for it, ends the step early
+// (gpu::end_decode_steps); end of generation and a stop string inside such a step end the
+// request at that token, with every block freed; a cancel that arrives during one is applied at
+// its first iteration and ends the step early; a failed one is retried with the same output; a
+// device whose draw is not the sampler's ends that request with error internal and leaves the
+// other's output alone. Invariants are checked after every message (the harness).
 
 #include "tests/scheduler/scheduler_harness.hpp"
 
@@ -217,6 +218,48 @@ TEST(scheduler_decode_steps, nothing_runs_ahead_while_a_request_waits) {
     h.expect_idle();
 }
 
+// A request that arrives while a step of several iterations runs, with a sequence free for it,
+// has the scheduler ask the device to end that step after the iteration running
+// (gpu::end_decode_steps, once): it then waits one iteration, not the step's eight, and both
+// requests keep the reference output. Without a free sequence there is nothing to gain: no end
+// is asked.
+TEST(scheduler_decode_steps, a_request_that_can_be_admitted_ends_a_step_early) {
+    for (uint32_t max_sequences : {4u, 1u}) {
+        SCOPED_TRACE("max_sequences " + std::to_string(max_sequences));
+        core_options o = with_decode_steps(8);
+        o.max_sequences = max_sequences;
+        harness h(o);
+        h.generate(1, 1, prompts[0], 40);
+        uint64_t arrived_during = 0, next_after = 0;
+        std::vector<uint32_t> second_step_seqs;
+        h.run([&](const gpu::step& s) {
+            if (arrived_during != 0 && next_after == 0) {
+                next_after = s.step_id;
+                for (const auto& q : s.seqs) second_step_seqs.push_back(uint32_t(q.tokens.size()));
+            }
+            if (s.decode_steps > 1 && arrived_during == 0) {
+                arrived_during = s.step_id;
+                h.generate(1, 2, prompts[3], 10);
+            }
+        });
+        ASSERT_NE(arrived_during, 0u);
+        const auto& c = h.core->counters();
+        if (max_sequences > 1) {
+            EXPECT_EQ(h.ends_asked, std::vector<uint64_t>{arrived_during});
+            EXPECT_EQ(c.decode_steps_ends_asked, 1u);
+            EXPECT_GE(c.decode_steps_ended_early, 1u);
+            // The next step takes the new request's prompt beside the running sequence.
+            EXPECT_EQ(second_step_seqs.size(), 2u);
+        } else {
+            EXPECT_TRUE(h.ends_asked.empty()) << "no sequence is free: ending the step gains none";
+            EXPECT_EQ(c.decode_steps_ends_asked, 0u);
+        }
+        EXPECT_EQ(h.terminal(1, 1)->tokens(), reference_greedy(prompts[0], 40));
+        EXPECT_EQ(h.terminal(1, 2)->tokens(), reference_greedy(prompts[3], 10));
+        h.expect_idle();
+    }
+}
+
 TEST(scheduler_decode_steps, end_of_generation_inside_a_step_ends_there) {
     const std::vector<int32_t> free_run = reference_greedy(prompts[0], 8);
     ASSERT_EQ(free_run.size(), 8u);
@@ -278,6 +321,7 @@ TEST(scheduler_decode_steps, a_cancel_during_a_step_is_applied_at_its_first_iter
         }
     });
     ASSERT_TRUE(cancelled);
+    EXPECT_EQ(h.ends_asked.size(), 1u) << "the cancel ends the step early";
     const event* t = h.terminal(1, 1);
     ASSERT_NE(t, nullptr);
     EXPECT_EQ(t->str("reason"), "cancelled");

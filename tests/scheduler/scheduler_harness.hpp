@@ -254,7 +254,12 @@ public:
                                           out);
                 }
             } else {
-                gpu::step_done d = execute(*s);
+                // An end the scheduler asks for once the step is out (a request arrived or was
+                // cancelled: take_decode_steps_end), taken as early as the gpu actor could take
+                // it: after the step's first iteration.
+                const auto end = core->take_decode_steps_end();
+                if (end) ends_asked.push_back(*end);
+                gpu::step_done d = execute(*s, end == s->step_id ? 1 : s->decode_steps);
                 scheduler_core::summary_reader sums;
                 if (d.summarized) {
                     sums = [&](uint32_t r) { return std::span<const uint32_t>(summaries[r]); };
@@ -393,9 +398,9 @@ private:
     // each iteration a step of its own, each row's draw (gpu::step_draws, the actor's own: greedy,
     // or a copy of the request's sampler from the row or, with summarize_rows, its summary
     // alone) the next iteration's token at the next position, ending early where a draw is not
-    // settled; the rows moved to gpu::decode_row (of the earlier iterations, only the summaries
-    // where there are some).
-    gpu::step_done execute(const gpu::step& s) {
+    // settled or after `end_after` iterations (gpu::end_decode_steps); the rows moved to
+    // gpu::decode_row (of the earlier iterations, only the summaries where there are some).
+    gpu::step_done execute(const gpu::step& s, uint32_t end_after) {
         if (s.decode_steps <= 1) return execute_one(s);
         const uint32_t k = s.decode_steps;
         const auto n = uint32_t(s.seqs.size());
@@ -414,7 +419,7 @@ private:
             EXPECT_EQ(one.rows.size(), n);
             if (i == 0) d = one;
             ran = i + 1;
-            bool settled = i + 1 < k;
+            bool settled = i + 1 < k && i + 1 < end_after;
             for (uint32_t j = 0; settled && j < n && j < rows.size(); j++) {
                 next[j] = draws->next(j, rows[j],
                                       one.summarized ? std::span<const uint32_t>(summaries[j])
@@ -447,6 +452,8 @@ public:
     // Changes the draw a decode iteration hands to the next one (sequence, iteration, draw):
     // a device that draws wrong.
     std::function<int32_t(uint64_t, uint32_t, int32_t)> tamper_draw;
+    // The steps the core asked to end early (take_decode_steps_end), in order.
+    std::vector<uint64_t> ends_asked;
     // Steps come back with their rows' summaries (summarize(): the GPU kernel's host twin), as
     // on a GPU; a step of several decode iterations then keeps only the earlier ones' summaries.
     bool summarize_rows = false;
