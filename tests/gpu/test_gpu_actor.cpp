@@ -249,6 +249,32 @@ std::optional<decode_steps_result> run_decode_steps(gpu_session& s, const step& 
     return r;
 }
 
+// Sequence 2's decode step of one token (blocks 5-7, its rows' summaries at `temperature`), which
+// must equal iteration i of `got`: the same logits row where that step kept it, the same summary
+// where it summarized. The row and summary words, copied before the slot goes back.
+struct one_step_rows {
+    std::vector<float> row;
+    std::vector<std::uint32_t> summary;  // empty where the step did not summarize
+};
+std::optional<one_step_rows> step_of_one_as(gpu_session& s, std::uint64_t id, std::int32_t token,
+                                            std::uint32_t pos, float temperature,
+                                            const decode_steps_result& got, std::uint32_t i) {
+    step one = make_step(id, step_phase::decode, {make_seq(2, {token}, pos, {5, 6, 7})});
+    one.seqs[0].temperature = temperature;
+    EXPECT_TRUE(s.actor().tell(one).ok());
+    auto done = s.replies().next_as<step_done>(reply_ms);
+    EXPECT_TRUE(done);
+    if (!done) return std::nullopt;
+    auto row = s.exchange().read_row(done->slot, 0);
+    auto sum = s.exchange().read_summary(done->slot, 0);
+    one_step_rows r{{row.begin(), row.end()}, {}};
+    if (done->summarized) r.summary.assign(sum.begin(), sum.end());
+    s.exchange().release(done->slot);
+    if (!got.logits[i].empty()) EXPECT_EQ(got.logits[i], r.row);
+    if (got.done.summarized) EXPECT_EQ(got.summaries[i], r.summary);
+    return r;
+}
+
 // A step of decode_steps (gpu::step::decode_steps) on the real device, with and without the
 // rows' summaries: each iteration's rows are bit for bit those of a step of one running the
 // greedy draw of the one before at the next position (a second sequence's, on other blocks),
@@ -282,23 +308,11 @@ TEST(GpuActor, DecodeStepsRunTheGreedyDrawsAsStepsOfOneWould) {
         std::int32_t t = first;
         for (std::uint32_t i = 0; i < 4; i++) {
             SCOPED_TRACE("iteration " + std::to_string(i));
-            step one = make_step(10 + i, step_phase::decode, {make_seq(2, {t}, 11 + i, {5, 6, 7})});
-            auto d = s->actor().tell(one);
-            ASSERT_TRUE(d.ok());
-            auto done = s->replies().next_as<step_done>(reply_ms);
-            ASSERT_TRUE(done);
-            auto row = s->exchange().read_row(done->slot, 0);
-            auto sum = s->exchange().read_summary(done->slot, 0);
-            if (!got->logits[i].empty()) {
-                EXPECT_EQ(got->logits[i], std::vector<float>(row.begin(), row.end()));
-            }
-            if (summaries) {
-                EXPECT_EQ(got->summaries[i], std::vector<std::uint32_t>(sum.begin(), sum.end()));
-            }
+            auto one = step_of_one_as(*s, 10 + i, t, 11 + i, 0.0f, *got, i);
+            ASSERT_TRUE(one);
             EXPECT_EQ(got->logits[i].empty(), summaries && i < 3);
-            t = s->exchange().greedy_token(done->slot, 0, done->summarized, n_vocab);
-            EXPECT_EQ(t, std::int32_t(argmax(row.data(), n_vocab)));
-            s->exchange().release(done->slot);
+            t = logits_exchange::greedy_of(one->row, one->summary, n_vocab);
+            EXPECT_EQ(t, std::int32_t(argmax(one->row.data(), n_vocab)));
             if (i < 3) EXPECT_EQ(got->done.draws[i], t);
         }
         // Refused: a prefill chunk, too many iterations, more rows than a slot holds.
@@ -391,21 +405,10 @@ TEST(GpuActor, DecodeStepsRunTheSampledDrawsTheSamplerWould) {
             std::int32_t t = first;
             for (std::uint32_t i = 0; i < ran; i++) {
                 SCOPED_TRACE("iteration " + std::to_string(i));
-                step one =
-                    make_step(id++, step_phase::decode, {make_seq(2, {t}, 11 + i, {5, 6, 7})});
-                one.seqs[0].temperature = f.temperature;
-                ASSERT_TRUE(s->actor().tell(one).ok());
-                auto done = s->replies().next_as<step_done>(reply_ms);
-                ASSERT_TRUE(done);
-                auto row = s->exchange().read_row(done->slot, 0);
-                auto words = s->exchange().read_summary(done->slot, 0);
-                if (!got->logits[i].empty()) {
-                    EXPECT_EQ(got->logits[i], std::vector<float>(row.begin(), row.end()));
-                }
-                if (summaries) {
-                    EXPECT_EQ(got->summaries[i],
-                              std::vector<std::uint32_t>(words.begin(), words.end()));
-                }
+                auto one = step_of_one_as(*s, id++, t, 11 + i, f.temperature, *got, i);
+                ASSERT_TRUE(one);
+                const std::span<const float> row = one->row;
+                const std::span<const std::uint32_t> words = one->summary;
                 if (i + 1 < ran) {
                     std::int32_t drawn = -1;
                     if (summaries) {
@@ -427,7 +430,6 @@ TEST(GpuActor, DecodeStepsRunTheSampledDrawsTheSamplerWould) {
                     EXPECT_FALSE(want->sample_summarized(*sum, n_vocab))
                         << "the step ended at a draw its summary settles";
                 }
-                s->exchange().release(done->slot);
             }
             if (summaries && f.top_k == 0) {
                 EXPECT_LT(ran, 5u) << "no draw fell past the candidates: the test sees no end";

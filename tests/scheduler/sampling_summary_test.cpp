@@ -349,15 +349,7 @@ TEST(sampling_summary, unsettled_draws_are_the_whole_row_paths_and_a_seed_fixes_
 TEST(sampling_summary, read_summary_refuses_what_is_not_a_summary) {
     const auto logits = random_logits(100, 4, 3.0f);
     const auto s = summarize(logits, 0.8f);
-    std::vector<uint32_t> words(ordo::gpu::abi::ORDO_SUMMARY_WORDS, 0);
-    words[0] = std::bit_cast<uint32_t>(s.max);
-    words[1] = std::bit_cast<uint32_t>(s.mass);
-    words[2] = std::bit_cast<uint32_t>(s.mass_t);
-    words[3] = s.count;
-    for (uint32_t i = 0; i < s.count; i++) {
-        words[4 + i] = uint32_t(s.ids[i]);
-        words[4 + summary_top + i] = std::bit_cast<uint32_t>(s.logits[i]);
-    }
+    std::vector<uint32_t> words = summary_words(s);
     auto good = read_summary(words, 100, 0.8f);
     ASSERT_TRUE(good.ok()) << good.err().message;
     EXPECT_EQ(good->ids, s.ids);
