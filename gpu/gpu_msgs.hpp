@@ -92,12 +92,12 @@ struct step {
     uint32_t sample_vocab = 0;
     // Decode iterations this step runs back to back, 1..decode_steps_max. More than 1 (a
     // decode step, every sequence one token with one logits row and no hidden row, their rows
-    // times decode_steps at most rows_max): iteration i + 1 runs each sequence's draw from
-    // iteration i (step_seq::draw: greedy's token, or its sampler's) at the next position,
-    // without the host in between; the block tables cover every iteration's positions. The step
-    // ends early, after iteration i, when a sampled draw from iteration i needs the row that
-    // only its summary will stand for, or when end_decode_steps asks. step_done says how many ran,
-    // what was drawn (draws) and where each iteration's rows are (decode_row).
+    // times decode_steps at most device_ready::decode_rows_max): iteration i + 1 runs each
+    // sequence's draw from iteration i (step_seq::draw: greedy's token, or its sampler's) at the
+    // next position, without the host in between; the block tables cover every iteration's
+    // positions. The step ends early, after iteration i, when a sampled draw from iteration i needs
+    // the row that only its summary will stand for, or when end_decode_steps asks. step_done says
+    // how many ran, what was drawn (draws) and where each iteration's rows are (decode_row).
     uint32_t decode_steps = 1;
     MSGPACK_DEFINE_MAP(step_id, phase, seqs, sample_vocab, decode_steps);
 };
@@ -308,8 +308,13 @@ struct device_ready {
     std::string n_ctx_bound;
     // Device memory held by the weights and by the KV pool.
     uint64_t weight_bytes = 0, kv_bytes = 0;
+    // Rows a step of several decode iterations (step::decode_steps) may bring back over all its
+    // iterations (rows x decode_steps): rows_max where steps come without summaries; where they
+    // come with them (info.row_summaries) the summaries a logits slot holds, since the earlier
+    // iterations keep only their summaries (decode_row). 0: rows_max.
+    uint32_t decode_rows_max = 0;
     MSGPACK_DEFINE_MAP(epoch, device, kv_blocks, kv_block_tokens, rows_max, info, n_ctx,
-                       n_ctx_bound, weight_bytes, kv_bytes);
+                       n_ctx_bound, weight_bytes, kv_bytes, decode_rows_max);
 };
 
 // A device build (the first, or a rebuild) advanced: health says "loading" with this progress

@@ -597,6 +597,7 @@ private:
     std::string _unavailable_reason;
     std::string _build_progress;  // the last device_progress, as health's reason says it
     uint32_t _rows_max = 0;
+    uint32_t _decode_rows_max = 0;  // device_ready::decode_rows_max (at least _rows_max)
     scheduler_counters _counters;
     // Latency and size histograms of the stats op (door_msgs.hpp stats_report::histograms).
     // Bounds: seconds from 1 ms to 60 s (CPU devices are slow, GPUs fast), tokens from 1 to

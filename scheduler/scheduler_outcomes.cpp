@@ -41,6 +41,7 @@ void scheduler_core::on_device_ready(const gpu::device_ready& m, std::vector<out
     _weight_bytes = m.weight_bytes;
     _kv_bytes = m.kv_bytes;
     _rows_max = std::max<uint32_t>(1, m.rows_max);
+    _decode_rows_max = std::max(_rows_max, m.decode_rows_max);
     _counters.device_epochs = m.epoch + 1;
     if (!_kv || _kv->config().n_blocks != m.kv_blocks ||
         _kv->config().block_tokens != m.kv_block_tokens) {

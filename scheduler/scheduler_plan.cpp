@@ -263,8 +263,10 @@ std::optional<gpu::step> scheduler_core::plan_batch() {
 //   - every running sequence is in the step and no request waits to be admitted or for the
 //     disk: nobody waits for the longer step (a request that arrives during it does, at most
 //     decode_steps - 1 iterations);
-//   - no iteration runs past a sequence's max_tokens or its context, and the rows fit a logits
-//     slot (rows_max: small batches, where the host's share of a step is largest).
+//   - no iteration runs past a sequence's max_tokens or its context, and every iteration's rows
+//     fit a logits slot (device_ready::decode_rows_max: where steps come with row summaries, the
+//     earlier iterations keep only those, and every sequence the scheduler runs fits; without
+//     them, rows_max rows: small batches, where the host's share of a step is largest).
 // A sequence that ends at an earlier iteration (end of generation, a stop string) wastes the
 // later ones' compute; their KV lands in its own tail blocks, freed with it.
 void scheduler_core::plan_decode_steps(gpu::step& s, in_flight_step& f) {
@@ -272,7 +274,7 @@ void scheduler_core::plan_decode_steps(gpu::step& s, in_flight_step& f) {
         s.seqs.size() != _running.size()) {
         return;
     }
-    uint64_t k = std::min<uint64_t>(_opt.decode_steps, _rows_max / s.seqs.size());
+    uint64_t k = std::min<uint64_t>(_opt.decode_steps, _decode_rows_max / s.seqs.size());
     for (const planned& p : f.seqs) {
         const request_state& r = *find(p.seq);
         if (p.n_tokens != 1 || p.logits_rows != 1 || !p.drafts.empty() ||

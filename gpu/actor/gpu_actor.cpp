@@ -200,7 +200,10 @@ void gpu_actor::run_step_job() {
 namespace {
 
 // Why a step of decode_steps != 1 cannot run as one (step::decode_steps); empty: it can.
-std::string decode_steps_refusal(const step& m, std::uint32_t rows_max) {
+// rows_max: the logits rows a step may have; decode_rows_max: the rows of all its iterations
+// (gpu_actor::decode_rows_max).
+std::string decode_steps_refusal(const step& m, std::uint32_t rows_max,
+                                 std::uint32_t decode_rows_max) {
     const std::uint32_t k = m.decode_steps;
     if (k == 0 || k > decode_steps_max) {
         return "decode_steps " + std::to_string(k) + " is outside 1.." +
@@ -212,18 +215,30 @@ std::string decode_steps_refusal(const step& m, std::uint32_t rows_max) {
                    " does not decode one token with one logits row and no hidden row";
         }
     }
-    if (m.seqs.empty() || std::uint64_t(m.seqs.size()) * k > rows_max) {
+    if (m.seqs.empty() || m.seqs.size() > rows_max) {
+        return std::to_string(m.seqs.size()) + " rows do not fit the " + std::to_string(rows_max) +
+               " rows of a slot";
+    }
+    if (std::uint64_t(m.seqs.size()) * k > decode_rows_max) {
         return std::to_string(m.seqs.size()) + " rows x " + std::to_string(k) +
-               " iterations do not fit the " + std::to_string(rows_max) + " rows of a slot";
+               " iterations do not fit the " + std::to_string(decode_rows_max) +
+               " rows of a slot's iterations";
     }
     return {};
 }
 
 }  // namespace
 
+std::uint32_t gpu_actor::decode_rows_max() const {
+    // The earlier iterations' rows are kept as their summaries alone where steps summarize
+    // (run_decode_steps), in the slot's summary rows; else as rows, in its logits rows.
+    return _runner->row_summaries() ? _exchange.summary_rows_max() : _options.runner.rows_max;
+}
+
 void gpu_actor::run_decode_steps() {
     const step& m = _job.msg;
-    if (std::string why = decode_steps_refusal(m, _exchange.rows_max()); !why.empty()) {
+    if (std::string why = decode_steps_refusal(m, _options.runner.rows_max, decode_rows_max());
+        !why.empty()) {
         _job.err =
             gpu_error(gpu_failure::bad_step, "step " + std::to_string(m.step_id) + ": " + why);
         return;
@@ -458,7 +473,8 @@ void gpu_actor::finish_build() {
                    _runner->limits().n_ctx,
                    std::string(context_bound_name(_runner->n_ctx_bound())),
                    _runner->weight_bytes(),
-                   _runner->kv_bytes()};
+                   _runner->kv_bytes(),
+                   decode_rows_max()};
     _replies.send(m);
 }
 

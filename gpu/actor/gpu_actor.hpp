@@ -141,6 +141,8 @@ private:
     // A step of decode_steps > 1: its iterations back to back, each running the one before's
     // draws (step_draws; worker thread).
     void run_decode_steps();
+    // device_ready::decode_rows_max for the runner built (the worker's, or the loop's once ready).
+    std::uint32_t decode_rows_max() const;
     void run_kv_copy_job();
     void finish_build();
     void finish_step();

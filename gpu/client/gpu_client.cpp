@@ -48,15 +48,16 @@ std::optional<gpu_reply> reply_collector::next(std::uint64_t timeout_ms) {
 
 result<std::unique_ptr<gpu_session>> gpu_session::start(gpu_actor_options options,
                                                         std::uint64_t ready_timeout_ms,
-                                                        kv_staging* staging) {
+                                                        kv_staging* staging,
+                                                        std::uint32_t summary_rows_max) {
     std::unique_ptr<gpu_session> s(new gpu_session());
     {
         auto f = model::gguf_file::open(options.model_path);
         if (!f) return f.err();
         auto hp = model::read_llama_hparams(*f);
         if (!hp) return hp.err();
-        s->_exchange =
-            std::make_unique<logits_exchange>(options.runner.rows_max, hp->n_vocab, hp->n_embd);
+        s->_exchange = std::make_unique<logits_exchange>(options.runner.rows_max, hp->n_vocab,
+                                                         hp->n_embd, summary_rows_max);
     }
     status st = s->_collector.start();
     if (!st) return st.err();

@@ -74,10 +74,12 @@ public:
     // Reads the model's vocab size, starts the collector and the actor, waits for
     // device_ready (at most ready_timeout_ms). Errors: the model's, device_unavailable's text.
     // With `staging` (it must outlive the session) the actor's KV copies are connected to it
-    // and their replies come to replies() too.
+    // and their replies come to replies() too. summary_rows_max: the row summaries each logits
+    // slot holds (logits_exchange; 0: one a row).
     static result<std::unique_ptr<gpu_session>> start(gpu_actor_options options,
                                                       std::uint64_t ready_timeout_ms,
-                                                      kv_staging* staging = nullptr);
+                                                      kv_staging* staging = nullptr,
+                                                      std::uint32_t summary_rows_max = 0);
     ~gpu_session();
 
     // Sends the step and waits for its reply (at most timeout_ms); copies the logits rows into

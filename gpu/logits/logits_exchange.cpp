@@ -27,16 +27,18 @@ void logits_exchange::free_aligned::operator()(float* p) const {
 }
 
 logits_exchange::logits_exchange(std::uint32_t rows_max, std::uint32_t n_vocab,
-                                 std::uint32_t n_embd)
+                                 std::uint32_t n_embd, std::uint32_t summary_rows_max)
     : _rows_max(rows_max),
+      _summary_rows_max(summary_rows_max == 0 ? rows_max : summary_rows_max),
       _n_vocab(n_vocab),
       _n_embd(n_embd),
       _owners(slots_max),
       _region_floats((std::size_t(rows_max) * n_vocab * sizeof(float) + region_align - 1) /
                      region_align * region_align / sizeof(float)),
-      _summaries(std::size_t(slots_max) * rows_max * summary_words, 0u),
+      _summaries(std::size_t(slots_max) * _summary_rows_max * summary_words, 0u),
       _hidden(std::size_t(slots_max) * rows_max * n_embd, 0.0f) {
     require(rows_max > 0 && n_vocab > 0, "rows_max and n_vocab must be > 0");
+    require(_summary_rows_max >= rows_max, "summary_rows_max must be at least rows_max");
     const std::size_t bytes = slots_max * _region_floats * sizeof(float);
     _data.reset(static_cast<float*>(std::aligned_alloc(region_align, bytes)));
     require(_data != nullptr, "out of memory for the logits rows");
@@ -91,8 +93,9 @@ std::span<float> logits_exchange::logits_region(std::uint32_t slot) {
 }
 
 std::size_t logits_exchange::summary_index(std::uint32_t slot, std::uint32_t r) const {
-    (void)row_index(slot, r);  // the same checks
-    return (std::size_t(slot) * _rows_max + r) * summary_words;
+    require(slot < slots_max && r < _summary_rows_max, "summary row out of range");
+    require(_owners.is_held(slot), "summary row of a free slot");
+    return (std::size_t(slot) * _summary_rows_max + r) * summary_words;
 }
 
 std::uint32_t* logits_exchange::summary_row(std::uint32_t slot, std::uint32_t r) {

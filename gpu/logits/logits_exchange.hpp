@@ -2,8 +2,11 @@
 // for the logits rows of finished steps, and their hidden rows (embeddings: gpu_msgs.hpp
 // hidden_output), so that neither travels inside messages.
 //
-// `slots_max` slots of `rows_max x n_vocab` floats, and of `rows_max x n_embd` for hidden rows, are
-// allocated once (n_embd 0: no hidden rows; a step that asks for some fails). The gpu actor
+// `slots_max` slots of `rows_max x n_vocab` floats, of `rows_max x n_embd` for hidden rows and of
+// `summary_rows_max` row summaries are allocated once (n_embd 0: no hidden rows; a step that asks
+// for some fails). A step of several decode iterations (gpu_msgs.hpp step::decode_steps) keeps
+// every iteration's summaries but only the last one's rows, so a slot holds more summaries
+// (rows x iterations) than rows. The gpu actor
 // acquires a free slot for a step (none free: the step fails with gpu_busy at once; acquire never
 // blocks), the runner writes the rows, step_done names the slot, the scheduler reads the rows and
 // releases the slot (directly, or with a release_logits message to the gpu actor). Ownership
@@ -43,7 +46,9 @@ public:
     // alignment seen (4 KiB on NVIDIA's and Mesa's drivers) and of larger pages.
     static constexpr std::size_t region_align = 64 * 1024;
 
-    logits_exchange(std::uint32_t rows_max, std::uint32_t n_vocab, std::uint32_t n_embd = 0);
+    // summary_rows_max: the summaries a slot holds, at least rows_max (0: rows_max).
+    logits_exchange(std::uint32_t rows_max, std::uint32_t n_vocab, std::uint32_t n_embd = 0,
+                    std::uint32_t summary_rows_max = 0);
     logits_exchange(const logits_exchange&) = delete;
     logits_exchange& operator=(const logits_exchange&) = delete;
 
@@ -56,8 +61,8 @@ public:
     float* row(std::uint32_t slot, std::uint32_t r);
     std::span<const float> read_row(std::uint32_t slot, std::uint32_t r) const;
     // The summary of logits row r of a held slot (summary_words words: the logits_summary
-    // kernel's output, gpu/vk/shaders/abi.h), the same way. summary_row(slot, 0) is where the
-    // writer puts the step's rows, one after another.
+    // kernel's output, gpu/vk/shaders/abi.h), the same way, r < summary_rows_max.
+    // summary_row(slot, 0) is where the writer puts the step's rows, one after another.
     std::uint32_t* summary_row(std::uint32_t slot, std::uint32_t r);
     std::span<const std::uint32_t> read_summary(std::uint32_t slot, std::uint32_t r) const;
     // The greedy token of row r of a held slot among its first n_sample ids (the lowest id
@@ -76,6 +81,7 @@ public:
     std::span<const float> read_hidden_row(std::uint32_t slot, std::uint32_t r) const;
 
     std::uint32_t rows_max() const { return _rows_max; }
+    std::uint32_t summary_rows_max() const { return _summary_rows_max; }
     std::uint32_t n_vocab() const { return _n_vocab; }
     std::uint32_t n_embd() const { return _n_embd; }
     std::uint32_t held() const;              // slots currently held (stats, tests)
@@ -87,6 +93,7 @@ private:
     std::size_t summary_index(std::uint32_t slot, std::uint32_t r) const;
 
     std::uint32_t _rows_max;
+    std::uint32_t _summary_rows_max;
     std::uint32_t _n_vocab;
     std::uint32_t _n_embd;
     struct free_aligned {
@@ -96,7 +103,7 @@ private:
     slot_owners _owners;
     std::size_t _region_floats;                    // a slot's region, padded
     std::unique_ptr<float[], free_aligned> _data;  // (slots_max, region): rows_max x n_vocab used
-    std::vector<std::uint32_t> _summaries;         // (slots_max, rows_max, summary_words)
+    std::vector<std::uint32_t> _summaries;         // (slots_max, summary_rows_max, summary_words)
     std::vector<float> _hidden;                    // (slots_max, rows_max, n_embd)
 };
 

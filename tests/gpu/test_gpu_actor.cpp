@@ -28,7 +28,9 @@
 // tokens a copy of their sampler draws from each row, or from its summary alone with row
 // summaries (where that cannot settle a draw the step ends there, and no earlier), and a draw no
 // sampler can make is refused gpu_bad_step; (16) end_decode_steps ends such a step after the
-// iteration that runs.
+// iteration that runs; (17) with row summaries, a step of as many sequences as a slot has rows
+// runs several iterations, the earlier ones' summaries in the slot's summary rows
+// (device_ready::decode_rows_max), and without them it is refused.
 #include <gtest/gtest.h>
 #include <uv.h>
 
@@ -444,6 +446,94 @@ TEST(GpuActor, DecodeStepsRunTheSampledDrawsTheSamplerWould) {
         EXPECT_EQ(r.err().code, "gpu_bad_step");
         EXPECT_NE(r.err().message.find("sequence 1's draw"), std::string::npos) << r.err().message;
         ASSERT_TRUE(s->stop().ok());
+    }
+}
+
+// A step of as many sequences as a slot has rows runs several iterations where the earlier ones
+// keep their summaries alone, given an exchange with room for them (device_ready::
+// decode_rows_max): each iteration's summaries, the last one's rows and the draws are those of
+// steps of one of the same eight sequences (on other blocks) fed their greedy tokens. Without
+// row summaries the device says rows_max and refuses such a step gpu_bad_step.
+TEST(GpuActor, DecodeStepsOfAFullSlotKeepTheEarlierIterationsSummaries) {
+    ORDO_REQUIRE_GPU();
+    constexpr std::uint32_t k = 4;
+    for (bool summaries : {true, false}) {
+        SCOPED_TRACE(summaries ? "summaries" : "no summaries");
+        auto o = actor_options(2);
+        o.runner.row_summaries = summaries;
+        const std::uint32_t rows = o.runner.rows_max;
+        auto started = gpu_session::start(o, reply_ms, nullptr, rows * k);
+        ASSERT_TRUE(started.ok()) << (started.ok() ? "" : started.err().message);
+        gpu_session& s = **started;
+        EXPECT_EQ(s.ready().decode_rows_max, summaries ? rows * k : rows);
+        const std::uint32_t n_vocab = s.n_vocab();
+        // `rows` sequences from `first_seq` at position `pos`, one block each from `first_block`.
+        auto seqs = [&](std::uint64_t first_seq, std::uint32_t first_block,
+                        const std::vector<std::int32_t>& tokens, std::uint32_t pos) {
+            std::vector<step_seq> q;
+            for (std::uint32_t j = 0; j < rows; j++) {
+                q.push_back(make_seq(first_seq + j, {tokens[j]}, pos, {first_block + j}));
+            }
+            return q;
+        };
+        const auto start_tokens = test_tokens(rows, n_vocab, 3);
+        step many = make_step(1, step_phase::decode, seqs(1, 2, start_tokens, 0));
+        many.decode_steps = k;
+        if (!summaries) {
+            std::vector<float> logits;
+            auto r = s.run(many, logits, reply_ms);
+            ASSERT_FALSE(r.ok());
+            EXPECT_EQ(r.err().code, "gpu_bad_step");
+            EXPECT_NE(r.err().message.find("rows of a slot's iterations"), std::string::npos)
+                << r.err().message;
+            ASSERT_TRUE(s.stop().ok());
+            continue;
+        }
+        ASSERT_TRUE(s.actor().tell(many).ok());
+        auto done = s.replies().next_as<step_done>(reply_ms);
+        ASSERT_TRUE(done);
+        ASSERT_EQ(done->decode_steps, k);
+        ASSERT_TRUE(done->summarized);
+        ASSERT_EQ(done->draws.size(), std::size_t(k - 1) * rows);
+        std::vector<std::vector<std::uint32_t>> got_summaries;  // [i x rows + j]
+        std::vector<std::vector<float>> got_rows;               // the last iteration's, [j]
+        for (std::uint32_t i = 0; i < k; i++) {
+            for (std::uint32_t j = 0; j < rows; j++) {
+                const std::uint32_t at = decode_row(i, k, rows, j);
+                auto sum = s.exchange().read_summary(done->slot, at);
+                got_summaries.emplace_back(sum.begin(), sum.end());
+                if (i + 1 == k) {
+                    auto row = s.exchange().read_row(done->slot, at);
+                    got_rows.emplace_back(row.begin(), row.end());
+                }
+            }
+        }
+        s.exchange().release(done->slot);
+        std::vector<std::int32_t> t = start_tokens;
+        for (std::uint32_t i = 0; i < k; i++) {
+            SCOPED_TRACE("iteration " + std::to_string(i));
+            ASSERT_TRUE(
+                s.actor().tell(make_step(10 + i, step_phase::decode, seqs(11, 20, t, i))).ok());
+            auto one = s.replies().next_as<step_done>(reply_ms);
+            ASSERT_TRUE(one);
+            for (std::uint32_t j = 0; j < rows; j++) {
+                auto sum = s.exchange().read_summary(one->slot, j);
+                EXPECT_EQ(got_summaries[i * rows + j],
+                          std::vector<std::uint32_t>(sum.begin(), sum.end()))
+                    << "row " << j;
+                if (i + 1 == k) {
+                    auto row = s.exchange().read_row(one->slot, j);
+                    EXPECT_EQ(got_rows[j], std::vector<float>(row.begin(), row.end()))
+                        << "row " << j;
+                }
+                t[j] = s.exchange().greedy_token(one->slot, j, true, n_vocab);
+                if (i + 1 < k) {
+                    EXPECT_EQ(done->draws[i * rows + j], t[j]) << "row " << j;
+                }
+            }
+            s.exchange().release(one->slot);
+        }
+        ASSERT_TRUE(s.stop().ok());
     }
 }
 

@@ -9,14 +9,15 @@
 // (a request of 6 tokens runs steps of 1, 4 and 1 iterations); sampled requests (no penalty)
 // run ahead too, the gpu actor's copy of each sampler drawing between iterations, with the
 // output and events of one iteration a step, rows summarized or not (a draw the summary alone
-// cannot settle ends its step early); a request with a penalty runs one iteration a step, with
-// its one-iteration output; nothing runs ahead while a request waits in the queue, and a
-// request that arrives during such a step, with a sequence free for it, ends the step early
-// (gpu::end_decode_steps); end of generation and a stop string inside such a step end the
-// request at that token, with every block freed; a cancel that arrives during one is applied at
-// its first iteration and ends the step early; a failed one is retried with the same output; a
-// device whose draw is not the sampler's ends that request with error internal and leaves the
-// other's output alone. Invariants are checked after every message (the harness).
+// cannot settle ends its step early); where the earlier iterations keep only their summaries, a
+// step of rows_max sequences runs several (device_ready::decode_rows_max); a request with a penalty
+// runs one iteration a step, with its one-iteration output; nothing runs ahead while a request
+// waits in the queue, and a request that arrives during such a step, with a sequence free for it,
+// ends the step early (gpu::end_decode_steps); end of generation and a stop string inside such a
+// step end the request at that token, with every block freed; a cancel that arrives during one is
+// applied at its first iteration and ends the step early; a failed one is retried with the same
+// output; a device whose draw is not the sampler's ends that request with error internal and leaves
+// the other's output alone. Invariants are checked after every message (the harness).
 
 #include "tests/scheduler/scheduler_harness.hpp"
 
@@ -199,6 +200,54 @@ TEST(scheduler_decode_steps, a_request_with_a_penalty_runs_one_iteration_a_step)
     g.run();
     EXPECT_GT(g.core->counters().decode_iterations_ahead, 0u);
     EXPECT_EQ(g.terminal(1, 2)->tokens(), reference_greedy(prompts[2], 14));
+}
+
+// A step of several iterations keeps the earlier iterations' summaries alone where steps come
+// with them, so the rows it may bring back are the device's decode_rows_max, not rows_max: with
+// rows summarized and room for four iterations' summaries, a step of as many sequences as
+// rows_max runs four iterations; with room for one, it runs one. Either way every request keeps
+// the tokens and streamed events of one iteration a step.
+TEST(scheduler_decode_steps, summaries_let_a_step_of_rows_max_sequences_run_its_iterations) {
+    struct request {
+        uint64_t id;
+        uint32_t max_tokens;
+        double temperature;
+        int32_t top_k;
+    };
+    const request requests[] = {
+        {1, 12, 1.0, 40}, {2, 13, 0.0, 0}, {3, 14, 0.7, 40}, {4, 15, 0.0, 0}};
+    for (uint32_t decode_rows_max : {4u, 16u}) {
+        SCOPED_TRACE("decode_rows_max " + std::to_string(decode_rows_max));
+        harness one;
+        harness many(with_decode_steps(4));
+        one.device_rows(4, 4);
+        many.device_rows(4, decode_rows_max);
+        one.summarize_rows = many.summarize_rows = true;
+        for (const request& q : requests) {
+            for (harness* h : {&one, &many}) {
+                generate_sampled(*h, q.id, prompts[q.id], q.max_tokens, q.temperature, q.id + 20,
+                                 q.top_k, 1.0, 1.0);
+            }
+        }
+        one.run();
+        uint32_t k_of_four = 0;  // the most iterations a step of four sequences ran
+        many.run([&](const gpu::step& s) {
+            EXPECT_LE(s.decode_steps * s.seqs.size(), decode_rows_max);
+            if (s.seqs.size() == 4) k_of_four = std::max(k_of_four, s.decode_steps);
+        });
+        EXPECT_EQ(k_of_four, decode_rows_max / 4);
+        for (const request& q : requests) {
+            const event* a = one.terminal(1, q.id);
+            const event* b = many.terminal(1, q.id);
+            ASSERT_NE(a, nullptr);
+            ASSERT_NE(b, nullptr);
+            EXPECT_EQ(b->str("event"), "done") << b->str("message");
+            EXPECT_EQ(b->tokens(), a->tokens()) << q.id;
+            EXPECT_EQ(streamed_texts(many, q.id), streamed_texts(one, q.id)) << q.id;
+        }
+        EXPECT_EQ(many.core->counters().decode_steps_ended_early, 0u) << "top-k 40 is settled";
+        many.expect_idle();
+    }
 }
 
 TEST(scheduler_decode_steps, nothing_runs_ahead_while_a_request_waits) {

@@ -100,6 +100,28 @@ public:
         collect(out);
     }
 
+    // The device says again that it is ready (same epoch and pool), with the logits rows a step
+    // may have and those a step of several decode iterations may bring back in all
+    // (gpu::device_ready::decode_rows_max); a device rebuild says the same.
+    void device_rows(uint32_t rows_max, uint32_t decode_rows_max) {
+        device_rows_max = rows_max;
+        device_decode_rows_max = decode_rows_max;
+        std::vector<outgoing_event> out;
+        core->on_device_ready({epoch,
+                               "cpu-reference",
+                               core->kv_stats().blocks_total,
+                               block_tokens(),
+                               rows_max,
+                               {},
+                               0,
+                               "",
+                               0,
+                               0,
+                               decode_rows_max},
+                              out);
+        collect(out);
+    }
+
     // Parses the frame with the front door's validator (net/ops.hpp) and applies the typed op,
     // as the scheduler actor would; a refused frame becomes the error event net would send.
     void request(uint64_t conn, uint64_t id, const std::string& op, msgpack::sbuffer frame) {
@@ -245,12 +267,13 @@ public:
                                            "cpu-reference",
                                            core->kv_stats().blocks_total,
                                            block_tokens(),
-                                           16,
+                                           device_rows_max,
                                            {},
                                            0,
                                            "",
                                            0,
-                                           0},
+                                           0,
+                                           device_decode_rows_max},
                                           out);
                 }
             } else {
@@ -304,7 +327,8 @@ public:
     std::optional<scheduler_core> core;
     std::vector<event> events;
     uint64_t epoch = 0;
-    disk* kv = nullptr;  // set with core_options.kv_disk
+    uint32_t device_rows_max = 16, device_decode_rows_max = 0;  // device_rows
+    disk* kv = nullptr;                                         // set with core_options.kv_disk
 
 private:
     void answer(const kv::kv_lookup& m, uint32_t B, std::vector<outgoing_event>& out) {

@@ -52,6 +52,15 @@ static_assert(config::fault_delay_ms_max <= gpu::armed_faults::delay_ms_max);  /
 // A pool the runner sizes from gpu.kv_memory_bytes is one the scheduler's block table takes.
 static_assert(gpu::runner_kv_pool_tokens_max <= sched::kv_pool_tokens_max);
 
+// Row summaries one logits slot holds: a step of several decode iterations (one row a sequence,
+// scheduler.decode_steps iterations) keeps every iteration's summary but the last one's rows alone
+// (gpu_msgs.hpp decode_row), so on a device that summarizes, steps of up to max_sequences
+// sequences run every iteration; at most 4 slots x 1024 x 16 x 528 bytes.
+uint32_t logits_summary_rows_max(const config::config& cfg) {
+    return std::max(logits_rows_max(cfg), cfg.scheduler.max_sequences *
+                                              std::max<uint32_t>(1, cfg.scheduler.decode_steps));
+}
+
 struct main_loop {
     uv_loop_t loop{};
     uv_signal_t sigint{};
@@ -365,7 +374,8 @@ sched::scheduler_actor::options scheduler_options_from(const config::config& cfg
 // slot it points into, and before the promise the scheduler's on_drained sets.
 struct server_actors {
     server_actors(const config::config& cfg, const loaded_model& model)
-        : logits(logits_rows_max(cfg), model.hp.n_vocab, model.hp.n_embd) {}
+        : logits(logits_rows_max(cfg), model.hp.n_vocab, model.hp.n_embd,
+                 logits_summary_rows_max(cfg)) {}
 
     gpu::logits_exchange logits;
     std::optional<gpu::logits_exchange> draft_logits;  // the draft model's (mode = "draft")
