@@ -41,6 +41,19 @@ std::vector<std::string> streamed_texts(const harness& h, uint64_t id) {
     return texts;
 }
 
+// Request `id` ended done in `many` with the tokens, text and streamed texts it had in `one`.
+void expect_same_output(const harness& one, const harness& many, uint64_t id) {
+    SCOPED_TRACE("request " + std::to_string(id));
+    const event* a = one.terminal(1, id);
+    const event* b = many.terminal(1, id);
+    ASSERT_NE(a, nullptr);
+    ASSERT_NE(b, nullptr);
+    EXPECT_EQ(b->str("event"), "done") << b->str("message");
+    EXPECT_EQ(b->tokens(), a->tokens());
+    EXPECT_EQ(b->str("text"), a->str("text"));
+    EXPECT_EQ(streamed_texts(many, id), streamed_texts(one, id));
+}
+
 // A greedy generate with stop strings (the harness's generate has none).
 void generate_with_stop(harness& h, uint64_t id, const std::string& prompt, uint32_t max_tokens,
                         const std::string& stop) {
@@ -151,16 +164,7 @@ TEST(scheduler_decode_steps, sampled_tokens_and_events_equal_one_iteration_a_ste
             steps_many++;
             ahead += s.decode_steps - 1;
         });
-        for (const request& q : requests) {
-            const event* a = one.terminal(1, q.id);
-            const event* b = many.terminal(1, q.id);
-            ASSERT_NE(a, nullptr);
-            ASSERT_NE(b, nullptr);
-            EXPECT_EQ(b->str("event"), "done") << b->str("message");
-            EXPECT_EQ(b->tokens(), a->tokens()) << q.id;
-            EXPECT_EQ(b->str("text"), a->str("text")) << q.id;
-            EXPECT_EQ(streamed_texts(many, q.id), streamed_texts(one, q.id)) << q.id;
-        }
+        for (const request& q : requests) expect_same_output(one, many, q.id);
         const auto& c = many.core->counters();
         EXPECT_GT(c.decode_iterations_ahead, 0u);
         EXPECT_LE(c.decode_iterations_ahead, ahead) << "no more ran than were planned";
@@ -236,15 +240,7 @@ TEST(scheduler_decode_steps, summaries_let_a_step_of_rows_max_sequences_run_its_
             if (s.seqs.size() == 4) k_of_four = std::max(k_of_four, s.decode_steps);
         });
         EXPECT_EQ(k_of_four, decode_rows_max / 4);
-        for (const request& q : requests) {
-            const event* a = one.terminal(1, q.id);
-            const event* b = many.terminal(1, q.id);
-            ASSERT_NE(a, nullptr);
-            ASSERT_NE(b, nullptr);
-            EXPECT_EQ(b->str("event"), "done") << b->str("message");
-            EXPECT_EQ(b->tokens(), a->tokens()) << q.id;
-            EXPECT_EQ(streamed_texts(many, q.id), streamed_texts(one, q.id)) << q.id;
-        }
+        for (const request& q : requests) expect_same_output(one, many, q.id);
         EXPECT_EQ(many.core->counters().decode_steps_ended_early, 0u) << "top-k 40 is settled";
         many.expect_idle();
     }
