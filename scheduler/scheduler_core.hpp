@@ -465,6 +465,11 @@ private:
     std::optional<gpu::step> plan_batch();
     // Makes the planned step run several decode iterations on the GPU where it may.
     void plan_decode_steps(gpu::step& s, in_flight_step& f);
+    // A queued request has a sequence free for it (whether the KV pool takes it or not): a step
+    // of several decode iterations would keep it waiting.
+    bool queued_request_has_a_sequence() const {
+        return !_queue.empty() && _running.size() + _restoring.size() < _opt.max_sequences;
+    }
 
     // embeddings (scheduler_embed.cpp)
     gpu::hidden_output hidden_for(const request_state& r, uint32_t n_tokens) const;

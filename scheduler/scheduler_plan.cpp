@@ -260,9 +260,13 @@ std::optional<gpu::step> scheduler_core::plan_batch() {
 //     (gpu::step_seq::draw) draws on the worker what its own draws here after the step (which
 //     checks they agree); a sampled draw that needs a row of which only the summary is kept
 //     ends the step early there (gpu::step_draws);
-//   - every running sequence is in the step and no request waits to be admitted or for the
-//     disk: nobody waits for the longer step (a request that arrives during it does, at most
-//     decode_steps - 1 iterations);
+//   - every running sequence is in the step, no request waits for the disk and none waits in
+//     the queue with a sequence free for it: nobody who could start waits for the longer step.
+//     A request queued while every sequence is busy starts when one ends, which a step ends
+//     no later than where a request reaches its max_tokens (below); one that ends earlier (end
+//     of generation, a stop string) frees its sequence at the step's end, up to
+//     decode_steps - 1 iterations late. A request that arrives with a sequence free during such
+//     a step ends it after the iteration running (take_decode_steps_end);
 //   - no iteration runs past a sequence's max_tokens or its context, and every iteration's rows
 //     fit a logits slot (device_ready::decode_rows_max: where steps come with row summaries, the
 //     earlier iterations keep only those, and every sequence the scheduler runs fits; without
@@ -270,8 +274,8 @@ std::optional<gpu::step> scheduler_core::plan_batch() {
 // A sequence that ends at an earlier iteration (end of generation, a stop string) wastes the
 // later ones' compute; their KV lands in its own tail blocks, freed with it.
 void scheduler_core::plan_decode_steps(gpu::step& s, in_flight_step& f) {
-    if (_opt.decode_steps <= 1 || s.seqs.empty() || !_queue.empty() || !_restoring.empty() ||
-        s.seqs.size() != _running.size()) {
+    if (_opt.decode_steps <= 1 || s.seqs.empty() || queued_request_has_a_sequence() ||
+        !_restoring.empty() || s.seqs.size() != _running.size()) {
         return;
     }
     uint64_t k = std::min<uint64_t>(_opt.decode_steps, _decode_rows_max / s.seqs.size());
@@ -307,8 +311,7 @@ void scheduler_core::plan_decode_steps(gpu::step& s, in_flight_step& f) {
 
 std::optional<uint64_t> scheduler_core::take_decode_steps_end() {
     if (!_in_flight || _in_flight->decode_steps <= 1 || _in_flight->end_asked) return std::nullopt;
-    const bool admissible =
-        !_queue.empty() && _running.size() + _restoring.size() < _opt.max_sequences;
+    const bool admissible = queued_request_has_a_sequence();
     const bool cancelled =
         std::any_of(_in_flight->seqs.begin(), _in_flight->seqs.end(), [&](const planned& p) {
             const request_state* r = find(p.seq);

@@ -11,13 +11,15 @@
 // output and events of one iteration a step, rows summarized or not (a draw the summary alone
 // cannot settle ends its step early); where the earlier iterations keep only their summaries, a
 // step of rows_max sequences runs several (device_ready::decode_rows_max); a request with a penalty
-// runs one iteration a step, with its one-iteration output; nothing runs ahead while a request
-// waits in the queue, and a request that arrives during such a step, with a sequence free for it,
-// ends the step early (gpu::end_decode_steps); end of generation and a stop string inside such a
-// step end the request at that token, with every block freed; a cancel that arrives during one is
-// applied at its first iteration and ends the step early; a failed one is retried with the same
-// output; a device whose draw is not the sampler's ends that request with error internal and leaves
-// the other's output alone. Invariants are checked after every message (the harness).
+// runs one iteration a step, with its one-iteration output; a request queued while every
+// sequence is busy lets the running ones run ahead and starts at the same iteration (nothing runs
+// ahead while a queued request has a free sequence), and a request that arrives during such a
+// step, with a sequence free for it, ends the step early (gpu::end_decode_steps); end of generation
+// and a stop string inside such a step end the request at that token, with every block freed; a
+// cancel that arrives during one is applied at its first iteration and ends the step early; a
+// failed one is retried with the same output; a device whose draw is not the sampler's ends that
+// request with error internal and leaves the other's output alone. Invariants are checked after
+// every message (the harness).
 
 #include "tests/scheduler/scheduler_harness.hpp"
 
@@ -246,21 +248,54 @@ TEST(scheduler_decode_steps, summaries_let_a_step_of_rows_max_sequences_run_its_
     }
 }
 
-TEST(scheduler_decode_steps, nothing_runs_ahead_while_a_request_waits) {
-    core_options o = with_decode_steps(4);
-    o.max_sequences = 1;
-    harness h(o);
-    h.generate(1, 1, prompts[0], 10);
-    h.generate(1, 2, prompts[3], 10);
-    uint64_t ahead = 0;
-    h.run([&](const gpu::step& s) {
-        if (h.core->queued_requests() > 0) EXPECT_EQ(s.decode_steps, 1u);
-        ahead += s.decode_steps - 1;
-    });
-    EXPECT_GT(ahead, 0u) << "the second request, alone, runs ahead";
-    EXPECT_EQ(h.terminal(1, 1)->tokens(), reference_greedy(prompts[0], 10));
-    EXPECT_EQ(h.terminal(1, 2)->tokens(), reference_greedy(prompts[3], 10));
-    h.expect_idle();
+// A request queued while every sequence is busy cannot start before one ends, so the running
+// ones still run ahead: a step ends where a request reaches its max_tokens, so the queued one
+// starts at the same iteration as with one iteration a step (in fewer steps), and every request
+// keeps the reference output. A step never runs ahead while a queued request has a free
+// sequence.
+TEST(scheduler_decode_steps,
+     a_request_waiting_for_a_busy_sequence_lets_the_running_ones_run_ahead) {
+    const uint32_t max_sequences = 2;
+    const uint32_t lens[] = {9, 14, 10};
+    uint64_t started_at[2][3] = {};  // [k = 1, 4][request]: the iteration its prompt ran in
+    uint64_t steps_before[2] = {};   // the steps before request 3's prompt
+    for (uint32_t k : {1u, 4u}) {
+        SCOPED_TRACE("decode_steps " + std::to_string(k));
+        core_options o = with_decode_steps(k);
+        o.max_sequences = max_sequences;
+        harness h(o);
+        for (uint64_t i = 0; i < 3; i++) h.generate(1, i + 1, prompts[i], lens[i]);
+        uint64_t ahead_while_queued = 0, iterations = 0, steps = 0;
+        uint64_t* started = started_at[k > 1];
+        h.run([&](const gpu::step& s) {
+            for (const auto& q : s.seqs) {
+                if (q.pos0 == 0 && started[q.seq_id - 1] == 0) {
+                    started[q.seq_id - 1] = iterations + 1;
+                    if (q.seq_id == 3) steps_before[k > 1] = steps;
+                }
+            }
+            iterations += s.decode_steps;
+            steps++;
+            if (s.decode_steps > 1) {
+                EXPECT_TRUE(h.core->queued_requests() == 0 ||
+                            h.core->active_sequences() == max_sequences)
+                    << "a step ran ahead while a queued request had a free sequence";
+                if (h.core->queued_requests() > 0) ahead_while_queued++;
+            }
+        });
+        if (k > 1) EXPECT_GT(ahead_while_queued, 0u);
+        for (uint64_t i = 0; i < 3; i++) {
+            ASSERT_NE(h.terminal(1, i + 1), nullptr);
+            EXPECT_EQ(h.terminal(1, i + 1)->tokens(), reference_greedy(prompts[i], lens[i])) << i;
+        }
+        EXPECT_TRUE(h.ends_asked.empty()) << "no sequence was free for the queued request";
+        h.expect_idle();
+    }
+    // Request 3 starts right after request 1's 9 tokens (the prompt's step and 8 decode
+    // iterations) either way.
+    EXPECT_EQ(started_at[0][2], 10u);
+    EXPECT_EQ(started_at[1][2], started_at[0][2]);
+    EXPECT_LT(steps_before[1], steps_before[0]);
 }
 
 // A request that arrives while a step of several iterations runs, with a sequence free for it,
