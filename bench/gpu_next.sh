@@ -29,7 +29,7 @@
 # TESTS (the GPU test binaries bench/gpu_tests.sh packed: .gpu/tests.tar.xz; run first when
 # there, into tests.log, within TESTS_S seconds, 120), PARTS (which of tests coop mmv rope attn
 # layouts tiled replay serve steps to run, in that order; all by default), STEP_STREAMS (the
-# steps part's streams: greedy 1,8, sampled 1,8,64).
+# steps part's streams: greedy 1,8, sampled 1,8,64,128).
 # Dry run on lavapipe: W=<dir with ordo/bin and MODEL.gguf> MODEL=... PP=16 TG=8 PAR=2
 # STREAMS=1,2 bash bench/gpu_next.sh
 set -uo pipefail
@@ -218,14 +218,15 @@ part_serve() {
 # iterations a step, each greedy draw fed to the next on the worker, never run on a GPU); then
 # sampled ones (the serve part's temperature 1, top-k 40) with 1 and 4 (session 36: a copy of
 # each request's sampler draws between the iterations, from the row summaries on a GPU), at 64
-# streams too (session 37: where rows are summarized, a step of every sequence runs ahead).
+# and 128 streams too (session 37: where rows are summarized a step of every sequence runs
+# ahead, and it does while requests wait for a busy sequence: 128 streams on 64).
 part_steps() {
   for k in 1 4 8; do
     serve "steps$k" "[scheduler]\nmax_queue = 1024\ndecode_steps = $k\n" "${STEP_STREAMS:-1,8}" \
       "--temperature 0"
   done
   for k in 1 4; do
-    serve "sampled$k" "[scheduler]\nmax_queue = 1024\ndecode_steps = $k\n" "${STEP_STREAMS:-1,8,64}"
+    serve "sampled$k" "[scheduler]\nmax_queue = 1024\ndecode_steps = $k\n" "${STEP_STREAMS:-1,8,64,128}"
   done
 }
 
