@@ -79,6 +79,8 @@ struct step_seq {
 
 // Decode iterations one step may run (step::decode_steps), at most.
 inline constexpr uint32_t decode_steps_max = 16;
+// step::end_tokens, at most (a vocabulary's end-of-generation set is a handful of ids).
+inline constexpr uint32_t end_tokens_max = 256;
 
 // scheduler → gpu: run one forward step over a batch. Reply: step_done or step_failed, exactly
 // one, with the same step_id.
@@ -96,10 +98,16 @@ struct step {
     // sequence's draw from iteration i (step_seq::draw: greedy's token, or its sampler's) at the
     // next position, without the host in between; the block tables cover every iteration's
     // positions. The step ends early, after iteration i, when a sampled draw from iteration i needs
-    // the row that only its summary will stand for, or when end_decode_steps asks. step_done says
-    // how many ran, what was drawn (draws) and where each iteration's rows are (decode_row).
+    // the row that only its summary will stand for, when one is of end_tokens, or when
+    // end_decode_steps asks. step_done says how many ran, what was drawn (draws) and where each
+    // iteration's rows are (decode_row).
     uint32_t decode_steps = 1;
-    MSGPACK_DEFINE_MAP(step_id, phase, seqs, sample_vocab, decode_steps);
+    // A step of several decode iterations also ends after an iteration in which a sequence drew
+    // one of these (the scheduler sends the end-of-generation ids while a request waits for a
+    // busy sequence: the sequence whose request ends there frees at once); at most
+    // end_tokens_max.
+    std::vector<int32_t> end_tokens;
+    MSGPACK_DEFINE_MAP(step_id, phase, seqs, sample_vocab, decode_steps, end_tokens);
 };
 
 // scheduler → gpu: end step `step_id`, a step of several decode iterations, after the iteration

@@ -263,10 +263,11 @@ std::optional<gpu::step> scheduler_core::plan_batch() {
 //   - every running sequence is in the step, no request waits for the disk and none waits in
 //     the queue with a sequence free for it: nobody who could start waits for the longer step.
 //     A request queued while every sequence is busy starts when one ends, which a step ends
-//     no later than where a request reaches its max_tokens (below); one that ends earlier (end
-//     of generation, a stop string) frees its sequence at the step's end, up to
-//     decode_steps - 1 iterations late. A request that arrives with a sequence free during such
-//     a step ends it after the iteration running (take_decode_steps_end);
+//     no later than where a request reaches its max_tokens (below) or draws an end of
+//     generation (gpu::step::end_tokens); one that ends at a stop string frees its sequence at
+//     the step's end, up to decode_steps - 1 iterations late. A request that arrives with a
+//     sequence free during such a step ends it after the iteration running
+//     (take_decode_steps_end);
 //   - no iteration runs past a sequence's max_tokens or its context, and every iteration's rows
 //     fit a logits slot (device_ready::decode_rows_max: where steps come with row summaries, the
 //     earlier iterations keep only those, and every sequence the scheduler runs fits; without
@@ -307,6 +308,12 @@ void scheduler_core::plan_decode_steps(gpu::step& s, in_flight_step& f) {
         }
     }
     s.decode_steps = f.decode_steps = uint32_t(k);
+    // A request waits for a busy sequence: a sequence whose draw ends its request (the vocab's
+    // end of generation) ends the step there, so the request starts at the next iteration.
+    const auto& eog = _tok->vocab().eog();
+    if (!_queue.empty() && eog.size() <= gpu::end_tokens_max) {
+        s.end_tokens.assign(eog.begin(), eog.end());
+    }
 }
 
 std::optional<uint64_t> scheduler_core::take_decode_steps_end() {

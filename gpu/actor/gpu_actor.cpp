@@ -292,14 +292,15 @@ void gpu_actor::run_decode_steps() {
         // rows stay where the last iteration's are.
         if (_end_decode_steps_of.load(std::memory_order_acquire) == m.step_id) break;
         // Each row's draw for the next iteration, from what the scheduler keeps of this one; a
-        // draw the summary alone does not settle ends the step here (this iteration's rows stay
-        // where the last iteration's are, and the scheduler draws from the row).
+        // draw the summary alone does not settle, or one of the step's end_tokens, ends the step
+        // here (this iteration's rows stay where the last iteration's are, and the scheduler
+        // draws from the row).
         bool settled = true;
         for (std::uint32_t j = 0; j < rows && settled; j++) {
             next[j] = draws->next(j, _exchange.read_row(_job.slot, j),
                                   r.summarized ? _exchange.read_summary(_job.slot, j)
                                                : std::span<const std::uint32_t>());
-            settled = next[j] >= 0;
+            settled = next[j] >= 0 && !draws->ends(next[j]);
         }
         if (!settled) break;
         // This iteration's rows move to their place (decode_row) before the next one writes

@@ -34,12 +34,16 @@ public:
     // row, which is still in the slot).
     std::int32_t next(std::uint32_t j, std::span<const float> row,
                       std::span<const std::uint32_t> summary);
+    // Whether a draw of `token` ends the step after this iteration (step::end_tokens): its
+    // request ends there, and a request waits for its sequence.
+    bool ends(std::int32_t token) const;
 
 private:
     explicit step_draws(std::uint32_t n_draw) : _n_draw(n_draw) {}
 
     std::uint32_t _n_draw;
     std::vector<std::optional<sched::sampler>> _samplers;  // per sequence; none: greedy
+    std::vector<std::int32_t> _end_tokens;                 // step::end_tokens, sorted
 };
 
 }  // namespace ordo::gpu

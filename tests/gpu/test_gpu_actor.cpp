@@ -28,12 +28,13 @@
 // tokens a copy of their sampler draws from each row, or from its summary alone with row
 // summaries (where that cannot settle a draw the step ends there, and no earlier), and a draw no
 // sampler can make is refused gpu_bad_step; (16) end_decode_steps ends such a step after the
-// iteration that runs; (17) with row summaries, a step of as many sequences as a slot has rows
-// runs several iterations, the earlier ones' summaries in the slot's summary rows
-// (device_ready::decode_rows_max), and without them it is refused.
+// iteration that runs, and so does a draw of one of its end_tokens; (17) with row summaries, a step
+// of as many sequences as a slot has rows runs several iterations, the earlier ones' summaries in
+// the slot's summary rows (device_ready::decode_rows_max), and without them it is refused.
 #include <gtest/gtest.h>
 #include <uv.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -535,6 +536,48 @@ TEST(GpuActor, DecodeStepsOfAFullSlotKeepTheEarlierIterationsSummaries) {
         }
         ASSERT_TRUE(s.stop().ok());
     }
+}
+
+// A step of several decode iterations ends after the first iteration whose draw is one of its
+// end_tokens (the scheduler's end-of-generation ids while a request is queued): its rows and
+// draws are the uncut step's up to there. More end_tokens than end_tokens_max are refused
+// gpu_bad_step.
+TEST(GpuActor, DecodeStepsEndAtAnEndToken) {
+    ORDO_REQUIRE_GPU();
+    auto s = start(actor_options(2));
+    ASSERT_TRUE(s);
+    const auto twins = prefill_twins(*s, 6);
+    ASSERT_TRUE(twins);
+    step uncut = make_step(3, step_phase::decode, {make_seq(1, {*twins}, 11, {2, 3, 4})});
+    uncut.decode_steps = 4;
+    auto full = run_decode_steps(*s, uncut);
+    ASSERT_TRUE(full);
+    ASSERT_EQ(full->done.decode_steps, 4u);
+    const std::vector<std::int32_t>& drawn = full->done.draws;
+    ASSERT_EQ(drawn.size(), 3u);
+    // The same step again (the same positions, written again) ending at iteration 1's draw, or
+    // at its first iteration drawing it; an end token no row draws changes nothing.
+    step cut = uncut;
+    cut.step_id = 4;
+    cut.end_tokens = {std::int32_t(s->n_vocab() + 5), drawn[1]};
+    const auto first = std::size_t(std::find(drawn.begin(), drawn.end(), drawn[1]) - drawn.begin());
+    auto got = run_decode_steps(*s, cut);
+    ASSERT_TRUE(got);
+    EXPECT_EQ(got->done.decode_steps, first + 1);
+    EXPECT_EQ(got->done.draws,
+              std::vector<std::int32_t>(drawn.begin(), drawn.begin() + long(first)));
+    for (std::size_t i = 0; i <= first && i < got->logits.size(); i++) {
+        EXPECT_EQ(got->logits[i], full->logits[i]) << "iteration " << i;
+    }
+    step many = uncut;
+    many.step_id = 5;
+    many.end_tokens.assign(end_tokens_max + 1, 0);
+    std::vector<float> logits;
+    auto r = s->run(many, logits, reply_ms);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.err().code, "gpu_bad_step");
+    EXPECT_NE(r.err().message.find("end_tokens"), std::string::npos) << r.err().message;
+    ASSERT_TRUE(s->stop().ok());
 }
 
 // Holds steps inside the worker until released.

@@ -15,11 +15,13 @@
 // sequence is busy lets the running ones run ahead and starts at the same iteration (nothing runs
 // ahead while a queued request has a free sequence), and a request that arrives during such a
 // step, with a sequence free for it, ends the step early (gpu::end_decode_steps); end of generation
-// and a stop string inside such a step end the request at that token, with every block freed; a
-// cancel that arrives during one is applied at its first iteration and ends the step early; a
-// failed one is retried with the same output; a device whose draw is not the sampler's ends that
-// request with error internal and leaves the other's output alone. Invariants are checked after
-// every message (the harness).
+// and a stop string inside such a step end the request at that token, with every block freed,
+// and an end of generation ends the step there while a request is queued (gpu::step::end_tokens:
+// the queued one starts at the same iteration as with one iteration a step); a cancel that arrives
+// during one is applied at its first iteration and ends the step early; a failed one is retried
+// with the same output; a device whose draw is not the sampler's ends that request with error
+// internal and leaves the other's output alone. Invariants are checked after every message (the
+// harness).
 
 #include "tests/scheduler/scheduler_harness.hpp"
 
@@ -357,6 +359,55 @@ TEST(scheduler_decode_steps, end_of_generation_inside_a_step_ends_there) {
     EXPECT_EQ(t->str("reason"), "stop");
     EXPECT_EQ(t->tokens(), std::vector<int32_t>(free_run.begin(), free_run.begin() + long(k) + 1));
     h.expect_idle();
+}
+
+// A request queued behind the only sequence, whose request draws its end of generation inside
+// a step of several iterations: the step ends at that iteration (gpu::step::end_tokens, sent only
+// while a request is queued), so the queued request starts at the same iteration as with one
+// iteration a step, and both outputs are those of one iteration a step.
+TEST(scheduler_decode_steps, an_end_of_generation_ends_the_step_for_a_queued_request) {
+    const std::vector<int32_t> free_run = reference_greedy(prompts[0], 8);
+    ASSERT_EQ(free_run.size(), 8u);
+    // A token the first step of four iterations draws before its last one (tokens 2-4 of 5).
+    const size_t e = first_new_token(free_run, 1);
+    ASSERT_LE(e, 3u) << "the free run has no new token early enough";
+    model::tokenizer eot_tok = tokenizer_with_eot(free_run[e]);
+    uint64_t started[2] = {};  // [k = 1, 4]: the iteration request 2's prompt ran in
+    std::vector<int32_t> outputs[2][2];
+    for (uint32_t k : {1u, 4u}) {
+        SCOPED_TRACE("decode_steps " + std::to_string(k));
+        core_options o = with_decode_steps(k);
+        o.max_sequences = 1;
+        harness h(o, 256, 8, 0, &eot_tok);
+        h.generate(1, 1, prompts[0], 8);
+        h.generate(1, 2, prompts[3], 6);
+        uint64_t steps = 0;
+        h.run([&](const gpu::step& s) {
+            const auto& c = h.core->counters();
+            for (const auto& q : s.seqs) {
+                if (q.seq_id == 2 && q.pos0 == 0 && started[k > 1] == 0) {
+                    started[k > 1] = steps + c.decode_iterations_ahead + 1;
+                }
+            }
+            steps++;
+            if (s.decode_steps > 1) {
+                EXPECT_EQ(s.end_tokens.empty(), h.core->queued_requests() == 0)
+                    << "end tokens go with a step exactly while a request is queued";
+            }
+        });
+        for (uint64_t id : {1u, 2u}) {
+            ASSERT_NE(h.terminal(1, id), nullptr);
+            outputs[k > 1][id - 1] = h.terminal(1, id)->tokens();
+        }
+        EXPECT_EQ(h.terminal(1, 1)->str("reason"), "stop");
+        EXPECT_EQ(outputs[k > 1][0],
+                  std::vector<int32_t>(free_run.begin(), free_run.begin() + long(e) + 1));
+        if (k > 1) EXPECT_GE(h.core->counters().decode_steps_ended_early, 1u);
+        h.expect_idle();
+    }
+    EXPECT_EQ(started[0], e + 2) << "request 1's e + 1 tokens ran first";
+    EXPECT_EQ(started[1], started[0]);
+    EXPECT_EQ(outputs[1][1], outputs[0][1]);
 }
 
 TEST(scheduler_decode_steps, a_stop_string_inside_a_step_ends_there) {

@@ -422,7 +422,8 @@ private:
     // each iteration a step of its own, each row's draw (gpu::step_draws, the actor's own: greedy,
     // or a copy of the request's sampler from the row or, with summarize_rows, its summary
     // alone) the next iteration's token at the next position, ending early where a draw is not
-    // settled or after `end_after` iterations (gpu::end_decode_steps); the rows moved to
+    // settled or is one of the step's end_tokens, or after `end_after` iterations
+    // (gpu::end_decode_steps); the rows moved to
     // gpu::decode_row (of the earlier iterations, only the summaries where there are some).
     gpu::step_done execute(const gpu::step& s, uint32_t end_after) {
         if (s.decode_steps <= 1) return execute_one(s);
@@ -448,7 +449,7 @@ private:
                 next[j] = draws->next(j, rows[j],
                                       one.summarized ? std::span<const uint32_t>(summaries[j])
                                                      : std::span<const uint32_t>());
-                settled = next[j] >= 0;
+                settled = next[j] >= 0 && !draws->ends(next[j]);
             }
             // Where this iteration's rows go: after the last's, unless it is the last.
             const uint32_t iterations = settled ? k : i + 1;
