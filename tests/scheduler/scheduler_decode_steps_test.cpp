@@ -342,14 +342,30 @@ TEST(scheduler_decode_steps, a_request_that_can_be_admitted_ends_a_step_early) {
     }
 }
 
+// prompts[0]'s greedy free run of 8 tokens and a tokenizer whose end of turn is its token `at`,
+// one a step of four iterations after the prompt's draws before its last (tokens 2-4 of 5);
+// no tokenizer when the free run has no such token.
+struct early_end {
+    std::vector<int32_t> free_run;
+    size_t at = 0;
+    std::optional<model::tokenizer> tok;
+};
+early_end early_end_of_generation() {
+    early_end e;
+    e.free_run = reference_greedy(prompts[0], 8);
+    EXPECT_EQ(e.free_run.size(), 8u);
+    e.at = first_new_token(e.free_run, 1);
+    EXPECT_LE(e.at, 3u) << "the free run has no new token early enough";
+    if (e.free_run.size() == 8 && e.at <= 3) e.tok.emplace(tokenizer_with_eot(e.free_run[e.at]));
+    return e;
+}
+
 TEST(scheduler_decode_steps, end_of_generation_inside_a_step_ends_there) {
-    const std::vector<int32_t> free_run = reference_greedy(prompts[0], 8);
-    ASSERT_EQ(free_run.size(), 8u);
-    // A token the first step of four iterations draws before its last one (tokens 2-4 of 5).
-    const size_t k = first_new_token(free_run, 1);
-    ASSERT_LE(k, 3u) << "the free run has no new token early enough";
-    model::tokenizer eot_tok = tokenizer_with_eot(free_run[k]);
-    harness h(with_decode_steps(4), 256, 8, 0, &eot_tok);
+    const early_end end = early_end_of_generation();
+    ASSERT_TRUE(end.tok);
+    const std::vector<int32_t>& free_run = end.free_run;
+    const size_t k = end.at;
+    harness h(with_decode_steps(4), 256, 8, 0, &*end.tok);
     h.generate(1, 1, prompts[0], 8);
     std::vector<uint32_t> ks;
     h.run([&](const gpu::step& s) { ks.push_back(s.decode_steps); });
@@ -366,19 +382,17 @@ TEST(scheduler_decode_steps, end_of_generation_inside_a_step_ends_there) {
 // while a request is queued), so the queued request starts at the same iteration as with one
 // iteration a step, and both outputs are those of one iteration a step.
 TEST(scheduler_decode_steps, an_end_of_generation_ends_the_step_for_a_queued_request) {
-    const std::vector<int32_t> free_run = reference_greedy(prompts[0], 8);
-    ASSERT_EQ(free_run.size(), 8u);
-    // A token the first step of four iterations draws before its last one (tokens 2-4 of 5).
-    const size_t e = first_new_token(free_run, 1);
-    ASSERT_LE(e, 3u) << "the free run has no new token early enough";
-    model::tokenizer eot_tok = tokenizer_with_eot(free_run[e]);
+    const early_end end = early_end_of_generation();
+    ASSERT_TRUE(end.tok);
+    const std::vector<int32_t>& free_run = end.free_run;
+    const size_t e = end.at;
     uint64_t started[2] = {};  // [k = 1, 4]: the iteration request 2's prompt ran in
     std::vector<int32_t> outputs[2][2];
     for (uint32_t k : {1u, 4u}) {
         SCOPED_TRACE("decode_steps " + std::to_string(k));
         core_options o = with_decode_steps(k);
         o.max_sequences = 1;
-        harness h(o, 256, 8, 0, &eot_tok);
+        harness h(o, 256, 8, 0, &*end.tok);
         h.generate(1, 1, prompts[0], 8);
         h.generate(1, 2, prompts[3], 6);
         uint64_t steps = 0;
