@@ -218,6 +218,14 @@ std::optional<std::int32_t> prefill_twins(gpu_session& s, std::uint32_t seed) {
     return first;
 }
 
+// Step `id`: sequence 1 (prefill_twins' blocks 2-4) decoding `iterations` iterations from
+// `token` at position 11.
+step twin_decode_steps(std::uint64_t id, std::int32_t token, std::uint32_t iterations) {
+    step m = make_step(id, step_phase::decode, {make_seq(1, {token}, 11, {2, 3, 4})});
+    m.decode_steps = iterations;
+    return m;
+}
+
 // What a step of several decode iterations handed back: step_done, and each iteration's rows
 // (logits where the slot has them, summaries where the step summarized), read from the slot.
 struct decode_steps_result {
@@ -299,8 +307,7 @@ TEST(GpuActor, DecodeStepsRunTheGreedyDrawsAsStepsOfOneWould) {
         ASSERT_TRUE(twins);
         const std::int32_t first = *twins;
         // Sequence 1: four iterations from its first draw at position 11.
-        step many = make_step(3, step_phase::decode, {make_seq(1, {first}, 11, {2, 3, 4})});
-        many.decode_steps = 4;
+        step many = twin_decode_steps(3, first, 4);
         auto got = run_decode_steps(*s, many);
         ASSERT_TRUE(got);
         EXPECT_EQ(got->done.decode_steps, 4u);
@@ -338,8 +345,7 @@ TEST(GpuActor, DecodeStepsRunTheGreedyDrawsAsStepsOfOneWould) {
         slow.phase = step_phase::decode;
         slow.delay_ms = 150;
         ASSERT_TRUE(s->actor().tell(slow).ok());
-        step delayed = make_step(24, step_phase::decode, {make_seq(1, {first}, 11, {2, 3, 4})});
-        delayed.decode_steps = 3;
+        step delayed = twin_decode_steps(24, first, 3);
         const auto t0 = std::chrono::steady_clock::now();
         ASSERT_TRUE(run_decode_steps(*s, delayed));
         EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(3 * 150));
@@ -348,8 +354,7 @@ TEST(GpuActor, DecodeStepsRunTheGreedyDrawsAsStepsOfOneWould) {
         nan.kind = fault_kind::nan_logits;
         nan.phase = step_phase::decode;
         ASSERT_TRUE(s->actor().tell(nan).ok());
-        step faulted = make_step(23, step_phase::decode, {make_seq(1, {first}, 11, {2, 3, 4})});
-        faulted.decode_steps = 3;
+        step faulted = twin_decode_steps(23, first, 3);
         auto f = s->run(faulted, logits, reply_ms);
         ASSERT_FALSE(f.ok());
         EXPECT_EQ(f.err().code, "gpu_nan");
@@ -392,10 +397,9 @@ TEST(GpuActor, DecodeStepsRunTheSampledDrawsTheSamplerWould) {
             auto want = sched::sampler::create(p);
             ASSERT_TRUE(want.ok());
             const auto state = want->rng_state();
-            step many = make_step(id++, step_phase::decode, {make_seq(1, {first}, 11, {2, 3, 4})});
+            step many = twin_decode_steps(id++, first, 5);
             many.seqs[0].temperature = f.temperature;
             many.seqs[0].draw = {f.temperature, f.top_k, 1.0f, 0.0f, {state.begin(), state.end()}};
-            many.decode_steps = 5;
             auto got = run_decode_steps(*s, many);
             ASSERT_TRUE(got);
             const std::uint32_t ran = got->done.decode_steps;
@@ -439,9 +443,8 @@ TEST(GpuActor, DecodeStepsRunTheSampledDrawsTheSamplerWould) {
             }
         }
         // A draw no sampler can make: a generator state of three words.
-        step bad = make_step(id++, step_phase::decode, {make_seq(1, {first}, 11, {2, 3, 4})});
+        step bad = twin_decode_steps(id++, first, 2);
         bad.seqs[0].draw = {1.0f, 0, 1.0f, 0.0f, {1, 2, 3}};
-        bad.decode_steps = 2;
         auto r = s->run(bad, logits, reply_ms);
         ASSERT_FALSE(r.ok());
         EXPECT_EQ(r.err().code, "gpu_bad_step");
@@ -548,8 +551,7 @@ TEST(GpuActor, DecodeStepsEndAtAnEndToken) {
     ASSERT_TRUE(s);
     const auto twins = prefill_twins(*s, 6);
     ASSERT_TRUE(twins);
-    step uncut = make_step(3, step_phase::decode, {make_seq(1, {*twins}, 11, {2, 3, 4})});
-    uncut.decode_steps = 4;
+    step uncut = twin_decode_steps(3, *twins, 4);
     auto full = run_decode_steps(*s, uncut);
     ASSERT_TRUE(full);
     ASSERT_EQ(full->done.decode_steps, 4u);
@@ -731,8 +733,7 @@ TEST(GpuActor, EndDecodeStepsEndsTheStepAfterTheIterationRunning) {
     const auto twins = prefill_twins(*s, 6);
     ASSERT_TRUE(twins);
     const std::int32_t first = *twins;
-    step held = make_step(3, step_phase::decode, {make_seq(1, {first}, 11, {2, 3, 4})});
-    held.decode_steps = 4;
+    step held = twin_decode_steps(3, first, 4);
     ASSERT_TRUE(s->actor().tell(held).ok());
     ASSERT_TRUE(g->wait_entered(1));
     ASSERT_TRUE(s->actor().tell(end_decode_steps{3}).ok());
@@ -757,8 +758,7 @@ TEST(GpuActor, EndDecodeStepsEndsTheStepAfterTheIterationRunning) {
                     .ok());
     EXPECT_EQ(ran, logits);
     // An end for step 3 does not touch step 5.
-    step whole = make_step(5, step_phase::decode, {make_seq(1, {first}, 11, {2, 3, 4})});
-    whole.decode_steps = 3;
+    step whole = twin_decode_steps(5, first, 3);
     ASSERT_TRUE(s->actor().tell(whole).ok());
     auto d5 = s->replies().next_as<step_done>(reply_ms);
     ASSERT_TRUE(d5);
