@@ -281,8 +281,12 @@ std::optional<one_step_rows> step_of_one_as(gpu_session& s, std::uint64_t id, st
     one_step_rows r{{row.begin(), row.end()}, {}};
     if (done->summarized) r.summary.assign(sum.begin(), sum.end());
     s.exchange().release(done->slot);
-    if (!got.logits[i].empty()) EXPECT_EQ(got.logits[i], r.row);
-    if (got.done.summarized) EXPECT_EQ(got.summaries[i], r.summary);
+    if (!got.logits[i].empty()) {
+        EXPECT_EQ(got.logits[i], r.row);
+    }
+    if (got.done.summarized) {
+        EXPECT_EQ(got.summaries[i], r.summary);
+    }
     return r;
 }
 
@@ -323,7 +327,9 @@ TEST(GpuActor, DecodeStepsRunTheGreedyDrawsAsStepsOfOneWould) {
             EXPECT_EQ(got->logits[i].empty(), summaries && i < 3);
             t = logits_exchange::greedy_of(one->row, one->summary, n_vocab);
             EXPECT_EQ(t, std::int32_t(argmax(one->row.data(), n_vocab)));
-            if (i < 3) EXPECT_EQ(got->done.draws[i], t);
+            if (i < 3) {
+                EXPECT_EQ(got->done.draws[i], t);
+            }
         }
         // Refused: a prefill chunk, too many iterations, more rows than a slot holds.
         step chunk = make_step(20, step_phase::decode, {make_seq(3, {1, 2}, 0, {8})});

@@ -26,15 +26,22 @@ namespace {
 
 step_seq seq(std::uint64_t id, std::vector<std::int32_t> t, std::uint32_t pos0,
              std::vector<std::uint32_t> table, bool want) {
-    return step_seq{id, std::move(t), pos0, std::move(table), want};
+    step_seq s;
+    s.seq_id = id;
+    s.tokens = std::move(t);
+    s.pos0 = pos0;
+    s.block_table = std::move(table);
+    s.logits_rows = want ? 1 : 0;
+    return s;
 }
 
 TEST(StepPlan, LaysOutTokensSlotsTablesAndRows) {
     step_limits lim{100, 64, 4, 32, 16, 4, 4, 16};
-    step s{9,
-           step_phase::mixed,
-           {seq(5, {1, 2, 3}, 0, {7}, true), seq(6, {4}, 5, {2, 3}, true),
-            seq(8, {9, 9}, 2, {11}, false), seq(4, {6}, 0, {12}, true)}};
+    step s;
+    s.step_id = 9;
+    s.phase = step_phase::mixed;
+    s.seqs = {seq(5, {1, 2, 3}, 0, {7}, true), seq(6, {4}, 5, {2, 3}, true),
+              seq(8, {9, 9}, 2, {11}, false), seq(4, {6}, 0, {12}, true)};
     step_plan p;
     ASSERT_TRUE(plan_step(s, lim, p).ok());
     EXPECT_EQ(p.n_tokens, 7u);

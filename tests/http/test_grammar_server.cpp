@@ -210,7 +210,9 @@ void check_model(const std::string& model, const std::string& prompt) {
         json doc = json::parse(text, nullptr, false);
         ASSERT_TRUE(doc.is_object()) << text;
         EXPECT_TRUE(doc["name"].is_string() && doc["age"].is_number_integer()) << text;
-        if (validator) EXPECT_EQ(json_schema_violation(text, schema.dump(), "grammar"), "") << text;
+        if (validator) {
+            EXPECT_EQ(json_schema_violation(text, schema.dump(), "grammar"), "") << text;
+        }
     }
     EXPECT_GE(whole, 1) << "no json_schema answer ended within max_tokens";
     auto b = complete({{"grammar", bad}, {"max_tokens", 10}});

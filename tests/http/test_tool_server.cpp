@@ -43,8 +43,9 @@ const json k_tools = json::parse(R"([
 void expect_valid(const std::string& doc, const json& schema) {
     json parsed = json::parse(doc, nullptr, false);
     ASSERT_FALSE(parsed.is_discarded()) << doc;
-    if (json_schema_validator())
+    if (json_schema_validator()) {
         EXPECT_EQ(json_schema_violation(doc, schema.dump(), "tools"), "") << doc;
+    }
 }
 
 const json& schema_of(const std::string& name) {

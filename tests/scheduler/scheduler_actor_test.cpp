@@ -133,7 +133,13 @@ struct rig {
                 row[k_token] = 1.0f;
             }
         }
-        EXPECT_TRUE(sched->tell(gpu::step_done{s.step_id, slot, rows, 300, 0.5}, "gpu").ok());
+        gpu::step_done done;
+        done.step_id = s.step_id;
+        done.slot = slot;
+        done.rows = rows;
+        done.n_vocab = 300;
+        done.gpu_ms = 0.5;
+        EXPECT_TRUE(sched->tell(std::move(done), "gpu").ok());
         return slot;
     }
 

@@ -418,7 +418,9 @@ TEST(scheduler_speculate, draft_faults_and_fallbacks_change_no_output) {
         h.generate(1, 1, one[0], 20, 0.8, 5);
         h.run();
         EXPECT_NE(h.terminal(1, 1), nullptr);
-        if (h.terminal(1, 1) != nullptr) EXPECT_EQ(h.terminal(1, 1)->tokens(), plain);
+        if (h.terminal(1, 1) != nullptr) {
+            EXPECT_EQ(h.terminal(1, 1)->tokens(), plain);
+        }
         h.expect_idle();
         return h.core->counters();
     };
@@ -644,7 +646,9 @@ TEST(scheduler_speculate, a_draft_model_not_ready_or_forgetful_only_costs_drafts
             EXPECT_GT(q.seqs.at(0).known, 0u);
             return draft::draft_reply{q.round, {{q.seqs.at(0).seq_id, 0, {}}}, ""};
         }
-        if (calls == 4) EXPECT_EQ(q.seqs.at(0).known, 0u) << "sent whole after it was lost";
+        if (calls == 4) {
+            EXPECT_EQ(q.seqs.at(0).known, 0u) << "sent whole after it was lost";
+        }
         return o2(q);
     };
     f.generate(1, 1, one[0], 20, 0.8, 8);

@@ -285,7 +285,9 @@ TEST(scheduler_decode_steps,
                 if (h.core->queued_requests() > 0) ahead_while_queued++;
             }
         });
-        if (k > 1) EXPECT_GT(ahead_while_queued, 0u);
+        if (k > 1) {
+            EXPECT_GT(ahead_while_queued, 0u);
+        }
         for (uint64_t i = 0; i < 3; i++) {
             ASSERT_NE(h.terminal(1, i + 1), nullptr);
             EXPECT_EQ(h.terminal(1, i + 1)->tokens(), reference_greedy(prompts[i], lens[i])) << i;
@@ -416,7 +418,9 @@ TEST(scheduler_decode_steps, an_end_of_generation_ends_the_step_for_a_queued_req
         EXPECT_EQ(h.terminal(1, 1)->str("reason"), "stop");
         EXPECT_EQ(outputs[k > 1][0],
                   std::vector<int32_t>(free_run.begin(), free_run.begin() + long(e) + 1));
-        if (k > 1) EXPECT_GE(h.core->counters().decode_steps_ended_early, 1u);
+        if (k > 1) {
+            EXPECT_GE(h.core->counters().decode_steps_ended_early, 1u);
+        }
         h.expect_idle();
     }
     EXPECT_EQ(started[0], e + 2) << "request 1's e + 1 tokens ran first";

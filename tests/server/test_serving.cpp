@@ -558,7 +558,9 @@ TEST(serving, gpu_map_in_model_and_stats_counts_steps_and_a_watchdog_timeout) {
     ASSERT_EQ(invariant->type, msgpack::type::BOOLEAN);
     // The storage family's tiled steps switch; lavapipe's texel family has no such step.
     EXPECT_EQ(invariant->via.boolean, !(coop && kernels == "storage"));
-    if (kind == "cpu") EXPECT_FALSE(coop);
+    if (kind == "cpu") {
+        EXPECT_FALSE(coop);
+    }
 
     auto gpu_stats = [&](uint64_t id) {
         EXPECT_TRUE(c.send(frame("id", id, "op", "stats")));
