@@ -8,8 +8,10 @@ namespace {
 
 constexpr std::uint64_t kv_memory_bytes_most = std::uint64_t{1} << 40;  // the schema's bound
 
+// "8192 MiB"; under 1 MiB "256 KiB".
 std::string mib(std::uint64_t bytes) {
-    return std::to_string(bytes >> 20) + " MiB";
+    return bytes >= (std::uint64_t{1} << 20) ? std::to_string(bytes >> 20) + " MiB"
+                                             : std::to_string(bytes >> 10) + " KiB";
 }
 
 std::string device_words(const device_facts& d) {
@@ -17,15 +19,25 @@ std::string device_words(const device_facts& d) {
     return d.gpu ? "a GPU" : "a CPU device";
 }
 
-// The served pool's bytes on a GPU: every sequence's whole context where the device has room,
-// else the pool's share of the device-local memory left beside the weights.
-device_choice kv_on_gpu(const config& cfg, const device_facts& d, const model_facts& m) {
+// The bytes of every sequence's whole context (max_sequences x the context's blocks), at most
+// the schema's bound.
+std::uint64_t whole_contexts_bytes(const config& cfg, const model_facts& m) {
     const std::uint64_t block_tokens = std::max<std::uint32_t>(cfg.gpu.kv_block_tokens, 1);
     const std::uint64_t blocks_per_seq = (std::uint64_t{m.n_ctx} + block_tokens - 1) / block_tokens;
     // At most 1024 sequences x 2^20 positions x a block's bytes: no overflow before the cap.
-    const std::uint64_t need =
-        std::min(std::uint64_t{cfg.scheduler.max_sequences} * blocks_per_seq * m.kv_block_bytes,
-                 kv_memory_bytes_most);
+    return std::min(std::uint64_t{cfg.scheduler.max_sequences} * blocks_per_seq * m.kv_block_bytes,
+                    kv_memory_bytes_most);
+}
+
+std::string whole_contexts_words(const config& cfg, const model_facts& m, std::uint64_t need) {
+    return std::to_string(cfg.scheduler.max_sequences) + " sequences x " + std::to_string(m.n_ctx) +
+           " positions need " + mib(need);
+}
+
+// The served pool's bytes on a GPU: every sequence's whole context where the device has room,
+// else the pool's share of the device-local memory left beside the weights.
+device_choice kv_on_gpu(const config& cfg, const device_facts& d, const model_facts& m) {
+    const std::uint64_t need = whole_contexts_bytes(cfg, m);
     const std::uint64_t free =
         d.device_local_bytes > m.weights_bytes ? d.device_local_bytes - m.weights_bytes : 0;
     // A draft model's pool is the served one's scaled by their blocks' sizes, never larger
@@ -37,8 +49,7 @@ device_choice kv_on_gpu(const config& cfg, const device_facts& d, const model_fa
         (served + draft));
     const std::uint64_t value =
         std::clamp(std::min(need, share), kv_memory_bytes_least, kv_memory_bytes_most);
-    std::string why = device_words(d) + ": " + std::to_string(cfg.scheduler.max_sequences) +
-                      " sequences x " + std::to_string(m.n_ctx) + " positions need " + mib(need);
+    std::string why = device_words(d) + ": " + whole_contexts_words(cfg, m, need);
     if (need <= share) {
         why += ", which the device holds";
     } else {
@@ -46,6 +57,20 @@ device_choice kv_on_gpu(const config& cfg, const device_facts& d, const model_fa
             std::string(draft != 0 ? "; the pools (served and draft) take" : "; the pool takes") +
             " half of the " + mib(free) + " of device memory beside the weights";
     }
+    return {"gpu.kv_memory_bytes", value, why};
+}
+
+// On a CPU device (or none found): every sequence's whole context, at most
+// kv_memory_bytes_cpu_device of the host's memory. A small model's pool is then a few MiB
+// instead of 256, which the pool's clearing at start would otherwise touch page by page.
+device_choice kv_on_cpu(const config& cfg, const device_facts& d, const model_facts& m) {
+    const std::uint64_t need = whole_contexts_bytes(cfg, m);
+    const std::uint64_t value = std::clamp(std::min(need, kv_memory_bytes_cpu_device),
+                                           kv_memory_bytes_least, kv_memory_bytes_most);
+    std::string why = device_words(d) + ": " + whole_contexts_words(cfg, m, need);
+    why += need <= kv_memory_bytes_cpu_device
+               ? ""
+               : "; its device memory is the host's: at most " + mib(kv_memory_bytes_cpu_device);
     return {"gpu.kv_memory_bytes", value, why};
 }
 
@@ -72,9 +97,9 @@ std::vector<device_choice> resolve_device_choices(config& cfg, const device_fact
             cfg.gpu.kv_memory_bytes = c.value;
             out.push_back(std::move(c));
         } else {
-            cfg.gpu.kv_memory_bytes = kv_memory_bytes_cpu_device;
-            out.push_back({"gpu.kv_memory_bytes", cfg.gpu.kv_memory_bytes,
-                           device_words(device) + ": its device memory is the host's"});
+            device_choice c = kv_on_cpu(cfg, device, model);
+            cfg.gpu.kv_memory_bytes = c.value;
+            out.push_back(std::move(c));
         }
     }
     return out;

@@ -21,7 +21,8 @@ namespace ordo::config {
 // scheduler.max_sequences = 0.
 inline constexpr std::uint32_t max_sequences_cpu_device = 16;
 inline constexpr std::uint32_t max_sequences_gpu_device = 64;
-// gpu.kv_memory_bytes = 0 on a CPU device (or where no device was found).
+// gpu.kv_memory_bytes = 0 on a CPU device (or where no device was found): every sequence's whole
+// context, at most this.
 inline constexpr std::uint64_t kv_memory_bytes_cpu_device = std::uint64_t{256} << 20;
 // On a GPU the KV pools (the served model's and a draft model's) take at most this share of
 // what the device-local heap holds beside the weights: the rest is left to activations, the

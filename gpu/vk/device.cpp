@@ -641,8 +641,8 @@ result<buffer> device::import_host(void* host, std::uint64_t size) {
     return b;
 }
 
-status device::staged_copy(const buffer& host, const buffer& dev, std::uint64_t dev_offset,
-                           std::uint64_t size, bool to_device) {
+template <typename Record>
+status device::submit_once(Record&& record, const char* what) {
     VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
     ai.commandPool = _transfer_pool;
     ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
@@ -650,14 +650,12 @@ status device::staged_copy(const buffer& host, const buffer& dev, std::uint64_t 
     VkCommandBuffer cb = VK_NULL_HANDLE;
     VkResult r = vkAllocateCommandBuffers(_device, &ai, &cb);
     if (r != VK_SUCCESS) {
-        return vk_error(r, "vkAllocateCommandBuffers (transfer)");
+        return vk_error(r, std::string("vkAllocateCommandBuffers (") + what + ")");
     }
     VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
     bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
     vkBeginCommandBuffer(cb, &bi);
-    VkBufferCopy region{to_device ? 0 : dev_offset, to_device ? dev_offset : 0, size};
-    vkCmdCopyBuffer(cb, to_device ? host.handle() : dev.handle(),
-                    to_device ? dev.handle() : host.handle(), 1, &region);
+    record(cb);
     vkEndCommandBuffer(cb);
     VkFenceCreateInfo fci{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
     VkFence fence = VK_NULL_HANDLE;
@@ -673,7 +671,18 @@ status device::staged_copy(const buffer& host, const buffer& dev, std::uint64_t 
         vkDestroyFence(_device, fence, nullptr);
     }
     vkFreeCommandBuffers(_device, _transfer_pool, 1, &cb);
-    return r == VK_SUCCESS ? status{} : status{vk_error(r, "staged copy")};
+    return r == VK_SUCCESS ? status{} : status{vk_error(r, what)};
+}
+
+status device::staged_copy(const buffer& host, const buffer& dev, std::uint64_t dev_offset,
+                           std::uint64_t size, bool to_device) {
+    return submit_once(
+        [&](VkCommandBuffer cb) {
+            VkBufferCopy region{to_device ? 0 : dev_offset, to_device ? dev_offset : 0, size};
+            vkCmdCopyBuffer(cb, to_device ? host.handle() : dev.handle(),
+                            to_device ? dev.handle() : host.handle(), 1, &region);
+        },
+        "staged copy");
 }
 
 status device::write(const buffer& dst, std::uint64_t offset, const void* src, std::uint64_t size) {
@@ -719,17 +728,16 @@ status device::read(const buffer& src, std::uint64_t offset, void* dst, std::uin
 }
 
 status device::fill_zero(const buffer& dst) {
-    if (dst.mapped() != nullptr) {
-        std::memset(dst.mapped(), 0, dst.size());
-        return {};
+    // vkCmdFillBuffer writes whole 4-byte words: a tail of 1-3 bytes is written from the host.
+    const std::uint64_t words = dst.size() / 4 * 4;
+    if (words != 0) {
+        ORDO_TRY(submit_once(
+            [&](VkCommandBuffer cb) { vkCmdFillBuffer(cb, dst.handle(), 0, words, 0u); },
+            "zero fill"));
     }
-    std::vector<char> zeros(std::min(dst.size(), staging_bytes_max), 0);
-    for (std::uint64_t done = 0; done < dst.size(); done += zeros.size()) {
-        std::uint64_t n = std::min<std::uint64_t>(zeros.size(), dst.size() - done);
-        status s = write(dst, done, zeros.data(), n);
-        if (!s) return s;
-    }
-    return {};
+    if (words == dst.size()) return {};
+    const std::array<char, 4> zeros{};
+    return write(dst, words, zeros.data(), dst.size() - words);
 }
 
 status device::wait_idle() {

@@ -168,6 +168,9 @@ public:
     // Copies host bytes into a buffer (mapped memcpy, or through a staging buffer).
     status write(const buffer& dst, std::uint64_t offset, const void* src, std::uint64_t size);
     status read(const buffer& src, std::uint64_t offset, void* dst, std::uint64_t size);
+    // Zeroes a whole buffer on the device (vkCmdFillBuffer, one submission): on a GPU a pool of
+    // tens of GiB clears at the device's bandwidth instead of through staging copies or a mapped
+    // window over the bus.
     status fill_zero(const buffer& dst);
     status wait_idle();
 
@@ -182,6 +185,10 @@ private:
     status create_logical();
     status staged_copy(const buffer& host, const buffer& dev, std::uint64_t dev_offset,
                        std::uint64_t size, bool to_device);
+    // Records `record` into a one-time command buffer of the transfer pool, submits it and waits
+    // for it (transfer_timeout_ns). `what` names it in an error.
+    template <typename Record>
+    status submit_once(Record&& record, const char* what);
     int find_memory_type(std::uint32_t type_bits, VkMemoryPropertyFlags want) const;
     // The VkBuffer of create_buffer and import_host (`next`: its create info's pNext chain).
     status make_buffer(buffer& b, std::uint64_t size, const void* next);

@@ -5,7 +5,8 @@
 // explicit max_batch_tokens below it; a GPU's KV pool is every sequence's whole context where
 // half of the device-local memory beside the weights holds it, else that half (shared with a
 // draft model's pool in proportion to their blocks), and never under 1 MiB on a device the
-// weights fill; a CPU device's pool is 256 MiB; keys the config sets (and kv_memory_bytes under
+// weights fill; a CPU device's pool is every sequence's whole context too, at most 256 MiB of the
+// host's memory and at least 1 MiB; keys the config sets (and kv_memory_bytes under
 // an explicit kv_blocks) are left alone and not reported; the log text names each key.
 #include "actors/config/device_choices.hpp"
 
@@ -92,6 +93,33 @@ TEST(DeviceChoices, AGpuPoolHoldsEverySequencesContextWhereItFits) {
     tiny.n_ctx = 128;
     resolve_device_choices(cfg, a_gpu(80 * gib), tiny);
     EXPECT_EQ(cfg.gpu.kv_memory_bytes, 64ull * 8 * 2048);
+}
+
+TEST(DeviceChoices, ACpuDevicePoolHoldsEverySequencesContextUpTo256MiB) {
+    // 16 sequences x 4096 positions x 32 KiB = 2 GiB: held to 256 MiB of the host's memory.
+    config cfg;
+    auto chosen = resolve_device_choices(cfg, a_cpu_device(), llama_1b(4096));
+    EXPECT_EQ(cfg.gpu.kv_memory_bytes, kv_memory_bytes_cpu_device);
+    ASSERT_EQ(chosen.size(), 2u);
+    EXPECT_EQ(chosen[1].why,
+              "a CPU device: 16 sequences x 4096 positions need 2048 MiB; its device memory is "
+              "the host's: at most 256 MiB");
+
+    // 16 x 256 positions x 32 KiB = 128 MiB: what it needs.
+    cfg = config{};
+    chosen = resolve_device_choices(cfg, a_cpu_device(), llama_1b(256));
+    EXPECT_EQ(cfg.gpu.kv_memory_bytes, 16ull * 256 * 32 * 1024);
+    EXPECT_EQ(chosen[1].why, "a CPU device: 16 sequences x 256 positions need 128 MiB");
+
+    // A tiny model's 16 x 8 blocks of 2 KiB (256 KiB) get the least pool, 1 MiB.
+    cfg = config{};
+    model_facts tiny;
+    tiny.weights_bytes = mib;
+    tiny.kv_block_bytes = 2048;
+    tiny.n_ctx = 128;
+    chosen = resolve_device_choices(cfg, a_cpu_device(), tiny);
+    EXPECT_EQ(cfg.gpu.kv_memory_bytes, kv_memory_bytes_least);
+    EXPECT_EQ(chosen[1].why, "a CPU device: 16 sequences x 128 positions need 256 KiB");
 }
 
 TEST(DeviceChoices, ALongContextTakesHalfOfTheMemoryBesideTheWeights) {

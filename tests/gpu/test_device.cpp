@@ -2,7 +2,13 @@
 // synthetic device lists ("" and "auto" prefer discrete > integrated > virtual > cpu; digits
 // are an index; anything else a case-insensitive substring; no match or a bad index is an error
 // that lists every device). On the real machine: a bad name or index fails with the device
-// list, the lavapipe name selects it, and the reported info (limits, heaps) is filled in.
+// list, the lavapipe name selects it, and the reported info (limits, heaps) is filled in; and
+// fill_zero (vkCmdFillBuffer, the KV pool's clearing) zeroes every byte of a buffer, the 1-3
+// bytes past its last whole word included, and nothing of another buffer.
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
 #include "gpu/vk/device_select.hpp"
 #include "gpu_fixture.hpp"
 
@@ -72,6 +78,30 @@ TEST(DeviceReal, SelectByNameAndReportInfo) {
     EXPECT_FALSE(info.api_version.empty());
     std::string text = describe(info);
     EXPECT_NE(text.find("subgroup"), std::string::npos);
+}
+
+TEST(DeviceReal, FillZeroClearsEveryByteAndNoOtherBuffer) {
+    ORDO_REQUIRE_GPU();
+    device& dev = *env().dev;
+    for (memory_use use : {memory_use::device, memory_use::host_readback}) {
+        // A word, a tail of 3 bytes past 1 word, and more than a staging copy's 64 MiB (what a
+        // write moves per submission) with a tail.
+        for (std::uint64_t size :
+             {std::uint64_t{4}, std::uint64_t{7}, (std::uint64_t{64} << 20) + 3}) {
+            auto b = dev.create_buffer(size, use);
+            auto other = dev.create_buffer(size, use);
+            ASSERT_TRUE(b.ok() && other.ok());
+            const std::vector<std::uint8_t> ones(size, 0xAB);
+            ASSERT_TRUE(dev.write(*b, 0, ones.data(), size).ok());
+            ASSERT_TRUE(dev.write(*other, 0, ones.data(), size).ok());
+            ASSERT_TRUE(dev.fill_zero(*b).ok());
+            std::vector<std::uint8_t> got(size, 0xFF);
+            ASSERT_TRUE(dev.read(*b, 0, got.data(), size).ok());
+            EXPECT_EQ(std::count(got.begin(), got.end(), 0), std::ptrdiff_t(size)) << size;
+            ASSERT_TRUE(dev.read(*other, 0, got.data(), size).ok());
+            EXPECT_EQ(got, ones) << size;
+        }
+    }
 }
 
 }  // namespace

@@ -14,8 +14,9 @@
 // and a model with a 2-float KV row under a 1 GiB KV budget, whose pool the runner caps at the
 // 2^24 tokens the scheduler's block table takes. Last, the device's choices
 // (scheduler.max_sequences = 0, gpu.kv_memory_bytes = 0, the defaults): on lavapipe, a CPU
-// device, the server logs 16 sequences and a 256 MiB pool (on a GPU 64 and every sequence's
-// context) and runs with them (the `model` op's max_sequences and kv_device_bytes); an
+// device, the server logs 16 sequences and a pool of every sequence's context (at least 1 MiB,
+// at most 256 MiB; on a GPU 64 sequences, the pool as much of it as the device holds) and runs
+// with them (the `model` op's max_sequences and kv_device_bytes); an
 // explicit max_batch_tokens under that holds the choice to it; keys the file sets are run as
 // set, with no choice logged. And the running server's threads carry names (top -H, perf): each
 // actor's loop "ordo-<actor>", the pool thread that ran the gpu's warm-up "ordo-gpu-job".
@@ -289,15 +290,16 @@ TEST(the_devices_choice, is_logged_and_run_with) {
     const bool cpu_device = str_field(*dev, "kind") == "cpu";  // lavapipe (CI)
     EXPECT_EQ(m.u("max_sequences"), cpu_device ? 16u : 64u);
     EXPECT_EQ(m.u("max_batch_tokens"), 512u);
-    // The tiny model's block: 1 layer x K and V x 32 floats x 16 tokens in f16. A GPU's pool is
-    // every sequence's context: 64 x 128 positions, 1 MiB.
+    // The tiny model's block: 1 layer x K and V x 32 floats x 16 tokens in f16. The pool is
+    // every sequence's context: on a GPU 64 x 128 positions, 1 MiB; on a CPU device 16 x 128
+    // positions, 256 KiB, held to the least pool (1 MiB).
     const uint64_t block_bytes = 1 * 2 * 32 * 16 * 2;
-    EXPECT_EQ(m.u("kv_device_bytes"), cpu_device ? (uint64_t{256} << 20) / block_bytes * block_bytes
-                                                 : 64 * 8 * block_bytes);
+    EXPECT_EQ(m.u("kv_device_bytes"),
+              cpu_device ? (uint64_t{1} << 20) / block_bytes * block_bytes : 64 * 8 * block_bytes);
     EXPECT_NE(s.log.find("the device's choice for " + m.str("device")), std::string::npos) << s.log;
     const std::string line =
         cpu_device ? ": scheduler.max_sequences = 16 (a CPU device); gpu.kv_memory_bytes = "
-                     "268435456 (a CPU device: its device memory is the host's)"
+                     "1048576 (a CPU device: 16 sequences x 128 positions need 256 KiB)"
                    : ": scheduler.max_sequences = 64 (a GPU); gpu.kv_memory_bytes = 1048576 (a "
                      "GPU: 64 sequences x 128 positions need 1 MiB, which the device holds)";
     EXPECT_NE(s.log.find(line), std::string::npos) << s.log;
