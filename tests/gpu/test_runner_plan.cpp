@@ -20,28 +20,19 @@
 #include "gpu/runner/armed_faults.hpp"
 #include "gpu/runner/finite_copy.hpp"
 #include "gpu/runner/step_plan.hpp"
+#include "tests/gpu/test_runner_support.hpp"
 
 namespace ordo::gpu {
 namespace {
 
-step_seq seq(std::uint64_t id, std::vector<std::int32_t> t, std::uint32_t pos0,
-             std::vector<std::uint32_t> table, bool want) {
-    step_seq s;
-    s.seq_id = id;
-    s.tokens = std::move(t);
-    s.pos0 = pos0;
-    s.block_table = std::move(table);
-    s.logits_rows = want ? 1 : 0;
-    return s;
-}
+using testing::make_seq;
+using testing::make_step;
 
 TEST(StepPlan, LaysOutTokensSlotsTablesAndRows) {
     step_limits lim{100, 64, 4, 32, 16, 4, 4, 16};
-    step s;
-    s.step_id = 9;
-    s.phase = step_phase::mixed;
-    s.seqs = {seq(5, {1, 2, 3}, 0, {7}, true), seq(6, {4}, 5, {2, 3}, true),
-              seq(8, {9, 9}, 2, {11}, false), seq(4, {6}, 0, {12}, true)};
+    step s = make_step(9, step_phase::mixed,
+                       {make_seq(5, {1, 2, 3}, 0, {7}), make_seq(6, {4}, 5, {2, 3}),
+                        make_seq(8, {9, 9}, 2, {11}, false), make_seq(4, {6}, 0, {12})});
     step_plan p;
     ASSERT_TRUE(plan_step(s, lim, p).ok());
     EXPECT_EQ(p.n_tokens, 7u);
