@@ -186,8 +186,10 @@ serve() {  # label, config text[, streams, the load's sampler options]
     [ -n "$port" ] && curl -sf "127.0.0.1:$port/health" | grep -q '"ok"' && break
     sleep 0.5
   done
-  grep -E "the device's choice|serves|cooperative-matrix kernel" "$w/next-$label.log" |
-    tee -a "$out/next.log"
+  # The start-up's timestamps too: starting -> the pool's size (context line) -> device ready,
+  # the KV pool's clearing on the device between them (session 38).
+  grep -E "ordo-server starting|the device's choice|runner: context|runner: warm-up steps|device ready \(epoch|serves|cooperative-matrix kernel" \
+    "$w/next-$label.log" | tee -a "$out/next.log"
   if [ -n "$port" ]; then
     for s in ${streams//,/ }; do
       log "ordo-load $label, $s streams"
