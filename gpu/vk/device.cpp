@@ -499,6 +499,26 @@ device::~device() {
     }
 }
 
+namespace {
+
+memory_facts memory_facts_of(const VkPhysicalDeviceMemoryProperties& p) {
+    static_assert(memory_facts::device_local == VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT &&
+                  memory_facts::host_visible == VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT &&
+                  memory_facts::host_coherent == VK_MEMORY_PROPERTY_HOST_COHERENT_BIT &&
+                  memory_facts::host_cached == VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
+    memory_facts m;
+    for (std::uint32_t i = 0; i < p.memoryTypeCount; ++i) {
+        m.types.push_back({p.memoryTypes[i].propertyFlags, p.memoryTypes[i].heapIndex});
+    }
+    for (std::uint32_t i = 0; i < p.memoryHeapCount; ++i) {
+        m.heaps.push_back({p.memoryHeaps[i].size,
+                           (p.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) != 0});
+    }
+    return m;
+}
+
+}  // namespace
+
 int device::find_memory_type(std::uint32_t type_bits, VkMemoryPropertyFlags want) const {
     for (std::uint32_t i = 0; i < _memory.memoryTypeCount; ++i) {
         if ((type_bits & (1u << i)) && (_memory.memoryTypes[i].propertyFlags & want) == want) {
@@ -554,17 +574,14 @@ result<buffer> device::create_buffer(std::uint64_t size, memory_use use) {
     vkGetBufferMemoryRequirements(_device, b._buffer, &req);
     const VkMemoryPropertyFlags host =
         VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
-    int type = -1;
-    if (use == memory_use::device) {
-        // Device-local and host-visible (lavapipe, ReBAR) lets uploads skip staging.
-        type = find_memory_type(req.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT | host);
-        if (type < 0)
-            type = find_memory_type(req.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
-    } else {
-        type = find_memory_type(req.memoryTypeBits, host | VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
-        if (type < 0) type = find_memory_type(req.memoryTypeBits, host);
+    // Device-local and host-visible where that is the device's whole memory (lavapipe, resizable
+    // BAR) lets uploads skip staging; never a discrete GPU's small host-visible window.
+    const int type =
+        choose_memory_type(memory_facts_of(_memory), req.memoryTypeBits, use == memory_use::device);
+    if (type < 0) {
+        return gpu_error(gpu_failure::device_error,
+                         "no memory type for a buffer of " + std::to_string(size) + " B");
     }
-    if (type < 0) type = find_memory_type(req.memoryTypeBits, 0);
     VkMemoryAllocateInfo mai{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
     mai.allocationSize = req.size;
     mai.memoryTypeIndex = static_cast<std::uint32_t>(type);

@@ -103,4 +103,31 @@ result<std::size_t> select_device(const std::vector<device_candidate>& devices,
         "no device name contains \"" + std::string(selector) + "\"; " + list_devices(devices));
 }
 
+int choose_memory_type(const memory_facts& m, std::uint32_t type_bits, bool for_kernels) {
+    auto find = [&](std::uint32_t want, std::uint64_t heap_least) {
+        for (std::size_t i = 0; i < m.types.size() && i < 32; ++i) {
+            const memory_facts::type& t = m.types[i];
+            if ((type_bits & (1u << i)) != 0 && (t.flags & want) == want &&
+                t.heap < m.heaps.size() && m.heaps[t.heap].size >= heap_least) {
+                return static_cast<int>(i);
+            }
+        }
+        return -1;
+    };
+    const std::uint32_t host = memory_facts::host_visible | memory_facts::host_coherent;
+    int type = -1;
+    if (for_kernels) {
+        std::uint64_t largest = 0;
+        for (const memory_facts::heap& h : m.heaps) {
+            if (h.device_local) largest = std::max(largest, h.size);
+        }
+        type = find(memory_facts::device_local | host, largest);
+        if (type < 0) type = find(memory_facts::device_local, 0);
+    } else {
+        type = find(host | memory_facts::host_cached, 0);
+        if (type < 0) type = find(host, 0);
+    }
+    return type >= 0 ? type : find(0, 0);
+}
+
 }  // namespace ordo::gpu

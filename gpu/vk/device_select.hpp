@@ -31,4 +31,30 @@ std::string_view device_kind_name(device_kind k);
 result<std::size_t> select_device(const std::vector<device_candidate>& devices,
                                   std::string_view selector);
 
+// A device's memory as Vulkan lists it (VkPhysicalDeviceMemoryProperties): types with their
+// property flags (Vulkan's bits, below) and heap, heaps with their size.
+struct memory_facts {
+    static constexpr std::uint32_t device_local = 1, host_visible = 2, host_coherent = 4,
+                                   host_cached = 8;  // VK_MEMORY_PROPERTY_*_BIT
+    struct type {
+        std::uint32_t flags = 0;
+        std::uint32_t heap = 0;
+    };
+    struct heap {
+        std::uint64_t size = 0;
+        bool device_local = false;
+    };
+    std::vector<type> types;
+    std::vector<heap> heaps;
+};
+
+// The memory type a buffer takes among those `type_bits` allows (bit i: type i), -1 for none.
+// Kernel buffers (`for_kernels`: weights, KV, activations): device-local, and also host-visible
+// and coherent (uploads then skip staging) only where that type's heap is as large as the
+// largest device-local heap: lavapipe, integrated GPUs, a discrete GPU with resizable BAR. A
+// discrete GPU without it also lists such a type, on a window of 256 MiB or so of its memory,
+// which a model's weights or KV pool would not fit: plain device-local there. Host buffers:
+// host-visible and coherent, cached where such a type exists. Else any allowed type.
+int choose_memory_type(const memory_facts& m, std::uint32_t type_bits, bool for_kernels);
+
 }  // namespace ordo::gpu

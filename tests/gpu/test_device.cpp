@@ -3,6 +3,8 @@
 // are an index; anything else a case-insensitive substring; no match or a bad index is an error
 // that lists every device). On the real machine: a bad name or index fails with the device
 // list, the lavapipe name selects it, and the reported info (limits, heaps) is filled in; and
+// the memory type a buffer takes: kernel buffers host-visible device-local only where that heap
+// is the whole device memory (lavapipe, resizable BAR), not a discrete GPU's 256 MiB window;
 // fill_zero (vkCmdFillBuffer, the KV pool's clearing) zeroes every byte of a buffer, the 1-3
 // bytes past its last whole word included, and nothing of another buffer.
 #include <algorithm>
@@ -47,6 +49,32 @@ TEST(DeviceSelect, NoMatchAndBadIndexListDevices) {
     EXPECT_NE(far.err().message.find("out of range"), std::string::npos);
     EXPECT_NE(far.err().message.find("0: llvmpipe"), std::string::npos);
     EXPECT_FALSE(select_device({}, "").ok());
+}
+
+constexpr std::uint32_t DL = memory_facts::device_local, HV = memory_facts::host_visible,
+                        HC = memory_facts::host_coherent, CA = memory_facts::host_cached;
+constexpr std::uint64_t MiB = std::uint64_t{1} << 20, GiB = std::uint64_t{1} << 30;
+
+TEST(DeviceSelect, KernelBuffersTakeHostVisibleDeviceMemoryOnlyWhereItIsAllOfIt) {
+    // lavapipe: one heap, host-visible and device-local.
+    const memory_facts cpu{{{DL | HV | HC | CA, 0}}, {{2 * GiB, true}}};
+    EXPECT_EQ(choose_memory_type(cpu, 0x1, true), 0);
+    EXPECT_EQ(choose_memory_type(cpu, 0x1, false), 0);
+    // A discrete GPU without resizable BAR: its memory, the host's, and a 256 MiB window of its
+    // memory that the host sees. Weights and KV never go to the window.
+    const memory_facts window{{{DL, 0}, {HV | HC, 1}, {HV | HC | CA, 1}, {DL | HV | HC, 2}},
+                              {{24 * GiB, true}, {64 * GiB, false}, {256 * MiB, true}}};
+    EXPECT_EQ(choose_memory_type(window, 0xF, true), 0);
+    EXPECT_EQ(choose_memory_type(window, 0xF, false), 2);  // host-visible, cached
+    EXPECT_EQ(choose_memory_type(window, 0xB, false), 1);  // not cached where none is allowed
+    EXPECT_EQ(choose_memory_type(window, 0xE, true), 3);   // the window, when it is all allowed
+    // With resizable BAR the device's whole memory is host-visible: uploads skip staging.
+    const memory_facts rebar{{{DL, 0}, {DL | HV | HC, 0}, {HV | HC | CA, 1}},
+                             {{24 * GiB, true}, {64 * GiB, false}}};
+    EXPECT_EQ(choose_memory_type(rebar, 0x7, true), 1);
+    // Nothing device-local allowed: any allowed type; nothing allowed: none.
+    EXPECT_EQ(choose_memory_type(window, 0x4, true), 2);
+    EXPECT_EQ(choose_memory_type(window, 0x0, true), -1);
 }
 
 TEST(DeviceReal, BadNameAndIndexAreErrorsListingDevices) {
