@@ -65,8 +65,8 @@ device_choice kv_on_gpu(const config& cfg, const device_facts& d, const model_fa
 // instead of 256, which the pool's clearing at start would otherwise touch page by page.
 device_choice kv_on_cpu(const config& cfg, const device_facts& d, const model_facts& m) {
     const std::uint64_t need = whole_contexts_bytes(cfg, m);
-    const std::uint64_t value = std::clamp(std::min(need, kv_memory_bytes_cpu_device),
-                                           kv_memory_bytes_least, kv_memory_bytes_most);
+    const std::uint64_t value =
+        std::max(std::min(need, kv_memory_bytes_cpu_device), kv_memory_bytes_least);
     std::string why = device_words(d) + ": " + whole_contexts_words(cfg, m, need);
     why += need <= kv_memory_bytes_cpu_device
                ? ""

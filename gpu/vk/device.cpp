@@ -373,11 +373,20 @@ status device::pick_physical(const device_options& options) {
     _info.max_push_constants_bytes = lim.maxPushConstantsSize;
     _info.timestamp_period_ns = lim.timestampPeriod;
     vkGetPhysicalDeviceMemoryProperties(_physical, &_memory);
+    static_assert(memory_facts::device_local == VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT &&
+                  memory_facts::host_visible == VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT &&
+                  memory_facts::host_coherent == VK_MEMORY_PROPERTY_HOST_COHERENT_BIT &&
+                  memory_facts::host_cached == VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
+    for (std::uint32_t i = 0; i < _memory.memoryTypeCount; ++i) {
+        _memory_facts.types.push_back(
+            {_memory.memoryTypes[i].propertyFlags, _memory.memoryTypes[i].heapIndex});
+    }
     for (std::uint32_t i = 0; i < _memory.memoryHeapCount; ++i) {
-        _info.heaps.push_back(
+        _memory_facts.heaps.push_back(
             {_memory.memoryHeaps[i].size,
              (_memory.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) != 0});
     }
+    _info.heaps = _memory_facts.heaps;
     return {};
 }
 
@@ -499,26 +508,6 @@ device::~device() {
     }
 }
 
-namespace {
-
-memory_facts memory_facts_of(const VkPhysicalDeviceMemoryProperties& p) {
-    static_assert(memory_facts::device_local == VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT &&
-                  memory_facts::host_visible == VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT &&
-                  memory_facts::host_coherent == VK_MEMORY_PROPERTY_HOST_COHERENT_BIT &&
-                  memory_facts::host_cached == VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
-    memory_facts m;
-    for (std::uint32_t i = 0; i < p.memoryTypeCount; ++i) {
-        m.types.push_back({p.memoryTypes[i].propertyFlags, p.memoryTypes[i].heapIndex});
-    }
-    for (std::uint32_t i = 0; i < p.memoryHeapCount; ++i) {
-        m.heaps.push_back({p.memoryHeaps[i].size,
-                           (p.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) != 0});
-    }
-    return m;
-}
-
-}  // namespace
-
 int device::find_memory_type(std::uint32_t type_bits, VkMemoryPropertyFlags want) const {
     for (std::uint32_t i = 0; i < _memory.memoryTypeCount; ++i) {
         if ((type_bits & (1u << i)) && (_memory.memoryTypes[i].propertyFlags & want) == want) {
@@ -577,7 +566,7 @@ result<buffer> device::create_buffer(std::uint64_t size, memory_use use) {
     // Device-local and host-visible where that is the device's whole memory (lavapipe, resizable
     // BAR) lets uploads skip staging; never a discrete GPU's small host-visible window.
     const int type =
-        choose_memory_type(memory_facts_of(_memory), req.memoryTypeBits, use == memory_use::device);
+        choose_memory_type(_memory_facts, req.memoryTypeBits, use == memory_use::device);
     if (type < 0) {
         return gpu_error(gpu_failure::device_error,
                          "no memory type for a buffer of " + std::to_string(size) + " B");

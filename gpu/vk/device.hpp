@@ -19,11 +19,6 @@
 
 namespace ordo::gpu {
 
-struct memory_heap_info {
-    std::uint64_t size_bytes = 0;
-    bool device_local = false;
-};
-
 // What the `model`/`stats` ops report about the device; filled once at creation.
 struct device_info {
     std::string name;
@@ -203,6 +198,7 @@ private:
     std::uint32_t _queue_family = 0;
     VkCommandPool _transfer_pool = VK_NULL_HANDLE;
     VkPhysicalDeviceMemoryProperties _memory{};
+    memory_facts _memory_facts;  // _memory's types and heaps, for choose_memory_type
     PFN_vkCmdPushDescriptorSetKHR _push_descriptor = nullptr;
 };
 

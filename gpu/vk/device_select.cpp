@@ -108,7 +108,7 @@ int choose_memory_type(const memory_facts& m, std::uint32_t type_bits, bool for_
         for (std::size_t i = 0; i < m.types.size() && i < 32; ++i) {
             const memory_facts::type& t = m.types[i];
             if ((type_bits & (1u << i)) != 0 && (t.flags & want) == want &&
-                t.heap < m.heaps.size() && m.heaps[t.heap].size >= heap_least) {
+                t.heap < m.heaps.size() && m.heaps[t.heap].size_bytes >= heap_least) {
                 return static_cast<int>(i);
             }
         }
@@ -118,8 +118,8 @@ int choose_memory_type(const memory_facts& m, std::uint32_t type_bits, bool for_
     int type = -1;
     if (for_kernels) {
         std::uint64_t largest = 0;
-        for (const memory_facts::heap& h : m.heaps) {
-            if (h.device_local) largest = std::max(largest, h.size);
+        for (const memory_heap_info& h : m.heaps) {
+            if (h.device_local) largest = std::max(largest, h.size_bytes);
         }
         type = find(memory_facts::device_local | host, largest);
         if (type < 0) type = find(memory_facts::device_local, 0);

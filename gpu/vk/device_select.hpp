@@ -31,8 +31,13 @@ std::string_view device_kind_name(device_kind k);
 result<std::size_t> select_device(const std::vector<device_candidate>& devices,
                                   std::string_view selector);
 
+struct memory_heap_info {
+    std::uint64_t size_bytes = 0;
+    bool device_local = false;
+};
+
 // A device's memory as Vulkan lists it (VkPhysicalDeviceMemoryProperties): types with their
-// property flags (Vulkan's bits, below) and heap, heaps with their size.
+// property flags (Vulkan's bits, below) and heap, and the heaps.
 struct memory_facts {
     static constexpr std::uint32_t device_local = 1, host_visible = 2, host_coherent = 4,
                                    host_cached = 8;  // VK_MEMORY_PROPERTY_*_BIT
@@ -40,12 +45,8 @@ struct memory_facts {
         std::uint32_t flags = 0;
         std::uint32_t heap = 0;
     };
-    struct heap {
-        std::uint64_t size = 0;
-        bool device_local = false;
-    };
     std::vector<type> types;
-    std::vector<heap> heaps;
+    std::vector<memory_heap_info> heaps;
 };
 
 // The memory type a buffer takes among those `type_bits` allows (bit i: type i), -1 for none.
