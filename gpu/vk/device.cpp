@@ -372,19 +372,20 @@ status device::pick_physical(const device_options& options) {
     _info.cooperative_matrix_nv = cooperative_matrix_shapes(_instance, _physical);
     _info.max_push_constants_bytes = lim.maxPushConstantsSize;
     _info.timestamp_period_ns = lim.timestampPeriod;
-    vkGetPhysicalDeviceMemoryProperties(_physical, &_memory);
+    VkPhysicalDeviceMemoryProperties memory{};
+    vkGetPhysicalDeviceMemoryProperties(_physical, &memory);
     static_assert(memory_facts::device_local == VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT &&
                   memory_facts::host_visible == VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT &&
                   memory_facts::host_coherent == VK_MEMORY_PROPERTY_HOST_COHERENT_BIT &&
                   memory_facts::host_cached == VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
-    for (std::uint32_t i = 0; i < _memory.memoryTypeCount; ++i) {
+    for (std::uint32_t i = 0; i < memory.memoryTypeCount; ++i) {
         _memory_facts.types.push_back(
-            {_memory.memoryTypes[i].propertyFlags, _memory.memoryTypes[i].heapIndex});
+            {memory.memoryTypes[i].propertyFlags, memory.memoryTypes[i].heapIndex});
     }
-    for (std::uint32_t i = 0; i < _memory.memoryHeapCount; ++i) {
+    for (std::uint32_t i = 0; i < memory.memoryHeapCount; ++i) {
         _memory_facts.heaps.push_back(
-            {_memory.memoryHeaps[i].size,
-             (_memory.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) != 0});
+            {memory.memoryHeaps[i].size,
+             (memory.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) != 0});
     }
     _info.heaps = _memory_facts.heaps;
     return {};
@@ -508,15 +509,6 @@ device::~device() {
     }
 }
 
-int device::find_memory_type(std::uint32_t type_bits, VkMemoryPropertyFlags want) const {
-    for (std::uint32_t i = 0; i < _memory.memoryTypeCount; ++i) {
-        if ((type_bits & (1u << i)) && (_memory.memoryTypes[i].propertyFlags & want) == want) {
-            return static_cast<int>(i);
-        }
-    }
-    return -1;
-}
-
 status device::make_buffer(buffer& b, std::uint64_t size, const void* next) {
     VkBufferCreateInfo bci{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
     bci.pNext = next;
@@ -561,8 +553,6 @@ result<buffer> device::create_buffer(std::uint64_t size, memory_use use) {
     ORDO_TRY(make_buffer(b, size, nullptr));
     VkMemoryRequirements req{};
     vkGetBufferMemoryRequirements(_device, b._buffer, &req);
-    const VkMemoryPropertyFlags host =
-        VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
     // Device-local and host-visible where that is the device's whole memory (lavapipe, resizable
     // BAR) lets uploads skip staging; never a discrete GPU's small host-visible window.
     const int type =
@@ -582,7 +572,7 @@ result<buffer> device::create_buffer(std::uint64_t size, memory_use use) {
     if (r != VK_SUCCESS) {
         return vk_error(r, "vkBindBufferMemory");
     }
-    if ((_memory.memoryTypes[type].propertyFlags & host) == host) {
+    if (_memory_facts.mappable(type)) {
         r = vkMapMemory(_device, b._memory, 0, VK_WHOLE_SIZE, 0, &b._mapped);
         if (r != VK_SUCCESS) {
             return vk_error(r, "vkMapMemory");
@@ -620,13 +610,11 @@ result<buffer> device::import_host(void* host, std::uint64_t size) {
     ORDO_TRY(make_buffer(b, size, &external));
     VkMemoryRequirements req{};
     vkGetBufferMemoryRequirements(_device, b._buffer, &req);
-    // Coherent, so the host reads the kernels' writes once the fence has signalled.
-    const VkMemoryPropertyFlags want =
-        VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
-    const std::uint32_t bits = req.memoryTypeBits & props.memoryTypeBits;
-    int type = find_memory_type(bits, want | VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
-    if (type < 0) type = find_memory_type(bits, want);
-    if (type < 0 || req.size > size) {
+    // Coherent, so the host reads the kernels' writes once the fence has signalled: the host
+    // buffers' choice (cached where it can be), which must be a mapped type here.
+    const int type =
+        choose_memory_type(_memory_facts, req.memoryTypeBits & props.memoryTypeBits, false);
+    if (!_memory_facts.mappable(type) || req.size > size) {
         return gpu_error(gpu_failure::unsupported,
                          "no host-coherent memory type can import " + std::to_string(size) + " B");
     }

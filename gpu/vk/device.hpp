@@ -184,7 +184,6 @@ private:
     // for it (transfer_timeout_ns). `what` names it in an error.
     template <typename Record>
     status submit_once(Record&& record, const char* what);
-    int find_memory_type(std::uint32_t type_bits, VkMemoryPropertyFlags want) const;
     // The VkBuffer of create_buffer and import_host (`next`: its create info's pNext chain).
     status make_buffer(buffer& b, std::uint64_t size, const void* next);
     // b's texel view, when its size allows one (a failure only costs speed).
@@ -197,8 +196,7 @@ private:
     VkQueue _queue = VK_NULL_HANDLE;
     std::uint32_t _queue_family = 0;
     VkCommandPool _transfer_pool = VK_NULL_HANDLE;
-    VkPhysicalDeviceMemoryProperties _memory{};
-    memory_facts _memory_facts;  // _memory's types and heaps, for choose_memory_type
+    memory_facts _memory_facts;  // Vulkan's memory types and heaps, for choose_memory_type
     PFN_vkCmdPushDescriptorSetKHR _push_descriptor = nullptr;
 };
 

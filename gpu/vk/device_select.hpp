@@ -47,6 +47,13 @@ struct memory_facts {
     };
     std::vector<type> types;
     std::vector<memory_heap_info> heaps;
+
+    // Whether type i is host-visible and coherent: a buffer of it is mapped.
+    bool mappable(int i) const {
+        const std::uint32_t host = host_visible | host_coherent;
+        return i >= 0 && std::size_t(i) < types.size() &&
+               (types[std::size_t(i)].flags & host) == host;
+    }
 };
 
 // The memory type a buffer takes among those `type_bits` allows (bit i: type i), -1 for none.
